@@ -179,3 +179,68 @@ def test_a_blocking_read_with_its_own_reply_timeout_outlasts_a_short_window(prox
         assert 6 - 0.1 <= time.monotonic() - t0 < 6 + SLACK
     finally:
         client.close()
+
+
+#: a run's shutdown after the server is lost: each of its Redis calls (handing leases back, the campaign's close,
+#: the host-share board's last tick and leave, the ledger's retire, ...) still waits one reply timeout (the window
+#: here) before it fails, since a hung server sends no error; about 18 s measured with a 2 s window, so 30 s bounds
+#: it on a loaded machine (before: 278 s, the first call alone 60 s and each later one 30 s).
+RUN_EXIT_BOUND_S = 30.0
+
+
+def test_a_run_whose_server_hangs_ends_within_a_bounded_time(tmp_path):
+    """A generic campaign on the Redis backend through the proxy (as tests/test_redis_scaleout.py, the window 2 s);
+    the proxy turns into a black hole after the eighth model call. The run ends with exit 3 and its one ``error:``
+    line within :data:`RUN_EXIT_BOUND_S`."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from _crash_harness import ModelFake
+    from _model_harness import generic_campaign, model_table
+    from test_queue_contract import RedisServer, _redis_binary
+
+    repo = Path(__file__).resolve().parents[1]
+    server = RedisServer(_redis_binary(), tmp_path, "--appendonly", "yes")
+    server.start()
+    proxy = BlackholeProxy("127.0.0.1", int(server.url.rsplit(":", 1)[1].split("/")[0]))
+    fake = ModelFake(tmp_path / "calls.jsonl", seed=5, latency_ms=150.0)
+    log = tmp_path / "run.log"
+    try:
+        models = model_table("m", base_url=fake.base_url, key_var="GA_FAKE_KEY", concurrency=2)
+        cfg = generic_campaign(tmp_path, name="hung", n=40, models=models, cap_usd=1.0,
+                               queue={"visibility_timeout_s": 3.0})
+        cfg.write_text(cfg.read_text() + '\n[backend]\nkind = "redis"\nurl_env = "GA_TEST_REDIS"\n', encoding="utf-8")
+        env = {**os.environ, "PYTHONPATH": str(repo), "GA_TEST_REDIS": proxy.url_for(server.url),
+               "GA_FAKE_KEY": "local-fake-key", "GEOAGENT_STATE": str(tmp_path / "state"),
+               "GEOAGENT_REDIS_RETRY_S": str(WINDOW)}
+        with open(log, "wb") as out:
+            run = subprocess.Popen([sys.executable, "run.py", "run", str(cfg)], cwd=repo, env=env, stdout=out,
+                                   stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 60
+            while len(fake.calls()) < 8 and time.monotonic() < deadline and run.poll() is None:
+                time.sleep(0.02)
+            assert run.poll() is None, log.read_text()[-3000:]
+            proxy.hang_all()
+            t0 = time.monotonic()
+            try:
+                rc = run.wait(RUN_EXIT_BOUND_S + 10)
+            except subprocess.TimeoutExpired:
+                rc = None
+            took = time.monotonic() - t0
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+    finally:
+        fake.close()
+        proxy.close()
+        server.stop()
+    text = log.read_text()
+    assert rc == 3, f"rc={rc} after {took:.1f} s\n{text[-3000:]}"
+    errors = [ln for ln in text.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "Redis server" in errors[0] and "re-run" in errors[0], text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    assert took <= RUN_EXIT_BOUND_S, f"exit {took:.1f} s after the server hung\n{text[-3000:]}"
