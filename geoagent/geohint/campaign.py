@@ -34,6 +34,7 @@ from geoagent.geohint.settings import GeoHintSettings
 from geoagent.image_files import MissingImages, check_missing, photos_after_placeholders, tally
 from geoagent.geohint.stages import (
     SCORED_TABLE,
+    SERVICE_LIVE_MISSING,
     SERVICE_PLAN_KEYS,
     GeoHintAggregatorStage,
     GeoHintParserStage,
@@ -309,6 +310,8 @@ class GeoHintCampaign(CampaignKind):
         messages, summary = plan_from_config(cfg, sites, images, release.ladders)
         # the report and the live aggregator score exactly this plan's requests (scored_scope)
         ctx.services[SERVICE_PLAN_KEYS] = frozenset(key for key, _ in messages)
+        # and the live report lists the missing work as it stands at each rewrite, as report() does at the end
+        ctx.services[SERVICE_LIVE_MISSING] = lambda: self.live_missing(cfg)
         self._summary: PlanSummary = summary
         self._images = image_tally(messages, images, s.image_root, s.images)
         self._refusals: list[str] = []
@@ -369,7 +372,7 @@ class GeoHintCampaign(CampaignKind):
         n_boot, boot_seed = bootstrap_params(cfg)
         write_report(agg, out, n_flips=s.n_flips, n_splits=s.n_splits, n_boot=n_boot, seed=campaign_seed(cfg),
                      boot_seed=boot_seed,
-                     missing=_missing_work(cfg),
+                     **self.live_missing(cfg),  # missing
                      interim=outcome.interim_note(), p_reference=s.p_reference,
                      answers_queued=_geocoder_left(outcome)[1], answers_left_by=_answers_left_by(outcome),
                      image_note=getattr(self, "_image_warning", None),
@@ -377,6 +380,19 @@ class GeoHintCampaign(CampaignKind):
                      config_mix=params_mix_lines(ctx.services.get(C.SERVICE_PARAMS_MIX) or {}, not_sent_of(cfg)),
                      scope_note=self._scope_note, replay_note=replay_note(cfg))
         return sorted(p for p in out.iterdir() if p.suffix in {".md", ".csv", ".png"})
+
+    def live_missing(self, cfg: Any) -> dict[str, Any]:
+        """The missing work the report lists, now: ``missing`` (:func:`_missing_work`, dead-lettered requests read
+        from the queues, superseded ones left out), as keyword arguments of
+        :func:`geoagent.report.geohint.write_report`. The live report reads it at each rewrite (ctx service
+        :data:`geoagent.geohint.stages.SERVICE_LIVE_MISSING`; in its worker thread: the queues are opened anew).
+
+        Raises
+        ------
+        sqlite3.Error, redis.RedisError
+            The queues cannot be read (the live report logs it and keeps the previous list).
+        """
+        return {"missing": _missing_work(cfg)}
 
     def export(self, cfg: Any, store: Any) -> list[Any]:
         """:meth:`CampaignKind.export`, with a boolean ``scored`` column in ``geohint_scored``: True exactly for the

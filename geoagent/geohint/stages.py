@@ -41,9 +41,10 @@ rewrite's duration when that is longer, :data:`geoagent.report.live.REWRITE_BACK
 
 from __future__ import annotations
 
+import logging
 import math
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,8 @@ from geoagent.runtime.stage import Message, PermanentFailure, Stage, StageContex
 from geoagent.scoring.geohint import is_hit, normalize_level
 from geoagent.scoring.truncation import NO_ANSWER_CUT_OFF, is_no_answer
 from geoagent.workers.responses import response_text, with_stored_finish_reason
+
+log = logging.getLogger(__name__)
 
 TASK_NAME = "geohint"
 SCORED_TABLE = "geohint_scored"
@@ -371,6 +374,12 @@ class GeoHintScorerStage(Stage):
 #: ctx service: the message keys of the campaign's current plan (set by the campaign kind when it plans), so the
 #: live aggregator and the report score only those (:func:`scored_scope`)
 SERVICE_PLAN_KEYS = "geohint_plan_keys"
+#: ctx service: a callable returning the missing work the report lists, as keyword arguments of
+#: :func:`geoagent.report.geohint.write_report` (``missing``: dead-lettered requests on every edge), read anew at
+#: each live rewrite (in its worker thread); set by the campaign kind when it plans
+#: (:meth:`geoagent.geohint.campaign.GeoHintCampaign.live_missing`). Without it the live report leaves
+#: ``missing.csv`` as it is and says nothing of missing requests.
+SERVICE_LIVE_MISSING = "geohint_live_missing"
 
 
 def _fill_finish_reason(row: dict[str, Any], store: Any) -> dict[str, Any]:
@@ -406,7 +415,10 @@ class GeoHintAggregatorStage(Stage):
     The live rewrite runs off the event loop (:class:`~geoagent.report.live.LiveReport`), at most one at a
     time, at least ``max(report_interval_s, REWRITE_BACKOFF x the previous rewrite's duration)`` after the
     previous one ended (:meth:`LiveReport.gap_s`: a slow report is rewritten less often, so its share of the
-    campaign's CPU stays bounded); a flush while one runs skips. While
+    campaign's CPU stays bounded); a flush while one runs skips. Each live rewrite lists the missing work as it
+    stands then (ctx service :data:`SERVICE_LIVE_MISSING`: dead-lettered requests), so ``missing.csv`` and the
+    "Incomplete" note of ``report.md`` follow the run (a re-run after ``run.py dead --requeue`` empties them as the
+    requests are answered) instead of keeping the previous run's list. While
     it runs, newly handled rows are held back and added when it is done, so the thread reads one
     consistent state of the aggregator. The final report at :meth:`stop` waits for a rewrite in flight,
     adds every held row and is written to completion before ``stop`` returns.
@@ -453,6 +465,8 @@ class GeoHintAggregatorStage(Stage):
         self._held: list[GeoHintResult] = []  # rows handled while a live rewrite reads the aggregator
         self.live = LiveReport("GeoHint")
         self.tables: list[Any] = []
+        #: the ctx service SERVICE_LIVE_MISSING, taken when a rewrite starts (None: missing work not listed)
+        self._live_missing: Callable[[], Mapping[str, Any]] | None = None
 
     def _report_dir(self, ctx: StageContext) -> Path:
         d = ctx.services.get("report_dir")
@@ -529,7 +543,21 @@ class GeoHintAggregatorStage(Stage):
         self._follow_plan(ctx)
         self._add_held()
         self._dirty = False
+        self._live_missing = ctx.services.get(SERVICE_LIVE_MISSING)
         return self._write(self._report_dir(ctx))
+
+    @staticmethod
+    def _missing_kw(live_missing: Callable[[], Mapping[str, Any]] | None) -> dict[str, Any]:
+        """The missing work's keyword arguments of ``write_report`` from ``live_missing`` (the ctx service
+        :data:`SERVICE_LIVE_MISSING`); ``{}`` without one, or when it cannot be read (logged: the report is still
+        rewritten, ``missing.csv`` is left as it was)."""
+        if live_missing is None:
+            return {}
+        try:
+            return dict(live_missing())
+        except Exception as exc:  # noqa: BLE001 - the queues may be briefly unreadable; the tables still go out
+            log.warning("GeoHint live report: could not read the missing work (%s); missing.csv left as it was", exc)
+            return {}
 
     def _write(self, out_dir: Path) -> list[Any]:
         from geoagent.report.geohint import write_report
@@ -538,6 +566,7 @@ class GeoHintAggregatorStage(Stage):
             self.tables = write_report(
                 self.agg, out_dir, n_flips=self.n_flips, n_splits=self.n_splits, seed=self.seed, figures=self.figures,
                 p_reference=self.p_reference, n_boot=self.n_boot, boot_seed=self.boot_seed,
+                **self._missing_kw(self._live_missing),
             )
         except BaseException:
             self._dirty = True  # try again at the next flush after the interval
@@ -556,6 +585,7 @@ class GeoHintAggregatorStage(Stage):
         if self._dirty and self.agg.keys and since >= self.live.gap_s(self.report_interval_s):
             self._dirty = False
             out_dir = self._report_dir(ctx)
+            self._live_missing = ctx.services.get(SERVICE_LIVE_MISSING)  # read by _write in the report thread
             self.live.start(lambda: self._write(out_dir))
 
     async def stop(self, ctx: StageContext) -> None:
@@ -566,6 +596,7 @@ class GeoHintAggregatorStage(Stage):
         # follows at once and replaces this one: do not write it twice
         if self.agg.keys and not ctx.services.get(C.SERVICE_CAMPAIGN_WRITES_REPORT):
             out_dir = self._report_dir(ctx)
+            self._live_missing = ctx.services.get(SERVICE_LIVE_MISSING)
             await self.live.run(lambda: self._write(out_dir), guarded=True)
         self.live.close()
 

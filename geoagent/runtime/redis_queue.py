@@ -1219,7 +1219,7 @@ def open_redis_queue(
         As for :func:`geoagent.runtime.queue.open_queue`.
     client_options : dict, optional
         Extra keyword arguments for ``redis.asyncio.Redis.from_url`` (timeouts, TLS, ...). Timeouts default
-        to 30 s per reply and 10 s per connect unless given here or in the URL's query
+        to 30 s per reply and 10 s per connect (each at most the retry window) unless given here or in the URL's query
         (:mod:`geoagent.runtime.redis_retry`). Unless it names a ``retry`` policy, a command that meets a
         dropped connection, a refused connect or a timeout is retried on a fresh connection for up to the
         retry window (45 s; ``GEOAGENT_REDIS_RETRY_S``) with equal-jitter backoff (50 ms doubling, at most
@@ -1244,7 +1244,7 @@ def open_redis_queue(
     """
     key_prefix(campaign, edge)  # validate before creating a client
     client_options = dict(client_options or {})
-    client_options.update(client_defaults(parse_url(url), client_options))  # 30 s reply / 10 s connect timeouts
+    client_options.update(client_defaults(parse_url(url), client_options))  # 30 s reply / 10 s connect, <= window
     if "retry" not in client_options:
         # a retried queue call answers from its reply record as long as that record lives, so the retries must
         # end within reply_ttl_s (module docstring; geoagent.runtime.redis_retry)

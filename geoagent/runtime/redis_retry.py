@@ -7,14 +7,19 @@ campaign on every machine waits for the server for the same time.
 * **Retry window** (:data:`RETRY_WINDOW_S` = 45 s; the environment variable :data:`RETRY_WINDOW_ENV` sets another,
   0 < s <= :data:`MAX_RETRY_WINDOW_S`): a command that meets a dropped connection, a refused connect or a timeout
   is retried on a fresh connection (equal-jitter backoff from 50 ms, at most :data:`BACKOFF_CAP_S` = 1 s apart) until
-  the window, counted from its first failure, has passed; then the error is raised (a run ends with exit 3,
+  the window, counted from the start of its first unanswered try (never before the server's last answer), has
+  passed; then the error is raised (a run ends with exit 3,
   "incomplete: re-run to resume"). A restart of the server (seconds) or a Sentinel failover (typically 10-30 s)
   therefore holds the run up instead of ending it, and answers paid for meanwhile are stored once it is back.
   redis-py retries at two levels (the command, and the connect inside it); one window covers both, so a command
   gives up after about the window, not twice it. The window is the SERVER's, not each call's: the clients of one
   process that name the same server (the ``server`` key of :func:`window_retry`: the queues, the ledger and store,
   the host-share board) share one outage clock (:class:`_Outage`), started by the first failure after the last
-  success of any of them and stopped by the next success. A call gives up once that clock has run for the window,
+  success of any of them and stopped by the next success; it starts when the failed try was sent, not when its
+  failure was noticed (a try that times out failed from its start: a server that hangs without closing the
+  connection does not get one reply timeout on top of the window), but never before the server's last answer to
+  any of these clients (one connection hanging while the server answers others is not an outage from the start of
+  that try). A call gives up once that clock has run for the window,
   and from then on (the server is *lost*) every call fails at its first error instead of waiting a window of its
   own, until one succeeds again. So a run whose server goes away ends about one window after the server's first
   failure, not after one window per step of its shutdown (handing leases back, closing the campaign, leaving the
@@ -22,12 +27,17 @@ campaign on every machine waits for the server for the same time.
   safe: every call whose repetition would change its outcome carries a call token and answers a retry from its
   reply record (:mod:`geoagent.runtime.redis_queue`, "Retries after a lost reply"), and the others are idempotent.
 * **Timeouts** (:data:`SOCKET_TIMEOUT_S` = 30 s per reply, :data:`SOCKET_CONNECT_TIMEOUT_S` = 10 s per connect,
-  unless the URL's query or the caller's options name their own): a server that stops answering without closing
-  the connection (a partition, a hung host) is noticed after 30 s and retried, instead of after TCP's own timeout
-  (about 15 min on Linux). No command of ours may legitimately take that long: every Lua script works on at most
+  each at most the retry window; unless the URL's query or the caller's options name their own): a server that
+  stops answering without closing the connection (a partition, a hung host) is noticed after 30 s and retried,
+  instead of after TCP's own timeout (about 15 min on Linux). With a window shorter than those (e.g.
+  ``GEOAGENT_REDIS_RETRY_S=2``) both are the window, so such a server ends a call about one window after it
+  started (measured through a TCP proxy that accepts and never answers, window 2 s: first call 2 s, each later
+  call 2 s; before, 60 s and 30 s). No command of ours may legitimately take that long: every Lua script works on at most
   ``put_chunk`` (1,000) items or one ZSCAN/XRANGE step of that size (milliseconds), results are written in chunks of
   1,000 rows, and nothing blocks on the server (no ``BLOCK`` reads, no ``BLPOP``/``WAIT``: a queue's ``lease``
-  returns at once when nothing is ready).
+  returns at once when nothing is ready). A command that blocks on the server on purpose (``XREADGROUP ... BLOCK
+  ms``, ``BLPOP``) would need a client whose ``socket_timeout`` exceeds its block time (a larger option or URL
+  query; the options win over these defaults).
 * **Reply records** live :data:`REPLY_TTL_S` = 300 s, which must exceed the longest time one call may keep being
   retried: about ``window + 2 * (socket_connect_timeout + socket_timeout)`` (its first try may end a socket timeout
   after the server ran it, and its last try may start just before the window ends):
@@ -71,7 +81,7 @@ SOCKET_CONNECT_TIMEOUT_S = 10.0
 #: lifetime (s) of a reply record of a retried call (queue and ledger/store): longer than :func:`retry_span_s`
 REPLY_TTL_S = 300.0
 
-# the start of the current call's retry window (monotonic s, or None before its first failure), shared by the
+# the start of the current call's first try (monotonic s; its window counts from there, _Outage), shared by the
 # nested call_with_retry of redis-py (the command's, and the connect's inside it) running in one task or thread
 _WINDOW: contextvars.ContextVar[list[float | None] | None] = contextvars.ContextVar("geoagent_redis_window",
                                                                                     default=None)
@@ -106,51 +116,69 @@ def retry_span_s(options: dict[str, Any], window_s: float | None = None) -> floa
     query merged with client options; the defaults of :func:`client_defaults` where absent)."""
     window = retry_window_s() if window_s is None else float(window_s)
     sock = options.get("socket_timeout")
-    sock = SOCKET_TIMEOUT_S if sock is None else float(sock)
+    sock = min(SOCKET_TIMEOUT_S, window) if sock is None else float(sock)
     conn = options.get("socket_connect_timeout")
     conn = sock if conn is None else float(conn)
     return window + 2 * (conn + sock)
 
 
-def client_defaults(url_options: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
-    """The timeouts to add to a client's ``options``: :data:`SOCKET_TIMEOUT_S` and :data:`SOCKET_CONNECT_TIMEOUT_S`
-    unless the URL's query (``url_options``, redis-py's ``parse_url``) or ``options`` name them."""
+def client_defaults(url_options: dict[str, Any], options: dict[str, Any], window_s: float | None = None
+                    ) -> dict[str, Any]:
+    """The timeouts (s) to add to a client's ``options``: ``socket_timeout`` = min(:data:`SOCKET_TIMEOUT_S`, window)
+    and ``socket_connect_timeout`` = min(:data:`SOCKET_CONNECT_TIMEOUT_S`, window), ``window_s`` defaulting to
+    :func:`retry_window_s`, each unless the URL's query (``url_options``, redis-py's ``parse_url``) or ``options``
+    name it. Bounded by the window so that a server that hangs without closing the connection ends a call about
+    one window after it started, not one reply timeout later (module docstring). A caller that sends a blocking
+    read (``BLOCK``, ``BLPOP``) must name a ``socket_timeout`` longer than its block time.
+
+    Raises
+    ------
+    ValueError
+        A bad :data:`RETRY_WINDOW_ENV` (``window_s`` None).
+    """
+    window = retry_window_s() if window_s is None else float(window_s)
     given = {**url_options, **options}
     out: dict[str, Any] = {}
     if given.get("socket_timeout") is None:
-        out["socket_timeout"] = SOCKET_TIMEOUT_S
+        out["socket_timeout"] = min(SOCKET_TIMEOUT_S, window)
     if given.get("socket_connect_timeout") is None:
-        out["socket_connect_timeout"] = SOCKET_CONNECT_TIMEOUT_S
+        out["socket_connect_timeout"] = min(SOCKET_CONNECT_TIMEOUT_S, window)
     return out
 
 
 class _Outage:
     """The outage clock one process keeps for one server (module docstring), shared by its clients' retries.
 
-    ``since``: monotonic s of the first failure after the last success (None while the server answers); ``lost``:
-    some call gave up after the window, so later calls fail at their first error. Updated from the event loop and
-    from worker threads (the synchronous clients run in threads), hence the lock.
+    ``since``: monotonic s the outage started (None while the server answers): the earliest start of a try that
+    failed since the last success, but never before ``last_ok``, the monotonic s of the server's last answer;
+    ``lost``: some call gave up after the window, so later calls fail at their first error. Updated from the event
+    loop and from worker threads (the synchronous clients run in threads), hence the lock.
     """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.since: float | None = None
+        self.last_ok = -float("inf")
         self.lost = False
 
     def failed(self, now: float, window_s: float, call_since: float) -> bool:
-        """Record a failure at ``now`` of a call failing since ``call_since``; True: give up (window passed)."""
+        """Record a failure at ``now`` (monotonic s) of a call whose first unanswered try started at
+        ``call_since``; True: give up (the outage, from ``max(call_since, last_ok)`` or an earlier failed try of
+        another call, is ``window_s`` old)."""
         with self.lock:
-            if self.since is None:
-                self.since = now
-            if self.lost or now - min(self.since, call_since) >= window_s:
+            start = min(max(call_since, self.last_ok), now)
+            self.since = start if self.since is None else min(self.since, start)
+            if self.lost or now - self.since >= window_s:
                 self.lost = True
                 return True
             return False
 
-    def succeeded(self) -> None:
-        """A call got its reply: the server is there; the next failure starts a new outage."""
+    def succeeded(self, now: float | None = None) -> None:
+        """A call got its reply at ``now`` (monotonic s, default the current time): the server is there; the next
+        failure starts a new outage, not earlier than this."""
         with self.lock:
             self.since = None
+            self.last_ok = time.monotonic() if now is None else now
             self.lost = False
 
 
@@ -183,28 +211,27 @@ def _is_reply(do: Any) -> bool:
 
 
 def _check_window(error: BaseException, window_s: float, outage: _Outage) -> None:
-    """Called after each failure, before redis-py's backoff: raise ``error`` once the server's outage clock (or this
-    call's own first failure, whichever is earlier) is a window old, or at once when the server is already lost
-    (or under :func:`ping_once`)."""
+    """Called after each failure, before redis-py's backoff: raise ``error`` once the server's outage clock (from
+    the start of this call's first try, or an earlier failed try of another call, never before the server's last
+    answer) is a window old, or at once when the server is already lost (or under :func:`ping_once`)."""
     if _NO_RETRY.get():
         raise error
     box = _WINDOW.get()
     if box is None:  # pragma: no cover - set by call_with_retry
         return
     now = time.monotonic()
-    if box[0] is None:
-        box[0] = now
-    if outage.failed(now, window_s, box[0]):
+    if outage.failed(now, window_s, now if box[0] is None else box[0]):
         raise error
 
 
 def window_retry(*, asynchronous: bool, window_s: float | None = None, server: str = "") -> Any:
     """A redis-py ``Retry`` (``redis.asyncio.retry.Retry`` when ``asynchronous``, else ``redis.retry.Retry``) that
     retries a connection error or timeout until ``window_s`` (default :func:`retry_window_s`) s have passed since
-    the first failure of the outage of ``server`` (a key naming the server, e.g. :func:`server_key` of its URL;
-    every client of this process built with the same key shares the clock, module docstring) or of the call,
-    whichever is earlier, with equal-jitter backoff (50 ms doubling, at most :data:`BACKOFF_CAP_S`). Once a call
-    gave up, later calls with that key fail at their first error until one succeeds.
+    the outage of ``server`` began (a key naming the server, e.g. :func:`server_key` of its URL; every client of this
+    process built with the same key shares the clock, module docstring): the start of the first try that failed,
+    of this call or another, never before the server's last answer; with equal-jitter backoff (50 ms doubling, at
+    most :data:`BACKOFF_CAP_S`). Once a call gave up, later calls with that key fail at their first error until one
+    succeeds.
 
     Raises
     ------
@@ -223,7 +250,7 @@ def window_retry(*, asynchronous: bool, window_s: float | None = None, server: s
             window_s = window
 
             async def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:
-                token = _WINDOW.set([None]) if _WINDOW.get() is None else None
+                token = _WINDOW.set([time.monotonic()]) if _WINDOW.get() is None else None
 
                 async def failed(error: BaseException, *rest: Any) -> Any:
                     out = await fail(error, *rest)
@@ -247,7 +274,7 @@ def window_retry(*, asynchronous: bool, window_s: float | None = None, server: s
         window_s = window
 
         def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:
-            token = _WINDOW.set([None]) if _WINDOW.get() is None else None
+            token = _WINDOW.set([time.monotonic()]) if _WINDOW.get() is None else None
 
             def failed(error: BaseException, *rest: Any) -> Any:
                 out = fail(error, *rest)

@@ -780,8 +780,8 @@ class RedisCampaignState:
 def redis_client(url: str, *, ping: bool = True, **options: Any) -> Any:
     """A synchronous redis-py client for ``url`` that retries a command on a dropped connection, a refused connect
     or a timeout for up to the retry window (:func:`geoagent.runtime.redis_retry.window_retry`, 45 s), with a
-    reply timeout of 30 s and a connect timeout of 10 s unless the URL's query (``?socket_timeout=``) or
-    ``options`` name their own (:mod:`geoagent.runtime.redis_retry`).
+    reply timeout of 30 s and a connect timeout of 10 s (each at most the window) unless the URL's query
+    (``?socket_timeout=``) or ``options`` name their own (:mod:`geoagent.runtime.redis_retry`).
 
     ``ping`` (default): send one ``PING`` with no retry first (:func:`~geoagent.runtime.redis_retry.ping_once`),
     so an unreachable server fails at once instead of after the window; once a ``PING`` to ``url`` has been answered
