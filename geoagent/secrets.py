@@ -26,10 +26,12 @@ How short a remembered value may be and still be scrubbed by itself depends on w
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -234,13 +236,126 @@ def get_secret(
     return secret
 
 
+#: shortest run of a key's consecutive characters that :func:`mask_values` masks on its own: a server that
+#: prints a truncated key ("sk-abc...xyz", the first or last characters only) or cuts it at a length limit
+#: shows such a run, and 8 characters of a random key are as good as secret (62^8 values)
+FRAGMENT_LEN = 8
+#: characters a key run made of words is built of: letters of ONE case with these separators ("-polish-",
+#: "required", "github_p") is no fragment by itself (a placeholder key of words, "sk-no-key-required", masked
+#: "required" in every "field required"; a provider's public prefix "sk-proj-" is no secret); a random key's run
+#: of 8 is such a word run about once in a thousand, and its neighbouring runs still mask it
+_WORD_SEPARATORS = frozenset("-_./:")
+_ASCII_FOLD = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def _fold(text: str) -> str:
+    """``text`` with ASCII capitals made small; every other character kept, so positions stay aligned
+    (``str.lower``/``casefold`` may change the length: "İ" lowers to two characters)."""
+    return text.translate(_ASCII_FOLD)
+
+
+def _word_run(run: str) -> bool:
+    """Whether ``run`` (a slice of a key, as issued) reads as words: letters of one case and separators only."""
+    letters = [c for c in run if c not in _WORD_SEPARATORS]
+    if not letters or not all(c.isascii() and c.isalpha() for c in letters):
+        return False
+    return all(c.islower() for c in letters) or all(c.isupper() for c in letters)
+
+
+@functools.lru_cache(maxsize=512)
+def _fragments(value: str) -> tuple[str, tuple[tuple[str, tuple[int, ...]], ...]]:
+    """(``value`` folded, its runs of :data:`FRAGMENT_LEN` characters folded -> their offsets in it), without
+    runs that hold whitespace (the scheme of "Bearer KEY") or read as words (:func:`_word_run`). Memory only."""
+    folded = _fold(value)
+    runs: dict[str, list[int]] = {}
+    for i in range(len(value) - FRAGMENT_LEN + 1):
+        run = value[i:i + FRAGMENT_LEN]
+        if any(c.isspace() for c in run) or _word_run(run):
+            continue
+        runs.setdefault(folded[i:i + FRAGMENT_LEN], []).append(i)
+    return folded, tuple((run, tuple(offsets)) for run, offsets in runs.items())
+
+
+def mask_values(text: str, values: Iterable[str], mask: str = MASK) -> str:
+    """``text`` with every occurrence of each of ``values`` replaced by ``mask``: in any case of its ASCII
+    letters (a server echoing the key upper-cased), and also any run of :data:`FRAGMENT_LEN` (8) or more
+    consecutive characters of a value longer than that (a truncated echo "sk-abc123...", a suffix, a cut),
+    except runs that read as words (letters of one case and separators: :func:`_word_run`).
+
+    Parameters
+    ----------
+    text : str
+        Any text (an error body, a log line, a stored answer).
+    values : iterable of str
+        The secrets (and their spellings); the caller decides the shortest it masks (empty ones are skipped).
+    mask : str
+        What each masked stretch becomes (overlapping or adjacent matches become one).
+
+    Returns
+    -------
+    str
+        ``text`` itself when nothing matched. Cost: one pass to fold the case plus one substring search per
+        value and per distinct run of each value (about ``len(value)`` searches), C-speed each.
+    """
+    if not text:
+        return text
+    folded = _fold(text)
+    n = len(folded)
+    spans: list[tuple[int, int]] = []
+    covered = bytearray()  # 1 where a span already masks the character (made at the first span)
+
+    def add(s: int, e: int) -> None:
+        nonlocal covered
+        if not covered:
+            covered = bytearray(n)
+        covered[s:e] = b"\x01" * (e - s)
+        spans.append((s, e))
+
+    for value in values:
+        if not value:
+            continue
+        whole, runs = _fragments(value)
+        start = folded.find(whole)
+        while start >= 0:
+            add(start, start + len(whole))
+            start = folded.find(whole, start + 1)
+        for run, offsets in runs:
+            pos = folded.find(run)
+            while pos >= 0:
+                if not covered or covered.find(0, pos, pos + FRAGMENT_LEN) >= 0:  # not masked yet
+                    for k in offsets:  # widen to the whole stretch that agrees with the value
+                        i, j = pos, k
+                        while i > 0 and j > 0 and folded[i - 1] == whole[j - 1]:
+                            i, j = i - 1, j - 1
+                        e, f = pos + FRAGMENT_LEN, k + FRAGMENT_LEN
+                        while e < n and f < len(whole) and folded[e] == whole[f]:
+                            e, f = e + 1, f + 1
+                        add(i, e)
+                pos = folded.find(run, pos + 1)
+    if not spans:
+        return text
+    spans.sort()
+    out: list[str] = []
+    at = 0
+    cur_s, cur_e = spans[0]
+    for s, e in spans[1:]:
+        if s <= cur_e:
+            cur_e = max(cur_e, e)
+            continue
+        out += [text[at:cur_s], mask]
+        at, (cur_s, cur_e) = cur_e, (s, e)
+    out += [text[at:cur_s], mask, text[cur_e:]]
+    return "".join(out)
+
+
 def redact(text: str, extra: list[str | Secret] | tuple[str | Secret, ...] = ()) -> str:
     """Replace every known secret value (and ``extra`` values) in ``text`` with ``'***'``.
 
     Known values are those revealed in this process: a local server's key of at least :data:`MIN_SECRET_LEN`
     (8) characters, any other of at least :data:`MIN_PAID_SECRET_LEN` (4) (module docstring); ``extra`` values
-    are scrubbed from 4 characters on (masking 1-3 character strings would mangle ordinary text). Longer values
-    are replaced first, so a key containing a shorter one is masked whole.
+    are scrubbed from 4 characters on (masking 1-3 character strings would mangle ordinary text). A value is
+    masked in any case of its letters, and so is any run of 8+ of its characters that does not read as words
+    (a truncated or cut echo of the key: :func:`mask_values`).
     """
     if not text:
         return text
@@ -250,10 +365,7 @@ def redact(text: str, extra: list[str | Secret] | tuple[str | Secret, ...] = ())
         value = item.reveal() if isinstance(item, Secret) else item
         if value and len(value) >= MIN_PAID_SECRET_LEN:  # a shorter one is never masked, nor its spellings
             values.update(secret_spellings(value))
-    for value in sorted((v for v in values if v and len(v) >= MIN_PAID_SECRET_LEN), key=len, reverse=True):
-        if value in text:
-            text = text.replace(value, MASK)
-    return text
+    return mask_values(text, (v for v in values if v and len(v) >= MIN_PAID_SECRET_LEN))
 
 
 class RedactingFilter(logging.Filter):

@@ -64,14 +64,19 @@ def _scrub_exception(exc: BaseException, secret: str) -> BaseException | None:
     """A copy of ``exc`` with ``secret`` masked in its message and string attributes, or None if clean."""
     if not secret or len(secret) < 4:
         return None
+    from geoagent.secrets import mask_values
+
+    def clean(text: str) -> str:  # in any case, and truncated runs of 8+ characters (mask_values)
+        return mask_values(text, (secret,), _MASK)
+
     attrs = getattr(exc, "__dict__", {})
-    dirty = secret in str(exc) or any(isinstance(v, str) and secret in v for v in attrs.values())
+    dirty = clean(str(exc)) != str(exc) or any(isinstance(v, str) and clean(v) != v for v in attrs.values())
     if not dirty:
         return None
     clone = exc.__class__.__new__(exc.__class__)
     for k, v in attrs.items():
-        setattr(clone, k, v.replace(secret, _MASK) if isinstance(v, str) else v)
-    clone.args = tuple(a.replace(secret, _MASK) if isinstance(a, str) else a for a in exc.args)
+        setattr(clone, k, clean(v) if isinstance(v, str) else v)
+    clone.args = tuple(clean(a) if isinstance(a, str) else a for a in exc.args)
     return clone
 
 
@@ -278,7 +283,8 @@ def _without_key(resp: ModelResponse, secret: str, *, local: bool = False) -> Mo
 
     A server that echoes the request (a debugging proxy, a gateway's error text delivered as a 200 answer)
     would otherwise put the key into the response store, the responses queue and the exports; the answer is
-    kept verbatim otherwise (:func:`geoagent.secrets.redact`: only whole key values are masked). ``local``: the
+    kept verbatim otherwise (:func:`geoagent.secrets.redact`: key values in any case, and runs of 8+ of a key's
+    characters that do not read as words). ``local``: the
     key went to a local server, masked only from 8 characters (its "EMPTY" or "local" would mangle ordinary
     words); a paid host's key is masked from 4 (:func:`geoagent.secrets.min_secret_len`).
     """

@@ -94,7 +94,7 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, quote_plus, urlencode, urljoin, urlsplit, urlunsplit
 
 from geoagent.runtime.errors import PicklableError
-from geoagent.secrets import secret_spellings
+from geoagent.secrets import mask_values, secret_spellings
 from geoagent.runtime.stage import Abandoned, Deferred
 from geoagent.textfmt import count_text
 
@@ -508,10 +508,10 @@ def _timeout_hint(pol: "HostPolicy", sent: bool) -> str:
 
 
 def _scrub(text: str, secrets: list[str]) -> str:
-    for s in secrets:
-        if s in text:
-            text = text.replace(s, "<redacted>")
-    return text
+    """``text`` with the request's ``secrets`` masked as ``<redacted>``, in any case and as truncated runs of 8+
+    characters (:func:`geoagent.secrets.mask_values`: a server that echoes the key upper-cased or as
+    "sk-abc...xyz")."""
+    return mask_values(text, secrets, "<redacted>") if secrets else text
 
 
 def _scrub_head(text: str, n: int, secrets: list[str]) -> str:

@@ -1,0 +1,111 @@
+"""Session 15 polish (branch s15-polish): gaps the s15 reviewers reported; each test failed on main before its fix.
+
+Servers are local aiohttp apps served by :func:`geoagent.sandbox.server.serve`; no function-level mocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiohttp import web
+
+from geoagent.providers import ModelRequest, ProviderSettings, make_provider
+from geoagent.runtime.http import HostPolicy, HttpClient, PermanentHTTPError
+from geoagent.sandbox.server import serve
+
+FAST = HostPolicy(rate=1000, concurrency=8, max_attempts=2, backoff_base_s=0.005, backoff_max_s=0.05, timeout_s=5.0)
+# split: no key-shaped literal in the sources
+KEY = "sk-" "polish-" "Q7xv2LmN9pR4tZ8wK3yB"
+
+
+# -- 1. API-key scrubbing: echoes in another case, truncated fragments ------------------------------------------
+def _echo_key_app(transform) -> web.Application:
+    """An OpenAI-like endpoint that answers 401 repeating the bearer key, passed through ``transform``."""
+
+    async def refuse(request: web.Request) -> web.Response:
+        key = request.headers.get("Authorization", "").split()[-1]
+        return web.json_response({"error": {"message": f"Incorrect API key provided: {transform(key)}."}}, status=401)
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", refuse)
+    return app
+
+
+def _fail_with(transform) -> PermanentHTTPError:
+    async def go() -> PermanentHTTPError:
+        async with serve(_echo_key_app(transform)) as url, HttpClient(default_policy=FAST) as http:
+            prov = make_provider(ProviderSettings(kind="openai", model="m", base_url=url + "/v1", api_key=KEY), http)
+            with pytest.raises(PermanentHTTPError) as ei:
+                await prov.generate(ModelRequest(provider="openai", model="m", prompt="where?"))
+            return ei.value
+
+    return asyncio.run(go())
+
+
+def _exception_texts(err: BaseException) -> str:
+    return "\n".join([str(err), repr(err.args), getattr(err, "body_excerpt", ""), getattr(err, "body", "")])
+
+
+@pytest.mark.parametrize("transform, leaked", [
+    (str.upper, lambda k: k.upper()[3:]),
+    (str.lower, lambda k: k.lower()[3:]),
+    (lambda k: k.swapcase(), lambda k: k.swapcase()[3:]),
+    (lambda k: k[:14] + "..." + k[-4:], lambda k: k[:14]),  # "sk-abc...xyz" style
+    (lambda k: "..." + k[-10:], lambda k: k[-10:]),  # a suffix only
+    (lambda k: k[5:25], lambda k: k[5:25]),  # a run from inside
+    (lambda k: k[:16].upper() + "****", lambda k: k[:16].upper()[6:]),  # the "sk-polish-" prefix is public
+])
+def test_key_echoed_in_another_case_or_truncated_is_scrubbed_from_the_error(transform, leaked):
+    """A server repeating the refused key upper- or lower-cased, or a truncated fragment of it (APIs print
+    "sk-abc...xyz"), left that text in the exception (and so in logs, state and dead-letter reasons): the scrubbing
+    matched the key's exact spellings only. Any run of 8+ characters of the key is now masked, in any case."""
+    err = _fail_with(transform)
+    assert err.status == 401
+    texts = _exception_texts(err)
+    assert "Incorrect API key provided" in texts  # the error is still readable
+    assert leaked(KEY) not in texts, texts
+    assert leaked(KEY).lower() not in texts.lower(), texts
+
+
+def test_redact_masks_case_variants_and_fragments_of_a_known_key():
+    """:func:`geoagent.secrets.redact` (logs, state, stored answers) masks a known key in any case and any 8+
+    character run of it; ordinary text, a key's public prefix alone and short keys' word-like fragments stay."""
+    from geoagent.secrets import MASK, Secret, redact
+
+    Secret(KEY, "POLISH_KEY")
+    assert redact(f"key {KEY.upper()} refused") == f"key {MASK} refused"
+    assert redact(f"key {KEY.lower()}!") == f"key {MASK}!"
+    frag = redact(f"key {KEY[:11]}...{KEY[-4:]} refused")
+    assert KEY[:11] not in frag and MASK in frag and frag.endswith(f"...{KEY[-4:]} refused"), frag
+    assert KEY[-12:] not in redact(f"tail {KEY[-12:]}")
+    assert KEY[8:20] not in redact(f"mid {KEY[8:20]} mid")
+    # not masked: fewer than 8 characters of the key, ordinary words, the provider's prefix alone
+    for text in ("the sk-polish- prefix", f"{KEY[:7]}", "Incorrect API key provided", "polishing the key"):
+        assert redact(text) == text, text
+
+
+def test_redact_fragment_matching_spares_words_of_placeholder_keys():
+    """A local server's placeholder key made of words ("sk-no-key-required", as llama.cpp and LM Studio document)
+    must not mask those words in ordinary text: word-like runs (letters of one case and separators) are not
+    fragments; the key itself, in any case, still is masked."""
+    from geoagent.secrets import MASK, redact
+
+    placeholder = "sk-" "no-key-required"
+    assert redact("field required: model", [placeholder]) == "field required: model"
+    assert redact("the key-required flag", [placeholder]) == "the key-required flag"
+    assert redact(f"got {placeholder.upper()}", [placeholder]) == f"got {MASK}"
+
+
+def test_redact_with_many_keys_stays_fast_on_a_large_text():
+    """Fragment matching must not make redaction quadratic: 1 MB of text against a few 40-character keys."""
+    import time
+
+    from geoagent.secrets import redact
+
+    keys = [f"key{i}-" + "Ab3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF" for i in range(4)]
+    text = ("lorem ipsum dolor sit amet " * 40_000)[:1_000_000]
+    t0 = time.perf_counter()
+    for _ in range(3):
+        assert redact(text, keys) == text
+    assert (time.perf_counter() - t0) / 3 < 0.5
