@@ -109,3 +109,53 @@ def test_redact_with_many_keys_stays_fast_on_a_large_text():
     for _ in range(3):
         assert redact(text, keys) == text
     assert (time.perf_counter() - t0) / 3 < 0.5
+
+
+# -- 2. GeoVerify verdicts: invisible format characters and compatibility forms ---------------------------------
+@pytest.mark.parametrize("value, verdict", [
+    ("\ufeffYes", "yes"), ("Yes\u200b", "yes"), ("\u200bno\u200d", "no"), ("\uff59\uff45\uff53", "yes"),
+    ("\uff2e\uff4f", "no"), ("y\u00ades", "yes"), ("\u2060NO.", "no"),
+])
+def test_verdict_value_with_format_characters_or_fullwidth_letters_is_read(value, verdict):
+    """A verdict value with a byte-order mark, a zero-width space or joiner, a soft hyphen, or written in
+    fullwidth letters ("ｙｅｓ", as CJK input methods produce) was a parse failure: the characters are normalised
+    (format characters removed, NFKC) before the value is read; the rule that fired is reported."""
+    import json
+
+    from geoagent.geoverify.parse import RULE_VERDICT_NORMALIZED, parse_verdict
+
+    raw = json.dumps({"verdict": value, "confidence": 0.7, "evidence": ["a sign"]}, ensure_ascii=False)
+    p = parse_verdict(raw)
+    assert p.ok and p.verdict == verdict and p.confidence == 0.7, p
+    assert RULE_VERDICT_NORMALIZED in p.rules and p.raw == raw
+
+
+@pytest.mark.parametrize("raw, verdict", [
+    ("\ufeffYes.", "yes"), ("No\u200b", "no"), ("\uff39\uff45\uff53\uff0e The sign matches.", "yes"),
+    ("verdict: \ufeffno, confidence: 0.6", "no"), ("\uff56\uff45\uff52\uff44\uff49\uff43\uff54\uff1a yes", "yes"),
+])
+def test_text_readers_normalise_format_characters_and_fullwidth_forms(raw, verdict):
+    """The pattern readers (``verdict: yes``, a bare leading Yes/No) missed a verdict behind a byte-order mark or
+    a zero-width character, or in fullwidth letters; the raw answer is kept verbatim."""
+    from geoagent.geoverify.parse import parse_verdict
+
+    p = parse_verdict(raw)
+    assert p.ok and p.verdict == verdict, p
+    assert p.raw == raw
+
+
+def test_verdict_normalisation_does_not_widen_the_words_read():
+    """Only characters are normalised: values that were no verdict stay failures with the raw kept ("true" as
+    text, a sentence, a symbol whose compatibility form spells a word: "\u2116" is NFKC "No"), and an opposite
+    verdict hidden behind a zero-width space still conflicts."""
+    import json
+
+    from geoagent.geoverify.parse import parse_verdict
+
+    for value in ("true", "Yes, the photo matches", "\u2116", "\u2116."):
+        raw = json.dumps({"verdict": value}, ensure_ascii=False)
+        p = parse_verdict(raw)
+        assert not p.ok and p.verdict is None and p.raw == raw, (value, p)
+    assert not parse_verdict("\u2116.").ok
+    p = parse_verdict('{"verdict": "yes"} verdict: \u200bno')
+    assert not p.ok and "conflicting" in p.reason, p

@@ -6,11 +6,17 @@ fences, add prose, use single quotes, trailing commas or comments, write ``"Yes.
 cut off by the token limit. :func:`parse_verdict` handles each of those with the shared lenient JSON
 reader (:mod:`geoagent.llmjson`, no ``eval``), records which leniency rules fired, and returns a parse *failure* with the raw text and a
 reason when no yes/no verdict can be recovered. A failure is never turned into a verdict.
+
+The verdict value and the text the pattern readers scan are first normalised character by character
+(:func:`normalize_chars`: byte-order marks and zero-width characters removed, fullwidth letters folded by NFKC);
+which words count as yes or no is not changed by it.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +88,26 @@ class ParsedVerdict:
 _VERDICT_WORD = re.compile(r"^[\s\"'`*_.!,;:()\[\]]*(yes|no)[\s\"'`*_.!,;:()\[\]]*$", re.I)
 
 
+@functools.lru_cache(maxsize=4096)
+def _nfkc_char(c: str) -> str:
+    """``c`` in its NFKC form when that is one character (fullwidth "ｙ" -> "y"), else ``c`` itself: a symbol
+    whose compatibility form spells a word ("№" -> "No", "㏂" -> "a.m.") must not become a verdict word."""
+    n = unicodedata.normalize("NFKC", c)
+    return n if len(n) == 1 else c
+
+
+def normalize_chars(text: str) -> str:
+    """``text`` as the verdict readers see it: invisible format characters (Unicode category Cf: byte-order mark
+    U+FEFF, zero-width space/joiners U+200B-U+200D, word joiner U+2060, soft hyphen U+00AD, direction marks)
+    removed and every other character in its one-character NFKC form (fullwidth "ｙｅｓ" -> "yes").
+
+    Only characters change: which words count as a verdict is the readers' business, and the raw answer is kept
+    as it came (:attr:`ParsedVerdict.raw`). ASCII text is returned as is."""
+    if text.isascii():
+        return text
+    return "".join(_nfkc_char(c) for c in text if unicodedata.category(c) != "Cf")
+
+
 def _norm_verdict(v: Any, rules: set[str]) -> str | None:
     if isinstance(v, bool):
         rules.add(RULE_VERDICT_BOOLEAN)
@@ -90,7 +116,7 @@ def _norm_verdict(v: Any, rules: set[str]) -> str | None:
         return None
     if v in ("yes", "no"):
         return v
-    m = _VERDICT_WORD.match(v)
+    m = _VERDICT_WORD.match(normalize_chars(v))
     if m:
         rules.add(RULE_VERDICT_NORMALIZED)
         return m.group(1).lower()
@@ -233,21 +259,24 @@ def _parse(raw: str | None) -> ParsedVerdict:
             conf = _norm_conf(c, rules)
             _, ev = _lookup(obj, _EVIDENCE_KEYS)
             return ParsedVerdict(True, verdict, conf, _norm_evidence(ev), None, tuple(sorted(rules)), text)
-    mv = _RX_VERDICT.search(text)
+    # the pattern readers see the text with format characters removed and compatibility forms folded
+    # (normalize_chars); the answer is kept verbatim
+    seen = normalize_chars(text)
+    mv = _RX_VERDICT.search(seen)
     if mv:
         if _conflicting(text, mv.group(1).lower()):  # "verdict: yes ... verdict: no"
             return ParsedVerdict(False, None, None, (), "conflicting verdicts in one answer (yes and no)",
                                  tuple(sorted(rules)), text)
-        return _from_regex(mv.group(1), text, rules | {RULE_REGEX_FALLBACK})
-    mb = _RX_BARE.match(text)
+        return _from_regex(mv.group(1), seen, rules | {RULE_REGEX_FALLBACK}, text)
+    mb = _RX_BARE.match(seen)
     if mb:
         word = mb.group(1).lower()
-        if any(w.group(1).lower() != word for w in _RX_STANDALONE_WORD.finditer(text, mb.end())):
+        if any(w.group(1).lower() != word for w in _RX_STANDALONE_WORD.finditer(seen, mb.end())):
             return ParsedVerdict(False, None, None, (), "conflicting verdicts in one answer (yes and no)",
                                  tuple(sorted(rules)), text)
-        rules |= {RULE_REGEX_FALLBACK, RULE_PROSE} if text[mb.end() :].strip() else {RULE_REGEX_FALLBACK}
-        return _from_regex(word, text, rules)
-    if _RX_BARE_WORD.match(text):
+        rules |= {RULE_REGEX_FALLBACK, RULE_PROSE} if seen[mb.end() :].strip() else {RULE_REGEX_FALLBACK}
+        return _from_regex(word, seen, rules, text)
+    if _RX_BARE_WORD.match(seen):
         best_reason = "leading yes/no is not a standalone verdict (part of a phrase)"
     return ParsedVerdict(False, None, None, (), best_reason, tuple(sorted(rules)), text)
 
@@ -278,12 +307,13 @@ def _conflicting(text: str, verdict: str) -> bool:
             prose[cand.start : cand.end] = " " * (cand.end - cand.start)
             if _keys_disagree(cand.value, verdict, cand.repeated):
                 return True
-    return any(m.group(1).lower() != verdict for m in _RX_VERDICT.finditer("".join(prose)))
+    return any(m.group(1).lower() != verdict for m in _RX_VERDICT.finditer(normalize_chars("".join(prose))))
 
 
-def _from_regex(word: str, text: str, rules: set[str]) -> ParsedVerdict:
-    """A verdict found by pattern (no usable JSON object), with the confidence read the same way."""
+def _from_regex(word: str, text: str, rules: set[str], raw: str) -> ParsedVerdict:
+    """A verdict found by pattern in ``text`` (the answer after :func:`normalize_chars`; no usable JSON object),
+    with the confidence read the same way; ``raw``: the answer as it came, kept."""
     mc = _RX_CONF.search(text)
     conf = _norm_conf(mc.group(1), rules) if mc else None
     rules.discard(RULE_CONF_STRING)
-    return ParsedVerdict(True, word.lower(), conf, (), None, tuple(sorted(rules)), text)
+    return ParsedVerdict(True, word.lower(), conf, (), None, tuple(sorted(rules)), raw)
