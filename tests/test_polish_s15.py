@@ -159,3 +159,65 @@ def test_verdict_normalisation_does_not_widen_the_words_read():
     assert not parse_verdict("\u2116.").ok
     p = parse_verdict('{"verdict": "yes"} verdict: \u200bno')
     assert not p.ok and "conflicting" in p.reason, p
+
+
+# -- 3. the auditor's English name is capped ------------------------------------------------------------------
+class _LoopingAuditor:
+    """A text-only auditor (Provider interface) whose English name for candidate 0 loops for 50 KB."""
+
+    kind = "looping-test"
+    paid = False
+
+    async def generate(self, request):
+        from geoagent.providers.base import ModelResponse, Usage
+
+        if "CONTENTIOUS" in request.prompt:
+            text = '[{"idx": 0, "sensitive": false, "why": "x"}, {"idx": 1, "sensitive": false, "why": "x"}]'
+        else:
+            import orjson
+
+            text = orjson.dumps([{"idx": 0, "ok": True, "familiarity": 4, "zh": None, "en": "Old Mill " * 5600,
+                                  "why": "w"},
+                                 {"idx": 1, "ok": True, "familiarity": 3, "zh": None, "en": "Town Hall", "why": "w"}]
+                                ).decode()
+        return ModelResponse(text=text, usage=Usage(10, 10))
+
+
+def test_an_overlong_english_name_is_not_used_and_the_decision_log_says_so(tmp_path):
+    """A looping auditor's 50 KB "en" became the candidate's hint name, the text put into the prompts ("I took
+    this photo near <name>"): a name over :data:`NAME_EN_MAX_CHARS` (200) is not used (the hint falls back to the
+    Wikidata label), the rating is kept, and the decision record says why the name was dropped."""
+    import json
+
+    from geoagent import constants as C
+    from geoagent.crawl.ladder import eligible_candidates, hint_name
+    from geoagent.crawl.referenceability import (
+        NAME_EN_MAX_CHARS,
+        RefCandidate,
+        ReferenceabilityAuditor,
+        parse_ref_batch,
+    )
+    from geoagent.crawl.settings import ReferenceabilitySettings
+    from geoagent.providers.base import Provider
+
+    assert NAME_EN_MAX_CHARS == 200
+    got = parse_ref_batch('[{"idx": 0, "ok": true, "familiarity": 2, "en": "%s"}]' % ("x" * 201), 1)
+    assert got[0]["familiarity"] == 2 and got[0]["name_en"] is None
+    ok = parse_ref_batch('[{"idx": 0, "ok": true, "familiarity": 2, "en": "%s"}]' % ("x" * 200), 1)
+    assert ok[0]["name_en"] == "x" * 200
+
+    Provider.register(_LoopingAuditor)
+    cands = [RefCandidate("Q501", "Old Mill of Tamsui", 0.5, 0, 0), RefCandidate("Q502", "Tamsui Town Hall", 0.7, 0, 0)]
+    aud = ReferenceabilityAuditor(_LoopingAuditor(), ReferenceabilitySettings(model="aud-1"), tmp_path)
+    rated = asyncio.run(aud.audit("s1", cands))
+    by = {r.qid: r for r in rated}
+    assert by["Q501"].familiarity == 4 and by["Q501"].name_en is None  # rating kept, name not used
+    assert by["Q502"].name_en == "Town Hall"
+    names = {c.qid: c.name_en for c in eligible_candidates(rated)}
+    assert names == {"Q501": "Old Mill of Tamsui", "Q502": "Town Hall"}
+    recs = {r["qid"]: r for r in map(json.loads, (tmp_path / C.AUDIT_DECISIONS_FILE).read_text().splitlines())}
+    assert recs["Q501"]["name_en"] is None and recs["Q501"]["familiarity"] == 4
+    assert "200" in recs["Q501"]["name_en_dropped"] and "Wikidata label" in recs["Q501"]["name_en_dropped"]
+    assert "name_en_dropped" not in recs["Q502"]
+    # a decision log written before the cap still holds the long name: the hint does not use it either
+    assert hint_name("Old Mill " * 5600, "Old Mill of Tamsui", qid="Q501") == "Old Mill of Tamsui"

@@ -144,6 +144,14 @@ def dedupe_by_qid(candidates: Iterable[RatedCandidate]) -> list[RatedCandidate]:
     return [best[q] for q in order]
 
 
+#: longest auditor English name (characters, whitespace collapsed) used as a hint name: a looping auditor's
+#: 50 KB "en" became the text put into every prompt that names the point. Real names are far shorter (the
+#: longest in the release's ladders and audit sample is 68); the Wikidata label is used instead of a longer one
+#: (:func:`hint_name`), and the auditor's decision record says so
+#: (:func:`geoagent.crawl.referenceability.parse_ref_batch`).
+NAME_EN_MAX_CHARS = 200
+
+
 def hint_name(name_en: str | None, label_raw: str | None, name_zh: str | None = None, *,
               qid: str | None) -> str | None:
     """The name a reference point is given to the model ("I took this photo near <name>"), or None.
@@ -158,9 +166,11 @@ def hint_name(name_en: str | None, label_raw: str | None, name_zh: str | None = 
     ``fill_missing_names`` explains why: the candidates without an English name are almost all low tier, the
     paper's control); ours tries the raw label before the Chinese name because its labels come in English,
     language-neutral, Chinese and local-language order, so the raw label is the name a visitor would read on
-    the spot. Whitespace is collapsed; an empty or whitespace-only name counts as none."""
+    the spot. Whitespace is collapsed; an empty or whitespace-only name counts as none, and so does an English
+    name over :data:`NAME_EN_MAX_CHARS` characters (a looping auditor's; decision logs written before the cap
+    may hold one)."""
     en = " ".join(str(name_en or "").split())
-    if en:
+    if en and len(en) <= NAME_EN_MAX_CHARS:
         return en
     raw = " ".join(str(label_raw or "").split())
     if raw and raw != qid:

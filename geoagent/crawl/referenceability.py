@@ -88,7 +88,7 @@ from typing import Any
 import orjson
 
 from geoagent.crawl.image_audit import load_prompt
-from geoagent.crawl.ladder import RatedCandidate, tier_for
+from geoagent.crawl.ladder import NAME_EN_MAX_CHARS, RatedCandidate, tier_for
 from geoagent.crawl.llmjson import as_bool, as_int_in, as_text
 from geoagent.llmjson import fenced_blocks, iter_candidates
 from geoagent.crawl.settings import ReferenceabilitySettings
@@ -103,6 +103,9 @@ REVIEW_QUEUE_FILE = "audit_review_queue.jsonl"
 RAW_ANSWERS_FILE = "audit_raw_answers.jsonl"
 #: keys of one released audit_decisions.jsonl record, in order
 DECISION_KEYS = ("qid", "label", "model", "ok", "familiarity", "name_zh", "name_en", "why", "ts")
+#: key of a decision record whose auditor's English name was too long to use (over
+#: :data:`~geoagent.crawl.ladder.NAME_EN_MAX_CHARS` characters): why ``name_en`` is null; after ``ts``
+NAME_EN_DROPPED = "name_en_dropped"
 SENSITIVE_KEYS = ("qid", "label", "model", "auditor", "sensitive", "why", "ts")
 
 
@@ -256,6 +259,10 @@ def parse_ref_batch(text: str | None, n: int) -> dict[int, dict[str, Any]] | Non
         :func:`_by_idx`; names and ``why``
         text only, else None and ``""``, :func:`~geoagent.crawl.llmjson.as_text`); None when
         no JSON array can be found at all. Candidates missing from the dict must be asked again.
+        An English name over :data:`~geoagent.crawl.ladder.NAME_EN_MAX_CHARS` (200) characters, whitespace
+        collapsed (a looping auditor's), is not used: ``name_en`` is None (the hint name falls back to the
+        Wikidata label, :func:`~geoagent.crawl.ladder.hint_name`), the rating is kept, and the element gets
+        :data:`NAME_EN_DROPPED` saying so (written to the decision record after ``ts``).
     """
     def read(el: dict[str, Any]) -> dict[str, Any] | None:
         ok = as_bool(el.get("ok"))
@@ -263,8 +270,13 @@ def parse_ref_batch(text: str | None, n: int) -> dict[int, dict[str, Any]] | Non
         if ok is None or fam is None:
             return None
         zh, en = el.get("zh"), el.get("en")
-        return {"ok": ok, "familiarity": fam, "name_zh": zh if isinstance(zh, str) and zh.strip() else None,
-                "name_en": en if isinstance(en, str) and en.strip() else None, "why": as_text(el.get("why"), 200)}
+        row = {"ok": ok, "familiarity": fam, "name_zh": zh if isinstance(zh, str) and zh.strip() else None,
+               "name_en": en if isinstance(en, str) and en.strip() else None, "why": as_text(el.get("why"), 200)}
+        if row["name_en"] is not None and (n := len(" ".join(row["name_en"].split()))) > NAME_EN_MAX_CHARS:
+            row["name_en"] = None
+            row[NAME_EN_DROPPED] = (f"the auditor's English name ({n} characters) is over {NAME_EN_MAX_CHARS}: "
+                                    "not used, the hint name falls back to the Wikidata label")
+        return row
 
     return _by_idx(text, n, read)
 
@@ -628,7 +640,10 @@ class ReferenceabilityAuditor:
             if d is None:
                 missing.append(c)
                 continue
-            out.append(self._scoped({"qid": c.qid, "label": c.label, "model": self.settings.model, **d, "ts": ts}, city))
+            note = {NAME_EN_DROPPED: d[NAME_EN_DROPPED]} if NAME_EN_DROPPED in d else {}
+            fields = {k: v for k, v in d.items() if k != NAME_EN_DROPPED}  # the release's keys first, the note after ts
+            out.append(self._scoped({"qid": c.qid, "label": c.label, "model": self.settings.model, **fields, "ts": ts,
+                                     **note}, city))
         if missing:
             if len(batch) == 1:
                 c = batch[0]
