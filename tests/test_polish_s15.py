@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
+
 import pytest
 from aiohttp import web
 
@@ -221,3 +223,54 @@ def test_an_overlong_english_name_is_not_used_and_the_decision_log_says_so(tmp_p
     assert "name_en_dropped" not in recs["Q502"]
     # a decision log written before the cap still holds the long name: the hint does not use it either
     assert hint_name("Old Mill " * 5600, "Old Mill of Tamsui", qid="Q501") == "Old Mill of Tamsui"
+
+
+# -- 4. p-values at their test's floor, and underflowed regression p's -----------------------------------------
+def _near_all_hits(n_sites: int):
+    """A GeoHint aggregate where, at each of ``n_sites`` sites, the near-band answer hits and the no-context answer
+    misses: every site difference is +1, so no random sign vector reaches the observed mean."""
+    from geoagent.geohint.aggregate import GeoHintAggregator
+    from geoagent.geohint.result import GeoHintResult
+    from geoagent.scoring.geohint import is_hit
+
+    rows = []
+    for i in range(n_sites):
+        rows.append(GeoHintResult(key=f"b{i}", site=f"s{i}", image_id=f"I{i}", model="m", condition="baseline",
+                                  schema="forced", resolved_level="area", error_km=5.0, hit=is_hit(5.0, "area")))
+        rows.append(GeoHintResult(key=f"c{i}", site=f"s{i}", image_id=f"I{i}", model="m", condition="forced",
+                                  schema="forced", ref_qid="Q1", ref_name="P", band="0.5-1.5km", tier="high",
+                                  dist_km=1.0, resolved_level="area", error_km=0.3, hit=is_hit(0.3, "area"),
+                                  echo=False, extra={"lang": "en"}))
+    agg = GeoHintAggregator()
+    agg.add_many(rows)
+    return agg
+
+
+def test_a_sampled_permutation_p_at_its_floor_is_shown_as_a_bound():
+    """With 10,000 random flips and no flip reaching the observed statistic, the p-value is the floor
+    1/(n+1) = 9.999e-5, shown "1.0e-04", which reads as p = 1e-4; the paper writes "p<10^-4". It is now shown
+    "<1.0e-04" (Markdown and terminal; the CSV keeps the number); a p above the floor and an exact test's p (no
+    floor: every sign vector counted) are shown as before."""
+    from geoagent.report.geohint import table_nocontext_near
+    from geoagent.scoring.permutation import site_flip_test_from_sums
+
+    t = table_nocontext_near(_near_all_hits(30), n_flips=10_000)
+    assert t.rows[0][6] == pytest.approx(1 / 10_001)
+    assert t.display_rows()[0][6] == "<1.0e-04", t.display_rows()
+    assert "| <1.0e-04 |" in t.to_markdown()
+    assert "9.999" in t.to_csv().splitlines()[1]  # the CSV keeps the value
+    small = table_nocontext_near(_near_all_hits(30), n_flips=99)
+    assert small.display_rows()[0][6] == "<0.01"
+    exact = table_nocontext_near(_near_all_hits(5), n_flips=10_000)  # 2**5 <= 10,000: enumerated, p = 2/32
+    assert exact.display_rows()[0][6] == "0.062"
+    res = site_flip_test_from_sums(np.array([1.0, -1.0] * 15 + [1.0]), 31, n_flips=1000)
+    assert res.p_floor == pytest.approx(1 / 1001) and not res.at_floor
+    assert site_flip_test_from_sums(np.ones(3), 3).p_floor is None  # exact: no floor
+
+
+def test_a_regression_p_that_underflows_to_zero_is_shown_as_a_bound():
+    """A normal-reference slope p of a huge z underflows to 0.0 and was shown "0.0e+00" (p = 0)."""
+    from geoagent.report.geohint import Table
+
+    t = Table("t", "T", ["p"], ["p"], [[0.0], [3e-12], [0.04]])
+    assert [r[0] for r in t.display_rows()] == ["<1e-300", "3.0e-12", "0.04"]

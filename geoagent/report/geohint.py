@@ -219,7 +219,8 @@ class Table:
 
     Formats: ``text``, ``count_of`` (a count as text, ``"0 of 14"``: right-aligned as the numbers are), ``int``, ``pct`` (fraction shown x100, 1 decimal), ``pp`` (percentage points,
     signed, 2 decimals), ``pps`` (percentage points, unsigned, 2 decimals: an SD), ``f2``, ``f4`` (signed 4
-    decimals), ``p`` (p-value, 2 significant digits), ``pctci`` (an interval ``(lo, hi)`` of fractions or None, shown
+    decimals), ``p`` (p-value, 2 significant digits; a sampled permutation p at its floor, :class:`FloorP`, as
+    ``<1.0e-04``, a p that underflowed to 0 as ``<1e-300``), ``pctci`` (an interval ``(lo, hi)`` of fractions or None, shown
     ``[lo, hi]`` in %; two CSV columns).
 
     The CSV (:meth:`to_csv`) holds every rate as a fraction: ``pct`` values as they are, ``pp``/``pps`` values
@@ -346,6 +347,26 @@ def _csv_fraction_name(name: str) -> str:
     return f"{name} (fraction)"
 
 
+#: what a p-value that underflowed to 0.0 is shown as: "<1e-300" (2 * the normal tail of |z| > 37.5 is below the
+#: smallest double); a p of 0 would claim certainty
+P_UNDERFLOW = 1e-300
+
+
+class FloorP(float):
+    """A sampled permutation p-value at its floor ``1 / (1 + n_flips)`` (no random flip reached the observed
+    statistic, :attr:`geoagent.scoring.permutation.PermutationResult.at_floor`): the value is the float itself
+    (the CSV writes it), Markdown and the terminal show it as a bound, ``<1.0e-04`` for 10,000 flips (the
+    paper's "p<10^-4")."""
+
+    __slots__ = ()
+
+
+def perm_p(res: Any) -> float:
+    """The p-value of a :class:`~geoagent.scoring.permutation.PermutationResult` as a table cell: a
+    :class:`FloorP` when it is the sampled test's floor (shown ``<1.0e-04``), else the plain float."""
+    return FloorP(res.p_value) if res.at_floor else res.p_value
+
+
 def _fmt(v: Any, f: str) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return DASH
@@ -366,6 +387,10 @@ def _fmt(v: Any, f: str) -> str:
     if f == "se":
         return f"{v:.4f}"
     if f == "p":
+        if isinstance(v, FloorP):  # no flip reached the statistic: the true p is below the floor
+            return "<" + (f"{v:.2g}" if v >= 1e-3 else f"{v:.1e}")
+        if v == 0:  # a regression p below the smallest float (a huge z): a bound, not p = 0
+            return f"<{P_UNDERFLOW:.0e}"
         return f"{v:.2g}" if v >= 1e-3 else f"{v:.1e}"
     if f == "pctci":
         lo, hi = v
@@ -1133,12 +1158,12 @@ def _paired_block(agg, treatment, control, sites, model, n_flips, seed):
         res = paired_site_permutation_test(
             [p[0] for p in pairs], [p[1].hit for p in pairs], [p[2].hit for p in pairs], n_flips=n_flips, seed=seed
         )
-        out["delta_pp"], out["p"] = 100 * res.delta, res.p_value
+        out["delta_pp"], out["p"] = 100 * res.delta, perm_p(res)
         out["n_sites"] = res.n_sites
         bres = paired_site_permutation_test(
             [p[0] for p in pairs], [p[1].building for p in pairs], [p[2].building for p in pairs], n_flips=n_flips, seed=seed
         )
-        out["building_delta_pp"], out["building_p"] = 100 * bres.delta, bres.p_value
+        out["building_delta_pp"], out["building_p"] = 100 * bres.delta, perm_p(bres)
     else:
         out["delta_pp"] = out["p"] = out["building_delta_pp"] = out["building_p"] = float("nan")
         out["n_sites"] = 0
@@ -1318,7 +1343,7 @@ def image_paired_difference(agg: GeoHintAggregator, treatment: str, control: str
     if measure == "hit" and (not any(p[2].n_geocoded for p in pairs) or not any(p[3].n_geocoded for p in pairs)):
         return ImagePairedDifference(len(pairs), n_sites, nan, nan, nan, nan)
     res = paired_site_permutation_test([p[0] for p in pairs], t, c, n_flips=n_flips, seed=seed)
-    return ImagePairedDifference(len(pairs), n_sites, float(t.mean()), float(c.mean()), res.delta, res.p_value)
+    return ImagePairedDifference(len(pairs), n_sites, float(t.mean()), float(c.mean()), res.delta, perm_p(res))
 
 
 def table_nocontext_near(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "baseline", *,

@@ -70,6 +70,19 @@ class PermutationResult:
         """Whether every sign vector was enumerated (no random flips; ``seed`` is None)."""
         return self.seed is None
 
+    @property
+    def p_floor(self) -> float | None:
+        """Smallest p the sampled test can give, ``1 / (1 + n_flips)`` (no flip reached the observed statistic);
+        None for the exact test, whose p is exact (at least ``2 / 2**n_sites``), not a bound."""
+        return None if self.exact else 1.0 / (1 + self.n_flips)
+
+    @property
+    def at_floor(self) -> bool:
+        """Whether the sampled p is its floor (:attr:`p_floor`): the true p is below it, to be shown as a bound
+        (``p < 1.0e-04`` for 10,000 flips, the paper's "p<10^-4"), not as a value."""
+        floor = self.p_floor
+        return floor is not None and self.p_value <= floor * (1 + 1e-9)
+
 
 def site_sums(sites: Sequence[Hashable], diffs: Sequence[float]) -> tuple[list[Hashable], np.ndarray, np.ndarray]:
     """Group paired differences by site.
