@@ -257,7 +257,7 @@ def test_a_sampled_permutation_p_at_its_floor_is_shown_as_a_bound():
     t = table_nocontext_near(_near_all_hits(30), n_flips=10_000)
     assert t.rows[0][6] == pytest.approx(1 / 10_001)
     assert t.display_rows()[0][6] == "<1.0e-04", t.display_rows()
-    assert "| <1.0e-04 |" in t.to_markdown()
+    assert "| <1.0e-04 |" in t.to_markdown() and "A p shown <1.0e-04 is the floor 1/(10000 + 1)" in t.notes
     assert "9.999" in t.to_csv().splitlines()[1]  # the CSV keeps the value
     small = table_nocontext_near(_near_all_hits(30), n_flips=99)
     assert small.display_rows()[0][6] == "<0.01"

@@ -1227,7 +1227,9 @@ def flip_method_note(n_flips: int, seed: int) -> str:
     (:func:`geoagent.scoring.permutation.site_flip_test_from_sums`, ``exact=None``)."""
     g_max = exact_max_sites(n_flips)  # largest G with 2**G <= n_flips, capped as the test caps it
     return (f"Two-sided permutation test flipping whole sites: {n_flips} random flips (seed {seed}); "
-            f"exact enumeration of all 2^G sign vectors for groups of G <= {g_max} sites.")
+            f"exact enumeration of all 2^G sign vectors for groups of G <= {g_max} sites. A p shown "
+            f"<{_fmt(1 / (1 + n_flips), 'p')} is the floor 1/({n_flips} + 1) of the random flips: none reached the "
+            "observed difference.")
 
 
 def min_flip_p(n_sites: int) -> float:
