@@ -274,3 +274,30 @@ def test_a_regression_p_that_underflows_to_zero_is_shown_as_a_bound():
 
     t = Table("t", "T", ["p"], ["p"], [[0.0], [3e-12], [0.04]])
     assert [r[0] for r in t.display_rows()] == ["<1e-300", "3.0e-12", "0.04"]
+
+
+# -- 5. the auditor's model name must make a ladder file name --------------------------------------------------
+@pytest.mark.parametrize("model", ["_aud", ".aud", "aud..v2", "a" * 129, "/_aud", "deep..seek/chat"])
+def test_auditor_model_that_cannot_name_a_ladder_file_is_refused_at_config_load(model):
+    """A ``[crawl.referenceability] model`` whose file-name part (:func:`geoagent.crawl.stages.ladder_auditor`)
+    starts with "_" or ".", holds "..", or is over 128 characters was accepted, and the crawl failed only at its
+    ladder stage, after paying for the ratings (``ladder_file_name`` raised "unsafe auditor for a file name").
+    It is refused when the config is loaded, naming the key."""
+    from geoagent.crawl.ladder import auditor_file_part, ladder_file_name
+    from geoagent.crawl.settings import CrawlConfigError, load_crawl_settings
+
+    with pytest.raises(ValueError, match="unsafe auditor"):  # what the ladder stage met, late
+        ladder_file_name("site1", auditor_file_part(model), "en")
+    base = {"contact": "mailto:x@example.org"}
+    with pytest.raises(CrawlConfigError, match=r"referenceability\.model"):
+        load_crawl_settings({**base, "referenceability": {"model": model}})
+
+
+@pytest.mark.parametrize("model", ["deepseek-chat", "deepseek/deepseek-chat", "qwen3:8b", "a" * 128, "gpt-4.1-mini"])
+def test_usual_auditor_model_names_still_load_and_name_their_ladder_files(model):
+    from geoagent.crawl.ladder import ladder_file_name
+    from geoagent.crawl.settings import load_crawl_settings
+    from geoagent.crawl.stages import ladder_auditor
+
+    s = load_crawl_settings({"contact": "mailto:x@example.org", "referenceability": {"model": model}})
+    assert ladder_file_name("site1", ladder_auditor(s), "en").startswith("site1_ladder_")

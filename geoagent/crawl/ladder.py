@@ -325,6 +325,36 @@ def read_ladder_csv(path: str | Path) -> list[dict[str, str]]:
         return list(reader)
 
 
+def auditor_file_part(model: str) -> str:
+    """The auditor part of a ladder file name for the auditor model ``model``: each run of characters other than
+    ``A-Za-z0-9_.-`` written ``-``, leading and trailing ``-`` dropped (``"deepseek/deepseek-chat"`` ->
+    ``"deepseek-deepseek-chat"``); ``"auditor"`` when nothing is left. Not checked: :func:`auditor_name_problem`."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", model).strip("-") or "auditor"
+
+
+def auditor_name_problem(model: str) -> str | None:
+    """Why the auditor model ``model`` cannot name ladder files (:func:`ladder_file_name` would raise: its file
+    part, :func:`auditor_file_part`, starts with ``_`` or ``.``, holds ``..`` or is over 128 characters), or None."""
+    from geoagent.paths import safe_name
+
+    part = auditor_file_part(model)
+    try:
+        safe_name(part, what="auditor")
+    except ValueError:
+        pass
+    else:
+        return None
+    if len(part) > 128:
+        why = f"its file-name part is {len(part)} characters, over 128"
+    elif ".." in part:
+        why = "it holds '..'"
+    else:
+        why = f"its file-name part {part[:40]!r} starts with {part[0]!r}"
+    return (f"model {model[:60]!r}{'...' if len(model) > 60 else ''} cannot name the ladder files "
+            f"(<site>_ladder_<model>-en.csv): {why}; use letters, digits, '_', '.', '-' (non-alphanumeric runs "
+            "become '-'), starting with a letter or digit, at most 128 characters")
+
+
 def ladder_file_name(site: str, auditor: str = "auditor", lang: str = "en") -> str:
     """``<site>_ladder_<auditor>-<lang>.csv`` as in the release (site id checked by ``safe_name``)."""
     from geoagent.paths import safe_name

@@ -251,6 +251,19 @@ class ReferenceabilitySettings(_Section):
     def _review_home(cls, v: str | None) -> str | None:
         return expand_home(v)  # a leading "~" is the home folder, as in [paths]
 
+    @field_validator("model")
+    @classmethod
+    def _model_names_files(cls, v: str) -> str:
+        """The model names the crawl's ladder files (``<site>_ladder_<model>-en.csv``): one that cannot
+        (:func:`geoagent.crawl.ladder.auditor_name_problem`) failed only at the ladder stage, after the ratings
+        were paid for."""
+        from geoagent.crawl.ladder import auditor_name_problem
+
+        problem = auditor_name_problem(v)
+        if problem:
+            raise ConfigProblem(problem)
+        return v
+
 
 class LadderSettings(_Section):
     """Context-ladder builder (Sec. 3.3): 3 bands x 3 tiers, ``draws_per_cell`` random draws per cell."""
@@ -460,6 +473,10 @@ def _format_errors(err: ValidationError, where: str) -> str:
 
             valid = table_keys(CrawlSettings, e["loc"][:-1])
             lines.append(f"{where}: key 'crawl.{loc}': unknown key{did_you_mean(e['loc'][-1], valid or ())}")
+            continue
+        error = (e.get("ctx") or {}).get("error")
+        if e["type"] == "value_error" and isinstance(error, ConfigProblem):  # a whole sentence (config.py's rule)
+            lines.append(f"{where}: key 'crawl.{loc}': {error}")
             continue
         lines.append(f"{where}: key 'crawl.{loc}': {e['msg']} (got {e.get('input')!r})")
     return "\n".join(lines)

@@ -69,7 +69,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import re
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1167,7 +1166,9 @@ def write_site_ladder(settings: CrawlSettings, state_dir: Path, site: dict[str, 
 
 
 def _auditor_part(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "auditor"
+    from geoagent.crawl.ladder import auditor_file_part
+
+    return auditor_file_part(name)
 
 
 def ladder_auditor(settings: CrawlSettings) -> str:
