@@ -113,6 +113,45 @@ def test_redact_with_many_keys_stays_fast_on_a_large_text():
     assert (time.perf_counter() - t0) / 3 < 0.5
 
 
+
+@pytest.mark.parametrize("mode, leaked", [("upper", lambda k: k.upper()[10:]), ("prefix", lambda k: k[:14])])
+def test_key_echoed_upper_cased_or_truncated_never_reaches_state_queues_or_status(tmp_path, mode, leaked):
+    """End to end (``run.py`` against the OpenAI fake in a subprocess): a proxy repeating the refused key
+    upper-cased or truncated ("sk-...", first 14 and last 4 characters) in its 401 put that text into the task's
+    last error in the queue database, progress.jsonl and the output of ``run``, ``status`` and ``dead``."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from _model_harness import generic_campaign, model_table
+
+    from geoagent.sandbox.server import spawn, wait_ready
+
+    repo = Path(__file__).resolve().parents[1]
+    key = "sk-" "echo-" "Hq3ZtW8nLp5Rv2XkB9mD"  # split: no key-shaped literal in the sources
+
+    def run_py(*args: str) -> subprocess.CompletedProcess:
+        env = {**os.environ, "PYTHONPATH": str(repo), "POLISH_ECHO_KEY": key}
+        return subprocess.run([sys.executable, "run.py", *args], cwd=repo, env=env, capture_output=True, text=True,
+                              timeout=120)
+
+    proc, base = spawn("geoagent.sandbox.llm_openai:make_app", api_keys=["accepted-" "key-0123456789"], echo_key=mode)
+    try:
+        wait_ready(base)
+        cfgp = generic_campaign(tmp_path, name="echo", n=2,
+                                models=model_table(base_url=base, key_var="POLISH_ECHO_KEY", concurrency=2))
+        outs = [run_py("run", str(cfgp)), run_py("status", str(cfgp)), run_py("dead", str(cfgp))]
+    finally:
+        proc.terminate()
+        proc.join(10)
+    text = "\n".join(o.stdout + o.stderr for o in outs)
+    assert "Incorrect API key provided" in text or "401" in text, text
+    needle = leaked(key).lower()  # compared case-insensitively: no spelling of it may remain
+    assert needle not in text.lower(), text
+    assert [p for p in tmp_path.rglob("*") if p.is_file() and needle.encode() in p.read_bytes().lower()] == []
+
+
 # -- 2. GeoVerify verdicts: invisible format characters and compatibility forms ---------------------------------
 @pytest.mark.parametrize("value, verdict", [
     ("\ufeffYes", "yes"), ("Yes\u200b", "yes"), ("\u200bno\u200d", "no"), ("\uff59\uff45\uff53", "yes"),

@@ -172,8 +172,11 @@ REASONING_STYLE_KEY: web.AppKey[str] = web.AppKey("llm_reasoning_style", str)
 USAGE_MODE_KEY: web.AppKey[str] = web.AppKey("llm_usage_mode", str)
 #: how the fake reports ``usage`` in its answers (``make_app(usage=...)``)
 USAGE_MODES = ("report", "omit", "null", "zero_output")
-#: whether a refused key is repeated in full in the 401 body, JSON with "/" written "\\/" (make_app's echo_key)
-ECHO_KEY_KEY: web.AppKey[bool] = web.AppKey("llm_echo_key", bool)
+#: how a refused key is repeated in the 401 body (make_app's echo_key): "" not at all (masked as OpenAI does),
+#: "full" in full in JSON with "/" written "\\/", "upper" upper-cased, "prefix" its first 14 and last 4 characters
+ECHO_KEY_KEY: web.AppKey[str] = web.AppKey("llm_echo_key", str)
+#: echo_key modes (:func:`make_app`)
+ECHO_KEY_MODES = ("full", "upper", "prefix")
 
 
 def _err(status: int, message: str, type_: str, code: str | None = None, param: str | None = None) -> web.Response:
@@ -296,7 +299,9 @@ def _auth_error(request: web.Request, *, log: bool = True) -> web.Response | Non
         if log:
             log_call(request, API, 401, error="invalid_api_key")
         if request.app[ECHO_KEY_KEY]:  # a careless proxy: the whole key, "/" escaped as PHP's json_encode does
-            body = orjson.dumps({"error": {"message": f"Incorrect API key provided: {token}.",
+            shown = {"full": token, "upper": token.upper(),
+                     "prefix": token[:14] + "..." + token[-4:]}[request.app[ECHO_KEY_KEY]]
+            body = orjson.dumps({"error": {"message": f"Incorrect API key provided: {shown}.",
                                            "type": "invalid_request_error", "code": "invalid_api_key"}})
             return web.Response(status=401, body=body.replace(b"/", b"\\/"), content_type="application/json")
         return _err(401, f"Incorrect API key provided: {_mask(token)}.", "invalid_request_error", "invalid_api_key")
@@ -549,7 +554,7 @@ def make_app(
     reasoning_style: str = "openai",
     deployments: dict[str, str] | None = None,
     azure_api_versions: Collection[str] | None = None,
-    echo_key: bool = False,
+    echo_key: bool | str = False,
     usage: str = "report",
 ) -> web.Application:
     """Build the fake OpenAI Chat Completions app.
@@ -590,9 +595,11 @@ def make_app(
         deployment of the model of that name). Default none.
     azure_api_versions : collection of str, optional
         ``api-version`` values the classic Azure route accepts (default :data:`AZURE_API_VERSIONS`); another -> 404.
-    echo_key : bool
-        A careless proxy (default False): the 401 for a refused key repeats the key in full, in JSON whose every
-        ``/`` is written ``\\/`` (as PHP's ``json_encode`` does), instead of OpenAI's masked ``sk-...abcd``.
+    echo_key : bool or str
+        A careless proxy (default False): the 401 for a refused key repeats the key, in JSON whose every ``/`` is
+        written ``\\/`` (as PHP's ``json_encode`` does), instead of OpenAI's masked ``sk-...abcd``: in full (True
+        or ``"full"``), upper-cased (``"upper"``) or as its first 14 and last 4 characters (``"prefix"``, a
+        truncated echo). Raises ValueError for another string.
     usage : str
         ``"report"`` (default: every answer carries ``usage``), ``"omit"`` (no ``usage`` key in any answer) or
         ``"null"`` (``"usage": null``) or ``"zero_output"`` (``completion_tokens: 0`` beside the answer's text: a count no
@@ -624,7 +631,10 @@ def make_app(
     if usage not in USAGE_MODES:
         raise ValueError(f"usage must be one of {USAGE_MODES}, got {usage!r}")
     app[USAGE_MODE_KEY] = usage
-    app[ECHO_KEY_KEY] = bool(echo_key)
+    mode = ("full" if echo_key else "") if isinstance(echo_key, bool) else echo_key
+    if mode and mode not in ECHO_KEY_MODES:
+        raise ValueError(f"echo_key must be a bool or one of {ECHO_KEY_MODES}, got {echo_key!r}")
+    app[ECHO_KEY_KEY] = mode
     app[DEPLOYMENTS_KEY] = dict(deployments or {})
     app[AZURE_API_VERSIONS_KEY] = frozenset(AZURE_API_VERSIONS if azure_api_versions is None else azure_api_versions)
     app[MODERATION_FLAGS_KEY] = tuple(w.lower() for w in (moderation_flags or ()))
