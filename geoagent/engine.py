@@ -1337,52 +1337,68 @@ def _same_file(fh: Any, path: Path) -> bool:
 
 
 def expire_dead_leases(cfg: Any, owners: Sequence[str] | None = None) -> int:
-    """Expire the leases of dead processes in the campaign's existing queue files; return how many.
+    """Hand back the leases of dead processes in the campaign's existing queue files; return how many.
 
     ``owners`` None: every lease (only when no process of the campaign is alive); else only the leases taken by
     those :func:`~geoagent.runtime.sqlite_queue.lease_owner` ids (processes whose owner lock was free:
     :func:`run_lock`), while other processes of the campaign go on with theirs.
 
+    Each lease handed back counts one delivery of its task (its process ended while working on it: killed, out of
+    memory, crashed; README ``[queue] max_attempts``): the task is ready again at once, behind the tasks already
+    ready, or dead-lettered once its deliveries reach ``[queue] max_attempts`` (reason
+    :func:`~geoagent.runtime.queue.process_ended_reason`), so a task that kills every process that takes it is not
+    retried for ever. A warning line says how many were redelivered, and one more how many were dead-lettered.
+
     On Redis (``[backend] kind = "redis"``) ``owners`` is not used: the leases of every consumer recorded on this
     machine (same host name and boot id) whose process is gone are handed back
     (:meth:`~geoagent.runtime.redis_queue.RedisStreamsQueue.hand_back_gone_local`), whoever's owner lock found it;
-    those of other machines come back after their visibility timeout. Raises
+    those of other machines come back after their visibility timeout (no delivery counted). Raises
     :class:`~geoagent.runtime.backend.BackendError` when the server cannot be used.
     """
     from geoagent.runtime.backend import uses_redis
     from geoagent.runtime.sqlite_queue import SQLiteQueue
 
     if uses_redis(cfg):
-        n = _hand_back_redis_leases(cfg)
-        if n:
+        n, dead = _hand_back_redis_leases(cfg)
+        if n - dead:
             log.warning("campaign %s: %d task(s) leased by a stopped process on this machine are redelivered now",
-                        cfg.name, n)
-        return n
-    folder = Path(cfg.queues_root()) / cfg.name
-    n = 0
-    from geoagent.runtime.sqlite_queue import queue_files
+                        cfg.name, n - dead)
+    else:
+        folder = Path(cfg.queues_root()) / cfg.name
+        n = dead = 0
+        from geoagent.runtime.sqlite_queue import queue_files
 
-    for f in queue_files(folder):
-        q = SQLiteQueue.open(cfg.queues_root(), cfg.name, f.stem, **cfg.queue_options())
-        try:
-            n += q.expire_leases_sync() if owners is None else q.expire_leases_of_sync(owners)
-        finally:
-            q.close_sync()
-    if n:
-        log.warning("campaign %s: %d task(s) leased by a stopped process are redelivered now", cfg.name, n)
+        for f in queue_files(folder):
+            q = SQLiteQueue.open(cfg.queues_root(), cfg.name, f.stem, **cfg.queue_options())
+            try:
+                n += q.expire_leases_sync() if owners is None else q.expire_leases_of_sync(owners)
+                dead += q.handed_back_dead
+            finally:
+                q.close_sync()
+        if n - dead:
+            log.warning("campaign %s: %d task(s) leased by a stopped process are redelivered now", cfg.name, n - dead)
+    if dead:
+        log.warning("campaign %s: %d task(s) dead-lettered: their process ended while working on them (killed, "
+                    "out of memory or crashed) at the last of their [queue] max_attempts deliveries; `run.py dead` "
+                    "lists them with the reason", cfg.name, dead)
     return n
 
 
-def _hand_back_redis_leases(cfg: Any) -> int:
-    """Hand back the leases of this machine's gone processes in every Redis queue of the campaign; return how many."""
+def _hand_back_redis_leases(cfg: Any) -> tuple[int, int]:
+    """Hand back the leases of this machine's gone processes in every Redis queue of the campaign; return how many,
+    and how many of them were dead-lettered."""
     from geoagent.runtime.backend import SyncRedisQueue, redis_edges, redis_url
     from geoagent.status import pipeline_edges
 
     url = redis_url(cfg)
     if url is None:
-        return 0
-    return sum(SyncRedisQueue(url, cfg.name, e, **cfg.queue_options()).hand_back_gone_local_sync()
-               for e in redis_edges(cfg, pipeline_edges(cfg)))
+        return 0, 0
+    n = dead = 0
+    for e in redis_edges(cfg, pipeline_edges(cfg)):
+        q = SyncRedisQueue(url, cfg.name, e, **cfg.queue_options())
+        n += q.hand_back_gone_local_sync()
+        dead += q.handed_back_dead
+    return n, dead
 
 
 def campaign_run_lock(cfg: Any, *, simulate: bool = False,

@@ -266,7 +266,11 @@ def test_contract_expired_leases_are_redelivered_and_stale_ids_change_nothing(ba
         new = await wait_for_lease(q, 2, 60)
         assert time.monotonic() - t0 >= vt  # never before the visibility timeout
         assert sorted(t.key for t in new) == ["a", "b"]
-        assert all(t.attempts == 0 for t in new)  # expiry is not a failed attempt
+        # expiry is not a failed attempt: a lease that merely timed out may still be held by a live worker (a
+        # wall-clock step or a stopped process: the runner keeps the task, LeaseKeeper.relet; a held task left to
+        # expire, worker.py "Held tasks"), so counting it would dead-letter live work. A lease of a process KNOWN to
+        # be gone counts one delivery when it is handed back (test_contract_a_gone_process_leases_...)
+        assert all(t.attempts == 0 for t in new)
         assert {t.lease_id for t in new}.isdisjoint({t.lease_id for t in old})
         by_key = {t.key: t for t in old}
         with pytest.raises(StaleLease) as info:
@@ -296,6 +300,93 @@ def test_contract_expired_leases_count_as_ready_and_come_first(backend):
         await q.put("c", {})
         (again,) = await q.lease(1, 60)
         assert again.key == "a"  # the expired lease before the older ready task b
+
+    backend.run(body)
+
+
+_SQLITE_HOLDER = """
+import json, sys, time
+from geoagent.runtime.queue import open_queue
+from geoagent.runtime.sqlite_queue import lease_owner
+q = open_queue(sys.argv[1], sys.argv[2], "edge")
+tasks = q.lease_sync(int(sys.argv[3]), float(sys.argv[4]))
+print(json.dumps({"owner": lease_owner(), "tasks": [t.key for t in tasks]}), flush=True)
+time.sleep(3600)
+"""
+
+
+def _gone_holder(backend: Backend, n: int, vt: float) -> tuple[str | None, list[str]]:
+    """A process of its own leases ``n`` tasks for ``vt`` s and is SIGKILLed; return its SQLite lease owner id (None
+    on Redis) and the keys it held."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    if backend.kind == "sqlite":
+        cmd = [sys.executable, "-c", _SQLITE_HOLDER, str(backend.root / "queues"), backend.campaign, str(n), str(vt)]
+    else:
+        cmd = [sys.executable, str(CHILD), backend.url, backend.campaign, "edge", "hold", str(n), str(vt)]
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()
+        got = json.loads(line)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    keys = sorted(k if isinstance(k, str) else k[0] for k in got["tasks"])
+    return got.get("owner"), keys
+
+
+async def _hand_back_gone(backend: Backend, q, owner: str | None) -> int:
+    """What the campaign engine does for a process found gone (engine.expire_dead_leases)."""
+    if backend.kind == "sqlite":
+        return q.expire_leases_of_sync([owner])
+    return await q.hand_back_gone_local()
+
+
+def test_contract_a_gone_process_leases_count_one_delivery_each_and_dead_letter_at_max(backend):
+    """README ``[queue] max_attempts``: a delivery whose process ended (killed, OOM, crashed) counts. When a later
+    process hands back the leases of a process known to be gone, each counts one failed attempt with the reason
+    ``process_ended_reason`` (the same text on both backends), the task goes back behind the tasks already ready,
+    and at ``max_attempts`` it is dead-lettered instead (never leased again). Leases of that process that already
+    timed out count too (nobody took them over); a graceful release counts nothing; a failure before is named."""
+    from geoagent.runtime.queue import PROCESS_ENDED, process_ended_reason
+
+    async def body(open_):
+        q = open_(max_attempts=2)
+        await q.put_many([("a", {}), ("b", {}), ("c", {})])
+        owner, held = _gone_holder(backend, 2, 0.3)  # a and b, under leases that time out in 0.3 s
+        assert held == ["a", "b"]
+        await asyncio.sleep(0.5)  # both timed out meanwhile; nobody took them over: still the gone process's
+        assert await _hand_back_gone(backend, q, owner) == 2
+        assert await _hand_back_gone(backend, q, owner) == 0  # idempotent
+        assert await q.counts() == QueueCounts(ready=3)
+        first = process_ended_reason(1, 1, 2, False, None)
+        assert first.startswith(PROCESS_ENDED + " its process ended while working on it 1 time in a row")
+        got = await q.lease(1, 60) + await q.lease(2, 60)  # c, ready since its put, comes before a and b
+        assert [(t.key, t.attempts, t.last_error) for t in got[:1]] == [("c", 0, None)]
+        assert sorted((t.key, t.attempts, t.last_error) for t in got[1:]) == [("a", 1, first), ("b", 1, first)]
+        by_key = {t.key: t for t in got}
+        await q.release([by_key["a"], by_key["b"], by_key["c"]])  # a graceful stop: nothing counted
+        owner, held = _gone_holder(backend, 2, 60)
+        assert held == ["a", "b"]
+        assert await _hand_back_gone(backend, q, owner) == 2
+        assert await q.counts() == QueueCounts(ready=1, dead=2)
+        last = process_ended_reason(2, 2, 2, True, first)
+        assert "2 times in a row" in last and "dead-lettered, not leased again" in last
+        dead = sorted(await q.dead_letters(), key=lambda d: d.key)
+        assert [(d.key, d.attempts, d.reason) for d in dead] == [("a", 2, last), ("b", 2, last)]
+        (c,) = await q.lease(5, 60)  # the dead ones are never leased again
+        assert (c.key, c.attempts) == ("c", 0)
+        assert await q.nack(c, "CallFailed: boom", backoff_s=0) == "ready"
+        owner, held = _gone_holder(backend, 1, 60)
+        assert held == ["c"]
+        assert await _hand_back_gone(backend, q, owner) == 1
+        (dead_c,) = [d for d in await q.dead_letters() if d.key == "c"]
+        assert dead_c.reason == process_ended_reason(1, 2, 2, True, "CallFailed: boom")
+        assert dead_c.reason.endswith("; the delivery before failed: CallFailed: boom")
+        assert await q.counts() == QueueCounts(dead=3)
+        assert await q.requeue_dead(["a"]) == 1  # back with its attempts reset
+        (a,) = await q.lease(1, 60)
+        assert (a.key, a.attempts) == ("a", 0)
 
     backend.run(body)
 

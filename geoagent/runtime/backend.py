@@ -505,6 +505,8 @@ class SyncRedisQueue:
 
     def __init__(self, url: str, campaign: str, edge: str, **options: Any) -> None:
         self._url, self.campaign, self.name, self._options = url, campaign, edge, options
+        #: tasks dead-lettered by :meth:`hand_back_gone_local_sync` calls of this handle
+        self.handed_back_dead = 0
 
     def _call(self, fn: Callable[[Any], Any]) -> Any:
         from geoagent.runtime.redis_queue import open_redis_queue
@@ -546,8 +548,15 @@ class SyncRedisQueue:
 
     def hand_back_gone_local_sync(self) -> int:
         """:meth:`geoagent.runtime.redis_queue.RedisStreamsQueue.hand_back_gone_local`: the leases of this machine's
-        gone processes, handed back now; how many."""
-        return self._call(lambda q: q.hand_back_gone_local())
+        gone processes, handed back now (one failed attempt each); how many. :attr:`handed_back_dead` adds those
+        that this dead-lettered (their attempts reached ``max_attempts``)."""
+        async def run(q: Any) -> int:
+            try:
+                return await q.hand_back_gone_local()
+            finally:
+                self.handed_back_dead += q.handed_back_dead
+
+        return self._call(run)
 
     def close_sync(self) -> None:
         return None

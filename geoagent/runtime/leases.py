@@ -9,7 +9,8 @@ stale lease ("stale lease ignored"). :class:`LeaseKeeper` renews, every third of
 lease of every task the runner has leased and not yet settled (:meth:`WorkQueue.extend`), for another full
 visibility timeout. A crashed process renews nothing, so its tasks still come back one visibility timeout
 later at the latest (a campaign run hands a dead process's leases back sooner: :func:`geoagent.engine.run_lock`,
-its start-up scan and periodic dead-owner sweep). Held tasks (:mod:`geoagent.runtime.worker`, "Held tasks") are settled as far as the keeper goes: their
+its start-up scan and periodic dead-owner sweep; that hand-back counts one delivery of each task, a timeout alone
+counts none, since the holder of a timed-out lease may be alive, as below). Held tasks (:mod:`geoagent.runtime.worker`, "Held tasks") are settled as far as the keeper goes: their
 leases expire as designed. A backend without ``extend`` (it returns None) is simply not renewed. A lease that expires
 anyway while a worker of the runner is still on its task (the wall clock, which lease deadlines use, stepped forward
 past the visibility timeout, or the process was stopped that long) and comes back to the same runner at its next

@@ -7,7 +7,9 @@ JSON-serialisable ``payload`` (dict). Semantics every backend must honour:
   leased, done or dead) is a no-op and returns False for that key.
 * ``lease(n, visibility_timeout_s)`` hands out up to n ready tasks whose ``not_before`` has passed; each
   becomes *leased* until ``visibility_timeout_s`` elapses, after which it is ready again (a crashed worker's
-  tasks come back). Each lease gets a fresh ``lease_id``; ack/nack/release with a stale lease id (the task
+  tasks come back). A lease that merely timed out is not a failed attempt: its holder may still be alive and on
+  the task (a wall-clock step, a stopped process, a held task left to expire: ``geoagent.runtime.worker``, "Held
+  tasks" and "Leases taken again"). Each lease gets a fresh ``lease_id``; ack/nack/release with a stale lease id (the task
   was re-leased by someone else after expiry) raise ``StaleLease`` and change nothing for that task; a
   batch ``ack``/``release`` applies the still-valid leases first, then raises ``StaleLease`` whose
   ``stale_keys`` lists the others.
@@ -24,6 +26,12 @@ JSON-serialisable ``payload`` (dict). Semantics every backend must honour:
   it gives back and the task loses exactly the attempts of those still recorded, once, whatever the order in
   which several chargers refund. ``requeue_dead`` clears the recorded charges; a task that is done or held by a
   live lease is never touched.
+* handing back the leases of a process known to be gone (optional, backend-specific: SQLite
+  ``expire_leases_sync`` / ``expire_leases_of_sync``, Redis ``hand_back_gone_local``; the campaign engine calls
+  them at start-up and from its dead-owner sweep) counts one failed attempt per task, like a nack with the reason
+  :func:`process_ended_reason` (prefix :data:`PROCESS_ENDED`), and puts it back ready at once (behind the tasks
+  already ready); a task whose attempts reach ``max_attempts`` this way is dead-lettered with that reason instead
+  of being leased again (a task that kills its process, OOM or segfault, is not retried for ever). No charge id.
 * ``counts()`` returns ready/leased/done/dead; ``dead_letters()`` lists dead tasks with reasons.
 * ``ready_keys()``, ``dead_letter_ready(keys, reason)`` and ``dead_keys(reason_prefix)`` (optional) set aside
   tasks nobody holds: the engine sends the queued tasks of a plan edge that the current plan no longer holds
@@ -47,6 +55,7 @@ reply) must answer the retry as the first run did.
 from __future__ import annotations
 
 import abc
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +64,45 @@ from typing import Any
 #: the reason prefix of a task set aside because the current plan no longer holds it
 #: (:meth:`WorkQueue.dead_letter_ready`): not a failure, and ``dead --requeue`` brings it back
 SUPERSEDED = "superseded:"
+
+#: the reason prefix of a delivery whose process ended while it held the task (killed, out of memory, crashed),
+#: counted when a later process hands the dead process's leases back (:func:`process_ended_reason`)
+PROCESS_ENDED = "ProcessEnded:"
+_ENDED_HEAD = PROCESS_ENDED + " its process ended while working on it "
+_ENDED_ROW = re.compile(re.escape(_ENDED_HEAD) + r"(\d+) times? in a row")
+
+
+def ended_in_a_row(last_error: str | None) -> int:
+    """How many deliveries in a row ended with their process (the count in a :func:`process_ended_reason` text);
+    0 for any other reason or None."""
+    m = _ENDED_ROW.match(last_error or "")
+    return int(m.group(1)) if m else 0
+
+
+def process_ended_reason(in_a_row: int, attempts: int, max_attempts: int, dead: bool, before: str | None) -> str:
+    """The reason kept for a task whose process ended while it held the task (its lease handed back by a later
+    process), as both queue backends word it (the Redis backend builds the same text in Lua: ``_HAND_BACK``).
+
+    Parameters
+    ----------
+    in_a_row : int
+        Deliveries in a row that ended so, this one included (>= 1).
+    attempts, max_attempts : int
+        The task's failed attempts with this one counted, and the queue's ``max_attempts``.
+    dead : bool
+        Whether this delivery dead-lettered the task (``attempts >= max_attempts``).
+    before : str or None
+        The task's previous reason: named after a dead letter when it was another failure.
+    """
+    times = f"{in_a_row} time{'' if in_a_row == 1 else 's'} in a row (killed, out of memory or crashed)"
+    if not dead:
+        return (f"{_ENDED_HEAD}{times}; handed back by a later process, {attempts} of {max_attempts} deliveries "
+                "([queue] max_attempts) used")
+    text = (f"{_ENDED_HEAD}{times}, the last of its {attempts} deliveries ([queue] max_attempts = {max_attempts}): "
+            "dead-lettered, not leased again; fix the cause, then `run.py dead CONFIG --requeue`")
+    if before and not before.startswith(PROCESS_ENDED):
+        text += f"; the delivery before failed: {before}"
+    return text
 
 
 class QueueError(RuntimeError):
@@ -83,7 +131,8 @@ class Task:
     payload : dict
         JSON-serialisable message body.
     attempts : int
-        Number of failed attempts so far (nacks), 0 on first delivery.
+        Number of failed attempts so far (nacks, dead letters, and deliveries whose process ended: handed back by a
+        later process), 0 on first delivery.
     lease_id : str
         Token proving ownership of this lease.
     last_error : str or None

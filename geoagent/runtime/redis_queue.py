@@ -139,8 +139,9 @@ Differences from the SQLite backend (none in the interface semantics):
   runs, so chunks are kept small), SQLite per 10,000; ``ready_keys`` and ``dead_keys`` walk the queue in read
   scripts of about ``put_chunk`` entries each (SQLite: one read transaction);
 * no synchronous (``*_sync``) API and no ``expire_leases``: a crashed consumer's leases come back after their
-  visibility timeout, or at once through :meth:`RedisStreamsQueue.hand_back_gone_local` when a process on the same
-  machine (host name and boot id) finds its pid gone (a run calls it at start: ``engine.expire_dead_leases``);
+  visibility timeout (no attempt counted), or at once through :meth:`RedisStreamsQueue.hand_back_gone_local` when a
+  process on the same machine (host name and boot id) finds its pid gone (a run calls it at start and from its
+  dead-owner sweep: ``engine.expire_dead_leases``; one attempt counted, as SQLite's hand-back);
 * done tasks stay in server memory (as SQLite keeps their rows on disk): measured on Redis 6.2, 311
   bytes per done task with a 150-byte payload (427 while ready); size the server for the campaign;
 * every mutating call leaves a small reply record for ``reply_ttl_s`` (above), so a retried call answers
@@ -680,15 +681,18 @@ end
 return {res[1], out}
 """
 
-# ARGV: group, consumer, start id, count; KEYS[14] is the ``consumers`` hash -> {expired now, last id seen ('' when
-# none)}: the leases the consumer (a process known to be gone) still holds, from ``start id`` on in its PEL (at most
-# ``count`` entries), get a deadline of now, so the next ``lease`` takes them over at once (XCLAIM) and counts report
-# them ready; a consumer with no pending entry left leaves the group and the hash.
+# ARGV: group, consumer, start id, count, max attempts; KEYS[14] is the ``consumers`` hash -> {handed back, last id
+# seen ('' when none), dead-lettered}: the leases the consumer (a process known to be gone) still holds, from ``start
+# id`` on in its PEL (at most ``count`` entries; expired ones too, nobody took them over), are handed back: one failed
+# attempt each (its process ended while working on the task), the task ready again at the end of the stream, or dead
+# once its attempts reach max attempts; the reason is geoagent.runtime.queue.process_ended_reason's text, built here
+# word for word (tests/test_queue_contract.py compares both backends). A consumer with no pending entry left leaves
+# the group and the hash. A repeat (a retry after a lost reply) finds those entries gone and counts nothing again.
 _HAND_BACK = _PRELUDE + """
-local consumer = ARGV[2]
+local consumer, max_attempts = ARGV[2], tonumber(ARGV[5])
 if redis.call('EXISTS', S) == 0 then
   redis.call('HDEL', KEYS[14], consumer)
-  return {0, ''}
+  return {0, '', 0}
 end
 local pending = redis.call('XPENDING', S, GROUP, ARGV[3], '+', tonumber(ARGV[4]), consumer)
 if #pending == 0 then
@@ -696,22 +700,48 @@ if #pending == 0 then
     redis.call('XGROUP', 'DELCONSUMER', S, GROUP, consumer)
     redis.call('HDEL', KEYS[14], consumer)
   end
-  return {0, ''}
+  return {0, '', 0}
 end
-local now, n = now_us(), 0
+local head = 'ProcessEnded: its process ended while working on it '
+local now, n, dead = now_us(), 0, 0
 for _, p in ipairs(pending) do
   local id = p[1]
   local entry = redis.call('XRANGE', S, id, id)
   local key = entry[1] and entry[1][2][2]
   if key and redis.call('HGET', ST, key) == 'leased' and redis.call('HGET', ENT, key) == id then
-    local deadline = tonumber(redis.call('ZSCORE', LEASES, key))
-    if deadline and deadline > now then
-      redis.call('ZADD', LEASES, 'XX', now, key)
-      n = n + 1
+    local before = redis.call('HGET', ERR, key)
+    local attempts = redis.call('HINCRBY', ATT, key, 1)
+    local prev = 0
+    if before then
+      local m = string.match(before, '^ProcessEnded: its process ended while working on it (%d+) times? in a row')
+      if m then prev = tonumber(m) end
     end
+    local row = math.min(prev + 1, attempts)
+    local times = row .. (row == 1 and ' time' or ' times') .. ' in a row (killed, out of memory or crashed)'
+    unlink(key)
+    redis.call('HINCRBY', CNT, 'leased', -1)
+    local reason
+    if attempts >= max_attempts then
+      reason = head .. times .. ', the last of its ' .. attempts .. ' deliveries ([queue] max_attempts = ' ..
+        max_attempts .. '): dead-lettered, not leased again; fix the cause, then `run.py dead CONFIG --requeue`'
+      if before and string.sub(before, 1, 13) ~= 'ProcessEnded:' then
+        reason = reason .. '; the delivery before failed: ' .. before
+      end
+      redis.call('HSET', ST, key, 'dead')
+      redis.call('ZADD', DEAD, now, key)
+      redis.call('HINCRBY', CNT, 'dead', 1)
+      dead = dead + 1
+    else
+      reason = head .. times .. '; handed back by a later process, ' .. attempts .. ' of ' .. max_attempts ..
+        ' deliveries ([queue] max_attempts) used'
+      enqueue(key)
+      redis.call('HINCRBY', CNT, 'ready', 1)
+    end
+    redis.call('HSET', ERR, key, reason)
+    n = n + 1
   end
 end
-return {n, pending[#pending][1]}
+return {n, pending[#pending][1], dead}
 """
 
 # ARGV: group, consumer; KEYS[14] the ``consumers`` hash -> 1 if this consumer was removed from the group (it held no
@@ -828,6 +858,8 @@ class RedisStreamsQueue(WorkQueue):
         self._owns_client = bool(owns_client)
         self._rng = random.Random(seed)
         self._closed = False
+        #: tasks dead-lettered by this handle's hand-backs of gone processes' leases (:meth:`hand_back_gone_local`)
+        self.handed_back_dead = 0
         register = client.register_script
         self._put_script = register(_PUT)
         self._lease_script = register(_LEASE)
@@ -1145,11 +1177,17 @@ class RedisStreamsQueue(WorkQueue):
         Every ``lease`` that grants tasks records its consumer's process (host name, kernel boot id, pid and its
         start time) in the ``consumers`` hash. A consumer recorded on this host with this boot id whose process no
         longer runs (or whose pid now runs a later process: :func:`geoagent.runtime.procs.process_alive`) is gone:
-        its leases get a deadline of now, so the next ``lease`` (of any process) takes them over at once instead of
-        after their visibility timeout, and a consumer left without leases leaves the group. The same rule as the
+        its leases are handed back now (also those that already timed out and nobody took over), so the next
+        ``lease`` (of any process) takes them at once instead of after their visibility timeout, and a consumer left
+        without leases leaves the group. Each counts one failed attempt (its process ended while working on the
+        task): the task goes back ready at the end of the stream, or is dead-lettered once its attempts reach
+        ``max_attempts`` (:attr:`handed_back_dead` adds those), with the reason
+        :func:`~geoagent.runtime.queue.process_ended_reason` (as the SQLite backend's hand-back). The same rule as the
         ledger's owners (:mod:`geoagent.runtime.redis_state`); consumers on other machines (another host name or
-        boot id) are left to their visibility timeout, since their pids mean nothing here. No attempt is counted
-        (as for an expired lease). Idempotent; one script per ``put_chunk`` pending entries of a gone consumer.
+        boot id) are left to their visibility timeout, since their pids mean nothing here (a lease that merely
+        timed out counts no attempt: its holder may be alive). Idempotent (a handed-back task is no longer in the
+        gone consumer's pending list); one script per ``put_chunk`` pending entries of a gone consumer. Returns
+        how many leases were handed back (ready again or dead-lettered).
         """
         here, boot = socket.gethostname(), boot_id()
         gone: list[str] = []
@@ -1169,8 +1207,10 @@ class RedisStreamsQueue(WorkQueue):
         for name in gone:
             start = "-"
             while True:
-                done, last = await self._call(self._hand_back_script, keys, [GROUP, name, start, self.put_chunk])
+                done, last, dead = await self._call(self._hand_back_script, keys,
+                                                    [GROUP, name, start, self.put_chunk, self.max_attempts])
                 n += int(done)
+                self.handed_back_dead += int(dead)
                 last = _text(last)
                 if not last:
                     break

@@ -14,7 +14,7 @@ Schema (``PRAGMA user_version = 2``)
         payload    BLOB    NOT NULL,      -- orjson bytes of the payload dict
         state      INTEGER NOT NULL,      -- 0 ready, 1 leased, 2 done, 3 dead
         not_before REAL    NOT NULL,      -- unix s; meaning depends on state, see below
-        attempts   INTEGER NOT NULL DEFAULT 0,  -- failed attempts (nack, dead_letter)
+        attempts   INTEGER NOT NULL DEFAULT 0,  -- failed attempts (nack, dead_letter, hand-back of a gone process)
         lease_id   TEXT,                  -- "<id>.<owner>-<random hex>" while leased, else NULL
         last_error TEXT,                  -- reason of the last nack / dead-letter
         created_at REAL    NOT NULL,
@@ -144,6 +144,8 @@ from geoagent.runtime.queue import (
     Task,
     WorkQueue,
     check_refunds,
+    ended_in_a_row,
+    process_ended_reason,
 )
 from geoagent.runtime.sqlite_wal import DatabaseFileError, connect, damaged_file_error, enable_wal, is_busy
 
@@ -365,6 +367,8 @@ class SQLiteQueue(WorkQueue):
         self._migrate = bool(migrate)
         #: schema version of the open file: SCHEMA_VERSION, or 1 for an old file opened with ``migrate=False``
         self.schema_version = SCHEMA_VERSION
+        #: tasks dead-lettered by this handle's hand-backs of gone processes' leases (:meth:`expire_leases_sync`)
+        self.handed_back_dead = 0
         #: how many async calls went to the worker thread because the write lock was held (diagnostics)
         self.busy_fallbacks = 0
         if not self.path.exists():
@@ -835,25 +839,51 @@ class SQLiteQueue(WorkQueue):
         """Synchronous :meth:`dead_letter`."""
         self._sync(self._finish_op("dead_letter", (task,), _DEAD_SQL, DEAD, str(reason)))
 
-    def _expire_leases_op(self) -> _Op:
-        def tx(conn: sqlite3.Connection, now: float) -> int:
-            # an expired lease is handed out again by lease() (and counted as ready): no state change needed
-            return conn.execute(
-                "UPDATE tasks SET not_before = ? WHERE state = ? AND not_before > ?", (now, LEASED, now)
-            ).rowcount
+    def _hand_back_op(self, owners: Sequence[str] | None) -> _Op:
+        """Hand back the leases of gone processes (every lease: ``owners`` None; else those whose lease id names one
+        of ``owners``): one failed attempt each, reason :func:`~geoagent.runtime.queue.process_ended_reason`; the
+        task goes back ready now (``not_before`` = now: behind the tasks already ready), or dead once its attempts
+        reach ``max_attempts``. Already-expired leases of those processes count too (nobody took them over)."""
+        def tx(conn: sqlite3.Connection, now: float) -> tuple[int, int]:
+            if owners is None:
+                rows = conn.execute("SELECT id, attempts, last_error FROM tasks WHERE state = ?", (LEASED,)).fetchall()
+            else:
+                rows = [r for o in owners for r in conn.execute(
+                    "SELECT id, attempts, last_error FROM tasks WHERE state = ? AND lease_id LIKE ?",
+                    (LEASED, f"%.{o}-%")).fetchall()]
+            dead = 0
+            for row_id, attempts, before in rows:
+                attempts += 1
+                is_dead = attempts >= self.max_attempts
+                reason = process_ended_reason(min(ended_in_a_row(before) + 1, attempts), attempts, self.max_attempts,
+                                              is_dead, before)
+                conn.execute("UPDATE tasks SET state = ?, not_before = ?, attempts = ?, last_error = ?, lease_id = NULL "
+                             "WHERE id = ?", (DEAD if is_dead else READY, now, attempts, reason, row_id))
+                dead += is_dead
+            _bump(conn, {LEASED: -len(rows), READY: len(rows) - dead, DEAD: dead})
+            return len(rows), dead
 
-        return _Op(tx, inline=False)
+        def post(raw: tuple[int, int]) -> int:
+            self.handed_back_dead += raw[1]
+            return raw[0]
+
+        return _Op(tx, post=post, inline=False)
 
     def expire_leases_sync(self) -> int:
-        """Let every current lease expire now; return how many. Only for when no holder is alive (crash)."""
-        return self._sync(self._expire_leases_op())
+        """Hand back every current lease now: only for when no holder is alive (the campaign's processes all ended;
+        :func:`geoagent.engine.run_lock`'s ``when_alone``). Each such delivery counts one failed attempt (its
+        process ended while working on the task): the task is ready again at once, or dead-lettered once its
+        attempts reach ``max_attempts`` (:attr:`handed_back_dead` adds those), with the reason
+        :func:`~geoagent.runtime.queue.process_ended_reason`. Returns how many leases were handed back."""
+        return self._sync(self._hand_back_op(None))
 
     def expire_leases_of_sync(self, owners: Sequence[str]) -> int:
-        """Let the current leases taken by the processes ``owners`` (:func:`lease_owner` ids) expire now, so
-        their tasks are redelivered at once; return how many. Leases of any other owner are left as they are.
+        """Hand back now the current leases taken by the processes ``owners`` (:func:`lease_owner` ids), counting
+        one failed attempt each as :meth:`expire_leases_sync` does (also for a lease of theirs that already timed
+        out and that nobody took over yet); return how many. Leases of any other owner are left as they are.
 
         Call only for owners known to be dead (their owner lock in ``state/<campaign>/leases/`` could be
-        taken: :func:`geoagent.engine.run_lock`).
+        taken: :func:`geoagent.engine.run_lock`). Idempotent: a handed-back task holds no lease of theirs any more.
 
         Raises
         ------
@@ -866,13 +896,7 @@ class SQLiteQueue(WorkQueue):
                 raise ValueError(f"not a lease owner id: {o!r}")
         if not owners:
             return 0
-
-        def tx(conn: sqlite3.Connection, now: float) -> int:
-            return sum(conn.execute(
-                "UPDATE tasks SET not_before = ? WHERE state = ? AND not_before > ? AND lease_id LIKE ?",
-                (now, LEASED, now, f"%.{o}-%")).rowcount for o in owners)
-
-        return self._sync(_Op(tx, inline=False))
+        return self._sync(self._hand_back_op(owners))
 
     def counts_sync(self) -> QueueCounts:
         """Counts by state; leases past their expiry count as ready. O(log N + expired leases), any thread."""
@@ -1002,12 +1026,12 @@ class SQLiteQueue(WorkQueue):
         await self._async(self._finish_op("release", _as_list(tasks), _RELEASE_SQL, READY))
 
     async def expire_leases(self) -> int:
-        """Let every current lease expire now, so the tasks are redelivered at once; return how many.
+        """Async :meth:`expire_leases_sync` (every lease handed back, one failed attempt each; return how many).
 
         Call only when every process that could hold a lease is known to be gone (e.g. the campaign's run
         lock was free): a live holder's later ack would then raise ``StaleLease``.
         """
-        return await self._async(self._expire_leases_op())
+        return await self._async(self._hand_back_op(None))
 
     async def refund_attempts(self, refunds: Sequence[Refund]) -> RefundResult:
         """Give back attempts in one transaction: by charge ids (the named charges still recorded) or by expected
