@@ -129,3 +129,17 @@ def test_the_stop_grace_period_is_30_s_unless_the_environment_sets_another(monke
         monkeypatch.setenv(STOP_GRACE_ENV, bad)
         with pytest.raises(ValueError, match=STOP_GRACE_ENV):
             stop_grace_s()
+
+
+@pytest.mark.parametrize("command", ["run", "crawl"])
+def test_a_bad_stop_grace_period_is_an_error_before_anything_is_written(command, isolated_roots, monkeypatch, capsys):
+    from geoagent.cli import main
+
+    config = "generic_demo" if command == "run" else str(Path(__file__).resolve().parents[1] / "geoagent" / "configs"
+                                                           / "crawl_sandbox.toml")
+    monkeypatch.setenv("GEOAGENT_STOP_GRACE_S", "soon")
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    assert main([command, config, "--no-live"]) == 2
+    err = capsys.readouterr().err
+    assert "GEOAGENT_STOP_GRACE_S must be a number of seconds" in err and "'soon'" in err, err
+    assert not (isolated_roots / "state").exists() and not (isolated_roots / "queues").exists()
