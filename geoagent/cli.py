@@ -198,10 +198,24 @@ def _summary(outcome: Any, before: tuple[int, int], notes: Any = None) -> str:
     return "\n".join(lines)
 
 
+def _check_stop_grace() -> None:
+    """Read ``GEOAGENT_STOP_GRACE_S`` (:func:`geoagent.runtime.daemon.stop_grace_s`) before a command that runs a
+    pipeline loads or writes anything: a bad value is an error (exit 2) before any state exists, not after planning.
+
+    Raises
+    ------
+    ValueError
+        The variable is set but not a number of seconds in the allowed range."""
+    from geoagent.runtime.daemon import stop_grace_s
+
+    stop_grace_s()
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from geoagent.engine import run_campaign
     from geoagent.status import run_baseline
 
+    _check_stop_grace()
     cfg = _load(args.config)
     _check_state_matches_queues(cfg)
     notes = _DriftNotes(cfg, simulate=bool(getattr(args, "simulate", False)))
@@ -363,6 +377,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from geoagent.demo import run_demo
 
+    _check_stop_grace()
     return run_demo(workdir=Path(args.workdir) if args.workdir else None, live=False if args.no_live else None)
 
 
@@ -370,6 +385,7 @@ def _cmd_crawl(args: argparse.Namespace) -> int:
     from geoagent.engine import run_campaign
     from geoagent.status import run_baseline
 
+    _check_stop_grace()
     cfg = _load(args.config)
     if cfg.campaign.kind != "crawl":
         print(f"config error: {args.config}: [campaign] kind must be 'crawl' for the crawl command, got "

@@ -1380,7 +1380,8 @@ def root_override_warnings(cfg: "CampaignConfig") -> list[str]:
 
 #: variables read from the process environment only, never from ``.env`` (which is read for secrets alone: API keys,
 #: ``MAPILLARY_TOKEN``, the Redis URL; :mod:`geoagent.secrets`)
-ENV_ONLY_VARIABLES = (C.ENV_QUEUES_ROOT, C.ENV_STATE_ROOT, C.ENV_RELEASE_DIR, "GEOAGENT_REDIS_RETRY_S")
+ENV_ONLY_VARIABLES = (C.ENV_QUEUES_ROOT, C.ENV_STATE_ROOT, C.ENV_RELEASE_DIR, "GEOAGENT_REDIS_RETRY_S",
+                      "GEOAGENT_STOP_GRACE_S")
 
 
 def dotenv_unused_warnings(environ: Mapping[str, str] | None = None) -> list[str]:
@@ -1404,7 +1405,8 @@ def dotenv_unused_warnings(environ: Mapping[str, str] | None = None) -> list[str
     return [f"{dotenv_path_default()} sets {', '.join(names)}, which geoagent reads from the environment only (.env "
             f"is read for API keys, MAPILLARY_TOKEN and the Redis URL): not used by this command; export "
             f"{'them' if len(names) > 1 else 'it'} in the shell (export {names[0]}=...)"
-            + (" or use [paths] in the config" if set(names) - {"GEOAGENT_REDIS_RETRY_S"} else "")]
+            + (" or use [paths] in the config" if set(names) & {C.ENV_QUEUES_ROOT, C.ENV_STATE_ROOT, C.ENV_RELEASE_DIR}
+               else "")]
 
 
 def _unused_host_warnings(cfg: "CampaignConfig") -> list[str]:

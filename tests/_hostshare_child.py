@@ -4,9 +4,11 @@ Usage: ``python tests/_hostshare_child.py '<json options>'`` with keys ``url``, 
 ``rate``, ``period_s``, ``concurrency``, ``duration_s``, ``workers`` (optional ``max_attempts``,
 ``backoff_max_s``, ``params``: more query parameters for every request; ``redis_url`` + ``campaign``: the
 board on Redis instead of the ``board`` file; ``boot``: a boot id of its own, i.e. another "machine" whose pids
-the others cannot check). Opens an :class:`HttpClient` plus a :class:`HostShare` on ``board`` (as
-``engine.open_services`` does), prints ``ready`` once the share is running, then has ``workers`` tasks
-call ``url?w=<tag>`` as fast as the limits allow for ``duration_s`` seconds, and prints one JSON line
+the others cannot check; ``until_file``: a path whose appearance ends the sending before ``duration_s`` is up, so
+a test can keep a child sending until another child is done). Opens an :class:`HttpClient` plus a
+:class:`HostShare` on ``board`` (as ``engine.open_services`` does), prints ``ready`` once the share is running,
+then has ``workers`` tasks call ``url?w=<tag>`` as fast as the limits allow for ``duration_s`` seconds (or until
+``until_file`` exists), and prints one JSON line
 ``{"tag", "ok", "errors"}``.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 
@@ -44,10 +47,14 @@ async def main(opt: dict) -> None:
         await share.__aenter__()
         print("ready", flush=True)
         end = time.monotonic() + opt["duration_s"]
+        until = opt.get("until_file")
+
+        def sending() -> bool:
+            return time.monotonic() < end and not (until and os.path.exists(until))
 
         async def worker(w: int) -> None:
             nonlocal ok, errors
-            while time.monotonic() < end:
+            while sending():
                 try:
                     await http.request("GET", opt["url"], params={"w": opt["tag"], "k": str(w), **opt.get("params", {})})
                     ok += 1

@@ -31,6 +31,10 @@ class Children:
         )
         self.started[tag] = time.monotonic()
 
+    async def wait(self, tag: str, timeout_s: float = 60.0) -> int:
+        """Wait until child ``tag`` has exited (its output stays in its pipes for :meth:`finish`); its exit code."""
+        return await asyncio.wait_for(self.procs[tag].wait(), timeout=timeout_s)
+
     async def finish(self) -> dict[str, tuple[int, str, str]]:
         """Wait for every child (60 s each at most); ``{tag: (exit code, stdout, last 3,000 chars of stderr)}``."""
         out = {}

@@ -297,11 +297,11 @@ def open_reservations(db: Path) -> int:
 
 
 def run_with_calls_on_the_wire(tmp: Path, *, name: str, latency_ms: int, key: str, key_var: str, in_flight: int,
-                               timeout_s: float, n: int = 12):
+                               timeout_s: float, n: int = 12, env_extra: Mapping[str, str] | None = None):
     """Context manager: the OpenAI-compatible fake in its own process (``latency_ms`` per answer, API key ``key``)
     and ``run.py run`` of a generic campaign of ``n`` calls on it (concurrency ``in_flight``, model timeout
-    ``timeout_s``), yielded once ``in_flight`` calls are on the wire (open reservations). Yields
-    ``(proc, cfgp, db, env, cmd)``; kills both processes on exit."""
+    ``timeout_s``; ``env_extra``: more environment variables of the run), yielded once ``in_flight`` calls are on
+    the wire (open reservations). Yields ``(proc, cfgp, db, env, cmd)``; kills both processes on exit."""
     import contextlib
     import subprocess
     import sys
@@ -325,7 +325,7 @@ def run_with_calls_on_the_wire(tmp: Path, *, name: str, latency_ms: int, key: st
                                     models=model_table(base_url=base, key_var=key_var, concurrency=in_flight,
                                                        timeout_s=timeout_s))
             db = tmp / "state" / name / C.CAMPAIGN_DB
-            env = {key_var: key, "PATH": "/usr/bin:/bin"}
+            env = {key_var: key, "PATH": "/usr/bin:/bin", **(env_extra or {})}
             cmd = [sys.executable, str(repo / "run.py"), "run", str(cfgp), "--no-live"]
             proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             deadline = time.monotonic() + 60

@@ -58,6 +58,17 @@ def release_dir() -> Path:
 
 
 @pytest.fixture
+def sandbox_crawled(tmp_path_factory, monkeypatch) -> tuple[Path, str]:
+    """(root, what the crawl printed): the shipped offline crawl (geoagent/configs/crawl_sandbox.toml) finished
+    under ``root`` (``root / "state" / "crawl-sandbox"``), the data roots and MAPILLARY_TOKEN pointed at it, as
+    ``isolated_roots`` plus that crawl leave them; crawled once per session and restored for each test
+    (tests/_crawl_once.py)."""
+    from tests._crawl_once import sandbox_crawl
+
+    return sandbox_crawl(tmp_path_factory, monkeypatch)
+
+
+@pytest.fixture
 def isolated_roots(tmp_path, monkeypatch) -> Path:
     """Point the queue and state roots at a temporary folder for one test."""
     monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "geoagent" / "configs" / "crawl_sandbox.toml"
 
 
-def test_crawl_dry_run_outline_bounds_what_the_crawl_reserves(isolated_roots, monkeypatch, capsys):
+def test_crawl_dry_run_outline_bounds_what_the_crawl_reserves(isolated_roots, monkeypatch, capsys, tmp_path_factory):
     monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
     cfg = load_config(CONFIG)
     settings = cfg.section("crawl")
@@ -43,8 +43,12 @@ def test_crawl_dry_run_outline_bounds_what_the_crawl_reserves(isolated_roots, mo
     assert "plus re-asks" in ref_line  # unparseable batches are asked again in halves: not in the 50
     assert re.search(r"the \[budget\] cap \(\$0\.50\) holds", out)
 
-    assert main(["crawl", str(CONFIG), "--no-live"]) == 0
-    db = isolated_roots / "state" / "crawl-sandbox" / "campaign.sqlite"
+    # the crawl itself: the session's one of this config (tests/_crawl_once.py), restored under a root of its own
+    # (the dry run leaves no state: tests/test_crawl_sandbox_config.py), with the data roots pointed there
+    from tests._crawl_once import sandbox_crawl
+
+    root, _ = sandbox_crawl(tmp_path_factory, monkeypatch)
+    db = root / "state" / "crawl-sandbox" / "campaign.sqlite"
     with sqlite3.connect(db) as conn:
         rows = conn.execute("SELECT model, amount_nusd FROM reservations").fetchall()
     image = [a / 1e9 for m, a in rows if m == "sandbox-vision-auditor"]

@@ -18,11 +18,9 @@ import pandas as pd
 import polars as pl
 import pytest
 
-from geoagent.cli import main
 from geoagent.crawl.export import is_id_column, read_crawl_csv
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIG = REPO / "geoagent" / "configs" / "crawl_sandbox.toml"
 README = REPO / "README.md"
 
 #: table -> its id columns, written out by hand from the column lists of the crawl writers
@@ -45,15 +43,10 @@ def _text_rows(path: Path) -> list[dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def crawl_dir(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("crawl_ids")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("GEOAGENT_QUEUES", str(root / "queues"))
-    mp.setenv("GEOAGENT_STATE", str(root / "state"))
-    mp.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
-    try:
-        assert main(["crawl", str(CONFIG), "--no-live"]) == 0
-    finally:
-        mp.undo()
+    """The shipped sandbox crawl's folder (the session's one crawl, restored for this module: tests/_crawl_once.py)."""
+    from tests._crawl_once import sandbox_crawl_for_module
+
+    root, _ = sandbox_crawl_for_module(tmp_path_factory)
     out = root / "state" / "crawl-sandbox"
     assert (out / "export" / "images.parquet").is_file()
     return out

@@ -5,7 +5,9 @@ human_verdicts`` excluding an image, ``images.csv`` said ``usable False`` but ``
 to a crawl without verdicts (15 trials on the excluded image), so the GeoHint plan (the trials' images) still
 showed it; adding the verdicts to a finished crawl read as a config change of the requests ("Use a new [campaign]
 name", which re-asks and re-pays every audit) and applied nothing; a ``human_verdicts`` path that does not exist
-was silently ignored. The shipped offline crawl (local fakes, started in-process) through the CLI entry."""
+was silently ignored. The shipped offline crawl (local fakes, started in-process) through the CLI entry; the crawl
+without verdicts that two tests start from is the session's one (``sandbox_crawled``, tests/_crawl_once.py),
+restored at its root for each."""
 
 from __future__ import annotations
 
@@ -72,14 +74,12 @@ def _assert_excluded_everywhere(state: Path, image: dict[str, str]) -> None:
     assert exported.filter(pl.col("image_id") == iid)["usable"].to_list() == [False]
 
 
-def test_verdicts_added_to_a_finished_crawl_are_applied_by_a_rerun_with_no_new_call(isolated_roots, monkeypatch,
-                                                                                      capsys):
+def test_verdicts_added_to_a_finished_crawl_are_applied_by_a_rerun_with_no_new_call(sandbox_crawled, capsys):
     # before: the re-run said "crawl changed since its last run (crawl.image_audit.human_verdicts: unset -> ...)
     # ... affects none of the stored results ... Use a new [campaign] name" (70 audit calls again) and left
     # images.csv, verify_trials.csv and the summary's "audit: 26 usable, 6 excluded" as they were
-    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
-    assert main(["crawl", str(CRAWL_CONFIG), "--no-live"]) == 0
-    first = capsys.readouterr().out
+    isolated_roots, first = sandbox_crawled  # the finished shipped crawl (run once per session) and its stdout
+    capsys.readouterr()  # what the crawl may have printed here: as before, nothing of it is read below
     state = isolated_roots / "state" / "crawl-sandbox"
     usable, excluded = _audit_counts(first)
     image = _model_usable_image_in_trials(state)
@@ -104,14 +104,13 @@ def test_verdicts_added_to_a_finished_crawl_are_applied_by_a_rerun_with_no_new_c
     assert (state / "verify_trials.csv").read_bytes() == before
 
 
-def test_a_crawl_with_verdicts_from_the_start_leaves_the_excluded_image_out_of_the_trials(isolated_roots, monkeypatch,
-                                                                                          capsys, tmp_path_factory):
+def test_a_crawl_with_verdicts_from_the_start_leaves_the_excluded_image_out_of_the_trials(sandbox_crawled, capsys,
+                                                                                          tmp_path_factory):
     # before: images.csv said usable False, but write_verify_trials read the audits without the verdicts:
     # verify_trials.csv was byte-identical to a crawl without them
     import shutil
 
-    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
-    assert main(["crawl", str(CRAWL_CONFIG), "--no-live"]) == 0
+    isolated_roots, _ = sandbox_crawled  # the finished shipped crawl (run once per session)
     capsys.readouterr()
     state = isolated_roots / "state" / "crawl-sandbox"
     image = _model_usable_image_in_trials(state)

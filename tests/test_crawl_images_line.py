@@ -3,7 +3,8 @@
 
 Before, it read ``images kept: 32 of 45 downloaded`` also for a crawl that reused another crawl's selection
 made with the same settings and downloaded nothing. The sandbox crawl (``geoagent/configs/crawl_sandbox.toml``)
-twice under one state root, the second under another campaign name.
+twice under one state root, the second under another campaign name (the first is the session's one, restored:
+``sandbox_crawled``).
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ LINE = re.compile(r"images kept: (\d+) of (\d+) examined \((.*)\); thumbnails do
                   r"(?: \(([^)]*)\))?; audit: ")
 
 
-def test_images_line_says_examined_and_what_this_run_downloaded(isolated_roots, monkeypatch, capsys):
-    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
-    assert main(["crawl", str(CONFIG), "--no-live"]) == 0
-    first = " ".join(capsys.readouterr().out.split())
+def test_images_line_says_examined_and_what_this_run_downloaded(sandbox_crawled, capsys):
+    isolated_roots, printed = sandbox_crawled  # the finished crawl (run once per session, tests/_crawl_once.py)
+    capsys.readouterr()
+    first = " ".join(printed.split())
     m1 = LINE.search(first)
     assert m1, first
     records = [json.loads(p.read_text()) for p in (isolated_roots / "state" / "crawl-sandbox" / "image_selection").glob("*.json")]

@@ -142,12 +142,10 @@ def _config_with_review(tmp: Path, verdicts: Path) -> Path:
     return p
 
 
-def test_decisions_added_to_a_finished_crawl_are_applied_by_a_rerun_with_no_new_call(isolated_roots, monkeypatch,
-                                                                                      capsys):
+def test_decisions_added_to_a_finished_crawl_are_applied_by_a_rerun_with_no_new_call(sandbox_crawled, capsys):
     # before: the key was refused ([crawl.referenceability] has no review_verdicts), the queue was never read back and
     # a decision could only be a hand edit of rated/ and ladders/
-    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
-    assert main(["crawl", str(CRAWL_CONFIG), "--no-live"]) == 0
+    isolated_roots, _ = sandbox_crawled  # the finished shipped crawl (run once per session, tests/_crawl_once.py)
     capsys.readouterr()
     state = isolated_roots / "state" / "crawl-sandbox"
     queue = [json.loads(x) for x in (state / "audit_review_queue.jsonl").read_text().splitlines() if x.strip()]
@@ -237,20 +235,19 @@ def test_a_decision_matching_no_rated_candidate_is_named_in_a_warning(crawled, t
     assert [(r["site"], r["qid"]) for r in log] == [(queue[0]["site"], queue[0]["qid"])]  # only the applied one
 
 
-def test_the_summary_and_status_say_how_many_review_items_are_pending_and_resolved(isolated_roots, monkeypatch,
-                                                                                    capsys):
+def test_the_summary_and_status_say_how_many_review_items_are_pending_and_resolved(sandbox_crawled, capsys):
     """The queue file is the auditor's append-only record of what it queued (each item ``status: "pending"``, as
     queued; the crawl never rewrites it), and the decisions in force are in ``audit_review_resolved.csv``: before,
     nothing said how many items were still pending once decisions were applied, so a reader of the queue saw every
     item pending. The crawl's summary (printed and ``report/crawl_summary.json``) and ``run.py status`` now count
     them, and the queue file keeps every byte."""
-    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
-    assert main(["crawl", str(CRAWL_CONFIG), "--no-live"]) == 0
+    isolated_roots, first = sandbox_crawled  # the finished shipped crawl (run once per session) and its stdout
+    capsys.readouterr()
     state = isolated_roots / "state" / "crawl-sandbox"
     queue = [json.loads(x) for x in (state / "audit_review_queue.jsonl").read_text().splitlines() if x.strip()]
     n = len({(q["site"], q["qid"]) for q in queue})
     assert n >= 3, n
-    out = capsys.readouterr().out
+    out = first
     assert f"referenceability review: {n} items queued (audit_review_queue.jsonl): {n} pending, 0 resolved" in out, out
     summary = json.loads((state / "report" / "crawl_summary.json").read_text())
     assert summary["review"] == {"queued": n, "pending": n, "resolved": 0}

@@ -17,7 +17,6 @@ import orjson
 import polars as pl
 import pytest
 
-from geoagent.cli import main
 from geoagent.config import load_config
 from geoagent.sandbox.launch import simulated_auditors, simulated_models
 
@@ -28,15 +27,10 @@ AUDITORS = ["sandbox-vision-auditor", "sandbox-text-auditor"]
 
 @pytest.fixture(scope="module")
 def crawl_state(tmp_path_factory):
-    root = tmp_path_factory.mktemp("crawlsim")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("GEOAGENT_QUEUES", str(root / "queues"))
-    mp.setenv("GEOAGENT_STATE", str(root / "state"))
-    mp.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
-    try:
-        assert main(["crawl", str(CRAWL), "--no-live"]) == 0
-    finally:
-        mp.undo()
+    """The shipped sandbox crawl's folder (the session's one crawl, restored for this module: tests/_crawl_once.py)."""
+    from tests._crawl_once import sandbox_crawl_for_module
+
+    root, _ = sandbox_crawl_for_module(tmp_path_factory)
     return root / "state" / "crawl-sandbox"
 
 

@@ -5,8 +5,8 @@ Walkthrough: ``trials = "build"`` with ``n_per_band = 3`` interrupted, then ``n_
 rate 5 -> 100): "planned 678 requests" yet 1168 answers scored, the summary's "built trials per band" (the new
 design) did not match the scored data (the union of both designs), and 3 pairs of rows of different trial ids
 shared one request key (same swapped image, same claim: one answer counted twice). The drift warning listed the
-rate change as one that "would mix both versions". Sandbox crawl (local fakes) -> GeoVerify with a simulated
-model, through the CLI entry."""
+rate change as one that "would mix both versions". Sandbox crawl (local fakes; the session's one, restored for
+each test: ``sandbox_crawled``) -> GeoVerify with a simulated model, through the CLI entry."""
 
 from __future__ import annotations
 
@@ -39,9 +39,8 @@ def _main_arm_counts(summary: str) -> tuple[int, int, int]:
     return n_built, parsed, main_failed
 
 
-def test_a_changed_design_scores_only_the_current_plan(isolated_roots, monkeypatch, capsys):
-    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
-    assert main(["crawl", str(CRAWL), "--no-live"]) == 0
+def test_a_changed_design_scores_only_the_current_plan(sandbox_crawled, capsys):
+    isolated_roots, _ = sandbox_crawled  # the finished shipped crawl (run once per session, tests/_crawl_once.py)
     state = isolated_roots / "state"
     crawl_dir, images = state / "crawl-sandbox", state / "images"
     p = _gv(isolated_roots, crawl_dir, images, 3, 5.0)
@@ -110,7 +109,7 @@ max_output_tokens = 100
 """
 
 
-def test_the_export_marks_the_scored_rows_and_superseded_tasks_are_not_missing(isolated_roots, monkeypatch, capsys):
+def test_the_export_marks_the_scored_rows_and_superseded_tasks_are_not_missing(sandbox_crawled, capsys):
     """The walkthrough's export: every stored scored row (1227) while the report scored 1035, so H and F
     recomputed from the export disagreed with the report; and the report said "Incomplete: 615 trial(s)
     missing" for tasks set aside as superseded while the run ended complete. Run 1: two models, complete;
@@ -118,8 +117,7 @@ def test_the_export_marks_the_scored_rows_and_superseded_tasks_are_not_missing(i
     removed model's answers left out, the queued tasks set aside), then ``run.py export``."""
     import polars as pl
 
-    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
-    assert main(["crawl", str(CRAWL), "--no-live"]) == 0
+    isolated_roots, _ = sandbox_crawled  # the finished shipped crawl (run once per session, tests/_crawl_once.py)
     state = isolated_roots / "state"
     crawl_dir, images = state / "crawl-sandbox", state / "images"
 

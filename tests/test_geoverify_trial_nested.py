@@ -122,21 +122,14 @@ def test_balance_is_kept(seed=4):
 
 # --- over the sandbox crawl (local fakes), as [geoverify] trials = "build" plans it -----------------------
 
-REPO = Path(__file__).resolve().parents[1]
-CRAWL = REPO / "geoagent" / "configs" / "crawl_sandbox.toml"
-
 
 @pytest.fixture(scope="module")
 def sandbox_crawl(tmp_path_factory):
-    """(state root, crawl folder, images folder) of one sandbox crawl, shared by this module's tests."""
-    from geoagent.cli import main
+    """(state root, crawl folder, images folder) of one sandbox crawl, shared by this module's tests (the session's
+    one crawl of the shipped config, restored for this module: tests/_crawl_once.py)."""
+    from tests._crawl_once import sandbox_crawl_for_module
 
-    tmp = tmp_path_factory.mktemp("nested")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GEOAGENT_QUEUES", str(tmp / "queues"))
-        mp.setenv("GEOAGENT_STATE", str(tmp / "state"))
-        mp.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
-        assert main(["crawl", str(CRAWL), "--no-live"]) == 0
+    tmp, _ = sandbox_crawl_for_module(tmp_path_factory)
     return tmp, tmp / "state" / "crawl-sandbox", tmp / "state" / "images"
 
 

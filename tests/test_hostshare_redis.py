@@ -53,20 +53,28 @@ def _machine(redis_url: str, campaign: str, tag: str, state_dir) -> dict:
 
 def test_two_machines_share_one_rate_and_a_joiner_waits(tmp_path, redis_url):
     """Two "machines" A and B on one host limited to 20/s, C joins while both send: never more than 20 in any
-    1-s window at the server (before this board, each machine's own SQLite board gave each the full 20/s)."""
+    1-s window at the server (before this board, each machine's own SQLite board gave each the full 20/s).
+
+    A and B send until C is done (``until_file``; at most 60 s), not for a fixed 9 s: on a loaded machine C's
+    start-up could take so long that B had left (and A grown back) or A had stopped before C's last 3.5 s, the
+    span in which A's share is checked."""
     rate = 20
 
     async def go():
         app = make_app()
         kids = Children()
+        stop = tmp_path / "stop-A-and-B"
         async with serve(app) as base:
             opt = dict(url=base + "/echo", rate=rate, concurrency=6, workers=6)
-            await kids.start("A", duration_s=9.0, **opt, **_machine(redis_url, "rate", "A", tmp_path / "A"))
-            await kids.start("B", duration_s=9.0, **opt, **_machine(redis_url, "rate", "B", tmp_path / "B"))
+            for tag in "AB":
+                await kids.start(tag, duration_s=60.0, until_file=str(stop), **opt,
+                                 **_machine(redis_url, "rate", tag, tmp_path / tag))
             await _wait_for_tags(app, {"A", "B"})
             await asyncio.sleep(1.5)
             t_join = time.monotonic()
             await kids.start("C", duration_s=5.0, **opt, **_machine(redis_url, "rate", "C", tmp_path / "C"))
+            await kids.wait("C")
+            stop.touch()
             out = await kids.finish()
         return list(app[FAULTS_KEY].log), out, t_join
 

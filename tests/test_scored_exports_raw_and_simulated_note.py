@@ -19,7 +19,6 @@ import pytest
 from geoagent.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
-CRAWL = REPO / "geoagent" / "configs" / "crawl_sandbox.toml"
 README = REPO / "README.md"
 MODEL_FAKE = """
 [[models]]
@@ -50,17 +49,16 @@ def _toml(root: Path, name: str, kind: str, models: str, section: str) -> Path:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("rawsim")
+    from tests._crawl_once import sandbox_crawl
+
     mp = pytest.MonkeyPatch()
-    mp.setenv("GEOAGENT_QUEUES", str(root / "queues"))
-    mp.setenv("GEOAGENT_STATE", str(root / "state"))
-    mp.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
     outs = {}
     try:
         import io
         from contextlib import redirect_stdout
 
-        assert main(["crawl", str(CRAWL), "--no-live"]) == 0
+        # the shipped crawl (the session's one, restored under its root; the data roots pointed there)
+        root, _ = sandbox_crawl(tmp_path_factory, mp)
         images = root / "state" / "images"
         gv = _toml(root, "gv-sim", "geoverify", SIMULATED, f'trials = "release"\nimage_root = "{images}"\nn_boot = 0')
         gh = _toml(root, "gh-fake", "geohint", MODEL_FAKE,

@@ -19,8 +19,6 @@ import pytest
 
 from geoagent.cli import main
 
-REPO = Path(__file__).resolve().parents[1]
-CRAWL = REPO / "geoagent" / "configs" / "crawl_sandbox.toml"
 MODEL_FAKE = """
 [[models]]
 name = "fake-gpt"
@@ -53,11 +51,9 @@ def runs(tmp_path_factory):
     import geoagent.report.geohint as gh_report
     import geoagent.report.geoverify as gv_report
 
-    root = tmp_path_factory.mktemp("simflags")
+    from tests._crawl_once import sandbox_crawl
+
     mp = pytest.MonkeyPatch()
-    mp.setenv("GEOAGENT_QUEUES", str(root / "queues"))
-    mp.setenv("GEOAGENT_STATE", str(root / "state"))
-    mp.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
     texts: dict[str, list[str]] = {}
 
     def spy(name, build):
@@ -72,7 +68,8 @@ def runs(tmp_path_factory):
     mp.setattr(gh_report, "echo_heatmap_figure", spy("echo_heatmap", gh_report.echo_heatmap_figure))
     outs = {}
     try:
-        assert main(["crawl", str(CRAWL), "--no-live"]) == 0
+        # the shipped crawl (the session's one, restored under its root; the data roots pointed there)
+        root, _ = sandbox_crawl(tmp_path_factory, mp)
         images = root / "state" / "images"
         gv = _toml(root, "gv-sim", "geoverify", SIMULATED, f'trials = "release"\nimage_root = "{images}"\nn_boot = 0')
         gh = _toml(root, "gh-fake", "geohint", MODEL_FAKE,

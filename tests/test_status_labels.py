@@ -88,16 +88,15 @@ def test_status_names_sandbox_and_served_model_hosts_after_a_run(tmp_path):
 SANDBOX_CRAWL = Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "crawl_sandbox.toml"
 
 
-def test_status_after_a_crawl_rerun_names_the_hosts_of_the_run_it_shows(isolated_roots, monkeypatch, capsys):
+def test_status_after_a_crawl_rerun_names_the_hosts_of_the_run_it_shows(sandbox_crawled, capsys):
     """A re-run with nothing to do starts the fakes on new ports; ``status`` then shows the HTTP figures of
     the last run that did work, so it must name THAT run's ports (each run records its own labels)."""
     import json
 
     from geoagent.cli import main
 
-    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
-    assert main(["crawl", str(SANDBOX_CRAWL), "--no-live"]) == 0
-    summary = capsys.readouterr().out
+    isolated_roots, summary = sandbox_crawled  # the finished crawl (the session's one, restored) and its stdout
+    capsys.readouterr()
     assert main(["crawl", str(SANDBOX_CRAWL), "--no-live"]) == 0  # resumes: no work, fakes on new ports
     capsys.readouterr()
     assert main(["status", str(SANDBOX_CRAWL)]) == 0

@@ -109,6 +109,36 @@ class LateSignals:
         self._before.clear()
 
 
+#: seconds tasks in flight may run on after a stop request (SIGINT/SIGTERM) before they are released
+STOP_GRACE_S = 30.0
+#: environment variable that sets another grace period (s): a longer one for slow models, a shorter one for tests
+#: that wait it out (tests/test_runtime_stop_grace_summary.py)
+STOP_GRACE_ENV = "GEOAGENT_STOP_GRACE_S"
+#: the longest grace period the variable may set (s)
+MAX_STOP_GRACE_S = 3600.0
+
+
+def stop_grace_s() -> float:
+    """The grace period in s: :data:`STOP_GRACE_ENV` when set (non-empty), else :data:`STOP_GRACE_S`.
+
+    Raises
+    ------
+    ValueError
+        The variable is not a number of seconds in [0, :data:`MAX_STOP_GRACE_S`] (the command exits 2 before
+        any work starts: :func:`run_pipeline` reads it first).
+    """
+    raw = os.environ.get(STOP_GRACE_ENV, "").strip()
+    if not raw:
+        return STOP_GRACE_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value <= MAX_STOP_GRACE_S:
+        raise ValueError(f"{STOP_GRACE_ENV} must be a number of seconds in [0, {MAX_STOP_GRACE_S:g}], got {raw!r}")
+    return value
+
+
 def stop_message(signum: int, grace_s: float) -> str:
     """The line logged at the first SIGINT/SIGTERM: what stopping does, and what a second signal does
     (:func:`run_pipeline` exits at once with status 130 via ``os._exit``: acknowledged work is kept, tasks in
@@ -163,7 +193,7 @@ async def run_pipeline(
     tick: Tick | None = None,
     tick_interval_s: float = 1.0,
     handle_signals: bool = True,
-    grace_s: float = 30.0,
+    grace_s: float | None = None,
     runner_options: dict[str, Any] | None = None,
 ) -> PipelineRun:
     """Run ``stages`` until they finish (burst) or a signal stops them; returns the run's final view.
@@ -184,9 +214,17 @@ async def run_pipeline(
         Called every ``tick_interval_s`` seconds and once at the end (progress display, JSONL stream).
     handle_signals : bool
         Install SIGINT/SIGTERM handling (main thread only).
-    grace_s : float
-        Seconds in-flight tasks may run after a stop request before they are released.
+    grace_s : float or None
+        Seconds in-flight tasks may run after a stop request before they are released; None: :func:`stop_grace_s`
+        (30 s, or ``GEOAGENT_STOP_GRACE_S``).
+
+    Raises
+    ------
+    ValueError
+        ``grace_s`` is None and ``GEOAGENT_STOP_GRACE_S`` is not a valid number of seconds (before anything runs).
     """
+    if grace_s is None:
+        grace_s = stop_grace_s()
     ups = upstream_map(stages)
     runners: list[StageRunner] = []
     by_name: dict[str, StageRunner] = {}

@@ -25,6 +25,7 @@ revoked token (:data:`TOKEN_EXPIRED`, code 190), throttling (:func:`rate_limited
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import io
@@ -168,12 +169,20 @@ def graph_error(status: int, message: str, code: int, etype: str = "OAuthExcepti
                                         "error_user_msg": "", "fbtrace_id": "AsandboxTRACE0"}}, status=status)
 
 
+@functools.lru_cache(maxsize=4096)
 def render_thumbnail(image_id: str, brightness: float, px: int = 64, pattern_seed: str | None = None) -> bytes:
     """A deterministic JPEG (``px`` x ``px``, RGB) whose grey mean is close to ``brightness`` (0-255).
 
     The texture (block size, phase, gradient direction, noise) is seeded by ``pattern_seed`` (default:
     the image id), so different images look different to a perceptual hash while two images given the
-    same ``pattern_seed`` are near-duplicates."""
+    same ``pattern_seed`` are near-duplicates.
+
+    Pixel arithmetic is done on numpy arrays in the same float64 operations, in the same order, and with the
+    same random draws (one ``Random.random()`` per pixel, rows then columns, as ``Random.uniform`` draws) as a
+    per-pixel loop, so the bytes are those of that loop (tests/test_sandbox_fakes_cached.py keeps it as the
+    reference). The answer is a pure function of the arguments and is cached per process (the sandbox crawl
+    asks for the same thumbnails in every test that runs it)."""
+    import numpy as np
     from PIL import Image
 
     rng = random.Random(int(hashlib.sha256((pattern_seed or image_id).encode()).hexdigest()[:12], 16))
@@ -181,16 +190,17 @@ def render_thumbnail(image_id: str, brightness: float, px: int = 64, pattern_see
     block = rng.choice([5, 7, 9, 11, 13])
     ox, oy = rng.randrange(block), rng.randrange(block)
     gx, gy = rng.uniform(-1, 1), rng.uniform(-1, 1)
-    pix = []
-    for y in range(px):
-        for x in range(px):
-            check = (((x + ox) // block + (y + oy) // block) % 2) * 2 - 1
-            grad = (gx * (x - px / 2) + gy * (y - px / 2)) / px
-            v = brightness + amp * (0.45 * check + 0.5 * grad) + rng.uniform(-amp, amp) * 0.2
-            g = max(0, min(255, int(round(v))))
-            pix.append((g, max(0, min(255, g + 6)), max(0, min(255, g - 6))))
-    img = Image.new("RGB", (px, px))
-    img.putdata(pix)
+    draw = rng.random
+    # rng.uniform(-amp, amp) is -amp + (amp - -amp) * random(): the same draw, the same float operations
+    noise = np.array([draw() for _ in range(px * px)], dtype=np.float64).reshape(px, px)
+    noise = -amp + (amp - -amp) * noise
+    y, x = np.mgrid[0:px, 0:px]
+    check = (((x + ox) // block + (y + oy) // block) % 2) * 2 - 1
+    grad = (gx * (x - px / 2) + gy * (y - px / 2)) / px
+    v = brightness + amp * (0.45 * check + 0.5 * grad) + noise * 0.2
+    g = np.clip(np.rint(v), 0, 255).astype(np.int64)  # rint rounds half to even, as round() does
+    pix = np.stack([g, np.clip(g + 6, 0, 255), np.clip(g - 6, 0, 255)], axis=-1).astype(np.uint8)
+    img = Image.fromarray(pix, "RGB")
     buf = io.BytesIO()
     img.save(buf, format="JPEG", quality=90)
     return buf.getvalue()

@@ -10,6 +10,8 @@ views for an article are ``daily_views[title]`` on every day, except every ``zer
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import json
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
@@ -20,6 +22,7 @@ from geoagent.sandbox.overpass import ua_problem
 
 ACCESS = {"all-access", "desktop", "mobile-app", "mobile-web"}
 AGENTS = {"all-agents", "user", "spider", "automated"}
+FIRST_DAY = dt.date(2015, 7, 1)  # the API's first day of data
 
 
 @dataclass
@@ -63,21 +66,54 @@ async def _per_article(request: web.Request) -> web.Response:
     if end < start:
         return _problem(400, "invalid_request", "Invalid parameters", "start must be before end", raw_path)
     per_day = st.daily_views.get(article, 0)
-    items = []
-    day = start
-    i = 0
-    while day <= end and day >= dt.date(2015, 7, 1):
-        if per_day > 0 and not (st.zero_every and i % st.zero_every == st.zero_every - 1):
-            items.append({"project": m["project"], "article": article, "granularity": "daily",
-                          "timestamp": day.strftime("%Y%m%d") + "00", "access": m["access"], "agent": m["agent"],
-                          "views": per_day})
-        day += dt.timedelta(days=1)
-        i += 1
-    items.extend(st.extra_items.get(article, []))
+    extra = st.extra_items.get(article, [])
+    if not extra:  # the common answer: the same request gets the same bytes, built once per process
+        text = _daily_json(m["project"], m["access"], m["agent"], article, start, end, per_day, st.zero_every)
+        if text is None:
+            return _not_found(raw_path)
+        return web.json_response(text=text)
+    items = _daily_items(m["project"], m["access"], m["agent"], article, start, end, per_day, st.zero_every)
+    items.extend(extra)
     if not items:
-        return _problem(404, "not_found", "Not found.", "The date(s) you used are valid, but we either do not have data "
-                        "for those date(s), or the project you asked for is not loaded yet.", raw_path)
+        return _not_found(raw_path)
     return web.json_response({"items": items})
+
+
+def _not_found(raw_path: str) -> web.Response:
+    return _problem(404, "not_found", "Not found.", "The date(s) you used are valid, but we either do not have data "
+                    "for those date(s), or the project you asked for is not loaded yet.", raw_path)
+
+
+@functools.lru_cache(maxsize=64)
+def _day_stamps(start: dt.date, end: dt.date) -> tuple[str, ...]:
+    """``YYYYMMDD00`` of each day from ``start`` to ``end`` (inclusive); none when ``start`` is before the API's
+    first day (2015-07-01), as the walk from ``start`` stops at once there."""
+    out = []
+    day = start
+    while day <= end and day >= FIRST_DAY:
+        out.append(day.strftime("%Y%m%d") + "00")
+        day += dt.timedelta(days=1)
+    return tuple(out)
+
+
+def _daily_items(project: str, access: str, agent: str, article: str, start: dt.date, end: dt.date, per_day: int,
+                 zero_every: int) -> list[dict[str, object]]:
+    """The fake's items of one article over ``start``..``end``: ``per_day`` views on each day except every
+    ``zero_every``-th (counted from ``start``; 0: none skipped); no item when ``per_day`` is 0."""
+    if per_day <= 0:
+        return []
+    return [{"project": project, "article": article, "granularity": "daily", "timestamp": stamp, "access": access,
+             "agent": agent, "views": per_day}
+            for i, stamp in enumerate(_day_stamps(start, end))
+            if not (zero_every and i % zero_every == zero_every - 1)]
+
+
+@functools.lru_cache(maxsize=1024)
+def _daily_json(project: str, access: str, agent: str, article: str, start: dt.date, end: dt.date, per_day: int,
+                zero_every: int) -> str | None:
+    """The JSON text ``web.json_response`` would send for :func:`_daily_items` (None: no item, a 404)."""
+    items = _daily_items(project, access, agent, article, start, end, per_day, zero_every)
+    return json.dumps({"items": items}) if items else None
 
 
 def make_app(daily_views: dict[str, int] | None = None, *, zero_every: int = 7, faults: FaultConfig | None = None,
