@@ -2007,9 +2007,11 @@ async def _run(
             outcome.extra_lines += [f"  warning: {MIX_WARNING}:"] + [
                 f"    {ln}" for ln in params_mix_lines(ctx.services[C.SERVICE_PARAMS_MIX], not_sent_of(cfg))]
         if kind.plan_edge == C.EDGE_REQUESTS:  # an evaluation: say when its answers came from the simulator
-            from geoagent.sandbox.launch import simulated_models, simulated_note
+            from geoagent.runtime.export import simulated_answer_models
+            from geoagent.sandbox.launch import simulated_note
 
-            sim = simulated_models(ctx.services.get("config_as_written", cfg))
+            # what the stored answers recorded (a sandbox fake on a port of one's own too), else the config's rule
+            sim = simulated_answer_models(ctx.services.get("store"), ctx.services.get("config_as_written", cfg))
             if sim:
                 outcome.extra_lines.append("  !!! NOTE: " + simulated_note(sim, task=cfg.campaign.kind))
                 if cfg.models and all(m.name in sim for m in cfg.models):
