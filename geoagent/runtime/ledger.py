@@ -204,7 +204,7 @@ class CampaignDB:
             try:
                 return self._conn.execute(sql, params).fetchall()
             except sqlite3.DatabaseError as exc:
-                damaged = damaged_file_error(None, exc, self.path)
+                damaged = damaged_file_error(None, exc, self.path, at_open=False)  # earlier writes may exist
                 if damaged is None:
                     raise
                 raise damaged from None
