@@ -63,3 +63,24 @@ def test_the_warning_at_close_names_the_full_disk(tmp_path, caplog):
     lines = [r.getMessage() for r in caplog.records if "could not mark rows gone" in r.getMessage()]
     # before: "...: cannot rollback - no transaction is active"
     assert len(lines) == 1 and "database or disk is full" in lines[0] and "cannot rollback" not in lines[0], lines
+
+
+def test_a_campaign_db_transaction_on_a_full_disk_raises_the_full_disk_error(tmp_path):
+    """The same in the campaign database's transactions (``geoagent/runtime/ledger.py``: ledger and response store
+    share them). Before: ``cannot rollback - no transaction is active``."""
+    from geoagent.runtime.ledger import CampaignDB
+
+    db = CampaignDB(tmp_path / "campaign.sqlite")
+    try:
+        db.executescript("CREATE TABLE t(x)")
+        n = db.read("PRAGMA page_count")[0][0]
+        db.read(f"PRAGMA max_page_count={n}")
+        with pytest.raises(sqlite3.OperationalError) as info:
+            with db.transaction() as c:
+                c.execute("INSERT INTO t VALUES (?)", ("x" * 200_000,))
+        assert "full" in str(info.value), info.value
+        with db.transaction() as c:  # usable again for what fits
+            c.execute("INSERT INTO t VALUES (1)")
+        assert db.read("SELECT COUNT(*) FROM t") == [(1,)]
+    finally:
+        db.close()

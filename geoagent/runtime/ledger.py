@@ -184,7 +184,8 @@ class CampaignDB:
                 yield self._conn
             except BaseException:
                 self._depth = 0
-                self._conn.execute("ROLLBACK")
+                if self._conn.in_transaction:  # SQLite may have rolled back already (SQLITE_FULL): keep that error
+                    self._conn.execute("ROLLBACK")
                 raise
             self._depth = 0
             self._conn.execute("COMMIT")
