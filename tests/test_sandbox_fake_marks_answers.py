@@ -128,3 +128,27 @@ def test_a_crawl_auditor_on_a_fake_of_ones_own_is_recorded_simulated(tmp_path):
         kinds = {(model, orjson.loads(meta).get("provider_kind"))
                  for model, meta in db.execute("SELECT model, request_meta FROM responses")}
     assert kinds == {(TEXT, "simulated")}, kinds
+
+
+def test_a_geoverify_report_over_a_fake_of_ones_own_carries_the_simulated_note(tmp_path, release_dir):
+    """The report too (``geoagent/geoverify/campaign.py``): GeoVerify over the public release (no pixels:
+    ``[images] missing = "placeholder"``, as README says for a fake on a port of one's own)."""
+    from geoagent.report.geoverify import TABLE_MD
+
+    p = tmp_path / "gv.toml"
+
+    async def go():
+        async with serve(llm_openai.make_app(require_auth=False)) as base:
+            p.write_text('[campaign]\nname = "gv-own"\nkind = "geoverify"\nseed = 1\n'
+                         f'[paths]\nqueues = "{tmp_path / "q"}"\nstate = "{tmp_path / "s"}"\n'
+                         f'release_dir = "{release_dir}"\n[budget]\ncap_usd = 5.0\n'
+                         '[images]\nmissing = "placeholder"\n'
+                         + _model("mine", "openai", f"{base}/v1", None).replace("concurrency = 4", "concurrency = 16")
+                         + '\n[geoverify]\ntrials = "release"\nn_boot = 0\n', encoding="utf-8")
+            return await run_campaign(load_config(p), live=False, handle_signals=False, export=False)
+
+    outcome = anyio.run(go)
+    assert outcome.exit_code == EXIT_COMPLETE, outcome.summary()
+    report = (Path(load_config(p).state_dir()) / "report" / TABLE_MD).read_text(encoding="utf-8")
+    # before: no note (the report read the config, where the fake is a plain local address)
+    assert "Simulated answers: mine answered from geoagent's simulator" in report, report[:2000]
