@@ -394,7 +394,7 @@ class Outcome:
     #: what one planned message is ("requests"; a crawl plans "cities")
     plan_unit: str = "requests"
     #: a clause after the spend line's figures when every model of the run is simulated (provider "simulated" or
-    #: a local *.sandbox.invalid model fake): its prices are the config's illustrative ones, nothing was billed
+    #: a sandbox model fake: a *.sandbox.invalid one, or stored answers marked by one on a port of its own): its prices are the config's illustrative ones, nothing was billed
     spend_note: str = ""
     #: the stages this process ran when only some were asked for (``--stages``), else empty
     own_stages: list[str] = field(default_factory=list)
