@@ -2215,6 +2215,10 @@ class Estimate:
     queued_earlier: int = 0
     #: queued tasks the plan no longer holds, which the run sets aside unsent (:func:`geoagent.engine.set_aside_unplanned`)
     superseded_earlier: int = 0
+    #: set by the dry run: whether the call settings changed since the campaign's last recorded run
+    #: (:func:`geoagent.runtime.manifest.config_changes`; True when that cannot be told): only then does the
+    #: "planned earlier" line say that config changes reach only requests not queued yet
+    config_changed: bool = True
     #: set by the dry run (:func:`geoagent.engine.gone_reservations`): open reservations of processes that are gone
     #: (a crashed run's calls in flight; USD and count), included in ``spent_usd`` as the run's recovery books them
     gone_usd: float = 0.0

@@ -127,7 +127,8 @@ SERVICE_READ_ONLY = "plan_read_only"
 
 #: A stored model response's ``request_meta.provider_kind``: what answered it, recorded at call time (the export's
 #: ``replayed`` / ``simulated`` columns read it, :mod:`geoagent.runtime.export`): geoagent's simulator (provider
-#: ``"simulated"``, or a ``base_url`` on a sandbox model fake, ``*.sandbox.invalid``), a ``replay`` model (a recorded
+#: ``"simulated"``, a ``base_url`` on a sandbox model fake, ``*.sandbox.invalid``, or any answer carrying
+#: :data:`SANDBOX_ANSWER_HEADER`), a ``replay`` model (a recorded
 #: answer, no call), or a model server (any other: the provider's API, a local server of one's own). A response stored
 #: before this field existed has none: the export then falls back to the current config and says so.
 REQUEST_META_PROVIDER_KIND = "provider_kind"
@@ -139,3 +140,9 @@ PROVIDER_KINDS = (PROVIDER_KIND_SIMULATED, PROVIDER_KIND_REPLAY, PROVIDER_KIND_M
 #: fake is known by its ``*.sandbox.invalid`` URL, which the launched config no longer has), set by the engine
 #: (:func:`geoagent.sandbox.launch.provider_kinds`); the model caller records each answer's kind from it
 SERVICE_PROVIDER_KINDS = "provider_kinds"
+#: Response header every sandbox model fake (:mod:`geoagent.sandbox.llm_openai`, ``llm_anthropic``, ``llm_gemini``)
+#: sends with each answer, value ``"1"``; no real API sends it. An HTTP provider that sees it marks the answer
+#: (:attr:`geoagent.providers.base.ModelResponse.sandbox`) and the model caller records it as ``simulated``
+#: (:data:`REQUEST_META_PROVIDER_KIND`), so a fake the user started on a port of their own counts as simulated
+#: just as the ``*.sandbox.invalid`` fakes do.
+SANDBOX_ANSWER_HEADER = "X-Geoagent-Sandbox"

@@ -394,7 +394,7 @@ class Outcome:
     #: what one planned message is ("requests"; a crawl plans "cities")
     plan_unit: str = "requests"
     #: a clause after the spend line's figures when every model of the run is simulated (provider "simulated" or
-    #: a local *.sandbox.invalid model fake): its prices are the config's illustrative ones, nothing was billed
+    #: a sandbox model fake: a *.sandbox.invalid one, or stored answers marked by one on a port of its own): its prices are the config's illustrative ones, nothing was billed
     spend_note: str = ""
     #: the stages this process ran when only some were asked for (``--stages``), else empty
     own_stages: list[str] = field(default_factory=list)
@@ -2023,9 +2023,11 @@ async def _run(
             outcome.extra_lines += [f"  warning: {MIX_WARNING}:"] + [
                 f"    {ln}" for ln in params_mix_lines(ctx.services[C.SERVICE_PARAMS_MIX], not_sent_of(cfg))]
         if kind.plan_edge == C.EDGE_REQUESTS:  # an evaluation: say when its answers came from the simulator
-            from geoagent.sandbox.launch import simulated_models, simulated_note
+            from geoagent.runtime.export import simulated_answer_models
+            from geoagent.sandbox.launch import simulated_note
 
-            sim = simulated_models(ctx.services.get("config_as_written", cfg))
+            # what the stored answers recorded (a sandbox fake on a port of one's own too), else the config's rule
+            sim = simulated_answer_models(ctx.services.get("store"), ctx.services.get("config_as_written", cfg))
             if sim:
                 outcome.extra_lines.append("  !!! NOTE: " + simulated_note(sim, task=cfg.campaign.kind))
                 if cfg.models and all(m.name in sim for m in cfg.models):
@@ -2476,6 +2478,18 @@ def _replay_figures(cfg: Any, ledger: Any) -> dict[str, Any]:
     return {"process_replayed": out, "calls_models": len(replay) < len(models)}
 
 
+def _calls_changed(written: Any, state_dir: Any) -> bool:
+    """Whether the call settings of ``written`` (the config as written) changed since the campaign's last
+    recorded run (:func:`geoagent.runtime.manifest.config_changes`, its ``calls``: models, task sections, prompt
+    templates). True when that cannot be told (a damaged manifest): the dry run's note then stays."""
+    from geoagent.runtime.manifest import config_changes
+
+    try:
+        return bool(config_changes(written, state_dir=state_dir).calls)
+    except (ValueError, OSError):
+        return True
+
+
 def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContext, before: Mapping[str, Any],
                             plan_after: Any, *, left_out: int = 0) -> Any:
     """What a change of the call settings since the campaign's last run means for this run, decided after its
@@ -2752,6 +2766,7 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
                        photo_models=[m.name for m in written.models if needs_photos(m)], photo_size_px=photo_px)
         est.photo_basis = photo_basis
         est.done_earlier, est.dead_earlier, est.queued_earlier, est.superseded_earlier = earlier
+        est.config_changed = _calls_changed(written, cfg.state_dir())
         est.gone_usd, est.gone_calls = gone_usd, gone_calls
         out.extra_lines = warning + ["  dry run (no call made, nothing enqueued):",
                                      *("  " + line for line in estimate_lines(est, cfg))]
@@ -2905,9 +2920,11 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
         earlier.append(f"{est.superseded_earlier} queued by an earlier run that this plan no longer holds will be "
                        "set aside unsent (superseded; `run.py dead CONFIG --requeue` would bring them back)")
     if earlier:
-        lines.append("  planned earlier: " + "; ".join(earlier) + " (a task keeps the request it was queued with: "
-                     "config changes since reach only requests not queued yet; use a new [campaign] name to "
-                     "apply them to every task)")
+        # the note on config changes only when the call settings changed since the last run (or cannot be told)
+        lines.append("  planned earlier: " + "; ".join(earlier) + (
+            " (a task keeps the request it was queued with: config changes since reach only requests not queued "
+            "yet; use a new [campaign] name to apply them to every task)"
+            if getattr(est, "config_changed", True) else ""))
     # what the total leaves out, in the words of the "planned earlier" line (one count per reason, only non-zero)
     left_out = ([f"{est.done_earlier} already done by earlier runs"] if getattr(est, "done_earlier", 0) else []) + (
         [f"{est.cached} answered from stored responses"] if est.cached else []) + (

@@ -51,16 +51,30 @@ def haversine_km_array(lat1_deg: Any, lon1_deg: Any, lat2_deg: Any, lon2_deg: An
     Parameters
     ----------
     lat1_deg, lon1_deg, lat2_deg, lon2_deg : array-like, broadcastable to a common shape ``(n,)``
-        Coordinates in degrees.
+        WGS84 coordinates in degrees (any broadcastable shapes, e.g. ``(n, 1)`` against ``(1, n)``).
 
     Returns
     -------
-    ndarray of shape ``(n,)``
-        Distances in km (NaN where an input is NaN).
+    ndarray of the broadcast shape
+        Haversine distances in km on a sphere of radius ``constants.EARTH_RADIUS_KM``.
+
+    Raises
+    ------
+    ValueError
+        As :func:`haversine_km`: a coordinate is not finite (NaN, +-inf), or a latitude lies outside
+        [-90, 90]; the message names the first such value. Checked in one vectorised pass before computing.
     """
-    p1 = np.radians(np.asarray(lat1_deg, dtype=float))
-    p2 = np.radians(np.asarray(lat2_deg, dtype=float))
-    dl = np.radians(np.asarray(lon2_deg, dtype=float) - np.asarray(lon1_deg, dtype=float))
+    lat1, lon1, lat2, lon2 = (np.asarray(v, dtype=float) for v in (lat1_deg, lon1_deg, lat2_deg, lon2_deg))
+    for arr in (lat1, lon1, lat2, lon2):
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            raise ValueError(f"coordinate must be finite, got {float(arr[bad].flat[0])!r}")
+    for arr in (lat1, lat2):
+        bad = np.abs(arr) > 90
+        if bad.any():
+            raise ValueError(f"latitude out of range: {float(arr[bad].flat[0])!r}")
+    p1, p2 = np.radians(lat1), np.radians(lat2)
+    dl = np.radians(lon2 - lon1)
     a = np.sin((p2 - p1) / 2) ** 2 + np.cos(p1) * np.cos(p2) * np.sin(dl / 2) ** 2
     return 2.0 * C.EARTH_RADIUS_KM * np.arcsin(np.minimum(1.0, np.sqrt(a)))
 

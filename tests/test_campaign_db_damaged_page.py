@@ -81,3 +81,35 @@ def test_a_damaged_page_of_stored_answers_is_one_clear_error(tmp_path, where, ta
         assert out.returncode == 2, (command, out.returncode, out.stderr[-2000:])
         errors = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
         assert len(errors) == 1 and str(db) in errors[0] and "damaged" in errors[0], out.stderr
+
+
+def test_run_that_meets_the_damage_after_writing_does_not_say_nothing_was_written(tmp_path):
+    """Before (session 15 review): the error line said "nothing was written to it" also when ``run`` met the
+    damage late, after it had stored this run's answers in the same file (here: 100 more requests answered and
+    stored, then the run's export reads the damaged page). Now a damage met in use says what is true: the step
+    that met it wrote nothing, earlier steps of the run may have written to the file."""
+    cfg = _config(tmp_path)
+    first = _cli("run", str(cfg), "--no-live")
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    db = tmp_path / "state/dmg/campaign.sqlite"
+    with sqlite3.connect(db) as conn:
+        try:
+            pages = conn.execute("SELECT pageno FROM dbstat WHERE name = 'responses' AND pagetype = 'leaf'"
+                                 " ORDER BY pageno").fetchall()
+        except sqlite3.OperationalError:
+            pytest.skip("this SQLite has no dbstat table to find a page of the stored answers")
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    with open(db, "r+b") as f:  # the first leaf page of the stored answers overwritten
+        f.seek((pages[0][0] - 1) * page_size)
+        f.write(b"\xde\xad\xbe\xef" * (page_size // 4))
+    cfg.write_text(cfg.read_text().replace("n_requests = 200", "n_requests = 300"))
+    size0 = os.path.getsize(db) + (os.path.getsize(str(db) + "-wal") if os.path.exists(str(db) + "-wal") else 0)
+    out = _cli("run", str(cfg), "--no-live")
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and str(db) in errors[0] and "damaged" in errors[0], out.stderr[-3000:]
+    size1 = os.path.getsize(db) + (os.path.getsize(str(db) + "-wal") if os.path.exists(str(db) + "-wal") else 0)
+    assert size1 > size0  # this run did write to the file before it met the damage
+    # before: "...; nothing was written to it. Restore it ..."
+    assert "nothing was written to it" not in errors[0], errors[0]
+    assert "earlier steps of this run may have written to it" in errors[0], errors[0]

@@ -27,6 +27,7 @@ from geoagent.cli import main
 from geoagent.config import load_config
 from geoagent.engine import EXIT_COMPLETE, run_campaign
 from geoagent.sandbox import llm_openai
+from geoagent.sandbox.llm_common import unmarked
 from geoagent.sandbox.server import serve
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,7 +75,8 @@ def crawl(tmp_path_factory):
     mp.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
 
     async def go():
-        async with serve(llm_openai.make_app(require_auth=False)) as base:
+        # the mark taken off: a model server as far as geoagent can tell (a sandbox fake marks its answers)
+        async with serve(unmarked(llm_openai.make_app(require_auth=False))) as base:
             _config(p, root, vision=None,
                     text=_entry(TEXT, "sandbox-text-auditor-1", "openai", f"{base}/v1", 4000))
             return await run_campaign(load_config(p), live=False, handle_signals=False, export=False)

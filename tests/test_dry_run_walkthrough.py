@@ -239,3 +239,18 @@ def test_kind_default_hosts_match_the_clients_defaults():
     assert set(KIND_DEFAULT_HOSTS["crawl"]) == {urlsplit(u).hostname for u in (ep.overpass, ep.wdqs, ep.pageviews,
                                                                                ep.mapillary)}
     assert set(KIND_DEFAULT_HOSTS["geohint"]) == {urlsplit(NOMINATIM_URL).hostname, urlsplit(WIKIDATA_API_URL).hostname}
+
+
+def test_the_config_changes_note_comes_only_after_a_change(no_keys):
+    """Before (session 15 review): the "planned earlier" line always ended "(a task keeps the request it was queued
+    with: config changes since reach only requests not queued yet; ...)", also when the config had not changed
+    since the last run. Now that note comes only when the call settings changed."""
+    note = "config changes since reach only requests not queued yet"
+    path = _write(no_keys, "walk3n", SIM, n=4)
+    assert _run(load_config(path)).process_calls == 4
+    same = _run(load_config(path), simulate=True).summary()
+    assert "planned earlier: 4 planned request(s) already done by an earlier run keep their answers" in same, same
+    assert note not in same, same  # before: there although nothing changed
+    path.write_text(path.read_text().replace("max_output_tokens = 256", "max_output_tokens = 300"))
+    changed = _run(load_config(path), simulate=True).summary()
+    assert note in changed, changed

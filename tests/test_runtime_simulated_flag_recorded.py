@@ -26,6 +26,7 @@ from geoagent.cli import main
 from geoagent.config import load_config
 from geoagent.engine import EXIT_COMPLETE, run_campaign
 from geoagent.sandbox import llm_openai
+from geoagent.sandbox.llm_common import unmarked
 from geoagent.sandbox.server import serve
 
 
@@ -51,7 +52,8 @@ def campaign(tmp_path_factory):
     p = tmp / "flags.toml"
 
     async def go():
-        async with serve(llm_openai.make_app(require_auth=False)) as base:
+        # the mark taken off: a model server as far as geoagent can tell (a sandbox fake marks its answers)
+        async with serve(unmarked(llm_openai.make_app(require_auth=False))) as base:
             _write(p, tmp, _model("fake", "openai", "http://openai.sandbox.invalid/v1")
                    + _model("real", "openai", f"{base}/v1"))
             return await run_campaign(load_config(p), live=False, handle_signals=False, export=False)

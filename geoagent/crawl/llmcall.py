@@ -249,6 +249,8 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
                 # what answered, as a fact of this call (the exports' simulated column reads it)
                 kind = provider_kind if provider_kind in C.PROVIDER_KINDS else (
                     request.provider if request.provider in (C.PROVIDER_KIND_SIMULATED, C.PROVIDER_KIND_REPLAY) else None)
+                if getattr(resp, "sandbox", False):  # a sandbox fake answered, on whatever address (its header)
+                    kind = C.PROVIDER_KIND_SIMULATED
                 if kind is not None:
                     meta[C.REQUEST_META_PROVIDER_KIND] = kind
                 await store.aput(request.key(), meta, resp, held[0], cost_usd=cost_usd)

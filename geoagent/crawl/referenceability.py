@@ -600,8 +600,11 @@ class ReferenceabilityAuditor:
         text = resp.text if isinstance(resp.text, str) else ""
         rec = {"task": task, "model": self.settings.model, "key": key, "qids": [c.qid for c in batch], "raw": text,
                "ts": time.time()}
-        if self.provider_kind:  # what answered, as a fact of this call (the export's simulated column reads it)
-            rec["provider_kind"] = self.provider_kind
+        # what answered, as a fact of this call (the export's simulated column reads it); a sandbox fake marks
+        # its answers on whatever address it runs (ModelResponse.sandbox)
+        kind = "simulated" if getattr(resp, "sandbox", False) else self.provider_kind
+        if kind:
+            rec["provider_kind"] = kind
         async with self._raw_lock:
             self.raw.append(rec)
         return text

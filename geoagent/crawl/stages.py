@@ -855,7 +855,8 @@ class ImageAuditorStage(_CrawlStage):
             _dump(out, {"image_id": iid, "site": sid, "path": img_file.relative_to(Path(svc.images_root)).as_posix(),
                         "model": svc.settings.image_audit.model, "audit": audit.to_json(),
                         "input_tokens": resp.usage.input_tokens, "output_tokens": resp.usage.output_tokens,
-                        **({"provider_kind": svc.image_kind} if svc.image_kind else {})})
+                        **({"provider_kind": "simulated"} if getattr(resp, "sandbox", False) else
+                           {"provider_kind": svc.image_kind} if svc.image_kind else {})})
         async with svc.lock("image_audit"):
             rewrite_image_audit_csv(svc)
         return [(f"site:{sid}", {"site": site})]

@@ -300,7 +300,9 @@ class GeoHintCampaign(CampaignKind):
             release = Release(root=release.root, sites=sites, ladders=release.ladders,
                               images={k: v for k, v in release.images.items() if v.site_id in sites})
         images = campaign_images(release, s.images, s.images_per_site)
-        if _simulated(cfg, ctx):
+        from geoagent.sandbox.launch import simulated_models
+
+        if simulated_models(ctx.services.get("config_as_written", cfg)):  # the in-process simulator's models
             # the simulator answers from the folder this plan reads (a crawl's output, [geohint] release_dir),
             # not from the GeoContext release it would index by itself: it "sees" each planned image's site
             from geoagent.geohint import simulate
@@ -500,8 +502,10 @@ class GeoHintCampaign(CampaignKind):
 
 
 def _simulated(cfg: Any, ctx: StageContext) -> list[str]:
-    """Models of the campaign whose answers come from the simulator (config as written, before the sandbox
-    fakes' ports replace their URLs): the report says its figures describe the simulator."""
-    from geoagent.sandbox.launch import simulated_models
+    """Models of the campaign whose answers come from the simulator: as each stored answer recorded it
+    (``request_meta.provider_kind``, a sandbox fake on any port included), else by the config as written (before
+    the sandbox fakes' ports replace their URLs; :func:`geoagent.runtime.export.simulated_answer_models`): the
+    report says its figures describe the simulator."""
+    from geoagent.runtime.export import simulated_answer_models
 
-    return simulated_models(ctx.services.get("config_as_written", cfg))
+    return simulated_answer_models(ctx.services.get("store"), ctx.services.get("config_as_written", cfg))

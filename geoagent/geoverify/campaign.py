@@ -445,8 +445,10 @@ class GeoVerifyCampaign(CampaignKind):
 
 
 def _simulated(cfg: Any, ctx: StageContext) -> list[str]:
-    """Models of the campaign whose answers come from the simulator (config as written, before the sandbox
-    fakes' ports replace their URLs): the report says its figures describe the simulator."""
-    from geoagent.sandbox.launch import simulated_models
+    """Models of the campaign whose answers come from the simulator: as each stored answer recorded it
+    (``request_meta.provider_kind``, a sandbox fake on any port included), else by the config as written (before
+    the sandbox fakes' ports replace their URLs; :func:`geoagent.runtime.export.simulated_answer_models`): the
+    report says its figures describe the simulator."""
+    from geoagent.runtime.export import simulated_answer_models
 
-    return simulated_models(ctx.services.get("config_as_written", cfg))
+    return simulated_answer_models(ctx.services.get("store"), ctx.services.get("config_as_written", cfg))

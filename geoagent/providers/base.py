@@ -143,6 +143,10 @@ class ModelResponse:
         Provider's stop reason (``stop``, ``length``, ``end_turn``, ``MAX_TOKENS``, ...).
     provider_model : str or None
         Model name echoed by the provider, if any.
+    sandbox : bool
+        True when the answer came from one of geoagent's sandbox model fakes (its response carried
+        :data:`geoagent.constants.SANDBOX_ANSWER_HEADER`), wherever it was served: the model caller then records
+        the answer as simulated. Not part of the JSON form (the stored ``request_meta.provider_kind`` says it).
     """
 
     text: str
@@ -150,6 +154,7 @@ class ModelResponse:
     latency_s: float = 0.0
     finish_reason: str | None = None
     provider_model: str | None = None
+    sandbox: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -18,10 +18,12 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from geoagent import constants as C
 from geoagent.files import without_lone_surrogates
 from geoagent.providers.base import ModelRequest, ModelResponse, Provider, ProviderError
 from geoagent.providers.errors import ContentBlocked, MalformedResponse, body_excerpt
 from geoagent.providers.settings import ProviderSettings
+from geoagent.runtime.http import header_value
 
 #: Header carrying ``ModelRequest.key()`` on every call (our local servers log calls per key; real APIs
 #: ignore unknown headers).
@@ -268,8 +270,10 @@ class HttpProvider(Provider, abc.ABC):
             if clean is not None:
                 raise clean from None
             raise
-        return _without_key(dataclasses.replace(parsed[0], latency_s=time.perf_counter() - t0), secret,
-                            local=self._local_host())
+        # a sandbox fake marks its answers (a header no real API sends): recorded as simulated by the caller
+        sandbox = header_value(getattr(resp, "headers", None) or {}, C.SANDBOX_ANSWER_HEADER) == "1"
+        return _without_key(dataclasses.replace(parsed[0], latency_s=time.perf_counter() - t0, sandbox=sandbox),
+                            secret, local=self._local_host())
 
     async def aclose(self) -> None:
         """Close the private HTTP client if this provider opened one (a shared client is left alone)."""

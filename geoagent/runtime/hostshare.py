@@ -777,7 +777,8 @@ class HostShare:
             c.execute("DELETE FROM tickets WHERE token LIKE ?", mine)
             c.execute("COMMIT")
         except BaseException:
-            c.execute("ROLLBACK")
+            if c.in_transaction:  # SQLite may have rolled back already (SQLITE_FULL): keep the real error
+                c.execute("ROLLBACK")
             raise
 
     def _tick_db(self, inp: dict[str, Any]) -> dict[str, Any]:
@@ -830,7 +831,8 @@ class HostShare:
             pauses = {r["host"]: r["until"] for r in c.execute("SELECT host, until FROM pauses WHERE until > ?", (now,)).fetchall() if r["host"] in rows}
             c.execute("COMMIT")
         except BaseException:
-            c.execute("ROLLBACK")
+            if c.in_transaction:  # SQLite may have rolled back already (SQLITE_FULL): keep the real error
+                c.execute("ROLLBACK")
             raise
         return {"now": now, "seqs": seqs, "rows": rows, "pauses": pauses}
 
@@ -862,7 +864,8 @@ class HostShare:
             self._release_rows(c, items)
             c.execute("COMMIT")
         except BaseException:
-            c.execute("ROLLBACK")
+            if c.in_transaction:  # SQLite may have rolled back already (SQLITE_FULL): keep the real error
+                c.execute("ROLLBACK")
             raise
 
     def _turn_db(self, key: str, token: str, member: int, spacing_s: float) -> dict[str, Any]:
@@ -919,7 +922,8 @@ class HostShare:
             ahead = c.execute("SELECT COUNT(*) FROM tickets WHERE host = ? AND ticket < ?", (key, ticket)).fetchone()[0]
             c.execute("COMMIT")
         except BaseException:
-            c.execute("ROLLBACK")
+            if c.in_transaction:  # SQLite may have rolled back already (SQLITE_FULL): keep the real error
+                c.execute("ROLLBACK")
             raise
         return {"now": now, "next_at": next_at, "ahead": int(ahead)}
 

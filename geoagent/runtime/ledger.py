@@ -184,7 +184,8 @@ class CampaignDB:
                 yield self._conn
             except BaseException:
                 self._depth = 0
-                self._conn.execute("ROLLBACK")
+                if self._conn.in_transaction:  # SQLite may have rolled back already (SQLITE_FULL): keep that error
+                    self._conn.execute("ROLLBACK")
                 raise
             self._depth = 0
             self._conn.execute("COMMIT")
@@ -204,7 +205,7 @@ class CampaignDB:
             try:
                 return self._conn.execute(sql, params).fetchall()
             except sqlite3.DatabaseError as exc:
-                damaged = damaged_file_error(None, exc, self.path)
+                damaged = damaged_file_error(None, exc, self.path, at_open=False)  # earlier writes may exist
                 if damaged is None:
                     raise
                 raise damaged from None

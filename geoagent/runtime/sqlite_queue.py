@@ -471,7 +471,7 @@ class SQLiteQueue(WorkQueue):
         except sqlite3.DatabaseError as exc:
             # a file whose header is whole opens, and damage inside it shows only when a statement reaches it:
             # one clear line naming the file (the CLI prints it, exit 2), as at open
-            damaged = damaged_file_error(None, exc, self.path)
+            damaged = damaged_file_error(None, exc, self.path, at_open=False)  # earlier writes may exist
             if damaged is None:
                 raise
             raise QueueFileError(f"queue {self.name!r}: {damaged}") from None

@@ -19,7 +19,8 @@ from typing import Any
 
 class DatabaseFileError(ValueError):
     """A file where this project keeps a SQLite database is not one, or is damaged (``SQLITE_NOTADB``,
-    ``SQLITE_CORRUPT``). The message names the file; nothing was written to it. A ``ValueError``: the CLI
+    ``SQLITE_CORRUPT``). The message names the file and says what was written: nothing when the damage was met
+    while opening it, else nothing by the step that met it (:func:`damaged_file_error`). A ``ValueError``: the CLI
     prints it as one ``error:`` line (exit 2) instead of a traceback."""
 
 
@@ -72,6 +73,10 @@ def unwritable_file_error(conn: sqlite3.Connection | None, exc: sqlite3.Error, p
         The error SQLite raised.
     path : path-like, optional
         The file, when the caller knows it.
+    at_open : bool
+        True (default): met while opening the file, before anything was written to it (the message says
+        nothing was). False: met in use (a query reached a damaged page), when earlier steps of the run may have
+        written to the file: the message says only the step that met the damage wrote nothing.
     """
     code = getattr(exc, "sqlite_errorcode", None)
     text = str(exc).lower()
@@ -107,7 +112,7 @@ def connect(path: str | os.PathLike[str], **kwargs: Any) -> sqlite3.Connection:
 
 
 def damaged_file_error(conn: sqlite3.Connection | None, exc: sqlite3.DatabaseError,
-                       path: object = None) -> DatabaseFileError | None:
+                       path: object = None, *, at_open: bool = True) -> DatabaseFileError | None:
     """A :class:`DatabaseFileError` naming the file when ``exc`` says the file is not a sound SQLite database
     (not a database, malformed), else None (busy, locked, a permission problem: the caller's own error).
 
@@ -130,9 +135,11 @@ def damaged_file_error(conn: sqlite3.Connection | None, exc: sqlite3.DatabaseErr
             path = next((row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"), None)
         except sqlite3.Error:
             path = None
+    written = ("nothing was written to it" if at_open else
+               "the step that met the damage wrote nothing (earlier steps of this run may have written to it)")
     return DatabaseFileError(
         f"{path or 'a SQLite file'}: cannot be read as a SQLite database ({exc}): the file is damaged or is not "
-        "one of geoagent's; nothing was written to it. Restore it from a backup, or move it aside to have it "
+        f"one of geoagent's; {written}. Restore it from a backup, or move it aside to have it "
         "made anew (a queue file then loses its tasks' states, campaign.sqlite its stored answers and ledger)")
 
 

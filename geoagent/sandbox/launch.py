@@ -193,8 +193,8 @@ def simulated_note(names: list[str] | tuple[str, ...], *, task: str | None = Non
         why = ""
     from geoagent.notes import SIMULATED_BANNER  # the words a console output says once (geoagent.notes)
 
-    return (f"{SIMULATED_BANNER}{', '.join(names)} answered from geoagent's simulator (provider \"simulated\" or a "
-            "local *.sandbox.invalid model fake), not from a model; every figure of "
+    return (f"{SIMULATED_BANNER}{', '.join(names)} answered from geoagent's simulator (provider \"simulated\" or one of "
+            "geoagent's sandbox model fakes), not from a model; every figure of "
             f"{'it' if len(names) == 1 else 'them'} describes the simulator.{why} Point [[models]] at a real "
             "provider for results.")
 

@@ -44,6 +44,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from geoagent import constants as C
 from geoagent.sandbox.faults import FAULT_RECORD_KEY, FAULTS_KEY, FaultConfig, fault_middleware
 from geoagent.sandbox.responders import SIM_IMAGE_TOKENS, simulate_answer
 from geoagent.sandbox.server import client_disconnect_middleware, run_forever
@@ -294,8 +295,28 @@ def build_app(
         log.close()
 
     app.on_cleanup.append(_close)
+    app.on_response_prepare.append(_mark_sandbox)
     for method, path, handler in routes:
         app.router.add_route(method, path, handler)
+    return app
+
+
+async def _mark_sandbox(request: web.Request, response: web.StreamResponse) -> None:
+    """Mark every response of a fake (answers, errors, injected faults) with
+    :data:`geoagent.constants.SANDBOX_ANSWER_HEADER` ``: 1``: no real API sends it, so geoagent records the
+    answers as simulated wherever the fake is served (its ``*.sandbox.invalid`` name, or a port one started)."""
+    response.headers[C.SANDBOX_ANSWER_HEADER] = "1"
+
+
+def unmarked(app: web.Application) -> web.Application:
+    """``app`` with the sandbox mark (:data:`geoagent.constants.SANDBOX_ANSWER_HEADER`) taken off its responses
+    again: to geoagent its answers then look like a model server's (tests standing in for a real API). Returns
+    ``app``."""
+
+    async def _unmark(request: web.Request, response: web.StreamResponse) -> None:
+        response.headers.popall(C.SANDBOX_ANSWER_HEADER, None)
+
+    app.on_response_prepare.append(_unmark)
     return app
 
 

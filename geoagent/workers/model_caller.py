@@ -237,7 +237,8 @@ def provider_kind(m: Any, kinds: Any = None) -> str | None:
     ``request_meta.provider_kind``: ``kinds[m.name]`` (the engine's :data:`~geoagent.constants.SERVICE_PROVIDER_KINDS`,
     from the config as written) where given, else ``"simulated"`` / ``"replay"`` for those providers; None when it
     is not known (another provider without the engine's mapping: a sandbox fake cannot be told from a model server
-    by its launched URL), and nothing is recorded."""
+    by its launched URL), and nothing is recorded. An answer a sandbox fake marked
+    (:attr:`geoagent.providers.base.ModelResponse.sandbox`) is recorded ``"simulated"`` whatever this says."""
     if isinstance(kinds, dict) and kinds.get(getattr(m, "name", None)) in C.PROVIDER_KINDS:
         return str(kinds[m.name])
     provider = getattr(m, "provider", None)
@@ -1296,6 +1297,8 @@ class ModelCaller(Stage):
                 "task_key": task.key,
             }
             kind = provider_kind(m, ctx.services.get(C.SERVICE_PROVIDER_KINDS))
+            if response.sandbox:  # a sandbox fake answered, on whatever address (its marking header)
+                kind = C.PROVIDER_KIND_SIMULATED
             if kind is not None:  # what answered, as a fact of this call (the export's simulated column reads it)
                 meta[C.REQUEST_META_PROVIDER_KIND] = kind
             # store + settle in one transaction; shielded so a shutdown cannot cut it in half
