@@ -1356,20 +1356,40 @@ def _same_path(a: str, b: str) -> bool:
     return os.path.normpath(a) == os.path.normpath(b)
 
 
+def _paths_release_dir_read(cfg: "CampaignConfig") -> bool:
+    """Whether the campaign reads :meth:`CampaignConfig.release_dir` (``$GEOAGENT_RELEASE``, else ``[paths]
+    release_dir``): False only for a GeoVerify or GeoHint campaign whose task section names its own
+    ``release_dir`` (what it plans from: ``geoagent.sandbox.launch.campaign_release_dir``) and none of whose
+    ``replay`` models takes its file from the release folder (:meth:`CampaignConfig.replay_in_release`)."""
+    kind = cfg.campaign.kind
+    if kind not in ("geohint", "geoverify"):
+        return True
+    sec = cfg.tasks.get(kind)
+    if not (isinstance(sec, Mapping) and sec.get("release_dir")):
+        return True
+    return any(cfg.replay_in_release(m) for m in cfg.models)
+
+
 def root_override_warnings(cfg: "CampaignConfig") -> list[str]:
     """One line per ``[paths]`` key the file sets that an environment variable overrides with another folder.
 
     The variables win (``$GEOAGENT_QUEUES``, ``$GEOAGENT_STATE``, ``$GEOAGENT_RELEASE``; README, "Data roots"),
     which is what moving every campaign's data at once needs; but a campaign file that names its own folder
     (a GeoVerify over a crawl's folder, say) would otherwise read another one without a word. Task sections'
-    own ``release_dir`` keys are not affected by the variable and are not checked here. Returns [] when nothing
-    is overridden or both name the same folder.
+    own ``release_dir`` keys are not affected by the variable and are not checked here; where one names the folder
+    a GeoVerify or GeoHint campaign plans from and no ``replay`` model reads its file from the release folder,
+    ``[paths] release_dir`` is read for nothing, so its override is not named either (the demo's filled-in
+    configs set both: a ``$GEOAGENT_RELEASE`` exported for another campaign drew a warning that told the user to
+    unset it although the demo read its crawl's folder). Returns [] when nothing is overridden or both name the
+    same folder.
     """
     out = []
     for key, env in (("queues", C.ENV_QUEUES_ROOT), ("state", C.ENV_STATE_ROOT), ("release_dir", C.ENV_RELEASE_DIR)):
         written = getattr(cfg.paths, key)
         value = os.environ.get(env)
         if not written or not value:
+            continue
+        if key == "release_dir" and not _paths_release_dir_read(cfg):
             continue
         if _same_path(written, value):  # also another spelling of it: relative, a symlink, `..`, a trailing /
             continue
