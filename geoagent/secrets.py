@@ -240,10 +240,11 @@ def get_secret(
 #: prints a truncated key ("sk-abc...xyz", the first or last characters only) or cuts it at a length limit
 #: shows such a run, and 8 characters of a random key are as good as secret (62^8 values)
 FRAGMENT_LEN = 8
-#: characters a key run made of words is built of: letters of ONE case with these separators ("-polish-",
-#: "required", "github_p") is no fragment by itself (a placeholder key of words, "sk-no-key-required", masked
-#: "required" in every "field required"; a provider's public prefix "sk-proj-" is no secret); a random key's run
-#: of 8 is such a word run about once in a thousand, and its neighbouring runs still mask it
+#: characters a key run made of words is built of: letters of one case, or capitalised words ("Password" of a
+#: password a person chose), with these separators ("-polish-", "required", "github_p") is no fragment by itself
+#: (a placeholder key of words, "sk-no-key-required", masked "required" in every "field required"; a provider's
+#: public prefix "sk-proj-" is no secret); a random key's run of 8 is such a word run a few times in a thousand,
+#: and its neighbouring runs still mask it
 _WORD_SEPARATORS = frozenset("-_./:")
 _ASCII_FOLD = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
@@ -255,11 +256,17 @@ def _fold(text: str) -> str:
 
 
 def _word_run(run: str) -> bool:
-    """Whether ``run`` (a slice of a key, as issued) reads as words: letters of one case and separators only."""
+    """Whether ``run`` (a slice of a key, as issued) reads as words: letters and separators only, either all of one
+    case or each stretch of letters between separators lower case or capitalised (a capital, then at least one
+    lower-case letter: "Password", "Geoagent" of a password a person chose; a lone capital, "polish-Q" of a key
+    cut after its public prefix, is no word)."""
     letters = [c for c in run if c not in _WORD_SEPARATORS]
     if not letters or not all(c.isascii() and c.isalpha() for c in letters):
         return False
-    return all(c.islower() for c in letters) or all(c.isupper() for c in letters)
+    if all(c.islower() for c in letters) or all(c.isupper() for c in letters):
+        return True
+    stretches = [w for w in re.split(r"[-_./:]+", run) if w]
+    return all(w.islower() or (len(w) >= 2 and w[0].isupper() and w[1:].islower()) for w in stretches)
 
 
 @functools.lru_cache(maxsize=512)

@@ -365,7 +365,9 @@ def ladder_file_name(site: str, auditor: str = "auditor", lang: str = "en") -> s
 def ladder_draw_version(state_dir: str | Path) -> int:
     """The ladder draw version (:data:`LADDER_DRAW_VERSION`) of the crawl whose state folder is ``state_dir``, as
     recorded in its :data:`LADDER_DRAW_FILE`. Without that file it is decided once and recorded: 1 when the crawl
-    already holds ladders (``ladders/*.csv``, drawn before versions were recorded, so they keep their draws), else
+    already holds ladders (``ladders/*.csv``, or ``ladders_superseded/*.csv``: set aside at the start of the run,
+    :func:`geoagent.crawl.stages.set_aside_other_auditor_ladders`; drawn before versions were recorded, so they
+    keep their draws), else
     the current version. The file is created whole or not at all (a hard link of a finished temporary file), so
     processes of one crawl deciding at once all read the first one's decision.
 
@@ -394,7 +396,9 @@ def ladder_draw_version(state_dir: str | Path) -> int:
         return read()
     from geoagent.files import _create_temp
 
-    legacy = any((state_dir / C.LADDERS_DIR).glob("*.csv"))
+    # ladders set aside (another auditor's file names) count too: the run moves them before it writes its first
+    # ladder, so an older crawl all of whose ladders were moved would otherwise be taken for a new one
+    legacy = any(any((state_dir / d).glob("*.csv")) for d in (C.LADDERS_DIR, C.SUPERSEDED_LADDERS_DIR))
     version = 1 if legacy else LADDER_DRAW_VERSION
     state_dir.mkdir(parents=True, exist_ok=True)
     # a locked temporary file of the project's naming (a kill leaves one the next run's cleanup removes)

@@ -81,16 +81,29 @@ def proc_start(pid: int) -> str | None:
 
 
 def boot_id() -> str | None:
-    """This kernel's boot id (Linux ``/proc/sys/kernel/random/boot_id``; None elsewhere, or unreadable): with the
-    host name, what tells "this machine" from another one with the same host name, whose pids mean nothing here
-    (the Redis owner rule: :mod:`geoagent.runtime.redis_state`, :meth:`~geoagent.runtime.redis_queue.RedisStreamsQueue.hand_back_gone_local`).
-    Read once per process."""
+    """This kernel's boot id (Linux ``/proc/sys/kernel/random/boot_id``) followed by ``"/pidns:"`` and this process's
+    pid namespace (the inode number in ``/proc/self/ns/pid``, when readable); None elsewhere, or unreadable. With
+    the host name, what tells "this machine" from another one whose pids mean nothing here (the Redis owner rule:
+    :mod:`geoagent.runtime.redis_state`, :meth:`~geoagent.runtime.redis_queue.RedisStreamsQueue.hand_back_gone_local`).
+    The pid namespace is part of it because containers of one host that share its network (``docker run --network
+    host``) have the same host name and boot id but pids of their own: without it a process in one found the
+    other's live worker gone, handed its leases back and counted a delivery each time. A record written before
+    (a bare boot id) reads as another machine's: its leases come back after their visibility timeout. Read once
+    per process."""
     global _BOOT_ID_CACHE
     if _BOOT_ID_CACHE is None:
         try:
-            _BOOT_ID_CACHE = (Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip() or None,)
+            boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip() or None
         except OSError:
-            _BOOT_ID_CACHE = (None,)
+            boot = None
+        if boot is not None:
+            try:
+                ns = os.readlink("/proc/self/ns/pid")  # "pid:[4026531836]"
+            except OSError:
+                ns = ""
+            if ns.startswith("pid:[") and ns.endswith("]"):
+                boot += "/pidns:" + ns[5:-1]
+        _BOOT_ID_CACHE = (boot,)
     return _BOOT_ID_CACHE[0]
 
 
