@@ -221,7 +221,7 @@ def test_a_dead_turn_holder_costs_one_spacing_and_a_live_one_is_waited_for(tmp_p
     """
     import subprocess
 
-    from geoagent.runtime.hostshare import _boot_id, _proc_start
+    from geoagent.runtime.hostshare import _identity, _proc_start
 
     policy = HostPolicy(rate=1, period_s=1.0, concurrency=1, timeout_s=10.0)
     spacing = turn_spacing_s(policy)
@@ -232,7 +232,7 @@ def test_a_dead_turn_holder_costs_one_spacing_and_a_live_one_is_waited_for(tmp_p
     def put_head(key: str, pid: int, pstart: str, member: int, token: str) -> None:
         with contextlib.closing(sqlite3.connect(board, timeout=5, isolation_level=None)) as c:
             c.execute("INSERT INTO tickets(token, host, pid, pstart, boot, member, since) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                      (token, key, pid, pstart, _boot_id(), member, time.monotonic()))
+                      (token, key, pid, pstart, _identity(), member, time.monotonic()))
 
     def drop(token: str) -> None:
         with contextlib.closing(sqlite3.connect(board, timeout=5, isolation_level=None)) as c:

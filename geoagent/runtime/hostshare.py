@@ -127,7 +127,8 @@ level, and one warning line when a board call succeeds again (how long it failed
 Limits
 ------
 * One machine (this SQLite board): liveness uses pids, ``/proc`` start times and boot id, and times are
-  CLOCK_MONOTONIC; a state folder shared over a network file system by several machines is not supported.
+  CLOCK_MONOTONIC; a row of this kernel in another pid namespace (a container sharing the state folder) is
+  judged by its heartbeat only (:func:`_row_gone`: its pids mean nothing here); a state folder shared over a network file system by several machines is not supported.
   Several machines share a board on Redis instead (:mod:`geoagent.runtime.hostshare_redis`: the same rules
   and proof, times on the server's clock, liveness by heartbeat across machines).
 * Every process must hold the same policy for a host (same config and code); shares are computed
@@ -161,7 +162,7 @@ from pathlib import Path
 from typing import Any
 
 from geoagent.runtime.http import HostPolicy, HttpClient, _HostState, _throttle_params
-from geoagent.runtime.procs import pid_alive, proc_start, proc_stat
+from geoagent.runtime.procs import boot_id, pid_alive, proc_start, proc_stat
 from geoagent.runtime.sqlite_wal import enable_wal
 
 log = logging.getLogger(__name__)
@@ -278,11 +279,35 @@ def turn_spacing_s(policy: HostPolicy) -> float:
     return _throttle_params(HostPolicy(rate=1.0, period_s=policy.period_s / policy.rate))[1]
 
 
+def _identity() -> str:
+    """This process's machine identity on the board: :func:`geoagent.runtime.procs.boot_id` (the kernel boot id
+    plus ``"/pidns:<inode>"`` of this process's pid namespace; '' = unknown). Rows with this identity are judged by
+    pid and start time; rows of the same kernel in another pid namespace (a container sharing the host's network
+    and this state folder) by their heartbeat only, since their pids mean nothing here."""
+    return boot_id() or ""
+
+
 def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
+    """The kernel's boot id alone (:func:`_identity` without the pid namespace; '' = unknown): the domain of the
+    board's CLOCK_MONOTONIC times (pauses, ``next_at``), which every pid namespace of one kernel shares."""
+    return _kernel(_identity())
+
+
+def _kernel(identity: str) -> str:
+    """The kernel boot id part of a stored identity (a bare boot id, as older boards wrote it, is its own)."""
+    return identity.split("/pidns:", 1)[0]
+
+
+def _row_gone(mine: str, boot: str, pid: int, pstart: str, heartbeat_age_s: float) -> bool | None:
+    """Whether a member or ticket row (its identity ``boot``, ``pid``, ``pstart``; heartbeat ``heartbeat_age_s`` s
+    old) is gone, seen from identity ``mine``: None when it is another boot's (dropped at once, its times are
+    another clock's); for this kernel, gone when its heartbeat is older than :data:`STALE_S`, or (same pid
+    namespace only) when :func:`_alive` says its process ended."""
+    if _kernel(boot) != _kernel(mine):
+        return None
+    if heartbeat_age_s > STALE_S:
+        return True
+    return boot == mine and not _alive(pid, pstart)
 
 
 def _proc_start(pid: int) -> str:
@@ -532,7 +557,7 @@ class HostShare:
         self.poll_s = float(poll_s)
         self.pid = os.getpid()
         self.pstart = _proc_start(self.pid)
-        self.boot = _boot_id()
+        self.boot = _identity()  # members and tickets: pid checks only within this identity
         self.hosts: dict[str, _Host] = {}
         self.pending_pauses: dict[str, float] = {}
         self.pending_releases: list[tuple[str, str, float | None]] = []  # (host, token, next_at) to retry
@@ -549,6 +574,11 @@ class HostShare:
         self.stopped = False  # the background task has ended (gates are detached)
         self.ticks = 0  # board transactions made (diagnostics; about 1 / poll_s per second while calling)
         self.outage = _BoardOutage(self.db_path)  # one warning per board outage, one line when it ends
+
+    @property
+    def kernel(self) -> str:
+        """The kernel boot id of :attr:`boot`: pauses and turns hold times of this kernel's CLOCK_MONOTONIC."""
+        return _kernel(self.boot)
 
     # ---- lifecycle ---------------------------------------------------------------------------------
     async def __aenter__(self) -> HostShare:
@@ -790,12 +820,12 @@ class HostShare:
         try:
             now = time.monotonic()
             self._release_rows(c, inp["releases"])
-            c.execute("DELETE FROM pauses WHERE boot != ? OR until < ?", (self.boot, now - PAUSE_KEEP_S))
+            c.execute("DELETE FROM pauses WHERE boot != ? OR until < ?", (self.kernel, now - PAUSE_KEEP_S))
             for key, until in inp["pauses"].items():
                 c.execute(
                     "INSERT INTO pauses(host, until, boot, set_by) VALUES (?, ?, ?, ?) ON CONFLICT(host) DO UPDATE SET"
                     " until = max(until, excluded.until), set_by = excluded.set_by",
-                    (key, until, self.boot, self.pid),
+                    (key, until, self.kernel, self.pid),
                 )
             seqs: dict[str, int] = {}
             for key, seq, hold_s, adopted_seq, adopted_at in inp["hosts"]:
@@ -817,13 +847,15 @@ class HostShare:
             for r in c.execute("SELECT seq, pid, pstart, boot, heartbeat FROM members WHERE gone_at IS NULL").fetchall():
                 if r["seq"] in mine:
                     continue
-                if r["boot"] != self.boot:
+                gone = _row_gone(self.boot, r["boot"], r["pid"], r["pstart"], now - r["heartbeat"])
+                if gone is None:  # another boot
                     c.execute("DELETE FROM members WHERE seq = ?", (r["seq"],))
-                elif now - r["heartbeat"] > STALE_S or not _alive(r["pid"], r["pstart"]):
+                elif gone:
                     # it cannot have sent after its lease ran out (heartbeat + LEASE_S), nor after now
                     gone_at = min(now, r["heartbeat"] + LEASE_S)
                     c.execute("UPDATE members SET gone_at = ? WHERE seq = ?", (gone_at, r["seq"]))
-            c.execute("DELETE FROM members WHERE gone_at IS NOT NULL AND (gone_at + hold_s < ? OR boot != ?)", (now, self.boot))
+            c.execute("DELETE FROM members WHERE gone_at IS NOT NULL AND (gone_at + hold_s < ? OR (boot != ? AND boot NOT LIKE ?))",
+                      (now, self.kernel, self.kernel + "/pidns:%"))  # boot ids: hex and '-', no wildcards
             rows: dict[str, list[dict[str, Any]]] = {key: [] for key in seqs}
             for r in c.execute("SELECT seq, host, adopted_seq, adopted_at, gone_at FROM members").fetchall():
                 if r["host"] in rows:
@@ -838,12 +870,12 @@ class HostShare:
 
     def _push_next_at(self, c: sqlite3.Connection, key: str, next_at: float) -> None:
         """Raise the host's ``next_at`` to ``next_at`` (a row from another boot is replaced)."""
-        cur = c.execute("UPDATE turns SET next_at = max(next_at, ?) WHERE host = ? AND boot = ?", (next_at, key, self.boot))
+        cur = c.execute("UPDATE turns SET next_at = max(next_at, ?) WHERE host = ? AND boot = ?", (next_at, key, self.kernel))
         if cur.rowcount == 0:
             c.execute(
                 "INSERT INTO turns(host, next_at, boot) VALUES (?, ?, ?)"
                 " ON CONFLICT(host) DO UPDATE SET next_at = excluded.next_at, boot = excluded.boot",
-                (key, next_at, self.boot),
+                (key, next_at, self.kernel),
             )
 
     def _release_rows(self, c: sqlite3.Connection, items: list[tuple[str, str, float | None]]) -> None:
@@ -885,7 +917,7 @@ class HostShare:
         try:
             now = time.monotonic()
             row = c.execute("SELECT next_at, boot FROM turns WHERE host = ?", (key,)).fetchone()
-            next_at = row["next_at"] if row is not None and row["boot"] == self.boot else 0.0
+            next_at = row["next_at"] if row is not None and row["boot"] == self.kernel else 0.0
             mine = c.execute("SELECT ticket FROM tickets WHERE token = ?", (token,)).fetchone()
             if mine is None:  # first look, or others found our lease lapsed and removed the ticket
                 cur = c.execute(
@@ -904,17 +936,17 @@ class HostShare:
                 ).fetchone()
                 if head is None or head["ticket"] == ticket:
                     break
+                other_boot = _kernel(head["boot"]) != self.kernel
                 dead = (
-                    head["boot"] != self.boot
+                    other_boot
                     or head["mseq"] is None
                     or head["gone_at"] is not None
-                    or now - head["heartbeat"] > STALE_S
-                    or not _alive(head["pid"], head["pstart"])
+                    or bool(_row_gone(self.boot, head["boot"], head["pid"], head["pstart"], now - head["heartbeat"]))
                 )
                 if not dead:
                     break
                 c.execute("DELETE FROM tickets WHERE ticket = ?", (head["ticket"],))
-                if head["boot"] == self.boot:
+                if not other_boot:
                     next_at, dropped = max(next_at, now + spacing_s), True
                 log.info("hostshare: %s: dropped the turn of process %s (gone)", key, head["pid"])
             if dropped:

@@ -25,7 +25,7 @@ With ``[backend] kind = "redis"`` every machine of a campaign shares each host's
 * Liveness: a row is gone when its heartbeat (server time) is older than
   :data:`~geoagent.runtime.hostshare.STALE_S`, or, for rows of this machine (same boot id), when its pid is gone
   or reused (checked here, marked gone by a script; one poll later than on SQLite). "This machine" is the host
-  name with the kernel boot id (containers on one kernel share the boot id, not their pids). Rows of other boots are NOT
+  name with :func:`geoagent.runtime.procs.boot_id` (the kernel boot id and the pid namespace: containers on one kernel share the boot id, not their pids). Rows of other boots are NOT
   dropped (they are other machines). Member hashes expire on their own (``PEXPIRE`` refreshed by every
   heartbeat, long after they stop counting), so a server never keeps dead rows.
 
