@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from geoagent.runtime.errors import PicklableError
-from geoagent.runtime.procs import proc_start, process_alive
+from geoagent.runtime.procs import boot_id, proc_start, process_alive
 from geoagent.runtime.sqlite_wal import connect, damaged_file_error, enable_wal
 from geoagent.runtime.stage import BudgetStop
 
@@ -421,6 +421,17 @@ CREATE TABLE IF NOT EXISTS ledger_owners (
 """
 
 
+def _owner_host() -> str:
+    """What the ``host`` column of ``ledger_owners`` names for this process: the host name, then ``"|"`` and
+    :func:`geoagent.runtime.procs.boot_id` (kernel boot id and pid namespace) where known. An owner's pid is judged
+    only by a process with the same value: containers of one host that share its network and the campaign file
+    have the same host name but pids of their own (before, one took the other's live owner for a crashed one and
+    turned its open reservations into unknown-outcome spend). A row with the bare host name (written before this)
+    is still judged by its pid on this host, as before."""
+    boot = boot_id()
+    return socket.gethostname() + (f"|{boot}" if boot else "")
+
+
 def _pid_alive(pid: int, started: str | None) -> bool:
     """Whether ledger owner process ``pid``, recorded with start time ``started``
     (:func:`geoagent.runtime.procs.proc_start`; None: unknown), still runs: the shared reader's
@@ -520,7 +531,7 @@ class Ledger:
         with db.transaction() as conn:
             conn.execute(
                 "INSERT INTO ledger_owners (token, host, pid, proc_start, started_at) VALUES (?, ?, ?, ?, ?)",
-                (self.owner, socket.gethostname(), os.getpid(), proc_start(os.getpid()), time.time()),
+                (self.owner, _owner_host(), os.getpid(), proc_start(os.getpid()), time.time()),
             )
             if cap_usd is not None:
                 conn.execute("UPDATE ledger_totals SET cap_nusd = ? WHERE id = 1", (usd_to_nano(cap_usd),))
@@ -536,10 +547,11 @@ class Ledger:
                      ) -> list[str]:
         """Tokens of the ``(token, host, pid, proc_start)`` owners whose open reservations :meth:`recover` closes:
         every other owner with ``all_owners``, else the other owners on this host whose process is gone
-        (:func:`_pid_alive`; an owner on another host is never judged from here)."""
-        host = socket.gethostname()
+        (:func:`_pid_alive`; an owner on another host, or in another pid namespace of this one, is never judged from
+        here: :func:`_owner_host`)."""
+        here = {_owner_host(), socket.gethostname()}  # the bare name: rows written before the pid namespace
         return [token for token, h, pid, ps in owners
-                if token != self.owner and (all_owners or (h == host and not _pid_alive(pid, ps)))]
+                if token != self.owner and (all_owners or (h in here and not _pid_alive(pid, ps)))]
 
     def recover(self, *, all_owners: bool = False) -> int:
         """Turn open reservations of crashed processes into unknown-outcome spend; return how many."""
