@@ -98,7 +98,7 @@ from geoagent.crawl.sampler import city_seed, sample_sites, slug, write_sites_cs
 from geoagent.crawl.screener import city_pool_rows, screen_city, write_city_pool_csv
 from geoagent.crawl.settings import CitySpec, CrawlConfigError, CrawlSettings
 from geoagent.files import atomic_open, atomic_write_bytes
-from geoagent.runtime.queue import Task, WorkQueue
+from geoagent.runtime.queue import QueueError, Task, WorkQueue
 from geoagent.runtime.stage import Held, Message, PermanentFailure, Stage, StageContext
 
 
@@ -1467,7 +1467,9 @@ async def watch_config_cities(config_path: str | Path, queue: WorkQueue, *, inte
     which the next run, planning every city of its config, queues; never queued and unrecorded. When the put
     finds the key queued already (another process of the campaign) or raises, ``on_not_queued`` gets the city (the
     crawl takes its record back; a failed put is tried again at the next read; a put cancelled by a stop keeps the
-    record, as it may have committed). Source: issue 5 (the crawl
+    record, as it may have committed). A :class:`~geoagent.runtime.queue.QueueError` from the put (the queue locked
+    by another process past its busy timeout, a Redis script refused) is a warning too (``crawl --watch: cannot
+    queue city ...``); the rest of that read waits for the next one. Source: issue 5 (the crawl
     daemon's watch mode); the order: session 14's leftover (a kill between queueing and recording)."""
     import logging
     import tomllib
@@ -1492,10 +1494,20 @@ async def watch_config_cities(config_path: str | Path, queue: WorkQueue, *, inte
                     on_new(city)
                 try:
                     queued = await queue.put(key, payload)
-                except Exception:  # not queued: taken back, tried again at the next read
+                except Exception as e:  # not queued: taken back, tried again at the next read
                     if on_not_queued is not None:
                         on_not_queued(city)
-                    raise
+                    if not isinstance(e, QueueError):
+                        raise
+                    # the queue locked past its busy timeout, a Redis script refused: a warning line, as for a
+                    # file that cannot be read; the watcher keeps watching (the next puts would likely fail too)
+                    import warnings
+
+                    from geoagent.config import InputWarning
+
+                    warnings.warn(f"crawl --watch: cannot queue city {city.city!r} ({key}) now (tried again at the "
+                                  f"next read): {e}", InputWarning, stacklevel=2)
+                    break
                 # (a stop cancelling the put leaves the record: the put may have committed, and a city recorded but
                 # not queued is queued by the next run, which plans every city of its config)
                 known.add(key)
