@@ -1775,13 +1775,21 @@ def resolved_dict(cfg: CampaignConfig) -> dict[str, Any]:
     """The config as plain JSON-able data with roots resolved, for the manifest. Holds no secrets.
 
     API keys never enter a :class:`CampaignConfig` (only variable names do), so nothing needs masking;
-    the resolved data roots (after environment overrides) are added under ``paths``.
+    the resolved data roots (after environment overrides) are added under ``paths``. ``paths.release_dir`` is
+    the release folder the campaign reads: :meth:`CampaignConfig.release_dir`, except for a GeoVerify or GeoHint
+    campaign whose task section names its own ``release_dir`` and reads nothing under the other one
+    (:func:`_paths_release_dir_read`): that section's folder, whatever ``$GEOAGENT_RELEASE`` says.
     """
     data = cfg.model_dump(mode="json", exclude={"tasks", "source"})
+    release = cfg.release_dir()
+    if not _paths_release_dir_read(cfg):  # the task section's own folder is what it plans from
+        sec = cfg.section(cfg.campaign.kind)  # as geoagent.sandbox.launch.campaign_release_dir reads it
+        own = sec.get("release_dir") if isinstance(sec, Mapping) else getattr(sec, "release_dir", None)
+        release = Path(str(own)).expanduser() if own else release
     data["paths"] = {
         "queues": str(cfg.queues_root()),
         "state": str(cfg.state_root()),
-        "release_dir": str(cfg.release_dir()),
+        "release_dir": str(release),
     }
     replays = {m.name: str(cfg.replay_path(m)) for m in cfg.models if m.provider == "replay"}
     if replays:  # the files the replay models answer from, after the release folder's override
