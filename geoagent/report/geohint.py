@@ -220,7 +220,9 @@ class Table:
     Formats: ``text``, ``count_of`` (a count as text, ``"0 of 14"``: right-aligned as the numbers are), ``int``, ``pct`` (fraction shown x100, 1 decimal), ``pp`` (percentage points,
     signed, 2 decimals), ``pps`` (percentage points, unsigned, 2 decimals: an SD), ``f2``, ``f4`` (signed 4
     decimals), ``p`` (p-value, 2 significant digits; a sampled permutation p at its floor, :class:`FloorP`, as
-    ``<1.0e-04``, a p that underflowed to 0 as ``<1e-300``), ``pctci`` (an interval ``(lo, hi)`` of fractions or None, shown
+    ``<1.0e-04``, a p that underflowed to 0 as ``<1e-300``), ``permp`` (a sampled permutation p, :func:`perm_p`:
+    shown as ``p``; the CSV adds a Boolean ``"<name>_is_floor"`` column at its end, true where the value is the
+    floor ``1 / (1 + n_flips)``, i.e. a bound: the true p is below it), ``pctci`` (an interval ``(lo, hi)`` of fractions or None, shown
     ``[lo, hi]`` in %; two CSV columns).
 
     The CSV (:meth:`to_csv`) holds every rate as a fraction: ``pct`` values as they are, ``pp``/``pps`` values
@@ -276,20 +278,28 @@ class Table:
         an interval column (``pctci``) becomes two, ``"<name> lo (fraction)"`` and ``"<name> hi (fraction)"``. A
         text column holding band labels (the data's ASCII ``0.5-1.5km``, a stable key) gets a ``"<name> label"``
         column at the end with the label as Markdown and the terminal show it (``0.5–1.5 km``), so a CSV row can
-        be matched to its Markdown row."""
+        be matched to its Markdown row. Each permutation p column (``permp``) gets a Boolean ``"<name>_is_floor"``
+        column after those: ``True`` where its p is the sampled test's floor ``1 / (1 + n_flips)`` (:class:`FloorP`;
+        Markdown shows ``<1.0e-04``), a bound rather than a p, ``False`` for another p, empty where the p is."""
         out = []
         for c, f in zip(self.columns, self.formats):
             if f == "pctci":
                 out += [f"{c} lo (fraction)", f"{c} hi (fraction)"]
             else:
                 out.append(_csv_fraction_name(c) if f in CSV_FRACTION_SCALE else c)
-        return out + [f"{self.columns[i]} label" for i in self._labelled()]
+        return (out + [f"{self.columns[i]} label" for i in self._labelled()]
+                + [f"{self.columns[i]}_is_floor" for i in self._perm_ps()])
+
+    def _perm_ps(self) -> list[int]:
+        """Indexes of the permutation p columns (format ``permp``): each gets an ``"<name>_is_floor"`` CSV column."""
+        return [i for i, f in enumerate(self.formats) if f == "permp"]
 
     def csv_rows(self) -> list[list[Any]]:
         """The raw values as the CSV holds them: rates as fractions (points / 100), intervals as two fractions
-        (empty without an interval), others as they are; then the shown band labels (:meth:`csv_columns`)."""
+        (empty without an interval), others as they are; then the shown band labels and whether each permutation
+        p is at its floor (:meth:`csv_columns`)."""
         out = []
-        labelled = self._labelled()
+        labelled, perm_ps = self._labelled(), self._perm_ps()
         for row in self.rows:
             cells: list[Any] = []
             for v, f in zip(row, self.formats):
@@ -299,7 +309,9 @@ class Table:
                     cells.append(v * CSV_FRACTION_SCALE[f])
                 else:
                     cells.append(v)
-            out.append(cells + [band_title(row[i]) if isinstance(row[i], str) else row[i] for i in labelled])
+            floors = [None if not isinstance(row[i], float) or math.isnan(row[i]) else isinstance(row[i], FloorP)
+                      for i in perm_ps]
+            out.append(cells + [band_title(row[i]) if isinstance(row[i], str) else row[i] for i in labelled] + floors)
         return out
 
     def to_csv(self) -> str:
@@ -386,7 +398,7 @@ def _fmt(v: Any, f: str) -> str:
         return f"{v:+.4f}"
     if f == "se":
         return f"{v:.4f}"
-    if f == "p":
+    if f in ("p", "permp"):
         if isinstance(v, FloorP):  # no flip reached the statistic: the true p is below the floor
             return "<" + (f"{v:.2g}" if v >= 1e-3 else f"{v:.1e}")
         if v == 0:  # a regression p below the smallest float (a huge z): a bound, not p = 0
@@ -1209,7 +1221,7 @@ def table_paired(
         title,
         ["Regime", "Condition", "n pairs", *BAND_NAMES, "Overall", "Paired delta (pp)", "p", "Echo rate", "Building level",
          "Building delta (pp)", "p (building)", *(f"Median ratio {b}" for b in BAND_NAMES)],
-        ["text", "text", "int", "pct", "pct", "pct", "pct", "pp", "p", "pct", "pct", "pp", "p", "f2", "f2", "f2"],
+        ["text", "text", "int", "pct", "pct", "pct", "pct", "pp", "permp", "pct", "pct", "pp", "permp", "f2", "f2", "f2"],
         rows,
         _join_notes(f"{flip_method_note(n_flips, seed)} {echo_rule_ref(agg)}",
                     few_sites_note(n_sites, n_flips), regime_note(agg, baseline),
@@ -1278,7 +1290,7 @@ def table9(agg: GeoHintAggregator, treatment: str = "forced_warn", control: str 
         "table9",
         f"Table 9: paired difference in hit rate (points), {treatment} minus {control}, by model",
         ["Model", "n pairs", "All sites", "p", "Illegible", "Legible"],
-        ["text", "int", "pp", "p", "pp", "pp"],
+        ["text", "int", "pp", "permp", "pp", "pp"],
         rows,
         _join_notes(flip_method_note(n_flips, seed), few_sites_note(n_sites, n_flips), regime_note(agg, baseline),
                     (f"{DASH} in a delta or p column: no answer geocoded in one condition (all unresolved), so its hit "
@@ -1375,7 +1387,7 @@ def table_nocontext_near(agg: GeoHintAggregator, condition: str = "forced", base
         "nocontext_near",
         f"No context vs near band ({band_title(BANDS[0])}), paired by image, per model: {condition} minus {baseline}",
         ["Model", "n images", "Sites", "No context", "Near band", "Near minus no context (pp)", "p"],
-        ["text", "int", "int", "pct", "pct", "pp", "p"],
+        ["text", "int", "int", "pct", "pct", "pp", "permp"],
         rows,
         _join_notes(
             "Seed 000 Sec. 6.1.3's independent estimate (every site, sites not split into regimes): per model, each image answered "
@@ -1410,7 +1422,7 @@ def table_building_vs_nocontext(agg: GeoHintAggregator, condition: str = "forced
         "building_vs_nocontext",
         f"Building-level share, {condition} (by band) vs {baseline}, paired by image, models pooled",
         ["Band", "n images", "Sites", "No context", "With context", "Context minus no context (pp)", "p"],
-        ["text", "int", "int", "pct", "pct", "pp", "p"],
+        ["text", "int", "int", "pct", "pct", "pp", "permp"],
         rows,
         _join_notes(
             "Seed 000 Sec. 6.3.1 (the release's analysis/cluster_inference.py): per image answered both with no "
