@@ -15,29 +15,16 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import signal
 import sqlite3
-import subprocess
 import sys
 
-import pytest
-
 from _hostshare_procs import CHILD, REPO
+from _pidns import needs_pid_namespace
 from geoagent.runtime.hostshare import HostShare, board_path
 from geoagent.runtime.http import HostPolicy, HttpClient
 from geoagent.sandbox.echo import make_app
 from geoagent.sandbox.server import serve
-
-
-def _unshare_ok() -> bool:
-    exe = shutil.which("unshare")
-    if exe is None:
-        return False
-    try:
-        return subprocess.run([exe, "-Urpf", "--mount-proc", "true"], capture_output=True, timeout=20).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
 
 
 def _members(board) -> list[tuple[int, object]]:
@@ -45,7 +32,7 @@ def _members(board) -> list[tuple[int, object]]:
         return c.execute("SELECT seq, gone_at FROM members ORDER BY seq").fetchall()
 
 
-@pytest.mark.skipif(not _unshare_ok(), reason="no unprivileged pid namespaces here (unshare -Urpf)")
+@needs_pid_namespace
 def test_a_live_member_in_another_pid_namespace_stays_a_member(tmp_path):
     board = board_path(tmp_path)
     policy = HostPolicy(rate=20, period_s=1.0, concurrency=2, timeout_s=10.0)

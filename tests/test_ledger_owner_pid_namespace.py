@@ -10,14 +10,12 @@ namespace by ``unshare``; a real SQLite campaign file."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
+from _pidns import needs_pid_namespace
 from geoagent.runtime.ledger import CampaignDB, Ledger
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,17 +30,7 @@ time.sleep(300)
 """
 
 
-def _unshare_ok() -> bool:
-    exe = shutil.which("unshare")
-    if exe is None:
-        return False
-    try:
-        return subprocess.run([exe, "-Urpf", "--mount-proc", "true"], capture_output=True, timeout=20).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
-@pytest.mark.skipif(not _unshare_ok(), reason="no unprivileged pid namespaces here (unshare -Urpf)")
+@needs_pid_namespace
 def test_a_live_owner_in_another_pid_namespace_keeps_its_reservations(tmp_path):
     path = tmp_path / "c.sqlite"
     env = {**os.environ, "PYTHONPATH": str(REPO)}

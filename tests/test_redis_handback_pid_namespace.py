@@ -16,34 +16,22 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import uuid
 from pathlib import Path
 
-import pytest
-
 from geoagent.runtime.queue import QueueCounts
 from geoagent.runtime.redis_queue import open_redis_queue
+from _pidns import needs_pid_namespace
 from test_queue_contract import redis_url  # noqa: F401 - the module's redis-server fixture
 
 REPO = Path(__file__).resolve().parents[1]
 CHILD = Path(__file__).with_name("_redis_queue_child.py")
 
 
-def _unshare_ok() -> bool:
-    exe = shutil.which("unshare")
-    if exe is None:
-        return False
-    try:
-        return subprocess.run([exe, "-Urpf", "--mount-proc", "true"], capture_output=True, timeout=20).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
-@pytest.mark.skipif(not _unshare_ok(), reason="no unprivileged pid namespaces here (unshare -Urpf)")
+@needs_pid_namespace
 def test_a_live_consumer_in_another_pid_namespace_keeps_its_leases_and_attempts(redis_url):  # noqa: F811
     campaign = "ns" + uuid.uuid4().hex[:10]
 

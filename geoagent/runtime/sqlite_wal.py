@@ -59,6 +59,16 @@ def _not_writable(path: Path) -> tuple[int, str] | None:
     return None
 
 
+def _main_file(conn: sqlite3.Connection | None) -> str | None:
+    """The path of ``conn``'s main database file (``PRAGMA database_list``), or None when it cannot be read."""
+    if conn is None:
+        return None
+    try:
+        return next((row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"), None)
+    except sqlite3.Error:
+        return None
+
+
 def unwritable_file_error(conn: sqlite3.Connection | None, exc: sqlite3.Error, path: Any = None
                           ) -> DatabaseAccessError | None:
     """A :class:`DatabaseAccessError` naming the file when ``exc`` is SQLite's refusal to open or write it
@@ -73,10 +83,6 @@ def unwritable_file_error(conn: sqlite3.Connection | None, exc: sqlite3.Error, p
         The error SQLite raised.
     path : path-like, optional
         The file, when the caller knows it.
-    at_open : bool
-        True (default): met while opening the file, before anything was written to it (the message says
-        nothing was). False: met in use (a query reached a damaged page), when earlier steps of the run may have
-        written to the file: the message says only the step that met the damage wrote nothing.
     """
     code = getattr(exc, "sqlite_errorcode", None)
     text = str(exc).lower()
@@ -84,11 +90,8 @@ def unwritable_file_error(conn: sqlite3.Connection | None, exc: sqlite3.Error, p
         "unable to open" in text or "readonly" in text or "permission" in text)
     if not refused:
         return None
-    if path is None and conn is not None:
-        try:
-            path = next((row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"), None)
-        except sqlite3.Error:
-            path = None
+    if path is None:
+        path = _main_file(conn)
     if not path:
         return None
     why = _not_writable(Path(path))
@@ -124,17 +127,18 @@ def damaged_file_error(conn: sqlite3.Connection | None, exc: sqlite3.DatabaseErr
         The error SQLite raised.
     path : path-like, optional
         The file, when the caller knows it.
+    at_open : bool
+        True (default): met while opening the file, before anything was written to it (the message says
+        nothing was). False: met in use (a query reached a damaged page), when earlier steps of the run may have
+        written to the file: the message says only the step that met the damage wrote nothing.
     """
     code = getattr(exc, "sqlite_errorcode", None)
     damaged = (code & 0xFF in _DAMAGED_CODES) if code is not None else (
         "not a database" in str(exc) or "malformed" in str(exc))
     if not damaged:
         return None
-    if path is None and conn is not None:
-        try:
-            path = next((row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"), None)
-        except sqlite3.Error:
-            path = None
+    if path is None:
+        path = _main_file(conn)
     written = ("nothing was written to it" if at_open else
                "the step that met the damage wrote nothing (earlier steps of this run may have written to it)")
     return DatabaseFileError(
