@@ -549,15 +549,10 @@ class GeoHintAggregatorStage(Stage):
     @staticmethod
     def _missing_kw(live_missing: Callable[[], Mapping[str, Any]] | None) -> dict[str, Any]:
         """The missing work's keyword arguments of ``write_report`` from ``live_missing`` (the ctx service
-        :data:`SERVICE_LIVE_MISSING`); ``{}`` without one, or when it cannot be read (logged: the report is still
-        rewritten, ``missing.csv`` is left as it was)."""
-        if live_missing is None:
-            return {}
-        try:
-            return dict(live_missing())
-        except Exception as exc:  # noqa: BLE001 - the queues may be briefly unreadable; the tables still go out
-            log.warning("GeoHint live report: could not read the missing work (%s); missing.csv left as it was", exc)
-            return {}
+        :data:`SERVICE_LIVE_MISSING`; :func:`geoagent.runtime.scope.live_missing_kw`)."""
+        from geoagent.runtime.scope import live_missing_kw
+
+        return live_missing_kw(live_missing, log, "GeoHint", "missing.csv")
 
     def _write(self, out_dir: Path) -> list[Any]:
         from geoagent.report.geohint import write_report

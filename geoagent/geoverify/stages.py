@@ -442,18 +442,11 @@ class GeoVerifyAggregatorStage(Stage):
     @staticmethod
     def _missing_kw(live_missing: Callable[[], Mapping[str, Any]] | None) -> dict[str, Any]:
         """The missing work's keyword arguments of ``write_report`` from ``live_missing`` (the ctx service
-        :data:`SERVICE_LIVE_MISSING`); ``{}`` without one, or when it cannot be read (logged: the report is still
-        rewritten, ``geoverify_missing.csv`` is left as it was)."""
-        if live_missing is None:
-            return {}
-        try:
-            return dict(live_missing())
-        except Exception as exc:  # noqa: BLE001 - the queues may be briefly unreadable; the counts still go out
-            from geoagent.report.geoverify import MISSING_CSV
+        :data:`SERVICE_LIVE_MISSING`; :func:`geoagent.runtime.scope.live_missing_kw`)."""
+        from geoagent.report.geoverify import MISSING_CSV
+        from geoagent.runtime.scope import live_missing_kw
 
-            log.warning("GeoVerify live report: could not read the missing work (%s); %s left as it was", exc,
-                        MISSING_CSV)
-            return {}
+        return live_missing_kw(live_missing, log, "GeoVerify", MISSING_CSV)
 
     def _write(self, out_dir: Path) -> dict[str, Path]:
         from geoagent.report.geoverify import write_report

@@ -149,6 +149,22 @@ def counted_anew(digests: dict[str, bytes], key: str, row: Mapping[str, Any]) ->
     return True
 
 
+def live_missing_kw(live_missing: Callable[[], Mapping[str, Any]] | None, log: Any, report: str,
+                    missing_csv: str) -> dict[str, Any]:
+    """The missing work's keyword arguments of a live report rewrite (``write_report(..., **kw)``) from
+    ``live_missing``, the campaign's ``live_missing`` service (GeoVerify, GeoHint); ``{}`` without one, or when
+    it cannot be read: the queues may be briefly unreadable (e.g. locked), so ``log`` (the stage's logger) gets one
+    warning naming ``report`` and ``missing_csv``, the tables are still rewritten and the earlier list is kept."""
+    if live_missing is None:
+        return {}
+    try:
+        return dict(live_missing())
+    except Exception as exc:  # noqa: BLE001 - the tables still go out; the earlier list stays
+        log.warning("%s live report: could not read the missing work (%s); %s left as it was", report, exc,
+                    missing_csv)
+        return {}
+
+
 def twin_models(models: Iterable[Any]) -> list[tuple[str, str]]:
     """Pairs ``(first name, later name)`` of ``[[models]]`` entries that ask identical requests: the same provider,
     model id and request parameters (:meth:`geoagent.config.ModelConfig.default_params`), whatever their names
