@@ -12,7 +12,7 @@ from rich.console import Console
 
 from geoagent.geohint.aggregate import GeoHintAggregator
 from geoagent.geohint.judged import import_judged
-from geoagent.report.geohint import build_tables, print_report, write_report
+from geoagent.report.geohint import FloorP, build_tables, print_report, write_report
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +45,7 @@ def test_paper_table_shapes(agg):
 def test_written_files_agree_with_tables(agg, tmp_path):
     tables = write_report(agg, tmp_path, n_flips=200, n_splits=10)
     md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    n_floor_cols = n_flags = 0
     for t in tables:
         assert t.title in md
         rows = list(csv.reader(io.StringIO((tmp_path / f"{t.name}.csv").read_text(encoding="utf-8"))))
@@ -57,8 +58,19 @@ def test_written_files_agree_with_tables(agg, tmp_path):
         labels = [f"{c} label" for c, f in zip(t.columns, t.formats)
                   if f == "text" and any(isinstance(r[t.columns.index(c)], str) and "km" in r[t.columns.index(c)]
                                          for r in t.rows)]
-        assert rows[0][len(cols):] == labels
-        assert len(rows[0]) == len(cols) + len(labels) and len(rows) == len(t.rows) + 1
+        # (session 15) a permutation p column (permp) adds "<name>_is_floor" after the labels: whether p is its
+        # test's floor 1/(1+n_flips), shown "<..." in Markdown
+        floors = [f"{c}_is_floor" for c, f in zip(t.columns, t.formats) if f == "permp"]
+        n_floor_cols += len(floors)
+        assert rows[0][len(cols):] == labels + floors
+        assert len(rows[0]) == len(cols) + len(labels) + len(floors) and len(rows) == len(t.rows) + 1
+        for r, got in zip(t.rows, rows[1:]):
+            for c, f in zip(t.columns, t.formats):
+                if f == "permp":
+                    flag = got[rows[0].index(f"{c}_is_floor")]
+                    p = r[t.columns.index(c)]
+                    assert flag == ("" if not isinstance(p, float) or p != p else str(isinstance(p, FloorP)))
+                    n_flags += flag != ""
         for name, col, f in zip(rows[0], cols, fmts):  # rates as fractions, named so
             assert name == (col if f not in ("pct", "pp", "pps") else col.removesuffix(" (%)").removesuffix(" (pp)")
                             + " (fraction)")
@@ -66,6 +78,7 @@ def test_written_files_agree_with_tables(agg, tmp_path):
             for g, w, f in zip(got, want, fmts):
                 if isinstance(w, float) and w == w:
                     assert float(g) == pytest.approx(w / 100 if f in ("pp", "pps") else w)
+    assert n_floor_cols > 0 and n_flags > 0  # the permutation p columns and their flags were checked
     for fig in ("fig_hit_by_band.png", "fig_echo_heatmap.png"):
         with PILImage.open(tmp_path / fig) as im:
             assert im.format == "PNG" and im.size[0] > 300
