@@ -66,7 +66,10 @@ def test_every_geohint_csv_names_its_rate_units_and_uses_ascii_bands(tmp_path):
         data_text = "\n".join(",".join(c for i, c in enumerate(r) if i != labels_at) for r in csv.reader(text.splitlines()))
         assert "–" not in data_text and " km" not in data_text, t.name
         fmts = [x for f in t.formats for x in (("pct", "pct") if f == "pctci" else (f,))]  # an interval: lo, hi
-        for name, f in zip([h for i, h in enumerate(header) if i != labels_at], fmts, strict=True):
+        # (session 15) each permutation p column adds a Boolean "<name>_is_floor" at the end: not a rate
+        flags = [h for h in header if h.endswith("_is_floor")]
+        assert flags == [f"{c}_is_floor" for c, f in zip(t.columns, t.formats) if f == "permp"], (t.name, header)
+        for name, f in zip([h for i, h in enumerate(header) if i != labels_at and h not in flags], fmts, strict=True):
             assert name.endswith("(fraction)") == (f in GH.CSV_FRACTION_SCALE), (t.name, name)
         for row in csv.DictReader(text.splitlines()):
             for name in header:
