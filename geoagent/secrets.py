@@ -45,6 +45,7 @@ _KEY_PREFIXES = ("hf_", "gsk_", "sk_", "rk_", "pk_", "AIza", "ghp_", "gho_", "gh
 
 _known_lock = threading.Lock()
 _known_values: set[str] = set()  # secret values seen in this process (memory only), longest first on use
+_known_whole: set[str] = set()  # values masked only whole (Secret(whole_only=True): a Redis URL), memory only
 
 
 class SecretNotFound(KeyError):
@@ -62,15 +63,17 @@ class Secret:
 
     __slots__ = ("_value", "name")
 
-    def __init__(self, value: str, name: str = "", *, local: bool = False) -> None:
+    def __init__(self, value: str, name: str = "", *, local: bool = False, whole_only: bool = False) -> None:
         """``value``: the key (non-empty); ``name``: the variable it came from (shown in ``repr``); ``local``: the
         key of a local server, scrubbed by :func:`redact` only from :data:`MIN_SECRET_LEN` characters (else from
-        :data:`MIN_PAID_SECRET_LEN`; module docstring). Raises ValueError for an empty or non-string value."""
+        :data:`MIN_PAID_SECRET_LEN`; module docstring); ``whole_only``: masked only whole (any case), never by
+        its fragments (a URL holding a host and port, whose fragments would mask every address like it; its
+        password is remembered on its own). Raises ValueError for an empty or non-string value."""
         if not isinstance(value, str) or not value:
             raise ValueError("a Secret needs a non-empty string value")
         self._value = value
         self.name = name
-        _remember(value, local=local)
+        _remember(value, local=local, whole_only=whole_only)
 
     def reveal(self) -> str:
         """Return the secret value (call only where it goes on the wire, e.g. an auth header)."""
@@ -139,10 +142,10 @@ def secret_spellings(value: str) -> set[str]:
     return {value, escaped, escaped.replace("/", "\\/")}
 
 
-def _remember(value: str, *, local: bool = False) -> None:
+def _remember(value: str, *, local: bool = False, whole_only: bool = False) -> None:
     if len(value) >= min_secret_len(local=local):
         with _known_lock:
-            _known_values.update(secret_spellings(value))
+            (_known_whole if whole_only else _known_values).update(secret_spellings(value))
 
 
 def dotenv_path_default() -> Path:
@@ -179,6 +182,7 @@ def lookup_secret(
     dotenv_path: str | os.PathLike[str] | None = None,
     environ: dict[str, str] | None = None,
     local: bool = False,
+    whole_only: bool = False,
 ) -> Secret | None:
     """Return the secret held by variable ``env_name`` (environment first, then ``.env``), or None.
 
@@ -193,6 +197,8 @@ def lookup_secret(
     local : bool
         The key is for a local server (a model not on a paid host): :func:`redact` scrubs it only from
         :data:`MIN_SECRET_LEN` (8) characters; otherwise (default) from :data:`MIN_PAID_SECRET_LEN` (4).
+    whole_only : bool
+        Mask the value only whole, not by its fragments (:class:`Secret`; a Redis URL).
 
     Returns
     -------
@@ -215,10 +221,10 @@ def lookup_secret(
         value = (read_dotenv(dotenv_path).get(env_name) or "").strip()
         where = "the .env file"
     if value and not value.isprintable():  # line breaks, tabs, NUL...: no HTTP header can carry them
-        _remember(value, local=local)  # never echoed, but scrub it wherever it might surface
+        _remember(value, local=local, whole_only=whole_only)  # never echoed, but scrub it wherever it might surface
         raise ValueError(f"API key variable {env_name} (from {where}) holds control characters "
                          "(line break, tab, NUL) inside the value; check its quotes and line ends")
-    return Secret(value, env_name, local=local) if value else None
+    return Secret(value, env_name, local=local, whole_only=whole_only) if value else None
 
 
 def get_secret(
@@ -283,7 +289,7 @@ def _fragments(value: str) -> tuple[str, tuple[tuple[str, tuple[int, ...]], ...]
     return folded, tuple((run, tuple(offsets)) for run, offsets in runs.items())
 
 
-def mask_values(text: str, values: Iterable[str], mask: str = MASK) -> str:
+def mask_values(text: str, values: Iterable[str], mask: str = MASK, *, fragments: bool = True) -> str:
     """``text`` with every occurrence of each of ``values`` replaced by ``mask``: in any case of its ASCII
     letters (a server echoing the key upper-cased), and also any run of :data:`FRAGMENT_LEN` (8) or more
     consecutive characters of a value longer than that (a truncated echo "sk-abc123...", a suffix, a cut),
@@ -297,6 +303,8 @@ def mask_values(text: str, values: Iterable[str], mask: str = MASK) -> str:
         The secrets (and their spellings); the caller decides the shortest it masks (empty ones are skipped).
     mask : str
         What each masked stretch becomes (overlapping or adjacent matches become one).
+    fragments : bool
+        False: mask each value only whole (in any case), not its runs of 8.
 
     Returns
     -------
@@ -322,6 +330,8 @@ def mask_values(text: str, values: Iterable[str], mask: str = MASK) -> str:
         if not value:
             continue
         whole, runs = _fragments(value)
+        if not fragments:
+            runs = ()
         start = folded.find(whole)
         while start >= 0:
             add(start, start + len(whole))
@@ -367,7 +377,9 @@ def redact(text: str, extra: list[str | Secret] | tuple[str | Secret, ...] = ())
     if not text:
         return text
     with _known_lock:
-        values = set(_known_values)
+        values, whole_values = set(_known_values), set(_known_whole)
+    if whole_values:  # whole first: a URL is masked entire before its password's fragments cut it
+        text = mask_values(text, (v for v in whole_values if len(v) >= MIN_PAID_SECRET_LEN), fragments=False)
     for item in extra:
         value = item.reveal() if isinstance(item, Secret) else item
         if value and len(value) >= MIN_PAID_SECRET_LEN:  # a shorter one is never masked, nor its spellings

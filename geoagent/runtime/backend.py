@@ -62,7 +62,7 @@ def redis_url(cfg: Any, *, dotenv_path: str | Path | None = None) -> str | None:
 
     name = cfg.backend.url_env
     try:
-        secret = lookup_secret(name, dotenv_path=dotenv_path, local=True)
+        secret = lookup_secret(name, dotenv_path=dotenv_path, local=True, whole_only=True)  # its password: below
     except ValueError:
         raise BackendError(f"{cfg.source}: [backend] url_env: variable {name} holds control characters (line "
                            "break, tab, NUL); the value is not shown (it may hold a password)") from None
