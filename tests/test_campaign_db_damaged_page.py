@@ -10,49 +10,19 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _sim_campaign import run_cli, sim_generic_config
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _config(tmp: Path) -> Path:
-    cfg = tmp / "dmg.toml"
-    cfg.write_text(f"""
-[campaign]
-name = "dmg"
-kind = "generic"
-seed = 1
-
-[paths]
-queues = "{tmp / 'queues'}"
-state = "{tmp / 'state'}"
-
-[budget]
-cap_usd = 1.0
-
-[[models]]
-name = "sim"
-provider = "simulated"
-model = "sim-1"
-price_input_usd_per_mtok = 0.15
-price_output_usd_per_mtok = 0.60
-max_output_tokens = 50
-concurrency = 8
-
-[generic]
-n_requests = 200
-""")
-    return cfg
+    return sim_generic_config(tmp, "dmg", concurrency=8, n_requests=200)
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "run.py", *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=240)
+_cli = run_cli
 
 
 @pytest.mark.parametrize("where, table, commands", [

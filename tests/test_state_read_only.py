@@ -12,49 +12,20 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _sim_campaign import run_cli, sim_generic_config
 
 REPO = Path(__file__).resolve().parents[1]
 RO_MOUNT = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@"'
 
 
 def _config(tmp: Path) -> Path:
-    cfg = tmp / "ro.toml"
-    cfg.write_text(f"""
-[campaign]
-name = "ro"
-kind = "generic"
-seed = 1
-
-[paths]
-queues = "{tmp / 'queues'}"
-state = "{tmp / 'state'}"
-
-[budget]
-cap_usd = 1.0
-
-[[models]]
-name = "sim"
-provider = "simulated"
-model = "sim-1"
-price_input_usd_per_mtok = 0.15
-price_output_usd_per_mtok = 0.60
-max_output_tokens = 50
-concurrency = 4
-
-[generic]
-n_requests = 4
-""")
-    return cfg
+    return sim_generic_config(tmp, "ro", concurrency=4, n_requests=4)
 
 
-def _cli(*args: str, prefix: list[str] | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([*(prefix or []), sys.executable, "run.py", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=240)
+_cli = run_cli
 
 
 def _read_only(folder: Path, *args: str) -> subprocess.CompletedProcess:
