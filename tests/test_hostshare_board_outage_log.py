@@ -43,7 +43,12 @@ def test_a_failing_board_is_logged_once_per_outage_and_once_when_it_answers_agai
                     await http.request("GET", base + "/echo")  # the host is registered: the task ticks
                     ticks0 = share.ticks
                     await asyncio.to_thread(server.stop)
-                    await asyncio.sleep(outage_s)
+                    t_stop = time.monotonic()
+                    # at least outage_s, and until five ticks have failed (each waits up to the 0.3 s window
+                    # plus a poll; a loaded machine fits fewer than five into 3 s: CI saw 4)
+                    while (time.monotonic() - t_stop < outage_s or share.ticks - ticks0 < 5) \
+                            and time.monotonic() - t_stop < 30:
+                        await asyncio.sleep(POLL_S)
                     failed_ticks = share.ticks - ticks0
                     await asyncio.to_thread(server.start)  # same port, same append-only file
                     t0 = time.monotonic()
@@ -67,6 +72,6 @@ def test_a_failing_board_is_logged_once_per_outage_and_once_when_it_answers_agai
     assert len(warnings) == 2, warnings
     assert "RedisBoard(" in started[0] and "redis://" not in started[0]  # the board named, never its URL
     seconds = float(ended[0].split("answers again after ")[1].split(" s")[0])
-    assert outage_s - 1.0 <= seconds <= outage_s + 10, ended
+    assert outage_s - 1.0 <= seconds <= outage_s + 40, ended
     debug = [r for r in caplog.records if r.levelno == logging.DEBUG and "still failing" in r.getMessage()]
     assert debug  # the other failures are still there at debug level (-v)
