@@ -146,7 +146,8 @@ class ModelResponse:
     sandbox : bool
         True when the answer came from one of geoagent's sandbox model fakes (its response carried
         :data:`geoagent.constants.SANDBOX_ANSWER_HEADER`), wherever it was served: the model caller then records
-        the answer as simulated. Not part of the JSON form (the stored ``request_meta.provider_kind`` says it).
+        the answer as simulated. Not part of the JSON form: the stored ``request_meta.provider_kind`` says it, and a
+        stored answer read back is marked from it (:func:`geoagent.runtime.store.stored_response`).
     """
 
     text: str

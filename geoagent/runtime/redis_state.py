@@ -111,7 +111,7 @@ from geoagent.runtime.ledger import (
 from geoagent.runtime.procs import boot_id, proc_start, process_alive
 from geoagent.runtime.redis_retry import REPLY_TTL_S as _REPLY_TTL_S
 from geoagent.runtime.redis_retry import client_defaults, ping_once, server_key, window_retry
-from geoagent.runtime.store import ResponseStore, _check_table, _dumps
+from geoagent.runtime.store import ResponseStore, _check_table, _dumps, stored_response
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -586,7 +586,7 @@ class RedisResponseStore:
     def get(self, key: str) -> ModelResponse | None:
         """The stored response for request ``key``, or None."""
         rec = self._records([key])[0]
-        return None if rec is None else ModelResponse.from_json(rec["response"])
+        return None if rec is None else stored_response(rec["response"], rec.get("request_meta"))
 
     def get_record(self, key: str) -> dict[str, Any] | None:
         """Stored response with its request metadata, reservation id, cost (USD) and time (unix s), or None."""

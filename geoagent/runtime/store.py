@@ -13,6 +13,7 @@ overwrites its own row with the same content). :mod:`geoagent.runtime.export` tu
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import re
 import time
@@ -72,6 +73,18 @@ def request_meta_source(meta: Any) -> tuple[str | None, str | None]:
     return (provider if isinstance(provider, str) else None, kind if kind in PROVIDER_KINDS else None)
 
 
+def stored_response(response: dict[str, Any], meta: Any) -> ModelResponse:
+    """The :class:`~geoagent.providers.base.ModelResponse` of a stored record: its JSON form ``response`` read
+    back, marked :attr:`~geoagent.providers.base.ModelResponse.sandbox` when its ``request_meta`` (``meta``)
+    recorded that geoagent's simulation answered (``provider_kind = "simulated"``: a sandbox fake on any address,
+    or the simulated provider). A caller that reuses a stored answer (a crawl audit after a restart) then records
+    it as the call that paid for it did. Both state backends read their records through this."""
+    resp = ModelResponse.from_json(response)
+    if request_meta_source(meta)[1] == "simulated":
+        resp = dataclasses.replace(resp, sandbox=True)
+    return resp
+
+
 class ResponseStore:
     """Response cache keyed by request key, plus keyed JSON results tables.
 
@@ -96,8 +109,8 @@ class ResponseStore:
 
     def get(self, key: str) -> ModelResponse | None:
         """The stored response for request ``key``, or None."""
-        rows = self.db.read("SELECT response FROM responses WHERE key = ?", (key,))
-        return ModelResponse.from_json(orjson.loads(rows[0][0])) if rows else None
+        rows = self.db.read("SELECT response, request_meta FROM responses WHERE key = ?", (key,))
+        return stored_response(orjson.loads(rows[0][0]), orjson.loads(rows[0][1])) if rows else None
 
     def get_record(self, key: str) -> dict[str, Any] | None:
         """Stored response with its request metadata, cost (USD) and time, or None."""

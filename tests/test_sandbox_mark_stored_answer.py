@@ -1,0 +1,66 @@
+"""A sandbox fake's answer read back from the campaign's store still counts as simulated (s16).
+
+Before: the sandbox mark (:attr:`geoagent.providers.base.ModelResponse.sandbox`, from the fakes'
+``X-Geoagent-Sandbox: 1`` header) lived only on the response object of the call. The store kept it as
+``request_meta.provider_kind = "simulated"``, but a stored answer read back (``ResponseStore.get``) came out
+unmarked, so a crawl audit paid before a kill and reused after the restart (:func:`geoagent.crawl.llmcall.metered_generate`
+finds it in the store) was recorded as a real model's (``provider_kind: "model"`` in ``image_audit/<city>/<id>.json``),
+and the killed crawl's records differed from an uninterrupted one's (seen in
+``tests/test_crash_campaigns.py::test_crawl_sigkilled_in_download_audit_rating_and_write_matches_uninterrupted``).
+Now a stored answer whose ``request_meta`` recorded geoagent's simulation reads back marked, on both state
+backends. The fake runs on a port of its own (a plain URL), so only its mark says it is a fake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from geoagent.config import ModelConfig
+from geoagent.crawl.llmcall import metered_generate
+from geoagent.providers.base import ModelRequest
+from geoagent.providers.openai_compat import OpenAICompatProvider
+from geoagent.providers.settings import ProviderSettings
+from geoagent.runtime.http import HttpClient
+from geoagent.sandbox.llm_common import CALLS_KEY, unmarked
+from geoagent.sandbox.llm_openai import make_app
+from geoagent.sandbox.server import serve
+from _state_backends import KINDS, open_state
+from test_queue_contract import redis_url  # noqa: F401 - the module's redis-server fixture
+
+MODEL = ModelConfig(name="auditor", provider="openai", model="sim-gpt", price_input_usd_per_mtok=1.0,
+                    price_output_usd_per_mtok=4.0, max_output_tokens=100)
+
+
+@pytest.mark.parametrize("marked", [True, False], ids=["sandbox-fake", "model-server"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_stored_answer_reused_after_a_restart_keeps_the_sandbox_mark(tmp_path, kind, marked, request):
+    url = request.getfixturevalue("redis_url") if kind == "redis" else None
+
+    async def main():
+        app = make_app(require_auth=False)
+        async with serve(app if marked else unmarked(app)) as base:
+            req = ModelRequest(provider="openai", model="sim-gpt", prompt="Rate the place 0-5.",
+                               params={"max_tokens": 100})
+            results = []
+            for _run in range(2):  # the second run is the restart after a kill: a new state, the same files
+                state = open_state(kind, url, "audit", tmp_path, cap_usd=10.0)
+                try:
+                    async with HttpClient() as http:
+                        prov = OpenAICompatProvider(ProviderSettings(kind="openai", model="sim-gpt",
+                                                                     base_url=base + "/v1"), http)
+                        # provider_kind "model": what the crawl passes for a plain URL it cannot tell from a server
+                        results.append(await metered_generate(prov, req, ledger=state.ledger, model_cfg=MODEL,
+                                                              store=state.store, provider_kind="model"))
+                        stored = state.store.get(req.key())
+                finally:
+                    state.close()
+            return results, stored, len(app[CALLS_KEY])
+
+    (first, again), stored, calls = asyncio.run(main())
+    assert calls == 1  # the restart reused the stored answer
+    assert again.text == first.text
+    assert first.sandbox is marked
+    assert again.sandbox is marked, "the stored answer read back lost the fake's mark"  # before: False
+    assert stored.sandbox is marked
