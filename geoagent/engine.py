@@ -1840,6 +1840,7 @@ async def _run(
     ctx.services[C.SERVICE_RECORD_RUN_SO_FAR] = record_run_so_far
     status = "interrupted"
     view: PipelineRun | None = None
+    sim: list[str] | None = None  # an evaluation's models whose stored answers came from the simulator (its end)
     try:
         ledger = ctx.get("ledger")
         progress = Progress(
@@ -2046,7 +2047,7 @@ async def _run(
             ended = None
         manifest.stop_run(run_id, status=status, summary={"planned": n_planned_all, **(
             {"spend": spend_json} if spend_json is not None else {})}, params_mix=params_mix,
-            planned=n_planned_all, config=ended)
+            planned=n_planned_all, config=ended, simulated_answers=sim)
 
 
 class IdleHandoffTick:

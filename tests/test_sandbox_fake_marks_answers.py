@@ -152,3 +152,13 @@ def test_a_geoverify_report_over_a_fake_of_ones_own_carries_the_simulated_note(t
     report = (Path(load_config(p).state_dir()) / "report" / TABLE_MD).read_text(encoding="utf-8")
     # before: no note (the report read the config, where the fake is a plain local address)
     assert "Simulated answers: mine answered from geoagent's simulator" in report, report[:2000]
+
+
+def test_the_manifest_names_the_models_whose_answers_were_simulated(campaign):
+    """``manifest.json``: ``simulated_models`` is the config's rule (none of these URLs is a ``*.sandbox.invalid``
+    fake), ``simulated_answer_models`` what the stored answers say at the run's end (s16; before: absent, so the
+    manifest called every model here real)."""
+    _, state = campaign
+    manifest = orjson.loads((state / "manifest.json").read_bytes())
+    assert manifest["simulated_models"] == []
+    assert manifest.get("simulated_answer_models") == ["claude", "gem", "mine"], manifest.get("simulated_answer_models")

@@ -843,7 +843,7 @@ class Manifest:
 
     def stop_run(self, run_id: str, *, status: str = "complete", summary: dict[str, Any] | None = None,
                  params_mix: dict[str, Any] | None = None, planned: int | None = None,
-                 config: Any = None) -> None:
+                 config: Any = None, simulated_answers: list[str] | None = None) -> None:
         """Set the stop time, final status (``complete``, ``incomplete``, ``budget_exhausted``, ``interrupted``,
         ``failed``) and an optional summary of run ``run_id``. (A run whose process died without it keeps
         ``running`` until the next run on this machine marks it ``killed``: :meth:`start_run`.)
@@ -863,6 +863,11 @@ class Manifest:
         keeps the start's), so the next run's drift check compares against what ran. Left as it is when another
         run recorded its config meanwhile.
 
+        ``simulated_answers`` (model names, when the run counted them: an evaluation that reached its end,
+        :func:`geoagent.runtime.export.simulated_answer_models`): the top-level ``simulated_answer_models``, the
+        models whose stored answers came from geoagent's simulator, a sandbox fake on a port of one's own
+        included (``simulated_models`` keeps the config's rule: what the config as written names simulated).
+
         Raises
         ------
         KeyError
@@ -878,6 +883,8 @@ class Manifest:
             if summary is not None:
                 run["summary"] = summary
             self._record_so_far(data, run, planned, config)
+            if simulated_answers is not None:
+                data["simulated_answer_models"] = list(simulated_answers)
             if params_mix:
                 data["answers_by_request_params"] = params_mix
             elif params_mix is not None:
