@@ -184,23 +184,27 @@ def safe_name(value: str, *, what: str = "name") -> str:
 
 
 def safe_image_id(value: str | int) -> str:
-    """A Mapillary image id in its canonical form: 1-32 ASCII decimal digits, written without leading zeros
-    (``"0800000000001"`` -> ``"800000000001"``; ``"0"`` stays ``"0"``).
+    """A Mapillary image id in its canonical form: a positive integer written as 1-32 ASCII decimal digits without
+    leading zeros (``"0800000000001"`` -> ``"800000000001"``).
 
     Source: Mapillary Graph API v4, an image's ``id`` is a numeric id sent as a string (api-notes section 6; the
-    official SDK also takes it as an integer). A leading zero writes the same number another way, so it names the
-    same image: every id becomes a file name, a dictionary key or a request path through this function, and two
-    spellings of one id always give one image.
+    official SDK also takes it as an integer); ids are positive, so ``"0"`` (``"00"``, ...) names no image. A
+    leading zero writes the same number another way, so it names the same image: every id becomes a file name, a
+    dictionary key or a request path through this function, and two spellings of one id always give one image.
 
     Raises
     ------
     ValueError
-        Anything that is not 1-32 ASCII digits (a sign, a space, a newline, a superscript or other Unicode digit).
+        Anything that is not 1-32 ASCII digits (a sign, a space, a newline, a superscript or other Unicode digit),
+        and zero in any spelling; the message names the id.
     """
     text = str(value)
     if not _DIGITS.fullmatch(text):
         raise ValueError(f"image id must be decimal digits, got {text!r}")
-    return text.lstrip("0") or "0"
+    canonical = text.lstrip("0")
+    if not canonical:
+        raise ValueError(f"image id must be a positive integer, got {text!r}")
+    return canonical
 
 
 

@@ -33,10 +33,10 @@ LAT, LON = 41.39, 2.17
 def test_an_id_is_written_in_its_canonical_form_wherever_it_becomes_a_file_name(tmp_path):
     assert safe_image_id("0800000000001") == "800000000001"
     assert safe_image_id("000800000000001") == safe_image_id(800000000001) == "800000000001"
-    assert safe_image_id("0") == "0"
     assert image_path(tmp_path, "s1", "0800000000001") == image_path(tmp_path, "s1", "800000000001")
     assert image_key("images/s1/0800000000001.jpg") == image_key("800000000001") == "800000000001"
-    for bad in ("", "12a", "-1", "1" * 33, "\u00b2", "\u0663"):  # not ASCII digits (a superscript, Arabic-Indic 3)
+    # not ASCII digits (a superscript, Arabic-Indic 3), or zero: ids are positive (session 16, was image "0")
+    for bad in ("", "12a", "-1", "1" * 33, "\u00b2", "\u0663", "0", "00"):
         with pytest.raises(ValueError):
             safe_image_id(bad)
         with pytest.raises(ValueError):

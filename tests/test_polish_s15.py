@@ -187,13 +187,15 @@ def test_text_readers_normalise_format_characters_and_fullwidth_forms(raw, verdi
 
 def test_verdict_normalisation_does_not_widen_the_words_read():
     """Only characters are normalised: values that were no verdict stay failures with the raw kept ("true" as
-    text, a sentence, a symbol whose compatibility form spells a word: "\u2116" is NFKC "No"), and an opposite
-    verdict hidden behind a zero-width space still conflicts."""
+    text, a sentence that opens with a phrase, a symbol whose compatibility form spells a word: "\u2116" is NFKC
+    "No"), and an opposite verdict hidden behind a zero-width space still conflicts. (Session 16: a sentence that
+    opens with a standalone verdict word, "Yes, the photo matches", is read as that verdict, rule
+    ``verdict_sentence``; tests/test_geoverify_parse_verdict_sentence_s16.py.)"""
     import json
 
     from geoagent.geoverify.parse import parse_verdict
 
-    for value in ("true", "Yes, the photo matches", "\u2116", "\u2116."):
+    for value in ("true", "No idea, the photo matches", "\u2116", "\u2116.", "\u2116, this is not the place"):
         raw = json.dumps({"verdict": value}, ensure_ascii=False)
         p = parse_verdict(raw)
         assert not p.ok and p.verdict is None and p.raw == raw, (value, p)

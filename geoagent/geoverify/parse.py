@@ -34,6 +34,7 @@ RULE_PROSE = "prose_around_json"
 RULE_TRUNCATED = "truncated"
 RULE_VERDICT_NORMALIZED = "verdict_case_or_punctuation"
 RULE_VERDICT_BOOLEAN = "verdict_boolean"
+RULE_VERDICT_SENTENCE = "verdict_sentence"
 RULE_CONF_STRING = "confidence_string"
 RULE_CONF_PERCENT = "confidence_percent"
 RULE_CONF_INVALID = "confidence_invalid"
@@ -116,11 +117,15 @@ def _norm_verdict(v: Any, rules: set[str]) -> str | None:
         return None
     if v in ("yes", "no"):
         return v
-    m = _VERDICT_WORD.match(normalize_chars(v))
+    seen = normalize_chars(v)
+    m = _VERDICT_WORD.match(seen)
     if m:
         rules.add(RULE_VERDICT_NORMALIZED)
         return m.group(1).lower()
-    return None
+    word = _leading_verdict_word(seen)  # "Yes, the photo matches": the bare-text rule, applied to the value
+    if word is not None:
+        rules.add(RULE_VERDICT_SENTENCE)
+    return word
 
 
 def _norm_conf(v: Any, rules: set[str]) -> float | None:
@@ -184,6 +189,21 @@ _RX_BARE_WORD = re.compile(r"^[\s\"'`*_]*(yes|no)\b", re.I)
 _RX_STANDALONE_WORD = re.compile(r"\b(yes|no)\b" + _STANDALONE, re.I)
 
 
+def _leading_verdict_word(seen: str) -> str | None:
+    """The verdict ``"yes"``/``"no"`` of a sentence ``seen`` (already :func:`normalize_chars`) that opens with a
+    standalone verdict word ("No, this is not the place") and never states the opposite word standing alone
+    later; None otherwise ("No idea", "yes/no", "Yes or no", "Yes and no", "No, but on reflection: yes.").
+    The same rule :func:`parse_verdict` applies to a bare-text answer (step 4), here for a sentence given as a
+    JSON verdict value."""
+    mb = _RX_BARE.match(seen)
+    if not mb:
+        return None
+    word = mb.group(1).lower()
+    if any(w.group(1).lower() != word for w in _RX_STANDALONE_WORD.finditer(seen, mb.end())):
+        return None
+    return word
+
+
 def parse_verdict(raw: str | None) -> ParsedVerdict:
     """Parse one GeoVerify answer; never raises.
 
@@ -210,6 +230,9 @@ def parse_verdict(raw: str | None) -> ParsedVerdict:
     states the opposite verdict; text inside an object's string values (its evidence) is never read as one.
     Confidence in percent (``"80%"`` or a number in (1, 100]) is divided by 100; anything else outside
     [0, 1], and a number with a decimal comma (``0,85``), becomes None (rule ``confidence_invalid``).
+    A JSON verdict value may be ``true``/``false`` (rule ``verdict_boolean``) or a sentence that opens with a
+    verdict word read by the rule of step (4) ("Yes, the photo matches"; rule ``verdict_sentence``); a value
+    that also states the opposite word, or opens with a phrase ("No idea", "yes/no"), is a failure.
     """
     try:
         return _parse(raw)
