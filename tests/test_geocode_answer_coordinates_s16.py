@@ -130,3 +130,15 @@ def test_decimal_coordinates_read(text, point):
 )
 def test_not_decimal_coordinates(text):
     assert decimal_coordinates(text) is None
+
+
+def test_long_text_is_rejected_in_linear_time():
+    """A looping answer: 50,000 spaces between a label and a letter took 77 s to reject before the whitespace was
+    collapsed and the length capped (two adjacent optional space runs in the pattern)."""
+    import time
+
+    start = time.perf_counter()
+    for text in ("lat" + " " * 50_000 + "x", "48.8 " + " " * 50_000 + "x", "48.8584, 2.2945" * 5_000):
+        assert decimal_coordinates(text) is None
+    assert time.perf_counter() - start < 1.0
+    assert decimal_coordinates("lat   48.8584 \t lon\n2.2945") == EIFFEL  # runs of spaces read as one

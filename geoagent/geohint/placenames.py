@@ -76,6 +76,9 @@ _COORD_PART = (
 )
 _COORD_PAIR_RE = re.compile(_COORD_PART.format(i=1) + r"(?:\s*[,;/]\s*|\s+)" + _COORD_PART.format(i=2), re.IGNORECASE)
 _BRACKETS = {"(": ")", "[": "]"}
+#: longest text read as coordinates, characters after collapsing whitespace ("Latitude: 33.856812° S, Longitude:
+#: 151.215312° E" is 48); longer text (a looping answer) is no plain pair and is not matched at all
+COORDINATES_MAX_CHARS = 100
 
 
 def is_null_answer(text: str | None) -> bool:
@@ -240,11 +243,14 @@ def decimal_coordinates(text: str | None) -> tuple[float, float] | None:
     Ambiguous text is None, so that it is looked up as a name as before: one number, three or more, a number out
     of range, degrees-minutes-seconds, decimal commas ("48,8584"), two bare integers ("48, 2": no decimal point, no
     degree sign, letter or label), a sign together with a hemisphere letter ("-48.8 S"), two letters or labels that
-    name the same axis or disagree, and coordinates inside other text ("Eiffel Tower (48.8584, 2.2945)").
+    name the same axis or disagree, coordinates inside other text ("Eiffel Tower (48.8584, 2.2945)") and text over
+    :data:`COORDINATES_MAX_CHARS` characters.
     """
     if text is None:
         return None
-    t = str(text).strip()
+    t = " ".join(str(text).split())  # one space per run: adjacent optional spaces in the pattern stay linear
+    if len(t) > COORDINATES_MAX_CHARS:
+        return None
     if t[:1] in _BRACKETS and t.endswith(_BRACKETS[t[:1]]):
         t = t[1:-1].strip()
     m = _COORD_PAIR_RE.fullmatch(t)
