@@ -150,6 +150,11 @@ def dedupe_by_qid(candidates: Iterable[RatedCandidate]) -> list[RatedCandidate]:
 #: (:func:`hint_name`), and the auditor's decision record says so
 #: (:func:`geoagent.crawl.referenceability.parse_ref_batch`).
 NAME_EN_MAX_CHARS = 200
+#: longest auditor Chinese name (characters, whitespace collapsed) kept, the same cap as
+#: :data:`NAME_EN_MAX_CHARS` for the same reason (a looping auditor's name; session 16): the Chinese name goes into the
+#: ladder's ``name_zh``, the plan's ``ref_name_zh`` (the ``release_first_word`` echo key) and, last, the hint name
+#: (:func:`hint_name`). The longest in the release's ladders and audit sample is 19.
+NAME_ZH_MAX_CHARS = NAME_EN_MAX_CHARS
 
 
 def hint_name(name_en: str | None, label_raw: str | None, name_zh: str | None = None, *,
@@ -167,8 +172,8 @@ def hint_name(name_en: str | None, label_raw: str | None, name_zh: str | None = 
     paper's control); ours tries the raw label before the Chinese name because its labels come in English,
     language-neutral, Chinese and local-language order, so the raw label is the name a visitor would read on
     the spot. Whitespace is collapsed; an empty or whitespace-only name counts as none, and so does an English
-    name over :data:`NAME_EN_MAX_CHARS` characters (a looping auditor's; decision logs written before the cap
-    may hold one)."""
+    name over :data:`NAME_EN_MAX_CHARS` characters or a Chinese one over :data:`NAME_ZH_MAX_CHARS` (a looping
+    auditor's; decision logs written before the cap may hold one)."""
     en = " ".join(str(name_en or "").split())
     if en and len(en) <= NAME_EN_MAX_CHARS:
         return en
@@ -176,7 +181,7 @@ def hint_name(name_en: str | None, label_raw: str | None, name_zh: str | None = 
     if raw and raw != qid:
         return raw
     zh = " ".join(str(name_zh or "").split())
-    return zh or None
+    return zh if zh and len(zh) <= NAME_ZH_MAX_CHARS else None
 
 
 def eligible_candidates(candidates: Iterable[RatedCandidate], *, site_qid: str | None = None,

@@ -88,7 +88,7 @@ from typing import Any
 import orjson
 
 from geoagent.crawl.image_audit import load_prompt
-from geoagent.crawl.ladder import NAME_EN_MAX_CHARS, RatedCandidate, tier_for
+from geoagent.crawl.ladder import NAME_EN_MAX_CHARS, NAME_ZH_MAX_CHARS, RatedCandidate, tier_for
 from geoagent.crawl.llmjson import as_bool, as_int_in, as_text
 from geoagent.llmjson import fenced_blocks, iter_candidates
 from geoagent.crawl.settings import ReferenceabilitySettings
@@ -106,6 +106,8 @@ DECISION_KEYS = ("qid", "label", "model", "ok", "familiarity", "name_zh", "name_
 #: key of a decision record whose auditor's English name was too long to use (over
 #: :data:`~geoagent.crawl.ladder.NAME_EN_MAX_CHARS` characters): why ``name_en`` is null; after ``ts``
 NAME_EN_DROPPED = "name_en_dropped"
+#: the same for ``name_zh`` (over :data:`~geoagent.crawl.ladder.NAME_ZH_MAX_CHARS` characters); after ``ts`` too
+NAME_ZH_DROPPED = "name_zh_dropped"
 SENSITIVE_KEYS = ("qid", "label", "model", "auditor", "sensitive", "why", "ts")
 
 
@@ -262,7 +264,9 @@ def parse_ref_batch(text: str | None, n: int) -> dict[int, dict[str, Any]] | Non
         An English name over :data:`~geoagent.crawl.ladder.NAME_EN_MAX_CHARS` (200) characters, whitespace
         collapsed (a looping auditor's), is not used: ``name_en`` is None (the hint name falls back to the
         Wikidata label, :func:`~geoagent.crawl.ladder.hint_name`), the rating is kept, and the element gets
-        :data:`NAME_EN_DROPPED` saying so (written to the decision record after ``ts``).
+        :data:`NAME_EN_DROPPED` saying so (written to the decision record after ``ts``). A Chinese name over
+        :data:`~geoagent.crawl.ladder.NAME_ZH_MAX_CHARS` (also 200) is dropped the same way: ``name_zh`` None (the
+        point has no Chinese name), :data:`NAME_ZH_DROPPED` saying so.
     """
     def read(el: dict[str, Any]) -> dict[str, Any] | None:
         ok = as_bool(el.get("ok"))
@@ -276,6 +280,10 @@ def parse_ref_batch(text: str | None, n: int) -> dict[int, dict[str, Any]] | Non
             row["name_en"] = None
             row[NAME_EN_DROPPED] = (f"the auditor's English name ({n} characters) is over {NAME_EN_MAX_CHARS}: "
                                     "not used, the hint name falls back to the Wikidata label")
+        if row["name_zh"] is not None and (n := len(" ".join(row["name_zh"].split()))) > NAME_ZH_MAX_CHARS:
+            row["name_zh"] = None
+            row[NAME_ZH_DROPPED] = (f"the auditor's Chinese name ({n} characters) is over {NAME_ZH_MAX_CHARS}: "
+                                    "not used, the point has no Chinese name")
         return row
 
     return _by_idx(text, n, read)
@@ -643,8 +651,8 @@ class ReferenceabilityAuditor:
             if d is None:
                 missing.append(c)
                 continue
-            note = {NAME_EN_DROPPED: d[NAME_EN_DROPPED]} if NAME_EN_DROPPED in d else {}
-            fields = {k: v for k, v in d.items() if k != NAME_EN_DROPPED}  # the release's keys first, the note after ts
+            note = {k: d[k] for k in (NAME_EN_DROPPED, NAME_ZH_DROPPED) if k in d}
+            fields = {k: v for k, v in d.items() if k not in note}  # the release's keys first, the notes after ts
             out.append(self._scoped({"qid": c.qid, "label": c.label, "model": self.settings.model, **fields, "ts": ts,
                                      **note}, city))
         if missing:

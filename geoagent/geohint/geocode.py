@@ -38,6 +38,16 @@ Protocol (seed 000 Sec. 4.2-4.3, Sec. 7, Appendix B):
    reference, but :attr:`LocatedAnswer.hit` is always False for it: the answer is only known to be no
    finer than the city. An area or building candidate that *is* the anchor city (same QID) counts as
    city level too.
+7. **Coordinates are the point (session 16).** A field that is plain decimal coordinates
+   (:func:`~geoagent.geohint.placenames.decimal_coordinates`: "48.8584, 2.2945", "48.8584° N, 2.2945° E",
+   "lat 48.8584 lon 2.2945") is not a name: it is used as that level's point without a lookup, source
+   :data:`ANSWER_COORDINATES`, label and trace query the field's text as written, ``qid`` None. The level is the
+   field's (``building``/``place`` -> ``building``, ``area`` -> ``area``, ``city`` -> ``city``), so the hit rule
+   (finer than city, < 1 km) and the city censoring apply unchanged. City coordinates are the anchor; building or
+   area coordinates need none (nothing to disambiguate), so they are scored even when the city did not resolve, and
+   are never rejected as out-of-anchor. Before, the text went to Wikidata and Nominatim as a place-name query
+   (with its comma-split segments "48.8584" and "2.2945"). Ambiguous text (one number, out of range, DMS, inside
+   prose) is still looked up as a name. The paper's schema asks for names (App. A.1); it says nothing of this case.
 
 Nominatim is a fallback per name after Wikidata finds no usable candidate (Appendix B), bounded to
 the anchor's box. Transport failures propagate (a missing answer must never become a wrong one).
@@ -54,7 +64,8 @@ from geoagent import constants as C
 from geoagent.clients.nominatim import NominatimClient, NominatimPlace
 from geoagent.clients.wikidata import Entity, WikidataClient
 from geoagent.geo import haversine_km
-from geoagent.geohint.placenames import fold, is_linear_name, is_null_answer, name_variants, primary_name
+from geoagent.geohint.placenames import (decimal_coordinates, fold, is_linear_name, is_null_answer, name_variants,
+                                         primary_name)
 
 #: Default anchor radius in km. A project choice (the paper gives no value), derived from the release:
 #: sites lie at most 8.6 km from their city's screening centre (tokyo_shimokita, ``city_pool.csv``) and
@@ -83,6 +94,10 @@ DEFAULT_CANDIDATE_RULE = CANDIDATE_FIRST
 #: the release's anchor radius, km (``geocontext/geocode.py``: ``geocode(..., near_km=60.0)``), to pair with
 #: ``candidate_rule = "most_sitelinks"`` to geocode as the release does
 RELEASE_ANCHOR_RADIUS_KM = 60.0
+
+#: ``LocatedAnswer.source`` (the stage's ``geocode_source``) and ``Lookup.source`` of a point the answer gave as
+#: decimal coordinates, used without a lookup (module doc, point 7)
+ANSWER_COORDINATES = "answer-coordinates"
 
 LEVELS = ("building", "area", "city", "none")
 #: Our level names -> the release's ``resolved_level`` values (``answers_judged*.csv``).
@@ -146,7 +161,8 @@ class Lookup:
     query : str
         The name variant tried.
     source : str
-        ``wikidata``, ``nominatim`` or ``-`` (decided without a lookup).
+        ``wikidata``, ``nominatim``, :data:`ANSWER_COORDINATES` (the answer's own coordinates, no lookup) or ``-``
+        (decided without a lookup).
     outcome : str
         ``resolved``, ``no-match`` (no exact name match), ``out-of-anchor`` (matches exist but none within
         the radius), ``no-coordinates``, ``linear-deferred`` (a linear feature left to the area level, never scored),
@@ -169,9 +185,10 @@ class Lookup:
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """A resolved place: id (QID or ``osm:<type>/<id>``), label, coordinate, source and linearity."""
+    """A resolved place: id (QID, ``osm:<type>/<id>``, or None for the answer's own coordinates), label,
+    coordinate in degrees, source and linearity."""
 
-    qid: str
+    qid: str | None
     label: str
     lat: float
     lon: float
@@ -192,7 +209,8 @@ class LocatedAnswer:
     label : str or None
         Label of the resolved item (the release's ``resolved_label``).
     qid : str or None
-        Wikidata QID of the resolved item (``osm:<type>/<id>`` when only Nominatim knew it).
+        Wikidata QID of the resolved item (``osm:<type>/<id>`` when only Nominatim knew it; None for the answer's
+        own coordinates).
     error_km : float or None
         Haversine distance from the resolved coordinate to the site's true coordinate, km (None when
         nothing resolved or no truth was given). Kept for ``city`` results but censored in :attr:`hit`.
@@ -201,7 +219,8 @@ class LocatedAnswer:
     anchor_qid, anchor_label : str or None
         The city anchor used.
     source : str or None
-        ``wikidata`` or ``nominatim`` for the resolved item.
+        ``wikidata`` or ``nominatim`` for the resolved item; :data:`ANSWER_COORDINATES` when the answer gave the
+        point as decimal coordinates (module doc, point 7; ``label`` is then the field's text as written).
     linear : bool
         True only in results stored before session 13, when a linear feature was scored at area level if
         the area failed; the geocoder now never scores a linear feature (module doc, point 4), so False.
@@ -340,6 +359,9 @@ class Geocoder:
         anchor = await self._resolve_city(answer.city, trace)
         if anchor is None:
             for level, text in (("building", answer.building), ("area", answer.area)):
+                point = self._answer_point(text, level, trace)  # coordinates need no anchor (point 7)
+                if point is not None:
+                    return self._finish(level, point, None, trace, true_lat, true_lon)
                 if not is_null_answer(text):
                     trace.append(Lookup(level, str(text), "-", "no-anchor"))
             return self._finish("none", None, None, trace, true_lat, true_lon)
@@ -356,7 +378,20 @@ class Geocoder:
 
     # ---- levels ---------------------------------------------------------------------------------
 
+    @staticmethod
+    def _answer_point(text: str | None, level: str, trace: list[Lookup]) -> Candidate | None:
+        """The field's own point when ``text`` is plain decimal coordinates (module doc, point 7), else None."""
+        latlon = decimal_coordinates(text)
+        if latlon is None:
+            return None
+        assert text is not None
+        trace.append(Lookup(level, text, ANSWER_COORDINATES, "resolved", None, text))
+        return Candidate(qid=None, label=text, lat=latlon[0], lon=latlon[1], source=ANSWER_COORDINATES)
+
     async def _resolve_city(self, text: str | None, trace: list[Lookup]) -> Candidate | None:
+        point = self._answer_point(text, "city", trace)
+        if point is not None:
+            return point
         variants = name_variants(text, max_variants=self.max_variants)
         if not variants:
             trace.append(Lookup("city", text or "", "-", "null"))
@@ -393,6 +428,9 @@ class Geocoder:
             trace.append(Lookup("building", text or "", "-", "null"))
             return None
         assert text is not None
+        point = self._answer_point(text, "building", trace)
+        if point is not None:
+            return point
         head = primary_name(text)
         if is_linear_name(head):
             # fault 2: a street cannot be scored as a point; the area decides (Sec. 4.3, Sec. 7)
@@ -404,7 +442,11 @@ class Geocoder:
     async def _resolve_fine(
         self, text: str | None, level: str, anchor: Candidate, trace: list[Lookup], *, stop_on_linear: bool = False
     ) -> Candidate | None:
-        """First candidate within the anchor radius over the name variants (Wikidata, then Nominatim)."""
+        """The answer's own coordinates (point 7), else the first candidate within the anchor radius over the name
+        variants (Wikidata, then Nominatim)."""
+        point = self._answer_point(text, level, trace)
+        if point is not None:
+            return point
         variants = name_variants(text, max_variants=self.max_variants)
         if not variants:
             trace.append(Lookup(level, text or "", "-", "null"))

@@ -65,6 +65,21 @@ _TRAIL_RE = re.compile(
 )
 _PUNCT_RE = re.compile(r"[\W_]+", re.UNICODE)
 
+# one coordinate of a pair: an optional label ("lat", "Longitude:", "lng="), an optional hemisphere letter before or
+# after the number, an optional degree sign (also the look-alikes º and ˚); ASCII digits only, at most 3 before the point
+_COORD_PART = (
+    r"(?:(?P<label{i}>latitude|lat|longitude|long|lon|lng)\.?\s*[:=]?\s*)?"
+    r"(?:(?P<pre{i}>[NSEW])\s*)?"
+    r"(?P<num{i}>[+\-\u2212]?[0-9]{{1,3}}(?:\.[0-9]+)?)"
+    r"(?:\s*(?P<deg{i}>[°º˚]))?"
+    r"(?:\s*(?P<post{i}>[NSEW])(?![A-Za-z]))?"
+)
+_COORD_PAIR_RE = re.compile(_COORD_PART.format(i=1) + r"(?:\s*[,;/]\s*|\s+)" + _COORD_PART.format(i=2), re.IGNORECASE)
+_BRACKETS = {"(": ")", "[": "]"}
+#: longest text read as coordinates, characters after collapsing whitespace ("Latitude: 33.856812° S, Longitude:
+#: 151.215312° E" is 48); longer text (a looping answer) is no plain pair and is not matched at all
+COORDINATES_MAX_CHARS = 100
+
 
 def is_null_answer(text: str | None) -> bool:
     """True when ``text`` is empty or a stock "no answer" word (``unknown``, ``n/a``, ...), case-insensitive."""
@@ -210,3 +225,67 @@ def primary_name(text: str | None) -> str:
         if cleaned:
             return cleaned
     return ""
+
+
+def decimal_coordinates(text: str | None) -> tuple[float, float] | None:
+    """The point an answer gives as plain decimal coordinates, ``(lat_deg, lon_deg)`` in degrees (WGS84), else None.
+
+    Not part of the paper's protocol (seed 000 App. A.1 asks for names; Sec. 4.2 geocodes them): a model that answers
+    a field with coordinates anyway ("48.8584, 2.2945", "48.8584° N, 2.2945° E", "lat 48.8584 lon 2.2945") has named
+    a point, which the geocoder uses as it is instead of searching for the text as a name (session 16).
+
+    Accepted: the whole text (spaces and one pair of round or square brackets aside) is two numbers separated by a
+    comma, semicolon, slash or spaces, each optionally labelled (``lat``/``latitude``, ``lon``/``long``/``lng``/
+    ``longitude``, with ``:`` or ``=``), with a degree sign and a hemisphere letter (N/S/E/W, before or after the
+    number, any case; S and W negate). Unlabelled numbers without letters are latitude, then longitude; labels or
+    letters may swap the order. Latitude must lie in [-90, 90] and longitude in [-180, 180].
+
+    Ambiguous text is None, so that it is looked up as a name as before: one number, three or more, a number out
+    of range, degrees-minutes-seconds, decimal commas ("48,8584"), two bare integers ("48, 2": no decimal point, no
+    degree sign, letter or label), a sign together with a hemisphere letter ("-48.8 S"), two letters or labels that
+    name the same axis or disagree, coordinates inside other text ("Eiffel Tower (48.8584, 2.2945)") and text over
+    :data:`COORDINATES_MAX_CHARS` characters.
+    """
+    if text is None:
+        return None
+    t = " ".join(str(text).split())  # one space per run: adjacent optional spaces in the pattern stay linear
+    if len(t) > COORDINATES_MAX_CHARS:
+        return None
+    if t[:1] in _BRACKETS and t.endswith(_BRACKETS[t[:1]]):
+        t = t[1:-1].strip()
+    m = _COORD_PAIR_RE.fullmatch(t)
+    if m is None:
+        return None
+    values: list[float] = []
+    axes: list[str | None] = []
+    for i in (1, 2):
+        num, label, pre, post, deg = (m.group(f"{g}{i}") for g in ("num", "label", "pre", "post", "deg"))
+        if pre and post:
+            return None  # "N 48.8 N": one letter too many
+        hemi = (pre or post or "").upper()
+        if not (label or hemi or deg) and "." not in num:
+            return None  # "48, 2" or "10 20": no sign that these are degrees
+        if hemi and num[0] in "+-\u2212":
+            return None  # "-48.8 S": the sign and the letter may both mean south
+        value = float(num.replace("\u2212", "-"))
+        axis = None if not label else "lat" if label.lower().startswith("lat") else "lon"
+        if hemi:
+            hemi_axis = "lat" if hemi in "NS" else "lon"
+            if axis is not None and axis != hemi_axis:
+                return None  # "lat 2.3 E"
+            axis = hemi_axis
+            value = -value if hemi in "SW" else value
+        values.append(value)
+        axes.append(axis)
+    if axes[0] is None and axes[1] is None:
+        axes = ["lat", "lon"]
+    elif axes[0] is None or axes[1] is None:
+        known = axes[0] or axes[1]
+        other = "lon" if known == "lat" else "lat"
+        axes = [a or other for a in axes]
+    if axes[0] == axes[1]:
+        return None  # both latitudes (or both longitudes)
+    lat, lon = (values[0], values[1]) if axes[0] == "lat" else (values[1], values[0])
+    if not (-90.0 <= lat <= 90.0 and -180.0 <= lon <= 180.0):
+        return None
+    return lat, lon
