@@ -4,7 +4,8 @@
 both ways. ``hang_existing()`` stops relaying on the connections open now (the bytes sent either way are read and
 dropped; the sockets stay open: no FIN, no RST); ``hang_all()`` does that and also accepts every new connection
 and never answers it. So a client sees what a partition or a hung host looks like: connects succeed, replies never
-come, nothing is closed. ``close()`` closes every socket (clients still waiting then see the connection close).
+come, nothing is closed. ``restore()`` relays new connections again (the partition healed; the hung ones stay
+hung). ``close()`` closes every socket (clients still waiting then see the connection close).
 """
 
 from __future__ import annotations
@@ -48,6 +49,11 @@ class BlackholeProxy:
         with self._lock:
             self._hang_new = True
         self.hang_existing()
+
+    def restore(self) -> None:
+        """New connections are relayed again (those hung before stay hung)."""
+        with self._lock:
+            self._hang_new = False
 
     def close(self) -> None:
         """Close the listener and every relayed socket."""

@@ -8,6 +8,8 @@ reply timeout, then 30 s more for the handshake of a fresh connection, the windo
 and every later call after 30 s (one reply timeout each). Now (a) the clients' default reply and connect timeouts are
 at most the window (unless the URL names its own) and (b) the outage clock counts from the start of the first
 unanswered try (never before the server's last answer), so a call gives up about one window after it started.
+(s16) Once the server is lost, a later call first probes it (one ``PING``, 1 s): before, each such call waited one
+reply timeout (2 s here, 30 s by default); now 1 s, and a server that answers again is used again at once.
 """
 
 from __future__ import annotations
@@ -181,11 +183,122 @@ def test_a_blocking_read_with_its_own_reply_timeout_outlasts_a_short_window(prox
         client.close()
 
 
+
+#: a later call to a lost server waits for the probe (min(1 s, window) for its connect and for its reply, module
+#: docstring of geoagent.runtime.redis_retry) instead of one reply timeout (the window here, 2 s)
+PROBE_BOUND_S = 1.5
+
+
+def test_a_lost_hung_server_fails_later_ledger_calls_after_a_short_probe(proxied):
+    """Once a call gave up (the server is lost), a later call to a server that still hangs fails after the probe's
+    1 s, not a reply timeout (before: 2 s each, the window; 30 s with the default window); once the partition heals
+    (new connections relayed again) a later call is answered and the server is no longer lost."""
+    import redis
+
+    from geoagent.runtime.redis_retry import server_key, server_lost
+    from geoagent.runtime.redis_state import redis_client
+
+    url, proxy = proxied
+    purl = proxy.url_for(url)
+    client = redis_client(purl)
+    try:
+        client.set("x", "1")
+        proxy.hang_all()
+        first = _timed(lambda: client.get("x"), WINDOW + 10)
+        assert first and "error" in first, first
+        assert server_lost(server_key(purl))
+        for _ in range(3):
+            later = _timed(lambda: client.get("x"), WINDOW + 10)
+            assert later and isinstance(later.get("error"), (redis.TimeoutError, redis.ConnectionError)), later
+            assert later["s"] <= PROBE_BOUND_S, later  # before: 2 s (one reply timeout)
+        assert server_lost(server_key(purl))
+        proxy.restore()
+        back = _timed(lambda: client.get("x"), WINDOW + 10)
+        assert back.get("v") == b"1", back
+        assert not server_lost(server_key(purl))
+    finally:
+        client.close()
+
+
+def test_a_lost_hung_server_fails_later_queue_calls_after_a_short_probe(proxied, tmp_path):
+    """As above for the queues (redis.asyncio): a later ``counts()`` fails after the probe, not a reply timeout, and
+    is answered once the partition heals."""
+    import redis
+
+    from geoagent.runtime.redis_queue import open_redis_queue
+    from geoagent.runtime.redis_retry import server_key, server_lost
+
+    url, proxy = proxied
+    purl = proxy.url_for(url)
+
+    async def go() -> dict:
+        q = open_redis_queue(purl, f"probe{tmp_path.name[-8:].replace('-', '')}", "e")
+        got: dict = {"later": []}
+        try:
+            await q.counts()
+            proxy.hang_all()
+            try:
+                await asyncio.wait_for(q.counts(), WINDOW + 10)
+            except redis.RedisError as exc:
+                got["first"] = exc
+            got["lost"] = server_lost(server_key(purl))
+            for _ in range(3):
+                t0 = time.monotonic()
+                try:
+                    await asyncio.wait_for(q.counts(), WINDOW + 10)
+                    got["later"].append(("answered", time.monotonic() - t0))
+                except (redis.RedisError, asyncio.TimeoutError) as exc:
+                    got["later"].append((exc, time.monotonic() - t0))
+            proxy.restore()
+            got["back"] = await asyncio.wait_for(q.counts(), WINDOW + 10)
+            got["lost_after"] = server_lost(server_key(purl))
+        finally:
+            try:
+                await asyncio.wait_for(q.close(), WINDOW + 5)
+            except (redis.RedisError, asyncio.TimeoutError):
+                pass
+        return got
+
+    got = asyncio.run(go())
+    assert isinstance(got.get("first"), (redis.TimeoutError, redis.ConnectionError)), got
+    assert got["lost"], got
+    for err, took in got["later"]:
+        assert isinstance(err, (redis.TimeoutError, redis.ConnectionError)), got
+        assert took <= PROBE_BOUND_S, got  # before: 2 s (one reply timeout)
+    assert got.get("back") is not None and not got["lost_after"], got
+
+
+def test_the_probe_counts_any_reply_as_an_answer_and_keeps_its_short_timeout(proxied):
+    """The probe itself (``_probe_sync``/``_probe_async``, built from the client's URL and options): an
+    authentication error is the server's reply (None: answered); a hung server gives a timeout after about 1 s,
+    even when the URL's query names a longer reply timeout (the probe overrides it)."""
+    import redis
+
+    from geoagent.runtime.redis_retry import _probe_async, _probe_sync
+
+    url, proxy = proxied
+    admin = redis.Redis.from_url(url)
+    try:
+        admin.config_set("requirepass", "probe-secret")
+    finally:
+        admin.close()
+    good = proxy.url_for(url).replace("redis://", "redis://:probe-secret@")
+    wrong = proxy.url_for(url).replace("redis://", "redis://:not-it@")
+    assert _probe_sync(good, {}, WINDOW) is None
+    assert _probe_sync(wrong, {}, WINDOW) is None  # -WRONGPASS is an answer
+    assert asyncio.run(_probe_async(wrong, {}, WINDOW)) is None
+    proxy.hang_all()
+    for probe in (lambda u: _probe_sync(u, {"socket_timeout": 5}, WINDOW),
+                  lambda u: asyncio.run(_probe_async(u, {"socket_timeout": 5}, WINDOW))):
+        got = _timed(lambda: probe(good + "?socket_timeout=5&socket_connect_timeout=5"), 10)
+        assert isinstance(got.get("v"), (redis.TimeoutError, redis.ConnectionError)), got
+        assert got["s"] <= PROBE_BOUND_S, got
+
 #: a run's shutdown after the server is lost: each of its Redis calls (handing leases back, the campaign's close,
-#: the host-share board's last tick and leave, the ledger's retire, ...) still waits one reply timeout (the window
-#: here) before it fails, since a hung server sends no error; about 18 s measured with a 2 s window, so 30 s bounds
-#: it on a loaded machine (before: 278 s, the first call alone 60 s and each later one 30 s).
-RUN_EXIT_BOUND_S = 30.0
+#: the host-share board's last tick and leave, the ledger's retire, ...) waits for the probe (1 s) before it fails,
+#: since a hung server sends no error; 9.7-11.5 s measured with a 2 s window, so 20 s bounds it on a loaded machine
+#: (before the probe: 16-18 s, each call waiting one reply timeout; before s15: 278 s).
+RUN_EXIT_BOUND_S = 20.0
 
 
 def test_a_run_whose_server_hangs_ends_within_a_bounded_time(tmp_path):

@@ -1296,6 +1296,7 @@ def open_redis_queue(
                 "window plus twice socket_connect_timeout + socket_timeout): raise reply_ttl_s or lower the "
                 "timeouts"
             )
-        client_options["retry"] = window_retry(asynchronous=True, server=server_key(url))
+        client_options["retry"] = window_retry(asynchronous=True, server=server_key(url), url=url,
+                                               options=dict(client_options))  # the probe of a lost server
     client = aioredis.Redis.from_url(url, **client_options)
     return RedisStreamsQueue(client, campaign, edge, owns_client=True, **options)

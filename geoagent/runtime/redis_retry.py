@@ -21,9 +21,20 @@ campaign on every machine waits for the server for the same time.
   any of these clients (one connection hanging while the server answers others is not an outage from the start of
   that try). A call gives up once that clock has run for the window,
   and from then on (the server is *lost*) every call fails at its first error instead of waiting a window of its
-  own, until one succeeds again. So a run whose server goes away ends about one window after the server's first
-  failure, not after one window per step of its shutdown (handing leases back, closing the campaign, leaving the
-  host-share board, ...), while an outage shorter than the window is still ridden out by every call. Retrying is
+  own, until one succeeds again. A server that hangs without closing the connection (a partition) sends no error,
+  so that first error would come only after a reply timeout (``socket_timeout``: 30 s by default); hence, while the
+  server is lost, each call (once, before its first try; never per retry) sends one probe first: a ``PING`` without
+  retries on a fresh client of the same URL and options (TLS, AUTH, database as the call's), waiting
+  :data:`PROBE_TIMEOUT_S` = 1 s (at most the window) for its connect and for its reply. No answer: the call raises
+  the probe's error (``TimeoutError`` / ``ConnectionError``, as its own try would) at once; any answer (an
+  authentication error or ``-LOADING`` too): the server is no longer lost (as after a success) and the call retries
+  as usual. So a run whose server goes away ends about one window after the server's first failure plus about 1 s
+  per step of its shutdown (handing leases back, closing the campaign, leaving the host-share board, ...), not one
+  window or one reply timeout per step, while an outage shorter than the window is still ridden out by every call
+  and a server back after a longer one answers the next call. Measured through a TCP proxy that accepts and never
+  answers, window 2 s (``tests/test_redis_hung_server.py``): each call after the first 1.0 s (before the probe
+  2.0 s, the reply timeout; 30 s with the default window), a whole run 9.7-11.5 s from the hang to exit 3 (before
+  16-18 s). Retrying is
   safe: every call whose repetition would change its outcome carries a call token and answers a retry from its
   reply record (:mod:`geoagent.runtime.redis_queue`, "Retries after a lost reply"), and the others are idempotent.
 * **Timeouts** (:data:`SOCKET_TIMEOUT_S` = 30 s per reply, :data:`SOCKET_CONNECT_TIMEOUT_S` = 10 s per connect,
@@ -32,7 +43,7 @@ campaign on every machine waits for the server for the same time.
   instead of after TCP's own timeout (about 15 min on Linux). With a window shorter than those (e.g.
   ``GEOAGENT_REDIS_RETRY_S=2``) both are the window, so such a server ends a call about one window after it
   started (measured through a TCP proxy that accepts and never answers, window 2 s: first call 2 s, each later
-  call 2 s; before, 60 s and 30 s). No command of ours may legitimately take that long: every Lua script works on at most
+  call 1 s, the probe above; before, 60 s and 30 s). No command of ours may legitimately take that long: every Lua script works on at most
   ``put_chunk`` (1,000) items or one ZSCAN/XRANGE step of that size (milliseconds), results are written in chunks of
   1,000 rows, and nothing blocks on the server (no ``BLOCK`` reads, no ``BLPOP``/``WAIT``: a queue's ``lease``
   returns at once when nothing is ready). A command that blocks on the server on purpose (``XREADGROUP ... BLOCK
@@ -63,7 +74,7 @@ from typing import Any
 __all__ = [
     "RETRY_WINDOW_S", "RETRY_WINDOW_ENV", "MAX_RETRY_WINDOW_S", "BACKOFF_CAP_S", "SOCKET_TIMEOUT_S",
     "SOCKET_CONNECT_TIMEOUT_S", "REPLY_TTL_S", "retry_window_s", "retry_span_s", "client_defaults", "ping_once",
-    "window_retry", "server_key", "server_lost",
+    "window_retry", "server_key", "server_lost", "PROBE_TIMEOUT_S",
 ]
 
 #: how long (s) a command keeps being retried after its first connection error or timeout
@@ -78,6 +89,8 @@ BACKOFF_CAP_S = 1.0
 SOCKET_TIMEOUT_S = 30.0
 #: default time (s) to wait for a TCP connect to the server
 SOCKET_CONNECT_TIMEOUT_S = 10.0
+#: longest wait (s) of the probe of a lost server for its connect and for its reply, each at most the retry window
+PROBE_TIMEOUT_S = 1.0
 #: lifetime (s) of a reply record of a retried call (queue and ledger/store): longer than :func:`retry_span_s`
 REPLY_TTL_S = 300.0
 
@@ -224,14 +237,108 @@ def _check_window(error: BaseException, window_s: float, outage: _Outage) -> Non
         raise error
 
 
-def window_retry(*, asynchronous: bool, window_s: float | None = None, server: str = "") -> Any:
+def _probe_options(options: dict[str, Any] | None, window_s: float) -> tuple[dict[str, Any], float]:
+    """(client options of a probe, its timeout in s): the client's ``options`` without its retry policy, and
+    min(:data:`PROBE_TIMEOUT_S`, window) for the connect and for the reply."""
+    opts = {k: v for k, v in (options or {}).items() if k not in ("retry", "retry_on_timeout", "retry_on_error")}
+    return opts, min(PROBE_TIMEOUT_S, window_s)
+
+
+def _set_probe_pool(client: Any, timeout_s: float, retry: Any) -> None:
+    """Give the connections of a probe ``client`` the probe's timeouts and no retries, over what its URL's query
+    names (redis-py lets the query win over keyword options)."""
+    kwargs = client.connection_pool.connection_kwargs
+    kwargs["socket_timeout"] = kwargs["socket_connect_timeout"] = timeout_s
+    kwargs["retry"] = retry
+    kwargs["retry_on_timeout"] = False
+    kwargs["retry_on_error"] = []
+
+
+def _probe_failed(error: BaseException) -> bool:
+    """Whether the probe's ``error`` means no answer came (a refused or dropped connection, a timeout), rather than
+    an answer the client could not use: an authentication error or ``-LOADING`` are the server's replies (redis-py
+    raises them as connection errors), and any other error is taken as an answer too, so that the call keeps its
+    usual retrying (the behaviour before the probe)."""
+    import redis
+
+    if isinstance(error, (redis.AuthenticationError, redis.BusyLoadingError)):
+        return False
+    return isinstance(error, (redis.ConnectionError, redis.TimeoutError, OSError))
+
+
+def _probe_sync(url: str, options: dict[str, Any] | None, window_s: float) -> BaseException | None:
+    """One ``PING`` without retries, on a fresh synchronous client of ``url`` and ``options`` (TLS, AUTH, database
+    as the client's), waiting min(:data:`PROBE_TIMEOUT_S`, window) s for the connect and for each reply: the error
+    that shows the server did not answer, else None (it answered, whatever it said)."""
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    opts, timeout_s = _probe_options(options, window_s)
+    retry = Retry(NoBackoff(), 0)
+    client = None
+    try:
+        client = redis.Redis.from_url(url, retry=retry, **opts)
+        _set_probe_pool(client, timeout_s, retry)
+        client.ping()
+    except Exception as exc:  # noqa: BLE001 - sorted by _probe_failed
+        return exc if _probe_failed(exc) else None
+    finally:
+        if client is not None:
+            try:
+                client.close()
+            except Exception:  # noqa: BLE001 - a probe's socket; nothing to keep
+                pass
+    return None
+
+
+async def _probe_async(url: str, options: dict[str, Any] | None, window_s: float) -> BaseException | None:
+    """As :func:`_probe_sync` with ``redis.asyncio``."""
+    import redis.asyncio as aioredis
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
+    opts, timeout_s = _probe_options(options, window_s)
+    retry = Retry(NoBackoff(), 0)
+    client = None
+    try:
+        client = aioredis.Redis.from_url(url, retry=retry, **opts)
+        _set_probe_pool(client, timeout_s, retry)
+        await client.ping()
+    except Exception as exc:  # noqa: BLE001 - sorted by _probe_failed
+        return exc if _probe_failed(exc) else None
+    finally:
+        if client is not None:
+            try:
+                close = getattr(client, "aclose", None) or client.close  # aclose from redis-py 5.0.1
+                await close()
+            except Exception:  # noqa: BLE001 - a probe's socket; nothing to keep
+                pass
+    return None
+
+
+def _after_probe(error: BaseException | None, outage: _Outage) -> None:
+    """Raise the probe's ``error`` (the server still does not answer), else record the answer: the server is no
+    longer lost and the call retries as usual."""
+    if error is not None:
+        raise error
+    outage.succeeded()
+
+
+def window_retry(*, asynchronous: bool, window_s: float | None = None, server: str = "", url: str | None = None,
+                 options: dict[str, Any] | None = None) -> Any:
     """A redis-py ``Retry`` (``redis.asyncio.retry.Retry`` when ``asynchronous``, else ``redis.retry.Retry``) that
     retries a connection error or timeout until ``window_s`` (default :func:`retry_window_s`) s have passed since
     the outage of ``server`` began (a key naming the server, e.g. :func:`server_key` of its URL; every client of this
     process built with the same key shares the clock, module docstring): the start of the first try that failed,
     of this call or another, never before the server's last answer; with equal-jitter backoff (50 ms doubling, at
     most :data:`BACKOFF_CAP_S`). Once a call gave up, later calls with that key fail at their first error until one
-    succeeds.
+    succeeds, or until a probe answers: while the server is lost, each call (its outermost try, not each retry)
+    first sends one ``PING`` without retries on a fresh client of ``url`` and ``options`` (the client's own: TLS,
+    AUTH and database as its), waiting min(:data:`PROBE_TIMEOUT_S`, window) s for the connect and for the reply. No
+    answer: the call raises the probe's error at once (a hung server costs the probe's timeout, not a reply timeout);
+    any answer (an authentication error too): the server is no longer lost, and the call retries as usual. Without
+    ``url`` there is no probe (the call fails at its first error).
 
     Raises
     ------
@@ -258,6 +365,8 @@ def window_retry(*, asynchronous: bool, window_s: float | None = None, server: s
                     return out
 
                 try:
+                    if token is not None and url and outage.lost and not _NO_RETRY.get():
+                        _after_probe(await _probe_async(url, options, window), outage)  # lost: one probe first
                     result = await super().call_with_retry(do, failed, *args, **kwargs)
                     if token is not None and _is_reply(do):
                         outage.succeeded()
@@ -282,6 +391,8 @@ def window_retry(*, asynchronous: bool, window_s: float | None = None, server: s
                 return out
 
             try:
+                if token is not None and url and outage.lost and not _NO_RETRY.get():
+                    _after_probe(_probe_sync(url, options, window), outage)  # lost: one probe first
                 result = super().call_with_retry(do, failed, *args, **kwargs)
                 if token is not None and _is_reply(do):
                     outage.succeeded()

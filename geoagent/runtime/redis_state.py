@@ -807,7 +807,8 @@ def redis_client(url: str, *, ping: bool = True, **options: Any) -> Any:
         raise ValueError(f"not a usable Redis URL ({type(exc).__name__}; the URL is not repeated here: it may "
                          "hold a password)") from None
     options = {**client_defaults(parsed, options), **options}
-    options.setdefault("retry", window_retry(asynchronous=False, server=server_key(url)))
+    if "retry" not in options:  # the probe of a lost server uses the client's URL and options (TLS, AUTH)
+        options["retry"] = window_retry(asynchronous=False, server=server_key(url), url=url, options=dict(options))
     try:
         client = redis.Redis.from_url(url, **options)
     except (ValueError, TypeError) as exc:
