@@ -241,10 +241,11 @@ def decimal_coordinates(text: str | None) -> tuple[float, float] | None:
     letters may swap the order. Latitude must lie in [-90, 90] and longitude in [-180, 180].
 
     Ambiguous text is None, so that it is looked up as a name as before: one number, three or more, a number out
-    of range, degrees-minutes-seconds, decimal commas ("48,8584"), two bare integers ("48, 2": no decimal point, no
-    degree sign, letter or label), a sign together with a hemisphere letter ("-48.8 S"), two letters or labels that
-    name the same axis or disagree, coordinates inside other text ("Eiffel Tower (48.8584, 2.2945)") and text over
-    :data:`COORDINATES_MAX_CHARS` characters.
+    of range, degrees-minutes-seconds, decimal commas ("48,8584"), an integer without a degree sign or label ("48, 2";
+    also with a hemisphere letter alone: "E19, N1" and "N1, W1" are road numbers and postcode districts), a sign
+    together with a hemisphere letter ("-48.8 S"), two letters or labels that name the same axis or disagree,
+    coordinates inside other text ("Eiffel Tower (48.8584, 2.2945)") and text over :data:`COORDINATES_MAX_CHARS`
+    characters.
     """
     if text is None:
         return None
@@ -263,8 +264,10 @@ def decimal_coordinates(text: str | None) -> tuple[float, float] | None:
         if pre and post:
             return None  # "N 48.8 N": one letter too many
         hemi = (pre or post or "").upper()
-        if not (label or hemi or deg) and "." not in num:
-            return None  # "48, 2" or "10 20": no sign that these are degrees
+        if not (label or deg) and "." not in num:
+            # "48, 2", "10 20": no sign that these are degrees; nor is a letter alone: "E19, N1" (a motorway
+            # junction), "N1, W1" (London postcode districts) are road numbers and postcodes
+            return None
         if hemi and num[0] in "+-\u2212":
             return None  # "-48.8 S": the sign and the letter may both mean south
         value = float(num.replace("\u2212", "-"))

@@ -186,7 +186,9 @@ _RX_CONF = re.compile(r"[\"']?confidence[\"']?\s*[:=][\s\"']*([-+]?(?:\d+(?:\.\d
 _STANDALONE = r"(?=[ \t\"'`*_]*(?:\Z|[\r\n.!,;:)]))"
 _RX_BARE = re.compile(r"^[\s\"'`*_]*(yes|no)\b" + _STANDALONE + r"[\s\"'`*_.!,;:]*", re.I)
 _RX_BARE_WORD = re.compile(r"^[\s\"'`*_]*(yes|no)\b", re.I)
-_RX_STANDALONE_WORD = re.compile(r"\b(yes|no)\b" + _STANDALONE, re.I)
+# the opposite word later in the text: standing alone, or asked ("Yes, or no?" states both; a question mark does
+# not make a leading word standalone, "Yes? Not sure" is no verdict)
+_RX_STANDALONE_WORD = re.compile(r"\b(yes|no)\b(?=[ \t\"'`*_]*(?:\Z|[\r\n.!?,;:)]))", re.I)
 
 
 def _leading_verdict_word(seen: str) -> str | None:
