@@ -38,3 +38,11 @@ def test_road_junction_is_looked_up_as_a_name_not_scored_as_a_point(field):
     assert "E19, N1" in queries  # looked up as a name, as before session 16
     assert located["geocode_source"] != ANSWER_COORDINATES
     assert located["resolved_level"] == "city" and trial.hit is False  # before: building/area at (1.0, 19.0)
+
+
+@pytest.mark.parametrize("text", ["0.0, 0.0", "0.000000, 0.000000", "lat 0.0 lon 0.0", "0.0° N, 0.0° E", "-0.0, 0.0"])
+def test_null_island_is_no_point(text):
+    """(0, 0) is the placeholder software writes for "no location" (review question 1): before, "0.0, 0.0" in a
+    building field was scored ~5,000 km from a Paris site at building level; now it is looked up as a name."""
+    assert decimal_coordinates(text) is None
+    assert decimal_coordinates("0.0, 0.5") == (0.0, 0.5)  # only the exact origin: the equator is real

@@ -245,7 +245,8 @@ def decimal_coordinates(text: str | None) -> tuple[float, float] | None:
     also with a hemisphere letter alone: "E19, N1" and "N1, W1" are road numbers and postcode districts), a sign
     together with a hemisphere letter ("-48.8 S"), two letters or labels that name the same axis or disagree,
     coordinates inside other text ("Eiffel Tower (48.8584, 2.2945)") and text over :data:`COORDINATES_MAX_CHARS`
-    characters.
+    characters. The point (0, 0) is None as well: "0.0, 0.0" is how software writes "no location", and read as a
+    point it would score a guess ~5,000 km off where the text names no place (it then falls back to the city).
     """
     if text is None:
         return None
@@ -291,4 +292,6 @@ def decimal_coordinates(text: str | None) -> tuple[float, float] | None:
     lat, lon = (values[0], values[1]) if axes[0] == "lat" else (values[1], values[0])
     if not (-90.0 <= lat <= 90.0 and -180.0 <= lon <= 180.0):
         return None
+    if lat == 0.0 and lon == 0.0:
+        return None  # "0.0, 0.0" ("Null Island") is the usual placeholder for an unknown point, not a guess
     return lat, lon
