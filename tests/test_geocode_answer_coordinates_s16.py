@@ -73,6 +73,8 @@ def test_building_coordinates_are_the_point_without_a_lookup(text):
     assert trial.error_km == pytest.approx(km(*EIFFEL, *SITE), abs=1e-9) and trial.error_km < 1
     assert trial.resolved_level == "building" and trial.hit is True  # the hit rule is unchanged: fine level, < 1 km
     assert trial.echo is False  # coordinates name no reference point (echo rule unchanged)
+    # the scored trial (and the geohint_scored export) says how its point was found (review question 3)
+    assert trial.extra["geocode_source"] == ANSWER_COORDINATES
 
 
 def test_area_coordinates_score_at_area_level():

@@ -277,6 +277,8 @@ def score_located(key: str, payload: Mapping[str, Any], *, echo_rule: str = DEFA
             "request_key": payload.get("request_key"),
             "sample_rate": meta.get("sample_rate"),
             "qid": loc.get("qid"),
+            # how the point was found: wikidata, nominatim, or answer-coordinates (the answer gave it; no lookup)
+            "geocode_source": loc.get("geocode_source"),
             "parse_error": parsed.get("error"),
             "parse_method": parsed.get("method"),
             **({"evidence_slots": parsed["evidence_slots"]} if isinstance(parsed.get("evidence_slots"), dict) else {}),
