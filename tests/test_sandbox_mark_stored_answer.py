@@ -64,3 +64,38 @@ def test_a_stored_answer_reused_after_a_restart_keeps_the_sandbox_mark(tmp_path,
     assert first.sandbox is marked
     assert again.sandbox is marked, "the stored answer read back lost the fake's mark"  # before: False
     assert stored.sandbox is marked
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_reused_stored_answer_keeps_the_kind_recorded_when_it_was_paid_for(tmp_path, kind, request):
+    """Review (s16): the crawl records with each auditor answer what answered it (``provider_kind``); a stored
+    answer reused after a restart whose config moved the auditor (a real model server then, a replay now) was
+    recorded under the new config's kind. Now the stored answer carries the kind recorded at call time
+    (:attr:`ModelResponse.recorded_kind`) and :func:`geoagent.crawl.llmcall.answer_kind` prefers it."""
+    from geoagent.crawl.llmcall import answer_kind
+
+    url = request.getfixturevalue("redis_url") if kind == "redis" else None
+
+    async def main():
+        app = unmarked(make_app(require_auth=False))  # a model server as far as geoagent can tell
+        async with serve(app) as base:
+            req = ModelRequest(provider="openai", model="sim-gpt", prompt="Rate the place 0-5.",
+                               params={"max_tokens": 100})
+            got = []
+            for run_kind in ("model", "replay"):  # the restart's config says "replay"
+                state = open_state(kind, url, "audit", tmp_path, cap_usd=10.0)
+                try:
+                    async with HttpClient() as http:
+                        prov = OpenAICompatProvider(ProviderSettings(kind="openai", model="sim-gpt",
+                                                                     base_url=base + "/v1"), http)
+                        resp = await metered_generate(prov, req, ledger=state.ledger, model_cfg=MODEL,
+                                                      store=state.store, provider_kind=run_kind)
+                        got.append((resp, answer_kind(resp, run_kind)))
+                finally:
+                    state.close()
+            return got
+
+    (fresh, fresh_kind), (reused, reused_kind) = asyncio.run(main())
+    assert fresh.recorded_kind is None and fresh_kind == "model"
+    assert reused.recorded_kind == "model" and reused_kind == "model"  # before: "replay", the new config's
+    assert answer_kind(fresh, None) is None  # nothing known, nothing recorded

@@ -82,6 +82,17 @@ def auditor_provider_kind(section: Any, model_cfg: Any = None, kinds: Any = None
     return provider if provider in (C.PROVIDER_KIND_SIMULATED, C.PROVIDER_KIND_REPLAY) else None
 
 
+def answer_kind(resp: Any, default: str | None) -> str | None:
+    """What answered ``resp`` (a :class:`~geoagent.providers.base.ModelResponse`), to record with it:
+    ``"simulated"`` when a sandbox fake marked it (its header, or the kind stored with it), else the kind stored
+    with it when it was paid for (a stored answer reused after a restart:
+    :attr:`~geoagent.providers.base.ModelResponse.recorded_kind`), else ``default`` (the auditor's kind under the
+    current config, :func:`auditor_provider_kind`; None: nothing is recorded)."""
+    if getattr(resp, "sandbox", False):
+        return "simulated"
+    return getattr(resp, "recorded_kind", None) or default
+
+
 async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any = None, model_cfg: Any = None,
                            stopping: Callable[[], bool] | None = None,
                            input_estimate_factor: float | None = None, store: Any = None,

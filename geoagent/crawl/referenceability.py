@@ -609,8 +609,10 @@ class ReferenceabilityAuditor:
         rec = {"task": task, "model": self.settings.model, "key": key, "qids": [c.qid for c in batch], "raw": text,
                "ts": time.time()}
         # what answered, as a fact of this call (the export's simulated column reads it); a sandbox fake marks
-        # its answers on whatever address it runs (ModelResponse.sandbox)
-        kind = "simulated" if getattr(resp, "sandbox", False) else self.provider_kind
+        # its answers on whatever address it runs (ModelResponse.sandbox); a stored answer keeps the kind it was paid under
+        from geoagent.crawl.llmcall import answer_kind
+
+        kind = answer_kind(resp, self.provider_kind)
         if kind:
             rec["provider_kind"] = kind
         async with self._raw_lock:

@@ -84,7 +84,7 @@ from geoagent.clients.pageviews import PageviewsClient
 from geoagent.clients.wdqs import WdqsAreaTooDense, WdqsClient, WdqsQueryError
 from geoagent.crawl import fetcher as fetch_mod
 from geoagent.crawl import image_audit as ia
-from geoagent.crawl.llmcall import metered_generate
+from geoagent.crawl.llmcall import answer_kind, metered_generate
 from geoagent.crawl.ladder import RatedCandidate, build_ladder, ladder_draw_version, ladder_file_name, write_ladder_csv
 from geoagent.crawl.referenceability import (
     RefCandidate,
@@ -855,8 +855,7 @@ class ImageAuditorStage(_CrawlStage):
             _dump(out, {"image_id": iid, "site": sid, "path": img_file.relative_to(Path(svc.images_root)).as_posix(),
                         "model": svc.settings.image_audit.model, "audit": audit.to_json(),
                         "input_tokens": resp.usage.input_tokens, "output_tokens": resp.usage.output_tokens,
-                        **({"provider_kind": "simulated"} if getattr(resp, "sandbox", False) else
-                           {"provider_kind": svc.image_kind} if svc.image_kind else {})})
+                        **({"provider_kind": k} if (k := answer_kind(resp, svc.image_kind)) else {})})
         async with svc.lock("image_audit"):
             rewrite_image_audit_csv(svc)
         return [(f"site:{sid}", {"site": site})]

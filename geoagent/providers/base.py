@@ -148,6 +148,11 @@ class ModelResponse:
         :data:`geoagent.constants.SANDBOX_ANSWER_HEADER`), wherever it was served: the model caller then records
         the answer as simulated. Not part of the JSON form: the stored ``request_meta.provider_kind`` says it, and a
         stored answer read back is marked from it (:func:`geoagent.runtime.store.stored_response`).
+    recorded_kind : str or None
+        For an answer read back from the campaign's store: the ``request_meta.provider_kind`` recorded when it was
+        paid for (``simulated`` / ``replay`` / ``model``; :func:`geoagent.runtime.store.stored_response`), so a
+        caller that reuses it records what answered it then, not what the current config names. None for a fresh
+        answer, or a stored one without a recorded kind. Not part of the JSON form.
     """
 
     text: str
@@ -156,6 +161,7 @@ class ModelResponse:
     finish_reason: str | None = None
     provider_model: str | None = None
     sandbox: bool = False
+    recorded_kind: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {

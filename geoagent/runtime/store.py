@@ -77,11 +77,14 @@ def stored_response(response: dict[str, Any], meta: Any) -> ModelResponse:
     """The :class:`~geoagent.providers.base.ModelResponse` of a stored record: its JSON form ``response`` read
     back, marked :attr:`~geoagent.providers.base.ModelResponse.sandbox` when its ``request_meta`` (``meta``)
     recorded that geoagent's simulation answered (``provider_kind = "simulated"``: a sandbox fake on any address,
-    or the simulated provider). A caller that reuses a stored answer (a crawl audit after a restart) then records
-    it as the call that paid for it did. Both state backends read their records through this."""
+    or the simulated provider), with :attr:`~geoagent.providers.base.ModelResponse.recorded_kind` the kind recorded
+    (None when none was). A caller that reuses a stored answer (a crawl audit after a restart) then records it as
+    the call that paid for it did (:func:`geoagent.crawl.llmcall.answer_kind`). Both state backends read their
+    records through this."""
     resp = ModelResponse.from_json(response)
-    if request_meta_source(meta)[1] == "simulated":
-        resp = dataclasses.replace(resp, sandbox=True)
+    kind = request_meta_source(meta)[1]
+    if kind is not None:
+        resp = dataclasses.replace(resp, sandbox=kind == "simulated", recorded_kind=kind)
     return resp
 
 
