@@ -1140,6 +1140,24 @@ def _placeholders(value: Any, path: str = "") -> list[tuple[str, str]]:
     return []
 
 
+#: the integers TOML 1.0 allows (64-bit signed); tomllib reads any size, but the spec says a value it cannot hold
+#: losslessly is an error, and such a value failed later (orjson refuses it when the request key is built)
+TOML_INT_MIN, TOML_INT_MAX = -(2**63), 2**63 - 1
+
+
+def _huge_integers(value: Any, loc: tuple[Any, ...] = ()) -> list[str]:
+    """One ``<key path>: expected ...`` problem per integer outside TOML's 64-bit range (:data:`TOML_INT_MIN` ..
+    :data:`TOML_INT_MAX`), anywhere in the parsed document (free task tables and ``params`` too)."""
+    if _is_int(value) and not TOML_INT_MIN <= value <= TOML_INT_MAX:
+        return [f"{_fmt_loc(loc)}: expected an integer in TOML's 64-bit range (-2^63 to 2^63-1), got "
+                f"{_fmt_value(value)}"]
+    if isinstance(value, Mapping):
+        return [x for k, v in value.items() for x in _huge_integers(v, loc + (k,))]
+    if isinstance(value, list):
+        return [x for i, v in enumerate(value) for x in _huge_integers(v, loc + (i,))]
+    return []
+
+
 def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> CampaignConfig:
     """Validate a parsed TOML document (dict) into a :class:`CampaignConfig`.
 
@@ -1159,6 +1177,9 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
             "`status`, `dead` and `export` work on those), or copy the file and write real values (see "
             "geoagent/configs/example.toml)"
         ])
+    huge = _huge_integers(data)
+    if huge:
+        raise ConfigError(source, huge)
     doc = dict(data)
     tasks: dict[str, dict[str, Any]] = {}
     problems: list[str] = []
@@ -1759,6 +1780,8 @@ def load_config(path: str | os.PathLike[str]) -> CampaignConfig:
         raise ConfigError(label, [f"not UTF-8 text at line {line} (byte {exc.start}); save the file as UTF-8"]) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(label, [f"invalid TOML: {exc}"]) from None
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        raise ConfigError(label, ["invalid TOML: arrays or inline tables nested too deeply"]) from None
     return config_from_dict(data, source=label)
 
 
