@@ -17,6 +17,7 @@ before the rename and the folder after it.
 
 from __future__ import annotations
 
+import csv
 import logging
 import os
 import re
@@ -402,6 +403,49 @@ def append_jsonl(path: str | Path, records: Any, *, fsync: bool = True) -> None:
         f.flush()
         if fsync:
             os.fsync(f.fileno())
+
+
+#: how a hand-written CSV with a broken quote is refused (:func:`csv_header`, :func:`csv_rows`)
+CSV_QUOTE_HINT = ("a quote opened in this record is never closed, or text follows a closing quote; quote a field "
+                  "that holds a comma, a quote or a line break whole, with its quotes doubled (\"\")")
+
+
+def csv_header(reader: "csv.DictReader[str]", path: str | Path, prefix: str = "") -> list[str] | None:
+    """The header of a hand-written CSV (``reader`` built with ``strict=True``), ``None`` for an empty file.
+
+    Raises
+    ------
+    ValueError
+        ``<path>:1: <prefix>CSV syntax error (...)``: the header breaks the CSV quoting rules.
+    """
+    try:
+        return reader.fieldnames
+    except csv.Error as exc:
+        raise ValueError(f"{path}:1: {prefix}CSV syntax error ({exc}): {CSV_QUOTE_HINT}") from None
+
+
+def csv_rows(reader: "csv.DictReader[str]", path: str | Path, prefix: str = "") -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line, row)`` of each record of a hand-written CSV (human verdicts, review decisions): ``line`` is the
+    1-based line the record ends on (``reader.line_num``).
+
+    Build ``reader`` with ``csv.DictReader(f, strict=True)``: Python's lenient default reads a quote that is never
+    closed as the start of one field that swallows every later line (the rows after it vanish without a word) and
+    a field past 128 KiB as a ``csv.Error``, which is no ``ValueError``; strict, both stop here.
+
+    Raises
+    ------
+    ValueError
+        ``<path>:<line>: <prefix>CSV syntax error (...)``, ``line`` being the first line of the broken record.
+    """
+    while True:
+        start = reader.line_num + 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise ValueError(f"{path}:{start}: {prefix}CSV syntax error ({exc}): {CSV_QUOTE_HINT}") from None
+        yield reader.line_num, row
 
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")

@@ -22,7 +22,7 @@ from typing import Any
 
 from geoagent.crawl.llmjson import as_bool, as_int_in, as_text, extract_json_like
 from geoagent.crawl.settings import ImageAuditSettings
-from geoagent.files import atomic_open
+from geoagent.files import atomic_open, csv_header, csv_rows
 from geoagent.llmjson import fenced_blocks, iter_candidates
 from geoagent.providers.base import ModelRequest
 from geoagent.paths import safe_image_id
@@ -215,7 +215,8 @@ def read_human_verdicts(path: str | Path) -> dict[str, dict[str, str]]:
     path = Path(path)
     out: dict[str, dict[str, str]] = {}
     with path.open(encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
-        reader = csv.DictReader(f)
+        reader = csv.DictReader(f, strict=True)  # an unclosed quote must not swallow the later rows (csv_rows)
+        fieldnames = csv_header(reader, path)
 
         def not_utf8(values: Any, line: int) -> None:
             try:
@@ -224,16 +225,15 @@ def read_human_verdicts(path: str | Path) -> dict[str, dict[str, str]]:
                 raise ValueError(f"{path}:{line}: not UTF-8 text; save the file as UTF-8 (Excel: "
                                  "'CSV UTF-8')") from None
 
-        not_utf8(reader.fieldnames or [], 1)
-        names = [str(n).strip() for n in reader.fieldnames or []]
+        not_utf8(fieldnames or [], 1)
+        names = [str(n).strip() for n in fieldnames or []]
         repeated = sorted({n for n in names if n and names.count(n) > 1})
         if repeated:  # a row would silently take the last copy's value
             raise ValueError(f"{path}:1: header repeats column(s) {repeated}; keep one of each")
         for col in ("image", "human_verdict"):
-            if col not in (reader.fieldnames or []):
-                raise ValueError(f"{path}:1: missing column {col!r} (have {reader.fieldnames})")
-        for row in reader:
-            line = reader.line_num
+            if col not in (fieldnames or []):
+                raise ValueError(f"{path}:1: missing column {col!r} (have {fieldnames})")
+        for line, row in csv_rows(reader, path):
             not_utf8(row.values(), line)
             verdict = (row.get("human_verdict") or "").strip().lower()
             if verdict not in HUMAN_VERDICTS:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from geoagent.crawl.ladder import RatedCandidate, tier_for
-from geoagent.files import append_jsonl, iter_jsonl_objects
+from geoagent.files import append_jsonl, csv_header, csv_rows, iter_jsonl_objects
 from geoagent.qid import is_qid
 
 _log = logging.getLogger(__name__)
@@ -76,8 +76,8 @@ def read_review_verdicts(path: str | Path) -> dict[tuple[str, str], dict[str, An
     out: dict[tuple[str, str], dict[str, Any]] = {}
     try:
         with path.open(encoding="utf-8-sig", newline="") as f:
-            reader = csv.DictReader(f)
-            names = [str(n).strip() for n in reader.fieldnames or []]
+            reader = csv.DictReader(f, strict=True)  # an unclosed quote must not swallow the later rows (csv_rows)
+            names = [str(n).strip() for n in csv_header(reader, path, f"{REVIEW_VERDICTS_KEY}: ") or []]
             repeated = sorted({n for n in names if n and names.count(n) > 1})
             if repeated:  # a row would silently take the last copy's value
                 raise ValueError(f"{path}:1: {REVIEW_VERDICTS_KEY}: header repeats column(s) {repeated}; keep one "
@@ -87,8 +87,7 @@ def read_review_verdicts(path: str | Path) -> dict[tuple[str, str], dict[str, An
                     raise ValueError(f"{path}:1: {REVIEW_VERDICTS_KEY}: missing column {col!r} (have {names}); "
                                      "columns site,qid,decision[,reviewer,note]")
             reader.fieldnames = names
-            for row in reader:
-                line = reader.line_num
+            for line, row in csv_rows(reader, path, f"{REVIEW_VERDICTS_KEY}: "):
                 where = f"{path}:{line}"
                 site, qid = (row.get("site") or "").strip(), (row.get("qid") or "").strip()
                 raw = (row.get("decision") or "").strip().lower()
