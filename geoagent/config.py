@@ -6,9 +6,9 @@ Issue 2 point 8. A campaign file has these sections (see ``geoagent/configs/*.to
                  contact (for the HTTP User-Agent)
     [paths]      queues, state, release_dir         (env GEOAGENT_QUEUES / GEOAGENT_STATE / GEOAGENT_RELEASE win;
                  a models[].replay.path under the release folder moves with it: CampaignConfig.replay_path)
-    [budget]     cap_usd, reserve = "worst_case", input_estimate_factor
+    [budget]     cap_usd, reserve = "worst_case", input_estimate_factor (1 to 1000)
     [[models]]   name, provider, model, base_url, api_key_env (the variable NAME, never the key), prices in
-                 USD per 1M input/output tokens (both required for openai/anthropic/gemini on a host that is not
+                 USD per 1M input/output tokens (0 to 1,000,000; both required for openai/anthropic/gemini on a host that is not
                  a local server, :func:`is_local_host`; 0 written out for a free one), max_output_tokens,
                  temperature, concurrency,
                  rate = {requests, period_s}, sampling_rate, seed, timeout_s, connect_timeout_s (s),
@@ -283,6 +283,16 @@ class PathsSection(_Section):
 MAX_CAP_USD = 9_000_000_000.0
 
 
+#: the largest ``[budget] input_estimate_factor``: a factor near 1e308 made the reservation infinite, and every call
+#: of the campaign was dead-lettered (OverflowError) instead of the file being refused; 1000 is far above any
+#: estimate's real error (the default is 1.25)
+MAX_INPUT_ESTIMATE_FACTOR = 1000.0
+#: the largest ``models[].price_*_usd_per_mtok`` (USD per 1M tokens, i.e. $1 a token): no provider charges near it
+#: (the dearest list prices are a few hundred USD per 1M tokens), and with it any reservation of up to 2^63 tokens
+#: stays a finite number of USD (an input price of 1.7e308 made it infinite: every call dead-lettered)
+MAX_PRICE_USD_PER_MTOK = 1_000_000.0
+
+
 class BudgetSection(_Section):
     """``[budget]``: the hard cost cap in USD and how much each call reserves before it starts.
 
@@ -292,7 +302,7 @@ class BudgetSection(_Section):
 
     cap_usd: float = Field(ge=0, le=MAX_CAP_USD, allow_inf_nan=False)  # USD; at most MAX_CAP_USD (ledger integers)
     reserve: Literal["worst_case"] = "worst_case"
-    input_estimate_factor: float = Field(default=DEFAULT_INPUT_ESTIMATE_FACTOR, ge=1.0)
+    input_estimate_factor: float = Field(default=DEFAULT_INPUT_ESTIMATE_FACTOR, ge=1.0, le=MAX_INPUT_ESTIMATE_FACTOR)
 
 
 class RateSpec(_Section):
@@ -346,8 +356,8 @@ class ModelConfig(_Section):
     api_key_env: str | None = None
     #: USD per 1M tokens; required (0 allowed) for a billing provider on a paid host (:func:`_impossible_campaign`),
     #: default 0 for local servers, replay and simulated models
-    price_input_usd_per_mtok: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    price_output_usd_per_mtok: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    price_input_usd_per_mtok: float = Field(default=0.0, ge=0, le=MAX_PRICE_USD_PER_MTOK, allow_inf_nan=False)
+    price_output_usd_per_mtok: float = Field(default=0.0, ge=0, le=MAX_PRICE_USD_PER_MTOK, allow_inf_nan=False)
     max_output_tokens: int = Field(default=1024, gt=0)
     temperature: float = Field(default=0.0, ge=0, le=2)
     concurrency: int = Field(default=8, ge=1)
