@@ -153,8 +153,54 @@ def dotenv_path_default() -> Path:
     return Path(os.environ.get("GEOAGENT_DOTENV") or ".env")
 
 
+log = logging.getLogger(__name__)
+#: the start of python-dotenv's own warning for a line it cannot parse (it names no file): dropped, since
+#: :func:`read_dotenv` says the same naming ``file:line`` (:func:`_dotenv_problems`)
+_DOTENV_PARSE_WARNING = "python-dotenv could not parse statement"
+#: ``NAME=`` at the start of a ``.env`` line (``export`` allowed), to name the variable of a line that cannot be parsed
+_DOTENV_NAME = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=")
+_reported_lines: set[tuple[str, int]] = set()  # (file, line) already logged as unparsable in this process
+
+
+class _DropFilelessDotenvWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(_DOTENV_PARSE_WARNING)
+
+
+logging.getLogger("dotenv.main").addFilter(_DropFilelessDotenvWarning())
+
+
+def _dotenv_problems(text: str) -> dict[int, str | None]:
+    """1-based line -> variable NAME (None when no ``NAME=`` starts it) of every statement of a ``.env`` text that
+    python-dotenv cannot parse (an unclosed quote, a line without ``=``); python-dotenv drops such a line."""
+    from io import StringIO
+
+    from dotenv.parser import parse_stream
+
+    out: dict[int, str | None] = {}
+    for binding in parse_stream(StringIO(text)):
+        if binding.error:
+            m = _DOTENV_NAME.match(binding.original.string)
+            name = m.group(1) if m and not looks_like_secret(m.group(1)) else None
+            out[binding.original.line] = name
+    return out
+
+
+def _unparsable_line_of(env_name: str, path: Path) -> int | None:
+    """The line of ``.env`` file ``path`` where ``env_name`` is assigned in a statement python-dotenv cannot parse."""
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except (OSError, UnicodeDecodeError):
+        return None
+    return next((line for line, name in _dotenv_problems(text).items() if name == env_name), None)
+
+
 def read_dotenv(path: str | os.PathLike[str] | None = None) -> dict[str, str]:
     """Parse a ``.env`` file (python-dotenv syntax) without touching ``os.environ``; {} if it is absent.
+
+    A statement python-dotenv cannot parse (an unclosed quote, a line without ``=``) is left out, as python-dotenv
+    does, and logged once per process as ``<file>:<line>: cannot be parsed ...`` (naming its variable, never its
+    value; python-dotenv's own warning names no file and is dropped).
 
     Raises
     ------
@@ -173,6 +219,14 @@ def read_dotenv(path: str | os.PathLike[str] | None = None) -> dict[str, str]:
         raise ValueError(f"{p}:{line}: not UTF-8 text; save the file as UTF-8 (the API keys are read from it)") from None
     from io import StringIO
 
+    for line, name in _dotenv_problems(text).items():
+        with _known_lock:
+            if (str(p), line) in _reported_lines:
+                continue
+            _reported_lines.add((str(p), line))
+        what = f"the line of variable {name}" if name else "the line"
+        log.warning("%s:%d: %s cannot be parsed (python-dotenv syntax: NAME=value, a quote closed where it opens); "
+                    "it is ignored", p, line, what)
     return {k: v for k, v in dotenv_values(stream=StringIO(text)).items() if v is not None}
 
 
@@ -220,6 +274,11 @@ def lookup_secret(
     if not value:
         value = (read_dotenv(dotenv_path).get(env_name) or "").strip()
         where = "the .env file"
+        path = Path(dotenv_path) if dotenv_path is not None else dotenv_path_default()
+        if not value and path.is_file() and (line := _unparsable_line_of(env_name, path)) is not None:
+            # not "not set": the variable is there, on a line python-dotenv dropped (never echo it: it holds a key)
+            raise ValueError(f"API key variable {env_name}: {path}:{line} sets it but cannot be parsed (python-dotenv "
+                             "syntax: NAME=value, a quote closed where it opens); fix that line")
     if value and not value.isprintable():  # line breaks, tabs, NUL...: no HTTP header can carry them
         _remember(value, local=local, whole_only=whole_only)  # never echoed, but scrub it wherever it might surface
         raise ValueError(f"API key variable {env_name} (from {where}) holds control characters "

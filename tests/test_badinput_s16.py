@@ -135,3 +135,27 @@ def test_review_verdicts_with_a_huge_unclosed_field_are_a_value_error(tmp_path):
     p.write_text('site,qid,decision,note\nx,Q1,4,"' + "x" * 140_000 + "\n")
     with pytest.raises(ValueError, match=r"review\.csv:2: "):
         read_review_verdicts(p)
+
+
+# -- .env lines python-dotenv cannot parse ---------------------------------------------------------------------
+def test_key_on_an_unparsable_dotenv_line_is_named_by_file_and_line_not_called_unset(tmp_path, caplog):
+    # before: python-dotenv logged "could not parse statement starting at line 2" (no file) and dropped the line,
+    # so the run said "API key variable BI16_KEY is not set in the environment or in .env" while it was there
+    from geoagent.secrets import get_secret, lookup_secret, read_dotenv
+
+    dotenv = tmp_path / "keys.env"
+    value = "sk-" "bi16-unterminated-0123456789"
+    dotenv.write_text(f'export OTHER=abcdefgh1234\nBI16_KEY="{value}\nthis line is no assignment\n')
+    with pytest.raises(ValueError) as exc:
+        lookup_secret("BI16_KEY", environ={}, dotenv_path=dotenv)
+    msg = str(exc.value)
+    assert f"{dotenv}:2" in msg and "BI16_KEY" in msg and value not in msg and "bi16-unterminated" not in msg
+    with pytest.raises(ValueError, match=r"keys\.env:2"):
+        get_secret("BI16_KEY", environ={}, dotenv_path=dotenv)
+    # the variable set in the environment still wins, and the readable lines still read
+    assert lookup_secret("BI16_KEY", environ={"BI16_KEY": "from-env-123456"}, dotenv_path=dotenv).reveal() == "from-env-123456"
+    assert read_dotenv(dotenv) == {"OTHER": "abcdefgh1234"}
+    lines = [r.getMessage() for r in caplog.records]  # each bad line said once per process, with the file
+    assert [m.split(" ")[0] for m in lines if str(dotenv) in m] == [f"{dotenv}:2:", f"{dotenv}:3:"]
+    assert not any("python-dotenv could not parse" in m for m in lines)  # the fileless line is not said twice
+    assert all(value not in m and "bi16-unterminated" not in m for m in lines)
