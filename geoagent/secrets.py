@@ -175,7 +175,10 @@ def _dotenv_problems(text: str) -> dict[int, str | None]:
     python-dotenv cannot parse (an unclosed quote, a line without ``=``); python-dotenv drops such a line."""
     from io import StringIO
 
-    from dotenv.parser import parse_stream
+    try:
+        from dotenv.parser import parse_stream  # python-dotenv's parser (not its documented API: guarded)
+    except ImportError:  # another python-dotenv layout: lines it drops are then only named by its own warning
+        return {}
 
     out: dict[int, str | None] = {}
     for binding in parse_stream(StringIO(text)):
