@@ -258,8 +258,28 @@ def expand_home(v: str | None) -> str | None:
     image_root``, ``[geohint.geocoder] cache_path``, ``[crawl.image_audit] human_verdicts``,
     ``[crawl.referenceability] review_verdicts``), applied when the
     config is read, so every reader sees the same folder (before, only ``[paths]`` and the sandbox launch expanded
-    it: a campaign's own import looked for ``./~/...``). Relative paths stay relative (to the working directory)."""
+    it: a campaign's own import looked for ``./~/...``). Relative paths stay relative (to the working directory).
+
+    Environment variables are not expanded: a value naming one (``$HOME/x``, ``${USER}``) is refused, since taken
+    as written it made a folder literally named ``$HOME``; a ``$`` that names no variable (``cost$5``) is kept.
+
+    Raises
+    ------
+    ValueError
+        The value names an environment variable (the config error then names the key).
+    """
+    if v:
+        m = _ENV_VAR_IN_PATH.search(v)
+        if m:
+            raise ValueError(f"a path without environment variables ({m.group(0)} is not expanded in config paths: "
+                             "it would be a folder of that literal name; write the path itself, a leading ~ for "
+                             "the home folder, or set GEOAGENT_QUEUES / GEOAGENT_STATE / GEOAGENT_RELEASE for the "
+                             "data roots)")
     return os.path.expanduser(v) if v else v
+
+
+#: ``$NAME`` or ``${NAME}`` in a config path (:func:`expand_home` refuses it)
+_ENV_VAR_IN_PATH = re.compile(r"\$(?:\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
 
 
 class PathsSection(_Section):

@@ -63,3 +63,34 @@ def test_crawl_human_verdicts(home):
         "referenceability": {"provider": "simulated", "model": "b", "pageviews": False},
     })
     assert s.image_audit.human_verdicts == os.path.join(home, "hv.csv")
+
+
+@pytest.mark.parametrize("value", ["$HOME/geo-state", "${HOME}/geo-state", "runs/$USER/state", "~/$X"])
+def test_an_environment_variable_in_a_path_is_refused_not_taken_literally(home, value):
+    """Bad-input review (s16): ``state = "$HOME/geo-state"`` made a folder literally named ``$HOME`` under the working
+    directory, exit 0. Variables are not expanded in config paths (only a leading ``~``): refused at load, naming
+    the key and what to write instead."""
+    from geoagent.config import ConfigError
+
+    cfg = _campaign("geoverify", {})
+    cfg["paths"]["state"] = value
+    with pytest.raises(ConfigError) as err:
+        config_from_dict(cfg)
+    text = str(err.value)
+    assert "paths.state" in text and "environment variable" in text and "$" in text, text
+    with pytest.raises(ConfigError):  # the task's own path keys too
+        config_from_dict(_campaign("geohint", {"release_dir": value}))
+
+
+def test_a_dollar_that_names_no_variable_stays_a_character(home):
+    cfg = _campaign("geoverify", {})
+    cfg["paths"]["state"] = "runs/cost$5/state"  # "$5" names no variable: the folder is written as it is
+    assert str(config_from_dict(cfg).state_root()) == "runs/cost$5/state"
+
+
+def test_the_geocoder_cache_path_is_checked_at_load_too(home):
+    from geoagent.config import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        config_from_dict(_campaign("geohint", {"geocoder": {"cache_path": "$HOME/geocache.sqlite"}}))
+    assert "cache_path" in str(err.value) and "$HOME" in str(err.value), err.value

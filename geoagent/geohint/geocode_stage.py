@@ -148,6 +148,11 @@ class GeocoderSettings:
             return "contact", "an e-mail address or URL (text)"
         if self.cache_path is not None and not text(self.cache_path):
             return "cache_path", "a file path (text)"
+        if self.cache_path is not None:
+            try:
+                expand_home(self.cache_path)  # a path naming an environment variable is refused, as [paths]
+            except ValueError as exc:
+                return "cache_path", str(exc)
         if self.cache_ttl_s is not None and not number(self.cache_ttl_s):
             return "cache_ttl_s", "a positive number of seconds (leave it out: entries never expire)"
         n = self.nominatim_max_requests
