@@ -109,3 +109,16 @@ def test_nan_coordinates_huge_fields_and_dotdot_paths_are_row_errors(copy, relea
     assert len(rel.trials) == len(clean.trials) - 3
     assert sorted(i.line for i in rel.report.issues if i.file.endswith(TRIALS)) == [2, 3, 4]
     assert all(t.path is None or ".." not in t.path for t in rel.trials)
+
+
+@pytest.mark.parametrize("content", [b"", b"site,city,lat,lon\n"], ids=["empty", "header-only"])
+def test_an_empty_sites_file_is_one_line_not_buried_under_one_per_ladder(copy, content):
+    """Bad-input review (s16): an empty or header-only sites.csv gave 109 "ladder for unknown site ... imported
+    anyway" lines, which buried the one real problem; now the ladders are summed up in one line."""
+    (copy / "sites.csv").write_bytes(content)
+    rel = import_release(copy)
+    assert rel.sites == {} and len(rel.ladders) == 109
+    unknown = [i for i in rel.report.issues if "unknown site" in i.reason]
+    assert unknown == [], len(unknown)  # before: 109
+    summed = [i for i in rel.report.issues if "109 ladder(s) imported for sites sites.csv does not hold" in i.reason]
+    assert len(summed) == 1, rel.report.issues[:5]

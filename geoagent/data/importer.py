@@ -523,6 +523,7 @@ def import_release(root: str | Path, *, state_root: str | Path | None = None) ->
         rel.sites[site.site_id] = site
 
     ladder_dir = root / "ladders"
+    orphans = 0  # ladders of sites sites.csv does not hold, while it holds none: one line, not one per ladder
     for path in sorted(ladder_dir.glob("*.csv")) if ladder_dir.is_dir() else []:
         m = _LADDER_NAME.match(path.name)
         if not m:
@@ -534,10 +535,15 @@ def import_release(root: str | Path, *, state_root: str | Path | None = None) ->
         except ValueError as exc:
             rep.add(path, 0, f"{exc} (from the ladder file name); skipped")
             continue
-        if site_id not in rel.sites:
+        if not rel.sites:
+            orphans += 1
+        elif site_id not in rel.sites:
             rep.add(path, 0, f"ladder for unknown site {site_id!r} (not in sites.csv); imported anyway")
         pts = tuple(_read_csv(path, rep, ("band", "dist_km"), _ladder_point(site_id)))
         rel.ladders[site_id] = ContextLadder(site_id=site_id, points=pts)
+    if orphans:
+        rep.add(ladder_dir, 0, f"{orphans} ladder(s) imported for sites sites.csv does not hold: it holds no site "
+                               "(empty or header only?)")
 
     trials_path = _pick(root, "verify_trials", ".csv")
     if trials_path is not None:
