@@ -500,7 +500,8 @@ class Outcome:
     def unsent_line(self) -> str | None:
         """``  N requests not sent yet: left queued by the interrupt; re-run the same command to send them`` when an
         interrupt left model requests queued (ready or leased on the ``requests`` edge) and this process runs the
-        model caller; None otherwise (a budget stop has its own line; a ``--stages`` process without the model
+        model caller (``N requests not answered yet: ...`` when the campaign's ledger holds unknown-outcome calls:
+        such a call's request was sent, possibly billed, and went back to the queue); None otherwise (a budget stop has its own line; a ``--stages`` process without the model
         caller leaves them to the model caller's process). Redis (:attr:`shared_queues`): "left in the shared queues
         (other processes of the campaign ... may be sending them)"; a run started beside another run of the campaign
         (:attr:`others_at_start`): "left in the campaign's queues (another run ... may be sending them)"."""
@@ -515,6 +516,15 @@ class Outcome:
             return (f"  {n} request{'s' if n != 1 else ''} not sent yet: left in the campaign's queues (another run "
                     "of the campaign was going when this one started and may be sending them); re-run the same "
                     "command to take part again")
+        unknown_calls = int((self.spend or {}).get("unknown_calls") or 0)
+        if unknown_calls:
+            # a request whose call's outcome is unknown (timeout, reset, unusable 2xx body) went back to the queue
+            # after it was sent, possibly billed: "not sent yet" would deny that spend (walkthrough s16)
+            return (f"  {n} request{'s' if n != 1 else ''} not answered yet: left queued by the interrupt (some may "
+                    "have been sent already: a request whose call had an unknown outcome, "
+                    f"{unknown_calls} such call{'s' if unknown_calls != 1 else ''} above, went back to the queue to be "
+                    "sent again); "
+                    "re-run the same command to send them")
         return (f"  {n} request{'s' if n != 1 else ''} not sent yet: left queued by the interrupt; re-run the same "
                 "command to send them")
 
