@@ -311,8 +311,9 @@ class CampaignKind(abc.ABC):
 
 
     def dry_run_outline(self, cfg: Any) -> list[str]:
-        """For a kind whose model calls arise along the way (not in the plan, e.g. the crawl's audits): lines the
-        dry run prints about what those calls may cost (``[]`` by default)."""
+        """Lines (indented) the dry run prints after its estimate about what a run does beyond the planned model
+        calls: for a kind whose model calls arise along the way (the crawl's audits), what those calls may cost;
+        for GeoHint, the public services its geocoder calls. ``[]`` by default."""
         return []
 
     def params_mix(self, cfg: Any, ctx: StageContext) -> dict[str, list[tuple[dict[str, Any], int]]]:
@@ -2780,7 +2781,8 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
         est.config_changed = _calls_changed(written, cfg.state_dir())
         est.gone_usd, est.gone_calls = gone_usd, gone_calls
         out.extra_lines = warning + ["  dry run (no call made, nothing enqueued):",
-                                     *("  " + line for line in estimate_lines(est, cfg))]
+                                     *("  " + line for line in estimate_lines(est, cfg)),
+                                     *kind.dry_run_outline(cfg)]
     if out.exit_code == EXIT_CONFIG:  # the last line says why the exit is 2
         why = f"{'; '.join(refusals)}; " if refusals else ""
         out.extra_lines.append(f"  exit 2: `{command}` would refuse to start ({why}see the "

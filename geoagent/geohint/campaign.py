@@ -213,6 +213,27 @@ class GeoHintCampaign(CampaignKind):
 
     plan_inputs_label = "trial table"
 
+    def dry_run_outline(self, cfg: Any) -> list[str]:
+        """The public hosts the geocoder will call (``[geohint.geocoder]`` URLs that are not local servers or
+        sandbox fakes: :func:`geoagent.config.is_local_host`), so a dry run offline or behind a firewall says so
+        before the model calls are paid; ``[]`` when every geocoder URL is local."""
+        from urllib.parse import urlsplit
+
+        from geoagent.config import is_local_host
+        from geoagent.geohint.geocode_stage import GeocoderSettings
+
+        try:
+            g = GeocoderSettings.from_config(cfg)
+        except (TypeError, ValueError):  # the run's own check names the problem
+            return []
+        hosts = sorted({h for h in (urlsplit(u).hostname for u in (g.wikidata_url, g.nominatim_url) if u)
+                        if h and not is_local_host(h)})
+        if not hosts:
+            return []
+        return [f"  geocoding: every answer is geocoded through {', '.join(hosts)} (public services: network "
+                "needed; if they cannot be reached the run stops incomplete, exit 3, with the paid answers kept "
+                "for the next run; [geohint.geocoder] wikidata_url / nominatim_url point it at other servers)"]
+
     def plan_inputs(self, cfg: Any) -> list[Path]:
         """The trial table files of the release folder (:func:`geoagent.data.importer.trial_table_paths`; its
         main-arm rows are the release images GeoHint plans): a ``--watch`` run over a crawl's folder plans
