@@ -66,7 +66,7 @@ def _warn_config_drift(cfg: Any, *, simulate: bool = False, file: Any = None) ->
     file = sys.stderr if file is None else file
     changes = config_changes(cfg)
     if changes.geocoder:
-        _warn_geocoder_change(cfg, sorted(changes.geocoder), file=file)
+        _warn_geocoder_change(cfg, sorted(changes.geocoder), file=file, rules=changes.geocoder.get("rules_version"))
     if changes.calls and simulate:
         what = f"{', '.join(changes.calls)} changed since its last run"
         if changes.call_keys:
@@ -119,15 +119,34 @@ def _note_default_endpoints(cfg: Any) -> None:
         print(line.strip(), file=sys.stderr)
 
 
-def _warn_geocoder_change(cfg: Any, keys: list[str], *, file: Any = None) -> None:
-    """The ``[geohint.geocoder]`` part of :func:`_warn_config_drift` (``keys``: the changed keys, sorted; printed
-    on ``file``, default stderr)."""
+def _warn_geocoder_change(cfg: Any, keys: list[str], *, file: Any = None,
+                          rules: tuple[Any, Any] | None = None) -> None:
+    """The ``[geohint.geocoder]`` part of :func:`_warn_config_drift` (``keys``: the changed keys, sorted, with
+    ``rules_version`` when geoagent's geocoding rules changed, ``rules`` then their (old, new) versions; printed on
+    ``file``, default stderr)."""
     from geoagent.status import queue_counts
 
     file = sys.stderr if file is None else file
     located = queue_counts(cfg).get(C.EDGE_LOCATED)
     done = located.total if located is not None else 0
+    if keys == ["rules_version"]:  # the code's rules, not a setting: nothing to keep in the config
+        what = "geoagent's geocoding rules changed since its last run (version "
+        if rules is not None:
+            what += f"{rules[0]} -> {rules[1]}"
+        what += ": geoagent/geohint/geocode.py, GEOCODER_RULES_VERSION)"
+        if done == 0:
+            print(f"info: campaign {cfg.name}: {what}; no answer was geocoded yet, so every answer uses the new "
+                  "rules (no model call is affected).", file=file)
+            return
+        print(f"info: campaign {cfg.name}: {what}: answers geocoded from now on use the new rules; the {done} "
+              "already geocoded keep the old ones (their geocode_source and trace say how each was located). No "
+              "model call is affected; to geocode every answer under one version, run the campaign under a new "
+              "[campaign] name (which repeats its model calls).", file=file)
+        return
+    keys = [k for k in keys if k != "rules_version"]
     what = f"geocoder settings changed since its last run ([geohint.geocoder] {', '.join(keys)})"
+    if rules is not None:
+        what += f" and geoagent's geocoding rules (version {rules[0]} -> {rules[1]})"
     if done == 0:
         print(f"info: campaign {cfg.name}: {what}; no answer was geocoded yet, so every answer uses the new "
               "settings (no model call is affected).", file=file)

@@ -99,6 +99,13 @@ RELEASE_ANCHOR_RADIUS_KM = 60.0
 #: decimal coordinates, used without a lookup (module doc, point 7)
 ANSWER_COORDINATES = "answer-coordinates"
 
+#: Version of the geocoding rules of this module, recorded with a GeoHint campaign (``designs`` in its manifest,
+#: :func:`geoagent.runtime.manifest.design_versions`): located answers of two versions follow different rules, so a
+#: resumed campaign whose answers were geocoded under another version says so. 1: the rules of the module doc,
+#: points 1-6 (a manifest without the key was geocoded under it); 2 (session 16): point 7, decimal coordinates in
+#: an answer are its point, without a lookup.
+GEOCODER_RULES_VERSION = 2
+
 LEVELS = ("building", "area", "city", "none")
 #: Our level names -> the release's ``resolved_level`` values (``answers_judged*.csv``).
 RELEASE_LEVELS = {"building": "place", "area": "area", "city": "city", "none": ""}

@@ -468,12 +468,24 @@ def _section_values(name: str, value: Any) -> Any:
 TRIAL_BUILDER_KEY = "geoverify.trial_builder"
 
 
+#: the ``designs`` key of the GeoHint geocoder's rules (:data:`geoagent.geohint.geocode.GEOCODER_RULES_VERSION`)
+GEOCODER_RULES_KEY = "geohint.geocoder_rules"
+
+
 def design_versions(cfg: Any) -> dict[str, int]:
     """Versions of the code that turns the config and its inputs into planned tasks, where a new version plans
     other tasks from the same config and seed: ``{"geoverify.trial_builder": 2}`` for a GeoVerify campaign
-    with ``[geoverify] trials = "build"`` (:data:`geoagent.geoverify.trials.TRIAL_BUILDER_VERSION`), else
-    ``{}``. Recorded in the manifest as ``designs`` and compared by :func:`config_changes`."""
-    if getattr(getattr(cfg, "campaign", None), "kind", None) != "geoverify":
+    with ``[geoverify] trials = "build"`` (:data:`geoagent.geoverify.trials.TRIAL_BUILDER_VERSION`); and of the
+    code that locates a GeoHint campaign's answers, ``{"geohint.geocoder_rules": 2}``
+    (:data:`geoagent.geohint.geocode.GEOCODER_RULES_VERSION`: it changes no model call, only how answers not yet
+    geocoded are located); else ``{}``. Recorded in the manifest as ``designs`` and compared by
+    :func:`config_changes`."""
+    kind = getattr(getattr(cfg, "campaign", None), "kind", None)
+    if kind == "geohint":
+        from geoagent.geohint.geocode import GEOCODER_RULES_VERSION
+
+        return {GEOCODER_RULES_KEY: GEOCODER_RULES_VERSION}
+    if kind != "geoverify":
         return {}
     try:
         from geoagent.geoverify.plan import settings_of
@@ -487,9 +499,14 @@ def design_versions(cfg: Any) -> dict[str, int]:
 
 def _recorded_designs(old: dict[str, Any]) -> dict[str, Any]:
     """The ``designs`` of a recorded manifest; one written before designs were recorded (2026-12-01) by a
-    ``trials = "build"`` GeoVerify campaign planned with trial builder version 1."""
+    ``trials = "build"`` GeoVerify campaign planned with trial builder version 1; a GeoHint one without the
+    geocoder rules (before 2026-12-02) geocoded with version 1."""
     if isinstance(old.get("designs"), dict):
+        if old.get("kind") == "geohint" and GEOCODER_RULES_KEY not in old["designs"]:
+            return {**old["designs"], GEOCODER_RULES_KEY: 1}
         return old["designs"]
+    if old.get("kind") == "geohint":
+        return {GEOCODER_RULES_KEY: 1}
     gv = (old.get("config") or {}).get("geoverify")
     if old.get("kind") == "geoverify" and isinstance(gv, dict) and gv.get("trials") == "build":
         return {TRIAL_BUILDER_KEY: 1}
@@ -565,6 +582,9 @@ def config_changes_against(old: dict[str, Any] | None, cfg: Any, *,
     old_designs, new_designs = _recorded_designs(old), design_versions(cfg)
     for key in sorted(set(old_designs) & set(new_designs)):
         if old_designs[key] != new_designs[key]:
+            if key == GEOCODER_RULES_KEY:  # how answers are located, not what is asked: a geocoder change
+                geocoder["rules_version"] = (old_designs[key], new_designs[key])
+                continue
             call_keys[key] = (old_designs[key], new_designs[key])
             if section_of(key) not in calls:
                 calls.append(section_of(key))

@@ -1,0 +1,54 @@
+"""A GeoHint campaign records the version of geoagent's geocoding rules it geocodes with (``designs``), and a
+resumed campaign whose answers were geocoded under other rules says so (session 16).
+
+Before: the geocoder rules changed (session 16: decimal coordinates in an answer are its point, no name lookup)
+without a trace in the manifest, so a campaign resumed across that change mixed located answers of both rules
+without a word (adversarial review question 7). Now ``designs`` holds ``geohint.geocoder_rules``
+(:data:`geoagent.geohint.geocode.GEOCODER_RULES_VERSION`; a manifest without it was geocoded under version 1), and
+a change is listed with the geocoder changes, not as model-call drift."""
+
+from __future__ import annotations
+
+import orjson
+
+from geoagent.campaigns import register_all_sections
+from geoagent.config import config_from_dict
+from geoagent.geohint.geocode import GEOCODER_RULES_VERSION
+from geoagent.runtime.manifest import Manifest, config_changes
+
+register_all_sections()
+
+
+def _gh(tmp_path) -> dict:
+    return {"campaign": {"name": "gh-rules", "kind": "geohint", "contact": "ops@example.org"},
+            "paths": {"state": str(tmp_path / "state"), "queues": str(tmp_path / "queues")},
+            "budget": {"cap_usd": 1.0}, "models": [{"name": "sim", "provider": "simulated", "model": "sim"}]}
+
+
+def test_the_manifest_records_the_geocoder_rules_and_an_older_record_reads_as_version_1(tmp_path, capsys):
+    assert GEOCODER_RULES_VERSION == 2
+    cfg = config_from_dict(_gh(tmp_path))
+    Manifest(cfg).start_run()
+    path = cfg.state_dir() / "manifest.json"
+    data = orjson.loads(path.read_bytes())
+    assert data["designs"] == {"geohint.geocoder_rules": 2}
+    assert config_changes(cfg).calls == [] and config_changes(cfg).geocoder == {}
+    data["designs"] = {}  # a manifest of the earlier code (designs recorded, none for GeoHint)
+    path.write_bytes(orjson.dumps(data))
+    ch = config_changes(cfg)
+    assert ch.calls == [] and ch.call_keys == {}  # no model call is affected
+    assert ch.geocoder == {"rules_version": (1, 2)}
+    from geoagent.cli import _warn_config_drift
+
+    capsys.readouterr()
+    _warn_config_drift(cfg)
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.startswith("info: campaign gh-rules: geoagent's geocoding rules changed since its last run "
+                          "(version 1 -> 2"), err
+    assert "[geohint.geocoder]" not in err  # not a setting of the config: nothing to keep "here"
+
+
+def test_a_geoverify_campaign_records_no_geocoder_rules(tmp_path):
+    cfg = config_from_dict({**_gh(tmp_path), "campaign": {"name": "gv", "kind": "geoverify"}})
+    Manifest(cfg).start_run()
+    assert "geohint.geocoder_rules" not in orjson.loads((cfg.state_dir() / "manifest.json").read_bytes())["designs"]
