@@ -110,7 +110,9 @@ def test_a_full_disk_ends_the_run_with_one_error_line_and_the_rerun_resumes(tmp_
     ({"prompt_tokens": 10, "completion_tokens": 1e300}, None),     # a JSON number with an integral value
     ({"prompt_tokens": 10, "completion_tokens": 10 ** 25}, None),  # a JSON integer past 64-bit nano-USD
     ({"prompt_tokens": "\u00b2", "completion_tokens": 5}, None),   # a numeric string of a non-ASCII digit
-    # a plausible count at a price no model has: the cost itself passes 64-bit nano-USD when it is stored
+    # a plausible count at a price no model has, whose cost would pass 64-bit nano-USD when stored: since session
+    # 16 such a price is refused at load (models[].price_*_usd_per_mtok <= 1e6 USD per 1M tokens; with at most
+    # MAX_USAGE_TOKENS = 1e9 tokens per count no call's cost can pass it), before anything is sent
     ({"prompt_tokens": 10, "completion_tokens": 10 ** 9}, 1e7),
 ])
 def test_implausible_usage_never_leaves_a_reservation_open(tmp_path, usage, price_out):
@@ -142,6 +144,10 @@ def test_implausible_usage_never_leaves_a_reservation_open(tmp_path, usage, pric
         proc.terminate()
         proc.join(10)
     out = run.stdout + run.stderr
+    if price_out is not None and price_out > 1e6:
+        assert run.returncode == 2 and "price_output_usd_per_mtok: expected a number <= 1000000.0" in out, out
+        assert not log.exists() or log.read_text() == "", "a refused config sent a request"
+        return
     problems, totals = ledger_figures(load_config(cfgp))
     assert problems == []
     assert totals["reserved_nusd"] == 0, totals  # nothing left open once the run ended
