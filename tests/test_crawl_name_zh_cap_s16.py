@@ -12,26 +12,14 @@ from __future__ import annotations
 import asyncio
 import json
 
+from test_polish_s15 import _LoopingAuditor
 
-class _LoopingZhAuditor:
+
+class _LoopingZhAuditor(_LoopingAuditor):
     """A text-only auditor (Provider interface) whose Chinese name for candidate 0 loops for 50 KB."""
 
     kind = "looping-zh-test"
-    paid = False
-
-    async def generate(self, request):
-        import orjson
-
-        from geoagent.providers.base import ModelResponse, Usage
-
-        if "CONTENTIOUS" in request.prompt:
-            text = '[{"idx": 0, "sensitive": false, "why": "x"}, {"idx": 1, "sensitive": false, "why": "x"}]'
-        else:
-            text = orjson.dumps([{"idx": 0, "ok": True, "familiarity": 4, "zh": "淡水老磨坊" * 10000, "en": "Old Mill",
-                                  "why": "w"},
-                                 {"idx": 1, "ok": True, "familiarity": 3, "zh": "淡水镇公所", "en": "Town Hall", "why": "w"}]
-                                ).decode()
-        return ModelResponse(text=text, usage=Usage(10, 10))
+    names = ({"zh": "淡水老磨坊" * 10000, "en": "Old Mill"}, {"zh": "淡水镇公所", "en": "Town Hall"})
 
 
 def test_an_overlong_chinese_name_is_not_used_and_the_decision_log_says_so(tmp_path):

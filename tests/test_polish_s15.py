@@ -206,10 +206,12 @@ def test_verdict_normalisation_does_not_widen_the_words_read():
 
 # -- 3. the auditor's English name is capped ------------------------------------------------------------------
 class _LoopingAuditor:
-    """A text-only auditor (Provider interface) whose English name for candidate 0 loops for 50 KB."""
+    """A text-only auditor (Provider interface) whose English name for candidate 0 loops for 50 KB (``names``: the
+    two candidates' ``zh`` and ``en`` values; a subclass loops another name, tests/test_crawl_name_zh_cap_s16.py)."""
 
     kind = "looping-test"
     paid = False
+    names = ({"zh": None, "en": "Old Mill " * 5600}, {"zh": None, "en": "Town Hall"})
 
     async def generate(self, request):
         from geoagent.providers.base import ModelResponse, Usage
@@ -219,10 +221,8 @@ class _LoopingAuditor:
         else:
             import orjson
 
-            text = orjson.dumps([{"idx": 0, "ok": True, "familiarity": 4, "zh": None, "en": "Old Mill " * 5600,
-                                  "why": "w"},
-                                 {"idx": 1, "ok": True, "familiarity": 3, "zh": None, "en": "Town Hall", "why": "w"}]
-                                ).decode()
+            text = orjson.dumps([{"idx": 0, "ok": True, "familiarity": 4, **self.names[0], "why": "w"},
+                                 {"idx": 1, "ok": True, "familiarity": 3, **self.names[1], "why": "w"}]).decode()
         return ModelResponse(text=text, usage=Usage(10, 10))
 
 
