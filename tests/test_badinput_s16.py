@@ -159,3 +159,12 @@ def test_key_on_an_unparsable_dotenv_line_is_named_by_file_and_line_not_called_u
     assert [m.split(" ")[0] for m in lines if str(dotenv) in m] == [f"{dotenv}:2:", f"{dotenv}:3:"]
     assert not any("python-dotenv could not parse" in m for m in lines)  # the fileless line is not said twice
     assert all(value not in m and "bi16-unterminated" not in m for m in lines)
+
+
+def test_human_verdicts_header_with_spaces_reads_as_the_review_file_does(tmp_path):
+    """Review question (s16): the review-decision reader strips spaces around header names, the human-verdict
+    reader refused ``image, human_verdict`` ("missing column 'human_verdict'"); both now read it alike."""
+    p = tmp_path / "v.csv"
+    p.write_text("image , human_verdict, human_reason\n1.jpg, exclude , blurred\n", encoding="utf-8")
+    got = read_human_verdicts(p)
+    assert got["1"]["human_verdict"] == "exclude" and got["1"]["human_reason"] == "blurred", got

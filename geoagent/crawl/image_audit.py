@@ -231,8 +231,9 @@ def read_human_verdicts(path: str | Path) -> dict[str, dict[str, str]]:
         if repeated:  # a row would silently take the last copy's value
             raise ValueError(f"{path}:1: header repeats column(s) {repeated}; keep one of each")
         for col in ("image", "human_verdict"):
-            if col not in (fieldnames or []):
+            if col not in names:
                 raise ValueError(f"{path}:1: missing column {col!r} (have {fieldnames})")
+        reader.fieldnames = names  # "image, human_verdict": spaces around a name are no part of it (as review.py)
         for line, row in csv_rows(reader, path):
             not_utf8(row.values(), line)
             verdict = (row.get("human_verdict") or "").strip().lower()
