@@ -12,34 +12,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 def sim_generic_config(tmp: Path, name: str, *, concurrency: int, n_requests: int) -> Path:
     """Write ``<tmp>/<name>.toml``: campaign ``name``, queues and state under ``tmp``, a $1 cap, one simulated model
-    (``concurrency`` parallel calls), ``n_requests`` generic requests; returns its path."""
-    cfg = tmp / f"{name}.toml"
-    cfg.write_text(f"""
-[campaign]
-name = "{name}"
-kind = "generic"
-seed = 1
+    ``sim`` (``concurrency`` parallel calls), ``n_requests`` generic requests; returns its path
+    (:func:`_model_harness.generic_campaign` with one :func:`_model_harness.model_table`)."""
+    from _model_harness import generic_campaign, model_table
 
-[paths]
-queues = "{tmp / 'queues'}"
-state = "{tmp / 'state'}"
-
-[budget]
-cap_usd = 1.0
-
-[[models]]
-name = "sim"
-provider = "simulated"
-model = "sim-1"
-price_input_usd_per_mtok = 0.15
-price_output_usd_per_mtok = 0.60
-max_output_tokens = 50
-concurrency = {concurrency}
-
-[generic]
-n_requests = {n_requests}
-""")
-    return cfg
+    return generic_campaign(tmp, name=name, n=n_requests,
+                            models=model_table("sim", max_output_tokens=50, concurrency=concurrency))
 
 
 def run_cli(*args: str, prefix: list[str] | None = None) -> subprocess.CompletedProcess:
