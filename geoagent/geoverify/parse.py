@@ -197,13 +197,18 @@ def _leading_verdict_word(seen: str) -> str | None:
     later; None otherwise ("No idea", "yes/no", "Yes or no", "Yes and no", "No, but on reflection: yes.").
     The same rule :func:`parse_verdict` applies to a bare-text answer (step 4), here for a sentence given as a
     JSON verdict value."""
+    mb, conflicting = _bare_verdict(seen)
+    return None if mb is None or conflicting else mb.group(1).lower()
+
+
+def _bare_verdict(seen: str) -> tuple[re.Match[str] | None, bool]:
+    """The bare-text rule on ``seen`` (already :func:`normalize_chars`): the match of a leading standalone verdict
+    word (None: none), and whether the opposite word stands alone later in the text (a conflict)."""
     mb = _RX_BARE.match(seen)
     if not mb:
-        return None
+        return None, False
     word = mb.group(1).lower()
-    if any(w.group(1).lower() != word for w in _RX_STANDALONE_WORD.finditer(seen, mb.end())):
-        return None
-    return word
+    return mb, any(w.group(1).lower() != word for w in _RX_STANDALONE_WORD.finditer(seen, mb.end()))
 
 
 def parse_verdict(raw: str | None) -> ParsedVerdict:
@@ -293,10 +298,10 @@ def _parse(raw: str | None) -> ParsedVerdict:
             return ParsedVerdict(False, None, None, (), "conflicting verdicts in one answer (yes and no)",
                                  tuple(sorted(rules)), text)
         return _from_regex(mv.group(1), seen, rules | {RULE_REGEX_FALLBACK}, text)
-    mb = _RX_BARE.match(seen)
+    mb, conflicting = _bare_verdict(seen)
     if mb:
         word = mb.group(1).lower()
-        if any(w.group(1).lower() != word for w in _RX_STANDALONE_WORD.finditer(seen, mb.end())):
+        if conflicting:
             return ParsedVerdict(False, None, None, (), "conflicting verdicts in one answer (yes and no)",
                                  tuple(sorted(rules)), text)
         rules |= {RULE_REGEX_FALLBACK, RULE_PROSE} if seen[mb.end() :].strip() else {RULE_REGEX_FALLBACK}
