@@ -254,6 +254,19 @@ def _set_probe_pool(client: Any, timeout_s: float, retry: Any) -> None:
     kwargs["retry_on_error"] = []
 
 
+def _probe_client(redis_cls: Any, retry_cls: Any, url: str, options: dict[str, Any] | None, window_s: float) -> Any:
+    """A probe's client: ``redis_cls.from_url`` (``redis.Redis`` or ``redis.asyncio.Redis``) of ``url`` and the
+    client's ``options`` without their retry policy, no retries (``retry_cls``, the matching ``Retry``), and
+    min(:data:`PROBE_TIMEOUT_S`, window) s for the connect and each reply (:func:`_set_probe_pool`)."""
+    from redis.backoff import NoBackoff
+
+    opts, timeout_s = _probe_options(options, window_s)
+    retry = retry_cls(NoBackoff(), 0)
+    client = redis_cls.from_url(url, retry=retry, **opts)
+    _set_probe_pool(client, timeout_s, retry)
+    return client
+
+
 def _probe_failed(error: BaseException) -> bool:
     """Whether the probe's ``error`` means no answer came (a refused or dropped connection, a timeout), rather than
     an answer the client could not use: an authentication error or ``-LOADING`` are the server's replies (redis-py
@@ -271,15 +284,11 @@ def _probe_sync(url: str, options: dict[str, Any] | None, window_s: float) -> Ba
     as the client's), waiting min(:data:`PROBE_TIMEOUT_S`, window) s for the connect and for each reply: the error
     that shows the server did not answer, else None (it answered, whatever it said)."""
     import redis
-    from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-    opts, timeout_s = _probe_options(options, window_s)
-    retry = Retry(NoBackoff(), 0)
     client = None
     try:
-        client = redis.Redis.from_url(url, retry=retry, **opts)
-        _set_probe_pool(client, timeout_s, retry)
+        client = _probe_client(redis.Redis, Retry, url, options, window_s)
         client.ping()
     except Exception as exc:  # noqa: BLE001 - sorted by _probe_failed
         return exc if _probe_failed(exc) else None
@@ -296,14 +305,10 @@ async def _probe_async(url: str, options: dict[str, Any] | None, window_s: float
     """As :func:`_probe_sync` with ``redis.asyncio``."""
     import redis.asyncio as aioredis
     from redis.asyncio.retry import Retry
-    from redis.backoff import NoBackoff
 
-    opts, timeout_s = _probe_options(options, window_s)
-    retry = Retry(NoBackoff(), 0)
     client = None
     try:
-        client = aioredis.Redis.from_url(url, retry=retry, **opts)
-        _set_probe_pool(client, timeout_s, retry)
+        client = _probe_client(aioredis.Redis, Retry, url, options, window_s)
         await client.ping()
     except Exception as exc:  # noqa: BLE001 - sorted by _probe_failed
         return exc if _probe_failed(exc) else None
