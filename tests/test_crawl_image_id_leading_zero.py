@@ -30,6 +30,21 @@ FAST = HostPolicy(rate=1000, period_s=1.0, concurrency=8, max_attempts=2, backof
 LAT, LON = 41.39, 2.17
 
 
+def search_count_fetch(app, tmp_path):
+    """The crawl's Mapillary steps for site ``s1`` at (LAT, LON) against the fake ``app``: the images found within
+    400 m, the coverage count, and the fetcher's result (images written under ``tmp_path/s1``)."""
+    async def go():
+        async with serve(app) as base, HttpClient(default_policy=FAST) as http:
+            c = MapillaryClient(http, base, "MLY|1|tok", UA)
+            found = await c.images_within(LAT, LON, 400)
+            count = await c.count_images_within(LAT, LON, 400)
+            res = await fetch_site_images({"site": "s1", "lat": LAT, "lon": LON}, c,
+                                          FetcherSettings(radius_m=400, max_images_per_site=8), tmp_path)
+            return found, count, res
+
+    return asyncio.run(go())
+
+
 def test_an_id_is_written_in_its_canonical_form_wherever_it_becomes_a_file_name(tmp_path):
     assert safe_image_id("0800000000001") == "800000000001"
     assert safe_image_id("000800000000001") == safe_image_id(800000000001) == "800000000001"
@@ -49,16 +64,7 @@ def test_one_image_sent_under_two_spellings_is_found_and_fetched_once(tmp_path):
             fake.FakeImage("0800000000001", LAT, LON, brightness=150),
             fake.FakeImage("800000000002", LAT + 0.00054, LON, brightness=150, pattern_seed="b")]
 
-    async def go():
-        async with serve(fake.make_app(imgs)) as base, HttpClient(default_policy=FAST) as http:
-            c = MapillaryClient(http, base, "MLY|1|tok", UA)
-            found = await c.images_within(LAT, LON, 400)
-            count = await c.count_images_within(LAT, LON, 400)
-            res = await fetch_site_images({"site": "s1", "lat": LAT, "lon": LON}, c,
-                                          FetcherSettings(radius_m=400, max_images_per_site=8), tmp_path)
-            return found, count, res
-
-    found, count, res = asyncio.run(go())
+    found, count, res = search_count_fetch(fake.make_app(imgs), tmp_path)
     assert [img.image_id for img, _ in found] == ["800000000001", "800000000002"]
     assert count.total == 2
     assert sorted(k["image_id"] for k in res.kept) == ["800000000001", "800000000002"]

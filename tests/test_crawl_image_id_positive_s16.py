@@ -8,25 +8,16 @@ are refused, so every reader of ids agrees. Real client and fetcher over the loc
 
 from __future__ import annotations
 
-import asyncio
 import re
 
 import pytest
 
-from geoagent.clients.mapillary import MapillaryClient
-from geoagent.crawl.fetcher import fetch_site_images
 from geoagent.crawl.image_audit import image_key
-from geoagent.crawl.settings import FetcherSettings
 from geoagent.paths import safe_image_id
-from geoagent.runtime.http import HostPolicy, HttpClient
 from geoagent.sandbox import mapillary as fake
 from geoagent.sandbox.faults import FaultConfig, find_fault_state
-from geoagent.sandbox.server import serve
 
-UA = "geoagent-test/0.1 (contact: mailto:test@example.org)"
-FAST = HostPolicy(rate=1000, period_s=1.0, concurrency=8, max_attempts=2, backoff_base_s=0.01, backoff_max_s=0.05,
-                  timeout_s=5)
-LAT, LON = 41.39, 2.17
+from test_crawl_image_id_leading_zero import LAT, LON, search_count_fetch
 
 
 @pytest.mark.parametrize("bad", ["0", "00", "000", 0, "-1", -1, "-0"])
@@ -52,16 +43,7 @@ def test_a_search_answer_naming_image_0_is_left_out_never_requested(tmp_path):
 
     app = fake.make_app(imgs, faults=FaultConfig())  # no faults: the request log only
 
-    async def go():
-        async with serve(app) as base, HttpClient(default_policy=FAST) as http:
-            c = MapillaryClient(http, base, "MLY|1|tok", UA)
-            found = await c.images_within(LAT, LON, 400)
-            count = await c.count_images_within(LAT, LON, 400)
-            res = await fetch_site_images({"site": "s1", "lat": LAT, "lon": LON}, c,
-                                          FetcherSettings(radius_m=400, max_images_per_site=8), tmp_path)
-            return found, count, res
-
-    found, count, res = asyncio.run(go())
+    found, count, res = search_count_fetch(app, tmp_path)
     assert [img.image_id for img, _ in found] == ["800000000002"]
     assert count.total == 1
     assert [k["image_id"] for k in res.kept] == ["800000000002"]
