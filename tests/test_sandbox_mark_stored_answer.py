@@ -17,7 +17,6 @@ import asyncio
 
 import pytest
 
-from geoagent.config import ModelConfig
 from geoagent.crawl.llmcall import metered_generate
 from geoagent.providers.base import ModelRequest
 from geoagent.providers.openai_compat import OpenAICompatProvider
@@ -27,38 +26,43 @@ from geoagent.sandbox.llm_common import CALLS_KEY, unmarked
 from geoagent.sandbox.llm_openai import make_app
 from geoagent.sandbox.server import serve
 from _state_backends import KINDS, open_state
+from test_crawl_llmcall_in_flight import MODEL
 from test_queue_contract import redis_url  # noqa: F401 - the module's redis-server fixture
 
-MODEL = ModelConfig(name="auditor", provider="openai", model="sim-gpt", price_input_usd_per_mtok=1.0,
-                    price_output_usd_per_mtok=4.0, max_output_tokens=100)
+
+def _two_runs(tmp_path, kind, url, app, provider_kinds):
+    """One audit request through :func:`metered_generate` in two runs on the same state (the second is the restart
+    after a kill: a new state object, the same files or server), the fake ``app`` served on a plain URL; the crawl
+    passes ``provider_kinds[i]`` in run ``i``. Returns (the two responses, the stored answer read back after the
+    second, the calls the fake billed)."""
+    async def main():
+        async with serve(app) as base:
+            req = ModelRequest(provider="openai", model="sim-gpt", prompt="Rate the place 0-5.",
+                               params={"max_tokens": 100})
+            results = []
+            for run_kind in provider_kinds:
+                state = open_state(kind, url, "audit", tmp_path, cap_usd=10.0)
+                try:
+                    async with HttpClient() as http:
+                        prov = OpenAICompatProvider(ProviderSettings(kind="openai", model="sim-gpt",
+                                                                     base_url=base + "/v1"), http)
+                        results.append(await metered_generate(prov, req, ledger=state.ledger, model_cfg=MODEL,
+                                                              store=state.store, provider_kind=run_kind))
+                        stored = state.store.get(req.key())
+                finally:
+                    state.close()
+            return results, stored, len(app[CALLS_KEY])
+
+    return asyncio.run(main())
 
 
 @pytest.mark.parametrize("marked", [True, False], ids=["sandbox-fake", "model-server"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_stored_answer_reused_after_a_restart_keeps_the_sandbox_mark(tmp_path, kind, marked, request):
     url = request.getfixturevalue("redis_url") if kind == "redis" else None
-
-    async def main():
-        app = make_app(require_auth=False)
-        async with serve(app if marked else unmarked(app)) as base:
-            req = ModelRequest(provider="openai", model="sim-gpt", prompt="Rate the place 0-5.",
-                               params={"max_tokens": 100})
-            results = []
-            for _run in range(2):  # the second run is the restart after a kill: a new state, the same files
-                state = open_state(kind, url, "audit", tmp_path, cap_usd=10.0)
-                try:
-                    async with HttpClient() as http:
-                        prov = OpenAICompatProvider(ProviderSettings(kind="openai", model="sim-gpt",
-                                                                     base_url=base + "/v1"), http)
-                        # provider_kind "model": what the crawl passes for a plain URL it cannot tell from a server
-                        results.append(await metered_generate(prov, req, ledger=state.ledger, model_cfg=MODEL,
-                                                              store=state.store, provider_kind="model"))
-                        stored = state.store.get(req.key())
-                finally:
-                    state.close()
-            return results, stored, len(app[CALLS_KEY])
-
-    (first, again), stored, calls = asyncio.run(main())
+    app = make_app(require_auth=False)
+    # provider_kind "model": what the crawl passes for a plain URL it cannot tell from a server
+    (first, again), stored, calls = _two_runs(tmp_path, kind, url, app if marked else unmarked(app), ("model", "model"))
     assert calls == 1  # the restart reused the stored answer
     assert again.text == first.text
     assert first.sandbox is marked
@@ -75,27 +79,9 @@ def test_a_reused_stored_answer_keeps_the_kind_recorded_when_it_was_paid_for(tmp
     from geoagent.crawl.llmcall import answer_kind
 
     url = request.getfixturevalue("redis_url") if kind == "redis" else None
-
-    async def main():
-        app = unmarked(make_app(require_auth=False))  # a model server as far as geoagent can tell
-        async with serve(app) as base:
-            req = ModelRequest(provider="openai", model="sim-gpt", prompt="Rate the place 0-5.",
-                               params={"max_tokens": 100})
-            got = []
-            for run_kind in ("model", "replay"):  # the restart's config says "replay"
-                state = open_state(kind, url, "audit", tmp_path, cap_usd=10.0)
-                try:
-                    async with HttpClient() as http:
-                        prov = OpenAICompatProvider(ProviderSettings(kind="openai", model="sim-gpt",
-                                                                     base_url=base + "/v1"), http)
-                        resp = await metered_generate(prov, req, ledger=state.ledger, model_cfg=MODEL,
-                                                      store=state.store, provider_kind=run_kind)
-                        got.append((resp, answer_kind(resp, run_kind)))
-                finally:
-                    state.close()
-            return got
-
-    (fresh, fresh_kind), (reused, reused_kind) = asyncio.run(main())
+    app = unmarked(make_app(require_auth=False))  # a model server as far as geoagent can tell
+    (fresh, reused), _, _ = _two_runs(tmp_path, kind, url, app, ("model", "replay"))  # the restart says "replay"
+    fresh_kind, reused_kind = answer_kind(fresh, "model"), answer_kind(reused, "replay")
     assert fresh.recorded_kind is None and fresh_kind == "model"
     assert reused.recorded_kind == "model" and reused_kind == "model"  # before: "replay", the new config's
     assert answer_kind(fresh, None) is None  # nothing known, nothing recorded
