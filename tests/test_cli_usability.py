@@ -29,6 +29,7 @@ from geoagent.config import load_config
 from geoagent.runtime.progress import pipeline_eta
 from geoagent.runtime.queue import QueueCounts
 from geoagent.status import campaign_status, format_status, format_usd
+from _docs import docs_text
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "sk-" "cli-usability-0123456789abcdef"
@@ -177,7 +178,7 @@ def test_dead_limit_0_lists_them_all_as_the_summary_hint_says(dead_campaign, cap
     out, err = capsys.readouterr()
     assert len(out.splitlines()) == 303 and err == ""
     assert "`run.py dead CONFIG --edge responses --limit 0` lists them all" in dead_lines_hint_example("responses", 5)
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    readme = docs_text()
     assert "`run.py dead CONFIG --edge EDGE --limit 0` lists them all" in readme
     assert "--edge EDGE` lists them all" not in readme.replace("--edge EDGE --limit 0` lists", "")
     with pytest.raises(SystemExit):

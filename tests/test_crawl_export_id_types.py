@@ -19,9 +19,9 @@ import polars as pl
 import pytest
 
 from geoagent.crawl.export import is_id_column, read_crawl_csv
+from _docs import docs_text
 
 REPO = Path(__file__).resolve().parents[1]
-README = REPO / "README.md"
 
 #: table -> its id columns, written out by hand from the column lists of the crawl writers
 EXPECTED_IDS = {
@@ -85,7 +85,7 @@ def test_exported_image_ids_equal_the_state_folder_text(crawl_dir):
 
 
 def test_readme_recipe_covers_every_crawl_id_column(crawl_dir):
-    text = " ".join(README.read_text(encoding="utf-8").split())
+    text = " ".join(docs_text().split())
     assert "read_crawl_csv" in text
     want = [r["image_id"] for r in _text_rows(crawl_dir / "images.csv")]
     got = pd.read_csv(crawl_dir / "export" / "images.csv", dtype={"image_id": str, "site": str})

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from geoagent.cli import main
+from _docs import docs_text
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "geoagent" / "configs" / "crawl_sandbox.toml"
@@ -124,7 +125,7 @@ def test_readme_crawl_example_is_what_the_sandbox_crawl_prints(crawled):
     (walkthrough: it said "32 of 46 downloaded (14 rejected after download: 11 too dark" after the figures
     had changed to 45, 13 and 10)."""
     _root, out = crawled
-    text = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    text = " ".join(docs_text().split())
     m = re.search(r"why the others were not: `(images kept: [^`]*)`", text)
     assert m, "README lost its sandbox crawl example"
     printed = next(ln for ln in out.splitlines() if "images kept: " in ln)
@@ -223,7 +224,7 @@ def test_crawl_trials_are_unique_requests_and_dry_run_counts_the_calls(crawled, 
 
 def test_readme_says_what_build_and_release_trials_mean():
     """README "From a crawl to a campaign" says what each ``trials`` value runs and when to use it."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    text = docs_text()
     start = text.index("From a crawl to a campaign")
     para = " ".join(text[start:text.index("A campaign whose first run plans nothing", start)].split())
     assert '`"release"` (the default) reads the folder\'s `verify_trials.csv` as is' in para
@@ -239,7 +240,7 @@ def test_readme_handoff_says_what_the_sandbox_geocoder_knows_of_the_crawl():
     """Walkthrough: the handoff's "two lines" read as if GeoHint ran for results offline over a crawl's output;
     the section says what the sandbox geocoder fakes know (session 12: the places of the folder the campaign
     plans from, ladder points at synthetic positions) and that results need the real endpoints."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    text = docs_text()
     start = text.index("From a crawl to a campaign")
     para = " ".join(text[start:text.index("`trials` says where", start)].split())
     assert "know the places of the folder the campaign plans from" in para

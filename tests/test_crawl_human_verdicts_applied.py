@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from geoagent.cli import main
+from _docs import docs_text
 
 CRAWL_CONFIG = Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "crawl_sandbox.toml"
 
@@ -151,7 +152,7 @@ def test_a_malformed_verdict_file_is_named_with_its_line(tmp_path, text, where, 
 
 def test_the_readme_documents_the_human_half_of_the_audits():
     # before: the README never named human_verdicts, the agreement files or how the review queue is resolved
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = docs_text()
     for name in ("human_verdicts", "image_audit_agreement.json", "image_audit_human_excludes_model_accepts.csv",
                  "image_audit_model_rejects_human_keeps.csv", "audit_review_queue.jsonl"):
         assert name in readme, name

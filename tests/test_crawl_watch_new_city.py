@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 
 from geoagent.engine import WATCH_BANNER
+from _docs import docs_text
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "geoagent" / "configs" / "crawl_sandbox.toml"
-README = REPO / "README.md"
 
 
 def _without_city(text: str, name: str) -> str:
@@ -106,5 +106,5 @@ def test_watch_logs_each_city_added_to_the_config_and_counts_it(tmp_path):
     assert m, out
     assert int(m.group(1)) == 2 and "1 of them added to the config while watching" in m.group(2), m.group(0)
 
-    text = " ".join(README.read_text(encoding="utf-8").split())
+    text = " ".join(docs_text().split())
     assert "--watch" in text and "planned new city" in text

@@ -7,14 +7,12 @@ recipe, checked here on ids a number would not keep (a leading zero, 20 digits).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import polars as pl
 
 from geoagent.runtime.export import rows_to_frame, write_frame
+from _docs import docs_text
 
-README = Path(__file__).resolve().parents[1] / "README.md"
 IDS = ["0042", "12345678901234567890", "987654321"]
 
 
@@ -23,7 +21,7 @@ def test_readme_recipe_reads_image_ids_as_the_parquet_has_them(tmp_path):
     write_frame(frame, tmp_path / "t.parquet", tmp_path / "t.csv")
     assert pl.read_parquet(tmp_path / "t.parquet")["image_id"].to_list() == IDS
     assert pl.read_csv(tmp_path / "t.csv")["image_id"].dtype != pl.String  # the trap: inferred as a number
-    text = " ".join(README.read_text(encoding="utf-8").split())
+    text = " ".join(docs_text().split())
     assert 'pl.read_csv(path, schema_overrides={"image_id": pl.String})' in text
     assert "pd.read_csv(path, dtype={\"image_id\": str})" in text
     got = pl.read_csv(tmp_path / "t.csv", schema_overrides={"image_id": pl.String})["image_id"].to_list()

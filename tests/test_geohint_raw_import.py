@@ -15,6 +15,7 @@ import pytest
 from geoagent.geohint.aggregate import GeoHintAggregator
 from geoagent.geohint.raw_import import NOT_GEOCODED, import_raw, main, replicate_table11
 from geoagent.report.geohint import table11
+from _docs import docs_text
 
 CATS = ("Infra.", "Veg.", "Arch.", "Script", "Terrain")
 FULL = {"infrastructure": "bollards", "vegetation": "plane trees", "architecture": "Haussmann stone",
@@ -185,9 +186,7 @@ def test_each_kind_of_bad_line_is_named_and_skipped(tmp_path, release):
 def test_readme_sample_figures_match_the_sample(release_dir, tmp_path):
     """README's Table 11 figures on the 7-line sample are what the command prints (6 claude-haiku-4-5 answers:
     script 3 of 6, vegetation 1 of 6 'not visible', counted by hand above)."""
-    from pathlib import Path
-
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = docs_text()
     assert 'claude-haiku-4-5 6 answers, evidence object in 100 %,\nscript "not visible" in 50.0 %, vegetation 16.7 %' in readme
     assert f"{100 * 3 / 6:.1f}" == "50.0" and f"{100 * 1 / 6:.1f}" == "16.7"
     test_real_sample_table11_by_hand(release_dir)

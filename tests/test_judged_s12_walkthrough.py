@@ -17,17 +17,15 @@ Before:
 from __future__ import annotations
 
 import csv
-from pathlib import Path
 
 from geoagent.geohint.judged import import_judged, replicate_report
 
 from tests.test_release_routes_one_request import HEADER, _judged, _notes, make_release
-
-README = Path(__file__).resolve().parents[1] / "README.md"
+from _docs import docs_text
 
 
 def _readme() -> str:
-    return " ".join(README.read_text(encoding="utf-8").split())
+    return " ".join(docs_text().split())
 
 
 # --- 1: rows sharing a request are its repeats when the file has no repeat column -------------------------

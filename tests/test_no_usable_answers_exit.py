@@ -19,6 +19,7 @@ import orjson
 
 from _model_harness import geoverify_replay_toml
 from geoagent.engine import EXIT_CODES_HELP, EXIT_NO_USABLE_ANSWERS, STATUS_NO_USABLE
+from _docs import docs_text
 
 CUT_UNPARSED = '```json\n{"confid'
 MODEL = "claude-haiku-4-5"
@@ -67,7 +68,6 @@ def test_a_model_whose_answers_all_failed_to_parse_ends_non_zero_too(tmp_path, r
 
 def test_the_exit_code_is_in_the_tables():
     from geoagent.cli import EXIT_CODES_EPILOG, COMMAND_EXIT_CODES
-    from pathlib import Path
 
     import geoagent.engine as engine
 
@@ -76,7 +76,7 @@ def test_the_exit_code_is_in_the_tables():
     assert f"\n  {code}    no usable answers" in EXIT_CODES_EPILOG
     assert EXIT_NO_USABLE_ANSWERS in COMMAND_EXIT_CODES["run"]
     assert f"{STATUS_NO_USABLE:<21}  {code}" in engine.__doc__
-    readme = (Path(engine.__file__).resolve().parents[1] / "README.md").read_text()
+    readme = docs_text()
     assert f"`{code}` no usable answers" in readme
 
 

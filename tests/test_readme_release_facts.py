@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+from _docs import docs_text
 
 
 def test_readme_replay_sample_counts_match_the_data(release_dir):
     rows = [json.loads(line) for line in (release_dir / "verify_raw_sample.jsonl").open(encoding="utf-8") if line.strip()]
-    text = " ".join(README.read_text(encoding="utf-8").split())
+    text = " ".join(docs_text().split())
     m = re.search(r"The shipped sample holds (\d+) main-arm responses of (\d+) models from (\d+) sites", text)
     assert m, "README no longer states the replay sample's size"
     n, n_models, n_sites = map(int, m.groups())

@@ -27,8 +27,7 @@ import pytest
 
 from geoagent import engine
 from geoagent.config import config_from_dict, packaged_config_path
-
-README = Path(__file__).resolve().parents[1] / "README.md"
+from _docs import docs_text
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +83,7 @@ def test_unreplayed_table_trials_are_counted_and_listed_per_model(release_dir, r
 
 
 def _readme_table() -> dict[str, dict[str, str]]:
-    text = README.read_text(encoding="utf-8")
+    text = docs_text()
     i = text.index("Expected on the shipped sample")
     lines = [x for x in text[i:].splitlines() if x.startswith("|")]
     head = [c.strip() for c in lines[0].strip("|").split("|")][1:]

@@ -28,6 +28,7 @@ from geoagent.providers import ModelRequest, ProviderSettings, make_provider
 from geoagent.runtime.http import HostPolicy, HttpClient
 from geoagent.sandbox.llm_openai import DEFAULT_MODEL_IDS, MODEL_OWNER, make_app
 from geoagent.sandbox.server import serve
+from _docs import docs_text
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "sk-" "by-hand-0123456789abcdef"
@@ -158,7 +159,7 @@ def test_models_endpoints_speak_the_list_models_shape_and_check_the_key():
 
 
 def test_readme_tells_how_to_run_the_fake_by_hand():
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    text = docs_text()
     assert "python -m geoagent.sandbox.llm_openai" in text
     para = text[text.index("python -m geoagent.sandbox.llm_openai"):][:1500]
     assert "base_url" in para and "api_key_env" in para and "/v1" in para

@@ -19,6 +19,7 @@ import aiohttp
 
 from geoagent.sandbox import llm_anthropic, llm_gemini
 from geoagent.sandbox.server import serve
+from _docs import docs_text
 
 KEY = "sk-ant-" "listing-0123456789abcdef"
 GKEY = "AIza" "listing0123456789abcdefghijklmnop"
@@ -237,10 +238,9 @@ def test_readme_curl_examples_of_the_models_endpoints_work():
     ``anthropic-version`` header the Anthropic fake answers 400, as the real API does."""
     import re
     import shlex
-    from pathlib import Path
     from urllib.parse import urlsplit
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = docs_text()
     lines = [ln for ln in readme.splitlines() if ln.startswith("curl ")]
     assert len(lines) >= 3, lines
     reqs = []

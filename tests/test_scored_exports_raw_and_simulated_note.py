@@ -17,9 +17,9 @@ import polars as pl
 import pytest
 
 from geoagent.cli import main
+from _docs import docs_text
 
 REPO = Path(__file__).resolve().parents[1]
-README = REPO / "README.md"
 MODEL_FAKE = """
 [[models]]
 name = "fake-gpt"
@@ -115,6 +115,6 @@ def test_reports_and_summaries_say_the_figures_describe_the_simulator(runs):
 
 
 def test_readme_says_what_raw_is():
-    text = " ".join(README.read_text(encoding="utf-8").split())
+    text = " ".join(docs_text().split())
     assert "`raw`" in text and "model_responses" in text and "request_key" in text
     assert "the model's answer text, verbatim" in text

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from geoagent.cli import main
+from _docs import docs_text
 
 
 def test_demo_workdir_that_is_a_file_is_one_line_and_exit_2(tmp_path, capsys):
@@ -70,7 +71,7 @@ def test_simulated_geohint_note_states_the_simulators_echo_rule_not_near_100_per
     note = simulated_note(["m"], task="geohint")
     assert "often 100" not in note and "by design" not in note
     assert "70%" in note and "42%" in note and "echo 100 %" in note
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = docs_text()
     assert "hence an echo rate near 100 %" not in readme and "probability 70 %, 42 % under the warning" in readme
 
 
@@ -223,7 +224,7 @@ def test_crawl_command_on_a_non_crawl_config_is_a_config_error_line(capsys):
 
 def test_readme_exit_codes_and_queues_readme_name_what_exists():
     repo = Path(__file__).resolve().parents[1]
-    readme = (repo / "README.md").read_text(encoding="utf-8")
+    readme = docs_text()
     assert "output pipe closed early" in readme  # `--help` lists it under exit code 1
     queues = (repo / "queues" / "README.md").read_text(encoding="utf-8")
     assert "queues/demo/" not in queues and "queues/demo-geohint/requests.sqlite" in queues

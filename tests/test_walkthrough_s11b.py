@@ -10,6 +10,7 @@ import pytest
 
 
 from geoagent.cli import main
+from _docs import docs_text
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -57,7 +58,7 @@ def test_status_and_dead_help_document_exit_2_for_a_wrong_queues_root(capsys):
 
     for cmd in ("status", "dead"):
         assert "queues root" in COMMAND_EXIT_CODES[cmd][2], cmd
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    readme = docs_text()
     assert "the queues root is probably wrong" in readme
 
 
@@ -220,7 +221,7 @@ def test_redis_status_eta_says_it_is_this_machines_rate():
     st["redis"] = False
     line = next(ln for ln in format_status(st).splitlines() if "ETA" in ln)
     assert "this machine" not in line, line
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    readme = docs_text()
     assert "this machine's rate" in readme
 
 

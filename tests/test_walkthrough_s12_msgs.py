@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from geoagent.cli import main
+from _docs import docs_text
 
 REPO = Path(__file__).resolve().parents[1]
-README = REPO / "README.md"
 
 VERIFY = """\
 [campaign]
@@ -87,8 +87,8 @@ def test_geohint_prompts_dir_not_found_names_key_file_and_folder(elsewhere, caps
 
 
 def test_readme_names_prompt_template_where_it_lists_campaign_keys():
-    text = README.read_text(encoding="utf-8")
-    conf = text[text.index("### Campaign configuration"):text.index("### Where things go")]
+    text = docs_text()
+    conf = text[text.index("\n# Campaign configuration\n"):text.index("\n# Where things go\n")]
     assert 'prompt_template = "my_claim.txt"' in conf and "prompts_dir" in conf
     assert "not from the config file's folder" in conf
 
@@ -154,7 +154,7 @@ def test_run_py_dependency_list_matches_pyproject():
 
 
 def test_readme_shows_the_missing_package_line():
-    text = README.read_text(encoding="utf-8")
+    text = docs_text()
     assert "error: geoagent needs the package 'aiohttp'" in " ".join(text.split())
 
 
@@ -162,8 +162,8 @@ def test_readme_shows_the_missing_package_line():
 
 
 def _readme_own_campaign() -> str:
-    text = README.read_text(encoding="utf-8")
-    at = text.index("## Running campaigns")
+    text = docs_text()
+    at = text.index("\n# Running campaigns\n")
     m = re.search(r"```toml\n(# my_verify\.toml.*?)```", text[at:], re.S)
     assert m, "README's own-campaign example (a ```toml block starting '# my_verify.toml') not found"
     assert len(m.group(1).strip().splitlines()) <= 20
@@ -173,8 +173,8 @@ def _readme_own_campaign() -> str:
 def test_readme_own_campaign_example_runs_and_a_rerun_says_what_it_reused(release_dir, tmp_path, capsys,
                                                                          monkeypatch):
     block = _readme_own_campaign()
-    text = README.read_text(encoding="utf-8")
-    at = text.index("## Running campaigns")
+    text = docs_text()
+    at = text.index("\n# Running campaigns\n")
     assert "python run.py run my_verify.toml --simulate" in text[at:at + 6000]
     assert re.search(r"\npython run\.py run my_verify\.toml +#", text[at:at + 6000])
     monkeypatch.chdir(tmp_path)
@@ -202,8 +202,8 @@ def test_readme_own_campaign_example_runs_and_a_rerun_says_what_it_reused(releas
 
 def test_readme_own_campaign_says_it_needs_the_release_and_names_the_placeholder_warning():
     """A fresh clone has no ../shared: the example must say so before its block, and the expected warning."""
-    text = README.read_text(encoding="utf-8")
-    at = text.index("## Running campaigns")
+    text = docs_text()
+    at = text.index("\n# Running campaigns\n")
     head = text[at:text.index("# my_verify.toml", at)]
     assert "GEOAGENT_RELEASE" in head and "fresh clone" in head, head[-800:]
     flat = " ".join(text[at:at + 6000].split())
@@ -212,8 +212,8 @@ def test_readme_own_campaign_says_it_needs_the_release_and_names_the_placeholder
 
 
 def _readme_fresh_clone_variant() -> str:
-    text = README.read_text(encoding="utf-8")
-    at = text.index("## Running campaigns")
+    text = docs_text()
+    at = text.index("\n# Running campaigns\n")
     m = re.search(r"```toml\n(image_root = \"state/images\".*?)```", text[at:at + 8000], re.S)
     assert m, "README's fresh-clone variant (a ```toml block starting 'image_root = \"state/images\"') not found"
     return m.group(1)
@@ -251,7 +251,7 @@ def test_readme_own_campaign_fresh_clone_variant_runs_after_the_demo(tmp_path, c
 
 
 def test_readme_documents_the_this_run_line():
-    text = README.read_text(encoding="utf-8")
+    text = docs_text()
     flat = " ".join(text.split())
     assert ("this run: 0 new model calls; 0 answers reused (stored by an earlier run, used instead of a call); 170 "
             "requests done by earlier runs") in flat
@@ -261,7 +261,7 @@ def test_readme_documents_the_this_run_line():
 
 
 def test_readme_demo_time_and_sandbox_run_time_are_given():
-    text = README.read_text(encoding="utf-8")
+    text = docs_text()
     # before: "10-15 s" for a demo timed at ~20 s on a loaded 2-core machine; no whole-run time for the sandbox
     # GeoHint run, whose dry run says "about 10 s of model calls" while it takes ~1.5-2.5 min
     assert "10-15 s wall-clock" not in text and "`python run.py demo` (15-25 s wall-clock" in text
