@@ -1424,15 +1424,14 @@ def _paths_release_dir_read(cfg: "CampaignConfig") -> bool:
 def root_override_warnings(cfg: "CampaignConfig") -> list[str]:
     """One line per ``[paths]`` key the file sets that an environment variable overrides with another folder.
 
-    The variables win (``$GEOAGENT_QUEUES``, ``$GEOAGENT_STATE``, ``$GEOAGENT_RELEASE``; README, "Data roots"),
-    which is what moving every campaign's data at once needs; but a campaign file that names its own folder
-    (a GeoVerify over a crawl's folder, say) would otherwise read another one without a word. Task sections'
-    own ``release_dir`` keys are not affected by the variable and are not checked here; where one names the folder
-    a GeoVerify or GeoHint campaign plans from and no ``replay`` model reads its file from the release folder,
-    ``[paths] release_dir`` is read for nothing, so its override is not named either (the demo's filled-in
-    configs set both: a ``$GEOAGENT_RELEASE`` exported for another campaign drew a warning that told the user to
-    unset it although the demo read its crawl's folder). Returns [] when nothing is overridden or both name the
-    same folder.
+    The variables win (``$GEOAGENT_QUEUES``, ``$GEOAGENT_STATE``, ``$GEOAGENT_RELEASE``; docs/campaigns.md, "Paths
+    in a config"), which is what moving every campaign's data at once needs; but a campaign file that names its own
+    folder (a GeoVerify over a crawl's folder, say) would otherwise read another one without a word. Task sections'
+    own ``release_dir`` keys are not affected by the variable and are not checked here; where one names the folder a
+    GeoVerify or GeoHint campaign plans from and no ``replay`` model reads its file from the release folder,
+    ``[paths] release_dir`` is read for nothing, so its override is not named either (the demo's filled-in configs
+    set both: a ``$GEOAGENT_RELEASE`` exported for another campaign drew a warning that told the user to unset it
+    although the demo read its crawl's folder). Returns [] when nothing is overridden or both name the same folder.
     """
     out = []
     for key, env in (("queues", C.ENV_QUEUES_ROOT), ("state", C.ENV_STATE_ROOT), ("release_dir", C.ENV_RELEASE_DIR)):

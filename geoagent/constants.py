@@ -1,6 +1,6 @@
 """Every queue, stage, file and environment-variable name in one place (imports nothing of ours).
 
-Data flows one way (see ARCHITECTURE in README):
+Data flows one way (the diagram of docs/how-it-works.md, "How it works"):
 
     crawl:    cities -> screener -> admitted -> sampler -> sites -> fetcher -> images -> image_auditor
               -> sites_for_audit -> referenceability auditor -> rated -> ladder builder

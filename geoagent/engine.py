@@ -1355,8 +1355,8 @@ def expire_dead_leases(cfg: Any, owners: Sequence[str] | None = None) -> int:
     :func:`run_lock`), while other processes of the campaign go on with theirs.
 
     Each lease handed back counts one delivery of its task (its process ended while working on it: killed, out of
-    memory, crashed; README ``[queue] max_attempts``): the task is ready again at once, behind the tasks already
-    ready, or dead-lettered once its deliveries reach ``[queue] max_attempts`` (reason
+    memory, crashed; docs/campaigns.md, "[queue] max_attempts"): the task is ready again at once, behind the tasks
+    already ready, or dead-lettered once its deliveries reach ``[queue] max_attempts`` (reason
     :func:`~geoagent.runtime.queue.process_ended_reason`), so a task that kills every process that takes it is not
     retried for ever. A warning line says how many were redelivered, and one more how many were dead-lettered.
 

@@ -56,7 +56,7 @@ def needs_photos(model: Any) -> bool:
     must not be sent placeholder pixels without the opt-in: provider ``openai``, ``anthropic`` or ``gemini``
     whose ``base_url`` is not a local fake (``*.sandbox.invalid``). A server on this machine (Ollama, a
     proxy in front of a paid API, a fake started by hand on a local port) counts as real: "real model" in
-    messages and README."""
+    messages and docs/campaigns.md."""
     if getattr(model, "provider", None) not in PHOTO_PROVIDERS:
         return False
     host = urlsplit(getattr(model, "base_url", None) or "").hostname or ""

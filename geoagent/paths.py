@@ -34,7 +34,7 @@ def state_root(configured: str | os.PathLike[str] | None = None) -> Path:
 
 
 #: the campaign name of `run.py demo`'s crawl (geoagent/configs/demo_crawl.toml): its state folder is the
-#: ``release_dir`` of README's fresh-clone GeoVerify example
+#: ``release_dir`` of the fresh-clone GeoVerify example (docs/campaigns.md, "Your own campaign, offline, in a minute")
 DEMO_CRAWL = "demo-crawl"
 
 #: the public GeoContext release (code and data; the paper's reproducibility statement)
@@ -73,7 +73,7 @@ def missing_crawl_output_error(
     file = Path(looked_for) if isinstance(looked_for, (str, os.PathLike)) else Path(looked_for[0])
     shown = str(root) if root.is_absolute() else f"{root} (= {os.path.abspath(root)})"
     state = f"the folder {shown} does not exist" if not root.exists() else f"the folder {shown} holds no {_rel(file, root)}"
-    if root.name == DEMO_CRAWL:  # README's fresh-clone campaign reads the demo's crawl: the demo writes it
+    if root.name == DEMO_CRAWL:  # docs/campaigns.md's fresh-clone campaign reads the demo's crawl: the demo writes it
         first = (f"run `python run.py demo` first (its crawl campaign, {DEMO_CRAWL!r}, writes sites.csv, ladders/ "
                  "and verify_trials.csv into this folder, with the same state root)")
     else:
@@ -112,7 +112,8 @@ def missing_release_error(
         holds no <name>); point at the release folder with GEOAGENT_RELEASE=... or [paths] release_dir ...
         (the public release: https://github.com/Yifan1209/geocontext ...)``. A relative folder is also shown
         resolved against the working directory. Without ``role`` (a campaign's release folder) it ends with
-        :data:`DEMO_CRAWL_HINT` (the demo's crawl instead, README's fresh-clone variant). For a campaign state folder (:func:`is_state_folder` under
+        :data:`DEMO_CRAWL_HINT` (the demo's crawl instead, docs/campaigns.md's fresh-clone variant).
+        For a campaign state folder (:func:`is_state_folder` under
         ``state_root_dir``, default the state root) and no ``role``: :func:`missing_crawl_output_error` instead.
     """
     root = Path(release_dir)
@@ -136,11 +137,11 @@ def missing_release_error(
     )
 
 
-#: the end of :func:`missing_release_error` for a campaign's release folder (no ``role``): README's alternative
-#: on a fresh clone, a campaign over the demo's crawl (its release-form folder ``state/demo-crawl``)
+#: the end of :func:`missing_release_error` for a campaign's release folder (no ``role``): docs/campaigns.md's
+#: alternative on a fresh clone, a campaign over the demo's crawl (its release-form folder ``state/demo-crawl``)
 DEMO_CRAWL_HINT = ('. Without the release: run `python run.py demo` first, then set [paths] release_dir = '
-                   f'"state/{DEMO_CRAWL}" (the demo crawl\'s folder, relative to where you run; README: the fresh-clone '
-                   'variant of my_verify.toml)')
+                   f'"state/{DEMO_CRAWL}" (the demo crawl\'s folder, relative to where you run; docs/campaigns.md: '
+                   'the fresh-clone variant of my_verify.toml)')
 
 
 def release_argument_error(release_dir: str | os.PathLike[str], filename: str | None = None) -> FileNotFoundError | None:

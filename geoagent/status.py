@@ -497,8 +497,9 @@ def is_complete(queues: dict[str, QueueCounts], superseded: dict[str, int] | Non
 
 
 #: what a queue's ``leased`` count (and the live display's ``leased`` column) is: not calls on the wire. A stage
-#: leases more than it sends at once (the model caller up to 1.5 x each model's ``concurrency``, README "Workers"),
-#: so 24 leased next to two models of concurrency 8 is no broken limit: the HTTP layer sends at most 8 of each
+#: leases more than it sends at once (the model caller up to 1.5 x each model's ``concurrency``,
+#: docs/how-it-works.md, "Workers"), so 24 leased next to two models of concurrency 8 is no broken limit: the HTTP
+#: layer sends at most 8 of each
 LEASED_MEANS = ("leased: taken by a process, being handled or waiting for a slot; a model's leased requests may "
                 "outnumber its concurrency, at most that many are sent at once")
 

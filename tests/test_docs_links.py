@@ -82,3 +82,34 @@ def test_ci_runs_the_readme_test_command_verbatim():
     assert blocks[1] == test_command
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     assert test_command in ci, ci
+
+
+#: a pointer from the package's text into the documentation: ``README, "Section"``, ``README "Section"`` or
+#: ``docs/file.md, "Section"`` (single quotes too), the quoted words being ones the file holds
+POINTER = re.compile(r"""\b(README(?:\.md)?|docs/[\w-]+\.md),? (?:"([^"\n]+?)"|'([^'\n]+?)')""")
+
+
+def _pointers(root: Path) -> list[tuple[str, str, str]]:
+    """(source file, documentation file, quoted words) for each :data:`POINTER` in the package's Python and
+    TOML files and ``run.py``; a pointer may wrap over lines of a comment or a docstring."""
+    out = []
+    for src in [root / "run.py", *sorted((root / "geoagent").rglob("*.py")), *sorted((root / "geoagent").rglob("*.toml"))]:
+        text = re.sub(r"\s*\n\s*(?:#:?\s*)?", " ", src.read_text(encoding="utf-8"))
+        for doc, double, single in POINTER.findall(text):
+            doc = "README.md" if doc.startswith("README") else doc
+            out.append((src.relative_to(root).as_posix(), doc, double or single))
+    return out
+
+
+def test_every_pointer_from_the_package_names_the_file_that_holds_its_section():
+    pointers = _pointers(REPO)
+    assert len(pointers) >= 10, pointers
+    flat = {}
+    wrong = []
+    for src, doc, words in pointers:
+        if doc not in flat:
+            path = REPO / doc
+            flat[doc] = " ".join(path.read_text(encoding="utf-8").split()) if path.is_file() else ""
+        if " ".join(words.split()) not in flat[doc]:
+            wrong.append(f"{src}: {doc}, {words!r}")
+    assert not wrong, "\n".join(wrong)

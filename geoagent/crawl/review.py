@@ -304,4 +304,5 @@ def review_counts_line(counts: Mapping[str, int]) -> str | None:
             f"{counts.get('pending', 0)} pending, {counts.get('resolved', 0)} resolved")
     if counts.get("resolved"):
         return head + f" (decisions in force: {RESOLVED_FILE}; the queue file lists each item as it was queued)"
-    return head + f" (settle them with {REVIEW_VERDICTS_KEY}: a CSV of site,qid,decision; README, 'review queue')"
+    return head + (f" (settle them with {REVIEW_VERDICTS_KEY}: a CSV of site,qid,decision; "
+                   "docs/campaigns.md, 'review queue')")

@@ -184,7 +184,8 @@ def _answers_left_by(outcome: Any) -> str | None:
 def hit_text(cell: Any) -> str:
     """A cell's hit rate for a console line (``"61.7%"``), or ``"—"`` when it is undetermined: no answer behind
     it geocoded (:attr:`geoagent.geohint.aggregate.Cell.geocoded_hit_rate` is NaN), so 0 % would measure the
-    geocoder, not the model; report.md's tables print the same em dash (README, "undetermined, not 0")."""
+    geocoder, not the model; report.md's tables print the same em dash (docs/geocontext-release.md, "undetermined,
+    not 0")."""
     rate = cell.geocoded_hit_rate
     return "—" if math.isnan(rate) else f"{rate:.1%}"
 

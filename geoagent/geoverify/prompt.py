@@ -31,8 +31,8 @@ def load_template(path: str | Path | None = None, *, source: str | None = None) 
     """Read a claim template (default: ``geoagent/prompts/geoverify_claim.txt``).
 
     ``path`` is the configured ``geoverify.prompt_template``: a relative one is taken from the working
-    directory, as every path of a campaign file (README "Running campaigns"). ``source`` names the config file
-    in the error (:attr:`geoagent.config.CampaignConfig.source`).
+    directory, as every path of a campaign file (docs/campaigns.md, "Paths in a config"). ``source`` names the
+    config file in the error (:attr:`geoagent.config.CampaignConfig.source`).
 
     Raises
     ------

@@ -2108,9 +2108,9 @@ def empty_figure_note(agg: GeoHintAggregator, baseline: str) -> str:
 
 
 def withheld_tables(agg: GeoHintAggregator, tables: Sequence[Table], condition: str, baseline: str) -> str:
-    """The report header's ``"Withheld: ..."`` line: each table of the report's set (README, "The GeoHint report's
-    tables") that :func:`build_tables` left out, or wrote with no rows, and why (the data hold no answers of the
-    condition it needs); "" when none. Source: :func:`build_tables`' conditions."""
+    """The report header's ``"Withheld: ..."`` line: each table of the report's set (docs/geocontext-release.md,
+    "The GeoHint report's tables") that :func:`build_tables` left out, or wrote with no rows, and why (the data
+    hold no answers of the condition it needs); "" when none. Source: :func:`build_tables`' conditions."""
     names = {t.name: t for t in tables}
     conds = set(agg.conditions)
     parts = []

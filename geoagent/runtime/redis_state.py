@@ -62,7 +62,7 @@ suffix                       type    content
 ===========================  ======  ===========================================================================
 
 Not shared here: the per-machine host-share board (rate limits, ``hosts.sqlite``) and the run's files in the
-state folder (manifest, plan keys, progress) stay on each machine (README, "Scale-out across machines").
+state folder (manifest, plan keys, progress) stay on each machine (docs/campaigns.md, "Scale-out across machines").
 
 Throughput: every operation is one round trip, run in order on the process's one job thread (the order
 :func:`geoagent.engine.settle_pending_ledger_writes` relies on). Measured on the shared 2-core development machine,
