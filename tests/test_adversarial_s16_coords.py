@@ -1,4 +1,4 @@
-"""Adversarial review of session 16's decimal coordinates (``placenames.decimal_coordinates``, geocoder point 7).
+"""Adversarial review of session 16's decimal coordinates (``placenames.plain_coordinates``, geocoder point 7).
 
 Road numbers and postcode districts are a hemisphere letter glued to an integer: Belgian, French, Irish or South
 African national roads ("N1", "N7"), European routes ("E19", "E40"), London postcode districts ("N1", "W1", "E14",
@@ -15,20 +15,20 @@ import pytest
 from test_geocode_answer_coordinates_s16 import _trial
 
 from geoagent.geohint.geocode import ANSWER_COORDINATES
-from geoagent.geohint.placenames import decimal_coordinates
+from geoagent.geohint.placenames import plain_coordinates
 
 
 @pytest.mark.parametrize("text", ["E19, N1", "N1, W1", "W1 N1", "N7 E15", "S2 W3", "E 40, N 9", "12 N, 4 E",
                                   "1 S 2 W", "N5 E5"])
 def test_road_numbers_and_postcode_districts_are_no_coordinates(text):
-    assert decimal_coordinates(text) is None
+    assert plain_coordinates(text) is None
 
 
 @pytest.mark.parametrize("text, point", [("48° N, 2° E", (48.0, 2.0)), ("lat 48 lon 2", (48.0, 2.0)),
                                          ("N 48.5, E 2", None), ("48.5 N, 2.25 E", (48.5, 2.25)),
                                          ("N48.5, E2.25", (48.5, 2.25)), ("48°, 2°", (48.0, 2.0))])
 def test_degrees_still_read(text, point):
-    assert decimal_coordinates(text) == point
+    assert plain_coordinates(text) == point
 
 
 @pytest.mark.parametrize("field", ["building", "area"])
@@ -44,5 +44,5 @@ def test_road_junction_is_looked_up_as_a_name_not_scored_as_a_point(field):
 def test_null_island_is_no_point(text):
     """(0, 0) is the placeholder software writes for "no location" (review question 1): before, "0.0, 0.0" in a
     building field was scored ~5,000 km from a Paris site at building level; now it is looked up as a name."""
-    assert decimal_coordinates(text) is None
-    assert decimal_coordinates("0.0, 0.5") == (0.0, 0.5)  # only the exact origin: the equator is real
+    assert plain_coordinates(text) is None
+    assert plain_coordinates("0.0, 0.5") == (0.0, 0.5)  # only the exact origin: the equator is real

@@ -23,7 +23,7 @@ from _geocode_env import geocode_env, km
 from geoagent.geohint.geocode import ANSWER_COORDINATES
 from geoagent.geohint.geocode_stage import GeocodeStage
 from geoagent.geohint.parse import parse_answer
-from geoagent.geohint.placenames import decimal_coordinates
+from geoagent.geohint.placenames import plain_coordinates
 from geoagent.geohint.stages import score_located
 from geoagent.runtime.queue import Task
 from geoagent.runtime.stage import StageContext
@@ -101,7 +101,7 @@ def test_city_coordinates_are_the_anchor_and_stay_censored():
     assert trial.hit is False  # city level is censored (Sec. 4.2), coordinates or not
 
 
-@pytest.mark.parametrize("text", ["48.8584", "148.8584, 2.2945", "48.8584, 192.2945", "48°51'30\"N 2°17'40\"E",
+@pytest.mark.parametrize("text", ["48.8584", "148.8584, 2.2945", "48.8584, 192.2945", "48 51' 30 N, 2 17' 40 E",
                                   "48, 2", "Eiffel Tower 48.8584, 2.2945", "-48.8584 S, 2.2945 E", "48.8584 N, 2.2945 N"])
 def test_anything_else_is_still_looked_up_as_a_name(text):
     located, trial, queries = _trial({"city": "Paris", "area": "unknown", "building": text})
@@ -119,19 +119,19 @@ def test_anything_else_is_still_looked_up_as_a_name(text):
      ("40.6892° N, 74.0445° W", (40.6892, -74.0445)), ("−22.9519, −43.2105", (-22.9519, -43.2105)),
      ("48° N, 2° E", (48.0, 2.0)), ("90.0, -180.0", (90.0, -180.0))],
 )
-def test_decimal_coordinates_read(text, point):
-    assert decimal_coordinates(text) == point
+def test_plain_coordinates_read(text, point):
+    assert plain_coordinates(text) == point
 
 
 @pytest.mark.parametrize(
     "text",
     [None, "", "Paris", "48.8584", "48.8584, 2.2945, 35.0", "90.5, 2.0", "48.0, 180.5", "48, 2", "10 20",
-     "48°51'30\"N 2°17'40\"E", "48 51 30 N, 2 17 40 E", "48,8584, 2,2945", "-48.8584 S, 2.2945 E", "48.8584 N, 2.2945 S",
+     "48 51' 30 N, 2 17' 40 E", "48 51 30 N, 2 17 40 E", "48,8584, 2,2945", "-48.8584 S, 2.2945 E", "48.8584 N, 2.2945 S",
      "lat 48.8584 lat 2.2945", "lat 48.8584 N, lon 2.2945 N", "N 48.8584 N, 2.2945 E", "Eiffel Tower (48.8584, 2.2945)",
      "221B Baker Street", "1e3, 2.0", "48.8584.1, 2.2945", "nan, nan", "Route 66.5, 2.0"],
 )
-def test_not_decimal_coordinates(text):
-    assert decimal_coordinates(text) is None
+def test_not_plain_coordinates(text):
+    assert plain_coordinates(text) is None
 
 
 def test_long_text_is_rejected_in_linear_time():
@@ -141,6 +141,6 @@ def test_long_text_is_rejected_in_linear_time():
 
     start = time.perf_counter()
     for text in ("lat" + " " * 50_000 + "x", "48.8 " + " " * 50_000 + "x", "48.8584, 2.2945" * 5_000):
-        assert decimal_coordinates(text) is None
+        assert plain_coordinates(text) is None
     assert time.perf_counter() - start < 1.0
-    assert decimal_coordinates("lat   48.8584 \t lon\n2.2945") == EIFFEL  # runs of spaces read as one
+    assert plain_coordinates("lat   48.8584 \t lon\n2.2945") == EIFFEL  # runs of spaces read as one

@@ -38,16 +38,16 @@ Protocol (seed 000 Sec. 4.2-4.3, Sec. 7, Appendix B):
    reference, but :attr:`LocatedAnswer.hit` is always False for it: the answer is only known to be no
    finer than the city. An area or building candidate that *is* the anchor city (same QID) counts as
    city level too.
-7. **Coordinates are the point (session 16).** A field that is plain decimal coordinates
-   (:func:`~geoagent.geohint.placenames.decimal_coordinates`: "48.8584, 2.2945", "48.8584° N, 2.2945° E",
-   "lat 48.8584 lon 2.2945") is not a name: it is used as that level's point without a lookup, source
+7. **Coordinates are the point (session 16; degrees-minutes-seconds since session 17).** A field that is plain
+   coordinates (:func:`~geoagent.geohint.placenames.plain_coordinates`: "48.8584, 2.2945", "48.8584° N, 2.2945° E",
+   "lat 48.8584 lon 2.2945", "48°51'30\"N 2°17'40\"E") is not a name: it is used as that level's point without a lookup, source
    :data:`ANSWER_COORDINATES`, label and trace query the field's text as written, ``qid`` None. The level is the
    field's (``building``/``place`` -> ``building``, ``area`` -> ``area``, ``city`` -> ``city``), so the hit rule
    (finer than city, < 1 km) and the city censoring apply unchanged. City coordinates are the anchor; building or
    area coordinates need none (nothing to disambiguate), so they are scored even when the city did not resolve, and
    are never rejected as out-of-anchor. Before, the text went to Wikidata and Nominatim as a place-name query
-   (with its comma-split segments "48.8584" and "2.2945"). Ambiguous text (one number, out of range, DMS, inside
-   prose) is still looked up as a name. The paper's schema asks for names (App. A.1); it says nothing of this case.
+   (with its comma-split segments "48.8584" and "2.2945"). Ambiguous text (one number, out of range, minutes without a
+   degree sign, inside prose) is still looked up as a name. The paper's schema asks for names (App. A.1); it says nothing of this case.
 
 Nominatim is a fallback per name after Wikidata finds no usable candidate (Appendix B), bounded to
 the anchor's box. Transport failures propagate (a missing answer must never become a wrong one).
@@ -64,7 +64,7 @@ from geoagent import constants as C
 from geoagent.clients.nominatim import NominatimClient, NominatimPlace
 from geoagent.clients.wikidata import Entity, WikidataClient
 from geoagent.geo import haversine_km
-from geoagent.geohint.placenames import (decimal_coordinates, fold, is_linear_name, is_null_answer, name_variants,
+from geoagent.geohint.placenames import (plain_coordinates, fold, is_linear_name, is_null_answer, name_variants,
                                          primary_name)
 
 #: Default anchor radius in km. A project choice (the paper gives no value), derived from the release:
@@ -96,15 +96,16 @@ DEFAULT_CANDIDATE_RULE = CANDIDATE_FIRST
 RELEASE_ANCHOR_RADIUS_KM = 60.0
 
 #: ``LocatedAnswer.source`` (the stage's ``geocode_source``) and ``Lookup.source`` of a point the answer gave as
-#: decimal coordinates, used without a lookup (module doc, point 7)
+#: plain coordinates, used without a lookup (module doc, point 7)
 ANSWER_COORDINATES = "answer-coordinates"
 
 #: Version of the geocoding rules of this module, recorded with a GeoHint campaign (``designs`` in its manifest,
 #: :func:`geoagent.runtime.manifest.design_versions`): located answers of two versions follow different rules, so a
 #: resumed campaign whose answers were geocoded under another version says so. 1: the rules of the module doc,
 #: points 1-6 (a manifest without the key was geocoded under it); 2 (session 16): point 7, decimal coordinates in
-#: an answer are its point, without a lookup.
-GEOCODER_RULES_VERSION = 2
+#: an answer are its point, without a lookup; 3 (session 17): degrees-minutes-seconds too (before they were looked up
+#: as a name, which found nothing or the wrong place).
+GEOCODER_RULES_VERSION = 3
 
 LEVELS = ("building", "area", "city", "none")
 #: Our level names -> the release's ``resolved_level`` values (``answers_judged*.csv``).
@@ -227,7 +228,7 @@ class LocatedAnswer:
         The city anchor used.
     source : str or None
         ``wikidata`` or ``nominatim`` for the resolved item; :data:`ANSWER_COORDINATES` when the answer gave the
-        point as decimal coordinates (module doc, point 7; ``label`` is then the field's text as written).
+        point as plain coordinates (module doc, point 7; ``label`` is then the field's text as written).
     linear : bool
         True only in results stored before session 13, when a linear feature was scored at area level if
         the area failed; the geocoder now never scores a linear feature (module doc, point 4), so False.
@@ -387,8 +388,8 @@ class Geocoder:
 
     @staticmethod
     def _answer_point(text: str | None, level: str, trace: list[Lookup]) -> Candidate | None:
-        """The field's own point when ``text`` is plain decimal coordinates (module doc, point 7), else None."""
-        latlon = decimal_coordinates(text)
+        """The field's own point when ``text`` is plain coordinates (module doc, point 7), else None."""
+        latlon = plain_coordinates(text)
         if latlon is None:
             return None
         assert text is not None

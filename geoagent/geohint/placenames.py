@@ -72,6 +72,10 @@ _COORD_PART = (
     r"(?:(?P<pre{i}>[NSEW])\s*)?"
     r"(?P<num{i}>[+\-\u2212]?[0-9]{{1,3}}(?:\.[0-9]+)?)"
     r"(?:\s*(?P<deg{i}>[°º˚]))?"
+    # minutes and seconds (degrees-minutes-seconds, session 17): only after a degree sign (checked in the code),
+    # each with its own mark (prime or apostrophe; double prime, straight or curly double quote, two primes)
+    r"(?:\s*(?P<min{i}>[0-9]{{1,2}}(?:\.[0-9]+)?)\s*[\u2032'\u2019]"
+    r"(?:\s*(?P<sec{i}>[0-9]{{1,2}}(?:\.[0-9]+)?)\s*(?:[\u2033\"\u201d]|\u2032\u2032|''))?)?"
     r"(?:\s*(?P<post{i}>[NSEW])(?![A-Za-z]))?"
 )
 _COORD_PAIR_RE = re.compile(_COORD_PART.format(i=1) + r"(?:\s*[,;/]\s*|\s+)" + _COORD_PART.format(i=2), re.IGNORECASE)
@@ -227,8 +231,8 @@ def primary_name(text: str | None) -> str:
     return ""
 
 
-def decimal_coordinates(text: str | None) -> tuple[float, float] | None:
-    """The point an answer gives as plain decimal coordinates, ``(lat_deg, lon_deg)`` in degrees (WGS84), else None.
+def plain_coordinates(text: str | None) -> tuple[float, float] | None:
+    """The point an answer gives as plain coordinates, ``(lat_deg, lon_deg)`` in degrees (WGS84), else None.
 
     Not part of the paper's protocol (seed 000 App. A.1 asks for names; Sec. 4.2 geocodes them): a model that answers
     a field with coordinates anyway ("48.8584, 2.2945", "48.8584° N, 2.2945° E", "lat 48.8584 lon 2.2945") has named
@@ -240,8 +244,14 @@ def decimal_coordinates(text: str | None) -> tuple[float, float] | None:
     number, any case; S and W negate). Unlabelled numbers without letters are latitude, then longitude; labels or
     letters may swap the order. Latitude must lie in [-90, 90] and longitude in [-180, 180].
 
+    Degrees-minutes-seconds are read as well (session 17; version 3 of the geocoding rules): whole degrees with a
+    degree sign, then minutes with a prime or apostrophe (``48°51'``, ``48° 51.5′``), then optionally seconds with a
+    double prime or double quote (``48°51'30"N``, ``48°51′29.6″ N``); minutes and seconds below 60, the seconds'
+    minutes whole; the value is degrees + minutes / 60 + seconds / 3600 with the sign or hemisphere of the whole.
+
     Ambiguous text is None, so that it is looked up as a name as before: one number, three or more, a number out
-    of range, degrees-minutes-seconds, decimal commas ("48,8584"), an integer without a degree sign or label ("48, 2";
+    of range, minutes without a degree sign ("48 51' N") or after fractional degrees ("48.5°30'"), minutes or
+    seconds of 60 or more, decimal commas ("48,8584"), an integer without a degree sign or label ("48, 2";
     also with a hemisphere letter alone: "E19, N1" and "N1, W1" are road numbers and postcode districts), a sign
     together with a hemisphere letter ("-48.8 S"), two letters or labels that name the same axis or disagree,
     coordinates inside other text ("Eiffel Tower (48.8584, 2.2945)") and text over :data:`COORDINATES_MAX_CHARS`
@@ -261,7 +271,8 @@ def decimal_coordinates(text: str | None) -> tuple[float, float] | None:
     values: list[float] = []
     axes: list[str | None] = []
     for i in (1, 2):
-        num, label, pre, post, deg = (m.group(f"{g}{i}") for g in ("num", "label", "pre", "post", "deg"))
+        num, label, pre, post, deg, minutes, seconds = (
+            m.group(f"{g}{i}") for g in ("num", "label", "pre", "post", "deg", "min", "sec"))
         if pre and post:
             return None  # "N 48.8 N": one letter too many
         hemi = (pre or post or "").upper()
@@ -272,6 +283,13 @@ def decimal_coordinates(text: str | None) -> tuple[float, float] | None:
         if hemi and num[0] in "+-\u2212":
             return None  # "-48.8 S": the sign and the letter may both mean south
         value = float(num.replace("\u2212", "-"))
+        if minutes is not None:
+            if not deg or "." in num or float(minutes) >= 60.0:
+                return None  # "48 51' N", "48.5°30'", "48°75'": not degrees-minutes as written anywhere
+            if seconds is not None and ("." in minutes or float(seconds) >= 60.0):
+                return None  # "48°51.5'30\"", "48°51'60\""
+            extra = float(minutes) / 60.0 + (float(seconds) / 3600.0 if seconds is not None else 0.0)
+            value = -(abs(value) + extra) if num[0] in "-\u2212" else value + extra  # "-0°30'" is south/west
         axis = None if not label else "lat" if label.lower().startswith("lat") else "lon"
         if hemi:
             hemi_axis = "lat" if hemi in "NS" else "lon"
