@@ -1,8 +1,9 @@
-"""SQLite queue schema version 2 (geoagent.runtime.sqlite_queue, "Version 1 ..."): a queue file made by the schema
-of version 1 (sessions up to 8; its DDL is frozen below, exactly as that code wrote it) keeps working. Read-only
-looks (``read_counts``, ``read_planned``, ``status``) read it unchanged; the first open by a writer adds the charge
-columns and sets version 2 with every task intact, after which charged nacks and refunds by charge ids work. The
-hot path (lease, ack, an uncharged nack) runs the same statements as version 1.
+"""SQLite queue schema versions 2 and 3 (geoagent.runtime.sqlite_queue, "Version 1 ..."): a queue file made by the
+schema of version 1 (sessions up to 8; its DDL is frozen below, exactly as that code wrote it) keeps working.
+Read-only looks (``read_counts``, ``read_planned``, ``status``) read it unchanged; the first open by a writer adds the
+charge columns and the queue clock's mark and sets version 3 with every task intact, after which charged nacks and
+refunds by charge ids work. The hot path (lease, ack, an uncharged nack) runs the same statements as version 1 plus
+the two of the queue clock (read the mark, move it). Version 2 -> 3: ``tests/test_queue_sqlite_clock_step.py``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import orjson
 import pytest
 
 from geoagent.runtime.queue import QueueCounts, QueueError, Refund, open_queue
-from geoagent.runtime.sqlite_queue import SCHEMA_VERSION, SQLiteQueue, queue_path, read_counts, read_planned
+from geoagent.runtime.sqlite_queue import CLOCK_MARK, SCHEMA_VERSION, SQLiteQueue, queue_path, read_counts, read_planned
 
 #: the DDL of schema version 1, as ``sqlite_master`` of a file made by that code shows it
 V1_DDL = (
@@ -102,7 +103,7 @@ def test_the_first_writer_migrates_a_version_1_file_and_every_task_survives(tmp_
     async def main():
         q = open_queue(tmp_path, "old", "a", max_attempts=3, backoff_base_s=0.0, backoff_max_s=0.0)
         try:
-            assert q.schema_version == SCHEMA_VERSION == 2
+            assert q.schema_version == SCHEMA_VERSION == 3
             assert await q.counts() == OLD_COUNTS
             assert await q.put("d", {}) is False  # still the idempotency record
             got = {t.key: t for t in await q.lease(10, 60)}
@@ -123,11 +124,11 @@ def test_the_first_writer_migrates_a_version_1_file_and_every_task_survives(tmp_
             await q.close()
 
     anyio.run(main)
-    assert _version_and_columns(path) == (2, [*V1_COLUMNS, "charges", "dead_charge"])
+    assert _version_and_columns(path) == (3, [*V1_COLUMNS, "charges", "dead_charge"])
     # a read-only look at the migrated file works the same, and a writer's reopen changes nothing more
     assert read_counts(tmp_path, "old", "a") == QueueCounts(leased=3, done=1)
     SQLiteQueue(path).close_sync()
-    assert _version_and_columns(path) == (2, [*V1_COLUMNS, "charges", "dead_charge"])
+    assert _version_and_columns(path) == (3, [*V1_COLUMNS, "charges", "dead_charge"])
 
 
 def test_a_newer_schema_version_is_refused_by_name(tmp_path):
@@ -141,9 +142,10 @@ def test_a_newer_schema_version_is_refused_by_name(tmp_path):
 
 
 def test_hot_path_statements_are_those_of_version_1(tmp_path):
-    """Lease, ack and an uncharged nack run exactly the statements of version 1 (counted with SQLite's trace
-    hook; none reads or writes the charge columns): BEGIN, two lease probes, two count updates, COMMIT; BEGIN, one
-    update, two count updates, COMMIT; BEGIN, one select, one update, two count updates, COMMIT."""
+    """Lease, ack and an uncharged nack run exactly the statements of version 1 plus the queue clock's two (counted
+    with SQLite's trace hook; none reads or writes the charge columns): BEGIN, the mark, two lease probes, two count
+    updates, the mark moved, COMMIT; BEGIN, the mark, one update, two count updates, the mark moved, COMMIT; BEGIN,
+    the mark, one select, one update, two count updates, the mark moved, COMMIT."""
     q = SQLiteQueue(queue_path(tmp_path, "hot", "a"), backoff_base_s=0.0)
     try:
         q.put_many_sync([("a", {}), ("b", {})])
@@ -158,6 +160,8 @@ def test_hot_path_statements_are_those_of_version_1(tmp_path):
         q._conn.set_trace_callback(None)
     finally:
         q.close_sync()
-    assert (len(lease), len(ack), len(nack)) == (6, 5, 6)
+    assert (len(lease), len(ack), len(nack)) == (8, 7, 8)
     assert not [s for s in lease + ack + nack if "charge" in s]
-    assert nack[1].startswith("SELECT attempts FROM tasks WHERE id = ")
+    assert nack[2].startswith("SELECT attempts FROM tasks WHERE id = ")
+    mark = [f"SELECT n FROM counts WHERE state = {CLOCK_MARK}", "UPDATE counts SET n = "]
+    assert all(s[1] == mark[0] and s[-2].startswith(mark[1]) for s in (lease, ack, nack))

@@ -4,7 +4,7 @@ One file per edge between two workers, ``<root>/<campaign>/<edge>.sqlite`` (issu
 processes on one machine may open the same file at once; each process (and each event loop) opens its
 own :class:`SQLiteQueue`. Never carry an open queue across ``fork()``: open it in the child.
 
-Schema (``PRAGMA user_version = 2``)
+Schema (``PRAGMA user_version = 3``)
 -----------------------------------
 ::
 
@@ -23,15 +23,18 @@ Schema (``PRAGMA user_version = 2``)
         dead_charge TEXT                  -- while dead: the charge id of the nack that dead-lettered it; version 2
     );
     CREATE INDEX tasks_state_time ON tasks (state, not_before);
-    CREATE TABLE counts (state INTEGER PRIMARY KEY, n INTEGER NOT NULL);  -- rows per stored state
+    CREATE TABLE counts (state INTEGER PRIMARY KEY, n INTEGER NOT NULL);  -- rows per stored state, and
+        -- row state = -1 (CLOCK_MARK): n = the queue clock's mark, unix s (REAL); version 3, see "Time"
 
-Version 1 (sessions up to 8) had neither ``charges`` nor ``dead_charge``. The first open of a version-1 file by a
-writer (``migrate=True``, the default) adds both columns (``ALTER TABLE ... ADD COLUMN``: a schema change only, no
-row is rewritten) and sets version 2, in one ``BEGIN IMMEDIATE`` transaction. A read-only look
-(:func:`read_counts`, :func:`read_planned`, ``status``: ``migrate=False``) reads a version-1 file as it is and
-changes nothing; on such a handle the operations that need version 2 (``refund_attempts``, ``requeue_dead``, a
-charged ``nack``) raise :class:`~geoagent.runtime.queue.QueueError`. Code of version 1 refuses a file of version 2
-(it names both versions), so upgrade every process sharing a campaign's queues together.
+Version 1 (sessions up to 8) had neither ``charges`` nor ``dead_charge``; version 2 (sessions 9-16) had no clock
+mark. The first open of an older file by a writer (``migrate=True``, the default) adds what it lacks (``ALTER TABLE
+... ADD COLUMN``: a schema change only, no row is rewritten; the mark row, set to the opener's clock) and sets
+version 3, in one ``BEGIN IMMEDIATE`` transaction. A read-only look (:func:`read_counts`, :func:`read_planned`,
+``status``: ``migrate=False``) reads a version-1 or version-2 file as it is and changes nothing, on the wall clock
+as that version did; on a version-1 handle the operations that need the charge columns (``refund_attempts``,
+``requeue_dead``, a charged ``nack``) raise :class:`~geoagent.runtime.queue.QueueError`. Code of an older version
+refuses a file of a newer one (it names both versions), so upgrade every process sharing a campaign's queues
+together.
 
 Charges (:class:`~geoagent.runtime.queue.Refund`): ``nack(..., charge=c)`` appends ``c`` to ``charges`` (and sets
 ``dead_charge = c`` when that nack dead-letters the task); a refund by charge ids removes the named ids still in
@@ -111,8 +114,38 @@ as a wrong answer. A deployment that must survive power loss opens its queues wi
 (each commit is ``fsync``ed before it returns, so the put is on disk before the ack; slower, and async calls
 then always use the worker thread).
 
-Lease expiry and backoff use wall-clock time (``time.time()``) because several processes compare them;
-a large clock jump makes leases expire early or late but loses no task.
+Time
+----
+Every transaction runs at one time ``now`` (unix s), used for all it stores and compares: the queue clock,
+``now = max(wall clock, mark)``, where the wall clock is ``clock()`` (``time.time`` by default: several processes
+compare the stored times, so a per-process monotonic clock would not do) and the mark is the ``counts`` row
+``CLOCK_MARK`` of the file. A write transaction that changed rows at a ``now`` past the mark moves the mark to that
+``now`` before it commits, so no transaction that stored anything ran later than the mark, and the queue clock
+never runs backwards for what the file holds, in any process sharing it (a process opened after a step, with no
+memory of the time before it, reads the same mark). A read (``counts``, ``status``, ``dead_letters``,
+``ready_keys``, :func:`read_planned`) and a write that changed nothing (a lease poll of an empty queue) read the
+mark and leave it. Cost: one read of the mark per transaction and one update per write transaction, on the
+``counts`` page that nearly every write changes anyway (so it adds no page to the commit); per transaction, not
+per task.
+
+A forward step of the wall clock is time passing, as before: leases expire and backoffs end. After a **backward
+step of X seconds** (an NTP step, a VM resumed, an operator fixing the date) the queue clock holds at the mark
+until the wall clock passes it again, X seconds later in real time:
+
+* every task ready before the step (put, released, requeued, revived, handed back, or past its backoff) stays
+  leasable at once, ahead of those made ready while the clock holds: they are all stored at the mark, so among
+  themselves they go by row id (put order; a released, requeued or revived one at its first put's place);
+* backoffs, release delays and lease deadlines are measured on the queue clock, never shorter than asked; in real
+  time, those running across the step, or started while the clock holds, end up to X seconds later (retries and
+  the redelivery of a crashed worker's leases wait that much longer; :meth:`SQLiteQueue.expire_leases_of_sync`
+  hands back a gone process's leases at once regardless). Nothing is lost;
+* ``counts`` (expired leases count as ready), :func:`read_planned` and the other looks use the same clock, so
+  they say what ``lease`` would do; failure times (``DeadLetter.failed_at``) never run backwards.
+
+An old file read as it is (``migrate=False``) runs on the wall clock: there, a backward step stalls the tasks
+ready before it until the wall clock catches up, as in versions 1 and 2. The mark starts at the clock of the
+process that migrated the file, so a step taken *before* the upgrade (times already stored ahead of the wall
+clock) is not undone.
 """
 
 from __future__ import annotations
@@ -153,8 +186,10 @@ __all__ = ["SQLiteQueue", "queue_path", "queue_files", "read_counts", "SCHEMA_VE
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 READY, LEASED, DONE, DEAD = 0, 1, 2, 3
+#: the ``counts`` row (a state no task has) that holds the queue clock's mark, unix s (module docstring, "Time")
+CLOCK_MARK = -1
 STATE_NAMES = {READY: "ready", LEASED: "leased", DONE: "done", DEAD: "dead"}
 SUFFIX = ".sqlite"
 
@@ -181,6 +216,10 @@ _MIGRATE_1_2 = (
     "ALTER TABLE tasks ADD COLUMN charges TEXT",
     "ALTER TABLE tasks ADD COLUMN dead_charge TEXT",
 )
+#: version 2 -> 3, and the last step of a new file: the queue clock's mark, started at the opener's clock (param)
+_ADD_MARK_SQL = f"INSERT OR IGNORE INTO counts (state, n) VALUES ({CLOCK_MARK}, ?)"
+_READ_MARK_SQL = f"SELECT n FROM counts WHERE state = {CLOCK_MARK}"
+_MOVE_MARK_SQL = f"UPDATE counts SET n = ? WHERE state = {CLOCK_MARK}"
 
 # One statement leases a batch: pick by index, flip to leased, return the rows. The lease id embeds the
 # rowid so ack/nack/release address the row by primary key; the random token makes it unique per lease.
@@ -301,8 +340,10 @@ class SQLiteQueue(WorkQueue):
     seed : int, optional
         Seed of the backoff jitter generator (tests).
     clock : callable, optional
-        Returns the current unix time in s (default ``time.time``; every process sharing the file must
-        use the same clock). Tests pass a fake clock to check expiry and backoff without sleeping.
+        Returns the current wall-clock unix time in s (default ``time.time``; every process sharing the file must
+        use the same clock). The queue's times are ``max(clock(), the file's mark)``: they never run backwards
+        (module docstring, "Time"). Tests pass a fake clock to check expiry, backoff and clock steps without
+        sleeping.
 
     Raises
     ------
@@ -365,7 +406,7 @@ class SQLiteQueue(WorkQueue):
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
         self._migrate = bool(migrate)
-        #: schema version of the open file: SCHEMA_VERSION, or 1 for an old file opened with ``migrate=False``
+        #: schema version of the open file: SCHEMA_VERSION, or 1 or 2 for an old file opened with ``migrate=False``
         self.schema_version = SCHEMA_VERSION
         #: tasks dead-lettered by this handle's hand-backs of gone processes' leases (:meth:`expire_leases_sync`)
         self.handed_back_dead = 0
@@ -376,6 +417,8 @@ class SQLiteQueue(WorkQueue):
                 raise FileNotFoundError(f"queue {self.name!r}: no queue file at {self.path}")
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = self._connect(float(busy_timeout_s), sync_mode, int(cache_size_kib))
+        #: the file keeps the queue clock's mark (version 3); an older file read as it is runs on the wall clock
+        self._has_mark = self.schema_version >= 3
 
     @classmethod
     def open(cls, root: str | os.PathLike[str], campaign: str, edge: str, **options: Any) -> "SQLiteQueue":
@@ -406,19 +449,17 @@ class SQLiteQueue(WorkQueue):
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version == SCHEMA_VERSION:
                 return conn  # an existing queue: no write lock needed (status readers stay read-only)
-            if version == 1 and not self._migrate:
-                self.schema_version = 1  # a read-only look at an old file: read it as it is
+            if version in (1, 2) and not self._migrate:
+                self.schema_version = version  # a read-only look at an old file: read it as it is
                 return conn
             conn.execute("BEGIN IMMEDIATE")
             try:
                 version = conn.execute("PRAGMA user_version").fetchone()[0]
-                if version == 0:
-                    for statement in _SCHEMA:
+                if version in (0, 1, 2):
+                    for statement in _SCHEMA if version == 0 else _MIGRATE_1_2 if version == 1 else ():
                         conn.execute(statement)
-                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                elif version == 1:
-                    for statement in _MIGRATE_1_2:
-                        conn.execute(statement)
+                    # every time stored so far is at most the clock now (unless the clock already stepped back)
+                    conn.execute(_ADD_MARK_SQL, (self._clock(),))
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 elif version != SCHEMA_VERSION:
                     raise QueueError(
@@ -456,7 +497,7 @@ class SQLiteQueue(WorkQueue):
         try:
             conn.execute("BEGIN IMMEDIATE" if op.write else "BEGIN")
             try:
-                raw = op.tx(conn, self._clock())
+                raw = self._run_at_queue_clock(conn, op)
                 conn.execute("COMMIT")
                 if op.write:
                     self._commits += 1
@@ -480,6 +521,23 @@ class SQLiteQueue(WorkQueue):
                 conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
         if wait and self.inline and self._commits >= self.checkpoint_every:
             self._checkpoint()  # already off the event loop (worker thread or a sync caller)
+        return raw
+
+    def _run_at_queue_clock(self, conn: sqlite3.Connection, op: _Op) -> Any:
+        """``op.tx(conn, now)`` inside the open transaction, ``now`` the queue clock (module docstring, "Time"):
+        ``max(wall clock, the file's mark)``. A write that changed rows at a ``now`` past the mark moves the mark
+        to it in the same transaction (one more statement on the ``counts`` page the write changes anyway);
+        a read, or a write that changed nothing (a lease poll of an empty queue), leaves it."""
+        wall = self._clock()
+        if not self._has_mark:  # a file of version 1 or 2 opened with migrate=False: the wall clock, as they had
+            return op.tx(conn, wall)
+        row = conn.execute(_READ_MARK_SQL).fetchone()
+        if row is not None and wall <= row[0]:
+            return op.tx(conn, float(row[0]))  # held at the mark: the wall clock stepped back (or has not moved)
+        changes = conn.total_changes
+        raw = op.tx(conn, wall)
+        if op.write and row is not None and conn.total_changes != changes:
+            conn.execute(_MOVE_MARK_SQL, (wall,))
         return raw
 
     def _exec_locked(self, op: _Op) -> Any:
@@ -600,9 +658,9 @@ class SQLiteQueue(WorkQueue):
 
         return _Op(tx, inline=len(targets) <= self.inline_max_items)
 
-    def _needs_current_schema(self, what: str) -> None:
-        if self.schema_version != SCHEMA_VERSION:
-            raise QueueError(f"queue {self.name!r}: {what} needs schema version {SCHEMA_VERSION}, but {self.path} has "
+    def _needs_charge_columns(self, what: str) -> None:
+        if self.schema_version < 2:
+            raise QueueError(f"queue {self.name!r}: {what} needs schema version 2 or later, but {self.path} has "
                              f"version {self.schema_version} and was opened read-only (migrate=False)")
 
     def _nack_op(self, task: Task, reason: str, backoff_s: float | None, charge: str | None = None) -> _Op:
@@ -611,7 +669,7 @@ class SQLiteQueue(WorkQueue):
         if charge is not None:
             if not (isinstance(charge, str) and charge):
                 raise ValueError(f"nack: a charge id must be a non-empty str, got {charge!r}")
-            self._needs_current_schema("a charged nack")
+            self._needs_charge_columns("a charged nack")
         row_id = _row_id(task)
 
         def tx(conn: sqlite3.Connection, now: float) -> str | None:
@@ -654,7 +712,7 @@ class SQLiteQueue(WorkQueue):
         return _Op(tx, post=post)
 
     def _refund_op(self, refunds: list[Refund]) -> _Op:
-        self._needs_current_schema("refund_attempts")
+        self._needs_charge_columns("refund_attempts")
 
         def tx(conn: sqlite3.Connection, now: float) -> RefundResult:
             out = RefundResult()
@@ -748,7 +806,7 @@ class SQLiteQueue(WorkQueue):
         if isinstance(keys, str):
             raise TypeError("requeue_dead takes a sequence of keys, not one string")
         key_list = None if keys is None else list(keys)
-        self._needs_current_schema("requeue_dead")
+        self._needs_charge_columns("requeue_dead")
         sql = ("UPDATE tasks SET state = 0, attempts = 0, not_before = ?, lease_id = NULL, charges = NULL, "
                "dead_charge = NULL WHERE state = 3")
 

@@ -1,0 +1,283 @@
+"""The SQLite queue's clock never runs backwards (geoagent.runtime.sqlite_queue, "Time"): a backward step of the wall
+clock (NTP correction, VM resume, an operator fixing the date) must not stall tasks that were ready before it.
+
+Before the queue clock, every task put ready at t had ``not_before = t``; after the wall clock stepped back by X no
+worker could lease it until real time caught up (X seconds, hours if the clock had been hours ahead), while
+``counts`` still called it ready. The queue clock is ``max(wall clock, high-water mark stored in the file)``, so:
+ready tasks stay leasable at once, in every process (the mark is in the file, not in a process's memory);
+backoffs and lease deadlines are measured on the queue clock (never shorter; in real time they stretch by up to
+X); ``counts`` and the other read-only looks use the same clock, so they agree with ``lease``; a forward step
+behaves as before; a file of schema version 2 is migrated (a read-only look leaves it as it is). Every case uses
+the queue's injectable clock (:class:`FakeClock`), never a mock of the queue; expectations are hand-computed times
+and an independent ``sqlite3`` reading of the file.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+import orjson
+import pytest
+
+from geoagent.runtime.queue import QueueCounts, Refund
+from geoagent.runtime.sqlite_queue import SCHEMA_VERSION, SQLiteQueue, queue_path
+
+T0 = 1000.0  #: unix s of the puts before the step
+STEP_S = 3600.0  #: the wall clock steps back an hour
+
+
+class FakeClock:
+    """A settable wall clock (unix s) shared by the queues of one test."""
+
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def make_queue(tmp_path, clock):
+    """Factory of queue handles on one file (each a fresh object: another process's view), closed at teardown."""
+    opened: list[SQLiteQueue] = []
+
+    def make(**options) -> SQLiteQueue:
+        options.setdefault("clock", clock)
+        options.setdefault("seed", 3)
+        queue = SQLiteQueue(queue_path(tmp_path, "camp", "edge"), **options)
+        opened.append(queue)
+        return queue
+
+    yield make
+    for queue in opened:
+        queue.close_sync()
+
+
+def not_before(path, key: str) -> float:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("SELECT not_before FROM tasks WHERE key = ?", (key,)).fetchone()[0]
+    finally:
+        conn.close()
+
+
+def test_ready_tasks_put_before_a_backward_step_are_leased_at_once(make_queue, clock):
+    queue = make_queue()
+    queue.put_many_sync([("a", {}), ("b", {}), ("c", {})])
+    clock.now = T0 - STEP_S
+    assert queue.counts_sync() == QueueCounts(ready=3)
+    assert [t.key for t in queue.lease_sync(10, 60)] == ["a", "b", "c"]  # at once, in put order
+
+
+def test_a_fresh_handle_after_the_step_sees_them_ready(make_queue, clock):
+    """Another process opening the file after the step (no memory of the time before it) leases them at once,
+    and its ``counts`` agree."""
+    first = make_queue()
+    first.put_many_sync([("a", {}), ("b", {})])
+    first.close_sync()
+    clock.now = T0 - STEP_S
+    second = make_queue()
+    assert second.counts_sync() == QueueCounts(ready=2)
+    assert [t.key for t in second.lease_sync(10, 60)] == ["a", "b"]
+    look = make_queue(create=False, migrate=False)  # a read-only look (status) agrees
+    assert look.counts_sync() == QueueCounts(leased=2)
+
+
+def test_tasks_put_after_the_step_queue_behind_the_earlier_ones(make_queue, clock):
+    queue = make_queue()
+    queue.put_many_sync([("a", {})])
+    clock.now = T0 - STEP_S
+    queue.put_many_sync([("z", {})])  # put at the held queue clock, not at the stepped wall clock
+    assert not_before(queue.path, "z") == T0
+    queue.put_many_sync([("b", {})])
+    assert [t.key for t in queue.lease_sync(10, 60)] == ["a", "z", "b"]
+
+
+def test_a_backoff_waits_its_full_time_in_queue_time_across_the_step(make_queue, clock):
+    """A nack's backoff set before the step is not shortened (the queue clock never runs back, and it holds at
+    the mark until the wall clock passes it); one set after the step is measured from the held clock."""
+    queue = make_queue()
+    queue.put_many_sync([("a", {}), ("b", {})])
+    a, b = queue.lease_sync(2, 60)
+    assert queue.nack_sync(a, "HTTP 500", backoff_s=30.0) == "ready"
+    assert not_before(queue.path, "a") == T0 + 30.0
+    clock.now = T0 - STEP_S
+    assert queue.nack_sync(b, "HTTP 500", backoff_s=30.0) == "ready"
+    assert not_before(queue.path, "b") == T0 + 30.0  # from the held clock, not T0 - STEP_S + 30
+    clock.now = T0 - 1.0  # an hour of real time later: the queue clock has not moved
+    assert queue.lease_sync(10, 60) == [] and queue.counts_sync() == QueueCounts(ready=2)
+    clock.now = T0 + 29.9
+    assert queue.lease_sync(10, 60) == []
+    clock.now = T0 + 30.1
+    assert sorted(t.key for t in queue.lease_sync(10, 60)) == ["a", "b"]
+
+
+def test_a_lease_deadline_is_kept_in_queue_time_and_counts_agree_with_lease(make_queue, clock):
+    """A lease taken before the step is not expired early by the held clock, nor late once the wall clock is
+    past the mark; ``counts`` (expired leases count as ready) says exactly what ``lease`` then does."""
+    queue = make_queue()
+    queue.put_many_sync([("a", {})])
+    (held,) = queue.lease_sync(1, 10.0)
+    clock.now = T0 - STEP_S
+    assert queue.counts_sync() == QueueCounts(leased=1) and queue.lease_sync(1, 10.0) == []
+    clock.now = T0 + 9.9
+    assert queue.counts_sync() == QueueCounts(leased=1) and queue.lease_sync(1, 10.0) == []
+    clock.now = T0 + 10.1
+    assert queue.counts_sync() == QueueCounts(ready=1)
+    (again,) = queue.lease_sync(1, 10.0)
+    assert again.key == "a" and again.lease_id != held.lease_id
+
+
+def test_releases_requeues_and_revivals_after_the_step_are_ready_at_once(make_queue, clock):
+    """Every way back to ready-at-once uses the queue clock: release, requeue_dead, a refund's revival, the
+    hand-back of a gone process's lease, a zero-backoff nack."""
+    queue = make_queue(max_attempts=2)
+    queue.put_many_sync([(k, {}) for k in "abcdef"])
+    got = {t.key: t for t in queue.lease_sync(6, 60)}
+    queue.dead_letter_sync(got["b"], "HTTP 404")
+    assert queue.nack_sync(got["c"], "HTTP 500", backoff_s=0, charge="c.1") == "ready"
+    (c,) = queue.lease_sync(1, 60)
+    assert queue.nack_sync(c, "HTTP 500", backoff_s=0, charge="c.2") == "dead"
+    clock.now = T0 - STEP_S
+    queue.release_sync(got["a"])
+    assert queue.requeue_dead_sync(["b"]) == 1
+    res = queue.refund_attempts_sync([Refund.of_charges("c", ["c.2"], dead_reason="HTTP 500")])
+    assert res.revived == ["c"]
+    assert queue.nack_sync(got["d"], "HTTP 500", backoff_s=0) == "ready"
+    assert queue.expire_leases_sync() == 2  # e and f: their process is gone
+    assert {k: not_before(queue.path, k) for k in "abcdef"} == dict.fromkeys("abcdef", T0)
+    assert sorted(t.key for t in queue.lease_sync(10, 60)) == list("abcdef")
+
+
+def test_failure_times_never_run_backwards(make_queue, clock):
+    """``dead_letters`` lists newest failure first by the stored time: one after the step is not older."""
+    queue = make_queue()
+    queue.put_many_sync([("a", {}), ("b", {})])
+    a, b = queue.lease_sync(2, 60)
+    queue.dead_letter_sync(a, "HTTP 404")
+    clock.now = T0 - STEP_S
+    queue.dead_letter_sync(b, "HTTP 410")
+    assert [d.failed_at for d in queue.dead_letters_sync()] == [T0, T0]
+
+
+def test_the_queue_clock_follows_the_wall_clock_again_once_past_the_mark(make_queue, clock):
+    queue = make_queue()
+    queue.put_many_sync([("a", {})])
+    clock.now = T0 - STEP_S
+    queue.put_many_sync([("b", {})])
+    clock.now = T0 + 100.0
+    queue.put_many_sync([("c", {})])
+    (a,) = queue.lease_sync(1, 60)
+    assert queue.nack_sync(a, "HTTP 500", backoff_s=5.0) == "ready"
+    assert not_before(queue.path, "c") == T0 + 100.0 and not_before(queue.path, "a") == T0 + 105.0
+
+
+def test_a_forward_step_behaves_as_before(make_queue, clock):
+    """A forward step is real time passing, for the queue: leases expire and backoffs end."""
+    queue = make_queue()
+    queue.put_many_sync([("a", {}), ("b", {})])
+    a, _ = queue.lease_sync(2, 60.0)
+    assert queue.nack_sync(a, "HTTP 500", backoff_s=300.0) == "ready"
+    clock.now = T0 + STEP_S
+    assert queue.counts_sync() == QueueCounts(ready=2)
+    assert sorted(t.key for t in queue.lease_sync(10, 60)) == ["a", "b"]
+
+
+def test_a_lease_poll_of_an_empty_queue_writes_nothing(make_queue, clock):
+    """The mark is advanced only by a transaction that stores a time: polling an empty queue adds no WAL frame."""
+    queue = make_queue()
+    queue.put_many_sync([("a", {})])
+    queue.ack_sync(queue.lease_sync(1, 60))
+    wal = queue.path.with_name(queue.path.name + "-wal")
+    size = wal.stat().st_size
+    for _ in range(20):
+        clock.now += 1.0
+        assert queue.lease_sync(10, 60) == []
+    assert wal.stat().st_size == size
+
+
+# --------------------------------------------------------------------------- a file of schema version 2
+#: the DDL of schema version 2 (sessions 9-16), as ``sqlite_master`` of a file made by that code shows it
+V2_DDL = (
+    """CREATE TABLE tasks (
+        id         INTEGER PRIMARY KEY,
+        key        TEXT    NOT NULL UNIQUE,
+        payload    BLOB    NOT NULL,
+        state      INTEGER NOT NULL,
+        not_before REAL    NOT NULL,
+        attempts   INTEGER NOT NULL DEFAULT 0,
+        lease_id   TEXT,
+        last_error TEXT,
+        created_at REAL    NOT NULL,
+        charges    TEXT,
+        dead_charge TEXT
+    )""",
+    "CREATE INDEX tasks_state_time ON tasks (state, not_before)",
+    "CREATE TABLE counts (state INTEGER PRIMARY KEY, n INTEGER NOT NULL)",
+    "INSERT INTO counts (state, n) VALUES (0, 2), (1, 0), (2, 1), (3, 0)",
+)
+
+
+def _v2_file(path) -> None:
+    """A version-2 queue file in WAL mode as that code left it: ``r1``, ``r2`` put ready at T0, ``d`` done."""
+    path.parent.mkdir(parents=True)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    for statement in V2_DDL:
+        conn.execute(statement)
+    conn.executemany("INSERT INTO tasks (key, payload, state, not_before, created_at) VALUES (?, ?, ?, ?, ?)",
+                     [(k, orjson.dumps({"k": k}), st, T0, T0) for k, st in (("r1", 0), ("r2", 0), ("d", 2))])
+    conn.execute("PRAGMA user_version = 2")
+    conn.close()
+
+
+def _version_and_counts_rows(path) -> tuple[int, list[tuple[int, float]]]:
+    conn = sqlite3.connect(path)
+    try:
+        return (conn.execute("PRAGMA user_version").fetchone()[0],
+                conn.execute("SELECT state, n FROM counts ORDER BY state").fetchall())
+    finally:
+        conn.close()
+
+
+def test_a_version_2_file_is_read_as_it_is_then_migrated_and_keeps_its_tasks_ready(tmp_path, clock):
+    path = queue_path(tmp_path, "camp", "edge")
+    _v2_file(path)
+    clock.now = T0 + 0.5
+    look = SQLiteQueue(path, clock=clock, create=False, migrate=False)  # status: reads, writes nothing
+    try:
+        assert look.schema_version == 2 and look.counts_sync() == QueueCounts(ready=2, done=1)
+    finally:
+        look.close_sync()
+    assert _version_and_counts_rows(path) == (2, [(0, 2), (1, 0), (2, 1), (3, 0)])
+    queue = SQLiteQueue(path, clock=clock)  # the first writer migrates (the mark starts at its clock)
+    try:
+        assert queue.schema_version == SCHEMA_VERSION == 3
+        version, rows = _version_and_counts_rows(path)
+        assert version == 3 and rows[1:] == [(0, 2), (1, 0), (2, 1), (3, 0)] and rows[0][0] < 0
+        clock.now = T0 - STEP_S
+        assert queue.counts_sync() == QueueCounts(ready=2, done=1)
+        assert [t.key for t in queue.lease_sync(10, 60)] == ["r1", "r2"]
+        assert queue.put_many_sync([("d", {}), ("n", {})]) == 1  # still the idempotency record
+    finally:
+        queue.close_sync()
+
+
+def test_a_read_only_handle_on_a_version_2_file_still_takes_charges(tmp_path, clock):
+    """What needs version 2 (charges, refunds by charge id, requeue) keeps working on a version-2 file opened with
+    ``migrate=False``; it runs on the wall clock, as version 2 did."""
+    path = queue_path(tmp_path, "camp", "edge")
+    _v2_file(path)
+    q = SQLiteQueue(path, clock=clock, create=False, migrate=False)
+    try:
+        t, _ = q.lease_sync(2, 60)
+        assert q.nack_sync(t, "HTTP 500", backoff_s=0, charge="x.1") == "ready"
+        assert q.refund_attempts_sync([Refund.of_charges("r1", ["x.1"])]).refunded == ["r1"]
+    finally:
+        q.close_sync()
+    assert _version_and_counts_rows(path)[0] == 2
