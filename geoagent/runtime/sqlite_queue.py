@@ -126,7 +126,11 @@ memory of the time before it, reads the same mark). A read (``counts``, ``status
 ``ready_keys``, :func:`read_planned`) and a write that changed nothing (a lease poll of an empty queue) read the
 mark and leave it. Cost: one read of the mark per transaction and one update per write transaction, on the
 ``counts`` page that nearly every write changes anyway (so it adds no page to the commit); per transaction, not
-per task.
+per task. Measured (session 17, 8 alternating runs before/after of 20,000 tasks, CPU time per transaction, median):
+about +2 us per put, lease or ack transaction (batch 1: 28 -> 29, 44 -> 46, 33 -> 35 us; batch 32: 153 -> 152,
+222 -> 225, 134 -> 137 us, so under 0.1 us per task), the same WAL frames per commit (put 4, lease 3, ack 2.8, an
+empty lease poll 0), and ``benchmarks/queue_sqlite.py`` (5 runs each, batch 32 and 1; ``--procs 4``, 3 runs each)
+within its run-to-run spread.
 
 A forward step of the wall clock is time passing, as before: leases expire and backoffs end. After a **backward
 step of X seconds** (an NTP step, a VM resumed, an operator fixing the date) the queue clock holds at the mark
