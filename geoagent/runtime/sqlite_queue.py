@@ -142,7 +142,9 @@ until the wall clock passes it again, X seconds later in real time:
 * backoffs, release delays and lease deadlines are measured on the queue clock, never shorter than asked; in real
   time, those running across the step, or started while the clock holds, end up to X seconds later (retries and
   the redelivery of a crashed worker's leases wait that much longer; :meth:`SQLiteQueue.expire_leases_of_sync`
-  hands back a gone process's leases at once regardless). Nothing is lost;
+  hands back a gone process's leases at once regardless). Nothing is lost. X is how far ahead the clock was: a
+  wall clock set a day ahead by mistake, used by the queue, then corrected, delays retries and lease expiries by
+  up to a day (while ready tasks keep flowing);
 * ``counts`` (expired leases count as ready), :func:`read_planned` and the other looks use the same clock, so
   they say what ``lease`` would do; failure times (``DeadLetter.failed_at``) never run backwards.
 
