@@ -5,8 +5,9 @@ Before the queue clock, every task put ready at t had ``not_before = t``; after 
 worker could lease it until real time caught up (X seconds, hours if the clock had been hours ahead), while
 ``counts`` still called it ready. The queue clock is ``max(wall clock, high-water mark stored in the file)``, so:
 ready tasks stay leasable at once, in every process (the mark is in the file, not in a process's memory);
-backoffs and lease deadlines are measured on the queue clock (never shorter; in real time they stretch by up to
-X); ``counts`` and the other read-only looks use the same clock, so they agree with ``lease``; a forward step
+after a short step (up to REBASE_AFTER_S) backoffs and lease deadlines are measured on the held queue clock (never
+shorter; in real time they stretch by up to X); after a long one (an hour here) the next write moves the stored
+times back by X, so they keep the real time they had left instead of waiting X more; ``counts`` and the other read-only looks use the same clock, so they agree with ``lease``; a forward step
 behaves as before; a file of schema version 2 is migrated (a read-only look leaves it as it is). Every case uses
 the queue's injectable clock (:class:`FakeClock`), never a mock of the queue; expectations are hand-computed times
 and an independent ``sqlite3`` reading of the file.
@@ -20,10 +21,11 @@ import orjson
 import pytest
 
 from geoagent.runtime.queue import QueueCounts, Refund
-from geoagent.runtime.sqlite_queue import SCHEMA_VERSION, SQLiteQueue, queue_path
+from geoagent.runtime.sqlite_queue import REBASE_AFTER_S, SCHEMA_VERSION, SQLiteQueue, queue_path
 
-T0 = 1000.0  #: unix s of the puts before the step
-STEP_S = 3600.0  #: the wall clock steps back an hour
+T0 = 100_000.0  #: unix s of the puts before the step
+STEP_S = 3600.0  #: a long step back (an hour): taken out of the stored times by the next write
+SHORT_S = 20.0  #: a short step back (up to REBASE_AFTER_S): the queue clock holds at the mark
 
 
 class FakeClock:
@@ -91,25 +93,25 @@ def test_a_fresh_handle_after_the_step_sees_them_ready(make_queue, clock):
 def test_tasks_put_after_the_step_queue_behind_the_earlier_ones(make_queue, clock):
     queue = make_queue()
     queue.put_many_sync([("a", {})])
-    clock.now = T0 - STEP_S
+    clock.now = T0 - SHORT_S
     queue.put_many_sync([("z", {})])  # put at the held queue clock, not at the stepped wall clock
     assert not_before(queue.path, "z") == T0
     queue.put_many_sync([("b", {})])
     assert [t.key for t in queue.lease_sync(10, 60)] == ["a", "z", "b"]
 
 
-def test_a_backoff_waits_its_full_time_in_queue_time_across_the_step(make_queue, clock):
-    """A nack's backoff set before the step is not shortened (the queue clock never runs back, and it holds at
+def test_a_backoff_waits_its_full_time_in_queue_time_across_a_short_step(make_queue, clock):
+    """A nack's backoff set before a short step is not shortened (the queue clock never runs back, and it holds at
     the mark until the wall clock passes it); one set after the step is measured from the held clock."""
     queue = make_queue()
     queue.put_many_sync([("a", {}), ("b", {})])
     a, b = queue.lease_sync(2, 60)
     assert queue.nack_sync(a, "HTTP 500", backoff_s=30.0) == "ready"
     assert not_before(queue.path, "a") == T0 + 30.0
-    clock.now = T0 - STEP_S
+    clock.now = T0 - SHORT_S
     assert queue.nack_sync(b, "HTTP 500", backoff_s=30.0) == "ready"
-    assert not_before(queue.path, "b") == T0 + 30.0  # from the held clock, not T0 - STEP_S + 30
-    clock.now = T0 - 1.0  # an hour of real time later: the queue clock has not moved
+    assert not_before(queue.path, "b") == T0 + 30.0  # from the held clock, not T0 - SHORT_S + 30
+    clock.now = T0 - 1.0  # 19 s of real time later: the queue clock has not moved
     assert queue.lease_sync(10, 60) == [] and queue.counts_sync() == QueueCounts(ready=2)
     clock.now = T0 + 29.9
     assert queue.lease_sync(10, 60) == []
@@ -123,7 +125,7 @@ def test_a_lease_deadline_is_kept_in_queue_time_and_counts_agree_with_lease(make
     queue = make_queue()
     queue.put_many_sync([("a", {})])
     (held,) = queue.lease_sync(1, 10.0)
-    clock.now = T0 - STEP_S
+    clock.now = T0 - SHORT_S
     assert queue.counts_sync() == QueueCounts(leased=1) and queue.lease_sync(1, 10.0) == []
     clock.now = T0 + 9.9
     assert queue.counts_sync() == QueueCounts(leased=1) and queue.lease_sync(1, 10.0) == []
@@ -143,7 +145,7 @@ def test_releases_requeues_and_revivals_after_the_step_are_ready_at_once(make_qu
     assert queue.nack_sync(got["c"], "HTTP 500", backoff_s=0, charge="c.1") == "ready"
     (c,) = queue.lease_sync(1, 60)
     assert queue.nack_sync(c, "HTTP 500", backoff_s=0, charge="c.2") == "dead"
-    clock.now = T0 - STEP_S
+    clock.now = T0 - SHORT_S
     queue.release_sync(got["a"])
     assert queue.requeue_dead_sync(["b"]) == 1
     res = queue.refund_attempts_sync([Refund.of_charges("c", ["c.2"], dead_reason="HTTP 500")])
@@ -160,7 +162,7 @@ def test_failure_times_never_run_backwards(make_queue, clock):
     queue.put_many_sync([("a", {}), ("b", {})])
     a, b = queue.lease_sync(2, 60)
     queue.dead_letter_sync(a, "HTTP 404")
-    clock.now = T0 - STEP_S
+    clock.now = T0 - SHORT_S
     queue.dead_letter_sync(b, "HTTP 410")
     assert [d.failed_at for d in queue.dead_letters_sync()] == [T0, T0]
 
@@ -168,7 +170,7 @@ def test_failure_times_never_run_backwards(make_queue, clock):
 def test_the_queue_clock_follows_the_wall_clock_again_once_past_the_mark(make_queue, clock):
     queue = make_queue()
     queue.put_many_sync([("a", {})])
-    clock.now = T0 - STEP_S
+    clock.now = T0 - SHORT_S
     queue.put_many_sync([("b", {})])
     clock.now = T0 + 100.0
     queue.put_many_sync([("c", {})])
@@ -281,3 +283,68 @@ def test_a_read_only_handle_on_a_version_2_file_still_takes_charges(tmp_path, cl
     finally:
         q.close_sync()
     assert _version_and_counts_rows(path)[0] == 2
+
+
+# --- a long step back (over REBASE_AFTER_S): the next write takes it out of the stored times ---------------------
+
+def test_a_long_step_keeps_the_real_time_a_backoff_had_left(make_queue, clock):
+    """Holding the clock through a long step would delay a retry by the whole step (here an hour); the first write
+    after it moves the stored times back by the step, so the backoff ends when it had 300 s left."""
+    queue = make_queue()
+    queue.put_many_sync([("a", {}), ("b", {})])
+    (a,) = queue.lease_sync(1, 60)
+    assert queue.nack_sync(a, "HTTP 500", backoff_s=300.0) == "ready"
+    clock.now = T0 - STEP_S
+    queue.put_many_sync([("c", {})])  # any write: the shift, in the same transaction
+    assert not_before(queue.path, "a") == T0 + 300.0 - STEP_S
+    assert [t.key for t in queue.lease_sync(10, 1000)] == ["b", "c"]  # ready ones at once, in order
+    clock.now = T0 - STEP_S + 299.0
+    assert queue.lease_sync(10, 60) == []
+    clock.now = T0 - STEP_S + 301.0  # before the shift: not until T0 + 300, an hour later
+    assert [t.key for t in queue.lease_sync(10, 60)] == ["a"]
+
+
+def test_a_long_step_keeps_the_real_time_a_lease_had_left(make_queue, clock):
+    queue = make_queue()
+    queue.put_many_sync([("a", {}), ("b", {})])
+    (held,) = queue.lease_sync(1, 60.0)
+    clock.now = T0 - STEP_S
+    assert [t.key for t in queue.lease_sync(1, 600.0)] == ["b"]  # a write: the shift
+    clock.now = T0 - STEP_S + 59.0
+    assert queue.counts_sync() == QueueCounts(leased=2)
+    clock.now = T0 - STEP_S + 61.0
+    assert queue.counts_sync() == QueueCounts(ready=1, leased=1)
+    (again,) = queue.lease_sync(1, 60.0)
+    assert again.key == "a" and again.lease_id != held.lease_id
+
+
+def test_a_long_step_is_taken_out_once_and_reads_before_it_hold(make_queue, clock):
+    """Reads before the first write hold at the mark (ready tasks count as ready); the shift moves ready, leased and
+    dead tasks' times together and leaves done tasks' times; a later write does not shift again."""
+    queue = make_queue()
+    queue.put_many_sync([(k, {}) for k in "abcd"])
+    got = {t.key: t for t in queue.lease_sync(2, 60)}  # a, b
+    queue.ack_sync(got["a"])
+    queue.dead_letter_sync(got["b"], "HTTP 404")
+    clock.now = T0 - STEP_S
+    look = make_queue()  # another process, opened after the step
+    assert look.counts_sync() == QueueCounts(ready=2, done=1, dead=1)
+    assert not_before(queue.path, "c") == T0  # a read shifts nothing
+    look.put_many_sync([("e", {})])
+    assert {k: not_before(queue.path, k) for k in "abcde"} == {
+        "a": T0, "b": T0 - STEP_S, "c": T0 - STEP_S, "d": T0 - STEP_S, "e": T0 - STEP_S}
+    clock.now = T0 - STEP_S + 5.0
+    queue.put_many_sync([("f", {})])
+    assert not_before(queue.path, "c") == T0 - STEP_S and not_before(queue.path, "f") == T0 - STEP_S + 5.0
+    assert [t.key for t in queue.lease_sync(10, 60)] == ["c", "d", "e", "f"]
+
+
+@pytest.mark.parametrize("step, shifted", [(REBASE_AFTER_S, False), (REBASE_AFTER_S + 1.0, True)])
+def test_the_shift_starts_past_rebase_after_s(make_queue, clock, step, shifted):
+    queue = make_queue()
+    queue.put_many_sync([("a", {})])
+    clock.now = T0 - step
+    queue.put_many_sync([("b", {})])
+    assert not_before(queue.path, "a") == (T0 - step if shifted else T0)
+    assert not_before(queue.path, "b") == (T0 - step if shifted else T0)
+    assert [t.key for t in queue.lease_sync(10, 60)] == ["a", "b"]

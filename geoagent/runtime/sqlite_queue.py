@@ -132,21 +132,28 @@ about +2 us per put, lease or ack transaction (batch 1: 28 -> 29, 44 -> 46, 33 -
 empty lease poll 0), and ``benchmarks/queue_sqlite.py`` (5 runs each, batch 32 and 1; ``--procs 4``, 3 runs each)
 within its run-to-run spread.
 
-A forward step of the wall clock is time passing, as before: leases expire and backoffs end. After a **backward
-step of X seconds** (an NTP step, a VM resumed, an operator fixing the date) the queue clock holds at the mark
-until the wall clock passes it again, X seconds later in real time:
+A forward step of the wall clock is time passing, as before: leases expire and backoffs end. A **backward step of X
+seconds** (an NTP step, a VM resumed, an operator fixing the date):
 
-* every task ready before the step (put, released, requeued, revived, handed back, or past its backoff) stays
-  leasable at once, ahead of those made ready while the clock holds: they are all stored at the mark, so among
-  themselves they go by row id (put order; a released, requeued or revived one at its first put's place);
-* backoffs, release delays and lease deadlines are measured on the queue clock, never shorter than asked; in real
-  time, those running across the step, or started while the clock holds, end up to X seconds later (retries and
-  the redelivery of a crashed worker's leases wait that much longer; :meth:`SQLiteQueue.expire_leases_of_sync`
-  hands back a gone process's leases at once regardless). Nothing is lost. X is how far ahead the clock was: a
-  wall clock set a day ahead by mistake, used by the queue, then corrected, delays retries and lease expiries by
-  up to a day (while ready tasks keep flowing);
+* **X up to** :data:`REBASE_AFTER_S` **(60 s)**: the queue clock holds at the mark until the wall clock passes it
+  again. Every task ready before the step (put, released, requeued, revived, handed back, or past its backoff) stays
+  leasable at once, ahead of those made ready while the clock holds (all stored at the mark, so among themselves
+  they go by row id: put order; a released, requeued or revived one at its first put's place). Backoffs, release
+  delays and lease deadlines are never shorter than asked; in real time those running across the step end up to
+  X seconds (at most a minute) later.
+* **X over a minute** (a clock that was set hours or days ahead, then corrected): holding would delay every retry
+  and lease expiry by X, so the first write transaction after the step takes X out of the stored times instead:
+  the time of every ready, leased and dead task moves back by X in that one transaction (one ``UPDATE`` over the
+  tasks not done, indexed; a done task's time is only a record and stays), the mark is set to the wall clock, and
+  the queue runs on the wall clock from there. Ready tasks stay ready and in their order; a backoff or lease
+  deadline keeps the real time it had left (measured at the mark, so it may end up to the time between the
+  queue's last write before the step and the step itself early); failure times keep their order. Until that write,
+  reads hold at the mark as above.
 * ``counts`` (expired leases count as ready), :func:`read_planned` and the other looks use the same clock, so
-  they say what ``lease`` would do; failure times (``DeadLetter.failed_at``) never run backwards.
+  they say what ``lease`` would do; failure times (``DeadLetter.failed_at``) never run backwards, except by the
+  shift of a long step, which moves all of them together.
+
+Nothing is lost either way.
 
 An old file read as it is (``migrate=False``) runs on the wall clock: there, a backward step stalls the tasks
 ready before it until the wall clock catches up, as in versions 1 and 2. The mark starts at the clock of the
@@ -226,6 +233,12 @@ _MIGRATE_1_2 = (
 _ADD_MARK_SQL = f"INSERT OR IGNORE INTO counts (state, n) VALUES ({CLOCK_MARK}, ?)"
 _READ_MARK_SQL = f"SELECT n FROM counts WHERE state = {CLOCK_MARK}"
 _MOVE_MARK_SQL = f"UPDATE counts SET n = ? WHERE state = {CLOCK_MARK}"
+#: a backward wall-clock step longer than this (s) is taken out of the stored times by the next write (module
+#: docstring, "Time"); a shorter one is held out
+REBASE_AFTER_S = 60.0
+#: shift the stored times of every task not done by ``-step`` s (param): ready, leased (deadline) and dead (failure
+#: time); a done task's time is informational and is left as it is (a campaign's done rows are most of its file)
+_REBASE_SQL = f"UPDATE tasks SET not_before = not_before - ? WHERE state IN ({READY}, {LEASED}, {DEAD})"
 
 # One statement leases a batch: pick by index, flip to leased, return the rows. The lease id embeds the
 # rowid so ack/nack/release address the row by primary key; the random token makes it unique per lease.
@@ -539,7 +552,15 @@ class SQLiteQueue(WorkQueue):
             return op.tx(conn, wall)
         row = conn.execute(_READ_MARK_SQL).fetchone()
         if row is not None and wall <= row[0]:
-            return op.tx(conn, float(row[0]))  # held at the mark: the wall clock stepped back (or has not moved)
+            step = float(row[0]) - wall
+            if not (op.write and step > REBASE_AFTER_S):
+                return op.tx(conn, float(row[0]))  # held at the mark: a short step back (or the clock has not moved)
+            # a long step back (an hour, a day: a clock that was set ahead and corrected): take it out of every
+            # stored time, so that backoffs and lease deadlines keep the real time they had left, and run on the
+            # wall clock from here on
+            conn.execute(_REBASE_SQL, (step,))
+            conn.execute(_MOVE_MARK_SQL, (wall,))
+            return op.tx(conn, wall)
         changes = conn.total_changes
         raw = op.tx(conn, wall)
         if op.write and row is not None and conn.total_changes != changes:
