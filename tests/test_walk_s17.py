@@ -1,0 +1,124 @@
+"""A new user's walk from README.md through the docs/ files after the README split (session 17), one test per
+point found.
+
+1. docs/campaigns.md said of a GeoHint campaign with the public geocoders that "the dry run does not warn" about
+   an offline machine; since session 16 the dry run prints a ``geocoding:`` line naming the public hosts.
+2. docs/configuration.md's Azure paragraph said "no images as above" of the reasoning-model rules, which the
+   split left in docs/campaigns.md ("Reasoning and thinking models"); cross-file pointers must name a phrase
+   their file holds, and a pointer "above"/"below" a phrase on the right side of it in the same file.
+3. README.md's first hour sent readers to docs/configuration.md for "every key of a campaign file"; that file
+   gives the keys "In short" and names example.toml for every key.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from geoagent.cli import main
+from _docs import DOCS_DIR, README, doc_paths, docs_text
+
+REPO = Path(__file__).resolve().parents[1]
+SANDBOX_HINT = REPO / "geoagent" / "configs" / "geohint_sandbox.toml"
+URLS = ('wikidata_url = "http://wikidata.sandbox.invalid/w/api.php"\n'
+        'nominatim_url = "http://nominatim.sandbox.invalid"\n')
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+# -- 1. the GeoHint dry run's geocoding line, as the docs quote it ------------------------------------------
+
+
+def test_docs_quote_the_geohint_dry_run_geocoding_line(isolated_roots, release_dir, capsys):
+    flat = _flat(docs_text())
+    assert "the dry run does not warn" not in flat
+    m = re.search(r"`(geocoding: every answer is geocoded through [^`]*?)(?: ?\.\.\.)?\)?`", flat)
+    assert m, "the docs do not quote the GeoHint dry run's geocoding line"
+    quoted = m.group(1)
+    text = SANDBOX_HINT.read_text(encoding="utf-8")
+    assert text.count(URLS) == 1
+    p = isolated_roots / "hint.toml"
+    p.write_text(text.replace(URLS, ""), encoding="utf-8")
+    assert main(["run", str(p), "--simulate", "--no-live"]) == 0
+    out = capsys.readouterr()
+    assert quoted in _flat(out.out + out.err), (quoted, out.out[-2000:])
+
+
+# -- 2. pointers between the docs files ----------------------------------------------------------------------
+
+#: ``"Phrase" in [Title](file.md)``: a passage of another docs file
+CROSS = re.compile(r'"([^"\n]{3,80})" in \[([^\]\n]+)\]\(([\w.-]+\.md)\)')
+#: ``"Phrase" above`` / ``"Phrase" below``: a passage of the same file
+SAME = re.compile(r'"([A-Z][^"\n]{3,80})" (above|below)\b')
+
+
+def _pointer_problems(files: dict[str, str]) -> list[str]:
+    """Each pointer of :data:`CROSS` or :data:`SAME` in ``files`` (name -> Markdown text, all in one folder)
+    whose phrase is not where it says (spaces and line breaks compared as one space), or whose link title is not
+    the H1 of the file it links."""
+    flat = {name: _flat(text) for name, text in files.items()}
+    wrong = []
+    for name, text in flat.items():
+        for m in CROSS.finditer(text):
+            phrase, title, target = m.groups()
+            if target not in flat:
+                wrong.append(f"{name}: {target!r} is no docs file")
+                continue
+            if phrase not in flat[target]:
+                wrong.append(f"{name}: {phrase!r} not in {target}")
+            h1 = files[target].splitlines()[0]
+            if h1 != f"# {title}":
+                wrong.append(f"{name}: [{title}]({target}) but {target}'s title is {h1!r}")
+        for m in SAME.finditer(text):
+            phrase, side = m.groups()
+            here = m.start()
+            others = [i.start() for i in re.finditer(re.escape(phrase), text) if i.start() != here + 1]
+            ok = any(i < here for i in others) if side == "above" else any(i > here for i in others)
+            if not ok:
+                wrong.append(f"{name}: {phrase!r} {side}, not found {side} it in {name}")
+    return wrong
+
+
+def test_pointer_check_finds_a_phrase_moved_to_another_file():
+    files = {
+        "a.md": '# Alpha\n\nsee "Tasks no longer planned" below; "Workers" in [Beta](b.md).\n\n'
+                "Tasks no longer planned. ...\n",
+        "b.md": "# Beta\n\n* **Workers**: ...\n",
+    }
+    assert _pointer_problems(files) == []
+    files["a.md"] = files["a.md"].replace("Tasks no longer planned. ...", "")  # moved away by a split
+    files["b.md"] = files["b.md"].replace("Workers", "Stages")
+    assert _pointer_problems(files) == [
+        "a.md: 'Workers' not in b.md",
+        "a.md: 'Tasks no longer planned' below, not found below it in a.md",
+    ]
+    assert _pointer_problems({"a.md": '# A\n"X y z" in [Wrong](b.md)', "b.md": "# B\nX y z"}) == [
+        "a.md: [Wrong](b.md) but b.md's title is '# B'"]
+
+
+def test_every_pointer_between_the_docs_files_names_a_phrase_of_its_file():
+    files = {p.name: p.read_text(encoding="utf-8") for p in doc_paths() if p != README}
+    assert len(files) == len(list(DOCS_DIR.glob("*.md")))
+    assert not _pointer_problems(files), "\n".join(_pointer_problems(files))
+
+
+def test_configuration_points_to_the_reasoning_rules_in_campaigns():
+    text = _flat((DOCS_DIR / "configuration.md").read_text(encoding="utf-8"))
+    assert "no images as above" not in text  # "above" was the old README's Running campaigns section
+    assert '"Reasoning and thinking models" in [Running campaigns](campaigns.md)' in text
+    assert "Reasoning and thinking models:" in _flat((DOCS_DIR / "campaigns.md").read_text(encoding="utf-8"))
+
+
+# -- 3. what README's first hour says docs/configuration.md holds -------------------------------------------
+
+
+def test_readme_does_not_promise_every_key_in_configuration_md():
+    readme = _flat(README.read_text(encoding="utf-8"))
+    conf = _flat((DOCS_DIR / "configuration.md").read_text(encoding="utf-8"))
+    assert "In short:" in conf and "every key: example.toml" in conf  # the file's own account of itself
+    assert "every key of a campaign file in [docs/configuration.md]" not in readme
+    m = re.search(r"every key[^.]{0,40}\[`geoagent/configs/example\.toml`\]", readme)
+    assert m, "README should send 'every key' to example.toml"
+
