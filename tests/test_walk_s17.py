@@ -8,11 +8,14 @@ point found.
    their file holds, and a pointer "above"/"below" a phrase on the right side of it in the same file.
 3. README.md's first hour sent readers to docs/configuration.md for "every key of a campaign file"; that file
    gives the keys "In short" and names example.toml for every key.
+4. docs/campaigns.md's "Your own campaign" had no GeoHint file: a new user pieced one together from three
+   paragraphs of "From a crawl to a campaign". Its GeoHint example is run here as written, after the demo.
 """
 
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
 from geoagent.cli import main
@@ -122,3 +125,39 @@ def test_readme_does_not_promise_every_key_in_configuration_md():
     m = re.search(r"every key[^.]{0,40}\[`geoagent/configs/example\.toml`\]", readme)
     assert m, "README should send 'every key' to example.toml"
 
+
+# -- 4. the GeoHint example of "Your own campaign", run as written after the demo ---------------------------
+
+
+def _own_geohint_block() -> str:
+    text = (DOCS_DIR / "campaigns.md").read_text(encoding="utf-8")
+    m = re.search(r"```toml\n(# my_hint\.toml.*?)```", text[:12000], re.S)
+    assert m, "docs/campaigns.md's own GeoHint example (a ```toml block starting '# my_hint.toml') not found"
+    return m.group(1)
+
+
+def test_own_geohint_campaign_example_runs_after_the_demo(tmp_path, capsys, monkeypatch):
+    from geoagent.demo import run_demo
+
+    for var in ("GEOAGENT_RELEASE", "GEOAGENT_QUEUES", "GEOAGENT_STATE"):
+        monkeypatch.delenv(var, raising=False)
+    work = tmp_path / "clone"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    (work / "my_hint.toml").write_text(_own_geohint_block(), encoding="utf-8")
+    cfg = tomllib.loads((work / "my_hint.toml").read_text(encoding="utf-8"))
+    assert cfg["campaign"]["kind"] == "geohint" and cfg["campaign"]["contact"]
+    assert run_demo(workdir=work, live=False) == 0
+    capsys.readouterr()
+    assert main(["run", "my_hint.toml", "--simulate"]) == 0
+    dry = capsys.readouterr().out
+    n = int(re.search(r"planned (\d+) requests", dry).group(1))
+    assert "geocoding: every answer is geocoded through" not in dry, dry  # the local fakes: no network needed
+    flat = _flat((DOCS_DIR / "campaigns.md").read_text(encoding="utf-8"))
+    assert f"then plan {n} requests" in flat, n
+    assert main(["run", "my_hint.toml", "--no-live"]) == 0
+    out = capsys.readouterr().out
+    assert "campaign my-hint: complete" in out and f"planned {n} requests" in out, out
+    assert f"this run: {n} new model calls" in out and "placeholder" not in out, out
+    by_condition = re.search(r"plan: \d+ requests by condition \(([^)]*)\)", out).group(1)
+    assert by_condition in flat, by_condition
