@@ -8,6 +8,9 @@ point found.
    their file holds, and a pointer "above"/"below" a phrase on the right side of it in the same file.
 3. README.md's first hour sent readers to docs/configuration.md for "every key of a campaign file"; that file
    gives the keys "In short" and names example.toml for every key.
+5. docs/campaigns.md said the model caller leases "up to 1.5 x each model's concurrency"; that is the rule of
+   several models (lanes): one model leases its concurrency plus min(32, concurrency) ahead (``status`` showed
+   ``leased 64`` for my_verify.toml's concurrency 32).
 4. docs/campaigns.md's "Your own campaign" had no GeoHint file: a new user pieced one together from three
    paragraphs of "From a crawl to a campaign". Its GeoHint example is run here as written, after the demo.
 """
@@ -18,7 +21,17 @@ import re
 import tomllib
 from pathlib import Path
 
+import anyio
+import orjson
+from aiohttp import web
+
+from _model_harness import generic_campaign, model_table
 from geoagent.cli import main
+from geoagent.config import load_config
+from geoagent.engine import run_campaign
+from geoagent.sandbox.llm_common import add_latency
+from geoagent.sandbox.llm_openai import make_app
+from geoagent.sandbox.server import serve
 from _docs import DOCS_DIR, README, doc_paths, docs_text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -161,3 +174,41 @@ def test_own_geohint_campaign_example_runs_after_the_demo(tmp_path, capsys, monk
     assert f"this run: {n} new model calls" in out and "placeholder" not in out, out
     by_condition = re.search(r"plan: \d+ requests by condition \(([^)]*)\)", out).group(1)
     assert by_condition in flat, by_condition
+
+
+# -- 5. how many tasks one model's run leases, as the docs say ----------------------------------------------
+
+KEY = "local-" "walk-s17"
+
+
+def test_one_model_leases_its_concurrency_plus_the_lease_ahead_as_documented(tmp_path, monkeypatch):
+    flat = _flat((DOCS_DIR / "campaigns.md").read_text(encoding="utf-8"))
+    assert ("a campaign of one model has no lanes, and leases up to its `concurrency` plus min(32, "
+            "`concurrency`) ahead") in flat
+    monkeypatch.setenv("WALK_KEY", KEY)
+    app = add_latency(make_app(api_keys=[KEY]), 0.3)
+    live = {"n": 0, "peak": 0}
+
+    @web.middleware
+    async def in_flight(request, handler):
+        live["n"] += 1
+        live["peak"] = max(live["peak"], live["n"])
+        try:
+            return await handler(request)
+        finally:
+            live["n"] -= 1
+
+    app.middlewares.insert(0, in_flight)
+
+    async def go():
+        async with serve(app) as base:
+            models = model_table("a", base_url=base, key_var="WALK_KEY", model="gpt-a", concurrency=4)
+            cfg = load_config(generic_campaign(tmp_path, name="one", n=40, cap_usd=5.0, models=models))
+            return await run_campaign(cfg, live=False, handle_signals=False, export=False)
+
+    outcome = anyio.run(go)
+    assert outcome.status == "complete"
+    assert live["peak"] == 4, live  # the concurrency holds, and is reached
+    recs = [orjson.loads(x) for x in (tmp_path / "state" / "one" / "progress.jsonl").read_bytes().splitlines()]
+    leased = max(s["in_flight"] for r in recs for s in r.get("stages", []) if s["stage"] == "model_caller")
+    assert 6 < leased <= 8, leased  # past 1.5 x 4 (the several-models rule), at most 4 + min(32, 4)
