@@ -251,11 +251,12 @@ def plain_coordinates(text: str | None) -> tuple[float, float] | None:
 
     Ambiguous text is None, so that it is looked up as a name as before: one number, three or more, a number out
     of range, minutes without a degree sign ("48 51' N") or after fractional degrees ("48.5°30'"), minutes or
-    seconds of 60 or more, decimal commas ("48,8584"), an integer without a degree sign or label ("48, 2";
-    also with a hemisphere letter alone: "E19, N1" and "N1, W1" are road numbers and postcode districts), a sign
-    together with a hemisphere letter ("-48.8 S"), two letters or labels that name the same axis or disagree,
-    coordinates inside other text ("Eiffel Tower (48.8584, 2.2945)") and text over :data:`COORDINATES_MAX_CHARS`
-    characters. The point (0, 0) is None as well: "0.0, 0.0" is how software writes "no location", and read as a
+    seconds of 60 or more, degrees-minutes beside a number without a degree sign ("48° 51' 30.5 N": one latitude
+    whose seconds lost their mark, not the pair 30.5 N, 48.85 E), decimal commas ("48,8584"), an integer without a
+    degree sign or label ("48, 2"; also with a hemisphere letter alone: "E19, N1" and "N1, W1" are road numbers and
+    postcode districts), a sign together with a hemisphere letter ("-48.8 S"), two letters or labels that name the
+    same axis or disagree, coordinates inside other text ("Eiffel Tower (48.8584, 2.2945)") and text over
+    :data:`COORDINATES_MAX_CHARS` characters. The point (0, 0) is None as well: "0.0, 0.0" is how software writes "no location", and read as a
     point it would score a guess ~5,000 km off where the text names no place (it then falls back to the city).
     """
     if text is None:
@@ -270,6 +271,10 @@ def plain_coordinates(text: str | None) -> tuple[float, float] | None:
         return None
     values: list[float] = []
     axes: list[str | None] = []
+    if (m.group("min1") or m.group("min2")) and not (m.group("deg1") and m.group("deg2")):
+        # degrees-minutes beside a number without a degree sign: "48° 51' 30.5 N" is one latitude whose seconds lost
+        # their mark, not the pair (30.5 N, 48° 51'); "48°51'30\" 2.5" mixes two notations
+        return None
     for i in (1, 2):
         num, label, pre, post, deg, minutes, seconds = (
             m.group(f"{g}{i}") for g in ("num", "label", "pre", "post", "deg", "min", "sec"))
