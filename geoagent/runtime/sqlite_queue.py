@@ -146,9 +146,9 @@ seconds** (an NTP step, a VM resumed, an operator fixing the date):
   the time of every ready, leased and dead task moves back by X in that one transaction (one ``UPDATE`` over the
   tasks not done, indexed; a done task's time is only a record and stays), the mark is set to the wall clock, and
   the queue runs on the wall clock from there. Ready tasks stay ready and in their order; a backoff or lease
-  deadline keeps the real time it had left (measured at the mark, so it may end up to the time between the
-  queue's last write before the step and the step itself early); failure times keep their order. Until that write,
-  reads hold at the mark as above.
+  deadline keeps the real time it had left, measured at the mark: it may end later, by up to the time between the
+  queue's last write before the step and the step itself, never earlier; failure times keep their order. Until
+  that write, reads hold at the mark as above.
 * ``counts`` (expired leases count as ready), :func:`read_planned` and the other looks use the same clock, so
   they say what ``lease`` would do; failure times (``DeadLetter.failed_at``) never run backwards, except by the
   shift of a long step, which moves all of them together.
