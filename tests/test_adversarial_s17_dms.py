@@ -2,12 +2,12 @@
 
 One DMS coordinate whose seconds lost their mark ("48° 51' 30.5 N": a VLM's latitude alone, the ``"`` dropped; or
 "48° 51' 30.5", what :func:`parse_answer`'s pattern fallback keeps of a field whose ``"`` was written unescaped in
-the model's JSON) is no pair of coordinates. Before the fix
-the pattern read it as two: ``48° 51'`` (DMS, no letter) and ``30.5 N`` (decimal with a letter), the letter made the
-second one the latitude, so the answer became the point (30.5, 48.85), about 4,400 km from the Eiffel Tower, scored at building
-level without a lookup. The same holds for a DMS part paired with a bare decimal ("48°51' 30.5", "lat 48°51' 30.5").
-Rule after the fix: when either part is written in degrees-minutes, the other must carry a degree sign too (a DMS
-partner, or "48°"), else the text is ambiguous and is looked up as a name, as any ambiguous text is (session 16).
+the model's JSON) is no pair of coordinates. Before the fix the pattern read it as two: ``48° 51'`` (DMS, no letter)
+and ``30.5 N`` (decimal with a letter), the letter made the second one the latitude, so the answer became the point
+(30.5, 48.85), about 4,400 km from the Eiffel Tower, scored at building level without a lookup. The same holds for a
+DMS part paired with a bare decimal ("48°51' 30.5", "lat 48°51' 30.5"). Rule after the fix: when either part is
+written in degrees-minutes, the other must carry a degree sign too (a DMS partner, or "48°"), else the text is
+ambiguous and is looked up as a name, as any ambiguous text is (session 16).
 """
 
 from __future__ import annotations

@@ -256,8 +256,9 @@ def plain_coordinates(text: str | None) -> tuple[float, float] | None:
     degree sign or label ("48, 2"; also with a hemisphere letter alone: "E19, N1" and "N1, W1" are road numbers and
     postcode districts), a sign together with a hemisphere letter ("-48.8 S"), two letters or labels that name the
     same axis or disagree, coordinates inside other text ("Eiffel Tower (48.8584, 2.2945)") and text over
-    :data:`COORDINATES_MAX_CHARS` characters. The point (0, 0) is None as well: "0.0, 0.0" is how software writes "no location", and read as a
-    point it would score a guess ~5,000 km off where the text names no place (it then falls back to the city).
+    :data:`COORDINATES_MAX_CHARS` characters. The point (0, 0) is None as well: "0.0, 0.0" is how software writes
+    "no location", and read as a point it would score a guess ~5,000 km off where the text names no place (it then
+    falls back to the city).
     """
     if text is None:
         return None
