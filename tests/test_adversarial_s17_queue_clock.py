@@ -72,13 +72,14 @@ def _mark(path) -> float:
 
 def test_a_lease_held_by_one_handle_survives_another_handles_rebase(make_queue, clock):
     """Worker A holds ``a`` (300 s lease); the clock steps back an hour; worker B's put takes the step out of the
-    stored times. A's lease keeps its 300 s of real time: B gets nothing at 299 s, A's renewal and ack still hold."""
+    stored times, but not out of lease deadlines: A's lease ends late, never early (B gets nothing at 299 s), and
+    A's renewal (from the wall clock) and ack still hold."""
     a_side, b_side = make_queue(), make_queue()
     a_side.put_many_sync([("a", {})])
     (held,) = a_side.lease_sync(1, 300.0)
     clock.now = T0 - HOUR_S
     b_side.put_many_sync([("b", {})])  # the rebase
-    assert _stored(a_side.path, "a") == (1, T0 + 300.0 - HOUR_S)
+    assert _stored(a_side.path, "a") == (1, T0 + 300.0)  # the deadline is left to the holder's renewal
     assert [t.key for t in b_side.lease_sync(5, 10_000.0)] == ["b"]
     clock.now = T0 - HOUR_S + 299.0
     assert b_side.lease_sync(5, 60.0) == [] and b_side.counts_sync() == QueueCounts(leased=2)
@@ -90,20 +91,22 @@ def test_a_lease_held_by_one_handle_survives_another_handles_rebase(make_queue, 
 
 
 def test_a_long_step_measured_at_the_mark_ends_late_never_early(make_queue, clock):
-    """The queue's last write was at T0 (a lease of 300 s); 200 s pass without a write; the clock steps back an hour.
-    The next write shifts the stored times by mark - wall = 3400 s, not the 3600 s of the step, so the lease, which
-    had 100 s of real time left, now has 300 s: it ends 200 s late (the time from the last write to the step), never
-    early. A worker still on the task is never cut short by this."""
+    """The queue's last write was at T0 (a nack with a 300 s backoff); 200 s pass without a write; the clock steps
+    back an hour. The next write shifts the stored times by mark - wall = 3400 s, not the 3600 s of the step, so the
+    backoff, which had 100 s of real time left, now has 300 s: it ends 200 s late (the time from the last write to
+    the step), never early."""
     queue = make_queue()
     queue.put_many_sync([("a", {}), ("b", {})])
-    (held,) = queue.lease_sync(1, 300.0)
+    (first,) = queue.lease_sync(1, 1000.0)
+    assert queue.nack_sync(first, "HTTP 500", backoff_s=300.0) == "ready"
     clock.now = T0 + 200.0 - HOUR_S  # 200 s later, then an hour back
-    assert [t.key for t in queue.lease_sync(1, 1000.0)] == ["b"]  # the write that rebases
-    state, deadline = _stored(queue.path, "a")
-    assert state == 1 and deadline - clock.now == pytest.approx(300.0)  # not the 100 s it had left
+    assert [t.key for t in queue.lease_sync(1, 1000.0)] == ["b"]  # the write that shifts
+    state, due = _stored(queue.path, "a")
+    assert state == 0 and due - clock.now == pytest.approx(300.0)  # not the 100 s it had left
     clock.now += 299.0
     assert queue.lease_sync(1, 60.0) == []
-    queue.ack_sync(held)
+    clock.now += 2.0
+    assert [t.key for t in queue.lease_sync(1, 60.0)] == ["a"]
 
 
 def test_many_short_steps_in_a_row_are_held_then_taken_out_once_past_the_limit(make_queue, clock):

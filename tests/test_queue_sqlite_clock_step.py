@@ -15,6 +15,7 @@ and an independent ``sqlite3`` reading of the file.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 
 import orjson
@@ -304,19 +305,38 @@ def test_a_long_step_keeps_the_real_time_a_backoff_had_left(make_queue, clock):
     assert [t.key for t in queue.lease_sync(10, 60)] == ["a"]
 
 
-def test_a_long_step_keeps_the_real_time_a_lease_had_left(make_queue, clock):
+def test_a_long_step_leaves_a_lease_deadline_to_its_holders_renewal(make_queue, clock):
+    """A lease deadline is not moved by the shift (a step undone later must not end a live lease early): the lease
+    ends late, not early, and the holder's renewal sets it from the wall clock."""
     queue = make_queue()
     queue.put_many_sync([("a", {}), ("b", {})])
     (held,) = queue.lease_sync(1, 60.0)
     clock.now = T0 - STEP_S
     assert [t.key for t in queue.lease_sync(1, 600.0)] == ["b"]  # a write: the shift
-    clock.now = T0 - STEP_S + 59.0
-    assert queue.counts_sync() == QueueCounts(leased=2)
+    assert not_before(queue.path, "a") == T0 + 60.0  # the deadline as it was
     clock.now = T0 - STEP_S + 61.0
+    assert queue.counts_sync() == QueueCounts(leased=2)  # late, not early
+    assert asyncio.run(queue.extend([held], 60.0)) == []  # the holder's renewal: from the wall clock
+    assert not_before(queue.path, "a") == T0 - STEP_S + 121.0
+    clock.now = T0 - STEP_S + 122.0
     assert queue.counts_sync() == QueueCounts(ready=1, leased=1)
     (again,) = queue.lease_sync(1, 60.0)
     assert again.key == "a" and again.lease_id != held.lease_id
 
+
+def test_a_long_step_undone_by_a_step_forward_ends_no_live_lease_early(make_queue, clock):
+    """The session-17 review's case: A leases ``a`` for 300 s; the wall clock wrongly steps back 295 s; B writes (the
+    shift); the clock is corrected forward 15 s after A's lease began. Before: the shift had moved A's deadline back
+    295 s, so B leased ``a`` again while A's lease had 285 s left, and A's ack raised StaleLease."""
+    a_side, b_side = make_queue(), make_queue()
+    a_side.put_many_sync([("a", {})])
+    (held,) = a_side.lease_sync(1, 300.0)
+    clock.now = T0 - 295.0
+    b_side.put_many_sync([("b", {})])  # the shift
+    clock.now = T0 + 15.0  # corrected
+    assert [t.key for t in b_side.lease_sync(5, 600.0)] == ["b"]  # not "a": its lease is live
+    a_side.ack_sync(held)
+    assert b_side.counts_sync() == QueueCounts(leased=1, done=1)
 
 def test_a_long_step_is_taken_out_once_and_reads_before_it_hold(make_queue, clock):
     """Reads before the first write hold at the mark (ready tasks count as ready); the shift moves ready, leased and

@@ -142,12 +142,16 @@ seconds** (an NTP step, a VM resumed, an operator fixing the date):
   delays and lease deadlines are never shorter than asked; in real time those running across the step end up to
   X seconds (at most a minute) later.
 * **X over a minute** (a clock that was set hours or days ahead, then corrected): holding would delay every retry
-  and lease expiry by X, so the first write transaction after the step takes X out of the stored times instead:
-  the time of every ready, leased and dead task moves back by X in that one transaction (one ``UPDATE`` over the
-  tasks not done, indexed; a done task's time is only a record and stays), the mark is set to the wall clock, and
-  the queue runs on the wall clock from there. Ready tasks stay ready and in their order; a backoff or lease
-  deadline keeps the real time it had left, measured at the mark: it may end later, by up to the time between the
-  queue's last write before the step and the step itself, never earlier; failure times keep their order. Until
+  by X, so the first write transaction after the step takes X out of the stored times instead: every ready task's
+  and dead task's time that lies ahead of the wall clock moves back by X (one indexed ``UPDATE`` of exactly those
+  rows: the tasks put, released or failed while the clock was ahead, and the backoffs running), the mark is set to
+  the wall clock, and the queue runs on the wall clock from there. Ready tasks stay ready; a backoff keeps the real
+  time it had left, measured at the mark (it may end later, by up to the time between the queue's last write before
+  the step and the step itself, never earlier). A **lease deadline is not moved**: the holder's next renewal (every
+  third of the visibility timeout) sets it from the wall clock, and a gone process's leases are handed back by its
+  owner lock (:meth:`SQLiteQueue.expire_leases_of_sync`); only a lease whose holder died unnoticed comes back up to
+  X later. Moving deadlines back too would end a live lease early when a wrong step back is undone by a step
+  forward before the next renewal (found by the session-17 review), so a lease may end late, never early. Until
   that write, reads hold at the mark as above.
 * ``counts`` (expired leases count as ready), :func:`read_planned` and the other looks use the same clock, so
   they say what ``lease`` would do; failure times (``DeadLetter.failed_at``) never run backwards, except by the
@@ -236,9 +240,11 @@ _MOVE_MARK_SQL = f"UPDATE counts SET n = ? WHERE state = {CLOCK_MARK}"
 #: a backward wall-clock step longer than this (s) is taken out of the stored times by the next write (module
 #: docstring, "Time"); a shorter one is held out
 REBASE_AFTER_S = 60.0
-#: shift the stored times of every task not done by ``-step`` s (param): ready, leased (deadline) and dead (failure
-#: time); a done task's time is informational and is left as it is (a campaign's done rows are most of its file)
-_REBASE_SQL = f"UPDATE tasks SET not_before = not_before - ? WHERE state IN ({READY}, {LEASED}, {DEAD})"
+#: shift back by ``step`` s (first param) the stored times that lie ahead of the wall clock (second param) of ready
+#: tasks (the put time or the end of a backoff) and dead ones (failure time); a leased task's deadline stays (a live
+#: holder's next renewal moves it onto the wall clock; a step undone later must not end a live lease early), and a
+#: done task's time is only a record. The (state, not_before) index finds exactly the rows ahead of the clock.
+_REBASE_SQL = (f"UPDATE tasks SET not_before = not_before - ? WHERE state IN ({READY}, {DEAD}) AND not_before > ?")
 
 # One statement leases a batch: pick by index, flip to leased, return the rows. The lease id embeds the
 # rowid so ack/nack/release address the row by primary key; the random token makes it unique per lease.
@@ -558,7 +564,7 @@ class SQLiteQueue(WorkQueue):
             # a long step back (an hour, a day: a clock that was set ahead and corrected): take it out of every
             # stored time, so that backoffs and lease deadlines keep the real time they had left, and run on the
             # wall clock from here on
-            conn.execute(_REBASE_SQL, (step,))
+            conn.execute(_REBASE_SQL, (step, wall))
             conn.execute(_MOVE_MARK_SQL, (wall,))
             return op.tx(conn, wall)
         changes = conn.total_changes
