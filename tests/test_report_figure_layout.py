@@ -79,3 +79,16 @@ def test_a_single_model_is_named_not_pooled(tmp_path):
     md = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert "(1 model)" not in md and "1 model pooled" not in md and "All models pooled (1 model" not in md
     assert "Echo rate per tier and band, model m-a" in md
+
+
+def test_the_n_labels_of_fig2_stay_inside_the_axes():
+    """Each point's ``n=`` label sits right of its point; the last band's ran across the axes' right edge (session 17:
+    the x range ended at the last point) before the x range got room for it."""
+    fig = GH.hit_by_band_figure(_agg(("m-a", "m-b")), "forced", n_boot=0)
+    r = _drawn(fig)
+    ax = fig.axes[0]
+    box = ax.get_window_extent(r)
+    labels = [t for t in ax.texts if t.get_text().startswith("n=")]
+    assert labels, "no n= labels drawn"
+    outside = [t.get_text() for t in labels if t.get_window_extent(r).x1 > box.x1 or t.get_window_extent(r).x0 < box.x0]
+    assert outside == []

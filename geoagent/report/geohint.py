@@ -1798,6 +1798,7 @@ def hit_by_band_figure(agg: GeoHintAggregator, condition: str = "forced", baseli
                 ax.annotate(f"n={q['n']}", (xi, rates[xi] if np.isfinite(rates[xi]) else 0), textcoords="offset points",
                             xytext=(5, -10), fontsize=6)
     ax.set_xticks(x, [band_title(b) for b in BANDS])
+    ax.set_xlim(-0.3, len(BANDS) - 0.7)  # room for the last point's "n=" label (it ran past the right edge)
     ax.set_xlabel("distance from the site to the reference point")
     ax.set_ylabel("hit rate (%)")
     ax.set_ylim(0, 100)
