@@ -23,7 +23,7 @@ import hashlib
 import sqlite3
 
 import pytest
-from test_queue_sqlite_clock_step import T0, FakeClock, _v2_file
+from test_queue_sqlite_clock_step import T0, FakeClock, _v2_file, queue_handles
 
 from geoagent.runtime.queue import QueueCounts, StaleLease
 from geoagent.runtime.sqlite_queue import (CLOCK_MARK, REBASE_AFTER_S, SQLiteQueue, count_done, queue_path,
@@ -40,18 +40,7 @@ def clock() -> FakeClock:
 @pytest.fixture
 def make_queue(tmp_path, clock):
     """Handles on one file (each another process's view), closed at teardown."""
-    opened: list[SQLiteQueue] = []
-
-    def make(**options) -> SQLiteQueue:
-        options.setdefault("clock", clock)
-        options.setdefault("seed", 5)
-        queue = SQLiteQueue(queue_path(tmp_path, "camp", "edge"), **options)
-        opened.append(queue)
-        return queue
-
-    yield make
-    for queue in opened:
-        queue.close_sync()
+    yield from queue_handles(queue_path(tmp_path, "camp", "edge"), clock, seed=5)
 
 
 def _stored(path, key: str) -> tuple[int, float]:

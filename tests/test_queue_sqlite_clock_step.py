@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Callable, Iterator
 
 import orjson
 import pytest
@@ -44,21 +45,26 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-@pytest.fixture
-def make_queue(tmp_path, clock):
-    """Factory of queue handles on one file (each a fresh object: another process's view), closed at teardown."""
+def queue_handles(path, clock, seed: int) -> Iterator[Callable[..., SQLiteQueue]]:
+    """Generator behind the ``make_queue`` fixtures of the queue-clock tests: yields a factory of handles on the
+    queue file ``path`` (each a fresh object: another process's view) on ``clock``, closes them all afterwards."""
     opened: list[SQLiteQueue] = []
 
     def make(**options) -> SQLiteQueue:
         options.setdefault("clock", clock)
-        options.setdefault("seed", 3)
-        queue = SQLiteQueue(queue_path(tmp_path, "camp", "edge"), **options)
+        options.setdefault("seed", seed)
+        queue = SQLiteQueue(path, **options)
         opened.append(queue)
         return queue
 
     yield make
     for queue in opened:
         queue.close_sync()
+
+
+@pytest.fixture
+def make_queue(tmp_path, clock):
+    yield from queue_handles(queue_path(tmp_path, "camp", "edge"), clock, seed=3)
 
 
 def not_before(path, key: str) -> float:
