@@ -187,6 +187,45 @@ def test_a_blocking_read_with_its_own_reply_timeout_outlasts_a_short_window(prox
 #: a later call to a lost server waits for the probe (min(1 s, window) for its connect and for its reply, module
 #: docstring of geoagent.runtime.redis_retry) instead of one reply timeout (the window here, 2 s)
 PROBE_BOUND_S = 1.5
+#: a call within this time of a failed probe fails at once, as the probe did (s17); imported from the module
+from geoagent.runtime.redis_retry import PROBE_MEMORY_S  # noqa: E402 - next to the bounds it explains
+#: "at once": a call failed from a remembered probe makes no network round trip at all
+RECALL_BOUND_S = 0.3
+
+
+def test_calls_right_after_a_failed_probe_fail_at_once_and_a_later_one_probes_again(proxied):
+    """(s17) Each call of a lost server probed it (1 s against a hung one), so a run's shutdown paid 1 s per step.
+    Now a probe's failure answers for PROBE_MEMORY_S: calls within it fail at once with a fresh error of its type;
+    the first call after it probes again, and a server back by then answers it."""
+    import redis
+
+    from geoagent.runtime.redis_retry import server_key, server_lost
+    from geoagent.runtime.redis_state import redis_client
+
+    url, proxy = proxied
+    purl = proxy.url_for(url)
+    client = redis_client(purl)
+    try:
+        client.set("x", "1")
+        proxy.hang_all()
+        first = _timed(lambda: client.get("x"), WINDOW + 10)
+        assert first and "error" in first and server_lost(server_key(purl)), first
+        probed = _timed(lambda: client.get("x"), WINDOW + 10)  # the first probe: about 1 s
+        assert isinstance(probed.get("error"), (redis.TimeoutError, redis.ConnectionError)), probed
+        recalled = [_timed(lambda: client.get("x"), WINDOW + 10) for _ in range(3)]
+        for got in recalled:  # before: about 1 s each (a probe each)
+            assert type(got.get("error")) is type(probed["error"]), got
+            assert got["error"] is not probed["error"] and got["s"] <= RECALL_BOUND_S, got
+        time.sleep(PROBE_MEMORY_S)
+        again = _timed(lambda: client.get("x"), WINDOW + 10)  # probes again: still hung
+        assert isinstance(again.get("error"), (redis.TimeoutError, redis.ConnectionError)), again
+        assert again["s"] > RECALL_BOUND_S, again
+        proxy.restore()
+        time.sleep(PROBE_MEMORY_S)
+        back = _timed(lambda: client.get("x"), WINDOW + 10)
+        assert back.get("v") == b"1" and not server_lost(server_key(purl)), back
+    finally:
+        client.close()
 
 
 def test_a_lost_hung_server_fails_later_ledger_calls_after_a_short_probe(proxied):
@@ -213,6 +252,7 @@ def test_a_lost_hung_server_fails_later_ledger_calls_after_a_short_probe(proxied
             assert later["s"] <= PROBE_BOUND_S, later  # before: 2 s (one reply timeout)
         assert server_lost(server_key(purl))
         proxy.restore()
+        time.sleep(PROBE_MEMORY_S)  # (s17) a failed probe answers for the server this long: then it is probed again
         back = _timed(lambda: client.get("x"), WINDOW + 10)
         assert back.get("v") == b"1", back
         assert not server_lost(server_key(purl))
@@ -250,6 +290,7 @@ def test_a_lost_hung_server_fails_later_queue_calls_after_a_short_probe(proxied,
                 except (redis.RedisError, asyncio.TimeoutError) as exc:
                     got["later"].append((exc, time.monotonic() - t0))
             proxy.restore()
+            await asyncio.sleep(PROBE_MEMORY_S)  # (s17) the last failed probe's memory runs out first
             got["back"] = await asyncio.wait_for(q.counts(), WINDOW + 10)
             got["lost_after"] = server_lost(server_key(purl))
         finally:
@@ -294,11 +335,11 @@ def test_the_probe_counts_any_reply_as_an_answer_and_keeps_its_short_timeout(pro
         assert isinstance(got.get("v"), (redis.TimeoutError, redis.ConnectionError)), got
         assert got["s"] <= PROBE_BOUND_S, got
 
-#: a run's shutdown after the server is lost: each of its Redis calls (handing leases back, the campaign's close,
-#: the host-share board's last tick and leave, the ledger's retire, ...) waits for the probe (1 s) before it fails,
-#: since a hung server sends no error; 9.7-11.5 s measured with a 2 s window, so 20 s bounds it on a loaded machine
-#: (before the probe: 16-18 s, each call waiting one reply timeout; before s15: 278 s).
-RUN_EXIT_BOUND_S = 20.0
+#: a run's shutdown after the server is lost: its Redis calls (handing leases back, the campaign's close, the
+#: host-share board's last tick and leave, the ledger's retire, ...) fail at once while a failed probe (1 s) answers
+#: for the server; 3.7 s measured with a 2 s window (s17), so 12 s bounds it on a loaded machine (a probe per step:
+#: 9.7-11.5 s; before the probe: 16-18 s, each call waiting one reply timeout; before s15: 278 s).
+RUN_EXIT_BOUND_S = 12.0
 
 
 def test_a_run_whose_server_hangs_ends_within_a_bounded_time(tmp_path):

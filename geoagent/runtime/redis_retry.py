@@ -28,13 +28,17 @@ campaign on every machine waits for the server for the same time.
   :data:`PROBE_TIMEOUT_S` = 1 s (at most the window) for its connect and for its reply. No answer: the call raises
   the probe's error (``TimeoutError`` / ``ConnectionError``, as its own try would) at once; any answer (an
   authentication error or ``-LOADING`` too): the server is no longer lost (as after a success) and the call retries
-  as usual. So a run whose server goes away ends about one window after the server's first failure plus about 1 s
-  per step of its shutdown (handing leases back, closing the campaign, leaving the host-share board, ...), not one
-  window or one reply timeout per step, while an outage shorter than the window is still ridden out by every call
-  and a server back after a longer one answers the next call. Measured through a TCP proxy that accepts and never
-  answers, window 2 s (``tests/test_redis_hung_server.py``): each call after the first 1.0 s (before the probe
-  2.0 s, the reply timeout; 30 s with the default window), a whole run 9.7-11.5 s from the hang to exit 3 (before
-  16-18 s). Retrying is
+  as usual. A probe that timed out answers for the server for :data:`PROBE_MEMORY_S` = 1 s: a call of the process
+  within that time fails at once with a fresh error of the probe's type, without probing (session 17: the steps of
+  a shutdown, one after another, each paid a probe's 1 s; a refused connection, which fails in milliseconds, is not
+  remembered). So a run whose server goes away ends about one
+  window after the server's first failure plus about 1 s for its whole shutdown (handing leases back, closing the
+  campaign, leaving the host-share board, ...), not one window or one reply timeout per step, while an outage
+  shorter than the window is still ridden out by every call and a server back after a longer one answers the first
+  call after the memory of the last failed probe. Measured through a TCP proxy that accepts and never answers,
+  window 2 s (``tests/test_redis_hung_server.py``): the first call after the loss 1.0 s (before the probe 2.0 s,
+  the reply timeout; 30 s with the default window), calls within 1 s of it at once, a whole run 3.7 s from the hang
+  to exit 3 (a probe per step: 9.7-11.5 s; before the probe 16-18 s). Retrying is
   safe: every call whose repetition would change its outcome carries a call token and answers a retry from its
   reply record (:mod:`geoagent.runtime.redis_queue`, "Retries after a lost reply"), and the others are idempotent.
 * **Timeouts** (:data:`SOCKET_TIMEOUT_S` = 30 s per reply, :data:`SOCKET_CONNECT_TIMEOUT_S` = 10 s per connect,
@@ -91,6 +95,11 @@ SOCKET_TIMEOUT_S = 30.0
 SOCKET_CONNECT_TIMEOUT_S = 10.0
 #: longest wait (s) of the probe of a lost server for its connect and for its reply, each at most the retry window
 PROBE_TIMEOUT_S = 1.0
+#: how long (s) a probe's timeout answers for the server: a call of this process within that time of the last probe
+#: that timed out fails at once with its error instead of probing again (a shutdown's steps, one after another, cost
+#: one probe, not one each); a server back within it is seen by the first probe after it. A refused connection is
+#: not remembered (it fails in milliseconds: the next call probes again)
+PROBE_MEMORY_S = 1.0
 #: lifetime (s) of a reply record of a retried call (queue and ledger/store): longer than :func:`retry_span_s`
 REPLY_TTL_S = 300.0
 
@@ -173,6 +182,22 @@ class _Outage:
         self.since: float | None = None
         self.last_ok = -float("inf")
         self.lost = False
+        #: (monotonic s, error) of the last probe that got no answer while the server is lost (None: none)
+        self.probe_failed: tuple[float, BaseException] | None = None
+
+    def recent_probe_error(self, now: float | None = None) -> BaseException | None:
+        """The error of a probe that got no answer less than :data:`PROBE_MEMORY_S` s before ``now`` (monotonic s,
+        default the current time), while the server is still lost; else None (probe again)."""
+        now = time.monotonic() if now is None else now
+        with self.lock:
+            if self.lost and self.probe_failed is not None and now - self.probe_failed[0] < PROBE_MEMORY_S:
+                return self.probe_failed[1]
+            return None
+
+    def probe_got_no_answer(self, error: BaseException) -> None:
+        """Remember a probe's ``error`` (no answer) for :data:`PROBE_MEMORY_S` s."""
+        with self.lock:
+            self.probe_failed = (time.monotonic(), error)
 
     def failed(self, now: float, window_s: float, call_since: float) -> bool:
         """Record a failure at ``now`` (monotonic s) of a call whose first unanswered try started at
@@ -193,6 +218,7 @@ class _Outage:
             self.since = None
             self.last_ok = time.monotonic() if now is None else now
             self.lost = False
+            self.probe_failed = None
 
 
 _OUTAGES: dict[str, _Outage] = {}
@@ -323,11 +349,30 @@ async def _probe_async(url: str, options: dict[str, Any] | None, window_s: float
 
 
 def _after_probe(error: BaseException | None, outage: _Outage) -> None:
-    """Raise the probe's ``error`` (the server still does not answer), else record the answer: the server is no
-    longer lost and the call retries as usual."""
+    """Raise the probe's ``error`` (the server still does not answer; remembered for :data:`PROBE_MEMORY_S` s), else
+    record the answer: the server is no longer lost and the call retries as usual."""
     if error is not None:
+        if _timed_out(error):  # a refused connection fails in milliseconds: probing again costs nothing
+            outage.probe_got_no_answer(error)
         raise error
     outage.succeeded()
+
+
+def _timed_out(error: BaseException) -> bool:
+    """Whether a probe's ``error`` is a timeout (it waited for a connect or a reply that never came: a hung server),
+    the only failure worth remembering (:data:`PROBE_MEMORY_S`)."""
+    import redis
+
+    return isinstance(error, (redis.TimeoutError, TimeoutError))
+
+
+def _recalled(error: BaseException) -> BaseException:
+    """A fresh exception of the type and arguments of a remembered probe's ``error`` (raising one object from many
+    calls would chain their tracebacks onto it); the object itself if it cannot be rebuilt that way."""
+    try:
+        return type(error)(*error.args)
+    except Exception:  # noqa: BLE001 - an exception class with another constructor
+        return error
 
 
 def window_retry(*, asynchronous: bool, window_s: float | None = None, server: str = "", url: str | None = None,
@@ -341,7 +386,9 @@ def window_retry(*, asynchronous: bool, window_s: float | None = None, server: s
     succeeds, or until a probe answers: while the server is lost, each call (its outermost try, not each retry)
     first sends one ``PING`` without retries on a fresh client of ``url`` and ``options`` (the client's own: TLS,
     AUTH and database as its), waiting min(:data:`PROBE_TIMEOUT_S`, window) s for the connect and for the reply. No
-    answer: the call raises the probe's error at once (a hung server costs the probe's timeout, not a reply timeout);
+    answer: the call raises the probe's error at once (a hung server costs the probe's timeout, not a reply timeout),
+    and, when the probe timed out, so does every call within :data:`PROBE_MEMORY_S` s after, without a probe of its
+    own;
     any answer (an authentication error too): the server is no longer lost, and the call retries as usual. Without
     ``url`` there is no probe (the call fails at its first error).
 
@@ -371,6 +418,9 @@ def window_retry(*, asynchronous: bool, window_s: float | None = None, server: s
 
                 try:
                     if token is not None and url and outage.lost and not _NO_RETRY.get():
+                        recent = outage.recent_probe_error()  # a probe just got no answer: fail as it did
+                        if recent is not None:
+                            raise _recalled(recent)
                         _after_probe(await _probe_async(url, options, window), outage)  # lost: one probe first
                     result = await super().call_with_retry(do, failed, *args, **kwargs)
                     if token is not None and _is_reply(do):
@@ -397,6 +447,9 @@ def window_retry(*, asynchronous: bool, window_s: float | None = None, server: s
 
             try:
                 if token is not None and url and outage.lost and not _NO_RETRY.get():
+                    recent = outage.recent_probe_error()  # a probe just got no answer: fail as it did
+                    if recent is not None:
+                        raise _recalled(recent)
                     _after_probe(_probe_sync(url, options, window), outage)  # lost: one probe first
                 result = super().call_with_retry(do, failed, *args, **kwargs)
                 if token is not None and _is_reply(do):
