@@ -278,6 +278,20 @@ def expand_home(v: str | None) -> str | None:
     return os.path.expanduser(v) if v else v
 
 
+def _unexpanded_hint(path: str) -> str:
+    """For a config file not found: why, when its name holds what a shell expands but did not (a quoted ``~/x.toml``
+    or ``'$HOME/x.toml'``: the shell leaves ``~`` and ``$NAME`` as written inside quotes, and geoagent takes the
+    name as written); ``""`` otherwise."""
+    if path.startswith("~"):
+        return (f" (a leading ~ is the home folder only where the shell expands it, not inside quotes: "
+                f"write {os.path.expanduser(path)!r} or leave the ~ unquoted)")
+    m = _ENV_VAR_IN_PATH.search(path)
+    if m:
+        return (f" ({m.group(0)} is an environment variable the shell did not expand (single quotes?); "
+                "geoagent takes the name as written)")
+    return ""
+
+
 #: ``$NAME`` or ``${NAME}`` in a config path (:func:`expand_home` refuses it)
 _ENV_VAR_IN_PATH = re.compile(r"\$(?:\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
 
@@ -1793,7 +1807,7 @@ def load_config(path: str | os.PathLike[str]) -> CampaignConfig:
     if not p.exists():
         shipped = packaged_config_path(str(path))
         if shipped is None:
-            raise ConfigError(str(path), ["file not found"])
+            raise ConfigError(str(path), ["file not found" + _unexpanded_hint(str(path))])
         p = shipped
     label = p.name if p.is_relative_to(Path(__file__).parent) else str(p)
     try:
