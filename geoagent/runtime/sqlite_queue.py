@@ -552,7 +552,9 @@ class SQLiteQueue(WorkQueue):
         """``op.tx(conn, now)`` inside the open transaction, ``now`` the queue clock (module docstring, "Time"):
         ``max(wall clock, the file's mark)``. A write that changed rows at a ``now`` past the mark moves the mark
         to it in the same transaction (one more statement on the ``counts`` page the write changes anyway);
-        a read, or a write that changed nothing (a lease poll of an empty queue), leaves it."""
+        a read, or a write that changed nothing (a lease poll of an empty queue), leaves it. The first write after a
+        backward step of more than :data:`REBASE_AFTER_S` shifts the stored ready and dead times ahead of the wall
+        clock back by the step, sets the mark to the wall clock and runs at it."""
         wall = self._clock()
         if not self._has_mark:  # a file of version 1 or 2 opened with migrate=False: the wall clock, as they had
             return op.tx(conn, wall)
@@ -561,9 +563,9 @@ class SQLiteQueue(WorkQueue):
             step = float(row[0]) - wall
             if not (op.write and step > REBASE_AFTER_S):
                 return op.tx(conn, float(row[0]))  # held at the mark: a short step back (or the clock has not moved)
-            # a long step back (an hour, a day: a clock that was set ahead and corrected): take it out of every
-            # stored time, so that backoffs and lease deadlines keep the real time they had left, and run on the
-            # wall clock from here on
+            # a long step back (an hour, a day: a clock that was set ahead and corrected): take it out of the ready
+            # and dead times ahead of the wall clock, so that backoffs keep the real time they had left (lease
+            # deadlines are left to their holders' renewals), and run on the wall clock from here on
             conn.execute(_REBASE_SQL, (step, wall))
             conn.execute(_MOVE_MARK_SQL, (wall,))
             return op.tx(conn, wall)
