@@ -778,7 +778,7 @@ def psychometric_figure(scores: Mapping[str, ModelScores], note: str | None = No
     # the Agg canvas is used when saving
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6.4, 4.8), dpi=110)
+    fig = Figure(figsize=(8.4, 4.8), dpi=110)  # wider than matplotlib's 6.4 in: the legend sits right of the axes
     ax = fig.subplots()
     edges = []
     any_small = False
@@ -822,7 +822,8 @@ def psychometric_figure(scores: Mapping[str, ModelScores], note: str | None = No
     ax.set_xlabel("decoy band (km)")
     ax.set_ylabel("sensitivity d'")
     ax.set_title("GeoVerify: discrimination vs decoy distance")
-    ax.legend(fontsize=7, loc="best")
+    # outside the axes, right of them: inside ("best") it hid points and error bars of the replay (session 17 review)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     boot = next((x for x in scores.values() if x.n_boot), None)
     caption = [note] if note else []
     if boot is not None:
@@ -834,8 +835,14 @@ def psychometric_figure(scores: Mapping[str, ModelScores], note: str | None = No
     if any_small:
         caption.append(f"Hollow {SMALL_N_MARK}: d' rests on fewer than {SMALL_N_TRIALS} trials (signal or the band's "
                        "decoys); see the table's Small n lines.")
-    fig.text(0.01, 0.01, "\n".join(caption), fontsize=6.5, ha="left", va="bottom", wrap=True)
-    fig.tight_layout(rect=(0, 0.12 if note else 0.07, 1, 1))
+    cap = fig.text(0.01, 0.01, "\n".join(caption), fontsize=6.5, ha="left", va="bottom", wrap=True)
+    # the axes (with their x label) start above the caption as drawn, wrapped lines included: a fixed share of
+    # the height let a long caption (a replay's) run across "decoy band (km)" (session 17 review)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    top = cap.get_window_extent(renderer).y1 / fig.bbox.height
+    fig.tight_layout(rect=(0, min(0.5, top + 0.01), 1, 1))
     return fig
 
 

@@ -1,0 +1,148 @@
+"""Session 17 review of the GeoVerify and GeoHint reports as a paper's reviewer reads them.
+
+GeoVerify's ``geoverify_dprime.png`` (the paper's Fig. 4) of the replayed release sample
+(``geoagent/configs/geocontext_replay.toml``), before the fix:
+
+- the caption under the axes (the replay line, the error-bar and † lines) ran across the x-axis label
+  "decoy band (km)": the caption's top at y = 92 px, the label's bottom at y = 80 px (110 dpi);
+- the legend (``loc="best"``) sat inside the axes over the data: claude-haiku-4-5's point at 1.5–3 km
+  (d' -0.06) and the lower halves of several error bars were hidden under it; in the demo run
+  (``run.py demo``) demo-large's error bar at 0.3–0.7 km ran under it.
+
+Checked without pixels, as tests/test_report_figure_layout.py does: matplotlib measures each drawn artist's
+window extent. The scores are built from the replay's own counts (trials answered yes / parsed trials per
+model and band, geoverify_table.csv of the replay), spread over 9 sites (signal trials over 4); d' per band is then the replay's
+(1.09, 0.71, 0.74, 0.71, 1.24 for qwen3-vl-8b, ...), since d' does not depend on the sites.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+from matplotlib.container import ErrorbarContainer
+
+from geoagent.report.geoverify import psychometric_figure
+from geoagent.scoring.sdt import score
+
+BANDS = ("0.15-0.3km", "0.3-0.7km", "0.7-1.5km", "1.5-3.0km", "3.0-6.0km")
+
+# (trials answered yes, parsed trials): signal, then each decoy band nearest first; the replay of the release's
+# verify_raw_sample.jsonl (docs/geocontext-release.md, "Replaying GeoVerify from the release")
+REPLAY_COUNTS = {
+    "qwen3-vl-8b": [(1, 5), (0, 12), (1, 17), (1, 18), (1, 17), (0, 17)],
+    "gemini-flash": [(3, 5), (10, 12), (8, 16), (3, 18), (2, 16), (2, 15)],
+    "qwen3-vl-235b": [(2, 4), (7, 12), (8, 16), (3, 17), (4, 17), (3, 16)],
+    "claude-haiku-4-5": [(3, 5), (8, 12), (9, 16), (9, 18), (11, 18), (8, 17)],
+}
+
+REPLAY_NOTE = ("Replay of recorded responses: release-replay from /work/shared/reference/geocontext/"
+               "verify_raw_sample.jsonl (336 recorded responses). Every figure here is computed from these replayed "
+               "responses only, a sample of the release, so none is the paper's (its tables, e.g. GeoVerify's "
+               "Table 12, rest on the full data); no model was called.")
+
+
+def _cells(counts: dict[str, list[tuple[int, int]]], n_sites: int = 9, n_signal_sites: int = 4) -> pl.DataFrame:
+    """Cell table (model, site, arm, band, truth, n_yes, n_no, n_fail) with each model's decoy trials of a band
+    dealt round-robin over ``n_sites`` sites and its signal trials over ``n_signal_sites`` of them, the yes
+    answers first. As in the replay (signal trials of 3-4 sites per model), no per-model d' then has an
+    interval: only the pooled line has error bars."""
+    acc: dict[tuple, list[int]] = {}
+    for model, per_band in counts.items():
+        for (k, n), band in zip(per_band, ("signal",) + BANDS):
+            truth = "yes" if band == "signal" else "no"
+            sites = n_signal_sites if band == "signal" else n_sites
+            for i in range(n):
+                cell = acc.setdefault((model, f"s{i % sites}", "main", band, truth), [0, 0])
+                cell[0 if i < k else 1] += 1
+    rows = [(*key, y, no, 0) for key, (y, no) in acc.items()]
+    return pl.DataFrame(rows, schema=["model", "site", "arm", "band", "truth", "n_yes", "n_no", "n_fail"],
+                        orient="row")
+
+
+def _replay_scores():
+    return score(_cells(REPLAY_COUNTS), n_boot=200, seed=0)
+
+
+def _drawn(fig):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return canvas.get_renderer()
+
+
+def test_replay_counts_give_the_replay_dprimes():
+    """The fixture is the replay: d' per band as the replay's geoverify_table.md prints them (2 decimals)."""
+    sc = _replay_scores()
+    assert [round(b.d_prime, 2) for b in sc["qwen3-vl-8b"].bands] == [1.09, 0.71, 0.74, 0.71, 1.24]
+    assert [round(b.d_prime, 2) for b in sc["pooled"].bands] == [-0.11, 0.19, 0.68, 0.56, 0.76]
+
+
+@pytest.mark.parametrize("note", [None, REPLAY_NOTE])
+def test_dprime_caption_runs_across_no_axis_text(note):
+    """The caption under the axes overlaps neither the x-axis label nor a tick label (before: with the replay
+    line it covered "decoy band (km)")."""
+    fig = psychometric_figure(_replay_scores(), note=note)
+    r = _drawn(fig)
+    ax = fig.axes[0]
+    axis_texts = [ax.xaxis.label, *[t for t in ax.get_xticklabels() if t.get_text()]]
+    clashes = []
+    for cap in fig.texts:
+        c = cap.get_window_extent(r)
+        for t in axis_texts:
+            e = t.get_window_extent(r)
+            if c.overlaps(e):
+                clashes.append(f"caption {c} over {t.get_text()!r} {e}")
+    assert clashes == []
+
+
+def _data_points_px(ax, step_px: float = 2.0) -> list[tuple[float, float, str]]:
+    """Display coordinates of every plotted point and of points every ``step_px`` along each error bar and each
+    line between points, with the line's label."""
+    def along(seg, what):
+        if len(seg) < 2:  # a line without intervals has empty error-bar segments
+            return []
+        (x0, y0), (x1, y1) = ax.transData.transform(seg)
+        n = max(1, int(max(abs(x1 - x0), abs(y1 - y0)) / step_px))
+        return [(x0 + (x1 - x0) * i / n, y0 + (y1 - y0) * i / n, what) for i in range(n + 1)]
+
+    pts = []
+    for cont in ax.containers:
+        if not isinstance(cont, ErrorbarContainer):
+            continue
+        label = cont.get_label()
+        line = cont.lines[0]
+        xy = list(zip(line.get_xdata(), line.get_ydata()))
+        pts += [(float(x), float(y), f"{label}: point") for x, y in ax.transData.transform(xy)]
+        for a, b in zip(xy, xy[1:]):
+            pts += along((a, b), f"{label}: line")
+        for coll in cont.lines[2]:
+            for seg in coll.get_segments():
+                pts += along(seg, f"{label}: error bar")
+    return pts
+
+
+@pytest.mark.parametrize("note", [None, REPLAY_NOTE])
+def test_dprime_legend_covers_no_point_or_error_bar(note):
+    """No d' point, line or error bar runs under the legend (before: claude-haiku-4-5's 1.5–3 km point and
+    the lower parts of several bars did)."""
+    fig = psychometric_figure(_replay_scores(), note=note)
+    r = _drawn(fig)
+    ax = fig.axes[0]
+    leg = ax.get_legend().get_window_extent(r)
+    covered = sorted({what for x, y, what in _data_points_px(ax) if leg.contains(x, y)})
+    assert covered == []
+
+
+def test_dprime_every_text_fits_inside_the_figure():
+    fig = psychometric_figure(_replay_scores(), note=REPLAY_NOTE)
+    r = _drawn(fig)
+    box = fig.bbox
+    out = []
+    for t in fig.findobj(lambda a: hasattr(a, "get_window_extent") and hasattr(a, "get_text")):
+        if not t.get_visible() or not t.get_text().strip():
+            continue
+        e = t.get_window_extent(r)
+        if e.x0 < box.x0 - 1 or e.x1 > box.x1 + 1 or e.y0 < box.y0 - 1 or e.y1 > box.y1 + 1:
+            out.append(f"{t.get_text()[:40]!r}: {e}")
+    assert out == []
