@@ -146,3 +146,47 @@ def test_dprime_every_text_fits_inside_the_figure():
         if e.x0 < box.x0 - 1 or e.x1 > box.x1 + 1 or e.y0 < box.y0 - 1 or e.y1 > box.y1 + 1:
             out.append(f"{t.get_text()[:40]!r}: {e}")
     assert out == []
+
+
+# --- GeoHint figures ------------------------------------------------------------------------------------------------
+# Before (the release's judged sample, `python -m geoagent.geohint.judged RELEASE_DIR OUT`, condition v1):
+# - fig_hit_by_band.png, empty for want of no-context answers, sent the reader to "Table 5's 'all sites' rows" for
+#   "the hit rate by band without the split"; Table 5 holds distances (n, d_ref, err, median ratio), no hit rate:
+#   the hit rate by band over all sites is in Table 1's band columns (per model);
+# - fig_echo_heatmap.png left the cell without answers (tier low, 0.5–1.5 km; Table 4's "—") blank: its "—" was
+#   drawn white on the masked cell's white; and its colour bar had no label (what the colours measure, in %).
+
+
+def _geohint_agg(drop=lambda r: False):
+    from _geohint_synth import synth_results
+    from geoagent.geohint.aggregate import GeoHintAggregator
+
+    agg = GeoHintAggregator()
+    agg.add_many([r for r in synth_results(seed=4, n_sites=6, models=("m-a", "m-b")) if not drop(r)])
+    return agg
+
+
+def test_empty_fig2_points_to_the_table_with_hit_rate_by_band():
+    from geoagent.report import geohint as GH
+
+    agg = _geohint_agg(lambda r: r.condition == "baseline")
+    note = GH.empty_figure_note(agg, "baseline")
+    assert note, "no regime, so Fig. 2 is empty and says so"
+    assert "Table 5" not in note  # distances, not hit rates
+    assert "Table 1" in note and "hit rate by band" in note
+
+
+def test_echo_heatmap_marks_an_empty_cell_visibly_and_labels_its_colour_bar():
+    from matplotlib.colors import to_rgb
+
+    from geoagent.report import geohint as GH
+
+    agg = _geohint_agg(lambda r: r.tier == "low" and r.band == "0.5-1.5km")
+    fig = GH.echo_heatmap_figure(agg, "forced")
+    ax = fig.axes[0]
+    empty = [t for t in ax.texts if t.get_text().startswith(GH.DASH)]
+    assert len(empty) == 1, [t.get_text() for t in ax.texts]
+    assert to_rgb(empty[0].get_color()) != (1.0, 1.0, 1.0)  # a masked cell is drawn in the figure's white
+    assert "n=0" in empty[0].get_text()
+    cbar_axes = [a for a in fig.axes if a is not ax]
+    assert cbar_axes and "echo rate (%)" in cbar_axes[0].get_ylabel()

@@ -1833,9 +1833,10 @@ def echo_heatmap_figure(agg: GeoHintAggregator, condition: str = "forced", *, no
     for i in range(len(TIERS_ORDER)):
         for j in range(len(BANDS)):
             v = grid[i, j]
-            colour = "k" if np.isfinite(v) and v > 0.6 * vmax else "w"
+            # a cell without answers is masked, so drawn in the axes' white: its dash in black (white, it vanished)
+            colour = "k" if not np.isfinite(v) or v > 0.6 * vmax else "w"
             n = agg.select(condition=condition, tier=TIERS_ORDER[i], band=BANDS[j]).echo_n
-            ax.text(j, i, DASH if np.isnan(v) else f"{v:.1f}\nn={n}", ha="center", va="center", color=colour,
+            ax.text(j, i, f"{DASH if np.isnan(v) else f'{v:.1f}'}\nn={n}", ha="center", va="center", color=colour,
                     fontsize=8)
     ax.set_xticks(range(len(BANDS)), [band_title(b) for b in BANDS])
     ax.set_yticks(range(len(TIERS_ORDER)), TIERS_ORDER)
@@ -1843,7 +1844,7 @@ def echo_heatmap_figure(agg: GeoHintAggregator, condition: str = "forced", *, no
     ax.set_ylabel("referenceability tier")
     _fit_title(ax, [f"Echo rate (%), {condition}, echo rule: {agg.echo_rule}",
                     f"{models_pooled_text(agg.models)}; n = answers with an echo verdict"], width_chars=70)
-    fig.colorbar(im, ax=ax)
+    fig.colorbar(im, ax=ax, label="echo rate (%)")
     _figure_note(fig, note)
     return fig
 
@@ -2104,8 +2105,8 @@ def empty_figure_note(agg: GeoHintAggregator, baseline: str) -> str:
     if agg.regimes(condition=baseline):
         return ""
     return (f"No regime line: these data hold no no-context answers that geocoded (condition {baseline!r}), so no "
-            "site is legible or illegible and the plot is empty (its legend says 0 sites); Table 5's 'all sites' "
-            "rows give the hit rate by band without the split.")
+            "site is legible or illegible and the plot is empty (its legend says 0 sites); Table 1's band columns "
+            "give each model's hit rate by band without the split.")
 
 
 def withheld_tables(agg: GeoHintAggregator, tables: Sequence[Table], condition: str, baseline: str) -> str:
