@@ -190,3 +190,23 @@ def test_echo_heatmap_marks_an_empty_cell_visibly_and_labels_its_colour_bar():
     assert "n=0" in empty[0].get_text()
     cbar_axes = [a for a in fig.axes if a is not ax]
     assert cbar_axes and "echo rate (%)" in cbar_axes[0].get_ylabel()
+
+
+# --- GeoHint raw route (python -m geoagent.geohint.raw_import RELEASE_DIR OUT) --------------------------------------
+# Before: report.md and the terminal said under the cut-off table "cut off: defined under Terms (said once per
+# report)." while neither had a Terms section (only the campaign report and `judged` print one).
+
+
+def test_raw_route_defines_cut_off_where_it_says_it_does(release_dir, tmp_path, capsys):
+    from geoagent.geohint.raw_import import main
+    from geoagent.scoring.truncation import LEGEND_LINE
+
+    if not (release_dir / "forced_chain_raw_sample.jsonl").is_file():
+        pytest.skip(f"forced_chain_raw_sample.jsonl not in {release_dir}")
+    out = tmp_path / "out"
+    assert main([str(release_dir), str(out)]) == 0
+    md = (out / "report.md").read_text(encoding="utf-8")
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "defined under Terms" in md
+    assert "\nTerms:\n" in md and f"- {LEGEND_LINE}" in md
+    assert "Terms:" in printed and " ".join(LEGEND_LINE.split()) in printed

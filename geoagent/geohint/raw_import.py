@@ -285,7 +285,10 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as exc:  # a bad input is one line naming the file, not a traceback
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from geoagent.geohint.raw_report import terms_lines
+
     print_report(tables, legend=False)
+    print("\n".join(terms_lines()))  # the cut-off table's note points here
     print(WITHHELD)
     print_import_notes(report)
     return 0

@@ -17,6 +17,7 @@ from geoagent.data.importer import ImportReport
 from geoagent.geohint.aggregate import GeoHintAggregator
 from geoagent.geohint.raw_import import NOT_GEOCODED, WITHHELD
 from geoagent.geohint.result import GeoHintResult
+from geoagent.scoring.truncation import LEGEND_LINE as TRUNCATION_LEGEND
 from geoagent.textfmt import count_text
 from geoagent.report.geohint import Table, _atomic_write, table11, table_cutoff
 
@@ -53,6 +54,13 @@ def table_parse(rows: Sequence[GeoHintResult]) -> Table:
     )
 
 
+def terms_lines(bullet: str = "  ") -> list[str]:
+    """The ``Terms:`` section of this route's report: the cut-off table's note says "cut off: defined under
+    Terms", and the route prints no other term (the GeoHint legend's hit, echo and regime lines are about the
+    withheld tables). ``bullet`` starts each term's line ("- " in Markdown, indented in the terminal)."""
+    return ["Terms:", *([""] if bullet.startswith("-") else []), f"{bullet}{TRUNCATION_LEGEND}"]
+
+
 def write(agg: GeoHintAggregator, rows: Sequence[GeoHintResult], report: ImportReport, out_dir: str | Path) -> list[Table]:
     """Write ``report.md``, ``table11.csv``, ``parse.csv`` and ``cutoff.csv`` under ``out_dir`` (atomically, as
     :func:`geoagent.report.geohint.write_report`); return the tables (Table 11, parse, cutoff). ``report``: the
@@ -69,6 +77,7 @@ def write(agg: GeoHintAggregator, rows: Sequence[GeoHintResult], report: ImportR
     for t in tables:
         md.append(t.to_markdown())
         _atomic_write(out / f"{t.name}.csv", t.to_csv())
+    md += terms_lines("- ") + [""]
     if report.issues:
         md += ["## Import notes", "", *[f"- {i}" for i in report.issues[:200]]]
         if len(report.issues) > 200:
