@@ -210,3 +210,45 @@ def test_raw_route_defines_cut_off_where_it_says_it_does(release_dir, tmp_path, 
     assert "defined under Terms" in md
     assert "\nTerms:\n" in md and f"- {LEGEND_LINE}" in md
     assert "Terms:" in printed and " ".join(LEGEND_LINE.split()) in printed
+
+
+# --- terminal tables (geoverify_table.txt; the GeoHint routes' printed tables) ---------------------------------------
+# Before: rich centres a table's caption, so the notes under the table were wrapped to the table's width and each
+# line centred: in the demo's geoverify_table.txt the last line of the bootstrap note read
+# "        the pooled count k/n shown after it (binomial: ...)", and raw_import's cut-off note came out as
+# "cut off: defined under Terms (said once" / "             per report)." - ragged text a reader cannot paste.
+
+
+def _caption_lines(text: str) -> list[str]:
+    """The lines right under a rich table's bottom border up to the next blank-free block's end (its caption)."""
+    lines = text.splitlines()
+    last = max(i for i, line in enumerate(lines) if line.startswith("└"))
+    out = []
+    for line in lines[last + 1:]:
+        if not line.strip() or line.startswith(("†", "Small n", "Intervals", "No interval", "Terms:", "In ")):
+            break
+        out.append(line)
+    return out
+
+
+def test_geoverify_terminal_notes_are_left_aligned():
+    from geoagent.report.geoverify import render_terminal
+
+    caption = _caption_lines(render_terminal(_replay_scores()))
+    assert len(caption) > 1, caption  # wrapped to the table's width
+    assert [line for line in caption if line.startswith(" ")] == []
+
+
+def test_geohint_terminal_notes_are_left_aligned():
+    import io
+
+    from rich.console import Console
+
+    from geoagent.report import geohint as GH
+
+    t = GH.table_cutoff(_geohint_agg())
+    console = Console(file=io.StringIO(), width=60, force_terminal=False, color_system=None)
+    console.print(t.to_rich())
+    caption = _caption_lines(console.file.getvalue())
+    assert len(caption) > 1, caption
+    assert [line for line in caption if line.startswith(" ")] == []

@@ -332,7 +332,8 @@ class Table:
         from rich.table import Table as RichTable
 
         # notes are plain text: "[geohint] p_reference" must not be read as rich markup (and vanish)
-        t = RichTable(title=self.title, caption=escape("\n".join(self.notes_lines())) or None)
+        # notes left-aligned: rich centres a caption by default, each wrapped line on its own (ragged; review s17)
+        t = RichTable(title=self.title, caption=escape("\n".join(self.notes_lines())) or None, caption_justify="left")
         for c, f in zip(self.display_columns(), self.formats):
             t.add_column(c, justify="left" if f == "text" else "right")
         for row in self.display_rows():

@@ -731,7 +731,9 @@ def render_terminal(scores: Mapping[str, ModelScores], *, width: int | None = No
     if not scores:
         return "no scored GeoVerify responses yet\n"
     cols = _columns(scores)
-    table = Table(title="GeoVerify (layout of GeoContext, Zhang and Wang 2026, Table 12)", show_lines=False)
+    # notes left-aligned: rich centres a caption by default, each wrapped line on its own (ragged text; review s17)
+    table = Table(title="GeoVerify (layout of GeoContext, Zhang and Wang 2026, Table 12)", show_lines=False,
+                  caption_justify="left")
     table.add_column("")
     for c in cols:
         table.add_column(c, justify="right")
