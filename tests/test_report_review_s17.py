@@ -252,3 +252,12 @@ def test_geohint_terminal_notes_are_left_aligned():
     caption = _caption_lines(console.file.getvalue())
     assert len(caption) > 1, caption
     assert [line for line in caption if line.startswith(" ")] == []
+
+
+def test_dprime_band_ticks_read_as_the_table_bands():
+    """Fig. 4's band ticks name the bands as the table rows do, without the unit the axis label gives (before:
+    "1.5–3" and "3–6" under rows "1.5–3.0 km" and "3.0–6.0 km")."""
+    fig = psychometric_figure(_replay_scores())
+    ticks = [t.get_text() for t in fig.axes[0].get_xticklabels() if t.get_text()]
+    assert ticks == ["0.15–0.3", "0.3–0.7", "0.7–1.5", "1.5–3.0", "3.0–6.0"]
+    assert "(km)" in fig.axes[0].get_xlabel()

@@ -783,6 +783,7 @@ def psychometric_figure(scores: Mapping[str, ModelScores], note: str | None = No
     fig = Figure(figsize=(8.4, 4.8), dpi=110)  # wider than matplotlib's 6.4 in: the legend sits right of the axes
     ax = fig.subplots()
     edges = []
+    tick_text: dict[tuple[float, float], str] = {}  # (lo, hi) km -> the band as the table's rows name it, unit aside
     any_small = False
     cols = _columns(scores)
     for i, c in enumerate(cols):
@@ -793,6 +794,7 @@ def psychometric_figure(scores: Mapping[str, ModelScores], note: str | None = No
         for b in s.bands:
             lo, hi = (float(x) for x in b.band.removesuffix("km").split("-"))
             edges.append((lo, hi))
+            tick_text[(lo, hi)] = _band_title(b.band).removesuffix(" km")
             if not math.isnan(b.d_prime):
                 xs.append(math.sqrt(lo * hi) * dodge)
                 ys.append(b.d_prime)
@@ -819,7 +821,7 @@ def psychometric_figure(scores: Mapping[str, ModelScores], note: str | None = No
     from matplotlib.ticker import NullFormatter
 
     uniq = sorted(set(edges))
-    ax.set_xticks([math.sqrt(lo * hi) for lo, hi in uniq], [f"{lo:g}–{hi:g}" for lo, hi in uniq], fontsize=8)
+    ax.set_xticks([math.sqrt(lo * hi) for lo, hi in uniq], [tick_text[e] for e in uniq], fontsize=8)
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("decoy band (km)")
     ax.set_ylabel("sensitivity d'")
