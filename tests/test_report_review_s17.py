@@ -261,3 +261,13 @@ def test_dprime_band_ticks_read_as_the_table_bands():
     ticks = [t.get_text() for t in fig.axes[0].get_xticklabels() if t.get_text()]
     assert ticks == ["0.15–0.3", "0.3–0.7", "0.7–1.5", "1.5–3.0", "3.0–6.0"]
     assert "(km)" in fig.axes[0].get_xlabel()
+
+
+def test_table5_distance_columns_carry_their_unit():
+    """table5.csv, read alone, says its distances are km (before: columns "d_ref" and "err", the unit only in the
+    Markdown title; every rate column of the CSVs carries its unit, "(fraction)")."""
+    from geoagent.report import geohint as GH
+
+    t = GH.table5(_geohint_agg(), "forced", "baseline")
+    assert "d_ref (km)" in t.csv_columns() and "err (km)" in t.csv_columns()
+    assert "| d_ref (km) | err (km) |" in t.to_markdown()

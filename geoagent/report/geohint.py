@@ -881,7 +881,7 @@ def table5(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
     return Table(
         "table5",
         f"Table 5: distance to the reference point and to the answer (km, geometric means) and median ratio err/d_ref, finer than city only, condition {condition}",
-        ["Regime", "Band", "n", "d_ref", "err", "Median ratio"],
+        ["Regime", "Band", "n", "d_ref (km)", "err (km)", "Median ratio"],
         ["text", "text", "int", "f2", "f2", "f2"],
         rows,
         _join_notes(zero_err_note("finer-than-city answers", zeros), regime_note(agg, baseline),
