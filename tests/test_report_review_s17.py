@@ -271,3 +271,24 @@ def test_table5_distance_columns_carry_their_unit():
     t = GH.table5(_geohint_agg(), "forced", "baseline")
     assert "d_ref (km)" in t.csv_columns() and "err (km)" in t.csv_columns()
     assert "| d_ref (km) | err (km) |" in t.to_markdown()
+
+
+# --- GeoHint report: unparsed answers counted ------------------------------------------------------------------------
+# Before: report.md defined "unparsed" (a finished answer with no JSON answer: a response and a miss) but never said
+# how many there were; the count (Cell.n_parse_fail) reached no line or table, while GeoVerify counts its parse
+# failures per model and lists them. A reader could not tell how many misses were answers that named no place.
+
+
+def test_geohint_report_counts_unparsed_answers(tmp_path):
+    from geoagent.report import geohint as GH
+
+    agg = _geohint_agg()
+    t = agg.select()
+    assert t.n_parse_fail > 0  # the synthetic answers include some unparsed ones (parse_ok False)
+    GH.write_report(agg, tmp_path, n_flips=20, n_splits=3, seed=1, n_boot=0, figures=False)
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    line = next((x for x in md.splitlines() if x.startswith("Unparsed answers")), None)
+    assert line is not None, "no line counts the unparsed answers"
+    assert f"{t.n_parse_fail} of {t.n}" in line and "miss" in line
+    for m in agg.models:
+        assert f"{m} {agg.select(model=m).n_parse_fail}" in line

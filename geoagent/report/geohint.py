@@ -1902,6 +1902,17 @@ def unresolved_line(agg: GeoHintAggregator) -> str:
             + "; per model and condition in the table 'unresolved' (unresolved.csv).")
 
 
+def unparsed_line(agg: GeoHintAggregator) -> str:
+    """One sentence: how many scored answers (all conditions) were unparsed (no city, area or building read:
+    ``parse_ok`` False; each a response and a miss, Terms' 'unparsed'), per model; GeoVerify's table counts its
+    parse failures likewise. An answer cut off with nothing parsed is no answer and not among them (table 'cutoff')."""
+    t = agg.select()
+    per = ", ".join(f"{m} {agg.select(model=m).n_parse_fail}" for m in agg.models)
+    return (f"Unparsed answers (no city, area or building read; each counts as a response and a miss, see unparsed): "
+            f"{t.n_parse_fail} of {t.n}" + (f" ({100 * t.n_parse_fail / t.n:.1f} %)" if t.n else "")
+            + (f"; per model: {per}" if per else "") + ".")
+
+
 def _simulated_note(names: Sequence[str]) -> str:
     from geoagent.sandbox.launch import simulated_note
 
@@ -2020,6 +2031,8 @@ def write_report(
         "",
         *[x for w in truncation_warnings(agg) for x in (f"**{w}**", "")],
         unresolved_line(agg),
+        "",
+        unparsed_line(agg),
         "",
         *[x for w in unresolved_warnings(agg) for x in (f"**{w}**", "")],
         *[x for w in [geocoder_failure_warning(sum(m.get("edge") == C.EDGE_ANSWERS for m in missing or []),
