@@ -292,3 +292,15 @@ def test_geohint_report_counts_unparsed_answers(tmp_path):
     assert f"{t.n_parse_fail} of {t.n}" in line and "miss" in line
     for m in agg.models:
         assert f"{m} {agg.select(model=m).n_parse_fail}" in line
+
+
+def test_echo_heatmap_rows_read_as_table4_rows():
+    """Fig. 3's tier ticks name the tiers as Table 4's rows do, referenceability range included (before: "high",
+    "mid", "low" beside Table 4's "High (4-5)", "Mid (2-3)", "Low (0-1)")."""
+    from geoagent.report import geohint as GH
+
+    agg = _geohint_agg()
+    fig = GH.echo_heatmap_figure(agg, "forced")
+    ticks = [t.get_text() for t in fig.axes[0].get_yticklabels() if t.get_text()]
+    rows = [r[0] for r in GH.table4(agg, "forced").rows][:3]
+    assert ticks == rows == ["High (4-5)", "Mid (2-3)", "Low (0-1)"]

@@ -1840,7 +1840,7 @@ def echo_heatmap_figure(agg: GeoHintAggregator, condition: str = "forced", *, no
             ax.text(j, i, f"{DASH if np.isnan(v) else f'{v:.1f}'}\nn={n}", ha="center", va="center", color=colour,
                     fontsize=8)
     ax.set_xticks(range(len(BANDS)), [band_title(b) for b in BANDS])
-    ax.set_yticks(range(len(TIERS_ORDER)), TIERS_ORDER)
+    ax.set_yticks(range(len(TIERS_ORDER)), [TIER_LABELS.get(t, t) for t in TIERS_ORDER])  # as Table 4's rows
     ax.set_xlabel("band")
     ax.set_ylabel("referenceability tier")
     _fit_title(ax, [f"Echo rate (%), {condition}, echo rule: {agg.echo_rule}",
