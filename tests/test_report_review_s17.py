@@ -21,6 +21,8 @@ import polars as pl
 import pytest
 from matplotlib.container import ErrorbarContainer
 
+from test_report_figure_layout import _drawn, _texts_inside
+
 from geoagent.report.geoverify import psychometric_figure
 from geoagent.scoring.sdt import score
 
@@ -62,13 +64,6 @@ def _cells(counts: dict[str, list[tuple[int, int]]], n_sites: int = 9, n_signal_
 def _replay_scores():
     return score(_cells(REPLAY_COUNTS), n_boot=200, seed=0)
 
-
-def _drawn(fig):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    canvas = FigureCanvasAgg(fig)
-    canvas.draw()
-    return canvas.get_renderer()
 
 
 def test_replay_counts_give_the_replay_dprimes():
@@ -136,16 +131,7 @@ def test_dprime_legend_covers_no_point_or_error_bar(note):
 
 def test_dprime_every_text_fits_inside_the_figure():
     fig = psychometric_figure(_replay_scores(), note=REPLAY_NOTE)
-    r = _drawn(fig)
-    box = fig.bbox
-    out = []
-    for t in fig.findobj(lambda a: hasattr(a, "get_window_extent") and hasattr(a, "get_text")):
-        if not t.get_visible() or not t.get_text().strip():
-            continue
-        e = t.get_window_extent(r)
-        if e.x0 < box.x0 - 1 or e.x1 > box.x1 + 1 or e.y0 < box.y0 - 1 or e.y1 > box.y1 + 1:
-            out.append(f"{t.get_text()[:40]!r}: {e}")
-    assert out == []
+    assert _texts_inside(fig, _drawn(fig)) == []
 
 
 # --- GeoHint figures ------------------------------------------------------------------------------------------------
