@@ -15,12 +15,15 @@ reply timeout (2 s here, 30 s by default); now 1 s, and a server that answers ag
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 
 import pytest
 
 from _tcp_blackhole import BlackholeProxy
+
+from geoagent.runtime.redis_retry import PROBE_MEMORY_S
 
 WINDOW = 2.0
 SLACK = 1.5  # thread start-up and scheduling on a shared 2-core machine
@@ -61,6 +64,26 @@ def _timed(fn, limit_s: float) -> dict:
     t.start()
     t.join(limit_s)
     return dict(got) if not t.is_alive() else {}
+
+
+@contextlib.contextmanager
+def _lost_ledger_client(proxied):
+    """(client, proxied URL) of a ledger/store-style client whose server was made to hang after one write and
+    whose first call then gave up (the server is lost); the client is closed afterwards."""
+    from geoagent.runtime.redis_retry import server_key, server_lost
+    from geoagent.runtime.redis_state import redis_client
+
+    url, proxy = proxied
+    purl = proxy.url_for(url)
+    client = redis_client(purl)
+    try:
+        client.set("x", "1")
+        proxy.hang_all()
+        first = _timed(lambda: client.get("x"), WINDOW + 10)
+        assert first and "error" in first and server_lost(server_key(purl)), first
+        yield client, purl
+    finally:
+        client.close()
 
 
 def test_a_hung_server_fails_the_ledger_client_within_the_window(proxied):
@@ -187,8 +210,7 @@ def test_a_blocking_read_with_its_own_reply_timeout_outlasts_a_short_window(prox
 #: a later call to a lost server waits for the probe (min(1 s, window) for its connect and for its reply, module
 #: docstring of geoagent.runtime.redis_retry) instead of one reply timeout (the window here, 2 s)
 PROBE_BOUND_S = 1.5
-#: a call within this time of a failed probe fails at once, as the probe did (s17); imported from the module
-from geoagent.runtime.redis_retry import PROBE_MEMORY_S  # noqa: E402 - next to the bounds it explains
+#: a call within PROBE_MEMORY_S (geoagent.runtime.redis_retry) of a probe that timed out fails at once (s17)
 #: "at once": a call failed from a remembered probe makes no network round trip at all
 RECALL_BOUND_S = 0.3
 
@@ -200,16 +222,9 @@ def test_calls_right_after_a_failed_probe_fail_at_once_and_a_later_one_probes_ag
     import redis
 
     from geoagent.runtime.redis_retry import server_key, server_lost
-    from geoagent.runtime.redis_state import redis_client
 
-    url, proxy = proxied
-    purl = proxy.url_for(url)
-    client = redis_client(purl)
-    try:
-        client.set("x", "1")
-        proxy.hang_all()
-        first = _timed(lambda: client.get("x"), WINDOW + 10)
-        assert first and "error" in first and server_lost(server_key(purl)), first
+    _, proxy = proxied
+    with _lost_ledger_client(proxied) as (client, purl):
         probed = _timed(lambda: client.get("x"), WINDOW + 10)  # the first probe: about 1 s
         assert isinstance(probed.get("error"), (redis.TimeoutError, redis.ConnectionError)), probed
         recalled = [_timed(lambda: client.get("x"), WINDOW + 10) for _ in range(3)]
@@ -224,8 +239,6 @@ def test_calls_right_after_a_failed_probe_fail_at_once_and_a_later_one_probes_ag
         time.sleep(PROBE_MEMORY_S)
         back = _timed(lambda: client.get("x"), WINDOW + 10)
         assert back.get("v") == b"1" and not server_lost(server_key(purl)), back
-    finally:
-        client.close()
 
 
 def test_a_lost_hung_server_fails_later_ledger_calls_after_a_short_probe(proxied):
@@ -235,17 +248,9 @@ def test_a_lost_hung_server_fails_later_ledger_calls_after_a_short_probe(proxied
     import redis
 
     from geoagent.runtime.redis_retry import server_key, server_lost
-    from geoagent.runtime.redis_state import redis_client
 
-    url, proxy = proxied
-    purl = proxy.url_for(url)
-    client = redis_client(purl)
-    try:
-        client.set("x", "1")
-        proxy.hang_all()
-        first = _timed(lambda: client.get("x"), WINDOW + 10)
-        assert first and "error" in first, first
-        assert server_lost(server_key(purl))
+    _, proxy = proxied
+    with _lost_ledger_client(proxied) as (client, purl):
         for _ in range(3):
             later = _timed(lambda: client.get("x"), WINDOW + 10)
             assert later and isinstance(later.get("error"), (redis.TimeoutError, redis.ConnectionError)), later
@@ -256,8 +261,6 @@ def test_a_lost_hung_server_fails_later_ledger_calls_after_a_short_probe(proxied
         back = _timed(lambda: client.get("x"), WINDOW + 10)
         assert back.get("v") == b"1", back
         assert not server_lost(server_key(purl))
-    finally:
-        client.close()
 
 
 def test_a_lost_hung_server_fails_later_queue_calls_after_a_short_probe(proxied, tmp_path):
