@@ -699,6 +699,12 @@ def _run_command(args: argparse.Namespace) -> int:
         lost = _redis_failure(exc)
         if lost is not None:
             from geoagent.runtime.backend import scrub
+            from geoagent.runtime.redis_retry import auth_refused
+
+            refused = auth_refused(lost)
+            if refused is not None:  # the server is there and refused the URL's credentials: a config error
+                print(f"error: [backend] url_env: {scrub(str(refused), None)}", file=sys.stderr)
+                return 2
 
             print(f"error: the Redis server named by [backend] url_env failed during the command "
                   f"({scrub(f'{type(lost).__name__}: {lost}', None)}); what it acknowledged is kept there (stored "

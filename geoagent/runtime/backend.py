@@ -437,7 +437,9 @@ def _scrubbed(exc: BaseException, url: str) -> BaseException:
     exception as it is. A connection error or timeout from a server this process has reached before
     (:func:`geoagent.runtime.redis_state.was_reached`: an outage that outlasted the retry window, not a wrong URL)
     stays a redis-py error of its type, its message scrubbed, so the CLI ends the command as the server failing
-    (exit 3, "re-run once it answers"), not as a config error (exit 2)."""
+    (exit 3, "re-run once it answers"), not as a config error (exit 2). An authentication error (the server refused
+    the URL's password or user name, :func:`geoagent.runtime.redis_retry.auth_refused`) is a config error whenever
+    it comes."""
     try:
         from redis.exceptions import ConnectionError as RedisConnectionError
         from redis.exceptions import RedisError
@@ -446,6 +448,11 @@ def _scrubbed(exc: BaseException, url: str) -> BaseException:
         RedisError = RedisConnectionError = RedisTimeoutError = OSError  # noqa: N806
     if not isinstance(exc, (RedisError, OSError)):
         return exc
+    from geoagent.runtime.redis_retry import auth_refused
+
+    refused = auth_refused(exc, url)
+    if refused is not None:  # the server answered and refused the URL's credentials: a config error, even later on
+        return BackendError(f"[backend] url_env: {scrub(str(refused), url)}")
     if isinstance(exc, (RedisConnectionError, RedisTimeoutError)):
         from geoagent.runtime.redis_state import was_reached
 

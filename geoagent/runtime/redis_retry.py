@@ -60,6 +60,13 @@ campaign on every machine waits for the server for the same time.
   :func:`geoagent.runtime.redis_queue.open_redis_queue` refuses a ``reply_ttl_s`` that is not longer.
 * **Fail fast at start**: :func:`ping_once` sends one ``PING`` with no retry, so an unreachable server (a typo in
   the URL, a server that is down) is reported at once with its clear error, not after the window.
+* **Refused credentials are not an outage**: a server that answers the connection's ``AUTH``/``HELLO`` with an
+  authentication error (a wrong password or user name in the URL, ``WRONGPASS`` / ``invalid username-password
+  pair``, or none given where it requires one, ``NOAUTH``) is there and says no; redis-py raises that as
+  ``redis.AuthenticationError``, a ``ConnectionError`` subclass, which was retried for the whole window (session
+  18). Every call, at start or later (a password changed on the server after this process reached it), now raises
+  it at its first try with one line that names the problem and never the URL or password (:func:`auth_refused`),
+  and it starts no outage clock; the CLI ends such a command with exit 2 (a configuration error).
 
 A heartbeat of the ledger (``heartbeat_ttl_s``, by default twice the window: 90 s,
 :func:`geoagent.runtime.redis_state.default_heartbeat_ttl_s`) outlives every outage the clients ride out, so other
@@ -78,7 +85,7 @@ from typing import Any
 __all__ = [
     "RETRY_WINDOW_S", "RETRY_WINDOW_ENV", "MAX_RETRY_WINDOW_S", "BACKOFF_CAP_S", "SOCKET_TIMEOUT_S",
     "SOCKET_CONNECT_TIMEOUT_S", "REPLY_TTL_S", "retry_window_s", "retry_span_s", "client_defaults", "ping_once",
-    "window_retry", "server_key", "server_lost", "PROBE_TIMEOUT_S",
+    "window_retry", "server_key", "server_lost", "PROBE_TIMEOUT_S", "auth_refused", "AUTH_REFUSED",
 ]
 
 #: how long (s) a command keeps being retried after its first connection error or timeout
@@ -100,6 +107,9 @@ PROBE_TIMEOUT_S = 1.0
 #: one probe, not one each); a server back within it is seen by the first probe after it. A refused connection is
 #: not remembered (it fails in milliseconds: the next call probes again)
 PROBE_MEMORY_S = 1.0
+#: what an authentication error raised by these clients says first (:func:`auth_refused`)
+AUTH_REFUSED = ("the Redis server refused the credentials of the URL: wrong password or user name, or none given "
+                "where the server requires one")
 #: lifetime (s) of a reply record of a retried call (queue and ledger/store): longer than :func:`retry_span_s`
 REPLY_TTL_S = 300.0
 
@@ -249,10 +259,39 @@ def _is_reply(do: Any) -> bool:
     return ".connect.<locals>" not in getattr(do, "__qualname__", "")
 
 
-def _check_window(error: BaseException, window_s: float, outage: _Outage) -> None:
+def auth_refused(error: BaseException, url: str | None = None) -> BaseException | None:
+    """When ``error`` is an authentication error (``redis.AuthenticationError``: the server refused the URL's
+    password or user name, or asked for one the URL lacks), an error of the same type whose one-line message
+    starts with :data:`AUTH_REFUSED`, says it is not retried and quotes the server's reply, with the URL and its
+    password masked (:func:`geoagent.runtime.backend.scrub`; ``url`` optional: secrets already registered are
+    masked anyway); ``error`` itself when it says so already; else None (not an authentication error)."""
+    try:
+        import redis
+    except ImportError:  # pragma: no cover - no client, no such error
+        return None
+    if not isinstance(error, redis.AuthenticationError):
+        return None
+    if str(error).startswith(AUTH_REFUSED):
+        return error
+    from geoagent.runtime.backend import scrub
+
+    said = " ".join(str(error).split()) or type(error).__name__
+    text = scrub(f"{AUTH_REFUSED} (not retried: a configuration error, not an outage; the server said: {said})",
+                 url)
+    try:
+        return type(error)(text)
+    except Exception:  # noqa: BLE001 - a subclass with another constructor
+        return redis.AuthenticationError(text)
+
+
+def _check_window(error: BaseException, window_s: float, outage: _Outage, url: str | None = None) -> None:
     """Called after each failure, before redis-py's backoff: raise ``error`` once the server's outage clock (from
     the start of this call's first try, or an earlier failed try of another call, never before the server's last
-    answer) is a window old, or at once when the server is already lost (or under :func:`ping_once`)."""
+    answer) is a window old, or at once when the server is already lost (or under :func:`ping_once`); an
+    authentication error at once, as :func:`auth_refused` words it (the server answered: no outage is counted)."""
+    refused = auth_refused(error, url)
+    if refused is not None:
+        raise refused from None
     if _NO_RETRY.get():
         raise error
     box = _WINDOW.get()
@@ -390,7 +429,8 @@ def window_retry(*, asynchronous: bool, window_s: float | None = None, server: s
     and, when the probe timed out, so does every call within :data:`PROBE_MEMORY_S` s after, without a probe of its
     own;
     any answer (an authentication error too): the server is no longer lost, and the call retries as usual. Without
-    ``url`` there is no probe (the call fails at its first error).
+    ``url`` there is no probe (the call fails at its first error). An authentication error (a wrong password or
+    user name) is never retried: it is raised at the first try (:func:`auth_refused`).
 
     Raises
     ------
@@ -413,7 +453,7 @@ def window_retry(*, asynchronous: bool, window_s: float | None = None, server: s
 
                 async def failed(error: BaseException, *rest: Any) -> Any:
                     out = await fail(error, *rest)
-                    _check_window(error, window, outage)
+                    _check_window(error, window, outage, url)
                     return out
 
                 try:
@@ -442,7 +482,7 @@ def window_retry(*, asynchronous: bool, window_s: float | None = None, server: s
 
             def failed(error: BaseException, *rest: Any) -> Any:
                 out = fail(error, *rest)
-                _check_window(error, window, outage)
+                _check_window(error, window, outage, url)
                 return out
 
             try:
@@ -485,6 +525,8 @@ def ping_once(client: Any) -> Any:
     ------
     redis.ConnectionError, redis.TimeoutError
         The server cannot be reached (within the connect timeout).
+    redis.AuthenticationError
+        The server refused the URL's password or user name (:func:`auth_refused`).
     """
     token = _NO_RETRY.set(True)
     try:

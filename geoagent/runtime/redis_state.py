@@ -797,6 +797,9 @@ def redis_client(url: str, *, ping: bool = True, **options: Any) -> Any:
         A malformed URL, or a bad ``GEOAGENT_REDIS_RETRY_S``.
     redis.ConnectionError, redis.TimeoutError
         ``ping`` and the server cannot be reached (the client is closed).
+    redis.AuthenticationError
+        The server refused the URL's password or user name: at the first try, by ``ping`` or any later command,
+        never retried (:func:`geoagent.runtime.redis_retry.auth_refused`).
     """
     import redis
     from redis.connection import parse_url
