@@ -292,6 +292,75 @@ def test_a_read_only_handle_on_a_version_2_file_still_takes_charges(tmp_path, cl
     assert _version_and_counts_rows(path)[0] == 2
 
 
+def _mark(path) -> float | None:
+    conn = sqlite3.connect(path)
+    try:
+        row = conn.execute("SELECT n FROM counts WHERE state = -1").fetchone()
+        return None if row is None else row[0]
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("step", [SHORT_S, STEP_S])
+def test_a_step_back_taken_before_the_upgrade_is_undone_by_the_migration(tmp_path, clock, step):
+    """The wall clock stepped back while version-2 code ran (its tasks were put and acked at T0, ahead of the clock
+    now). Before (session 18): the migration started the mark at the migrating process's clock, T0 - step, so the
+    tasks put before the step stayed unleasable for the step's length (an hour here), as on version 2. Now the mark
+    starts at the newest time the file records (T0: the puts and the ack), so the step is held (short) or taken out
+    by the first write (long), as for a step taken after the upgrade."""
+    path = queue_path(tmp_path, "camp", "edge")
+    _v2_file(path)
+    clock.now = T0 - step
+    queue = SQLiteQueue(path, clock=clock)
+    try:
+        assert _mark(path) == T0  # before: T0 - step
+        assert [t.key for t in queue.lease_sync(10, 60)] == ["r1", "r2"]  # before: [] for `step` s
+        if step > REBASE_AFTER_S:  # the first write took the step out: the queue runs on the wall clock again
+            assert _mark(path) == T0 - step and not_before(path, "r1") == T0 - step + 60
+        else:  # held at the mark
+            assert _mark(path) == T0 and not_before(path, "r1") == T0 + 60
+    finally:
+        queue.close_sync()
+
+
+def test_the_migration_mark_ignores_times_legitimately_ahead(tmp_path, clock):
+    """A running backoff (a ready task's not_before) and a lease deadline lie ahead of the clock without any step:
+    the mark starts at the wall clock, not at them, and neither task becomes leasable early."""
+    path = queue_path(tmp_path, "camp", "edge")
+    _v2_file(path)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executemany("INSERT INTO tasks (key, payload, state, not_before, created_at, attempts, lease_id) "
+                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                     [("backoff", b"{}", 0, T0 + 3000.0, T0 - 5.0, 1, None),
+                      ("held", b"{}", 1, T0 + 300.0, T0 - 5.0, 0, "5.other-0")])
+    conn.execute("UPDATE counts SET n = n + 1 WHERE state IN (0, 1)")
+    conn.close()
+    clock.now = T0 + 1.0
+    queue = SQLiteQueue(path, clock=clock)
+    try:
+        assert _mark(path) == T0 + 1.0
+        assert [t.key for t in queue.lease_sync(10, 60)] == ["r1", "r2"]
+        assert not_before(path, "backoff") == T0 + 3000.0 and not_before(path, "held") == T0 + 300.0
+    finally:
+        queue.close_sync()
+
+
+def test_a_lost_mark_row_starts_again_at_the_newest_time_the_file_records(make_queue, clock):
+    """A version-3 file whose mark row is gone (a repair by hand, a copy of the table): before, the queue ran on the
+    wall clock for good and a step back stalled the tasks put before it; now the first write adds the mark again,
+    started at the newest recorded time (the puts and the ack at T0), so the step is taken out as usual."""
+    queue = make_queue()
+    queue.put_many_sync([("a", {}), ("b", {}), ("c", {})])
+    queue.ack_sync(queue.lease_sync(1, 60))
+    conn = sqlite3.connect(queue.path, isolation_level=None)
+    conn.execute("DELETE FROM counts WHERE state = -1")
+    conn.close()
+    clock.now = T0 - STEP_S
+    other = make_queue()
+    assert [t.key for t in other.lease_sync(10, 60)] == ["b", "c"]  # before: [] for an hour
+    assert _mark(queue.path) == T0 - STEP_S  # re-added at T0, then the step was taken out
+
+
 # --- a long step back (over REBASE_AFTER_S): the next write takes it out of the stored times ---------------------
 
 def test_a_long_step_keeps_the_real_time_a_backoff_had_left(make_queue, clock):
