@@ -49,7 +49,6 @@ from pathlib import Path
 from typing import Any
 
 from geoagent import constants as C
-from geoagent import paths
 from geoagent.data.model import ContextLadder, Image, Site
 from geoagent.geo import haversine_km
 from geoagent.geohint.aggregate import (CHECKLIST_CONDITIONS, NO_HINT_DISTANCE, GeoHintAggregator,
@@ -471,8 +470,9 @@ class GeoHintAggregatorStage(Stage):
         self._live_missing: Callable[[], Mapping[str, Any]] | None = None
 
     def _report_dir(self, ctx: StageContext) -> Path:
-        d = ctx.services.get("report_dir")
-        return Path(d) if d else paths.state_root() / paths.safe_name(ctx.campaign, what="campaign") / C.REPORT_DIR
+        from geoagent.report.live import live_report_dir
+
+        return live_report_dir(ctx)
 
     async def start(self, ctx: StageContext) -> None:
         self._load(ctx)

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from geoagent import constants as C
-from geoagent import paths
 from geoagent.data.importer import Release
 from geoagent.data.model import ARM_BLANK, ARM_MISMATCH, BLANK_IMAGE_REF, VerifyTrial
 from geoagent.geoverify.aggregate import GeoVerifyAggregator
@@ -359,13 +358,9 @@ class GeoVerifyAggregatorStage(Stage):
         self._live_missing: Callable[[], Mapping[str, Any]] | None = None
 
     def _report_dir(self, ctx: StageContext) -> Path:
-        d = ctx.services.get("report_dir")
-        if d:
-            return Path(d)
-        state_dir = ctx.services.get("state_dir")
-        if state_dir:
-            return Path(state_dir) / C.REPORT_DIR
-        return paths.state_root() / paths.safe_name(ctx.campaign, what="campaign") / C.REPORT_DIR
+        from geoagent.report.live import live_report_dir
+
+        return live_report_dir(ctx)
 
     async def start(self, ctx: StageContext) -> None:
         self._load(ctx)

@@ -23,6 +23,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -32,6 +33,32 @@ log = logging.getLogger(__name__)
 REWRITE_BACKOFF = 4.0
 """The next live rewrite waits at least this many times the previous background rewrite's duration
 (dimensionless; see :meth:`LiveReport.gap_s`): it bounds the rewrites' share of wall time at 1 / (1 + 4)."""
+
+
+def live_report_dir(ctx: Any) -> Path:
+    """The folder an aggregator stage's live rewrite writes (a :class:`~pathlib.Path`): the stage context's
+    ``report_dir`` service when set (tests), else ``<state_dir>/report`` of the run (the engine's ``state_dir``
+    service: ``[paths] state`` or ``$GEOAGENT_STATE``, then the campaign's name), else ``report`` under the
+    campaign's folder of :func:`geoagent.paths.state_root` (a stage run without the engine). Both GeoVerify's and
+    GeoHint's aggregators use it, so the live and the final report share one folder (before session 18 GeoHint's
+    ignored ``[paths] state`` and wrote ``state/<campaign>/report`` of the working directory).
+
+    Raises
+    ------
+    ValueError
+        Only in the last case, for a campaign name that cannot be a folder name
+        (:func:`geoagent.paths.safe_name`).
+    """
+    from geoagent import constants as C
+    from geoagent import paths
+
+    d = ctx.services.get("report_dir")
+    if d:
+        return Path(d)
+    state_dir = ctx.services.get("state_dir")
+    if state_dir:
+        return Path(state_dir) / C.REPORT_DIR
+    return paths.state_root() / paths.safe_name(ctx.campaign, what="campaign") / C.REPORT_DIR
 
 
 class LiveReport:
@@ -131,4 +158,4 @@ class LiveReport:
             self._pool = None
 
 
-__all__ = ["LiveReport"]
+__all__ = ["LiveReport", "live_report_dir"]
