@@ -74,3 +74,7 @@ def isolated_roots(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
     monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
     return tmp_path
+
+
+# the run fails when it adds to the checkout's state/ or queues/ (tests/_repo_guard.py)
+from tests._repo_guard import pytest_sessionfinish, pytest_sessionstart  # noqa: E402,F401

@@ -1,0 +1,62 @@
+"""A test run leaves the repository's own data roots as it found them (session 18).
+
+Every test points its campaigns at temporary folders (``isolated_roots``, ``[paths]``, ``--workdir``). One that
+does not writes into ``state/`` or ``queues/`` of the checkout, where a researcher's real campaigns live, and
+nothing failed when one did: a whole-suite run left ``state/gh-crash/report`` behind (the GeoHint live report
+ignored ``[paths] state``; ``tests/test_geohint_live_report_dir.py``). This plugin lists those two folders when the
+session starts and again when it ends (in the controlling process under pytest-xdist) and fails the run, naming
+each entry, when one appeared. Entries already there (a demo run earlier in the checkout) are left alone and do
+not count. ``$GEOAGENT_REPO_GUARD_ROOT`` names another root to watch (its own test,
+``tests/test_repo_guard.py``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT_ENV = "GEOAGENT_REPO_GUARD_ROOT"
+#: the folders of the root that a test run must not add to
+WATCHED = ("state", "queues")
+_STASH = pytest.StashKey[dict[str, set[str]]]()
+
+
+def _root() -> Path:
+    env = os.environ.get(ROOT_ENV, "").strip()
+    return Path(env) if env else Path(__file__).resolve().parents[1]
+
+
+def _listing(root: Path) -> dict[str, set[str]]:
+    return {name: {p.name for p in (root / name).iterdir()} if (root / name).is_dir() else set()
+            for name in WATCHED}
+
+
+def _controller(session: pytest.Session) -> bool:
+    return not hasattr(session.config, "workerinput")  # an xdist worker has it
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if _controller(session):
+        session.config.stash[_STASH] = _listing(_root())
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    before = session.config.stash.get(_STASH, None)
+    if before is None:
+        return
+    root = _root()
+    added = sorted(f"{name}/{entry}" for name, now in _listing(root).items() for entry in now - before[name])
+    if not added:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    line = (f"the test run wrote into the repository's data roots ({root}): {', '.join(added)}; a test must use "
+            f"temporary folders (isolated_roots, [paths], --workdir): failing the run")
+    if reporter is not None:
+        reporter.write("\n")  # after the progress line, which xdist leaves unterminated
+        reporter.write_line(line, red=True)
+    else:  # pragma: no cover - pytest without its terminal
+        print(line)
+    if session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -1,0 +1,50 @@
+"""``tests/_repo_guard.py`` fails a test run that adds to the checkout's ``state/`` or ``queues/`` and names what
+it added; a run that adds nothing, or only writes into entries already there, passes (session 18)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _pytest(root: Path, body: str) -> subprocess.CompletedProcess:
+    (root / "state").mkdir(exist_ok=True)
+    (root / "state" / "old-campaign").mkdir(exist_ok=True)
+    probe = root / "probe" / "test_probe.py"
+    probe.parent.mkdir(exist_ok=True)
+    probe.write_text(f"from pathlib import Path\n\ndef test_probe():\n    root = Path({str(root)!r})\n{body}\n",
+                     encoding="utf-8")
+    env = {**os.environ, "GEOAGENT_REPO_GUARD_ROOT": str(root)}
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests._repo_guard",
+                           "--rootdir", str(probe.parent), str(probe)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_a_run_that_adds_to_state_or_queues_fails_and_names_it(tmp_path):
+    run = _pytest(tmp_path, "    (root / 'state' / 'gh-x' / 'report').mkdir(parents=True)\n"
+                            "    (root / 'queues').mkdir()\n    (root / 'queues' / 'gh-x').mkdir()")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "1 passed" in run.stdout
+    assert "wrote into the repository's data roots" in run.stdout
+    assert "queues/gh-x, state/gh-x" in run.stdout, run.stdout
+
+
+def test_a_run_that_adds_nothing_passes(tmp_path):
+    run = _pytest(tmp_path, "    (root / 'state' / 'old-campaign' / 'more.txt').write_text('x')\n"
+                            "    (root / 'elsewhere').mkdir()")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "data roots" not in run.stdout
+
+
+def test_the_suite_loads_the_guard():
+    """The suite's conftest takes the plugin's hooks, so the README's test command runs it."""
+    import conftest
+
+    from tests import _repo_guard
+
+    assert conftest.pytest_sessionstart is _repo_guard.pytest_sessionstart
+    assert conftest.pytest_sessionfinish is _repo_guard.pytest_sessionfinish
