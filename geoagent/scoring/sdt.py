@@ -507,7 +507,8 @@ def readout(
     *, n_mismatch: int | None = None, n_blank: int | None = None,
 ) -> Readout:
     """Pre-registered read-out of Sec. 5.4 (thresholds as module constants). Control F None = arm not run.
-    ``no data`` (not ``inconclusive``) when both d' are NaN: nothing to read the outcome from.
+    ``no data`` (not ``inconclusive``) when both d' are NaN: nothing to read the outcome from. A reason naming a
+    d' that is NaN (one band unmeasured) says ``undefined (no parsed answers)``, never ``nan``.
 
     ``n_mismatch`` / ``n_blank``: parsed control trials behind ``f_mismatch`` / ``f_blank`` (None = not
     known). A control check that makes the verdict ``invalid`` from fewer than :data:`SMALL_N_TRIALS` trials
@@ -553,7 +554,14 @@ def readout(
     if math.isnan(near_dprime) and math.isnan(far_dprime):
         return Readout(READOUT_NO_DATA, ("nearest- and farthest-band d' undefined: no (or too few) parsed answers "
                                          "(signal and decoy trials) in the main arm", *notes))
-    return Readout("inconclusive", (f"nearest-band d' {near_dprime:.2f}, farthest-band d' {far_dprime:.2f}", *notes))
+    return Readout("inconclusive", (f"nearest-band d' {_dprime_text(near_dprime)}, farthest-band d' "
+                                    f"{_dprime_text(far_dprime)}", *notes))
+
+
+def _dprime_text(d: float) -> str:
+    """A d' in a read-out reason: two decimals, or ``undefined (no parsed answers)`` for NaN (no signal or no decoy
+    answers in that band), never a bare ``nan``."""
+    return "undefined (no parsed answers)" if math.isnan(d) else f"{d:.2f}"
 
 
 def bootstrap_site_indices(n_sites: int, n_boot: int, seed: int) -> np.ndarray:
