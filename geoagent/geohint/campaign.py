@@ -458,8 +458,8 @@ class GeoHintCampaign(CampaignKind):
         return out
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
-        from geoagent.report.geohint import (geocoder_failure_warning, left_out_text, scoring_left_note,
-                                             truncation_warnings, unresolved_warnings)
+        from geoagent.report.geohint import (default_conditions, geocoder_failure_warning, left_out_text,
+                                             scoring_left_note, truncation_warnings, unresolved_warnings)
 
         lines = [f"  warning: {w}" for w in self.plan_warnings(cfg)]
         summary = getattr(self, "_summary", None)
@@ -489,9 +489,12 @@ class GeoHintCampaign(CampaignKind):
         left = [f"  {x}" for x in (failed, later) if x]
         if not agg.keys:
             return [*lines, "  GeoHint: no scored responses", *left]
-        regimes = agg.regimes()
+        # the no-context condition report.md splits by (default_conditions: ``v1_baseline`` for a permissive-schema
+        # campaign); the aggregator's default, ``baseline``, gave such a campaign no regime at all
+        baseline = default_conditions(agg)[1]
+        regimes = agg.regimes(condition=baseline)
         n_leg = sum(v == "legible" for v in regimes.values())
-        n_undetermined = len(agg.undetermined_sites())
+        n_undetermined = len(agg.undetermined_sites(baseline))
         lines.append(f"  GeoHint: {count_text(agg.select().n, 'scored response')} over {count_text(len(agg.sites), 'site')}; "
                      f"regimes: {n_leg} legible, {len(regimes) - n_leg} illegible"
                      + (f", {n_undetermined} undetermined (no no-context answer geocoded)" if n_undetermined else "")
