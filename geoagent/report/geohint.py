@@ -222,7 +222,7 @@ class Table:
     decimals), ``p`` (p-value, 2 significant digits; a sampled permutation p at its floor, :class:`FloorP`, as
     ``<1.0e-04``, a p that underflowed to 0 as ``<1e-300``), ``permp`` (a sampled permutation p, :func:`perm_p`:
     shown as ``p``; the CSV adds a Boolean ``"<name>_is_floor"`` column at its end, true where the value is the
-    floor ``1 / (1 + n_flips)``, i.e. a bound: the true p is below it), ``pctci`` (an interval ``(lo, hi)`` of fractions or None, shown
+    floor ``1 / (1 + n_flips)``: no flip reached the statistic, so the sampled p is the smallest the flips can give; it is a valid p-value, not a proof that the true p lies below it, since a true p somewhat above the floor also leaves no flip at or beyond the statistic now and then), ``pctci`` (an interval ``(lo, hi)`` of fractions or None, shown
     ``[lo, hi]`` in %; two CSV columns).
 
     The CSV (:meth:`to_csv`) holds every rate as a fraction: ``pct`` values as they are, ``pp``/``pps`` values
@@ -400,7 +400,7 @@ def _fmt(v: Any, f: str) -> str:
     if f == "se":
         return f"{v:.4f}"
     if f in ("p", "permp"):
-        if isinstance(v, FloorP):  # no flip reached the statistic: the true p is below the floor
+        if isinstance(v, FloorP):  # no flip reached the statistic: the floor, shown with "<" as the paper writes p<10^-4
             return "<" + (f"{v:.2g}" if v >= 1e-3 else f"{v:.1e}")
         if v == 0:  # a regression p below the smallest float (a huge z): a bound, not p = 0
             return f"<{P_UNDERFLOW:.0e}"
