@@ -48,3 +48,19 @@ def test_the_notes_say_why_the_near_band_has_no_interval():
 def test_no_withheld_line_without_a_bootstrap_or_when_every_interval_is_given():
     assert R.withheld_lines(_scores(0)) == []
     assert "No interval" not in R.render_markdown(_scores(0))
+
+
+def test_console_summary_points_to_the_report_for_the_intervals_line():
+    """Session 18 walkthrough: the run's console summary printed "the line 'Intervals' below names every reason
+    one is withheld", but the summary has no such line (only the report's table does): it now names the report."""
+    from geoagent.geoverify.campaign import GeoVerifyCampaign
+
+    camp = GeoVerifyCampaign()
+    camp._scores = _scores(200)
+    lines = camp.summary_lines(None, None, None)
+    note = next(ln for ln in lines if "does not say why a value has no interval" in ln)
+    assert "'Intervals' below" not in note
+    assert f"'Intervals' in the report ({R.TABLE_MD})" in note
+    # the report's own note still points below, where its Intervals line is
+    md = R.render_markdown(camp._scores)
+    assert "the line 'Intervals' below" in md and "\nIntervals: " in md

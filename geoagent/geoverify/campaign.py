@@ -370,8 +370,8 @@ class GeoVerifyCampaign(CampaignKind):
         return out
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
-        from geoagent.report.geoverify import (readout_text, dprime_text, small_n_note, small_n_warnings, summary_counts,
-                                               truncation_warnings)
+        from geoagent.report.geoverify import (TABLE_MD, readout_text, dprime_text, small_n_note, small_n_warnings,
+                                               summary_counts, truncation_warnings)
 
         scores = getattr(self, "_scores", None)
         note = getattr(self, "_scope_note", None)
@@ -440,7 +440,8 @@ class GeoVerifyCampaign(CampaignKind):
         lines += [f"  {w}" for w in truncation_warnings(scores)]
         small = small_n_warnings(scores)
         if small:
-            lines += [f"  {w}" for w in [small_n_note(scores), *small]]
+            # the summary prints no 'Intervals' line (the report's table does): the note points there
+            lines += [f"  {w}" for w in [small_n_note(scores, intervals_at=f"in the report ({TABLE_MD})"), *small]]
         return [*lines, *left]
 
 

@@ -211,17 +211,19 @@ def dprime_text(s: ModelScores, band: str, text: str) -> str:
     return f"{text} {SMALL_N_MARK}" if text != "-" and band in small_n_bands(s) else text
 
 
-def small_n_note(scores: Mapping[str, ModelScores] | None = None) -> str:
+def small_n_note(scores: Mapping[str, ModelScores] | None = None, intervals_at: str = "below") -> str:
     """The footnote explaining :data:`SMALL_N_MARK`; its sentence on a marked read-out only when some column of
-    ``scores`` has one (``Readout.small_n``; always with ``scores`` None)."""
+    ``scores`` has one (``Readout.small_n``; always with ``scores`` None). Its pointer to the 'Intervals' line
+    (:func:`withheld_lines`) says where that line is: ``intervals_at`` ("below" in the report's table; the run's
+    console summary, which prints no such line, passes "in the report (geoverify_table.md)")."""
     return (f"{SMALL_N_MARK} d' rests on fewer than {SMALL_N_TRIALS} trials (decoy trials in its band, or signal "
             "trials behind H): one answer more or less moves it a lot, so treat it, and a delta_1 at or beyond that "
             "band (every band up to delta_1 decides it), as a rough value (the statistic itself is not changed)."
             + (f" {SMALL_N_MARK} after the read-out: a control-arm check that made it invalid rests on fewer than "
                f"{SMALL_N_TRIALS} control trials (the verdict itself is not changed)."
                if scores is None or any(x.readout.small_n for x in scores.values()) else "")
-            + (f" {SMALL_N_MARK} does not say why a value has no interval: the line 'Intervals' below names every "
-               "reason one is withheld and which applies to each."
+            + (f" {SMALL_N_MARK} does not say why a value has no interval: the line 'Intervals' {intervals_at} "
+               "names every reason one is withheld and which applies to each."
                if scores is not None and withheld_lines(scores) else ""))
 
 
