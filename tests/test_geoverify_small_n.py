@@ -105,3 +105,13 @@ def test_small_n_line_names_the_small_side():
     few_decoy = score(_cells(50, 40, {NEAR: (7, 1), **{b: (50, 5) for b in OTHERS}}), pooled=False)["m"]
     (line,) = small_n_warnings({"m": few_decoy})
     assert "decoy side: 0.15–0.3 km (7 decoy trials)" in line and "the signal side has 50 trials" in line
+
+
+def test_a_band_of_one_decoy_trial_is_singular():
+    """Session 18 walkthrough: a budget-stopped run printed "0.15–0.3 km (1 decoy trials)"."""
+    sc = score(_cells(50, 40, {NEAR: (1, 0), **{b: (50, 5) for b in OTHERS}}), pooled=False)["m"]
+    (line,) = small_n_warnings({"m": sc})
+    assert "(1 decoy trial)" in line and "(1 decoy trials)" not in line
+    few_signal = score(_cells(2, 1, {NEAR: (1, 0), **{b: (2, 1) for b in OTHERS}}), pooled=False)["m"]
+    (line,) = small_n_warnings({"m": few_signal})
+    assert "decoy side too at 0.15–0.3 km (1 decoy trial)," in line and "(2 decoy trials)" in line

@@ -326,7 +326,7 @@ def small_n_warnings(scores: Mapping[str, ModelScores]) -> list[str]:
         if not flagged:
             continue
         small_decoy = [b for b in flagged if sc.band(b).n < SMALL_N_TRIALS]
-        decoys = ", ".join(f"{_band_title(b)} ({sc.band(b).n} decoy trials)" for b in small_decoy)
+        decoys = ", ".join(f"{_band_title(b)} ({count_text(sc.band(b).n, 'decoy trial')})" for b in small_decoy)
         # said only where the delta_1 cell is marked (a plain none is not: delta_1_marked)
         tail = ("" if not delta_1_marked(sc) else "; delta_1 = none (no band reaches d' = 1) rests on these too"
                 if sc.delta_1 is None else f"; delta_1 = {_delta_label(sc.delta_1)} rests on it")
