@@ -411,6 +411,8 @@ _REJECTION_KINDS = (("panorama", "panoramas", True),
                     ("within ", "within min_separation_m of a kept image", True),
                     ("no thumbnail", "no thumbnail to be had", True),
                     ("too dark", "too dark (brightness filter)", False), ("near-duplicate", "near-duplicates", False))
+#: the categories of :data:`_REJECTION_KINDS` named in the plural, as one image reads (``1 near-duplicate``)
+_SINGULAR = {"panoramas": "panorama", "near-duplicates": "near-duplicate"}
 
 
 def image_counts(state_dir: str | Path, images_root: str | Path) -> dict[str, Any]:
@@ -480,7 +482,8 @@ def image_counts_line(c: dict[str, Any], downloaded: int | None = None) -> str:
     order = [name for _, name, _ in _REJECTION_KINDS]
 
     def parts(d: dict[str, int]) -> str:
-        return ", ".join(f"{d[k]} {k}" for k in sorted(d, key=lambda k: order.index(k) if k in order else len(order)))
+        return ", ".join(f"{d[k]} {_SINGULAR.get(k, k) if d[k] == 1 else k}"
+                         for k in sorted(d, key=lambda k: order.index(k) if k in order else len(order)))
 
     rejected, skipped = sum(c["rejected"].values()), sum(c["skipped"].values())
     examined = c['kept'] + rejected
