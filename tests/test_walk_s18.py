@@ -21,3 +21,18 @@ def test_one_near_duplicate_and_one_panorama_are_singular():
     # plural counts keep the plural
     line = image_counts_line(_counts({"near-duplicates": 3}, {"panoramas": 7}))
     assert "3 near-duplicates" in line and "7 panoramas" in line, line
+
+
+def test_docs_say_which_cities_an_offline_crawl_can_find():
+    """A new user asked to crawl "a city of my own choosing offline" copied crawl_sandbox.toml with Lyon: nothing in
+    README.md or docs/ said that the sandbox fakes know only the demo's three cities (the run's warning did). The
+    Crawls section now names them with their coordinates, and how to crawl one under a name of one's own."""
+    from _docs import docs_text
+
+    from geoagent.demo import demo_world
+
+    text = " ".join(docs_text().split())
+    for c in demo_world().cities:
+        assert f"{c['city']} ({c['lat']}, {c['lon']}" in text, c
+    assert "lies outside the sandbox world" in text  # the warning a city elsewhere gets
+    assert "keep a `[[crawl.cities]]` entry's `lat` and `lon`" in text
