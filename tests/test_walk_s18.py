@@ -67,3 +67,19 @@ def test_the_release_ladders_hold_up_to_four_draws_per_cell(release_dir):
     assert taken.max() == 4
     calls = _judgement_calls()
     assert f"{sum(sizes):,} rows" in calls and f"{min(sizes)}-{max(sizes)} per site" in calls
+
+
+def test_docs_explain_the_live_displays_eta_estimating_line():
+    """The live display of a resumed or fresh run reads "ETA estimating: model_caller 5/5 done, 0/5 s" for its first
+    seconds; the docs did not say what the two fractions are."""
+    from _docs import docs_text
+
+    from geoagent.runtime.worker import ETA_MIN_COMPLETIONS, ETA_MIN_WINDOW_S
+    from geoagent.status import format_eta
+
+    record = {"eta_s": None, "eta_estimating": [{"stage": "model_caller", "done": 2, "over_s": 3.2}]}
+    live, status = format_eta(record, compact=True), format_eta(record)
+    text = " ".join(docs_text().split())
+    assert f"`ETA {live}`" in text, live
+    assert f"`ETA {status}`" in text, status
+    assert f"{ETA_MIN_COMPLETIONS} tasks" in text and f"{ETA_MIN_WINDOW_S:g} s" in text
