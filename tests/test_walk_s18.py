@@ -3,6 +3,9 @@ summary agree with their counts, and the docs say what an offline crawl can find
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from geoagent.crawl.campaign import image_counts_line
 
 
@@ -83,3 +86,21 @@ def test_docs_explain_the_live_displays_eta_estimating_line():
     assert f"`ETA {live}`" in text, live
     assert f"`ETA {status}`" in text, status
     assert f"{ETA_MIN_COMPLETIONS} tasks" in text and f"{ETA_MIN_WINDOW_S:g} s" in text
+
+
+def test_the_geohint_dry_run_prints_the_plan_by_condition(isolated_roots, release_dir, capsys):
+    """docs/campaigns.md says the dry run and the run of ``my_hint.toml`` both "plan 1874 requests ... (`plan: 1874
+    requests by condition (baseline 26, ...)`"; only the run printed that line (walkthrough s18). The dry run of
+    the shipped GeoHint sandbox config prints it now, with the same figures the run prints."""
+    from geoagent.cli import main
+
+    config = Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "geohint_sandbox.toml"
+    assert main(["run", str(config), "--simulate", "--no-live"]) == 0
+    dry = capsys.readouterr().out
+    plan = [ln.strip() for ln in dry.splitlines() if ln.strip().startswith("plan: ")]
+    assert len(plan) == 1, dry
+    m = re.match(r"plan: (\d+) requests by condition \((.*?)\);", plan[0])
+    assert m, plan[0]
+    by_condition = dict(part.rsplit(" ", 1) for part in m.group(2).split(", "))
+    assert sum(int(n) for n in by_condition.values()) == int(m.group(1))
+    assert f"{int(m.group(1))} request" in dry  # the estimate counts the same requests

@@ -214,24 +214,39 @@ class GeoHintCampaign(CampaignKind):
 
     plan_inputs_label = "trial table"
 
+    def _plan_lines(self) -> list[str]:
+        """``  plan: N requests by condition (...); sampling rates (...); units kept per model (...)`` for the
+        plan this instance made last (:meth:`plan`), ``[]`` before one: the run's summary and the dry run print it."""
+        summary = getattr(self, "_summary", None)
+        if summary is None:
+            return []
+        return [f"  plan: {sum(summary.requests_by_condition.values())} requests by condition "
+                f"({mapping_text(summary.requests_by_condition)}); "
+                f"sampling rates ({mapping_text(summary.sample_rates)}); units kept per model ("
+                + ", ".join(f"{m} {summary.units_kept.get(m, 0)} of {n}" for m, n in summary.units_total.items())
+                + ")"]
+
     def dry_run_outline(self, cfg: Any) -> list[str]:
-        """The public hosts the geocoder will call (``[geohint.geocoder]`` URLs that are not local servers or
-        sandbox fakes: :func:`geoagent.config.is_local_host`), so a dry run offline or behind a firewall says so
-        before the model calls are paid; ``[]`` when every geocoder URL is local."""
+        """The plan's split by condition (as the run's summary prints it: docs/campaigns.md, "plan: 1874 requests by
+        condition"; walkthrough s18), then the public hosts the geocoder will call (``[geohint.geocoder]`` URLs
+        that are not local servers or sandbox fakes: :func:`geoagent.config.is_local_host`), so a dry run offline
+        or behind a firewall says so before the model calls are paid; no hosts line when every geocoder URL is
+        local."""
         from urllib.parse import urlsplit
 
         from geoagent.config import is_local_host
         from geoagent.geohint.geocode_stage import GeocoderSettings
 
+        plan = self._plan_lines()
         try:
             g = GeocoderSettings.from_config(cfg)
         except (TypeError, ValueError):  # the run's own check names the problem
-            return []
+            return plan
         hosts = sorted({h for h in (urlsplit(u).hostname for u in (g.wikidata_url, g.nominatim_url) if u)
                         if h and not is_local_host(h)})
         if not hosts:
-            return []
-        return [f"  geocoding: every answer is geocoded through {', '.join(hosts)} (public services: network "
+            return plan
+        return [*plan, f"  geocoding: every answer is geocoded through {', '.join(hosts)} (public services: network "
                 "needed; if they cannot be reached the run stops incomplete, exit 3, with the paid answers kept "
                 "for the next run; [geohint.geocoder] wikidata_url / nominatim_url point it at other servers)"]
 
@@ -462,15 +477,7 @@ class GeoHintCampaign(CampaignKind):
                                              scoring_left_note, truncation_warnings, unresolved_warnings)
 
         lines = [f"  warning: {w}" for w in self.plan_warnings(cfg)]
-        summary = getattr(self, "_summary", None)
-        if summary is not None:
-            lines.append(
-                f"  plan: {sum(summary.requests_by_condition.values())} requests by condition "
-                f"({mapping_text(summary.requests_by_condition)}); "
-                f"sampling rates ({mapping_text(summary.sample_rates)}); units kept per model ("
-                + ", ".join(f"{m} {summary.units_kept.get(m, 0)} of {n}" for m, n in summary.units_total.items())
-                + ")"
-            )
+        lines += self._plan_lines()
         s = settings_of(cfg)
         echo_rule = s.echo_rule
         agg = getattr(self, "_agg", None)
