@@ -95,6 +95,7 @@ from geoagent.geohint.aggregate import BANDS, CHECKLIST_CONDITIONS, GeoHintAggre
 from geoagent.geohint.echo import describe_echo_rule
 from geoagent.geohint.parse import EVIDENCE_CATEGORIES
 from geoagent.files import atomic_savefig, atomic_write_text
+from geoagent.report.figure_layout import layout_with_caption, legend_outside
 from geoagent.scoring.sdt import BOOT_MIN_SITES, BOOT_SITES_RULE, boot_site_flag
 from geoagent.scoring.permutation import DEFAULT_N_FLIPS, exact_max_sites, paired_site_permutation_test
 from geoagent.scoring.regime import (
@@ -1699,12 +1700,10 @@ def hit_by_band_points(agg: GeoHintAggregator, condition: str = "forced", baseli
 
 def _figure_note(fig, note: str | None) -> None:
     """Lay out ``fig``, with ``note`` (a replay campaign's line, the simulator's warning; one per line) as a small
-    caption under the axes when given (the axes give up more room the longer it is)."""
-    if note:
-        fig.text(0.01, 0.01, note, fontsize=6, ha="left", va="bottom", wrap=True)
-        fig.tight_layout(rect=(0, min(0.3, 0.12 * (note.count("\n") + 1)), 1, 1))
-    else:
-        fig.tight_layout()
+    (6 pt) caption under the axes when given, the axes starting above it as drawn
+    (:func:`geoagent.report.figure_layout.layout_with_caption`, as GeoVerify's Fig. 4). Before, each line of
+    ``note`` took a fixed 12 % of the height (at most 30 %), whatever its wrapped lines' drawn height."""
+    layout_with_caption(fig, note, fontsize=6)
 
 
 def figure_hit_by_band(agg: GeoHintAggregator, path: str | Path, condition: str = "forced", baseline: str = "baseline",
@@ -1767,20 +1766,26 @@ def _fit_title(ax, lines: Sequence[str], *, width_chars: int) -> None:
     ax.set_title("\n".join(textwrap.fill(line, width_chars) for line in lines if line), fontsize=9)
 
 
+#: Fig. 2 writes a point's ``n=`` label over the point below this hit rate (%), under it otherwise
+N_LABEL_ABOVE_BELOW = 10.0
+
+
 def hit_by_band_figure(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "baseline",
                        *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0, note: str | None = None,
                        n_boot_source: str = N_BOOT_KEY, points: dict[str, list[dict[str, Any]]] | None = None):
     """Fig. 2: hit rate by band, one line per regime, all models pooled, with 95 % site-bootstrap percentile
     intervals as error bars (:func:`hit_by_band_points`; the paper draws "95 % binomial intervals", which treat
     every response as independent; resampling sites follows its Sec. 6 rule and the GeoVerify intervals). The
-    legend gives each line's sites and responses. ``note``: a caption line under the axes (a replay campaign's
+    legend, right of the axes (:func:`geoagent.report.figure_layout.legend_outside`, as Fig. 4's), gives each
+    line's sites and responses; each point's ``n=`` label sits under it (over it below
+    :data:`N_LABEL_ABOVE_BELOW` %). ``note``: a caption line under the axes (a replay campaign's
     :func:`geoagent.providers.replay.replay_note`), None = none. The subtitle says "no error bars: intervals
     withheld (< 5 sites per regime)" when a bootstrap ran but every interval was withheld (:func:`fig2_bars`).
     ``points``: :func:`hit_by_band_points` of the same arguments when already computed (None: computed here).
     Returns a matplotlib ``Figure`` (not saved)."""
     groups = _regime_sites(agg, baseline)
     pts = points if points is not None else hit_by_band_points(agg, condition, baseline, n_boot=n_boot, seed=seed)
-    fig, ax = _new_figure((5.5, 4.2))
+    fig, ax = _new_figure((8.0, 4.2))  # wider than the axes need: the legend stands right of them
     x = np.arange(len(BANDS))
     for regime, marker in ((LEGIBLE, "o"), (ILLEGIBLE, "s")):
         p = pts[regime]
@@ -1796,8 +1801,10 @@ def hit_by_band_figure(agg: GeoHintAggregator, condition: str = "forced", baseli
                     label=f"{regime} ({ns} site{'' if ns == 1 else 's'}, {n} response{'' if n == 1 else 's'}{mark})")
         for xi, q in zip(x, p):
             if q["n"]:
-                ax.annotate(f"n={q['n']}", (xi, rates[xi] if np.isfinite(rates[xi]) else 0), textcoords="offset points",
-                            xytext=(5, -10), fontsize=6)
+                y = rates[xi] if np.isfinite(rates[xi]) else 0
+                # under its point, or over it near 0 % (under, it ran below the x axis over the tick labels)
+                ax.annotate(f"n={q['n']}", (xi, y), textcoords="offset points",
+                            xytext=(5, 4 if y < N_LABEL_ABOVE_BELOW else -10), fontsize=6)
     ax.set_xticks(x, [band_title(b) for b in BANDS])
     ax.set_xlim(-0.3, len(BANDS) - 0.7)  # room for the last point's "n=" label (it ran past the right edge)
     ax.set_xlabel("distance from the site to the reference point")
@@ -1811,7 +1818,9 @@ def hit_by_band_figure(agg: GeoHintAggregator, condition: str = "forced", baseli
             else f"no error bars: {no_boot_setting(n_boot_source)}" if state == FIG2_BARS_OFF
             else "no line: no site has a regime")
     _fit_title(ax, [f"Hit rate by band, {condition}, {models_pooled_text(agg.models)}", f"({bars})"], width_chars=70)
-    ax.legend(fontsize=8)
+    # right of the axes, as Fig. 4's: placed by matplotlib ("best") it covered the demo's top-right point once the
+    # caption was laid out as drawn (session 18)
+    legend_outside(ax, fontsize=7)
     _figure_note(fig, note)
     return fig
 

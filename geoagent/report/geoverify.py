@@ -61,6 +61,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from geoagent.files import atomic_savefig, atomic_write_text
+from geoagent.report.figure_layout import layout_with_caption, legend_outside
 from geoagent.scoring.sdt import (ARM_BLANK, ARM_MAIN, ARM_MISMATCH, BOOT_FEW_SITES, BOOT_MIN_SITES, BOOT_SITES_RULE,
                                   CI_MIN_SITES, DELTA_UNDEFINED,
                                   POOLED, SMALL_N_TRIALS, ModelScores, delta_1_small_n, small_n_bands)
@@ -829,7 +830,7 @@ def psychometric_figure(scores: Mapping[str, ModelScores], note: str | None = No
     ax.set_ylabel("sensitivity d'")
     ax.set_title("GeoVerify: discrimination vs decoy distance")
     # outside the axes, right of them: inside ("best") it hid points and error bars of the replay (session 17 review)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    legend_outside(ax, fontsize=7)
     boot = next((x for x in scores.values() if x.n_boot), None)
     caption = [note] if note else []
     if boot is not None:
@@ -841,14 +842,9 @@ def psychometric_figure(scores: Mapping[str, ModelScores], note: str | None = No
     if any_small:
         caption.append(f"Hollow {SMALL_N_MARK}: d' rests on fewer than {SMALL_N_TRIALS} trials (signal or the band's "
                        "decoys); see the table's Small n lines.")
-    cap = fig.text(0.01, 0.01, "\n".join(caption), fontsize=6.5, ha="left", va="bottom", wrap=True)
     # the axes (with their x label) start above the caption as drawn, wrapped lines included: a fixed share of
     # the height let a long caption (a replay's) run across "decoy band (km)" (session 17 review)
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    renderer = FigureCanvasAgg(fig).get_renderer()
-    top = cap.get_window_extent(renderer).y1 / fig.bbox.height
-    fig.tight_layout(rect=(0, min(0.5, top + 0.01), 1, 1))
+    layout_with_caption(fig, "\n".join(caption), fontsize=6.5)
     return fig
 
 
