@@ -246,10 +246,12 @@ _ADD_MARK_SQL = f"INSERT OR IGNORE INTO counts (state, n) VALUES ({CLOCK_MARK}, 
 #: the newest times a file records that were readings of the clock when stored (unix s, NULL where none): the
 #: latest put (``created_at``, every state), ack (a done task's ``not_before``) and failure (a dead one's). Not a
 #: ready task's ``not_before`` (a backoff or release delay may legitimately lie ahead) nor a leased one's (a lease
-#: deadline). ``created_at`` has no index: one scan of the table, only where the mark is started (module docstring)
-_NEWEST_RECORDED_SQL = (f"SELECT (SELECT max(created_at) FROM tasks), "
-                        f"(SELECT max(not_before) FROM tasks WHERE state = {DONE}), "
-                        f"(SELECT max(not_before) FROM tasks WHERE state = {DEAD})")
+#: deadline). ``created_at`` has no index: one scan of the table, only where the mark is started (module docstring).
+#: Only finite numbers count: ``< 9e999`` (infinity to SQLite) leaves out text and blobs (which SQLite ranks above
+#: every number: a hand-edited 'garbage' would otherwise be the max and fail ``float()``), NULL and infinity
+_NEWEST_RECORDED_SQL = (f"SELECT (SELECT max(created_at) FROM tasks WHERE created_at < 9e999), "
+                        f"(SELECT max(not_before) FROM tasks WHERE state = {DONE} AND not_before < 9e999), "
+                        f"(SELECT max(not_before) FROM tasks WHERE state = {DEAD} AND not_before < 9e999)")
 _READ_MARK_SQL = f"SELECT n FROM counts WHERE state = {CLOCK_MARK}"
 _MOVE_MARK_SQL = f"UPDATE counts SET n = ? WHERE state = {CLOCK_MARK}"
 #: a backward wall-clock step longer than this (s) is taken out of the stored times by the next write (module
