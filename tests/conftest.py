@@ -77,4 +77,4 @@ def isolated_roots(tmp_path, monkeypatch) -> Path:
 
 
 # the run fails when it adds to the checkout's state/ or queues/ (tests/_repo_guard.py)
-from tests._repo_guard import pytest_sessionfinish, pytest_sessionstart  # noqa: E402,F401
+from _repo_guard import pytest_sessionfinish, pytest_sessionstart  # noqa: E402,F401
