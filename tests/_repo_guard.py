@@ -5,8 +5,8 @@ does not writes into ``state/`` or ``queues/`` of the checkout, where a research
 nothing failed when one did: a whole-suite run left ``state/gh-crash/report`` behind (the GeoHint live report
 ignored ``[paths] state``; ``tests/test_geohint_live_report_dir.py``). This plugin lists those two folders when the
 session starts and again when it ends (in the controlling process under pytest-xdist) and fails the run, naming
-each entry, when one appeared. Entries already there (a demo run earlier in the checkout) are left alone and do
-not count. ``$GEOAGENT_REPO_GUARD_ROOT`` names another root to watch (its own test,
+each entry, when one appeared or one that was there is gone (``removed state/README.md``). Entries already there
+(a demo run earlier in the checkout) are left alone and do not count. ``$GEOAGENT_REPO_GUARD_ROOT`` names another root to watch (its own test,
 ``tests/test_repo_guard.py``).
 """
 
@@ -47,12 +47,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if before is None:
         return
     root = _root()
-    added = sorted(f"{name}/{entry}" for name, now in _listing(root).items() for entry in now - before[name])
-    if not added:
+    after = _listing(root)
+    added = sorted(f"{name}/{entry}" for name, now in after.items() for entry in now - before[name])
+    removed = sorted(f"removed {name}/{entry}" for name, now in after.items() for entry in before[name] - now)
+    if not added and not removed:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    line = (f"the test run wrote into the repository's data roots ({root}): {', '.join(added)}; a test must use "
-            f"temporary folders (isolated_roots, [paths], --workdir): failing the run")
+    line = (f"the test run wrote into the repository's data roots ({root}): {', '.join(added + removed)}; a test "
+            f"must use temporary folders (isolated_roots, [paths], --workdir): failing the run")
     if reporter is not None:
         reporter.write("\n")  # after the progress line, which xdist leaves unterminated
         reporter.write_line(line, red=True)

@@ -65,3 +65,13 @@ def test_the_suite_runs_from_another_working_directory(tmp_path):
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr  # before: exit 4, ModuleNotFoundError: No module named 'tests'
     assert "1 passed" in run.stdout
+
+
+def test_a_run_that_removes_from_state_or_queues_fails_and_names_it(tmp_path):
+    """Adversarial review s18: the guard compared only what was added, so a test that deleted ``state/README.md``
+    (tracked) or a researcher's campaign folder under ``state/`` passed, though the guard's promise is that a run
+    leaves those folders as it found them, and a removal is the worse of the two."""
+    run = _pytest(tmp_path, "    import shutil\n    shutil.rmtree(root / 'state' / 'old-campaign')")
+    assert run.returncode == 1, run.stdout + run.stderr  # before: 0
+    assert "1 passed" in run.stdout
+    assert "removed state/old-campaign" in run.stdout, run.stdout
