@@ -6,8 +6,8 @@ nothing failed when one did: a whole-suite run left ``state/gh-crash/report`` be
 ignored ``[paths] state``; ``tests/test_geohint_live_report_dir.py``). This plugin lists those two folders when the
 session starts and again when it ends (in the controlling process under pytest-xdist) and fails the run, naming
 each entry, when one appeared or one that was there is gone (``removed state/README.md``). Entries already there
-(a demo run earlier in the checkout) are left alone and do not count. ``$GEOAGENT_REPO_GUARD_ROOT`` names another root to watch (its own test,
-``tests/test_repo_guard.py``).
+(a demo run earlier in the checkout) are left alone and do not count. ``$GEOAGENT_REPO_GUARD_ROOT`` names another
+root to watch (its own test, ``tests/test_repo_guard.py``).
 """
 
 from __future__ import annotations
