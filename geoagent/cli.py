@@ -711,6 +711,14 @@ def _run_command(args: argparse.Namespace) -> int:
                   "answers, spend, finished work; calls cut off count as unknown-outcome spend): re-run the same "
                   "command once it answers again", file=sys.stderr)
             return 3
+        refused = _redis_refused(exc)
+        if refused is not None:  # the server answered and refused a queue script (an ACL user's missing permission)
+            from geoagent.runtime.backend import scrub
+
+            print(f"error: [backend] url_env: the Redis server refused a command this campaign needs "
+                  f"({scrub(str(refused), None)}): check what the URL's user may run (ACL: scripting and the "
+                  "commands it calls), then re-run the same command", file=sys.stderr)
+            return 2
         raise
 
 
@@ -854,6 +862,32 @@ def _redis_failure(exc: BaseException) -> BaseException | None:
         elif not isinstance(e, asyncio.CancelledError):
             leaves.append(e)
     if leaves and all(isinstance(e, RedisError) for e in leaves):
+        return leaves[-1]
+    return None
+
+
+def _redis_refused(exc: BaseException) -> BaseException | None:
+    """The first queue error that wraps a refusal by the Redis server (a ``QueueError`` caused by redis-py's
+    ``ResponseError``: ``NOPERM`` for an ACL user that may not run ``EVALSHA`` or a command a queue script calls,
+    ...) when every error in ``exc`` (an exception group walked down, cancellations left out) is one, else None.
+    Such an error is neither an outage (:func:`_redis_failure`) nor retried: the server answered."""
+    import asyncio
+
+    try:
+        from redis.exceptions import ResponseError
+    except ImportError:  # redis-py absent: no campaign can use Redis
+        return None
+    from geoagent.runtime.queue import QueueError
+
+    leaves: list[BaseException] = []
+    stack = [exc]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, BaseExceptionGroup):
+            stack.extend(e.exceptions)
+        elif not isinstance(e, asyncio.CancelledError):
+            leaves.append(e)
+    if leaves and all(isinstance(e, QueueError) and isinstance(e.__cause__, ResponseError) for e in leaves):
         return leaves[-1]
     return None
 

@@ -35,3 +35,40 @@ def test_a_non_numeric_time_in_a_version_2_file_does_not_stop_its_migration(tmp_
         assert [t.key for t in queue.lease_sync(10, 60)] == ["r1", "r2"]
     finally:
         queue.close_sync()
+
+
+def test_a_redis_user_without_a_permission_the_queue_scripts_need_is_one_line_not_a_traceback(
+        tmp_path, monkeypatch, capsys):
+    """An ACL user with the right password that may not run Lua scripts (``-@scripting``: ``EVALSHA`` refused,
+    NOPERM) or a command a script calls (``-zrangebyscore``). Neither is an authentication error (no fail-fast
+    exit 2 by ``auth_refused``) nor an outage (not retried: a ``ResponseError``); but the queues wrap the refusal
+    in a ``QueueError`` that the CLI did not map, so ``run`` ended in a Python traceback of an exception group
+    (``Redis refused a queue script: this user has no permissions to run the 'evalsha' command``). Now one
+    ``error:`` line naming the server's refusal, exit 2 (a configuration error: re-running does not help), and
+    never the password."""
+    import redis
+
+    from test_queue_contract import RedisServer, _redis_binary
+    from test_redis_auth_fail_fast import _campaign, _cli
+
+    srv = RedisServer(_redis_binary(), tmp_path / "redis", "--appendonly", "no")
+    (tmp_path / "redis").mkdir(exist_ok=True)
+    srv.start()
+    secret = "pw-" + "Zq8" * 6
+    try:
+        admin = redis.Redis(host="127.0.0.1", port=srv.port)
+        for user, deny in (("noscript", "-@scripting"), ("nozrange", "-zrangebyscore")):
+            admin.execute_command("ACL", "SETUSER", user, "on", f">{secret}", "~*", "+@all", deny)
+        admin.close()
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setenv("GEOAGENT_REDIS_RETRY_S", "8")
+        for user in ("noscript", "nozrange"):
+            cfg_path = _campaign(tmp_path, f"perm-{user}")
+            monkeypatch.setenv("GA_TEST_REDIS_AUTH", f"redis://{user}:{secret}@127.0.0.1:{srv.port}/0")
+            rc, text, took = _cli(["run", str(cfg_path)], capsys)  # before: an ExceptionGroup traceback
+            assert rc == 2 and took < 3.0, (user, rc, took, text)
+            (line,) = [ln for ln in text.splitlines() if ln.startswith("error:")]
+            assert "[backend] url_env" in line and "refused" in line, line
+            assert secret not in text and "redis://" not in text, text
+    finally:
+        srv.stop()
