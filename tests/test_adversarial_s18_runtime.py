@@ -72,3 +72,55 @@ def test_a_redis_user_without_a_permission_the_queue_scripts_need_is_one_line_no
             assert secret not in text and "redis://" not in text, text
     finally:
         srv.stop()
+
+
+def test_a_server_back_from_an_outage_requiring_a_password_fails_the_waiting_call_at_once(tmp_path, monkeypatch):
+    """A call rides out an outage (the window's probe finds no server); the server comes back on its port but now
+    requires a password the URL lacks (restarted with ``requirepass``). The probe's reply is an authentication
+    error, an answer: the server is no longer lost and the call's next try fails with the refusal at once, worded
+    by ``auth_refused``, not after the rest of the window (held: no fix needed)."""
+    import subprocess
+    import threading
+    import time
+
+    import redis
+
+    from geoagent.runtime.redis_state import redis_client
+    from test_queue_contract import RedisServer, _redis_binary
+
+    window_s = 20.0
+    monkeypatch.setenv("GEOAGENT_REDIS_RETRY_S", str(window_s))
+    srv = RedisServer(_redis_binary(), tmp_path, "--appendonly", "no")
+    srv.start()
+    client = redis_client(srv.url)  # reached: its calls ride out outages
+    restarted = None
+    try:
+        assert client.set("k", "v")
+        srv.stop()
+        box: dict[str, object] = {}
+
+        def call() -> None:
+            try:
+                box["value"] = client.get("k")
+            except Exception as exc:  # noqa: BLE001 - checked below
+                box["error"] = exc
+            box["at"] = time.monotonic()
+
+        t = threading.Thread(target=call)
+        t.start()
+        time.sleep(2.0)  # the call is retrying in the outage
+        assert t.is_alive()
+        restarted = subprocess.Popen([str(_redis_binary()), "--port", str(srv.port), "--bind", "127.0.0.1",
+                                      "--save", "", "--dir", str(tmp_path), "--requirepass", "pw-" + "Rt5" * 5],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        up = time.monotonic()
+        t.join(window_s + 10)
+        assert not t.is_alive()
+        assert isinstance(box.get("error"), redis.AuthenticationError), box
+        assert "not retried" in str(box["error"]) and "Rt5" not in str(box["error"])
+        assert box["at"] - up < 5.0, box["at"] - up  # at once after the restart, not at the end of the window
+    finally:
+        client.close()
+        if restarted is not None:
+            restarted.terminate()
+            restarted.wait(10)
