@@ -33,8 +33,9 @@ verdicts, and
 other row).
 
 Services read from the :class:`~geoagent.runtime.stage.StageContext` (all optional): ``store`` (response
-text by request key; results table ``geohint_scored``), ``report_dir`` (default
-``<state root>/<campaign>/report``), ``geohint_report_interval_s`` (minimum seconds from the end
+text by request key; results table ``geohint_scored``), ``report_dir`` (folder of the live report; default
+``<state_dir>/report``, with ``state_dir`` the service of that name, the run's ``[paths] state`` folder, or
+``<state root>/<campaign>``: :func:`geoagent.report.live.live_report_dir`), ``geohint_report_interval_s`` (minimum seconds from the end
 of one live report rewrite, done in a worker thread, to the next; default 5; stretched to 4x the last
 rewrite's duration when that is longer, :data:`geoagent.report.live.REWRITE_BACKOFF`).
 """
