@@ -124,3 +124,36 @@ def test_a_server_back_from_an_outage_requiring_a_password_fails_the_waiting_cal
         if restarted is not None:
             restarted.terminate()
             restarted.wait(10)
+
+
+def test_a_recorded_time_implausibly_far_ahead_does_not_move_the_mark(tmp_path):
+    """A version-2 file holding one time far ahead of every real clock (a ``created_at`` stored in milliseconds,
+    1.7e12 s: year ~55,000; another tool's bug). The mark's start (session 18) took it as the newest reading of the
+    clock, so the first write "took out" a step of ~1.7e12 s: every running backoff ended at once (a backoff with
+    890 s left was leased at once) and dead tasks' failure times went far negative. A recorded time more than
+    :data:`MARK_START_AHEAD_MAX_S` (a year) ahead of the wall clock is no clock step a machine takes back: it is
+    ignored, and the backoff keeps its time."""
+    from geoagent.runtime.sqlite_queue import MARK_START_AHEAD_MAX_S
+
+    now = T0 + 10.0
+    path = queue_path(tmp_path, "camp", "edge")
+    _v2_file(path)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executemany("INSERT INTO tasks (key, payload, state, not_before, created_at) VALUES (?, ?, 0, ?, ?)",
+                     [("ms", b"{}", T0, now * 1000.0), ("backoff", b"{}", now + 890.0, T0)])
+    conn.close()
+    clock = FakeClock(now)
+    queue = SQLiteQueue(path, clock=clock)
+    try:
+        conn = sqlite3.connect(path)
+        try:
+            assert conn.execute("SELECT n FROM counts WHERE state = -1").fetchone()[0] == now
+        finally:
+            conn.close()
+        assert sorted(t.key for t in queue.lease_sync(10, 10_000)) == ["ms", "r1", "r2"]  # before: "backoff" too
+        clock.now = now + 891.0
+        assert [t.key for t in queue.lease_sync(10, 60)] == ["backoff"]
+    finally:
+        queue.close_sync()
+    # a step back within the bound is still taken from the file (the session's fix stands)
+    assert MARK_START_AHEAD_MAX_S >= 30 * 86400

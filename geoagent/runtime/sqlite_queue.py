@@ -166,7 +166,8 @@ process that migrated the file, or at the newest time the file records as a read
 ack or failure) when that is later: a step taken *before* the upgrade, under version-2 code, is then held or taken
 out by the first write like one taken after it (before session 18 the mark started at the clock, and the tasks put
 before such a step stayed unleasable for the step's length). Times that may legitimately lie ahead (a ready task's
-backoff or release delay, a lease deadline) do not count. One cost: a backoff that version-2 code started *after*
+backoff or release delay, a lease deadline) do not count, nor do non-numeric times or ones more than a year
+ahead of the clock (:data:`MARK_START_AHEAD_MAX_S`: a corrupt or millisecond value, not a step). One cost: a backoff that version-2 code started *after*
 the step, from the stepped-back clock, ends early by up to the step (its time cannot be told from a put's). The
 scan of ``created_at`` this takes runs once, in the migrating transaction (0.2 s for a version-2 file of
 1,000,000 tasks, warm page cache, session 18). A version-3 file that lost its mark row
@@ -252,6 +253,10 @@ _ADD_MARK_SQL = f"INSERT OR IGNORE INTO counts (state, n) VALUES ({CLOCK_MARK}, 
 _NEWEST_RECORDED_SQL = (f"SELECT (SELECT max(created_at) FROM tasks WHERE created_at < 9e999), "
                         f"(SELECT max(not_before) FROM tasks WHERE state = {DONE} AND not_before < 9e999), "
                         f"(SELECT max(not_before) FROM tasks WHERE state = {DEAD} AND not_before < 9e999)")
+#: a recorded time more than this (s, a year) ahead of the wall clock is ignored when the mark is started: no
+#: machine takes its clock back that far (a time stored in milliseconds, another tool's bug), and taking it as a
+#: step would end every running backoff at once (adversarial review s18)
+MARK_START_AHEAD_MAX_S = 366 * 86400.0
 _READ_MARK_SQL = f"SELECT n FROM counts WHERE state = {CLOCK_MARK}"
 _MOVE_MARK_SQL = f"UPDATE counts SET n = ? WHERE state = {CLOCK_MARK}"
 #: a backward wall-clock step longer than this (s) is taken out of the stored times by the next write (module
@@ -530,9 +535,10 @@ class SQLiteQueue(WorkQueue):
         a reading of the clock (a put, an ack, a failure: :data:`_NEWEST_RECORDED_SQL`) when that is later, i.e.
         the clock stepped back before the mark existed (an old file written on by version-2 code after a step,
         or a version-3 file that lost its mark row). One scan of ``tasks``; run once, inside the write
-        transaction that adds the mark."""
+        transaction that adds the mark. A recorded time more than :data:`MARK_START_AHEAD_MAX_S` ahead of ``wall``
+        is ignored (no clock steps back that far: a corrupt or millisecond value)."""
         recorded = [float(t) for t in conn.execute(_NEWEST_RECORDED_SQL).fetchone() if t is not None]
-        return max([wall, *recorded])
+        return max([wall, *(t for t in recorded if t <= wall + MARK_START_AHEAD_MAX_S)])
 
     # ------------------------------------------------------------------ transaction plumbing
     def _exec(self, op: _Op, wait: bool) -> Any:
