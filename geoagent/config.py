@@ -2226,7 +2226,8 @@ class ModelEstimate:
     duration_s: float = 0.0
     throughput_per_s: float = 0.0
     #: what ``duration_s`` rests on: ``"latency"`` (the lower of the rate limit and concurrency /
-    #: ``expected_latency_s``), ``"rate"`` (a simulated model behind a local fake: the rate limit alone) or
+    #: ``expected_latency_s``), ``"rate"`` (a simulated model, or one of another provider without its own
+    #: ``expected_latency_s``, behind a local fake, which answers at once: the rate limit alone) or
     #: ``"none"`` (replay and offline simulated answers take no model time; duration and throughput 0)
     time_basis: str = "latency"
     #: replay models (with the run's providers): calls whose tokens and cost are the recorded usage, and calls
@@ -3027,6 +3028,8 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
             rate_per_s = min(rate_per_s, ceiling.rate / ceiling.period_s)
             concurrency = min(concurrency, ceiling.concurrency)
         me.time_basis = model_time_basis(m)
+        if me.time_basis == "latency" and m.name in fakes and "expected_latency_s" not in m.model_fields_set:
+            me.time_basis = "rate"  # a local fake answers at once (walkthrough s18: 2.0 s assumed, 95 s for 12 s)
         if me.time_basis == "none":
             me.throughput_per_s = 0.0
             me.duration_s = 0.0

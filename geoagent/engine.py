@@ -3081,7 +3081,7 @@ def _model_time(m: Any, mc: Any, cfg: Any) -> str:
     """The duration part of one model's dry-run line, naming what it assumes (see :func:`estimate_lines`)."""
     from geoagent.config import model_time_basis
 
-    basis = model_time_basis(mc)
+    basis = getattr(m, "time_basis", None) or model_time_basis(mc)  # the estimate's: a local fake's is "rate"
     if basis == "none":
         if mc.provider == "replay":
             return f"no model-call time (replay: answers are read from the recorded file {cfg.replay_path(mc)})"
@@ -3105,7 +3105,8 @@ def _model_time(m: Any, mc: Any, cfg: Any) -> str:
     elif hosts_entry(cfg, mc.host) is not None:  # no rate or concurrency of its own: the [hosts] entry alone
         rate += f", its host's [hosts] limit{with_others}"
     if basis == "rate":
-        return (f"model-call time about {m.duration_s:.0f} s (simulated behind a local fake that answers at once: "
+        what = "simulated behind" if mc.provider == "simulated" else f"its {mc.provider} API served by"
+        return (f"model-call time about {m.duration_s:.0f} s ({what} a local fake that answers at once: "
                 f"paced by its rate limit alone, {m.throughput_per_s:.3g} calls/s)")
     lat = mc.expected_latency_s
     lat_s = f"{lat:.1f}" if lat == round(lat, 1) else f"{lat:g}"  # "2.0 s", "0.05 s"

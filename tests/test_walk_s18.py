@@ -104,3 +104,30 @@ def test_the_geohint_dry_run_prints_the_plan_by_condition(isolated_roots, releas
     by_condition = dict(part.rsplit(" ", 1) for part in m.group(2).split(", "))
     assert sum(int(n) for n in by_condition.values()) == int(m.group(1))
     assert f"{int(m.group(1))} request" in dry  # the estimate counts the same requests
+
+
+def test_a_dry_run_times_a_model_on_a_local_fake_by_its_rate_not_a_real_models_latency(isolated_roots, release_dir,
+                                                                                        capsys):
+    """docs/campaigns.md's ``my_verify.toml`` (provider openai, ``base_url`` on the sandbox's
+    ``openai.sandbox.invalid``): the dry run assumed a real model's 2.0 s per call (``expected_latency_s``) and
+    predicted 95 s for a run that took 12 s (walkthrough s18). The fake answers at once, so the dry run paces such a
+    model by its rate limit alone, as it already did for ``provider = "simulated"`` behind a fake; a latency the
+    file sets on purpose is still used."""
+    from geoagent.cli import main
+    from tests._docs import docs_text
+
+    text = docs_text()
+    block = text[text.index("# my_verify.toml"):]
+    block = block[:block.index("```")]
+    p = isolated_roots / "my_verify.toml"
+
+    def dry(toml: str) -> str:
+        p.write_text(toml, encoding="utf-8")
+        assert main(["run", str(p), "--simulate", "--no-live"]) == 0
+        return " ".join(capsys.readouterr().out.split())
+
+    out = dry(block)
+    assert "assuming 2.0 s per call" not in out, out
+    assert "local fake that answers at once: paced by its rate limit alone, 1e+03 calls/s" in out, out
+    set_latency = block.replace("max_output_tokens = 300", "max_output_tokens = 300\nexpected_latency_s = 0.5")
+    assert "assuming 0.5 s per call ([[models]] expected_latency_s)" in dry(set_latency)
