@@ -825,10 +825,8 @@ def _is_storage_full(exc: BaseException) -> bool:
     return False
 
 
-def _storage_failure(exc: BaseException) -> BaseException | None:
-    """The first failed write (a full disk, :func:`_is_storage_full`) when every error in ``exc`` (an exception
-    group walked down, cancellations left out) is one, else None. Several workers hit a full disk at once: the
-    run ends with one line naming the first file, not a traceback of each (``run`` exit 3, re-run to resume)."""
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The errors of ``exc`` in order, exception groups walked down (depth first), cancellations left out."""
     import asyncio
 
     leaves: list[BaseException] = []
@@ -839,6 +837,14 @@ def _storage_failure(exc: BaseException) -> BaseException | None:
             stack.extend(reversed(e.exceptions))
         elif not isinstance(e, asyncio.CancelledError):
             leaves.append(e)
+    return leaves
+
+
+def _storage_failure(exc: BaseException) -> BaseException | None:
+    """The first failed write (a full disk, :func:`_is_storage_full`) when every error in ``exc`` (an exception
+    group walked down, cancellations left out) is one, else None. Several workers hit a full disk at once: the
+    run ends with one line naming the first file, not a traceback of each (``run`` exit 3, re-run to resume)."""
+    leaves = _leaves(exc)
     if leaves and all(_is_storage_full(e) for e in leaves):
         return leaves[0]
     return None
@@ -847,22 +853,13 @@ def _storage_failure(exc: BaseException) -> BaseException | None:
 def _redis_failure(exc: BaseException) -> BaseException | None:
     """The first Redis client error (redis-py's ``RedisError``: connection lost, timeout, ...) when every error in
     ``exc`` (an exception group walked down, cancellations left out) is one, else None."""
-    import asyncio
-
     try:
         from redis.exceptions import RedisError
     except ImportError:  # redis-py absent: no campaign can use Redis
         return None
-    leaves: list[BaseException] = []
-    stack = [exc]
-    while stack:
-        e = stack.pop()
-        if isinstance(e, BaseExceptionGroup):
-            stack.extend(e.exceptions)
-        elif not isinstance(e, asyncio.CancelledError):
-            leaves.append(e)
+    leaves = _leaves(exc)
     if leaves and all(isinstance(e, RedisError) for e in leaves):
-        return leaves[-1]
+        return leaves[0]
     return None
 
 
@@ -871,24 +868,15 @@ def _redis_refused(exc: BaseException) -> BaseException | None:
     ``ResponseError``: ``NOPERM`` for an ACL user that may not run ``EVALSHA`` or a command a queue script calls,
     ...) when every error in ``exc`` (an exception group walked down, cancellations left out) is one, else None.
     Such an error is neither an outage (:func:`_redis_failure`) nor retried: the server answered."""
-    import asyncio
-
     try:
         from redis.exceptions import ResponseError
     except ImportError:  # redis-py absent: no campaign can use Redis
         return None
     from geoagent.runtime.queue import QueueError
 
-    leaves: list[BaseException] = []
-    stack = [exc]
-    while stack:
-        e = stack.pop()
-        if isinstance(e, BaseExceptionGroup):
-            stack.extend(e.exceptions)
-        elif not isinstance(e, asyncio.CancelledError):
-            leaves.append(e)
+    leaves = _leaves(exc)
     if leaves and all(isinstance(e, QueueError) and isinstance(e.__cause__, ResponseError) for e in leaves):
-        return leaves[-1]
+        return leaves[0]
     return None
 
 
