@@ -24,6 +24,7 @@ from matplotlib.container import ErrorbarContainer
 
 from test_report_figure_layout import _drawn, _texts_inside
 from test_report_review_s17 import REPLAY_COUNTS, REPLAY_NOTE, _cells
+from test_report_review_s17 import _data_points_px as _points_px
 
 from geoagent.geohint.aggregate import GeoHintAggregator
 from geoagent.geohint.result import GeoHintResult
@@ -110,35 +111,6 @@ def _overlapping_texts(fig, r, slack: float = 0.5, ignore: tuple[str, ...] = ())
             if w > slack and h > slack:
                 out.append(f"{a} {ea} over {b} {eb}")
     return out
-
-
-def _points_px(ax, step_px: float = 2.0) -> list[tuple[float, float, str]]:
-    """As :func:`test_report_review_s17._data_points_px` (every plotted point, and points every ``step_px`` along
-    each line between points and each error bar, with the line's label), leaving out what has no value (NaN:
-    Fig. 2's bands or regimes without answers)."""
-    def along(seg, what):
-        if len(seg) < 2:
-            return []
-        (x0, y0), (x1, y1) = ax.transData.transform(seg)
-        if not all(math.isfinite(v) for v in (x0, y0, x1, y1)):
-            return []
-        n = max(1, int(max(abs(x1 - x0), abs(y1 - y0)) / step_px))
-        return [(x0 + (x1 - x0) * i / n, y0 + (y1 - y0) * i / n, what) for i in range(n + 1)]
-
-    pts = []
-    for cont in ax.containers:
-        if not isinstance(cont, ErrorbarContainer):
-            continue
-        label = cont.get_label()
-        xy = list(zip(cont.lines[0].get_xdata(), cont.lines[0].get_ydata()))
-        pts += [(float(x), float(y), f"{label}: point") for x, y in ax.transData.transform(xy)
-                if math.isfinite(x) and math.isfinite(y)]
-        for a, b in zip(xy, xy[1:]):
-            pts += along((a, b), f"{label}: line")
-        for coll in cont.lines[2]:
-            for seg in coll.get_segments():
-                pts += along(seg, f"{label}: error bar")
-    return pts
 
 
 def _legend_outside_axes(fig, r) -> list[str]:

@@ -17,6 +17,8 @@ model and band, geoverify_table.csv of the replay), spread over 9 sites (signal 
 
 from __future__ import annotations
 
+import math
+
 import polars as pl
 import pytest
 from matplotlib.container import ErrorbarContainer
@@ -93,11 +95,14 @@ def test_dprime_caption_runs_across_no_axis_text(note):
 
 def _data_points_px(ax, step_px: float = 2.0) -> list[tuple[float, float, str]]:
     """Display coordinates of every plotted point and of points every ``step_px`` along each error bar and each
-    line between points, with the line's label."""
+    line between points, with the line's label, leaving out what has no value (NaN: Fig. 2's bands or regimes
+    without answers)."""
     def along(seg, what):
         if len(seg) < 2:  # a line without intervals has empty error-bar segments
             return []
         (x0, y0), (x1, y1) = ax.transData.transform(seg)
+        if not all(math.isfinite(v) for v in (x0, y0, x1, y1)):
+            return []
         n = max(1, int(max(abs(x1 - x0), abs(y1 - y0)) / step_px))
         return [(x0 + (x1 - x0) * i / n, y0 + (y1 - y0) * i / n, what) for i in range(n + 1)]
 
@@ -108,7 +113,8 @@ def _data_points_px(ax, step_px: float = 2.0) -> list[tuple[float, float, str]]:
         label = cont.get_label()
         line = cont.lines[0]
         xy = list(zip(line.get_xdata(), line.get_ydata()))
-        pts += [(float(x), float(y), f"{label}: point") for x, y in ax.transData.transform(xy)]
+        pts += [(float(x), float(y), f"{label}: point") for x, y in ax.transData.transform(xy)
+                if math.isfinite(x) and math.isfinite(y)]
         for a, b in zip(xy, xy[1:]):
             pts += along((a, b), f"{label}: line")
         for coll in cont.lines[2]:
