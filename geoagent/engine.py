@@ -1860,7 +1860,8 @@ async def _run(
             live=live,
             pipeline=[(s.name, s.input_edge, s.output_edge) for s in kind.stages(cfg)],  # ETA: work upstream too
             http=lambda: {h: asdict(st) for h, st in ctx.get("http").stats().items()},
-            host_labels=host_labels(cfg),  # cfg as run: local fakes' 127.0.0.1 ports named
+            # cfg as run: local fakes' 127.0.0.1 ports named, and said to be the run's fakes
+            host_labels=host_labels(cfg, ctx.services.get("config_as_written")),
             planned_by_model=planned_by_model,  # `status` names each model's answered / planned calls
             run_id=run_id,  # `status` merges the records of a scale-out run's processes by it
             lane_work=lane_work,  # the ETA: each model's tasks left at its own rate

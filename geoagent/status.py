@@ -138,25 +138,50 @@ def _walk_urls(obj: Any, key: str = "") -> list[tuple[str, str]]:
     return []
 
 
-def host_labels(cfg: Any) -> dict[str, str]:
+#: added to the label of a host that was a local fake of the run (:func:`host_labels` with ``written``): its
+#: loopback port was that run's own, gone with it
+FAKE_OF_THE_RUN = "a local fake started by its run"
+
+
+def host_labels(cfg: Any, written: Any = None) -> dict[str, str]:
     """Readable names of the hosts a campaign config names: ``{host: label}``.
 
     ``host`` is the HTTP layer's key (:func:`geoagent.runtime.http.host_key`: ``"hostname:port"`` or
     ``"hostname"``). A model's ``base_url`` host is labelled ``model <name>`` (names joined when several
     models share a server); a URL in a task table (e.g. ``[crawl.endpoints] pageviews = ...``,
     ``[geohint.geocoder] wikidata_url = ...``) is labelled ``<key> API`` with a trailing ``_url`` dropped.
-    Local fakes on ``127.0.0.1:<port>`` are otherwise told apart by their port only.
+    Local fakes on ``127.0.0.1:<port>`` are otherwise told apart by their port only. With ``written`` (the
+    config as written, whose URLs on ``*.sandbox.invalid`` ``cfg``, the config as run, has on loopback ports), a
+    host that was such a fake gets ``; a local fake started by its run`` (:data:`FAKE_OF_THE_RUN`): its port was the
+    run's own and is gone with it (walkthrough s18: ``status`` showed the bare port as if a server listened).
     """
     from geoagent.runtime.http import host_key
+    from geoagent.sandbox.launch import fake_name
+
+    def is_fake(url: str | None) -> bool:
+        try:
+            return bool(url) and fake_name(url) is not None
+        except ValueError:  # an unknown *.sandbox.invalid host: the run refused it
+            return False
 
     names: dict[str, list[str]] = {}
+    fakes: set[str] = set()
+    written_models = {m.name: m for m in getattr(written, "models", None) or []}
     for m in getattr(cfg, "models", []):
         if m.base_url:
             names.setdefault(host_key(m.base_url), []).append(f"model {m.name}")
-    for key, url in _walk_urls(getattr(cfg, "tasks", {}) or {}):
+            if is_fake(getattr(written_models.get(m.name), "base_url", None)):
+                fakes.add(host_key(m.base_url))
+    urls = _walk_urls(getattr(cfg, "tasks", {}) or {})
+    as_written = _walk_urls(getattr(written, "tasks", {}) or {}) if written is not None else []
+    for i, (key, url) in enumerate(urls):
         api = key[: -len("_url")] if key.endswith("_url") else key
         names.setdefault(host_key(url), []).append(f"{api} API")
-    return {h: ", ".join(dict.fromkeys(v)) for h, v in names.items() if h}
+        if len(as_written) == len(urls) and as_written[i][0] == key and is_fake(as_written[i][1]):
+            fakes.add(host_key(url))
+    return {h: ", ".join(dict.fromkeys(v)) + (f"; {FAKE_OF_THE_RUN}" if h in fakes and not is_fake(f"http://{h}")
+                                              else "")
+            for h, v in names.items() if h}
 
 
 def campaign_status(cfg: Any) -> dict[str, Any]:

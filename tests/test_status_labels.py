@@ -82,7 +82,8 @@ def test_status_names_sandbox_and_served_model_hosts_after_a_run(tmp_path):
     served = base.split("//", 1)[1].rstrip("/")
     assert re.search(rf"http {re.escape(served)} \(model gamma\): 6 requests", text), text
     sandbox = [ln for ln in text.splitlines() if ln.strip().startswith("http 127.0.0.1:") and served not in ln]
-    assert len(sandbox) == 1 and "(model alpha, model beta): 12 requests" in sandbox[0], text
+    # the fake's port was this run's own: said so (walkthrough s18: a bare port read as a server still there)
+    assert len(sandbox) == 1 and "(model alpha, model beta; a local fake started by its run): 12 requests" in sandbox[0], text
 
 
 SANDBOX_CRAWL = Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "crawl_sandbox.toml"
@@ -108,10 +109,12 @@ def test_status_after_a_crawl_rerun_names_the_hosts_of_the_run_it_shows(sandbox_
     assert set(records[-1]["host_labels"]).isdisjoint(worked["host_labels"])  # the re-run's ports differ
     shown = {m.group(1): m.group(2) for m in re.finditer(r"^ +http (\S+)(?: \((.+?)\))?: \d+ requests", out, re.M)}
     assert set(shown) == set(worked["http"])
-    assert sorted(v or "(none)" for v in shown.values()) == ["mapillary API", "model sandbox-vision-auditor, model sandbox-text-auditor",
-                                      "overpass API", "pageviews API", "wdqs API"], out
+    fake = "; a local fake started by its run"
+    assert sorted(v or "(none)" for v in shown.values()) == [
+        f"mapillary API{fake}", f"model sandbox-vision-auditor, model sandbox-text-auditor{fake}",
+        f"overpass API{fake}", f"pageviews API{fake}", f"wdqs API{fake}"], out
     # the pageviews 404s (articles without views) are explained, with the count the run recorded
-    pv_host = next(h for h, label in shown.items() if label == "pageviews API")
+    pv_host = next(h for h, label in shown.items() if label == f"pageviews API{fake}")
     n_404 = worked["http"][pv_host]["answers"]["http 404"]
     assert n_404 > 0 and (f"; {n_404} expected 404 answers (articles without views in the date range; not errors)"
                           in out), out
