@@ -80,7 +80,7 @@ from geoagent.textfmt import count_text
 from geoagent.runtime.daemon import PipelineRun, open_edge_queues, run_pipeline
 from geoagent.runtime.progress import Progress
 from geoagent.runtime.queue import SUPERSEDED, DeadLetter, QueueCounts
-from geoagent.runtime.scope import PlanRecorder
+from geoagent.runtime.scope import PlanDiff, PlanRecorder
 from geoagent.runtime.stage import Message, Stage, StageContext
 
 log = logging.getLogger(__name__)
@@ -1793,6 +1793,11 @@ async def _run(
         planned_by_model: dict[str, int] = {}
         if kind.plan_edge == C.EDGE_REQUESTS:
             plan = _count_models(plan, planned_by_model)
+        # how this plan differs from the one the last run recorded (read before PlanRecorder replaces it): said
+        # at the start, so a re-run over a crawl's folder rebuilt since (no config change) says why it calls
+        diff = PlanDiff.of(cfg.state_dir()) if kind.plan_edge == C.EDGE_REQUESTS else None
+        if diff is not None:
+            plan = diff.wrap(plan)
         # the plan's task keys recorded (state/<campaign>/plan_keys.tsv) for what speaks for the current plan
         # without planning: the export's `scored` column, the answered / planned shares (geoagent.runtime.scope)
         plan = PlanRecorder(cfg.state_dir()).wrap(plan)
@@ -1808,7 +1813,15 @@ async def _run(
         # what the config change means is decided now that the plan is queued: does it add work next to
         # answers made under the old settings? (decided before planning, it said "affects none of it" and then
         # planned 114 new requests)
-        drift = config_drift_after_plan(cfg, kind, ctx, before, (await plan_q.counts()) if plan_q else None,
+        plan_after = (await plan_q.counts()) if plan_q else None
+        if diff is not None:
+            plan_before = before.get(kind.plan_edge)
+            grown = (max(0, plan_after.total - plan_before.total)
+                     if plan_after is not None and plan_before is not None else None)
+            if changed := diff.text(never_queued=grown, still_queued=len(check.unplanned) if check else 0):
+                print(f"info: campaign {cfg.name}: {changed}.", file=sys.stderr)
+            diff = None
+        drift = config_drift_after_plan(cfg, kind, ctx, before, plan_after,
                                         left_out=check.left_out if check is not None else 0)
         if check is not None:
             # tasks an earlier plan left queued that this plan no longer holds are set aside (dead, reason
@@ -2781,7 +2794,15 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
         est.done_earlier, est.dead_earlier, est.queued_earlier, est.superseded_earlier = earlier
         est.config_changed = _calls_changed(written, cfg.state_dir())
         est.gone_usd, est.gone_calls = gone_usd, gone_calls
+        # how the plan differs from the one the last run recorded, as the run says it at its start
+        diff = PlanDiff.of(cfg.state_dir())
+        if diff is not None:
+            for key, _ in messages:
+                diff.see(key)
+        changed = (diff.text(never_queued=len(payloads) - earlier[2], still_queued=earlier[3])
+                   if diff is not None else None)
         out.extra_lines = warning + ["  dry run (no call made, nothing enqueued):",
+                                     *([f"    {changed}"] if changed else []),
                                      *("  " + line for line in estimate_lines(est, cfg)),
                                      *kind.dry_run_outline(cfg)]
     if out.exit_code == EXIT_CONFIG:  # the last line says why the exit is 2

@@ -135,6 +135,10 @@ def test_the_export_marks_the_scored_rows_and_superseded_tasks_are_not_missing(s
     assert main(["run", str(p), "--no-live"]) == 0
     got = capsys.readouterr()
     assert "set aside" in got.err and "Left out of scoring" in got.out
+    # said at the start: the third model's queued tasks are set aside, the second's stored answers not scored
+    assert re.search(r"info: campaign gv-design: plan changed since the last run: 0 requests new \(not planned "
+                     r"before\), \d+ planned before no longer in the plan \(\d+ still queued: set aside unsent; the "
+                     r"others' stored answers are kept but not scored\)\.", got.err), got.err
     hk, hn, fk, fn = _h_f_counts(got.out)
     report = state / "gv-design" / "report"
     # superseded tasks are not missing: the run ended complete, the report says nothing is missing

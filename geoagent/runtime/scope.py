@@ -75,6 +75,114 @@ class PlanRecorder:
                 out.discard()
 
 
+class PlanDiff:
+    """How a plan differs from the one the campaign's last run recorded (:class:`PlanRecorder`, ``plan_keys.tsv``):
+    the tasks it holds that the last plan did not (:attr:`new`) and those the last plan held that it no longer
+    does (:attr:`dropped`), for the one line a run prints at its start and its dry run prints in its report
+    (:meth:`text`). A re-run over a crawl's folder whose output changed (review decisions settled, the crawl re-run:
+    ladders and ``verify_trials.csv`` rebuilt) plans other tasks with no config change; without this line only
+    the end's "Left out of scoring" hinted at why the run made new calls.
+
+    Read the record before the plan streams (:meth:`of`: a run's :class:`PlanRecorder` replaces it once the plan is
+    complete), then :meth:`see` each planned task key (or :meth:`wrap` the plan). Memory: 9 bytes per task of the
+    recorded plan (each key's 64-bit ``hash()``, this process's own, never stored; sorted; and a flag), never the
+    keys; the planned keys are checked in chunks of :data:`PLAN_DIFF_CHUNK`. Two keys sharing a hash (about 1 in
+    10^7 for two plans of 10^6 tasks) would count as one. Task keys are unique within a plan (each kind's keys
+    name their task). Time: about 2 s for two plans of 10^6 tasks (the record itself takes longer to write).
+    """
+
+    __slots__ = ("_old", "_seen", "_buf", "_new")
+
+    def __init__(self, old_keys: Iterable[str]) -> None:
+        import numpy as np
+
+        old = np.sort(np.fromiter((hash(k) for k in old_keys), dtype=np.int64))
+        self._old = old[np.concatenate(([True], old[1:] != old[:-1]))] if len(old) else old  # each key once
+        self._seen = np.zeros(len(self._old), dtype=bool)
+        self._buf: list[int] = []
+        self._new = 0
+
+    @classmethod
+    def of(cls, state_dir: str | os.PathLike[str]) -> "PlanDiff | None":
+        """The diff against the plan recorded in ``state_dir`` (read whole now), or None when the campaign has no
+        record (a first run, or one from before the record existed: nothing to compare with)."""
+        path = plan_keys_path(state_dir)
+        if not path.is_file():
+            return None
+        with open(path, encoding="utf-8") as fh:  # iter_plan_entries' reading, inlined (a 10^6-task plan: ~1 s)
+            return cls(k for line in fh if (k := line.rstrip("\n").partition("\t")[2]))
+
+    def see(self, key: str) -> None:
+        """Check one planned task key against the recorded plan."""
+        self._buf.append(hash(key))
+        if len(self._buf) >= PLAN_DIFF_CHUNK:
+            self._flush()
+
+    def wrap(self, plan: Iterable[Any]) -> Iterator[Any]:
+        """``plan`` unchanged (lazily), each message's key (``msg[0]``) checked with :meth:`see`."""
+        for msg in plan:
+            if isinstance(msg, tuple) and msg and isinstance(msg[0], str):
+                self._buf.append(hash(msg[0]))
+                if len(self._buf) >= PLAN_DIFF_CHUNK:
+                    self._flush()
+            yield msg
+
+    def _flush(self) -> None:
+        import numpy as np
+
+        if not self._buf:
+            return
+        got = np.sort(np.asarray(self._buf, dtype=np.int64))  # sorted: the look-ups walk the record in order
+        self._buf = []
+        if not len(self._old):
+            self._new += len(got)
+            return
+        at = np.minimum(np.searchsorted(self._old, got), len(self._old) - 1)
+        hit = self._old[at] == got
+        self._new += int((~hit).sum())
+        self._seen[at[hit]] = True
+
+    @property
+    def new(self) -> int:
+        """Planned tasks the recorded plan did not hold (after the whole plan was seen)."""
+        self._flush()
+        return self._new
+
+    @property
+    def dropped(self) -> int:
+        """Tasks of the recorded plan this plan does not hold (after the whole plan was seen)."""
+        self._flush()
+        return int(len(self._old) - self._seen.sum())
+
+    def text(self, never_queued: int | None = None, still_queued: int = 0) -> str | None:
+        """``"plan changed since the last run: N requests new (not planned before), M planned before no longer in
+        the plan (their stored answers are kept but not scored)"``, None when the plan is the recorded one.
+
+        ``never_queued``: how many of the planned tasks no earlier run queued (the queue's growth); said when
+        fewer than :attr:`new` (a task an older plan held, planned again, is not asked again when its answer is
+        stored). ``still_queued``: how many of the dropped tasks are still queued, unsent, and are set aside
+        now (:func:`geoagent.engine.set_aside_unplanned`; at most :attr:`dropped` is said)."""
+        new, dropped = self.new, self.dropped
+        if not new and not dropped:
+            return None
+        out = f"plan changed since the last run: {count_text(new, 'request')} new (not planned before"
+        if never_queued is not None and never_queued < new:
+            out += f"; {never_queued} of them queued by no earlier run"
+        out += f"), {dropped} planned before no longer in the plan"
+        aside = min(max(0, still_queued), dropped)
+        if aside == dropped and dropped:
+            out += " (still queued: set aside unsent)"
+        elif aside:
+            out += f" ({aside} still queued: set aside unsent; the others' stored answers are kept but not scored)"
+        elif dropped:
+            out += " (their stored answers are kept but not scored)"
+        return out
+
+
+#: planned task keys checked against the recorded plan at once (:class:`PlanDiff`)
+PLAN_DIFF_CHUNK = 4096
+
+
 def iter_plan_entries(state_dir: str | os.PathLike[str]) -> Iterator[tuple[str, str]] | None:
     """``(model, key)`` of each task of the recorded plan, or None when the campaign has no record."""
     path = plan_keys_path(state_dir)
