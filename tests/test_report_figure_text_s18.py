@@ -241,5 +241,6 @@ def test_fig4_texts_and_legend_clear(n_models, caption):
     counts = _verify_counts(n_models)
     fig = psychometric_figure(score(_cells(counts), n_boot=200, seed=0),
                               note=_long_note(list(counts)) if caption == "long" else None)
-    # the small-n marks of side-by-side points of one band overlap one another (not fixed here: they mark points)
-    _check(fig, ignore=(SMALL_N_MARK,))
+    # the small-n marks of side-by-side points of one band overlap one another (not fixed here: they mark points);
+    # with one model there is no pooled line whose marks sat on the model's (tests/test_report_one_model_pooled_s18.py)
+    _check(fig, ignore=(SMALL_N_MARK,) if n_models > 1 else ())

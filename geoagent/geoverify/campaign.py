@@ -370,8 +370,12 @@ class GeoVerifyCampaign(CampaignKind):
         return out
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
-        from geoagent.report.geoverify import (TABLE_MD, readout_text, dprime_text, small_n_note, small_n_warnings,
-                                               summary_counts, truncation_warnings)
+        """The console summary's GeoVerify lines: plan notes, one line per model and pooled (the report table's
+        counts), the pooled read-out with its reasons, legends and warnings. With one model the pooled line and its
+        Small n lines are left out (they would repeat the model's; :func:`geoagent.report.geoverify.one_model`) and
+        the read-out line names the model."""
+        from geoagent.report.geoverify import (TABLE_MD, readout_text, dprime_text, one_model, shown_scores,
+                                               small_n_note, small_n_warnings, summary_counts, truncation_warnings)
 
         scores = getattr(self, "_scores", None)
         note = getattr(self, "_scope_note", None)
@@ -415,6 +419,9 @@ class GeoVerifyCampaign(CampaignKind):
         left = [f"  {later}"] if later else []
         if not scores:
             return [*lines, "  GeoVerify: no scored responses", *left]
+        # one model: no pooled line repeating it, nor its Small n lines (the report's tables leave it out too)
+        single = one_model(scores)
+        scores = shown_scores(scores)
         for name, sc in scores.items():
             near = sc.bands[0].d_prime if sc.bands else math.nan
             cut = total(sc.truncation or {})
@@ -432,7 +439,10 @@ class GeoVerifyCampaign(CampaignKind):
                 f"  delta_1 {delta_1}  controls n {controls}"
                 f"  all arms: parse failures {sc.n_parse_failures}{split_text}{cut_text}  read-out {readout_text(sc)}"
             )
-        if POOLED in scores:
+        if single:
+            lines.append(f"  pre-registered read-out ({single}; one model, so pooled is the same): "
+                         f"{scores[single].readout.verdict}: " + "; ".join(scores[single].readout.reasons))
+        elif POOLED in scores:
             lines.append(f"  pre-registered read-out (pooled): {scores[POOLED].readout.verdict}: "
                          + "; ".join(scores[POOLED].readout.reasons))
         lines.append("  " + SUMMARY_LEGEND + (SUMMARY_LEGEND_RANGE if any(sc.delta_1_ci for sc in scores.values()) else ""))

@@ -65,6 +65,13 @@ and repeats the warning lines of :func:`truncation_warnings` (share above 1 % fo
 nothing was cut off, Markdown and the terminal show that table as one row, ``All | all | 0 of N``, as the GeoVerify
 report's section (``cutoff.csv`` keeps every row).
 
+One model: with a single model, the pooled row ``All`` of Tables 6 and 7 (every model together) would repeat that
+model's row, and so would the ``All`` row of the cut-off table (the model's total) and of the unresolved table (with
+one condition); Markdown and the terminal leave such a row out and say so once under the table
+(:func:`one_model_note`, through :attr:`Table.shown`), while the CSV files keep it. A pooled row that repeats no row
+is kept (the unresolved table's total over several conditions; the cut-off table's one row when nothing was cut
+off). The figures already name the one model instead of a pool (:func:`models_pooled_text`).
+
 What the tables leave out is said: answers that did not geocode (resolved level none) per model and
 condition in the table ``unresolved`` (:func:`table_unresolved`), in the ``report.md`` header
 (:func:`unresolved_line`) and with :func:`unresolved_warnings` above :data:`UNRESOLVED_WARN_SHARE` (the
@@ -1059,7 +1066,9 @@ def table6(agg: GeoHintAggregator, condition: str = "forced", *, p_reference: st
     """Table 6: slope of log10(err) on d_ref per model (site-clustered SE), all and finer-than-city; p-values
     from ``p_reference`` (``"normal"`` or ``"t"`` with G - 1 df, see :func:`p_reference_note`). Under the normal
     reference a fit on fewer than :data:`MIN_CLUSTERS_NORMAL_P` site clusters shows beta but neither SE nor p
-    (:func:`_shown_se`, :func:`_shown_p`)."""
+    (:func:`_shown_se`, :func:`_shown_p`). The last row, :data:`POOLED_ROW`, fits every model together; with one
+    model Markdown and the terminal leave it out (it repeats the model's row, :func:`one_model_note`) and
+    ``table6.csv`` keeps it."""
     check_p_reference(p_reference)
     rows = []
     clusters: list[int] = []
@@ -1080,20 +1089,50 @@ def table6(agg: GeoHintAggregator, condition: str = "forced", *, p_reference: st
             _shown_p(r, p_reference, hidden), rf.slope if rf else nan, rr.slope if rr else nan, share,
             _shown_se_ratio(r, p_reference),
         ])
-    return Table(
+
+    def notes(failed: Mapping[str, Sequence[str]]) -> str:
+        return _join_notes("'beta if reciting' is the slope of the same rows with err = d_ref (a model that always "
+                           "answers with the hint, Sec. 6.2.3); the share places beta between ignoring the hint (0 %) and "
+                           "reciting it (100 %). 'SE / unclustered SE': the site-clustered SE over the ordinary OLS SE of "
+                           "the same slope (the paper's clustered SEs run 0.9 to 1.8 times the unclustered ones, Sec. "
+                           "6); above 1, answers of one site move together.",
+                           p_reference_note(p_reference, clusters, hidden, se=True), no_fit_note(failed),
+                           zero_err_note("context answers", zeros))
+
+    table = Table(
         "table6",
         f"Table 6: log10(err_km) ~ d_ref per model, SE clustered by site, condition {condition}",
         ["Model", "n", "beta", "SE", "p", "beta (fine only)", "beta if reciting", "Share of reciting (%)",
          "SE / unclustered SE"],
         ["text", "int", "f4", "se", "p", "f4", "f4", "pct", "f2"],
         rows,
-        _join_notes("'beta if reciting' is the slope of the same rows with err = d_ref (a model that always answers "
-                    "with the hint, Sec. 6.2.3); the share places beta between ignoring the hint (0 %) and reciting it "
-                    "(100 %). 'SE / unclustered SE': the site-clustered SE over the ordinary OLS SE of the same slope "
-                    "(the paper's clustered SEs run 0.9 to 1.8 times the unclustered ones, Sec. 6); above 1, answers "
-                    "of one site move together.", p_reference_note(p_reference, clusters, hidden, se=True), no_fit_note(failed),
-                    zero_err_note("context answers", zeros)),
+        notes(failed),
     )
+    # one model: the pooled row repeats its row (module doc); table6.csv keeps it
+    return _without_pooled_row(table, models[0], notes(_model_cells(failed))) if len(models) == 1 else table
+
+
+def one_model_note(table: str, model: str) -> str:
+    """The sentence under a table whose pooled row (:data:`POOLED_ROW`) Markdown and the terminal leave out because
+    the table has one model, ``model``, whose row it would repeat; ``table`` names the CSV that keeps it."""
+    return (f"One model ({model}): the pooled row '{POOLED_ROW}' would repeat its row, so it is left out here; "
+            f"{table}.csv keeps it.")
+
+
+def _without_pooled_row(table: Table, model: str, notes: str | None = None) -> Table:
+    """``table`` with :attr:`Table.shown` set to the same table without its last row (the pooled row, which repeats
+    ``model``'s), with :func:`one_model_note` first in its notes; ``notes``: the shown table's other notes (None:
+    ``table``'s). Returns ``table``."""
+    table.shown = Table(table.name, table.title, table.columns, table.formats, table.rows[:-1],
+                        _join_notes(one_model_note(table.name, model), table.notes if notes is None else notes))
+    return table
+
+
+def _model_cells(failed: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+    """``failed`` (:func:`no_fit_note`'s reason -> cells) without the cells of the pooled row, reasons left with no
+    cell dropped: the No-fit lines of a table shown without that row (:func:`_without_pooled_row`)."""
+    out = {r: [c for c in cells if not c.startswith(f"{POOLED_ROW} ")] for r, cells in failed.items()}
+    return {r: cells for r, cells in out.items() if cells}
 
 
 def _slope_sort(agg: GeoHintAggregator, model: str, condition: str) -> float:
@@ -1105,7 +1144,8 @@ def table7(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
     """Table 7: the slope fitted separately within each regime, per model and pooled; p-values from
     ``p_reference`` (``"normal"`` or ``"t"`` with G - 1 df, see :func:`p_reference_note`). After the regimes and
     all sites: each regime's finer-than-city slope (``fine_only``, as Table 6's) and each regime's beta as a share
-    (fraction, shown in %) of the same models' reciting slope over all sites (Table 6's ``beta if reciting``)."""
+    (fraction, shown in %) of the same models' reciting slope over all sites (Table 6's ``beta if reciting``). With
+    one model Markdown and the terminal leave out the pooled row (:func:`one_model_note`); ``table7.csv`` keeps it."""
     check_p_reference(p_reference)
     groups = _regime_sites(agg, baseline)
     rows = []
@@ -1132,7 +1172,20 @@ def table7(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
                           cell=f"{label} Share of reciting illegible, legible")
         row += [b / rr.slope if (rr and rr.slope and math.isfinite(b)) else nan for b in regime_slopes[:2]]
         rows.append(row)
-    return Table(
+
+    def notes(failed: Mapping[str, Sequence[str]]) -> str:
+        return _join_notes(
+            p_reference_note(p_reference, clusters, hidden), no_fit_note(failed),
+            "'fine only': the same fit on answers finer than city level (Table 6's 'beta (fine only)'), within "
+            "the regime. 'Share of reciting': the regime's beta as a share of Table 6's 'beta if reciting' of "
+            "the same models over all sites (err = d_ref; 0 % = ignoring the hint, 100 % = reciting it), as the "
+            "paper's Sec. 6.2.3 places its regime slopes (57 % and 37 % of 0.176).",
+            zero_err_note("context answers", [
+                f"{name} {agg.n_zero_err(condition=condition, sites=sites)}"
+                for name, sites in ((ILLEGIBLE, groups[ILLEGIBLE]), (LEGIBLE, groups[LEGIBLE]), ("all", None))]),
+            regime_note(agg, baseline), no_regime_note(agg, baseline))
+
+    table = Table(
         "table7",
         f"Table 7: log10(err_km) ~ d_ref within each regime, condition {condition}",
         ["Model", "n illegible", "beta illegible", "p illegible", "n legible", "beta legible", "p legible", "n all", "beta all", "p all",
@@ -1140,16 +1193,10 @@ def table7(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
          "Share of reciting legible (%)"],
         ["text", "int", "f4", "p", "int", "f4", "p", "int", "f4", "p", "f4", "f4", "pct", "pct"],
         rows,
-        _join_notes(p_reference_note(p_reference, clusters, hidden), no_fit_note(failed),
-                    "'fine only': the same fit on answers finer than city level (Table 6's 'beta (fine only)'), within "
-                    "the regime. 'Share of reciting': the regime's beta as a share of Table 6's 'beta if reciting' of "
-                    "the same models over all sites (err = d_ref; 0 % = ignoring the hint, 100 % = reciting it), as the "
-                    "paper's Sec. 6.2.3 places its regime slopes (57 % and 37 % of 0.176).",
-                    zero_err_note("context answers", [
-            f"{name} {agg.n_zero_err(condition=condition, sites=sites)}"
-            for name, sites in ((ILLEGIBLE, groups[ILLEGIBLE]), (LEGIBLE, groups[LEGIBLE]), ("all", None))]),
-            regime_note(agg, baseline), no_regime_note(agg, baseline)),
+        notes(failed),
     )
+    # one model: the pooled row repeats its row (module doc); table7.csv keeps it
+    return _without_pooled_row(table, models[0], notes(_model_cells(failed))) if len(models) == 1 else table
 
 
 def _paired_block(agg, treatment, control, sites, model, n_flips, seed):
@@ -1563,7 +1610,9 @@ def table_cutoff(agg: GeoHintAggregator) -> Table:
     ``All | all | 0 of N`` under ``Answers cut off`` (N = every scored answer; right-aligned, format ``count_of``,
     as the counts of the full table and GeoVerify's ``0 of N`` cells), with a ``No finish reason`` column
     only where that count is not 0, as the GeoVerify report's cut-off section (its ``answers cut off (all arms)``
-    row, :func:`geoagent.report.geoverify._truncation_rows`); ``cutoff.csv`` keeps every row and column."""
+    row, :func:`geoagent.report.geoverify._truncation_rows`); ``cutoff.csv`` keeps every row and column. With one
+    model and something cut off, Markdown and the terminal leave out the total row, which repeats the model's
+    (:func:`one_model_note`); ``cutoff.csv`` keeps it."""
     rows = []
 
     def row(model: str, cond: str, c: TruncationCount) -> list[Any]:
@@ -1589,7 +1638,7 @@ def table_cutoff(agg: GeoHintAggregator) -> Table:
                       ["text", "text", "count_of", *(["int"] if extra else [])],
                       [[POOLED_ROW, "all", f"{all_.n_truncated} of {all_.n}", *extra]],
                       _join_notes(notes, CUTOFF_COLLAPSED_NOTE))
-    return Table(
+    table = Table(
         "cutoff",
         title,
         ["Model", "Condition", "n", "Cut off", "Share cut off (%)", "Cut off, no answer (left out)", "No finish reason"],
@@ -1598,11 +1647,17 @@ def table_cutoff(agg: GeoHintAggregator) -> Table:
         notes,
         shown,
     )
+    if shown is None and len(agg.answered_models) == 1 and len(rows) >= 2 and rows[-2][2:] == rows[-1][2:]:
+        # one model: the pooled row repeats the model's total (or its one condition's) row; cutoff.csv keeps it
+        _without_pooled_row(table, agg.answered_models[0])
+    return table
 
 
 def table_unresolved(agg: GeoHintAggregator) -> Table:
     """Answers that did not geocode (``resolved_level`` ``"none"``, no error distance) per model and condition,
-    with a total row; share in % (a fraction in ``unresolved.csv``)."""
+    with a total row; share in % (a fraction in ``unresolved.csv``). With one model answering in one condition,
+    Markdown and the terminal leave out the total row, which repeats the model's (:func:`one_model_note`);
+    ``unresolved.csv`` keeps it."""
     rows = []
     for m in agg.models:
         for cond in agg.conditions:
@@ -1611,7 +1666,7 @@ def table_unresolved(agg: GeoHintAggregator) -> Table:
                 rows.append([m, cond, c.n, c.n_none, c.unresolved_share])
     t = agg.select()
     rows.append([POOLED_ROW, "all", t.n, t.n_none, t.unresolved_share])
-    return Table(
+    table = Table(
         "unresolved",
         "Answers that did not geocode (resolved level none), per model and condition; share in % (a fraction in "
         "unresolved.csv)",
@@ -1621,6 +1676,11 @@ def table_unresolved(agg: GeoHintAggregator) -> Table:
         _join_notes("An unresolved answer has no error distance: it counts as a response but never as a hit, and "
                     "enters no distance statistic (Tables 5-7).", *unresolved_warnings(agg)),
     )
+    if len(agg.models) == 1 and len(rows) == 2 and rows[0][2:] == rows[1][2:]:
+        # one model in one condition: the pooled row repeats its row; unresolved.csv keeps it (with several
+        # conditions it is the model's total over them, a row of its own, kept)
+        _without_pooled_row(table, agg.models[0])
+    return table
 
 
 def build_tables(

@@ -49,6 +49,12 @@ and in every site resample, carries none and reads ``no``), ``no`` elsewhere; th
 a run with a site bootstrap (e.g. a nearest-band d' whose decoys come from fewer than 5 sites) is named, with the
 reason that applies, under a line giving every reason an interval is withheld (:func:`withheld_lines`).
 
+One model: with exactly one model column (:func:`one_model`), the pooled column would repeat it value for value
+(the pool of one model is that model: the same trials, the same site resamples), so Markdown, the terminal text,
+the console summary and the figure leave it out (:func:`shown_scores`) and the table says so once
+(:func:`one_model_note`; the figure's caption, :data:`ONE_MODEL_FIGURE_NOTE`). The CSV keeps its ``pooled``
+columns unchanged, so a reader of several campaigns' CSV files finds them in every one.
+
 Source: seed 000 Sec. 5.3-5.4, 6.4, Table 12 and Figure 4.
 """
 
@@ -386,6 +392,35 @@ def _farthest_dprime(s: ModelScores) -> float | None:
     return None if d is None or (isinstance(d, float) and math.isnan(d)) else float(d)
 
 
+def one_model(scores: Mapping[str, ModelScores]) -> str | None:
+    """The model of ``scores`` when they hold exactly one model column beside the pooled one, whose every value is
+    then that model's (the pool of one model: the same trials, the same site resamples); None otherwise (no pooled
+    column, none or several models)."""
+    models = [m for m in scores if m != POOLED]
+    return models[0] if len(models) == 1 and POOLED in scores else None
+
+
+def shown_scores(scores: Mapping[str, ModelScores]) -> Mapping[str, ModelScores]:
+    """``scores`` as Markdown, the terminal text, the console summary and the figure show them: without the pooled
+    column where it would repeat the one model's (:func:`one_model`), else ``scores`` itself. The CSV
+    (:func:`render_csv`) keeps every column."""
+    return {m: s for m, s in scores.items() if m != POOLED} if one_model(scores) else scores
+
+
+def one_model_note(scores: Mapping[str, ModelScores]) -> str:
+    """The sentence under the Markdown and terminal tables of a campaign with one model (:func:`one_model`): the
+    pooled column is left out and the CSV keeps it; "" otherwise."""
+    m = one_model(scores)
+    if m is None:
+        return ""
+    return (f"One model: the pooled column would repeat {m}'s value for value, so it is left out here ({TABLE_CSV} "
+            f"keeps its columns {POOLED}, " + ", ".join(POOLED + x for x in CSV_MODEL_SUFFIXES) + ").")
+
+
+#: the d' figure's caption line with one model (:func:`one_model`): no pooled line drawn over the model's
+ONE_MODEL_FIGURE_NOTE = "One model: no pooled line (it would be the model's line again)."
+
+
 def _columns(scores: Mapping[str, ModelScores]) -> list[str]:
     """Model columns in :data:`COLUMN_ORDER_NOTE`'s order (the paper's Table 12: gemini-flash 2.36, claude-opus-5
     1.95, qwen3-vl-8b 1.13, qwen3-vl-235b 1.07, claude-haiku-4-5 0.82 in the farthest band), then ``pooled``."""
@@ -617,9 +652,12 @@ def boundary_note(scores: Mapping[str, ModelScores]) -> str:
 
 
 def render_markdown(scores: Mapping[str, ModelScores]) -> str:
-    """Table 12 as a Markdown table (section rows in bold)."""
+    """Table 12 as a Markdown table (section rows in bold); with one model, no pooled column and a sentence saying
+    so (:func:`one_model_note`)."""
     if not scores:
         return "_no scored GeoVerify responses yet_\n"
+    one = one_model_note(scores)
+    scores = shown_scores(scores)  # one model: no pooled copy of it (module doc)
     cols = _columns(scores)
     out = ["| | " + " | ".join(md_cell(c) for c in cols) + " |", "|---|" + "---:|" * len(cols)]
     section = None
@@ -642,7 +680,8 @@ def render_markdown(scores: Mapping[str, ModelScores]) -> str:
     if withheld:
         warn += "\n\n" + withheld[0] + "".join(f"\n\n**{w}**" for w in withheld[1:])
     order = f" {COLUMN_ORDER_NOTE}" if len(cols) > 2 else ""
-    return ("\n".join(out) + "\n\nLog-linear correction applied (Hautus 1995)." + order + (f" {boot}" if boot else "") + warn
+    return ("\n".join(out) + "\n\nLog-linear correction applied (Hautus 1995)." + (f" {one}" if one else "") + order
+            + (f" {boot}" if boot else "") + warn
             + "\n\n" + "\n".join(notes) + "\n\nTerms:\n\n" + "\n".join(legend_lines()) + "\n")
 
 
@@ -726,13 +765,16 @@ def render_csv(scores: Mapping[str, ModelScores]) -> str:
 
 
 def render_terminal(scores: Mapping[str, ModelScores], *, width: int | None = None) -> str:
-    """Table 12 as terminal text (a ``rich`` table rendered to a string, no colour codes)."""
+    """Table 12 as terminal text (a ``rich`` table rendered to a string, no colour codes); with one model, no pooled
+    column and a sentence saying so in the caption (:func:`one_model_note`)."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     if not scores:
         return "no scored GeoVerify responses yet\n"
+    one = one_model_note(scores)
+    scores = shown_scores(scores)  # one model: no pooled copy of it (module doc)
     cols = _columns(scores)
     # notes left-aligned: rich centres a caption by default, each wrapped line on its own (ragged text; review s17)
     table = Table(title="GeoVerify (layout of GeoContext, Zhang and Wang 2026, Table 12)", show_lines=False,
@@ -752,6 +794,7 @@ def render_terminal(scores: Mapping[str, ModelScores], *, width: int | None = No
         boot += " " + boundary_note(scores)
     if len(cols) > 2:
         boot = f"{COLUMN_ORDER_NOTE} {boot}".strip()
+    boot = f"{one} {boot}".strip()
     if boot:
         table.caption = boot
     if width is None:  # the table's natural width: no cell (long model names included) is ever cut or wrapped
@@ -772,7 +815,8 @@ def render_terminal(scores: Mapping[str, ModelScores], *, width: int | None = No
 
 def psychometric_figure(scores: Mapping[str, ModelScores], note: str | None = None):
     """The figure of :func:`plot_psychometric` (a matplotlib ``Figure``, not saved): d' against decoy distance
-    (band midpoint, km, log axis), one line per model and pooled, with the d' = 1 line dashed and the nearest
+    (band midpoint, km, log axis), one line per model and pooled (no pooled line with one model, :func:`one_model`:
+    the caption says so, :data:`ONE_MODEL_FIGURE_NOTE`), with the d' = 1 line dashed and the nearest
     band shaded (Figure 4). What the table shows is on it too: error bars are the d' site-bootstrap intervals
     (``ModelScores.ci``; none where the table has none), a d' resting on fewer than SMALL_N_TRIALS trials is
     drawn hollow and marked :data:`SMALL_N_MARK`, each legend entry gives the signal and decoy trials behind
@@ -788,6 +832,8 @@ def psychometric_figure(scores: Mapping[str, ModelScores], note: str | None = No
     edges = []
     tick_text: dict[tuple[float, float], str] = {}  # (lo, hi) km -> the band as the table's rows name it, unit aside
     any_small = False
+    one = one_model(scores)
+    scores = shown_scores(scores)  # one model: no pooled line on top of its own (module doc)
     cols = _columns(scores)
     for i, c in enumerate(cols):
         s = scores[c]
@@ -833,6 +879,8 @@ def psychometric_figure(scores: Mapping[str, ModelScores], note: str | None = No
     legend_outside(ax, fontsize=7)
     boot = next((x for x in scores.values() if x.n_boot), None)
     caption = [note] if note else []
+    if one:
+        caption.append(ONE_MODEL_FIGURE_NOTE)
     if boot is not None:
         caption.append(f"Error bars: {100 * boot.ci_level:.0f} % percentile intervals of d' from {boot.n_boot} "
                        f"bootstrap resamples of sites (seed {boot.boot_seed}); none where trials come from fewer than "
