@@ -100,7 +100,11 @@ def test_redact_fragment_matching_spares_words_of_placeholder_keys():
 
 
 def test_redact_with_many_keys_stays_fast_on_a_large_text():
-    """Fragment matching must not make redaction quadratic: 1 MB of text against a few 40-character keys."""
+    """Fragment matching must not make redaction quadratic: 1 MB of text against a few 40-character keys.
+
+    A guard against a complexity class, not a speed measurement (those live in benchmarks/): a linear scan takes
+    ~0.2 s here, a quadratic one over 1 MB hours, so the bound is wide enough for a loaded machine (it was 0.5 s
+    and failed at 0.53 s under the suite's four xdist workers, session 18)."""
     import time
 
     from geoagent.secrets import redact
@@ -108,9 +112,8 @@ def test_redact_with_many_keys_stays_fast_on_a_large_text():
     keys = [f"key{i}-" + "Ab3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF" for i in range(4)]
     text = ("lorem ipsum dolor sit amet " * 40_000)[:1_000_000]
     t0 = time.perf_counter()
-    for _ in range(3):
-        assert redact(text, keys) == text
-    assert (time.perf_counter() - t0) / 3 < 0.5
+    assert redact(text, keys) == text
+    assert time.perf_counter() - t0 < 20.0
 
 
 

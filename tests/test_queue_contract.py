@@ -448,7 +448,7 @@ def test_contract_nack_backoff_override(backend):
         assert await q.nack(task, "Retry-After: 0.6", backoff_s=0.6) == "ready"
         assert await q.lease(1, 60) == []
         (task,) = await wait_for_lease(q, 1, 60)
-        assert 0.6 <= time.monotonic() - t0 <= 2.5
+        assert 0.6 <= time.monotonic() - t0 <= 6.0  # its own 0.6 s, not the computed 100 s (slack: a loaded machine)
         assert task.attempts == 2
         with pytest.raises(ValueError):
             await q.nack(task, "x", backoff_s=-1)
