@@ -49,7 +49,7 @@ def test_a_redis_user_without_a_permission_the_queue_scripts_need_is_one_line_no
     import redis
 
     from test_queue_contract import RedisServer, _redis_binary
-    from test_redis_auth_fail_fast import _campaign, _cli
+    from test_redis_auth_fail_fast import FAST_S, WINDOW_S, _campaign, _cli
 
     srv = RedisServer(_redis_binary(), tmp_path / "redis", "--appendonly", "no")
     (tmp_path / "redis").mkdir(exist_ok=True)
@@ -61,12 +61,12 @@ def test_a_redis_user_without_a_permission_the_queue_scripts_need_is_one_line_no
             admin.execute_command("ACL", "SETUSER", user, "on", f">{secret}", "~*", "+@all", deny)
         admin.close()
         monkeypatch.chdir(tmp_path)
-        monkeypatch.setenv("GEOAGENT_REDIS_RETRY_S", "8")
+        monkeypatch.setenv("GEOAGENT_REDIS_RETRY_S", str(WINDOW_S))
         for user in ("noscript", "nozrange"):
             cfg_path = _campaign(tmp_path, f"perm-{user}")
             monkeypatch.setenv("GA_TEST_REDIS_AUTH", f"redis://{user}:{secret}@127.0.0.1:{srv.port}/0")
             rc, text, took = _cli(["run", str(cfg_path)], capsys)  # before: an ExceptionGroup traceback
-            assert rc == 2 and took < 3.0, (user, rc, took, text)
+            assert rc == 2 and took < FAST_S, (user, rc, took, text)
             (line,) = [ln for ln in text.splitlines() if ln.startswith("error:")]
             assert "[backend] url_env" in line and "refused" in line, line
             assert secret not in text and "redis://" not in text, text
