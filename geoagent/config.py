@@ -3107,7 +3107,8 @@ def simulate_dispatch(cfg: CampaignConfig, est: Estimate) -> dict[str, int]:
       earliest queued task of a lane with room; a deferred task's delay is not modelled); a handled task waits
       for its model's host: ``concurrency`` calls in flight and ``rate`` calls per
       ``period_s`` (sliding window), each call taking ``expected_latency_s`` (no time for replay, offline
-      simulated and local-fake models: :func:`model_time_basis`);
+      simulated and local-fake models: the estimate's :attr:`ModelEstimate.time_basis`, which also counts an API
+      model behind a local fake without an ``expected_latency_s`` of its own);
     * the settled spend starts at ``est.spent_usd`` (what earlier runs of the campaign booked: the ledger
       counts it against the cap);
     * at its send gate a call reserves its worst case (the ledger's reservation) if settled spend + open
@@ -3136,15 +3137,17 @@ def simulate_dispatch(cfg: CampaignConfig, est: Estimate) -> dict[str, int]:
     n = len(order_model)
     cap = est.cap_usd + 1e-12
     models = [cfg.model(name) for name in names]
-    latency = [m.expected_latency_s if model_time_basis(m) == "latency" else 0.0 for m in models]
+    # each model's time basis as the estimate decided it (an API model on a local fake: "rate", :func:`estimate`)
+    basis = [getattr(est.by_model.get(m.name), "time_basis", None) or model_time_basis(m) for m in models]
+    latency = [m.expected_latency_s if b == "latency" else 0.0 for m, b in zip(models, basis)]
     limits = []
-    for m in models:
+    for m, b in zip(models, basis):
         rate_n, period, conc, host = model_time_limit(cfg, m)
         if host is not None:
             if host.rate / host.period_s < rate_n / period:
                 rate_n, period = host.rate, host.period_s
             conc = min(conc, host.concurrency)
-        timed = model_time_basis(m) != "none"
+        timed = b != "none"
         limits.append((conc if timed else n + 1, max(1, int(rate_n)) if timed else 0, period))
     window = _caller_window(cfg)
     lane_caps = _caller_lanes(cfg)
