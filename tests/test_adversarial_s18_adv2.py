@@ -40,3 +40,54 @@ def test_a_real_model_on_loopback_keeps_its_latency_in_the_estimate_and_the_repl
     est = _two_models("openai", "http://127.0.0.1:9/v1")
     assert {n: m.time_basis for n, m in est.by_model.items()} == {"a": "latency", "ge": "latency"}
     assert {n: m.calls_before_cap for n, m in est.by_model.items()} == {"a": 23, "ge": 0}
+
+
+# --- the shared figure layout (geoagent/report/figure_layout.py) under extreme inputs -------------------------------
+#: a caption much taller than half the figure (a hand-written note): 20 lines of about 180 characters each
+TALL_CAPTION = "\n".join(f"caption line {i}: " + "word " * 34 for i in range(20))
+
+
+def _fig4(models, note=None):
+    from geoagent.report.geoverify import psychometric_figure
+    from geoagent.scoring.sdt import score
+    from test_report_review_s17 import REPLAY_COUNTS, _cells
+
+    base = list(REPLAY_COUNTS.values())
+    return psychometric_figure(score(_cells({m: base[i % 4] for i, m in enumerate(models)}), n_boot=200, seed=0),
+                               note=note)
+
+
+@pytest.mark.parametrize("name_chars", [50, 70, 160])
+def test_fig4_with_a_long_model_name_keeps_its_texts_apart(name_chars):
+    """One model named in 50 characters (``accounts/fireworks/models/qwen2p5-vl-32b-instruct`` has 49; Fig. 4's label
+    adds its trial counts) made the legend right of the axes so wide that the axes shrank and the title ran over the
+    y tick label '1.50'; at 70 the band tick labels ran over one another, at 160 tight_layout gave up ('Tight layout
+    not applied') and the legend left the figure. The legend's labels are now wrapped."""
+    from test_report_figure_text_s18 import _check
+
+    from geoagent.report.geoverify import SMALL_N_MARK
+
+    name = ("accounts/fireworks/models/qwen2p5-vl-32b-instruct-" * 4)[:name_chars]
+    _check(_fig4([name, "gemini-flash"]), ignore=(SMALL_N_MARK,))
+
+
+@pytest.mark.parametrize("which", ["fig2", "fig3", "fig4"])
+def test_a_caption_taller_than_half_the_figure_stays_under_the_axes(which):
+    """A caption needing more than MAX_CAPTION_SHARE (half) of the height: the axes stopped at half the height and the
+    caption ran over the x label (Fig. 4, Fig. 2) and the heatmap's cells (Fig. 3). The figure now grows taller."""
+    from test_report_figure_text_s18 import _check, _demo_agg, _drawn
+
+    from geoagent.report import geohint as GH
+    from geoagent.report.geoverify import SMALL_N_MARK
+
+    if which == "fig2":
+        fig = GH.hit_by_band_figure(_demo_agg(("m-a",)), "forced", n_boot=0, note=TALL_CAPTION)
+    elif which == "fig3":
+        fig = GH.echo_heatmap_figure(_demo_agg(("m-a",)), "forced", note=TALL_CAPTION)
+    else:
+        fig = _fig4(["m-a", "m-b"], note=TALL_CAPTION)
+    _check(fig, ignore=(SMALL_N_MARK,))
+    r = _drawn(fig)
+    label = fig.axes[0].xaxis.label.get_window_extent(r)
+    cap = [t for t in fig.texts if t.get_text().startswith("caption line 0")]
+    assert len(cap) == 1 and cap[0].get_window_extent(r).y1 <= label.y0

@@ -19,19 +19,33 @@ LEGEND_OUTSIDE: dict[str, Any] = {"loc": "upper left", "bbox_to_anchor": (1.02, 
 MAX_CAPTION_SHARE = 0.5
 
 
+#: a legend entry's label is wrapped to lines of at most this many characters (a long model name broken too)
+LEGEND_WRAP_CHARS = 48
+
+
 def legend_outside(ax, **kwargs):
     """``ax``'s legend placed right of the axes (:data:`LEGEND_OUTSIDE`), never over the data; ``kwargs`` go to
-    ``Axes.legend`` (e.g. ``fontsize``). The figure must be wide enough for it: :func:`layout_with_caption`
-    shrinks the axes to make room. Returns the ``Legend``."""
-    return ax.legend(**LEGEND_OUTSIDE, **kwargs)
+    ``Axes.legend`` (e.g. ``fontsize``). Each label is wrapped to :data:`LEGEND_WRAP_CHARS` characters a line: the
+    axes give the legend all the width it takes (:func:`layout_with_caption` shrinks them to make room), and one
+    long model name (50 characters, Fig. 4's label adds its trial counts) left them so narrow that the title ran
+    over the y tick labels and the x tick labels over one another (adversarial review s18). Returns the
+    ``Legend``."""
+    import textwrap
+
+    handles, labels = ax.get_legend_handles_labels()
+    labels = [textwrap.fill(x, LEGEND_WRAP_CHARS) for x in labels]
+    return ax.legend(handles, labels, **LEGEND_OUTSIDE, **kwargs)
 
 
 def layout_with_caption(fig, caption: str | None, *, fontsize: float = 6.5, pad: float = 0.01):
     """Lay out ``fig`` (``tight_layout``) with ``caption`` (lines joined by newlines; None or "" = no caption)
     drawn at its bottom left in ``fontsize`` pt and wrapped to the figure's width, the axes (with their x label
     and ticks) starting ``pad`` (fraction of the figure's height) above the caption's top as drawn: its extent is
-    measured with an Agg renderer, wrapped lines included, and may take at most :data:`MAX_CAPTION_SHARE` of the
-    height. Returns the caption's ``Text`` (None without a caption). Raises nothing of its own."""
+    measured with an Agg renderer, wrapped lines included. A caption that would take more than
+    :data:`MAX_CAPTION_SHARE` of the height makes the figure taller (its width, so the wrapping, unchanged) until
+    it takes that share: before, the axes stopped at that share and a taller caption ran over them, their x label
+    and (Fig. 3) their cells (adversarial review s18). Returns the caption's ``Text`` (None without a caption).
+    Raises nothing of its own."""
     if not caption:
         fig.tight_layout()
         return None
@@ -39,6 +53,11 @@ def layout_with_caption(fig, caption: str | None, *, fontsize: float = 6.5, pad:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     renderer = FigureCanvasAgg(fig).get_renderer()
-    top = cap.get_window_extent(renderer).y1 / fig.bbox.height
-    fig.tight_layout(rect=(0, min(MAX_CAPTION_SHARE, top + pad), 1, 1))
+    top = cap.get_window_extent(renderer).y1 / fig.bbox.height + pad
+    if top > MAX_CAPTION_SHARE:
+        w, h = fig.get_size_inches()
+        # the caption's own height (in, anchored ``0.01`` of the height up) stays; the axes get the rest
+        fig.set_size_inches(w, h * top / MAX_CAPTION_SHARE)
+        top = cap.get_window_extent(FigureCanvasAgg(fig).get_renderer()).y1 / fig.bbox.height + pad
+    fig.tight_layout(rect=(0, min(MAX_CAPTION_SHARE, top), 1, 1))
     return cap
