@@ -91,3 +91,35 @@ def test_a_caption_taller_than_half_the_figure_stays_under_the_axes(which):
     label = fig.axes[0].xaxis.label.get_window_extent(r)
     cap = [t for t in fig.texts if t.get_text().startswith("caption line 0")]
     assert len(cap) == 1 and cap[0].get_window_extent(r).y1 <= label.y0
+
+
+# --- SQLite queue: the mark's start with one implausible time beside a real step ------------------------------------
+def test_an_ignored_implausible_time_does_not_hide_a_real_step_behind_it(tmp_path):
+    """The bound of MARK_START_AHEAD_MAX_S (commit b4b8482) was applied in Python to the one ``max(created_at)``
+    SQLite returned: a version-2 file with one ``created_at`` in milliseconds (ignored, rightly) and puts made an
+    hour ahead of today's clock (version-2 code wrote them before the clock was stepped back an hour) started the
+    mark at the wall clock, as if no put were ahead of it: the hour's step was not held, and a task put in it was
+    out of order with the tasks put now. The newest *plausible* time must count: the mark starts at the puts an
+    hour ahead."""
+    import sqlite3
+
+    from geoagent.runtime.sqlite_queue import SQLiteQueue, queue_path
+
+    from test_queue_sqlite_clock_step import T0, FakeClock, _v2_file
+
+    now = T0 + 10.0
+    path = queue_path(tmp_path, "camp", "edge")
+    _v2_file(path)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executemany("INSERT INTO tasks (key, payload, state, not_before, created_at) VALUES (?, ?, 0, ?, ?)",
+                     [("ms", b"{}", T0, now * 1000.0), ("ahead", b"{}", now + 3600.0, now + 3600.0)])
+    conn.close()
+    queue = SQLiteQueue(path, clock=FakeClock(now))
+    try:
+        conn = sqlite3.connect(path)
+        try:
+            assert conn.execute("SELECT n FROM counts WHERE state = -1").fetchone()[0] == now + 3600.0
+        finally:
+            conn.close()
+    finally:
+        queue.close_sync()

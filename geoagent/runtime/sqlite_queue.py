@@ -249,10 +249,14 @@ _ADD_MARK_SQL = f"INSERT OR IGNORE INTO counts (state, n) VALUES ({CLOCK_MARK}, 
 #: ready task's ``not_before`` (a backoff or release delay may legitimately lie ahead) nor a leased one's (a lease
 #: deadline). ``created_at`` has no index: one scan of the table, only where the mark is started (module docstring).
 #: Only finite numbers count: ``< 9e999`` (infinity to SQLite) leaves out text and blobs (which SQLite ranks above
-#: every number: a hand-edited 'garbage' would otherwise be the max and fail ``float()``), NULL and infinity
-_NEWEST_RECORDED_SQL = (f"SELECT (SELECT max(created_at) FROM tasks WHERE created_at < 9e999), "
-                        f"(SELECT max(not_before) FROM tasks WHERE state = {DONE} AND not_before < 9e999), "
-                        f"(SELECT max(not_before) FROM tasks WHERE state = {DEAD} AND not_before < 9e999)")
+#: every number: a hand-edited 'garbage' would otherwise be the max and fail ``float()``), NULL and infinity.
+#: Params: the latest plausible time, three times (wall + :data:`MARK_START_AHEAD_MAX_S`): bounded in the query,
+#: so one implausible time (milliseconds) does not hide the newest plausible one behind it (adversarial review s18)
+_NEWEST_RECORDED_SQL = (f"SELECT (SELECT max(created_at) FROM tasks WHERE created_at < 9e999 AND created_at <= ?), "
+                        f"(SELECT max(not_before) FROM tasks WHERE state = {DONE} AND not_before < 9e999 "
+                        f"AND not_before <= ?), "
+                        f"(SELECT max(not_before) FROM tasks WHERE state = {DEAD} AND not_before < 9e999 "
+                        f"AND not_before <= ?)")
 #: a recorded time more than this (s, a year) ahead of the wall clock is ignored when the mark is started: no
 #: machine takes its clock back that far (a time stored in milliseconds, another tool's bug), and taking it as a
 #: step would end every running backoff at once (adversarial review s18)
@@ -536,9 +540,12 @@ class SQLiteQueue(WorkQueue):
         the clock stepped back before the mark existed (an old file written on by version-2 code after a step,
         or a version-3 file that lost its mark row). One scan of ``tasks``; run once, inside the write
         transaction that adds the mark. A recorded time more than :data:`MARK_START_AHEAD_MAX_S` ahead of ``wall``
-        is ignored (no clock steps back that far: a corrupt or millisecond value)."""
-        recorded = [float(t) for t in conn.execute(_NEWEST_RECORDED_SQL).fetchone() if t is not None]
-        return max([wall, *(t for t in recorded if t <= wall + MARK_START_AHEAD_MAX_S)])
+        is ignored (no clock steps back that far: a corrupt or millisecond value), and the newest time within that
+        bound counts in its place."""
+        bound = wall + MARK_START_AHEAD_MAX_S
+        recorded = [float(t) for t in conn.execute(_NEWEST_RECORDED_SQL, (bound, bound, bound)).fetchone()
+                    if t is not None]
+        return max([wall, *recorded])
 
     # ------------------------------------------------------------------ transaction plumbing
     def _exec(self, op: _Op, wait: bool) -> Any:
