@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# the checkout's root first on sys.path, wherever pytest was started (cd tests, an absolute path, an IDE, the pytest
+# script): test modules import their helpers as ``tests._x`` too, and the suite tests this checkout's ``geoagent``,
+# not one installed from another folder (adversarial review s18)
+if str(REPO_ROOT) not in sys.path[:1]:
+    sys.path.insert(0, str(REPO_ROOT))
 #: where CI keeps the public GeoContext release (``../shared/reference/geocontext`` from the repo root)
 DEFAULT_RELEASE_DIR = REPO_ROOT.parent / "shared" / "reference" / "geocontext"
 #: the environment variable that overrides the release folder (as for campaigns, see README)

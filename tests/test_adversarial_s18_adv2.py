@@ -123,3 +123,34 @@ def test_an_ignored_implausible_time_does_not_hide_a_real_step_behind_it(tmp_pat
             conn.close()
     finally:
         queue.close_sync()
+
+
+# --- the suite started outside the checkout's root --------------------------------------------------------------------
+def test_every_test_module_imports_from_another_working_directory(tmp_path):
+    """Commit 2c643ea made the conftest load from anywhere (``cd tests``, ``python -m pytest /abs/tests/...``, an IDE),
+    but 54 test modules import their helpers as ``tests._x`` (``from tests._docs import docs_text``), a name found
+    only with the checkout's root on ``sys.path``: started elsewhere, each of them failed collection with
+    ``ModuleNotFoundError: No module named 'tests'`` and the run stopped ('Interrupted: errors during collection'),
+    and a checkout whose package was installed from another folder (an editable install of a second worktree) ran
+    that folder's ``geoagent``. The conftest now puts the checkout's root first on ``sys.path``."""
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parent
+    users = sorted(p.name for p in tests.glob("test_*.py")
+                   if re.search(r"^\s*(from tests\.|import tests\.)", p.read_text(encoding="utf-8"), re.M))
+    assert users, "no module imports tests.<helper> any more: this test has nothing left to check"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the checkout's root would hide the defect
+    if subprocess.run([sys.executable, "-c", "import geoagent"], cwd=tmp_path, env=env).returncode:
+        pytest.skip("geoagent is importable here only through $PYTHONPATH (not installed)")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider",
+                          *(str(tests / u) for u in users[:8])],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    probe = subprocess.run([sys.executable, "-c", "import conftest, geoagent; print(geoagent.__file__)"],
+                           cwd=tests, env=env, capture_output=True, text=True, timeout=120)
+    assert probe.returncode == 0, probe.stderr
+    assert Path(probe.stdout.strip()).resolve().parent.parent == tests.parent, probe.stdout
