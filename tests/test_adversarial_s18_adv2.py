@@ -154,3 +154,26 @@ def test_every_test_module_imports_from_another_working_directory(tmp_path):
                            cwd=tests, env=env, capture_output=True, text=True, timeout=120)
     assert probe.returncode == 0, probe.stderr
     assert Path(probe.stdout.strip()).resolve().parent.parent == tests.parent, probe.stdout
+
+
+def test_fig2_labels_of_two_regimes_at_one_rate_do_not_overlap():
+    """Both regimes at 0 % in every band (a small run whose hints all missed): each point's ``n=`` label sat at the
+    same offset from its point (over it near 0 %, session 18; under it before), so 'n=12' and 'n=8' were drawn on
+    top of each other at every band. The illegible line's labels now stand left of their points."""
+    from test_report_figure_text_s18 import BAND_KM, _answer, _check
+
+    from geoagent.geohint.aggregate import GeoHintAggregator
+    from geoagent.report import geohint as GH
+
+    agg = GeoHintAggregator()
+    legible, illegible = [f"L{j}" for j in range(5)], [f"I{j}" for j in range(5)]
+    rows = [_answer(f"b|{s}|{i}", s, "m", "baseline", s in legible) for s in legible + illegible for i in range(4)]
+    for b in GH.BANDS:
+        rows += [_answer(f"f|{b}|L{i}", legible[i % 5], "m", "forced", False, ref_qid="Q", band=b, tier="high",
+                         dist_km=BAND_KM[b], echo=False) for i in range(12)]
+        rows += [_answer(f"f|{b}|I{i}", illegible[i % 5], "m", "forced", False, ref_qid="Q", band=b, tier="high",
+                         dist_km=BAND_KM[b], echo=False) for i in range(8)]
+    agg.add_many(rows)
+    fig = GH.hit_by_band_figure(agg, "forced", n_boot=0)
+    assert sorted(t.get_text() for t in fig.axes[0].texts) == ["n=12"] * 3 + ["n=8"] * 3
+    _check(fig)

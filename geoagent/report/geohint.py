@@ -1854,7 +1854,7 @@ def hit_by_band_figure(agg: GeoHintAggregator, condition: str = "forced", baseli
     every response as independent; resampling sites follows its Sec. 6 rule and the GeoVerify intervals). The
     legend, right of the axes (:func:`geoagent.report.figure_layout.legend_outside`, as Fig. 4's), gives each
     line's sites and responses; each point's ``n=`` label sits under it (over it below
-    :data:`N_LABEL_ABOVE_BELOW` %). ``note``: a caption line under the axes (a replay campaign's
+    :data:`N_LABEL_ABOVE_BELOW` %), right of a legible point and left of an illegible one. ``note``: a caption line under the axes (a replay campaign's
     :func:`geoagent.providers.replay.replay_note`), None = none. The subtitle says "no error bars: intervals
     withheld (< 5 sites per regime)" when a bootstrap ran but every interval was withheld (:func:`fig2_bars`).
     ``points``: :func:`hit_by_band_points` of the same arguments when already computed (None: computed here).
@@ -1878,9 +1878,12 @@ def hit_by_band_figure(agg: GeoHintAggregator, condition: str = "forced", baseli
         for xi, q in zip(x, p):
             if q["n"]:
                 y = rates[xi] if np.isfinite(rates[xi]) else 0
-                # under its point, or over it near 0 % (under, it ran below the x axis over the tick labels)
-                ax.annotate(f"n={q['n']}", (xi, y), textcoords="offset points",
-                            xytext=(5, 4 if y < N_LABEL_ABOVE_BELOW else -10), fontsize=6)
+                # under its point, or over it near 0 % (under, it ran below the x axis over the tick labels); the
+                # legible line's right of its point, the illegible line's left of it: two regimes at one rate (both
+                # at 0 %) had their labels drawn over each other (adversarial review s18)
+                side = 1 if regime == LEGIBLE else -1
+                ax.annotate(f"n={q['n']}", (xi, y), textcoords="offset points", ha="left" if side > 0 else "right",
+                            xytext=(5 * side, 4 if y < N_LABEL_ABOVE_BELOW else -10), fontsize=6)
     ax.set_xticks(x, [band_title(b) for b in BANDS])
     ax.set_xlim(-0.3, len(BANDS) - 0.7)  # room for the last point's "n=" label (it ran past the right edge)
     ax.set_xlabel("distance from the site to the reference point")
