@@ -7,7 +7,9 @@ ignored ``[paths] state``; ``tests/test_geohint_live_report_dir.py``). This plug
 session starts and again when it ends (in the controlling process under pytest-xdist) and fails the run, naming
 each entry, when one appeared or one that was there is gone (``removed state/README.md``). Entries already there
 (a demo run earlier in the checkout) are left alone and do not count. ``$GEOAGENT_REPO_GUARD_ROOT`` names another
-root to watch (its own test, ``tests/test_repo_guard.py``).
+root to watch (its own test, ``tests/test_repo_guard.py``). Without it the guard also watches the folder the run
+was started in when that is not the checkout's root (``cd tests``, an IDE): a campaign's default roots are
+``state/`` and ``queues/`` of the working directory, so that is where a leaking test writes (adversarial review s18).
 """
 
 from __future__ import annotations
@@ -20,12 +22,18 @@ import pytest
 ROOT_ENV = "GEOAGENT_REPO_GUARD_ROOT"
 #: the folders of the root that a test run must not add to
 WATCHED = ("state", "queues")
-_STASH = pytest.StashKey[dict[str, set[str]]]()
+_STASH = pytest.StashKey[dict[Path, dict[str, set[str]]]]()
 
 
-def _root() -> Path:
+def _roots() -> list[Path]:
+    """``$GEOAGENT_REPO_GUARD_ROOT`` alone when set; else the checkout's root, and the working directory when it
+    is another folder (where the default relative ``state/`` and ``queues/`` lie)."""
     env = os.environ.get(ROOT_ENV, "").strip()
-    return Path(env) if env else Path(__file__).resolve().parents[1]
+    if env:
+        return [Path(env)]
+    here = Path(__file__).resolve().parents[1]
+    cwd = Path.cwd().resolve()
+    return [here] if cwd == here else [here, cwd]
 
 
 def _listing(root: Path) -> dict[str, set[str]]:
@@ -39,26 +47,29 @@ def _controller(session: pytest.Session) -> bool:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     if _controller(session):
-        session.config.stash[_STASH] = _listing(_root())
+        session.config.stash[_STASH] = {root: _listing(root) for root in _roots()}
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    before = session.config.stash.get(_STASH, None)
-    if before is None:
+    listings = session.config.stash.get(_STASH, None)
+    if listings is None:
         return
-    root = _root()
-    after = _listing(root)
-    added = sorted(f"{name}/{entry}" for name, now in after.items() for entry in now - before[name])
-    removed = sorted(f"removed {name}/{entry}" for name, now in after.items() for entry in before[name] - now)
-    if not added and not removed:
+    lines = []
+    for root, before in listings.items():
+        after = _listing(root)
+        added = sorted(f"{name}/{entry}" for name, now in after.items() for entry in now - before[name])
+        removed = sorted(f"removed {name}/{entry}" for name, now in after.items() for entry in before[name] - now)
+        if added or removed:
+            lines.append(f"the test run wrote into the repository's data roots ({root}): {', '.join(added + removed)}; "
+                         "a test must use temporary folders (isolated_roots, [paths], --workdir): failing the run")
+    if not lines:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    line = (f"the test run wrote into the repository's data roots ({root}): {', '.join(added + removed)}; a test "
-            f"must use temporary folders (isolated_roots, [paths], --workdir): failing the run")
-    if reporter is not None:
-        reporter.write("\n")  # after the progress line, which xdist leaves unterminated
-        reporter.write_line(line, red=True)
-    else:  # pragma: no cover - pytest without its terminal
-        print(line)
+    for line in lines:
+        if reporter is not None:
+            reporter.write("\n")  # after the progress line, which xdist leaves unterminated
+            reporter.write_line(line, red=True)
+        else:  # pragma: no cover - pytest without its terminal
+            print(line)
     if session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -177,3 +177,30 @@ def test_fig2_labels_of_two_regimes_at_one_rate_do_not_overlap():
     fig = GH.hit_by_band_figure(agg, "forced", n_boot=0)
     assert sorted(t.get_text() for t in fig.axes[0].texts) == ["n=12"] * 3 + ["n=8"] * 3
     _check(fig)
+
+
+def test_the_repo_guard_watches_the_folder_the_run_was_started_in(tmp_path):
+    """A campaign's default data roots are ``state/`` and ``queues/`` of the working directory (relative
+    ``geoagent.constants.DEFAULT_STATE_ROOT``). The guard (tests/_repo_guard.py) listed them only under the checkout's
+    root: a suite started from ``tests/`` (supported since 2c643ea) or any other folder had a leaking test write
+    ``<that folder>/state/<campaign>`` and the run passed. It now watches the starting folder's too."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parent
+    work = tmp_path / "work"
+    (work / "probe").mkdir(parents=True)
+    (work / "probe" / "test_probe.py").write_text(
+        "from pathlib import Path\n\ndef test_probe():\n    (Path('state') / 'gh-leak' / 'report').mkdir(parents=True)\n",
+        encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k not in ("GEOAGENT_REPO_GUARD_ROOT",)}
+    env["PYTHONPATH"] = os.pathsep.join([str(tests), str(tests.parent), env.get("PYTHONPATH", "")])
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "_repo_guard",
+                          "--rootdir", str(work / "probe"), str(work / "probe" / "test_probe.py")],
+                         cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert (work / "state" / "gh-leak").is_dir()
+    assert run.returncode == 1, run.stdout + run.stderr  # before: 0
+    assert "1 passed" in run.stdout
+    assert "state/gh-leak" in run.stdout and str(work) in run.stdout, run.stdout
