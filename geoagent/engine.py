@@ -3128,8 +3128,10 @@ def _model_time(m: Any, mc: Any, cfg: Any) -> str:
         rate += f", its host's [hosts] limit{with_others}"
     if basis == "rate":
         what = "simulated behind" if mc.provider == "simulated" else f"its {mc.provider} API served by"
+        # the limits it is paced by, as the latency line names them (a [hosts] ceiling shared with other models
+        # explains a total longer than this line's time)
         return (f"model-call time about {m.duration_s:.0f} s ({what} a local fake that answers at once: "
-                f"paced by its rate limit alone, {m.throughput_per_s:.3g} calls/s)")
+                f"paced by its rate limit alone, {m.throughput_per_s:.3g} calls/s: its rate limit of {rate})")
     lat = mc.expected_latency_s
     lat_s = f"{lat:.1f}" if lat == round(lat, 1) else f"{lat:g}"  # "2.0 s", "0.05 s"
     return (f"model-call time about {m.duration_s:.0f} s at {m.throughput_per_s:.3g} calls/s (assuming "

@@ -204,3 +204,31 @@ def test_the_repo_guard_watches_the_folder_the_run_was_started_in(tmp_path):
     assert run.returncode == 1, run.stdout + run.stderr  # before: 0
     assert "1 passed" in run.stdout
     assert "state/gh-leak" in run.stdout and str(work) in run.stdout, run.stdout
+
+
+def test_a_fake_models_line_names_the_host_ceiling_it_shares_as_a_real_models_does():
+    """Two openai models on the local fake under one ``[hosts]`` ceiling of 10 calls/s: the total said 20 s (their
+    200 calls share the ceiling) while each model's line said 'about 10 s ... paced by its rate limit alone,
+    10 calls/s', naming neither the ceiling nor the model it shares it with (the rate basis of 9bbb359 dropped the
+    limit text that the latency basis prints: "its host's [hosts] ceiling 10 per 1 s (shared with 'b')")."""
+    import warnings
+
+    from geoagent.config import config_from_dict, estimate
+    from geoagent.engine import estimate_lines
+
+    def m(name):
+        return {"name": name, "provider": "openai", "model": name, "base_url": "http://openai.sandbox.invalid/v1",
+                "price_output_usd_per_mtok": 1.0, "max_output_tokens": 100, "concurrency": 8,
+                "rate": {"requests": 100, "period_s": 1.0}}
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the ceiling below the models' own limits is warned about: meant here
+        cfg = config_from_dict({"campaign": {"name": "dr", "kind": "generic"}, "budget": {"cap_usd": 100},
+                                "models": [m("a"), m("b")],
+                                "hosts": {"openai.sandbox.invalid": {"rate": 10, "period_s": 1.0}}})
+    est = estimate(cfg, [{"model": x, "prompt": f"p{i}"} for x in ("a", "b") for i in range(100)])
+    assert est.duration_s == pytest.approx(20.0)
+    lines = {x.split(":", 1)[0].strip(): x for x in estimate_lines(est, cfg)}
+    for me, other in (("a", "b"), ("b", "a")):
+        assert "paced by its rate limit alone, 10 calls/s" in lines[me], lines[me]
+        assert f"its host's [hosts] ceiling 10 per 1 s (shared with '{other}')" in lines[me], lines[me]
