@@ -44,20 +44,34 @@ def layout_with_caption(fig, caption: str | None, *, fontsize: float = 6.5, pad:
     measured with an Agg renderer, wrapped lines included. A caption that would take more than
     :data:`MAX_CAPTION_SHARE` of the height makes the figure taller (its width, so the wrapping, unchanged) until
     it takes that share: before, the axes stopped at that share and a taller caption ran over them, their x label
-    and (Fig. 3) their cells (adversarial review s18). Returns the caption's ``Text`` (None without a caption).
-    Raises nothing of its own."""
-    if not caption:
-        fig.tight_layout()
-        return None
-    cap = fig.text(0.01, 0.01, caption, fontsize=fontsize, ha="left", va="bottom", wrap=True)
+    and (Fig. 3) their cells (adversarial review s18). A legend right of the axes (:func:`legend_outside`) taller
+    than the room above the caption (Fig. 4 with 20-odd models) makes the figure taller by what it lacks. Returns
+    the caption's ``Text`` (None without a caption). Raises nothing of its own."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    renderer = FigureCanvasAgg(fig).get_renderer()
-    top = cap.get_window_extent(renderer).y1 / fig.bbox.height + pad
+    cap = fig.text(0.01, 0.01, caption, fontsize=fontsize, ha="left", va="bottom", wrap=True) if caption else None
+
+    def caption_top() -> float:  # fraction of the height the axes start at
+        if cap is None:
+            return 0.0
+        return cap.get_window_extent(FigureCanvasAgg(fig).get_renderer()).y1 / fig.bbox.height + pad
+
+    top = caption_top()
     if top > MAX_CAPTION_SHARE:
         w, h = fig.get_size_inches()
         # the caption's own height (in, anchored ``0.01`` of the height up) stays; the axes get the rest
         fig.set_size_inches(w, h * top / MAX_CAPTION_SHARE)
-        top = cap.get_window_extent(FigureCanvasAgg(fig).get_renderer()).y1 / fig.bbox.height + pad
+        top = caption_top()
     fig.tight_layout(rect=(0, min(MAX_CAPTION_SHARE, top), 1, 1))
+    # a legend right of the axes hangs from their top: one taller than the room above the caption (many models)
+    # ran over the caption and off the figure's bottom; the figure grows by what it lacks (adversarial review s18)
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    floor = top * fig.bbox.height
+    lack = max([floor - lg.get_window_extent(renderer).y0 for ax in fig.axes if (lg := ax.get_legend()) is not None],
+               default=0.0)
+    if lack > 1.0:
+        w, h = fig.get_size_inches()
+        fig.set_size_inches(w, h + (lack + pad * fig.bbox.height) / fig.dpi)
+        top = caption_top()
+        fig.tight_layout(rect=(0, min(MAX_CAPTION_SHARE, top), 1, 1))
     return cap
