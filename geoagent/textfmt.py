@@ -33,6 +33,17 @@ def value_text(v: Any) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
+def fixed_text(x: float, decimals: int, *, signed: bool = False) -> str:
+    """``x`` with ``decimals`` decimals (``signed``: with a ``+`` before a positive value, as a difference is shown).
+
+    A value that rounds to zero prints ``0.00`` (``decimals`` zeros), without a sign: never ``-0.00`` (a tiny
+    negative slope, difference or criterion, or a negative zero) nor ``+0.00``. NaN and infinities print as
+    Python formats them (callers show NaN as their own dash first).
+    """
+    text = f"{x:+.{decimals}f}" if signed else f"{x:.{decimals}f}"
+    return f"{0.0:.{decimals}f}" if float(text) == 0 else text
+
+
 def mapping_text(d: Mapping[Any, Any] | None, *, empty: str = "none", sep: str = ", ") -> str:
     """``key value`` pairs of ``d`` in its order, joined by ``sep`` (``connection 36, timeout 2``); ``empty``
     when ``d`` is empty or None.

@@ -126,7 +126,9 @@ def test_report_names_the_threshold(tmp_path):
     GH.write_report(agg, tmp_path, n_flips=10, n_splits=5, figures=False)
     md = (tmp_path / "report.md").read_text(encoding="utf-8")
     header = md.split("### ")[0]
-    assert "Regimes: a site is legible when its no-context hit rate (all models pooled) is at least 60 %" in header
+    # one model (m): its own no-context rate, nothing pooled (session 19; "(all models pooled)" before)
+    assert agg.models == ["m"]
+    assert "Regimes: a site is legible when its no-context hit rate (model m) is at least 60 %" in header
     assert "[geohint] regime_threshold = 0.6" in header
     assert "legible at 60 % or more, illegible below." in header
     assert "legible at 50 %" not in md and "(50 % no-context threshold)" not in md

@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import itertools
 
+import numpy as np
 import pytest
 
 from geoagent.geohint.aggregate import GeoHintAggregator
@@ -22,6 +23,7 @@ from geoagent.geohint.campaign import GeoHintCampaign
 from geoagent.geohint.result import GeoHintResult
 from geoagent.report import geohint as GH
 from geoagent.scoring.geohint import is_hit
+from test_stats_report_edges_s19 import _hand_p
 
 NEAR = "0.5-1.5km"
 
@@ -240,11 +242,21 @@ def test_few_sites_note_does_not_claim_the_exact_bound_for_a_sampled_p():
         rows.append(_ctx(f"w|{s}", s, "m", "area", 0.2, ref="Q1", condition="forced_warn"))
     agg = GeoHintAggregator()
     agg.add_many(rows)
-    t8 = GH.table_paired(agg, "forced_warn", "forced", name="table8", n_flips=50, seed=0)
-    p_all = next(r[8] for r in t8.rows if r[0] == "all sites" and r[1] == "forced_warn")
     bound = _exact_p_by_hand([1.0] * 6)
     assert bound == pytest.approx(2 / 64)
-    assert p_all < bound  # the sampled p fell below the exact minimum (1/51 with this seed)
+
+    def p_all_of(t8):
+        return next(r[8] for r in t8.rows if r[0] == "all sites" and r[1] == "forced_warn")
+
+    # a seed whose 50 flips miss both all-equal sign vectors (chance (62/64)^50 = 0.20 per seed): the first such seed
+    # of the test's own stream (session 19: each test its stream, SeedSequence(seed, its label); seed 0 did it when
+    # every test shared default_rng(seed)), its p checked by the hand computation of that stream
+    seed = next(s for s in range(60) if p_all_of(GH.table_paired(agg, "forced_warn", "forced", n_flips=50, seed=s)) < bound)
+    t8 = GH.table_paired(agg, "forced_warn", "forced", name="table8", n_flips=50, seed=seed)
+    p_all = p_all_of(t8)
+    label = GH._flip_label("item", "hit", "forced_warn", "forced", agg.models, sites)
+    assert p_all == _hand_p(np.ones(6), 50, seed, label) == 1 / 51  # no flip reached |T|: the sampled p's floor
+    assert p_all < bound  # the sampled p fell below the exact minimum
     assert "all sites: G = 6, p >= 0.0312" not in t8.notes, t8.notes
     assert "all sites: G = 6" in t8.notes  # the group is still named, with the exact minimum as a reference
     # with enough flips the same group is enumerated and the bound holds as stated

@@ -60,7 +60,9 @@ def settings_of(cfg: Any) -> GeoHintSettings:
 
 def campaign_seed(cfg: Any) -> int:
     """The ``[campaign] seed`` (0 when unset): the GeoHint report's seed of Table 3's splits and the permutation
-    flips of Tables 8-10, and of its bootstrap unless ``[geohint] boot_seed`` is set (:func:`bootstrap_params`)."""
+    flips of Tables 8-10 and the image-paired comparisons (each test its own stream derived from this seed and the
+    test's label: :func:`geoagent.scoring.permutation.flip_seed_sequence`), and of its bootstrap unless
+    ``[geohint] boot_seed`` is set (:func:`bootstrap_params`)."""
     return int(getattr(getattr(cfg, "campaign", None), "seed", 0) or 0)
 
 

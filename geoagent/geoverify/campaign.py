@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from geoagent import constants as C
-from geoagent.textfmt import count_text, mapping_text
+from geoagent.textfmt import count_text, fixed_text, mapping_text
 from geoagent.data.model import ARM_BLANK, ARM_MAIN, ARM_MISMATCH
 from geoagent.data.store import data_db_path
 from geoagent.engine import CampaignKind
@@ -55,7 +55,8 @@ def _pct(x: float) -> str:
 
 
 def _num(x: float) -> str:
-    return NA if x is None or math.isnan(x) else f"{x:.2f}"
+    # a d' or c that rounds to zero prints 0.00, never -0.00 (textfmt.fixed_text)
+    return NA if x is None or math.isnan(x) else fixed_text(x, 2)
 
 
 #: control arms as the report table names them (``n control: swapped image``)

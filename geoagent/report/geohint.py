@@ -35,7 +35,11 @@ the cluster counts (:func:`p_reference_note`); below :data:`MIN_CLUSTERS_NORMAL_
 normal-reference p is not printed (an em dash, with the reason; :func:`_shown_p`), nor is Table 6's SE, from
 which that p is computed (:func:`_shown_se`). A fit the regression refuses (too few rows, every hint distance
 equal, sums that are not finite) leaves its cells as dashes, and the table's notes give one line per reason, said
-once, naming those cells (:func:`no_fit_note`). ``report.md`` names the
+once, naming those cells (:func:`no_fit_note`). An exact fit (every residual 0 up to rounding, e.g. every error
+equal) has no SE or p (:attr:`geoagent.scoring.regression.ClusterOLSResult.exact_fit`): beta is shown, its SE, SE
+ratio and p are dashes (empty CSV cells) and the notes name them (:func:`exact_fit_note`). Under the t reference a
+Table 6 SE from fewer than :data:`MIN_CLUSTERS_NORMAL_P` site clusters is shown with a caution in the notes, which
+covers its ``SE / unclustered SE`` too (:func:`p_reference_note`). ``report.md`` names the
 reference in its header.
 
 Intervals resample sites, as GeoVerify's (:func:`site_bootstrap_interval`): Table 1's hit and echo rates per model
@@ -97,7 +101,7 @@ from typing import Any
 import numpy as np
 
 from geoagent import constants as C
-from geoagent.textfmt import count_text
+from geoagent.textfmt import count_text, fixed_text
 from geoagent.geohint.aggregate import BANDS, CHECKLIST_CONDITIONS, GeoHintAggregator
 from geoagent.geohint.echo import describe_echo_rule
 from geoagent.geohint.parse import EVIDENCE_CATEGORIES
@@ -141,11 +145,14 @@ FIG2_BARS_DRAWN, FIG2_BARS_WITHHELD, FIG2_BARS_OFF, FIG2_EMPTY = "drawn", "withh
 FIG2_BARS = (FIG2_BARS_DRAWN, FIG2_BARS_WITHHELD, FIG2_BARS_OFF, FIG2_EMPTY)
 
 
-def fig2_terms_line(bars: str | None = FIG2_BARS_DRAWN, n_boot_source: str | None = None) -> str | None:
+def fig2_terms_line(bars: str | None = FIG2_BARS_DRAWN, n_boot_source: str | None = None, *,
+                    models: Sequence[str] | None = None) -> str | None:
     """The Terms line on ``fig_hit_by_band.png`` for what it draws (``bars``, one of :data:`FIG2_BARS`, as
     :func:`fig2_bars` returns it); None (no line) when ``bars`` is None: no figure was written, or the output
     shows none (the terminal). ``n_boot_source``: the setting that turned the bootstrap off (:func:`no_boot_setting`;
-    default ``[geohint] n_boot``).
+    default ``[geohint] n_boot``). ``models``: the report's models; with one, the line names it ("model m-a") where
+    it would say "models pooled" (nothing is pooled; :func:`models_pooled_text`, as the figure's own title). None:
+    "models pooled".
 
     Raises
     ------
@@ -157,7 +164,7 @@ def fig2_terms_line(bars: str | None = FIG2_BARS_DRAWN, n_boot_source: str | Non
         return None
     if bars == FIG2_BARS_DRAWN:
         return ("Figure fig_hit_by_band.png: error bars are 95 % site-bootstrap percentile intervals (sites of the "
-                f"regime resampled, models pooled; none at a point whose answers come from fewer than {BOOT_MIN_SITES} "
+                f"regime resampled, {_pooled_words(models)}; none at a point whose answers come from fewer than {BOOT_MIN_SITES} "
                 "sites: see few sites)" + tail)
     if bars == FIG2_BARS_WITHHELD:
         return (f"Figure fig_hit_by_band.png: no error bars: every interval is withheld (each point's answers come "
@@ -171,14 +178,20 @@ def fig2_terms_line(bars: str | None = FIG2_BARS_DRAWN, n_boot_source: str | Non
     raise ValueError(f"fig2 bars {bars!r}: expected one of {FIG2_BARS} or None")
 
 
+def _pooled_words(models: Sequence[str] | None) -> str:
+    """"models pooled", or with exactly one model of ``models`` its name ("model m-a": nothing is pooled)."""
+    return "models pooled" if models is None or len(models) != 1 else models_pooled_text(models)
+
+
 def legend_for(regime_threshold: float = DEFAULT_THRESHOLD, *, fig2: str | None = FIG2_BARS_DRAWN,
-               n_boot_source: str | None = None) -> tuple[str, ...]:
+               n_boot_source: str | None = None, models: Sequence[str] | None = None) -> tuple[str, ...]:
     """One line per term used in the tables and figures (seed 000 Sec. 6.1-6.2, in our words); the regime
     line gives ``regime_threshold`` (``[geohint] regime_threshold``, a fraction) as a percentage. ``fig2``: what
     ``fig_hit_by_band.png`` draws as error bars (:func:`fig2_bars`; its line, :func:`fig2_terms_line`), None to
-    leave the figure out (none was written, or the output shows no figure); ``n_boot_source`` as there."""
+    leave the figure out (none was written, or the output shows no figure); ``n_boot_source`` and ``models`` (the
+    report's models: with one, no line says "models pooled") as there."""
     t = threshold_text(check_threshold(regime_threshold))
-    fig_line = fig2_terms_line(fig2, n_boot_source)
+    fig_line = fig2_terms_line(fig2, n_boot_source, models=models)
     return tuple(line for line in (
         "hit: the answer lies under 1 km from where the photo was taken and resolves finer than a city "
         "(an area or a building); hit rate = share of hits.",
@@ -227,7 +240,8 @@ class Table:
 
     Formats: ``text``, ``count_of`` (a count as text, ``"0 of 14"``: right-aligned as the numbers are), ``int``, ``pct`` (fraction shown x100, 1 decimal), ``pp`` (percentage points,
     signed, 2 decimals), ``pps`` (percentage points, unsigned, 2 decimals: an SD), ``f2``, ``f4`` (signed 4
-    decimals), ``p`` (p-value, 2 significant digits; a sampled permutation p at its floor, :class:`FloorP`, as
+    decimals; a number that rounds to zero is shown ``0.00`` / ``0.0000``, without a sign, never ``-0.00``:
+    :func:`geoagent.textfmt.fixed_text`), ``p`` (p-value, 2 significant digits; a sampled permutation p at its floor, :class:`FloorP`, as
     ``<1.0e-04``, a p that underflowed to 0 as ``<1e-300``), ``permp`` (a sampled permutation p, :func:`perm_p`:
     shown as ``p``; the CSV adds a Boolean ``"<name>_is_floor"`` column at its end, true where the value is the
     floor ``1 / (1 + n_flips)``: no flip reached the statistic, so the sampled p is the smallest the flips can give; it is a valid p-value, not a proof that the true p lies below it, since a true p somewhat above the floor also leaves no flip at or beyond the statistic now and then), ``pctci`` (an interval ``(lo, hi)`` of fractions or None, shown
@@ -395,18 +409,17 @@ def _fmt(v: Any, f: str) -> str:
         return str(v)
     if f == "int":
         return f"{int(v)}"
+    # a value that rounds to zero prints 0.00 without a sign, never -0.00 or +0.00 (textfmt.fixed_text)
     if f == "pct":
-        return f"{100 * v:.1f}"
+        return fixed_text(100 * v, 1)
     if f == "pp":
-        return f"{v:+.2f}"
-    if f == "pps":
-        return f"{v:.2f}"
-    if f == "f2":
-        return f"{v:.2f}"
+        return fixed_text(v, 2, signed=True)
+    if f in ("pps", "f2"):
+        return fixed_text(v, 2)
     if f == "f4":
-        return f"{v:+.4f}"
+        return fixed_text(v, 4, signed=True)
     if f == "se":
-        return f"{v:.4f}"
+        return fixed_text(v, 4)
     if f in ("p", "permp"):
         if isinstance(v, FloorP):  # no flip reached the statistic: the floor, shown with "<" as the paper writes p<10^-4
             return "<" + (f"{v:.2g}" if v >= 1e-3 else f"{v:.1e}")
@@ -415,7 +428,7 @@ def _fmt(v: Any, f: str) -> str:
         return f"{v:.2g}" if v >= 1e-3 else f"{v:.1e}"
     if f == "pctci":
         lo, hi = v
-        return f"[{100 * lo:.1f}, {100 * hi:.1f}]"
+        return f"[{fixed_text(100 * lo, 1)}, {fixed_text(100 * hi, 1)}]"
     return str(v)
 
 
@@ -570,9 +583,11 @@ def scoring_left_note(located: int, scored: int, *, left_by: str | None) -> str 
 
 
 def regime_threshold_note(agg: GeoHintAggregator) -> str:
-    """One sentence naming the regime threshold every regime split of the report uses."""
+    """One sentence naming the regime threshold every regime split of the report uses; the no-context hit rate is
+    that of all models pooled, or with one model that model's (:func:`_pooled_words`)."""
     t = agg.regime_threshold
-    return (f"Regimes: a site is legible when its no-context hit rate (all models pooled) is at least "
+    who = "all models pooled" if len(agg.models) != 1 else _pooled_words(agg.models)
+    return (f"Regimes: a site is legible when its no-context hit rate ({who}) is at least "
             f"{threshold_text(t)}, illegible below ([geohint] regime_threshold = {t:g}"
             + ("; the paper's 50 %)." if t == DEFAULT_THRESHOLD else "; the paper uses 50 %)."))
 
@@ -957,6 +972,25 @@ def no_fit_note(failed: Mapping[str, Sequence[str]]) -> str:
                         for reason, cells in failed.items())
 
 
+def _exact_fit(r: Any) -> bool:
+    """Whether fit ``r`` is exact (every residual 0 up to rounding, e.g. every error equal:
+    :attr:`geoagent.scoring.regression.ClusterOLSResult.exact_fit`): its SE and p are undefined (NaN, dashes) and
+    the table's notes say so (:func:`exact_fit_note`)."""
+    return r is not None and bool(getattr(r, "exact_fit", False))
+
+
+def exact_fit_note(cells: Sequence[str], *, se: bool = False) -> str:
+    """The notes' line on slope cells printed as dashes because their fit is exact (:func:`_exact_fit`), naming
+    them in the table's order, as :func:`no_fit_note` names the cells of a refused fit; "" when there are none.
+    ``se``: the table prints the SE and its ratio to the unclustered SE (Table 6), undefined there too."""
+    if not cells:
+        return ""
+    what = "the SE, its ratio to the unclustered SE and p are" if se else "p is"
+    return (f"Exact fit ({DASH} in {'; '.join(cells)}): every residual is 0 up to rounding (e.g. every error equal), so "
+            f"the residual variance is 0 and {what} undefined, not a tiny SE with p near 0 (the regression's sums "
+            "leave only rounding noise there, an SE near 1e-17 with an arbitrary p); beta is shown.")
+
+
 def _withheld(r: Any, p_reference: str) -> bool:
     """Whether fit ``r``'s inference (p, and in Table 6 the SE) is withheld: the normal reference on 2 to
     :data:`MIN_CLUSTERS_NORMAL_P` - 1 site clusters (:data:`MIN_CLUSTERS_NORMAL_P` gives the reason)."""
@@ -990,7 +1024,9 @@ def _shown_se_ratio(r: Any, p_reference: str) -> float:
     """The slope's site-clustered SE over its ordinary (unclustered) OLS SE, dimensionless, as Table 6's last
     column prints it: the paper (seed 000, Sec. 6) reports its clustered SEs at 0.9 to 1.8 times the unclustered
     ones. Withheld (NaN) wherever :func:`_shown_se` withholds the SE, and where the ordinary SE is 0 or not
-    finite (a perfect fit)."""
+    finite (an exact fit, :func:`_exact_fit`: both SEs are NaN). Where the SE is shown with a few-clusters caution
+    (t reference, fewer than :data:`MIN_CLUSTERS_NORMAL_P` site clusters), the ratio is shown under the same
+    caution, which the notes extend to it (:func:`p_reference_note` with ``se=True``)."""
     se = _shown_se(r, p_reference)
     if not math.isfinite(se):
         return float("nan")
@@ -1013,9 +1049,11 @@ def p_reference_note(p_reference: str, n_clusters: Sequence[int], hidden: Sequen
         Site clusters G of the fits whose p-value is not printed (fewer than :data:`MIN_CLUSTERS_NORMAL_P`
         under the normal reference, :func:`_shown_p`); the note says so and gives them.
     se : bool
-        The table prints the slope's SE (Table 6): the note then says the SE is withheld with the p
-        (:func:`_shown_se`), and under the t reference that an SE from fewer than :data:`MIN_CLUSTERS_NORMAL_P`
-        clusters is to be read with t, G - 1 df.
+        The table prints the slope's SE and its ratio to the unclustered SE (Table 6): the note then says the SE
+        (and so the ratio) is withheld with the p (:func:`_shown_se`, :func:`_shown_se_ratio`), and under the t
+        reference that an SE from fewer than :data:`MIN_CLUSTERS_NORMAL_P` clusters is biased down and to be read
+        with t, G - 1 df, and that its ``SE / unclustered SE`` is biased down with it (the same clustered SE over an
+        unclustered one), the same caution for both columns.
 
     Where every fit's p is withheld (``hidden`` as long as ``n_clusters``), the note is the withheld sentence
     alone: the reference and its few-clusters remedy would describe p-values the table does not print.
@@ -1053,13 +1091,17 @@ def p_reference_note(p_reference: str, n_clusters: Sequence[int], hidden: Sequen
         note += " " + withheld
     few_t = sorted({g for g in n_clusters if g < MIN_CLUSTERS_NORMAL_P})
     if se and p_reference == "t" and few_t:
-        note += (f" SE from fewer than {MIN_CLUSTERS_NORMAL_P} site clusters (here G = "
-                 f"{', '.join(str(g) for g in few_t)}) is biased down: read it with t, G - 1 df, as p is.")
+        # the ratio column divides that same clustered SE by the unclustered one: the caution covers it too
+        note += (f" SE and 'SE / unclustered SE' from fewer than {MIN_CLUSTERS_NORMAL_P} site clusters (here G = "
+                 f"{', '.join(str(g) for g in few_t)}) are biased down: read the SE with t, G - 1 df, as p is, and the "
+                 "ratio as too low (its clustered SE is the biased one).")
     return note
 
 
 def _clusters(*fits: Any) -> list[int]:
-    return [r.n_clusters for r in fits if r is not None and r.n_clusters >= 2]
+    """Site clusters G of the fits with a p-value (:func:`p_reference_note`'s ``n_clusters``): not a failed fit, one
+    on fewer than 2 clusters, nor an exact fit (:func:`_exact_fit`)."""
+    return [r.n_clusters for r in fits if r is not None and r.n_clusters >= 2 and not _exact_fit(r)]
 
 
 def table6(agg: GeoHintAggregator, condition: str = "forced", *, p_reference: str = "normal") -> Table:
@@ -1077,9 +1119,12 @@ def table6(agg: GeoHintAggregator, condition: str = "forced", *, p_reference: st
     zeros = [f"all levels {agg.n_zero_err(condition=condition)}",
              f"fine only {agg.n_zero_err(condition=condition, fine_only=True)}"]
     failed: dict[str, list[str]] = {}  # why a fit failed -> the cells it leaves as dashes (no_fit_note)
+    exact: list[str] = []  # cells left as dashes by an exact fit (exact_fit_note)
     for label, ms in [*[(m, [m]) for m in sorted(models, key=lambda m: _slope_sort(agg, m, condition))], (POOLED_ROW, models)]:
         r = _slope_cells(agg, ms, condition, False, p_reference=p_reference, failed=failed, cell=f"{label} beta, SE, p")
         clusters += _clusters(r)
+        if _exact_fit(r):
+            exact.append(f"{label} SE, p, SE / unclustered SE")
         rf = _slope_cells(agg, ms, condition, True, failed=failed, cell=f"{label} beta (fine only)")
         rr = _slope_cells(agg, ms, condition, False, recite=True, failed=failed, cell=f"{label} beta if reciting")
         nan = float("nan")
@@ -1090,14 +1135,14 @@ def table6(agg: GeoHintAggregator, condition: str = "forced", *, p_reference: st
             _shown_se_ratio(r, p_reference),
         ])
 
-    def notes(failed: Mapping[str, Sequence[str]]) -> str:
+    def notes(failed: Mapping[str, Sequence[str]], exact: Sequence[str]) -> str:
         return _join_notes("'beta if reciting' is the slope of the same rows with err = d_ref (a model that always "
                            "answers with the hint, Sec. 6.2.3); the share places beta between ignoring the hint (0 %) and "
                            "reciting it (100 %). 'SE / unclustered SE': the site-clustered SE over the ordinary OLS SE of "
                            "the same slope (the paper's clustered SEs run 0.9 to 1.8 times the unclustered ones, Sec. "
                            "6); above 1, answers of one site move together.",
                            p_reference_note(p_reference, clusters, hidden, se=True), no_fit_note(failed),
-                           zero_err_note("context answers", zeros))
+                           exact_fit_note(exact, se=True), zero_err_note("context answers", zeros))
 
     table = Table(
         "table6",
@@ -1106,10 +1151,11 @@ def table6(agg: GeoHintAggregator, condition: str = "forced", *, p_reference: st
          "SE / unclustered SE"],
         ["text", "int", "f4", "se", "p", "f4", "f4", "pct", "f2"],
         rows,
-        notes(failed),
+        notes(failed, exact),
     )
     # one model: the pooled row repeats its row (module doc); table6.csv keeps it
-    return _without_pooled_row(table, models[0], notes(_model_cells(failed))) if len(models) == 1 else table
+    return (_without_pooled_row(table, models[0], notes(_model_cells(failed), _model_only(exact))) if len(models) == 1
+            else table)
 
 
 def one_model_note(table: str, model: str) -> str:
@@ -1135,6 +1181,12 @@ def _model_cells(failed: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
     return {r: cells for r, cells in out.items() if cells}
 
 
+def _model_only(cells: Sequence[str]) -> list[str]:
+    """``cells`` (as :func:`exact_fit_note` names them) without those of the pooled row, for a table shown without
+    that row (:func:`_without_pooled_row`)."""
+    return [c for c in cells if not c.startswith(f"{POOLED_ROW} ")]
+
+
 def _slope_sort(agg: GeoHintAggregator, model: str, condition: str) -> float:
     r = _slope_cells(agg, [model], condition, False)
     return -(r.slope if r else -math.inf)
@@ -1154,6 +1206,7 @@ def table7(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
     models = _model_order(agg, condition)
     nan = float("nan")
     failed: dict[str, list[str]] = {}  # why a fit failed -> the cells it leaves as dashes (no_fit_note)
+    exact: list[str] = []  # cells left as dashes by an exact fit (exact_fit_note)
     for label, ms in [*[(m, [m]) for m in models], (POOLED_ROW, models)]:
         row: list[Any] = [label]
         regime_slopes = []
@@ -1161,6 +1214,8 @@ def table7(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
             r = _slope_cells(agg, ms, condition, False, sites, p_reference=p_reference, failed=failed,
                              cell=f"{label} beta {regime}, p {regime}")
             clusters += _clusters(r)
+            if _exact_fit(r):
+                exact.append(f"{label} p {regime}")
             row += [_fit_rows(r, agg, ms, condition, sites), r.slope if r else nan, _shown_p(r, p_reference, hidden)]
             regime_slopes.append(r.slope if r else nan)
         # finer-than-city answers only, per regime (Table 6's "beta (fine only)" within a regime)
@@ -1173,9 +1228,9 @@ def table7(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
         row += [b / rr.slope if (rr and rr.slope and math.isfinite(b)) else nan for b in regime_slopes[:2]]
         rows.append(row)
 
-    def notes(failed: Mapping[str, Sequence[str]]) -> str:
+    def notes(failed: Mapping[str, Sequence[str]], exact: Sequence[str]) -> str:
         return _join_notes(
-            p_reference_note(p_reference, clusters, hidden), no_fit_note(failed),
+            p_reference_note(p_reference, clusters, hidden), no_fit_note(failed), exact_fit_note(exact),
             "'fine only': the same fit on answers finer than city level (Table 6's 'beta (fine only)'), within "
             "the regime. 'Share of reciting': the regime's beta as a share of Table 6's 'beta if reciting' of "
             "the same models over all sites (err = d_ref; 0 % = ignoring the hint, 100 % = reciting it), as the "
@@ -1193,10 +1248,23 @@ def table7(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
          "Share of reciting legible (%)"],
         ["text", "int", "f4", "p", "int", "f4", "p", "int", "f4", "p", "f4", "f4", "pct", "pct"],
         rows,
-        notes(failed),
+        notes(failed, exact),
     )
     # one model: the pooled row repeats its row (module doc); table7.csv keeps it
-    return _without_pooled_row(table, models[0], notes(_model_cells(failed))) if len(models) == 1 else table
+    return (_without_pooled_row(table, models[0], notes(_model_cells(failed), _model_only(exact))) if len(models) == 1
+            else table)
+
+
+def _flip_label(unit: str, measure: str, treatment: str, control: str, models: Sequence[str],
+                pair_sites: Sequence[str]) -> str:
+    """The label of one site-flip test of the report: what it tests (the pairing ``unit``, the ``measure``, the two
+    conditions, the models and the sites of its pairs, sorted), which with the report's seed selects the test's own
+    stream of random flips (:func:`geoagent.scoring.permutation.flip_seed_sequence`). Different tests of a report
+    thus have independent Monte-Carlo errors, while the same test wherever it appears (Table 8's all-sites row and
+    Table 9's row of a one-model campaign; a regime that holds every site and the all-sites row) draws the same flips
+    and prints the same p, in every run of the same data."""
+    return (f"site-flip|{unit}|{measure}|{treatment} vs {control}|models {','.join(sorted(models))}"
+            f"|sites {','.join(sorted(set(pair_sites)))}")
 
 
 def _paired_block(agg, treatment, control, sites, model, n_flips, seed):
@@ -1204,7 +1272,8 @@ def _paired_block(agg, treatment, control, sites, model, n_flips, seed):
     image, model, language and reference point, repeats averaged per item). The paired deltas are the mean over
     items of (treatment mean - control mean) with a site-flip p; the rate columns pool every response of the
     paired items (hits / responses, echoes / verdicts, building-level / responses, the median of every ratio), as
-    the release's raw-count rows of these tables (``analysis/mitigation_results.py``, ``chain_results.py``)."""
+    the release's raw-count rows of these tables (``analysis/mitigation_results.py``, ``chain_results.py``).
+    Each of its two tests (hit, building level) draws its flips from ``seed`` and its own label (:func:`_flip_label`)."""
     pairs = agg.paired(treatment, control, sites=sites, model=model)
     out = {"n": len(pairs)}
     def hit_rate(sel: list, i: int) -> float:
@@ -1232,13 +1301,17 @@ def _paired_block(agg, treatment, control, sites, model, n_flips, seed):
             ],
         }
     if pairs and not out["ungeocoded"]:
+        pair_sites = [p[0] for p in pairs]
+        models = [model] if model is not None else agg.models
         res = paired_site_permutation_test(
-            [p[0] for p in pairs], [p[1].hit for p in pairs], [p[2].hit for p in pairs], n_flips=n_flips, seed=seed
+            pair_sites, [p[1].hit for p in pairs], [p[2].hit for p in pairs], n_flips=n_flips, seed=seed,
+            label=_flip_label("item", "hit", treatment, control, models, pair_sites),
         )
         out["delta_pp"], out["p"] = 100 * res.delta, perm_p(res)
         out["n_sites"] = res.n_sites
         bres = paired_site_permutation_test(
-            [p[0] for p in pairs], [p[1].building for p in pairs], [p[2].building for p in pairs], n_flips=n_flips, seed=seed
+            pair_sites, [p[1].building for p in pairs], [p[2].building for p in pairs], n_flips=n_flips, seed=seed,
+            label=_flip_label("item", "building", treatment, control, models, pair_sites),
         )
         out["building_delta_pp"], out["building_p"] = 100 * bres.delta, perm_p(bres)
     else:
@@ -1300,10 +1373,13 @@ FEW_FLIP_SITES = 6
 
 def flip_method_note(n_flips: int, seed: int) -> str:
     """The paired tables' sentence on the test: site-flip, two-sided; ``n_flips`` random sign vectors drawn with
-    ``seed`` where a group has more than log2(n_flips) sites, every sign vector (exact p) where it has fewer
-    (:func:`geoagent.scoring.permutation.site_flip_test_from_sums`, ``exact=None``)."""
+    ``seed`` where a group has more than log2(n_flips) sites (each test from its own stream, :func:`_flip_label`),
+    every sign vector (exact p) where it has fewer (:func:`geoagent.scoring.permutation.site_flip_test_from_sums`,
+    ``exact=None``)."""
     g_max = exact_max_sites(n_flips)  # largest G with 2**G <= n_flips, capped as the test caps it
-    return (f"Two-sided permutation test flipping whole sites: {n_flips} random flips (seed {seed}); "
+    return (f"Two-sided permutation test flipping whole sites: {n_flips} random flips (seed {seed}), each test "
+            "drawing from its own stream derived from the seed and what it tests, so the tests' sampling errors are "
+            "independent; "
             f"exact enumeration of all 2^G sign vectors for groups of G <= {g_max} sites. A p shown "
             f"<{_fmt(1 / (1 + n_flips), 'p')} is the floor 1/({n_flips} + 1) of the random flips: none reached the "
             "observed difference.")
@@ -1408,7 +1484,8 @@ def image_paired_difference(agg: GeoHintAggregator, treatment: str, control: str
 
     ``measure``: ``"hit"`` (Sec. 4.2's hit; an answer that did not geocode is a miss, as in the release) or
     ``"building"`` (resolved at building level; the release's ``resolved_level == "place"``; unparsed and unresolved
-    answers count as not building). Raises ValueError for another measure."""
+    answers count as not building). Raises ValueError for another measure. The test draws its flips from ``seed``
+    and its own label (:func:`_flip_label`), independently of the report's other tests."""
     if measure not in ("hit", "building"):
         raise ValueError(f"measure must be 'hit' or 'building', got {measure!r}")
     pairs = agg.image_paired(treatment, control, band=band, model=model)
@@ -1421,7 +1498,10 @@ def image_paired_difference(agg: GeoHintAggregator, treatment: str, control: str
     n_sites = len({p[0] for p in pairs})
     if measure == "hit" and (not any(p[2].n_geocoded for p in pairs) or not any(p[3].n_geocoded for p in pairs)):
         return ImagePairedDifference(len(pairs), n_sites, nan, nan, nan, nan)
-    res = paired_site_permutation_test([p[0] for p in pairs], t, c, n_flips=n_flips, seed=seed)
+    pair_sites = [p[0] for p in pairs]
+    label = _flip_label("image", f"{measure} in band {band}", treatment, control,
+                        [model] if model is not None else agg.models, pair_sites)
+    res = paired_site_permutation_test(pair_sites, t, c, n_flips=n_flips, seed=seed, label=label)
     return ImagePairedDifference(len(pairs), n_sites, float(t.mean()), float(c.mean()), res.delta, perm_p(res))
 
 
@@ -1702,7 +1782,8 @@ def build_tables(
     cut-off answers (:func:`table_cutoff`) and the answers that did not geocode (:func:`table_unresolved`).
     ``p_reference``: the slope tables' p-value reference
     (``"normal"`` or ``"t"``, :func:`p_reference_note`). ``seed`` seeds Table 3's splits and the permutation
-    flips (Tables 8-10); ``boot_seed`` (``[geohint] boot_seed``, an integer >= 0) Table 1's ``n_boot``
+    flips (Tables 8-10 and the image-paired comparisons; each test its own stream derived from the seed and the
+    test's label, :func:`_flip_label`); ``boot_seed`` (``[geohint] boot_seed``, an integer >= 0) Table 1's ``n_boot``
     site-bootstrap resamples, None = ``seed`` (as before the setting); ``n_boot_source``: the setting Table 1's
     "no intervals" note names (:func:`no_boot_note`)."""
     dc, db = default_conditions(agg)
@@ -2038,7 +2119,9 @@ def write_report(
     ``n_boot``: site-bootstrap resamples of Table 1's and Fig. 2's intervals (0 = none: the notes name
     ``n_boot_source``, :func:`no_boot_note`), seeded by ``boot_seed``
     (``[geohint] boot_seed``, an integer >= 0; None = ``seed``, the ``[campaign] seed``, as before the setting);
-    ``seed`` also seeds Table 3's splits and the permutation flips of Tables 8-10, whatever ``boot_seed`` is.
+    ``seed`` also seeds Table 3's splits and the permutation flips of Tables 8-10 and of the image-paired
+    comparisons (each test its own stream derived from ``seed`` and the test's label, :func:`_flip_label`), whatever
+    ``boot_seed`` is.
 
     ``p_reference``: p-value reference of the slope tables, ``"normal"`` or ``"t"`` (module doc); named in
     the header of ``report.md``. The header's "N scored responses" is the answers the tables count (every
@@ -2130,7 +2213,8 @@ def write_report(
         *([f"**{withheld}**", ""] if (withheld := withheld_tables(agg, tables, condition, baseline)) else []),
         "Terms:",
         "",
-        *[f"- {line}" for line in legend_for(agg.regime_threshold, fig2=fig2, n_boot_source=n_boot_source)],
+        *[f"- {line}" for line in legend_for(agg.regime_threshold, fig2=fig2, n_boot_source=n_boot_source,
+                                             models=agg.models)],
         "",
     ]
     if missing is not None:

@@ -73,7 +73,7 @@ from geoagent.scoring.sdt import (ARM_BLANK, ARM_MAIN, ARM_MISMATCH, BOOT_FEW_SI
                                   POOLED, SMALL_N_TRIALS, ModelScores, delta_1_small_n, small_n_bands)
 from geoagent.scoring.truncation import LEGEND_LINE as TRUNCATION_LEGEND
 from geoagent.scoring.truncation import TruncationCount, total, warning_lines
-from geoagent.textfmt import count_text
+from geoagent.textfmt import count_text, fixed_text
 
 TABLE_MD = "geoverify_table.md"
 TABLE_CSV = "geoverify_table.csv"
@@ -120,13 +120,15 @@ def legend_lines() -> list[str]:
 
 
 def _pct(x: float) -> str:
-    return "-" if x is None or math.isnan(x) else f"{100 * x:.1f} %"
+    return "-" if x is None or math.isnan(x) else f"{fixed_text(100 * x, 1)} %"
 
 
 def _num(x: float, signed: bool = False) -> str:
+    """Two decimals (``signed``: ``+`` before a positive value); a value that rounds to zero is ``0.00``, never
+    ``-0.00`` (:func:`geoagent.textfmt.fixed_text`); ``-`` for NaN or None."""
     if x is None or math.isnan(x):
         return "-"
-    return f"{x:+.2f}" if signed else f"{x:.2f}"
+    return fixed_text(x, 2, signed=signed)
 
 
 #: bootstrap key of the delta_1 row: its range is ``ModelScores.delta_1_ci`` (band labels), not ``ci``
@@ -370,9 +372,8 @@ def _with_ci(text: str, s: ModelScores, key: str | None, *, pct: bool = False, s
     few = FEW_CLUSTER_MARK if few_cluster(s, key) else ""
     if pct:
         mark = BOUNDARY_MARK if key in s.ci_exact else ""
-        return f"{text} [{100 * lo:.1f}, {100 * hi:.1f}]{mark}{few}"
-    f = "{:+.2f}" if signed else "{:.2f}"
-    return f"{text} [{f.format(lo)}, {f.format(hi)}]{few}"
+        return f"{text} [{fixed_text(100 * lo, 1)}, {fixed_text(100 * hi, 1)}]{mark}{few}"
+    return f"{text} [{fixed_text(lo, 2, signed=signed)}, {fixed_text(hi, 2, signed=signed)}]{few}"
 
 
 def _band_title(label: str) -> str:

@@ -15,10 +15,23 @@ sampling would only estimate what enumeration gives exactly (and could fall belo
 p, ``2 / 2**S``, by chance). By default (``exact=None``) the test therefore enumerates every sign vector
 when ``2**S <= n_flips`` (S <= 13 for 10,000 flips) and samples ``n_flips`` random vectors otherwise; the
 result says which (``exact``, ``n_flips``, ``seed`` None when exact).
+
+Random streams. A report runs many sampled tests (Tables 8-10, the image-paired comparisons) under one seed (the
+campaign's). Drawn from one shared stream (``default_rng(seed)`` for every test, as before session 19), each p was
+valid but the tests of a table reused the same sign vectors, so their Monte-Carlo errors were correlated: all
+too low or all too high together. A test given a ``label`` draws its flips from its own stream,
+``numpy.random.SeedSequence(seed, spawn_key=label_key(label))`` (:func:`flip_seed_sequence`): the key is the
+label's BLAKE2b digest (16 bytes read as four unsigned 32-bit words), a stable hash that Python's ``hash()``
+(salted per process) is not, so the p of a labelled test is the same in every run, on every machine, for the same
+seed, label and data, and two tests with different labels draw independent streams (numpy derives child streams
+by ``spawn_key`` for exactly this, see ``SeedSequence.spawn``). Without a label the stream is
+``default_rng(seed)``, as before. The report labels each test by what it tests (:func:`geoagent.report.geohint`,
+``_flip_label``).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
@@ -36,6 +49,31 @@ def exact_max_sites(n_flips: int) -> int:
     largest S with ``2**S <= n_flips``, at most :data:`EXACT_MAX_SITES` (0 when ``n_flips < 2``)."""
     return min(EXACT_MAX_SITES, max(0, int(n_flips).bit_length() - 1))
 
+
+
+def label_key(label: str) -> tuple[int, ...]:
+    """The ``spawn_key`` of a test's label (module doc): the label's UTF-8 bytes hashed with BLAKE2b (16-byte
+    digest), read as four little-endian unsigned 32-bit words. Stable across processes, runs and machines (unlike
+    Python's salted ``hash()``)."""
+    digest = hashlib.blake2b(label.encode("utf-8"), digest_size=16).digest()
+    return tuple(int.from_bytes(digest[i:i + 4], "little") for i in range(0, 16, 4))
+
+
+def flip_seed_sequence(seed: int, label: str | None = None) -> np.random.SeedSequence:
+    """The seed sequence a sampled test draws its sign flips from: ``SeedSequence(seed)`` without a label (the
+    stream of ``numpy.random.default_rng(seed)``), ``SeedSequence(seed, spawn_key=label_key(label))`` with one: a
+    stream of its own per label, reproducible from ``seed`` and ``label`` (module doc).
+
+    Raises
+    ------
+    ValueError
+        ``seed`` negative (as ``numpy.random.default_rng``); TypeError when it is not an integer.
+    """
+    if isinstance(seed, bool) or int(seed) != seed:
+        raise TypeError(f"seed must be an integer, got {seed!r}")
+    if seed < 0:
+        raise ValueError(f"seed must be >= 0, got {seed}")
+    return np.random.SeedSequence(int(seed), spawn_key=label_key(label) if label else ())
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +94,9 @@ class PermutationResult:
         Number of random flips (``2**n_sites`` when ``exact``).
     seed : int or None
         Seed of the random generator (None for the exact test).
+    label : str or None
+        The test's label, which with ``seed`` gives its own stream of flips (:func:`flip_seed_sequence`); None
+        without one (the stream of ``default_rng(seed)``) and for the exact test.
     """
 
     delta: float
@@ -64,6 +105,7 @@ class PermutationResult:
     n_sites: int
     n_flips: int
     seed: int | None
+    label: str | None = None
 
     @property
     def exact(self) -> bool:
@@ -117,13 +159,16 @@ def site_flip_test_from_sums(
     n_flips: int = DEFAULT_N_FLIPS,
     seed: int = 0,
     exact: bool | None = None,
+    label: str | None = None,
 ) -> PermutationResult:
     """Sign-flip test from per-site sums ``D_s`` (shape ``(S,)``) and the total pair count N.
 
     ``exact=True`` enumerates all ``2**S`` sign vectors (only for S <= 20); ``exact=False`` samples
     ``n_flips`` random ones; ``exact=None`` (default) enumerates when ``2**S <= n_flips`` and samples
-    otherwise (module docstring). Random flips use ``numpy.random.default_rng(seed)``, so the p-value is
-    reproducible under a seed.
+    otherwise (module docstring). Random flips use ``numpy.random.default_rng(flip_seed_sequence(seed, label))``:
+    without ``label`` the stream of ``default_rng(seed)``; with one a stream of the test's own, independent of
+    other labels' under the same seed (module doc, "Random streams"), so several tests of one report do not
+    share their Monte-Carlo error. The p-value is reproducible under a seed and label.
 
     Raises
     ------
@@ -131,6 +176,7 @@ def site_flip_test_from_sums(
         No pairs, a non-finite site sum, ``exact`` with more than 20 sites, or fewer than one random flip
         (``n_flips < 1``) where the test samples: ``(1 + count) / (1 + n_flips)`` would be 1 for any data with 0
         flips and negative with fewer (a flip count is only unused by ``exact=True``).
+        A negative seed where the test samples (:func:`flip_seed_sequence`).
     """
     D = np.asarray(sums, dtype=float).reshape(-1)
     if n_pairs <= 0 or D.size == 0:
@@ -159,7 +205,7 @@ def site_flip_test_from_sums(
             count += int(np.count_nonzero(np.abs(signs @ D) >= thresh))
         p = count / 2**S
         return PermutationResult(t_obs, p, int(n_pairs), S, 2**S, None)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(flip_seed_sequence(seed, label))
     count = 0
     done = 0
     while done < n_flips:
@@ -168,7 +214,7 @@ def site_flip_test_from_sums(
         count += int(np.count_nonzero(np.abs(signs @ D) >= thresh))
         done += m
     p = (1 + count) / (1 + n_flips)
-    return PermutationResult(t_obs, float(p), int(n_pairs), S, int(n_flips), int(seed))
+    return PermutationResult(t_obs, float(p), int(n_pairs), S, int(n_flips), int(seed), label or None)
 
 
 def paired_site_permutation_test(
@@ -179,6 +225,7 @@ def paired_site_permutation_test(
     n_flips: int = DEFAULT_N_FLIPS,
     seed: int = 0,
     exact: bool | None = None,
+    label: str | None = None,
 ) -> PermutationResult:
     """Two-sided paired test of ``mean(treatment - control)`` flipping whole sites.
 
@@ -191,10 +238,14 @@ def paired_site_permutation_test(
     n_flips : int
         Number of random sign flips (paper: 10,000).
     seed : int
-        Seed of the generator.
+        Seed of the generator (>= 0; a report passes its campaign's seed to every test).
     exact : bool or None
         True: enumerate every sign vector (S <= 20); False: sample ``n_flips``; None (default): enumerate
         when ``2**S <= n_flips``, else sample (module docstring).
+    label : str or None
+        What the test tests, a stable text: with ``seed`` it selects the test's own stream of flips
+        (:func:`flip_seed_sequence`), so tests of one report with different labels have independent Monte-Carlo
+        errors; None: the stream of ``default_rng(seed)``.
 
     Raises
     ------
@@ -207,4 +258,4 @@ def paired_site_permutation_test(
     if t.shape != c.shape:
         raise ValueError(f"treatment {t.shape} and control {c.shape} differ in shape")
     _, sums, counts = site_sums(sites, t - c)
-    return site_flip_test_from_sums(sums, int(counts.sum()), n_flips=n_flips, seed=seed, exact=exact)
+    return site_flip_test_from_sums(sums, int(counts.sum()), n_flips=n_flips, seed=seed, exact=exact, label=label)

@@ -17,6 +17,21 @@ we keep ``A_g = X_g'X_g``, ``b_g = X_g'y_g``, ``c_g = y_g'y_g`` and ``n_g``. The
 p-values use the normal distribution by default (statsmodels' default for robust covariances) or
 Student's t with ``G - 1`` degrees of freedom when ``use_t=True`` (statsmodels ``use_t=True``).
 
+Exact fit. When every residual is zero (every error equal, or ``log10 err`` exactly linear in ``d_ref``), the
+scores ``s_g`` and the residual sum of squares are zero in exact arithmetic, so both SEs are 0 and the Wald
+statistic is ``beta / 0``: undefined (0/0) for a zero slope and degenerate otherwise; there is no residual
+variation from which to estimate how the slope would vary. In floating point the same sums leave rounding
+noise (SE ~1e-17) whose size is arbitrary, and read as an SE it gave arbitrary p-values, e.g. p = 0.007 for a
+slope of 7e-17 fitted to errors that were all equal. statsmodels (0.15, ``OLS.fit(cov_type="cluster")``) has
+no guard and returns the same kind of noise (SE 7e-18, p = 0.011 on such data); R's ``summary.lm`` warns
+"essentially perfect fit: summary may be unreliable" when the residual variance is below 1e-30 of the fitted
+values' second moment. Here a fit whose residual sum of squares is at most :data:`EXACT_FIT_RTOL` times
+``y'y`` (residual RMS below 1e-5 of the response's RMS; R's bound is tighter because it computes residuals
+directly, while ``y'y - beta'X'y`` from summed statistics loses about ``N * eps`` of ``y'y`` to cancellation)
+is an exact fit: :attr:`ClusterOLSResult.exact_fit` is True and the covariance, both SEs, the t-values and the
+p-values are NaN (undefined), while the coefficients are kept. A real log10-error regression never comes near
+that bound.
+
 Rows enter the slope regression only with a finite, positive error (``log10`` is undefined at 0 km) and a
 finite hint distance; this is what the release's ``analysis/cluster_inference.py`` does (``error_km > 0``)
 and what gives the paper's n (Sec. 6.2.3, n = 8274; Table 6). An earlier version floored errors at 1 m,
@@ -31,6 +46,11 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
+
+#: a fit whose residual sum of squares is at most this share of ``y'y`` is an exact fit (module doc): its SEs,
+#: t-values and p-values are NaN. ``y'y - beta'X'y`` from summed statistics carries rounding of about
+#: ``N * eps * y'y`` (1e-12 for N = 10,000 rows), well below this bound.
+EXACT_FIT_RTOL = 1e-10
 
 
 @dataclass(slots=True)
@@ -66,6 +86,9 @@ class ClusterOLSResult:
         Number of rows N.
     n_clusters : int
         Number of clusters G with at least one row.
+    exact_fit : bool
+        Every residual is zero up to rounding (module doc, :data:`EXACT_FIT_RTOL`): ``cov``, ``bse``,
+        ``bse_nonrobust``, ``tvalues`` and ``pvalues`` are NaN (undefined), ``params`` are kept.
     """
 
     params: np.ndarray
@@ -76,6 +99,7 @@ class ClusterOLSResult:
     bse_nonrobust: np.ndarray
     nobs: int
     n_clusters: int
+    exact_fit: bool = False
 
     @property
     def slope(self) -> float:
@@ -214,6 +238,9 @@ class ClusterOLS:
         With fewer than 2 clusters the cluster-robust SEs (and p-values) are NaN; a ``RuntimeWarning``
         says so unless ``warn_few_clusters=False`` (callers that show NaN as "no SE", e.g. the report,
         which runs in a worker thread where ``warnings.catch_warnings`` is not safe).
+        An exact fit (every residual zero up to rounding, e.g. every error equal; module doc) returns the
+        coefficients with NaN covariance, SEs, t-values and p-values and ``exact_fit=True``, without a warning
+        (the report says so under its tables).
 
         Raises
         ------
@@ -247,6 +274,8 @@ class ClusterOLS:
             bread = np.linalg.inv(xtx)
         except np.linalg.LinAlgError as exc:
             raise ValueError("X'X is singular (e.g. all hint distances equal)") from exc
+        rss_raw = yty - float(beta @ xty)
+        exact_fit = bool(rss_raw <= EXACT_FIT_RTOL * yty)
         meat = np.zeros((k, k))
         for st in chosen:
             s = st.xty - st.xtx @ beta
@@ -254,6 +283,8 @@ class ClusterOLS:
         if G < 2:
             if warn_few_clusters:
                 warnings.warn("cluster-robust SE needs at least 2 clusters; returning NaN", RuntimeWarning, stacklevel=2)
+            cov = np.full((k, k), np.nan)
+        elif exact_fit:  # SE 0 in exact arithmetic, rounding noise here: undefined, never a tiny SE (module doc)
             cov = np.full((k, k), np.nan)
         else:
             q = G / (G - 1) * (n - 1) / (n - k)
@@ -267,10 +298,9 @@ class ClusterOLS:
             pvalues = 2 * stats.t.sf(np.abs(tvalues), df=G - 1)
         else:
             pvalues = 2 * stats.norm.sf(np.abs(tvalues))
-        rss = max(yty - float(beta @ xty), 0.0)
-        sigma2 = rss / (n - k)
+        sigma2 = float("nan") if exact_fit else max(rss_raw, 0.0) / (n - k)
         bse_nonrobust = np.sqrt(np.diag(bread) * sigma2)
-        return ClusterOLSResult(beta, bse, tvalues, pvalues, cov, bse_nonrobust, n, G)
+        return ClusterOLSResult(beta, bse, tvalues, pvalues, cov, bse_nonrobust, n, G, exact_fit)
 
 
 def _check_row(cluster: Hashable, xs: list[float], y: float) -> None:

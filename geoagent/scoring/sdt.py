@@ -79,6 +79,7 @@ import numpy as np
 import polars as pl
 
 from geoagent.data.model import ARM_BLANK, ARM_MAIN, ARM_MISMATCH, BAND_SIGNAL, DECOY_BAND_LABELS
+from geoagent.textfmt import fixed_text
 
 POOLED = "pooled"
 CONF_HIGH = 0.8
@@ -560,8 +561,8 @@ def readout(
 
 def _dprime_text(d: float) -> str:
     """A d' in a read-out reason: two decimals, or ``undefined (no parsed answers)`` for NaN (no signal or no decoy
-    answers in that band), never a bare ``nan``."""
-    return "undefined (no parsed answers)" if math.isnan(d) else f"{d:.2f}"
+    answers in that band), never a bare ``nan``; a d' that rounds to zero is ``0.00``, never ``-0.00``."""
+    return "undefined (no parsed answers)" if math.isnan(d) else fixed_text(d, 2)
 
 
 def bootstrap_site_indices(n_sites: int, n_boot: int, seed: int) -> np.ndarray:
