@@ -588,15 +588,17 @@ class GeoHintAggregatorStage(Stage):
 
     async def stop(self, ctx: StageContext) -> None:
         await self.live.wait()
-        self._follow_plan(ctx)
-        self._add_held()
-        # under the campaign engine the campaign's report (rebuilt from the store, with the missing work)
-        # follows at once and replaces this one: do not write it twice
-        if self.agg.keys and not ctx.services.get(C.SERVICE_CAMPAIGN_WRITES_REPORT):
-            out_dir = self._report_dir(ctx)
-            self._live_missing = ctx.services.get(SERVICE_LIVE_MISSING)
-            await self.live.run(lambda: self._write(out_dir), guarded=True)
-        self.live.close()
+        try:
+            self._follow_plan(ctx)
+            self._add_held()
+            # under the campaign engine the campaign's report (rebuilt from the store, with the missing work)
+            # follows at once and replaces this one: do not write it twice
+            if self.agg.keys and not ctx.services.get(C.SERVICE_CAMPAIGN_WRITES_REPORT):
+                out_dir = self._report_dir(ctx)
+                self._live_missing = ctx.services.get(SERVICE_LIVE_MISSING)
+                await self.live.run(lambda: self._write(out_dir), guarded=True)
+        finally:
+            self.live.close()  # also when the rebuild at a re-plan raised: the report thread goes
 
 
 def geohint_stages(*, echo_rule: str = DEFAULT_ECHO_RULE, **aggregator_kw: Any) -> dict[str, Stage]:

@@ -472,17 +472,17 @@ class GeoVerifyAggregatorStage(Stage):
 
     async def stop(self, ctx: StageContext) -> None:
         await self.live.wait()
-        self._follow_plan(ctx)
-        self._drain()
-        out_dir = self._report_dir(ctx)
         try:
+            self._follow_plan(ctx)
+            self._drain()
+            out_dir = self._report_dir(ctx)
             # under the campaign engine the campaign's report (rebuilt from the store, with the missing
             # work) follows at once and replaces this one: do not write it twice
             if not ctx.services.get(C.SERVICE_CAMPAIGN_WRITES_REPORT):
                 self._live_missing = ctx.services.get(SERVICE_LIVE_MISSING)
                 await self.live.run(lambda: self._write(out_dir))
         finally:
-            self.live.close()
+            self.live.close()  # also when the rebuild at a re-plan raised: the report thread goes
 
 
 def geoverify_stages(**aggregator_kw: Any) -> list[Stage]:
