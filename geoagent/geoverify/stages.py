@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
-import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +33,9 @@ from geoagent.geoverify.aggregate import GeoVerifyAggregator
 from geoagent.geoverify.parse import ParsedVerdict, parse_verdict
 from geoagent.geoverify.prompt import render_claim
 from geoagent.geoverify.score import scored_row
+from geoagent.report.live import LiveAggregatorStage
 from geoagent.runtime.queue import Task
 from geoagent.runtime.scope import ScoredScope as _ScoredScope
-from geoagent.runtime.scope import counted_anew
 from geoagent.runtime.stage import Message, PermanentFailure, Stage, StageContext
 from geoagent.workers.responses import response_text, with_stored_finish_reason
 
@@ -314,7 +313,7 @@ class ScoredScope(_ScoredScope):
                          fill=with_stored_finish_reason, changed="the trial design or the models")
 
 
-class GeoVerifyAggregatorStage(Stage):
+class GeoVerifyAggregatorStage(LiveAggregatorStage):
     """``scored`` -> (none): updates the incremental aggregator; rewrites the report on flush (rate-limited,
     in a worker thread) and at stop (awaited).
 
@@ -332,157 +331,63 @@ class GeoVerifyAggregatorStage(Stage):
     --requeue`` empties them as the trials are answered) instead of keeping the previous run's list. While
     it runs, handled rows stay in the pending batch (the aggregator is not updated), so the thread reads
     one consistent state. The final report at :meth:`stop` waits for a rewrite in flight, merges every
-    pending row and is written to completion before ``stop`` returns.
+    pending row and is written to completion before ``stop`` returns. The machinery is
+    :class:`geoagent.report.live.LiveAggregatorStage`'s; GeoVerify's own: rows are merged in batches of 256
+    (``drain_at``; one polars update each) and a batch the aggregator rejects stays pending
+    (``keep_rejected_batch``), an empty report is written too, a failing final report raises, and
+    :meth:`write_report` returns the paths written (Table 12 text/Markdown/CSV + plot; also kept in
+    ``report_paths``).
     """
 
-    name = C.STAGE_AGGREGATOR
-    sends_http = False  # no request of its own: a slow model upstream is no pace of its (pace_keys)
-    input_edge = C.EDGE_SCORED
-    output_edge = None
-    concurrency = 1
-    lease_batch = 256
+    what = "GeoVerify"
+    plan_keys_service = SERVICE_PLAN_KEYS
+    live_missing_service = SERVICE_LIVE_MISSING
+    interval_service = "geoverify_report_interval_s"
+    _log = log
+    drain_at = 256
+    keep_rejected_batch = True
+    final_guarded = False
 
     def __init__(self, *, report_interval_s: float | None = None, n_boot: int = 0, seed: int = 0) -> None:
-        from geoagent.report.live import LiveReport
-
         self.agg = GeoVerifyAggregator()
-        self.report_interval_s = report_interval_s
+        super().__init__(report_interval_s=report_interval_s)
         self.n_boot = n_boot
         self.seed = seed
-        self._pending: list[dict[str, Any]] = []
-        self._last_write = -math.inf
-        self._dirty = True
-        self.live = LiveReport("GeoVerify")
         self.report_paths: dict[str, Path] = {}
-        #: the ctx service SERVICE_LIVE_MISSING, taken when a rewrite starts (None: missing work not listed)
-        self._live_missing: Callable[[], Mapping[str, Any]] | None = None
 
-    def _report_dir(self, ctx: StageContext) -> Path:
-        from geoagent.report.live import live_report_dir
-
-        return live_report_dir(ctx)
-
-    async def start(self, ctx: StageContext) -> None:
-        self._load(ctx)
-        if self.report_interval_s is None:
-            self.report_interval_s = float(ctx.services.get("geoverify_report_interval_s", 5.0))
-
-    def _load(self, ctx: StageContext) -> None:
-        """Scope of the campaign's current plan (ctx service :data:`SERVICE_PLAN_KEYS`) and counts rebuilt from
-        the store's scored rows in it (a fresh aggregator)."""
-        store = ctx.services.get("store")
-        self._plan_keys = plan_keys = ctx.services.get(SERVICE_PLAN_KEYS)
-        self.scope = ScoredScope(set(plan_keys) if plan_keys is not None else None)
-        self.agg = GeoVerifyAggregator()
-        self._digests: dict[str, bytes] = {}
-        self._stale = False
-        if store is not None and hasattr(store, "iter_results"):
-            batch: list[dict[str, Any]] = []
-            for _key, row in self.scope.items(store, digests=self._digests):
-                batch.append(row)
-                if len(batch) >= 5000:
-                    self.agg.update(batch)
-                    batch = []
-            self.agg.update(batch)
-
-    def _follow_plan(self, ctx: StageContext) -> None:
-        """When the campaign planned again since :meth:`start` (a ``--watch`` run over a crawl's folder whose trial
-        table a hand-off replaced: :class:`geoagent.engine.WatchReplanTick` sets :data:`SERVICE_PLAN_KEYS` anew),
-        rebuild the counts from the store under the new plan, as the campaign's report does: the scope of the
-        first plan dropped every new trial's answer and kept counting trials the new table no longer holds. The
-        rows pending are dropped with the old counts: the scorer stores each row before it sends it, so the store
-        holds them. Not while a live rewrite reads the aggregator (the next call does it), nor without a store.
-        The same rebuild follows a counted row scored anew with another content (:meth:`handle` marks it stale:
-        a stored parse failure parsed again after the queues were rebuilt; the aggregator would take the new row
-        for a redelivery and keep the old outcome, which the store no longer holds)."""
-        changed = ctx.services.get(SERVICE_PLAN_KEYS) is not getattr(self, "_plan_keys", None)
-        if not (changed or getattr(self, "_stale", False)) or self.live.busy:
-            return
-        if not hasattr(ctx.services.get("store"), "iter_results"):
-            plan_keys = self._plan_keys = ctx.services.get(SERVICE_PLAN_KEYS)
-            self.scope = ScoredScope(set(plan_keys) if plan_keys is not None else None)
-            return
-        self._load(ctx)
-        self._pending = []
-        self._dirty = True
-
-    async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
-        self._follow_plan(ctx)
-        scope = getattr(self, "scope", None)
-        if scope is not None and not scope.keep(task.key, task.payload):
-            return []  # a task of an earlier plan, or an answer already counted: stored, not scored
-        digests = getattr(self, "_digests", None)
-        if digests is not None and counted_anew(digests, task.key, task.payload):
-            self._stale = True  # scored anew with another outcome: rebuilt from the store (_follow_plan)
-        self._pending.append(task.payload)
-        if len(self._pending) >= 256 and not self.live.busy:  # busy: the report thread reads the aggregator
-            self._drain()
-        return []
-
-    def _drain(self) -> None:
-        if self._pending:
-            if self.agg.update(self._pending):
-                self._dirty = True
-            self._pending = []
-
-    def write_report(self, ctx: StageContext) -> dict[str, Path]:
-        """Write the report now (Table 12 text/Markdown/CSV + plot) from the current counts (synchronous:
-        the caller makes sure nothing changes the aggregator meanwhile)."""
-        self._follow_plan(ctx)
-        self._drain()
-        self._dirty = False
-        self._live_missing = ctx.services.get(SERVICE_LIVE_MISSING)
-        return self._write(self._report_dir(ctx))
-
-    @staticmethod
-    def _missing_kw(live_missing: Callable[[], Mapping[str, Any]] | None) -> dict[str, Any]:
-        """The missing work's keyword arguments of ``write_report`` from ``live_missing`` (the ctx service
-        :data:`SERVICE_LIVE_MISSING`; :func:`geoagent.runtime.scope.live_missing_kw`)."""
+    @property
+    def missing_csv(self) -> str:  # type: ignore[override]
+        """:data:`geoagent.report.geoverify.MISSING_CSV` (imported when a rewrite needs it, as the report is)."""
         from geoagent.report.geoverify import MISSING_CSV
-        from geoagent.runtime.scope import live_missing_kw
 
-        return live_missing_kw(live_missing, log, "GeoVerify", MISSING_CSV)
+        return MISSING_CSV
 
-    def _write(self, out_dir: Path) -> dict[str, Path]:
+    def _new_aggregator(self) -> GeoVerifyAggregator:
+        return GeoVerifyAggregator()
+
+    def _scope(self, plan_keys: Collection[str] | None) -> ScoredScope:
+        return ScoredScope(set(plan_keys) if plan_keys is not None else None)
+
+    def _rebuild(self, rows: Iterable[tuple[str, dict[str, Any]]]) -> None:
+        batch: list[dict[str, Any]] = []
+        for _key, row in rows:
+            batch.append(row)
+            if len(batch) >= 5000:
+                self.agg.update(batch)
+                batch = []
+        self.agg.update(batch)
+
+    def _add_rows(self, rows: list[dict[str, Any]]) -> int:
+        return self.agg.update(rows)
+
+    def _write_report(self, out_dir: Path, missing_kw: dict[str, Any]) -> dict[str, Path]:
         from geoagent.report.geoverify import write_report
 
-        try:
-            self.report_paths = write_report(
-                self.agg.scores(n_boot=self.n_boot, seed=self.seed), out_dir, parse_failures=self.agg.parse_failures(),
-                **self._missing_kw(self._live_missing),
-            )
-        except BaseException:
-            self._dirty = True  # try again at the next flush after the interval
-            raise
-        finally:
-            self._last_write = time.monotonic()
+        self.report_paths = write_report(
+            self.agg.scores(n_boot=self.n_boot, seed=self.seed), out_dir, parse_failures=self.agg.parse_failures(),
+            **missing_kw,
+        )
         return self.report_paths
-
-    async def flush(self, ctx: StageContext) -> None:
-        if self.live.busy:
-            self.live.skipped += 1
-            return
-        self._follow_plan(ctx)
-        self._drain()
-        if self._dirty and time.monotonic() - self._last_write >= self.live.gap_s(self.report_interval_s):
-            self._dirty = False
-            out_dir = self._report_dir(ctx)
-            self._live_missing = ctx.services.get(SERVICE_LIVE_MISSING)  # read by _write in the report thread
-            self.live.start(lambda: self._write(out_dir))
-
-    async def stop(self, ctx: StageContext) -> None:
-        await self.live.wait()
-        try:
-            self._follow_plan(ctx)
-            self._drain()
-            out_dir = self._report_dir(ctx)
-            # under the campaign engine the campaign's report (rebuilt from the store, with the missing
-            # work) follows at once and replaces this one: do not write it twice
-            if not ctx.services.get(C.SERVICE_CAMPAIGN_WRITES_REPORT):
-                self._live_missing = ctx.services.get(SERVICE_LIVE_MISSING)
-                await self.live.run(lambda: self._write(out_dir))
-        finally:
-            self.live.close()  # also when the rebuild at a re-plan raised: the report thread goes
 
 
 def geoverify_stages(**aggregator_kw: Any) -> list[Stage]:

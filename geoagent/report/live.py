@@ -15,18 +15,29 @@ background rewrite took (:meth:`LiveReport.gap_s`). With ``REWRITE_BACKOFF = 4``
 ``d / (d + 4 d) = 20 %`` of the wall time however slow the report gets, and a fast report keeps the configured
 interval. Only the live cadence adapts: the final report at stop is written to completion as before, with the
 statistics' full draws.
+
+:class:`LiveAggregatorStage` is what GeoHint's and GeoVerify's aggregator stages share around it: the rebuild from
+the store under the plan's scope, following a re-plan, holding rows back while a rewrite reads the aggregator, the
+rate-limited live rewrite and the final report at stop; each kind fills in a few hooks (its scope, how rows reach
+its aggregator, its report writer and service names).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
+
+from geoagent import constants as C
+from geoagent.runtime.queue import Task
+from geoagent.runtime.scope import ScoredScope, counted_anew, live_missing_kw
+from geoagent.runtime.stage import Message, Stage, StageContext
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +60,6 @@ def live_report_dir(ctx: Any) -> Path:
         Only in the last case, for a campaign name that cannot be a folder name
         (:func:`geoagent.paths.safe_name`).
     """
-    from geoagent import constants as C
     from geoagent import paths
 
     d = ctx.services.get("report_dir")
@@ -158,4 +168,239 @@ class LiveReport:
             self._pool = None
 
 
-__all__ = ["LiveReport", "live_report_dir"]
+class LiveAggregatorStage(Stage):
+    """``scored`` -> (none): an aggregator stage with a live report, the machinery GeoHint's
+    (:class:`geoagent.geohint.stages.GeoHintAggregatorStage`) and GeoVerify's
+    (:class:`geoagent.geoverify.stages.GeoVerifyAggregatorStage`) share.
+
+    * :meth:`start` rebuilds the aggregator from the kind's results table in the store (if a store exists) under
+      the scope of the campaign's current plan (ctx service :attr:`plan_keys_service`), so a restart loses nothing.
+    * :meth:`handle` drops a task outside that scope, marks the sums stale when a counted row comes back scored
+      anew with another content (:func:`geoagent.runtime.scope.counted_anew`) and queues the row in
+      ``_pending``; :meth:`_drain` adds the queued rows to the aggregator once :attr:`drain_at` of them wait,
+      never while a live rewrite reads the aggregator (:attr:`live` busy: the rows wait until it is done).
+    * :meth:`_follow_plan` rebuilds from the store when the campaign planned anew (a ``--watch`` re-plan,
+      :class:`geoagent.engine.WatchReplanTick`, sets the plan keys service anew) or a row went stale.
+    * :meth:`flush` starts a live rewrite in a worker thread (:class:`LiveReport`) when something changed and
+      ``max(report_interval_s, REWRITE_BACKOFF x the previous rewrite's duration)`` seconds passed since the
+      previous one ended; :meth:`stop` waits for it and writes the final report to completion, unless the campaign
+      engine writes the campaign's report right after (ctx service ``campaign_writes_report``).
+
+    A kind sets the class attributes below and implements :meth:`_new_aggregator`, :meth:`_scope`,
+    :meth:`_rebuild`, :meth:`_add_rows` and :meth:`_write_report` (and :meth:`_row`, :meth:`_reportable` where
+    its default does not fit). The differences the kinds keep on purpose are flags: :attr:`drain_at`,
+    :attr:`keep_rejected_batch`, :attr:`final_guarded` and :meth:`_reportable`.
+
+    Parameters
+    ----------
+    report_interval_s : float or None
+        Minimum seconds from the end of one live rewrite to the next; None: the ctx service
+        :attr:`interval_service` at :meth:`start`, else 5.
+
+    Attributes
+    ----------
+    agg
+        The kind's aggregator (rebuilt by :meth:`_load`).
+    live : LiveReport
+        The background rewrite.
+    """
+
+    name = C.STAGE_AGGREGATOR
+    sends_http = False  # no request of its own: a slow model upstream is no pace of its (pace_keys)
+    input_edge = C.EDGE_SCORED
+    output_edge = None
+    concurrency = 1
+    lease_batch = 256
+
+    #: the kind's name in log lines and the report thread's name ("GeoHint", "GeoVerify")
+    what: ClassVar[str] = "aggregator"
+    #: ctx service: the message keys of the campaign's current plan (None or absent: every stored row counts)
+    plan_keys_service: ClassVar[str] = ""
+    #: ctx service: a callable returning the missing work as keyword arguments of the kind's report writer, read
+    #: anew at each rewrite (in its worker thread; :func:`geoagent.runtime.scope.live_missing_kw`)
+    live_missing_service: ClassVar[str] = ""
+    #: ctx service: the live rewrite's interval (seconds) when the stage was given none
+    interval_service: ClassVar[str] = ""
+    #: the missing-work file the report writes (named in the warning when the missing work cannot be read)
+    missing_csv = "missing.csv"
+    #: the logger the warnings go to (the kind's module logger)
+    _log: ClassVar[logging.Logger] = log
+    #: rows queued before :meth:`handle` adds them to the aggregator (GeoHint 1: each row at once; GeoVerify 256: a
+    #: polars batch per update). Flush, stop and :meth:`write_report` add whatever waits.
+    drain_at: ClassVar[int] = 1
+    #: when :meth:`_add_rows` raises, keep the rejected rows queued (True: GeoVerify, whose ``update`` takes a batch
+    #: whole or not at all, so nothing of it is lost; the error comes back at each later drain) or drop them
+    #: (False: GeoHint, whose rows before the rejected one are already in; kept, it would raise at every drain)
+    keep_rejected_batch: ClassVar[bool] = False
+    #: the final report at :meth:`stop`: True logs an error of the report writer and returns (GeoHint, whose first
+    #: version already kept a failing report from stopping the campaign), False raises it (GeoVerify)
+    final_guarded: ClassVar[bool] = False
+
+    def __init__(self, *, report_interval_s: float | None = None) -> None:
+        self.report_interval_s = report_interval_s
+        self._last_write = -math.inf
+        self._dirty = True
+        self._pending: list[Any] = []  # rows handled, not yet in the aggregator (always so while a rewrite runs)
+        self.live = LiveReport(self.what)
+        #: the ctx service :attr:`live_missing_service`, taken when a rewrite starts (None: missing work not listed)
+        self._live_missing: Callable[[], Mapping[str, Any]] | None = None
+
+    # --- the kind's hooks ---------------------------------------------------------------------------
+    def _new_aggregator(self) -> Any:
+        """A fresh, empty aggregator (with the current one's settings)."""
+        raise NotImplementedError
+
+    def _scope(self, plan_keys: Any) -> ScoredScope:
+        """The scope of the plan whose message keys are ``plan_keys`` (None: every stored row)."""
+        raise NotImplementedError
+
+    def _rebuild(self, rows: Iterator[tuple[str, dict[str, Any]]]) -> None:
+        """Add the store's scored rows in scope (``(key, row)`` pairs, :meth:`ScoredScope.items`) to the fresh
+        :attr:`agg`."""
+        raise NotImplementedError
+
+    def _row(self, task: Task) -> Any:
+        """What :meth:`handle` queues for a task in scope (default: its payload).
+
+        Raises
+        ------
+        PermanentFailure
+            The payload is no scored row of the kind.
+        """
+        return task.payload
+
+    def _add_rows(self, rows: list[Any]) -> int:
+        """Add queued rows (:meth:`_row`) to :attr:`agg`; returns how many were new."""
+        raise NotImplementedError
+
+    def _write_report(self, out_dir: Path, missing_kw: dict[str, Any]) -> Any:
+        """Write the kind's report of :attr:`agg` into ``out_dir`` with the missing work's keyword arguments
+        ``missing_kw``; returns what the report writer returns (run in the report thread)."""
+        raise NotImplementedError
+
+    def _reportable(self) -> bool:
+        """Whether a report is written now (live and final): default always, even of an empty aggregator."""
+        return True
+
+    # --- the shared machinery -----------------------------------------------------------------------
+    def _report_dir(self, ctx: StageContext) -> Path:
+        return live_report_dir(ctx)
+
+    async def start(self, ctx: StageContext) -> None:
+        self._load(ctx)
+        if self.report_interval_s is None:
+            self.report_interval_s = float(ctx.services.get(self.interval_service, 5.0))
+
+    def _load(self, ctx: StageContext) -> None:
+        """Scope of the campaign's current plan (ctx service :attr:`plan_keys_service`) and a fresh aggregator
+        rebuilt from the store's scored rows in it."""
+        store = ctx.services.get("store")
+        self._plan_keys = ctx.services.get(self.plan_keys_service)
+        self.scope = self._scope(self._plan_keys)
+        self.agg = self._new_aggregator()
+        self._digests: dict[str, bytes] = {}
+        self._stale = False
+        if store is not None and hasattr(store, "iter_results"):
+            self._rebuild(self.scope.items(store, digests=self._digests))
+
+    def _follow_plan(self, ctx: StageContext) -> None:
+        """When the campaign planned again since :meth:`start` (a ``--watch`` run over a crawl's folder that a
+        hand-off changed: :class:`geoagent.engine.WatchReplanTick` sets :attr:`plan_keys_service` anew), rebuild
+        the sums from the store under the new plan, as the campaign's report does: the first plan's scope dropped
+        every new answer and kept counting answers the new plan no longer holds. The rows queued go with the old
+        sums (the scorer stores each row before it sends it). Not while a live rewrite reads the aggregator (the
+        next call does it), nor without a store (then only the scope follows). The same rebuild follows a counted
+        row scored anew with another content (:meth:`handle` marks it stale: an answer parsed again after the queues
+        were rebuilt; the aggregator would take the new row for a redelivery and keep the old outcome, which the
+        store no longer holds)."""
+        changed = ctx.services.get(self.plan_keys_service) is not getattr(self, "_plan_keys", None)
+        if not (changed or getattr(self, "_stale", False)) or self.live.busy:
+            return
+        if not hasattr(ctx.services.get("store"), "iter_results"):
+            self._plan_keys = ctx.services.get(self.plan_keys_service)
+            self.scope = self._scope(self._plan_keys)
+            return
+        self._load(ctx)
+        self._pending = []
+        self._dirty = True
+
+    async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
+        self._follow_plan(ctx)
+        scope = getattr(self, "scope", None)
+        if scope is not None and not scope.keep(task.key, task.payload):
+            return []  # a task of an earlier plan, or an answer already counted: stored, not scored
+        digests = getattr(self, "_digests", None)
+        if digests is not None and counted_anew(digests, task.key, task.payload):
+            self._stale = True  # scored anew with another outcome: rebuilt from the store (_follow_plan)
+        self._pending.append(self._row(task))
+        if len(self._pending) >= self.drain_at and not self.live.busy:  # busy: the report thread reads the agg
+            self._drain()
+        return []
+
+    def _drain(self) -> None:
+        """Add the queued rows to the aggregator (marks the report dirty when one was new); the caller makes sure
+        no rewrite reads the aggregator. Raises what :meth:`_add_rows` raises (:attr:`keep_rejected_batch`)."""
+        if self._pending:
+            rows, self._pending = self._pending, []
+            try:
+                added = self._add_rows(rows)
+            except BaseException:
+                self._dirty = True  # some rows may be in (GeoHint adds them one by one)
+                if self.keep_rejected_batch:
+                    self._pending = rows + self._pending
+                raise
+            if added:
+                self._dirty = True
+
+    def write_report(self, ctx: StageContext) -> Any:
+        """Write the report now from the current sums; returns what :meth:`_write_report` returns (synchronous:
+        the caller makes sure nothing changes the aggregator meanwhile)."""
+        self._follow_plan(ctx)
+        self._drain()
+        self._dirty = False
+        self._live_missing = ctx.services.get(self.live_missing_service)
+        return self._write(self._report_dir(ctx))
+
+    def _missing_kw(self, live_missing: Callable[[], Mapping[str, Any]] | None) -> dict[str, Any]:
+        """The missing work's keyword arguments of the report writer from ``live_missing`` (the ctx service
+        :attr:`live_missing_service`; :func:`geoagent.runtime.scope.live_missing_kw`)."""
+        return live_missing_kw(live_missing, self._log, self.what, self.missing_csv)
+
+    def _write(self, out_dir: Path) -> Any:
+        try:
+            return self._write_report(out_dir, self._missing_kw(self._live_missing))
+        except BaseException:
+            self._dirty = True  # try again at the next flush after the interval
+            raise
+        finally:
+            self._last_write = time.monotonic()
+
+    async def flush(self, ctx: StageContext) -> None:
+        if self.live.busy:
+            self.live.skipped += 1
+            return
+        self._follow_plan(ctx)
+        self._drain()
+        since = time.monotonic() - self._last_write
+        if self._dirty and self._reportable() and since >= self.live.gap_s(self.report_interval_s):
+            self._dirty = False
+            out_dir = self._report_dir(ctx)
+            self._live_missing = ctx.services.get(self.live_missing_service)  # read by _write in the report thread
+            self.live.start(lambda: self._write(out_dir))
+
+    async def stop(self, ctx: StageContext) -> None:
+        await self.live.wait()
+        try:
+            self._follow_plan(ctx)
+            self._drain()
+            # under the campaign engine the campaign's report (rebuilt from the store, with the missing work)
+            # follows at once and replaces this one: do not write it twice
+            if self._reportable() and not ctx.services.get(C.SERVICE_CAMPAIGN_WRITES_REPORT):
+                out_dir = self._report_dir(ctx)
+                self._live_missing = ctx.services.get(self.live_missing_service)
+                await self.live.run(lambda: self._write(out_dir), guarded=self.final_guarded)
+        finally:
+            self.live.close()
+
+
+__all__ = ["LiveAggregatorStage", "LiveReport", "live_report_dir"]
