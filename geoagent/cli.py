@@ -696,29 +696,27 @@ def _run_command(args: argparse.Namespace) -> int:
                   "wire when the write failed count as unknown-outcome spend): free some space and re-run the same "
                   "command to resume", file=sys.stderr)
             return 3
+        refusal = _redis_refusal(exc)
+        if refusal is not None:  # the server answered and said no, in any leaf: a config error, whatever else failed
+            from geoagent.runtime.backend import scrub
+
+            what, refused = refusal
+            if what == "credentials":  # the URL's password or user name
+                print(f"error: [backend] url_env: {scrub(str(refused), None)}", file=sys.stderr)
+            else:  # a queue script (an ACL user's missing permission)
+                print(f"error: [backend] url_env: the Redis server refused a command this campaign needs "
+                      f"({scrub(str(refused), None)}): check what the URL's user may run (ACL: scripting and the "
+                      "commands it calls), then re-run the same command", file=sys.stderr)
+            return 2
         lost = _redis_failure(exc)
         if lost is not None:
             from geoagent.runtime.backend import scrub
-            from geoagent.runtime.redis_retry import auth_refused
-
-            refused = auth_refused(lost)
-            if refused is not None:  # the server is there and refused the URL's credentials: a config error
-                print(f"error: [backend] url_env: {scrub(str(refused), None)}", file=sys.stderr)
-                return 2
 
             print(f"error: the Redis server named by [backend] url_env failed during the command "
                   f"({scrub(f'{type(lost).__name__}: {lost}', None)}); what it acknowledged is kept there (stored "
                   "answers, spend, finished work; calls cut off count as unknown-outcome spend): re-run the same "
                   "command once it answers again", file=sys.stderr)
             return 3
-        refused = _redis_refused(exc)
-        if refused is not None:  # the server answered and refused a queue script (an ACL user's missing permission)
-            from geoagent.runtime.backend import scrub
-
-            print(f"error: [backend] url_env: the Redis server refused a command this campaign needs "
-                  f"({scrub(str(refused), None)}): check what the URL's user may run (ACL: scripting and the "
-                  "commands it calls), then re-run the same command", file=sys.stderr)
-            return 2
         raise
 
 
@@ -863,21 +861,52 @@ def _redis_failure(exc: BaseException) -> BaseException | None:
     return None
 
 
-def _redis_refused(exc: BaseException) -> BaseException | None:
-    """The first queue error that wraps a refusal by the Redis server (a ``QueueError`` caused by redis-py's
-    ``ResponseError``: ``NOPERM`` for an ACL user that may not run ``EVALSHA`` or a command a queue script calls,
-    ...) when every error in ``exc`` (an exception group walked down, cancellations left out) is one, else None.
-    Such an error is neither an outage (:func:`_redis_failure`) nor retried: the server answered."""
+def _redis_refusal(exc: BaseException) -> tuple[str, BaseException] | None:
+    """The Redis server's refusal among the errors of ``exc`` (an exception group walked down, cancellations left
+    out), in any position, when every error is a Redis one (redis-py's ``RedisError``, a queue's ``QueueError``, a
+    :class:`geoagent.runtime.backend.BackendError`); else None.
+
+    ``("credentials", error)``: an error refusing the URL's password or user name, reworded by
+    :func:`geoagent.runtime.redis_retry.auth_refused` (a ``QueueError`` or ``BackendError`` raised from one
+    counts), preferred over a refused script since nothing else can be checked before it is fixed;
+    ``("command", queue error)``: a ``QueueError`` caused by redis-py's ``ResponseError`` (``NOPERM`` for an ACL
+    user that may not run ``EVALSHA`` or a command a queue script calls). Either is a configuration error (exit
+    2), neither an outage nor retried: the server answered. Workers of one run can fail differently at once (a
+    server restarted with another password: one cut connection, one refused reconnect), so the refusal is the cause
+    to report whatever came first; before session 19 the first leaf decided (exit 3 "re-run once it answers", or a
+    traceback). A leaf that is no Redis error (a programming error) leaves the group to be raised as it is."""
     try:
-        from redis.exceptions import ResponseError
+        from redis.exceptions import RedisError, ResponseError
     except ImportError:  # redis-py absent: no campaign can use Redis
         return None
+    from geoagent.runtime.backend import BackendError
     from geoagent.runtime.queue import QueueError
+    from geoagent.runtime.redis_retry import AUTH_REFUSED, auth_refused
 
     leaves = _leaves(exc)
-    if leaves and all(isinstance(e, QueueError) and isinstance(e.__cause__, ResponseError) for e in leaves):
-        return leaves[0]
-    return None
+    if not leaves or not all(isinstance(e, (RedisError, QueueError, BackendError)) for e in leaves):
+        return None
+    command: BaseException | None = None
+    for e in leaves:
+        if isinstance(e, BackendError):
+            if AUTH_REFUSED in str(e):
+                return "credentials", _refusal_from_text(str(e))
+            continue
+        for cause in (e, e.__cause__, e.__context__):
+            refused = auth_refused(cause) if cause is not None else None
+            if refused is not None:
+                return "credentials", refused
+        if command is None and isinstance(e, QueueError) and isinstance(e.__cause__, ResponseError):
+            command = e
+    return ("command", command) if command is not None else None
+
+
+def _refusal_from_text(text: str) -> BaseException:
+    """A :class:`ValueError` whose message is ``text`` (a ``BackendError``'s ``[backend] url_env: <refusal>``)
+    from the refusal on: the CLI puts its own ``[backend] url_env:`` in front."""
+    from geoagent.runtime.redis_retry import AUTH_REFUSED
+
+    return ValueError(text[text.index(AUTH_REFUSED):])
 
 
 def _leaf(exc: BaseException) -> BaseException:
