@@ -869,14 +869,15 @@ def _redis_refusal(exc: BaseException) -> tuple[str, BaseException] | None:
     ``("credentials", error)``: an error refusing the URL's password or user name, reworded by
     :func:`geoagent.runtime.redis_retry.auth_refused` (a ``QueueError`` or ``BackendError`` raised from one
     counts), preferred over a refused script since nothing else can be checked before it is fixed;
-    ``("command", queue error)``: a ``QueueError`` caused by redis-py's ``ResponseError`` (``NOPERM`` for an ACL
-    user that may not run ``EVALSHA`` or a command a queue script calls). Either is a configuration error (exit
+    ``("command", error)``: a ``QueueError`` caused by redis-py's ``ResponseError`` (``NOPERM`` for an ACL user
+    that may not run ``EVALSHA`` or a command a queue script calls), or a ``NoPermissionError`` itself (the
+    host-share board's, :meth:`geoagent.runtime.hostshare_redis.RedisBoard.refusal`). Either is a configuration error (exit
     2), neither an outage nor retried: the server answered. Workers of one run can fail differently at once (a
     server restarted with another password: one cut connection, one refused reconnect), so the refusal is the cause
     to report whatever came first; before session 19 the first leaf decided (exit 3 "re-run once it answers", or a
     traceback). A leaf that is no Redis error (a programming error) leaves the group to be raised as it is."""
     try:
-        from redis.exceptions import RedisError, ResponseError
+        from redis.exceptions import NoPermissionError, RedisError, ResponseError
     except ImportError:  # redis-py absent: no campaign can use Redis
         return None
     from geoagent.runtime.backend import BackendError
@@ -896,7 +897,8 @@ def _redis_refusal(exc: BaseException) -> tuple[str, BaseException] | None:
             refused = auth_refused(cause) if cause is not None else None
             if refused is not None:
                 return "credentials", refused
-        if command is None and isinstance(e, QueueError) and isinstance(e.__cause__, ResponseError):
+        if command is None and (isinstance(e, NoPermissionError)
+                                or isinstance(e, QueueError) and isinstance(e.__cause__, ResponseError)):
             command = e
     return ("command", command) if command is not None else None
 

@@ -124,6 +124,15 @@ sent on a stale share) and a turn keeps looking. The log says so once per outage
 call: one warning at the first failure (:class:`_BoardOutage`), the later failures of the same outage at debug
 level, and one warning line when a board call succeeds again (how long it failed, how many calls).
 
+A board that refuses (the Redis server says no: the URL's credentials refused, ``WRONGPASS`` / ``NOAUTH``, after a
+password change that cut the board's connection, or an ACL user without a command it needs, ``NOPERM``) is no
+outage: waiting does not end it. The board's :meth:`refusal` (``RedisBoard.refusal``) recognises it; the first
+such failure stops the background task (no retry, no warning line: the command that ends on it says it once) and is
+kept in :attr:`HostShare.refused`; from then on every gate is closed for good and a request at it, waiting or new,
+raises the refusal (a fresh error of its type each time), as does a turn, so the stage that made the request fails
+with it and the run ends as at a queue's or the ledger's refusal (exit 2, :mod:`geoagent.runtime.redis_retry`),
+instead of waiting at a closed gate for ever (session 19). Leaving (rows marked gone) is tried once, quietly.
+
 Limits
 ------
 * One machine (this SQLite board): liveness uses pids, ``/proc`` start times and boot id, and times are
@@ -424,14 +433,24 @@ class _Host:
 
     # gate protocol (called on the request path: memory only)
     def is_open(self) -> bool:
-        return self.ready and not self.need_check and time.monotonic() - self.share.last_heartbeat < LEASE_S
+        return (self.ready and not self.need_check and time.monotonic() - self.share.last_heartbeat < LEASE_S
+                and self.share.refused is None)
 
     async def wait_open(self) -> None:
+        """Wait until the gate opens (or the share has stopped).
+
+        Raises
+        ------
+        Exception
+            The board's refusal (:attr:`HostShare.refused`, module docstring), at once or when it comes.
+        """
         if self.seq is None:
             self.share.wake()  # not registered yet: tick now (later wake-ups are scheduled by the loop)
         # the loop ticks at least every poll_s while hosts exist, and once more when it stops
         while not self.is_open() and not self.share.stopped:
+            self.share.raise_if_refused()
             await self.share.ticked.wait()
+        self.share.raise_if_refused()
 
     async def take_turn(self) -> _Turn | _FreeSend:
         """Wait until this process may send to the host; the token's ``done()`` must follow (HttpClient).
@@ -450,6 +469,7 @@ class _Host:
         token = share.new_token()
         try:
             while True:
+                share.raise_if_refused()
                 if share._closing:  # leaving: the board is going away, the gates are detached
                     self.turn_lock.release()
                     share.release(self.key, token, None)
@@ -458,6 +478,8 @@ class _Host:
                 try:
                     look = await share._run(share._turn_db, self.key, token, self.seq or 0, self.spacing_s)
                 except share.board_errors as exc:
+                    if share.refuse(exc):
+                        continue  # raised at the top
                     share.outage.failed(f"turn of {self.key}", exc)
                     await asyncio.sleep(share.poll_s)
                     continue
@@ -574,6 +596,8 @@ class HostShare:
         self.stopped = False  # the background task has ended (gates are detached)
         self.ticks = 0  # board transactions made (diagnostics; about 1 / poll_s per second while calling)
         self.outage = _BoardOutage(self.db_path)  # one warning per board outage, one line when it ends
+        #: the board's refusal (module docstring, "A board that refuses"): set once, the share then stops
+        self.refused: BaseException | None = None
 
     @property
     def kernel(self) -> str:
@@ -620,13 +644,50 @@ class HostShare:
                 self.pending_releases,
             )
         except self.board_errors as exc:
-            log.warning("hostshare: could not mark rows gone in %s: %s", self.db_path, exc)
+            if self.refused is not None or self.refuse(exc):  # said by the command that ends on it
+                log.debug("hostshare: could not mark rows gone in %s: %s", self.db_path, exc)
+            else:
+                log.warning("hostshare: could not mark rows gone in %s: %s", self.db_path, exc)
         await self._run(self._close_db)
         self._pool.shutdown(wait=False)
 
     def wake(self) -> None:
         """Make the background task poll now."""
         self._wake.set()
+
+    def refuse(self, exc: BaseException) -> bool:
+        """Whether the board's failure ``exc`` is a refusal (the board's ``refusal(exc)``: a Redis server that
+        refused the URL's credentials or a command; never for the SQLite file); the first one is kept in
+        :attr:`refused` (logged at debug level only: the command that ends on it says it), the background task
+        stops and every waiter at a gate is woken to raise it (module docstring, "A board that refuses")."""
+        check = getattr(self.board, "refusal", None)
+        refused = check(exc) if callable(check) else None
+        if refused is None:
+            return False
+        if self.refused is None:
+            self.refused = refused
+            log.debug("hostshare: board %s refused: %s; stopped (not retried)", self.db_path, refused)
+            self._wake.set()
+            ev, self.ticked = self.ticked, asyncio.Event()
+            ev.set()
+        return True
+
+    def raise_if_refused(self) -> None:
+        """Raise the board's refusal (a fresh error of its type and message) once there is one.
+
+        Raises
+        ------
+        Exception
+            :attr:`refused`, when set.
+        """
+        err = self.refused
+        if err is None:
+            return
+        try:
+            fresh = type(err)(*err.args)  # one object raised from many requests would chain their tracebacks
+        except Exception:  # noqa: BLE001 - an exception class with another constructor
+            fresh = err
+        raise fresh from None
 
     def new_token(self) -> str:
         """A ticket name unique over processes, boots and HostShare objects."""
@@ -647,6 +708,8 @@ class HostShare:
         def _check(f: asyncio.Future[None]) -> None:
             if f.cancelled() or f.exception() is not None:
                 exc = f.exception() if not f.cancelled() else asyncio.CancelledError()
+                if self.refused is not None or self.refuse(exc):
+                    return  # nothing to retry: the share has stopped
                 self.outage.failed(f"passing the turn of {key} on; retried by the next tick", exc)
                 self.pending_releases.append(item)
                 self.wake()
@@ -670,7 +733,7 @@ class HostShare:
 
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
-        while not self._closing:
+        while not self._closing and self.refused is None:
             self._wake.clear()
             if self.hosts:
                 inp = self._tick_input()
@@ -683,6 +746,8 @@ class HostShare:
                     for key, until in inp["pauses"].items():  # publish them on the next tick
                         self.pending_pauses[key] = max(until, self.pending_pauses.get(key, 0.0))
                     self.pending_releases.extend(inp["releases"])
+                    if isinstance(exc, self.board_errors) and self.refuse(exc):
+                        break  # not retried: the gates raise it (module docstring, "A board that refuses")
                     if isinstance(exc, self.board_errors):
                         self.outage.failed("tick", exc)
                     else:

@@ -263,6 +263,26 @@ class RedisBoard:
     def __repr__(self) -> str:  # never the URL
         return f"RedisBoard({self.prefix!r})"
 
+    def refusal(self, error: BaseException) -> BaseException | None:
+        """When ``error`` is the server's refusal, which waiting does not end, the error the share raises at its
+        gates instead of retrying (:class:`~geoagent.runtime.hostshare.HostShare`, "A board that refuses"); else
+        None (an outage: retried every poll). A refusal of the URL's credentials
+        (:func:`geoagent.runtime.redis_retry.auth_refused`: its one line, URL and password masked), or of a command
+        (redis-py's ``NoPermissionError``, an ACL user without ``EVALSHA`` or a command a board script calls:
+        ``NOPERM``, its message masked likewise). The CLI ends the command on either with exit 2."""
+        import redis
+
+        from geoagent.runtime.redis_retry import auth_refused
+
+        refused = auth_refused(error, self._url)
+        if refused is not None:
+            return refused
+        if isinstance(error, redis.exceptions.NoPermissionError):
+            from geoagent.runtime.backend import scrub
+
+            return type(error)(scrub(f"host-share board: {error}", self._url))
+        return None
+
     def open(self, *, boot: str, pid: int, pstart: str) -> None:
         """Connect (one ``PING`` first: an unreachable server fails at once) and register the scripts."""
         from geoagent.runtime.redis_state import redis_client

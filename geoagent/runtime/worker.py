@@ -600,6 +600,23 @@ def dead_reason(exc: BaseException, task: Task) -> str:
     return f"{reason}; {_PAUSED_BEFORE}"
 
 
+def refused_by_server(exc: BaseException) -> bool:
+    """Whether a stage's failure ``exc`` is the Redis server's refusal, which no retry of the task can end: the
+    URL's credentials refused (:func:`geoagent.runtime.redis_retry.auth_refused`; a password changed on the server
+    while the run goes on, met by the response store, the ledger or the host-share board's gate inside a stage) or
+    a command refused (redis-py's ``NoPermissionError``, ``NOPERM``). Such a failure ends the run (the CLI: exit 2,
+    one line), as it does when a queue call meets it; before session 19 the task was nacked as a failure like any
+    other, each delivery counting an attempt until it was dead-lettered, while the queues' own connections, still
+    authenticated, worked on."""
+    try:
+        from redis.exceptions import NoPermissionError
+    except ImportError:  # redis-py absent: no campaign can use Redis
+        return False
+    from geoagent.runtime.redis_retry import auth_refused
+
+    return isinstance(exc, NoPermissionError) or auth_refused(exc) is not None
+
+
 class StageRunner:
     """Run one stage until its input is exhausted (burst) or it is asked to stop.
 
@@ -1251,7 +1268,16 @@ class StageRunner:
         return [(m[0], m[1]) for m in outputs]
 
     async def _fail(self, task: Task, exc: BaseException) -> None:
-        """Decide a failed task's fate from its exception (see :mod:`geoagent.runtime.stage`)."""
+        """Decide a failed task's fate from its exception (see :mod:`geoagent.runtime.stage`).
+
+        Raises
+        ------
+        redis.RedisError
+            ``exc`` itself when it is the Redis server's refusal (:func:`refused_by_server`): it ends the run, the
+            task goes back untouched (the caller's clean-up) instead of being retried into a dead letter.
+        """
+        if refused_by_server(exc):
+            raise exc
         if isinstance(exc, Held):
             if task.key not in self._held:
                 reason = _reason(exc)
