@@ -80,7 +80,8 @@ from geoagent.textfmt import count_text
 from geoagent.runtime.daemon import PipelineRun, open_edge_queues, run_pipeline
 from geoagent.runtime.progress import Progress
 from geoagent.runtime.queue import SUPERSEDED, DeadLetter, QueueCounts
-from geoagent.runtime.scope import PlanDiff, PlanRecorder
+from geoagent.runtime.scope import (SENT_WHILE_WATCHING, SET_ASIDE, SET_ASIDE_ELSEWHERE, PlanDiff, PlanRecorder,
+                                    plan_change_text)
 from geoagent.runtime.stage import Message, Stage, StageContext
 
 log = logging.getLogger(__name__)
@@ -1787,6 +1788,7 @@ async def _run(
 
     queues = open_edge_queues(cfg.queues_root(), cfg.name, kind.stages(cfg), redis_url=redis_url(cfg),
                               **cfg.queue_options())
+    plan_change: dict[str, Any] | None = None  # the manifest's record of the start's plan-change line
     try:
         # the plan is streamed into the queue in chunks, so a campaign of millions of requests never
         # holds them all in memory (kinds may return a list or a generator)
@@ -1795,19 +1797,29 @@ async def _run(
             plan = _count_models(plan, planned_by_model)
         # how this plan differs from the one the last run recorded (read before PlanRecorder replaces it): said
         # at the start, so a re-run over a crawl's folder rebuilt since (no config change) says why it calls
-        diff = PlanDiff.of(cfg.state_dir()) if kind.plan_edge == C.EDGE_REQUESTS else None
+        diff = plan_diff = PlanDiff.of(cfg.state_dir()) if kind.plan_edge == C.EDGE_REQUESTS else None
         if diff is not None:
             plan = diff.wrap(plan)
         # the plan's task keys recorded (state/<campaign>/plan_keys.tsv) for what speaks for the current plan
-        # without planning: the export's `scored` column, the answered / planned shares (geoagent.runtime.scope)
-        plan = PlanRecorder(cfg.state_dir()).wrap(plan)
+        # without planning: the export's `scored` column, the answered / planned shares (geoagent.runtime.scope),
+        # with a note of this process and how the plan changed (plan_keys.json), which another process of a
+        # scale-out that plans after it reads (its plan is then the recorded one: PlanDiff.sibling_change)
+        plan = PlanRecorder(cfg.state_dir()).wrap(plan, about=(lambda: _plan_note(plan_diff))
+                                                  if kind.plan_edge == C.EDGE_REQUESTS else None)
         plan_q = queues.get(kind.plan_edge)
         before = {e: await q.counts() for e, q in queues.items()}
         # when this process answers for the plan edge: the tasks an earlier plan left idle or set aside, checked
         # off against the plan as it streams (set_aside_unplanned); None for a fresh queue (nothing to compare)
-        check = (await PlanCheck.of(plan_q) if plan_q is not None and plans_whole_edge(cfg, kind, stages,
-                                                                                      only_stages, watch) else None)
-        n_planned = await enqueue_plan(plan, plan_q, check=check)
+        whole = plans_whole_edge(cfg, kind, stages, only_stages, watch)
+        check = await PlanCheck.of(plan_q) if plan_q is not None and whole else None
+        # what becomes of the tasks the plan no longer holds that are still queued, for the plan-change line: set
+        # aside here; sent all the same by a --watch run over a crawl's folder (counted, never set aside); or
+        # set aside by the process of the stage that reads the planned edge (a --stages process without it)
+        fate = SET_ASIDE if whole else (SENT_WHILE_WATCHING if watch and kind.plan_inputs(cfg) and (
+            not only_stages or any(s.input_edge == kind.plan_edge for s in stages)) else SET_ASIDE_ELSEWHERE)
+        counted = (await PlanCheck.of(plan_q) if diff is not None and plan_q is not None and fate == SENT_WHILE_WATCHING
+                   else None)
+        n_planned = await enqueue_plan(plan, plan_q, check=check or counted)
         if on_planned is not None:  # planned and queued: the run goes on
             on_planned()
         # what the config change means is decided now that the plan is queued: does it add work next to
@@ -1818,9 +1830,26 @@ async def _run(
             plan_before = before.get(kind.plan_edge)
             grown = (max(0, plan_after.total - plan_before.total)
                      if plan_after is not None and plan_before is not None else None)
-            if changed := diff.text(never_queued=grown, still_queued=len(check.unplanned) if check else 0):
+            still = len((check or counted).unplanned) if (check or counted) is not None else 0
+            plan_change = {"new": diff.new, "dropped": diff.dropped}
+            changed = diff.text(never_queued=grown, still_queued=still, fate=fate)
+            if changed:
+                plan_change.update({"still_queued": still, "still_queued_fate": fate, **(
+                    {"queued_by_no_earlier_run": grown} if grown is not None and grown < diff.new else {})})
+            elif (sib := diff.sibling_change()) is not None:
+                # a --stages scale-out's process that planned after another: its plan is the one that process
+                # recorded, so the change since the last run is the one it counted (said here too, and whose)
+                by = sib["counted_by"]
+                changed = plan_change_text(sib["new"], sib["dropped"], fate=None)
+                if changed:
+                    changed += (f" (as counted by process {by.get('pid')} of this campaign, which queued this plan "
+                                f"at {by.get('planned_at')}; a process of the campaign still running recorded it, and "
+                                "this process planned the same)")
+                    plan_change["same_plan_as"] = sib
+            if changed:
                 print(f"info: campaign {cfg.name}: {changed}.", file=sys.stderr)
-            diff = None
+                plan_change["said"] = changed
+            diff = counted = None
         drift = config_drift_after_plan(cfg, kind, ctx, before, plan_after,
                                         left_out=check.left_out if check is not None else 0)
         if check is not None:
@@ -1841,6 +1870,9 @@ async def _run(
     answered_at_start = sum(_answered_by_model(ctx, planned_by_model, cfg, kind.plan_edge).values())
     manifest = Manifest(ctx.services.get("config_as_written", cfg), state_dir=cfg.state_dir())
     run_id = manifest.start_run(command="run", extra={"planned": n_planned, "stages": [s.name for s in stages],
+                                                      # how the plan differs from the last run's (the start's
+                                                      # "plan changed since the last run" line, its counts)
+                                                      **({"plan_change": plan_change} if plan_change else {}),
                                                       # where its queues are: `status` with another queues root
                                                       # names this folder (geoagent.status.format_status)
                                                       # (none on Redis: its queues live on the server)
@@ -2553,6 +2585,23 @@ def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContext, bef
     return decision
 
 
+def _plan_note(diff: PlanDiff | None) -> dict[str, Any]:
+    """What a run's plan record says of itself (:data:`geoagent.runtime.scope.PLAN_ABOUT_FILE`, written when the
+    plan has streamed past ``diff``): this process (pid, its start time, host), when it planned (UTC), and how
+    the plan changed since the last run's (``{"new", "dropped"}``; for a plan equal to one a live sibling process
+    recorded, that sibling's counts and who counted them; None on a first run or an unchanged plan)."""
+    import socket
+    from datetime import UTC, datetime
+
+    from geoagent.runtime.procs import proc_start
+
+    change: dict[str, Any] | None = None
+    if diff is not None:
+        change = {"new": diff.new, "dropped": diff.dropped} if diff.new or diff.dropped else diff.sibling_change()
+    return {"pid": os.getpid(), "proc_start": proc_start(os.getpid()), "host": socket.gethostname(),
+            "planned_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"), "change": change}
+
+
 def plans_whole_edge(cfg: Any, kind: CampaignKind, stages: Sequence[Stage], only_stages: Sequence[str] | None,
                      watch: bool) -> bool:
     """Whether this process's plan is the whole intended content of the plan edge, so that a queued task whose
@@ -2801,6 +2850,13 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
                 diff.see(key)
         changed = (diff.text(never_queued=len(payloads) - earlier[2], still_queued=earlier[3])
                    if diff is not None else None)
+        if changed is None and diff is not None and (sib := diff.sibling_change()) is not None:
+            # a scale-out's process still running recorded this plan: the change it counted, and whose
+            by = sib["counted_by"]
+            changed = plan_change_text(sib["new"], sib["dropped"], fate=None)
+            if changed:
+                changed += (f" (as counted by process {by.get('pid')} of this campaign, which queued this plan at "
+                            f"{by.get('planned_at')}; a process of the campaign still running recorded it)")
         out.extra_lines = warning + ["  dry run (no call made, nothing enqueued):",
                                      *([f"    {changed}"] if changed else []),
                                      *("  " + line for line in estimate_lines(est, cfg)),

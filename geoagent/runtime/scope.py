@@ -30,15 +30,32 @@ from geoagent.textfmt import count_text
 
 #: the current plan's task keys, one ``model<TAB>key`` line per planned task (model empty when the task has none)
 PLAN_KEYS_FILE = "plan_keys.tsv"
+#: who recorded :data:`PLAN_KEYS_FILE` and how that plan differed from the one before it (:meth:`PlanRecorder.wrap`,
+#: ``about``): JSON, written before the record is renamed into place, naming the record by its file identity
+PLAN_ABOUT_FILE = "plan_keys.json"
 
 #: why a stored scored row is not scored because its task is not in the current plan (:meth:`ScoredScope.left_out`;
 #: the scored exports' reason column: GeoVerify's ``left_out``, GeoHint's ``extra.left_out``)
 NOT_IN_PLAN = "not in the current plan: a task an earlier run's plan held (the config changed since)"
 
 
+#: :meth:`PlanDiff.text` ``fate``: the dropped tasks still queued are set aside now, unsent
+SET_ASIDE = "set aside"
+#: ... a ``--watch`` run over a crawl's folder sets none aside: they are sent all the same
+SENT_WHILE_WATCHING = "sent while watching"
+#: ... a ``--stages`` process that does not run the stage reading the plan edge: that stage's process sets them aside
+SET_ASIDE_ELSEWHERE = "set aside by another process"
+
+
 def plan_keys_path(state_dir: str | os.PathLike[str]) -> Path:
     """``<state_dir>/plan_keys.tsv``: the record of the campaign's current plan (:class:`PlanRecorder`)."""
     return Path(state_dir) / PLAN_KEYS_FILE
+
+
+def _file_identity(st: os.stat_result) -> list[int]:
+    """``[inode, size, mtime ns]`` of a file: the plan record a :data:`PLAN_ABOUT_FILE` speaks of (a rename keeps
+    all three; a record written anew changes them)."""
+    return [int(st.st_ino), int(st.st_size), int(st.st_mtime_ns)]
 
 
 class PlanRecorder:
@@ -54,8 +71,15 @@ class PlanRecorder:
     def __init__(self, state_dir: str | os.PathLike[str]) -> None:
         self.path = plan_keys_path(state_dir)
 
-    def wrap(self, plan: Iterable[Any]) -> Iterator[Any]:
-        """``plan`` unchanged (lazily), each message's key (and payload ``model``) written to the record."""
+    def wrap(self, plan: Iterable[Any], about: Callable[[], Mapping[str, Any] | None] | None = None
+             ) -> Iterator[Any]:
+        """``plan`` unchanged (lazily), each message's key (and payload ``model``) written to the record.
+
+        ``about`` (called once the plan is exhausted, before the record replaces the earlier one): what to say of
+        this plan in :data:`PLAN_ABOUT_FILE` (a run's process and how the plan changed, :class:`PlanDiff`), written
+        atomically with the record's file identity (inode, size, mtime: kept by the rename), so a reader of the
+        record knows the note is about the plan it read (a record written later without a note, a watching run's
+        re-plan, leaves a note that no longer matches: it is ignored)."""
         ok = True
         # a locked temporary file of its own, renamed over the record once the plan is complete
         # (geoagent.files.atomic_stream): an aborted plan (an exception, the generator closed early, a kill)
@@ -73,6 +97,15 @@ class PlanRecorder:
                 yield msg
             if not ok:
                 out.discard()
+            elif about is not None and (note := about()) is not None:
+                import orjson
+
+                from geoagent.files import atomic_write_bytes
+
+                out.file.flush()  # the size and mtime the record keeps once renamed
+                ident = _file_identity(os.fstat(out.file.fileno()))
+                atomic_write_bytes(self.path.with_name(PLAN_ABOUT_FILE),
+                                   orjson.dumps({**note, "plan_file": ident}))
 
 
 class PlanDiff:
@@ -91,7 +124,7 @@ class PlanDiff:
     name their task). Time: about 2 s for two plans of 10^6 tasks (the record itself takes longer to write).
     """
 
-    __slots__ = ("_old", "_seen", "_buf", "_new")
+    __slots__ = ("_old", "_seen", "_buf", "_new", "note")
 
     def __init__(self, old_keys: Iterable[str]) -> None:
         import numpy as np
@@ -101,6 +134,8 @@ class PlanDiff:
         self._seen = np.zeros(len(self._old), dtype=bool)
         self._buf: list[int] = []
         self._new = 0
+        #: :data:`PLAN_ABOUT_FILE` when it speaks of the record read (:meth:`of`), else None
+        self.note: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, state_dir: str | os.PathLike[str]) -> "PlanDiff | None":
@@ -110,7 +145,39 @@ class PlanDiff:
         if not path.is_file():
             return None
         with open(path, encoding="utf-8") as fh:  # iter_plan_entries' reading, inlined (a 10^6-task plan: ~1 s)
-            return cls(k for line in fh if (k := line.rstrip("\n").partition("\t")[2]))
+            ident = _file_identity(os.fstat(fh.fileno()))
+            diff = cls(k for line in fh if (k := line.rstrip("\n").partition("\t")[2]))
+        try:
+            import orjson
+
+            note = orjson.loads((Path(state_dir) / PLAN_ABOUT_FILE).read_bytes())
+        except (OSError, ValueError):
+            note = None
+        if isinstance(note, dict) and note.get("plan_file") == ident:
+            diff.note = note
+        return diff
+
+    def sibling_change(self) -> dict[str, Any] | None:
+        """When the record read (:meth:`of`) was written by another process of this machine that is still running
+        (a ``--stages`` scale-out's process that planned first) and its note says how that plan changed since the
+        run before: ``{"new", "dropped", "counted_by": {"pid", "host", "planned_at"}}``, the counts it said (its
+        own, or those it carried from the process it followed); else None. Read after the whole plan was seen:
+        meaningful when this plan is the recorded one (:attr:`new` and :attr:`dropped` both 0)."""
+        import socket
+
+        from geoagent.runtime.procs import proc_start
+
+        note = self.note or {}
+        change = note.get("change")
+        pid = note.get("pid")
+        if (not isinstance(change, dict) or not isinstance(pid, int) or isinstance(pid, bool) or pid == os.getpid()
+                or note.get("host") != socket.gethostname()):
+            return None
+        start = proc_start(pid)
+        if start is None or start != note.get("proc_start"):  # gone, or its pid taken by another process
+            return None
+        by = change.get("counted_by") or {"pid": pid, "host": note.get("host"), "planned_at": note.get("planned_at")}
+        return {"new": int(change.get("new", 0)), "dropped": int(change.get("dropped", 0)), "counted_by": by}
 
     def see(self, key: str) -> None:
         """Check one planned task key against the recorded plan."""
@@ -154,29 +221,47 @@ class PlanDiff:
         self._flush()
         return int(len(self._old) - self._seen.sum())
 
-    def text(self, never_queued: int | None = None, still_queued: int = 0) -> str | None:
+    def text(self, never_queued: int | None = None, still_queued: int = 0, *, fate: str = SET_ASIDE) -> str | None:
         """``"plan changed since the last run: N requests new (not planned before), M planned before no longer in
         the plan (their stored answers are kept but not scored)"``, None when the plan is the recorded one.
 
         ``never_queued``: how many of the planned tasks no earlier run queued (the queue's growth); said when
         fewer than :attr:`new` (a task an older plan held, planned again, is not asked again when its answer is
-        stored). ``still_queued``: how many of the dropped tasks are still queued, unsent, and are set aside
-        now (:func:`geoagent.engine.set_aside_unplanned`; at most :attr:`dropped` is said)."""
-        new, dropped = self.new, self.dropped
-        if not new and not dropped:
-            return None
-        out = f"plan changed since the last run: {count_text(new, 'request')} new (not planned before"
-        if never_queued is not None and never_queued < new:
-            out += f"; {never_queued} of them queued by no earlier run"
-        out += f"), {dropped} planned before no longer in the plan"
-        aside = min(max(0, still_queued), dropped)
-        if aside == dropped and dropped:
-            out += " (still queued: set aside unsent)"
-        elif aside:
-            out += f" ({aside} still queued: set aside unsent; the others' stored answers are kept but not scored)"
-        elif dropped:
-            out += " (their stored answers are kept but not scored)"
+        stored). ``still_queued``: how many of the dropped tasks are still queued, unsent (at most :attr:`dropped`
+        is said). ``fate``: what becomes of those: :data:`SET_ASIDE` (default; set aside now,
+        :func:`geoagent.engine.set_aside_unplanned`), :data:`SENT_WHILE_WATCHING` (a ``--watch`` run over a
+        crawl's folder sets none aside: they are sent all the same, their answers kept but not scored) or
+        :data:`SET_ASIDE_ELSEWHERE` (a ``--stages`` process without the stage reading the plan edge: that stage's
+        process sets them aside; ``still_queued`` not known)."""
+        return plan_change_text(self.new, self.dropped, never_queued, still_queued, fate=fate)
+
+
+def plan_change_text(new: int, dropped: int, never_queued: int | None = None, still_queued: int = 0, *,
+                     fate: str | None = SET_ASIDE) -> str | None:
+    """:meth:`PlanDiff.text` from its counts (``new`` and ``dropped`` tasks); None when both are 0. ``fate`` None:
+    nothing said of what became of the dropped tasks (another process's count, repeated)."""
+    if not new and not dropped:
+        return None
+    out = f"plan changed since the last run: {count_text(new, 'request')} new (not planned before"
+    if never_queued is not None and never_queued < new:
+        out += f"; {never_queued} of them queued by no earlier run"
+    out += f"), {dropped} planned before no longer in the plan"
+    aside = min(max(0, still_queued), dropped)
+    if not dropped or fate is None:
         return out
+    if fate == SET_ASIDE_ELSEWHERE:
+        return out + (" (those still queued are set aside unsent by the process that runs the stage reading the "
+                      "planned work; the others' stored answers are kept but not scored)")
+    if fate == SENT_WHILE_WATCHING and aside:
+        still = "still queued" if aside == dropped else f"{aside} still queued"
+        rest = "" if aside == dropped else "; the others' stored answers are kept but not scored"
+        return out + (f" ({still}: a --watch run sets none aside, so they are sent all the same and their answers "
+                      f"kept but not scored{rest})")
+    if aside == dropped:
+        return out + " (still queued: set aside unsent)"
+    if aside:
+        return out + f" ({aside} still queued: set aside unsent; the others' stored answers are kept but not scored)"
+    return out + " (their stored answers are kept but not scored)"
 
 
 #: planned task keys checked against the recorded plan at once (:class:`PlanDiff`)
