@@ -179,3 +179,56 @@ def test_a_run_whose_server_refuses_it_mid_run_ends_with_exit_2_and_one_line(ser
     assert "hostshare" not in said and "retrying every poll" not in said, said
     assert PASSWORD not in said and "redis://" not in said, said
     assert PASSWORD not in text and "redis://" not in text, text
+
+
+def test_a_stage_that_meets_the_refusal_ends_the_run_and_its_task_is_not_spent(server, tmp_path):
+    """A stage's own Redis call refused (the response store's or the board's gate, a password changed on the
+    server) while the queue still works (here: SQLite queues): before, the task was nacked like any failure, an
+    attempt per delivery, and dead-lettered after ``max_attempts`` with the refusal as its reason, the run ending
+    'complete'; now the refusal ends the run and the task goes back untouched (no attempt counted)."""
+    import anyio
+    import redis
+
+    from geoagent.runtime.daemon import open_edge_queues, run_pipeline
+    from geoagent.runtime.redis_state import redis_client
+    from geoagent.runtime.stage import Stage, StageContext
+
+    wrong = f"redis://:{ROTATED}@127.0.0.1:{server.port}/0"
+
+    class Store(Stage):
+        name = "store"
+        input_edge = "a"
+        output_edge = None
+        concurrency = 1
+
+        async def handle(self, task, ctx):
+            client = redis_client(wrong, ping=False)
+            try:
+                await anyio.to_thread.run_sync(client.get, "x")
+            finally:
+                client.close()
+            return []
+
+    async def main():
+        stages = [Store()]
+        queues = open_edge_queues(tmp_path / "q", "t", stages, backoff_base_s=0.01, backoff_max_s=0.02,
+                                  max_attempts=3)
+        await queues["a"].put_many([("k1", {"x": 1})])
+        try:
+            with anyio.fail_after(30):
+                await run_pipeline("t", stages, queues, StageContext("t"), handle_signals=False)
+        except BaseException as exc:  # noqa: BLE001 - checked below
+            err = exc
+        else:
+            err = None
+        counts = await queues["a"].counts()
+        for q in queues.values():
+            await q.close()
+        return err, counts
+
+    err, counts = anyio.run(main)
+    from geoagent.cli import _leaves
+
+    leaves = _leaves(err) if err is not None else []
+    assert leaves and all(isinstance(e, redis.AuthenticationError) for e in leaves), repr(err)  # before: None
+    assert counts.dead == 0 and counts.ready == 1, counts  # before: dead 1 (three attempts spent)
