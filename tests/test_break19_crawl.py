@@ -68,3 +68,44 @@ def test_review_decision_gives_one_place_one_tier_across_a_citys_ladders():
     lad_b = build_ladder(apply_decisions("site_b", [place_b], decisions), cell_seed="x:site_b")
     tiers = {r["tier"] for r in lad_a + lad_b if r["qid"] == "Q500"}
     assert len(tiers) == 1, f"one place, tiers {sorted(tiers)} in two ladders of one city"
+
+
+def test_leak_flag_on_a_human_kept_image_is_surfaced_for_review():
+    """Sec. 3.2: "exclusion runs off the human verdict, with the model's leakage flags reviewed case by case"
+    (answer leakage is "the one hard exclusion"). An auditor answer that flags burned-in coordinates
+    (``answer_overlay`` true) but, against App. A.4's rule, still says ``usable: true`` is read as the model
+    ACCEPTING the image (``ai_usable`` True), so with a human "keep" the two "agree": the image is usable, is in
+    neither disagreement table, and no other output names the leak flag for review.
+
+    Observed on main: usable True, n_agree 1, both disagreement tables empty.
+    Expected: the agreement (and its review tables) read the model's verdict under App. A.4's rule (overlay ->
+    not usable), or a human-kept image with a leak flag is listed for case-by-case review."""
+    from geoagent.crawl.image_audit import agreement, audit_row, parse_image_audit
+
+    raw = ('{"answer_overlay": true, "overlay_text": "35.6581N 139.7017E 2021/07/16", "scene_type": "street", '
+           '"through_glass": true, "tourist_infrastructure": false, "quality": 4, "usable": true, '
+           '"why": "dashcam GPS stamp burned into the frame"}')
+    audit = parse_image_audit(raw)
+    assert audit.parsed and audit.answer_overlay is True and audit.keeps_image is False  # the rule says: not usable
+    row = audit_row("streetview/s1/123.jpg", "s1", audit, {"human_verdict": "keep", "human_reason": ""})
+    ag = agreement([row])
+    flagged_for_review = ag.human_excludes_model_accepts + ag.model_rejects_human_keeps
+    assert row["usable"] is True  # the human verdict decides (the paper's policy)
+    assert flagged_for_review, "a human-kept image carrying the model's leak flag is listed nowhere for review"
+
+
+def test_not_admitted_reason_does_not_print_a_value_inside_the_range_as_outside():
+    """Sec. 3.1: Seville, L_district 0.316 km, was not admitted under the 0.32 km floor. The crawl summary and
+    ``run.py status`` (:func:`not_admitted_lines`) print its reason with the value rounded to 0.01 km, so it reads
+    "L_district 0.32 km outside [0.32, 0.65] km", a value inside the range given as the reason it is outside (the
+    boundary case the paper itself discusses; city_pool.csv, rounded as released, shows 0.32 with eligible False).
+
+    Observed on main: 'L_district 0.32 km outside [0.32, 0.65] km (...)'.
+    Expected: enough digits to show why (0.316 km), e.g. three decimals, or "below the floor 0.32 km"."""
+    from geoagent.crawl.screener import not_admitted_reasons
+    from geoagent.crawl.settings import ScreenerSettings
+
+    rec = {"eligible": False, "ok_scale": False, "ok_streetview": True, "l_district_km": 0.316,
+           "n_nodes_raw": 40, "n_nodes_filtered": 40}
+    (reason,) = not_admitted_reasons(rec, ScreenerSettings())
+    assert "0.32 km outside [0.32" not in reason, reason
