@@ -109,3 +109,22 @@ def test_not_admitted_reason_does_not_print_a_value_inside_the_range_as_outside(
            "n_nodes_raw": 40, "n_nodes_filtered": 40}
     (reason,) = not_admitted_reasons(rec, ScreenerSettings())
     assert "0.32 km outside [0.32" not in reason, reason
+
+
+def test_unmatched_human_verdict_is_named_also_when_the_header_has_spaces(tmp_path):
+    """``read_human_verdicts`` accepts a header with spaces around the names (" image , human_verdict": "spaces around
+    a name are no part of it"), but ``unmatched_human_verdicts`` reads the same file with the raw header, finds no
+    ``image`` column, skips every row and reports nothing: a verdict for an image the crawl never audited (a typo in
+    the id) then decides nothing, and the warning that exists to say so stays silent.
+
+    Observed on main: [] for a verdict naming image 999 when only 123 was audited.
+    Expected: the row named (``<file>:2: streetview/s1/999.jpg``), as with a header without spaces."""
+    from geoagent.crawl.image_audit import read_human_verdicts, unmatched_human_verdicts
+
+    plain = tmp_path / "plain.csv"
+    plain.write_text("image,human_verdict\nstreetview/s1/999.jpg,keep\n", encoding="utf-8")
+    spaced = tmp_path / "spaced.csv"
+    spaced.write_text(" image , human_verdict\nstreetview/s1/999.jpg,keep\n", encoding="utf-8")
+    assert read_human_verdicts(spaced) == read_human_verdicts(plain)  # the file is accepted as the same verdicts
+    assert unmatched_human_verdicts(plain, ["123"])  # the typo is named
+    assert unmatched_human_verdicts(spaced, ["123"]), "the unmatched verdict goes unreported"
