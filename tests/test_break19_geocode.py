@@ -74,3 +74,20 @@ def test_city_named_as_area_under_a_coarser_city_stays_censored():
     coarse = _locate(ParsedAnswer(city="Île-de-France", area="Paris", building="unknown"), PARIS_MARAIS, _with_region())
     assert not coarse.hit, (coarse.resolved_level, coarse.qid, coarse.error_km)
     assert coarse.resolved_level not in ("building", "area") or coarse.qid != "Q90"
+
+
+def test_compound_city_field_anchors_on_its_city_not_its_first_segment():
+    """Sec. 4.2: the anchor is "derived from the model's own answered city". A city field written "Shibuya, Tokyo"
+    (the release's answers hold such fields, e.g. "Ichigaya, Tokyo") is tried variant by variant and the FIRST
+    segment with an exact Wikidata match wins, so the anchor is the area Shibuya, not the city Tokyo (the city-class
+    preference applies only among the hits of one variant). The area answer "Shibuya" is then "the anchor city
+    itself" and censored: the same area answer is a hit under city="Tokyo" and not under city="Shibuya, Tokyo".
+
+    Observed on main: city='Tokyo' -> area Shibuya 0.391 km hit True; city='Shibuya, Tokyo' -> city level, anchor
+    'Shibuya', hit False.
+    Expected: a compound city field anchors on its segment that is a city (Tokyo), so both score alike."""
+    plain = _locate(ParsedAnswer(city="Tokyo", area="Shibuya", building="unknown"), TRUTH_SHIBUYA)
+    assert plain.resolved_level == "area" and plain.hit
+    compound = _locate(ParsedAnswer(city="Shibuya, Tokyo", area="Shibuya", building="unknown"), TRUTH_SHIBUYA)
+    assert compound.anchor_qid == "Q1490", (compound.anchor_label, compound.resolved_level)
+    assert compound.hit == plain.hit
