@@ -26,25 +26,25 @@ def _gh(tmp_path) -> dict:
 
 
 def test_the_manifest_records_the_geocoder_rules_and_an_older_record_reads_as_version_1(tmp_path, capsys):
-    assert GEOCODER_RULES_VERSION == 3
+    assert GEOCODER_RULES_VERSION == 4  # 4: session 19 (street as area, compound city field, city item as area)
     cfg = config_from_dict(_gh(tmp_path))
     Manifest(cfg).start_run()
     path = cfg.state_dir() / "manifest.json"
     data = orjson.loads(path.read_bytes())
-    assert data["designs"] == {"geohint.geocoder_rules": 3}
+    assert data["designs"] == {"geohint.geocoder_rules": GEOCODER_RULES_VERSION}
     assert config_changes(cfg).calls == [] and config_changes(cfg).geocoder == {}
     data["designs"] = {}  # a manifest of the earlier code (designs recorded, none for GeoHint)
     path.write_bytes(orjson.dumps(data))
     ch = config_changes(cfg)
     assert ch.calls == [] and ch.call_keys == {}  # no model call is affected
-    assert ch.geocoder == {"rules_version": (1, 3)}
+    assert ch.geocoder == {"rules_version": (1, GEOCODER_RULES_VERSION)}
     from geoagent.cli import _warn_config_drift
 
     capsys.readouterr()
     _warn_config_drift(cfg)
     err = " ".join(capsys.readouterr().err.split())
     assert err.startswith("info: campaign gh-rules: geoagent's geocoding rules changed since its last run "
-                          "(version 1 -> 3"), err
+                          f"(version 1 -> {GEOCODER_RULES_VERSION}"), err
     assert "[geohint.geocoder]" not in err  # not a setting of the config: nothing to keep "here"
 
 

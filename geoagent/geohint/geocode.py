@@ -5,7 +5,13 @@ Protocol (seed 000 Sec. 4.2-4.3, Sec. 7, Appendix B):
 1. **Anchor first.** The model's *own* answered city is resolved first (Wikidata, Nominatim fallback);
    its coordinate is the anchor that disambiguates every finer name. The ground truth is never used to
    choose a candidate: it enters only :attr:`LocatedAnswer.error_km`, after resolution. (Using the truth
-   would launder "London Soho" into "New York SoHo".)
+   would launder "London Soho" into "New York SoHo".) A city field naming several places ("Shibuya, Tokyo",
+   "Shibuya (Tokyo)") anchors on the first of its name variants whose exact Wikidata hits include an item of a
+   city class (:data:`CITY_CLASSES`), across variants; only when no variant has one, on the first located hit of
+   the first variant that has one (trace: the variant passed over is ``not-a-city``). Sec. 4.2: the anchor is
+   "derived from the model's own answered city", and in "Shibuya, Tokyo" the city is Tokyo. (Before session 19
+   the first variant with any located hit anchored, so the ward Shibuya did, and the area answer "Shibuya" was
+   then the anchor itself, city level and censored.)
 2. **Building -> area -> city.** The building is tried first, then the area; the level that resolved is
    recorded (``building``, ``area``, ``city`` or ``none``).
 3. **Exact names, parenthetical aliases stripped (fault 1).** Each level tries
@@ -21,6 +27,17 @@ Protocol (seed 000 Sec. 4.2-4.3, Sec. 7, Appendix B):
    counts as correct"; the release's ``geocontext/geocode.py`` skips a linear place and falls through to
    area, then city. (Before session 13 the street's point was scored at ``area`` level when the area
    failed, which could make a hit of a street whose one Wikidata point lay within 1 km of the site.)
+   A street named in the *area* field is no point either (session 19): at the area level a candidate whose
+   Wikidata class is linear (:data:`LINEAR_CLASSES`) or a Nominatim road (``highway``) is passed over (trace
+   outcome ``linear-area``) and the next candidate or name variant is tried ("Aoyama-dori, Shibuya" -> Shibuya:
+   Sec. 7, linear features "resolve only to neighbourhood level"); when nothing else resolves the answer is
+   ``city`` level, censored. The area level decides by class only, not by :func:`is_linear_name`: the name rule's
+   bound endings -bashi and -zaka also end district names ("Shinbashi", "Kyobashi" are areas in the release's
+   judged sample). (Before session 19 a street named as the area was scored at its one point: "Meiji-dori" as
+   the area was an area-level hit 0.82 km from a Shibuya truth while the same street as the building was
+   censored.) Classes are matched against the item's direct P31 values, without following subclass of (P279):
+   a street typed only by a subclass (a pedestrian or shopping street) is linear only when its class is added
+   through ``Geocoder(linear_classes=...)`` (or, at the building level, by its name).
 5. **No global fallback (fault 3).** A candidate farther than ``anchor_radius_km`` from the anchor is
    rejected; if no candidate lies within the radius the level fails (trace outcome
    ``out-of-anchor``). With no anchor (the city did not resolve) nothing finer is tried and the
@@ -37,7 +54,12 @@ Protocol (seed 000 Sec. 4.2-4.3, Sec. 7, Appendix B):
 6. **City level is censored (fault 4).** A ``city`` result keeps its coordinate and ``error_km`` for
    reference, but :attr:`LocatedAnswer.hit` is always False for it: the answer is only known to be no
    finer than the city. An area or building candidate that *is* the anchor city (same QID) counts as
-   city level too.
+   city level too, and so (session 19) does one that is *a* city whatever the city field held: a Wikidata
+   item of a city class (:data:`CITY_CLASSES`) or a Nominatim place whose ``addresstype`` is a city's or coarser
+   (:data:`CITY_ADDRESSTYPES`), trace outcome ``same-as-city``. The city-level result is then that item's point,
+   label and QID (the first such, building before area), and the anchor stays the city field's. Sec. 4.3,
+   fault 4: "every answer resolving no finer than 'Paris'" was a hit at paris_marais; before session 19,
+   ``city="Île-de-France", area="Paris"`` still was (Q90's point lies 0.761 km from the site).
 7. **Coordinates are the point (session 16; degrees-minutes-seconds since session 17).** A field that is plain
    coordinates (:func:`~geoagent.geohint.placenames.plain_coordinates`: "48.8584, 2.2945", "48.8584° N, 2.2945° E",
    "lat 48.8584 lon 2.2945", "48°51'30\"N 2°17'40\"E") is not a name: it is used as that level's point without a lookup, source
@@ -85,6 +107,11 @@ LINEAR_CLASSES = frozenset({"Q79007", "Q34442", "Q83620", "Q7543083", "Q207934",
 #: city of the United States Q1093829.
 CITY_CLASSES = frozenset({"Q515", "Q1549591", "Q5119", "Q1637706", "Q200250", "Q1093829"})
 
+#: Nominatim ``addresstype`` values of a city or of something coarser (a region, a country): such a place named
+#: in the building or area field is no finer than a city (module doc, point 6). Not ``city_district``,
+#: ``suburb``, ``quarter``, ``neighbourhood``, ``village``: places finer than a city.
+CITY_ADDRESSTYPES = frozenset({"city", "town", "municipality", "county", "state", "province", "region", "country"})
+
 #: how the geocoder picks among several exact Wikidata matches of one name within the anchor radius (module doc,
 #: point 5): the first in the search's order, or the most-linked (the release's ``geocode``)
 CANDIDATE_FIRST = "first"
@@ -104,8 +131,10 @@ ANSWER_COORDINATES = "answer-coordinates"
 #: resumed campaign whose answers were geocoded under another version says so. 1: the rules of the module doc,
 #: points 1-6 (a manifest without the key was geocoded under it); 2 (session 16): point 7, decimal coordinates in
 #: an answer are its point, without a lookup; 3 (session 17): degrees-minutes-seconds too (before they were looked up
-#: as a name, which found nothing or the wrong place).
-GEOCODER_RULES_VERSION = 3
+#: as a name, which found nothing or the wrong place); 4 (session 19): a street named as the area is not scored
+#: (point 4), a compound city field anchors on its city (point 1), a city item named at a finer level is city
+#: level (point 6).
+GEOCODER_RULES_VERSION = 4
 
 LEVELS = ("building", "area", "city", "none")
 #: Our level names -> the release's ``resolved_level`` values (``answers_judged*.csv``).
@@ -174,7 +203,10 @@ class Lookup:
     outcome : str
         ``resolved``, ``no-match`` (no exact name match), ``out-of-anchor`` (matches exist but none within
         the radius), ``no-coordinates``, ``linear-deferred`` (a linear feature left to the area level, never scored),
-        ``same-as-city`` (the candidate is the anchor city itself), ``null`` (no answer given),
+        ``linear-area`` (a linear feature named as the area, passed over, never scored), ``same-as-city`` (the
+        candidate is the anchor city itself, or another city item or coarser place: city level),
+        ``not-a-city`` (a city-field variant whose hits hold no city-class item, passed over for a later variant
+        that has one), ``null`` (no answer given),
         ``no-anchor`` (finer levels skipped because the city did not resolve).
     qid, label : str or None
         The candidate concerned (the resolved one, or the nearest rejected one).
@@ -230,8 +262,9 @@ class LocatedAnswer:
         ``wikidata`` or ``nominatim`` for the resolved item; :data:`ANSWER_COORDINATES` when the answer gave the
         point as plain coordinates (module doc, point 7; ``label`` is then the field's text as written).
     linear : bool
-        True only in results stored before session 13, when a linear feature was scored at area level if
-        the area failed; the geocoder now never scores a linear feature (module doc, point 4), so False.
+        True only in results stored before session 19: before session 13 a linear building was scored at area
+        level when the area failed, and until session 19 a street named as the area was scored at its point; the
+        geocoder now never scores a linear feature (module doc, point 4), so False.
     """
 
     resolved_level: str
@@ -374,15 +407,17 @@ class Geocoder:
                     trace.append(Lookup(level, str(text), "-", "no-anchor"))
             return self._finish("none", None, None, trace, true_lat, true_lon)
 
-        building = await self._resolve_building(answer.building, anchor, trace)
+        cities: list[Candidate] = []  # city items named at a finer level (trace ``same-as-city``; module doc, point 6)
+        building = await self._resolve_building(answer.building, anchor, trace, cities)
         if building is not None:
             return self._finish("building", building, anchor, trace, true_lat, true_lon)
-        area = await self._resolve_fine(answer.area, "area", anchor, trace)
+        area = await self._resolve_fine(answer.area, "area", anchor, trace, skip_linear=True, cities=cities)
         if area is not None:
             return self._finish("area", area, anchor, trace, true_lat, true_lon)
-        # a linear building answer (trace ``linear-deferred``) is never scored, not even when the area failed:
-        # its one coordinate says nothing about where along the street the photo was taken (fault 2, module doc)
-        return self._finish("city", anchor, anchor, trace, true_lat, true_lon)
+        # a linear building or area answer (trace ``linear-deferred``, ``linear-area``) is never scored, not even
+        # when nothing else resolved: its one coordinate says nothing about where along the street the photo was
+        # taken (fault 2, module doc). A city named at a finer level is the answer's city-level point (point 6).
+        return self._finish("city", cities[0] if cities else anchor, anchor, trace, true_lat, true_lon)
 
     # ---- levels ---------------------------------------------------------------------------------
 
@@ -404,19 +439,33 @@ class Geocoder:
         if not variants:
             trace.append(Lookup("city", text or "", "-", "null"))
             return None
+        # the first variant with a hit of a city class, across variants ("Shibuya, Tokyo" anchors on Tokyo, not on
+        # the ward its first segment names); else the first located hit of the first variant that has one
+        fallback: tuple[int, str, Candidate] | None = None  # (its place in the trace, variant, candidate)
         for variant in variants:
             hits = await self._exact_hits(variant)
             if hits:
                 ents = await self.wikidata.get_entities([h for h in hits], props=("labels", "claims"), languages=self._langs())
                 located = [ents[q] for q in hits if ents[q].has_coordinates]
-                if located:
-                    best = next((e for e in located if set(e.classes) & CITY_CLASSES), located[0])
-                    cand = self._from_entity(best)
+                city = next((e for e in located if set(e.classes) & CITY_CLASSES), None)
+                if city is not None:
+                    cand = self._from_entity(city)
+                    if fallback is not None:
+                        pos, v, fb = fallback
+                        trace.insert(pos, Lookup("city", v, "wikidata", "not-a-city", fb.qid, fb.label))
                     trace.append(Lookup("city", variant, "wikidata", "resolved", cand.qid, cand.label))
                     return cand
+                if located:
+                    if fallback is None:
+                        fallback = (len(trace), variant, self._from_entity(located[0]))
+                    continue
                 trace.append(Lookup("city", variant, "wikidata", "no-coordinates", hits[0]))
                 continue
             trace.append(Lookup("city", variant, "wikidata", "no-match"))
+        if fallback is not None:
+            pos, v, cand = fallback
+            trace.insert(pos, Lookup("city", v, "wikidata", "resolved", cand.qid, cand.label))
+            return cand
         if self.nominatim is not None:
             for variant in variants[:2]:
                 places = await self.nominatim.search(variant, limit=5)
@@ -429,9 +478,11 @@ class Geocoder:
                 trace.append(Lookup("city", variant, "nominatim", "no-match"))
         return None
 
-    async def _resolve_building(self, text: str | None, anchor: Candidate, trace: list[Lookup]) -> Candidate | None:
-        """The building's candidate, or None: no answer, no match within the anchor radius, or a linear feature
-        (by name or class; left to the area and never scored, module doc point 4)."""
+    async def _resolve_building(self, text: str | None, anchor: Candidate, trace: list[Lookup],
+                                cities: list[Candidate]) -> Candidate | None:
+        """The building's candidate, or None: no answer, no match within the anchor radius, a linear feature
+        (by name or class; left to the area and never scored, module doc point 4), or a city item (added to
+        ``cities``, point 6)."""
         if is_null_answer(text):
             trace.append(Lookup("building", text or "", "-", "null"))
             return None
@@ -444,14 +495,18 @@ class Geocoder:
             # fault 2: a street cannot be scored as a point; the area decides (Sec. 4.3, Sec. 7)
             trace.append(Lookup("building", head, "-", "linear-deferred"))
             return None
-        cand = await self._resolve_fine(text, "building", anchor, trace, stop_on_linear=True)
+        cand = await self._resolve_fine(text, "building", anchor, trace, stop_on_linear=True, cities=cities)
         return None if cand is not None and cand.linear else cand
 
     async def _resolve_fine(
-        self, text: str | None, level: str, anchor: Candidate, trace: list[Lookup], *, stop_on_linear: bool = False
+        self, text: str | None, level: str, anchor: Candidate, trace: list[Lookup], *, stop_on_linear: bool = False,
+        skip_linear: bool = False, cities: list[Candidate] | None = None,
     ) -> Candidate | None:
         """The answer's own coordinates (point 7), else the first candidate within the anchor radius over the name
-        variants (Wikidata, then Nominatim)."""
+        variants (Wikidata, then Nominatim). ``stop_on_linear``: a linear candidate ends the search and is returned
+        (the building level, which then defers it); ``skip_linear``: a linear candidate is passed over (trace
+        ``linear-area``) and the next candidate or variant is tried (the area level, module doc point 4). City items
+        (point 6) are passed over and added to ``cities``."""
         point = self._answer_point(text, level, trace)
         if point is not None:
             return point
@@ -460,7 +515,7 @@ class Geocoder:
             trace.append(Lookup(level, text or "", "-", "null"))
             return None
         for variant in variants:
-            cand = await self._wikidata_near(variant, level, anchor, trace)
+            cand = await self._wikidata_near(variant, level, anchor, trace, skip_linear=skip_linear, cities=cities)
             if cand is None:
                 continue
             if stop_on_linear and cand.linear:
@@ -469,7 +524,7 @@ class Geocoder:
             return cand
         if self.nominatim is not None:
             for variant in variants[:3]:
-                cand = await self._nominatim_near(variant, level, anchor, trace)
+                cand = await self._nominatim_near(variant, level, anchor, trace, skip_linear=skip_linear, cities=cities)
                 if cand is None:
                     continue
                 if stop_on_linear and cand.linear:
@@ -488,7 +543,8 @@ class Geocoder:
         hits = await self.wikidata.search_entities(variant, language=self.language, limit=self.search_limit)
         return list(dict.fromkeys(h.qid for h in hits if any(fold(n) == key for n in h.names())))
 
-    async def _wikidata_near(self, variant: str, level: str, anchor: Candidate, trace: list[Lookup]) -> Candidate | None:
+    async def _wikidata_near(self, variant: str, level: str, anchor: Candidate, trace: list[Lookup], *,
+                             skip_linear: bool = False, cities: list[Candidate] | None = None) -> Candidate | None:
         hits = await self._exact_hits(variant)
         if not hits:
             trace.append(Lookup(level, variant, "wikidata", "no-match"))
@@ -498,6 +554,7 @@ class Geocoder:
         ents = await self.wikidata.get_entities(hits, props=props, languages=self._langs())
         nearest: tuple[float, Entity] | None = None
         within: list[tuple[float, Entity]] = []  # most_sitelinks: every candidate within the radius, search order
+        passed_over = False  # a candidate within the radius was a city item or (area level) a linear feature
         for qid in hits:
             ent = ents[qid]
             if not ent.has_coordinates:
@@ -509,6 +566,21 @@ class Geocoder:
                 continue
             d = haversine_km(anchor.lat, anchor.lon, ent.lat, ent.lon)  # type: ignore[arg-type]
             if d <= self.anchor_radius_km:
+                if set(ent.classes) & CITY_CLASSES:
+                    # fault 4 also when the city field named something else (a region, a ward): a city item is
+                    # no finer than a city, whichever item anchors the answer (module doc, point 6)
+                    cand = self._from_entity(ent)
+                    trace.append(Lookup(level, variant, "wikidata", "same-as-city", cand.qid, cand.label, round(d, 3)))
+                    if cities is not None:
+                        cities.append(cand)
+                    passed_over = True
+                    continue
+                if skip_linear and set(ent.classes) & self.linear_classes:
+                    # fault 2 at the area level: a street's one point is not where along it the photo was taken
+                    trace.append(Lookup(level, variant, "wikidata", "linear-area", ent.qid, ent.label(self.language),
+                                        round(d, 3)))
+                    passed_over = True
+                    continue
                 if most_linked:
                     within.append((d, ent))
                     continue
@@ -524,14 +596,15 @@ class Geocoder:
             trace.append(Lookup(level, variant, "wikidata", "resolved", cand.qid, cand.label, round(d, 3)))
             return cand
         if nearest is None:
-            if not any(ents[q].qid == anchor.qid for q in hits):
+            if not passed_over and not any(ents[q].qid == anchor.qid for q in hits):
                 trace.append(Lookup(level, variant, "wikidata", "no-coordinates", hits[0]))
         else:
             d, ent = nearest
             trace.append(Lookup(level, variant, "wikidata", "out-of-anchor", ent.qid, ent.label(self.language), round(d, 3)))
         return None
 
-    async def _nominatim_near(self, variant: str, level: str, anchor: Candidate, trace: list[Lookup]) -> Candidate | None:
+    async def _nominatim_near(self, variant: str, level: str, anchor: Candidate, trace: list[Lookup], *,
+                              skip_linear: bool = False, cities: list[Candidate] | None = None) -> Candidate | None:
         assert self.nominatim is not None
         dlat = self.anchor_radius_km / 111.0
         dlon = self.anchor_radius_km / max(1e-6, 111.0 * math.cos(math.radians(anchor.lat)))
@@ -539,6 +612,7 @@ class Geocoder:
         places = await self.nominatim.search(variant, limit=5, viewbox=box, bounded=True)
         key = fold(variant)
         named = [p for p in places if fold(p.name) == key]
+        passed_over = False  # a named place within the radius was a city or coarser or (area level) a linear feature
         for p in named:
             if self._is_anchor_place(p, anchor):
                 trace.append(Lookup(level, variant, "nominatim", "same-as-city", anchor.qid, anchor.label, 0.0))
@@ -546,9 +620,20 @@ class Geocoder:
             d = haversine_km(anchor.lat, anchor.lon, p.lat, p.lon)
             if d <= self.anchor_radius_km:
                 cand = self._from_place(p)
+                if p.addresstype in CITY_ADDRESSTYPES:  # a city or coarser, not the anchor (module doc, point 6)
+                    trace.append(Lookup(level, variant, "nominatim", "same-as-city", cand.qid, cand.label, round(d, 3)))
+                    if cities is not None:
+                        cities.append(cand)
+                    passed_over = True
+                    continue
+                if skip_linear and cand.linear:
+                    trace.append(Lookup(level, variant, "nominatim", "linear-area", cand.qid, cand.label, round(d, 3)))
+                    passed_over = True
+                    continue
                 trace.append(Lookup(level, variant, "nominatim", "resolved", cand.qid, cand.label, round(d, 3)))
                 return cand
-        trace.append(Lookup(level, variant, "nominatim", "out-of-anchor" if named else "no-match"))
+        if not passed_over:
+            trace.append(Lookup(level, variant, "nominatim", "out-of-anchor" if named else "no-match"))
         return None
 
     @staticmethod
