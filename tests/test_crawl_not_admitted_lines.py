@@ -49,7 +49,7 @@ def test_summary_and_status_name_the_cities_not_admitted_with_the_papers_reasons
     assert re.search(r"Mapillary coverage 0 .*images within 1 km.*below 30", lyon[0]), lyon[0]
     sprawl = [ln for ln in out.splitlines() if "not admitted" in ln and "Sprawl Town" in ln]
     assert len(sprawl) == 1, out[-3000:]
-    m = re.search(r"L_district (\d+\.\d\d) km outside \[0\.32, 0\.65\] km", sprawl[0])
+    m = re.search(r"L_district (\d+\.\d{3}) km, above the ceiling 0\.65 km of \[0\.32, 0\.65\] km", sprawl[0])
     assert m and float(m.group(1)) > 0.65, sprawl[0]
     assert "Sec. 3.1" in out
 

@@ -367,10 +367,16 @@ def not_admitted_reasons(rec: dict[str, Any], settings: ScreenerSettings) -> lis
                 out.append(f"L_district undefined: {n_kept} neighbourhood points within {settings.radius_km:g} km"
                            f"{dropped} (at least {settings.min_points} needed)")
         elif lo <= ld <= hi:
-            out.append(f"L_district {ld:.2f} km, outside the range in force when it was screened (now within "
+            out.append(f"L_district {ld:.3f} km, outside the range in force when it was screened (now within "
                        f"[{lo:g}, {hi:g}] km; the stored screening stands)")
         else:
-            out.append(f"L_district {ld:.2f} km outside [{lo:g}, {hi:g}] km (median nearest-neighbour distance of "
+            # the side that failed, and three decimals (more while the value would print as the bound it failed):
+            # Seville's 0.316 km was printed as "0.32 km outside [0.32, 0.65]"
+            side = f"below the floor {lo:g} km" if ld < lo else f"above the ceiling {hi:g} km"
+            digits = 3
+            while digits < 6 and round(ld, digits) in (lo, hi):
+                digits += 1
+            out.append(f"L_district {ld:.{digits}f} km, {side} of [{lo:g}, {hi:g}] km (median nearest-neighbour distance of "
                        f"{n_kept} neighbourhood points within {settings.radius_km:g} km{dropped})")
     if not rec.get("ok_streetview", True):
         sv, total = rec.get("sv_perspective"), rec.get("sv_total")
