@@ -4,7 +4,8 @@ The model half rates each kept image on answer leakage (overlaid text naming a p
 coordinates), scene type, shooting through glass, tourist infrastructure, quality 0-5 and usability;
 our prompt is ``prompts/crawl_image_audit.txt``. The human half is a keep/exclude verdict with a reason,
 imported from a CSV. Agreement is reported as raw agreement, Cohen's kappa, and the two disagreement
-tables (human excludes / model accepts, and the reverse). Exclusion follows the human verdict
+tables (human excludes / model accepts, and the reverse; the model's side read under App. A.4's rule), plus the
+human-kept images the model flagged for answer leakage, for case-by-case review. Exclusion follows the human verdict
 (``usable`` column), as in the release's ``image_audit.csv``. The auditor must not be an evaluated model
 (:class:`geoagent.crawl.settings.CrawlSettings` refuses such a config).
 """
@@ -15,7 +16,7 @@ import csv
 import re
 from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -267,6 +268,8 @@ def unmatched_human_verdicts(path: str | Path | None, audited_ids: Iterable[str]
     out = []
     with Path(path).open(encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
         reader = csv.DictReader(f)
+        # the header as read_human_verdicts reads it: spaces around a name are no part of it (" image , ...")
+        reader.fieldnames = [str(n).strip() for n in reader.fieldnames or []]
         for row in reader:
             ref = row.get("image") or ""
             try:
@@ -278,7 +281,7 @@ def unmatched_human_verdicts(path: str | Path | None, audited_ids: Iterable[str]
     return out
 #: the files :func:`write_agreement` writes into the crawl's state folder
 AGREEMENT_FILES = ("image_audit_agreement.json", "image_audit_human_excludes_model_accepts.csv",
-                   "image_audit_model_rejects_human_keeps.csv")
+                   "image_audit_model_rejects_human_keeps.csv", "image_audit_leak_flags_kept.csv")
 
 
 def human_verdicts_of(path: str | Path | None) -> dict[str, dict[str, str]]:
@@ -345,6 +348,9 @@ class AuditAgreement:
     kappa: float
     human_excludes_model_accepts: list[dict[str, Any]]
     model_rejects_human_keeps: list[dict[str, Any]]
+    #: images the human kept although the model flagged answer-revealing overlay text (``ai_answer_overlay``): the
+    #: paper's case-by-case review list (Sec. 3.2: "the model's leakage flags reviewed case by case")
+    leak_flags_kept: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def agreement(self) -> float:
@@ -359,12 +365,41 @@ def _truthy(v: Any) -> bool | None:
     return as_bool(v)
 
 
+def model_keeps(row: Mapping[str, Any]) -> bool | None:
+    """The model's verdict in an ``image_audit.csv`` row under App. A.4's rule, as :attr:`ImageAudit.keeps_image`:
+    its ``ai_usable`` field, and not when the row's fields break the rule (``ai_answer_overlay`` true, an
+    ``ai_scene_type`` other than ``street``, ``ai_quality`` <= 1; a field left empty does not count). An answer
+    that flags overlay text and still says ``usable: true`` does not keep the image. None when ``ai_usable`` is
+    empty or unreadable."""
+    usable = _truthy(row.get("ai_usable"))
+    if not usable:
+        return usable
+    if _truthy(row.get("ai_answer_overlay")) is True:
+        return False
+    scene = str(row.get("ai_scene_type") or "").strip()
+    if scene and scene != "street":
+        return False
+    try:
+        quality = float(row.get("ai_quality"))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return True
+    return not quality <= 1
+
+
 def agreement(rows: Iterable[Mapping[str, Any]]) -> AuditAgreement:
-    """Agreement of ``ai_usable`` with ``human_verdict`` over rows in the ``image_audit.csv`` form
-    (rows lacking either side are skipped)."""
+    """Agreement of the model's verdict (:func:`model_keeps`: ``ai_usable`` under App. A.4's rule) with
+    ``human_verdict`` over rows in the ``image_audit.csv`` form (rows lacking either side are skipped), and the
+    human-kept images the model flagged for answer-revealing overlay text (:attr:`AuditAgreement.leak_flags_kept`).
+
+    Before session 19 the raw ``ai_usable`` was compared: an answer flagging burned-in coordinates but saying
+    ``usable: true`` then "agreed" with a human keep and reached no review table (break19 finding 6)."""
     pairs: list[tuple[bool, bool, Mapping[str, Any]]] = []
+    leaks: list[dict[str, Any]] = []
     for r in rows:
-        model = _truthy(r.get("ai_usable"))
+        human = (str(r.get("human_verdict") or "")).strip().lower()
+        if human == "keep" and _truthy(r.get("ai_answer_overlay")) is True:
+            leaks.append(dict(r))
+        model = model_keeps(r)
         human = (str(r.get("human_verdict") or "")).strip().lower()
         if model is None or human not in HUMAN_VERDICTS:
             continue
@@ -376,6 +411,7 @@ def agreement(rows: Iterable[Mapping[str, Any]]) -> AuditAgreement:
         n=len(pairs), n_agree=sum(1 for m, h, _ in pairs if m == h), kappa=kappa,
         human_excludes_model_accepts=[dict(r) for m, h, r in pairs if m and not h],
         model_rejects_human_keeps=[dict(r) for m, h, r in pairs if h and not m],
+        leak_flags_kept=leaks,
     )
 
 
@@ -415,9 +451,10 @@ def write_image_audit_csv(rows: Sequence[Mapping[str, Any]], path: str | Path) -
 
 def write_agreement(ag: AuditAgreement, out_dir: str | Path) -> list[Path]:
     """Write the agreement summary (``image_audit_agreement.json``: n, agreement, kappa, table sizes, scene
-    types of the model's rejections) and the two disagreement tables as CSVs with
-    :data:`IMAGE_AUDIT_COLUMNS`: ``image_audit_human_excludes_model_accepts.csv`` and
-    ``image_audit_model_rejects_human_keeps.csv``."""
+    types of the model's rejections) and three tables as CSVs with :data:`IMAGE_AUDIT_COLUMNS`: the two
+    disagreement tables ``image_audit_human_excludes_model_accepts.csv`` and
+    ``image_audit_model_rejects_human_keeps.csv``, and ``image_audit_leak_flags_kept.csv`` (human keep, model
+    overlay flag: :attr:`AuditAgreement.leak_flags_kept`), in :data:`AGREEMENT_FILES` order."""
     import orjson
 
     out_dir = Path(out_dir)
@@ -425,6 +462,7 @@ def write_agreement(ag: AuditAgreement, out_dir: str | Path) -> list[Path]:
     summary = {"n": ag.n, "n_agree": ag.n_agree, "agreement": ag.agreement, "kappa": ag.kappa,
                "human_excludes_model_accepts": len(ag.human_excludes_model_accepts),
                "model_rejects_human_keeps": len(ag.model_rejects_human_keeps),
+               "leak_flags_kept": len(ag.leak_flags_kept),
                "model_rejects_human_keeps_by_scene": dict(ag.scene_types_of_model_rejects())}
     p0 = out_dir / "image_audit_agreement.json"
     from geoagent.files import atomic_write_bytes
@@ -432,4 +470,5 @@ def write_agreement(ag: AuditAgreement, out_dir: str | Path) -> list[Path]:
     atomic_write_bytes(p0, orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
     p1 = write_image_audit_csv(ag.human_excludes_model_accepts, out_dir / "image_audit_human_excludes_model_accepts.csv")
     p2 = write_image_audit_csv(ag.model_rejects_human_keeps, out_dir / "image_audit_model_rejects_human_keeps.csv")
-    return [p0, p1, p2]
+    p3 = write_image_audit_csv(ag.leak_flags_kept, out_dir / "image_audit_leak_flags_kept.csv")
+    return [p0, p1, p2, p3]
