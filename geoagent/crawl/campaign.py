@@ -224,7 +224,9 @@ class CrawlCampaign(CampaignKind):
         is no summary); then the cities the screener did not admit, each with its reasons
         (:func:`geoagent.crawl.screener.not_admitted_lines`, from the stored screening records); then how many
         referenceability review items are pending and resolved (:func:`geoagent.crawl.review.review_counts_line`,
-        from the queue and the resolution table the last run wrote)."""
+        from the queue and the resolution table the last run wrote); then how many candidates no ladder draws
+        because their contentious-name screen could not be read (:func:`unscreened_lines`)."""
+        from geoagent.crawl.referenceability import unscreened_lines
         from geoagent.crawl.review import review_counts, review_counts_line
         from geoagent.crawl.screener import not_admitted_lines
 
@@ -236,7 +238,11 @@ class CrawlCampaign(CampaignKind):
             review = review_counts_line(review_counts(cfg.state_dir()))
         except OSError:
             review = None
-        return self._trials_status_lines(cfg) + rejected + ([f"  {review}"] if review else [])
+        try:
+            unscreened = unscreened_lines(cfg.state_dir())
+        except OSError:
+            unscreened = []
+        return self._trials_status_lines(cfg) + rejected + ([f"  {review}"] if review else []) + unscreened
 
     def _trials_status_lines(self, cfg: Any) -> list[str]:
         path = Path(cfg.state_dir()) / C.REPORT_DIR / SUMMARY_FILE
@@ -266,7 +272,7 @@ class CrawlCampaign(CampaignKind):
         lines.append("  queue counts are per-site tasks (one task fetches or audits all of a site's images); "
                      + image_counts_line(image_counts(svc.state_dir, svc.images_root),
                                          downloaded=svc.downloads_this_run))
-        from geoagent.crawl.referenceability import not_rated_count
+        from geoagent.crawl.referenceability import not_rated_count, unscreened_lines
 
         from geoagent.crawl.review import review_counts, review_counts_line
 
@@ -279,6 +285,7 @@ class CrawlCampaign(CampaignKind):
                          "asked language and no English Wikipedia article (WDQS gave the bare QID, a name the auditor cannot "
                          "rate nor a hint use); "
                          "each is a decision in audit_decisions.jsonl with not_rated = no_label")
+        lines += unscreened_lines(svc.state_dir)
         from geoagent.crawl.screener import not_admitted_lines
 
         lines += not_admitted_lines(svc.state_dir, svc.settings.screener)

@@ -154,7 +154,7 @@ def crawl_records(state_dir: str | Path, images_root: str | Path, *, human_verdi
     -------
     dict
         ``{"sites": [Site], "images": [Image], "reference_points": [ReferencePoint]}``; reference points are
-        every usable, non-sensitive, rated candidate within 6 km of its site, with coordinates (the
+        every usable, screened non-sensitive, rated candidate within 6 km of its site, with coordinates (the
         GeoVerify candidate pool, which includes the site's own landmark: it is a signal candidate for
         images taken at it), band and tier; ``dist_km`` is rounded to 3 decimals and the band is that of the
         rounded distance, as in the ladders. Ladders for GeoHint are the CSVs (own landmark excluded).
@@ -196,7 +196,9 @@ def crawl_records(state_dir: str | Path, images_root: str | Path, *, human_verdi
             if d and d.get("familiarity") is not None:
                 r = {**r, "familiarity": d["familiarity"]}
             name = hint_name(r.get("name_en"), r.get("label_raw"), r.get("name_zh"), qid=r.get("qid"))
-            if not r.get("ok") or r.get("sensitive") or tier_for(r.get("familiarity")) is None or not name:
+            # sensitive None: the screen failed, unscreened (referenceability module doc); a record without the key
+            # was written with no screen asked for
+            if not r.get("ok") or r.get("sensitive", False) is not False or tier_for(r.get("familiarity")) is None or not name:
                 continue
             lat, lon = coords.get(r["qid"], (None, None))
             dist = round(float(r["dist_km"]), DIST_DECIMALS)  # the band of the distance shown (the ladders' rule)

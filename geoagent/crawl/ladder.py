@@ -113,8 +113,9 @@ class RatedCandidate:
         The auditor's "usable as a reference point".
     name_en, name_zh : str or None
         Canonical names from the auditor.
-    sensitive : bool
-        Flagged by the contentious-name screening pass (excluded: dataset policy).
+    sensitive : bool or None
+        Flagged by the contentious-name screening pass (excluded: dataset policy); None when the screen was asked
+        for but its answer could not be read (unscreened: excluded too, never drawn as though screened clean).
     pageviews : int or None
         Optional Wikipedia pageviews.
     """
@@ -126,7 +127,7 @@ class RatedCandidate:
     ok: bool = True
     name_en: str | None = None
     name_zh: str | None = None
-    sensitive: bool = False
+    sensitive: bool | None = False
     pageviews: int | None = None
 
 
@@ -186,12 +187,12 @@ def hint_name(name_en: str | None, label_raw: str | None, name_zh: str | None = 
 
 def eligible_candidates(candidates: Iterable[RatedCandidate], *, site_qid: str | None = None,
                         site_names: Sequence[str] = ()) -> list[RatedCandidate]:
-    """Usable, not sensitive, rated, with a name (:func:`hint_name`, returned as ``name_en``), not the site
-    itself (by QID or by name)."""
+    """Usable, screened and not sensitive (``sensitive`` False; None, unscreened, is left out), rated, with a name
+    (:func:`hint_name`, returned as ``name_en``), not the site itself (by QID or by name)."""
     own = {normalise_name(n) for n in site_names if normalise_name(n)}
     out = []
     for c in dedupe_by_qid(candidates):
-        if not c.ok or c.sensitive or tier_for(c.familiarity) is None:
+        if not c.ok or c.sensitive is not False or tier_for(c.familiarity) is None:
             continue
         name = hint_name(c.name_en, c.label_raw, c.name_zh, qid=c.qid)
         if not name:

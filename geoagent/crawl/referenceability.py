@@ -11,7 +11,12 @@ candidates, which are then recorded as failed. Every decision is appended to ``a
 (the release's record shape) and every verbatim answer, with the QIDs it was about, to
 ``audit_raw_answers.jsonl``; decisions already logged for the same auditor model (and city, below) are
 reused, so a restart re-asks nothing. A separate, deliberately narrow screening pass
-(``prompts/crawl_sensitive.txt``) writes ``audit_sensitive.jsonl``. With pageviews enabled, a candidate
+(``prompts/crawl_sensitive.txt``) writes ``audit_sensitive.jsonl``. A candidate whose screen could not be read
+even when asked alone (``sensitive`` null, ``error`` set) is unscreened: its :class:`RatedCandidate` carries
+``sensitive=None`` and no ladder draws it (Sec. 3.3, "Exclusion of contentious names": a name never screened must
+not enter as though it had passed), as a failed rating is dropped; the crawl summary and ``run.py status`` count
+such candidates (:func:`unscreened_count`). Before session 19 it came back ``sensitive=False``, screened clean.
+With pageviews enabled, a candidate
 whose pageview tier (tertiles within the site) and LLM tier disagree by ``review_tier_gap`` tiers goes to
 a human review queue (``audit_review_queue.jsonl``), never to an automatic override (Sec. 3.3, constraint 3).
 Its records: ``qid``, ``label``, ``site``, ``model`` (the rating model), ``familiarity`` (its rating, 0-5),
@@ -794,7 +799,7 @@ class ReferenceabilityAuditor:
         """Rate (and screen) ``candidates`` of ``site`` for ``city`` (:meth:`rate_all`: nothing is asked for
         candidates already decided for that city, e.g. by the crawl's per-city rating); returns one
         :class:`RatedCandidate` per candidate, carrying the decision made for ``city`` (failed ratings come
-        back with ``familiarity=None`` and are dropped by the ladder builder).
+        back with ``familiarity=None``, failed screens with ``sensitive=None``: the ladder builder drops both).
 
         Raises
         ------
@@ -819,11 +824,14 @@ class ReferenceabilityAuditor:
         rated = []
         for c in candidates:
             d = self.decisions.get(self.settings.model, c.qid, city) or {}
-            s = self.sensitive.get(self.sens_model, c.qid, city) or {}
+            sensitive: bool | None = False  # no screen asked for (``sensitive_screen = false``)
+            if self.settings.sensitive_screen:  # None: the screen failed (or never ran): unscreened, never drawn
+                s = (self.sensitive.get(self.sens_model, c.qid, city) or {}).get("sensitive")
+                sensitive = None if s is None else bool(s)
             rated.append(RatedCandidate(
                 qid=c.qid, label_raw=c.label, dist_km=c.dist_km, familiarity=d.get("familiarity"),
                 ok=bool(d.get("ok")), name_en=d.get("name_en"), name_zh=d.get("name_zh"),
-                sensitive=bool(s.get("sensitive")), pageviews=views.get(c.qid)))
+                sensitive=sensitive, pageviews=views.get(c.qid)))
         if views:  # a re-run of the site (crash before its result was stored) adds no second copy of an item
             await self.review.append([r for r in self.review_items(site, rated, views)
                                       if not self.review.has(r["site"], r["qid"])])
@@ -887,6 +895,30 @@ def not_rated_count(state_dir: str | Path) -> int:
 
     log = JsonlLog(Path(state_dir) / C.AUDIT_DECISIONS_FILE)
     return sum(1 for r in log.records.values() if r.get("not_rated") == NOT_RATED_NO_LABEL)
+
+
+def unscreened_count(state_dir: str | Path) -> int:
+    """Candidates of the crawl at ``state_dir`` whose contentious-name screen could not be read (records of
+    ``audit_sensitive.jsonl`` whose ``sensitive`` is null: the answer was unparseable even for the candidate asked
+    alone), one per (screening model, QID, city), the last record of each key counting (:class:`JsonlLog`). No
+    ladder draws them (module docstring). 0 without a log."""
+    from geoagent import constants as C
+
+    log = JsonlLog(Path(state_dir) / C.AUDIT_SENSITIVE_FILE)
+    return sum(1 for r in log.records.values() if "sensitive" in r and r.get("sensitive") is None)
+
+
+def unscreened_lines(state_dir: str | Path) -> list[str]:
+    """The crawl summary's and ``run.py status``'s line counting :func:`unscreened_count`; ``[]`` when there are
+    none."""
+    n = unscreened_count(state_dir)
+    if not n:
+        return []
+    from geoagent.textfmt import count_text
+
+    return [f"  referenceability: {count_text(n, 'candidate')} not screened for contentious names (the screen's "
+            "answer could not be read, also when asked alone) and drawn into no ladder (seed 000 Sec. 3.3); each is a "
+            "record in audit_sensitive.jsonl with sensitive = null and an error"]
 
 
 #: Columns of the release's ``data/candidate_referenceability.csv``.
