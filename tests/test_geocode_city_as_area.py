@@ -53,3 +53,10 @@ def test_a_finer_area_still_wins_over_a_city_named_as_the_building():
     """The city item only stands in when nothing finer resolved: a real area answer is scored as before."""
     loc = _locate(ParsedAnswer(city="Île-de-France", area="Le Marais", building="Paris"))
     assert loc.resolved_level == "area" and loc.label == "Le Marais", [(t.level, t.query, t.outcome) for t in loc.trace]
+
+
+def test_city_named_as_the_area_under_a_city_given_as_coordinates_is_city_level():
+    """A city field given as plain coordinates anchors with no QID, so the same-QID test could not see that the
+    area "Paris" is the city: the class test does."""
+    loc = _locate(ParsedAnswer(city="48.8567, 2.3522", area="Paris", building="unknown"))
+    assert loc.anchor_qid is None and loc.resolved_level == "city" and loc.qid == "Q90" and not loc.hit
