@@ -78,7 +78,8 @@ def test_ci_runs_the_readme_test_command_verbatim():
     setup = readme[readme.index("## Set up on a fresh machine"):readme.index("\n## ", readme.index("## Set up") + 1)]
     blocks = re.findall(r"```bash\n(.*?)\n```", setup, re.S)
     assert blocks[0] == "python3 -m venv .venv && .venv/bin/pip install -q -e . && .venv/bin/python run.py demo"
-    test_command = "python3 -m venv .venv && .venv/bin/pip install -q -e '.[dev]' && .venv/bin/python -m pytest -q -n 4"
+    test_command = ("python3 -m venv .venv && .venv/bin/pip install -q -e '.[dev]' && "
+                    '.venv/bin/python -m pytest -q -n 4 -m "not wallclock" && .venv/bin/python -m pytest -q -n 2 -m wallclock')
     assert blocks[1] == test_command
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     assert test_command in ci, ci

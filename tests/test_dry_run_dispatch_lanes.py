@@ -87,7 +87,11 @@ def test_dry_run_per_model_calls_before_the_cap_follow_the_lanes_of_a_real_run(t
     run = anyio.run(lambda: run_campaign(cfg, live=False, handle_signals=False, export=False))
     assert run.status == "budget exhausted" and run.exit_code == EXIT_BUDGET
     real = run.answered_by_model
-    assert real["sim-a"] == n and real["fake-gpt"] < n // 4  # the real run: the offline model is not held back
+    # the real run: the offline model is not held back (main before the lanes: sim-a 120). Not "== n": on a loaded
+    # machine the offline model's calls take longer while the rate-limited one keeps its pace, so the cap can land
+    # a call or two before the offline model's last (148 of 150 under four busy pytest workers beside three other
+    # suites, session 19)
+    assert real["sim-a"] >= n - 5 and real["fake-gpt"] < n // 4
     # tolerance: 10 calls of the 150 per model (the forecast settles each call at its expected cost, about 5%
     # above what the simulated answers bill, so it stops a few fake-gpt calls earlier); main: sim-a 120, fake-gpt 48
     for name in ("sim-a", "fake-gpt"):

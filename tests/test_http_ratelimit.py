@@ -78,6 +78,7 @@ def _check_50(first: np.ndarray, second: np.ndarray) -> None:
     assert max_in_window(first, 1.0) >= 40 and max_in_window(second, 1.0) >= 40
 
 
+@pytest.mark.wallclock
 def test_rate_50_per_s_never_exceeded_also_after_idle():
     first, second = _rate_50_run(idle_s=1.5)
     assert second.min() - first.max() >= 1.5
@@ -85,12 +86,14 @@ def test_rate_50_per_s_never_exceeded_also_after_idle():
 
 
 @pytest.mark.slow
+@pytest.mark.wallclock
 def test_rate_50_per_s_never_exceeded_after_idle_minute():
     first, second = _rate_50_run(idle_s=60.0)
     assert second.min() - first.max() >= 60.0
     _check_50(first, second)
 
 
+@pytest.mark.wallclock
 def test_rate_1_per_s_nominatim_spacing():
     policy = HostPolicy(rate=1, period_s=1.0, concurrency=4, timeout_s=10.0)
 
@@ -105,6 +108,7 @@ def test_rate_1_per_s_nominatim_spacing():
     assert np.diff(t).min() >= 1.0
 
 
+@pytest.mark.wallclock
 def test_retry_after_pauses_host_for_every_worker():
     """A 429 with Retry-After: 5 -> no worker contacts the host for 5 s (server-side arrivals).
 

@@ -71,6 +71,7 @@ def _tag(rec: dict) -> str:
     return rec["params"]["w"]
 
 
+@pytest.mark.wallclock
 def test_three_processes_take_turns_on_a_one_per_second_host_and_survive_a_sigkill(tmp_path, boards):
     """Nominatim's 1 request/s shared by three processes: no two arrivals closer than 1.0 s, the host
     is kept busy at about the allowed rate with all three taking part, and after one process is
