@@ -21,6 +21,7 @@ DOC_FILES = (
     "geocontext-release.md",
     "configuration.md",
     "where-things-go.md",
+    "exports.md",
     "how-it-works.md",
     "development.md",
 )

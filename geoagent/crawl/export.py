@@ -229,6 +229,11 @@ def read_crawl_csv(path: str | Path) -> Any:
     Column types are inferred from the whole file, except the id columns (:func:`is_id_column`), which are
     read as ``String``: a CSV has no types, and a reader that guesses reads an all-digit ``image_id`` as an
     integer (dropping a leading zero, failing past 2^63). The same rule the exported Parquet files follow.
+    A column that is empty in every row, which inference makes ``String``, gets its declared type when the file
+    is a table with declared columns (named by its stem: :func:`crawl_table_schemas`, ``crawl_decisions``'
+    :func:`_decision_columns`, ``<site>_ladder_<ladder>.csv`` as ``ladders``), so the geometry columns of a
+    ``crawl_decisions.csv`` without a WDQS split read as ``Float64``, as in its Parquet file; list columns
+    (``parts``) stay JSON text, as they are in the CSV.
 
     Returns
     -------
@@ -239,8 +244,22 @@ def read_crawl_csv(path: str | Path) -> Any:
 
     path = Path(path)
     header = pl.read_csv(path, n_rows=0).columns
-    return pl.read_csv(path, infer_schema_length=None,
-                       schema_overrides={c: pl.String for c in header if is_id_column(c)})
+    df = pl.read_csv(path, infer_schema_length=None,
+                     schema_overrides={c: pl.String for c in header if is_id_column(c)})
+    declared = _declared_of(path.stem)
+    empty = [c for c in df.columns if c in declared and df.schema[c] == pl.String and declared[c] != pl.String
+             and not isinstance(declared[c], (pl.List, pl.Array, pl.Struct)) and df[c].null_count() == df.height]
+    return df.with_columns(pl.lit(None, dtype=declared[c]).alias(c) for c in empty) if empty else df
+
+
+def _declared_of(stem: str) -> dict[str, Any]:
+    """Declared column -> Polars type of the crawl table a CSV file stem names ({} for none)."""
+    if stem == CRAWL_DECISIONS_TABLE:
+        return _decision_columns()
+    schemas = crawl_table_schemas()
+    if stem in schemas:
+        return schemas[stem]
+    return schemas["ladders"] if "_ladder_" in stem else {}
 
 
 def ids_as_text(df: Any) -> Any:
