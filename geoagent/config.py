@@ -1445,7 +1445,10 @@ def root_override_warnings(cfg: "CampaignConfig") -> list[str]:
     GeoVerify or GeoHint campaign plans from and no ``replay`` model reads its file from the release folder,
     ``[paths] release_dir`` is read for nothing, so its override is not named either (the demo's filled-in configs
     set both: a ``$GEOAGENT_RELEASE`` exported for another campaign drew a warning that told the user to unset it
-    although the demo read its crawl's folder). Returns [] when nothing is overridden or both name the same folder.
+    although the demo read its crawl's folder). For a GeoVerify or GeoHint campaign the ``release_dir`` line also
+    names ``[geoverify] release_dir`` (``[geohint] ...``), which wins over both the variable and ``[paths]
+    release_dir`` for the tables it plans from (replay files under the release folder still follow the variable).
+    Returns [] when nothing is overridden or both name the same folder.
     """
     out = []
     for key, env in (("queues", C.ENV_QUEUES_ROOT), ("state", C.ENV_STATE_ROOT), ("release_dir", C.ENV_RELEASE_DIR)):
@@ -1457,8 +1460,20 @@ def root_override_warnings(cfg: "CampaignConfig") -> list[str]:
             continue
         if _same_path(written, value):  # also another spelling of it: relative, a symlink, `..`, a trailing /
             continue
-        out.append(f"[paths] {key} = {written!r} is overridden by ${env} = {value!r} (the environment wins); "
-                   f"unset {env} to use the file's folder")
+        fix = f"unset {env} to use the file's folder"
+        kind = cfg.campaign.kind
+        if key == "release_dir" and kind in ("geohint", "geoverify"):
+            # the task section's own key wins over both for the folder the campaign plans from
+            # (geoagent.sandbox.launch.campaign_release_dir); a replay file under the release folder still follows
+            # the variable (CampaignConfig.replay_path), which is why this line can appear with that key set too
+            sec = cfg.tasks.get(kind)
+            if isinstance(sec, Mapping) and sec.get("release_dir"):
+                fix += (f"; [{kind}] release_dir wins over both for the tables the campaign plans from, but a replay "
+                        f"file under [paths] release_dir follows {env}")
+            else:
+                fix += (f", or name the folder as [{kind}] release_dir, which wins over both (the variable and "
+                        f"[paths] release_dir) for the tables the campaign plans from")
+        out.append(f"[paths] {key} = {written!r} is overridden by ${env} = {value!r} (the environment wins); {fix}")
     return out
 
 

@@ -2812,8 +2812,13 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
     # what the real run would refuse to start for: the dry run exits 2 as the run would, after its report
     refusals = []
     if n_vars:
+        from geoagent.secrets import empty_where
+
         names = list(dict.fromkeys([var for var, _ in missing] + [var for var, _ in others]))
-        refusals.append(f"{'variables' if n_vars > 1 else 'variable'} {', '.join(names)} not set")
+        empty = [v for v in names if empty_where(v, dotenv_path=dotenv_path)]  # `NAME=`: not "not set" (walk19)
+        unset = [v for v in names if v not in empty]
+        said = ([f"{', '.join(unset)} not set"] if unset else []) + ([f"{', '.join(empty)} set but empty"] if empty else [])
+        refusals.append(f"{'variables' if n_vars > 1 else 'variable'} {'; '.join(said)}")
         out.exit_code = EXIT_CONFIG
     if plan_refusals:
         refusals.append("images without a file for a real model")

@@ -163,10 +163,11 @@ class MissingImages:
 
     def paths_note(self) -> str:
         """What the paths of :meth:`first_missing` are relative to, for messages: `` (paths as written in the
-        table: not resolved against any folder)`` without ``image_root``, `` (relative to the working directory
+        table: not resolved against any folder, since geoverify.image_root is not set)`` without ``image_root``
+        (the config key :attr:`key` named, not "the key": the message is read next to API key errors), `` (relative to the working directory
         /cwd)`` for a relative ``image_root``, "" for an absolute one (the paths are absolute)."""
         if not self.image_root:
-            return " (paths as written in the table: not resolved against any folder, since the key is not set)"
+            return f" (paths as written in the table: not resolved against any folder, since {self.key} is not set)"
         if not Path(self.image_root).is_absolute():
             return f" (relative to the working directory {os.getcwd()})"
         return ""

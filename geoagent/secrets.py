@@ -31,7 +31,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -300,8 +300,33 @@ def get_secret(
     secret = lookup_secret(env_name, dotenv_path=dotenv_path, environ=environ, local=local)
     if secret is None:
         where = Path(dotenv_path) if dotenv_path is not None else dotenv_path_default()
+        empty = empty_where(env_name, dotenv_path=dotenv_path, environ=environ)
+        if empty:
+            raise SecretNotFound(f"API key variable {env_name} is set but empty in {empty} (and not set elsewhere)")
         raise SecretNotFound(f"API key variable {env_name} is not set in the environment or in {where}")
     return secret
+
+
+def empty_where(
+    env_name: str,
+    *,
+    dotenv_path: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> str | None:
+    """Where a variable that :func:`lookup_secret` found no value for is *set but empty* (``NAME=`` or only
+    whitespace): ``"the environment"``, else the ``.env`` file's path (``".env"`` by default), else None (not
+    there at all, or the file cannot be read). Lets a message say "set but empty" instead of "not set"
+    (walk19 10c: ``OPENAI_API_KEY=`` in ``.env`` was reported as not set). Never returns or logs a value."""
+    env = os.environ if environ is None else environ
+    if env_name in env and not (env.get(env_name) or "").strip():
+        return "the environment"
+    try:
+        values = read_dotenv(dotenv_path)
+    except (OSError, ValueError):
+        return None
+    if env_name in values and values[env_name] is not None and not values[env_name].strip():
+        return str(Path(dotenv_path) if dotenv_path is not None else dotenv_path_default())
+    return None
 
 
 #: shortest run of a key's consecutive characters that :func:`mask_values` masks on its own: a server that
@@ -509,19 +534,31 @@ def missing_api_keys(
 
 
 def missing_keys_message(missing: list[tuple[str, str]], *, dotenv_path: str | os.PathLike[str] | None = None,
-                         others: list[tuple[str, str]] | tuple[()] = ()) -> str:
+                         others: list[tuple[str, str]] | tuple[()] = (),
+                         environ: Mapping[str, str] | None = None) -> str:
     """One sentence naming every missing variable (and the models that need it), never a value.
 
     ``missing`` is :func:`missing_api_keys`'s list, e.g. ``API key variables not set in the environment or in
     .env: OPENAI_API_KEY (model gpt), ANTHROPIC_API_KEY (models claude, haiku)``. ``others`` lists
     ``(variable, what needs it)`` of keys that are not a model's (e.g. ``MAPILLARY_TOKEN (the Mapillary
-    client, ...)``); they follow the models' variables.
+    client, ...)``); they follow the models' variables. A variable set to the empty string is said to be so
+    (``OPENAI_API_KEY (model gpt; set but empty in .env)``, headed "set but empty" when every one is:
+    :func:`empty_where`); ``environ`` is the environment to consult (default ``os.environ``).
     """
     by_var: dict[str, list[str]] = {}
     for var, model in missing:
         by_var.setdefault(var, []).append(model)
     where = Path(dotenv_path) if dotenv_path is not None else dotenv_path_default()
-    parts = [f"{var} (model{'s' if len(ms) > 1 else ''} {', '.join(ms)})" for var, ms in by_var.items()]
-    parts += [f"{var} ({who})" for var, who in others if var not in by_var]
+    empty = {var: e for var in list(by_var) + [v for v, _ in others]
+             if (e := empty_where(var, dotenv_path=dotenv_path, environ=environ))}
+
+    def why(var: str) -> str:
+        return f"; set but empty in {empty[var]}" if var in empty else ""
+
+    parts = [f"{var} (model{'s' if len(ms) > 1 else ''} {', '.join(ms)}{why(var)})" for var, ms in by_var.items()]
+    parts += [f"{var} ({who}{why(var)})" for var, who in others if var not in by_var]
     noun = "variables" if len(parts) > 1 else "variable"
-    return f"API key {noun} not set in the environment or in {where}: {', '.join(parts)}"
+    if empty and len(empty) == len(parts):  # every one is there, with no value: "not set" would send them looking
+        return f"API key {noun} set but empty (a value is needed): {', '.join(parts)}"
+    state = "not set (or set but empty)" if empty else "not set"
+    return f"API key {noun} {state} in the environment or in {where}: {', '.join(parts)}"

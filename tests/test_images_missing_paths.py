@@ -34,8 +34,9 @@ def _refusal(image_root):
 def test_unset_root_says_paths_are_not_resolved():
     msg = _refusal(None)
     assert "geoverify.image_root = not set (no folder: the GeoVerify table's image paths are looked up nowhere" in msg
-    assert ("First missing (paths as written in the table: not resolved against any folder, since the key is not "
-            "set): site_a/i0.jpg; site_b/i1.jpg") in msg
+    # the config key is named (walk19 10c: "since the key is not set" read as the API key)
+    assert ("First missing (paths as written in the table: not resolved against any folder, since "
+            "geoverify.image_root is not set): site_a/i0.jpg; site_b/i1.jpg") in msg
 
 
 def test_relative_root_names_the_working_directory(tmp_path, monkeypatch):
