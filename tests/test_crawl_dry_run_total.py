@@ -6,7 +6,9 @@ on image audits, but no total against ``[budget] cap_usd``, which the evaluation
 every image audit the config allows at its worst case, plus the referenceability calls at
 :data:`geoagent.crawl.campaign.OUTLINE_CANDIDATES` candidates in each city (the count is illustrative: the real one
 depends on what the crawl finds, and the line says so), against the cap; over the cap it says what the cap pays for.
-The shipped offline crawl config through the CLI entry (local fakes, illustrative prices)."""
+The shipped offline crawl config through the CLI entry (local fakes, illustrative prices), with its Wikidata endpoint
+set back to the public one (session 19: over the offline fake the count is the fake world's own, and the shipped
+example is within its cap: tests/test_friction_s19_crawl_help.py)."""
 
 from __future__ import annotations
 
@@ -36,10 +38,22 @@ def _worst(path):
     return f["image_audit_usd"] * f["max_image_audits"], ref
 
 
-def test_the_shipped_crawl_total_is_over_its_cap_and_says_what_the_cap_pays_for(isolated_roots, monkeypatch, capsys):
+def _real_wikidata(tmp_path, cap="0.50"):
+    """The shipped sandbox crawl against the public Wikidata endpoint (its default): priced at 1,000 candidates
+    per city, as the offline fake's own count (geoagent.crawl.campaign.outline_candidates) no longer applies."""
+    p = tmp_path / "crawl.toml"
+    text = CONFIG.read_text(encoding="utf-8")
+    assert 'wdqs = "http://wdqs.sandbox.invalid/sparql"\n' in text and "cap_usd = 1.00" in text
+    p.write_text(text.replace('wdqs = "http://wdqs.sandbox.invalid/sparql"\n', "")
+                 .replace("cap_usd = 1.00", f"cap_usd = {cap}"), encoding="utf-8")
+    return p
+
+
+def test_a_crawl_total_over_its_cap_says_what_the_cap_pays_for(isolated_roots, monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
-    out = _dry_run(CONFIG, capsys)
-    img, ref = _worst(CONFIG)
+    path = _real_wikidata(tmp_path)
+    out = _dry_run(path, capsys)
+    img, ref = _worst(path)
     line = next((ln for ln in out.splitlines() if ln.strip().startswith("total (worst case)")), None)
     assert line is not None, out  # before: no total line
     assert f"${img + ref:.4f}" in line and f"image audits ${img:.4f}" in line and f"referenceability ${ref:.4f}" in line
@@ -47,7 +61,7 @@ def test_the_shipped_crawl_total_is_over_its_cap_and_says_what_the_cap_pays_for(
     over = next(ln for ln in out.splitlines() if "!!! OVER CAP" in ln)
     m = re.search(r"about ([\d,]+) candidates per city", over)
     assert m, over
-    cfg = load_config(CONFIG)
+    cfg = load_config(path)
     f = crawl_budget_figures(cfg, cfg.section("crawl"))
     per_cand = (f["rating_usd"] + f["screen_usd"]) / f["batch_size"]
     n = int(m.group(1).replace(",", ""))
@@ -57,8 +71,7 @@ def test_the_shipped_crawl_total_is_over_its_cap_and_says_what_the_cap_pays_for(
 
 def test_a_cap_above_the_total_reads_within(isolated_roots, monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
-    p = tmp_path / "crawl.toml"
-    p.write_text(CONFIG.read_text(encoding="utf-8").replace("cap_usd = 0.50", "cap_usd = 100.00"), encoding="utf-8")
+    p = _real_wikidata(tmp_path, "100.00")
     out = _dry_run(p, capsys)
     img, ref = _worst(p)
     line = next(ln for ln in out.splitlines() if ln.strip().startswith("total (worst case)"))

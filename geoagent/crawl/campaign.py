@@ -784,8 +784,40 @@ def _shared_sites_warning(state_dir: str | Path, images_root: str | Path | None 
 
 
 #: per-city candidate count the dry run prices the referenceability audit at, as an example (the real count is
-#: known only once the Wikidata queries ran)
+#: known only once the Wikidata queries ran), unless the Wikidata endpoint is the offline fake
+#: (:func:`outline_candidates`)
 OUTLINE_CANDIDATES = 1000
+
+
+def outline_candidates(settings: CrawlSettings) -> tuple[list[int], str | None]:
+    """How many referenceability candidates the dry run prices for each configured city (config order), and
+    where the count comes from (None: :data:`OUTLINE_CANDIDATES`, an example).
+
+    Against a real Wikidata endpoint the count is known only once the crawl's queries ran, so every city is
+    priced at :data:`OUTLINE_CANDIDATES` (1,000). When ``[crawl.endpoints] wdqs`` is the offline fake
+    (``*.sandbox.invalid``, or its local URL while served: :func:`geoagent.sandbox.launch.served_fake_name`), what
+    it can return is known: the fake
+    serves :func:`geoagent.demo.demo_world` (fixed seed, whatever the config's), and a city's candidates are
+    items within ``[crawl.referenceability] radius_km`` of a site, its sites within ``[crawl.sampler] radius_km``
+    of the city's coordinates, so the count of the world's distinct items within the sum of both radii (km,
+    haversine) of the city is an upper bound (the sandbox world: 309 for Sandbox City and Mirror Bay, 0 for
+    Sprawl Town at the default radii 3 + 6 km). Returns ``(counts, basis)``; ``basis`` is a phrase for the
+    outline. Raises nothing (a ``*.sandbox.invalid`` host naming no fake is priced as a real endpoint)."""
+    n = len(settings.cities)
+    from geoagent.sandbox.launch import served_fake_name
+
+    # as written, or rewritten to the fake's local URL once geoagent.sandbox.launch serves it
+    if served_fake_name(settings.endpoints.wdqs) != "wdqs":
+        return [OUTLINE_CANDIDATES] * n, None
+    from geoagent.demo import demo_world
+    from geoagent.geo import haversine_km
+
+    reach = settings.sampler.radius_km + settings.referenceability.radius_km
+    items = {e.qid: (e.lat, e.lon) for e in demo_world().entities}
+    counts = [sum(1 for lat, lon in items.values() if haversine_km(c.lat, c.lon, lat, lon) <= reach)
+              for c in settings.cities]
+    return counts, (f"the offline fake's Wikidata items within {reach:g} km of each city: sampler radius_km "
+                    f"{settings.sampler.radius_km:g} + referenceability radius_km {settings.referenceability.radius_km:g}")
 
 
 #: the character the outline's candidate labels are made of: 4 UTF-8 bytes, the most the reservation rule counts
@@ -907,9 +939,12 @@ def crawl_budget_outline(cfg: Any, settings: CrawlSettings) -> list[str]:
     how = f"2 calls (rating, sensitivity screen) per {rs.batch_size} candidates within {rs.radius_km:g} km of a city's sites"
     if f["rating_usd"] is not None:
         per_batch = f["rating_usd"] + f["screen_usd"]
-        n_batches = math.ceil(OUTLINE_CANDIDATES / rs.batch_size)
+        counts, basis = outline_candidates(settings)
+        most = max(counts, default=0) if basis else OUTLINE_CANDIDATES
+        n_batches = math.ceil(most / rs.batch_size)
+        which = f"{most:,} candidates in a city" if not basis else f"at most {most:,} candidates in a city ({basis})"
         lines.append(f"    referenceability (model {rs.model!r}): {how}, up to ${per_batch:.4f} per {rs.batch_size}; "
-                     f"{OUTLINE_CANDIDATES:,} candidates in a city: {2 * n_batches} calls, up to ${per_batch * n_batches:.2f}, "
+                     f"{which}: {2 * n_batches} calls, up to ${per_batch * n_batches:.2f}, "
                      "plus re-asks: an answer that does not cover every candidate is asked again in halves")
     else:
         lines.append(f"    referenceability (model {rs.model!r}): {how}, free (no prices)")
@@ -923,9 +958,10 @@ def _outline_total(cfg: Any, settings: CrawlSettings, f: dict[str, Any]) -> list
     gives it (:func:`geoagent.engine.estimate_lines`: ``worst $W, cap $C (within cap)`` and ``!!! OVER CAP``).
 
     Worst case, USD: every image audit the config allows (``max_image_audits``) at its worst case, plus the
-    referenceability calls for :data:`OUTLINE_CANDIDATES` candidates in each configured city (2 calls per batch of
-    ``batch_size``, each batch at its worst case); a model without prices counts $0. The candidate count is
-    illustrative (the real one depends on what the crawl finds), and re-asks of unparseable batches are not in it.
+    referenceability calls for each configured city's candidates (:func:`outline_candidates`: the offline fake's
+    own count when ``wdqs`` is the fake, else :data:`OUTLINE_CANDIDATES`) (2 calls per batch of ``batch_size``,
+    each batch at its worst case); a model without prices counts $0. Against a real endpoint the candidate count
+    is illustrative (the real one depends on what the crawl finds); re-asks of unparseable batches are not in it.
     Over the cap, the second line says how many candidates per city the cap pays for at the worst case once every
     image audit is paid (whole batches). The cap itself never depends on this figure: the ledger stops the crawl
     before any call that could pass it (exit 4). Returns one or two lines, indented as the outline's."""
@@ -935,14 +971,18 @@ def _outline_total(cfg: Any, settings: CrawlSettings, f: dict[str, Any]) -> list
     n_cities = len(settings.cities)
     img = (f["image_audit_usd"] or 0.0) * f["max_image_audits"]
     per_batch = (f["rating_usd"] or 0.0) + (f["screen_usd"] or 0.0)
-    n_batches = math.ceil(OUTLINE_CANDIDATES / f["batch_size"])
-    ref = per_batch * n_batches * n_cities
+    counts, basis = outline_candidates(settings)
+    ref = per_batch * sum(math.ceil(c / f["batch_size"]) for c in counts)
     worst = img + ref
     within = worst <= cap + 1e-12
     bound = "" if f["image_bounded"] else " (image audits of originals at a 2048-px photo: not an upper bound)"
+    if basis is None:
+        cands = (f"{OUTLINE_CANDIDATES:,} candidates in each of {count_text(n_cities, 'city', 'cities')}; the real "
+                 "count depends on what the crawl finds")
+    else:
+        cands = f"{', '.join(f'{c:,}' for c in counts)} candidates in the {count_text(n_cities, 'city', 'cities')}: {basis}"
     lines = [f"    total (worst case): ${worst:.4f} = image audits ${img:.4f} + referenceability ${ref:.4f} "
-             f"({OUTLINE_CANDIDATES:,} candidates in each of {count_text(n_cities, 'city', 'cities')}; the real count "
-             f"depends on what the crawl finds){bound}; cap ${cap:,.2f} ({'within' if within else 'OVER'} cap)"]
+             f"({cands}){bound}; cap ${cap:,.2f} ({'within' if within else 'OVER'} cap)"]
     if not within:
         if per_batch > 0 and n_cities and cap > img:
             # + 1e-9: a quotient that is whole in decimal must not floor to one less

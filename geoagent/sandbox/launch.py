@@ -209,6 +209,27 @@ def _walk_urls(obj: Any) -> list[str]:
     return []
 
 
+#: local base URL -> fake name, for the fakes :func:`launch` serves right now (this process)
+_SERVED: dict[str, str] = {}
+
+
+def served_fake_name(url: str) -> str | None:
+    """The fake ``url`` reaches: :func:`fake_name` of a ``*.sandbox.invalid`` URL, or the name of a fake that
+    :func:`launch` serves in this process at the URL's local base (a config after :func:`rewrite_config`);
+    None for anything else, a ``*.sandbox.invalid`` host naming no fake included. Raises nothing."""
+    try:
+        name = fake_name(url)
+    except ValueError:
+        return None
+    if name:
+        return name
+    netloc = urlsplit(url).netloc
+    for base, served in list(_SERVED.items()):
+        if netloc and urlsplit(base).netloc == netloc:  # rewrite_config keeps the path, swaps the host
+            return served
+    return None
+
+
 def requested_fakes(cfg: Any) -> list[str]:
     """The fakes ``cfg`` names, in :data:`FAKES` order."""
     urls = [m.base_url for m in cfg.models if m.base_url] + _walk_urls(cfg.tasks)
@@ -345,4 +366,10 @@ async def launch(cfg: Any, *, gazetteer: Any = None) -> AsyncIterator[Any]:
             app = _app(name, cfg, gazetteer, world_apps)
             app.middlewares.insert(0, _counting(name))  # outermost: counts injected faults too
             bases[name] = await stack.enter_async_context(serve(app))
-        yield rewrite_config(cfg, bases)
+        served = {base: name for name, base in bases.items()}
+        _SERVED.update(served)
+        try:
+            yield rewrite_config(cfg, bases)
+        finally:
+            for base in served:
+                _SERVED.pop(base, None)
