@@ -505,6 +505,30 @@ COMMAND_EXIT_CODES: dict[str, dict[int, str]] = {
 }
 
 
+#: the top-level help's list of the environment variables geoagent reads (every ``GEOAGENT_*`` name in the
+#: package: tests/test_friction_s19_crawl_help.py scans the source) and of the paper-replication tools, which are
+#: modules rather than subcommands (walk19 section 7: no --help named either); docs/configuration.md,
+#: "Environment variables", says more
+ENVIRONMENT_EPILOG = """environment variables (from the environment only; API keys and the Redis URL also from .env):
+  GEOAGENT_RELEASE       GeoContext release folder; wins over [paths] release_dir, while [geoverify] /
+                         [geohint] release_dir win over both (default ../shared/reference/geocontext)
+  GEOAGENT_QUEUES        queues root (wins over [paths] queues; default ./queues)
+  GEOAGENT_STATE         state root: results, reports, exports (wins over [paths] state; default ./state)
+  GEOAGENT_STOP_GRACE_S  seconds in-flight calls may finish after Ctrl-C / SIGTERM (default 30)
+  GEOAGENT_DOTENV        the .env file API keys are read from (default ./.env)
+  GEOAGENT_REDIS_URL     [backend] kind = "redis": the server's URL (the default name of url_env)
+  GEOAGENT_REDIS_RETRY_S how long a Redis call retries a server that went away (default 45 s)
+  GEOAGENT_DEMO_MAPILLARY_TOKEN  `demo` only: the sandbox Mapillary token (default MLY|sandbox|demo)
+  API keys: the variables [[models]] api_key_env name (else OPENAI_API_KEY, ANTHROPIC_API_KEY, ...) and
+  MAPILLARY_TOKEN, from the environment or .env
+
+paper-replication tools (modules, not subcommands; they read their RELEASE_DIR argument, not GEOAGENT_RELEASE):
+  python -m geoagent.geohint.judged RELEASE_DIR OUT_DIR       re-score the release's judged GeoHint answers
+  python -m geoagent.geohint.raw_import RELEASE_DIR OUT_DIR   re-parse its raw forced_chain answers (Table 11)
+  see docs/geocontext-release.md; the variables: docs/configuration.md
+"""
+
+
 def command_exit_codes_epilog(command: str) -> str:
     """The ``exit codes:`` table of subcommand ``command`` (:data:`COMMAND_EXIT_CODES`), in the layout of
     :data:`EXIT_CODES_EPILOG`; the full table for a command not listed."""
@@ -535,7 +559,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog or _prog(),
         description="geoagent: crawl open map/photo APIs and run resumable, cost-capped VLM geolocation campaigns.",
-        epilog=EXIT_CODES_EPILOG,
+        epilog=EXIT_CODES_EPILOG + "\n" + ENVIRONMENT_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
