@@ -39,9 +39,12 @@ def test_crawl_dry_run_outline_bounds_what_the_crawl_reserves(isolated_roots, mo
     assert f"up to ${fig['image_audit_usd']:.4f} each" in img_line
     ref_line = next(line for line in out.splitlines() if "referenceability (model 'sandbox-text-auditor')" in line)
     per_batch = fig["rating_usd"] + fig["screen_usd"]
-    assert f"up to ${per_batch:.4f} per 40" in ref_line and "1,000 candidates in a city: 50 calls" in ref_line
-    assert "plus re-asks" in ref_line  # unparseable batches are asked again in halves: not in the 50
-    assert re.search(r"the \[budget\] cap \(\$0\.50\) holds", out)
+    # over the offline fake the candidate count is the fake world's own (session 19; 1,000 against a real endpoint:
+    # tests/test_crawl_dry_run_total.py), an upper bound checked against the crawl below
+    assert f"up to ${per_batch:.4f} per 40" in ref_line and "at most 309 candidates in a city (the offline fake" in ref_line
+    assert ": 16 calls" in ref_line
+    assert "plus re-asks" in ref_line  # unparseable batches are asked again in halves: not in the 16
+    assert re.search(r"the \[budget\] cap \(\$1\.00\) holds", out)
 
     # the crawl itself: the session's one of this config (tests/_crawl_once.py), restored under a root of its own
     # (the dry run leaves no state: tests/test_crawl_sandbox_config.py), with the data roots pointed there
@@ -57,3 +60,11 @@ def test_crawl_dry_run_outline_bounds_what_the_crawl_reserves(isolated_roots, mo
     assert len(image) <= fig["max_image_audits"]
     assert max(image) <= fig["image_audit_usd"] + 1e-12
     assert max(text) <= max(fig["rating_usd"], fig["screen_usd"]) + 1e-12
+    # each city's candidates at most the outline's count for it (309 for Sandbox City and Mirror Bay)
+    import csv
+
+    with open(root / "state" / "crawl-sandbox" / "candidate_referenceability_by_city.csv", encoding="utf-8") as fh:
+        per_city: dict[str, int] = {}
+        for r in csv.DictReader(fh):
+            per_city[r["city"]] = per_city.get(r["city"], 0) + 1
+    assert per_city and max(per_city.values()) <= 309, per_city
