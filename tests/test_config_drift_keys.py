@@ -55,6 +55,7 @@ def test_work_left_queued_warns_with_the_changed_keys_redacted(tmp_path, capsys)
     err = capsys.readouterr().err
     assert ("warning: campaign drift-left: models changed since its last run (models[0].headers.X-Title: "
             "'plain-title' -> '***'; models[0].max_output_tokens: 512 -> 256); 6 tasks an earlier run left "
-            "queued, in flight or dead-lettered keep their original requests, so results would mix both "
-            "versions") in err
+            "queued, in flight or dead-lettered will be sent with the new [[models]] settings (only what "
+            "planning fixed stays as planned: the prompt text and a task section's max_output_tokens), while "
+            "the answers already stored keep the old ones, so results would mix both versions") in err
     assert secret not in err

@@ -239,7 +239,10 @@ def decide(name: str, calls: list[str], call_keys: dict[str, tuple[Any, Any]], *
     added : int
         Tasks this run's plan added to the plan edge (keys not queued before).
     left_before : int
-        Tasks of any edge an earlier run left ready, leased or dead-lettered (they keep their old requests).
+        Tasks of any edge an earlier run left ready, leased or dead-lettered. Their queued payloads fix only
+        what planning put there (the prompt text, a task section's ``max_output_tokens``); the ``[[models]]``
+        settings are read from the current config when a task is sent
+        (:func:`geoagent.workers.model_caller.build_request`), so they go out with the new settings.
     keys_text : str
         The changed keys as printed (redacted, cut; :func:`geoagent.cli._changed_keys_text`).
     """
@@ -270,7 +273,9 @@ def decide(name: str, calls: list[str], call_keys: dict[str, tuple[Any, Any]], *
                          f"next to {done_before} done under the old ones")
         if left_before:
             parts.append(f"{left_before} task{'s' if left_before != 1 else ''} an earlier run left queued, in "
-                         "flight or dead-lettered keep their original requests")
+                         "flight or dead-lettered will be sent with the new [[models]] settings (only what "
+                         "planning fixed stays as planned: the prompt text and a task section's "
+                         "max_output_tokens), while the answers already stored keep the old ones")
         line = (f"warning: campaign {name}: {what}; {'; '.join(parts)}, so results would mix both versions (the "
                 "summary, the report and the manifest count the answers made under each request setting). Use a new [campaign] name "
                 "to apply the change to every trial (raising [budget] cap_usd is fine).")
