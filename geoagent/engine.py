@@ -2091,6 +2091,12 @@ async def _run(
                 if cfg.models and all(m.name in sim for m in cfg.models):
                     outcome.spend_note = SIMULATED_SPEND_NOTE
         return outcome
+    except BaseException as exc:
+        if view is not None and not isinstance(exc, (KeyboardInterrupt, anyio.get_cancelled_exc_class())):
+            # the work ended but writing its end failed (a report folder not writable, a full disk): the
+            # manifest must not call the run complete; its report and exports were not (all) rewritten
+            status = "failed"
+        raise
     finally:
         for q in queues.values():
             await q.close()

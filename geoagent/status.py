@@ -576,6 +576,11 @@ def format_status(st: dict[str, Any]) -> str:
                      "names the model and the cause)")
     elif complete:
         lines.append("  campaign complete: every queue drained, nothing dead-lettered")
+    if ended == ["failed"] and not st.get("running"):
+        # the run's work may have ended, but its end did not: the report and exports on disk are older
+        lines.append("  the last run ended in an error (manifest.json records it 'failed'; its console said why): "
+                     "the report and exports were not rewritten by it, the files on disk may be older than the "
+                     "queues: fix the cause and re-run the same command")
     aside = sum((st.get("superseded") or {}).values())
     if aside:
         lines.append(f"  set aside: {aside} task{'s' if aside != 1 else ''} superseded, not in the current plan (the "

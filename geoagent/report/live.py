@@ -121,9 +121,11 @@ class LiveReport:
         # a failing live report must not stop the campaign: log it, the aggregated counts are kept
         try:
             return fn()
-        except Exception:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001
             self.failed += 1
-            log.exception("%s live report failed; the aggregated counts are kept", self.what)
+            # one line; the traceback only under -v (debug logging), like the CLI's other errors
+            log.error("%s live report failed; the aggregated counts are kept: %s", self.what, exc,
+                      exc_info=log.isEnabledFor(logging.DEBUG))
             return None
 
     def start(self, fn: Callable[[], Any]) -> bool:
