@@ -62,6 +62,21 @@ class PipelineRun:
 REPEAT_SIGNAL_S = 0.5
 
 
+def repeat_ignored_message(signum: int) -> str:
+    """The line printed when a repeat of the stop signal within :data:`REPEAT_SIGNAL_S` is ignored (taken for
+    the same request delivered twice, as GNU ``timeout`` does): a quick double press is not silently lost."""
+    name = "Ctrl-C" if signum == signal.SIGINT else _signal_name(signum)
+    return (f"second {name} within {REPEAT_SIGNAL_S:g} s ignored (taken for a repeat of the first); "
+            f"{'press it' if signum == signal.SIGINT else 'send it'} again to exit at once")
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
 class LateSignals:
     """SIGINT / SIGTERM handling for the end of a run, after :func:`run_pipeline` returned: every task has ended
     (done, dead-lettered, or left queued by a stop already decided), and the report, export and summary are
@@ -79,6 +94,7 @@ class LateSignals:
         self._at = 0.0
         self._signum = 0
         self._stopped = False
+        self._said_repeat = False
         self._before: dict[int, Any] = {}
 
     def install(self, *, stopped: bool = False) -> None:
@@ -94,13 +110,17 @@ class LateSignals:
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.received is not None and signum == self._signum and time.monotonic() - self._at < REPEAT_SIGNAL_S:
-            return  # the first request delivered twice (GNU timeout: process and group), not a 2nd press
+            # the first request delivered twice (GNU timeout: process and group), not a 2nd press: said once
+            if not self._said_repeat:
+                self._said_repeat = True
+                os.write(2, (repeat_ignored_message(signum) + "\n").encode())
+            return
         if self._stopped or self.received is not None:
             os.write(2, b"second signal: exiting at once; acknowledged work is kept\n")
             os._exit(130)
         self.received, self._signum, self._at = signal.Signals(signum).name, signum, time.monotonic()
         os.write(2, f"{self.received} after every task had ended: finishing the report and export (it cuts "
-                    "nothing short; press again to exit at once)\n".encode())
+                    f"nothing short; press again (after {REPEAT_SIGNAL_S:g} s) to exit at once)\n".encode())
 
     def restore(self) -> None:
         """Put back the handlers :meth:`install` replaced (main thread only)."""
@@ -146,11 +166,9 @@ def stop_message(signum: int, grace_s: float) -> str:
     if signum == signal.SIGINT:
         name, again = "SIGINT (Ctrl-C)", "press Ctrl-C again"
     else:
-        try:
-            name = signal.Signals(signum).name
-        except ValueError:
-            name = f"signal {signum}"
+        name = _signal_name(signum)
         again = f"send {name} again"
+    again += f" (after {'half a second' if REPEAT_SIGNAL_S == 0.5 else f'{REPEAT_SIGNAL_S:g} s'}: a quicker repeat is taken for the same request)"
     return (f"stopping on {name}: finishing in-flight work (up to {grace_s:.0f} s), then saving; "
             f"{again} to exit at once (work in flight is redone on resume)")
 
@@ -256,10 +274,15 @@ async def run_pipeline(
 
     async def signal_watcher(scope: anyio.CancelScope) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            count, first, first_at = 0, None, 0.0
+            count, first, first_at, said_repeat = 0, None, 0.0, False
             async for signum in signals:
                 if count and signum == first and time.monotonic() - first_at < REPEAT_SIGNAL_S:
-                    continue  # the first request delivered twice (GNU timeout: process and group), not a 2nd press
+                    # the first request delivered twice (GNU timeout: process and group), not a 2nd press: a
+                    # quick double press is told so, once
+                    if not said_repeat:
+                        said_repeat = True
+                        log.warning("%s", repeat_ignored_message(signum))
+                    continue
                 count += 1
                 if count == 1:
                     first, first_at = signum, time.monotonic()
