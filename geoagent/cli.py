@@ -277,9 +277,12 @@ def _cmd_status(args: argparse.Namespace) -> int:
     from geoagent.runtime.backend import check_backend_unchanged
     from geoagent.status import campaign_status, format_status
 
+    from geoagent.runtime.sqlite_wal import reading_only
+
     cfg = _load(args.config)
     check_backend_unchanged(cfg)  # the other backend would show an empty campaign
-    st = campaign_status(cfg)
+    with reading_only():  # read-only, as its --help says: a read-only (archived, shared) campaign is shown too
+        st = campaign_status(cfg)
     print(format_status(st))
     # no queues where they were looked for, though the state folder shows runs: a wrong queues root (exit 2)
     return 2 if st.get("state_ran") else 0

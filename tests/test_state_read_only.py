@@ -1,6 +1,6 @@
 """A campaign whose state or queue folder is read-only (a read-only mount, an archived copy, another user's
-folder) ends ``run`` and ``status`` with one ``error:`` line naming the SQLite file and why, exit 2, not a
-traceback: in WAL mode even a reader must make the ``-shm`` file beside the database, so SQLite answers
+folder) ends ``run`` with one ``error:`` line naming the SQLite file and why, exit 2, not a traceback
+(``status``, read-only, shows such a campaign and creates no file: :func:`geoagent.runtime.sqlite_wal.reading_only`): in WAL mode even a reader must make the ``-shm`` file beside the database, so SQLite answers
 ``unable to open database file`` (:class:`geoagent.runtime.sqlite_wal.DatabaseAccessError`). Before, both
 commands died with ``sqlite3.OperationalError`` / ``QueueError`` tracebacks (exit 1).
 
@@ -53,7 +53,7 @@ def test_read_only_campaign_folder_is_one_clear_error(tmp_path, root, edge_file)
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
     folder = tmp_path / root / "ro"
     before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
-    for command in (["run", str(cfg), "--no-live"], ["status", str(cfg)]):
+    for command in (["run", str(cfg), "--no-live"],):
         out = _read_only(folder, *command)
         text = out.stdout + out.stderr
         assert "Traceback" not in text, text[-3000:]
@@ -62,7 +62,14 @@ def test_read_only_campaign_folder_is_one_clear_error(tmp_path, root, edge_file)
         assert len(errors) == 1, out.stderr
         assert str(folder / edge_file) in errors[0] and "cannot be opened for writing" in errors[0]
         assert "read-only file system" in errors[0] or "may not write" in errors[0]
+    # `status` (read-only, as its --help says) shows the read-only campaign (walkthrough 19, finding 3: it
+    # refused it with "cannot be opened for writing")
+    seen = _read_only(folder, "status", str(cfg))
+    assert seen.returncode == 0 and "Traceback" not in seen.stderr, seen.stdout + seen.stderr[-3000:]
+    assert "done        4" in seen.stdout and "campaign complete" in seen.stdout, seen.stdout
     after = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
     assert after == before  # nothing was written
+    names = sorted(p.name for p in folder.iterdir())
     again = _cli("status", str(cfg))  # writable again: the campaign reads as before
     assert again.returncode == 0 and "done" in again.stdout, again.stdout + again.stderr
+    assert sorted(p.name for p in folder.iterdir()) == names  # status creates no file (no -wal / -shm left)

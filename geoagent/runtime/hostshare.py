@@ -1042,7 +1042,9 @@ def board_pauses(state_dir: str | Path) -> dict[str, float]:
     if not path.is_file():
         return {}
     try:
-        conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=1.0)
+        from geoagent.runtime.sqlite_wal import connect_read_only
+
+        conn = connect_read_only(path, timeout=1.0)  # mode=ro, or immutable=1 where that would create files
     except sqlite3.Error:
         return {}
     try:

@@ -46,7 +46,7 @@ from typing import Any, TypeVar
 
 from geoagent.runtime.errors import PicklableError
 from geoagent.runtime.procs import boot_id, proc_start, process_alive
-from geoagent.runtime.sqlite_wal import connect, damaged_file_error, enable_wal
+from geoagent.runtime.sqlite_wal import connect, damaged_file_error, enable_wal, is_reading_only
 from geoagent.runtime.stage import BudgetStop
 
 T = TypeVar("T")
@@ -211,6 +211,10 @@ class CampaignDB:
                 raise damaged from None
 
     def executescript(self, script: str) -> None:
+        """Run a schema script; skipped under :func:`geoagent.runtime.sqlite_wal.reading_only` (``status``
+        reads an existing file as it is, and the schema scripts write)."""
+        if is_reading_only():
+            return
         with self._lock:
             self._conn.executescript(script)
 
@@ -528,6 +532,9 @@ class Ledger:
         self.db = db
         db.executescript(_SCHEMA)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{_pysecrets.token_hex(6)}"
+        if is_reading_only():  # `status`: reads the ledger, registers no owner and books nothing
+            self.recovered = 0
+            return
         with db.transaction() as conn:
             conn.execute(
                 "INSERT INTO ledger_owners (token, host, pid, proc_start, started_at) VALUES (?, ?, ?, ?, ?)",

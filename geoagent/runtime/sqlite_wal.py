@@ -9,12 +9,13 @@ database file in this project goes through :func:`enable_wal`, which retries unt
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 
 class DatabaseFileError(ValueError):
@@ -101,10 +102,63 @@ def unwritable_file_error(conn: sqlite3.Connection | None, exc: sqlite3.Error, p
                                        "written to it. Run with a writable folder")
 
 
+#: set by :func:`reading_only` (``run.py status``): :func:`connect` opens existing files read-only and never
+#: creates one
+_READ_ONLY: list[bool] = [False]
+
+
+@contextlib.contextmanager
+def reading_only() -> Iterator[None]:
+    """Within the block, :func:`connect` opens the campaign's SQLite files read-only (URI ``mode=ro``; a file
+    that is missing raises ``sqlite3.OperationalError`` instead of being created), and :func:`enable_wal` leaves
+    the journal mode as it is. When the folder is read-only, SQLite cannot make the ``-shm`` file a WAL reader
+    needs, and the file is then opened ``immutable=1``: read as it is on disk, without locks, so a run writing
+    it at that moment may be read mid-way (a read-only folder has no such run). A file with no ``-wal`` beside
+    it (closed cleanly: every write is in it) is opened ``immutable=1`` too, since a ``mode=ro`` reader would
+    create the ``-wal`` and ``-shm`` files and leave them; so nothing is created (a run starting in the same
+    instant may be read mid-way: the display is a snapshot). ``run.py status`` reads under it (its ``--help``
+    says read-only): it shows an archived or shared read-only campaign."""
+    before = _READ_ONLY[0]
+    _READ_ONLY[0] = True
+    try:
+        yield
+    finally:
+        _READ_ONLY[0] = before
+
+
+def is_reading_only() -> bool:
+    """Whether the caller runs under :func:`reading_only` (openers then skip their schema scripts and
+    registrations: the file is read as it is)."""
+    return _READ_ONLY[0]
+
+
+def connect_read_only(path: str | os.PathLike[str], **kwargs: Any) -> sqlite3.Connection:
+    """:func:`connect` under :func:`reading_only`: ``mode=ro``, else ``mode=ro&immutable=1`` when SQLite cannot
+    open the file for reading with locks (no writable folder for the WAL's ``-shm``)."""
+    p = Path(path).absolute()
+    if not p.is_file():
+        raise sqlite3.OperationalError(f"unable to open database file: {p} does not exist (read-only: not created)")
+    kwargs = {**kwargs, "uri": True}
+    if not p.with_name(p.name + "-wal").exists():
+        # no WAL beside it: every write is in the file and no process has it open in WAL mode; a mode=ro reader
+        # would make the -wal and -shm files and leave them, an immutable one creates nothing
+        return sqlite3.connect(f"{p.as_uri()}?mode=ro&immutable=1", **kwargs)
+    conn = sqlite3.connect(f"{p.as_uri()}?mode=ro", **kwargs)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.OperationalError:
+        conn.close()
+    return sqlite3.connect(f"{p.as_uri()}?mode=ro&immutable=1", **kwargs)
+
+
 def connect(path: str | os.PathLike[str], **kwargs: Any) -> sqlite3.Connection:
     """``sqlite3.connect(path, **kwargs)``; a file that cannot be made or opened because its folder or the file is
     read-only raises :class:`DatabaseAccessError` (naming it) instead of SQLite's ``unable to open database file``.
+    Under :func:`reading_only` the file is opened read-only (never created).
     """
+    if _READ_ONLY[0]:
+        return connect_read_only(path, **kwargs)
     try:
         return sqlite3.connect(path, **kwargs)
     except sqlite3.OperationalError as exc:
@@ -183,6 +237,10 @@ def enable_wal(conn: sqlite3.Connection, *, timeout_s: float, retry_s: float = 0
     sqlite3.OperationalError
         Any other error than busy, or busy for longer than ``timeout_s``.
     """
+    if _READ_ONLY[0]:
+        # reading_only(): nothing is switched, and "wal" is returned whatever the file reports (an immutable
+        # read reports "delete"), so callers read it as it is
+        return "wal"
     deadline = time.monotonic() + timeout_s
     while True:
         try:
