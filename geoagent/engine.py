@@ -1870,6 +1870,9 @@ async def _run(
     answered_at_start = sum(_answered_by_model(ctx, planned_by_model, cfg, kind.plan_edge).values())
     manifest = Manifest(ctx.services.get("config_as_written", cfg), state_dir=cfg.state_dir())
     run_id = manifest.start_run(command="run", extra={"planned": n_planned, "stages": [s.name for s in stages],
+                                                      # --watch: `status` reads drained queues as idling, not
+                                                      # as the run finishing its report (geoagent.status)
+                                                      "watch": bool(watch),
                                                       # how the plan differs from the last run's (the start's
                                                       # "plan changed since the last run" line, its counts)
                                                       **({"plan_change": plan_change} if plan_change else {}),

@@ -278,6 +278,8 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
             "stages": pipeline_stages(cfg) if not queues else [], "answered_by_model": answered,
             "queues_dir": (Path(cfg.queues_root()) / cfg.name).absolute(),
             "run_outcomes": _run_outcomes(Path(cfg.state_dir())),
+            # the newest run was started with --watch: drained queues while it runs are it idling, not finishing
+            "watching": _last_run_watched(Path(cfg.state_dir())),
             # the Redis backend has no queues folder to be looked for in the wrong place
             "state_ran": _state_ran(Path(cfg.state_dir())) if not queues and not uses_redis(cfg) else None,
             "roots_relative": not Path(cfg.queues_root()).is_absolute(),
@@ -371,6 +373,20 @@ def wrong_queues_root_text(ran: dict[str, Any], queues_dir: Any) -> str:
     root = Path(was).parent
     return (head + f": the queues root is probably wrong; its runs kept their queues in {was}: point "
             f"${C.ENV_QUEUES_ROOT} or [paths] queues at {root} (the root, which holds {Path(was).name}/)")
+
+
+def _last_run_watched(state_dir: Path) -> bool:
+    """Whether the newest run manifest.json records was started in watch mode (its entry's ``watch``; False when
+    it does not say, or there is no readable manifest)."""
+    from geoagent.runtime.manifest import read_manifest
+
+    try:
+        man = read_manifest(state_dir) or {}
+    except (OSError, ValueError):
+        return False
+    runs = man.get("runs") if isinstance(man, dict) else None
+    last = runs[-1] if isinstance(runs, list) and runs and isinstance(runs[-1], dict) else {}
+    return bool(last.get("watch"))
 
 
 def _run_outcomes(state_dir: Path) -> dict[str, str]:
@@ -574,6 +590,12 @@ def format_status(st: dict[str, Any]) -> str:
         lines.append("  campaign not usable: every queue drained, nothing dead-lettered, but the last run ended "
                      "'no usable answers' (a model answered and none of its answers parsed; that run's summary "
                      "names the model and the cause)")
+    elif complete and st.get("running") and not st.get("watching"):
+        # the queues drained but a process still holds the campaign: the run's end (report, export) is being
+        # written (or a re-run is starting); the files on disk are not the final ones yet
+        lines.append("  campaign work done (every queue drained, nothing dead-lettered), but a run of it is still "
+                     "going: it is finishing (writing the report and export) or starting; the files on disk are "
+                     "final once it ends")
     elif complete:
         lines.append("  campaign complete: every queue drained, nothing dead-lettered")
     if ended == ["failed"] and not st.get("running"):
@@ -624,6 +646,9 @@ def format_status(st: dict[str, Any]) -> str:
             eta += (" [from this machine's rate: processes on other machines are not counted, the queue counts "
                     "are the whole campaign's]")
         lines.append(f"  last progress ({state}), elapsed {p.get('elapsed_s', 0):.0f} s{eta}")
+        if ended and not complete and not running and outcome in ("interrupted", "killed"):
+            lines.append("    re-run the same command to resume (finished work is kept; what was left queued or in "
+                         "flight is sent then)")
         # a complete campaign has no open condition: its stages' errors (a model's host down for a while under
         # --watch, a retried 503) were all overcome, so they are history (the progress log keeps them), not
         # the "last error" of the campaign
