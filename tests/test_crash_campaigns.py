@@ -322,7 +322,7 @@ GV_PRICES = {"sandbox-gpt": (0.15, 0.60), "sandbox-large": (3.0, 15.0)}
 
 def _skip_campaign_run_file(rel: Path) -> bool:
     return rel.suffix in (".sqlite", ".lock", ".sqlite-wal", ".sqlite-shm") or rel.parts[0] in ("leases", "data") \
-        or str(rel) in ("progress.jsonl", "manifest.json")
+        or str(rel) in ("progress.jsonl", "manifest.json", "plan_keys.json")  # the last: which run recorded the plan
 
 
 @pytest.mark.slow

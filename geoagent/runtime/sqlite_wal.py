@@ -139,17 +139,29 @@ def connect_read_only(path: str | os.PathLike[str], **kwargs: Any) -> sqlite3.Co
     if not p.is_file():
         raise sqlite3.OperationalError(f"unable to open database file: {p} does not exist (read-only: not created)")
     kwargs = {**kwargs, "uri": True}
-    if not p.with_name(p.name + "-wal").exists():
-        # no WAL beside it: every write is in the file and no process has it open in WAL mode; a mode=ro reader
-        # would make the -wal and -shm files and leave them, an immutable one creates nothing
-        return sqlite3.connect(f"{p.as_uri()}?mode=ro&immutable=1", **kwargs)
-    conn = sqlite3.connect(f"{p.as_uri()}?mode=ro", **kwargs)
+    if p.with_name(p.name + "-wal").exists():
+        conn = sqlite3.connect(f"{p.as_uri()}?mode=ro", **kwargs)
+        try:
+            return _checked_read_only(conn, p)
+        except sqlite3.OperationalError:  # no -shm can be made here: read the file as it is
+            pass
+    # no WAL beside it: every write is in the file and no process has it open in WAL mode; a mode=ro reader
+    # would make the -wal and -shm files and leave them, an immutable one creates nothing
+    return _checked_read_only(sqlite3.connect(f"{p.as_uri()}?mode=ro&immutable=1", **kwargs), p)
+
+
+def _checked_read_only(conn: sqlite3.Connection, path: Path) -> sqlite3.Connection:
+    # the first read, at open: a file that is not a database (or is damaged) is one DatabaseFileError naming it
+    # (a writer's sqlite3.connect defers this to the caller's first statement, which the caller already checks)
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         return conn
-    except sqlite3.OperationalError:
+    except sqlite3.DatabaseError as exc:
         conn.close()
-    return sqlite3.connect(f"{p.as_uri()}?mode=ro&immutable=1", **kwargs)
+        damaged = damaged_file_error(None, exc, path)
+        if damaged is None:
+            raise
+        raise damaged from None
 
 
 def connect(path: str | os.PathLike[str], **kwargs: Any) -> sqlite3.Connection:
