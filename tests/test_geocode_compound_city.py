@@ -47,3 +47,56 @@ def test_a_city_field_naming_no_city_keeps_its_first_located_segment():
     assert loc.anchor_qid == "Q99000001" and loc.resolved_level == "city" and not loc.hit
     steps = [(t.query, t.outcome) for t in loc.trace if t.level == "city"]
     assert ("Shibuya", "resolved") in steps and not any(o == "not-a-city" for _, o in steps)
+
+
+# ---- a later segment's city must lie near the earlier segment's place (session 20; review rev19, finding 1) ----
+# "Arlington, Virginia": the segment "Arlington" names a county (located, no city class) and "Virginia" both the
+# state and a city in Minnesota. The first city-class hit across variants anchored, so the answer anchored 1,400 km
+# away in Minnesota and every finer name was looked for there. A later segment's city now anchors only within the
+# anchor radius of the earlier segment's place (it is then that place's city, as Tokyo is Shibuya's).
+ARLINGTON_COUNTY = {"qid": "Q99000911", "labels": {"en": "Arlington"}, "lat": 38.8786, "lon": -77.1011, "kind": "area",
+                    "city": "Arlington", "description": "county in Virginia", "sitelinks": 90, "classes": ["Q47168"]}
+VIRGINIA_STATE = {"qid": "Q99000912", "labels": {"en": "Virginia"}, "lat": 37.5, "lon": -78.5, "kind": "area",
+                  "city": "Richmond", "description": "state of the United States", "sitelinks": 300,
+                  "classes": ["Q35657"]}
+VIRGINIA_MN = {"qid": "Q99000913", "labels": {"en": "Virginia"}, "lat": 47.5233, "lon": -92.5366, "kind": "city",
+               "city": "Virginia", "description": "city in Minnesota", "sitelinks": 40}
+CLARENDON = {"qid": "Q99000914", "labels": {"en": "Clarendon"}, "lat": 38.8868, "lon": -77.0953, "kind": "area",
+             "city": "Arlington", "description": "neighbourhood of Arlington", "sitelinks": 10}
+TRUTH_CLARENDON = (38.8870, -77.0950)
+
+
+def _locate_in(answer: ParsedAnswer, *entries: dict, truth: tuple[float, float]) -> LocatedAnswer:
+    from _geocode_gaz import gazetteer_with
+
+    async def go():
+        async with geocode_env(gazetteer_with(*entries)) as env:
+            return await env.geocoder.locate(answer, true_lat=truth[0], true_lon=truth[1])
+
+    return asyncio.run(go())
+
+
+def test_a_later_segment_city_far_from_the_first_segment_place_does_not_anchor():
+    entries = (ARLINGTON_COUNTY, VIRGINIA_STATE, VIRGINIA_MN, CLARENDON)
+    loc = _locate_in(ParsedAnswer(city="Arlington, Virginia", area="Clarendon", building="unknown"), *entries,
+                     truth=TRUTH_CLARENDON)
+    assert loc.anchor_qid == ARLINGTON_COUNTY["qid"], loc.anchor_label
+    assert (loc.resolved_level, loc.qid, loc.hit) == ("area", CLARENDON["qid"], True)
+    assert abs(loc.error_km - km(CLARENDON["lat"], CLARENDON["lon"], *TRUTH_CLARENDON)) < 1e-9
+    steps = [(t.query, t.outcome, t.qid) for t in loc.trace if t.level == "city"]
+    far = [s for s in steps if s[1] == "out-of-anchor"]
+    assert far == [("Virginia", "out-of-anchor", VIRGINIA_MN["qid"])], steps
+    rejected = next(t for t in loc.trace if t.outcome == "out-of-anchor")
+    assert rejected.anchor_distance_km > 1000  # measured from Arlington, the place the field's first segment named
+    assert ("Arlington", "resolved", ARLINGTON_COUNTY["qid"]) in steps
+
+
+def test_a_later_segment_city_near_the_first_segment_place_still_anchors():
+    # Shibuya -> Tokyo (3.4 km) is unchanged by the radius check (the test above in this module); so is a city
+    # within the radius of a county the first segment names
+    near_city = {**VIRGINIA_MN, "qid": "Q99000915", "lat": 38.90, "lon": -77.05}  # a "Virginia" 5 km from Arlington
+    loc = _locate_in(ParsedAnswer(city="Arlington, Virginia", area="unknown", building="unknown"),
+                     ARLINGTON_COUNTY, VIRGINIA_STATE, near_city, truth=TRUTH_CLARENDON)
+    assert loc.anchor_qid == "Q99000915"
+    steps = [(t.query, t.outcome) for t in loc.trace if t.level == "city"]
+    assert ("Arlington", "not-a-city") in steps and steps[-1] == ("Virginia", "resolved")

@@ -8,7 +8,10 @@ Protocol (seed 000 Sec. 4.2-4.3, Sec. 7, Appendix B):
    would launder "London Soho" into "New York SoHo".) A city field naming several places ("Shibuya, Tokyo",
    "Shibuya (Tokyo)") anchors on the first of its name variants whose exact Wikidata hits include an item of a
    city class (:data:`CITY_CLASSES`), across variants; only when no variant has one, on the first located hit of
-   the first variant that has one (trace: the variant passed over is ``not-a-city``). Sec. 4.2: the anchor is
+   the first variant that has one (trace: the variant passed over is ``not-a-city``). A later variant's city item
+   anchors only within ``anchor_radius_km`` of that first located hit (it is then that place's city, as Tokyo is
+   Shibuya's); one farther away is a namesake ("Arlington, Virginia": Virginia, Minnesota; trace ``out-of-anchor``)
+   and the first located hit anchors (session 20). Sec. 4.2: the anchor is
    "derived from the model's own answered city", and in "Shibuya, Tokyo" the city is Tokyo. (Before session 19
    the first variant with any located hit anchored, so the ward Shibuya did, and the area answer "Shibuya" was
    then the anchor itself, city level and censored.)
@@ -57,7 +60,9 @@ Protocol (seed 000 Sec. 4.2-4.3, Sec. 7, Appendix B):
    city level too, and so (session 19) does one that is *a* city whatever the city field held: a Wikidata
    item of a city class (:data:`CITY_CLASSES`) or a Nominatim place whose ``addresstype`` is a city's or coarser
    (:data:`CITY_ADDRESSTYPES`), trace outcome ``same-as-city``. The city-level result is then that item's point,
-   label and QID (the first such, building before area), and the anchor stays the city field's. Sec. 4.3,
+   label and QID (the first such, building before area), and the anchor stays the city field's. An item Wikidata
+   passed over at a level (a city item, or a street at the area level) is passed over the same way when the
+   Nominatim fallback finds an OSM object tagged with its QID but typed otherwise (session 20). Sec. 4.3,
    fault 4: "every answer resolving no finer than 'Paris'" was a hit at paris_marais; before session 19,
    ``city="Île-de-France", area="Paris"`` still was (Q90's point lies 0.761 km from the site).
 7. **Coordinates are the point (session 16; degrees-minutes-seconds since session 17).** A field that is plain
@@ -133,8 +138,9 @@ ANSWER_COORDINATES = "answer-coordinates"
 #: an answer are its point, without a lookup; 3 (session 17): degrees-minutes-seconds too (before they were looked up
 #: as a name, which found nothing or the wrong place); 4 (session 19): a street named as the area is not scored
 #: (point 4), a compound city field anchors on its city (point 1), a city item named at a finer level is city
-#: level (point 6).
-GEOCODER_RULES_VERSION = 4
+#: level (point 6); 5 (session 20): a later segment's city anchors only near the earlier segment's place (point 1),
+#: and the Nominatim fallback passes over an item Wikidata passed over (point 6).
+GEOCODER_RULES_VERSION = 5
 
 LEVELS = ("building", "area", "city", "none")
 #: Our level names -> the release's ``resolved_level`` values (``answers_judged*.csv``).
@@ -202,7 +208,8 @@ class Lookup:
         (decided without a lookup).
     outcome : str
         ``resolved``, ``no-match`` (no exact name match), ``out-of-anchor`` (matches exist but none within
-        the radius), ``no-coordinates``, ``linear-deferred`` (a linear feature left to the area level, never scored),
+        the radius; at the city level: a later segment's city items all farther than the radius from the place an
+        earlier segment named, module doc point 1), ``no-coordinates``, ``linear-deferred`` (a linear feature left to the area level, never scored),
         ``linear-area`` (a linear feature named as the area, passed over, never scored), ``same-as-city`` (the
         candidate is the anchor city itself, or another city item or coarser place: city level),
         ``not-a-city`` (a city-field variant whose hits hold no city-class item, passed over for a later variant
@@ -447,7 +454,17 @@ class Geocoder:
             if hits:
                 ents = await self.wikidata.get_entities([h for h in hits], props=("labels", "claims"), languages=self._langs())
                 located = [ents[q] for q in hits if ents[q].has_coordinates]
-                city = next((e for e in located if set(e.classes) & CITY_CLASSES), None)
+                cities = [e for e in located if set(e.classes) & CITY_CLASSES]
+                if fallback is not None and cities:
+                    # a later segment's city anchors only near the place an earlier segment named (that place's
+                    # city: "Shibuya, Tokyo"), not a namesake far away ("Arlington, Virginia": Virginia, Minnesota)
+                    near = [e for e in cities if self._km(e, fallback[2]) <= self.anchor_radius_km]
+                    if not near:
+                        far = min(cities, key=lambda e: self._km(e, fallback[2]))
+                        trace.append(Lookup("city", variant, "wikidata", "out-of-anchor", far.qid, far.label,
+                                            round(self._km(far, fallback[2]), 3)))
+                    cities = near
+                city = cities[0] if cities else None
                 if city is not None:
                     cand = self._from_entity(city)
                     if fallback is not None:
@@ -514,6 +531,7 @@ class Geocoder:
         if not variants:
             trace.append(Lookup(level, text or "", "-", "null"))
             return None
+        start = len(trace)
         for variant in variants:
             cand = await self._wikidata_near(variant, level, anchor, trace, skip_linear=skip_linear, cities=cities)
             if cand is None:
@@ -523,8 +541,13 @@ class Geocoder:
                 return cand
             return cand
         if self.nominatim is not None:
+            # items Wikidata passed over at this level (a city, a street) keep that verdict when an OSM object
+            # tagged with their QID comes back typed otherwise (a town mapped as a suburb node)
+            passed = {t.qid: t.outcome for t in trace[start:]
+                      if t.source == "wikidata" and t.qid and t.outcome in ("same-as-city", "linear-area")}
             for variant in variants[:3]:
-                cand = await self._nominatim_near(variant, level, anchor, trace, skip_linear=skip_linear, cities=cities)
+                cand = await self._nominatim_near(variant, level, anchor, trace, skip_linear=skip_linear, cities=cities,
+                                                  passed=passed)
                 if cand is None:
                     continue
                 if stop_on_linear and cand.linear:
@@ -604,7 +627,11 @@ class Geocoder:
         return None
 
     async def _nominatim_near(self, variant: str, level: str, anchor: Candidate, trace: list[Lookup], *,
-                              skip_linear: bool = False, cities: list[Candidate] | None = None) -> Candidate | None:
+                              skip_linear: bool = False, cities: list[Candidate] | None = None,
+                              passed: Mapping[str, str] | None = None) -> Candidate | None:
+        """The first place named ``variant`` within the anchor radius (Nominatim ``/search``, bounded viewbox), or
+        None. ``passed``: QID -> outcome of the items Wikidata passed over at this level (``same-as-city``,
+        ``linear-area``); a place tagged with one of them is passed over the same way."""
         assert self.nominatim is not None
         dlat = self.anchor_radius_km / 111.0
         dlon = self.anchor_radius_km / max(1e-6, 111.0 * math.cos(math.radians(anchor.lat)))
@@ -620,6 +647,11 @@ class Geocoder:
             d = haversine_km(anchor.lat, anchor.lon, p.lat, p.lon)
             if d <= self.anchor_radius_km:
                 cand = self._from_place(p)
+                if passed and p.wikidata in passed:  # already in ``cities`` when a city item
+                    trace.append(Lookup(level, variant, "nominatim", passed[p.wikidata], cand.qid, cand.label,
+                                        round(d, 3)))
+                    passed_over = True
+                    continue
                 if p.addresstype in CITY_ADDRESSTYPES:  # a city or coarser, not the anchor (module doc, point 6)
                     trace.append(Lookup(level, variant, "nominatim", "same-as-city", cand.qid, cand.label, round(d, 3)))
                     if cities is not None:
@@ -635,6 +667,11 @@ class Geocoder:
         if not passed_over:
             trace.append(Lookup(level, variant, "nominatim", "out-of-anchor" if named else "no-match"))
         return None
+
+    @staticmethod
+    def _km(ent: Entity, cand: Candidate) -> float:
+        """Haversine distance (km) from a Wikidata item's coordinate to a candidate's."""
+        return haversine_km(float(ent.lat), float(ent.lon), cand.lat, cand.lon)  # type: ignore[arg-type]
 
     @staticmethod
     def _is_anchor_place(p: NominatimPlace, anchor: Candidate) -> bool:
