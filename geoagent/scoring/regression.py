@@ -28,9 +28,19 @@ no guard and returns the same kind of noise (SE 7e-18, p = 0.011 on such data); 
 values' second moment. Here a fit whose residual sum of squares is at most :data:`EXACT_FIT_RTOL` times
 ``y'y`` (residual RMS below 1e-5 of the response's RMS; R's bound is tighter because it computes residuals
 directly, while ``y'y - beta'X'y`` from summed statistics loses about ``N * eps`` of ``y'y`` to cancellation)
-is an exact fit: :attr:`ClusterOLSResult.exact_fit` is True and the covariance, both SEs, the t-values and the
+is an exact fit, where ``y`` is the response less a reference value (below), so the bound is relative to the
+response's spread, not to its distance from zero: :attr:`ClusterOLSResult.exact_fit` is True and the covariance, both SEs, the t-values and the
 p-values are NaN (undefined), while the coefficients are kept. A real log10-error regression never comes near
 that bound.
+
+Reference value. Each cluster's statistics are summed about a reference value of the response, the first ``y``
+it saw (``ClusterStats.ref``), and the fit re-expresses them about one common reference; the intercept column
+absorbs the shift (``y - r = X (beta - r e_0) + residual`` when column 0 is all ones), so slope, residuals, SEs
+and p-values are unchanged and the intercept gets ``r`` back. Summed uncentred, errors of 10,850 ± 1 km (log10
+4.035, spread 4e-5) left a residual sum of squares of 3e-11 of ``y'y``: the session-19 bound called that real
+fit exact and dropped its SE (review rev19, finding 3), and the sums kept few digits of the spread. A
+:class:`ClusterOLS` therefore needs the intercept column (``intercept=0``, the default, as :func:`design_slope`
+builds it); ``intercept=None`` sums about zero, for a design without one.
 
 Rows enter the slope regression only with a finite, positive error (``log10`` is undefined at 0 km) and a
 finite hint distance; this is what the release's ``analysis/cluster_inference.py`` does (``error_km > 0``)
@@ -55,15 +65,28 @@ EXACT_FIT_RTOL = 1e-10
 
 @dataclass(slots=True)
 class ClusterStats:
-    """Sufficient statistics of one cluster: ``xtx`` (k, k), ``xty`` (k,), ``yty`` and ``n`` rows."""
+    """Sufficient statistics of one cluster: ``xtx`` (k, k), ``xty`` (k,), ``yty`` and ``n`` rows, the response
+    taken less ``ref`` (module doc, "Reference value": ``xty = X'(y - ref)``, ``yty = |y - ref|^2``)."""
 
     xtx: np.ndarray
     xty: np.ndarray
     yty: float
     n: int
+    ref: float = 0.0
 
     def copy(self) -> "ClusterStats":
-        return ClusterStats(self.xtx.copy(), self.xty.copy(), float(self.yty), int(self.n))
+        return ClusterStats(self.xtx.copy(), self.xty.copy(), float(self.yty), int(self.n), float(self.ref))
+
+    def about(self, ref: float, intercept: int | None) -> tuple[np.ndarray, float]:
+        """``(X'(y - ref), |y - ref|^2)`` from these statistics (``intercept``: the all-ones column, whose ``X'X``
+        column is ``X'1``; None: only ``ref == self.ref`` can be asked)."""
+        delta = self.ref - float(ref)
+        if delta == 0.0:
+            return self.xty, self.yty
+        if intercept is None:
+            raise ValueError("statistics summed about another reference need the intercept column to be moved")
+        sx = self.xtx[:, intercept]  # X'1
+        return self.xty + delta * sx, self.yty + 2.0 * delta * float(self.xty[intercept]) + self.n * delta * delta
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +144,12 @@ class ClusterOLS:
     Parameters
     ----------
     k : int
-        Number of regressors (columns of X), including the intercept column if any.
+        Number of regressors (columns of X), including the intercept column.
+    intercept : int or None
+        Index of the intercept column (every value 1; default 0, as :func:`design_slope` builds it): rows are
+        summed about a reference value of the response, which this column absorbs (module doc, "Reference
+        value"); a row whose value there is not 1 raises ``ValueError``. None: no intercept column, rows summed
+        about zero (an exact-fit test relative to the uncentred ``y'y``).
 
     Examples
     --------
@@ -129,10 +157,13 @@ class ClusterOLS:
     >>> ols.add("site_a", np.array([[1.0, 0.5], [1.0, 2.0]]), np.array([0.1, 0.3]))
     """
 
-    def __init__(self, k: int = 2) -> None:
+    def __init__(self, k: int = 2, *, intercept: int | None = 0) -> None:
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
+        if intercept is not None and not 0 <= intercept < k:
+            raise ValueError(f"intercept must be a column index below k={k} or None, got {intercept!r}")
         self.k = int(k)
+        self.intercept = intercept
         self.clusters: dict[Hashable, ClusterStats] = {}
 
     # --- updating ---------------------------------------------------------------------------
@@ -155,15 +186,21 @@ class ClusterOLS:
             raise ValueError("X and y must be finite")
         if X.shape[0] == 0:
             return
+        j = self.intercept
+        if j is not None and not (X[:, j] == 1.0).all():
+            raise ValueError(f"cluster {cluster!r}: column {j} of X must be the intercept (every value 1), got "
+                             f"{X[:, j][X[:, j] != 1.0][0]!r}; ClusterOLS(intercept=None) for a design without one")
+        st = self.clusters.get(cluster)
+        ref = st.ref if st is not None else (float(y[0]) if j is not None else 0.0)
+        yc = y - ref if ref else y
         with np.errstate(over="ignore", invalid="ignore"):
-            xtx, xty, yty = X.T @ X, X.T @ y, float(y @ y)
+            xtx, xty, yty = X.T @ X, X.T @ yc, float(yc @ yc)
         if not (np.isfinite(xtx).all() and np.isfinite(xty).all() and np.isfinite(yty)):
             for xi, yi in zip(X, y):
                 _check_row(cluster, [float(v) for v in xi], float(yi))
             raise ValueError(f"cluster {cluster!r}: the rows' sums of squares overflow (values too large to regress)")
-        st = self.clusters.get(cluster)
         if st is None:
-            st = self.clusters[cluster] = ClusterStats(np.zeros((self.k, self.k)), np.zeros(self.k), 0.0, 0)
+            st = self.clusters[cluster] = ClusterStats(np.zeros((self.k, self.k)), np.zeros(self.k), 0.0, 0, ref)
         st.xtx += xtx
         st.xty += xty
         st.yty += yty
@@ -187,12 +224,17 @@ class ClusterOLS:
         if not all(np.isfinite(xs)) or not np.isfinite(y):
             raise ValueError(f"cluster {cluster!r}: row x={xs}, y={y}: X and y must be finite")
         _check_row(cluster, xs, y)
+        j = self.intercept
+        if j is not None and xs[j] != 1.0:
+            raise ValueError(f"cluster {cluster!r}: row x={xs}: value {j} must be the intercept's 1; "
+                             "ClusterOLS(intercept=None) for a design without one")
         st = self.clusters.get(cluster)
         if st is None:
-            st = self.clusters[cluster] = ClusterStats(np.zeros((k, k)), np.zeros(k), 0.0, 0)
+            st = self.clusters[cluster] = ClusterStats(np.zeros((k, k)), np.zeros(k), 0.0, 0, y if j is not None else 0.0)
+        yc = y - st.ref
         st.xtx += np.outer(xs, xs)
-        st.xty += np.multiply(xs, y)
-        st.yty += y * y
+        st.xty += np.multiply(xs, yc)
+        st.yty += yc * yc
         st.n += 1
 
     def add_stats(self, cluster: Hashable, other: ClusterStats) -> None:
@@ -201,15 +243,16 @@ class ClusterOLS:
         if st is None:
             self.clusters[cluster] = other.copy()
         else:
+            xty, yty = other.about(st.ref, self.intercept)  # about this cluster's reference
             st.xtx += other.xtx
-            st.xty += other.xty
-            st.yty += other.yty
+            st.xty += xty
+            st.yty += yty
             st.n += other.n
 
     def merge(self, other: "ClusterOLS") -> None:
         """Add every cluster of ``other`` into this one."""
-        if other.k != self.k:
-            raise ValueError("cannot merge regressions with different k")
+        if other.k != self.k or other.intercept != self.intercept:
+            raise ValueError("cannot merge regressions with different k or intercept column")
         for g, st in other.clusters.items():
             self.add_stats(g, st)
 
@@ -257,10 +300,13 @@ class ClusterOLS:
         xtx = np.zeros((k, k))
         xty = np.zeros(k)
         yty = 0.0
-        for st in chosen:
+        ref = chosen[0].ref  # every cluster's statistics about one reference (module doc, "Reference value")
+        with np.errstate(over="ignore", invalid="ignore"):  # non-finite sums: the check below names the cluster
+            about = [st.about(ref, self.intercept) for st in chosen]
+        for st, (xty_g, yty_g) in zip(chosen, about):
             xtx += st.xtx
-            xty += st.xty
-            yty += st.yty
+            xty += xty_g
+            yty += yty_g
         if not (np.isfinite(xtx).all() and np.isfinite(xty).all()):
             bad = [g for g, st in self.clusters.items() if st.n > 0 and any(st is c for c in chosen)
                    and not (np.isfinite(st.xtx).all() and np.isfinite(st.xty).all())]
@@ -277,8 +323,8 @@ class ClusterOLS:
         rss_raw = yty - float(beta @ xty)
         exact_fit = bool(rss_raw <= EXACT_FIT_RTOL * yty)
         meat = np.zeros((k, k))
-        for st in chosen:
-            s = st.xty - st.xtx @ beta
+        for st, (xty_g, _) in zip(chosen, about):
+            s = xty_g - st.xtx @ beta
             meat += np.outer(s, s)
         if G < 2:
             if warn_few_clusters:
@@ -290,6 +336,9 @@ class ClusterOLS:
             q = G / (G - 1) * (n - 1) / (n - k)
             cov = q * bread @ meat @ bread
         bse = np.sqrt(np.diag(cov))
+        if ref:  # the coefficients of y itself: the intercept takes the reference back (module doc)
+            beta = beta.copy()
+            beta[self.intercept] += ref
         with np.errstate(divide="ignore", invalid="ignore"):
             tvalues = beta / bse
         from scipy import stats  # here, not at module level: see geoagent.scoring.geohint
