@@ -94,6 +94,7 @@ def test_viewbox_bounded_keeps_only_places_inside():
     assert {p.wikidata for p in unbounded} == {"Q99000011", "Q99000021"}
 
 
+@pytest.mark.wallclock  # asserts arrival times: run in the uncrowded phase (docs/development.md)
 def test_one_request_per_second_measured_server_side():
     """Concurrent callers through the default policy: every arrival gap >= 1 s, and the fake (which
     answers 429 to gaps under 0.95 s) never had to refuse one."""

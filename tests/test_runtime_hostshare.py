@@ -187,6 +187,7 @@ def _rows(path: Path) -> list[dict]:
         return [dict(r) for r in c.execute("SELECT * FROM members")]
 
 
+@pytest.mark.wallclock  # asserts arrival times: run in the uncrowded phase (docs/development.md)
 def test_waking_from_a_pause_reads_the_board_before_sending(tmp_path, boards):
     """A pause posted while a process sleeps out its own shorter pause is seen before its first send.
 
@@ -222,6 +223,7 @@ def test_waking_from_a_pause_reads_the_board_before_sending(tmp_path, boards):
     assert arrival >= b_until - 0.05
 
 
+@pytest.mark.wallclock  # asserts arrival times: run in the uncrowded phase (docs/development.md)
 def test_newcomer_waits_for_a_departed_process_to_leave_the_window(tmp_path, boards):
     """A process that left right after a full burst still owns that window: a newcomer must not add to it.
 
