@@ -756,6 +756,28 @@ class GeoHintAggregator:
                                 PairMean.of(conds[control][k] for k in sorted(conds[control]))))
         return out
 
+    def paired_models(
+        self, treatment: str, control: str, *, sites: set[str] | None = None, model: str | None = None
+    ) -> list[str]:
+        """The models (sorted) of the items :meth:`paired` returns for the same arguments: whose answers a test on
+        those pairs holds (the report labels its site-flip tests by them)."""
+        return sorted({pk[0] for site in self.pairs if sites is None or site in sites
+                       for pk, conds in self.pairs[site].items()
+                       if (model is None or pk[0] == model) and conds.get(treatment) and conds.get(control)})
+
+    def image_paired_models(
+        self, treatment: str, control: str, *, band: str, model: str | None = None, sites: set[str] | None = None
+    ) -> list[str]:
+        """The models (sorted) whose responses :meth:`image_paired` pools into its pairs for the same arguments:
+        a model with an answer to a paired image under ``treatment`` in ``band`` or under ``control``."""
+        paired = {(s, img) for s, img, _, _ in self.image_paired(treatment, control, band=band, model=model,
+                                                                 sites=sites)}
+        out = set()
+        for cond, b in ((treatment, band), (control, None)):
+            out.update(m for (s, img, m, bb) in self.image_counts.get(cond, {})
+                       if bb == b and (s, img) in paired and (model is None or m == model))
+        return sorted(out)
+
     def image_paired(
         self, treatment: str, control: str, *, band: str, model: str | None = None, sites: set[str] | None = None
     ) -> list[tuple[str, str, ImageCount, ImageCount]]:

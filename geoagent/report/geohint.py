@@ -1258,7 +1258,8 @@ def table7(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
 def _flip_label(unit: str, measure: str, treatment: str, control: str, models: Sequence[str],
                 pair_sites: Sequence[str]) -> str:
     """The label of one site-flip test of the report: what it tests (the pairing ``unit``, the ``measure``, the two
-    conditions, the models and the sites of its pairs, sorted), which with the report's seed selects the test's own
+    conditions, the models whose answers its pairs hold and the sites of its pairs, sorted; not every model of the
+    campaign: an all-models test whose pairs are one model's is that model's test), which with the report's seed selects the test's own
     stream of random flips (:func:`geoagent.scoring.permutation.flip_seed_sequence`). Different tests of a report
     thus have independent Monte-Carlo errors, while the same test wherever it appears (Table 8's all-sites row and
     Table 9's row of a one-model campaign; a regime that holds every site and the all-sites row) draws the same flips
@@ -1302,7 +1303,7 @@ def _paired_block(agg, treatment, control, sites, model, n_flips, seed):
         }
     if pairs and not out["ungeocoded"]:
         pair_sites = [p[0] for p in pairs]
-        models = [model] if model is not None else agg.models
+        models = agg.paired_models(treatment, control, sites=sites, model=model)  # whose answers the pairs hold
         res = paired_site_permutation_test(
             pair_sites, [p[1].hit for p in pairs], [p[2].hit for p in pairs], n_flips=n_flips, seed=seed,
             label=_flip_label("item", "hit", treatment, control, models, pair_sites),
@@ -1500,7 +1501,7 @@ def image_paired_difference(agg: GeoHintAggregator, treatment: str, control: str
         return ImagePairedDifference(len(pairs), n_sites, nan, nan, nan, nan)
     pair_sites = [p[0] for p in pairs]
     label = _flip_label("image", f"{measure} in band {band}", treatment, control,
-                        [model] if model is not None else agg.models, pair_sites)
+                        agg.image_paired_models(treatment, control, band=band, model=model), pair_sites)
     res = paired_site_permutation_test(pair_sites, t, c, n_flips=n_flips, seed=seed, label=label)
     return ImagePairedDifference(len(pairs), n_sites, float(t.mean()), float(c.mean()), res.delta, perm_p(res))
 
