@@ -1071,3 +1071,12 @@ def test_export_still_works_with_a_damaged_manifest(ran_campaign, capsys):
     capsys.readouterr()
     assert main(["export", str(cfg)]) == 0, capsys.readouterr().err
     assert (state / "results.parquet").is_file()
+
+
+def test_status_shows_no_pauses_from_a_damaged_board(tmp_path):
+    # review rev20: the read-only opener raises DatabaseFileError (a ValueError) for a damaged file, and the board
+    # reader caught only sqlite3.Error, so a damaged hosts.sqlite (it holds only pauses) stopped `status`
+    from geoagent.runtime import hostshare
+
+    (tmp_path / hostshare.HOSTS_DB).write_bytes(b"this is not a sqlite database, just junk " * 200)
+    assert hostshare.board_pauses(tmp_path) == {}

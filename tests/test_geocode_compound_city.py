@@ -100,3 +100,23 @@ def test_a_later_segment_city_near_the_first_segment_place_still_anchors():
     assert loc.anchor_qid == "Q99000915"
     steps = [(t.query, t.outcome) for t in loc.trace if t.level == "city"]
     assert ("Arlington", "not-a-city") in steps and steps[-1] == ("Virginia", "resolved")
+
+
+def test_an_ambiguous_first_segment_anchors_on_the_city_near_any_of_its_places():
+    # review rev20: "SoHo" names London's Soho first (the fixture gazetteer holds both), and New York City is
+    # 5,500 km from it; the radius check against the first hit only made NYC a namesake and anchored in London.
+    # NYC lies 1.2 km from the segment's other place, Manhattan's SoHo: it is the answer's city.
+    truth = (40.7235, -74.0020)
+    loc = _locate_in(ParsedAnswer(city="SoHo, New York", area="SoHo", building="unknown"), truth=truth)
+    steps = [(t.query, t.outcome, t.qid) for t in loc.trace if t.level == "city"]
+    assert loc.anchor_qid == "Q60", steps
+    assert loc.resolved_level == "area" and loc.hit, (loc.resolved_level, loc.error_km, steps)
+    passed = [t for t in loc.trace if t.level == "city" and t.outcome == "not-a-city"]
+    assert len(passed) == 1 and passed[0].query == "SoHo" and passed[0].qid != "Q99000011"  # the SoHo near NYC
+
+
+def test_the_out_of_anchor_city_step_names_its_label():
+    loc = _locate_in(ParsedAnswer(city="Arlington, Virginia", area="unknown", building="unknown"),
+                     ARLINGTON_COUNTY, VIRGINIA_STATE, VIRGINIA_MN, truth=TRUTH_CLARENDON)
+    far = next(t for t in loc.trace if t.outcome == "out-of-anchor")
+    assert far.label == "Virginia" and far.qid == VIRGINIA_MN["qid"]

@@ -90,3 +90,51 @@ def test_a_design_without_the_intercept_column_is_refused():
     free = ClusterOLS(k=2, intercept=None)  # a design of one's own: statistics summed about 0, as before
     free.add("a", np.array([[2.0, 1.0], [1.0, 3.0], [0.5, 0.2]]), np.array([0.5, 0.1, 0.3]))
     assert free.fit(warn_few_clusters=False).nobs == 3
+
+
+# ---- review rev20: the reference is the pooled mean, whatever row came first; no intercept, no reference ----
+
+
+def _outlier_rows():
+    # 10 sites; one answer at hint distance 0.5 km with error 1 m (log10 -3), the rest at 15 km with errors of
+    # 10 km, log10 4 +/- 1e-4 (a tight but real spread: statsmodels gives a finite SE)
+    rng = np.random.default_rng(5)
+    rows = [("s0", 0.5, -3.0)]
+    for s in range(10):
+        for _ in range(10):
+            rows.append((f"s{s}", 15.0, 4.0 + rng.uniform(-1e-4, 1e-4)))
+    return rows
+
+
+def _fit_rows(rows):
+    o = ClusterOLS(k=2)
+    for s, d, y in rows:
+        o.add_row(s, (1.0, d), y)
+    return o.fit()
+
+
+def test_exact_fit_does_not_depend_on_which_answer_arrived_first():
+    rows = _outlier_rows()
+    S = np.array([r[0] for r in rows]); D = np.array([r[1] for r in rows]); Y = np.array([r[2] for r in rows])
+    ref = sm.OLS(Y, sm.add_constant(D)).fit(cov_type="cluster", cov_kwds={"groups": np.unique(S, return_inverse=True)[1]})
+    sst = float(((Y - Y.mean()) ** 2).sum())
+    assert ref.ssr > 1e-9 * sst  # a real fit: residual RMS ~8e-5 of the response's RMS about its mean (doc: exact below 1e-5)
+    late = _fit_rows(rows[1:] + rows[:1])  # the 1 m answer arrives last
+    early = _fit_rows(rows)  # ... or first: it becomes the reference value, y'y about it is ~n times the spread
+    assert late.exact_fit is False and late.slope_se == pytest.approx(ref.bse[1], rel=1e-4)
+    assert early.exact_fit is False  # fails: same rows, SE and p dropped
+    assert early.slope_se == pytest.approx(ref.bse[1], rel=1e-4)
+
+
+def test_add_stats_about_a_reference_into_a_regression_without_intercept_is_not_silently_wrong():
+    a = ClusterOLS(k=2)
+    for d, y in [(1.0, 7.0), (2.0, 9.5), (3.0, 11.0)]:
+        a.add_row("x", (1.0, d), y)
+    want = a.fit(warn_few_clusters=False).params
+    b = ClusterOLS(k=2, intercept=None)
+    try:
+        b.add_stats("x", a.clusters["x"])
+        got = b.fit(warn_few_clusters=False).params
+    except ValueError:
+        return  # refusing is fine
+    assert got == pytest.approx(want)  # fails: beta[None] += ref adds ref to every coefficient (slope 9, not 2)

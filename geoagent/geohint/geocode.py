@@ -9,9 +9,10 @@ Protocol (seed 000 Sec. 4.2-4.3, Sec. 7, Appendix B):
    "Shibuya (Tokyo)") anchors on the first of its name variants whose exact Wikidata hits include an item of a
    city class (:data:`CITY_CLASSES`), across variants; only when no variant has one, on the first located hit of
    the first variant that has one (trace: the variant passed over is ``not-a-city``). A later variant's city item
-   anchors only within ``anchor_radius_km`` of that first located hit (it is then that place's city, as Tokyo is
-   Shibuya's); one farther away is a namesake ("Arlington, Virginia": Virginia, Minnesota; trace ``out-of-anchor``)
-   and the first located hit anchors (session 20). Sec. 4.2: the anchor is
+   anchors only within ``anchor_radius_km`` of a located hit of an earlier variant (it is then that place's city,
+   as Tokyo is Shibuya's; of an ambiguous segment any of its places counts: "SoHo, New York"); a city farther from
+   all of them is a namesake ("Arlington, Virginia": Virginia, Minnesota; trace ``out-of-anchor``), and the first
+   located hit anchors (session 20). Sec. 4.2: the anchor is
    "derived from the model's own answered city", and in "Shibuya, Tokyo" the city is Tokyo. (Before session 19
    the first variant with any located hit anchored, so the ward Shibuya did, and the area answer "Shibuya" was
    then the anchor itself, city level and censored.)
@@ -448,39 +449,48 @@ class Geocoder:
             return None
         # the first variant with a hit of a city class, across variants ("Shibuya, Tokyo" anchors on Tokyo, not on
         # the ward its first segment names); else the first located hit of the first variant that has one
-        fallback: tuple[int, str, Candidate] | None = None  # (its place in the trace, variant, candidate)
+        # located hits of the variants passed so far: (their place in the trace, variant, candidate)
+        earlier: list[tuple[int, str, Candidate]] = []
         for variant in variants:
             hits = await self._exact_hits(variant)
             if hits:
                 ents = await self.wikidata.get_entities([h for h in hits], props=("labels", "claims"), languages=self._langs())
                 located = [ents[q] for q in hits if ents[q].has_coordinates]
-                cities = [e for e in located if set(e.classes) & CITY_CLASSES]
-                if fallback is not None and cities:
-                    # a later segment's city anchors only near the place an earlier segment named (that place's
-                    # city: "Shibuya, Tokyo"), not a namesake far away ("Arlington, Virginia": Virginia, Minnesota)
-                    near = [e for e in cities if self._km(e, fallback[2]) <= self.anchor_radius_km]
-                    if not near:
-                        far = min(cities, key=lambda e: self._km(e, fallback[2]))
+                cities = [self._from_entity(e) for e in located if set(e.classes) & CITY_CLASSES]
+                passed: tuple[int, str, Candidate] | None = earlier[0] if earlier else None  # trace: not-a-city
+                if earlier and cities:
+                    # a later segment's city anchors only near a place an earlier segment named (that place's city:
+                    # "Shibuya, Tokyo"; of an ambiguous segment, any of its places: "SoHo, New York"), not a namesake
+                    # far from all of them ("Arlington, Virginia": Virginia, Minnesota)
+                    def nearest(c: Candidate) -> tuple[float, tuple[int, str, Candidate]]:
+                        return min(((haversine_km(c.lat, c.lon, e[2].lat, e[2].lon), e) for e in earlier),
+                                   key=lambda t: t[0])
+
+                    near = [(c, nearest(c)) for c in cities]
+                    within = [(c, e) for c, (d, e) in near if d <= self.anchor_radius_km]
+                    if not within:
+                        far, (d, _) = min(near, key=lambda t: t[1][0])
                         trace.append(Lookup("city", variant, "wikidata", "out-of-anchor", far.qid, far.label,
-                                            round(self._km(far, fallback[2]), 3)))
-                    cities = near
-                city = cities[0] if cities else None
-                if city is not None:
-                    cand = self._from_entity(city)
-                    if fallback is not None:
-                        pos, v, fb = fallback
+                                            round(d, 3)))
+                        cities = []
+                    else:
+                        cities, passed = [within[0][0]], within[0][1]
+                if cities:
+                    cand = cities[0]
+                    if passed is not None:
+                        pos, v, fb = passed
                         trace.insert(pos, Lookup("city", v, "wikidata", "not-a-city", fb.qid, fb.label))
                     trace.append(Lookup("city", variant, "wikidata", "resolved", cand.qid, cand.label))
                     return cand
                 if located:
-                    if fallback is None:
-                        fallback = (len(trace), variant, self._from_entity(located[0]))
+                    pos = len(trace)
+                    earlier.extend((pos, variant, self._from_entity(e)) for e in located)
                     continue
                 trace.append(Lookup("city", variant, "wikidata", "no-coordinates", hits[0]))
                 continue
             trace.append(Lookup("city", variant, "wikidata", "no-match"))
-        if fallback is not None:
-            pos, v, cand = fallback
+        if earlier:
+            pos, v, cand = earlier[0]  # the first located hit of the first variant that has one
             trace.insert(pos, Lookup("city", v, "wikidata", "resolved", cand.qid, cand.label))
             return cand
         if self.nominatim is not None:
@@ -667,11 +677,6 @@ class Geocoder:
         if not passed_over:
             trace.append(Lookup(level, variant, "nominatim", "out-of-anchor" if named else "no-match"))
         return None
-
-    @staticmethod
-    def _km(ent: Entity, cand: Candidate) -> float:
-        """Haversine distance (km) from a Wikidata item's coordinate to a candidate's."""
-        return haversine_km(float(ent.lat), float(ent.lon), cand.lat, cand.lon)  # type: ignore[arg-type]
 
     @staticmethod
     def _is_anchor_place(p: NominatimPlace, anchor: Candidate) -> bool:

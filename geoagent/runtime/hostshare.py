@@ -1041,11 +1041,11 @@ def board_pauses(state_dir: str | Path) -> dict[str, float]:
     path = board_path(state_dir)
     if not path.is_file():
         return {}
-    try:
-        from geoagent.runtime.sqlite_wal import connect_read_only
+    from geoagent.runtime.sqlite_wal import DatabaseFileError, connect_read_only
 
+    try:
         conn = connect_read_only(path, timeout=1.0)  # mode=ro, or immutable=1 where that would create files
-    except sqlite3.Error:
+    except (sqlite3.Error, DatabaseFileError):  # a damaged board holds only pauses: `run` names it, status goes on
         return {}
     try:
         now = time.monotonic()

@@ -26,15 +26,17 @@ slope of 7e-17 fitted to errors that were all equal. statsmodels (0.15, ``OLS.fi
 no guard and returns the same kind of noise (SE 7e-18, p = 0.011 on such data); R's ``summary.lm`` warns
 "essentially perfect fit: summary may be unreliable" when the residual variance is below 1e-30 of the fitted
 values' second moment. Here a fit whose residual sum of squares is at most :data:`EXACT_FIT_RTOL` times
-``y'y`` (residual RMS below 1e-5 of the response's RMS; R's bound is tighter because it computes residuals
-directly, while ``y'y - beta'X'y`` from summed statistics loses about ``N * eps`` of ``y'y`` to cancellation)
-is an exact fit, where ``y`` is the response less a reference value (below), so the bound is relative to the
-response's spread, not to its distance from zero: :attr:`ClusterOLSResult.exact_fit` is True and the covariance, both SEs, the t-values and the
+``y'y`` is an exact fit, where ``y`` is the response less its mean (below): ``y'y`` is the centred total sum of
+squares, so the bound is relative to the response's spread (residual RMS below 1e-5 of its standard deviation),
+not to its distance from zero (R's bound is tighter because it computes residuals directly, while
+``y'y - beta'X'y`` from summed statistics loses about ``N * eps`` of ``y'y`` to cancellation): :attr:`ClusterOLSResult.exact_fit` is True and the covariance, both SEs, the t-values and the
 p-values are NaN (undefined), while the coefficients are kept. A real log10-error regression never comes near
 that bound.
 
 Reference value. Each cluster's statistics are summed about a reference value of the response, the first ``y``
-it saw (``ClusterStats.ref``), and the fit re-expresses them about one common reference; the intercept column
+it saw (``ClusterStats.ref``), and the fit re-expresses them about one common reference, the pooled mean of the
+response (the same whichever row came first; review rev20: about the first row's value, ``y'y`` could be up to
+``N`` times the centred one, so one early outlying answer made a real fit "exact"); the intercept column
 absorbs the shift (``y - r = X (beta - r e_0) + residual`` when column 0 is all ones), so slope, residuals, SEs
 and p-values are unchanged and the intercept gets ``r`` back. Summed uncentred, errors of 10,850 ± 1 km (log10
 4.035, spread 4e-5) left a residual sum of squares of 3e-11 of ``y'y``: the session-19 bound called that real
@@ -239,6 +241,9 @@ class ClusterOLS:
 
     def add_stats(self, cluster: Hashable, other: ClusterStats) -> None:
         """Add already-summed statistics to ``cluster`` (merging aggregators)."""
+        if self.intercept is None and other.ref != 0.0:
+            raise ValueError(f"cluster {cluster!r}: statistics summed about a reference value ({other.ref!r}) need "
+                             "the intercept column to absorb it; this ClusterOLS has none (intercept=None)")
         st = self.clusters.get(cluster)
         if st is None:
             self.clusters[cluster] = other.copy()
@@ -300,8 +305,12 @@ class ClusterOLS:
         xtx = np.zeros((k, k))
         xty = np.zeros(k)
         yty = 0.0
-        ref = chosen[0].ref  # every cluster's statistics about one reference (module doc, "Reference value")
+        # every cluster's statistics about one reference, the pooled mean of y (module doc, "Reference value"):
+        # y'y is then the centred total sum of squares, whichever row came first
+        ref = chosen[0].ref
         with np.errstate(over="ignore", invalid="ignore"):  # non-finite sums: the check below names the cluster
+            if self.intercept is not None:
+                ref += float(sum(st.about(ref, self.intercept)[0][self.intercept] for st in chosen)) / n
             about = [st.about(ref, self.intercept) for st in chosen]
         for st, (xty_g, yty_g) in zip(chosen, about):
             xtx += st.xtx
@@ -336,7 +345,7 @@ class ClusterOLS:
             q = G / (G - 1) * (n - 1) / (n - k)
             cov = q * bread @ meat @ bread
         bse = np.sqrt(np.diag(cov))
-        if ref:  # the coefficients of y itself: the intercept takes the reference back (module doc)
+        if ref and self.intercept is not None:  # the coefficients of y itself: the intercept takes it back
             beta = beta.copy()
             beta[self.intercept] += ref
         with np.errstate(divide="ignore", invalid="ignore"):
