@@ -2095,9 +2095,11 @@ async def _run(
                     outcome.spend_note = SIMULATED_SPEND_NOTE
         return outcome
     except BaseException as exc:
-        if view is not None and not isinstance(exc, (KeyboardInterrupt, anyio.get_cancelled_exc_class())):
-            # the work ended but writing its end failed (a report folder not writable, a full disk): the
-            # manifest must not call the run complete; its report and exports were not (all) rewritten
+        if not isinstance(exc, (KeyboardInterrupt, anyio.get_cancelled_exc_class())):
+            # an error, not a stop: the pipeline or a stage's start raised (a damaged stored row), or the work
+            # ended but writing its end failed (a report folder not writable, a full disk); the manifest must
+            # call it neither complete nor interrupted (status would say "re-run to resume", which meets the
+            # same error): its report and exports were not (all) rewritten
             status = "failed"
         raise
     finally:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from _geocode_env import geocode_env, km
 
 from geoagent.geohint.geocode import LocatedAnswer, ParsedAnswer
@@ -120,3 +122,64 @@ def test_the_out_of_anchor_city_step_names_its_label():
                      ARLINGTON_COUNTY, VIRGINIA_STATE, VIRGINIA_MN, truth=TRUTH_CLARENDON)
     far = next(t for t in loc.trace if t.outcome == "out-of-anchor")
     assert far.label == "Virginia" and far.qid == VIRGINIA_MN["qid"]
+
+
+# ---- the segments are judged together (session 20; review rev20b) ----
+# A first segment naming a neighbourhood that shares its name with a city elsewhere anchored on that city whatever
+# the later segment said, and a city refused as a namesake was a reference place for a third segment.
+MANHATTAN = {"qid": "Q99000921", "labels": {"en": "Manhattan"}, "lat": 40.7831, "lon": -73.9712, "kind": "area",
+             "city": "New York", "description": "borough of New York City", "sitelinks": 250, "classes": ["Q408804"]}
+MANHATTAN_KS = {"qid": "Q99000922", "labels": {"en": "Manhattan"}, "lat": 39.1836, "lon": -96.5717, "kind": "city",
+                "city": "Manhattan", "description": "city in Kansas", "sitelinks": 60}
+HOLLYWOOD = {"qid": "Q99000923", "labels": {"en": "Hollywood"}, "lat": 34.0928, "lon": -118.3287, "kind": "area",
+             "city": "Los Angeles", "description": "neighborhood of Los Angeles", "sitelinks": 200}
+HOLLYWOOD_FL = {"qid": "Q99000924", "labels": {"en": "Hollywood"}, "lat": 26.0112, "lon": -80.1495, "kind": "city",
+                "city": "Hollywood", "description": "city in Florida", "sitelinks": 70}
+LOS_ANGELES = {"qid": "Q65", "labels": {"en": "Los Angeles"}, "lat": 34.0522, "lon": -118.2437, "kind": "city",
+               "city": "Los Angeles", "description": "city in California", "sitelinks": 300}
+HOLLYWOOD_BLVD_AREA = {"qid": "Q99000925", "labels": {"en": "Hollywood Hills"}, "lat": 34.1200, "lon": -118.3300,
+                       "kind": "area", "city": "Los Angeles", "description": "area of LA", "sitelinks": 50}
+
+
+@pytest.mark.parametrize("city, area, entries, truth, want_anchor", [
+    ("Manhattan, New York", "SoHo", (MANHATTAN, MANHATTAN_KS), (40.7235, -74.0020), "Q60"),
+    ("Hollywood, Los Angeles", "Hollywood Hills", (HOLLYWOOD, HOLLYWOOD_FL, LOS_ANGELES, HOLLYWOOD_BLVD_AREA),
+     (34.1190, -118.3310), "Q65"),
+])
+def test_a_first_segment_namesake_city_does_not_anchor_against_the_later_segment(city, area, entries, truth,
+                                                                                 want_anchor):
+    loc = _locate_in(ParsedAnswer(city=city, area=area, building="unknown"), *entries, truth=truth)
+    steps = [(t.query, t.outcome, t.qid, t.label) for t in loc.trace if t.level in ("city", "area")]
+    # before (review rev20b): anchored on Manhattan, Kansas / Hollywood, Florida, 1,700-3,800 km away; the area
+    # was then out-of-anchor and a correct area answer a censored city-level miss
+    assert loc.anchor_qid == want_anchor, (loc.anchor_label, loc.error_km, steps)
+    assert loc.resolved_level == "area" and loc.hit, (loc.resolved_level, loc.error_km, steps)
+
+
+EVELETH = {"qid": "Q99000931", "labels": {"en": "Eveleth"}, "lat": 47.4627, "lon": -92.5399, "kind": "city",
+           "city": "Eveleth", "description": "city in Minnesota, 7 km from Virginia MN", "sitelinks": 30}
+
+
+def test_a_refused_namesake_is_not_a_place_for_the_next_segment():
+    loc = _locate_in(ParsedAnswer(city="Arlington, Virginia, Eveleth", area="unknown", building="unknown"),
+                     ARLINGTON_COUNTY, VIRGINIA_STATE, VIRGINIA_MN, EVELETH, truth=TRUTH_CLARENDON)
+    steps = [(t.query, t.outcome, t.qid) for t in loc.trace if t.level == "city"]
+    refused = {t.qid for t in loc.trace if t.outcome == "out-of-anchor"}
+    called_not_city = {t.qid for t in loc.trace if t.outcome == "not-a-city"}
+    assert not (refused & called_not_city), steps  # before: both, for Virginia MN
+    assert loc.anchor_qid == ARLINGTON_COUNTY["qid"], (loc.anchor_label, steps)  # before: Eveleth did
+
+
+JAPAN = {"qid": "Q99000941", "labels": {"en": "Japan"}, "lat": 36.2, "lon": 138.25, "kind": "area", "city": "Tokyo",
+         "description": "country in East Asia", "sitelinks": 400, "classes": ["Q6256"]}
+
+
+def test_a_city_beside_its_country_anchors_and_is_not_traced_as_a_namesake():
+    # Tokyo lies 170 km from Japan's point, beyond the radius: no city item fits, and the first segment's first
+    # place anchors, which is Tokyo; the trace says so once, with no out-of-anchor step for the same item
+    loc = _locate_in(ParsedAnswer(city="Tokyo, Japan", area="Shibuya", building="unknown"), JAPAN,
+                     truth=TRUTH_SHIBUYA)
+    steps = [(t.query, t.outcome, t.qid) for t in loc.trace if t.level == "city"]
+    assert loc.anchor_qid == "Q1490" and ("Tokyo", "resolved", "Q1490") in steps, steps
+    assert not any(o in ("out-of-anchor", "not-a-city") for _, o, _ in steps), steps
+    assert loc.resolved_level == "area" and loc.hit

@@ -6,13 +6,17 @@ Protocol (seed 000 Sec. 4.2-4.3, Sec. 7, Appendix B):
    its coordinate is the anchor that disambiguates every finer name. The ground truth is never used to
    choose a candidate: it enters only :attr:`LocatedAnswer.error_km`, after resolution. (Using the truth
    would launder "London Soho" into "New York SoHo".) A city field naming several places ("Shibuya, Tokyo",
-   "Shibuya (Tokyo)") anchors on the first of its name variants whose exact Wikidata hits include an item of a
-   city class (:data:`CITY_CLASSES`), across variants; only when no variant has one, on the first located hit of
-   the first variant that has one (trace: the variant passed over is ``not-a-city``). A later variant's city item
-   anchors only within ``anchor_radius_km`` of a located hit of an earlier variant (it is then that place's city,
-   as Tokyo is Shibuya's; of an ambiguous segment any of its places counts: "SoHo, New York"); a city farther from
-   all of them is a namesake ("Arlington, Virginia": Virginia, Minnesota; trace ``out-of-anchor``), and the first
-   located hit anchors (session 20). Sec. 4.2: the anchor is
+   "Shibuya (Tokyo)") is judged as a whole: every name variant is looked up, and the first item of a city class
+   (:data:`CITY_CLASSES`), in variant order, that lies within ``anchor_radius_km`` of a place another variant
+   named (an item of no city class: a ward, a neighbourhood, a county) anchors: that place's city ("Shibuya,
+   Tokyo" -> Tokyo; "SoHo, New York" -> New York City, near one of the two SoHos; "Manhattan, New York" -> New
+   York City, not Manhattan, Kansas). The place is traced ``not-a-city``; a segment whose city items are all far
+   from the other segments' places names a namesake ("Arlington, Virginia": Virginia, Minnesota; trace
+   ``out-of-anchor``). When no city item fits, the first located hit of the first variant that has one anchors
+   ("Tokyo, Japan": Tokyo; "Arlington, Virginia": the county); when only one variant has located hits, its first
+   city item, else its first located hit ("Paris"). (Session 20; session 19 anchored on the first variant with a
+   city item, whatever the other segments named.) A region or country named beside its city lies too far from it
+   for the radius test ("Paris, Texas" anchors on the first hit of "Paris", as before). Sec. 4.2: the anchor is
    "derived from the model's own answered city", and in "Shibuya, Tokyo" the city is Tokyo. (Before session 19
    the first variant with any located hit anchored, so the ward Shibuya did, and the area answer "Shibuya" was
    then the anchor itself, city level and censored.)
@@ -447,52 +451,65 @@ class Geocoder:
         if not variants:
             trace.append(Lookup("city", text or "", "-", "null"))
             return None
-        # the first variant with a hit of a city class, across variants ("Shibuya, Tokyo" anchors on Tokyo, not on
-        # the ward its first segment names); else the first located hit of the first variant that has one
-        # located hits of the variants passed so far: (their place in the trace, variant, candidate)
-        earlier: list[tuple[int, str, Candidate]] = []
+        # every variant's located hits first: the segments of a compound field are judged together (module doc,
+        # point 1): [(variant, [(candidate, is a city item)])], in variant order
+        found: list[tuple[str, list[tuple[Candidate, bool]]]] = []
+        steps: dict[str, list[Lookup]] = {}  # each variant's own trace steps, written in variant order below
         for variant in variants:
             hits = await self._exact_hits(variant)
-            if hits:
-                ents = await self.wikidata.get_entities([h for h in hits], props=("labels", "claims"), languages=self._langs())
-                located = [ents[q] for q in hits if ents[q].has_coordinates]
-                cities = [self._from_entity(e) for e in located if set(e.classes) & CITY_CLASSES]
-                passed: tuple[int, str, Candidate] | None = earlier[0] if earlier else None  # trace: not-a-city
-                if earlier and cities:
-                    # a later segment's city anchors only near a place an earlier segment named (that place's city:
-                    # "Shibuya, Tokyo"; of an ambiguous segment, any of its places: "SoHo, New York"), not a namesake
-                    # far from all of them ("Arlington, Virginia": Virginia, Minnesota)
-                    def nearest(c: Candidate) -> tuple[float, tuple[int, str, Candidate]]:
-                        return min(((haversine_km(c.lat, c.lon, e[2].lat, e[2].lon), e) for e in earlier),
-                                   key=lambda t: t[0])
-
-                    near = [(c, nearest(c)) for c in cities]
-                    within = [(c, e) for c, (d, e) in near if d <= self.anchor_radius_km]
-                    if not within:
-                        far, (d, _) = min(near, key=lambda t: t[1][0])
-                        trace.append(Lookup("city", variant, "wikidata", "out-of-anchor", far.qid, far.label,
-                                            round(d, 3)))
-                        cities = []
-                    else:
-                        cities, passed = [within[0][0]], within[0][1]
-                if cities:
-                    cand = cities[0]
-                    if passed is not None:
-                        pos, v, fb = passed
-                        trace.insert(pos, Lookup("city", v, "wikidata", "not-a-city", fb.qid, fb.label))
-                    trace.append(Lookup("city", variant, "wikidata", "resolved", cand.qid, cand.label))
-                    return cand
-                if located:
-                    pos = len(trace)
-                    earlier.extend((pos, variant, self._from_entity(e)) for e in located)
-                    continue
-                trace.append(Lookup("city", variant, "wikidata", "no-coordinates", hits[0]))
+            if not hits:
+                steps[variant] = [Lookup("city", variant, "wikidata", "no-match")]
                 continue
-            trace.append(Lookup("city", variant, "wikidata", "no-match"))
-        if earlier:
-            pos, v, cand = earlier[0]  # the first located hit of the first variant that has one
-            trace.insert(pos, Lookup("city", v, "wikidata", "resolved", cand.qid, cand.label))
-            return cand
+            ents = await self.wikidata.get_entities([h for h in hits], props=("labels", "claims"), languages=self._langs())
+            located = [ents[q] for q in hits if ents[q].has_coordinates]
+            if not located:
+                steps[variant] = [Lookup("city", variant, "wikidata", "no-coordinates", hits[0])]
+                continue
+            found.append((variant, [(self._from_entity(e), bool(set(e.classes) & CITY_CLASSES)) for e in located]))
+            steps[variant] = []
+        pick: tuple[str, Candidate] | None = None
+        refused: list[Lookup] = []  # namesake cities, one per segment (traced unless one of them anchors after all)
+        if len(found) == 1:  # one segment named anything: its first city item, else its first place
+            variant, cands = found[0]
+            pick = (variant, next((c for c, city in cands if city), cands[0][0]))
+        elif found:
+            # a city item anchors when it lies within the radius of a place (not a city item) another segment
+            # named: that place's city ("Shibuya, Tokyo"; "SoHo, New York": one of the SoHos; "Manhattan, New
+            # York": New York City, not Manhattan, Kansas). A city far from every such place is a namesake
+            # ("Arlington, Virginia": Virginia, Minnesota), trace ``out-of-anchor``
+            for i, (variant, cands) in enumerate(found):
+                places = [(v, c) for j, (v, cs) in enumerate(found) if j != i for c, city in cs if not city]
+                far: tuple[float | None, Candidate] | None = None
+                for cand, city in cands:
+                    if not city:
+                        continue
+                    near = min(((haversine_km(cand.lat, cand.lon, c.lat, c.lon), v, c) for v, c in places),
+                               key=lambda t: t[0], default=None)
+                    if near is not None and near[0] <= self.anchor_radius_km:
+                        _, v, place = near
+                        steps[v].append(Lookup("city", v, "wikidata", "not-a-city", place.qid, place.label))
+                        pick = (variant, cand)
+                        break
+                    if far is None or (near is not None and (far[0] is None or near[0] < far[0])):
+                        far = (None if near is None else near[0], cand)
+                if pick is not None:
+                    break
+                if far is not None:
+                    d, cand = far
+                    refused.append(Lookup("city", variant, "wikidata", "out-of-anchor", cand.qid, cand.label,
+                                          None if d is None else round(d, 3)))
+            if pick is None:  # no city item fits: the first place of the first segment that named one
+                pick = (found[0][0], found[0][1][0][0])
+        if pick is not None:
+            variant, cand = pick
+            for step in refused:  # "Tokyo, Japan": Tokyo lies far from Japan's point, and anchors all the same
+                if step.qid != cand.qid:
+                    steps[step.query].append(step)
+            steps[variant].append(Lookup("city", variant, "wikidata", "resolved", cand.qid, cand.label))
+        for variant in variants:
+            trace.extend(steps.get(variant, ()))
+        if pick is not None:
+            return pick[1]
         if self.nominatim is not None:
             for variant in variants[:2]:
                 places = await self.nominatim.search(variant, limit=5)

@@ -88,6 +88,12 @@ def stored_response(response: dict[str, Any], meta: Any) -> ModelResponse:
     return resp
 
 
+class StoredRowError(ValueError):
+    """A row of the campaign's SQLite file holds JSON that cannot be read (the file was edited or damaged outside
+    geoagent). The message names the file, the table and the row's key; nothing was written. A ``ValueError``: the
+    CLI prints it as one ``error:`` line (exit 2) instead of a traceback."""
+
+
 class ResponseStore:
     """Response cache keyed by request key, plus keyed JSON results tables.
 
@@ -104,6 +110,17 @@ class ResponseStore:
         self.ledger = ledger
         db.executescript(_SCHEMA)
 
+    def _json(self, text: Any, table: str, key: object) -> Any:
+        """``orjson.loads(text)`` of the stored row ``key`` of ``table``; :class:`StoredRowError` naming them and
+        the file when it is not JSON."""
+        try:
+            return orjson.loads(text)
+        except (orjson.JSONDecodeError, TypeError) as exc:
+            raise StoredRowError(
+                f"{getattr(self.db, 'path', 'campaign.sqlite')}: table {table!r}, row {key!r}: the stored JSON cannot "
+                f"be read ({exc}): the file was changed or damaged outside geoagent; nothing was written. Restore "
+                "it from a backup") from None
+
     # -- responses ------------------------------------------------------------------------------------
 
     def has(self, key: str) -> bool:
@@ -113,7 +130,8 @@ class ResponseStore:
     def get(self, key: str) -> ModelResponse | None:
         """The stored response for request ``key``, or None."""
         rows = self.db.read("SELECT response, request_meta FROM responses WHERE key = ?", (key,))
-        return stored_response(orjson.loads(rows[0][0]), orjson.loads(rows[0][1])) if rows else None
+        return stored_response(self._json(rows[0][0], "responses", key), self._json(rows[0][1], "responses", key)) \
+            if rows else None
 
     def get_record(self, key: str) -> dict[str, Any] | None:
         """Stored response with its request metadata, cost (USD) and time, or None."""
@@ -127,8 +145,8 @@ class ResponseStore:
         return {
             "key": key,
             "model": model,
-            "request_meta": orjson.loads(meta),
-            "response": orjson.loads(resp),
+            "request_meta": self._json(meta, "responses", key),
+            "response": self._json(resp, "responses", key),
             "reservation_id": rid,
             "cost_usd": cost,
             "created_at": created,
@@ -204,7 +222,7 @@ class ResponseStore:
                 return
             for rowid, key, model, meta in rows:
                 last = rowid
-                yield {"key": key, "model": model, "request_meta": orjson.loads(meta)}
+                yield {"key": key, "model": model, "request_meta": self._json(meta, "responses", key)}
 
     def iter_responses(self, *, batch: int = 1000) -> Iterator[dict[str, Any]]:
         """Every stored response as a flat dict (key, model, cost_usd, created_at, request_meta, response fields)."""
@@ -224,8 +242,8 @@ class ResponseStore:
                     "model": model,
                     "cost_usd": cost,
                     "created_at": created,
-                    "request_meta": orjson.loads(meta),
-                    **orjson.loads(resp),
+                    "request_meta": self._json(meta, "responses", key),
+                    **self._json(resp, "responses", key),
                 }
 
     def _rows_by_key(self, keys: Iterable[str], columns: str, chunk: int) -> Iterator[tuple[Any, ...]]:
@@ -242,7 +260,7 @@ class ResponseStore:
         have a stored response; one query per ``chunk`` keys (SQLite's parameter limit)."""
         out: dict[str, str] = {}
         for key, resp in self._rows_by_key(keys, "response", chunk):
-            text = orjson.loads(resp).get("text")
+            text = self._json(resp, "responses", key).get("text")
             if isinstance(text, str):
                 out[key] = text
         return out
@@ -301,7 +319,7 @@ class ResponseStore:
 
     def get_result(self, table: str, key: str) -> dict[str, Any] | None:
         rows = self.db.read("SELECT row FROM results WHERE tbl = ? AND key = ?", (_check_table(table), key))
-        return orjson.loads(rows[0][0]) if rows else None
+        return self._json(rows[0][0], table, key) if rows else None
 
     def count_results(self, table: str) -> int:
         return int(self.db.read("SELECT COUNT(*) FROM results WHERE tbl = ?", (_check_table(table),))[0][0])
@@ -325,7 +343,7 @@ class ResponseStore:
                 return
             for key, row in rows:
                 last = key
-                yield key, orjson.loads(row)
+                yield key, self._json(row, table, key)
 
     # -- async front-ends (run on the database thread) --------------------------------------------
 
