@@ -541,6 +541,10 @@ def is_complete(queues: dict[str, QueueCounts], superseded: dict[str, int] | Non
 #: leases more than it sends at once (the model caller up to 1.5 x each model's ``concurrency``,
 #: docs/how-it-works.md, "Workers"), so 24 leased next to two models of concurrency 8 is no broken limit: the HTTP
 #: layer sends at most 8 of each
+#: the line ``status`` prints when the campaign has work left and no process runs it
+RESUME_HINT = ("    re-run the same command to resume (finished work is kept; what was left queued or in flight is sent "
+               "then)")
+
 LEASED_MEANS = ("leased: taken by a process, being handled or waiting for a slot; a model's leased requests may "
                 "outnumber its concurrency, at most that many are sent at once")
 
@@ -610,6 +614,11 @@ def format_status(st: dict[str, Any]) -> str:
                      "lists them, `--requeue` brings them back")
     lines.extend(st.get("kind_lines") or [])
     p = st.get("progress")
+    last_outcome = ended[0] if ended else None  # as manifest.json recorded the newest run that ended
+    # work left and no process running: a resume hint, unless the last run failed (its own line says what to do)
+    left = any(c.ready or c.leased for c in st["queues"].values()) and not complete and last_outcome != "failed"
+    if not p and left and st.get("running") is False:  # killed before its first progress record
+        lines.append(RESUME_HINT)
     if p:
         ended = bool(p.get("finished"))
         running = st.get("running")  # None: unknown (no run.lock)
@@ -646,9 +655,9 @@ def format_status(st: dict[str, Any]) -> str:
             eta += (" [from this machine's rate: processes on other machines are not counted, the queue counts "
                     "are the whole campaign's]")
         lines.append(f"  last progress ({state}), elapsed {p.get('elapsed_s', 0):.0f} s{eta}")
-        if ended and not complete and not running and outcome in ("interrupted", "killed"):
-            lines.append("    re-run the same command to resume (finished work is kept; what was left queued or in "
-                         "flight is sent then)")
+        if (ended and not complete and not running and outcome in ("interrupted", "killed")) or (
+                running is False and not ended and left):  # a hard stop (SIGKILL, a second Ctrl-C) writes no end
+            lines.append(RESUME_HINT)
         # a complete campaign has no open condition: its stages' errors (a model's host down for a while under
         # --watch, a retried 503) were all overcome, so they are history (the progress log keeps them), not
         # the "last error" of the campaign
@@ -658,7 +667,12 @@ def format_status(st: dict[str, Any]) -> str:
         # running None: no run.lock to tell ("running, or killed before its last record")
         which = ("last run that did work" if earlier else "last run" if over
                  else "this run" if running or procs else "this or the last run")
-        if p.get("stages"):
+        if p.get("stages") and running is False and not ended:
+            # no final record: the figures are the last record's, not the run's end
+            lines.append(f"    stages, {which} only, as of its last progress record ({_utc(p.get('t'))}): work it "
+                         "finished after that record shows only in the queue counts and calls above (which cover "
+                         "every run of the campaign):")
+        elif p.get("stages"):
             lines.append(f"    stages, {which} only (the queue counts and calls above cover every run of the campaign):")
         for sd in p.get("stages", []):
             pids, live = sd.get("pids") or [], sd.get("rate_pids") or []

@@ -79,3 +79,35 @@ def test_interrupted_run_says_resume_and_a_held_campaign_is_finishing(tmp_path):
         holder.wait()
     assert "campaign complete" not in held, held
     assert "a run of it is still going: it is finishing (writing the report and export)" in held, held
+
+
+@pytest.mark.parametrize("when", ["before its first progress record", "after a progress record"])
+def test_a_hard_stopped_run_says_resume_and_dates_its_stage_figures(tmp_path, when):
+    # walkthrough 20, findings 2-3: after a SIGKILL (or a double Ctrl-C, an OOM kill) the run writes no final
+    # record; status gave no resume hint, and its per-stage "done" figures (as of the last progress record) read as
+    # what the run did, beside larger queue counts
+    seen: list = []
+    progress = tmp_path / "state" / "hard" / "progress.jsonl"
+
+    async def go():
+        async with serve(_slow_app(seen)) as base:
+            cfgp = _config(tmp_path, base_url=base, n=16, cap=5.0, name="hard")
+            proc = await anyio.open_process([sys.executable, str(REPO / "run.py"), "run", str(cfgp), "--no-live"],
+                                            env=ENV)
+            with anyio.fail_after(60):
+                while not seen:
+                    await anyio.sleep(0.05)
+                while when.startswith("after") and not (progress.is_file() and progress.read_text().strip()):
+                    await anyio.sleep(0.05)
+            await anyio.sleep(0.3)
+            proc.kill()
+            await proc.wait()
+            await proc.aclose()
+            return cfgp
+
+    cfgp = anyio.run(go)
+    out = _status(cfgp)
+    assert "re-run the same command to resume" in out, out
+    if when.startswith("after"):
+        assert "the last run stopped without its final record" in out, out
+        assert "stages, last run only, as of its last progress record" in out, out
