@@ -349,7 +349,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
     _check_state_matches_queues(cfg)
     if not Path(cfg.state_dir()).is_dir() and not (uses_redis(cfg) and state_exists(cfg)):
         # never run (here, nor on the shared Redis): opening the state would create an empty campaign
-        print(f"campaign {cfg.name} has not run yet (no {cfg.state_dir()}): nothing to export", file=sys.stderr)
+        relative = "" if Path(cfg.state_root()).is_absolute() else (
+            f" (the data roots are relative to the working directory, {Path.cwd()}, unless the config's [paths] "
+            "queues / state or $GEOAGENT_QUEUES / $GEOAGENT_STATE set them: run export from the folder the campaign "
+            "ran in)")
+        print(f"campaign {cfg.name} has not run yet (no {cfg.state_dir()}){relative}: nothing to export",
+              file=sys.stderr)
         return 1
     from geoagent.status import stopped_while_planning
 

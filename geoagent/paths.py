@@ -80,6 +80,12 @@ def missing_crawl_output_error(
         first = (f"run `python run.py crawl CRAWL_CONFIG` first (the crawl campaign named {root.name!r} writes "
                  "sites.csv, ladders/ and, when it completes, verify_trials.csv into this folder; see "
                  "geoagent/configs/crawl_sandbox.toml)")
+    if not root.is_absolute() and not root.exists():
+        # run from another folder than the campaign's: the likeliest cause, and "run the demo" would make a second
+        # tree here (walkthrough 20)
+        first = (f"a relative release_dir is taken from the folder the command runs in ({Path.cwd()}), not from the "
+                 "config file's folder: run the command from the folder the crawl (or the demo) ran in, or write "
+                 f"that folder's absolute path; if it has not run yet, {first}")
     return FileNotFoundError(
         f"crawl output not found: {file} ({state}); {first}, or point release_dir at a finished crawl's state "
         f"folder or at the GeoContext release ({RELEASE_URL})"
