@@ -8,19 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 
 from geoagent import constants as C
 from geoagent.config import QueueSection
 from geoagent.crawl.stages import run_crawl
 from geoagent.runtime.http import HostPolicy, HttpClient
 from geoagent.sandbox.city import build_world, serve_world
-from geoagent.sandbox.server import free_port
 from test_crawl_pipeline import FAST, _settings
 
 
 def test_crawl_watch_mode_probes_with_the_queue_sections_settings(tmp_path, caplog):
     world = build_world(0)
-    port = free_port()
+    # a port bound here and never listening: connections are refused for the whole run, and no other test process
+    # can take it (a free port, closed again, was once taken by a parallel test's server: the host answered, the
+    # breaker never probed and the run hit its 60 s limit)
+    hold = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    hold.bind(("127.0.0.1", 0))
+    port = hold.getsockname()[1]
     state: dict = {}
 
     def messages() -> list[str]:
@@ -42,8 +47,11 @@ def test_crawl_watch_mode_probes_with_the_queue_sections_settings(tmp_path, capl
                 state_dir=tmp_path / "s", images_root=tmp_path / "i", http=http, mapillary_token="MLY|sandbox|token",
                 burst=False, tick=tick, queue=QueueSection(watch_probe_after_s=0.2, watch_probe_max_s=0.4)), 60)
 
-    with caplog.at_level(logging.WARNING, logger="geoagent.runtime.worker"):
-        run = asyncio.run(main())
+    try:
+        with caplog.at_level(logging.WARNING, logger="geoagent.runtime.worker"):
+            run = asyncio.run(main())
+    finally:
+        hold.close()
     assert state["settings"] == (0.2, 0.4) and state.get("stopped")
     screener = next(r for r in run.runners if r.stage.name == C.STAGE_SCREENER)
     assert set(screener.stats.unreachable) == {f"127.0.0.1:{port}"}
