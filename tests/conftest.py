@@ -88,4 +88,16 @@ def isolated_roots(tmp_path, monkeypatch) -> Path:
 
 
 # the run fails when it adds to the checkout's state/ or queues/ (tests/_repo_guard.py)
+@pytest.fixture
+def refused_port():
+    """A loopback TCP port that refuses connections for the whole test: bound here and never listening, so no
+    other test process can take it (a port from ``free_port()`` is free only until someone binds it: a parallel
+    test's server once did, mid-run, and the host "down" answered)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        yield int(s.getsockname()[1])
+
+
 from _repo_guard import pytest_sessionfinish, pytest_sessionstart  # noqa: E402,F401

@@ -171,7 +171,7 @@ def test_replay_with_recorded_usage_above_the_reservation_never_passes_the_cap(t
     assert abs(est.worst_case_usd - 5 * per_call) < 1e-9 and abs(est.cost_usd - 5 * per_call) < 1e-9
 
 
-def test_rerun_while_host_still_down_keeps_the_tasks_queued(tmp_path):
+def test_rerun_while_host_still_down_keeps_the_tasks_queued(tmp_path, refused_port):
     """The breaker keeps a dead host's tasks queued in the run that trips it; a second run with the host
     still down should too. With one task, max_attempts 5 and the default threshold 5: run 1 nacks deliveries
     1-4 (attempts 4) and releases the 5th, which opens the breaker; the streak proved the host down, so its 4
@@ -179,9 +179,7 @@ def test_rerun_while_host_still_down_keeps_the_tasks_queued(tmp_path):
     dead-lettering the task at its next failure (was: attempts 5 -> dead)."""
     from test_runtime_unreachable_host import _pipeline
 
-    from geoagent.sandbox.server import free_port
-
-    url = f"http://127.0.0.1:{free_port()}/x"
+    url = f"http://127.0.0.1:{refused_port}/x"
 
     async def main():
         _, r1, c1, dead1 = await _pipeline(tmp_path, url, [("k0", {"i": 0})], max_attempts=5, unreachable_after=5)

@@ -17,7 +17,7 @@ from geoagent.runtime.http import HostPolicy, HttpClient
 from geoagent.runtime.queue import open_queue
 from geoagent.runtime.stage import Stage, StageContext
 from geoagent.runtime.worker import StageRunner
-from geoagent.sandbox.server import free_port, serve
+from geoagent.sandbox.server import serve
 from test_queue_contract import backend, raw, redis_url  # noqa: F401 - the contract's fixtures (both backends)
 from test_queue_refund_contract import REASON, _attempts, _nack_times
 
@@ -107,7 +107,7 @@ async def _run_own_dead_host(tmp_path, good_url: str, items) -> tuple[OneGet, ob
         await q.close()
 
 
-def test_a_task_alone_on_its_own_dead_host_stays_queued_and_every_run_names_the_host(tmp_path):
+def test_a_task_alone_on_its_own_dead_host_stays_queued_and_every_run_names_the_host(tmp_path, refused_port):
     """Decided behaviour (lead, session 7): task ``bad`` carries its own URL whose host refuses every connection;
     no other task uses that host, so its own redeliveries form the whole streak (deliveries 1 and 2 nacked, the
     3rd opens the breaker at threshold 3). The runner cannot tell a lone task's dead URL from its host's outage
@@ -115,7 +115,7 @@ def test_a_task_alone_on_its_own_dead_host_stays_queued_and_every_run_names_the_
     streak is refunded like any other: ``bad`` stays queued with no attempt charged, the good tasks are done, and
     every run stops that stage's host honestly (unreachable recorded, the task left queued, nothing dead-lettered)
     until the input or the host is fixed; it is never silently dropped."""
-    bad = f"http://127.0.0.1:{free_port()}/x"
+    bad = f"http://127.0.0.1:{refused_port}/x"
 
     async def main():
         async with serve(_ok_app()) as base:
@@ -220,7 +220,7 @@ class _OtherProcessCharges(OneGet):
         return await super().handle(task, ctx)
 
 
-def test_runner_refund_of_the_earlier_charger_is_not_lost_when_another_process_charged_the_task_since(tmp_path):
+def test_runner_refund_of_the_earlier_charger_is_not_lost_when_another_process_charged_the_task_since(tmp_path, refused_port):
     """The same race through a real stage runner (process A, threshold 2, its own HTTP client) on a closed port:
     A's first request (task ``t``) fails, nacked (streak 1, count 1, A's charge); while A works on ``u``, process B
     leases ``t`` and nacks it with its own charge (count 2); ``u``'s request fails (streak 2): A's breaker opens and
@@ -229,7 +229,7 @@ def test_runner_refund_of_the_earlier_charger_is_not_lost_when_another_process_c
     ``t`` kept 1 attempt for ever."""
     from geoagent.runtime.queue import Refund
 
-    dead = f"http://127.0.0.1:{free_port()}/x"
+    dead = f"http://127.0.0.1:{refused_port}/x"
 
     async def main():
         q = open_queue(tmp_path / "q", "race2", "a", max_attempts=5, backoff_base_s=0.0, backoff_max_s=0.0)

@@ -13,7 +13,6 @@ import anyio
 from _model_harness import generic_campaign
 from geoagent.config import load_config
 from geoagent.engine import run_campaign
-from geoagent.sandbox.server import free_port
 from geoagent.secrets import Secret
 
 
@@ -41,10 +40,10 @@ def test_all_calls_done_the_change_affects_nothing_and_names_the_key(tmp_path, c
             "the stored results") in err
 
 
-def test_work_left_queued_warns_with_the_changed_keys_redacted(tmp_path, capsys):
+def test_work_left_queued_warns_with_the_changed_keys_redacted(tmp_path, capsys, refused_port):
     secret = "Team Quokka Seventeen"
     Secret(secret, "DRIFT_TITLE")  # a value known as a secret in this process: never printed
-    closed = f"http://127.0.0.1:{free_port()}"
+    closed = f"http://127.0.0.1:{refused_port}"
     p = generic_campaign(tmp_path, name="drift-left", n=6, models=_models(512, closed))
     out = _run(p)
     assert out.status == "incomplete" and out.counts["requests"].ready == 6  # host unreachable: all left queued

@@ -11,13 +11,12 @@ from geoagent.crawl.stages import run_crawl
 from geoagent.runtime.http import HostPolicy, HttpClient
 from geoagent.runtime.queue import open_queue
 from geoagent.sandbox.city import build_world, serve_world
-from geoagent.sandbox.server import free_port
 from test_crawl_pipeline import FAST, _settings
 
 
-def test_unreachable_overpass_stops_the_screener_and_keeps_the_cities_queued(tmp_path):
+def test_unreachable_overpass_stops_the_screener_and_keeps_the_cities_queued(tmp_path, refused_port):
     world = build_world(0)
-    port = free_port()
+    port = refused_port
 
     async def main():
         async with serve_world(world) as sb, HttpClient(default_policy=HostPolicy(**FAST)) as http:

@@ -104,15 +104,14 @@ def test_a_stage_without_cancel_on_stop_keeps_its_grace_period(tmp_path):
     assert [(t.key, t.attempts) for t in leased] == [("a1", 0)]
 
 
-def test_unreachable_breaker_cancels_the_geocoder_lookups_still_backing_off(tmp_path):
+def test_unreachable_breaker_cancels_the_geocoder_lookups_still_backing_off(tmp_path, refused_port):
     # 4 answers in flight at once against a closed port; each lookup's first attempt is refused at once, then
     # backs off U(0, 8) s before its second. The first lookup to exhaust its 2 attempts opens the breaker
     # (unreachable_after=1): the 3 others are cancelled in their backoff (no second attempt: 2 + 3 requests
     # in all, not 8) and every task is released untouched
     from geoagent.runtime.http import HostPolicy
-    from geoagent.sandbox.server import free_port
 
-    host = f"127.0.0.1:{free_port()}"
+    host = f"127.0.0.1:{refused_port}"
     slow = HostPolicy(rate=1000.0, concurrency=4, max_attempts=2, backoff_base_s=8.0, backoff_max_s=8.0, timeout_s=10.0)
 
     async def main():
