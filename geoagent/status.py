@@ -541,12 +541,12 @@ def is_complete(queues: dict[str, QueueCounts], superseded: dict[str, int] | Non
 #: leases more than it sends at once (the model caller up to 1.5 x each model's ``concurrency``,
 #: docs/how-it-works.md, "Workers"), so 24 leased next to two models of concurrency 8 is no broken limit: the HTTP
 #: layer sends at most 8 of each
+LEASED_MEANS = ("leased: taken by a process, being handled or waiting for a slot; a model's leased requests may "
+                "outnumber its concurrency, at most that many are sent at once")
+
 #: the line ``status`` prints when the campaign has work left and no process runs it
 RESUME_HINT = ("    re-run the same command to resume (finished work is kept; what was left queued or in flight is sent "
                "then)")
-
-LEASED_MEANS = ("leased: taken by a process, being handled or waiting for a slot; a model's leased requests may "
-                "outnumber its concurrency, at most that many are sent at once")
 
 
 def format_status(st: dict[str, Any]) -> str:

@@ -35,6 +35,17 @@ def _status(cfgp) -> str:
     return out.stdout
 
 
+async def _start_run(cfgp, seen: list, ready=lambda: True):
+    """``run.py run cfgp`` started against the holding fake; returned once it has sent a call and ``ready()``, plus
+    0.3 s (calls in flight, work still queued)."""
+    proc = await anyio.open_process([sys.executable, str(REPO / "run.py"), "run", str(cfgp), "--no-live"], env=ENV)
+    with anyio.fail_after(60):
+        while not (seen and ready()):
+            await anyio.sleep(0.05)
+    await anyio.sleep(0.3)
+    return proc
+
+
 def test_interrupted_run_says_resume_and_a_held_campaign_is_finishing(tmp_path):
     if not shutil.which("flock"):
         pytest.skip("no flock(1) to hold the run lock")
@@ -43,12 +54,7 @@ def test_interrupted_run_says_resume_and_a_held_campaign_is_finishing(tmp_path):
     async def go():
         async with serve(_slow_app(seen)) as base:
             cfgp = _config(tmp_path, base_url=base, n=16, cap=5.0, name="fin")
-            proc = await anyio.open_process([sys.executable, str(REPO / "run.py"), "run", str(cfgp), "--no-live"],
-                                            env=ENV)
-            with anyio.fail_after(60):
-                while not seen:
-                    await anyio.sleep(0.05)
-            await anyio.sleep(0.3)
+            proc = await _start_run(cfgp, seen)
             proc.send_signal(signal.SIGINT)  # 8 calls in flight finish in the grace period, 8 stay queued
             with anyio.fail_after(90):
                 await proc.wait()
@@ -92,14 +98,8 @@ def test_a_hard_stopped_run_says_resume_and_dates_its_stage_figures(tmp_path, wh
     async def go():
         async with serve(_slow_app(seen)) as base:
             cfgp = _config(tmp_path, base_url=base, n=16, cap=5.0, name="hard")
-            proc = await anyio.open_process([sys.executable, str(REPO / "run.py"), "run", str(cfgp), "--no-live"],
-                                            env=ENV)
-            with anyio.fail_after(60):
-                while not seen:
-                    await anyio.sleep(0.05)
-                while when.startswith("after") and not (progress.is_file() and progress.read_text().strip()):
-                    await anyio.sleep(0.05)
-            await anyio.sleep(0.3)
+            proc = await _start_run(cfgp, seen, lambda: when.startswith("before") or (
+                progress.is_file() and bool(progress.read_text().strip())))
             proc.kill()
             await proc.wait()
             await proc.aclose()

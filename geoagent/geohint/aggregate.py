@@ -94,7 +94,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -743,7 +743,13 @@ class GeoHintAggregator:
           whenever the repeat counts differ between the two conditions: repeats without a counterpart were
           dropped (an item with repeats 0, 1 under forced and 0 under forced_warn used only repeat 0) and an
           item whose repeat indices did not overlap had no pair at all; it also counted each repeat as a pair."""
-        out = []
+        return [(site, PairMean.of(conds[treatment][k] for k in sorted(conds[treatment])),
+                 PairMean.of(conds[control][k] for k in sorted(conds[control])))
+                for site, _, conds in self._paired_items(treatment, control, sites, model)]
+
+    def _paired_items(self, treatment: str, control: str, sites: set[str] | None, model: str | None
+                      ) -> Iterator[tuple[str, tuple, dict]]:
+        """``(site, item key, its answers by condition)`` of each item :meth:`paired` pairs, in its order."""
         for site in sorted(self.pairs):
             if sites is not None and site not in sites:
                 continue
@@ -752,31 +758,22 @@ class GeoHintAggregator:
                     continue
                 conds = self.pairs[site][pk]
                 if conds.get(treatment) and conds.get(control):
-                    out.append((site, PairMean.of(conds[treatment][k] for k in sorted(conds[treatment])),
-                                PairMean.of(conds[control][k] for k in sorted(conds[control]))))
-        return out
+                    yield site, pk, conds
 
     def paired_models(
         self, treatment: str, control: str, *, sites: set[str] | None = None, model: str | None = None
     ) -> list[str]:
         """The models (sorted) of the items :meth:`paired` returns for the same arguments: whose answers a test on
         those pairs holds (the report labels its site-flip tests by them)."""
-        return sorted({pk[0] for site in self.pairs if sites is None or site in sites
-                       for pk, conds in self.pairs[site].items()
-                       if (model is None or pk[0] == model) and conds.get(treatment) and conds.get(control)})
+        return sorted({pk[0] for _, pk, _ in self._paired_items(treatment, control, sites, model)})
 
     def image_paired_models(
         self, treatment: str, control: str, *, band: str, model: str | None = None, sites: set[str] | None = None
     ) -> list[str]:
         """The models (sorted) whose responses :meth:`image_paired` pools into its pairs for the same arguments:
         a model with an answer to a paired image under ``treatment`` in ``band`` or under ``control``."""
-        paired = {(s, img) for s, img, _, _ in self.image_paired(treatment, control, band=band, model=model,
-                                                                 sites=sites)}
-        out = set()
-        for cond, b in ((treatment, band), (control, None)):
-            out.update(m for (s, img, m, bb) in self.image_counts.get(cond, {})
-                       if bb == b and (s, img) in paired and (model is None or m == model))
-        return sorted(out)
+        t, c = self._image_pools(treatment, control, band, model, sites)
+        return sorted({m for key in t.keys() & c.keys() for m in t[key][1] | c[key][1]})
 
     def image_paired(
         self, treatment: str, control: str, *, band: str, model: str | None = None, sites: set[str] | None = None
@@ -790,15 +787,23 @@ class GeoHintAggregator:
         per model) and Sec. 6.3.1 (building-level share, context vs no context, per band), as the release
         computes the latter (``analysis/cluster_inference.py``, "CONTEXT VS BASELINE": ``groupby("path")`` mean
         of each condition, inner join on the image, all models, languages and repeats of the image pooled)."""
-        def pooled(cond: str, b: str | None) -> dict[tuple[str, str], ImageCount]:
-            acc: dict[tuple[str, str], ImageCount] = {}
+        t, c = self._image_pools(treatment, control, band, model, sites)
+        return [(s, img, t[(s, img)][0], c[(s, img)][0]) for s, img in sorted(t.keys() & c.keys())]
+
+    def _image_pools(self, treatment: str, control: str, band: str, model: str | None, sites: set[str] | None
+                     ) -> tuple[dict[tuple[str, str], tuple[ImageCount, set[str]]], ...]:
+        """Per ``(site, image)``: the pooled counts and the models pooled into them, under ``treatment`` in
+        ``band`` and under the no-context ``control`` (:meth:`image_paired`)."""
+        def pooled(cond: str, b: str | None) -> dict[tuple[str, str], tuple[ImageCount, set[str]]]:
+            acc: dict[tuple[str, str], tuple[ImageCount, set[str]]] = {}
             for (s, img, m, bb), c in self.image_counts.get(cond, {}).items():
                 if bb == b and (model is None or m == model) and (sites is None or s in sites):
-                    acc.setdefault((s, img), ImageCount()).merge(c)
+                    count, models = acc.setdefault((s, img), (ImageCount(), set()))
+                    count.merge(c)
+                    models.add(m)
             return acc
 
-        t, c = pooled(treatment, band), pooled(control, None)
-        return [(s, img, t[(s, img)], c[(s, img)]) for s, img in sorted(t.keys() & c.keys())]
+        return pooled(treatment, band), pooled(control, None)
 
     def baseline_arrays(self, condition: str | None = None) -> tuple[list[str], list[str], list[int]]:
         """No-context responses as per-response arrays (site, model, hit), rebuilt from counts (the order

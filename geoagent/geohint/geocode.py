@@ -143,8 +143,9 @@ ANSWER_COORDINATES = "answer-coordinates"
 #: an answer are its point, without a lookup; 3 (session 17): degrees-minutes-seconds too (before they were looked up
 #: as a name, which found nothing or the wrong place); 4 (session 19): a street named as the area is not scored
 #: (point 4), a compound city field anchors on its city (point 1), a city item named at a finer level is city
-#: level (point 6); 5 (session 20): a later segment's city anchors only near the earlier segment's place (point 1),
-#: and the Nominatim fallback passes over an item Wikidata passed over (point 6).
+#: level (point 6); 5 (session 20): a compound city field's segments are judged together, a city item anchoring
+#: only near a place another segment named (point 1), and the Nominatim fallback passes over an item Wikidata
+#: passed over (point 6).
 GEOCODER_RULES_VERSION = 5
 
 LEVELS = ("building", "area", "city", "none")
@@ -213,12 +214,12 @@ class Lookup:
         (decided without a lookup).
     outcome : str
         ``resolved``, ``no-match`` (no exact name match), ``out-of-anchor`` (matches exist but none within
-        the radius; at the city level: a later segment's city items all farther than the radius from the place an
-        earlier segment named, module doc point 1), ``no-coordinates``, ``linear-deferred`` (a linear feature left to the area level, never scored),
+        the radius; at the city level: a segment's city items all farther than the radius from every place another
+        segment named, module doc point 1), ``no-coordinates``, ``linear-deferred`` (a linear feature left to the area level, never scored),
         ``linear-area`` (a linear feature named as the area, passed over, never scored), ``same-as-city`` (the
         candidate is the anchor city itself, or another city item or coarser place: city level),
-        ``not-a-city`` (a city-field variant whose hits hold no city-class item, passed over for a later variant
-        that has one), ``null`` (no answer given),
+        ``not-a-city`` (the place a city-field segment named, whose city, named by another segment, anchors;
+        module doc point 1), ``null`` (no answer given),
         ``no-anchor`` (finer levels skipped because the city did not resolve).
     qid, label : str or None
         The candidate concerned (the resolved one, or the nearest rejected one).
@@ -479,25 +480,19 @@ class Geocoder:
             # ("Arlington, Virginia": Virginia, Minnesota), trace ``out-of-anchor``
             for i, (variant, cands) in enumerate(found):
                 places = [(v, c) for j, (v, cs) in enumerate(found) if j != i for c, city in cs if not city]
-                far: tuple[float | None, Candidate] | None = None
-                for cand, city in cands:
-                    if not city:
-                        continue
-                    near = min(((haversine_km(cand.lat, cand.lon, c.lat, c.lon), v, c) for v, c in places),
-                               key=lambda t: t[0], default=None)
-                    if near is not None and near[0] <= self.anchor_radius_km:
-                        _, v, place = near
-                        steps[v].append(Lookup("city", v, "wikidata", "not-a-city", place.qid, place.label))
-                        pick = (variant, cand)
-                        break
-                    if far is None or (near is not None and (far[0] is None or near[0] < far[0])):
-                        far = (None if near is None else near[0], cand)
-                if pick is not None:
+                # each city item with the nearest place of the other segments: (km, its variant, place) or None
+                ranked = [(min(((haversine_km(cand.lat, cand.lon, c.lat, c.lon), v, c) for v, c in places),
+                               key=lambda t: t[0], default=None), cand) for cand, city in cands if city]
+                fit = next(((near, cand) for near, cand in ranked if near and near[0] <= self.anchor_radius_km), None)
+                if fit is not None:
+                    (_, v, place), cand = fit
+                    steps[v].append(Lookup("city", v, "wikidata", "not-a-city", place.qid, place.label))
+                    pick = (variant, cand)
                     break
-                if far is not None:
-                    d, cand = far
+                if ranked:  # the segment's nearest city item (its first when no other segment named a place)
+                    near, cand = min(ranked, key=lambda t: math.inf if t[0] is None else t[0][0])
                     refused.append(Lookup("city", variant, "wikidata", "out-of-anchor", cand.qid, cand.label,
-                                          None if d is None else round(d, 3)))
+                                          None if near is None else round(near[0], 3)))
             if pick is None:  # no city item fits: the first place of the first segment that named one
                 pick = (found[0][0], found[0][1][0][0])
         if pick is not None:

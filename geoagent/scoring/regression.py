@@ -309,8 +309,8 @@ class ClusterOLS:
         # y'y is then the centred total sum of squares, whichever row came first
         ref = chosen[0].ref
         with np.errstate(over="ignore", invalid="ignore"):  # non-finite sums: the check below names the cluster
-            if self.intercept is not None:
-                ref += float(sum(st.about(ref, self.intercept)[0][self.intercept] for st in chosen)) / n
+            if self.intercept is not None:  # sum(y - ref) over every row, cluster by cluster, then / n
+                ref += sum((st.ref - ref) * st.n + float(st.xty[self.intercept]) for st in chosen) / n
             about = [st.about(ref, self.intercept) for st in chosen]
         for st, (xty_g, yty_g) in zip(chosen, about):
             xtx += st.xtx
