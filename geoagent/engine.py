@@ -33,7 +33,10 @@ interrupted            130    stopped by SIGINT/SIGTERM with work left; re-run t
 stages finished        0      (``--stages``) this process's stages finished, nothing of theirs dead-lettered,
                               but other stages (other processes) still have work queued or in flight: the
                               campaign is not complete yet; its last process reports it (``incomplete``
-                              if any edge holds dead letters, whichever process dead-lettered them)
+                              if any edge holds dead letters, whichever process dead-lettered them). Work
+                              another process queued on a stage's input after that stage drained it is
+                              said ("N responses queued by another process after stage S had finished
+                              here"), not counted as this process's
 =====================  =====  =====================================================================
 
 (2 is a config error: a bad file, missing API keys, an impossible campaign, a first run whose plan is empty
@@ -1965,6 +1968,12 @@ async def _run(
         # finishes the campaign answers for every edge, so work dead-lettered by a process that ended earlier
         # still makes the campaign ``incomplete``
         judged = set(counts) if not only_stages or campaign_drained else {s.input_edge for s in stages}
+        # a --stages process's stage that drained its input (docs/campaigns.md, "Scale-out on one machine") left
+        # nothing there: what another process queued on that edge after it is theirs, not this process's failure
+        arrived_late = {r.stage.input_edge: (r.stage.name, counts[r.stage.input_edge].ready
+                                             + counts[r.stage.input_edge].leased)
+                        for r in view.runners if only_stages and r.stats.drained and r.stage.input_edge in counts}
+        arrived_late = {e: v for e, v in arrived_late.items() if v[1]}
         # tasks set aside because the current plan no longer holds them are no failure of the run
         superseded = {e: n for e, q in queues.items() if counts[e].dead and (n := await count_superseded(q))}
         dead = {e: await q.dead_letters(20 + superseded.get(e, 0)) for e, q in queues.items() if counts[e].dead}
@@ -2003,7 +2012,7 @@ async def _run(
             status, code = STATUS_AUTH, EXIT_AUTH
         elif view.budget_stopped:
             status, code = "budget exhausted", EXIT_BUDGET
-        elif hosts_down or any(c.dead - superseded.get(e, 0) or c.ready or c.leased
+        elif hosts_down or any(c.dead - superseded.get(e, 0) or ((c.ready or c.leased) and e not in arrived_late)
                                for e, c in counts.items() if e in judged):
             status, code = "incomplete", EXIT_INCOMPLETE
         elif only_stages and any(c.ready or c.leased for c in counts.values()):
@@ -2039,8 +2048,11 @@ async def _run(
         # when the campaign as a whole is drained (the last process to finish), so a partial report from
         # a process that ended early never replaces the final one
         if only_stages and not campaign_drained:
-            outcome.extra_lines = ["  report and export left to the process that finishes the campaign "
-                                   "(other stages still have work queued or in flight)"]
+            outcome.extra_lines = [
+                f"  {n} {edge} queued by another process after stage {name} had finished here; run `--stages {name}` "
+                "again (or with --watch) to take them" for edge, (name, n) in arrived_late.items()]
+            outcome.extra_lines.append("  report and export left to the process that finishes the campaign "
+                                       "(other stages still have work queued or in flight)")
             return outcome
         if export:
             # the config as written: a sandbox model fake is known by its *.sandbox.invalid URL (the export's

@@ -238,6 +238,9 @@ class StageStats:
     held: int = 0  # tasks held (stage.Held): leased untouched while the stage runs, released at its end
     deferred: int = 0  # tasks of a full lane given back to the queue unstarted, for later (module docstring, "Lanes")
     blocked: bool = False  # the stage said nothing more can run here (Stage.runnable): leasing stopped early
+    #: burst mode: leasing ended because the input was exhausted (nothing ready or leased, upstream done): work
+    #: found on the input edge after that was queued by another process later, not left by this one
+    drained: bool = False
     #: hosts whose unreachable breaker opened (module docstring): host -> (requests in a row, last failure)
     unreachable: dict[str, tuple[int, str]] = field(default_factory=dict)
     #: attempts given back (queue.refund_attempts) because the unreachable failures that charged them proved their
@@ -952,6 +955,7 @@ class StageRunner:
             if not tasks:
                 walks = 0
                 if await self._input_exhausted():
+                    self.stats.drained = True
                     return
                 await self._maybe_commit()
                 await self._sleep_or_stop(self.poll_s)
