@@ -340,6 +340,18 @@ def _cmd_dead(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export_out_refused(cfg: Any, out_dir: Path) -> str | None:
+    """Why ``run.py export --out out_dir`` must not write there, or None: a path that is not a folder, or (a
+    crawl) the crawl's own output folder, whose tables (``sites.csv``, ``images.csv``, ...) the export's CSVs of
+    the same names would replace (:meth:`geoagent.crawl.campaign.CrawlCampaign.export`)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        return "it is not a folder"
+    if cfg.campaign.kind == "crawl" and out_dir.resolve() == Path(cfg.state_dir()).resolve():
+        return ("it is the crawl's own output folder, whose tables the export's CSVs of the same names would "
+                f"replace ({cfg.state_dir()}); choose another folder (the default is {Path(cfg.state_dir()) / C.EXPORT_DIR})")
+    return None
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     from geoagent.engine import load_kind
     from geoagent.runtime.backend import open_state, state_exists, uses_redis
@@ -347,6 +359,10 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     cfg = _load(args.config)
     _check_state_matches_queues(cfg)
+    out_dir = Path(args.out).expanduser() if args.out else None
+    if out_dir is not None and (refused := _export_out_refused(cfg, out_dir)):
+        print(f"error: export --out {out_dir}: {refused}; nothing was written", file=sys.stderr)
+        return 2
     if not Path(cfg.state_dir()).is_dir() and not (uses_redis(cfg) and state_exists(cfg)):
         # never run (here, nor on the shared Redis): opening the state would create an empty campaign
         relative = "" if Path(cfg.state_root()).is_absolute() else (
@@ -367,7 +383,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     kind = load_kind(cfg.campaign.kind)
     with open_state(cfg, recover=False) as state:
-        tables = kind.export(cfg, state.store)  # what the campaign kind calls results
+        if out_dir is not None:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        tables = kind.export(cfg, state.store, out_dir)  # what the campaign kind calls results
         # the models whose stored answers are simulated (as recorded with each; the config for older answers);
         # a kind keeping answers in files of its own (a crawl's auditors) says so itself
         own = getattr(kind, "simulated_answer_models", None)
@@ -620,6 +638,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
     e = sub.add_parser("export", help="export results as Parquet and CSV (a crawl: its tables, to state/<campaign>/export/)", **kw("export"))
     e.add_argument("config", help=CONFIG_HELP)
+    e.add_argument("--out", metavar="DIR",
+                   help="write the Parquet and CSV files (and the export note) to DIR, made if missing, instead of "
+                        "the state folder (state/<campaign>/; a crawl: state/<campaign>/export/); files of the same "
+                        "names there are replaced; a crawl refuses its own output folder")
     e.set_defaults(fn=_cmd_export)
     return p
 

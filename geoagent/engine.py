@@ -216,14 +216,14 @@ class CampaignKind(abc.ABC):
     #: (:data:`geoagent.runtime.export.TABLE_SCHEMAS`): a campaign with no answer yet still writes them
     results_tables: tuple[str, ...] = ()
 
-    def export(self, cfg: Any, store: Any) -> list[Any]:
+    def export(self, cfg: Any, store: Any, out_dir: str | Path | None = None) -> list[Any]:
         """Write the campaign's results as Parquet and CSV (end of a run and ``run.py export``); return the
         :class:`~geoagent.runtime.export.ExportedTable` list. Default: every results table of the response
-        store (:attr:`results_tables` also when empty) and the stored model responses, under
-        ``state/<campaign>/``."""
+        store (:attr:`results_tables` also when empty) and the stored model responses, under ``out_dir``
+        (``run.py export --out DIR``; None: ``state/<campaign>/``)."""
         from geoagent.runtime.export import export_all
 
-        return export_all(store, cfg.state_dir(), cfg=cfg, tables=self.results_tables)
+        return export_all(store, out_dir or cfg.state_dir(), cfg=cfg, tables=self.results_tables)
 
     def empty_plan_reason(self, cfg: Any) -> str:
         """Why the plan was empty, for the error a first run that plans nothing ends with (called after

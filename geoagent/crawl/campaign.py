@@ -154,15 +154,16 @@ class CrawlCampaign(CampaignKind):
         self._trials_note = trials["note"]
         return [_write_summary(cfg, svc, outcome.status, trials, watching=False)]
 
-    def export(self, cfg: Any, store: Any) -> list[Any]:
+    def export(self, cfg: Any, store: Any, out_dir: str | Path | None = None) -> list[Any]:
         """The crawl's tables (city pool, sites, images, image audit, candidate referenceability, ladders,
         audit logs, the crawl's decision log) as Parquet and CSV under ``state/<campaign>/export/``
         (:func:`geoagent.crawl.export.export_crawl_tables`), plus the response store's tables when it holds
-        any (the crawl's audits are kept in its own files, so it usually holds none)."""
+        any (the crawl's audits are kept in its own files, so it usually holds none); ``out_dir``: another folder
+        (``run.py export --out DIR``, which refuses the crawl's own output folder)."""
         from geoagent.crawl.export import export_crawl_tables, write_crawl_export_note
         from geoagent.runtime.export import export_all
 
-        out = Path(cfg.state_dir()) / C.EXPORT_DIR
+        out = Path(out_dir) if out_dir is not None else Path(cfg.state_dir()) / C.EXPORT_DIR
         tables = export_crawl_tables(cfg.state_dir(), out, cfg=cfg)
         if store.count_responses() or store.result_tables():
             tables += export_all(store, out, include_responses=store.count_responses() > 0, cfg=cfg)

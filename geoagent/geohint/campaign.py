@@ -435,7 +435,7 @@ class GeoHintCampaign(CampaignKind):
         """
         return {"missing": _missing_work(cfg)}
 
-    def export(self, cfg: Any, store: Any) -> list[Any]:
+    def export(self, cfg: Any, store: Any, out_dir: str | Path | None = None) -> list[Any]:
         """:meth:`CampaignKind.export`, with a boolean ``scored`` column in ``geohint_scored``: True exactly for the
         rows the report scores (:func:`scored_scope`: the request is in the current plan). ``run.py export`` runs
         without a plan: the current plan is the one the last run recorded (``state/<campaign>/plan_keys.tsv``,
@@ -452,7 +452,7 @@ class GeoHintCampaign(CampaignKind):
         from geoagent.runtime.scope import read_plan_keys
 
         scope = scored_scope(read_plan_keys(cfg.state_dir()))
-        return export_all(store, cfg.state_dir(), hooks={SCORED_TABLE: export_rows(scope, store)}, cfg=cfg,
+        return export_all(store, out_dir or cfg.state_dir(), hooks={SCORED_TABLE: export_rows(scope, store)}, cfg=cfg,
                           tables=(SCORED_TABLE,))
 
     def answer_quality(self, cfg: Any, ctx: StageContext) -> dict[str, Any]:

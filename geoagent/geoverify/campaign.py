@@ -320,7 +320,7 @@ class GeoVerifyCampaign(CampaignKind):
         keys = ctx.services.get(SERVICE_PLAN_KEYS)
         return ScoredScope(set(keys) if keys is not None else None)
 
-    def export(self, cfg: Any, store: Any) -> list[Any]:
+    def export(self, cfg: Any, store: Any, out_dir: str | Path | None = None) -> list[Any]:
         """:meth:`CampaignKind.export`, with a boolean ``scored`` column in ``geoverify_scored``: True exactly for
         the rows the report scores (:class:`ScoredScope`: the task is in the current plan, and it is the first
         stored answer of its model request). ``run.py export`` runs without a plan: the current plan is the one
@@ -338,7 +338,7 @@ class GeoVerifyCampaign(CampaignKind):
         from geoagent.geoverify.stages import SCORED_TABLE
 
         scope = ScoredScope(read_plan_keys(cfg.state_dir()))
-        return export_all(store, cfg.state_dir(),
+        return export_all(store, out_dir or cfg.state_dir(),
                           hooks={SCORED_TABLE: lambda rows: scope.mark(rows, reason_column="left_out")}, cfg=cfg,
                           tables=(SCORED_TABLE,))
 
