@@ -16,6 +16,7 @@ not call drift (:func:`geoagent.runtime.manifest.config_changes`).
 
 from __future__ import annotations
 
+import functools
 import math
 
 from pathlib import Path
@@ -452,7 +453,8 @@ class GeoHintCampaign(CampaignKind):
         from geoagent.runtime.scope import read_plan_keys
 
         scope = scored_scope(read_plan_keys(cfg.state_dir()))
-        return export_all(store, out_dir or cfg.state_dir(), hooks={SCORED_TABLE: export_rows(scope, store)}, cfg=cfg,
+        return export_all(store, out_dir or cfg.state_dir(), hooks={SCORED_TABLE: export_rows(scope, store)},
+                          checks={SCORED_TABLE: functools.partial(scope.checked, store)}, cfg=cfg,
                           tables=(SCORED_TABLE,))
 
     def answer_quality(self, cfg: Any, ctx: StageContext) -> dict[str, Any]:

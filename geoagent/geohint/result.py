@@ -8,6 +8,8 @@ distance from the site to the geocoded answer (km); coordinates in degrees.
 from __future__ import annotations
 
 import dataclasses
+import types
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,7 +99,53 @@ class GeoHintResult:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "GeoHintResult":
         names = {f.name for f in dataclasses.fields(cls)}
-        missing = [n for n in ("key", "site", "image_id", "model", "condition", "schema") if n not in d]
+        missing = [n for n in REQUIRED_FIELDS if n not in d]
         if missing:
             raise ValueError(f"GeoHint result lacks {missing}: {sorted(d)[:12]}")
         return cls(**{k: v for k, v in d.items() if k in names})
+
+    @classmethod
+    def row_problem(cls, d: Any) -> str | None:
+        """What makes ``d`` (a stored ``geohint_scored`` row, parsed JSON) no result of this class, or None when
+        it is one: not a JSON object, a field of :data:`REQUIRED_FIELDS` missing, or a field's value of another
+        type than its annotation (a number for ``float``, an int or float; ``bool`` only true/false; ``dict`` an
+        object; text for ``str``; null where the annotation allows None). :meth:`to_json` writes every row so;
+        another was written outside geoagent."""
+        if not isinstance(d, dict):
+            return f"a JSON {type(d).__name__} where a scored row (a JSON object) belongs"
+        missing = [n for n in REQUIRED_FIELDS if n not in d]
+        if missing:
+            return f"no field {', '.join(missing)} (a scored row has {', '.join(REQUIRED_FIELDS)})"
+        for name, allowed in _FIELD_TYPES.items():
+            if name in d and not _of_type(d[name], allowed):
+                return f"field {name} is {d[name]!r}, not {' or '.join(_TYPE_WORDS[t] for t in allowed)}"
+        return None
+
+
+#: the fields every stored GeoHint result has (:meth:`GeoHintResult.from_json`)
+REQUIRED_FIELDS = ("key", "site", "image_id", "model", "condition", "schema")
+_TYPE_WORDS = {str: "a text", float: "a number", int: "an integer", bool: "true or false", dict: "a JSON object",
+               type(None): "null"}
+
+
+def _field_types() -> dict[str, tuple[type, ...]]:
+    """Field name -> the JSON value types its annotation allows (``float | None`` -> (float, NoneType))."""
+    out: dict[str, tuple[type, ...]] = {}
+    for name, hint in typing.get_type_hints(GeoHintResult).items():
+        if hint is Any:
+            continue
+        parts = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+        out[name] = tuple(typing.get_origin(p) or p for p in parts)
+    return out
+
+
+def _of_type(value: Any, allowed: tuple[type, ...]) -> bool:
+    """Whether a JSON ``value`` fits ``allowed`` (an int is a number; a bool is no number)."""
+    if isinstance(value, bool):
+        return bool in allowed
+    if isinstance(value, int) and float in allowed:
+        return True
+    return isinstance(value, tuple(t for t in allowed if t is not bool))
+
+
+_FIELD_TYPES = _field_types()

@@ -401,7 +401,7 @@ def scored_scope(plan_keys: Iterable[str] | None) -> ScoredScope:
     one. (:class:`geoagent.runtime.scope.ScoredScope`; GeoHint rows have no top-level request key, so no row is
     left out as a repeat.)"""
     return ScoredScope(set(plan_keys) if plan_keys is not None else None, table=SCORED_TABLE,
-                       fill=_fill_finish_reason,
+                       fill=_fill_finish_reason, check=GeoHintResult.row_problem,
                        changed="the sites, images, conditions, the ladders' reference points or the models")
 
 

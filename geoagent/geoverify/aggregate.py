@@ -37,6 +37,32 @@ TRUNC_SCHEMA = {"model": pl.Utf8, "arm": pl.Utf8, "n": pl.Int64, "n_truncated": 
                 "n_truncated_unparsed": pl.Int64, "n_no_reason": pl.Int64}
 
 
+#: the fields of a stored ``geoverify_scored`` row the aggregator reads as text (:func:`scored_row_problem`)
+TEXT_FIELDS = ("trial_id", "model", "site", "arm", "band", "truth")
+
+
+def scored_row_problem(row: Any) -> str | None:
+    """What makes ``row`` (a stored ``geoverify_scored`` row, parsed JSON) no scored row, or None when it is one:
+    a JSON object with the text fields :data:`TEXT_FIELDS` (non-empty), ``verdict`` "yes", "no" or null (a parse
+    failure), and ``conf`` a number or null when present. The scorer (:func:`geoagent.geoverify.score.scored_row`)
+    writes every row so; another row was written outside geoagent, and counting it would put a model named None
+    in Table 12 or stop the report with a type error."""
+    if not isinstance(row, dict):
+        return f"a JSON {type(row).__name__} where a scored row (a JSON object) belongs"
+    missing = [k for k in (*TEXT_FIELDS, "verdict") if k not in row]
+    if missing:
+        return f"no field {', '.join(missing)} (a scored row has {', '.join((*TEXT_FIELDS, 'verdict'))})"
+    bad = next((k for k in TEXT_FIELDS if not isinstance(row[k], str) or not row[k]), None)
+    if bad is not None:
+        return f"field {bad} is {row[bad]!r}, not a non-empty text"
+    if row["verdict"] not in (*sdt.VERDICTS, None):
+        return f"verdict {row['verdict']!r} is not 'yes', 'no' or null (a parse failure)"
+    conf = row.get("conf")
+    if conf is not None and (isinstance(conf, bool) or not isinstance(conf, (int, float))):
+        return f"conf {conf!r} is not a number or null"
+    return None
+
+
 def rows_frame(rows: Iterable[Mapping[str, Any]]) -> pl.DataFrame:
     """Scored rows (dicts) -> a DataFrame with the columns the aggregator needs (``conf`` as a float, unrounded)."""
     data = {k: [] for k in ROW_SCHEMA}

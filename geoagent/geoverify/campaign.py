@@ -20,6 +20,7 @@ text are the report table's own (:func:`geoagent.report.geoverify.summary_counts
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 from typing import Any
@@ -339,7 +340,8 @@ class GeoVerifyCampaign(CampaignKind):
 
         scope = ScoredScope(read_plan_keys(cfg.state_dir()))
         return export_all(store, out_dir or cfg.state_dir(),
-                          hooks={SCORED_TABLE: lambda rows: scope.mark(rows, reason_column="left_out")}, cfg=cfg,
+                          hooks={SCORED_TABLE: lambda rows: scope.mark(rows, reason_column="left_out")},
+                          checks={SCORED_TABLE: functools.partial(scope.checked, store)}, cfg=cfg,
                           tables=(SCORED_TABLE,))
 
     def params_mix(self, cfg: Any, ctx: StageContext) -> dict[str, list[tuple[dict[str, Any], int]]]:

@@ -29,7 +29,7 @@ from typing import Any
 from geoagent import constants as C
 from geoagent.data.importer import Release
 from geoagent.data.model import ARM_BLANK, ARM_MISMATCH, BLANK_IMAGE_REF, VerifyTrial
-from geoagent.geoverify.aggregate import GeoVerifyAggregator
+from geoagent.geoverify.aggregate import GeoVerifyAggregator, scored_row_problem
 from geoagent.geoverify.parse import ParsedVerdict, parse_verdict
 from geoagent.geoverify.prompt import render_claim
 from geoagent.geoverify.score import scored_row
@@ -310,6 +310,7 @@ class ScoredScope(_ScoredScope):
 
     def __init__(self, plan_keys: set[str] | frozenset[str] | None) -> None:
         super().__init__(plan_keys, table=SCORED_TABLE, request_key=lambda row: row.get("request_key"),
+                         check=scored_row_problem,
                          fill=with_stored_finish_reason, changed="the trial design or the models")
 
 

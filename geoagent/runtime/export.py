@@ -329,6 +329,7 @@ def export_table(
     rows_hook: Callable[[Iterator[tuple[str, dict[str, Any]]]], Iterator[tuple[str, dict[str, Any]]]] | None = None,
     replayed: Mapping[str, bool] | None = None, metadata: dict[str, str] | None = None,
     simulated: Mapping[str, bool] | None = None,
+    row_check: Callable[[str, Any], Any] | None = None,
 ) -> ExportedTable:
     """Export one results table (or ``"model_responses"``, the stored model responses) to ``out_dir``.
 
@@ -361,15 +362,22 @@ def export_table(
     simulated : mapping of model name -> bool, optional
         Whether each model of the config answers from the simulator (:func:`geoagent.sandbox.launch.simulated_models`):
         fills the column ``simulated`` as ``replayed`` fills its own (only with ``replayed`` given).
+    row_check : callable, optional
+        ``(key, row) -> row`` applied first to each stored row of a results table; raises for a row that is no
+        row of the table (:meth:`geoagent.runtime.scope.ScoredScope.checked`: the store's
+        :class:`~geoagent.runtime.store.StoredRowError` naming the file, table and key).
     """
     if schema is None:
         schema = TABLE_SCHEMAS.get(table)
+    stored = store.iter_results(table) if table != RESPONSES_TABLE else iter(())
+    if row_check is not None:
+        stored = ((key, row_check(key, row)) for key, row in stored)
     if table == RESPONSES_TABLE:
         rows = _response_rows(store)
     elif fills_raw_text(schema):
-        rows = with_raw_text(store, store.iter_results(table))
+        rows = with_raw_text(store, stored)
     else:  # e.g. the generic ``results``: its ``text`` is the answer text already (fills_raw_text)
-        rows = store.iter_results(table)
+        rows = stored
     if rows_hook is not None and table != RESPONSES_TABLE:
         rows = rows_hook(rows)
     if table != RESPONSES_TABLE and schema is not None and "usage_reported" in schema:
@@ -578,9 +586,11 @@ def _write_batched(
 
 def export_all(store: Any, out_dir: str | os.PathLike[str], *, include_responses: bool = True,
                hooks: dict[str, Callable[..., Any]] | None = None, cfg: Any = None,
-               tables: Iterable[str] = ()) -> list[ExportedTable]:
+               tables: Iterable[str] = (), checks: dict[str, Callable[[str, Any], Any]] | None = None
+               ) -> list[ExportedTable]:
     """Export every non-empty results table (and the responses, unless ``include_responses=False``);
-    ``hooks``: table -> ``rows_hook`` of :func:`export_table` (a factory is not needed: each is used once).
+    ``hooks``: table -> ``rows_hook`` of :func:`export_table` (a factory is not needed: each is used once);
+    ``checks``: table -> ``row_check`` of :func:`export_table`.
 
     ``tables``: the results tables the campaign kind always has (:attr:`geoagent.engine.CampaignKind.results_tables`):
     each is exported also when it holds no row, as empty files with its declared columns and types
@@ -606,7 +616,7 @@ def export_all(store: Any, out_dir: str | os.PathLike[str], *, include_responses
     if include_responses:
         names.append(RESPONSES_TABLE)
     out = [export_table(store, t, out_dir, rows_hook=(hooks or {}).get(t), replayed=replayed, metadata=metadata,
-                        simulated=simulated)
+                        simulated=simulated, row_check=(checks or {}).get(t))
            for t in names]
     note_path = Path(out_dir) / EXPORT_NOTE_FILE
     if note or sim_note or any(t.simulated_from_config for t in out):

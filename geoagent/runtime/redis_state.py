@@ -111,7 +111,7 @@ from geoagent.runtime.ledger import (
 from geoagent.runtime.procs import boot_id, proc_start, process_alive
 from geoagent.runtime.redis_retry import REPLY_TTL_S as _REPLY_TTL_S
 from geoagent.runtime.redis_retry import client_defaults, ping_once, server_key, window_retry
-from geoagent.runtime.store import ResponseStore, _check_table, _dumps, stored_response
+from geoagent.runtime.store import ResponseStore, StoredRowError, _check_table, _dumps, stored_response
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -572,6 +572,13 @@ class RedisResponseStore:
         self.db = db
         self.ledger = ledger
 
+    def row_error(self, table: str, key: object, problem: str) -> StoredRowError:
+        """:meth:`geoagent.runtime.store.ResponseStore.row_error` for the campaign's state on the Redis server
+        (named by campaign, never by the server's URL, which may hold a password)."""
+        return StoredRowError(
+            f"campaign {self.db.campaign!r} on the [backend] Redis server: table {table!r}, row {key!r}: {problem}: "
+            "the stored state was changed or damaged outside geoagent; nothing stored was changed")
+
     # -- responses ------------------------------------------------------------------------------------
 
     def _records(self, keys: list[str]) -> list[dict[str, Any] | None]:
@@ -729,7 +736,11 @@ class RedisResponseStore:
                 return
             for k, v in zip(keys, c.hmget(h, keys)):
                 if v is not None:
-                    yield k, orjson.loads(v)
+                    try:
+                        row = orjson.loads(v)
+                    except orjson.JSONDecodeError as exc:
+                        raise self.row_error(table, k, f"the stored JSON cannot be read ({exc})") from None
+                    yield k, row
             lo = "(" + keys[-1]
 
     # -- async front-ends (the job thread), shared with the SQLite store ----------------------------------

@@ -409,6 +409,11 @@ class ScoredScope:
         response store).
     changed : str
         What a config change between runs changed, for :meth:`note` (e.g. ``"the trial design or the models"``).
+    check : callable, optional
+        ``row -> problem or None``: what makes a stored row no row of this table (not a JSON object, a field
+        missing or of the wrong type), None when it is one. :meth:`items` raises the store's
+        :class:`~geoagent.runtime.store.StoredRowError` (naming the file, table and key) for such a row before it
+        is counted; the export checks each row so too (:meth:`checked`, ``export_all(checks=...)``).
 
     Attributes
     ----------
@@ -423,8 +428,10 @@ class ScoredScope:
     def __init__(self, plan_keys: set[str] | frozenset[str] | None, *, table: str,
                  request_key: Callable[[Mapping[str, Any]], Any] | None = None,
                  fill: Callable[[dict[str, Any], Any], dict[str, Any]] | None = None,
-                 changed: str = "the config") -> None:
+                 changed: str = "the config",
+                 check: Callable[[Any], str | None] | None = None) -> None:
         self.plan_keys = plan_keys
+        self._check = check
         self.table = table
         self._request_key = request_key
         self._fill = fill
@@ -433,6 +440,23 @@ class ScoredScope:
         self.repeated = 0
         self.repeated_examples: list[str] = []
         self._by_request: dict[str, str] = {}
+
+    def checked(self, store: Any, key: str, row: Any) -> Any:
+        """``row`` (stored under ``key`` in ``store``) when it is a row of the table (the ``check`` given, if
+        any), else the store's :class:`~geoagent.runtime.store.StoredRowError` naming the file, table and key.
+
+        Raises
+        ------
+        geoagent.runtime.store.StoredRowError
+            ``check`` found a problem (a ``ValueError``: the CLI prints one ``error:`` line, exit 2)."""
+        problem = self._check(row) if self._check is not None else None
+        if problem is None:
+            return row
+        from geoagent.runtime.store import StoredRowError
+
+        make = getattr(store, "row_error", None)
+        raise (make(self.table, key, problem) if callable(make)
+               else StoredRowError(f"table {self.table!r}, row {key!r}: {problem}"))
 
     def keep(self, key: str, row: Mapping[str, Any]) -> bool:
         """Whether the scored row ``row`` stored under ``key`` is counted (updates the tallies)."""
@@ -466,7 +490,7 @@ class ScoredScope:
         ``fill`` when given): :meth:`rows` with the keys. ``digests``: filled with each counted row's
         :func:`row_digest`, taken before ``fill`` (as the scorer sent the row)."""
         for key, row in store.iter_results(self.table):
-            if self.keep(key, row):
+            if self.keep(key, self.checked(store, key, row)):
                 if digests is not None:
                     digests[key] = row_digest(row)
                 yield key, (self._fill(row, store) if self._fill is not None else row)

@@ -110,16 +110,20 @@ class ResponseStore:
         self.ledger = ledger
         db.executescript(_SCHEMA)
 
+    def row_error(self, table: str, key: object, problem: str) -> StoredRowError:
+        """The :class:`StoredRowError` for row ``key`` of ``table`` in this campaign's SQLite file: names the file,
+        the table, the row and ``problem`` (what is wrong with it)."""
+        return StoredRowError(
+            f"{getattr(self.db, 'path', 'campaign.sqlite')}: table {table!r}, row {key!r}: {problem}: the file was "
+            "changed or damaged outside geoagent; nothing stored was changed. Restore it from a backup")
+
     def _json(self, text: Any, table: str, key: object) -> Any:
         """``orjson.loads(text)`` of the stored row ``key`` of ``table``; :class:`StoredRowError` naming them and
         the file when it is not JSON."""
         try:
             return orjson.loads(text)
         except (orjson.JSONDecodeError, TypeError) as exc:
-            raise StoredRowError(
-                f"{getattr(self.db, 'path', 'campaign.sqlite')}: table {table!r}, row {key!r}: the stored JSON cannot "
-                f"be read ({exc}): the file was changed or damaged outside geoagent; nothing was written. Restore "
-                "it from a backup") from None
+            raise self.row_error(table, key, f"the stored JSON cannot be read ({exc})") from None
 
     # -- responses ------------------------------------------------------------------------------------
 
