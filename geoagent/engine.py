@@ -48,8 +48,9 @@ The table as text for the CLI's help epilog is :data:`EXIT_CODES_HELP`.
 A process stopped by SIGINT/SIGTERM when its own stages are drained (their input edges and every edge
 upstream of them have nothing ready or leased: a ``--watch`` process waiting for work, or a run whose last
 tasks ended as the signal came; or, without ``--watch``, each of its stages had already found its input
-exhausted and ended by itself, whatever another process queued there since) ends like a finished run (``complete``, 0, or ``incomplete`` when some of that
-work was dead-lettered; ``stages finished``, 0, when other stages still have work), not ``interrupted``. A
+exhausted and ended by itself, whatever another process queued there since) ends like a finished run
+(``complete``, 0, or ``incomplete`` when some of that work was dead-lettered; ``stages finished``, 0, when other
+stages still have work), not ``interrupted``. A
 signal after the pipeline ended (the report, the export) cuts nothing short either
 (:class:`geoagent.runtime.daemon.LateSignals`): the summary says it came after every task had ended.
 

@@ -551,9 +551,9 @@ RESUME_HINT = ("    re-run the same command to resume (finished work is kept; wh
 
 #: the line ``status`` prints when the last process of the campaign ended ``stages finished`` (``--stages``), work is
 #: left queued and no process runs the campaign
-STAGES_LEFT_HINT = ("    no process runs the campaign, and the last one to end ran only some of its stages (--stages): the "
-                    "work left queued waits for the stages that take it; run them again, or the whole campaign (no "
-                    "--stages), to finish it and write its report and export")
+STAGES_LEFT_HINT = ("    no process runs the campaign, and the last one to end ran only some of its stages (--stages): "
+                    "the work left queued waits for the stages that take it; run them again, or the whole campaign "
+                    "(no --stages), to finish it and write its report and export")
 
 
 def _stages_done_status() -> str:
