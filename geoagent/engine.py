@@ -47,8 +47,10 @@ The table as text for the CLI's help epilog is :data:`EXIT_CODES_HELP`.
 
 A process stopped by SIGINT/SIGTERM when its own stages are drained (their input edges and every edge
 upstream of them have nothing ready or leased: a ``--watch`` process waiting for work, or a run whose last
-tasks ended as the signal came) ends like a finished run (``complete``, 0, or ``incomplete`` when some of that
-work was dead-lettered; ``stages finished``, 0, when other stages still have work), not ``interrupted``. A
+tasks ended as the signal came; or, without ``--watch``, each of its stages had already found its input
+exhausted and ended by itself, whatever another process queued there since) ends like a finished run
+(``complete``, 0, or ``incomplete`` when some of that work was dead-lettered; ``stages finished``, 0, when other
+stages still have work), not ``interrupted``. A
 signal after the pipeline ended (the report, the export) cuts nothing short either
 (:class:`geoagent.runtime.daemon.LateSignals`): the summary says it came after every task had ended.
 
@@ -2002,7 +2004,10 @@ async def _run(
         unreachable_lines = model_hosts.report_lines(left) if hosts_down else []
         unreachable_lines += [ln for r in view.runners for ln in r.unreachable_lines(
             counts[r.stage.input_edge].ready if r.stage.input_edge in counts else None)]
-        drained = stages_drained(kind.stages(cfg), [s.name for s in stages], counts)
+        # every runner of this process drained its input and ended by itself (burst mode): a signal that came as
+        # they wound down cut nothing short, whatever another process queued on their input since (arrived_late)
+        drained = (bool(view.runners) and all(r.stats.drained for r in view.runners)) or stages_drained(
+            kind.stages(cfg), [s.name for s in stages], counts)
         if view.stopped_by_signal and not drained:
             # a signal whose stop left work: interrupted. One that came when every task had ended (the queues
             # were drained meanwhile, or it landed as the last stage finished) cut nothing short: the run ends

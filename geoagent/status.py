@@ -549,6 +549,19 @@ RESUME_HINT = ("    re-run the same command to resume (finished work is kept; wh
                "then)")
 
 
+#: the line ``status`` prints when the last process of the campaign ended ``stages finished`` (``--stages``), work is
+#: left queued and no process runs the campaign
+STAGES_LEFT_HINT = ("    no process runs the campaign, and the last one to end ran only some of its stages (--stages): "
+                    "the work left queued waits for the stages that take it; run them again, or the whole campaign "
+                    "(no --stages), to finish it and write its report and export")
+
+
+def _stages_done_status() -> str:
+    from geoagent.engine import STATUS_STAGES_DONE
+
+    return STATUS_STAGES_DONE
+
+
 def format_status(st: dict[str, Any]) -> str:
     """Human-readable status text (plain, so it can be piped or logged)."""
     lines = [f"campaign {st['campaign']}"]
@@ -658,6 +671,11 @@ def format_status(st: dict[str, Any]) -> str:
         if (ended and not complete and not running and outcome in ("interrupted", "killed")) or (
                 running is False and not ended and left):  # a hard stop (SIGKILL, a second Ctrl-C) writes no end
             lines.append(RESUME_HINT)
+        elif ended and left and running is False and not st.get("redis") and last_outcome == _stages_done_status():
+            # the last process ran some stages only (--stages) and ended when they had drained: what another
+            # process queued after that (engine, "stages finished") waits for a process that no longer runs (on
+            # Redis, processes on other machines may: this machine cannot tell)
+            lines.append(STAGES_LEFT_HINT)
         # a complete campaign has no open condition: its stages' errors (a model's host down for a while under
         # --watch, a retried 503) were all overcome, so they are history (the progress log keeps them), not
         # the "last error" of the campaign

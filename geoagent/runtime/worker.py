@@ -238,8 +238,9 @@ class StageStats:
     held: int = 0  # tasks held (stage.Held): leased untouched while the stage runs, released at its end
     deferred: int = 0  # tasks of a full lane given back to the queue unstarted, for later (module docstring, "Lanes")
     blocked: bool = False  # the stage said nothing more can run here (Stage.runnable): leasing stopped early
-    #: burst mode: leasing ended because the input was exhausted (nothing ready or leased, upstream done): work
-    #: found on the input edge after that was queued by another process later, not left by this one
+    #: burst mode: leasing ended because the input was exhausted (nothing ready or leased, upstream done) and the
+    #: stage held no task (held tasks are released to the input at its end: its own): work found on the input
+    #: edge after that was queued by another process later, not left by this one
     drained: bool = False
     #: hosts whose unreachable breaker opened (module docstring): host -> (requests in a row, last failure)
     unreachable: dict[str, tuple[int, str]] = field(default_factory=dict)
@@ -955,7 +956,9 @@ class StageRunner:
             if not tasks:
                 walks = 0
                 if await self._input_exhausted():
-                    self.stats.drained = True
+                    # tasks it holds (held tasks, module docstring) go back to the input at its end: this
+                    # process's own work, not "queued by another process" after the drain
+                    self.stats.drained = not self._held
                     return
                 await self._maybe_commit()
                 await self._sleep_or_stop(self.poll_s)
