@@ -35,8 +35,8 @@ stages finished        0      (``--stages``) this process's stages finished, not
                               campaign is not complete yet; its last process reports it (``incomplete``
                               if any edge holds dead letters, whichever process dead-lettered them). Work
                               another process queued on a stage's input after that stage drained it is
-                              said ("N responses queued by another process after stage S had finished
-                              here"), not counted as this process's
+                              said ("N tasks on responses queued by another process after stage S
+                              had finished here"), not counted as this process's
 =====================  =====  =====================================================================
 
 (2 is a config error: a bad file, missing API keys, an impossible campaign, a first run whose plan is empty
@@ -1972,10 +1972,9 @@ async def _run(
         judged = set(counts) if not only_stages or campaign_drained else {s.input_edge for s in stages}
         # a --stages process's stage that drained its input (docs/campaigns.md, "Scale-out on one machine") left
         # nothing there: what another process queued on that edge after it is theirs, not this process's failure
-        arrived_late = {r.stage.input_edge: (r.stage.name, counts[r.stage.input_edge].ready
-                                             + counts[r.stage.input_edge].leased)
+        # (its stage, ready there: waiting for a process to take them; tasks leased there are another's at work)
+        arrived_late = {r.stage.input_edge: (r.stage.name, counts[r.stage.input_edge].ready)
                         for r in view.runners if only_stages and r.stats.drained and r.stage.input_edge in counts}
-        arrived_late = {e: v for e, v in arrived_late.items() if v[1]}
         # tasks set aside because the current plan no longer holds them are no failure of the run
         superseded = {e: n for e, q in queues.items() if counts[e].dead and (n := await count_superseded(q))}
         dead = {e: await q.dead_letters(20 + superseded.get(e, 0)) for e, q in queues.items() if counts[e].dead}
@@ -2054,8 +2053,9 @@ async def _run(
         # a process that ended early never replaces the final one
         if only_stages and not campaign_drained:
             outcome.extra_lines = [
-                f"  {n} {edge} queued by another process after stage {name} had finished here; run `--stages {name}` "
-                "again (or with --watch) to take them" for edge, (name, n) in arrived_late.items()]
+                f"  {n} task{'s' if n != 1 else ''} on {edge} queued by another process after stage {name} had "
+                f"finished here; run `--stages {name}` again (or with --watch) to take them"
+                for edge, (name, n) in arrived_late.items() if n]
             outcome.extra_lines.append("  report and export left to the process that finishes the campaign "
                                        "(other stages still have work queued or in flight)")
             return outcome

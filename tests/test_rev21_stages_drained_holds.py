@@ -59,7 +59,7 @@ def test_drained_with_a_dead_letter_on_its_input_is_still_incomplete(tmp_path, m
     out = capsys.readouterr().out
     assert arrived == [3]
     assert rc == 3 and "incomplete" in out, out
-    assert "3 responses queued by another process after stage collector had finished here" in out, out
+    assert "3 tasks on responses queued by another process after stage collector had finished here" in out, out
 
 
 def test_a_process_running_both_stages_never_calls_its_own_answers_another_process_s(tmp_path, monkeypatch, capsys):

@@ -64,7 +64,7 @@ def test_redis_answers_arriving_after_the_collector_drained(with_signal, redis_u
     assert arrived == [4]
     assert rc == 0, out.out + out.err
     assert f"stage {COLLECTOR} finished; campaign not complete" in out.out, out.out
-    assert "4 responses queued by another process after stage collector had finished here" in out.out, out.out
+    assert "4 tasks on responses queued by another process after stage collector had finished here" in out.out, out.out
 
     monkeypatch.setattr(worker_mod.StageRunner, "_input_exhausted", original)
     assert main(["run", str(cfg), "--no-live"]) == 0

@@ -59,4 +59,4 @@ def test_signal_after_the_collector_drained_with_answers_arriving_is_not_interru
     assert rc == 0, out.out + out.err  # current: 130, "interrupted"
     assert "interrupted" not in out.out, out.out
     assert f"stage {COLLECTOR} finished; campaign not complete" in out.out, out.out
-    assert "4 responses queued by another process after stage collector had finished here" in out.out, out.out
+    assert "4 tasks on responses queued by another process after stage collector had finished here" in out.out, out.out

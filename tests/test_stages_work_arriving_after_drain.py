@@ -70,7 +70,7 @@ def test_answers_arriving_after_a_stages_process_drained_are_not_its_failure(tmp
     assert rc == 0, out.out + out.err  # before: 3, "incomplete"
     assert f"stage {COLLECTOR} finished; campaign not complete" in out.out, out.out
     assert "incomplete" not in out.out, out.out
-    assert ("4 responses queued by another process after stage collector had finished here; run `--stages "
+    assert ("4 tasks on responses queued by another process after stage collector had finished here; run `--stages "
             "collector` again (or with --watch) to take them") in out.out, out.out
 
     # nothing was lost: the next run of the stage takes them and the campaign completes
