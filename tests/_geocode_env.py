@@ -1,8 +1,12 @@
 """Test helper: the geocoder wired to local Wikidata and Nominatim fakes over loopback.
 
 The fixture gazetteer ``tests/fixtures/gazetteer_geocode.jsonl`` uses the real QIDs of Tokyo (Q1490),
-Paris (Q90), London (Q84) and New York City (Q60) with approximate coordinates; every other entry has a
-fixture id (Q99000xxx) and a hand-placed coordinate near the real place. It is test data, not geodata.
+Paris (Q90), Paris, Texas (Q830149), London (Q84) and New York City (Q60) with approximate coordinates, and for
+those five the real QIDs of their country (P17: Japan Q17, France Q142, United States Q30, United Kingdom Q145) and,
+for Paris (Île-de-France Q13917) and New York City (New York State Q1384), of their P131; Paris, Texas is located
+in (P131) Lamar County under a fixture id (Q99000950), as that county is not in the fixture file. Items named by P131
+or P17 and absent from the file are "missing" to the fake Wikidata. Every other entry has a fixture id (Q99000xxx)
+and a hand-placed coordinate near the real place. It is test data, not geodata.
 """
 
 from __future__ import annotations

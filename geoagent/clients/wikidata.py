@@ -1,5 +1,6 @@
 """Wikidata Action API client: ``wbsearchentities`` (name -> candidate items) and ``wbgetentities``
-(items -> labels, aliases, ``instance of`` P31 and coordinates P625).
+(items -> labels, aliases, ``instance of`` P31, coordinates P625, ``located in the administrative territorial
+entity`` P131 and ``country`` P17).
 
 Wire format and etiquette follow the Wikidata Action API docs (Wikibase/API and Manual:Maxlag parameter on
 mediawiki.org; API:Etiquette):
@@ -117,6 +118,12 @@ class Entity:
     sitelinks : int or None
         Number of sitelinks (Wikipedia and sister-project pages), when ``props`` asked for ``sitelinks``; None
         when not asked (or the part had another shape than the API's object).
+    located_in : tuple of str
+        ``located in the administrative territorial entity`` (P131, https://www.wikidata.org/wiki/Property:P131)
+        values: the items that contain this one directly (Paris, Texas: Lamar County), best rank first, from every
+        non-deprecated statement (a former container, kept at normal rank with an end date, too).
+    countries : tuple of str
+        ``country`` (P17, https://www.wikidata.org/wiki/Property:P17) values, the same way.
     """
 
     qid: str
@@ -128,6 +135,8 @@ class Entity:
     classes: tuple[str, ...] = ()
     missing: bool = False
     sitelinks: int | None = None
+    located_in: tuple[str, ...] = ()
+    countries: tuple[str, ...] = ()
 
     @property
     def has_coordinates(self) -> bool:
@@ -170,7 +179,8 @@ def parse_entity(qid: str, obj: Any) -> Entity:
 
     Unknown keys are ignored; a ``missing`` marker (``""`` or ``true``) gives ``missing=True``.
     Coordinates are taken from the first usable P625 statement (see :class:`Entity`); values that are
-    not finite numbers within [-90, 90] x [-180, 180] are skipped. Parts of another shape than the API's (``labels``
+    not finite numbers within [-90, 90] x [-180, 180] are skipped. P131 and P17 give the QIDs their non-deprecated
+    statements name (:func:`_item_values`). Parts of another shape than the API's (``labels``
     as a list or a string, a term ``value`` that is not text, a ``mainsnak`` that is no object) count as absent;
     an ``id`` that is no QID leaves the requested ``qid``.
     """
@@ -221,7 +231,23 @@ def parse_entity(qid: str, obj: Any) -> Entity:
         lon=lon,
         classes=tuple(dict.fromkeys(classes)),
         sitelinks=len(links) if isinstance(links := obj.get("sitelinks"), dict) else None,
+        located_in=_item_values(obj.get("claims"), "P131"),
+        countries=_item_values(obj.get("claims"), "P17"),
     )
+
+
+def _item_values(claims: Any, prop: str) -> tuple[str, ...]:
+    """The item ids (QIDs) named by the non-deprecated statements of an item-valued property (P131, P17), best rank
+    first, each once: the ``datavalue`` ``value`` of a ``wikibase-entityid``, by its ``id`` or else its positive
+    ``numeric-id``; a value of another shape is skipped."""
+    out = []
+    for st in _best_statements(claims, prop):
+        v = st["mainsnak"]["datavalue"].get("value")
+        if isinstance(v, dict) and isinstance(v.get("id"), str) and re.fullmatch(r"Q[0-9]+", v["id"]):
+            out.append(v["id"])
+        elif isinstance(v, dict) and type(v.get("numeric-id")) is int and v["numeric-id"] > 0:
+            out.append(f"Q{v['numeric-id']}")
+    return tuple(dict.fromkeys(out))
 
 
 def parse_search_hit(obj: Any) -> SearchHit | None:

@@ -6,20 +6,47 @@ Protocol (seed 000 Sec. 4.2-4.3, Sec. 7, Appendix B):
    its coordinate is the anchor that disambiguates every finer name. The ground truth is never used to
    choose a candidate: it enters only :attr:`LocatedAnswer.error_km`, after resolution. (Using the truth
    would launder "London Soho" into "New York SoHo".) A city field naming several places ("Shibuya, Tokyo",
-   "Shibuya (Tokyo)") is judged as a whole: every name variant is looked up, and the first item of a city class
-   (:data:`CITY_CLASSES`), in variant order, that lies within ``anchor_radius_km`` of a place another variant
-   named (an item of no city class: a ward, a neighbourhood, a county) anchors: that place's city ("Shibuya,
-   Tokyo" -> Tokyo; "SoHo, New York" -> New York City, near one of the two SoHos; "Manhattan, New York" -> New
-   York City, not Manhattan, Kansas). The place is traced ``not-a-city``; a segment whose city items are all far
-   from the other segments' places names a namesake ("Arlington, Virginia": Virginia, Minnesota; trace
-   ``out-of-anchor``). When no city item fits, the first located hit of the first variant that has one anchors
-   ("Tokyo, Japan": Tokyo; "Arlington, Virginia": the county); when only one variant has located hits, its first
-   city item, else its first located hit ("Paris"). (Session 20; session 19 anchored on the first variant with a
-   city item, whatever the other segments named.) A region or country named beside its city lies too far from it
-   for the radius test ("Paris, Texas" anchors on the first hit of "Paris", as before). Sec. 4.2: the anchor is
-   "derived from the model's own answered city", and in "Shibuya, Tokyo" the city is Tokyo. (Before session 19
-   the first variant with any located hit anchored, so the ward Shibuya did, and the area answer "Shibuya" was
-   then the anchor itself, city level and censored.)
+   "Shibuya (Tokyo)", "Paris, Texas") is judged as a whole: every name variant is looked up, and an item of a city
+   class (:data:`CITY_CLASSES`) anchors when the rest of the field confirms it, in three passes, each in variant
+   order and then search order:
+
+   a. **Containment (version 6).** A city item that a place (an item of no city class: a county, a state, a
+      country) another variant named contains administratively: the place is in the city item's ``located in the
+      administrative territorial entity`` chain (P131, https://www.wikidata.org/wiki/Property:P131, followed upward
+      at most :data:`CONTAINMENT_MAX_LEVELS` steps by batched ``wbgetentities`` requests of at most
+      :data:`CONTAINMENT_MAX_IDS_PER_LEVEL` ids, so at most 3 requests per city field) or is the ``country`` (P17,
+      https://www.wikidata.org/wiki/Property:P17) of the city item or of a container on the way ("Paris, Texas" ->
+      Paris, Texas, in Lamar County, in Texas; "Springfield, Illinois" -> the Springfield in Illinois, whichever
+      the search ranks first; "Tokyo, Japan" -> Tokyo, by its P17). The container is traced ``contains-city``, its
+      distance from the city in ``anchor_distance_km``. Containment is tried over the whole field before distance:
+      it is the stronger evidence (a region's or a country's point lies hundreds of km from its cities, and a place
+      named beside a city that contains it says which of the city's namesakes was meant, where distance only says
+      what lies near). Unless the city item's own variant ranks before it a place of no city class that is
+      unrelated to it (neither contains the other) and lies in the same container: then the container does not
+      tell the two readings apart ("Virginia, USA": the state, or Virginia, Minnesota), and the city item is a
+      namesake (trace ``namesake-city``, ``anchor_distance_km`` from that place), left out of pass b.
+   b. **Distance (version 5).** A city item within ``anchor_radius_km`` of a place another variant named: that
+      place's city ("Shibuya, Tokyo" -> Tokyo; "SoHo, New York" -> New York City, near one of the two SoHos;
+      "Manhattan, New York" -> New York City, not Manhattan, Kansas). The place is traced ``not-a-city``; a
+      segment whose city items are all far from the other segments' places names a namesake ("Arlington,
+      Virginia": Virginia, Minnesota; trace ``out-of-anchor``).
+   c. Else the first located hit of the first variant that has one ("Arlington, Virginia": the county; "Virginia,
+      USA": the state).
+
+   When only one variant has located hits, its first city item anchors, else its first located hit ("Paris").
+   But (version 6) when another segment of the field named something the search could not find ("Clarendon" in
+   "Clarendon, Virginia"; a part of the located name, as "Virginia area", is no other segment) and the located
+   variant ranks before its first city item a place of no city class unrelated to it, nothing in the field tells
+   the two apart and the field reads "unknown place, region": that place anchors (the state Virginia, at its
+   point) and the city item is traced ``namesake-city`` (Virginia, Minnesota, 1,570 km from anything the answer
+   meant). A place that contains the city item or lies in it ("New York": the state, which contains New York City)
+   is one reading at two scales and leaves the city item anchored; a single-name field ("Virginia") keeps its
+   first city item. (Version 5 anchored "Paris, Texas" on the first hit of "Paris", Paris, France, as Texas's
+   point lies 510 km from Paris, Texas, and "Clarendon, Virginia" on Virginia, Minnesota; session 19 anchored on
+   the first variant with a city item, whatever the other segments named.) Sec. 4.2: the anchor is "derived from
+   the model's own answered city", and in "Shibuya, Tokyo" the city is Tokyo, in "Paris, Texas" the Paris in
+   Texas. (Before session 19 the first variant with any located hit anchored, so the ward Shibuya did, and the
+   area answer "Shibuya" was then the anchor itself, city level and censored.)
 2. **Building -> area -> city.** The building is tried first, then the area; the level that resolved is
    recorded (``building``, ``area``, ``city`` or ``none``).
 3. **Exact names, parenthetical aliases stripped (fault 1).** Each level tries
@@ -107,6 +134,17 @@ from geoagent.geohint.placenames import (plain_coordinates, fold, is_linear_name
 #: other city that shares a district name (London Soho vs New York SoHo: ~5,570 km).
 DEFAULT_ANCHOR_RADIUS_KM = 25.0
 
+#: Steps of ``located in the administrative territorial entity`` (P131) followed upward from a city item of a compound
+#: city field, to find whether a place another segment named contains it (module doc, point 1): its own P131 values
+#: are step 1, so a walk makes at most ``CONTAINMENT_MAX_LEVELS - 1`` ``wbgetentities`` requests. A project choice (the
+#: paper has no containment test): 4 reaches a US city's state (city -> county -> state: 2) and a Japanese ward's
+#: prefecture with room for the deeper chains of other countries, and the country comes from ``country`` (P17) at
+#: every step. A region named beyond it does not contain the city for the geocoder.
+CONTAINMENT_MAX_LEVELS = 4
+#: Items fetched at one step of that walk, at most: one ``wbgetentities`` request (50 ids, the API's limit without
+#: the bot flag); the rest, in variant and search order, are not followed.
+CONTAINMENT_MAX_IDS_PER_LEVEL = 50
+
 #: Wikidata classes (P31) of linear features: street Q79007, road Q34442, thoroughfare Q83620, avenue
 #: Q7543083 and Q207934, boulevard Q54114, dead-end street Q12731. (QIDs as used in public Wikidata
 #: tooling; extend through ``Geocoder(linear_classes=...)``.)
@@ -145,8 +183,11 @@ ANSWER_COORDINATES = "answer-coordinates"
 #: (point 4), a compound city field anchors on its city (point 1), a city item named at a finer level is city
 #: level (point 6); 5 (session 20): a compound city field's segments are judged together, a city item anchoring
 #: only near a place another segment named (point 1), and the Nominatim fallback passes over an item Wikidata
-#: passed over (point 6).
-GEOCODER_RULES_VERSION = 5
+#: passed over (point 6); 6: a compound city field's city item also fits when a place another segment named contains
+#: it (P131 chain, P17), tried before distance; a city item such a container does not tell from an unrelated place its
+#: own segment ranks first is a namesake; and a lone located segment beside a segment that located nothing is read as
+#: the unrelated place its search ranks before the city item (point 1: "Paris, Texas", "Clarendon, Virginia").
+GEOCODER_RULES_VERSION = 6
 
 LEVELS = ("building", "area", "city", "none")
 #: Our level names -> the release's ``resolved_level`` values (``answers_judged*.csv``).
@@ -166,6 +207,20 @@ def level_from_release(value: str | None) -> str:
         if v == theirs or v == ours:
             return ours
     raise ValueError(f"unknown resolved_level {value!r}; expected one of place, area, city or empty")
+
+
+def _another_name(failed: str, located: str) -> bool:
+    """Whether a city-field variant that located nothing names something else than the one that located: neither
+    one's words (folded) hold the other's ("Clarendon" beside "Virginia"; not "Virginia area" or "Clarendon,
+    Virginia", which hold "Virginia")."""
+    a, b = set(fold(failed).split()), set(fold(located).split())
+    return bool(a) and not (a <= b or b <= a)
+
+
+def _related(a: Candidate, b: Candidate, boxes: Mapping[str, frozenset[str]]) -> bool:
+    """Whether one of two Wikidata items contains the other (``boxes``: each item's containers, from
+    :meth:`Geocoder._containers`), or they are one item."""
+    return a.qid == b.qid or a.qid in boxes.get(b.qid or "", ()) or b.qid in boxes.get(a.qid or "", ())
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,12 +274,18 @@ class Lookup:
         ``linear-area`` (a linear feature named as the area, passed over, never scored), ``same-as-city`` (the
         candidate is the anchor city itself, or another city item or coarser place: city level),
         ``not-a-city`` (the place a city-field segment named, whose city, named by another segment, anchors;
-        module doc point 1), ``null`` (no answer given),
+        module doc point 1), ``contains-city`` (a place a city-field segment named that contains the city item
+        another segment named, which anchors: P131 chain or P17, point 1a), ``namesake-city`` (a city item passed
+        over because its own segment ranks before it an unrelated place of no city class that the rest of the field
+        supports as well, point 1a, or because another segment located nothing and the field reads "place,
+        region", point 1), ``null`` (no answer given),
         ``no-anchor`` (finer levels skipped because the city did not resolve).
     qid, label : str or None
         The candidate concerned (the resolved one, or the nearest rejected one).
     anchor_distance_km : float or None
-        Distance of that candidate from the anchor, km.
+        Distance of that candidate from the anchor, km. At the city level: for ``out-of-anchor``, from the nearest
+        place another segment named; for ``contains-city``, from the city item it contains; for ``namesake-city``,
+        from the place its segment was read as instead.
     """
 
     level: str
@@ -455,46 +516,31 @@ class Geocoder:
         # every variant's located hits first: the segments of a compound field are judged together (module doc,
         # point 1): [(variant, [(candidate, is a city item)])], in variant order
         found: list[tuple[str, list[tuple[Candidate, bool]]]] = []
+        entities: dict[str, Entity] = {}  # the located hits by QID, with their P131 and P17 (containment, point 1)
+        failed: list[str] = []  # variants that located nothing (``no-match``, ``no-coordinates``)
         steps: dict[str, list[Lookup]] = {}  # each variant's own trace steps, written in variant order below
         for variant in variants:
             hits = await self._exact_hits(variant)
             if not hits:
                 steps[variant] = [Lookup("city", variant, "wikidata", "no-match")]
+                failed.append(variant)
                 continue
             ents = await self.wikidata.get_entities([h for h in hits], props=("labels", "claims"), languages=self._langs())
             located = [ents[q] for q in hits if ents[q].has_coordinates]
             if not located:
                 steps[variant] = [Lookup("city", variant, "wikidata", "no-coordinates", hits[0])]
+                failed.append(variant)
                 continue
+            for e in located:
+                entities.setdefault(e.qid, e)
             found.append((variant, [(self._from_entity(e), bool(set(e.classes) & CITY_CLASSES)) for e in located]))
             steps[variant] = []
         pick: tuple[str, Candidate] | None = None
         refused: list[Lookup] = []  # namesake cities, one per segment (traced unless one of them anchors after all)
-        if len(found) == 1:  # one segment named anything: its first city item, else its first place
-            variant, cands = found[0]
-            pick = (variant, next((c for c, city in cands if city), cands[0][0]))
+        if len(found) == 1:
+            pick = await self._one_located_segment(found[0], failed, entities, steps)
         elif found:
-            # a city item anchors when it lies within the radius of a place (not a city item) another segment
-            # named: that place's city ("Shibuya, Tokyo"; "SoHo, New York": one of the SoHos; "Manhattan, New
-            # York": New York City, not Manhattan, Kansas). A city far from every such place is a namesake
-            # ("Arlington, Virginia": Virginia, Minnesota), trace ``out-of-anchor``
-            for i, (variant, cands) in enumerate(found):
-                places = [(v, c) for j, (v, cs) in enumerate(found) if j != i for c, city in cs if not city]
-                # each city item with the nearest place of the other segments: (km, its variant, place) or None
-                ranked = [(min(((haversine_km(cand.lat, cand.lon, c.lat, c.lon), v, c) for v, c in places),
-                               key=lambda t: t[0], default=None), cand) for cand, city in cands if city]
-                fit = next(((near, cand) for near, cand in ranked if near and near[0] <= self.anchor_radius_km), None)
-                if fit is not None:
-                    (_, v, place), cand = fit
-                    steps[v].append(Lookup("city", v, "wikidata", "not-a-city", place.qid, place.label))
-                    pick = (variant, cand)
-                    break
-                if ranked:  # the segment's nearest city item (its first when no other segment named a place)
-                    near, cand = min(ranked, key=lambda t: math.inf if t[0] is None else t[0][0])
-                    refused.append(Lookup("city", variant, "wikidata", "out-of-anchor", cand.qid, cand.label,
-                                          None if near is None else round(near[0], 3)))
-            if pick is None:  # no city item fits: the first place of the first segment that named one
-                pick = (found[0][0], found[0][1][0][0])
+            pick = await self._segments_together(found, entities, steps, refused)
         if pick is not None:
             variant, cand = pick
             for step in refused:  # "Tokyo, Japan": Tokyo lies far from Japan's point, and anchors all the same
@@ -516,6 +562,137 @@ class Geocoder:
                     return cand
                 trace.append(Lookup("city", variant, "nominatim", "no-match"))
         return None
+
+    async def _one_located_segment(self, segment: tuple[str, list[tuple[Candidate, bool]]], failed: list[str],
+                                   entities: Mapping[str, Entity], steps: dict[str, list[Lookup]]) -> tuple[str, Candidate]:
+        """The anchor when one variant of the city field located anything (module doc, point 1): its first city item,
+        else its first place. Version 6: when another segment of the field named something the search could not find
+        (``failed`` holds a variant that is neither a part of this one nor holds it: "Clarendon" beside "Virginia",
+        not "Virginia area") and this segment's hits rank before that city item a place of no city class unrelated to
+        it (neither contains the other, :meth:`_containers`), nothing in the field tells the two readings apart and
+        the field reads "unknown place, region": the first such place anchors and the city item is traced
+        ``namesake-city`` ("Clarendon, Virginia": the state, not Virginia, Minnesota)."""
+        variant, cands = segment
+        first_city = next((k for k, (_, city) in enumerate(cands) if city), None)
+        if first_city is None:
+            return variant, cands[0][0]
+        city = cands[first_city][0]
+        before = [c for c, _ in cands[:first_city]]  # places of no city class, ranked before it
+        if not before or not any(_another_name(f, variant) for f in failed):
+            return variant, city
+        boxes = await self._containers([city, *before], entities)
+        rival = next((c for c in before if not _related(c, city, boxes)), None)
+        if rival is None:  # "New York": the state contains New York City, one reading at two scales
+            return variant, city
+        steps[variant].append(Lookup("city", variant, "wikidata", "namesake-city", city.qid, city.label,
+                                     round(haversine_km(rival.lat, rival.lon, city.lat, city.lon), 3)))
+        return variant, rival
+
+    async def _segments_together(self, found: list[tuple[str, list[tuple[Candidate, bool]]]],
+                                 entities: Mapping[str, Entity], steps: dict[str, list[Lookup]],
+                                 refused: list[Lookup]) -> tuple[str, Candidate]:
+        """The anchor when several variants of the city field located something (module doc, point 1), in three
+        passes, each in variant order and then search order: (1, version 6) a city item that a place (no city class)
+        another segment named contains: P131 chain or P17 (:meth:`_containers`), unless its own segment ranks before
+        it a place of no city class, unrelated to it, that the same container holds (a namesake: trace
+        ``namesake-city``); (2, version 5) a city item within ``anchor_radius_km`` of such a place, namesakes of pass
+        1 left out; (3) the first located hit of the first segment. ``refused`` gets one ``out-of-anchor`` step per
+        segment whose city items pass 2 found too far."""
+        pick: tuple[str, Candidate] | None = None
+        # places (no city class) per segment, and whether any city item could be contained in one of another segment
+        places = [[c for c, city in cands if not city] for _, cands in found]
+        cities = [[c for c, city in cands if city] for _, cands in found]
+        namesakes: set[str | None] = set()
+        if any(cities[i] and any(places[j] for j in range(len(found)) if j != i) for i in range(len(found))):
+            # the walk starts at every city item and at every place ranked before a city item of its segment
+            starts = [c for _, cands in found for k, (c, city) in enumerate(cands)
+                      if city or any(cc for _, cc in cands[k + 1:])]
+            boxes = await self._containers(starts, entities)
+            for i, (variant, cands) in enumerate(found):
+                holders = [(v, p) for j, (v, _) in enumerate(found) if j != i for p in places[j]]
+                for k, (cand, city) in enumerate(cands):
+                    box = boxes.get(cand.qid, frozenset())
+                    containing = [(v, p) for v, p in holders if p.qid in box] if city else []
+                    if not containing:
+                        continue
+                    # a place of its own segment, ranked before it and unrelated to it, in the same container: the
+                    # container does not tell the two readings apart ("Virginia, USA": the state, or Virginia, MN)
+                    rivals = [c for c, cc in cands[:k] if not cc and not _related(c, cand, boxes)]
+                    fit = next(((v, p) for v, p in containing
+                                if not any(p.qid in boxes.get(r.qid, ()) for r in rivals)), None)
+                    if fit is None:
+                        rival = next(r for r in rivals if any(p.qid in boxes.get(r.qid, ()) for _, p in containing))
+                        namesakes.add(cand.qid)
+                        steps[variant].append(Lookup("city", variant, "wikidata", "namesake-city", cand.qid, cand.label,
+                                                     round(haversine_km(rival.lat, rival.lon, cand.lat, cand.lon), 3)))
+                        continue
+                    v, place = fit
+                    steps[v].append(Lookup("city", v, "wikidata", "contains-city", place.qid, place.label,
+                                           round(haversine_km(cand.lat, cand.lon, place.lat, place.lon), 3)))
+                    return variant, cand
+        # a city item anchors when it lies within the radius of a place (not a city item) another segment named:
+        # that place's city ("Shibuya, Tokyo"; "SoHo, New York": one of the SoHos; "Manhattan, New York": New York
+        # City, not Manhattan, Kansas). A city far from every such place is a namesake ("Arlington, Virginia":
+        # Virginia, Minnesota), trace ``out-of-anchor``
+        for i, (variant, cands) in enumerate(found):
+            near_places = [(v, p) for j, (v, _) in enumerate(found) if j != i for p in places[j]]
+            # each city item with the nearest place of the other segments: (km, its variant, place) or None
+            ranked = [(min(((haversine_km(cand.lat, cand.lon, c.lat, c.lon), v, c) for v, c in near_places),
+                           key=lambda t: t[0], default=None), cand) for cand in cities[i] if cand.qid not in namesakes]
+            fit = next(((near, cand) for near, cand in ranked if near and near[0] <= self.anchor_radius_km), None)
+            if fit is not None:
+                (_, v, place), cand = fit
+                steps[v].append(Lookup("city", v, "wikidata", "not-a-city", place.qid, place.label))
+                pick = (variant, cand)
+                break
+            if ranked:  # the segment's nearest city item (its first when no other segment named a place)
+                near, cand = min(ranked, key=lambda t: math.inf if t[0] is None else t[0][0])
+                refused.append(Lookup("city", variant, "wikidata", "out-of-anchor", cand.qid, cand.label,
+                                      None if near is None else round(near[0], 3)))
+        if pick is None:  # no city item fits: the first place of the first segment that named one
+            pick = (found[0][0], found[0][1][0][0])
+        return pick
+
+    async def _containers(self, items: list[Candidate], known: Mapping[str, Entity]) -> dict[str, frozenset[str]]:
+        """The QIDs of the items that contain each of ``items`` administratively, by QID: its ``located in the
+        administrative territorial entity`` (P131, https://www.wikidata.org/wiki/Property:P131) values, theirs, and so
+        on up to :data:`CONTAINMENT_MAX_LEVELS` steps, and the ``country`` (P17,
+        https://www.wikidata.org/wiki/Property:P17) of the item and of every container fetched on the way (module
+        doc, point 1; seed 000 Sec. 4.2). ``known``: entities already fetched (their claims are used as they are).
+        One batched ``wbgetentities`` request (``props=claims``) per step beyond the first, for at most
+        :data:`CONTAINMENT_MAX_IDS_PER_LEVEL` items not yet known, so at most ``CONTAINMENT_MAX_LEVELS - 1`` requests
+        per call; an item the API calls missing, one left over the per-step bound, and a cycle end that branch."""
+        ents: dict[str, Entity] = dict(known)
+        reach: dict[str, dict[str, None]] = {}  # item -> its containers so far, P131 and P17 (an ordered set)
+        followed: dict[str, set[str]] = {}  # item -> the P131 values reached so far (a cycle ends there)
+        frontier: dict[str, list[str]] = {}  # item -> the P131 values reached at the last step, to follow
+        for c in items:
+            e = ents.get(c.qid or "")
+            if c.qid is None or e is None or c.qid in reach:
+                continue
+            reach[c.qid] = dict.fromkeys([*e.located_in, *e.countries])
+            followed[c.qid] = {c.qid, *e.located_in}
+            frontier[c.qid] = list(dict.fromkeys(e.located_in))
+        for _ in range(CONTAINMENT_MAX_LEVELS - 1):
+            frontier = {q: f for q, f in frontier.items() if f}
+            if not frontier:
+                break
+            wanted = list(dict.fromkeys(p for f in frontier.values() for p in f if p not in ents))
+            if wanted:
+                ents.update(await self.wikidata.get_entities(wanted[:CONTAINMENT_MAX_IDS_PER_LEVEL], props=("claims",)))
+            for q, front in frontier.items():
+                new: list[str] = []
+                for p in front:
+                    e = ents.get(p)
+                    if e is None or e.missing:
+                        continue
+                    reach[q].update(dict.fromkeys([e.qid, *e.located_in, *e.countries]))  # e.qid: a merged id's target
+                    for g in e.located_in:
+                        if g not in followed[q]:
+                            followed[q].add(g)
+                            new.append(g)
+                frontier[q] = new
+        return {q: frozenset(r) for q, r in reach.items()}
 
     async def _resolve_building(self, text: str | None, anchor: Candidate, trace: list[Lookup],
                                 cities: list[Candidate]) -> Candidate | None:

@@ -2,7 +2,8 @@
 
 Entries carry what both fakes need to answer in the real wire formats: a QID, labels and aliases by
 language, a description, a coordinate, a *kind* (``building``, ``area``, ``city`` or ``linear``), the
-city it belongs to, a sitelink count (search ranking) and Wikidata ``instance of`` (P31) classes.
+city it belongs to, a sitelink count (search ranking), Wikidata ``instance of`` (P31) classes and, optionally, the
+items that contain it: ``located in the administrative territorial entity`` (P131) and ``country`` (P17).
 
 Two ways to get one:
 
@@ -77,6 +78,11 @@ class GazetteerEntry:
         True when the coordinate was invented (ladder points from a release).
     origin : str
         For synthetic entries, the site id the point was placed from (``""`` otherwise).
+    located_in : tuple of str
+        Wikidata ``located in the administrative territorial entity`` (P131) values: QIDs of the items that contain
+        the place directly (Paris, Texas: Lamar County). Empty: the fake answers no P131 claim.
+    country : tuple of str
+        Wikidata ``country`` (P17) values (QIDs). Empty: the fake answers no P17 claim.
     """
 
     qid: str
@@ -91,6 +97,8 @@ class GazetteerEntry:
     classes: tuple[str, ...] = ()
     synthetic: bool = False
     origin: str = ""
+    located_in: tuple[str, ...] = ()
+    country: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not is_qid(self.qid):
@@ -103,6 +111,10 @@ class GazetteerEntry:
             raise ValueError(f"gazetteer entry {self.qid}: needs at least one label")
         if not self.classes:
             object.__setattr__(self, "classes", KIND_CLASSES[self.kind])
+        for key in ("located_in", "country"):
+            bad = [q for q in getattr(self, key) if not is_qid(q)]
+            if bad:
+                raise ValueError(f"gazetteer entry {self.qid}: {key} holds a bad qid {bad[0]!r}")
 
     @property
     def label_en(self) -> str:
@@ -122,7 +134,8 @@ class GazetteerEntry:
     @classmethod
     def from_json(cls, obj: dict[str, Any], *, where: str = "entry") -> GazetteerEntry:
         """Build from a JSON object with keys ``qid, labels, lat, lon, kind, city`` and optional
-        ``aliases`` (lists), ``description``, ``sitelinks``, ``classes``, ``synthetic``.
+        ``aliases`` (lists), ``description``, ``sitelinks``, ``classes``, ``synthetic``, ``located_in`` (P131 QIDs)
+        and ``country`` (P17 QIDs).
 
         Raises
         ------
@@ -143,6 +156,8 @@ class GazetteerEntry:
                 classes=tuple(str(c) for c in obj.get("classes") or ()),
                 synthetic=bool(obj.get("synthetic", False)),
                 origin=str(obj.get("origin") or ""),
+                located_in=tuple(str(q) for q in obj.get("located_in") or ()),
+                country=tuple(str(q) for q in obj.get("country") or ()),
             )
         except KeyError as exc:
             raise ValueError(f"{where}: missing key {exc.args[0]!r}") from None
@@ -164,6 +179,8 @@ class GazetteerEntry:
             "classes": list(self.classes),
             "synthetic": self.synthetic,
             "origin": self.origin,
+            "located_in": list(self.located_in),
+            "country": list(self.country),
         }
 
 

@@ -10,7 +10,8 @@ Manual:Maxlag parameter), ``format=json`` with formatversion 1, backed by a
   ``concepturi, display, label, description, match, aliases``. Default limit 7, maximum 50.
 * ``action=wbgetentities&ids=Q1|Q2&props=..&languages=..``: at most 50 ids (more ->
   ``toomanyvalues`` error); unknown ids -> ``{"id": .., "missing": ""}``; malformed ids ->
-  ``no-such-entity`` error; claims P625 (``globe-coordinate``, numbers) and P31 (``wikibase-item``).
+  ``no-such-entity`` error; claims P625 (``globe-coordinate``, numbers), P31 and, for entries that hold them,
+  P131 (located in the administrative territorial entity) and P17 (country), all three ``wikibase-item``.
 * Errors arrive as **HTTP 200** with an ``error`` object and ``servedby``.
 * ``maxlag``: while the simulated replica lag (:class:`WikidataFakeState` ``lag_s``) exceeds the
   request's ``maxlag``, answer the ``maxlag`` error with ``Retry-After`` (default 5 s, what MediaWiki
@@ -110,6 +111,29 @@ def _langs(entry: GazetteerEntry, languages: set[str] | None) -> list[str]:
     return sorted(names if languages is None else names & languages)
 
 
+def _item_statements(qid: str, prop: str, values: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Statements of an item-valued property (P31, P131, P17) in the ``wbgetentities`` shape (formatversion 1): a
+    ``value`` mainsnak of datatype ``wikibase-item`` whose ``datavalue`` is a ``wikibase-entityid`` (``entity-type``,
+    ``numeric-id``, ``id``), rank ``normal``, one statement per value."""
+    return [
+        {
+            "mainsnak": {
+                "snaktype": "value",
+                "property": prop,
+                "datatype": "wikibase-item",
+                "datavalue": {
+                    "value": {"entity-type": "item", "numeric-id": int(v[1:]), "id": v},
+                    "type": "wikibase-entityid",
+                },
+            },
+            "type": "statement",
+            "id": f"{qid}${prop.lower()}-{k}",
+            "rank": "normal",
+        }
+        for k, v in enumerate(values)
+    ]
+
+
 def _entity_json(entry: GazetteerEntry, props: set[str], languages: set[str] | None) -> dict[str, Any]:
     out: dict[str, Any] = {"type": "item", "id": entry.qid}
     if "info" in props:
@@ -134,23 +158,7 @@ def _entity_json(entry: GazetteerEntry, props: set[str], languages: set[str] | N
         }
     if "claims" in props:
         out["claims"] = {
-            "P31": [
-                {
-                    "mainsnak": {
-                        "snaktype": "value",
-                        "property": "P31",
-                        "datatype": "wikibase-item",
-                        "datavalue": {
-                            "value": {"entity-type": "item", "numeric-id": int(c[1:]), "id": c},
-                            "type": "wikibase-entityid",
-                        },
-                    },
-                    "type": "statement",
-                    "id": f"{entry.qid}$p31-{k}",
-                    "rank": "normal",
-                }
-                for k, c in enumerate(entry.classes)
-            ],
+            "P31": _item_statements(entry.qid, "P31", entry.classes),
             "P625": [
                 {
                     "mainsnak": {
@@ -174,6 +182,10 @@ def _entity_json(entry: GazetteerEntry, props: set[str], languages: set[str] | N
                 }
             ],
         }
+        # a property with no statement is absent from ``claims``, as the real API answers
+        for prop, values in (("P131", entry.located_in), ("P17", entry.country)):
+            if values:
+                out["claims"][prop] = _item_statements(entry.qid, prop, values)
     if "sitelinks" in props:
         # as many sitelinks as the entry has (the geocoder's most_sitelinks rule counts them): enwiki, then
         # placeholder wikis named by number
