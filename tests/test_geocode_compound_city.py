@@ -53,7 +53,7 @@ def test_a_city_field_naming_no_city_keeps_its_first_located_segment():
 
 # ---- a later segment's city must lie near the earlier segment's place (session 20; review rev19, finding 1) ----
 # "Arlington, Virginia": the segment "Arlington" names a county (located, no city class) and "Virginia" both the
-# state and a city in Minnesota. The first city-class hit across variants anchored, so the answer anchored 1,400 km
+# state and a city in Minnesota. The first city-class hit across variants anchored, so the answer anchored 1,570 km
 # away in Minnesota and every finer name was looked for there. A later segment's city now anchors only within the
 # anchor radius of the earlier segment's place (it is then that place's city, as Tokyo is Shibuya's).
 ARLINGTON_COUNTY = {"qid": "Q99000911", "labels": {"en": "Arlington"}, "lat": 38.8786, "lon": -77.1011, "kind": "area",
