@@ -555,6 +555,14 @@ paper-replication tools (modules, not subcommands; they read their RELEASE_DIR a
 """
 
 
+#: the line under each subcommand's exit codes: the variables that move its folders, and where all are described
+SUBCOMMAND_ENV_EPILOG = """
+environment variables: GEOAGENT_STATE, GEOAGENT_QUEUES and GEOAGENT_RELEASE move the state, queues and GeoContext
+release folders (they win over the config's [paths]); every variable geoagent reads: `--help` of the program
+itself, or docs/configuration.md
+"""
+
+
 def command_exit_codes_epilog(command: str) -> str:
     """The ``exit codes:`` table of subcommand ``command`` (:data:`COMMAND_EXIT_CODES`), in the layout of
     :data:`EXIT_CODES_EPILOG`; the full table for a command not listed."""
@@ -591,7 +599,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
     def kw(command: str) -> dict[str, Any]:
-        return {"epilog": command_exit_codes_epilog(command), "formatter_class": argparse.RawDescriptionHelpFormatter}
+        return {"epilog": command_exit_codes_epilog(command) + SUBCOMMAND_ENV_EPILOG,
+                "formatter_class": argparse.RawDescriptionHelpFormatter}
 
     r = sub.add_parser("run", help="run or resume a campaign (re-run the same command to resume)", **kw("run"))
     r.add_argument("config", help=CONFIG_HELP)
