@@ -409,8 +409,8 @@ class GeoHintCampaign(CampaignKind):
         self._agg = agg
         self._scope_note = scope.note()
         out = Path(ctx.services.get("state_dir") or cfg.state_dir()) / C.REPORT_DIR
-        if not agg.keys:
-            return []
+        # written with no answer scored too: the report counts the current plan's answers only, so the last run's
+        # report, left in place, would describe answers the plan no longer holds (its scope note says so)
         n_boot, boot_seed = bootstrap_params(cfg)
         write_report(agg, out, n_flips=s.n_flips, n_splits=s.n_splits, n_boot=n_boot, seed=campaign_seed(cfg),
                      boot_seed=boot_seed,

@@ -425,8 +425,8 @@ class GeoHintAggregatorStage(LiveAggregatorStage):
     consistent state of the aggregator. The final report at :meth:`stop` waits for a rewrite in flight,
     adds every held row and is written to completion before ``stop`` returns. The machinery is
     :class:`geoagent.report.live.LiveAggregatorStage`'s; GeoHint's own: each row is added as it comes
-    (``drain_at`` 1), a malformed row is a permanent failure, no report is written before the first scored row
-    (:meth:`_reportable`), a failing final report is logged, not raised (``final_guarded``), and
+    (``drain_at`` 1), a malformed row is a permanent failure, a report of 0 responses is written too (as
+    GeoVerify's: a re-run's earlier report described answers its plan no longer holds), a failing final report is logged, not raised (``final_guarded``), and
     :meth:`write_report` returns the tables (also kept in ``tables``).
 
     ``echo_rule`` (``[geohint] echo_rule``) is the rule the aggregator counts as echo and the report names;
@@ -488,12 +488,6 @@ class GeoHintAggregatorStage(LiveAggregatorStage):
 
     def _add_rows(self, rows: list[GeoHintResult]) -> int:
         return self.agg.add_many(rows)
-
-    def _reportable(self) -> bool:
-        """Only once a row is counted (``agg.keys``), live and at stop: until then the report folder stays as it
-        is (a re-run's earlier report is not replaced by one of 0 responses). So since GeoHint's first stage
-        (commit 30aff97); no commit, docstring or test says why, and GeoVerify's stage writes an empty report."""
-        return bool(self.agg.keys)
 
     def _write_report(self, out_dir: Path, missing_kw: dict[str, Any]) -> list[Any]:
         from geoagent.report.geohint import write_report
