@@ -6,11 +6,13 @@ Q771; Kentucky Q1603; Texas Q1439; United States Q30; Washington, D.C. Q61; the 
 Paris, Kentucky and the constructs have fixture ids (Q99001000-Q99001099). Coordinates are approximate real ones.
 
 1. Version 6 took the first city item, in variant and then search order, that ANY place another segment named
-   contains. A "City, State, Country" field ("Springfield, Illinois, USA": how models commonly write a US place) has
-   a country segment that contains every namesake in that country, so the namesake the search ranks first anchored
-   (Springfield, Massachusetts), although the state segment contains only the one meant. Now the city item that the
-   most other segments confirm anchors (ties: variant order, then search order, as before), so a two-segment field
-   resolves as under version 6 and the state decides in a three-segment one (rules version 7).
+   contains. A field naming the country as well ("Springfield, Illinois, USA"; "Manhattan, New York, USA": how models
+   commonly write a place) has a segment that contains every namesake in that country, so the namesake the search
+   ranks first anchored (Springfield, Massachusetts; Manhattan, Kansas), although the state contains only the
+   Springfield meant and the borough lies in New York City (version 5 anchored there: a hit became a miss). Now the
+   city item that the most other segments confirm, by containment or within the radius, anchors (ties: variant order,
+   then search order, so a two-segment field resolves as under version 6), and none does when a place of the field
+   is contained by more segments (rules version 7).
 2. A city item passed over as a namesake in one segment (its own segment ranks before it an unrelated region that the
    container holds too) can anchor through another segment ("Washington, D.C., USA": "Washington" ranks the state
    first; "D.C." names the city alone). Its trace then said both ``namesake-city`` and ``resolved`` for one item.
@@ -124,6 +126,58 @@ def test_finer_names_are_looked_for_around_the_city_the_state_contains():
                   (*SPRINGFIELDS, capitol), truth)
     assert (loc.anchor_qid, loc.resolved_level, loc.qid) == ("Q28515", "building", "Q99001005"), _city_steps(loc)
     assert loc.hit and loc.error_km == pytest.approx(km(39.7983, -89.6548, *truth))
+
+
+# "Neighbourhood, City, Country": the country contains a namesake of the neighbourhood as well as the city
+NEW_YORK_STATE = _entry("Q1384", "New York", 43.0, -75.5, classes=STATE, located_in=("Q30",), country=("Q30",),
+                        sitelinks=300, description="state of the United States of America")
+KANSAS = _entry("Q1558", "Kansas", 38.5, -98.0, classes=STATE, located_in=("Q30",), country=("Q30",), sitelinks=300)
+RILEY = _entry("Q99001020", "Riley County", 39.3, -96.7, classes=COUNTY, located_in=("Q1558",), country=("Q30",))
+MANHATTAN_KS = _entry("Q99001021", "Manhattan", 39.1836, -96.5717, kind="city", classes=US_CITY,
+                      located_in=("Q99001020",), country=("Q30",), sitelinks=200, description="city in Kansas")
+# the borough, an item of no city class in New York City (Q60 in the fixture file: P131 Q1384, P17 Q30)
+MANHATTAN = _entry("Q11299", "Manhattan", 40.7831, -73.9712, classes=("Q408804",), located_in=("Q60",),
+                   country=("Q30",), sitelinks=100, description="borough of New York City")
+MANHATTANS = (US, NEW_YORK_STATE, KANSAS, RILEY, MANHATTAN_KS, MANHATTAN)
+SOHO_NYC = (40.7233, -74.0030)  # SoHo, Q99000021 in the fixture file
+
+
+@pytest.mark.parametrize("city", ["Manhattan, New York, USA", "Manhattan, NYC, USA"])
+def test_neighbourhood_city_country_anchors_on_the_city_not_on_a_namesake_of_the_neighbourhood(city):
+    # before (rules version 6): Manhattan, Kansas, the first city item the United States contains in variant order, and
+    # "SoHo" was looked for in Kansas (city level, a miss). Version 5 anchored on New York City (near the borough) and
+    # found SoHo: an area-level hit. Now New York City is confirmed twice (the country contains it, the borough lies in
+    # it), Manhattan, Kansas once
+    loc, walked = _run(ParsedAnswer(city=city, area="SoHo", building="unknown"), MANHATTANS, SOHO_NYC)
+    steps = _city_steps(loc)
+    assert loc.anchor_qid == "Q60", (loc.anchor_label, steps)
+    assert ("Manhattan", "not-a-city", "Q11299") in steps and ("USA", "contains-city", "Q30") in steps, steps
+    assert (loc.resolved_level, loc.qid, loc.hit) == ("area", "Q99000021", True)
+    assert walked <= 3
+
+
+VIRGINIA_STATE = _entry("Q1370", "Virginia", 37.5, -78.5, classes=STATE, located_in=("Q30",), country=("Q30",),
+                        sitelinks=300, description="state of the United States of America")
+ARLINGTON_COUNTY = _entry("Q107126", "Arlington County", 38.88, -77.1, classes=COUNTY, located_in=("Q1370",),
+                          country=("Q30",), sitelinks=100, aliases=("Arlington",))
+CLARENDON = _entry("Q99001025", "Clarendon", 38.8870, -77.0950, classes=("Q123705",), located_in=("Q107126",),
+                   country=("Q30",), sitelinks=10, description="neighborhood of Arlington, Virginia")
+TARRANT = _entry("Q99001022", "Tarrant County", 32.77, -97.29, classes=COUNTY, located_in=("Q1439",), country=("Q30",))
+# a label match with more sitelinks: the search ranks the Texas city before the county (an alias match)
+ARLINGTON_TX = _entry("Q99001023", "Arlington", 32.7357, -97.1081, kind="city", classes=US_CITY,
+                      located_in=("Q99001022",), country=("Q30",), sitelinks=120, description="city in Texas")
+ARLINGTONS = (US, VIRGINIA_STATE, ARLINGTON_COUNTY, CLARENDON, TEXAS, TARRANT, ARLINGTON_TX)
+
+
+def test_a_place_more_segments_contain_than_confirm_any_city_item_keeps_the_city_item_from_anchoring():
+    # "Clarendon, Arlington, Virginia, USA": the neighbourhood lies in the county, in Virginia, in the United States
+    # (three other segments); Arlington, Texas, which the search ranks first for "Arlington", only in the United States.
+    # Before (rules version 6) Texas anchored by containment; now the passes of version 5 decide, as before version 6:
+    # no city item lies near a named place, and the first hit of the first segment anchors, the neighbourhood
+    loc, _ = _run(ParsedAnswer(city="Clarendon, Arlington, Virginia, USA"), ARLINGTONS, (38.8870, -77.0950))
+    steps = _city_steps(loc)
+    assert loc.anchor_qid == "Q99001025", (loc.anchor_label, steps)
+    assert not any(o == "contains-city" for _, o, _ in steps), steps
 
 
 def test_the_rules_version_says_the_compound_city_field_changed():
