@@ -24,7 +24,18 @@ Protocol (seed 000 Sec. 4.2-4.3, Sec. 7, Appendix B):
       what lies near). Unless the city item's own variant ranks before it a place of no city class that is
       unrelated to it (neither contains the other) and lies in the same container: then the container does not
       tell the two readings apart ("Virginia, USA": the state, or Virginia, Minnesota), and the city item is a
-      namesake (trace ``namesake-city``, ``anchor_distance_km`` from that place), left out of pass b.
+      namesake (trace ``namesake-city``, ``anchor_distance_km`` from that place), left out of pass b; a namesake in
+      one segment that another segment confirms anchors all the same, and is not traced a namesake. (Version 7.)
+      Of the city items a container fits, the one that the most other variants confirm anchors, a variant confirming
+      it by a place that contains it (traced ``contains-city``) or lies within ``anchor_radius_km`` of it (pass b's
+      rule, traced ``not-a-city``); ties: variant order, then search order. In "Springfield, Illinois, USA" the
+      country contains every Springfield of the United States, the state only the one in Illinois; in "Manhattan,
+      New York, USA" the country contains Manhattan, Kansas and New York City alike, and the borough lies in New York
+      City. And no city item anchors by containment when a place (no city class) of the field is contained by more
+      other variants than confirm that city item ("Clarendon, Arlington, Virginia, USA": the neighbourhood, in the
+      county, in Virginia and in the United States, against Arlington, Texas, in the United States only): passes b
+      and c decide. (Version 6 anchored the first city item that any container held, in that order: Springfield,
+      Massachusetts, Manhattan, Kansas and Arlington, Texas, when the search ranks them first.)
    b. **Distance (version 5).** A city item within ``anchor_radius_km`` of a place another variant named: that
       place's city ("Shibuya, Tokyo" -> Tokyo; "SoHo, New York" -> New York City, near one of the two SoHos;
       "Manhattan, New York" -> New York City, not Manhattan, Kansas). The place is traced ``not-a-city``; a
@@ -186,8 +197,12 @@ ANSWER_COORDINATES = "answer-coordinates"
 #: passed over (point 6); 6: a compound city field's city item also fits when a place another segment named contains
 #: it (P131 chain, P17), tried before distance; a city item such a container does not tell from an unrelated place its
 #: own segment ranks first is a namesake; and a lone located segment beside a segment that located nothing is read as
-#: the unrelated place its search ranks before the city item (point 1: "Paris, Texas", "Clarendon, Virginia").
-GEOCODER_RULES_VERSION = 6
+#: the unrelated place its search ranks before the city item (point 1: "Paris, Texas", "Clarendon, Virginia"); 7: of
+#: several city items that containers fit, the one the most other segments confirm (by containment or within the
+#: radius) anchors ("Springfield, Illinois, USA": the Springfield in Illinois, not the first Springfield of the United
+#: States; "Manhattan, New York, USA": New York City, not Manhattan, Kansas), none when a place of the field is
+#: contained by more segments, and an anchoring city item is not also traced a namesake.
+GEOCODER_RULES_VERSION = 7
 
 LEVELS = ("building", "area", "city", "none")
 #: Our level names -> the release's ``resolved_level`` values (``answers_judged*.csv``).
@@ -546,6 +561,10 @@ class Geocoder:
             for step in refused:  # "Tokyo, Japan": Tokyo lies far from Japan's point, and anchors all the same
                 if step.qid != cand.qid:
                     steps[step.query].append(step)
+            # a namesake in one segment that another segment confirms ("Washington, D.C., USA": the state ranks first
+            # in "Washington", "D.C." names the capital alone) anchors, and is no namesake in the trace
+            for v, vsteps in steps.items():
+                vsteps[:] = [t for t in vsteps if not (t.outcome == "namesake-city" and t.qid == cand.qid)]
             steps[variant].append(Lookup("city", variant, "wikidata", "resolved", cand.qid, cand.label))
         for variant in variants:
             trace.extend(steps.get(variant, ()))
@@ -595,7 +614,9 @@ class Geocoder:
         passes, each in variant order and then search order: (1, version 6) a city item that a place (no city class)
         another segment named contains: P131 chain or P17 (:meth:`_containers`), unless its own segment ranks before
         it a place of no city class, unrelated to it, that the same container holds (a namesake: trace
-        ``namesake-city``); (2, version 5) a city item within ``anchor_radius_km`` of such a place, namesakes of pass
+        ``namesake-city``); of several, the one the most other segments confirm, by containment or within the
+        radius, unless a place of the field is contained by more other segments (version 7; ties: the first);
+        (2, version 5) a city item within ``anchor_radius_km`` of such a place, namesakes of pass
         1 left out; (3) the first located hit of the first segment. ``refused`` gets one ``out-of-anchor`` step per
         segment whose city items pass 2 found too far."""
         pick: tuple[str, Candidate] | None = None
@@ -604,32 +625,57 @@ class Geocoder:
         cities = [[c for c, city in cands if city] for _, cands in found]
         namesakes: set[str | None] = set()
         if any(cities[i] and any(places[j] for j in range(len(found)) if j != i) for i in range(len(found))):
-            # the walk starts at every city item and at every place ranked before a city item of its segment
-            starts = [c for _, cands in found for k, (c, city) in enumerate(cands)
-                      if city or any(cc for _, cc in cands[k + 1:])]
+            # the walk starts at every city item, then at every place (the places' containers are followed last when
+            # a step holds more ids than one request takes)
+            starts = [c for cs in cities for c in cs] + [c for ps in places for c in ps]
             boxes = await self._containers(starts, entities)
+            # version 7: of the city items a container fits, the one that the most other segments confirm, by a place
+            # that contains it or (the version-5 rule) lies within the radius: in "Springfield, Illinois, USA" the
+            # country contains every Springfield of the United States and the state only the one meant; in
+            # "Manhattan, New York, USA" the country contains Manhattan, Kansas and New York City alike, and the
+            # borough lies in New York City. Ties: variant order, then search order
+            best: tuple[str, Candidate, dict[str, Candidate], dict[str, Candidate]] | None = None
+            placed = 0  # the most other segments that contain one place (no city class) of the field
             for i, (variant, cands) in enumerate(found):
                 holders = [(v, p) for j, (v, _) in enumerate(found) if j != i for p in places[j]]
                 for k, (cand, city) in enumerate(cands):
                     box = boxes.get(cand.qid, frozenset())
-                    containing = [(v, p) for v, p in holders if p.qid in box] if city else []
+                    containing = [(v, p) for v, p in holders if p.qid in box and p.qid != cand.qid]
+                    if not city:
+                        placed = max(placed, len({v for v, _ in containing}))
+                        continue
                     if not containing:
                         continue
                     # a place of its own segment, ranked before it and unrelated to it, in the same container: the
                     # container does not tell the two readings apart ("Virginia, USA": the state, or Virginia, MN)
                     rivals = [c for c, cc in cands[:k] if not cc and not _related(c, cand, boxes)]
-                    fit = next(((v, p) for v, p in containing
-                                if not any(p.qid in boxes.get(r.qid, ()) for r in rivals)), None)
-                    if fit is None:
+                    fits = [(v, p) for v, p in containing if not any(p.qid in boxes.get(r.qid, ()) for r in rivals)]
+                    if not fits:
                         rival = next(r for r in rivals if any(p.qid in boxes.get(r.qid, ()) for _, p in containing))
                         namesakes.add(cand.qid)
                         steps[variant].append(Lookup("city", variant, "wikidata", "namesake-city", cand.qid, cand.label,
                                                      round(haversine_km(rival.lat, rival.lon, cand.lat, cand.lon), 3)))
                         continue
-                    v, place = fit
+                    confirming: dict[str, Candidate] = {}  # each confirming segment's first place that contains it
+                    for v, p in fits:
+                        confirming.setdefault(v, p)
+                    near: dict[str, Candidate] = {}  # each other segment's nearest place within the radius
+                    for v, p in sorted(holders, key=lambda t: haversine_km(cand.lat, cand.lon, t[1].lat, t[1].lon)):
+                        if v not in confirming and haversine_km(cand.lat, cand.lon, p.lat, p.lon) <= self.anchor_radius_km:
+                            near.setdefault(v, p)
+                    if best is None or len(confirming) + len(near) > len(best[2]) + len(best[3]):
+                        best = (variant, cand, confirming, near)
+            # a place of the field that more segments contain than confirm any such city item is the better reading
+            # ("Arlington, Virginia, USA": the county, in Virginia and in the United States, before Arlington, Texas,
+            # in the United States only): no city item anchors by containment, the passes below decide
+            if best is not None and len(best[2]) + len(best[3]) >= placed:
+                variant, cand, confirming, near = best
+                for v, place in confirming.items():
                     steps[v].append(Lookup("city", v, "wikidata", "contains-city", place.qid, place.label,
                                            round(haversine_km(cand.lat, cand.lon, place.lat, place.lon), 3)))
-                    return variant, cand
+                for v, place in near.items():
+                    steps[v].append(Lookup("city", v, "wikidata", "not-a-city", place.qid, place.label))
+                return variant, cand
         # a city item anchors when it lies within the radius of a place (not a city item) another segment named:
         # that place's city ("Shibuya, Tokyo"; "SoHo, New York": one of the SoHos; "Manhattan, New York": New York
         # City, not Manhattan, Kansas). A city far from every such place is a namesake ("Arlington, Virginia":
