@@ -8,40 +8,40 @@ result lacks ['key', 'site', ...]``, naming no file or row. Now both say which r
 recorded ``failed``; ``run.py export`` says the same (its ``scored`` column is the report's rule, which cannot
 judge such a row) instead of a traceback or a row of empty fields.
 
-Real ``run.py`` subprocesses: the release replay (GeoVerify) and a three-site GeoHint campaign over the sandbox
+Real runs through the CLI: the release replay (GeoVerify) and a three-site GeoHint campaign over the sandbox
 fakes (both skipped without the release data).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from _model_harness import SANDBOX_GEOCODER_TOML, SANDBOX_GPT_TOML
+from geoagent.cli import main
 
-REPO = Path(__file__).resolve().parents[1]
-REPLAY = REPO / "geoagent" / "configs" / "geocontext_replay.toml"
-
-
-def _cli(cwd: Path, release: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "GEOAGENT_RELEASE": str(release)}
-    for k in ("GEOAGENT_STATE", "GEOAGENT_QUEUES"):
-        env.pop(k, None)
-    return subprocess.run([sys.executable, str(REPO / "run.py"), *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)
+REPLAY = Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "geocontext_replay.toml"
 
 
-def _edit_first_row(db: Path, table: str, text: str) -> str:
+class _Done:
+    def __init__(self, rc: int, out: str, err: str) -> None:
+        self.returncode, self.stdout, self.stderr = rc, out, err
+
+
+def _cli(capsys, *args: str) -> _Done:
+    """``run.py ARGS`` in this process (the CLI's ``main``: its exit code, stdout and stderr)."""
+    capsys.readouterr()
+    rc = main(list(args))
+    got = capsys.readouterr()
+    return _Done(rc, got.out, got.err)
+
+
+def _edit_row(db: Path, table: str, key: str, text: str) -> None:
     with sqlite3.connect(db) as c:
-        (key,) = c.execute("SELECT key FROM results WHERE tbl = ? ORDER BY key LIMIT 1", (table,)).fetchone()
         c.execute("UPDATE results SET row = ? WHERE tbl = ? AND key = ?", (text, table, key))
-    return key
 
 
 def _geohint_config(tmp: Path) -> Path:
@@ -68,31 +68,47 @@ n_boot = 0
     return cfg
 
 
+#: stored rows of the wrong shape: fields missing, not an object, fields of the wrong type
+WRONG = ('{"garbage": 1}', '[1, 2]', '{"trial_id": 5, "model": ["m"], "key": 3}')
+
+
 @pytest.mark.parametrize("kind", ["geoverify", "geohint"])
-@pytest.mark.parametrize("text", ['{"garbage": 1}', '[1, 2]', '{"trial_id": 5, "model": ["m"], "key": 3}'])
-def test_a_scored_row_of_the_wrong_shape_is_named_and_the_run_recorded_failed(kind, text, release_dir, tmp_path):
+def test_a_scored_row_of_the_wrong_shape_is_named_and_the_run_recorded_failed(kind, release_dir, tmp_path, monkeypatch,
+                                                                             capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GEOAGENT_RELEASE", str(release_dir))
+    for var in ("GEOAGENT_STATE", "GEOAGENT_QUEUES"):
+        monkeypatch.delenv(var, raising=False)
     if kind == "geoverify":
         cfg, name, table = REPLAY, "geocontext-replay", "geoverify_scored"
     else:
         cfg, name, table = _geohint_config(tmp_path), "gh-rows", "geohint_scored"
-    first = _cli(tmp_path, release_dir, "run", str(cfg), "--no-live")
+    first = _cli(capsys, "run", str(cfg), "--no-live")
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
     state = tmp_path / "state" / name
     db = state / "campaign.sqlite"
-    key = _edit_first_row(db, table, text)
-
-    out = _cli(tmp_path, release_dir, "run", str(cfg), "--no-live")
-    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-3000:]
-    err = out.stderr
-    assert "Traceback" not in err, err[-3000:]
     where = str(db.relative_to(tmp_path))  # relative paths of the config are taken from the working directory
-    assert where in err and repr(table) in err and repr(key) in err, err
-    assert "outside geoagent" in err, err
-    runs = json.loads((state / "manifest.json").read_text())["runs"]
-    assert [r["status"] for r in runs] == ["complete", "failed"], runs
-    with sqlite3.connect(db) as c:  # nothing stored was changed
-        assert c.execute("SELECT row FROM results WHERE tbl = ? AND key = ?", (table, key)).fetchone() == (text,)
+    with sqlite3.connect(db) as c:
+        key, good = c.execute("SELECT key, row FROM results WHERE tbl = ? ORDER BY key LIMIT 1", (table,)).fetchone()
 
-    exp = _cli(tmp_path, release_dir, "export", str(cfg))
-    assert exp.returncode == 2, exp.stdout[-2000:] + exp.stderr[-2000:]
-    assert "Traceback" not in exp.stderr and repr(key) in exp.stderr and where in exp.stderr, exp.stderr
+    statuses = ["complete"]
+    for text in WRONG:  # one campaign, each wrong row in turn (a run per row: the suite's time)
+        _edit_row(db, table, key, text)
+        out = _cli(capsys, "run", str(cfg), "--no-live")
+        assert out.returncode == 2, (text, out.stdout[-2000:] + out.stderr[-3000:])
+        err = out.stderr
+        assert "Traceback" not in err, err[-3000:]
+        assert where in err and repr(table) in err and repr(key) in err, err
+        assert "outside geoagent" in err, err
+        statuses.append("failed")
+        runs = json.loads((state / "manifest.json").read_text())["runs"]
+        assert [r["status"] for r in runs] == statuses, runs
+        with sqlite3.connect(db) as c:  # nothing stored was changed
+            assert c.execute("SELECT row FROM results WHERE tbl = ? AND key = ?", (table, key)).fetchone() == (text,)
+        exp = _cli(capsys, "export", str(cfg))
+        assert exp.returncode == 2, exp.stdout[-2000:] + exp.stderr[-2000:]
+        assert "Traceback" not in exp.stderr and repr(key) in exp.stderr and where in exp.stderr, exp.stderr
+
+    _edit_row(db, table, key, good)  # the row as the scorer wrote it: the campaign runs again
+    again = _cli(capsys, "run", str(cfg), "--no-live")
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
