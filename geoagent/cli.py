@@ -341,14 +341,37 @@ def _cmd_dead(args: argparse.Namespace) -> int:
 
 
 def _export_out_refused(cfg: Any, out_dir: Path) -> str | None:
-    """Why ``run.py export --out out_dir`` must not write there, or None: a path that is not a folder, or (a
-    crawl) the crawl's own output folder, whose tables (``sites.csv``, ``images.csv``, ...) the export's CSVs of
-    the same names would replace (:meth:`geoagent.crawl.campaign.CrawlCampaign.export`)."""
+    """Why ``run.py export --out out_dir`` must not write there, or None: a path that is not a folder (or lies
+    below a file); the state folder of another campaign (its ``campaign.sqlite`` or ``manifest.json`` there),
+    whose own exports and note the export's files of the same names would replace; a crawl's own output folder,
+    whose tables (``sites.csv``, ``images.csv``, ...) the export's CSVs of the same names would replace
+    (:meth:`geoagent.crawl.campaign.CrawlCampaign.export`); and, for a crawl, any folder holding such a table as
+    a CSV with no Parquet file of its name beside it (another crawl's output folder, a release folder that
+    ``release_dir`` reads: no earlier export, which writes both)."""
     if out_dir.exists() and not out_dir.is_dir():
         return "it is not a folder"
-    if cfg.campaign.kind == "crawl" and out_dir.resolve() == Path(cfg.state_dir()).resolve():
+    above = next((p for p in out_dir.absolute().parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        return f"it lies below {above}, which is not a folder"
+    own = Path(cfg.state_dir()).resolve()
+    target = out_dir.resolve()
+    if cfg.campaign.kind == "crawl" and target == own:
         return ("it is the crawl's own output folder, whose tables the export's CSVs of the same names would "
                 f"replace ({cfg.state_dir()}); choose another folder (the default is {Path(cfg.state_dir()) / C.EXPORT_DIR})")
+    if target != own and target.is_dir():
+        marker = next((m for m in (C.CAMPAIGN_DB, C.MANIFEST_FILE) if (target / m).is_file()), None)
+        if marker is not None:
+            return (f"it is the state folder of another campaign ({marker} there), whose exports and export note "
+                    "the files of the same names would replace; choose another folder")
+    if cfg.campaign.kind == "crawl" and target.is_dir():
+        from geoagent.crawl.export import CRAWL_CSV_TABLES
+
+        own_tables = [f"{t}.csv" for t in CRAWL_CSV_TABLES
+                      if (target / f"{t}.csv").is_file() and not (target / f"{t}.parquet").exists()]
+        if own_tables:
+            return (f"it holds {', '.join(own_tables)} with no Parquet file of the same name beside them: a crawl's "
+                    "or a release's own tables (not an earlier export), which the export's CSVs would replace; "
+                    "choose another folder")
     return None
 
 
@@ -384,7 +407,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
     kind = load_kind(cfg.campaign.kind)
     with open_state(cfg, recover=False) as state:
         if out_dir is not None:
-            out_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                out_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                print(f"error: export --out {out_dir}: the folder cannot be made ({exc}); nothing was written",
+                      file=sys.stderr)
+                return 2
         tables = kind.export(cfg, state.store, out_dir)  # what the campaign kind calls results
         # the models whose stored answers are simulated (as recorded with each; the config for older answers);
         # a kind keeping answers in files of its own (a crawl's auditors) says so itself
@@ -650,7 +678,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     e.add_argument("--out", metavar="DIR",
                    help="write the Parquet and CSV files (and the export note) to DIR, made if missing, instead of "
                         "the state folder (state/<campaign>/; a crawl: state/<campaign>/export/); files of the same "
-                        "names there are replaced; a crawl refuses its own output folder")
+                        "names there are replaced; refused: another campaign's state folder and, for a crawl, its own output "
+                        "folder or any folder of a crawl's or a release's own tables (sites.csv, ... with no Parquet beside)")
     e.set_defaults(fn=_cmd_export)
     return p
 

@@ -38,23 +38,32 @@ TRUNC_SCHEMA = {"model": pl.Utf8, "arm": pl.Utf8, "n": pl.Int64, "n_truncated": 
 
 
 #: the fields of a stored ``geoverify_scored`` row the aggregator reads as text (:func:`scored_row_problem`)
-TEXT_FIELDS = ("trial_id", "model", "site", "arm", "band", "truth")
+TEXT_FIELDS = ("trial_id", "model", "site", "arm", "truth")
+#: fields present in every scored row that may be text (empty included) or null: a trial's ``band`` is optional
+#: (:class:`geoagent.data.model.VerifyTrial`: an empty cell of the trial table, a release raw record without one;
+#: the trial builder writes ``""`` for a control whose main trial has none), and the aggregator counts such a row
+OPTIONAL_TEXT_FIELDS = ("band",)
 
 
 def scored_row_problem(row: Any) -> str | None:
     """What makes ``row`` (a stored ``geoverify_scored`` row, parsed JSON) no scored row, or None when it is one:
-    a JSON object with the text fields :data:`TEXT_FIELDS` (non-empty), ``verdict`` "yes", "no" or null (a parse
-    failure), and ``conf`` a number or null when present. The scorer (:func:`geoagent.geoverify.score.scored_row`)
-    writes every row so; another row was written outside geoagent, and counting it would put a model named None
-    in Table 12 or stop the report with a type error."""
+    a JSON object with the text fields :data:`TEXT_FIELDS` (non-empty), ``band`` text or null
+    (:data:`OPTIONAL_TEXT_FIELDS`), ``verdict`` "yes", "no" or null (a parse failure), and ``conf`` a number or
+    null when present. The scorer (:func:`geoagent.geoverify.score.scored_row`) writes every row so; another row
+    was written outside geoagent, and counting it would put a model named None in Table 12 or stop the report
+    with a type error."""
     if not isinstance(row, dict):
         return f"a JSON {type(row).__name__} where a scored row (a JSON object) belongs"
-    missing = [k for k in (*TEXT_FIELDS, "verdict") if k not in row]
+    fields = (*TEXT_FIELDS, *OPTIONAL_TEXT_FIELDS, "verdict")
+    missing = [k for k in fields if k not in row]
     if missing:
-        return f"no field {', '.join(missing)} (a scored row has {', '.join((*TEXT_FIELDS, 'verdict'))})"
+        return f"no field {', '.join(missing)} (a scored row has {', '.join(fields)})"
     bad = next((k for k in TEXT_FIELDS if not isinstance(row[k], str) or not row[k]), None)
     if bad is not None:
         return f"field {bad} is {row[bad]!r}, not a non-empty text"
+    bad = next((k for k in OPTIONAL_TEXT_FIELDS if row[k] is not None and not isinstance(row[k], str)), None)
+    if bad is not None:
+        return f"field {bad} is {row[bad]!r}, not a text or null"
     if row["verdict"] not in (*sdt.VERDICTS, None):
         return f"verdict {row['verdict']!r} is not 'yes', 'no' or null (a parse failure)"
     conf = row.get("conf")
