@@ -132,13 +132,13 @@ def _gh_row(i: int) -> dict:
                          extra={"request_key": f"r{i}", "finish_reason": "stop"}).to_json()
 
 
-@pytest.mark.xfail(strict=True, reason="review finding, not fixed: a live rebuild that meets a damaged row leaves "
-                   "a partial aggregator, taken for the new plan's from then on (the error is raised once)")
 def test_a_failed_live_rebuild_is_not_kept_as_the_new_plans_sums(tmp_path):
     """``--watch`` re-plan: the live aggregator rebuilds from the store (:meth:`LiveAggregatorStage._follow_plan`).
     A damaged row stops that rebuild with the row's error (good), but ``_load`` had already taken the new plan keys
     and a fresh aggregator: the next task finds no plan change, so the rows before the damaged one are the sums from
-    then on (the live report undercounts; only the campaign's own report at the end says why)."""
+    then on (the live report undercounts; only the campaign's own report at the end says why). Now the rebuild is
+    all or nothing (:meth:`LiveAggregatorStage._load`): each later task meets the same error until the row is
+    mended."""
     import asyncio
     import sqlite3
 

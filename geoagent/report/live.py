@@ -295,15 +295,25 @@ class LiveAggregatorStage(Stage):
 
     def _load(self, ctx: StageContext) -> None:
         """Scope of the campaign's current plan (ctx service :attr:`plan_keys_service`) and a fresh aggregator
-        rebuilt from the store's scored rows in it."""
+        rebuilt from the store's scored rows in it. All or nothing: a rebuild that raises (a stored row damaged
+        outside geoagent, :class:`geoagent.runtime.store.StoredRowError`) leaves the plan, scope, sums and digests
+        as they were, so the next task tries the rebuild again (and fails the same way) instead of taking the rows
+        read before the damaged one for the new plan's sums."""
         store = ctx.services.get("store")
+        before = (getattr(self, "_plan_keys", None), getattr(self, "scope", None), getattr(self, "agg", None),
+                  getattr(self, "_digests", {}), getattr(self, "_stale", False))
         self._plan_keys = ctx.services.get(self.plan_keys_service)
         self.scope = self._scope(self._plan_keys)
         self.agg = self._new_aggregator()
         self._digests: dict[str, bytes] = {}
         self._stale = False
         if store is not None and hasattr(store, "iter_results"):
-            self._rebuild(self.scope.items(store, digests=self._digests))
+            try:
+                self._rebuild(self.scope.items(store, digests=self._digests))
+            except BaseException:
+                if before[2] is not None:  # a rebuild at start keeps its empty aggregator (the stage's stop reads it)
+                    self._plan_keys, self.scope, self.agg, self._digests, self._stale = before
+                raise
 
     def _follow_plan(self, ctx: StageContext) -> None:
         """When the campaign planned again since :meth:`start` (a ``--watch`` run over a crawl's folder that a
