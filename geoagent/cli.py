@@ -340,6 +340,32 @@ def _cmd_dead(args: argparse.Namespace) -> int:
     return 0
 
 
+def _other_campaigns_export(cfg: Any, folder: Path) -> str | None:
+    """Why ``folder`` must not take ``cfg``'s export, or None: it holds a Parquet file of a table geoagent exports
+    (``model_responses``, ``results``, the scored tables, a crawl's) that another campaign's export wrote (its
+    metadata :data:`geoagent.runtime.export.PARQUET_CAMPAIGN_KEY` names another campaign), or one that names no
+    campaign (written elsewhere, or by an export before the key existed): this export's file of that name would
+    replace it. The same campaign's earlier export is replaced, as a re-export in the state folder is."""
+    import polars as pl
+
+    from geoagent.crawl.export import CRAWL_DECISIONS_TABLE, crawl_table_schemas
+    from geoagent.runtime.export import PARQUET_CAMPAIGN_KEY, RESPONSES_TABLE, TABLE_SCHEMAS
+
+    names = {RESPONSES_TABLE, CRAWL_DECISIONS_TABLE, *TABLE_SCHEMAS, *crawl_table_schemas()}
+    for path in sorted(folder.glob("*.parquet")):
+        if path.stem not in names:
+            continue
+        try:
+            owner = pl.read_parquet_metadata(path).get(PARQUET_CAMPAIGN_KEY)
+        except Exception:  # noqa: BLE001 - not a Parquet file we can read: not ours to replace either
+            owner = None
+        if owner != cfg.name:
+            whose = f"campaign {owner!r}'s export" if owner else "a file no export of this campaign wrote"
+            return (f"it holds {path.name}, {whose}, which this export's file of the same name would replace; "
+                    f"export each campaign to a folder of its own (e.g. {folder / str(cfg.name)})")
+    return None
+
+
 def _export_out_refused(cfg: Any, out_dir: Path) -> str | None:
     """Why ``run.py export --out out_dir`` must not write there, or None: a path that is not a folder (or lies
     below a file); the state folder of another campaign (its ``campaign.sqlite`` or ``manifest.json`` there),
@@ -363,6 +389,8 @@ def _export_out_refused(cfg: Any, out_dir: Path) -> str | None:
         if marker is not None:
             return (f"it is the state folder of another campaign ({marker} there), whose exports and export note "
                     "the files of the same names would replace; choose another folder")
+    if target != own and target.is_dir() and (other := _other_campaigns_export(cfg, target)):
+        return other
     if cfg.campaign.kind == "crawl" and target.is_dir():
         from geoagent.crawl.export import CRAWL_CSV_TABLES
 
@@ -678,7 +706,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     e.add_argument("--out", metavar="DIR",
                    help="write the Parquet and CSV files (and the export note) to DIR, made if missing, instead of "
                         "the state folder (state/<campaign>/; a crawl: state/<campaign>/export/); files of the same "
-                        "names there are replaced; refused: another campaign's state folder and, for a crawl, its own output "
+                        "names this campaign's export wrote there are replaced; refused: a folder holding another campaign's export "
+                        "(each campaign needs a folder of its own), another campaign's state folder and, for a crawl, its own output "
                         "folder or any folder of a crawl's or a release's own tables (sites.csv, ... with no Parquet beside)")
     e.set_defaults(fn=_cmd_export)
     return p

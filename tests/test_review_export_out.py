@@ -15,6 +15,7 @@ import asyncio
 import shutil
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from _model_harness import generic_campaign, model_table
@@ -104,12 +105,10 @@ def test_export_out_below_a_file_names_the_option(tmp_path, monkeypatch, capsys)
     assert (tmp_path / "taken.txt").read_text(encoding="utf-8") == "mine"
 
 
-@pytest.mark.xfail(strict=True, reason="review finding, not fixed: two campaigns exported into one --out DIR share "
-                   "model_responses.* and export_note.txt; the second silently replaces the first's")
 def test_two_campaigns_gathered_in_one_out_folder_keep_their_files(tmp_path, monkeypatch, capsys):
     """What ``--out`` was made for (gathering several campaigns' tables in one folder): every campaign kind writes
     ``model_responses.parquet/.csv`` and ``export_note.txt``, so the second export replaces the first's responses
-    and note with no word (exit 0); expected: refused, or a warning, or files of their own."""
+    and note with no word (exit 0). Now refused (exit 2), by the campaign each Parquet file's metadata names."""
     monkeypatch.chdir(tmp_path)
     a = generic_campaign(tmp_path, name="gather-a", n=3, models=model_table("m"), cap_usd=1.0)
     b = generic_campaign(tmp_path, name="gather-b", n=5, models=model_table("m"), cap_usd=1.0)
@@ -121,4 +120,15 @@ def test_two_campaigns_gathered_in_one_out_folder_keep_their_files(tmp_path, mon
     capsys.readouterr()
     rc = main(["export", str(b), "--out", str(out)])
     said = capsys.readouterr()
-    assert rc == 2 or "model_responses" in said.err or (out / "model_responses.csv").read_bytes() == first, said
+    # refused, naming the file and whose it is; the first campaign's files are as they were
+    assert rc == 2 and "model_responses.parquet, campaign 'gather-a''s export" in said.err, said
+    assert (out / "model_responses.csv").read_bytes() == first
+    # the same campaign exported there again replaces its own files
+    assert main(["export", str(a), "--out", str(out)]) == 0
+    # a Parquet file of such a name that no export of this campaign wrote is not replaced either
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    pl.DataFrame({"x": [1]}).write_parquet(foreign / "results.parquet")
+    capsys.readouterr()
+    assert main(["export", str(b), "--out", str(foreign)]) == 2
+    assert "results.parquet, a file no export of this campaign wrote" in capsys.readouterr().err

@@ -719,7 +719,7 @@ def export_crawl_tables(state_dir: str | Path, out_dir: str | Path | None = None
     metadata = None
     guessed: dict[str, int] = {}  # table -> rows whose simulated flag came from the config
     if cfg is not None:
-        from geoagent.runtime.export import PARQUET_SIMULATED_KEY
+        from geoagent.runtime.export import PARQUET_CAMPAIGN_KEY, PARQUET_SIMULATED_KEY
 
         recorded, role_models = recorded_auditor_kinds(state_dir), _role_models(cfg)
         roles, models, note, _ = crawl_simulated(cfg, recorded=recorded)
@@ -728,7 +728,7 @@ def export_crawl_tables(state_dir: str | Path, out_dir: str | Path | None = None
             df, guessed[name] = _with_simulated(df, name, roles, models, recorded, role_models)
             flagged.append((name, df))
         frames = flagged
-        metadata = {PARQUET_SIMULATED_KEY: note} if note else None
+        metadata = {**({PARQUET_SIMULATED_KEY: note} if note else {}), PARQUET_CAMPAIGN_KEY: str(cfg.name)}
     written = []
     for name, df in frames:
         parquet, csv_path = out / f"{name}.parquet", out / f"{name}.csv"

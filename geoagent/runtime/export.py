@@ -76,6 +76,9 @@ EXPORT_NOTE_FILE = "export_note.txt"
 PARQUET_NOTE_KEY = "geoagent.replay_note"
 #: the Parquet key-value metadata key holding the simulator's warning (:func:`geoagent.sandbox.launch.simulated_note`)
 PARQUET_SIMULATED_KEY = "geoagent.simulated_note"
+#: Parquet metadata key naming the campaign (``[campaign] name``) whose export wrote the file: ``run.py export
+#: --out DIR`` refuses a folder holding another campaign's export of a table it writes (geoagent.cli)
+PARQUET_CAMPAIGN_KEY = "geoagent.campaign"
 
 #: checklist categories of the GeoHint evidence condition (:data:`geoagent.geohint.parse.EVIDENCE_CATEGORIES`;
 #: a test keeps the two equal): ``evidence`` is exported as one text column per category
@@ -603,14 +606,16 @@ def export_all(store: Any, out_dir: str | os.PathLike[str], *, include_responses
     :func:`geoagent.sandbox.launch.simulated_models`); when any model is a replay model, the replay line
     (:func:`geoagent.providers.replay.replay_note`) goes into every Parquet file's metadata
     (:data:`PARQUET_NOTE_KEY`), when any is simulated the simulator's warning
-    (:func:`geoagent.sandbox.launch.simulated_note`) does (:data:`PARQUET_SIMULATED_KEY`), and either goes into
+    (:func:`geoagent.sandbox.launch.simulated_note`) does (:data:`PARQUET_SIMULATED_KEY`), the campaign's name always
+    does (:data:`PARQUET_CAMPAIGN_KEY`), and either note goes into
     ``out_dir/export_note.txt`` (:data:`EXPORT_NOTE_FILE`, naming the files it covers); otherwise a note file left
     by an earlier export is removed (the files it spoke of were just rewritten). See the module docstring for why
     the CSV files carry no banner line."""
     replayed, note = _replay_of(cfg)
     simulated, sim_note = _simulated_of(cfg, store)
     metadata = {**({PARQUET_NOTE_KEY: note} if note else {}),
-                **({PARQUET_SIMULATED_KEY: sim_note} if sim_note else {})} or None
+                **({PARQUET_SIMULATED_KEY: sim_note} if sim_note else {}),
+                **({PARQUET_CAMPAIGN_KEY: str(cfg.name)} if cfg is not None else {})} or None
     names = list(store.result_tables())
     names += sorted(t for t in set(tables) if t not in names)
     if include_responses:
