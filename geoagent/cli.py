@@ -434,6 +434,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     kind = load_kind(cfg.campaign.kind)
     with open_state(cfg, recover=False) as state:
+        made = out_dir is not None and not out_dir.exists()
         if out_dir is not None:
             try:
                 out_dir.mkdir(parents=True, exist_ok=True)
@@ -441,7 +442,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
                 print(f"error: export --out {out_dir}: the folder cannot be made ({exc}); nothing was written",
                       file=sys.stderr)
                 return 2
-        tables = kind.export(cfg, state.store, out_dir)  # what the campaign kind calls results
+        try:
+            tables = kind.export(cfg, state.store, out_dir)  # what the campaign kind calls results
+        except BaseException:
+            if made and out_dir is not None and not any(out_dir.iterdir()):
+                out_dir.rmdir()  # the folder this export made, left empty by its failure (a damaged stored row)
+            raise
         # the models whose stored answers are simulated (as recorded with each; the config for older answers);
         # a kind keeping answers in files of its own (a crawl's auditors) says so itself
         own = getattr(kind, "simulated_answer_models", None)

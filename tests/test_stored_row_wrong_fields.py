@@ -105,9 +105,10 @@ def test_a_scored_row_of_the_wrong_shape_is_named_and_the_run_recorded_failed(ki
         assert [r["status"] for r in runs] == statuses, runs
         with sqlite3.connect(db) as c:  # nothing stored was changed
             assert c.execute("SELECT row FROM results WHERE tbl = ? AND key = ?", (table, key)).fetchone() == (text,)
-        exp = _cli(capsys, "export", str(cfg))
+        exp = _cli(capsys, "export", str(cfg), "--out", str(tmp_path / "out" / "x"))
         assert exp.returncode == 2, exp.stdout[-2000:] + exp.stderr[-2000:]
         assert "Traceback" not in exp.stderr and repr(key) in exp.stderr and where in exp.stderr, exp.stderr
+        assert not (tmp_path / "out" / "x").exists()  # the folder it made is not left behind, empty
 
     _edit_row(db, table, key, good)  # the row as the scorer wrote it: the campaign runs again
     again = _cli(capsys, "run", str(cfg), "--no-live")
