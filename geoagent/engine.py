@@ -1943,6 +1943,7 @@ async def _run(
                                 "probe_after_s": cfg.queue.watch_probe_after_s,
                                 "probe_max_s": cfg.queue.watch_probe_max_s,
                                 "task_timeout_s": cfg.queue.task_timeout_s},
+                pipeline=kind.stages(cfg) if only_stages else None,
             )
         except BaseException:
             if handoff is not None:
@@ -2054,7 +2055,7 @@ async def _run(
         if only_stages and not campaign_drained:
             outcome.extra_lines = [
                 f"  {n} task{'s' if n != 1 else ''} on {edge} queued by another process after stage {name} had "
-                f"finished here; run `--stages {name}` again (or with --watch) to take them"
+                f"finished here; run `--stages {','.join(s.name for s in stages)}` again (or with --watch) to take them"
                 for edge, (name, n) in arrived_late.items() if n]
             outcome.extra_lines.append("  report and export left to the process that finishes the campaign "
                                        "(other stages still have work queued or in flight)")

@@ -213,6 +213,7 @@ async def run_pipeline(
     handle_signals: bool = True,
     grace_s: float | None = None,
     runner_options: dict[str, Any] | None = None,
+    pipeline: Sequence[Stage] | None = None,
 ) -> PipelineRun:
     """Run ``stages`` until they finish (burst) or a signal stops them; returns the run's final view.
 
@@ -235,6 +236,10 @@ async def run_pipeline(
     grace_s : float or None
         Seconds in-flight tasks may run after a stop request before they are released; None: :func:`stop_grace_s`
         (30 s, or ``GEOAGENT_STOP_GRACE_S``).
+    pipeline : sequence of Stage or None
+        The campaign's whole pipeline in data-flow order when ``stages`` is part of it (``--stages``): each runner
+        of a burst run is given the input queues of the stages before its own that this process does not run
+        (``StageRunner(foreign_upstream=...)``), and waits while a task of theirs is leased elsewhere.
 
     Raises
     ------
@@ -246,11 +251,17 @@ async def run_pipeline(
     ups = upstream_map(stages)
     runners: list[StageRunner] = []
     by_name: dict[str, StageRunner] = {}
+    own = {s.name for s in stages}
+    order = [p.name for p in pipeline] if pipeline is not None else []
     for s in stages:
         upstream_runners = [by_name[u] for u in ups[s.name] if u in by_name]
         upstream_done: anyio.Event | None = None
         if upstream_runners:
             upstream_done = anyio.Event()
+        # the stages before this one that other processes run (--stages): their leased tasks are work on its way
+        foreign = ([queues[p.input_edge] for p in pipeline[: order.index(s.name)]
+                    if p.name not in own and p.input_edge in queues]
+                   if pipeline is not None and burst and s.name in order else [])
         runner = StageRunner(
             s,
             queues[s.input_edge],
@@ -258,6 +269,7 @@ async def run_pipeline(
             ctx,
             burst=burst,
             upstream_done=upstream_done,
+            foreign_upstream=foreign,
             grace_s=grace_s,
             **(runner_options or {}),
         )

@@ -184,7 +184,7 @@ import os
 import re
 import time
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -638,6 +638,12 @@ class StageRunner:
         Finish when upstream is finished and the input is drained (True), or keep polling forever (False).
     upstream_done : anyio.Event or None
         Set when every upstream stage has finished; None means "no upstream" (already finished).
+    foreign_upstream : sequence of WorkQueue
+        Burst mode, the campaign split over processes (``--stages``): the input queues of the stages upstream of
+        this one that other processes run. While a task of one of them is leased (in flight in another process,
+        its output on the way here), the input is not exhausted, so a downstream process started beside a
+        working upstream one takes its work instead of ending at the first empty moment; with nothing leased
+        there (no process at work upstream, or all done) it ends as before.
     poll_s : float
         Sleep between empty leases, seconds.
     commit_every : int
@@ -674,6 +680,7 @@ class StageRunner:
         *,
         burst: bool = True,
         upstream_done: anyio.Event | None = None,
+        foreign_upstream: Sequence[WorkQueue] = (),
         poll_s: float = 0.05,
         commit_every: int = 64,
         commit_interval_s: float = 0.05,
@@ -722,6 +729,7 @@ class StageRunner:
         self.ctx = ctx
         self.burst = burst
         self.upstream_done = upstream_done
+        self.foreign_upstream = tuple(foreign_upstream)
         self.poll_s = poll_s
         self.commit_every = commit_every
         self.commit_interval_s = commit_interval_s
@@ -1123,7 +1131,12 @@ class StageRunner:
             return False
         counts = await self.inq.counts()
         # held tasks stay leased by this runner until it ends (module docstring: held tasks)
-        return counts.ready == 0 and counts.leased <= len(self._held)
+        if not (counts.ready == 0 and counts.leased <= len(self._held)):
+            return False
+        for q in self.foreign_upstream:  # another process at work upstream: its output is on the way here
+            if (await q.counts()).leased:
+                return False
+        return True
 
     async def _sleep_or_stop(self, seconds: float) -> None:
         with anyio.move_on_after(seconds):

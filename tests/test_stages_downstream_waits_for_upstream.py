@@ -1,0 +1,91 @@
+"""A ``--stages`` process without ``--watch`` whose upstream stage another process is still working on waits for
+that work instead of ending at the first moment its own input is empty (session 21 walkthrough, finding 3).
+
+Before: ``run --stages model_caller`` (the local OpenAI fake at 10 requests/s) started first, then ``run --stages collector``:
+the collector caught up with the answers so far, found its input empty and ended ("stages collector finished;
+campaign not complete") while the model caller still had most of the plan to call; both exited 0, the rest of
+the answers waited for a process nobody was running, and no report was written. The docs' advice ("start the
+upstream stages first") was not enough. Now a stage whose upstream runs in another process ends only when its
+input is empty and no task of an upstream edge is leased (in flight in another live process); the collector
+takes every answer and, as the last process to end, finishes the campaign. A downstream process started with no
+upstream process running still ends at once (nothing is in flight upstream), saying what is left.
+
+Real processes: the model caller's ``run.py`` subprocess and the collector's run through the CLI in-process,
+over the local OpenAI-compatible fake (a generic campaign).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from _model_harness import generic_campaign, model_table
+from geoagent.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+#: the local OpenAI-compatible fake (started by the model caller's process), 10 requests/s: 40 calls take ~4 s
+SLOW_FAKE = """
+[[models]]
+name = "m"
+provider = "openai"
+model = "sandbox-gpt"
+base_url = "http://openai.sandbox.invalid/v1"
+price_input_usd_per_mtok = 0.15
+price_output_usd_per_mtok = 0.60
+max_output_tokens = 100
+concurrency = 2
+rate = { requests = 10, period_s = 1.0 }
+"""
+
+
+def _responses_done(tmp: Path, name: str) -> int:
+    import sqlite3
+
+    path = tmp / "queues" / name / "responses.sqlite"
+    if not path.is_file():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as c:
+            return int(c.execute("SELECT COUNT(*) FROM tasks").fetchone()[0])
+    except sqlite3.Error:
+        return 0
+
+
+def test_a_downstream_stages_process_waits_for_the_upstream_process_at_work(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    name = "wait-up"
+    cfg = generic_campaign(tmp_path, name=name, n=40, models=SLOW_FAKE)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    up = subprocess.Popen([sys.executable, str(REPO / "run.py"), "run", str(cfg), "--stages", "model_caller",
+                           "--no-live"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while _responses_done(tmp_path, name) < 5:  # the model caller is at work
+            assert up.poll() is None and time.monotonic() < deadline, up.communicate(timeout=10)
+            time.sleep(0.05)
+        rc = main(["run", str(cfg), "--stages", "collector", "--no-live"])
+        out = capsys.readouterr().out
+        up_out, up_err = up.communicate(timeout=120)
+    finally:
+        if up.poll() is None:
+            up.kill()
+    assert up.returncode == 0, up_out[-2000:] + up_err[-2000:]
+    # before: "stages collector finished; campaign not complete: other stages still have work", with most of the
+    # 60 answers still to come
+    assert rc == 0 and f"campaign {name}: complete" in out, out
+    assert "responses: ready 0  leased 0  done 40" in out, out
+
+
+def test_a_downstream_stages_process_with_no_upstream_process_ends_at_once(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    name = "no-up"
+    cfg = generic_campaign(tmp_path, name=name, n=8, models=model_table("m"))
+    t0 = time.monotonic()
+    rc = main(["run", str(cfg), "--stages", "collector", "--no-live"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "stage collector finished; campaign not complete" in out, out
+    assert time.monotonic() - t0 < 30
