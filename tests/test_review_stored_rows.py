@@ -177,3 +177,22 @@ def test_a_failed_live_rebuild_is_not_kept_as_the_new_plans_sums(tmp_path):
         asyncio.run(go())
     finally:
         state.close()
+
+
+@pytest.mark.parametrize("field, value", [("d_km", "far away"), ("referenceability", "high"), ("input_tokens", 1.5),
+                                          ("input_tokens", True), ("parse_ok", "yes"), ("correct", 1),
+                                          ("truncated", "no"), ("cand", 7), ("image_id", 12345), ("band", 3)])
+def test_a_geoverify_row_field_of_another_type_than_its_exported_column_is_named(field, value):
+    """Walkthrough 21 #2: only ``verdict`` and ``conf`` were type-checked, so a hand-edited ``d_km = "far away"``
+    ran and exported with exit 0 and turned the Parquet column ``d_km`` into text (where-things-go.md: column
+    types never depend on the data). Every field of a declared export column is checked against its type."""
+    from geoagent.geoverify.aggregate import scored_row_problem
+
+    row = {"trial_id": "1|main|X", "model": "m", "image_id": "1", "site": "s", "arm": "main", "band": "0.3-0.7km",
+           "truth": "no", "cand": "X", "d_km": 0.5, "referenceability": 3.0, "verdict": "no", "conf": 0.9,
+           "correct": True, "parse_ok": True, "parse_reason": None, "finish_reason": "stop", "truncated": False,
+           "request_key": "abc", "input_tokens": 10, "output_tokens": 5}
+    assert scored_row_problem(row) is None
+    assert scored_row_problem({**row, "d_km": 1, "referenceability": None, "cand": None}) is None  # int is a number
+    problem = scored_row_problem({**row, field: value})
+    assert problem is not None and field in problem and repr(value) in problem, problem

@@ -48,8 +48,9 @@ OPTIONAL_TEXT_FIELDS = ("band",)
 def scored_row_problem(row: Any) -> str | None:
     """What makes ``row`` (a stored ``geoverify_scored`` row, parsed JSON) no scored row, or None when it is one:
     a JSON object with the text fields :data:`TEXT_FIELDS` (non-empty), ``band`` text or null
-    (:data:`OPTIONAL_TEXT_FIELDS`), ``verdict`` "yes", "no" or null (a parse failure), and ``conf`` a number or
-    null when present. The scorer (:func:`geoagent.geoverify.score.scored_row`) writes every row so; another row
+    (:data:`OPTIONAL_TEXT_FIELDS`), ``verdict`` "yes", "no" or null (a parse failure), ``conf`` a number or
+    null when present, and every other field of a declared export column (``d_km``, ``parse_ok``,
+    ``input_tokens``, ...) of that column's type or null, so the export's column types never depend on the data. The scorer (:func:`geoagent.geoverify.score.scored_row`) writes every row so; another row
     was written outside geoagent, and counting it would put a model named None in Table 12 or stop the report
     with a type error."""
     if not isinstance(row, dict):
@@ -69,7 +70,30 @@ def scored_row_problem(row: Any) -> str | None:
     conf = row.get("conf")
     if conf is not None and (isinstance(conf, bool) or not isinstance(conf, (int, float))):
         return f"conf {conf!r} is not a number or null"
+    for name, kinds, what in _declared_types():  # every field of an exported column: of its column's type or null
+        value = row.get(name)
+        if value is not None and (type(value) not in kinds):
+            return f"field {name} is {value!r}, not {what} or null (its exported column's type)"
     return None
+
+
+_DECLARED: list[tuple[str, frozenset[type], str]] = []
+
+
+def _declared_types() -> list[tuple[str, frozenset[type], str]]:
+    """(field, the Python types of a parsed JSON value its declared export column takes, in words) for the
+    fields of ``geoverify_scored``'s declared schema (:data:`geoagent.runtime.export.TABLE_SCHEMAS`) a scored row
+    holds (the export's own columns, ``scored``, ``replayed``, ... excluded): text, a number (an int or a
+    float), an integer, true or false. Looked up once."""
+    if not _DECLARED:
+        from geoagent.runtime.export import TABLE_SCHEMAS
+
+        words = {pl.String: (frozenset({str}), "a text"), pl.Float64: (frozenset({int, float}), "a number"),
+                 pl.Int64: (frozenset({int}), "an integer"), pl.Boolean: (frozenset({bool}), "true or false")}
+        added_by_export = {"scored", "left_out", "replayed", "simulated"}
+        _DECLARED.extend((name, *words[dtype]) for name, dtype in TABLE_SCHEMAS["geoverify_scored"].items()
+                         if name not in added_by_export and dtype in words)
+    return _DECLARED
 
 
 def rows_frame(rows: Iterable[Mapping[str, Any]]) -> pl.DataFrame:
