@@ -899,9 +899,26 @@ def check_state_matches_queues(cfg: Any) -> None:
     if not db.exists() and any(f.stat().st_size > 0 for f in queue_files(qdir)):
         raise ValueError(
             f"campaign {cfg.name}: the queues in {qdir} hold work from an earlier run but its state "
-            f"{db} (stored responses, results, spend) is missing; restore the state folder, or delete {qdir} "
-            "to start the campaign over"
+            f"{db} (stored responses, results, spend) is missing; {_state_root_hint(cfg, qdir)}restore the state "
+            f"folder, or, to start the campaign over (every request sent and paid again), delete {qdir}"
         )
+
+
+def _state_root_hint(cfg: Any, qdir: Path) -> str:
+    """The start of the missing-state error's advice: the state folder the queues were used with (their
+    ``state_root.json``, :data:`geoagent.constants.QUEUES_STATE_FILE`) when it holds the campaign's database,
+    and what set this run's state root (``$GEOAGENT_STATE`` or ``[paths] state``); "" when the record names no
+    such folder."""
+    try:
+        value = json.loads((qdir / C.QUEUES_STATE_FILE).read_text(encoding="utf-8")).get("state_dir")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    if not isinstance(value, str) or not (Path(value) / C.CAMPAIGN_DB).is_file():
+        return ""
+    env = os.environ.get(C.ENV_STATE_ROOT)
+    why = (f"${C.ENV_STATE_ROOT}={env}" if env else "[paths] state, or the working directory for the default ./state")
+    return (f"the queues were used with the state folder {value} (recorded in {qdir / C.QUEUES_STATE_FILE}), which "
+            f"holds it: this run's state root comes from {why}; point it at {Path(value).parent}, or ")
 
 
 def check_queues_root_as_recorded(cfg: Any) -> str | None:
