@@ -646,8 +646,13 @@ def format_status(st: dict[str, Any]) -> str:
         procs = p.get("processes") or []  # a scale-out run's processes (merged record), else []
         n_running = sum(1 for q in procs if q.get("state") == "running")
         if ended:
-            outcome = (st.get("run_outcomes") or {}).get(str(p.get("run_id"))) if not procs else None
-            state, eta = ("run ended" + (f": all {len(procs)} processes" if procs else "")
+            outcomes = st.get("run_outcomes") or {}
+            outcome = outcomes.get(str(p.get("run_id"))) if not procs else None
+            # a newer run ended without a progress record of its own (it failed while starting): these figures
+            # are an earlier run's
+            older = bool(outcome) and not earlier and str(p.get("run_id")) != list(outcomes)[-1]
+            state, eta = (("of an earlier run, which ended" if older else "run ended")
+                          + (f": all {len(procs)} processes" if procs else "")
                           + (f": {outcome}, as manifest.json recorded" if outcome else "")), ""
         elif running is False:
             leased = sum(c.leased for c in st["queues"].values())

@@ -46,3 +46,7 @@ def test_a_damaged_results_row_is_named_and_the_run_recorded_failed(release_dir,
     st = _cli(tmp_path, release_dir, "status", str(CONFIG))
     assert "the last run ended in an error" in st.stdout, st.stdout
     assert "re-run the same command to resume" not in st.stdout
+    # the failed run wrote no progress record: the figures shown are the first run's, and say so (session 21
+    # walkthrough #7: "last progress (run ended: complete, as manifest.json recorded)" under the error line)
+    assert "last progress (run ended: complete" not in st.stdout, st.stdout
+    assert "last progress (of an earlier run, which ended: complete" in st.stdout, st.stdout
