@@ -118,7 +118,10 @@ def test_unknown_stage_suggests_the_close_one(tmp_path, capsys):
 
 
 def test_unknown_condition_suggests_the_close_one(tmp_path):
+    from geoagent.campaigns import register_all_sections
     from geoagent.config import ConfigError, load_config
+
+    register_all_sections()  # as the CLI does before loading (else the test depends on which ran before it)
 
     cfgp = tmp_path / "cond.toml"
     text = (REPO / "geoagent" / "configs" / "geohint_sandbox.toml").read_text(encoding="utf-8")
@@ -234,7 +237,8 @@ def test_readme_own_campaign_fresh_clone_variant_runs_after_the_demo(tmp_path, c
     assert "GeoContext release file not found" in capsys.readouterr().err
     (work / "my_verify.toml").write_text(_readme_own_campaign() + _readme_fresh_clone_variant())
     cfg = tomllib.loads((work / "my_verify.toml").read_text())
-    assert cfg["paths"]["release_dir"] == "state/demo-crawl" and cfg["geoverify"]["image_root"] == "state/images"
+    # under [geoverify]: a task section's release_dir wins over $GEOAGENT_RELEASE (walkthrough 21 #8: [paths] lost)
+    assert cfg["geoverify"]["release_dir"] == "state/demo-crawl" and cfg["geoverify"]["image_root"] == "state/images"
     # before the demo the crawl folder is missing, and the message says so
     assert main(["run", "my_verify.toml", "--simulate"]) == 2
     assert "crawl output not found: state/demo-crawl/sites.csv" in capsys.readouterr().err
