@@ -690,8 +690,8 @@ class Outcome:
         lines.extend(self.extra_lines)
         for p in self.report_files:
             lines.append(f"  report: {p}")
-        for p in self.export_files:
-            lines.append(f"  export: {p}")
+        for p in self.export_files:  # each table's Parquet file; its CSV is written beside it
+            lines.append(f"  export: {p} (and {Path(p).with_suffix('.csv').name})")
         return lines
 
 

@@ -28,7 +28,9 @@ def test_export_out_writes_every_file_there_and_leaves_the_default_alone(tmp_pat
     state = tmp_path / "state" / "outdir"
     default = {p.name: p.stat().st_mtime_ns for p in state.glob("*.parquet")}
     assert default, list(state.iterdir())
-    capsys.readouterr()
+    # the run's summary names each table's CSV beside its Parquet file (walkthrough 21 #13: the Parquet only)
+    ran = capsys.readouterr().out
+    assert f"export: {state / 'model_responses.parquet'} (and model_responses.csv)" in ran, ran
 
     out = tmp_path / "results" / "outdir"  # not there yet: made
     assert main(["export", str(cfg), "--out", str(out)]) == 0
