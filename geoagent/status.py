@@ -377,7 +377,9 @@ def wrong_queues_root_text(ran: dict[str, Any], queues_dir: Any) -> str:
 
 def _last_run_watched(state_dir: Path) -> bool:
     """Whether the newest run manifest.json records was started in watch mode (its entry's ``watch``; False when
-    it does not say, or there is no readable manifest)."""
+    it does not say, or there is no readable manifest), or any run it records as still ``running`` was: of a
+    ``--stages`` split, a ``--watch`` process idling on drained queues after a later, plain process of the
+    campaign ended (that one is the newest entry) still holds the campaign, and is waiting, not finishing."""
     from geoagent.runtime.manifest import read_manifest
 
     try:
@@ -386,7 +388,8 @@ def _last_run_watched(state_dir: Path) -> bool:
         return False
     runs = man.get("runs") if isinstance(man, dict) else None
     last = runs[-1] if isinstance(runs, list) and runs and isinstance(runs[-1], dict) else {}
-    return bool(last.get("watch"))
+    return bool(last.get("watch")) or any(isinstance(r, dict) and r.get("watch") and r.get("status") == "running"
+                                          for r in runs or [])
 
 
 def _run_outcomes(state_dir: Path) -> dict[str, str]:
