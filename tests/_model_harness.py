@@ -377,3 +377,30 @@ wikidata_url = "http://wikidata.sandbox.invalid/w/api.php"
 nominatim_url = "http://nominatim.sandbox.invalid"
 nominatim_max_requests = 1000000
 """
+
+
+def geohint_three_sites_toml(name: str, *, models: str = SANDBOX_GPT_TOML, geohint: str = "", tables: str = "") -> str:
+    """A GeoHint campaign file (TOML text) over three release sites (``tokyo_shibuya``, ``nyc_soho``,
+    ``paris_marais``; one synthetic image each; conditions ``baseline`` and ``forced``: 81 requests) with the
+    sandbox geocoders: ``models`` its ``[[models]]`` tables, ``geohint`` more lines of ``[geohint]`` (e.g.
+    ``n_boot = 0``), ``tables`` more tables before the models (``[queue]``, ``[images]``)."""
+    return f"""
+[campaign]
+name = "{name}"
+kind = "geohint"
+seed = 1
+contact = "mailto:you@example.org"
+
+[budget]
+cap_usd = 5.0
+
+{tables}
+{models}
+[geohint]
+conditions = ["baseline", "forced"]
+images = "synthetic"
+sites = ["tokyo_shibuya", "nyc_soho", "paris_marais"]
+images_per_site = 1
+{geohint}
+
+{SANDBOX_GEOCODER_TOML}"""

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from _model_harness import SANDBOX_GPT_TOML, SANDBOX_GEOCODER_TOML
+from _model_harness import geohint_three_sites_toml
 from geoagent.campaigns import register_all_sections
 from geoagent.config import ConfigError, config_from_dict
 from geoagent.geohint.aggregate import GeoHintAggregator
@@ -77,25 +77,7 @@ def test_n_boot_zero_says_so_under_table1():
 
 def _toml(tmp: Path, n_boot: int) -> Path:
     cfg = tmp / "gh.toml"
-    cfg.write_text(f"""
-[campaign]
-name = "gh-boot"
-kind = "geohint"
-seed = 1
-contact = "mailto:you@example.org"
-
-[budget]
-cap_usd = 5.0
-
-{SANDBOX_GPT_TOML}
-[geohint]
-conditions = ["baseline", "forced"]
-images = "synthetic"
-sites = ["tokyo_shibuya", "nyc_soho", "paris_marais"]
-images_per_site = 1
-n_boot = {n_boot}
-
-{SANDBOX_GEOCODER_TOML}""", encoding="utf-8")
+    cfg.write_text(geohint_three_sites_toml("gh-boot", geohint=f"n_boot = {n_boot}"), encoding="utf-8")
     return cfg
 
 

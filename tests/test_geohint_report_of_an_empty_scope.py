@@ -20,23 +20,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _model_harness import SANDBOX_GEOCODER_TOML, SANDBOX_GPT_TOML
+from _model_harness import SANDBOX_GPT_TOML, geohint_three_sites_toml
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _config(tmp: Path, models: str) -> Path:
     cfg = tmp / "gh.toml"
-    cfg.write_text(f"""
-[campaign]
-name = "gh-empty"
-kind = "geohint"
-seed = 1
-contact = "mailto:you@example.org"
-
-[budget]
-cap_usd = 5.0
-
+    cfg.write_text(geohint_three_sites_toml("gh-empty", models=models, geohint="n_boot = 0", tables="""
 [images]
 missing = "placeholder"   # the second model is "real" to the config (a loopback URL); it is never reached
 
@@ -44,16 +35,7 @@ missing = "placeholder"   # the second model is "real" to the config (a loopback
 max_attempts = 2
 backoff_base_s = 0.01
 backoff_max_s = 0.05
-
-{models}
-[geohint]
-conditions = ["baseline", "forced"]
-images = "synthetic"
-sites = ["tokyo_shibuya", "nyc_soho", "paris_marais"]
-images_per_site = 1
-n_boot = 0
-
-{SANDBOX_GEOCODER_TOML}""", encoding="utf-8")
+"""), encoding="utf-8")
     return cfg
 
 

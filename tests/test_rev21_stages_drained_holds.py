@@ -8,8 +8,8 @@
 
 from __future__ import annotations
 
-import anyio
 
+from _late_arrival import arrive_after_drain, hold_ready
 from _model_harness import generic_campaign, model_table
 from geoagent import constants as C
 from geoagent.cli import main
@@ -33,28 +33,9 @@ def test_drained_with_a_dead_letter_on_its_input_is_still_incomplete(tmp_path, m
     assert main(["run", str(cfg), "--stages", "model_caller", "--no-live"]) == 0
     capsys.readouterr()
 
-    async def hold_answers() -> list[str]:
-        q = open_queue(tmp_path / "queues", name, C.EDGE_RESPONSES)
-        try:
-            tasks = await q.lease(100, 300.0)
-            for t in tasks:
-                await q.dead_letter(t, "held by the test")
-            return sorted(t.key for t in tasks)
-        finally:
-            await q.close()
-
-    keys = anyio.run(hold_answers)
+    keys = hold_ready(lambda: open_queue(tmp_path / "queues", name, C.EDGE_RESPONSES))
     assert len(keys) == 4
-    original = worker_mod.StageRunner._input_exhausted
-    arrived: list[int] = []
-
-    async def exhausted_then_answers_arrive(self):
-        got = await original(self)
-        if got and self.stage.name == COLLECTOR and not arrived:
-            arrived.append(await self.inq.requeue_dead(keys[:3]))  # 3 arrive, 1 stays dead
-        return got
-
-    monkeypatch.setattr(worker_mod.StageRunner, "_input_exhausted", exhausted_then_answers_arrive)
+    arrived = arrive_after_drain(monkeypatch, keys=keys[:3])  # 3 arrive, 1 stays dead
     rc = main(["run", str(cfg), "--stages", COLLECTOR, "--no-live"])
     out = capsys.readouterr().out
     assert arrived == [3]

@@ -10,6 +10,7 @@ import signal
 
 import pytest
 
+from _late_arrival import arrive_after_drain, hold_ready
 from _model_harness import generic_campaign, model_table
 from geoagent import constants as C
 from geoagent.cli import main
@@ -22,8 +23,6 @@ COLLECTOR = "collector"
 @pytest.mark.parametrize("with_signal", [False, True])
 def test_redis_answers_arriving_after_the_collector_drained(with_signal, redis_url, tmp_path, monkeypatch,  # noqa: F811
                                                              capsys):
-    import anyio
-
     from geoagent.runtime.redis_queue import open_redis_queue
 
     monkeypatch.chdir(tmp_path)
@@ -36,29 +35,10 @@ def test_redis_answers_arriving_after_the_collector_drained(with_signal, redis_u
     assert main(["run", str(cfg), "--stages", "model_caller", "--no-live", "--accept-config-change"]) == 0
     capsys.readouterr()
 
-    async def hold_answers() -> int:
-        q = open_redis_queue(redis_url, name, C.EDGE_RESPONSES)
-        try:
-            tasks = await q.lease(100, 300.0)
-            for t in tasks:
-                await q.dead_letter(t, "held by the test")
-            return len(tasks)
-        finally:
-            await q.close()
-
-    assert anyio.run(hold_answers) == 4
+    assert len(hold_ready(lambda: open_redis_queue(redis_url, name, C.EDGE_RESPONSES))) == 4
     original = worker_mod.StageRunner._input_exhausted
-    arrived: list[int] = []
-
-    async def exhausted_then_answers_arrive(self):
-        got = await original(self)
-        if got and self.stage.name == COLLECTOR and not arrived:
-            arrived.append(await self.inq.requeue_dead())
-            if with_signal:
-                os.kill(os.getpid(), signal.SIGTERM)
-        return got
-
-    monkeypatch.setattr(worker_mod.StageRunner, "_input_exhausted", exhausted_then_answers_arrive)
+    arrived = arrive_after_drain(monkeypatch, then=(lambda: os.kill(os.getpid(), signal.SIGTERM)) if with_signal
+                                 else None)
     rc = main(["run", str(cfg), "--stages", COLLECTOR, "--no-live"])
     out = capsys.readouterr()
     assert arrived == [4]

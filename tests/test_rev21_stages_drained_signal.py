@@ -11,12 +11,11 @@ from __future__ import annotations
 import os
 import signal
 
-import anyio
 
+from _late_arrival import arrive_after_drain, hold_ready
 from _model_harness import generic_campaign, model_table
 from geoagent import constants as C
 from geoagent.cli import main
-from geoagent.runtime import worker as worker_mod
 from geoagent.runtime.queue import open_queue
 
 COLLECTOR = "collector"
@@ -31,28 +30,9 @@ def test_signal_after_the_collector_drained_with_answers_arriving_is_not_interru
     assert main(["run", str(cfg), "--stages", "model_caller", "--no-live"]) == 0
     capsys.readouterr()
 
-    async def hold_answers() -> int:
-        q = open_queue(tmp_path / "queues", name, C.EDGE_RESPONSES)
-        try:
-            tasks = await q.lease(100, 300.0)
-            for t in tasks:
-                await q.dead_letter(t, "held by the test")
-            return len(tasks)
-        finally:
-            await q.close()
-
-    assert anyio.run(hold_answers) == 4
-    original = worker_mod.StageRunner._input_exhausted
-    arrived: list[int] = []
-
-    async def exhausted_then_answers_and_a_signal(self):
-        got = await original(self)
-        if got and self.stage.name == COLLECTOR and not arrived:
-            arrived.append(await self.inq.requeue_dead())  # another process's answers, just after the drain
-            os.kill(os.getpid(), signal.SIGTERM)  # ... and a stop request (CI tearing the run down) with them
-        return got
-
-    monkeypatch.setattr(worker_mod.StageRunner, "_input_exhausted", exhausted_then_answers_and_a_signal)
+    assert len(hold_ready(lambda: open_queue(tmp_path / "queues", name, C.EDGE_RESPONSES))) == 4
+    # another process's answers, just after the drain, and a stop request (CI tearing the run down) with them
+    arrived = arrive_after_drain(monkeypatch, then=lambda: os.kill(os.getpid(), signal.SIGTERM))
     rc = main(["run", str(cfg), "--stages", COLLECTOR, "--no-live"])
     out = capsys.readouterr()
     assert arrived == [4]

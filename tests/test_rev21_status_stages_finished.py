@@ -7,8 +7,8 @@ written, and nothing told the reader so (an ``interrupted`` run gets the resume 
 
 from __future__ import annotations
 
-import anyio
 
+from _late_arrival import arrive_after_drain, hold_ready
 from _model_harness import generic_campaign, model_table
 from geoagent import constants as C
 from geoagent.cli import main
@@ -25,26 +25,9 @@ def test_status_of_a_campaign_left_stages_finished_with_work_and_no_process_says
     cfg.write_text(cfg.read_text(encoding="utf-8").replace("n_requests = 10", "n_requests = 14"), encoding="utf-8")
     assert main(["run", str(cfg), "--stages", "model_caller", "--no-live"]) == 0
 
-    async def hold_answers() -> int:
-        q = open_queue(tmp_path / "queues", name, C.EDGE_RESPONSES)
-        try:
-            tasks = await q.lease(100, 300.0)
-            for t in tasks:
-                await q.dead_letter(t, "held by the test")
-            return len(tasks)
-        finally:
-            await q.close()
-
-    assert anyio.run(hold_answers) == 4
+    assert len(hold_ready(lambda: open_queue(tmp_path / "queues", name, C.EDGE_RESPONSES))) == 4
     original = worker_mod.StageRunner._input_exhausted
-
-    async def exhausted_then_answers_arrive(self):
-        got = await original(self)
-        if got and self.stage.name == "collector":
-            await self.inq.requeue_dead()
-        return got
-
-    monkeypatch.setattr(worker_mod.StageRunner, "_input_exhausted", exhausted_then_answers_arrive)
+    arrive_after_drain(monkeypatch)
     assert main(["run", str(cfg), "--stages", "collector", "--no-live"]) == 0
     monkeypatch.setattr(worker_mod.StageRunner, "_input_exhausted", original)
     capsys.readouterr()

@@ -16,7 +16,6 @@ letters while the collector starts, and put back to ready the moment its runner 
 
 from __future__ import annotations
 
-import anyio
 import pytest
 
 from _model_harness import generic_campaign, model_table
@@ -24,9 +23,8 @@ from geoagent import constants as C
 from geoagent.cli import main
 from geoagent.runtime import worker as worker_mod
 from geoagent.runtime.queue import open_queue
+from _late_arrival import COLLECTOR, arrive_after_drain, hold_ready
 
-#: the generic campaign's last stage (geoagent/campaigns/generic.py)
-COLLECTOR = "collector"
 
 
 def _responses_queue(tmp_path, name):
@@ -42,28 +40,10 @@ def test_answers_arriving_after_a_stages_process_drained_are_not_its_failure(tmp
     assert main(["run", str(cfg), "--stages", "model_caller", "--no-live"]) == 0
     capsys.readouterr()
 
-    async def hold_answers() -> int:  # the 4 new answers: out of sight while the collector starts
-        q = _responses_queue(tmp_path, name)
-        try:
-            tasks = await q.lease(100, 300.0)
-            for t in tasks:
-                await q.dead_letter(t, "held by the test")
-            return len(tasks)
-        finally:
-            await q.close()
-
-    assert anyio.run(hold_answers) == 4
-
+    # the 4 new answers: out of sight while the collector starts, back the moment it drained
+    assert len(hold_ready(lambda: _responses_queue(tmp_path, name))) == 4
     original = worker_mod.StageRunner._input_exhausted
-    arrived: list[int] = []
-
-    async def exhausted_then_answers_arrive(self):
-        got = await original(self)
-        if got and self.stage.name == COLLECTOR and not arrived:
-            arrived.append(await self.inq.requeue_dead())  # another process's answers, just after the drain
-        return got
-
-    monkeypatch.setattr(worker_mod.StageRunner, "_input_exhausted", exhausted_then_answers_arrive)
+    arrived = arrive_after_drain(monkeypatch)
     rc = main(["run", str(cfg), "--stages", COLLECTOR, "--no-live"])
     out = capsys.readouterr()
     assert arrived == [4]

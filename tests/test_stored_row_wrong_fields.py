@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from _model_harness import SANDBOX_GEOCODER_TOML, SANDBOX_GPT_TOML
+from _model_harness import geohint_three_sites_toml
 from geoagent.cli import main
 
 REPLAY = Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "geocontext_replay.toml"
@@ -46,25 +46,7 @@ def _edit_row(db: Path, table: str, key: str, text: str) -> None:
 
 def _geohint_config(tmp: Path) -> Path:
     cfg = tmp / "gh.toml"
-    cfg.write_text(f"""
-[campaign]
-name = "gh-rows"
-kind = "geohint"
-seed = 1
-contact = "mailto:you@example.org"
-
-[budget]
-cap_usd = 5.0
-
-{SANDBOX_GPT_TOML}
-[geohint]
-conditions = ["baseline", "forced"]
-images = "synthetic"
-sites = ["tokyo_shibuya", "nyc_soho", "paris_marais"]
-images_per_site = 1
-n_boot = 0
-
-{SANDBOX_GEOCODER_TOML}""", encoding="utf-8")
+    cfg.write_text(geohint_three_sites_toml("gh-rows", geohint="n_boot = 0"), encoding="utf-8")
     return cfg
 
 
