@@ -1777,7 +1777,7 @@ async def _run(
     export: bool,
     on_planned: Callable[[], None] | None = None,
 ) -> Outcome:
-    from geoagent.runtime.manifest import Manifest
+    from geoagent.runtime.manifest import Manifest, stages_run_elsewhere
     from geoagent.status import host_labels
     from geoagent.workers.model_caller import AUTH_BREAKER_SERVICE, HOST_BREAKER_SERVICE
 
@@ -1961,6 +1961,8 @@ async def _run(
                                 "probe_max_s": cfg.queue.watch_probe_max_s,
                                 "task_timeout_s": cfg.queue.task_timeout_s},
                 pipeline=kind.stages(cfg) if only_stages else None,
+                stages_elsewhere=functools.partial(stages_run_elsewhere, cfg.state_dir(),
+                                                   [s.name for s in kind.stages(cfg)]) if only_stages else None,
             )
         except BaseException:
             if handoff is not None:

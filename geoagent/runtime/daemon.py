@@ -17,7 +17,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -214,6 +214,7 @@ async def run_pipeline(
     grace_s: float | None = None,
     runner_options: dict[str, Any] | None = None,
     pipeline: Sequence[Stage] | None = None,
+    stages_elsewhere: Callable[[], Collection[str]] | None = None,
 ) -> PipelineRun:
     """Run ``stages`` until they finish (burst) or a signal stops them; returns the run's final view.
 
@@ -238,8 +239,13 @@ async def run_pipeline(
         (30 s, or ``GEOAGENT_STOP_GRACE_S``).
     pipeline : sequence of Stage or None
         The campaign's whole pipeline in data-flow order when ``stages`` is part of it (``--stages``): each runner
-        of a burst run is given the input queues of the stages before its own that this process does not run
-        (``StageRunner(foreign_upstream=...)``), and waits while a task of theirs is leased elsewhere.
+        waits for every runner of this process whose stage comes before its own in the pipeline (not only its
+        direct producer: ``--stages model_caller,scorer`` beside ``--stages parser``), and, in a burst run, is
+        given the input queues of the stages before its own that this process does not run
+        (``StageRunner(foreign_upstream=...)``): it waits while a task of theirs is leased, or ready for a stage
+        ``stages_elsewhere`` names.
+    stages_elsewhere : callable or None
+        ``() -> names`` of the stages other live processes of the campaign run (``StageRunner``).
 
     Raises
     ------
@@ -254,12 +260,15 @@ async def run_pipeline(
     own = {s.name for s in stages}
     order = [p.name for p in pipeline] if pipeline is not None else []
     for s in stages:
-        upstream_runners = [by_name[u] for u in ups[s.name] if u in by_name]
+        if pipeline is not None and s.name in order:  # every own stage before it (it may feed it through another's)
+            upstream_runners = [by_name[p.name] for p in pipeline[: order.index(s.name)] if p.name in by_name]
+        else:
+            upstream_runners = [by_name[u] for u in ups[s.name] if u in by_name]
         upstream_done: anyio.Event | None = None
         if upstream_runners:
             upstream_done = anyio.Event()
         # the stages before this one that other processes run (--stages): their leased tasks are work on its way
-        foreign = ([queues[p.input_edge] for p in pipeline[: order.index(s.name)]
+        foreign = ([(p.name, queues[p.input_edge]) for p in pipeline[: order.index(s.name)]
                     if p.name not in own and p.input_edge in queues]
                    if pipeline is not None and burst and s.name in order else [])
         runner = StageRunner(
@@ -270,6 +279,7 @@ async def run_pipeline(
             burst=burst,
             upstream_done=upstream_done,
             foreign_upstream=foreign,
+            stages_elsewhere=stages_elsewhere,
             grace_s=grace_s,
             **(runner_options or {}),
         )

@@ -38,7 +38,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -745,6 +745,29 @@ def _run_process_gone(run: dict[str, Any]) -> bool:
         return False
     born = _pid_started_unix(pid)
     return born is not None and born > float(started) + _START_SLACK_S
+
+
+def stages_run_elsewhere(state_dir: str | os.PathLike[str], all_stages: Sequence[str]) -> set[str]:
+    """The stages other live processes of the campaign run on this machine: the union of ``stages`` of the runs
+    ``manifest.json`` in ``state_dir`` records as ``running`` here (same host name), whose process is not this one
+    and is alive (:func:`_run_process_gone`); a run recording no ``stages`` runs ``all_stages``. Set() when there
+    is no readable manifest. A ``--stages`` process's stage waits while such a stage before it has work queued
+    (:class:`geoagent.runtime.worker.StageRunner`, ``stages_elsewhere``); processes on other machines (a Redis
+    campaign) are not seen here."""
+    try:
+        man = read_manifest(state_dir) or {}
+    except (OSError, ValueError):
+        return set()
+    here, me = socket.gethostname(), os.getpid()
+    out: set[str] = set()
+    for run in man.get("runs") or [] if isinstance(man, dict) else []:
+        if not isinstance(run, dict) or run.get("status") != "running" or run.get("host") != here:
+            continue
+        if run.get("pid") == me or _run_process_gone(run):
+            continue
+        stages = run.get("stages")
+        out.update(stages if isinstance(stages, list) and all(isinstance(x, str) for x in stages) else all_stages)
+    return out
 
 
 def _close_dead_runs(runs: list[dict[str, Any]], new_run_id: str) -> None:

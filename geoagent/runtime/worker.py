@@ -184,7 +184,7 @@ import os
 import re
 import time
 from collections import Counter, deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -638,12 +638,18 @@ class StageRunner:
         Finish when upstream is finished and the input is drained (True), or keep polling forever (False).
     upstream_done : anyio.Event or None
         Set when every upstream stage has finished; None means "no upstream" (already finished).
-    foreign_upstream : sequence of WorkQueue
-        Burst mode, the campaign split over processes (``--stages``): the input queues of the stages upstream of
-        this one that other processes run. While a task of one of them is leased (in flight in another process,
-        its output on the way here), the input is not exhausted, so a downstream process started beside a
-        working upstream one takes its work instead of ending at the first empty moment; with nothing leased
-        there (no process at work upstream, or all done) it ends as before.
+    foreign_upstream : sequence of (str, WorkQueue)
+        Burst mode, the campaign split over processes (``--stages``): (name, input queue) of the stages upstream
+        of this one that this process does not run. The input is not exhausted while a task of one of them is
+        leased (in flight in another process, its output on the way here), or is ready and ``stages_elsewhere``
+        names that stage (a live process runs it: a task waiting out a retry backoff, one deferred by a full
+        lane, an output not leased yet), so a downstream process started beside a working upstream one takes its
+        work instead of ending at the first empty moment; when no live process runs the stage and nothing of it
+        is leased, it ends as before (its work waits for a process that runs that stage).
+    stages_elsewhere : callable or None
+        ``() -> names`` of the stages other live processes of the campaign run
+        (:func:`geoagent.runtime.manifest.stages_run_elsewhere`); read at most once a second. None: only leased
+        tasks count.
     poll_s : float
         Sleep between empty leases, seconds.
     commit_every : int
@@ -680,7 +686,8 @@ class StageRunner:
         *,
         burst: bool = True,
         upstream_done: anyio.Event | None = None,
-        foreign_upstream: Sequence[WorkQueue] = (),
+        foreign_upstream: Sequence[tuple[str, WorkQueue]] = (),
+        stages_elsewhere: Callable[[], Collection[str]] | None = None,
         poll_s: float = 0.05,
         commit_every: int = 64,
         commit_interval_s: float = 0.05,
@@ -730,6 +737,8 @@ class StageRunner:
         self.burst = burst
         self.upstream_done = upstream_done
         self.foreign_upstream = tuple(foreign_upstream)
+        self._stages_elsewhere = stages_elsewhere
+        self._elsewhere_cache: tuple[float, Collection[str]] | None = None
         self.poll_s = poll_s
         self.commit_every = commit_every
         self.commit_interval_s = commit_interval_s
@@ -1133,10 +1142,20 @@ class StageRunner:
         # held tasks stay leased by this runner until it ends (module docstring: held tasks)
         if not (counts.ready == 0 and counts.leased <= len(self._held)):
             return False
-        for q in self.foreign_upstream:  # another process at work upstream: its output is on the way here
-            if (await q.counts()).leased:
+        for name, q in self.foreign_upstream:  # another process at work upstream: its output is on the way here
+            c = await q.counts()
+            if c.leased or (c.ready and name in self._elsewhere()):
                 return False
         return True
+
+    def _elsewhere(self) -> Collection[str]:
+        """The stages other live processes of the campaign run (``stages_elsewhere``, cached for 1 s)."""
+        if self._stages_elsewhere is None:
+            return ()
+        now = time.monotonic()
+        if self._elsewhere_cache is None or now - self._elsewhere_cache[0] >= 1.0:
+            self._elsewhere_cache = (now, self._stages_elsewhere())
+        return self._elsewhere_cache[1]
 
     async def _sleep_or_stop(self, seconds: float) -> None:
         with anyio.move_on_after(seconds):
