@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 from urllib.parse import urlsplit
 
 import anyio
@@ -48,9 +49,19 @@ def _env(monkeypatch, tmp_path, release_dir):
     monkeypatch.setenv("GEOAGENT_RELEASE", str(release_dir))
 
 
+def _held_port() -> socket.socket:
+    """A loopback port bound and never listening: connections are refused, and no parallel test's server can take
+    it while it is held (a port from ``free_port()`` is free only until someone binds it: a CI run's first phase
+    got answers from another test's server on it, and every answer was dead-lettered)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    return s
+
+
 def test_unreachable_geocoder_stops_with_a_line_and_a_rerun_resumes(release_dir, tmp_path, monkeypatch, caplog):
     _env(monkeypatch, tmp_path, release_dir)
-    wd_port, nm_port = free_port(), free_port()
+    held = [_held_port(), _held_port()]
+    wd_port, nm_port = (s.getsockname()[1] for s in held)
     wd, nm = f"http://127.0.0.1:{wd_port}", f"http://127.0.0.1:{nm_port}"
 
     async def closed():
@@ -80,8 +91,11 @@ def test_unreachable_geocoder_stops_with_a_line_and_a_rerun_resumes(release_dir,
     calls = out.spend["calls"]
     assert calls == out.planned
 
+    gaz = Gazetteer.from_release(release_dir)
+    for s in held:  # released just before the fakes bind the same ports (the re-run's endpoints are up)
+        s.close()
+
     async def up():
-        gaz = Gazetteer.from_release(release_dir)
         async with serve(wd_fake.make_app(gaz), "127.0.0.1", wd_port), \
                 serve(nm_fake.make_app(gaz, min_interval_s=0.0), "127.0.0.1", nm_port):
             return await engine.run_campaign(config_from_dict(_cfg(wd, nm)), live=False, handle_signals=False,
