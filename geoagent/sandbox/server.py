@@ -18,6 +18,7 @@ import importlib
 import logging
 import multiprocessing as mp
 import signal
+import random
 import socket
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -72,10 +73,40 @@ def run_forever(app: web.Application, host: str = "127.0.0.1", port: int = 0, *,
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """Return a currently free TCP port on ``host`` (loopback only)."""
+    """Return a currently free TCP port on ``host`` (loopback only), drawn at random below the kernel's ephemeral
+    range (Linux ``/proc/sys/net/ipv4/ip_local_port_range``, 32768-60999 by default) when there is room there.
+
+    A port handed out by binding port 0 lies in that range, where every later bind to port 0 (a server started on
+    "any free port", an outgoing connection's source port) may be handed the same port before the caller binds
+    it: a test that took a port to stand for a closed host, then started its fake there, once found another
+    test's server answering on it. Below the range only another ``free_port`` caller can draw the same port
+    (random, 1 in about 12,000 at a time). Without a readable range, or with no room below it: port 0's answer."""
+    low = _ephemeral_low()
+    if low is not None and low - _BELOW_SPAN >= 1024:
+        rng = random.Random()
+        for _ in range(50):
+            port = rng.randrange(low - _BELOW_SPAN, low)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+#: how many ports below the kernel's ephemeral range :func:`free_port` draws from
+_BELOW_SPAN = 12_000
+
+
+def _ephemeral_low() -> int | None:
+    """The first port of the kernel's ephemeral range (Linux), or None where it cannot be read."""
+    try:
+        return int(open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii").read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 @contextlib.asynccontextmanager
