@@ -215,6 +215,7 @@ async def run_pipeline(
     runner_options: dict[str, Any] | None = None,
     pipeline: Sequence[Stage] | None = None,
     stages_elsewhere: Callable[[], Collection[str]] | None = None,
+    stage_ended: Callable[[str], Any] | None = None,
 ) -> PipelineRun:
     """Run ``stages`` until they finish (burst) or a signal stops them; returns the run's final view.
 
@@ -246,6 +247,10 @@ async def run_pipeline(
         ``stages_elsewhere`` names.
     stages_elsewhere : callable or None
         ``() -> names`` of the stages other live processes of the campaign run (``StageRunner``).
+    stage_ended : callable or None
+        ``(name)``, called when a stage's runner has ended while the run goes on (the engine records it in
+        manifest.json, so the stages other processes wait for are the ones still at work here: a stage that
+        stopped leasing, its input left ready, keeps no other process waiting); a failure is logged.
 
     Raises
     ------
@@ -318,6 +323,14 @@ async def run_pipeline(
                                 "redone when the same command is re-run")
                     os._exit(130)
 
+    async def run_one(r: StageRunner) -> None:
+        await r.run()
+        if stage_ended is not None:
+            try:
+                stage_ended(r.stage.name)
+            except Exception as exc:  # noqa: BLE001 - a record for other processes; the run goes on
+                log.warning("campaign %s: stage %s ended; recording it failed: %s", campaign, r.stage.name, exc)
+
     async def ticker() -> None:
         while True:
             await anyio.sleep(tick_interval_s)
@@ -332,7 +345,7 @@ async def run_pipeline(
             for r in runners:
                 if r.upstream_done is not None:
                     tg.start_soon(watch_upstream, r)
-                tg.start_soon(r.run)
+                tg.start_soon(run_one, r)
         outer.cancel_scope.cancel()
     view.finished_at = time.time()
     if tick is not None:

@@ -750,7 +750,8 @@ def _run_process_gone(run: dict[str, Any]) -> bool:
 def stages_run_elsewhere(state_dir: str | os.PathLike[str], all_stages: Sequence[str]) -> set[str]:
     """The stages other live processes of the campaign run on this machine: the union of ``stages`` of the runs
     ``manifest.json`` in ``state_dir`` records as ``running`` here (same host name), whose process is not this one
-    and is alive (:func:`_run_process_gone`); a run recording no ``stages`` runs ``all_stages``. Set() when there
+    and is alive (:func:`_run_process_gone`), less the stages such a run records as ended
+    (``stages_ended``, :meth:`Manifest.record_stage_ended`); a run recording no ``stages`` runs ``all_stages``. Set() when there
     is no readable manifest. A ``--stages`` process's stage waits while such a stage before it has work queued
     (:class:`geoagent.runtime.worker.StageRunner`, ``stages_elsewhere``); processes on other machines (a Redis
     campaign) are not seen here."""
@@ -766,7 +767,9 @@ def stages_run_elsewhere(state_dir: str | os.PathLike[str], all_stages: Sequence
         if run.get("pid") == me or _run_process_gone(run):
             continue
         stages = run.get("stages")
-        out.update(stages if isinstance(stages, list) and all(isinstance(x, str) for x in stages) else all_stages)
+        ended = run.get("stages_ended")
+        out.update(set(stages if isinstance(stages, list) and all(isinstance(x, str) for x in stages)
+                       else all_stages) - set(ended if isinstance(ended, list) else ()))
     return out
 
 
@@ -954,6 +957,25 @@ class Manifest:
             self._record_so_far(data, self._run_entry(data, run_id), planned, config)
             data["updated_at"] = _iso(now)
             _write(self.path, data)
+
+    def record_stage_ended(self, run_id: str, stage: str) -> None:
+        """Record that stage ``stage`` of run ``run_id`` (a ``--stages`` process) ended while the run goes on: its
+        entry's ``stages_ended`` names it, and :func:`stages_run_elsewhere` no longer counts it as run by that
+        process (a stage that stopped leasing, e.g. its host unreachable, leaves its input ready; a process of
+        the campaign waiting for that input would otherwise wait for the whole of the other process).
+
+        Raises
+        ------
+        KeyError
+            No run ``run_id`` in the manifest.
+        """
+        with _locked(self.path):
+            data = read_manifest(self.state_dir)
+            run = self._run_entry(data, run_id)
+            ended = [x for x in run.get("stages_ended") or [] if isinstance(x, str)]
+            if stage not in ended:
+                run["stages_ended"] = [*ended, stage]
+                _write(self.path, data)  # type: ignore[arg-type]
 
     def _run_entry(self, data: dict[str, Any] | None, run_id: str) -> dict[str, Any]:
         """Run ``run_id``'s entry in ``data`` (the manifest, read under its lock).

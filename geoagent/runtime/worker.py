@@ -1138,15 +1138,16 @@ class StageRunner:
             return False
         if self.stats.in_flight or self._pending:
             return False
-        counts = await self.inq.counts()
-        # held tasks stay leased by this runner until it ends (module docstring: held tasks)
-        if not (counts.ready == 0 and counts.leased <= len(self._held)):
-            return False
+        # Each queue is read at its own moment, and work only moves downstream (a stage puts its outputs, then
+        # acks its input): read upstream first, the own input last, so a task that moves from a foreign upstream
+        # queue into this input between two reads is seen in the later one (own input first, it was in neither)
         for name, q in self.foreign_upstream:  # another process at work upstream: its output is on the way here
             c = await q.counts()
             if c.leased or (c.ready and name in self._elsewhere()):
                 return False
-        return True
+        counts = await self.inq.counts()
+        # held tasks stay leased by this runner until it ends (module docstring: held tasks)
+        return counts.ready == 0 and counts.leased <= len(self._held)
 
     def _elsewhere(self) -> Collection[str]:
         """The stages other live processes of the campaign run (``stages_elsewhere``, cached for 1 s)."""
