@@ -1963,8 +1963,9 @@ async def _run(
                 pipeline=kind.stages(cfg) if only_stages else None,
                 stages_elsewhere=functools.partial(stages_run_elsewhere, cfg.state_dir(),
                                                    [s.name for s in kind.stages(cfg)]) if only_stages else None,
-                # a stage of this process that ended no longer keeps other processes waiting for its input
-                stage_ended=functools.partial(manifest.record_stage_ended, run_id) if only_stages else None,
+                # a stage of this process that ended no longer keeps other processes waiting for its input (also
+                # of a whole-campaign run: a --watch run whose model caller stopped, every key refused, goes on)
+                stage_ended=functools.partial(manifest.record_stage_ended, run_id),
             )
         except BaseException:
             if handoff is not None:

@@ -89,3 +89,16 @@ def test_a_downstream_stages_process_with_no_upstream_process_ends_at_once(tmp_p
     out = capsys.readouterr().out
     assert rc == 0 and "stage collector finished; campaign not complete" in out, out
     assert time.monotonic() - t0 < 30
+
+
+def test_a_whole_campaign_run_records_its_ended_stages_too(tmp_path, monkeypatch, capsys):
+    """Every run records each stage that ended (manifest.json ``stages_ended``), not only a ``--stages`` one: a
+    whole-campaign ``--watch`` run whose model caller stopped (every key refused) goes on, and a plain ``--stages
+    collector`` beside it waits for a model caller that no longer runs unless the record says so."""
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    cfg = generic_campaign(tmp_path, name="ended", n=4, models=model_table("m"))
+    assert main(["run", str(cfg), "--no-live"]) == 0
+    run = json.loads((tmp_path / "state" / "ended" / "manifest.json").read_text(encoding="utf-8"))["runs"][-1]
+    assert sorted(run["stages_ended"]) == sorted(run["stages"]) == ["collector", "model_caller"], run
