@@ -4,7 +4,6 @@ one table, and the audit logs, under ``state/<campaign>/export/``; the crawl's o
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import json
 from pathlib import Path
@@ -14,7 +13,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from geoagent.cli import main
-from geoagent.crawl.demo import run_sandbox_crawl
+from _sandbox_crawl import sandbox_crawl_config
 from geoagent.crawl.export import read_crawl_csv
 
 CAMPAIGN = "crawlx"
@@ -23,15 +22,8 @@ CAMPAIGN = "crawlx"
 @pytest.fixture(scope="module")
 def crawled(tmp_path_factory):
     root = tmp_path_factory.mktemp("crawl")
-    asyncio.run(run_sandbox_crawl(root / "run"))
-    state = root / "run" / "state"  # the crawl's output folder; the config below names it state/<campaign>
-    (root / "state").mkdir()
-    state.rename(root / "state" / CAMPAIGN)
-    cfg = root / "crawl.toml"
-    cfg.write_text(f'[campaign]\nname = "{CAMPAIGN}"\nkind = "crawl"\n[budget]\ncap_usd = 1.0\n'
-                   f'[paths]\nstate = "{root / "state"}"\nqueues = "{root / "queues"}"\n'
-                   '[crawl]\ncontact = "mailto:test@example.org"\n', encoding="utf-8")
-    return root, root / "state" / CAMPAIGN, str(cfg)
+    cfg = sandbox_crawl_config(root, CAMPAIGN)  # the crawl's output folder moved to state/<campaign>
+    return root, root / "state" / CAMPAIGN, cfg
 
 
 def _same(value, text: str) -> bool:

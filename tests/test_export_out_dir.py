@@ -11,14 +11,13 @@ Real runs through the CLI (the simulated provider of a generic campaign; the san
 
 from __future__ import annotations
 
-import asyncio
 
 import polars as pl
 import pytest
 
 from _model_harness import generic_campaign, model_table
 from geoagent.cli import main
-from geoagent.crawl.demo import run_sandbox_crawl
+from _sandbox_crawl import sandbox_crawl_config
 
 
 def test_export_out_writes_every_file_there_and_leaves_the_default_alone(tmp_path, monkeypatch, capsys):
@@ -60,14 +59,7 @@ def test_export_out_refuses_a_file(tmp_path, monkeypatch, capsys):
 @pytest.fixture(scope="module")
 def crawl_cfg(tmp_path_factory):
     root = tmp_path_factory.mktemp("crawl-out")
-    asyncio.run(run_sandbox_crawl(root / "run"))
-    (root / "state").mkdir()
-    (root / "run" / "state").rename(root / "state" / "crawlo")
-    cfg = root / "crawl.toml"
-    cfg.write_text(f'[campaign]\nname = "crawlo"\nkind = "crawl"\n[budget]\ncap_usd = 1.0\n'
-                   f'[paths]\nstate = "{root / "state"}"\nqueues = "{root / "queues"}"\n'
-                   '[crawl]\ncontact = "mailto:test@example.org"\n', encoding="utf-8")
-    return root, str(cfg)
+    return root, sandbox_crawl_config(root, "crawlo")
 
 
 def test_crawl_export_out(crawl_cfg, capsys):

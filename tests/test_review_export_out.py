@@ -11,7 +11,6 @@ Real runs through the CLI (the simulated provider of a generic campaign; the san
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pytest
 
 from _model_harness import generic_campaign, model_table
 from geoagent.cli import main
-from geoagent.crawl.demo import run_sandbox_crawl
+from _sandbox_crawl import sandbox_crawl_config
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
@@ -30,14 +29,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def crawl_cfg(tmp_path_factory):
     root = tmp_path_factory.mktemp("crawl-out-review")
-    asyncio.run(run_sandbox_crawl(root / "run"))
-    (root / "state").mkdir()
-    (root / "run" / "state").rename(root / "state" / "crawlo")
-    cfg = root / "crawl.toml"
-    cfg.write_text(f'[campaign]\nname = "crawlo"\nkind = "crawl"\n[budget]\ncap_usd = 1.0\n'
-                   f'[paths]\nstate = "{root / "state"}"\nqueues = "{root / "queues"}"\n'
-                   '[crawl]\ncontact = "mailto:test@example.org"\n', encoding="utf-8")
-    return root, str(cfg)
+    return root, sandbox_crawl_config(root, "crawlo")
 
 
 def test_crawl_export_refuses_a_release_folder(crawl_cfg, capsys):
