@@ -909,16 +909,23 @@ def _state_root_hint(cfg: Any, qdir: Path) -> str:
     ``state_root.json``, :data:`geoagent.constants.QUEUES_STATE_FILE`) when it holds the campaign's database,
     and what set this run's state root (``$GEOAGENT_STATE`` or ``[paths] state``); "" when the record names no
     such folder."""
-    try:
-        value = json.loads((qdir / C.QUEUES_STATE_FILE).read_text(encoding="utf-8")).get("state_dir")
-    except (OSError, ValueError, AttributeError):
-        return ""
-    if not isinstance(value, str) or not (Path(value) / C.CAMPAIGN_DB).is_file():
+    value = _recorded_state_dir(qdir)
+    if value is None or not (value / C.CAMPAIGN_DB).is_file():
         return ""
     env = os.environ.get(C.ENV_STATE_ROOT)
     why = (f"${C.ENV_STATE_ROOT}={env}" if env else "[paths] state, or the working directory for the default ./state")
     return (f"the queues were used with the state folder {value} (recorded in {qdir / C.QUEUES_STATE_FILE}), which "
-            f"holds it: this run's state root comes from {why}; point it at {Path(value).parent}, or ")
+            f"holds it: this run's state root comes from {why}; point it at {value.parent}, or ")
+
+
+def _recorded_state_dir(qdir: Path) -> Path | None:
+    """The state folder ``qdir/state_root.json`` (:data:`geoagent.constants.QUEUES_STATE_FILE`) records for the
+    campaign's queues in ``qdir``; None when there is no readable record (:func:`check_queues_state_root`)."""
+    try:
+        value = json.loads((qdir / C.QUEUES_STATE_FILE).read_text(encoding="utf-8")).get("state_dir")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return Path(value) if isinstance(value, str) and value else None
 
 
 def check_queues_root_as_recorded(cfg: Any) -> str | None:
@@ -1033,17 +1040,10 @@ def check_queues_state_root(cfg: Any, *, record: bool = False) -> None:
     here = Path(cfg.state_dir()).resolve()
     path = qdir / C.QUEUES_STATE_FILE
 
-    def recorded() -> Path | None:
-        try:
-            value = json.loads(path.read_text(encoding="utf-8")).get("state_dir")
-        except (OSError, ValueError, AttributeError):
-            return None
-        return Path(value) if isinstance(value, str) and value else None
-
     def new_record() -> str:
         return json.dumps({"state_dir": str(here), "campaign": cfg.name}) + "\n"
 
-    other = recorded()
+    other = _recorded_state_dir(qdir)
     if other is not None and not _same_folder(other, here):
         if other.is_dir():
             raise ValueError(
@@ -1793,7 +1793,7 @@ async def _run(
         if on_planned is not None:
             on_planned()
         return _estimate_outcome(cfg, kind, planned, ctx, t0)
-    stages = kind.stages(cfg)
+    stages = all_stages = kind.stages(cfg)  # all_stages: the whole pipeline, also under --stages
     if only_stages:
         unknown = set(only_stages) - {s.name for s in stages}
         if unknown:
@@ -1960,9 +1960,9 @@ async def _run(
                                 "probe_after_s": cfg.queue.watch_probe_after_s,
                                 "probe_max_s": cfg.queue.watch_probe_max_s,
                                 "task_timeout_s": cfg.queue.task_timeout_s},
-                pipeline=kind.stages(cfg) if only_stages else None,
+                pipeline=all_stages if only_stages else None,
                 stages_elsewhere=functools.partial(stages_run_elsewhere, cfg.state_dir(),
-                                                   [s.name for s in kind.stages(cfg)]) if only_stages else None,
+                                                   [s.name for s in all_stages]) if only_stages else None,
                 # a stage of this process that ended no longer keeps other processes waiting for its input (also
                 # of a whole-campaign run: a --watch run whose model caller stopped, every key refused, goes on)
                 stage_ended=functools.partial(manifest.record_stage_ended, run_id),

@@ -16,6 +16,7 @@ State (the sufficient statistics of every statistic in :mod:`geoagent.scoring.sd
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -62,38 +63,29 @@ def scored_row_problem(row: Any) -> str | None:
     bad = next((k for k in TEXT_FIELDS if not isinstance(row[k], str) or not row[k]), None)
     if bad is not None:
         return f"field {bad} is {row[bad]!r}, not a non-empty text"
-    bad = next((k for k in OPTIONAL_TEXT_FIELDS if row[k] is not None and not isinstance(row[k], str)), None)
-    if bad is not None:
-        return f"field {bad} is {row[bad]!r}, not a text or null"
     if row["verdict"] not in (*sdt.VERDICTS, None):
         return f"verdict {row['verdict']!r} is not 'yes', 'no' or null (a parse failure)"
-    conf = row.get("conf")
-    if conf is not None and (isinstance(conf, bool) or not isinstance(conf, (int, float))):
-        return f"conf {conf!r} is not a number or null"
-    for name, kinds, what in _declared_types():  # every field of an exported column: of its column's type or null
+    # every field of an exported column (band and conf among them): of its column's type or null
+    for name, kinds, what in _declared_types():
         value = row.get(name)
         if value is not None and (type(value) not in kinds):
             return f"field {name} is {value!r}, not {what} or null (its exported column's type)"
     return None
 
 
-_DECLARED: list[tuple[str, frozenset[type], str]] = []
-
-
-def _declared_types() -> list[tuple[str, frozenset[type], str]]:
+@functools.cache
+def _declared_types() -> tuple[tuple[str, frozenset[type], str], ...]:
     """(field, the Python types of a parsed JSON value its declared export column takes, in words) for the
     fields of ``geoverify_scored``'s declared schema (:data:`geoagent.runtime.export.TABLE_SCHEMAS`) a scored row
     holds (the export's own columns, ``scored``, ``replayed``, ... excluded): text, a number (an int or a
     float), an integer, true or false. Looked up once."""
-    if not _DECLARED:
-        from geoagent.runtime.export import TABLE_SCHEMAS
+    from geoagent.runtime.export import TABLE_SCHEMAS
 
-        words = {pl.String: (frozenset({str}), "a text"), pl.Float64: (frozenset({int, float}), "a number"),
-                 pl.Int64: (frozenset({int}), "an integer"), pl.Boolean: (frozenset({bool}), "true or false")}
-        added_by_export = {"scored", "left_out", "replayed", "simulated"}
-        _DECLARED.extend((name, *words[dtype]) for name, dtype in TABLE_SCHEMAS["geoverify_scored"].items()
-                         if name not in added_by_export and dtype in words)
-    return _DECLARED
+    words = {pl.String: (frozenset({str}), "a text"), pl.Float64: (frozenset({int, float}), "a number"),
+             pl.Int64: (frozenset({int}), "an integer"), pl.Boolean: (frozenset({bool}), "true or false")}
+    added_by_export = {"scored", "left_out", "replayed", "simulated"}
+    return tuple((name, *words[dtype]) for name, dtype in TABLE_SCHEMAS["geoverify_scored"].items()
+                 if name not in added_by_export and dtype in words)
 
 
 def rows_frame(rows: Iterable[Mapping[str, Any]]) -> pl.DataFrame:

@@ -747,6 +747,12 @@ def _run_process_gone(run: dict[str, Any]) -> bool:
     return born is not None and born > float(started) + _START_SLACK_S
 
 
+def _running_here(run: dict[str, Any], here: str) -> bool:
+    """Whether manifest entry ``run`` is recorded ``running`` on the machine named ``here`` (its process may be gone:
+    :func:`_run_process_gone`)."""
+    return run.get("status") == "running" and run.get("host") == here
+
+
 def stages_run_elsewhere(state_dir: str | os.PathLike[str], all_stages: Sequence[str]) -> set[str]:
     """The stages other live processes of the campaign run on this machine: the union of ``stages`` of the runs
     ``manifest.json`` in ``state_dir`` records as ``running`` here (same host name), whose process is not this one
@@ -762,9 +768,7 @@ def stages_run_elsewhere(state_dir: str | os.PathLike[str], all_stages: Sequence
     here, me = socket.gethostname(), os.getpid()
     out: set[str] = set()
     for run in man.get("runs") or [] if isinstance(man, dict) else []:
-        if not isinstance(run, dict) or run.get("status") != "running" or run.get("host") != here:
-            continue
-        if run.get("pid") == me or _run_process_gone(run):
+        if not isinstance(run, dict) or not _running_here(run, here) or run.get("pid") == me or _run_process_gone(run):
             continue
         stages = run.get("stages")
         ended = run.get("stages_ended")
@@ -782,9 +786,7 @@ def _close_dead_runs(runs: list[dict[str, Any]], new_run_id: str) -> None:
     found it."""
     here = socket.gethostname()
     for run in runs:
-        if run.get("status") != "running" or run.get("host") != here:
-            continue
-        if _run_process_gone(run):
+        if _running_here(run, here) and _run_process_gone(run):
             run["status"] = "killed"
             run["killed_found_by"] = new_run_id
 

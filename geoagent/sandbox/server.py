@@ -17,11 +17,12 @@ import contextlib
 import importlib
 import logging
 import multiprocessing as mp
-import signal
 import random
+import signal
 import socket
 import sys
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -104,7 +105,7 @@ _BELOW_SPAN = 12_000
 def _ephemeral_low() -> int | None:
     """The first port of the kernel's ephemeral range (Linux), or None where it cannot be read."""
     try:
-        return int(open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii").read().split()[0])
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text(encoding="ascii").split()[0])
     except (OSError, ValueError, IndexError):
         return None
 
