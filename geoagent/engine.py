@@ -70,7 +70,7 @@ import secrets
 import sys
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -232,6 +232,13 @@ class CampaignKind(abc.ABC):
         :meth:`plan`; kinds override it to name the input that was empty)."""
         return (f"campaign {cfg.name!r} planned 0 {self.plan_unit}: its inputs hold nothing to do "
                 "(check the config's data paths and filters)")
+
+    def scored_rows(self, ctx: StageContext) -> tuple[str, str, Collection[str]] | None:
+        """``(table, edge, plan keys)`` when a stage of this kind writes one row of results table ``table`` per task
+        of ``edge`` under the task's key before it acknowledges the task (GeoVerify's and GeoHint's scorer), with
+        the current plan's task keys (set by :meth:`plan`); None (the default) otherwise. A planned task done on
+        ``edge`` whose row is gone was removed outside geoagent: the run reopens it (:func:`rescore_lost_rows`)."""
+        return None
 
     def manifest_extra(self, cfg: Any) -> dict[str, Any]:
         """Kind-specific fields recorded in each run's manifest entry (e.g. GeoHint's echo rule)."""
@@ -1880,6 +1887,8 @@ async def _run(
             for ln in await set_aside_unplanned(cfg, plan_q, check, drift):
                 print(ln, file=sys.stderr)
             check = None
+        for ln in await rescore_lost_rows(cfg, kind, ctx, queues):
+            print(ln, file=sys.stderr)
     except BaseException:
         for q in queues.values():
             await q.close()
@@ -2784,6 +2793,39 @@ async def set_aside_unplanned(cfg: Any, queue: Any, check: PlanCheck, drift: Any
                      f"({reason}). `run.py dead {getattr(cfg, 'source', None) or 'CONFIG'}` lists them, "
                      "`--requeue` brings them back.")
     return lines
+
+
+async def rescore_lost_rows(cfg: Any, kind: CampaignKind, ctx: StageContext, queues: Mapping[str, Any]) -> list[str]:
+    """Reopen the planned tasks whose results row was removed after they were scored; return the lines for stderr
+    (none when no row is missing).
+
+    The scorer writes a task's row (:meth:`CampaignKind.scored_rows`: table, edge, plan keys) before it
+    acknowledges the task, so a task done on that edge has its row unless the row was deleted from the store
+    outside geoagent (by hand, after a :class:`~geoagent.runtime.store.StoredRowError` named it). Before, such a
+    task was lost silently: a put of its key is a no-op, so no run scored it again, and the report counted one
+    answer fewer with no missing work. Now each one goes back to ready on that edge
+    (:meth:`~geoagent.runtime.queue.WorkQueue.reopen_done`, a compare-and-set: a task another process holds is
+    not touched) and the scorer scores it again from the payload queued there (the parsed or geocoded answer: no
+    new model call, no spend). Cost: one pass over the table's keys, skipped while nothing on the edge is done.
+    """
+    spec = kind.scored_rows(ctx)
+    store = ctx.get("store")
+    if spec is None or store is None or not hasattr(store, "result_keys"):
+        return []
+    table, edge, planned = spec
+    queue = queues.get(edge)
+    if queue is None or not planned or not (await queue.counts()).done:
+        return []
+    lost = set(planned)
+    lost.difference_update(store.result_keys(table))
+    moved = (await queue.reopen_done(sorted(lost)) or 0) if lost else 0
+    if not moved:
+        return []
+    where = getattr(getattr(store, "db", None), "path", None) or "the campaign's store"
+    tasks = "task" if moved == 1 else "tasks"
+    return [f"info: campaign {cfg.name}: {moved} planned {tasks} scored by an earlier run had no row in results table "
+            f"{table!r} of {where} (removed outside geoagent): queued on edge {edge} to be scored again from "
+            "the answer queued there (no new model call, no spend)"]
 
 
 async def enqueue_plan(plan: Iterable[Message], queue: Any, *, chunk: int = PLAN_CHUNK,

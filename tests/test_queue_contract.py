@@ -534,6 +534,35 @@ def test_contract_requeue_dead_all_or_by_key(backend):
     backend.run(body)
 
 
+def test_contract_reopen_done_moves_only_done_tasks_back_to_ready(backend):
+    """``reopen_done``: a done task (acked after a failed attempt) comes back ready with its payload, attempts 0
+    and its last error kept; a ready, a live-leased, a dead and an unknown key stay as they are (a compare-and-set);
+    a repeat moves nothing; a re-put of the reopened key stays a no-op; the counts follow."""
+    async def body(open_):
+        q = open_()
+        await q.put_many([(k, {"k": k}) for k in "abcde"])
+        tasks = {t.key: t for t in await q.lease(5, 60)}
+        await q.nack(tasks["a"], "flaky", backoff_s=0)
+        (a,) = await q.lease(1, 60)
+        await q.ack([a, tasks["b"]])                      # a, b: done (a after one failed attempt)
+        await q.dead_letter(tasks["c"], "no")             # c: dead
+        await q.release(tasks["e"])                       # e: ready again; d: still leased
+        assert await q.counts() == QueueCounts(ready=1, leased=1, done=2, dead=1)
+        assert await q.reopen_done(["a", "c", "d", "e", "zz"]) == 1
+        assert await q.counts() == QueueCounts(ready=2, leased=1, done=1, dead=1)
+        assert await q.reopen_done(["a", "a"]) == 0       # a repeat: a is ready now
+        assert await q.put("a", {"k": "other"}) is False  # still the same task
+        got = {t.key: t for t in await q.lease(5, 60)}
+        assert sorted(got) == ["a", "e"]
+        assert (got["a"].attempts, got["a"].last_error, got["a"].payload) == (0, "flaky", {"k": "a"})
+        await q.ack(tasks["d"])
+        assert await q.reopen_done([]) == 0
+        with pytest.raises(TypeError):
+            await q.reopen_done("abc")  # type: ignore[arg-type]
+
+    backend.run(body)
+
+
 def test_contract_dead_letter_ready_moves_only_idle_tasks_and_requeue_brings_them_back(backend):
     """The compare-and-set behind "superseded" tasks: ready (also in backoff) and expired-lease tasks move to
     dead with the reason and no attempt counted; a live lease, a done, a dead and an unknown key stay as they

@@ -72,6 +72,23 @@ def test_results_tables_and_iteration(state):
         state.store.put_result("bad name; drop", "k", {})
 
 
+def test_result_keys_lists_the_rows_there(state):
+    """``result_keys``: every key of the table, in key order across batch boundaries, nothing of another table; a
+    row removed outside geoagent is not listed (Redis: its hash field deleted by hand, its key index left)."""
+    state.store.put_results("scored", [(f"k{i:03d}", {"i": i}) for i in range(25)])
+    state.store.put_results("other", [("k999", {})])
+    assert list(state.store.result_keys("scored", batch=7)) == [f"k{i:03d}" for i in range(25)]
+    if hasattr(state.store.db, "client"):
+        state.store.db.client.hdel(state.store.db.key("t:scored"), "k003")
+    else:
+        with state.store.db.transaction() as conn:
+            conn.execute("DELETE FROM results WHERE tbl = 'scored' AND key = 'k003'")
+    assert list(state.store.result_keys("scored", batch=3)) == [f"k{i:03d}" for i in range(25) if i != 3]
+    assert list(state.store.result_keys("none")) == []
+    with pytest.raises(ValueError):
+        list(state.store.result_keys("bad name; drop"))
+
+
 def test_async_front_ends(state):
     import asyncio
 

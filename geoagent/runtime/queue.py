@@ -387,6 +387,25 @@ class WorkQueue(abc.ABC):
             raise TypeError("dead_letter_ready takes a sequence of keys, not one string")
         return None
 
+    async def reopen_done(self, keys: Sequence[str]) -> int | None:
+        """Move each of ``keys`` that is done back to ready, attempts reset to 0 and its payload unchanged, so the
+        stage reading this edge handles it again; a compare-and-set per task, atomic per batch: a ready, leased,
+        dead or unknown task is left unchanged, and a repeat moves nothing more. Returns the number moved, or None:
+        this backend cannot (the default).
+
+        For a result the stage wrote that was removed from the store afterwards (outside geoagent): the engine
+        reopens the task that wrote it (:func:`geoagent.engine.rescore_lost_rows`). Its output edge keeps the key
+        as done, so a put of the same output is a no-op there.
+
+        Raises
+        ------
+        TypeError
+            ``keys`` is a single string.
+        """
+        if isinstance(keys, str):
+            raise TypeError("reopen_done takes a sequence of keys, not one string")
+        return None
+
     async def earlier_reasons(self, keys: Sequence[str], reason_prefix: str) -> dict[str, str] | None:
         """Of ``keys``, the tasks not dead whose last recorded error (kept by :meth:`requeue_dead`) starts with
         ``reason_prefix``: key -> that text (e.g. the ``superseded: ...`` reason of a task set aside earlier and

@@ -46,8 +46,8 @@ not delivered yet, or sits in ``delayed`` until its backoff has passed. ``lease`
 ``XCLAIM`` hands their pending entry to this consumer), then reads new entries with ``XREADGROUP ... >``,
 which puts them in the group's pending entries list (PEL) under this consumer: *leased* tasks are exactly
 the PEL. ``ack``, ``nack``, ``dead_letter`` and ``release`` take the entry out of the PEL (``XACK``) and
-delete it from the stream (``XDEL``: the stream only ever holds live work); ``release``, a zero backoff and
-``requeue_dead`` append a fresh entry, so the task is delivered again by ``XREADGROUP``. See the Redis
+delete it from the stream (``XDEL``: the stream only ever holds live work); ``release``, a zero backoff,
+``requeue_dead`` and ``reopen_done`` append a fresh entry, so the task is delivered again by ``XREADGROUP``. See the Redis
 command pages: XADD https://redis.io/commands/xadd/, XREADGROUP https://redis.io/commands/xreadgroup/,
 XACK https://redis.io/commands/xack/, XCLAIM https://redis.io/commands/xclaim/, XPENDING
 https://redis.io/commands/xpending/, and the streams introduction (consumer groups, PEL)
@@ -101,7 +101,8 @@ nothing and answers from it. Per operation:
 * ``refund_attempts``: the record is the key lists of that chunk (a refund removes the charges it names, or is a
   compare-and-set on the attempt count, so a repeat would find nothing to refund and misreport it as skipped).
 * ``requeue_dead``: the record is the number moved by that chunk (a repeat of an ``all`` chunk would
-  otherwise move the *next* chunk and end the loop early).
+  otherwise move the *next* chunk and end the loop early); so for ``reopen_done`` (a repeat would find the
+  chunk's tasks ready, or done again, and report 0 moved).
 * Idempotent by construction, no token: ``counts`` and ``dead_letters`` (read only), and leaving the
   consumer group in :meth:`~RedisStreamsQueue.close` (a repeat removes nothing more; its answer is unused).
   Stream and group creation inside every script is an ``EXISTS`` check.
@@ -501,6 +502,29 @@ return once(function()
 end)
 """
 
+# ARGV: group, reply ttl ms, key1, key2, ... -> number of done tasks moved back to ready (WorkQueue.reopen_done)
+_REOPEN = _PRELUDE + """
+return once(function()
+  ensure_group()
+  local moved = 0
+  for i = 3, #ARGV do
+    local key = ARGV[i]
+    if redis.call('HGET', ST, key) == 'done' then
+      redis.call('HDEL', ATT, key)
+      redis.call('HDEL', CHG, key)
+      redis.call('HDEL', KILL, key)
+      enqueue(key)
+      moved = moved + 1
+    end
+  end
+  if moved > 0 then
+    redis.call('HINCRBY', CNT, 'done', -moved)
+    redis.call('HINCRBY', CNT, 'ready', moved)
+  end
+  return moved
+end)
+"""
+
 # ARGV: group, reply ttl ms, then per refund: key, attempts to give back, expected attempts ('' with charge ids),
 #       has dead reason ('1'/'0'), dead reason, number of charge ids c, then the c charge ids
 # -> {refunded keys, revived keys, leased keys, skipped keys, {key, attempts given back, ...}} (by the first run)
@@ -869,6 +893,7 @@ class RedisStreamsQueue(WorkQueue):
         self._counts_script = register(_COUNTS)
         self._dead_script = register(_DEAD_LETTERS)
         self._requeue_script = register(_REQUEUE)
+        self._reopen_script = register(_REOPEN)
         self._forget_script = register(_FORGET_CONSUMER)
         self._refund_script = register(_REFUND)
         self._dead_ready_script = register(_DEAD_READY)
@@ -1105,6 +1130,23 @@ class RedisStreamsQueue(WorkQueue):
         iterator = iter(keys)
         while chunk := _take(iterator, self.put_chunk):
             moved += int(await self._once(self._requeue_script, "keys", 0, *chunk))
+        return moved
+
+    async def reopen_done(self, keys: Sequence[str]) -> int:
+        """:meth:`WorkQueue.reopen_done`: done tasks of ``keys`` back to ready (attempts 0, payload kept, a fresh
+        stream entry), in atomic chunks of ``put_chunk`` keys; return the number moved.
+
+        Raises
+        ------
+        TypeError
+            ``keys`` is a single string.
+        """
+        if isinstance(keys, str):
+            raise TypeError("reopen_done takes a sequence of keys, not one string")
+        moved = 0
+        iterator = iter(dict.fromkeys(keys))
+        while chunk := _take(iterator, self.put_chunk):
+            moved += int(await self._once(self._reopen_script, *chunk))
         return moved
 
     async def ready_keys(self) -> list[str]:

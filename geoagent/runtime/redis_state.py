@@ -111,7 +111,8 @@ from geoagent.runtime.ledger import (
 from geoagent.runtime.procs import boot_id, proc_start, process_alive
 from geoagent.runtime.redis_retry import REPLY_TTL_S as _REPLY_TTL_S
 from geoagent.runtime.redis_retry import client_defaults, ping_once, server_key, window_retry
-from geoagent.runtime.store import ResponseStore, StoredRowError, _check_table, _dumps, stored_response
+from geoagent.runtime.store import (RESCORED_HINT, RESCORED_TABLES, ResponseStore, StoredRowError, _check_table, _dumps,
+                                    stored_response)
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -577,7 +578,8 @@ class RedisResponseStore:
         (named by campaign, never by the server's URL, which may hold a password)."""
         return StoredRowError(
             f"campaign {self.db.campaign!r} on the [backend] Redis server: table {table!r}, row {key!r}: {problem}: "
-            "the stored state was changed or damaged outside geoagent; nothing stored was changed")
+            "the stored state was changed or damaged outside geoagent; nothing stored was changed"
+            + (f"; delete that row to have it rebuilt: {RESCORED_HINT}" if table in RESCORED_TABLES else ""))
 
     # -- responses ------------------------------------------------------------------------------------
 
@@ -725,6 +727,21 @@ class RedisResponseStore:
     def result_tables(self) -> list[str]:
         """Names of the non-empty results tables, sorted."""
         return sorted(_text(t) for t in self.db.client.smembers(self.db.key("tables")))
+
+    def result_keys(self, table: str, *, batch: int = 10000) -> Iterator[str]:
+        """The keys of ``table``'s rows in key order (bytewise), fetched in batches of ``batch`` from its key index;
+        a key whose row is gone from the table's hash is left out (as :meth:`iter_results` leaves it out)."""
+        c, z, h = self.db.client, self.db.key("tk:" + _check_table(table)), self.db.key("t:" + table)
+        lo = "-"
+        while True:
+            keys = [_text(k) for k in c.zrangebylex(z, lo, "+", start=0, num=batch)]
+            if not keys:
+                return
+            there = c.pipeline(transaction=False)
+            for k in keys:
+                there.hexists(h, k)
+            yield from (k for k, ok in zip(keys, there.execute()) if ok)
+            lo = "(" + keys[-1]
 
     def iter_results(self, table: str, *, batch: int = 1000) -> Iterator[tuple[str, dict[str, Any]]]:
         """``(key, row)`` pairs of ``table`` in key order (bytewise, as SQLite's), fetched in batches."""

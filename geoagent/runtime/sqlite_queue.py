@@ -900,6 +900,17 @@ class SQLiteQueue(WorkQueue):
 
         return _Op(tx, inline=False)
 
+    def _reopen_done_op(self, keys: list[str]) -> _Op:
+        sql = ("UPDATE tasks SET state = 0, attempts = 0, not_before = ?, lease_id = NULL, charges = NULL, "
+               "dead_charge = NULL WHERE state = 2 AND key = ?")
+
+        def tx(conn: sqlite3.Connection, now: float) -> int:
+            moved = conn.executemany(sql, [(now, k) for k in keys]).rowcount
+            _bump(conn, {DONE: -moved, READY: moved})
+            return moved
+
+        return _Op(tx, inline=False)
+
     def _ready_keys_op(self) -> _Op:
         def tx(conn: sqlite3.Connection, now: float) -> list[str]:
             # two range probes of the (state, not_before) index: every ready task, and expired leases
@@ -1211,6 +1222,25 @@ class SQLiteQueue(WorkQueue):
             An old file opened with ``migrate=False``.
         """
         return await self._async(self._requeue_op(keys))
+
+    async def reopen_done(self, keys: Sequence[str]) -> int:
+        """:meth:`WorkQueue.reopen_done`: done tasks of ``keys`` back to ready (attempts 0, payload kept), in one
+        transaction; return the number moved.
+
+        Raises
+        ------
+        TypeError
+            ``keys`` is a single string.
+        QueueError
+            An old file opened with ``migrate=False``.
+        """
+        if isinstance(keys, str):
+            raise TypeError("reopen_done takes a sequence of keys, not one string")
+        key_list = list(dict.fromkeys(keys))
+        if not key_list:
+            return 0
+        self._needs_charge_columns("reopen_done")
+        return await self._async(self._reopen_done_op(key_list))
 
     async def ready_keys(self) -> list[str]:
         """Keys of the tasks idle now (ready, also waiting out a backoff, or leased under an expired lease); a

@@ -88,6 +88,13 @@ def stored_response(response: dict[str, Any], meta: Any) -> ModelResponse:
     return resp
 
 
+#: the results tables a scorer writes one row per task of (``geoverify_scored``, ``geohint_scored``): a row deleted
+#: there is scored again by the next run (:func:`geoagent.engine.rescore_lost_rows`), so a damaged one may simply go
+RESCORED_TABLES = frozenset({"geoverify_scored", "geohint_scored"})
+#: what the next run does with a deleted row of :data:`RESCORED_TABLES`, for the damaged-row messages
+RESCORED_HINT = "the next run of the campaign scores that task again from its queued answer (no new model call)"
+
+
 class StoredRowError(ValueError):
     """A row of the campaign's SQLite file holds JSON that cannot be read (the file was edited or damaged outside
     geoagent). The message names the file, the table and the row's key; nothing was written. A ``ValueError``: the
@@ -113,9 +120,14 @@ class ResponseStore:
     def row_error(self, table: str, key: object, problem: str) -> StoredRowError:
         """The :class:`StoredRowError` for row ``key`` of ``table`` in this campaign's SQLite file: names the file,
         the table, the row and ``problem`` (what is wrong with it)."""
+        fix = ""
+        if table in RESCORED_TABLES:
+            quoted = str(key).replace("'", "''")
+            fix = (f", or delete that row (sqlite3: DELETE FROM results WHERE tbl = '{table}' AND key = '{quoted}';): "
+                   + RESCORED_HINT)
         return StoredRowError(
             f"{getattr(self.db, 'path', 'campaign.sqlite')}: table {table!r}, row {key!r}: {problem}: the file was "
-            "changed or damaged outside geoagent; nothing stored was changed. Restore it from a backup")
+            f"changed or damaged outside geoagent; nothing stored was changed. Restore it from a backup{fix}")
 
     def _json(self, text: Any, table: str, key: object) -> Any:
         """``orjson.loads(text)`` of the stored row ``key`` of ``table``; :class:`StoredRowError` naming them and
@@ -331,6 +343,19 @@ class ResponseStore:
     def result_tables(self) -> list[str]:
         """Names of the non-empty results tables, sorted."""
         return [r[0] for r in self.db.read("SELECT DISTINCT tbl FROM results ORDER BY tbl")]
+
+    def result_keys(self, table: str, *, batch: int = 10000) -> Iterator[str]:
+        """The keys of ``table``'s rows in key order, fetched in batches of ``batch`` (the rows are not read)."""
+        _check_table(table)
+        last = ""
+        while True:
+            rows = self.db.read("SELECT key FROM results WHERE tbl = ? AND key > ? ORDER BY key LIMIT ?",
+                                (table, last, batch))
+            if not rows:
+                return
+            for (key,) in rows:
+                yield key
+            last = rows[-1][0]
 
     def iter_results(self, table: str, *, batch: int = 1000) -> Iterator[tuple[str, dict[str, Any]]]:
         """``(key, row)`` pairs of ``table`` in key order, fetched in batches (constant memory)."""
