@@ -133,6 +133,9 @@ def missing_release_error(
         state = f"{shown} is not a folder"
     else:
         state = f"the folder {shown} holds no {' nor '.join(str(_rel(f, root)) for f in files)}"
+        inner = _release_below(root, [_rel(f, root) for f in files])
+        if inner is not None:  # e.g. GEOAGENT_RELEASE set to the folder the release was cloned into
+            state += f"; its subfolder {inner[0]} holds {inner[1]}: is that the release folder?"
     what = f"{role}; " if role else ""
     return FileNotFoundError(
         f"GeoContext release file not found: {' nor '.join(str(f) for f in files)} ({what}{state}); point at "
@@ -141,6 +144,23 @@ def missing_release_error(
         f"clone or download it and point at that folder (or its data/ folder), e.g. {C.ENV_RELEASE_DIR}=$HOME/geocontext"
         + ("" if role else DEMO_CRAWL_HINT)
     )
+
+
+def _release_below(root: Path, names: Sequence[str | os.PathLike[str]]) -> tuple[Path, Path] | None:
+    """The first subfolder of ``root`` (name order, one level down, hidden ones skipped) that holds one of the
+    relative file ``names`` the release folder was looked in for, or the release's ``sites.csv`` (also under
+    ``data/``), with the first such file (relative), else None (also when ``root`` cannot be listed). Names that are not relative to ``root`` (absolute
+    paths elsewhere) are not looked for."""
+    rel = [Path(n) for n in names if not Path(n).is_absolute()] + [Path("sites.csv"), Path("data", "sites.csv")]
+    try:
+        subs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    except OSError:
+        return None
+    for sub in subs:
+        for n in rel:
+            if (sub / n).is_file():
+                return sub, n
+    return None
 
 
 #: the end of :func:`missing_release_error` for a campaign's release folder (no ``role``): docs/campaigns.md's

@@ -76,3 +76,31 @@ def test_configured_state_root_counts_too(tmp_path, monkeypatch, capsys):
     with pytest.raises(FileNotFoundError) as e:
         import_release(tmp_path / "rel", state_root=st)
     assert str(e.value).startswith("GeoContext release file not found") and PAPER_URL in str(e.value)
+
+
+@pytest.mark.parametrize("config", ["geocontext_replay.toml", "geohint_sandbox.toml"])
+def test_release_variable_pointing_at_the_folder_above_names_the_subfolder(isolated_roots, monkeypatch, capsys, config):
+    """walk21 #11: GEOAGENT_RELEASE set to the folder the release was cloned into (``.../reference`` holding
+    ``geocontext/``) said only that the folder holds no sites.csv; now it names the subfolder that does. A sibling
+    without the release's files (and a hidden one that has them) is not offered."""
+    above = isolated_roots / "reference"
+    (above / "geocontext" / "data").mkdir(parents=True)
+    (above / "geocontext" / "data" / "sites.csv").write_text("site_id\n", encoding="utf-8")
+    (above / "aaa-notes").mkdir()
+    (above / ".cache").mkdir()
+    (above / ".cache" / "sites.csv").write_text("site_id\n", encoding="utf-8")
+    monkeypatch.setenv(C.ENV_RELEASE_DIR, str(above))
+    assert main(["run", str(CONFIGS / config), "--simulate", "--no-live"]) == 2
+    err = capsys.readouterr().err
+    assert "GeoContext release file not found" in err, err
+    assert f"its subfolder {above / 'geocontext'} holds data/sites.csv: is that the release folder?" in err, err
+    assert "aaa-notes" not in err and ".cache" not in err
+
+
+def test_release_folder_without_a_release_below_adds_no_subfolder(isolated_roots, monkeypatch, capsys):
+    plain = isolated_roots / "plain"
+    (plain / "sub").mkdir(parents=True)
+    monkeypatch.setenv(C.ENV_RELEASE_DIR, str(plain))
+    assert main(["run", str(CONFIGS / "geocontext_replay.toml"), "--simulate", "--no-live"]) == 2
+    err = capsys.readouterr().err
+    assert f"the folder {plain} holds no" in err and "subfolder" not in err, err
