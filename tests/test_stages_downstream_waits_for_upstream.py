@@ -54,7 +54,7 @@ def _responses_done(tmp: Path, name: str) -> int:
         return 0
 
 
-def test_a_downstream_stages_process_waits_for_the_upstream_process_at_work(tmp_path, monkeypatch, capsys):
+def test_a_downstream_stages_process_waits_for_the_upstream_process_at_work(tmp_path, monkeypatch, capsys, caplog):
     monkeypatch.chdir(tmp_path)
     name = "wait-up"
     cfg = generic_campaign(tmp_path, name=name, n=40, models=SLOW_FAKE)
@@ -67,8 +67,10 @@ def test_a_downstream_stages_process_waits_for_the_upstream_process_at_work(tmp_
         while _responses_done(tmp_path, name) < 5:  # the model caller is at work
             assert up.poll() is None and time.monotonic() < deadline, up.communicate(timeout=10)
             time.sleep(0.05)
+        monkeypatch.setattr("geoagent.runtime.worker.WAIT_SAID_AFTER_S", 1.0)  # 40 calls at 10/s: ~4 s of waiting
         rc = main(["run", str(cfg), "--stages", "collector", "--no-live"])
         out = capsys.readouterr().out
+        err = caplog.text  # the CLI's warning lines (stderr outside pytest, which holds the logging handlers)
         up_out, up_err = up.communicate(timeout=120)
     finally:
         if up.poll() is None:
@@ -78,16 +80,21 @@ def test_a_downstream_stages_process_waits_for_the_upstream_process_at_work(tmp_
     # 60 answers still to come
     assert rc == 0 and f"campaign {name}: complete" in out, out
     assert "responses: ready 0  leased 0  done 40" in out, out
+    # with --no-live, one line says why the process goes on (before: nothing until it ended)
+    said = "stage collector: its input is drained; waiting for stage model_caller, which another process"
+    assert err.count(said) == 1 and "Ctrl-C stops it, nothing is lost" in err, err
 
 
-def test_a_downstream_stages_process_with_no_upstream_process_ends_at_once(tmp_path, monkeypatch, capsys):
+def test_a_downstream_stages_process_with_no_upstream_process_ends_at_once(tmp_path, monkeypatch, capsys, caplog):
     monkeypatch.chdir(tmp_path)
     name = "no-up"
     cfg = generic_campaign(tmp_path, name=name, n=8, models=model_table("m"))
     t0 = time.monotonic()
+    monkeypatch.setattr("geoagent.runtime.worker.WAIT_SAID_AFTER_S", 0.0)
     rc = main(["run", str(cfg), "--stages", "collector", "--no-live"])
     out = capsys.readouterr().out
     assert rc == 0 and "stage collector finished; campaign not complete" in out, out
+    assert "waiting for stage" not in caplog.text, caplog.text  # nothing upstream at work: no wait, no line
     assert time.monotonic() - t0 < 30
 
 

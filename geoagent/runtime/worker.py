@@ -214,6 +214,9 @@ DEFER_MAX_S = 30.0
 DEFER_STEP_S = 0.25
 #: leases in a row that found only tasks of full lanes before the lease loop waits for a lane to free a slot
 WALK_LEASES = 4
+#: seconds after a burst stage first found its input drained while another process's upstream stage worked, before
+#: it says that it waits (once)
+WAIT_SAID_AFTER_S = 5.0
 #: the window of the per-lane rates in the progress stream (StageStats.lane_rates), s
 LANE_RATE_WINDOW_S = 10.0
 #: a stage's rate times the ETA only once this many tasks completed after its first commit (in this process) ...
@@ -739,6 +742,8 @@ class StageRunner:
         self.foreign_upstream = tuple(foreign_upstream)
         self._stages_elsewhere = stages_elsewhere
         self._elsewhere_cache: tuple[float, Collection[str]] | None = None
+        self._waiting_since: float | None = None  # when it first found its input drained while a foreign upstream worked
+        self._wait_said = False
         self.poll_s = poll_s
         self.commit_every = commit_every
         self.commit_interval_s = commit_interval_s
@@ -1141,13 +1146,33 @@ class StageRunner:
         # Each queue is read at its own moment, and work only moves downstream (a stage puts its outputs, then
         # acks its input): read upstream first, the own input last, so a task that moves from a foreign upstream
         # queue into this input between two reads is seen in the later one (own input first, it was in neither)
+        busy_upstream = None
         for name, q in self.foreign_upstream:  # another process at work upstream: its output is on the way here
             c = await q.counts()
             if c.leased or (c.ready and name in self._elsewhere()):
-                return False
+                busy_upstream = (name, q.name)
+                break
         counts = await self.inq.counts()
         # held tasks stay leased by this runner until it ends (module docstring: held tasks)
-        return counts.ready == 0 and counts.leased <= len(self._held)
+        drained = counts.ready == 0 and counts.leased <= len(self._held)
+        if busy_upstream is None or not drained:
+            return drained
+        self._say_waiting(*busy_upstream)
+        return False
+
+    def _say_waiting(self, stage: str, edge: str) -> None:  # edge: the input of ``stage``
+        """Once per runner, :data:`WAIT_SAID_AFTER_S` after it first found its input drained while a stage upstream
+        that another process runs still works: a warning line saying it waits (with ``--no-live`` nothing else shows
+        that the process is alive and why it goes on)."""
+        now = time.monotonic()
+        if self._waiting_since is None:
+            self._waiting_since = now
+        if self._wait_said or now - self._waiting_since < WAIT_SAID_AFTER_S:
+            return
+        self._wait_said = True
+        log.warning("stage %s: its input is drained; waiting for stage %s, which another process of the campaign "
+                    "runs (tasks of its input, edge %s, are in flight or queued there): this process ends when that "
+                    "work has come through; Ctrl-C stops it, nothing is lost", self.stage.name, stage, edge)
 
     def _elsewhere(self) -> Collection[str]:
         """The stages other live processes of the campaign run (``stages_elsewhere``, cached for 1 s)."""
