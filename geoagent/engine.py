@@ -233,11 +233,12 @@ class CampaignKind(abc.ABC):
         return (f"campaign {cfg.name!r} planned 0 {self.plan_unit}: its inputs hold nothing to do "
                 "(check the config's data paths and filters)")
 
-    def scored_rows(self, ctx: StageContext) -> tuple[str, str, Collection[str]] | None:
-        """``(table, edge, plan keys)`` when a stage of this kind writes one row of results table ``table`` per task
-        of ``edge`` under the task's key before it acknowledges the task (GeoVerify's and GeoHint's scorer), with
-        the current plan's task keys (set by :meth:`plan`); None (the default) otherwise. A planned task done on
-        ``edge`` whose row is gone was removed outside geoagent: the run reopens it (:func:`rescore_lost_rows`)."""
+    def scored_rows(self, ctx: StageContext) -> tuple[str, str, str | None, Collection[str]] | None:
+        """``(table, edge, output edge, plan keys)`` when a stage of this kind writes one row of results table
+        ``table`` per task of ``edge`` under the task's key before it acknowledges the task and puts its output on
+        ``output edge`` (GeoVerify's and GeoHint's scorer), with the current plan's task keys (set by :meth:`plan`);
+        None (the default) otherwise. A planned task done on ``edge`` whose row is gone was removed outside
+        geoagent: the run reopens it (:func:`rescore_lost_rows`)."""
         return None
 
     def manifest_extra(self, cfg: Any) -> dict[str, Any]:
@@ -2799,28 +2800,39 @@ async def rescore_lost_rows(cfg: Any, kind: CampaignKind, ctx: StageContext, que
     """Reopen the planned tasks whose results row was removed after they were scored; return the lines for stderr
     (none when no row is missing).
 
-    The scorer writes a task's row (:meth:`CampaignKind.scored_rows`: table, edge, plan keys) before it
-    acknowledges the task, so a task done on that edge has its row unless the row was deleted from the store
-    outside geoagent (by hand, after a :class:`~geoagent.runtime.store.StoredRowError` named it). Before, such a
-    task was lost silently: a put of its key is a no-op, so no run scored it again, and the report counted one
-    answer fewer with no missing work. Now each one goes back to ready on that edge
-    (:meth:`~geoagent.runtime.queue.WorkQueue.reopen_done`, a compare-and-set: a task another process holds is
-    not touched) and the scorer scores it again from the payload queued there (the parsed or geocoded answer: no
-    new model call, no spend). Cost: one pass over the table's keys, skipped while nothing on the edge is done.
+    The scorer writes a task's row (:meth:`CampaignKind.scored_rows`) before it acknowledges the task, so a task
+    done on its input edge has its row unless the row was deleted from the store outside geoagent (by hand, after
+    a :class:`~geoagent.runtime.store.StoredRowError` named it). Before, such a task was lost silently: a put of its
+    key is a no-op, so no run scored it again, and the report counted one answer fewer with no missing work. Now
+    each one goes back to ready on that edge (:meth:`~geoagent.runtime.queue.WorkQueue.reopen_done`, a
+    compare-and-set) and the scorer scores it again from the payload queued there (the parsed or geocoded answer:
+    no new model call, no spend); on the scorer's output edge it is reopened too where done there, so the live
+    aggregator gets the row again (its count is by key: a row it counted already stays counted once).
+
+    Which tasks: the planned keys without a row (one pass over the table's keys), then those of them done on the
+    input edge (read), then those of these whose row is still absent (point reads). A task is done only after its
+    row was written, so one done at the second read and rowless at the third lost its row; a task another
+    process scores meanwhile is either not done yet at the second read or has its row at the third. Only these are
+    written (the tasks not scored yet stay as they are). Skipped while nothing on the input edge is done.
     """
     spec = kind.scored_rows(ctx)
     store = ctx.get("store")
     if spec is None or store is None or not hasattr(store, "result_keys"):
         return []
-    table, edge, planned = spec
+    table, edge, out_edge, planned = spec
     queue = queues.get(edge)
     if queue is None or not planned or not (await queue.counts()).done:
         return []
-    lost = set(planned)
-    lost.difference_update(store.result_keys(table))
-    moved = (await queue.reopen_done(sorted(lost)) or 0) if lost else 0
+    rowless = set(planned)
+    rowless.difference_update(store.result_keys(table))
+    done = (await queue.done_among(sorted(rowless)) or []) if rowless else []
+    gone = sorted(set(done) - store.result_keys_among(table, done)) if done else []
+    moved = (await queue.reopen_done(gone) or 0) if gone else 0
     if not moved:
         return []
+    out_queue = queues.get(out_edge) if out_edge else None
+    if out_queue is not None:
+        await out_queue.reopen_done(gone)
     where = getattr(getattr(store, "db", None), "path", None) or "the campaign's store"
     tasks = "task" if moved == 1 else "tasks"
     return [f"info: campaign {cfg.name}: {moved} planned {tasks} scored by an earlier run had no row in results table "

@@ -133,7 +133,8 @@ def missing_release_error(
         state = f"{shown} is not a folder"
     else:
         state = f"the folder {shown} holds no {' nor '.join(str(_rel(f, root)) for f in files)}"
-        inner = _release_below(root, [_rel(f, root) for f in files])
+        holds_release = any(os.path.isfile(root / n) for n in ("sites.csv", os.path.join("data", "sites.csv")))
+        inner = _release_below(root, [_rel(f, root) for f in files], any_release=not holds_release)
         if inner is not None:  # e.g. GEOAGENT_RELEASE set to the folder the release was cloned into
             state += f"; its subfolder {inner[0]} holds {inner[1]}: is that the release folder?"
     what = f"{role}; " if role else ""
@@ -146,20 +147,25 @@ def missing_release_error(
     )
 
 
-def _release_below(root: Path, names: Sequence[str | os.PathLike[str]]) -> tuple[Path, Path] | None:
-    """The first subfolder of ``root`` (name order, one level down, hidden ones skipped) that holds one of the
-    relative file ``names`` the release folder was looked in for, or the release's ``sites.csv`` (also under
-    ``data/``), with the first such file (relative), else None (also when ``root`` cannot be listed). Names that are not relative to ``root`` (absolute
-    paths elsewhere) are not looked for."""
-    rel = [Path(n) for n in names if not Path(n).is_absolute()] + [Path("sites.csv"), Path("data", "sites.csv")]
+def _release_below(root: Path, names: Sequence[str | os.PathLike[str]], *,
+                   any_release: bool) -> tuple[Path, Path] | None:
+    """The first subfolder of ``root`` (name order, one level down, hidden ones skipped; a subfolder that cannot be
+    read is skipped) that holds one of the relative file ``names`` the release folder was looked in for, with that
+    file (relative), else None (also when ``root`` cannot be listed). With ``any_release`` (``root`` holds no
+    release table at all), a subfolder holding the release's ``sites.csv`` (also under ``data/``) counts too. Names
+    that are not relative to ``root`` (absolute paths elsewhere) are not looked for."""
+    rel = list(dict.fromkeys(Path(n) for n in names if not Path(n).is_absolute()))
+    if any_release:
+        rel += [n for n in (Path("sites.csv"), Path("data", "sites.csv")) if n not in rel]
     try:
-        subs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+        with os.scandir(root) as it:
+            subs = sorted(e.path for e in it if not e.name.startswith(".") and e.is_dir())
     except OSError:
         return None
     for sub in subs:
         for n in rel:
-            if (sub / n).is_file():
-                return sub, n
+            if os.path.isfile(os.path.join(sub, n)):  # False, never an error, for a folder it cannot search
+                return Path(sub), n
     return None
 
 

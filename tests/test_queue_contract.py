@@ -536,7 +536,7 @@ def test_contract_requeue_dead_all_or_by_key(backend):
 
 def test_contract_reopen_done_moves_only_done_tasks_back_to_ready(backend):
     """``reopen_done``: a done task (acked after a failed attempt) comes back ready with its payload, attempts 0
-    and its last error kept; a ready, a live-leased, a dead and an unknown key stay as they are (a compare-and-set);
+    and its last error kept (``done_among`` reads which keys are done); a ready, a live-leased, a dead and an unknown key stay as they are (a compare-and-set);
     a repeat moves nothing; a re-put of the reopened key stays a no-op; the counts follow."""
     async def body(open_):
         q = open_()
@@ -556,6 +556,8 @@ def test_contract_reopen_done_moves_only_done_tasks_back_to_ready(backend):
         assert sorted(got) == ["a", "e"]
         assert (got["a"].attempts, got["a"].last_error, got["a"].payload) == (0, "flaky", {"k": "a"})
         await q.ack(tasks["d"])
+        assert await q.done_among(["zz", "d", "c", "b", "a", "d"]) == ["d", "b"]  # order given, repeats dropped
+        assert await q.done_among([]) == []
         assert await q.reopen_done([]) == 0
         with pytest.raises(TypeError):
             await q.reopen_done("abc")  # type: ignore[arg-type]

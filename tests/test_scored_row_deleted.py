@@ -69,7 +69,7 @@ def test_a_deleted_scored_row_is_scored_again_without_a_model_call(kind, release
     assert reopened in err, err[-3000:]  # the deleted row's task, reopened before the damaged row stopped the run
     # the damaged row's message names the statement that deletes it, and what the next run does then
     statement = re.search(r"\(sqlite3: (DELETE FROM results WHERE .*?;)\)", err)
-    assert statement and "scores that task again from its queued answer (no new model call)" in err, err[-2000:]
+    assert statement and "the next run of the campaign scores it again from its queued answer (no new model call)" in err, err[-2000:]
     with sqlite3.connect(db) as c:
         assert c.execute(statement.group(1)).rowcount == 1
 

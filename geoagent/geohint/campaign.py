@@ -198,13 +198,14 @@ class GeoHintCampaign(CampaignKind):
 
     kind = "geohint"
 
-    def scored_rows(self, ctx: StageContext) -> tuple[str, str, Any] | None:
+    def scored_rows(self, ctx: StageContext) -> tuple[str, str, str | None, Any] | None:
         """:meth:`CampaignKind.scored_rows`: the scorer's rows (table ``geohint_scored``, one per task of its input
-        edge ``located``) and the current plan's task keys."""
+        edge ``located``, its output on ``scored``) and the current plan's task keys."""
         from geoagent.geohint.stages import SCORED_TABLE, GeoHintScorerStage
 
         keys = ctx.services.get(SERVICE_PLAN_KEYS)
-        return None if keys is None else (SCORED_TABLE, GeoHintScorerStage.input_edge, keys)
+        scorer = GeoHintScorerStage
+        return None if keys is None else (SCORED_TABLE, scorer.input_edge, scorer.output_edge, keys)
 
     def stages(self, cfg: Any) -> list[Stage]:
         from geoagent.geohint.geocode_stage import GeocodeStage

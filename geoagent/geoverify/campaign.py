@@ -161,13 +161,14 @@ class GeoVerifyCampaign(CampaignKind):
 
     kind = "geoverify"
 
-    def scored_rows(self, ctx: StageContext) -> tuple[str, str, Any] | None:
+    def scored_rows(self, ctx: StageContext) -> tuple[str, str, str | None, Any] | None:
         """:meth:`CampaignKind.scored_rows`: the scorer's rows (table ``geoverify_scored``, one per task of its
-        input edge ``answers``) and the current plan's task keys."""
+        input edge ``answers``, its output on ``scored``) and the current plan's task keys."""
         from geoagent.geoverify.stages import SCORED_TABLE, GeoVerifyScorerStage
 
         keys = ctx.services.get(SERVICE_PLAN_KEYS)
-        return None if keys is None else (SCORED_TABLE, GeoVerifyScorerStage.input_edge, keys)
+        scorer = GeoVerifyScorerStage
+        return None if keys is None else (SCORED_TABLE, scorer.input_edge, scorer.output_edge, keys)
 
     def stages(self, cfg: Any) -> list[Stage]:
         from geoagent.workers.model_caller import ModelCaller

@@ -387,6 +387,11 @@ class WorkQueue(abc.ABC):
             raise TypeError("dead_letter_ready takes a sequence of keys, not one string")
         return None
 
+    async def done_among(self, keys: Iterable[str]) -> list[str] | None:
+        """Those of ``keys`` whose task is done now, in the order given (repeats dropped); read only, a snapshot.
+        None: this backend cannot tell (the default)."""
+        return None
+
     async def reopen_done(self, keys: Sequence[str]) -> int | None:
         """Move each of ``keys`` that is done back to ready, attempts reset to 0 and its payload unchanged, so the
         stage reading this edge handles it again; a compare-and-set per task, atomic per batch: a ready, leased,
@@ -394,8 +399,9 @@ class WorkQueue(abc.ABC):
         this backend cannot (the default).
 
         For a result the stage wrote that was removed from the store afterwards (outside geoagent): the engine
-        reopens the task that wrote it (:func:`geoagent.engine.rescore_lost_rows`). Its output edge keeps the key
-        as done, so a put of the same output is a no-op there.
+        reopens the task that wrote it (:func:`geoagent.engine.rescore_lost_rows`). A put of the same output on the
+        stage's output edge is a no-op while that edge holds the key, so the engine reopens the key there too when it
+        is done there (the next stage gets the output again).
 
         Raises
         ------

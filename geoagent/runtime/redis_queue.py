@@ -1132,6 +1132,17 @@ class RedisStreamsQueue(WorkQueue):
             moved += int(await self._once(self._requeue_script, "keys", 0, *chunk))
         return moved
 
+    async def done_among(self, keys: Iterable[str]) -> list[str]:
+        """:meth:`WorkQueue.done_among`: ``HMGET`` of the state hash, ``put_chunk`` keys a call (each call its own
+        snapshot)."""
+        wanted = list(dict.fromkeys(keys))
+        done: list[str] = []
+        for i in range(0, len(wanted), self.put_chunk):
+            part = wanted[i:i + self.put_chunk]
+            states = await self._client.hmget(self.prefix + "state", part)
+            done += [k for k, st in zip(part, states) if st is not None and _text(st) == "done"]
+        return done
+
     async def reopen_done(self, keys: Sequence[str]) -> int:
         """:meth:`WorkQueue.reopen_done`: done tasks of ``keys`` back to ready (attempts 0, payload kept, a fresh
         stream entry), in atomic chunks of ``put_chunk`` keys; return the number moved.

@@ -579,7 +579,8 @@ class RedisResponseStore:
         return StoredRowError(
             f"campaign {self.db.campaign!r} on the [backend] Redis server: table {table!r}, row {key!r}: {problem}: "
             "the stored state was changed or damaged outside geoagent; nothing stored was changed"
-            + (f"; delete that row to have it rebuilt: {RESCORED_HINT}" if table in RESCORED_TABLES else ""))
+            + (f"; or delete that row (redis-cli HDEL {self.db.key('t:' + table)} <the row's key>): {RESCORED_HINT}"
+               if table in RESCORED_TABLES else ""))
 
     # -- responses ------------------------------------------------------------------------------------
 
@@ -742,6 +743,19 @@ class RedisResponseStore:
                 there.hexists(h, k)
             yield from (k for k, ok in zip(keys, there.execute()) if ok)
             lo = "(" + keys[-1]
+
+    def result_keys_among(self, table: str, keys: Iterable[str], *, chunk: int = 1000) -> set[str]:
+        """Those of ``keys`` that have a row in ``table`` (``HEXISTS`` on its hash, ``chunk`` keys a pipeline)."""
+        h = self.db.key("t:" + _check_table(table))
+        wanted = list(dict.fromkeys(keys))
+        there: set[str] = set()
+        for i in range(0, len(wanted), chunk):
+            part = wanted[i:i + chunk]
+            pipe = self.db.client.pipeline(transaction=False)
+            for k in part:
+                pipe.hexists(h, k)
+            there.update(k for k, ok in zip(part, pipe.execute()) if ok)
+        return there
 
     def iter_results(self, table: str, *, batch: int = 1000) -> Iterator[tuple[str, dict[str, Any]]]:
         """``(key, row)`` pairs of ``table`` in key order (bytewise, as SQLite's), fetched in batches."""

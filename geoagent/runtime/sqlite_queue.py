@@ -33,7 +33,7 @@ time the file records if later: "Time") and sets
 version 3, in one ``BEGIN IMMEDIATE`` transaction. A read-only look (:func:`read_counts`, :func:`read_planned`,
 ``status``: ``migrate=False``) reads a version-1 or version-2 file as it is and changes nothing, on the wall clock
 as that version did; on a version-1 handle the operations that need the charge columns (``refund_attempts``,
-``requeue_dead``, a charged ``nack``) raise :class:`~geoagent.runtime.queue.QueueError`. Code of an older version
+``requeue_dead``, ``reopen_done``, a charged ``nack``) raise :class:`~geoagent.runtime.queue.QueueError`. Code of an older version
 refuses a file of a newer one (it names both versions), so upgrade every process sharing a campaign's queues
 together.
 
@@ -1222,6 +1222,21 @@ class SQLiteQueue(WorkQueue):
             An old file opened with ``migrate=False``.
         """
         return await self._async(self._requeue_op(keys))
+
+    async def done_among(self, keys: Iterable[str], *, chunk: int = 500) -> list[str]:
+        """:meth:`WorkQueue.done_among`: one read-only query per ``chunk`` keys (SQLite's parameter limit), in one
+        snapshot of the file."""
+        wanted = list(dict.fromkeys(keys))
+
+        def tx(conn: sqlite3.Connection, now: float) -> list[str]:
+            done: set[str] = set()
+            for i in range(0, len(wanted), chunk):
+                part = wanted[i:i + chunk]
+                done.update(k for (k,) in conn.execute(
+                    f"SELECT key FROM tasks WHERE state = {DONE} AND key IN ({','.join('?' * len(part))})", part))
+            return [k for k in wanted if k in done]
+
+        return await self._async(_Op(tx, write=False, inline=False))
 
     async def reopen_done(self, keys: Sequence[str]) -> int:
         """:meth:`WorkQueue.reopen_done`: done tasks of ``keys`` back to ready (attempts 0, payload kept), in one

@@ -92,7 +92,8 @@ def stored_response(response: dict[str, Any], meta: Any) -> ModelResponse:
 #: there is scored again by the next run (:func:`geoagent.engine.rescore_lost_rows`), so a damaged one may simply go
 RESCORED_TABLES = frozenset({"geoverify_scored", "geohint_scored"})
 #: what the next run does with a deleted row of :data:`RESCORED_TABLES`, for the damaged-row messages
-RESCORED_HINT = "the next run of the campaign scores that task again from its queued answer (no new model call)"
+RESCORED_HINT = ("if its task is in the current plan, the next run of the campaign scores it again from its queued "
+                 "answer (no new model call); a row of a task the plan no longer holds is not scored anyway")
 
 
 class StoredRowError(ValueError):
@@ -356,6 +357,17 @@ class ResponseStore:
             for (key,) in rows:
                 yield key
             last = rows[-1][0]
+
+    def result_keys_among(self, table: str, keys: Iterable[str], *, chunk: int = 500) -> set[str]:
+        """Those of ``keys`` that have a row in ``table`` (the rows are not read); one query per ``chunk`` keys."""
+        _check_table(table)
+        wanted = list(dict.fromkeys(keys))
+        there: set[str] = set()
+        for i in range(0, len(wanted), chunk):
+            part = wanted[i:i + chunk]
+            there.update(k for (k,) in self.db.read(
+                f"SELECT key FROM results WHERE tbl = ? AND key IN ({','.join('?' * len(part))})", (table, *part)))
+        return there
 
     def iter_results(self, table: str, *, batch: int = 1000) -> Iterator[tuple[str, dict[str, Any]]]:
         """``(key, row)`` pairs of ``table`` in key order, fetched in batches (constant memory)."""
