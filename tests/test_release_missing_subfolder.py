@@ -7,7 +7,6 @@ import pathlib
 import shutil
 from pathlib import Path
 
-import pytest
 
 from geoagent import paths
 from geoagent.cli import main

@@ -7,7 +7,6 @@ import json
 import re
 from pathlib import Path
 
-import pytest
 
 from geoagent.cli import main
 from geoagent.runtime.redis_state import state_prefix
