@@ -433,7 +433,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from geoagent.runtime.export import simulated_answer_models
 
     kind = load_kind(cfg.campaign.kind)
-    with open_state(cfg, recover=False) as state:
+    # --out on Redis: the tables come from the server; a missing state folder stays missing (else left empty)
+    with open_state(cfg, recover=False, make_state_dir=out_dir is None) as state:
         made = out_dir is not None and not out_dir.exists()
         if out_dir is not None:
             try:
