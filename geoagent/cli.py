@@ -296,14 +296,21 @@ def _cmd_dead(args: argparse.Namespace) -> int:
     check_backend_unchanged(cfg)
     if not queue_counts(cfg):  # no queue file yet: say it as `status` does
         check_edge(cfg, args.edge)  # an --edge typo is still refused, naming the pipeline's edges
-        from geoagent.status import wrong_queues_root
+        from geoagent.status import roots_relative_hint, wrong_queues_root
 
         wrong = wrong_queues_root(cfg)
         if wrong:  # the state folder shows runs: not "not started" but queues looked for in the wrong place
             print(f"error: campaign {cfg.name}: {wrong}", file=sys.stderr)
             return 2
-        print(f"campaign {cfg.name} not started (no queues yet): nothing dead-lettered"
-              + ("; nothing to requeue" if args.requeue else ""))
+        # relative data roots: say where it looked and that the working directory decides, as status and export do
+        # (the Redis backend keeps its queues on the server, in no folder)
+        from geoagent.runtime.backend import uses_redis
+
+        relative = "" if uses_redis(cfg) or Path(cfg.queues_root()).is_absolute() else (
+            f" in {(Path(cfg.queues_root()) / cfg.name).absolute()}")
+        print(f"campaign {cfg.name} not started (no queues yet{relative}): nothing dead-lettered"
+              + ("; nothing to requeue" if args.requeue else "")
+              + (roots_relative_hint("dead", Path.cwd()) if relative else ""))
         return 0
     if args.requeue:
         from geoagent.status import superseded_counts
@@ -416,10 +423,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
         return 2
     if not Path(cfg.state_dir()).is_dir() and not (uses_redis(cfg) and state_exists(cfg)):
         # never run (here, nor on the shared Redis): opening the state would create an empty campaign
-        relative = "" if Path(cfg.state_root()).is_absolute() else (
-            f" (the data roots are relative to the working directory, {Path.cwd()}, unless the config's [paths] "
-            "queues / state or $GEOAGENT_QUEUES / $GEOAGENT_STATE set them: run export from the folder the campaign "
-            "ran in)")
+        from geoagent.status import roots_relative_hint
+
+        relative = "" if Path(cfg.state_root()).is_absolute() else roots_relative_hint("export", Path.cwd())
         print(f"campaign {cfg.name} has not run yet (no {cfg.state_dir()}){relative}: nothing to export",
               file=sys.stderr)
         return 1

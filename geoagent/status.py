@@ -355,6 +355,18 @@ def wrong_queues_root(cfg: Any) -> str | None:
     return wrong_queues_root_text(ran, (Path(cfg.queues_root()) / cfg.name).absolute()) if ran else None
 
 
+def roots_relative_hint(command: str, cwd: str | Path | None = None) -> str:
+    """The clause ``status``, ``dead`` and ``export`` add (leading space, parenthesised) where they find no queues
+    or state of a campaign whose data roots depend on the working directory (a relative ``[paths]`` value or the
+    default ``queues/``, ``state/``): the likely cause is running ``command`` from another folder than the
+    campaign's. ``cwd``: the working directory to name in it (None: not named). The caller decides whether its
+    root is relative; this only words it, so the three commands say it alike."""
+    here = f", {cwd}," if cwd is not None else ""
+    return (f" (the data roots are relative to the working directory{here} unless the config's [paths] queues / "
+            f"state or ${C.ENV_QUEUES_ROOT} / ${C.ENV_STATE_ROOT} set them: run {command} from the folder the "
+            "campaign ran in)")
+
+
 def wrong_queues_root_text(ran: dict[str, Any], queues_dir: Any) -> str:
     """The line for a campaign whose queues were looked for in ``queues_dir`` (absent or empty) while its state
     folder records runs (``ran``: :func:`_state_ran`): which root the runs used, to point ``$GEOAGENT_QUEUES``
@@ -575,10 +587,8 @@ def format_status(st: dict[str, Any]) -> str:
         lines.append("  " + wrong_queues_root_text(ran, st.get("queues_dir")))
     elif not st["queues"]:
         where = f" in {st['queues_dir']}" if st.get("queues_dir") else ""
-        lines.append(f"  no queues yet (campaign not started){where}" + (
-            " (the data roots are relative to the working directory unless the config's [paths] queues / state "
-            "or $GEOAGENT_QUEUES / $GEOAGENT_STATE set them: run status from the folder the campaign ran in)"
-            if st.get("roots_relative") else ""))
+        lines.append(f"  no queues yet (campaign not started){where}"
+                     + (roots_relative_hint("status") if st.get("roots_relative") else ""))
         if st.get("stages"):
             lines.append("  stages (input edge -> output edge): " + "; ".join(
                 f"{name} ({src} -> {dst or '-'})" for name, src, dst in st["stages"]))
