@@ -284,8 +284,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
     with reading_only():  # read-only, as its --help says: a read-only (archived, shared) campaign is shown too
         st = campaign_status(cfg)
     print(format_status(st))
-    # no queues where they were looked for, though the state folder shows runs: a wrong queues root (exit 2)
-    return 2 if st.get("state_ran") else 0
+    # no queues where they were looked for, though the state folder shows runs: a wrong queues root (exit 2); queues
+    # with work but no state under the state root: a wrong state root (exit 2)
+    return 2 if st.get("state_ran") or st.get("state_missing") else 0
 
 
 def _cmd_dead(args: argparse.Namespace) -> int:
@@ -583,7 +584,9 @@ COMMAND_EXIT_CODES: dict[str, dict[int, str]] = {
     },
     "status": {0: "status shown (also for a campaign not started yet)", 1: _PIPE,
                2: _CONFIG_ERR + "; also no queues found although the state folder shows the campaign\n"
-               "       ran: the queues root is probably wrong (the status shown names the root its runs used)",
+               "       ran: the queues root is probably wrong (the status shown names the root its runs used);\n"
+               "       or queues holding work but no state of the campaign under the state root: $GEOAGENT_STATE\n"
+               "       or [paths] state is probably wrong (the status shown names the root and the folder to use)",
                130: _CTRL_C},
     "dead": {0: "listed or requeued (also when nothing is dead-lettered)", 1: _PIPE,
              2: _CONFIG_ERR + " (an unknown --edge is refused, naming the edges); also no queues\n"
