@@ -284,8 +284,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
     with reading_only():  # read-only, as its --help says: a read-only (archived, shared) campaign is shown too
         st = campaign_status(cfg)
     print(format_status(st))
-    # no queues where they were looked for, though the state folder shows runs: a wrong queues root (exit 2)
-    return 2 if st.get("state_ran") else 0
+    # no queues where they were looked for, though the state folder shows runs: a wrong queues root (exit 2); queues
+    # with work but no state under the state root: a wrong state root (exit 2)
+    return 2 if st.get("state_ran") or st.get("state_missing") else 0
 
 
 def _cmd_dead(args: argparse.Namespace) -> int:
@@ -296,14 +297,21 @@ def _cmd_dead(args: argparse.Namespace) -> int:
     check_backend_unchanged(cfg)
     if not queue_counts(cfg):  # no queue file yet: say it as `status` does
         check_edge(cfg, args.edge)  # an --edge typo is still refused, naming the pipeline's edges
-        from geoagent.status import wrong_queues_root
+        from geoagent.status import roots_relative_hint, wrong_queues_root
 
         wrong = wrong_queues_root(cfg)
         if wrong:  # the state folder shows runs: not "not started" but queues looked for in the wrong place
             print(f"error: campaign {cfg.name}: {wrong}", file=sys.stderr)
             return 2
-        print(f"campaign {cfg.name} not started (no queues yet): nothing dead-lettered"
-              + ("; nothing to requeue" if args.requeue else ""))
+        # relative data roots: say where it looked and that the working directory decides, as status and export do
+        # (the Redis backend keeps its queues on the server, in no folder)
+        from geoagent.runtime.backend import uses_redis
+
+        relative = "" if uses_redis(cfg) or Path(cfg.queues_root()).is_absolute() else (
+            f" in {(Path(cfg.queues_root()) / cfg.name).absolute()}")
+        print(f"campaign {cfg.name} not started (no queues yet{relative}): nothing dead-lettered"
+              + ("; nothing to requeue" if args.requeue else "")
+              + (roots_relative_hint("dead", Path.cwd()) if relative else ""))
         return 0
     if args.requeue:
         from geoagent.status import superseded_counts
@@ -416,10 +424,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
         return 2
     if not Path(cfg.state_dir()).is_dir() and not (uses_redis(cfg) and state_exists(cfg)):
         # never run (here, nor on the shared Redis): opening the state would create an empty campaign
-        relative = "" if Path(cfg.state_root()).is_absolute() else (
-            f" (the data roots are relative to the working directory, {Path.cwd()}, unless the config's [paths] "
-            "queues / state or $GEOAGENT_QUEUES / $GEOAGENT_STATE set them: run export from the folder the campaign "
-            "ran in)")
+        from geoagent.status import roots_relative_hint
+
+        relative = "" if Path(cfg.state_root()).is_absolute() else roots_relative_hint("export", Path.cwd())
         print(f"campaign {cfg.name} has not run yet (no {cfg.state_dir()}){relative}: nothing to export",
               file=sys.stderr)
         return 1
@@ -433,7 +440,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from geoagent.runtime.export import simulated_answer_models
 
     kind = load_kind(cfg.campaign.kind)
-    with open_state(cfg, recover=False) as state:
+    # --out on Redis: the tables come from the server; a missing state folder stays missing (else left empty)
+    with open_state(cfg, recover=False, make_state_dir=out_dir is None) as state:
         made = out_dir is not None and not out_dir.exists()
         if out_dir is not None:
             try:
@@ -576,7 +584,9 @@ COMMAND_EXIT_CODES: dict[str, dict[int, str]] = {
     },
     "status": {0: "status shown (also for a campaign not started yet)", 1: _PIPE,
                2: _CONFIG_ERR + "; also no queues found although the state folder shows the campaign\n"
-               "       ran: the queues root is probably wrong (the status shown names the root its runs used)",
+               "       ran: the queues root is probably wrong (the status shown names the root its runs used);\n"
+               "       or queues holding work but no state of the campaign under the state root: $GEOAGENT_STATE\n"
+               "       or [paths] state is probably wrong (the status shown names the root and the folder to use)",
                130: _CTRL_C},
     "dead": {0: "listed or requeued (also when nothing is dead-lettered)", 1: _PIPE,
              2: _CONFIG_ERR + " (an unknown --edge is refused, naming the edges); also no queues\n"

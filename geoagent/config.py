@@ -895,6 +895,15 @@ class CampaignConfig(_Section):
         """``$GEOAGENT_STATE``, else ``[paths] state``, else ``state``; a leading ``~`` is the home folder."""
         return Path(os.environ.get(C.ENV_STATE_ROOT) or self.paths.state or C.DEFAULT_STATE_ROOT).expanduser()
 
+    def state_root_source(self) -> str:
+        """What set :meth:`state_root`, for messages: ``"$GEOAGENT_STATE"``, ``"[paths] state in <file>"``, or
+        ``"the default state/, relative to the working directory <cwd>"``."""
+        if os.environ.get(C.ENV_STATE_ROOT):
+            return f"${C.ENV_STATE_ROOT}"
+        if self.paths.state:
+            return f"[paths] state in {self.source}"
+        return f"the default {C.DEFAULT_STATE_ROOT}/, relative to the working directory {Path.cwd()}"
+
     def release_dir(self) -> Path:
         """``$GEOAGENT_RELEASE``, else ``[paths] release_dir``, else the default; a leading ``~`` is the home folder."""
         return Path(os.environ.get(C.ENV_RELEASE_DIR) or self.paths.release_dir or C.DEFAULT_RELEASE_DIR).expanduser()

@@ -917,16 +917,16 @@ def _state_root_hint(cfg: Any, qdir: Path) -> str:
     ``state_root.json``, :data:`geoagent.constants.QUEUES_STATE_FILE`) when it holds the campaign's database,
     and what set this run's state root (``$GEOAGENT_STATE`` or ``[paths] state``); "" when the record names no
     such folder."""
-    value = _recorded_state_dir(qdir)
+    value = recorded_state_dir(qdir)
     if value is None or not (value / C.CAMPAIGN_DB).is_file():
         return ""
     env = os.environ.get(C.ENV_STATE_ROOT)
-    why = (f"${C.ENV_STATE_ROOT}={env}" if env else "[paths] state, or the working directory for the default ./state")
+    why = f"${C.ENV_STATE_ROOT}={env}" if env else cfg.state_root_source()
     return (f"the queues were used with the state folder {value} (recorded in {qdir / C.QUEUES_STATE_FILE}), which "
             f"holds it: this run's state root comes from {why}; point it at {value.parent}, or ")
 
 
-def _recorded_state_dir(qdir: Path) -> Path | None:
+def recorded_state_dir(qdir: Path) -> Path | None:
     """The state folder ``qdir/state_root.json`` (:data:`geoagent.constants.QUEUES_STATE_FILE`) records for the
     campaign's queues in ``qdir``; None when there is no readable record (:func:`check_queues_state_root`)."""
     try:
@@ -1051,7 +1051,7 @@ def check_queues_state_root(cfg: Any, *, record: bool = False) -> None:
     def new_record() -> str:
         return json.dumps({"state_dir": str(here), "campaign": cfg.name}) + "\n"
 
-    other = _recorded_state_dir(qdir)
+    other = recorded_state_dir(qdir)
     if other is not None and not _same_folder(other, here):
         if other.is_dir():
             raise ValueError(

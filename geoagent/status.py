@@ -195,8 +195,9 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     shown instead, those of that run)), ``kind_lines`` (lines the campaign kind adds,
     :meth:`geoagent.engine.CampaignKind.status_lines`: a crawl says why it wrote no ``verify_trials.csv``),
     ``queues_dir`` (the absolute folder its queue files are looked for in), ``roots_relative`` (whether that
-    folder depends on the working directory) and ``redis`` (the Redis backend: counts of every machine, rates and
-    ETA of this machine's processes)."""
+    folder depends on the working directory), ``state_missing`` (:func:`missing_state_text`: the line for queues
+    holding work with no state under the state root, or None) and ``redis`` (the Redis backend: counts of every
+    machine, rates and ETA of this machine's processes)."""
     from geoagent.runtime.backend import open_state, state_exists, uses_redis
     from geoagent.runtime.queue import SUPERSEDED
 
@@ -283,6 +284,8 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
             # the Redis backend has no queues folder to be looked for in the wrong place
             "state_ran": _state_ran(Path(cfg.state_dir())) if not queues and not uses_redis(cfg) else None,
             "roots_relative": not Path(cfg.queues_root()).is_absolute(),
+            # queues with work but no state under this state root (a wrong $GEOAGENT_STATE): not "complete"
+            "state_missing": missing_state_text(cfg, queues) if spend is None else None,
             # Redis: the counts are the campaign's (every machine), the rates and ETA this machine's processes'
             "redis": uses_redis(cfg)}
 
@@ -353,6 +356,54 @@ def wrong_queues_root(cfg: Any) -> str | None:
         return None
     ran = _state_ran(Path(cfg.state_dir()))
     return wrong_queues_root_text(ran, (Path(cfg.queues_root()) / cfg.name).absolute()) if ran else None
+
+
+def missing_state_text(cfg: Any, queues: dict[str, QueueCounts]) -> str | None:
+    """The line ``status`` shows (and exits 2 on) when campaign ``cfg``'s queues hold work but its state root has
+    no state of it (no ``campaign.sqlite`` in ``<state root>/<campaign>``): ``$GEOAGENT_STATE`` or ``[paths]
+    state`` pointed elsewhere than the runs used, or the state folder deleted or moved. Without it the drained
+    queues read "campaign complete", with no spend. The line names the root (absolute), what set it
+    (:meth:`geoagent.config.CampaignConfig.state_root_source`), the queues and the state folder they were used
+    with (their ``state_root.json``, :func:`geoagent.engine.recorded_state_dir`) with the root to point at.
+    None on the Redis backend (its state is on the server), when the state exists, or when the queues hold no
+    task (nothing ran: as for a campaign never started)."""
+    from geoagent.runtime.backend import state_exists, uses_redis
+
+    done = sum(c.done for c in queues.values())
+    left = sum(c.ready + c.leased + c.dead for c in queues.values())
+    if uses_redis(cfg) or not (done or left) or state_exists(cfg):
+        return None
+    from geoagent.engine import recorded_state_dir
+
+    here = Path(cfg.state_dir()).absolute()
+    qdir = (Path(cfg.queues_root()) / cfg.name).absolute()
+    head = (f"no state of campaign {cfg.name} found under the state root {Path(cfg.state_root()).absolute()} (set "
+            f"by {cfg.state_root_source()}): no {here / C.CAMPAIGN_DB}, yet its queues in {qdir} hold work "
+            f"({done} tasks done, {left} queued or dead): its spend and answers are not shown, and it is not known "
+            "to be complete")
+    rec = recorded_state_dir(qdir)
+    where = f" (recorded in {qdir / C.QUEUES_STATE_FILE})"
+    if rec is not None and (rec / C.CAMPAIGN_DB).is_file() and rec.resolve() != here.resolve():
+        return (head + f"; the queues were used with the state folder {rec}{where}: point ${C.ENV_STATE_ROOT} or "
+                f"[paths] state at {rec.parent}")
+    if rec is not None and rec.resolve() == here.resolve():
+        return (head + f"; its runs kept their state in this folder{where}, which is gone or holds no "
+                f"{C.CAMPAIGN_DB} (deleted or moved?): restore it, or point ${C.ENV_STATE_ROOT} or [paths] state at "
+                "the root it was moved to")
+    return (head + f"; the state root is probably wrong: point ${C.ENV_STATE_ROOT} or [paths] state at the root "
+            f"the runs used (the folder that holds {cfg.name}/)")
+
+
+def roots_relative_hint(command: str, cwd: str | Path | None = None) -> str:
+    """The clause ``status``, ``dead`` and ``export`` add (leading space, parenthesised) where they find no queues
+    or state of a campaign whose data roots depend on the working directory (a relative ``[paths]`` value or the
+    default ``queues/``, ``state/``): the likely cause is running ``command`` from another folder than the
+    campaign's. ``cwd``: the working directory to name in it (None: not named). The caller decides whether its
+    root is relative; this only words it, so the three commands say it alike."""
+    here = f", {cwd}," if cwd is not None else ""
+    return (f" (the data roots are relative to the working directory{here} unless the config's [paths] queues / "
+            f"state or ${C.ENV_QUEUES_ROOT} / ${C.ENV_STATE_ROOT} set them: run {command} from the folder the "
+            "campaign ran in)")
 
 
 def wrong_queues_root_text(ran: dict[str, Any], queues_dir: Any) -> str:
@@ -568,17 +619,16 @@ def _stages_done_status() -> str:
 def format_status(st: dict[str, Any]) -> str:
     """Human-readable status text (plain, so it can be piped or logged)."""
     lines = [f"campaign {st['campaign']}"]
-    complete = is_complete(st["queues"], st.get("superseded"))
+    # no state found for queues with work: the spend and the runs' outcomes are unknown, so never "complete"
+    complete = is_complete(st["queues"], st.get("superseded")) and not st.get("state_missing")
     ran = st.get("state_ran")
     if not st["queues"] and ran:
         # the state folder shows runs: the queues were looked for in the wrong place, not "not started"
         lines.append("  " + wrong_queues_root_text(ran, st.get("queues_dir")))
     elif not st["queues"]:
         where = f" in {st['queues_dir']}" if st.get("queues_dir") else ""
-        lines.append(f"  no queues yet (campaign not started){where}" + (
-            " (the data roots are relative to the working directory unless the config's [paths] queues / state "
-            "or $GEOAGENT_QUEUES / $GEOAGENT_STATE set them: run status from the folder the campaign ran in)"
-            if st.get("roots_relative") else ""))
+        lines.append(f"  no queues yet (campaign not started){where}"
+                     + (roots_relative_hint("status") if st.get("roots_relative") else ""))
         if st.get("stages"):
             lines.append("  stages (input edge -> output edge): " + "; ".join(
                 f"{name} ({src} -> {dst or '-'})" for name, src, dst in st["stages"]))
@@ -590,6 +640,8 @@ def format_status(st: dict[str, Any]) -> str:
         aside = (st.get("superseded") or {}).get(edge, 0)
         lines.append(f"  {edge:>16}: ready {c.ready:>7}  leased {c.leased:>5}  done {c.done:>8}  dead {c.dead:>5}"
                      + (f" ({aside} superseded)" if aside else ""))
+    if st.get("state_missing"):  # in place of the spend line: a wrong state root, said plainly
+        lines.append("  " + st["state_missing"])
     s = st.get("spend")
     if s:
         lines.append(

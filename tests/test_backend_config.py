@@ -149,6 +149,28 @@ def test_campaign_runs_and_is_read_and_exported_on_redis_with_no_local_queue_or_
             assert PASSWORD.encode() not in f.read_bytes(), f
 
 
+def test_export_out_of_a_redis_campaign_without_a_state_folder_makes_none(tmp_path, monkeypatch, capsys,
+                                                                          secured_redis):
+    """``export --out DIR`` of a campaign whose ledger and store are on Redis, on a machine with no state folder of
+    it (another machine ran it, or the folder was removed): the tables come from the server and go to DIR; no
+    empty ``state/<campaign>/`` is left behind (it was, by opening the Redis state). A plain ``export`` still
+    writes into the state folder, making it."""
+    import shutil
+
+    cfg_path = _redis_campaign(tmp_path, "b6", n=8)
+    monkeypatch.setenv("GA_TEST_REDIS", secured_redis)
+    rc, text = _cli(["run", str(cfg_path)], capsys)
+    assert rc == 0, text
+    shutil.rmtree(tmp_path / "state")
+    rc, text = _cli(["export", str(cfg_path), "--out", str(tmp_path / "out")], capsys)
+    assert rc == 0 and "model_responses: 8 rows" in text, text
+    assert (tmp_path / "out" / "model_responses.parquet").is_file()
+    assert not (tmp_path / "state").exists(), sorted(map(str, (tmp_path / "state").rglob("*")))
+    rc, text = _cli(["export", str(cfg_path)], capsys)
+    assert rc == 0 and "model_responses: 8 rows" in text, text
+    assert (tmp_path / "state" / "b6" / "model_responses.parquet").is_file()
+
+
 def test_replayed_geoverify_on_redis_matches_the_sqlite_run(tmp_path, monkeypatch, capsys, secured_redis, release_dir):
     """The release's recorded GeoVerify answers replayed once with each backend: the same summary figures and the
     same scored export. Before the fix of the Lua negation (``-0``), the Redis run's $0 settlements failed half-way

@@ -401,7 +401,7 @@ def forget_server_config(cfg: Any) -> None:
 
 def open_state(cfg: Any, **options: Any) -> Any:
     """:func:`geoagent.runtime.store.open_campaign_state` of campaign ``cfg`` on its backend; ``options`` as there
-    (``cap_usd``, ``recover``, ``recover_all``). Raises :class:`BackendError` like :func:`redis_url`, and a
+    (``cap_usd``, ``recover``, ``recover_all``, ``make_state_dir``). Raises :class:`BackendError` like :func:`redis_url`, and a
     connection error with the URL scrubbed."""
     from geoagent.runtime.store import open_campaign_state
 

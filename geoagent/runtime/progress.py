@@ -10,7 +10,9 @@ Each tick appends one JSON object per line (another process can ``tail -f`` it):
 Rates: each stage record has two (:class:`geoagent.runtime.worker.StageStats`). ``rate_per_s``, the display
 throughput, counts the tasks of the stage's last ~64 commits over the time from the first of them up to the
 record (``rate_window_s``), so it falls while the stage completes nothing; ``status`` carries a running
-process's record on to the moment it reads it (:func:`record_as_of`). ``capacity_per_s``, the ETA's, is the same
+process's record on to the moment it reads it (:func:`record_as_of`). A finished stage's (``finished``) window
+ends at its last commit and is never carried on: its rate is that of its working span, not diluted by the time
+its process ran on after it (the report, or other stages of a ``--stages`` process). ``capacity_per_s``, the ETA's, is the same
 window's rate up to its last commit: a stage waiting for upstream work is starved, not slower, and its capacity
 stays. ``idle_s`` (since its last commit) and ``stall_after_s`` tell a stalled stage: one with work ready that
 has completed nothing for that long (:func:`stalled_stages`); while any is, the ETA is unknown (``eta_s`` null,
@@ -454,9 +456,12 @@ def stalled_stages(stages: Sequence[Mapping[str, Any]], counts: Mapping[str, Que
 def rate_as_of(sd: Mapping[str, Any], age_s: float) -> float:
     """A stage record's display rate carried on ``age_s`` seconds after it was written, tasks/s: the tasks it
     counted over its ``rate_window_s`` over that window plus ``age_s`` (the process completed nothing since,
-    as far as the reader knows); the rate as written for a record of an older version (no ``rate_window_s``)."""
+    as far as the reader knows); the rate as written for a finished stage (``finished``: its rate is over its
+    working span, which ended at its last commit) and for a record of an older version (no ``rate_window_s``)."""
     rate = float(sd.get("rate_per_s") or 0.0)
     window = sd.get("rate_window_s")
+    if sd.get("finished"):
+        return rate
     if window is None or age_s <= 0:
         return rate
     window = float(window)
@@ -480,7 +485,7 @@ def record_as_of(record: Mapping[str, Any], now: float, counts: Mapping[str, Que
     for sd in rec.get("stages", []):
         sd = dict(sd)
         sd["rate_per_s"] = rate_as_of(sd, age)
-        if sd.get("rate_window_s") is not None:
+        if sd.get("rate_window_s") is not None and not sd.get("finished"):  # a finished stage's window ended
             sd["rate_window_s"] = round(float(sd["rate_window_s"]) + age, 3)
         if sd.get("idle_s") is not None:
             sd["idle_s"] = round(float(sd["idle_s"]) + age, 1)

@@ -959,7 +959,8 @@ def check_no_eviction(client: Any) -> None:
 def open_redis_campaign_state(url: str, campaign: str, state_dir: str | os.PathLike[str], *,
                               cap_usd: float | None = None, recover: bool = True, recover_all: bool = False,
                               heartbeat_ttl_s: float | None = None, host: str | None = None,
-                              client_options: dict[str, Any] | None = None) -> RedisCampaignState:
+                              client_options: dict[str, Any] | None = None,
+                              make_state_dir: bool = True) -> RedisCampaignState:
     """Open campaign ``campaign``'s ledger and store on the Redis server at ``url``.
 
     Parameters
@@ -969,13 +970,17 @@ def open_redis_campaign_state(url: str, campaign: str, state_dir: str | os.PathL
     campaign : str
         Campaign name (safe file name).
     state_dir : path
-        This machine's state folder of the campaign (``CampaignState.state_dir``); created if missing.
+        This machine's state folder of the campaign (``CampaignState.state_dir``); created if missing, unless
+        ``make_state_dir`` is False.
     cap_usd, recover, recover_all
         As for :func:`geoagent.runtime.store.open_campaign_state`.
     heartbeat_ttl_s, host
         As for :class:`RedisLedger`.
     client_options : dict, optional
         Extra keyword arguments for ``redis.Redis.from_url`` (timeouts, TLS).
+    make_state_dir : bool
+        False: leave a missing ``state_dir`` missing (a reader writing elsewhere, ``run.py export --out DIR``:
+        nothing of the ledger or store lives there, and an empty folder would read as a campaign run here).
 
     Raises
     ------
@@ -986,7 +991,8 @@ def open_redis_campaign_state(url: str, campaign: str, state_dir: str | os.PathL
         retry window the returned state's commands get.
     """
     state_prefix(campaign)
-    Path(state_dir).mkdir(parents=True, exist_ok=True)
+    if make_state_dir:
+        Path(state_dir).mkdir(parents=True, exist_ok=True)
     db = RedisStateDB(redis_client(url, **(client_options or {})), campaign, state_dir)
     try:
         check_no_eviction(db.client)

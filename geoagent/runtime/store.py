@@ -462,6 +462,7 @@ def open_campaign_state(
     recover_all: bool = False,
     synchronous: str = "NORMAL",
     redis_url: str | None = None,
+    make_state_dir: bool = True,
 ) -> Any:
     """Open ``<state root>/<campaign>/campaign.sqlite`` and return its ledger and store.
 
@@ -480,6 +481,9 @@ def open_campaign_state(
         Keep the ledger and the store on this Redis server instead (shared by machines,
         :func:`geoagent.runtime.redis_state.open_redis_campaign_state`; a secret, never logged); the state
         folder above stays this machine's (manifest, plan keys, progress).
+    make_state_dir : bool
+        With ``redis_url`` only: False leaves a missing state folder missing (``run.py export --out DIR``); the
+        SQLite file always needs its folder.
 
     Returns
     -------
@@ -491,7 +495,7 @@ def open_campaign_state(
         from geoagent.runtime.redis_state import open_redis_campaign_state
 
         return open_redis_campaign_state(redis_url, campaign, directory, cap_usd=cap_usd, recover=recover,
-                                         recover_all=recover_all)
+                                         recover_all=recover_all, make_state_dir=make_state_dir)
     db = CampaignDB(directory / C.CAMPAIGN_DB, synchronous=synchronous)
     try:
         ledger = Ledger(db, cap_usd, recover=recover, recover_all=recover_all)
