@@ -100,3 +100,15 @@ def test_a_model_none_of_whose_answers_geocoded_has_no_difference_not_zero(tmp_p
     block = (tmp_path / "report.md").read_text(encoding="utf-8").split("### Table 3")[1].split("### ")[0]
     assert "| illegible | u | — | — | — | — |" in block
     assert "+0.00" not in block.split("| illegible | u |")[1].split("\n")[0]
+
+
+def test_the_note_defines_every_column_with_its_unit():
+    """A walkthrough could not cite Table 3 as printed: the unit of SD was not given and Shift was never defined.
+    Shift is Corrected minus Uncorrected on every row (checked here), SD is over the splits, both in points."""
+    agg = GeoHintAggregator()
+    agg.add_many(_rows({"s1": [1, 1], "s2": [1, 0], "s3": [0, 0], "s4": [0, 1]}, NEAR))
+    t3 = GH.table3(agg, "forced", "baseline", n_splits=50)
+    for r in t3.rows:
+        assert r[5] == pytest.approx(r[3] - r[2]), r
+    assert "Shift: Corrected minus Uncorrected (points)" in t3.notes, t3.notes
+    assert "SD: the standard deviation of the corrected difference over splits (points)" in t3.notes, t3.notes

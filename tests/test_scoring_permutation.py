@@ -100,6 +100,41 @@ def test_paired_tables_say_where_the_test_is_exact():
     assert "G <= 10" in flip_method_note(1024, 5)
 
 
+def test_paired_tables_say_which_test_gave_their_p():
+    """A walkthrough could not tell from a table of 8-site groups whether its p came from random flips or from
+    enumeration (the caption gave both, with a floor that cannot apply). With the table's site counts the note names
+    the one used: every group enumerated (exact p, the smallest 2/2^G), none (random flips and their floor), or both
+    (the rule). Checked against the test's own ``exact`` flag."""
+    from geoagent.report.geohint import flip_method_note
+
+    exact = flip_method_note(10_000, 1, [8, 4, 0, 8])
+    assert "every test of this table enumerated all 2^G sign vectors" in exact and "(G = 4, 8;" in exact
+    assert "random flips (seed" not in exact and "floor" not in exact, exact
+    for g in (4, 8):
+        sites, t, c = _pairs(seed=g, n_sites=g, effect=0.1)
+        assert paired_site_permutation_test(sites, t, c, n_flips=10_000, seed=1).exact
+    sampled = flip_method_note(10_000, 1, [14, 30])
+    assert "10000 random flips (seed 1)" in sampled and "every test here has G > 13 sites" in sampled
+    assert "exact enumeration" not in sampled and "is the floor 1/(10000 + 1)" in sampled, sampled
+    sites, t, c = _pairs(seed=3, n_sites=14, effect=0.1)
+    assert not paired_site_permutation_test(sites, t, c, n_flips=10_000, seed=1).exact
+    both = flip_method_note(10_000, 1, [8, 30])
+    assert both == flip_method_note(10_000, 1) and "G <= 13" in both and "random flips" in both
+
+
+def test_exact_p_values_are_never_shown_below_their_value_by_a_tie():
+    """2/16 = 0.125 (the smallest p of a 4-site group, which the table's note states) printed as 0.12 under
+    round-half-even; ties now round up. Other values as before."""
+    from geoagent.report.geohint import _fmt, p_text
+
+    assert p_text(0.125) == "0.13" and _fmt(0.125, "permp") == "0.13"
+    assert p_text(2 / 32) == "0.063" and p_text(2 / 256) == "0.0078" and p_text(0.8125) == "0.81"
+    assert p_text(0.0421) == "0.042" and p_text(1.0) == "1" and p_text(0.5) == "0.5"
+    assert p_text(0.00015) == "1.5e-04" and p_text(0.995) == "0.99"  # 0.995 is below the tie in binary
+    with pytest.raises(ValueError):
+        p_text(float("nan"))
+
+
 def test_note_and_test_agree_above_the_enumeration_cap():
     """The enumeration is capped at 20 sites whatever ``n_flips`` is (2**20 sign vectors); with
     ``n_flips >= 2**21`` (allowed: ``[geohint] n_flips`` has no upper bound) the note must not claim exact

@@ -95,6 +95,7 @@ import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -402,6 +403,20 @@ def perm_p(res: Any) -> float:
     return FloorP(res.p_value) if res.at_floor else res.p_value
 
 
+def p_text(p: float) -> str:
+    """A p-value to 2 significant digits (``0.043``, ``1.5e-04`` below 0.001), a tie rounded up: an exact
+    permutation p is often a dyadic fraction such as 2/16 = 0.125, which Python's round-half-even formatting shows as
+    ``0.12``, below the smallest p the test can give (2/2^G, stated in the table's note). Raises ValueError for a
+    value that is not a finite number."""
+    d = Decimal(float(p))  # the float's exact binary value: a tie is a true tie
+    if not d.is_finite():
+        raise ValueError(f"p must be a finite number, got {p!r}")
+    if d == 0:
+        return "0"
+    up = float(d.quantize(Decimal(1).scaleb(d.adjusted() - 1), rounding=ROUND_HALF_UP))
+    return f"{up:.2g}" if up >= 1e-3 else f"{up:.1e}"
+
+
 def _fmt(v: Any, f: str) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return DASH
@@ -422,10 +437,10 @@ def _fmt(v: Any, f: str) -> str:
         return fixed_text(v, 4)
     if f in ("p", "permp"):
         if isinstance(v, FloorP):  # no flip reached the statistic: the floor, shown with "<" as the paper writes p<10^-4
-            return "<" + (f"{v:.2g}" if v >= 1e-3 else f"{v:.1e}")
+            return "<" + p_text(v)
         if v == 0:  # a regression p below the smallest float (a huge z): a bound, not p = 0
             return f"<{P_UNDERFLOW:.0e}"
-        return f"{v:.2g}" if v >= 1e-3 else f"{v:.1e}"
+        return p_text(v)
     if f == "pctci":
         lo, hi = v
         return f"[{fixed_text(100 * lo, 1)}, {fixed_text(100 * hi, 1)}]"
@@ -847,8 +862,9 @@ def table3(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
                      f"per site: set [geohint] baseline_repeats >= 2 (no-context requests per image and model).")
         else:
             notes = (f"{n_splits} random splits of each site's no-context responses into halves (seed {seed}): the regime "
-                     f"from one half, the no-context column from the other; SD over splits. On average "
-                     f"{res.mean_sites_switching:.1f} sites change side per split.")
+                     f"from one half, the no-context column from the other. Corrected: the mean over splits; SD: the "
+                     f"standard deviation of the corrected difference over splits (points); Shift: Corrected minus "
+                     f"Uncorrected (points). On average {res.mean_sites_switching:.1f} sites change side per split.")
             if single:
                 notes += (f" {single} of {count_text(len(per_site), 'site')} {'has' if single == 1 else 'have'} a single "
                           f"no-context answer and {'is' if single == 1 else 'are'} left out of every split (no half to "
@@ -1362,7 +1378,7 @@ def table_paired(
          "Building delta (pp)", "p (building)", *(f"Median ratio {b}" for b in BAND_NAMES)],
         ["text", "text", "int", "pct", "pct", "pct", "pct", "pp", "permp", "pct", "pct", "pp", "permp", "f2", "f2", "f2"],
         rows,
-        _join_notes(f"{flip_method_note(n_flips, seed)} {echo_rule_ref(agg)}",
+        _join_notes(f"{flip_method_note(n_flips, seed, [g for _, g in n_sites])} {echo_rule_ref(agg)}",
                     few_sites_note(n_sites, n_flips), regime_note(agg, baseline),
                     (UNGEOCODED_NOTE + " A paired delta and its p need both conditions' hit rates.") if ungeocoded else ""),
     )
@@ -1372,18 +1388,31 @@ def table_paired(
 FEW_FLIP_SITES = 6
 
 
-def flip_method_note(n_flips: int, seed: int) -> str:
+def flip_method_note(n_flips: int, seed: int, sites: Sequence[int] | None = None) -> str:
     """The paired tables' sentence on the test: site-flip, two-sided; ``n_flips`` random sign vectors drawn with
     ``seed`` where a group has more than log2(n_flips) sites (each test from its own stream, :func:`_flip_label`),
     every sign vector (exact p) where it has fewer (:func:`geoagent.scoring.permutation.site_flip_test_from_sums`,
-    ``exact=None``)."""
+    ``exact=None``).
+
+    ``sites``: the site counts G of the table's tests (groups with no pair, G = 0, ignored). When all were
+    enumerated the sentence says every p is exact and names no random flips or floor; when none was, it gives no
+    enumeration clause; None (or no test): both, as a rule (a walkthrough could not tell which test a table's p
+    came from)."""
     g_max = exact_max_sites(n_flips)  # largest G with 2**G <= n_flips, capped as the test caps it
-    return (f"Two-sided permutation test flipping whole sites: {n_flips} random flips (seed {seed}), each test "
-            "drawing from its own stream derived from the seed and what it tests, so the tests' sampling errors are "
-            "independent; "
-            f"exact enumeration of all 2^G sign vectors for groups of G <= {g_max} sites. A p shown "
-            f"<{_fmt(1 / (1 + n_flips), 'p')} is the floor 1/({n_flips} + 1) of the random flips: none reached the "
-            "observed difference.")
+    head = "Two-sided permutation test flipping whole sites: "
+    used = sorted({int(g) for g in sites or () if g >= 1})
+    if used and used[-1] <= g_max:
+        shown = ", ".join(str(g) for g in used)
+        return (f"{head}every test of this table enumerated all 2^G sign vectors of its G sites (G = {shown}; "
+                f"exact for G <= {g_max}), so each p is exact, with no random flips; the smallest p a test can give "
+                "is 2/2^G.")
+    flips = (f"{n_flips} random flips (seed {seed}), each test drawing from its own stream derived from the seed and "
+             "what it tests, so the tests' sampling errors are independent")
+    floor = (f"A p shown <{_fmt(1 / (1 + n_flips), 'p')} is the floor 1/({n_flips} + 1) of the random flips: none "
+             "reached the observed difference.")
+    if used and used[0] > g_max:
+        return f"{head}{flips} (every test here has G > {g_max} sites). {floor}"
+    return (f"{head}{flips}; exact enumeration of all 2^G sign vectors for groups of G <= {g_max} sites. {floor}")
 
 
 def min_flip_p(n_sites: int) -> float:
@@ -1434,7 +1463,8 @@ def table9(agg: GeoHintAggregator, treatment: str = "forced_warn", control: str 
         ["Model", "n pairs", "All sites", "p", "Illegible", "Legible"],
         ["text", "int", "pp", "permp", "pp", "pp"],
         rows,
-        _join_notes(flip_method_note(n_flips, seed), few_sites_note(n_sites, n_flips), regime_note(agg, baseline),
+        _join_notes(flip_method_note(n_flips, seed, [g for _, g in n_sites]), few_sites_note(n_sites, n_flips),
+                    regime_note(agg, baseline),
                     (f"{DASH} in a delta or p column: no answer geocoded in one condition (all unresolved), so its hit "
                      "rate, and the paired difference, are undetermined, not 0 (an answer that did not geocode counts "
                      "as a miss; 0 would measure the geocoder).") if ungeocoded else ""),
@@ -1541,7 +1571,7 @@ def table_nocontext_near(agg: GeoHintAggregator, condition: str = "forced", base
             "minus its no-context hit rate (all repeats, languages and reference points of the image pooled); the "
             "columns are means over those images, positive = more accurate with the hint. The paper gives no "
             "interval or p for it; p here is the site-flip test of Sec. 6.",
-            flip_method_note(n_flips, seed), few_sites_note(n_sites, n_flips),
+            flip_method_note(n_flips, seed, [g for _, g in n_sites]), few_sites_note(n_sites, n_flips),
             (f"{DASH} in the delta: no answer of one condition geocoded, so the difference is undetermined, not "
              "a hit rate of 0.") if ungeocoded else ""),
     )
@@ -1575,7 +1605,7 @@ def table_building_vs_nocontext(agg: GeoHintAggregator, condition: str = "forced
             "context and with a hint in the band, the share of its answers resolved at building level with the hint "
             "minus without (every model, language, repeat and reference point of the image pooled; unparsed and "
             "unresolved answers count as not building); the columns are means over those images.",
-            flip_method_note(n_flips, seed), few_sites_note(n_sites, n_flips)),
+            flip_method_note(n_flips, seed, [g for _, g in n_sites]), few_sites_note(n_sites, n_flips)),
     )
 
 
