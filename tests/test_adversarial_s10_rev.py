@@ -88,8 +88,9 @@ def test_pageviews_answers_kept_in_memory_are_bounded():
 def test_a_manifest_without_geohint_n_boot_reads_as_the_default_not_a_change(tmp_path):
     """A GeoHint campaign run by the code before ``[geohint] n_boot`` (a192796: its manifest has no such key; the
     report used 200 resamples) and resumed with today's code printed "scoring setting changed since its last run
-    (geohint.n_boot None -> 200)": the value did not change. A scoring key the earlier manifest lacks reads as its
-    default; a value other than the default is still a change."""
+    (geohint.n_boot None -> 200)": the value did not change. A scoring key the earlier manifest lacks reads as the
+    value that code used (200, runtime.manifest.SETTING_BEFORE_IT_EXISTED), not as today's default; a value other
+    than that is a change."""
     import json
 
     from geoagent.campaigns import register_all_sections
@@ -110,7 +111,8 @@ def test_a_manifest_without_geohint_n_boot_reads_as_the_default_not_a_change(tmp
     manifest = json.loads(path.read_text())
     del manifest["config"]["geohint"]["n_boot"]  # as the earlier code wrote it
     path.write_text(json.dumps(manifest))
-    assert config_changes(config_from_dict(doc(echo_rule="name"))).scoring == {}
+    # since session 22 the default is 1000: that campaign's report did change (200 -> 1000 resamples), and says so
+    assert config_changes(config_from_dict(doc(echo_rule="name"))).scoring == {"geohint.n_boot": (200, 1000)}
     assert config_changes(config_from_dict(doc(echo_rule="name", n_boot=200))).scoring == {}
     assert config_changes(config_from_dict(doc(echo_rule="name", n_boot=50))).scoring == {"geohint.n_boot": (200, 50)}
 

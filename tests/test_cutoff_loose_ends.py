@@ -301,7 +301,7 @@ def test_geohint_campaign_passes_boot_seed_to_the_report_stages(tmp_path):
 
     # unset: the [campaign] seed (1) draws the bootstrap, as before the key; the flips and splits keep it always
     for doc, want in ((_boot_doc(tmp_path), 1), (_boot_doc(tmp_path, boot_seed=23), 23)):
-        assert bootstrap_params(config_from_dict(doc)) == (200, want)   # the demo's console Table 1 reads it too
+        assert bootstrap_params(config_from_dict(doc)) == (1000, want)  # the demo's console Table 1 reads it too
         stage = next(s for s in GeoHintCampaign().stages(config_from_dict(doc)) if isinstance(s, GeoHintAggregatorStage))
         assert (stage.seed, stage.boot_seed) == (1, want)
 

@@ -2,7 +2,7 @@
 
 Before: GeoHint drew a fixed 200 resamples (``DEFAULT_N_BOOT``) whatever the campaign said; ``n_boot`` in
 ``[geohint]`` was an unknown key (refused at load), and no report could drop the intervals. Now ``n_boot``
-(default 200, as before; 0 = no intervals) is validated like GeoVerify's (an integer >= 0), recorded in the
+(default 200 then, 1000 since session 22; 0 = no intervals) is validated like GeoVerify's (an integer >= 0), recorded in the
 manifest, a scoring-only key (a change re-scores, no drift warning), and named in the captions.
 
 The campaign runs through the local OpenAI-compatible fake and the Wikidata / Nominatim fakes (sandbox hosts).
@@ -40,10 +40,10 @@ def _doc(tmp_path, **geohint) -> dict:
             **({"geohint": geohint} if geohint else {})}
 
 
-def test_n_boot_is_validated_like_geoverify_and_defaults_to_200(tmp_path):
+def test_n_boot_is_validated_like_geoverify_and_defaults_to_1000(tmp_path):
     from geoagent.geohint.settings import GeoHintSettings
 
-    assert GeoHintSettings().n_boot == 200 == GH.DEFAULT_N_BOOT
+    assert GeoHintSettings().n_boot == 1000 == GH.DEFAULT_N_BOOT  # as GeoVerify's; 200 until session 22
     assert config_from_dict(_doc(tmp_path, n_boot=0)).section("geohint").n_boot == 0
     for bad in (-1, "50", 2.5, True):
         with pytest.raises(ConfigError) as err:
@@ -54,7 +54,7 @@ def test_n_boot_is_validated_like_geoverify_and_defaults_to_200(tmp_path):
 def test_n_boot_is_a_scoring_only_key(tmp_path):
     Manifest(config_from_dict(_doc(tmp_path))).start_run()
     changed = config_changes(config_from_dict(_doc(tmp_path, n_boot=50)))
-    assert changed.calls == [] and changed.scoring == {"geohint.n_boot": (200, 50)}
+    assert changed.calls == [] and changed.scoring == {"geohint.n_boot": (1000, 50)}
 
 
 def test_negative_n_boot_is_refused_by_the_report_functions():

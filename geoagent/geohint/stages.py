@@ -452,7 +452,7 @@ class GeoHintAggregatorStage(LiveAggregatorStage):
         report_interval_s: float | None = None,
         n_flips: int = 10_000,
         n_splits: int = 200,
-        n_boot: int = 200,
+        n_boot: int = 1000,
         seed: int = 0,
         boot_seed: int | None = None,
         figures: bool = True,

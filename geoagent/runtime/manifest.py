@@ -326,6 +326,11 @@ def adopt_sandbox_names(cfg: Any, *, state_dir: str | os.PathLike[str] | None = 
     return changed
 
 
+#: scoring settings whose code used a value before the setting existed (manifests of that code lack the key):
+#: that value, where it differs from today's default (``[geohint] n_boot``: 200 resamples, the default until
+#: session 22 raised it to 1000)
+SETTING_BEFORE_IT_EXISTED: dict[str, Any] = {"geohint.n_boot": 200}
+
 #: config sections whose change between runs does not alter planned work (cap raised after "budget
 #: exhausted", data roots moved, the file renamed)
 _DRIFT_IGNORED = ("budget", "paths", "source", "backend")
@@ -564,12 +569,13 @@ def config_changes_against(old: dict[str, Any] | None, cfg: Any, *,
                 calls.append(k)
                 call_keys.update(changed_keys(b, n, k))
             continue
-        # a scoring key the earlier manifest lacks (its code had no such setting, e.g. [geohint] n_boot before
-        # it could be set: 200 resamples) reads as the section's default, so an upgrade reports no change
+        # a scoring key the earlier manifest lacks (its code had no such setting) reads as the value that code
+        # used (SETTING_BEFORE_IT_EXISTED, e.g. [geohint] n_boot before it could be set: 200 resamples), else as the
+        # section's default, so an upgrade reports a change only where the value did change
         defaults = _section_values(k, None)
         defaults = defaults if isinstance(defaults, dict) else {}
         for key in sorted(keys):
-            old_value = b[key] if key in b else defaults.get(key)
+            old_value = b[key] if key in b else SETTING_BEFORE_IT_EXISTED.get(f"{k}.{key}", defaults.get(key))
             if old_value != n.get(key):
                 scoring[f"{k}.{key}"] = (old_value, n.get(key))
         rest_b = {x: v for x, v in b.items() if x not in keys}
