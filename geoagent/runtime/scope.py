@@ -226,8 +226,9 @@ class PlanDiff:
         the plan (their stored answers are kept but not scored)"``, None when the plan is the recorded one.
 
         ``never_queued``: how many of the planned tasks no earlier run queued (the queue's growth); said when
-        fewer than :attr:`new` (a task an older plan held, planned again, is not asked again when its answer is
-        stored). ``still_queued``: how many of the dropped tasks are still queued, unsent (at most :attr:`dropped`
+        fewer than :attr:`new` ("N requests new to the plan (...; K new tasks, queued by no earlier run)", or with
+        none "N requests back in the plan (... no new task)", as the config-change line says "no new task was
+        planned"): a task an older plan held, planned again, is not asked again when its answer is stored. ``still_queued``: how many of the dropped tasks are still queued, unsent (at most :attr:`dropped`
         is said). ``fate``: what becomes of those: :data:`SET_ASIDE` (default; set aside now,
         :func:`geoagent.engine.set_aside_unplanned`), :data:`SENT_WHILE_WATCHING` (a ``--watch`` run over a
         crawl's folder sets none aside: they are sent all the same, their answers kept but not scored) or
@@ -242,10 +243,16 @@ def plan_change_text(new: int, dropped: int, never_queued: int | None = None, st
     nothing said of what became of the dropped tasks (another process's count, repeated)."""
     if not new and not dropped:
         return None
-    out = f"plan changed since the last run: {count_text(new, 'request')} new (not planned before"
-    if never_queued is not None and never_queued < new:
-        out += f"; {never_queued} of them queued by no earlier run"
-    out += f"), {dropped} planned before no longer in the plan"
+    head = "plan changed since the last run: "
+    if never_queued is not None and new and never_queued <= 0:  # all queued by an earlier (older) plan
+        out = (f"{head}{count_text(new, 'request')} back in the plan (not in the last run's plan, but each queued by "
+               "an earlier run: no new task)")
+    elif never_queued is not None and never_queued < new:
+        out = (f"{head}{count_text(new, 'request')} new to the plan (not in the last run's plan; "
+               f"{count_text(never_queued, 'new task')}, queued by no earlier run)")
+    else:
+        out = f"{head}{count_text(new, 'request')} new (not planned before)"
+    out += f", {dropped} planned before no longer in the plan"
     aside = min(max(0, still_queued), dropped)
     if not dropped or fate is None:
         return out
