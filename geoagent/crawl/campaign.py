@@ -226,7 +226,8 @@ class CrawlCampaign(CampaignKind):
         (:func:`geoagent.crawl.screener.not_admitted_lines`, from the stored screening records); then how many
         referenceability review items are pending and resolved (:func:`geoagent.crawl.review.review_counts_line`,
         from the queue and the resolution table the last run wrote); then how many candidates no ladder draws
-        because their contentious-name screen could not be read (:func:`unscreened_lines`)."""
+        because their contentious-name screen could not be read (:func:`unscreened_lines`). The cities that got
+        fewer sites than ``sites_per_city`` come after the cities not admitted (:func:`shortfall_lines`)."""
         from geoagent.crawl.referenceability import unscreened_lines
         from geoagent.crawl.review import review_counts, review_counts_line
         from geoagent.crawl.screener import not_admitted_lines
@@ -243,7 +244,11 @@ class CrawlCampaign(CampaignKind):
             unscreened = unscreened_lines(cfg.state_dir())
         except OSError:
             unscreened = []
-        return self._trials_status_lines(cfg) + rejected + ([f"  {review}"] if review else []) + unscreened
+        try:
+            short = shortfall_lines(cfg.state_dir(), _settings(cfg))
+        except (OSError, CrawlConfigError):
+            short = []
+        return self._trials_status_lines(cfg) + rejected + short + ([f"  {review}"] if review else []) + unscreened
 
     def _trials_status_lines(self, cfg: Any) -> list[str]:
         path = Path(cfg.state_dir()) / C.REPORT_DIR / SUMMARY_FILE
@@ -290,6 +295,7 @@ class CrawlCampaign(CampaignKind):
         from geoagent.crawl.screener import not_admitted_lines
 
         lines += not_admitted_lines(svc.state_dir, svc.settings.screener)
+        lines += shortfall_lines(svc.state_dir, svc.settings)
         note = getattr(self, "_trials_note", None)
         if note:
             lines.append(f"  {note}")
@@ -317,6 +323,19 @@ class CrawlCampaign(CampaignKind):
         if warning:
             lines.append(f"  {warning}")
         return lines
+
+
+def shortfall_lines(state_dir: str | Path, settings: CrawlSettings) -> list[str]:
+    """The summary's and ``run.py status``'s warning about the cities that got fewer sites than
+    ``[crawl.sampler] sites_per_city`` (:func:`geoagent.crawl.sampler.site_shortfall_lines`, from the sampling
+    records ``<state_dir>/sampling/<city key>.json``; ``settings``: the config's, for records that do not hold the
+    settings they were sampled with); ``[]`` when every sampled city got its sites. The crawl still ends
+    ``complete`` (exit 0): the sampler did all it was asked, under its thresholds."""
+    from geoagent.crawl.sampler import site_shortfall_lines, site_shortfalls
+
+    folder = Path(state_dir) / "sampling"
+    short = site_shortfalls(folder, settings.sampler)
+    return site_shortfall_lines(short, len(list(folder.glob("*.json")))) if short else []
 
 
 def correct_stored_capture_times(state_dir: str | Path) -> dict[str, dict[str, list[str]]]:
@@ -667,11 +686,13 @@ def _write_summary(cfg: Any, svc: Any, status: str, trials: dict[str, Any], *, w
     ``images_root`` and ``sampler_versions`` (``current``: :data:`geoagent.crawl.sampler.SAMPLER_VERSION`;
     ``cities_by_version``: :func:`geoagent.crawl.sampler.recorded_versions`, so a crawl resumed across a change of
     the sampling rules is seen as such), ``review`` (the referenceability review queue's items: ``queued``,
-    ``pending``, ``resolved``: :func:`geoagent.crawl.review.review_counts`). Returns its path."""
+    ``pending``, ``resolved``: :func:`geoagent.crawl.review.review_counts`), ``site_shortfall`` (the cities that
+    got fewer sites than ``sites_per_city``, with the walk's skip counts and the site types without a candidate:
+    :func:`geoagent.crawl.sampler.site_shortfalls`; ``[]`` when none). Returns its path."""
     import time
 
     from geoagent.crawl.review import review_counts
-    from geoagent.crawl.sampler import SAMPLER_VERSION, recorded_versions
+    from geoagent.crawl.sampler import SAMPLER_VERSION, recorded_versions, site_shortfalls
     from geoagent.files import atomic_write_bytes
 
     out = Path(cfg.state_dir()) / C.REPORT_DIR / SUMMARY_FILE
@@ -683,7 +704,8 @@ def _write_summary(cfg: Any, svc: Any, status: str, trials: dict[str, Any], *, w
          "api": svc.api_stats() if api is None else api, "files": files, "images_root": str(svc.images_root),
          "sampler_versions": {"current": SAMPLER_VERSION,
                               "cities_by_version": recorded_versions(svc.state_dir / "sampling")},
-         "review": review_counts(svc.state_dir)},
+         "review": review_counts(svc.state_dir),
+         "site_shortfall": site_shortfalls(svc.state_dir / "sampling", svc.settings.sampler)},
         option=orjson.OPT_INDENT_2))
 
 
