@@ -118,7 +118,7 @@ def test_status_after_a_crawl_rerun_names_the_hosts_of_the_run_it_shows(sandbox_
     n_404 = worked["http"][pv_host]["answers"]["http 404"]
     assert n_404 > 0 and (f"; {n_404} expected 404 answers (articles without views in the date range; not errors)"
                           in out), out
-    assert re.search(rf"^ +pageviews: \d+ requests, 0 retries, error rate 0\.0%; {n_404} expected 404 answers "
+    assert re.search(rf"^ +pageviews: \d+ requests by this run \(\d+ over all runs\), 0 retries, error rate 0\.0%; {n_404} expected 404 answers "
                      r"\(articles without views in the date range; not errors\)$", summary, re.M), summary
 
 

@@ -226,7 +226,8 @@ class CrawlCampaign(CampaignKind):
         (:func:`geoagent.crawl.screener.not_admitted_lines`, from the stored screening records); then how many
         referenceability review items are pending and resolved (:func:`geoagent.crawl.review.review_counts_line`,
         from the queue and the resolution table the last run wrote); then how many candidates no ladder draws
-        because their contentious-name screen could not be read (:func:`unscreened_lines`)."""
+        because their contentious-name screen could not be read (:func:`unscreened_lines`). The cities that got
+        fewer sites than ``sites_per_city`` come after the cities not admitted (:func:`shortfall_lines`)."""
         from geoagent.crawl.referenceability import unscreened_lines
         from geoagent.crawl.review import review_counts, review_counts_line
         from geoagent.crawl.screener import not_admitted_lines
@@ -243,7 +244,11 @@ class CrawlCampaign(CampaignKind):
             unscreened = unscreened_lines(cfg.state_dir())
         except OSError:
             unscreened = []
-        return self._trials_status_lines(cfg) + rejected + ([f"  {review}"] if review else []) + unscreened
+        try:
+            short = shortfall_lines(cfg.state_dir(), _settings(cfg))
+        except (OSError, CrawlConfigError):
+            short = []
+        return self._trials_status_lines(cfg) + rejected + short + ([f"  {review}"] if review else []) + unscreened
 
     def _trials_status_lines(self, cfg: Any) -> list[str]:
         path = Path(cfg.state_dir()) / C.REPORT_DIR / SUMMARY_FILE
@@ -264,12 +269,7 @@ class CrawlCampaign(CampaignKind):
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
         svc = services_from_context(ctx)
         lines = [f"  crawl outputs: {svc.state_dir} (sites.csv, ladders/, image_audit.csv), images: {svc.images_root}"]
-        from geoagent.status import describe_answers
-
-        for api, st in svc.api_stats().items():
-            answers = describe_answers(st["answers"], st["answer_notes"])
-            lines.append(f"  {api:>10}: {st['requests']} requests, {st['retries']} retries, error rate {st['error_rate']:.1%}"
-                         + (f"; {answers}" if answers else ""))
+        lines += request_lines(svc)
         lines.append("  queue counts are per-site tasks (one task fetches or audits all of a site's images); "
                      + image_counts_line(image_counts(svc.state_dir, svc.images_root),
                                          downloaded=svc.downloads_this_run))
@@ -290,6 +290,7 @@ class CrawlCampaign(CampaignKind):
         from geoagent.crawl.screener import not_admitted_lines
 
         lines += not_admitted_lines(svc.state_dir, svc.settings.screener)
+        lines += shortfall_lines(svc.state_dir, svc.settings)
         note = getattr(self, "_trials_note", None)
         if note:
             lines.append(f"  {note}")
@@ -317,6 +318,96 @@ class CrawlCampaign(CampaignKind):
         if warning:
             lines.append(f"  {warning}")
         return lines
+
+
+def request_counts(svc: Any, api: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The crawl APIs' requests (every attempt sent, retries included), for ``crawl_summary.json`` ``requests``:
+    ``this_run`` (API -> requests sent by this process: ``api``, per-API stats taken on the event loop's thread, else
+    ``svc.api_stats()`` now), ``all_runs`` (API -> requests of every run of the crawl, this one included, every
+    process of ``--stages`` too, and runs stopped by SIGINT or killed: the tally files,
+    :func:`geoagent.crawl.tally.request_totals`), ``processes`` (tally files summed), ``unreadable`` (tally files
+    left out), ``earlier_runs_unrecorded`` (True: the crawl ran before the tallies, 2026-12-03, and those runs'
+    requests are not in ``all_runs``) and ``tally_error`` (why this process's tally file could not be written, or
+    None). Both maps have the same APIs (``overpass``, ``wdqs``, ``mapillary``, ``pageviews``, ``thumbnails``)."""
+    from geoagent.crawl.tally import TALLY_APIS, request_totals
+
+    stats = svc.api_stats() if api is None else api
+    totals = request_totals(svc.state_dir)
+    apis = list(dict.fromkeys([*TALLY_APIS, *stats, *totals["requests"]]))
+    this_run = {a: int((stats.get(a) or {}).get("requests", 0)) for a in apis}
+    return {"this_run": this_run, "all_runs": {a: int(totals["requests"].get(a, 0)) for a in apis},
+            "processes": totals["processes"], "unreadable": totals["unreadable"],
+            "earlier_runs_unrecorded": totals["earlier_runs_unrecorded"],
+            "tally_error": getattr(getattr(svc, "tally", None), "error", None)}
+
+
+def crawl_counts(state_dir: str | Path, images_root: str | Path) -> dict[str, Any]:
+    """What the crawl holds now, for ``crawl_summary.json`` ``counts``: ``cities`` (``screened``: rows of
+    ``city_pool.csv``; ``admitted``: its rows with ``eligible`` True), ``sites`` (rows of ``sites.csv``) and
+    ``images`` (:func:`image_counts`: ``kept``, thumbnails kept by the selection and used; ``examined``, kept +
+    ``rejected`` after download; ``rejected`` and ``skipped`` (before download), each reason -> count; ``audited``,
+    rows of ``images.csv``, of which ``usable`` and ``excluded``). A file not written yet counts 0."""
+    import csv
+
+    folder = Path(state_dir)
+
+    def rows(name: str) -> list[dict[str, str]]:
+        if not (folder / name).is_file():
+            return []
+        with open(folder / name, newline="", encoding="utf-8") as f:
+            return list(csv.DictReader(f))
+
+    pool = rows("city_pool.csv")
+    c = image_counts(folder, images_root)
+    images = {"kept": c["kept"], "examined": c["kept"] + sum(c["rejected"].values()),
+              "rejected": dict(c["rejected"]), "skipped": dict(c["skipped"]), "audited": c["audited"],
+              "usable": c["usable"], "excluded": c["excluded"]}
+    return {"cities": {"screened": len(pool), "admitted": sum(r.get("eligible") == "True" for r in pool)},
+            "sites": len(rows("sites.csv")), "images": images}
+
+
+def request_lines(svc: Any) -> list[str]:
+    """The summary's per-API lines: this run's requests, retries and error rate, then the requests over every run
+    of the crawl (:func:`request_counts`), e.g. ``wdqs: 1 request by this run (4 over all runs), 0 retries, error
+    rate 0.0%`` (retries and error rate: this run's), after a head line saying which is which and warning when
+    runs before the tallies (2026-12-03) are missing from the totals or this run's tally could not be written."""
+    from geoagent.status import describe_answers
+
+    stats = svc.api_stats()
+    rc = request_counts(svc, stats)
+    head = ("  API requests: by this run, and over every run of this crawl in parentheses (every attempt, retries "
+            f"included; the tallies of {count_text(rc['processes'], 'process', 'processes')} that sent any, runs "
+            "stopped or killed included: api_requests/; crawl_summary.json requests.this_run, requests.all_runs)")
+    if rc["earlier_runs_unrecorded"]:
+        head += ("; warning: runs of this crawl before 2026-12-03 kept no count, so their requests are not in the "
+                 "totals")
+    if rc["tally_error"]:
+        head += f"; warning: this run's requests could not be kept: {rc['tally_error']}"
+    lines = [head]
+    for api in rc["this_run"]:
+        st = stats.get(api)
+        n, total = rc["this_run"][api], rc["all_runs"][api]
+        if st is None and not total:
+            continue
+        line = f"  {api:>10}: {count_text(n, 'request')} by this run ({total} over all runs)"
+        if st is not None:
+            answers = describe_answers(st["answers"], st["answer_notes"])
+            line += f", {st['retries']} retries, error rate {st['error_rate']:.1%}" + (f"; {answers}" if answers else "")
+        lines.append(line)
+    return lines
+
+
+def shortfall_lines(state_dir: str | Path, settings: CrawlSettings) -> list[str]:
+    """The summary's and ``run.py status``'s warning about the cities that got fewer sites than
+    ``[crawl.sampler] sites_per_city`` (:func:`geoagent.crawl.sampler.site_shortfall_lines`, from the sampling
+    records ``<state_dir>/sampling/<city key>.json``; ``settings``: the config's, for records that do not hold the
+    settings they were sampled with); ``[]`` when every sampled city got its sites. The crawl still ends
+    ``complete`` (exit 0): the sampler did all it was asked, under its thresholds."""
+    from geoagent.crawl.sampler import site_shortfall_lines, site_shortfalls
+
+    folder = Path(state_dir) / "sampling"
+    short = site_shortfalls(folder, settings.sampler)
+    return site_shortfall_lines(short, len(list(folder.glob("*.json")))) if short else []
 
 
 def correct_stored_capture_times(state_dir: str | Path) -> dict[str, dict[str, list[str]]]:
@@ -667,11 +758,15 @@ def _write_summary(cfg: Any, svc: Any, status: str, trials: dict[str, Any], *, w
     ``images_root`` and ``sampler_versions`` (``current``: :data:`geoagent.crawl.sampler.SAMPLER_VERSION`;
     ``cities_by_version``: :func:`geoagent.crawl.sampler.recorded_versions`, so a crawl resumed across a change of
     the sampling rules is seen as such), ``review`` (the referenceability review queue's items: ``queued``,
-    ``pending``, ``resolved``: :func:`geoagent.crawl.review.review_counts`). Returns its path."""
+    ``pending``, ``resolved``: :func:`geoagent.crawl.review.review_counts`), ``site_shortfall`` (the cities that
+    got fewer sites than ``sites_per_city``, with the walk's skip counts and the site types without a candidate:
+    :func:`geoagent.crawl.sampler.site_shortfalls`; ``[]`` when none), ``requests`` (the crawl APIs' requests of
+    this run and of every run of the crawl: :func:`request_counts`; ``api`` has this run's only) and ``counts`` (the
+    crawl's cities, sites and images: :func:`crawl_counts`). Returns its path."""
     import time
 
     from geoagent.crawl.review import review_counts
-    from geoagent.crawl.sampler import SAMPLER_VERSION, recorded_versions
+    from geoagent.crawl.sampler import SAMPLER_VERSION, recorded_versions, site_shortfalls
     from geoagent.files import atomic_write_bytes
 
     out = Path(cfg.state_dir()) / C.REPORT_DIR / SUMMARY_FILE
@@ -683,7 +778,9 @@ def _write_summary(cfg: Any, svc: Any, status: str, trials: dict[str, Any], *, w
          "api": svc.api_stats() if api is None else api, "files": files, "images_root": str(svc.images_root),
          "sampler_versions": {"current": SAMPLER_VERSION,
                               "cities_by_version": recorded_versions(svc.state_dir / "sampling")},
-         "review": review_counts(svc.state_dir)},
+         "review": review_counts(svc.state_dir),
+         "site_shortfall": site_shortfalls(svc.state_dir / "sampling", svc.settings.sampler),
+         "requests": request_counts(svc, api), "counts": crawl_counts(svc.state_dir, svc.images_root)},
         option=orjson.OPT_INDENT_2))
 
 

@@ -154,10 +154,22 @@ class SamplingResult:
     sites: list[dict[str, Any]] = field(default_factory=list)
     walk: list[dict[str, Any]] = field(default_factory=list)
     coverage_calls: int = 0
+    #: configured site type name (``[crawl.sampler] site_types`` key) -> how many eligible candidates are of that
+    #: type (an item of several types counts under each); None when not counted (:func:`walk_candidates` alone)
+    candidates_by_type: dict[str, int] | None = None
+    #: the ``[crawl.sampler]`` settings the city was sampled with (:meth:`SamplerSettings.model_dump`); None: unknown
+    settings: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"city": self.city.model_dump(), "seed": self.seed, "n_candidates": self.n_candidates, "sites": self.sites,
-                "walk": self.walk, "coverage_calls": self.coverage_calls, "sampler_version": SAMPLER_VERSION}
+        """The city's sampling record (``sampling/<city key>.json``): these fields, ``candidates_by_type`` and
+        ``settings`` only when known (records written before 2026-12-03 have neither), and ``sampler_version``."""
+        out = {"city": self.city.model_dump(), "seed": self.seed, "n_candidates": self.n_candidates, "sites": self.sites,
+               "walk": self.walk, "coverage_calls": self.coverage_calls, "sampler_version": SAMPLER_VERSION}
+        if self.candidates_by_type is not None:
+            out["candidates_by_type"] = dict(self.candidates_by_type)
+        if self.settings is not None:
+            out["settings"] = dict(self.settings)
+        return out
 
 
 #: the :func:`recorded_versions` key of sampling records that carry no ``sampler_version``
@@ -309,6 +321,13 @@ async def sample_sites(city: CitySpec, wdqs: Any, mapillary: Any, settings: Samp
     res = await walk_candidates(city, shuffled(cands, seed), coverage, settings, seed, n_candidates=len(cands),
                                 taken_ids=taken_ids, claimed=claimed)
     res.walk[:0] = [{"qid": q, "decision": "skip_no_sitelinks"} for q in unreadable]
+    eligible = {c.qid for c in cands}
+    by_type: dict[str, set[str]] = {}
+    for e in ents:
+        if e.qid in eligible and e.type_qid:
+            by_type.setdefault(e.type_qid, set()).add(e.qid)
+    res.candidates_by_type = {name: len(by_type.get(q, ())) for name, q in settings.site_types.items()}
+    res.settings = settings.model_dump(mode="json")
     return res
 
 
@@ -331,3 +350,107 @@ def write_sites_csv(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
         for r in rows:
             w.writerow({k: _csv_value(r.get(k, "")) for k in SITES_COLUMNS})
     return path
+
+
+#: why the walk skipped a candidate (its decision in ``sampling/<city>.json``), as the shortfall line says it;
+#: ``{s}``: the record's ``[crawl.sampler]`` settings
+_SKIP_WORDS = {
+    "skip_coverage": "below min_coverage {min_coverage} Mapillary images within {coverage_radius_m:g} m",
+    "skip_spacing": "within min_spacing_m {min_spacing_m:g} m of a site already taken",
+    "skip_no_label": "without a label (named by the bare QID)",
+    "skip_other_city": "already a site of another city of the crawl",
+    "skip_no_sitelinks": "with an unreadable sitelink count",
+}
+
+
+def site_shortfalls(sampling_dir: str | Path, settings: SamplerSettings) -> list[dict[str, Any]]:
+    """The sampled cities that got fewer sites than ``sites_per_city``, read from the sampling records
+    ``<sampling_dir>/<city key>.json`` (the crawl's ``sampling/`` folder; sorted by file name; unreadable records
+    are left out; no folder: ``[]``).
+
+    Each: ``city`` (name), ``sites`` (taken), ``sites_per_city`` (asked), ``n_candidates`` (eligible Wikidata items
+    the walk started from), ``skipped`` (walk decision -> count, e.g. ``{"skip_coverage": 7}``: every candidate the
+    walk did not take; :func:`walk_candidates`), ``types_without_candidates`` (the configured site type names with no
+    eligible candidate at all; None when the record predates ``candidates_by_type``, 2026-12-03) and ``settings``
+    (the ``[crawl.sampler]`` settings the city was sampled with; those of ``settings`` for a record that predates
+    them, ``settings_recorded`` False). The number of sites is the number of clusters behind every confidence
+    interval of a campaign over the crawl, so a short city is said in the summary, ``crawl_summary.json``
+    (``site_shortfall``) and ``run.py status`` (:func:`site_shortfall_lines`)."""
+    import orjson
+
+    out: list[dict[str, Any]] = []
+    folder = Path(sampling_dir)
+    for p in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            rec = orjson.loads(p.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            continue
+        if not isinstance(rec, dict):
+            continue
+        recorded = rec.get("settings") if isinstance(rec.get("settings"), dict) else None
+        used = recorded or settings.model_dump(mode="json")
+        asked = int(used.get("sites_per_city") or settings.sites_per_city)
+        n_sites = len(rec.get("sites") or [])
+        if n_sites >= asked:
+            continue
+        skipped: dict[str, int] = {}
+        for w in rec.get("walk") or []:
+            d = w.get("decision") if isinstance(w, dict) else None
+            if isinstance(d, str) and d != "take":
+                skipped[d] = skipped.get(d, 0) + 1
+        by_type = rec.get("candidates_by_type")
+        city = rec.get("city")
+        out.append({
+            "city": str(city.get("city")) if isinstance(city, dict) and city.get("city") else p.stem,
+            "sites": n_sites, "sites_per_city": asked, "n_candidates": int(rec.get("n_candidates") or 0),
+            "skipped": skipped,
+            "types_without_candidates": ([k for k, v in by_type.items() if not v] if isinstance(by_type, dict)
+                                         else None),
+            "settings": used, "settings_recorded": recorded is not None,
+        })
+    return out
+
+
+def site_shortfall_lines(shortfalls: Sequence[dict[str, Any]], n_sampled: int, *, limit: int = 20) -> list[str]:
+    """The summary's and ``run.py status``'s lines for :func:`site_shortfalls` (``[]`` when no city is short) of a
+    crawl that sampled ``n_sampled`` cities (its sampling records): a
+    head line, one line per city (at most ``limit``, the rest counted), e.g. ``Sandbox City: 1 of 4 sites (8
+    candidates: 7 below min_coverage 8 Mapillary images within 150 m, 1 taken); no candidate of the configured site
+    types church, square``, and one naming the settings to relax. Indented for the console (two spaces, four for
+    the cities)."""
+    if not shortfalls:
+        return []
+    asked = sorted({s["sites_per_city"] for s in shortfalls})
+    lines = [f"  warning: site sampler: {len(shortfalls)} of {n_sampled} sampled cities got fewer sites than "
+             f"sites_per_city {', '.join(map(str, asked))} (the sites are the clusters behind every confidence "
+             "interval of a campaign over this crawl; sampling/<city>.json, crawl_summary.json site_shortfall):"]
+    for s in shortfalls[:limit]:
+        st = s["settings"]
+        order = list(_SKIP_WORDS)
+        parts = []
+        for d in sorted(s["skipped"], key=lambda d: order.index(d) if d in order else len(order)):
+            words = _SKIP_WORDS.get(d, d)
+            try:
+                words = words.format(**st)
+            except (KeyError, ValueError):
+                pass
+            parts.append(f"{s['skipped'][d]} {words}")
+        if s["sites"]:
+            parts.append(f"{s['sites']} taken")
+        line = (f"    {s['city']}: {s['sites']} of {s['sites_per_city']} sites ({s['n_candidates']} candidate"
+                f"{'' if s['n_candidates'] == 1 else 's'}" + (f": {', '.join(parts)})" if parts else ")"))
+        types = s["types_without_candidates"]
+        if types is None:
+            line += "; which site types gave no candidate was not recorded (sampled before 2026-12-03)"
+        elif types:
+            line += f"; no candidate of the configured site types {', '.join(types)}"
+        lines.append(line)
+    if len(shortfalls) > limit:
+        lines.append(f"    and {len(shortfalls) - limit} more cities")
+    st = shortfalls[0]["settings"]
+    n_types = len(st.get("site_types") or {})
+    lines.append(f"    relax [crawl.sampler] min_coverage ({st.get('min_coverage')} images), max_sitelinks "
+                 f"({st.get('max_sitelinks')}), min_spacing_m ({float(st.get('min_spacing_m') or 0):g} m) or site_types "
+                 f"({n_types} type{'' if n_types == 1 else 's'}) for more sites, and crawl under a new [campaign] name "
+                 "(a city's stored sampling is kept when the crawl resumes)")
+    return lines

@@ -158,6 +158,9 @@ class CrawlServices:
     #: thumbnails this process downloaded (the fetcher's ``FetchResult.downloads`` of the sites it fetched; a
     #: reused selection, or a thumbnail already on disk, adds none): the summary's images line
     downloads_this_run: int = 0
+    #: this process's requests to the crawl's APIs, kept in its tally file as they are sent
+    #: (:class:`geoagent.crawl.tally.RequestTally`; set by :func:`services_from_context`, None otherwise)
+    tally: Any = None
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     _ref_auditor: ReferenceabilityAuditor | None = None
     #: identities of the WDQS splits in the decision log (:func:`split_identity`) up to byte ``_split_offset``
@@ -211,6 +214,22 @@ class CrawlServices:
                 append_jsonl(path, [full])
 
         return log
+
+    def api_of(self, host: str) -> str | None:
+        """Which crawl API a request to ``host`` (an HTTP client host key, ``"hostname[:port]"``) is counted under, as
+        :meth:`api_stats` groups them: ``overpass``, ``wdqs``, ``mapillary``, ``pageviews`` or ``thumbnails`` (a
+        thumbnail CDN host other than the Graph API's); None for any other host (an auditor's model host)."""
+        if host in self.overpass.hosts:
+            return "overpass"
+        if host == self.wdqs.host:
+            return "wdqs"
+        if host == self.mapillary.host:
+            return "mapillary"
+        if self.pageviews is not None and host == self.pageviews.host:
+            return "pageviews"
+        if host in self.mapillary.thumb_hosts:
+            return "thumbnails"
+        return None
 
     def api_stats(self) -> dict[str, dict[str, Any]]:
         """Per API: requests, retries, errors by reason and error rate (for ``status``).
@@ -363,7 +382,9 @@ def build_crawl_services(settings: CrawlSettings, http: Any, *, state_dir: str |
 def services_from_context(ctx: StageContext) -> CrawlServices:
     """The crawl services of a campaign run by the engine: built once from the engine's services
     (``config`` with its ``[crawl]`` section, ``http``, ``providers``, ``state_dir``) and stored at
-    ``ctx.services["crawl"]``. Images go to ``<state root>/images``; the temporary files that a crawl
+    ``ctx.services["crawl"]``. Each request the HTTP client sends to a crawl API is counted in this process's
+    tally file (:class:`geoagent.crawl.tally.RequestTally`, ``<state_dir>/api_requests/``: the summary's requests
+    over every run). Images go to ``<state root>/images``; the temporary files that a crawl
     killed inside an image write left there are removed first (:func:`geoagent.files.remove_stale_temp_files`:
     only those of processes that no longer exist, so a crawl running meanwhile keeps its own)."""
     from geoagent.files import remove_stale_temp_files
@@ -381,6 +402,12 @@ def services_from_context(ctx: StageContext) -> CrawlServices:
                                configured_hosts=list(getattr(cfg, "hosts", {}) or {}),
                                dotenv_path=ctx.services.get("dotenv_path"))
     remove_stale_temp_files(svc.images_root)
+    from geoagent.crawl.tally import RequestTally
+
+    svc.tally = RequestTally(svc.state_dir, svc.api_of)
+    listeners = getattr(svc.http, "request_listeners", None)
+    if isinstance(listeners, list):
+        listeners.append(svc.tally.count)
     svc.ledger = ctx.services.get("ledger")
     svc.store = ctx.services.get("store")  # a paid answer is stored with its settlement (llmcall.metered_generate)
     budget = getattr(cfg, "budget", None)

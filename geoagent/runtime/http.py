@@ -1086,6 +1086,11 @@ class HttpClient:
         self._limits: dict[str, _HostState] = {}
         self._session: Any = None  # aiohttp.ClientSession, created in start()
         self._host_listener: Any = None  # see set_host_listener
+        #: called with the host's key (``"hostname[:port]"``) each time an attempt is counted in the host's
+        #: ``requests`` (:meth:`stats`), as it is counted: a caller that must keep the count durably (the crawl's
+        #: per-process request tally, :class:`geoagent.crawl.tally.RequestTally`) appends itself; a listener must not
+        #: raise
+        self.request_listeners: list[Callable[[str], None]] = []
         self._stopping = False  # stop_retries() was called
         self._stop_event: asyncio.Event | None = None  # wakes requests backing off (made in the running loop)
 
@@ -1654,6 +1659,8 @@ class HttpClient:
             counter.attempts += 1
             counter.unreached = False
             host.stats.requests += 1
+            for listener in self.request_listeners:
+                listener(host.key)
 
             def _mark_sent(when_s: float, sent: bool) -> None:
                 throttle.stamp(slot, when_s)
