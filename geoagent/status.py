@@ -221,7 +221,7 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     spend = None
     answered: dict[str, int] = {}
     if state_exists(cfg):
-        with open_state(cfg, recover=False) as state:
+        with open_state(cfg, recover=False, make_state_dir=False) as state:  # status only reads
             spend = state.ledger.summary().to_json()
             spend["by_model"] = state.ledger.spend_by_model()
             from geoagent.engine import gone_reservations, gone_reservations_by_model
@@ -379,7 +379,8 @@ def missing_state_text(cfg: Any, queues: dict[str, QueueCounts]) -> str | None:
     qdir = (Path(cfg.queues_root()) / cfg.name).absolute()
     head = (f"no state of campaign {cfg.name} found under the state root {Path(cfg.state_root()).absolute()} (set "
             f"by {cfg.state_root_source()}): no {here / C.CAMPAIGN_DB}, yet its queues in {qdir} hold work "
-            f"({done} tasks done, {left} queued or dead): its spend and answers are not shown, and it is not known "
+            f"({done} tasks done, {left} queued or dead, over its {len(queues)} edges): its spend and answers are not "
+            "shown, and it is not known "
             "to be complete")
     rec = recorded_state_dir(qdir)
     where = f" (recorded in {qdir / C.QUEUES_STATE_FILE})"

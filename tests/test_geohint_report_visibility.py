@@ -257,9 +257,9 @@ def test_few_sites_note_does_not_claim_the_exact_bound_for_a_sampled_p():
     label = GH._flip_label("item", "hit", "forced_warn", "forced", agg.models, sites)
     assert p_all == _hand_p(np.ones(6), 50, seed, label) == 1 / 51  # no flip reached |T|: the sampled p's floor
     assert p_all < bound  # the sampled p fell below the exact minimum
-    assert "all sites: G = 6, p >= 0.0312" not in t8.notes, t8.notes
+    assert "all sites: G = 6, p >= 0.03125" not in t8.notes, t8.notes
     assert "all sites: G = 6" in t8.notes  # the group is still named, with the exact minimum as a reference
     # with enough flips the same group is enumerated and the bound holds as stated
     t8x = GH.table_paired(agg, "forced_warn", "forced", name="table8", n_flips=10_000, seed=0)
-    assert "all sites: G = 6, p >= 0.0312" in t8x.notes
+    assert "all sites: G = 6, p >= 0.03125" in t8x.notes
     assert next(r[8] for r in t8x.rows if r[0] == "all sites" and r[1] == "forced_warn") == pytest.approx(bound)

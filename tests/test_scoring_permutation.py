@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -180,3 +181,21 @@ def test_enumeration_of_20_sites_is_exact_and_memory_bounded():
     assert res.exact and res.n_flips == 2**20
     assert res.p_value == pytest.approx(_exact_p_by_subset_sums(D), abs=1e-15)
     assert peak_mb < 64, peak_mb
+
+
+def test_the_few_sites_bound_and_the_smallest_p_agree():
+    """Review rev22b: the few-sites note printed 2/2^6 = 0.03125 as "p >= 0.0312" (below the bound, the error
+    p_text fixes for the cells), while the smallest p's cell read 0.031. The bound is printed exactly; a cell
+    rounds to 2 digits and may read below it only by that rounding, never by a tie."""
+    import re
+
+    from geoagent.report.geohint import _fmt, few_sites_note, perm_p
+
+    for g in range(1, 7):
+        sites = [f"s{i}" for i in range(g)]
+        res = paired_site_permutation_test(sites, [1.0] * g, [0.0] * g, n_flips=10_000, seed=0)
+        assert res.exact and res.p_value == pytest.approx(2 / 2**g)
+        bound = re.search(r"p >= ([0-9]+(?:\.[0-9]+)?)", few_sites_note([("all sites", g)], 10_000)).group(1)
+        assert float(bound) == 2 / 2**g, bound  # exact
+        cell = float(_fmt(perm_p(res), "permp"))
+        assert abs(cell - 2 / 2**g) <= 0.5 * 10 ** (math.floor(math.log10(2 / 2**g)) - 1) + 1e-15

@@ -67,7 +67,7 @@ def test_a_downstream_stages_process_waits_for_the_upstream_process_at_work(tmp_
         while _responses_done(tmp_path, name) < 5:  # the model caller is at work
             assert up.poll() is None and time.monotonic() < deadline, up.communicate(timeout=10)
             time.sleep(0.05)
-        monkeypatch.setattr("geoagent.runtime.worker.WAIT_SAID_AFTER_S", 1.0)  # 40 calls at 10/s: ~4 s of waiting
+        monkeypatch.setattr("geoagent.runtime.worker.WAIT_SAID_AFTER_S", 0.0)  # its first wait (the unit test below: 5 s)
         rc = main(["run", str(cfg), "--stages", "collector", "--no-live"])
         out = capsys.readouterr().out
         err = caplog.text  # the CLI's warning lines (stderr outside pytest, which holds the logging handlers)
@@ -109,3 +109,30 @@ def test_a_whole_campaign_run_records_its_ended_stages_too(tmp_path, monkeypatch
     assert main(["run", str(cfg), "--no-live"]) == 0
     run = json.loads((tmp_path / "state" / "ended" / "manifest.json").read_text(encoding="utf-8"))["runs"][-1]
     assert sorted(run["stages_ended"]) == sorted(run["stages"]) == ["collector", "model_caller"], run
+
+
+def test_the_wait_line_needs_one_unbroken_wait(monkeypatch, caplog):
+    """The line comes after WAIT_SAID_AFTER_S s of one unbroken wait, once: a drained moment at the start followed
+    by minutes of steady work did not count as a wait (review rev22b: the line came at the next drained instant)."""
+    import logging
+    import types
+
+    import geoagent.runtime.worker as w
+
+    clock = [1000.0]
+    monkeypatch.setattr(w.time, "monotonic", lambda: clock[0])
+    runner = w.StageRunner.__new__(w.StageRunner)  # only the wait bookkeeping of a runner
+    runner._waiting_since, runner._wait_said, runner.stage = None, False, types.SimpleNamespace(name="collector")
+    said = "stage collector: its input is drained; waiting for stage model_caller"
+    with caplog.at_level(logging.WARNING):
+        runner._say_waiting("model_caller", "requests")  # drained a moment ...
+        runner._waiting_since = None  # ... then work came (as _input_exhausted does when its input is not drained)
+        clock[0] += 600.0
+        runner._say_waiting("model_caller", "requests")  # drained again: a new wait
+        clock[0] += w.WAIT_SAID_AFTER_S - 0.1
+        runner._say_waiting("model_caller", "requests")
+        assert said not in caplog.text
+        clock[0] += 0.2
+        runner._say_waiting("model_caller", "requests")
+        runner._say_waiting("model_caller", "requests")
+    assert caplog.text.count(said) == 1, caplog.text

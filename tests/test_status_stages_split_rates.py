@@ -18,6 +18,8 @@ import re
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from geoagent.cli import main
 
 MODELS = "".join(f"""
@@ -72,3 +74,29 @@ def test_a_finished_stage_of_one_commit_counts_from_its_first_lease_not_its_star
     for later in (101.0, 160.0, 1000.0):  # finished: its rate stays that of its working span
         assert st.rate_per_s(now=later) == 80.0
         assert st.as_dict(now=later)["rate_window_s"] == 1.0
+
+
+def test_a_finished_stage_s_rate_counts_its_whole_working_span():
+    """Review rev22b: a finished stage whose window held its first commit left that commit's tasks and the time
+    before it out of the rate: 300 tasks committed at 0.5 s, then 1 at 10.5 s showed 0.1/s (the 1 task over 10 s);
+    300 at 3.0 s and 1 at 3.001 s showed 1000/s. Now every task over the span from the first lease."""
+    from geoagent.runtime.worker import StageStats
+
+    late = StageStats("model_caller", started_at=0.0)
+    late.note_leased(301, now=0.0)
+    late.record_done(300, now=0.5)
+    late.record_done(1, now=10.5)
+    late.finished = True
+    assert late.rate_per_s(20.0) == pytest.approx(301 / 10.5)
+    assert late.as_dict(20.0)["rate_window_s"] == pytest.approx(10.5)
+    close = StageStats("parser", started_at=0.0)
+    close.note_leased(301, now=1.0)
+    close.record_done(300, now=3.0)
+    close.record_done(1, now=3.001)
+    close.finished = True
+    assert close.rate_per_s(20.0) == pytest.approx(301 / 2.001)
+    running = StageStats("parser", started_at=0.0)  # still running: the window of its commits, falling with time
+    running.note_leased(301, now=0.0)
+    running.record_done(300, now=0.5)
+    running.record_done(1, now=10.5)
+    assert running.rate_per_s(20.0) == pytest.approx(1 / 19.5)

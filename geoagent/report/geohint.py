@@ -1437,8 +1437,8 @@ def few_sites_note(n_sites: Sequence[tuple[str, int]], n_flips: int | None = Non
     if not few:
         return ""
     g_exact = FEW_FLIP_SITES if n_flips is None else exact_max_sites(n_flips)
-    parts = [f"{label}: G = {g}, p >= {min_flip_p(g):.3g}" if g <= g_exact else
-             f"{label}: G = {g}, exact p >= {min_flip_p(g):.3g} (p here is sampled from {n_flips} flips and may fall "
+    parts = [f"{label}: G = {g}, p >= {min_flip_p(g):g}" if g <= g_exact else
+             f"{label}: G = {g}, exact p >= {min_flip_p(g):g} (p here is sampled from {n_flips} flips and may fall "
              "below it by chance)" for label, g in few]
     return ("Few sites: with G sites a two-sided site-flip test cannot give p below 2/2^G (the observed signs and "
             "their mirror image), so p here cannot be small: " + "; ".join(parts) + ".")

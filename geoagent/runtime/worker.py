@@ -214,8 +214,8 @@ DEFER_MAX_S = 30.0
 DEFER_STEP_S = 0.25
 #: leases in a row that found only tasks of full lanes before the lease loop waits for a lane to free a slot
 WALK_LEASES = 4
-#: seconds after a burst stage first found its input drained while another process's upstream stage worked, before
-#: it says that it waits (once)
+#: seconds a burst stage's input stays drained on end while another process's upstream stage works before it says
+#: that it waits (once)
 WAIT_SAID_AFTER_S = 5.0
 #: the window of the per-lane rates in the progress stream (StageStats.lane_rates), s
 LANE_RATE_WINDOW_S = 10.0
@@ -361,7 +361,12 @@ class StageStats:
     def _window(self) -> tuple[int, float]:
         """``(tasks, since)``: the tasks the display rate counts and the monotonic time it counts them from: the
         window of the last ~64 commits (from its first commit); with fewer than two commits every task, from the
-        stage's first lease (:attr:`first_work_at`; its start when it leased nothing yet)."""
+        stage's first lease (:attr:`first_work_at`; its start when it leased nothing yet). A finished stage whose
+        window still holds its first commit (64 commits or fewer) counts every task from its first lease: its
+        whole working span (the window from the first commit left out the first commit's tasks and the time
+        before it: 300 tasks committed at once, then 1 more, showed the rate of the 1)."""
+        if self.finished and self._recent and self._recent[0] == self._first_commit:
+            return self.done, self.started_at if self.first_work_at is None else self.first_work_at
         if len(self._recent) >= 2 and self._recent[-1][0] > self._recent[0][0]:
             (t0, n0), (_, n1) = self._recent[0], self._recent[-1]
             return n1 - n0, t0
@@ -765,7 +770,7 @@ class StageRunner:
         self.foreign_upstream = tuple(foreign_upstream)
         self._stages_elsewhere = stages_elsewhere
         self._elsewhere_cache: tuple[float, Collection[str]] | None = None
-        self._waiting_since: float | None = None  # when it first found its input drained while a foreign upstream worked
+        self._waiting_since: float | None = None  # since when its input is drained while a foreign upstream works
         self._wait_said = False
         self.poll_s = poll_s
         self.commit_every = commit_every
@@ -1179,14 +1184,15 @@ class StageRunner:
         # held tasks stay leased by this runner until it ends (module docstring: held tasks)
         drained = counts.ready == 0 and counts.leased <= len(self._held)
         if busy_upstream is None or not drained:
+            self._waiting_since = None  # the wait the line speaks of is one unbroken wait
             return drained
         self._say_waiting(*busy_upstream)
         return False
 
     def _say_waiting(self, stage: str, edge: str) -> None:  # edge: the input of ``stage``
-        """Once per runner, :data:`WAIT_SAID_AFTER_S` after it first found its input drained while a stage upstream
-        that another process runs still works: a warning line saying it waits (with ``--no-live`` nothing else shows
-        that the process is alive and why it goes on)."""
+        """Once per runner, when its input has stayed drained for :data:`WAIT_SAID_AFTER_S` s on end while a stage
+        upstream that another process runs still works: a warning line saying it waits (with ``--no-live`` nothing
+        else shows that the process is alive and why it goes on)."""
         now = time.monotonic()
         if self._waiting_since is None:
             self._waiting_since = now
