@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from pathlib import Path
 
 import pytest
 
