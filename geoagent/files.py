@@ -463,6 +463,20 @@ def without_lone_surrogates(value: Any) -> Any:
     return value
 
 
+def json_records(folder: str | Path) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """``(path, record)`` for each ``*.json`` file directly in ``folder`` (file-name order) that holds a JSON object;
+    a file that cannot be read or parsed (a torn write of a crash), other JSON and a missing folder are skipped.
+    The crawl's per-city records (``screening/``, ``sampling/``) are read so."""
+    folder = Path(folder)
+    for p in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            rec = orjson.loads(p.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            continue
+        if isinstance(rec, dict):
+            yield p, rec
+
+
 def loads_record(data: bytes) -> Any:
     """One JSON value of a recorded line (a release's raw-answer JSONL): ``orjson.loads``, except that a string
     holding a lone UTF-16 surrogate escape (``"\\ud83d"``: an emoji cut in half at the output-token limit, as

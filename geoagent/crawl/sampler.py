@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from geoagent.clients.wdqs import WdEntity
-from geoagent.geo import haversine_km
 from geoagent.crawl.settings import CitySpec, SamplerSettings
+from geoagent.files import json_records
+from geoagent.geo import haversine_km
 from geoagent.paths import safe_name
 
 #: Version of the sampling rules that can move a site, recorded in each city's sampling record
@@ -181,17 +182,9 @@ def recorded_versions(sampling_dir: str | Path) -> dict[str, list[str]]:
     :data:`UNRECORDED` for a record without one) -> the cities' names (sorted), read from the sampling records
     ``<sampling_dir>/<city key>.json`` (the crawl's ``sampling/`` folder). Unreadable records are left out; no
     folder: ``{}``."""
-    import orjson
-
     out: dict[str, list[str]] = {}
     folder = Path(sampling_dir)
-    for p in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        try:
-            rec = orjson.loads(p.read_bytes())
-        except (OSError, orjson.JSONDecodeError):
-            continue
-        if not isinstance(rec, dict):
-            continue
+    for p, rec in json_records(folder):
         city = rec.get("city")
         name = str(city.get("city")) if isinstance(city, dict) and city.get("city") else p.stem
         v = rec.get("sampler_version")
@@ -376,17 +369,9 @@ def site_shortfalls(sampling_dir: str | Path, settings: SamplerSettings) -> list
     them, ``settings_recorded`` False). The number of sites is the number of clusters behind every confidence
     interval of a campaign over the crawl, so a short city is said in the summary, ``crawl_summary.json``
     (``site_shortfall``) and ``run.py status`` (:func:`site_shortfall_lines`)."""
-    import orjson
-
     out: list[dict[str, Any]] = []
     folder = Path(sampling_dir)
-    for p in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        try:
-            rec = orjson.loads(p.read_bytes())
-        except (OSError, orjson.JSONDecodeError):
-            continue
-        if not isinstance(rec, dict):
-            continue
+    for p, rec in json_records(folder):
         recorded = rec.get("settings") if isinstance(rec.get("settings"), dict) else None
         used = recorded or settings.model_dump(mode="json")
         asked = int(used.get("sites_per_city") or settings.sites_per_city)

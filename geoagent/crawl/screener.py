@@ -24,6 +24,7 @@ import numpy as np
 
 from geoagent.crawl.geo import haversine_matrix_km
 from geoagent.crawl.settings import CitySpec, ScreenerSettings
+from geoagent.files import json_records
 
 #: Columns of the release's ``data/city_pool.csv``, in order.
 RELEASE_CITY_POOL_COLUMNS: tuple[str, ...] = (
@@ -404,18 +405,10 @@ def not_admitted_lines(state_dir: str | Path, settings: ScreenerSettings, *,
     ``city_pool.csv``), one line each with :func:`not_admitted_reasons`, after a header naming the rule (seed 000
     Sec. 3.1). At most ``limit`` cities are named; a last line counts the rest. ``[]`` when every screened city
     was admitted (or none was screened). Unreadable records are skipped."""
-    import orjson
-
     folder = Path(state_dir) / "screening"
     recs: list[dict[str, Any]] = []
     n_screened = 0
-    for p in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        try:
-            rec = orjson.loads(p.read_bytes())
-        except (OSError, orjson.JSONDecodeError):
-            continue
-        if not isinstance(rec, dict):
-            continue
+    for p, rec in json_records(folder):
         n_screened += 1
         if not rec.get("eligible"):
             recs.append(rec)

@@ -219,6 +219,14 @@ local function enqueue(key)
   redis.call('HSET', ENT, key, id)
   redis.call('HSET', ST, key, 'ready')
 end
+-- a dead or done task back to ready with a clean record: its failed attempts, recorded charges and killing charge
+-- forgotten, a fresh stream entry (requeue_dead, reopen_done; counts are the caller's business)
+local function revive(key)
+  redis.call('HDEL', ATT, key)
+  redis.call('HDEL', CHG, key)
+  redis.call('HDEL', KILL, key)
+  enqueue(key)
+end
 -- take a leased task out of the PEL and the stream, and drop its lease
 local function unlink(key)
   local id = redis.call('HGET', ENT, key)
@@ -487,10 +495,7 @@ return once(function()
   for _, key in ipairs(keys) do
     if redis.call('HGET', ST, key) == 'dead' then
       redis.call('ZREM', DEAD, key)
-      redis.call('HDEL', ATT, key)
-      redis.call('HDEL', CHG, key)
-      redis.call('HDEL', KILL, key)
-      enqueue(key)
+      revive(key)
       moved = moved + 1
     end
   end
@@ -510,10 +515,7 @@ return once(function()
   for i = 3, #ARGV do
     local key = ARGV[i]
     if redis.call('HGET', ST, key) == 'done' then
-      redis.call('HDEL', ATT, key)
-      redis.call('HDEL', CHG, key)
-      redis.call('HDEL', KILL, key)
-      enqueue(key)
+      revive(key)
       moved = moved + 1
     end
   end
