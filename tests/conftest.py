@@ -101,5 +101,3 @@ def refused_port():
 
 
 from _repo_guard import pytest_sessionfinish, pytest_sessionstart  # noqa: E402,F401
-# the longest modules are collected first, for xdist's loadfile scheduling (tests/_schedule.py)
-from _schedule import pytest_collection_modifyitems  # noqa: E402,F401
