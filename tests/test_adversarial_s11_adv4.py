@@ -26,17 +26,16 @@ def _demo(workdir: Path) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def fresh_demo(tmp_path_factory) -> tuple[Path, Path]:
-    """One fresh demo, run once for the tests below (each a full demo of about 20-40 s on 2 cores); each test
-    works on a copy of it (:func:`_copy_of_fresh_demo`), so they stay independent of each other and of order.
+    """One fresh demo, run once per test run for the tests below and the other users of tests/_fresh_demo.py
+    (each a full demo of about 20-40 s on 2 cores); each test works on a copy of it (:func:`_copy_of_fresh_demo`),
+    so they stay independent of each other and of order.
 
     The demo runs in ``<tmp>/work``, which is then renamed to ``<tmp>/pristine``: the folder the demo recorded
     no longer exists, so a copy placed anywhere is a demo workdir moved away from where it ran (a run that
     still used a recorded path would find nothing there). Returns ``(pristine folder, recorded workdir)``."""
-    base = tmp_path_factory.mktemp("adv4-demo")
-    first = _demo(base / "work")
-    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
-    (base / "work").rename(base / "pristine")
-    return base / "pristine", base / "work"
+    import _fresh_demo
+
+    return _fresh_demo.fresh_demo(tmp_path_factory)
 
 
 def _copy_of_fresh_demo(fresh_demo: tuple[Path, Path], to: Path) -> Path:

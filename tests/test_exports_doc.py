@@ -1,6 +1,6 @@
 """docs/exports.md, the data dictionary of the exported tables, stays true (session 19, walk19 section 6).
 
-Real exports are run once for the module (about 30 s): ``run.py demo --workdir`` (a crawl, a GeoVerify and a
+Real exports are run once per test run (about 30 s; tests/_once_per_run.py): ``run.py demo --workdir`` (a crawl, a GeoVerify and a
 GeoHint campaign on the local fakes; the two campaigns export at their end), ``run.py export`` of the demo's crawl
 (its tables and auditor responses under ``state/demo-crawl/export/``) and a three-request ``generic`` campaign on
 the simulated provider (``results``). Every column of every exported Parquet and CSV file must be named, as
@@ -65,14 +65,17 @@ def exported(tmp_path_factory) -> dict[str, list[Path]]:
     """table name -> the Parquet files of it that the real exports wrote (demo campaigns, demo crawl export,
     a generic campaign)."""
     from _model_harness import generic_campaign, model_table
+    from _once_per_run import once_per_run
 
-    root = tmp_path_factory.mktemp("exports")
-    work = root / "demo"
-    _run("demo", "--workdir", str(work), "--no-live", timeout=300)
-    state = work / "state"
-    _run("export", str(state / "demo-configs" / "demo_crawl.toml"))
-    gen = generic_campaign(root, name="gen-export", n=3, models=model_table("sim"))
-    _run("run", str(gen), "--no-live")
+    def build(root: Path) -> None:
+        _run("demo", "--workdir", str(root / "demo"), "--no-live", timeout=300)
+        _run("export", str(root / "demo" / "state" / "demo-configs" / "demo_crawl.toml"))
+        gen = generic_campaign(root, name="gen-export", n=3, models=model_table("sim"))
+        _run("run", str(gen), "--no-live")
+
+    # the tests only read these files: one build per run, whichever xdist worker gets a test of this module first
+    root = once_per_run(tmp_path_factory, "exports-doc", build)
+    state = root / "demo" / "state"
     files = [*state.glob("*/*.parquet"), *state.glob("*/export/*.parquet"), *(root / "state").glob("*/*.parquet")]
     out: dict[str, list[Path]] = {}
     for f in files:

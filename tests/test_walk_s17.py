@@ -149,8 +149,8 @@ def _own_geohint_block() -> str:
     return m.group(1)
 
 
-def test_own_geohint_campaign_example_runs_after_the_demo(tmp_path, capsys, monkeypatch):
-    from geoagent.demo import run_demo
+def test_own_geohint_campaign_example_runs_after_the_demo(tmp_path, tmp_path_factory, capsys, monkeypatch):
+    from _fresh_demo import copy_fresh_demo, fresh_demo
 
     for var in ("GEOAGENT_RELEASE", "GEOAGENT_QUEUES", "GEOAGENT_STATE"):
         monkeypatch.delenv(var, raising=False)
@@ -160,7 +160,8 @@ def test_own_geohint_campaign_example_runs_after_the_demo(tmp_path, capsys, monk
     (work / "my_hint.toml").write_text(_own_geohint_block(), encoding="utf-8")
     cfg = tomllib.loads((work / "my_hint.toml").read_text(encoding="utf-8"))
     assert cfg["campaign"]["kind"] == "geohint" and cfg["campaign"]["contact"]
-    assert run_demo(workdir=work, live=False) == 0
+    # the demo, finished (exit 0), in this folder: a copy of this test run's one demo (tests/_fresh_demo.py)
+    copy_fresh_demo(fresh_demo(tmp_path_factory), work)
     capsys.readouterr()
     assert main(["run", "my_hint.toml", "--simulate"]) == 0
     dry = capsys.readouterr().out

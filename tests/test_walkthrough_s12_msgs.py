@@ -222,9 +222,9 @@ def _readme_fresh_clone_variant() -> str:
     return m.group(1)
 
 
-def test_readme_own_campaign_fresh_clone_variant_runs_after_the_demo(tmp_path, capsys, monkeypatch):
+def test_readme_own_campaign_fresh_clone_variant_runs_after_the_demo(tmp_path, tmp_path_factory, capsys, monkeypatch):
     """No release anywhere: the demo, then the README's example plus its fresh-clone lines, run as written."""
-    from geoagent.demo import run_demo
+    from _fresh_demo import copy_fresh_demo, fresh_demo
 
     for var in ("GEOAGENT_RELEASE", "GEOAGENT_QUEUES", "GEOAGENT_STATE"):
         monkeypatch.delenv(var, raising=False)
@@ -242,7 +242,8 @@ def test_readme_own_campaign_fresh_clone_variant_runs_after_the_demo(tmp_path, c
     # before the demo the crawl folder is missing, and the message says so
     assert main(["run", "my_verify.toml", "--simulate"]) == 2
     assert "crawl output not found: state/demo-crawl/sites.csv" in capsys.readouterr().err
-    assert run_demo(workdir=work, live=False) == 0
+    # the demo, finished (exit 0), in this folder: a copy of this test run's one demo (tests/_fresh_demo.py)
+    copy_fresh_demo(fresh_demo(tmp_path_factory), work)
     capsys.readouterr()
     assert main(["run", "my_verify.toml", "--simulate"]) == 0
     dry = capsys.readouterr().out
