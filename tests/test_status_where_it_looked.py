@@ -26,7 +26,9 @@ n_requests = 3
 """
 
 
-def test_status_names_the_absolute_folder_it_looked_in(tmp_path, monkeypatch, capsys):
+def _ran_in_project(tmp_path, monkeypatch) -> tuple:
+    """The campaign run in ``project/`` (relative data roots, the working folder): ``(project, elsewhere, config)``,
+    ``elsewhere`` an empty folder beside it; the working folder stays ``project``."""
     monkeypatch.delenv("GEOAGENT_QUEUES", raising=False)
     monkeypatch.delenv("GEOAGENT_STATE", raising=False)
     ran, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
@@ -36,6 +38,11 @@ def test_status_names_the_absolute_folder_it_looked_in(tmp_path, monkeypatch, ca
     cfg.write_text(CONFIG, encoding="utf-8")
     monkeypatch.chdir(ran)
     assert main(["run", str(cfg), "--no-live"]) == 0
+    return ran, elsewhere, cfg
+
+
+def test_status_names_the_absolute_folder_it_looked_in(tmp_path, monkeypatch, capsys):
+    ran, elsewhere, cfg = _ran_in_project(tmp_path, monkeypatch)
     assert (ran / "queues" / "where").is_dir()
     capsys.readouterr()
     monkeypatch.chdir(elsewhere)
@@ -52,15 +59,7 @@ def test_dead_from_another_folder_names_the_folder_and_says_the_roots_are_relati
     """``dead`` run from another folder than the campaign's (relative data roots): before, a bare "campaign where
     not started (no queues yet): nothing dead-lettered" where ``status`` and ``export`` say the roots are relative to
     the working directory; now the same hint, naming the folder it looked in and the command to run."""
-    monkeypatch.delenv("GEOAGENT_QUEUES", raising=False)
-    monkeypatch.delenv("GEOAGENT_STATE", raising=False)
-    ran, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
-    ran.mkdir()
-    elsewhere.mkdir()
-    cfg = ran / "c.toml"
-    cfg.write_text(CONFIG, encoding="utf-8")
-    monkeypatch.chdir(ran)
-    assert main(["run", str(cfg), "--no-live"]) == 0
+    ran, elsewhere, cfg = _ran_in_project(tmp_path, monkeypatch)
     capsys.readouterr()
     monkeypatch.chdir(elsewhere)
     for args in (["dead", str(cfg)], ["dead", "--requeue", str(cfg)]):

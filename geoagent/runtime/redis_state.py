@@ -732,16 +732,14 @@ class RedisResponseStore:
     def result_keys(self, table: str, *, batch: int = 10000) -> Iterator[str]:
         """The keys of ``table``'s rows in key order (bytewise), fetched in batches of ``batch`` from its key index;
         a key whose row is gone from the table's hash is left out (as :meth:`iter_results` leaves it out)."""
-        c, z, h = self.db.client, self.db.key("tk:" + _check_table(table)), self.db.key("t:" + table)
+        c, z = self.db.client, self.db.key("tk:" + _check_table(table))
         lo = "-"
         while True:
             keys = [_text(k) for k in c.zrangebylex(z, lo, "+", start=0, num=batch)]
             if not keys:
                 return
-            there = c.pipeline(transaction=False)
-            for k in keys:
-                there.hexists(h, k)
-            yield from (k for k, ok in zip(keys, there.execute()) if ok)
+            there = self.result_keys_among(table, keys, chunk=len(keys))
+            yield from (k for k in keys if k in there)
             lo = "(" + keys[-1]
 
     def result_keys_among(self, table: str, keys: Iterable[str], *, chunk: int = 1000) -> set[str]:
