@@ -215,21 +215,23 @@ class CrawlServices:
 
         return log
 
+    def api_hosts(self) -> dict[str, list[str]]:
+        """The crawl's APIs and their HTTP client host keys (``"hostname[:port]"``): ``overpass`` (every mirror),
+        ``wdqs``, ``mapillary``, ``pageviews`` (when configured) and ``thumbnails`` (the thumbnail CDN hosts other
+        than the Graph API's, when any)."""
+        hosts: dict[str, list[str]] = {"overpass": list(dict.fromkeys(self.overpass.hosts)), "wdqs": [self.wdqs.host],
+                                       "mapillary": [self.mapillary.host]}
+        if self.pageviews is not None:
+            hosts["pageviews"] = [self.pageviews.host]
+        thumbs = sorted(h for h in self.mapillary.thumb_hosts if h != self.mapillary.host)
+        if thumbs:
+            hosts["thumbnails"] = thumbs
+        return hosts
+
     def api_of(self, host: str) -> str | None:
-        """Which crawl API a request to ``host`` (an HTTP client host key, ``"hostname[:port]"``) is counted under, as
-        :meth:`api_stats` groups them: ``overpass``, ``wdqs``, ``mapillary``, ``pageviews`` or ``thumbnails`` (a
-        thumbnail CDN host other than the Graph API's); None for any other host (an auditor's model host)."""
-        if host in self.overpass.hosts:
-            return "overpass"
-        if host == self.wdqs.host:
-            return "wdqs"
-        if host == self.mapillary.host:
-            return "mapillary"
-        if self.pageviews is not None and host == self.pageviews.host:
-            return "pageviews"
-        if host in self.mapillary.thumb_hosts:
-            return "thumbnails"
-        return None
+        """Which crawl API a request to ``host`` (an HTTP client host key) is counted under, as :meth:`api_stats`
+        groups them (:meth:`api_hosts`); None for any other host (an auditor's model host)."""
+        return next((api for api, hs in self.api_hosts().items() if host in hs), None)
 
     def api_stats(self) -> dict[str, dict[str, Any]]:
         """Per API: requests, retries, errors by reason and error rate (for ``status``).
@@ -239,13 +241,7 @@ class CrawlServices:
         listed under ``answers``, with what they mean under ``answer_notes`` where the client said so. Thumbnail
         CDN hosts are summed under ``thumbnails`` when they differ from the Graph API host."""
         stats = self.http.stats()
-        hosts: dict[str, list[str]] = {"overpass": list(dict.fromkeys(self.overpass.hosts)), "wdqs": [self.wdqs.host],
-                                       "mapillary": [self.mapillary.host]}
-        if self.pageviews is not None:
-            hosts["pageviews"] = [self.pageviews.host]
-        thumbs = sorted(h for h in self.mapillary.thumb_hosts if h != self.mapillary.host)
-        if thumbs:
-            hosts["thumbnails"] = thumbs
+        hosts = self.api_hosts()
         out = {}
         for api, hs in hosts.items():
             req = retries = 0

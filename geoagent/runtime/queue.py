@@ -280,6 +280,13 @@ def check_refunds(refunds: Sequence[Refund]) -> list[Refund]:
     return out
 
 
+def check_key_sequence(keys: object, op: str) -> None:
+    """Raise ``TypeError`` when ``keys``, the keys given to queue operation ``op``, is one string (iterated, it would
+    name one task per character) instead of a sequence of keys."""
+    if isinstance(keys, str):
+        raise TypeError(f"{op} takes a sequence of keys, not one string")
+
+
 class WorkQueue(abc.ABC):
     """Abstract durable queue for one edge between two workers."""
 
@@ -383,8 +390,7 @@ class WorkQueue(abc.ABC):
         TypeError
             ``keys`` is a single string.
         """
-        if isinstance(keys, str):
-            raise TypeError("dead_letter_ready takes a sequence of keys, not one string")
+        check_key_sequence(keys, "dead_letter_ready")
         return None
 
     async def done_among(self, keys: Iterable[str]) -> list[str] | None:
@@ -408,8 +414,7 @@ class WorkQueue(abc.ABC):
         TypeError
             ``keys`` is a single string.
         """
-        if isinstance(keys, str):
-            raise TypeError("reopen_done takes a sequence of keys, not one string")
+        check_key_sequence(keys, "reopen_done")
         return None
 
     async def earlier_reasons(self, keys: Sequence[str], reason_prefix: str) -> dict[str, str] | None:

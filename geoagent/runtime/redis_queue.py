@@ -166,7 +166,8 @@ from geoagent import constants as C
 from geoagent.paths import safe_name
 from geoagent.runtime.procs import boot_id, proc_start, process_alive
 from geoagent.runtime.redis_retry import REPLY_TTL_S, client_defaults, retry_span_s, server_key, window_retry
-from geoagent.runtime.queue import DeadLetter, QueueCounts, QueueError, Refund, RefundResult, Task, WorkQueue, check_refunds
+from geoagent.runtime.queue import (DeadLetter, QueueCounts, QueueError, Refund, RefundResult, Task, WorkQueue,
+                                    check_key_sequence, check_refunds)
 from geoagent.runtime.sqlite_queue import _as_list, _encode, _stale, _take
 
 try:  # optional dependency: pip install 'geoagent[redis]'
@@ -1120,8 +1121,7 @@ class RedisStreamsQueue(WorkQueue):
         TypeError
             ``keys`` is a single string.
         """
-        if isinstance(keys, str):
-            raise TypeError("requeue_dead takes a sequence of keys, not one string")
+        check_key_sequence(keys, "requeue_dead")
         moved = 0
         if keys is None:
             while True:
@@ -1154,8 +1154,7 @@ class RedisStreamsQueue(WorkQueue):
         TypeError
             ``keys`` is a single string.
         """
-        if isinstance(keys, str):
-            raise TypeError("reopen_done takes a sequence of keys, not one string")
+        check_key_sequence(keys, "reopen_done")
         moved = 0
         iterator = iter(dict.fromkeys(keys))
         while chunk := _take(iterator, self.put_chunk):
@@ -1193,8 +1192,7 @@ class RedisStreamsQueue(WorkQueue):
         TypeError
             ``keys`` is a single string.
         """
-        if isinstance(keys, str):
-            raise TypeError("dead_letter_ready takes a sequence of keys, not one string")
+        check_key_sequence(keys, "dead_letter_ready")
         moved: list[str] = []
         iterator = iter(list(keys))
         while chunk := _take(iterator, self.put_chunk):

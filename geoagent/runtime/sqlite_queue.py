@@ -202,6 +202,7 @@ from geoagent.runtime.queue import (
     StaleLease,
     Task,
     WorkQueue,
+    check_key_sequence,
     check_refunds,
     ended_in_a_row,
     process_ended_reason,
@@ -883,8 +884,7 @@ class SQLiteQueue(WorkQueue):
         return _Op(tx, write=False, post=post)
 
     def _requeue_op(self, keys: Sequence[str] | None) -> _Op:
-        if isinstance(keys, str):
-            raise TypeError("requeue_dead takes a sequence of keys, not one string")
+        check_key_sequence(keys, "requeue_dead")
         key_list = None if keys is None else list(keys)
         self._needs_charge_columns("requeue_dead")
         sql = ("UPDATE tasks SET state = 0, attempts = 0, not_before = ?, lease_id = NULL, charges = NULL, "
@@ -1249,8 +1249,7 @@ class SQLiteQueue(WorkQueue):
         QueueError
             An old file opened with ``migrate=False``.
         """
-        if isinstance(keys, str):
-            raise TypeError("reopen_done takes a sequence of keys, not one string")
+        check_key_sequence(keys, "reopen_done")
         key_list = list(dict.fromkeys(keys))
         if not key_list:
             return 0
@@ -1272,8 +1271,7 @@ class SQLiteQueue(WorkQueue):
         TypeError
             ``keys`` is a single string.
         """
-        if isinstance(keys, str):
-            raise TypeError("dead_letter_ready takes a sequence of keys, not one string")
+        check_key_sequence(keys, "dead_letter_ready")
         moved: list[str] = []
         iterator = iter(list(keys))
         while part := _take(iterator, max(1, int(chunk))):
