@@ -6,9 +6,12 @@ must hold no reservation. Checked at two levels against local servers (what the 
 
 * ``HttpClient.request(before_send=...)``: the hook runs only after admission, once per request (not per
   retry); when it raises, nothing is sent and the rate slot is given back;
+* ``before_send.before_wait``: asked once, only when the request would wait for admission; when it raises,
+  the request ends unsent without a slot;
 * the model caller: with the model's host limited to 1 request per 60 s, requests queued behind the
   first hold no reservation, and tasks whose response is already stored return without using the
-  host's rate (their slots are given back unsent).
+  host's rate (a free slot is given back unsent; a taken one is not waited for: the store is asked first);
+* under a host-wide ceiling, a request cancelled while waiting for the ceiling's slot frees its model's slot.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import orjson
 import pytest
 from _model_harness import CallerRig, billed, photo_task, run, write_model_config
 
-from geoagent.runtime.http import HostPolicy, HttpClient, host_key
+from geoagent.runtime.http import HostPolicy, HttpClient, host_key, limit_key
 from geoagent.runtime.queue import Task
 from geoagent.sandbox import llm_openai
 from geoagent.sandbox.echo import make_app
@@ -110,6 +113,45 @@ def test_hook_is_not_called_while_the_request_waits_for_its_rate_slot():
     assert len(app[FAULTS_KEY].log) == 1
 
 
+def test_a_request_that_must_wait_for_its_rate_slot_asks_before_wait_first():
+    """A hook's ``before_wait`` runs once, only when the request would wait for a rate slot; if it raises, the
+    request ends there (nothing sent, no slot taken); if it passes, the request waits as before."""
+
+    async def go() -> tuple[list[str], Any]:
+        app = make_app()
+        calls: list[str] = []
+
+        class Gate:
+            def __init__(self, answer_at_wait: bool) -> None:
+                self.answer_at_wait = answer_at_wait
+
+            async def __call__(self) -> None:
+                calls.append("gate")
+
+            async def before_wait(self) -> None:
+                calls.append("before_wait")
+                if self.answer_at_wait:
+                    raise Refused("answered without the host")
+
+        async with serve(app) as base, HttpClient(default_policy=SLOW) as http:
+            await asyncio.wait_for(http.request("GET", base + "/echo", before_send=Gate(True)), timeout=5.0)
+            assert calls == ["gate"]  # a free slot: no wait, so before_wait was not asked
+            with pytest.raises(Refused):  # the only slot is used for ~33 s: asked at once, and it refused
+                await asyncio.wait_for(http.request("GET", base + "/echo", before_send=Gate(True)), timeout=5.0)
+            assert calls == ["gate", "before_wait"]
+            queued = asyncio.create_task(http.request("GET", base + "/echo", before_send=Gate(False)))
+            await asyncio.sleep(0.5)
+            assert not queued.done() and calls == ["gate", "before_wait", "before_wait"]  # asked once, waits
+            queued.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await queued
+            return calls, app
+
+    calls, app = run(go(), 60)
+    assert calls == ["gate", "before_wait", "before_wait"]
+    assert len(app[FAULTS_KEY].log) == 1
+
+
 # ---------------------------------------------------------------------------------------------------
 # model caller
 # ---------------------------------------------------------------------------------------------------
@@ -167,8 +209,10 @@ def test_stored_responses_pass_a_rate_limited_host_without_using_its_rate(tmp_pa
                 c.state.close()
             assert len(app["calls"]) == 5
             # re-run (a redelivery) through a fresh client whose host allows 1 request per 60 s: the five
-            # stored answers come back at once (each took a rate slot and gave it back unsent) and the
-            # new request still finds the host's single slot free
+            # stored answers come back at once (each either took a free rate slot and gave it back unsent, or,
+            # finding the slot taken, was found in the store before waiting) and the new request still finds
+            # the host's single slot free or ends the run; before the store was asked ahead of a wait, a stored
+            # answer whose image loaded after the new request was sent waited out the 60 s (a flaky timeout)
             async with HttpClient() as http:
                 c = await CallerRig(tmp_path, _config(tmp_path, base, rate_requests=1, rate_period_s=60.0), http).start()
                 # well under the host's 60 s period (a used slot would hold task 5 that long); 10 s ran out on a
@@ -180,3 +224,55 @@ def test_stored_responses_pass_a_rate_limited_host_without_using_its_rate(tmp_pa
             assert [m[0][1]["text"] for m in again[:5]] == [m[0][1]["text"] for m in first]
 
     run(go(), 60)
+
+
+def test_a_stored_answer_does_not_wait_behind_a_new_request_for_the_host_rate_slot(tmp_path):
+    """A redelivered task whose answer is stored returns at once even when a new request has just used the
+    host's only slot (1 per 600 s): a request that would wait for a rate slot looks in the store first."""
+
+    async def go() -> None:
+        app = llm_openai.make_app(api_keys=[KEY_VALUE])
+        async with serve(app) as base:
+            async with HttpClient() as http:
+                c = await CallerRig(tmp_path, _config(tmp_path, base, rate_requests=500, rate_period_s=1.0), http).start()
+                first = await c.handle(_task(0))
+                c.state.close()
+            async with HttpClient() as http:
+                c = await CallerRig(tmp_path, _config(tmp_path, base, rate_requests=1, rate_period_s=600.0), http).start()
+                new = await asyncio.wait_for(c.handle(_task(1)), timeout=30)  # takes the host's slot for 600 s
+                again = await asyncio.wait_for(c.handle(_task(0)), timeout=30)
+                # one reservation per key over both runs: none was made for the stored answer
+                assert sorted(k for k, _ in c.reservations()) == sorted([first[0][1]["request_key"], new[0][1]["request_key"]])
+                c.state.close()
+            assert len(app["calls"]) == 2  # task 0 once (first run), task 1 once: no call for the stored answer
+            assert again[0][1]["cached"] is True and new[0][1]["cached"] is False
+            assert again[0][1]["text"] == first[0][1]["text"]
+
+    run(go(), 120)
+
+
+def test_a_request_cancelled_while_waiting_for_its_hosts_ceiling_gives_its_models_rate_slot_back():
+    """Under a host-wide ceiling a model-keyed request takes its model's rate slot, then waits for the ceiling's.
+    Cancelled in that wait (nothing sent), its model slot is free again: the model's next request waits for the
+    ceiling only (~1 s), not for ever behind a slot that was never stamped."""
+
+    async def go() -> Any:
+        app = make_app()
+        one_per_s = HostPolicy(rate=1, period_s=1.0, concurrency=4, max_attempts=1, timeout_s=5.0)
+        async with serve(app) as base:
+            host = host_key(base)
+            a, b = limit_key(host, "a"), limit_key(host, "b")
+            async with HttpClient(policies={host: one_per_s}, model_policies={a: one_per_s, b: one_per_s},
+                                  ceilings=[host]) as http:
+                await http.request("GET", base + "/echo", limit=a)  # the ceiling's only slot, for ~1 s
+                waiting = asyncio.create_task(http.request("GET", base + "/echo", limit=b))
+                await asyncio.sleep(0.2)  # b's own slot taken, waiting for the ceiling's
+                assert not waiting.done()
+                waiting.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await waiting
+                return await asyncio.wait_for(http.request("GET", base + "/echo", limit=b), timeout=10.0), app
+
+    resp, app = run(go(), 60)
+    assert resp.status == 200
+    assert len(app[FAULTS_KEY].log) == 2

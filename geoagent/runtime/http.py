@@ -820,13 +820,18 @@ class _SlidingWindowThrottler:
                 self._void -= 1
             self._evicted += 1
 
-    async def acquire(self) -> int:
-        """Wait for a slot; return its id (pass it to :meth:`stamp`)."""
+    async def acquire(self, before_wait: Callable[[], Awaitable[object]] | None = None) -> int:
+        """Wait for a slot; return its id (pass it to :meth:`stamp`). ``before_wait`` (async, optional) is awaited
+        the first time the call would wait, before it does; whatever it raises propagates (no slot taken)."""
         t = self.inner
         while True:
             self._flush()
             if len(t._task_logs) - self._void < t.rate_limit:
                 break
+            if before_wait is not None:
+                hook, before_wait = before_wait, None
+                await hook()
+                continue  # time passed while it ran: look again
             # the oldest stamp leaves the window at log[0] + period (flush uses a strict ">")
             wait = t._task_logs[0] + t.period - time.monotonic()
             await asyncio.sleep(self._POLL_S if wait == float("inf") else max(0.0, wait) + t.retry_interval)
@@ -929,21 +934,27 @@ class _HostState:
         for child in self.children:
             child.pause(until - now)
 
-    async def admit(self) -> int:
+    async def admit(self, before_wait: "_BeforeWait | None" = None) -> int:
         """Wait out any host pause, then take a rate slot (re-checking pauses set meanwhile).
 
         Returns the slot id; the caller must :meth:`_SlidingWindowThrottler.stamp` it when the request
-        is sent (or when the attempt ends unsent).
+        is sent (or when the attempt ends unsent). ``before_wait``: awaited before the first wait of any kind
+        here (pause, cross-process turn gate, rate slot), at most once; whatever it raises propagates (no slot
+        taken).
         """
         while True:
             wait = self.paused_until - time.monotonic()
             if wait > 0:
+                if before_wait is not None:
+                    await before_wait()
                 await asyncio.sleep(wait)
                 continue
             if self.gate is not None and not self.gate.is_open():
+                if before_wait is not None:
+                    await before_wait()
                 await self.gate.wait_open()
                 continue
-            slot = await self.throttle.acquire()
+            slot = await self.throttle.acquire(before_wait)
             if time.monotonic() >= self.paused_until and (self.gate is None or self.gate.is_open()):
                 return slot
             # a Retry-After arrived (or the gate closed) while we waited for a slot: the slot is spent
@@ -957,15 +968,35 @@ class _HostState:
         self.stats.answers[reason] = self.stats.answers.get(reason, 0) + 1
 
 
-async def _admit_under_ceiling(lim: _HostState, ceiling: _HostState) -> tuple[int, int]:
+class _BeforeWait:
+    """A request's ``before_wait`` hook (:meth:`HttpClient.request`, ``before_send``), awaited at most once over
+    all the waits of its admission (pause, turn gate, rate slot; key and ceiling): later calls do nothing."""
+
+    __slots__ = ("_hook",)
+
+    def __init__(self, hook: Callable[[], Awaitable[object]]) -> None:
+        self._hook: Callable[[], Awaitable[object]] | None = hook
+
+    async def __call__(self) -> None:
+        hook, self._hook = self._hook, None
+        if hook is not None:
+            await hook()
+
+
+async def _admit_under_ceiling(lim: _HostState, ceiling: _HostState,
+                               before_wait: _BeforeWait | None = None) -> tuple[int, int]:
     """Rate slots of a model's limit key ``lim`` and of its host-wide ``ceiling``: ``(slot, ceiling slot)``.
 
     The key's slot is taken first (it stays occupied, +inf, while the ceiling's is awaited: the safe side); a
     pause of the key that began meanwhile (a 429 of another of its requests) spends both slots (stamped now) and
     starts over. Both are stamped at the send, or given back unsent, by the caller."""
     while True:
-        slot = await lim.admit()
-        cslot = await ceiling.admit()
+        slot = await lim.admit(before_wait)
+        try:
+            cslot = await ceiling.admit(before_wait)
+        except BaseException:
+            lim.throttle.give_back(slot)  # the hook answered (or the wait was cancelled): nothing sent
+            raise
         now = time.monotonic()
         if now >= lim.paused_until and (lim.gate is None or lim.gate.is_open()):
             return slot, cslot
@@ -1394,7 +1425,12 @@ class HttpClient:
             rate), its concurrency slot is freed, and the exception propagates unchanged (not retried,
             not counted as an attempt). If a ``Retry-After`` pause of the host began while it ran, the
             attempt waits the pause out (slots held) before sending. Between its return and the
-            headers reaching the socket lies only opening (or reusing) the connection.
+            headers reaching the socket lies only opening (or reusing) the connection. If the hook has an
+            async ``before_wait`` attribute, that is awaited once, before the first attempt would first wait
+            for admission (a host pause, its turn, a rate slot), and not at all when it is admitted at once;
+            if it raises, the request ends there unsent (no slot taken) and the exception propagates
+            unchanged. The model caller looks up the stored response there, so a stored answer is not held
+            up behind another request's rate slot.
         expected_status : collection of int, optional
             4xx statuses that are a normal ANSWER of this endpoint, not a failure (the pageviews API's 404
             means "no views in the range"): returned as the response (``validate`` is not called on it)
@@ -1611,10 +1647,12 @@ class HttpClient:
         async with _SlotWait(lim.semaphore, None if ceiling is None else ceiling.semaphore, lim) as waiting:
             # the slot waits (listen_slot_waits) end below
             throttle = lim.throttle
+            hook = getattr(before_send, "before_wait", None) if before_send is not None else None
+            before_wait = _BeforeWait(hook) if hook is not None else None
             if ceiling is None:
-                slot = await lim.admit()
+                slot = await lim.admit(before_wait)
             else:
-                slot, cslot = await _admit_under_ceiling(lim, ceiling)
+                slot, cslot = await _admit_under_ceiling(lim, ceiling, before_wait)
             turn = cturn = None  # hostshare: this process's turn where the processes take turns on a key's rate
             try:
                 if retry and self._stopping:
