@@ -170,6 +170,16 @@ class ConfigError(PicklableError, ValueError):
         super().__init__(lines[0] if len(lines) == 1 else "\n".join([f"{source}: {len(lines)} problems"] + lines))
 
 
+def check_model_id(v: str) -> str:
+    """``v`` if it can be a provider's model id, else ``ValueError`` naming what is expected (a field check of
+    ``[[models]] model`` and the crawl's auditor ``model``). The id is sent as written and is part of every request
+    key: an empty one fails every call at run time, one with spaces around it is "model not found" at the API;
+    no provider's ids hold line breaks or tabs."""
+    if not v.strip() or v != v.strip() or any(c in v for c in "\r\n\t"):
+        raise ValueError("a model id as the provider names it (non-empty, no spaces around it)")
+    return v
+
+
 class ConfigProblem(ValueError):
     """Raised by a section's check whose message is a whole sentence about the problem (not the thing it
     expected): the error then reads ``<key path>: <message>``, without ``expected ..., got ...`` around it.
@@ -443,6 +453,11 @@ class ModelConfig(_Section):
             return safe_name(v, what="model name")
         except ValueError:
             raise ValueError("a safe file name (letters, digits, _ . -; starting with a letter or digit)") from None
+
+    @field_validator("model")
+    @classmethod
+    def _model_id(cls, v: str) -> str:
+        return check_model_id(v)
 
     @field_validator("api_key_env")
     @classmethod

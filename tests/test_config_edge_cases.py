@@ -176,3 +176,23 @@ def test_hosts_key_is_matched_case_insensitively(tmp_path):
     pols = host_policies(cfg)
     assert pols[host_key("https://nominatim.openstreetmap.org/search?q=x")].rate == 1
     assert pols[host_key("http://127.0.0.1:8080/api")].rate == 2
+
+
+@pytest.mark.parametrize("model", ['""', '"   "', '" gpt-x"', '"gpt-x\\n"'])
+def test_an_empty_or_padded_model_id_is_a_config_error_naming_the_file_and_key(tmp_path, model):
+    # before: the config loaded and the run refused it at start ("provider settings: 'model' must be a non-empty
+    # string"), without the file or the key; a padded id went out as written (the API answers "model not found")
+    path = _write(tmp_path, base=BASE.replace('model = "gpt-x"', f"model = {model}"))
+    with pytest.raises(ConfigError) as ei:
+        load_config(path)
+    msg = str(ei.value)
+    assert "models[0].model" in msg and str(path) in msg and "model id" in msg, msg
+
+
+@pytest.mark.parametrize("section", ["image_audit", "referenceability"])
+def test_the_crawl_auditors_model_id_is_checked_at_load_too(section):
+    from geoagent.crawl.settings import CrawlConfigError, load_crawl_settings
+
+    with pytest.raises(CrawlConfigError) as ei:
+        load_crawl_settings({"contact": "mailto:t@example.org", section: {"model": ""}})
+    assert f"{section}.model" in str(ei.value) and "model id" in str(ei.value), str(ei.value)

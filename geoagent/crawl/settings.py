@@ -39,7 +39,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from geoagent.config import ConfigProblem, expand_home
+from geoagent.config import ConfigProblem, check_model_id, expand_home
 from geoagent.qid import is_qid
 from geoagent.runtime.http import HostPolicy
 
@@ -214,6 +214,8 @@ class ImageAuditSettings(_Section):
     #: optional CSV of human keep/exclude verdicts (columns image, human_verdict[, human_reason, ...])
     human_verdicts: str | None = None
 
+    _model_id = field_validator("model")(check_model_id)
+
     @field_validator("human_verdicts")
     @classmethod
     def _home(cls, v: str | None) -> str | None:
@@ -245,6 +247,8 @@ class ReferenceabilitySettings(_Section):
     #: optional CSV of human decisions on review-queue items (columns site, qid, decision: ``keep`` or a corrected
     #: referenceability 0-5; optional reviewer, note), applied to the ladders and trials after the calls
     review_verdicts: str | None = None
+
+    _model_id = field_validator("model")(check_model_id)
 
     @field_validator("review_verdicts")
     @classmethod
