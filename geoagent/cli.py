@@ -286,7 +286,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     print(format_status(st))
     # no queues where they were looked for, though the state folder shows runs: a wrong queues root (exit 2); queues
     # with work but no state under the state root: a wrong state root (exit 2)
-    return 2 if st.get("state_ran") or st.get("state_missing") else 0
+    return 2 if st.get("state_ran") or st.get("state_missing") or st.get("ran_elsewhere") else 0
 
 
 def _cmd_dead(args: argparse.Namespace) -> int:
@@ -299,9 +299,14 @@ def _cmd_dead(args: argparse.Namespace) -> int:
         check_edge(cfg, args.edge)  # an --edge typo is still refused, naming the pipeline's edges
         from geoagent.status import roots_relative_hint, wrong_queues_root
 
+        from geoagent.status import ran_in_another_folder, ran_in_another_folder_text
+
         wrong = wrong_queues_root(cfg)
         if wrong:  # the state folder shows runs: not "not started" but queues looked for in the wrong place
             print(f"error: campaign {cfg.name}: {wrong}", file=sys.stderr)
+            return 2
+        if (folder := ran_in_another_folder(cfg)) is not None:  # relative roots, run from another folder
+            print(f"error: campaign {cfg.name}: {ran_in_another_folder_text('dead', folder)}", file=sys.stderr)
             return 2
         # relative data roots: say where it looked and that the working directory decides, as status and export do
         # (the Redis backend keeps its queues on the server, in no folder)
@@ -424,7 +429,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
         return 2
     if not Path(cfg.state_dir()).is_dir() and not (uses_redis(cfg) and state_exists(cfg)):
         # never run (here, nor on the shared Redis): opening the state would create an empty campaign
-        from geoagent.status import roots_relative_hint
+        from geoagent.status import ran_in_another_folder, ran_in_another_folder_text, roots_relative_hint
+
+        if (folder := ran_in_another_folder(cfg)) is not None:  # relative roots, run from another folder
+            print(f"error: campaign {cfg.name}: {ran_in_another_folder_text('export', folder)}; nothing exported",
+                  file=sys.stderr)
+            return 2
 
         relative = "" if Path(cfg.state_root()).is_absolute() else roots_relative_hint("export", Path.cwd())
         print(f"campaign {cfg.name} has not run yet (no {cfg.state_dir()}){relative}: nothing to export",

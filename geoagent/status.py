@@ -284,6 +284,8 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
             # the Redis backend has no queues folder to be looked for in the wrong place
             "state_ran": _state_ran(Path(cfg.state_dir())) if not queues and not uses_redis(cfg) else None,
             "roots_relative": not Path(cfg.queues_root()).is_absolute(),
+            # relative roots, nothing here, but the campaign's queues or state beside its config: run from there
+            "ran_elsewhere": ran_in_another_folder(cfg) if not queues and spend is None else None,
             # queues with work but no state under this state root (a wrong $GEOAGENT_STATE): not "complete"
             "state_missing": missing_state_text(cfg, queues) if spend is None else None,
             # Redis: the counts are the campaign's (every machine), the rates and ETA this machine's processes'
@@ -405,6 +407,39 @@ def roots_relative_hint(command: str, cwd: str | Path | None = None) -> str:
     return (f" (the data roots are relative to the working directory{here} unless the config's [paths] queues / "
             f"state or ${C.ENV_QUEUES_ROOT} / ${C.ENV_STATE_ROOT} set them: run {command} from the folder the "
             "campaign ran in)")
+
+
+def ran_in_another_folder(cfg: Any) -> Path | None:
+    """The folder campaign ``cfg`` ran in, when that is not the working directory: for a campaign whose queues and
+    state roots are both relative to the working directory (the defaults ``queues/``, ``state/`` or relative
+    ``[paths]`` / environment values) and that has neither queue files nor a state database under it, the nearest
+    folder, from its config file's folder up, that holds either under the same relative roots (configs kept in the
+    project folder or a subfolder of it). None otherwise: absolute roots, the Redis backend, a config not read from
+    a file, the campaign found under the working directory, or found nowhere (a campaign never run)."""
+    from geoagent.runtime.backend import uses_redis
+    from geoagent.runtime.sqlite_queue import queue_files
+
+    queues, state = Path(cfg.queues_root()), Path(cfg.state_root())
+    source = str(getattr(cfg, "source", "") or "")
+    if uses_redis(cfg) or queues.is_absolute() or state.is_absolute() or not source or source.startswith("<"):
+        return None
+
+    def holds(folder: Path) -> bool:
+        return bool(queue_files(folder / queues / cfg.name)) or (folder / state / cfg.name / C.CAMPAIGN_DB).is_file()
+
+    here = Path.cwd().resolve()
+    if holds(here):
+        return None
+    start = Path(source).expanduser().resolve().parent
+    return next((d for d in (start, *start.parents) if d != here and holds(d)), None)
+
+
+def ran_in_another_folder_text(command: str, folder: Path) -> str:
+    """The line ``status``, ``dead`` and ``export`` give (exit 2) for a campaign :func:`ran_in_another_folder`
+    found in ``folder``."""
+    return (f"no queues or state of the campaign under the working directory {Path.cwd()}, but it ran in {folder} "
+            f"(its data roots, [paths] queues and state, are relative to the working directory): run {command} "
+            f"from {folder}")
 
 
 def wrong_queues_root_text(ran: dict[str, Any], queues_dir: Any) -> str:
@@ -626,6 +661,8 @@ def format_status(st: dict[str, Any]) -> str:
     if not st["queues"] and ran:
         # the state folder shows runs: the queues were looked for in the wrong place, not "not started"
         lines.append("  " + wrong_queues_root_text(ran, st.get("queues_dir")))
+    elif not st["queues"] and st.get("ran_elsewhere"):
+        lines.append("  " + ran_in_another_folder_text("status", st["ran_elsewhere"]))
     elif not st["queues"]:
         where = f" in {st['queues_dir']}" if st.get("queues_dir") else ""
         lines.append(f"  no queues yet (campaign not started){where}"
