@@ -152,6 +152,83 @@ def test_a_request_that_must_wait_for_its_rate_slot_asks_before_wait_first():
     assert len(app[FAULTS_KEY].log) == 1
 
 
+class _WaitGate:
+    """A ``before_send`` hook recording its calls; its ``before_wait`` refuses (a stored answer) when told to."""
+
+    def __init__(self, calls: list[str], refuse_at_wait: bool = True) -> None:
+        self.calls = calls
+        self.refuse_at_wait = refuse_at_wait
+
+    async def __call__(self) -> None:
+        self.calls.append("gate")
+
+    async def before_wait(self) -> None:
+        self.calls.append("before_wait")
+        if self.refuse_at_wait:
+            raise Refused("answered without the host")
+
+
+def test_before_wait_is_asked_before_waiting_for_a_concurrency_slot_a_pause_and_once_over_key_and_ceiling():
+    """Review rev23 (2, and the untested branches): a concurrency slot held by a slow answer, a Retry-After pause in
+    force, and a model key and its host's ceiling both busy each ask ``before_wait`` first, once."""
+
+    async def go() -> None:
+        app = make_app()
+        one = HostPolicy(rate=1000, period_s=1.0, concurrency=1, max_attempts=1, timeout_s=10.0)
+        async with serve(app) as base, HttpClient(default_policy=one) as http:
+            slow = asyncio.create_task(http.request("GET", base + "/slow", params={"delay_s": "3"}))
+            await asyncio.sleep(0.3)  # the host's only concurrency slot is held for ~3 s
+            calls: list[str] = []
+            with pytest.raises(Refused):
+                await asyncio.wait_for(http.request("GET", base + "/echo", before_send=_WaitGate(calls)), timeout=1.5)
+            assert calls == ["before_wait"] and not slow.done()
+            await slow
+            http.pause_host(host_key(base), 1.0)  # a Retry-After in force: asked, then waits it out and sends
+            calls = []
+            resp = await asyncio.wait_for(http.request("GET", base + "/echo", before_send=_WaitGate(calls, False)), 10)
+            assert resp.status == 200 and calls == ["before_wait", "gate"]
+        one_per_s = HostPolicy(rate=1, period_s=1.0, concurrency=4, max_attempts=1, timeout_s=5.0)
+        async with serve(app) as base:
+            host = host_key(base)
+            b = limit_key(host, "b")
+            async with HttpClient(policies={host: one_per_s}, model_policies={b: one_per_s}, ceilings=[host]) as http:
+                await http.request("GET", base + "/echo", limit=b)  # b's slot and the ceiling's, for ~1 s
+                calls = []
+                resp = await asyncio.wait_for(
+                    http.request("GET", base + "/echo", limit=b, before_send=_WaitGate(calls, False)), 10)
+                assert resp.status == 200 and calls == ["before_wait", "gate"]  # two waits, asked once
+
+    run(go(), 60)
+
+
+def test_before_wait_is_asked_before_waiting_for_the_processes_turn(tmp_path):
+    """Review rev23 (1): where two processes take turns on a 1 request/s host (hostshare), a request whose own
+    limiter is free but whose turn is a spacing away asks ``before_wait`` before it waits for the turn."""
+    from geoagent.runtime.hostshare import HostShare, board_path, turn_spacing_s
+
+    policy = HostPolicy(rate=1, period_s=1.0, concurrency=1, timeout_s=10.0, backoff_base_s=0.05, backoff_max_s=10.0)
+    board = board_path(tmp_path)
+
+    async def go() -> tuple[list[str], Any]:
+        app = make_app()
+        calls: list[str] = []
+        async with serve(app) as base:
+            url = base + "/echo"
+            async with HttpClient(default_policy=policy) as a, HostShare(board, a), \
+                    HttpClient(default_policy=policy) as b, HostShare(board, b):
+                await a.request("GET", url)
+                await b.request("GET", url)  # both joined: they take turns from now on
+                await asyncio.sleep(2 * turn_spacing_s(policy) + 0.1)  # both limiters free again
+                await a.request("GET", url)  # a's turn: b's next one is a spacing away
+                with pytest.raises(Refused):
+                    await asyncio.wait_for(b.request("GET", url, before_send=_WaitGate(calls)), timeout=0.8)
+        return calls, app
+
+    calls, app = run(go(), 60)
+    assert calls == ["before_wait"]
+    assert len(app[FAULTS_KEY].log) == 3  # the refused request was not sent
+
+
 # ---------------------------------------------------------------------------------------------------
 # model caller
 # ---------------------------------------------------------------------------------------------------

@@ -167,6 +167,7 @@ import os
 import sqlite3
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -452,7 +453,7 @@ class _Host:
             await self.share.ticked.wait()
         self.share.raise_if_refused()
 
-    async def take_turn(self) -> _Turn | _FreeSend:
+    async def take_turn(self, before_wait: Callable[[], Awaitable[object]] | None = None) -> _Turn | _FreeSend:
         """Wait until this process may send to the host; the token's ``done()`` must follow (HttpClient).
 
         Whole shares (``self.turns`` false): no wait, no board access. Turns: put a ticket in the host's
@@ -460,11 +461,15 @@ class _Host:
         send's time plus :func:`turn_spacing_s`), then until any pause is over and the gate is open.
         The ticket leaves the queue when ``done()`` reports the send (``next_at`` moves to that send's
         time plus the spacing) or that nothing was sent. Cancelled or failing: the ticket is removed.
+        ``before_wait`` (the request's, :meth:`geoagent.runtime.http.HttpClient.request`; one-shot) is awaited
+        before each wait; what it raises ends the call like a failure (no ticket, no turn).
         """
         share = self.share
         if not self.turns or share._closing:
             self.free_inflight += 1
             return self.free
+        if before_wait is not None and self.turn_lock.locked():
+            await before_wait()
         await self.turn_lock.acquire()
         token = share.new_token()
         try:
@@ -485,6 +490,9 @@ class _Host:
                     continue
                 share.outage.ok()
                 now = time.monotonic()
+                if before_wait is not None and (look["ahead"] > 0 or max(look["now"], look["next_at"]) > now
+                                                or now < self.state.paused_until or not self.is_open()):
+                    await before_wait()
                 if look["ahead"] > 0:
                     # the tickets ahead send at max(now, next_at) + k * spacing at the earliest
                     wake = max(look["now"], look["next_at"]) + (look["ahead"] - 1) * self.spacing_s + TURN_POLL_MIN_S

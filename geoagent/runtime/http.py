@@ -1427,7 +1427,8 @@ class HttpClient:
             attempt waits the pause out (slots held) before sending. Between its return and the
             headers reaching the socket lies only opening (or reusing) the connection. If the hook has an
             async ``before_wait`` attribute, that is awaited once, before the first attempt would first wait
-            for admission (a host pause, its turn, a rate slot), and not at all when it is admitted at once;
+            for admission (a concurrency slot, a host pause, a rate slot, its cross-process turn), and not at
+            all when it is admitted at once;
             if it raises, the request ends there unsent (no slot taken) and the exception propagates
             unchanged. The model caller looks up the stored response there, so a stored answer is not held
             up behind another request's rate slot.
@@ -1644,11 +1645,13 @@ class HttpClient:
             if self._stopping:
                 raise _StopRetrying()
         ceiling = lim.parent  # None unless a model's key on a host with a host-wide ceiling
+        hook = getattr(before_send, "before_wait", None) if before_send is not None else None
+        before_wait = _BeforeWait(hook) if hook is not None else None
+        if before_wait is not None and (lim.semaphore.locked() or (ceiling is not None and ceiling.semaphore.locked())):
+            await before_wait()  # it would wait for a concurrency slot (another request's whole answer)
         async with _SlotWait(lim.semaphore, None if ceiling is None else ceiling.semaphore, lim) as waiting:
             # the slot waits (listen_slot_waits) end below
             throttle = lim.throttle
-            hook = getattr(before_send, "before_wait", None) if before_send is not None else None
-            before_wait = _BeforeWait(hook) if hook is not None else None
             if ceiling is None:
                 slot = await lim.admit(before_wait)
             else:
@@ -1658,9 +1661,9 @@ class HttpClient:
                 if retry and self._stopping:
                     raise _StopRetrying()
                 if lim.gate is not None:
-                    turn = await lim.gate.take_turn()
+                    turn = await lim.gate.take_turn(before_wait)
                 if ceiling is not None and ceiling.gate is not None:
-                    cturn = await ceiling.gate.take_turn()
+                    cturn = await ceiling.gate.take_turn(before_wait)
                 if retry and self._stopping:
                     raise _StopRetrying()
                 if retry and counter.unreached and host.unreachable_streak > 0:

@@ -35,13 +35,15 @@ never sent; that errs on the safe side. Retries keep the reservation made before
 (which normally reached the server; if it failed before sending, e.g. connection refused, a crash
 during the retry backoff counts it too: again the safe side). The alternative, a durable "sent" mark
 on a reservation made earlier, would cost a second database round trip before every call; the gate
-keeps one lookup-or-reserve job and one store-and-settle job per call. Its price: a task whose response
-is already stored loads its image and takes a host slot before it learns so (the slot is given back
-at once, unsent, and uses none of the host's rate); where it would have to WAIT for a slot (another request
-holds the host's rate, a pause, its turn), the gate's ``before_wait`` reads the store first (a read, no
-reservation) and a stored response answers the task there, instead of after up to one rate period. If the image cannot be loaded, the gate is passed
-without sending: a stored response still answers the task, else the reservation is released. Providers
-that send nothing over HTTP (replay, offline simulated) get the gate awaited just before ``generate``.
+keeps one lookup-or-reserve job and one store-and-settle job per call (and one store read, below, for a
+request that has to wait for its host). Its price: a task whose response is already stored loads its image and
+takes a host slot before it learns so (the slot is given back at once, unsent, and uses none of the host's
+rate); where it would have to WAIT (for a concurrency or rate slot another request holds, a pause, its
+processes' turn), the gate's ``before_wait`` reads the store first (a read, no reservation) and a stored
+response answers the task there, instead of after up to one rate period. If the image cannot be loaded, the
+gate is passed without sending: a stored response still answers the task, else the reservation is released.
+Providers that send nothing over HTTP (replay, offline simulated) get the gate awaited just before
+``generate``.
 
 Failures, and what they do to the reservation and the task:
 
@@ -912,10 +914,11 @@ class _SendGate:
         self.reservation = reservation if self.tokens is None else with_worst_tokens(reservation, *self.tokens)
 
     async def before_wait(self) -> None:
-        """Awaited by the HTTP layer once, when the request would wait for its host (a pause, its turn or a rate
-        slot), before it waits: a response already stored raises :class:`_NotSent` (``cached``), so a redelivered
-        task is answered at once instead of after another request's rate slot frees (up to the host's period).
-        A read only (no reservation): the authoritative lookup-or-reserve is still :meth:`__call__`, at send time."""
+        """Awaited by the HTTP layer once, when the request would wait for its host (a concurrency or rate slot, a
+        pause, its turn), before it waits: a response already stored raises :class:`_NotSent` (``cached``), so a
+        redelivered task is answered at once instead of after another request's slot frees (up to the host's
+        period). A read only (no reservation): the authoritative lookup-or-reserve is still :meth:`__call__`, at
+        send time."""
         cached = await self._args[0].aget(self._args[2])
         if cached is not None:
             raise _NotSent(cached=cached)
