@@ -864,6 +864,30 @@ def missing_keys(cfg: Any, kind: CampaignKind, *, dotenv_path: str | Path | None
     return missing, others
 
 
+def check_run_here(cfg: Any) -> None:
+    """Refuse a run (or a dry run) from another folder than the one campaign ``cfg`` ran in.
+
+    With data roots relative to the working directory (the defaults ``queues/``, ``state/``), a run started from
+    another folder finds no queues, state or ledger of the campaign and starts it over there: every call is sent
+    (and paid) again, under a cap of its own. :func:`geoagent.status.ran_in_another_folder` finds the folder the
+    campaign ran in (its queues or state under its config file's folder or a folder above it).
+
+    Raises
+    ------
+    ValueError
+        Naming that folder, the command to run from it, and how to run a separate copy here on purpose (absolute
+        ``$GEOAGENT_QUEUES`` and ``$GEOAGENT_STATE``, or another ``[campaign] name``).
+    """
+    from geoagent.status import ran_in_another_folder, ran_in_another_folder_text
+
+    folder = ran_in_another_folder(cfg)
+    if folder is not None:
+        raise ValueError(
+            f"campaign {cfg.name}: {ran_in_another_folder_text('run', folder)}; from here it would start over in "
+            f"{Path.cwd()}, sending (and paying for) every call again. To run a separate copy here on purpose, set "
+            f"${C.ENV_QUEUES_ROOT} and ${C.ENV_STATE_ROOT} to absolute folders, or give it another [campaign] name")
+
+
 def check_state_matches_queues(cfg: Any) -> None:
     """Refuse to run when ``queues/<campaign>/`` holds work but ``state/<campaign>/campaign.sqlite`` is gone, or
     when the campaign's folder holds a campaign of another kind.
@@ -1589,6 +1613,7 @@ async def run_campaign(
     t0 = time.monotonic()
     kind = load_kind(cfg.campaign.kind)
     check_state_matches_queues(cfg)
+    check_run_here(cfg)
     recorded_kind = False
     if not simulate:
         from geoagent.secrets import SecretNotFound

@@ -115,3 +115,22 @@ def test_dead_from_another_folder_names_the_folder_the_campaign_ran_in_and_exits
     monkeypatch.chdir(ran)  # from the folder it ran in, dead finds it
     assert main(["dead", str(cfg)]) == 0
     assert capsys.readouterr().out.strip() == "no dead-lettered work in campaign where"
+
+
+def test_run_from_another_folder_is_refused_where_the_campaign_ran_beside_its_config(tmp_path, monkeypatch, capsys):
+    """Walkthrough 23, item 1: ``run`` from another folder started a second copy of a finished campaign in the
+    working directory (fresh queues, state, ledger and cap) and sent every call again; ``--simulate`` estimated all
+    of them. Now both refuse (exit 2), name the folder the campaign ran in, and create nothing here."""
+    ran, elsewhere, cfg = _ran_in_project(tmp_path, monkeypatch)
+    capsys.readouterr()
+    monkeypatch.chdir(elsewhere)
+    for args in (["run", str(cfg), "--no-live"], ["run", str(cfg), "--simulate"]):
+        assert main(args) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        _ran_elsewhere_line(err, "run", ran, elsewhere)
+        assert "$GEOAGENT_QUEUES and $GEOAGENT_STATE" in err, err  # how to run a separate copy here on purpose
+    assert not (elsewhere / "queues").exists() and not (elsewhere / "state").exists()
+    # a separate copy here, on purpose: absolute roots
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(elsewhere / "queues"))
+    monkeypatch.setenv("GEOAGENT_STATE", str(elsewhere / "state"))
+    assert main(["run", str(cfg), "--no-live"]) == 0
