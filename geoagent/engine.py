@@ -3003,6 +3003,28 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
     return out
 
 
+def _changed_settings_note(queued: int, new: int, done: int) -> str:
+    """The dry run's parenthesis on a campaign whose call settings changed since its last run: ``queued`` tasks an
+    earlier run left queued, ``new`` calls planned anew, ``done`` answered already. It says what the run does with
+    them, as the run's own drift line says once it has planned (:mod:`geoagent.runtime.drift`): queued tasks are
+    sent with the new settings, stored answers keep the old ones."""
+    parts = []
+    if queued:
+        parts.append(f"the {count_text(queued, 'task')} an earlier run left queued {'is' if queued == 1 else 'are'} "
+                     "sent with the new [[models]] settings (only " + ("its" if queued == 1 else "their") + " prompt "
+                     "text and a task section's max_output_tokens stay as planned)")
+    if new:
+        parts.append(f"the {count_text(new, 'new request')} use{'s' if new == 1 else ''} them")
+    if done:
+        stored = f"the {count_text(done, 'answer')} already stored {'keeps' if done == 1 else 'keep'} the old ones"
+        body = (", ".join(parts) + f", while {stored}: results would mix both versions" if parts
+                else f"every planned task is done, so the change reaches none of them ({stored})")
+    else:
+        body = ", ".join(parts) or "new requests use the new settings"
+    return (f"(the call settings changed since the last run: {body}; use a new [campaign] name to apply the change to "
+            "every task)")
+
+
 def booked_usd(ledger: Any) -> float:
     """USD the campaign's ledger already counts against the cap when a run starts: settled spend + unknown-outcome
     spend of earlier runs (:attr:`geoagent.runtime.ledger.LedgerSummary.total_usd`), plus the open reservations
@@ -3146,10 +3168,12 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
         earlier.append(f"{est.superseded_earlier} queued by an earlier run that this plan no longer holds will be "
                        "set aside unsent (superseded; `run.py dead CONFIG --requeue` would bring them back)")
     if earlier:
-        # the note on config changes only when the call settings changed since the last run (or cannot be told)
+        # the note on config changes only when the call settings changed since the last run (or cannot be told);
+        # what it says is what the run does (geoagent.runtime.drift: queued tasks are sent with the new settings)
         lines.append("  planned earlier: " + "; ".join(earlier) + (
-            " (a task keeps the request it was queued with: config changes since reach only requests not queued "
-            "yet; use a new [campaign] name to apply them to every task)"
+            " " + _changed_settings_note(getattr(est, "queued_earlier", 0),
+                                         max(0, est.calls - getattr(est, "queued_earlier", 0)),
+                                         getattr(est, "done_earlier", 0))
             if getattr(est, "config_changed", True) else ""))
     # what the total leaves out, in the words of the "planned earlier" line (one count per reason, only non-zero)
     left_out = ([f"{est.done_earlier} already done by earlier runs"] if getattr(est, "done_earlier", 0) else []) + (

@@ -122,6 +122,15 @@ def test_dry_run_counts_queued_tasks_as_queued_and_new_keys_at_the_new_settings(
     text = dry.summary()
     assert "total: 2 calls to make (4 already done by earlier runs)," in text, text  # sim|5 as queued + sim|4
     assert "4 planned request(s) already done" in text and "1 queued by an earlier run" in text
+    # walkthrough 23, item 2: the note said "a task keeps the request it was queued with: config changes since reach
+    # only requests not queued yet", while the run sends a queued task with the new [[models]] settings (its drift
+    # warning says so, and the answers then mix both versions)
+    flat = " ".join(text.split())
+    assert "reach only requests not queued yet" not in flat, flat
+    assert ("the 1 task an earlier run left queued is sent with the new [[models]] settings (only its prompt text and a "
+            "task section's max_output_tokens stay as planned)") in flat, flat
+    assert ("the 1 new request uses them, while the 4 answers already stored keep the old ones: results would mix "
+            "both versions") in flat, flat
     from geoagent.config import estimate
     from geoagent.engine import run_would_handle
     from geoagent.campaigns.generic import GenericCampaign
@@ -245,7 +254,7 @@ def test_the_config_changes_note_comes_only_after_a_change(no_keys):
     """Before (session 15 review): the "planned earlier" line always ended "(a task keeps the request it was queued
     with: config changes since reach only requests not queued yet; ...)", also when the config had not changed
     since the last run. Now that note comes only when the call settings changed."""
-    note = "config changes since reach only requests not queued yet"
+    note = "the call settings changed since the last run"
     path = _write(no_keys, "walk3n", SIM, n=4)
     assert _run(load_config(path)).process_calls == 4
     same = _run(load_config(path), simulate=True).summary()
@@ -254,3 +263,5 @@ def test_the_config_changes_note_comes_only_after_a_change(no_keys):
     path.write_text(path.read_text().replace("max_output_tokens = 256", "max_output_tokens = 300"))
     changed = _run(load_config(path), simulate=True).summary()
     assert note in changed, changed
+    # nothing queued, nothing new: the change reaches none of the stored answers (as the run's drift line says)
+    assert "every planned task is done, so the change reaches none of them" in " ".join(changed.split()), changed
