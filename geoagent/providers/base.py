@@ -138,7 +138,9 @@ class ModelResponse:
         ``"usage_reported": false``, and only then, so answers stored before the field existed read back as
         reported).
     latency_s : float
-        Wall time of the call in seconds (0 for replay).
+        The model's time in seconds: over HTTP, the final attempt's, from its send to its answer read in full (not
+        the waits for the host's rate or concurrency slots, nor earlier attempts and their backoff); the simulated
+        model's own time; 0 for replay.
     finish_reason : str or None
         Provider's stop reason (``stop``, ``length``, ``end_turn``, ``MAX_TOKENS``, ...).
     provider_model : str or None

@@ -272,7 +272,10 @@ class HttpProvider(Provider, abc.ABC):
             raise
         # a sandbox fake marks its answers (a header no real API sends): recorded as simulated by the caller
         sandbox = header_value(getattr(resp, "headers", None) or {}, C.SANDBOX_ANSWER_HEADER) == "1"
-        return _without_key(dataclasses.replace(parsed[0], latency_s=time.perf_counter() - t0, sandbox=sandbox),
+        # the model's time: the final attempt's, from its send to its answer read in full (the waits for the
+        # host's slots, earlier attempts and their backoff are not the model's)
+        latency = float(getattr(resp, "elapsed_s", 0.0) or 0.0) or time.perf_counter() - t0
+        return _without_key(dataclasses.replace(parsed[0], latency_s=latency, sandbox=sandbox),
                             secret, local=self._local_host())
 
     async def aclose(self) -> None:
