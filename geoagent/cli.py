@@ -686,7 +686,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run or resume a campaign (re-run the same command to resume)", **kw("run"))
     r.add_argument("config", help=CONFIG_HELP)
-    r.add_argument("--simulate", action="store_true", help="dry run: estimate calls, tokens, cost and duration; no spend, nothing enqueued, no new state/ folder; "
+    r.add_argument("--simulate", "--dry-run", action="store_true", help="dry run (--dry-run is the same): estimate calls, tokens, cost and duration; no spend, nothing enqueued, no new state/ folder; "
                    "exits 2 (after the report) when it predicts that `run` would refuse to start, e.g. an API key variable not set")
     r.add_argument("--stages", help="comma-separated stages to run in this process (scale-out; an unknown name is refused, naming the campaign's stages)")
     r.add_argument("--watch", action="store_true", help="daemon mode: keep polling queues instead of finishing")
@@ -709,7 +709,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
     c = sub.add_parser("crawl", help="crawl daemon: screen cities, sample sites, fetch and audit images, build ladders", **kw("crawl"))
     c.add_argument("config", help="crawl campaign TOML file ([campaign] kind = \"crawl\", e.g. geoagent/configs/crawl_sandbox.toml)")
-    c.add_argument("--simulate", action="store_true", help="dry run: what would be planned and its model-call estimate; nothing enqueued, no new state/ folder; "
+    c.add_argument("--simulate", "--dry-run", action="store_true", help="dry run (--dry-run is the same): what would be planned and its model-call estimate; nothing enqueued, no new state/ folder; "
                    "exits 2 (after the report) when it predicts that `crawl` would refuse to start, e.g. MAPILLARY_TOKEN not set")
     c.add_argument("--watch", action="store_true", help="keep running and pick up new cities added to the config")
     c.add_argument("--no-live", action="store_true", help="no live terminal display (it is off anyway when stdout is not a terminal)")
