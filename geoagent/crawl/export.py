@@ -746,19 +746,21 @@ def write_crawl_export_note(out_dir: str | Path, tables: list[Any], cfg: Any,
     answers recorded, else by the config), naming the tables with the column ``simulated``, and the line counting
     the rows whose flag came from the current config (answers stored before the crawl recorded what answered,
     :attr:`geoagent.runtime.export.ExportedTable.simulated_from_config`); written by
-    :func:`geoagent.runtime.export.write_export_note`. Without any of them a note left by an earlier export is
-    removed. Returns the note's path, or None when none is written."""
-    from geoagent.runtime.export import EXPORT_NOTE_FILE, _replay_of, write_export_note
+    :func:`geoagent.runtime.export.write_export_note`, after the interim-export line of a crawl not finished
+    (:func:`geoagent.runtime.export.progress_note`; the crawl's own Parquet files do not carry it). Without any of
+    them a note left by an earlier export is removed. Returns the note's path, or None when none is written."""
+    from geoagent.runtime.export import EXPORT_NOTE_FILE, _replay_of, progress_note, write_export_note
 
     path = Path(out_dir) / EXPORT_NOTE_FILE
     _, _, sim_note, _ = crawl_simulated(cfg, state_dir)
     _, note = _replay_of(cfg)
-    if not (sim_note or note or any(getattr(t, "simulated_from_config", 0) for t in tables)):
+    progress = progress_note(cfg)  # a crawl not finished: its tables hold the cities and sites done so far
+    if not (sim_note or note or progress or any(getattr(t, "simulated_from_config", 0) for t in tables)):
         path.unlink(missing_ok=True)
         return None
     if sim_note:
         flagged = [t.table for t in tables if t.table in AUDITOR_TABLES]
         sim_note += (f" The column `simulated` is in the auditor tables ({', '.join(flagged) or 'none'}); every "
                      "other table (sites, images, ...) was built from their answers too.")
-    write_export_note(path, note, tables, simulated_note=sim_note)
+    write_export_note(path, note, tables, simulated_note=sim_note, progress=progress, progress_in_parquet=False)
     return path

@@ -79,6 +79,8 @@ PARQUET_SIMULATED_KEY = "geoagent.simulated_note"
 #: Parquet metadata key naming the campaign (``[campaign] name``) whose export wrote the file: ``run.py export
 #: --out DIR`` refuses a folder holding another campaign's export of a table it writes (geoagent.cli)
 PARQUET_CAMPAIGN_KEY = "geoagent.campaign"
+#: the Parquet key-value metadata key holding the interim-export line of a campaign not finished (:func:`progress_note`)
+PARQUET_PROGRESS_KEY = "geoagent.progress"
 
 #: checklist categories of the GeoHint evidence condition (:data:`geoagent.geohint.parse.EVIDENCE_CATEGORIES`;
 #: a test keeps the two equal): ``evidence`` is exported as one text column per category
@@ -613,8 +615,10 @@ def export_all(store: Any, out_dir: str | os.PathLike[str], *, include_responses
     the CSV files carry no banner line."""
     replayed, note = _replay_of(cfg)
     simulated, sim_note = _simulated_of(cfg, store)
+    progress = progress_note(cfg)
     metadata = {**({PARQUET_NOTE_KEY: note} if note else {}),
                 **({PARQUET_SIMULATED_KEY: sim_note} if sim_note else {}),
+                **({PARQUET_PROGRESS_KEY: progress} if progress else {}),
                 **({PARQUET_CAMPAIGN_KEY: str(cfg.name)} if cfg is not None else {})} or None
     names = list(store.result_tables())
     names += sorted(t for t in set(tables) if t not in names)
@@ -624,11 +628,33 @@ def export_all(store: Any, out_dir: str | os.PathLike[str], *, include_responses
                         simulated=simulated, row_check=(checks or {}).get(t))
            for t in names]
     note_path = Path(out_dir) / EXPORT_NOTE_FILE
-    if note or sim_note or any(t.simulated_from_config for t in out):
-        write_export_note(note_path, note, out, simulated_note=sim_note)
+    if note or sim_note or progress or any(t.simulated_from_config for t in out):
+        write_export_note(note_path, note, out, simulated_note=sim_note, progress=progress)
     elif cfg is not None:
         note_path.unlink(missing_ok=True)
     return out
+
+
+def progress_note(cfg: Any) -> str:
+    """The line an export of campaign ``cfg`` carries while the campaign is not finished (tasks ready or leased on
+    any of its queues: stopped by the cap, interrupted, or still running elsewhere): ``Interim export: ...`` naming
+    the queues and counts, in ``export_note.txt`` and in each Parquet file's metadata (:data:`PARQUET_PROGRESS_KEY`),
+    so a file handed on does not read as the whole campaign. "" when nothing is left queued, without a config, or
+    when the queues cannot be read (the export goes on; the ``export`` command warns from the same counts)."""
+    if cfg is None:
+        return ""
+    try:
+        from geoagent.status import queue_counts
+
+        counts = queue_counts(cfg)
+    except Exception:  # noqa: BLE001 - a note about the export, never a reason to fail it
+        return ""
+    left = {e: c for e, c in counts.items() if c.ready or c.leased}
+    if not left:
+        return ""
+    what = "; ".join(f"{e}: {c.ready} ready, {c.leased} leased" for e, c in left.items())
+    return (f"Interim export: campaign {cfg.name} is not finished ({what}, when exported): these tables hold only the "
+            "work done so far. Re-run the campaign, then export again.")
 
 
 def _replay_of(cfg: Any) -> tuple[dict[str, bool] | None, str]:
@@ -699,17 +725,22 @@ def simulated_from_config_line(tables: Iterable[ExportedTable]) -> str:
 
 
 def write_export_note(path: str | os.PathLike[str], note: str, tables: Iterable[ExportedTable], *,
-                      simulated_note: str = "") -> None:
-    """Write ``export_note.txt``: ``note`` (the replay line, "" for none) and ``simulated_note`` (the simulator's
-    warning, "" for none), the files they cover, and how each says it (columns ``replayed`` and ``simulated``,
-    Parquet metadata keys :data:`PARQUET_NOTE_KEY` and :data:`PARQUET_SIMULATED_KEY`). Written atomically
-    (UTF-8 text)."""
+                      simulated_note: str = "", progress: str = "", progress_in_parquet: bool = True) -> None:
+    """Write ``export_note.txt``: ``progress`` (the interim-export line, :func:`progress_note`, "" for none), ``note``
+    (the replay line, "" for none) and ``simulated_note`` (the simulator's warning, "" for none), the files they
+    cover, and how each says it (columns ``replayed`` and ``simulated``, Parquet metadata keys
+    :data:`PARQUET_PROGRESS_KEY` unless ``progress_in_parquet`` is False, :data:`PARQUET_NOTE_KEY` and
+    :data:`PARQUET_SIMULATED_KEY`). Written atomically (UTF-8 text)."""
     from geoagent.files import atomic_open
 
     tables = list(tables)
     names = ", ".join(f"{t.csv.name} / {t.parquet.name}" for t in tables) or "none"
     guessed = [t for t in tables if t.simulated_from_config]
     with atomic_open(path, "w") as fh:
+        if progress:
+            fh.write(f"{progress}\nFiles this note covers (written beside it): {names}."
+                     + (f" The Parquet files carry the line above in their key-value metadata too (key "
+                        f"{PARQUET_PROGRESS_KEY})." if progress_in_parquet else "") + "\n\n")
         if guessed:
             fh.write(f"{simulated_from_config_line(guessed)}\n\n")
             if not (simulated_note or note):

@@ -1,0 +1,56 @@
+"""An export of a campaign that is not finished says so in the files it writes, not only on the terminal.
+
+Walkthrough 23, item 3: the export at the end of an interrupted run, and ``run.py export`` at 35 of 170 answers,
+warned on stderr only; ``export_note.txt`` and the Parquet metadata said nothing, so a CSV or Parquet file handed
+on looked complete. Now both carry an "interim export" line (metadata key ``geoagent.progress``) naming what was
+left queued, and an export of the finished campaign drops it again.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from geoagent.cli import main
+from geoagent.runtime.export import EXPORT_NOTE_FILE, PARQUET_PROGRESS_KEY
+
+CONFIG = """[campaign]
+name = "interim"
+kind = "generic"
+seed = 2
+[budget]
+cap_usd = {cap}
+[[models]]
+name = "sim"
+provider = "simulated"
+model = "sim-1"
+max_output_tokens = 100
+concurrency = 1
+price_input_usd_per_mtok = 100.0
+price_output_usd_per_mtok = 100.0
+[generic]
+n_requests = 8
+"""
+
+
+def test_an_interim_export_says_so_in_its_note_and_metadata_until_the_campaign_is_done(isolated_roots, capsys):
+    cfg = isolated_roots / "c.toml"
+    cfg.write_text(CONFIG.format(cap=0.02), encoding="utf-8")
+    assert main(["run", str(cfg), "--no-live"]) == 4  # the cap stops it with requests left queued
+    out_dir = isolated_roots / "state" / "interim"
+    results = pl.read_parquet(out_dir / "results.parquet")
+    assert 0 < results.height < 8
+    capsys.readouterr()
+    for _ in ("end of run", "export command"):
+        note = " ".join((out_dir / EXPORT_NOTE_FILE).read_text(encoding="utf-8").split())
+        assert "Interim export: campaign interim is not finished" in note, note
+        assert "requests: " in note and "ready" in note and "only the work done so far" in note, note
+        meta = pl.read_parquet_metadata(out_dir / "results.parquet")
+        assert meta.get(PARQUET_PROGRESS_KEY, "").startswith("Interim export: campaign interim is not finished"), meta
+        assert PARQUET_PROGRESS_KEY in pl.read_parquet_metadata(out_dir / "model_responses.parquet")
+        assert main(["export", str(cfg)]) == 0
+    cfg.write_text(CONFIG.format(cap=10.0), encoding="utf-8")
+    assert main(["run", str(cfg), "--no-live"]) == 0  # finished: the next export is whole
+    assert pl.read_parquet(out_dir / "results.parquet").height == 8
+    assert PARQUET_PROGRESS_KEY not in pl.read_parquet_metadata(out_dir / "results.parquet")
+    note_file = out_dir / EXPORT_NOTE_FILE
+    assert not note_file.exists() or "Interim export" not in note_file.read_text(encoding="utf-8")
