@@ -106,7 +106,7 @@ def test_geoverify_withholds_below_five_sites_and_flags_few():
     assert "fewer than 5 sites" in caption
     mid = sdt.score(_gv_cells(7), n_boot=100, seed=0)
     assert "H" in mid["m"].ci and mid["m"].ci_sites["H"] == 7
-    assert "from 7 sites (fewer than 10) are given but flagged few-cluster:" in bootstrap_note(mid)
+    assert "from 7 sites (H, F, d', c) (fewer than 10) are given but flagged few-cluster:" in bootstrap_note(mid)
     assert "few-cluster" in " ".join(t.get_text() for t in psychometric_figure(mid).texts)
     many = sdt.score(_gv_cells(10), n_boot=100, seed=0)
     assert "flagged few-cluster:" not in bootstrap_note(many) and "H" in many["m"].ci
@@ -117,3 +117,25 @@ def test_report_md_fig2_caption_names_withheld_lines(tmp_path):
     md = (tmp_path / "report.md").read_text(encoding="utf-8")
     cap = md.split("![hit rate by band](fig_hit_by_band.png)", 1)[1].split("\n\n")[1]
     assert "fewer than 5 sites" in cap and "legible: withheld: 3 sites (< 5)" in cap, cap
+
+
+def test_geoverify_few_cluster_note_names_the_statistics_from_few_sites():
+    """Walkthrough 23, item 8: "Here intervals from 9 sites (fewer than 10) are given but flagged few-cluster" read
+    as every interval's, while F's came from 17 sites (and were rightly not marked). Now it names which."""
+    import polars as pl
+
+    from geoagent.report.geoverify import bootstrap_note
+
+    rows = []
+    for i in range(17):  # decoy trials at 17 sites, signal trials at the first 9 only
+        site = f"s{i}"
+        if i < 9:
+            rows.append(("m", site, "main", "signal", "yes", 6 + i % 3, 4 - i % 3, 0))
+        rows += [("m", site, "main", b, "no", 1 + (i + j) % 4, 7, 0) for j, b in enumerate(_GV_BANDS)]
+    cells = pl.DataFrame(rows, schema=["model", "site", "arm", "band", "truth", "n_yes", "n_no", "n_fail"],
+                         orient="row")
+    s = sdt.score(cells, n_boot=100, seed=0)
+    assert s["m"].ci_sites["H"] == 9 and s["m"].ci_sites["F"] == 17
+    note = bootstrap_note(s)
+    head = note.split("Here intervals from ", 1)[1].split(" (fewer than 10)", 1)[0]
+    assert head.startswith("9 sites (H") and "F" not in head.split("(", 1)[1], note

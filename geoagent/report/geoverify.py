@@ -626,16 +626,23 @@ def bootstrap_note(scores: Mapping[str, ModelScores]) -> str:
 
 
 def few_cluster_text(scores: Mapping[str, ModelScores], *, figure: bool = False) -> str:
-    """``" Here intervals from 7 sites (fewer than 10) are given but flagged few-cluster: ..."``: the site counts from
-    :data:`~geoagent.scoring.sdt.BOOT_MIN_SITES` to :data:`~geoagent.scoring.sdt.BOOT_FEW_SITES` - 1 behind the
-    intervals shown (``ModelScores.ci_sites``), with a leading space; "" when none. ``figure``: the wording of the
+    """``" Here intervals from 7 sites (H, d', c) (fewer than 10) are given but flagged few-cluster: ..."``: the site
+    counts from :data:`~geoagent.scoring.sdt.BOOT_MIN_SITES` to :data:`~geoagent.scoring.sdt.BOOT_FEW_SITES` - 1
+    behind the intervals shown (``ModelScores.ci_sites``), each with the statistics whose intervals come from that
+    many sites, with a leading space; "" when none. ``figure``: the wording of the
     d' figure's caption, which draws no brackets and no mark (it says the table marks them)."""
-    few = sorted({g for x in scores.values() for k, g in x.ci_sites.items()
-                  if k in x.ci and BOOT_MIN_SITES <= g < BOOT_FEW_SITES})
-    if not few:
+    by_sites: dict[int, list[str]] = {}  # site count -> the statistics (base names: H, F, d', c) from that many
+    for x in scores.values():
+        for k, g in x.ci_sites.items():
+            if k in x.ci and BOOT_MIN_SITES <= g < BOOT_FEW_SITES:
+                name = k.split("[", 1)[0]
+                if name not in by_sites.setdefault(g, []):
+                    by_sites[g].append(name)
+    if not by_sites:
         return ""
-    gs = ", ".join(str(g) for g in few)
-    return (f" Here intervals from {gs} sites (fewer than {BOOT_FEW_SITES}) are given but flagged few-cluster: "
+    # walk23 #8: "intervals from 9 sites" read as every interval's, while F's came from 17 sites and were not marked
+    gs = " and ".join(f"{g} sites ({', '.join(by_sites[g])})" for g in sorted(by_sites))
+    return (f" Here intervals from {gs} (fewer than {BOOT_FEW_SITES}) are given but flagged few-cluster: "
             + ("likely too narrow (the figure does not mark them; the table does)." if figure
                else f"likely too narrow; each is marked {FEW_CLUSTER_MARK} after its brackets."))
 
