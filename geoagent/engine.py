@@ -3003,26 +3003,32 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
     return out
 
 
-def _changed_settings_note(queued: int, new: int, done: int) -> str:
+def _changed_settings_note(queued: int, new: int, done: int, dead: int = 0) -> str:
     """The dry run's parenthesis on a campaign whose call settings changed since its last run: ``queued`` tasks an
-    earlier run left queued, ``new`` calls planned anew, ``done`` answered already. It says what the run does with
-    them, as the run's own drift line says once it has planned (:mod:`geoagent.runtime.drift`): queued tasks are
-    sent with the new settings, stored answers keep the old ones."""
+    earlier run left queued, ``new`` calls planned anew, ``done`` answered already, ``dead`` dead-lettered (not
+    counting those set aside as no longer planned). It says what the run does with them, as the run's own drift
+    line says once it has planned (:mod:`geoagent.runtime.drift`): queued tasks are sent with the new settings, and
+    so are dead-lettered ones once requeued; stored answers keep the old ones."""
     parts = []
     if queued:
         parts.append(f"the {count_text(queued, 'task')} an earlier run left queued {'is' if queued == 1 else 'are'} "
                      "sent with the new [[models]] settings (only " + ("its" if queued == 1 else "their") + " prompt "
                      "text and a task section's max_output_tokens stay as planned)")
+    if dead:
+        parts.append(f"the {count_text(dead, 'dead-lettered task')} would be sent with the new settings too if "
+                     "requeued")
     if new:
-        parts.append(f"the {count_text(new, 'new request')} use{'s' if new == 1 else ''} them")
+        parts.append(f"the {count_text(new, 'new request')} use{'s' if new == 1 else ''} the new settings")
     if done:
         stored = f"the {count_text(done, 'answer')} already stored {'keeps' if done == 1 else 'keep'} the old ones"
-        body = (", ".join(parts) + f", while {stored}: results would mix both versions" if parts
-                else f"every planned task is done, so the change reaches none of them ({stored})")
-    else:
-        body = ", ".join(parts) or "new requests use the new settings"
-    return (f"(the call settings changed since the last run: {body}; use a new [campaign] name to apply the change to "
-            "every task)")
+        if not parts:
+            return (f"(the call settings changed since the last run: every planned task is done, so the change "
+                    f"reaches none of them ({stored}); use a new [campaign] name to run with the change)")
+        return (f"(the call settings changed since the last run: {', '.join(parts)}, while {stored}: results would "
+                "mix both versions; use a new [campaign] name to apply the change to every task)")
+    if not parts:
+        return "(the call settings changed since the last run; no task of this plan was answered with the old ones)"
+    return f"(the call settings changed since the last run: {', '.join(parts)}; no answer is stored yet)"
 
 
 def booked_usd(ledger: Any) -> float:
@@ -3173,7 +3179,7 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
         lines.append("  planned earlier: " + "; ".join(earlier) + (
             " " + _changed_settings_note(getattr(est, "queued_earlier", 0),
                                          max(0, est.calls - getattr(est, "queued_earlier", 0)),
-                                         getattr(est, "done_earlier", 0))
+                                         getattr(est, "done_earlier", 0), getattr(est, "dead_earlier", 0))
             if getattr(est, "config_changed", True) else ""))
     # what the total leaves out, in the words of the "planned earlier" line (one count per reason, only non-zero)
     left_out = ([f"{est.done_earlier} already done by earlier runs"] if getattr(est, "done_earlier", 0) else []) + (

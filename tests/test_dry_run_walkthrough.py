@@ -127,10 +127,10 @@ def test_dry_run_counts_queued_tasks_as_queued_and_new_keys_at_the_new_settings(
     # warning says so, and the answers then mix both versions)
     flat = " ".join(text.split())
     assert "reach only requests not queued yet" not in flat, flat
-    assert ("the 1 task an earlier run left queued is sent with the new [[models]] settings (only its prompt text and a "
-            "task section's max_output_tokens stay as planned)") in flat, flat
-    assert ("the 1 new request uses them, while the 4 answers already stored keep the old ones: results would mix "
-            "both versions") in flat, flat
+    assert ("the 1 task an earlier run left queued is sent with the new [[models]] settings (only its prompt text "
+            "and a task section's max_output_tokens stay as planned)") in flat, flat
+    assert ("the 1 new request uses the new settings, while the 4 answers already stored keep the old ones: results "
+            "would mix both versions") in flat, flat
     from geoagent.config import estimate
     from geoagent.engine import run_would_handle
     from geoagent.campaigns.generic import GenericCampaign
@@ -265,3 +265,21 @@ def test_the_config_changes_note_comes_only_after_a_change(no_keys):
     assert note in changed, changed
     # nothing queued, nothing new: the change reaches none of the stored answers (as the run's drift line says)
     assert "every planned task is done, so the change reaches none of them" in " ".join(changed.split()), changed
+
+
+def test_the_changed_settings_note_counts_dead_lettered_tasks_as_the_run_does():
+    """Review rev23b (1): with tasks dead-lettered and none queued or new, the note said "every planned task is done,
+    so the change reaches none of them", while the run's drift warning says dead-lettered tasks are sent with the new
+    settings (once requeued) and results would mix. Each case by hand."""
+    from geoagent.engine import _changed_settings_note as note
+
+    dead_only = note(queued=0, new=0, done=3, dead=3)
+    assert "every planned task is done" not in dead_only
+    assert ("the 3 dead-lettered tasks would be sent with the new settings too if requeued, while the 3 answers "
+            "already stored keep the old ones: results would mix both versions") in dead_only, dead_only
+    assert "every planned task is done, so the change reaches none of them (the 1 answer already stored keeps" in note(
+        0, 0, 1)
+    fresh = note(queued=2, new=1, done=0)  # nothing answered yet: nothing mixes, no new name needed
+    assert "mix" not in fresh and "new [campaign] name" not in fresh and "no answer is stored yet" in fresh, fresh
+    assert "the 1 new request uses the new settings" in fresh, fresh
+    assert "mix" not in note(0, 0, 0) and "no task of this plan was answered with the old ones" in note(0, 0, 0)
