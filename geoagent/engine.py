@@ -883,7 +883,7 @@ def check_run_here(cfg: Any) -> None:
     folder = ran_in_another_folder(cfg)
     if folder is not None:
         raise ValueError(
-            f"campaign {cfg.name}: {ran_in_another_folder_text('run', folder)}; from here it would start over in "
+            f"campaign {cfg.name}: {ran_in_another_folder_text('it', folder)}; from here it would start over in "
             f"{Path.cwd()}, sending (and paying for) every call again. To run a separate copy here on purpose, set "
             f"${C.ENV_QUEUES_ROOT} and ${C.ENV_STATE_ROOT} to absolute folders, or give it another [campaign] name")
 

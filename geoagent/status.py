@@ -16,6 +16,7 @@ original words ("retries exhausted after 2 attempts", which counts HTTP attempts
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable
@@ -430,16 +431,25 @@ def ran_in_another_folder(cfg: Any) -> Path | None:
     here = Path.cwd().resolve()
     if holds(here):
         return None
-    start = Path(source).expanduser().resolve().parent
-    return next((d for d in (start, *start.parents) if d != here and holds(d)), None)
+    # from the config's folder as given (a symlinked config or configs/ folder lies in the project it is used in) and
+    # from where it really is
+    given = Path(os.path.normpath(Path(source).expanduser().absolute().parent))  # "a/../b" -> "b", links kept
+    real = given.resolve()
+    seen: set[Path] = set()
+    for d in (given, *given.parents, real, *real.parents):
+        if d in seen:
+            continue
+        seen.add(d)
+        if d.resolve() != here and holds(d):
+            return d
+    return None
 
 
 def ran_in_another_folder_text(command: str, folder: Path) -> str:
     """The line ``status``, ``dead`` and ``export`` give (exit 2) for a campaign :func:`ran_in_another_folder`
-    found in ``folder``."""
+    found in ``folder``; ``command``: what to run from there (``"status"``; ``"it"`` for ``run`` and ``crawl``)."""
     return (f"no queues or state of the campaign under the working directory {Path.cwd()}, but it ran in {folder} "
-            f"(its data roots, [paths] queues and state, are relative to the working directory): run {command} "
-            f"from {folder}")
+            f"(its data roots are relative to the working directory): run {command} from {folder}")
 
 
 def wrong_queues_root_text(ran: dict[str, Any], queues_dir: Any) -> str:

@@ -127,10 +127,31 @@ def test_run_from_another_folder_is_refused_where_the_campaign_ran_beside_its_co
     for args in (["run", str(cfg), "--no-live"], ["run", str(cfg), "--simulate"]):
         assert main(args) == 2
         err = " ".join(capsys.readouterr().err.split())
-        _ran_elsewhere_line(err, "run", ran, elsewhere)
+        _ran_elsewhere_line(err, "it", ran, elsewhere)
         assert "$GEOAGENT_QUEUES and $GEOAGENT_STATE" in err, err  # how to run a separate copy here on purpose
     assert not (elsewhere / "queues").exists() and not (elsewhere / "state").exists()
     # a separate copy here, on purpose: absolute roots
     monkeypatch.setenv("GEOAGENT_QUEUES", str(elsewhere / "queues"))
     monkeypatch.setenv("GEOAGENT_STATE", str(elsewhere / "state"))
     assert main(["run", str(cfg), "--no-live"]) == 0
+
+
+def test_a_symlinked_config_is_searched_from_the_project_it_is_used_in(tmp_path, monkeypatch, capsys):
+    """Review rev23b (2): ``project/configs/c.toml`` a link to ``shared/c.toml``: the search went up from the link's
+    target (``shared/``), found nothing, and ``run`` from another folder started a second copy there."""
+    monkeypatch.delenv("GEOAGENT_QUEUES", raising=False)
+    monkeypatch.delenv("GEOAGENT_STATE", raising=False)
+    shared, ran, elsewhere = tmp_path / "shared", tmp_path / "project", tmp_path / "elsewhere"
+    for d in (shared, ran / "configs", elsewhere):
+        d.mkdir(parents=True)
+    (shared / "c.toml").write_text(CONFIG, encoding="utf-8")
+    cfg = ran / "configs" / "c.toml"
+    cfg.symlink_to(shared / "c.toml")
+    monkeypatch.chdir(ran)
+    assert main(["run", str(cfg), "--no-live"]) == 0
+    capsys.readouterr()
+    monkeypatch.chdir(elsewhere)
+    assert main(["run", "../project/configs/c.toml", "--no-live"]) == 2
+    _ran_elsewhere_line(" ".join(capsys.readouterr().err.split()), "it", ran, elsewhere)
+    assert main(["status", "../project/configs/c.toml"]) == 2
+    assert not (elsewhere / "queues").exists() and not (elsewhere / "state").exists()
