@@ -106,7 +106,7 @@ def test_geoverify_withholds_below_five_sites_and_flags_few():
     assert "fewer than 5 sites" in caption
     mid = sdt.score(_gv_cells(7), n_boot=100, seed=0)
     assert "H" in mid["m"].ci and mid["m"].ci_sites["H"] == 7
-    assert "from 7 sites (H, F, d', c) (fewer than 10) are given but flagged few-cluster:" in bootstrap_note(mid)
+    assert "from 7 sites (H, F, d', c), fewer than 10 sites, are given but flagged few-cluster:" in bootstrap_note(mid)
     assert "few-cluster" in " ".join(t.get_text() for t in psychometric_figure(mid).texts)
     many = sdt.score(_gv_cells(10), n_boot=100, seed=0)
     assert "flagged few-cluster:" not in bootstrap_note(many) and "H" in many["m"].ci
@@ -137,5 +137,22 @@ def test_geoverify_few_cluster_note_names_the_statistics_from_few_sites():
     s = sdt.score(cells, n_boot=100, seed=0)
     assert s["m"].ci_sites["H"] == 9 and s["m"].ci_sites["F"] == 17
     note = bootstrap_note(s)
-    head = note.split("Here intervals from ", 1)[1].split(" (fewer than 10)", 1)[0]
+    head = note.split("Here intervals from ", 1)[1].split(", fewer than 10 sites", 1)[0]
     assert head.startswith("9 sites (H") and "F" not in head.split("(", 1)[1], note
+
+
+def test_geoverify_few_cluster_note_leaves_out_exact_intervals_the_table_does_not_mark():
+    """Review rev23b (4): an exact (Clopper-Pearson) interval of a 0 % control rate from 8 sites is no site bootstrap
+    and carries no mark, yet the note named it as flagged few-cluster."""
+    from types import SimpleNamespace
+
+    from geoagent.report.geoverify import few_cluster, few_cluster_text
+
+    s = SimpleNamespace(ci={"H": (0.5, 0.9), "F[ctrl_noimage]": (0.0, 0.3), "F": (0.1, 0.3)},
+                        ci_sites={"H": 17, "F[ctrl_noimage]": 8, "F": 7}, ci_exact={"F[ctrl_noimage]"},
+                        delta_1_ci=None)
+    assert not few_cluster(s, "F[ctrl_noimage]") and few_cluster(s, "F")
+    assert few_cluster_text({"m": s}) == (" Here intervals from 7 sites (F), fewer than 10 sites, are given but flagged "
+                                          "few-cluster: likely too narrow; each is marked \u00a7 after its brackets.")
+    s.ci_exact = {"F[ctrl_noimage]", "F"}
+    assert few_cluster_text({"m": s}) == ""

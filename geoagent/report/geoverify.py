@@ -626,15 +626,15 @@ def bootstrap_note(scores: Mapping[str, ModelScores]) -> str:
 
 
 def few_cluster_text(scores: Mapping[str, ModelScores], *, figure: bool = False) -> str:
-    """``" Here intervals from 7 sites (H, d', c) (fewer than 10) are given but flagged few-cluster: ..."``: the site
+    """``" Here intervals from 7 sites (H, d', c), fewer than 10 sites, are given but flagged few-cluster: ..."``: the site
     counts from :data:`~geoagent.scoring.sdt.BOOT_MIN_SITES` to :data:`~geoagent.scoring.sdt.BOOT_FEW_SITES` - 1
-    behind the intervals shown (``ModelScores.ci_sites``), each with the statistics whose intervals come from that
-    many sites, with a leading space; "" when none. ``figure``: the wording of the
+    behind the intervals the table marks (:func:`few_cluster`; ``ModelScores.ci_sites``), each with the statistics
+    whose intervals come from that many sites, with a leading space; "" when none. ``figure``: the wording of the
     d' figure's caption, which draws no brackets and no mark (it says the table marks them)."""
     by_sites: dict[int, list[str]] = {}  # site count -> the statistics (base names: H, F, d', c) from that many
     for x in scores.values():
         for k, g in x.ci_sites.items():
-            if k in x.ci and BOOT_MIN_SITES <= g < BOOT_FEW_SITES:
+            if few_cluster(x, k):  # as the table marks them: a site bootstrap from 5-9 sites, not an exact interval
                 name = k.split("[", 1)[0]
                 if name not in by_sites.setdefault(g, []):
                     by_sites[g].append(name)
@@ -642,7 +642,7 @@ def few_cluster_text(scores: Mapping[str, ModelScores], *, figure: bool = False)
         return ""
     # walk23 #8: "intervals from 9 sites" read as every interval's, while F's came from 17 sites and were not marked
     gs = " and ".join(f"{g} sites ({', '.join(by_sites[g])})" for g in sorted(by_sites))
-    return (f" Here intervals from {gs} (fewer than {BOOT_FEW_SITES}) are given but flagged few-cluster: "
+    return (f" Here intervals from {gs}, fewer than {BOOT_FEW_SITES} sites, are given but flagged few-cluster: "
             + ("likely too narrow (the figure does not mark them; the table does)." if figure
                else f"likely too narrow; each is marked {FEW_CLUSTER_MARK} after its brackets."))
 
