@@ -54,3 +54,38 @@ def test_an_interim_export_says_so_in_its_note_and_metadata_until_the_campaign_i
     assert PARQUET_PROGRESS_KEY not in pl.read_parquet_metadata(out_dir / "results.parquet")
     note_file = out_dir / EXPORT_NOTE_FILE
     assert not note_file.exists() or "Interim export" not in note_file.read_text(encoding="utf-8")
+
+
+def test_an_export_missing_dead_lettered_work_says_so(isolated_roots, capsys):
+    """Review rev23b (5): a campaign that ended with tasks dead-lettered (exit 3) got no mark, though its tables
+    lack their rows; tasks set aside as no longer planned (superseded) are not missing work and give none."""
+    import anyio
+
+    from geoagent import constants as C
+    from geoagent.config import load_config
+    from geoagent.runtime.queue import SUPERSEDED, open_queue
+
+    cfg = isolated_roots / "c.toml"
+    cfg.write_text(CONFIG.format(cap=0.02), encoding="utf-8")
+    assert main(["run", str(cfg), "--no-live"]) == 4
+    c = load_config(cfg)
+
+    async def dead_letter(n: int, reason: str) -> None:  # as the model caller does to a task that failed for good
+        q = open_queue(c.queues_root(), c.name, C.EDGE_REQUESTS)
+        try:
+            tasks = await q.lease(n, 60.0)
+            await q.release(tasks)  # back to ready, then dead-lettered from there
+            keys = [t.key for t in tasks]
+            assert sorted(await q.dead_letter_ready(keys, reason)) == sorted(keys)
+        finally:
+            await q.close()
+
+    anyio.run(dead_letter, 4, "http 400: bad request")
+    anyio.run(dead_letter, 2, SUPERSEDED + ": no longer planned")
+    assert main(["export", str(cfg)]) == 0
+    note = " ".join((isolated_roots / "state" / "interim" / EXPORT_NOTE_FILE).read_text(encoding="utf-8").split())
+    assert note.startswith("Incomplete export: campaign interim ended with work dead-lettered (requests: 4 "
+                           "dead-lettered, when exported)"), note
+    assert "run.py dead CONFIG --requeue" in note and note.count("Files this note covers") == 1, note
+    meta = pl.read_parquet_metadata(isolated_roots / "state" / "interim" / "results.parquet")
+    assert meta[PARQUET_PROGRESS_KEY].startswith("Incomplete export:")

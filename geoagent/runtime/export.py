@@ -636,25 +636,43 @@ def export_all(store: Any, out_dir: str | os.PathLike[str], *, include_responses
 
 
 def progress_note(cfg: Any) -> str:
-    """The line an export of campaign ``cfg`` carries while the campaign is not finished (tasks ready or leased on
-    any of its queues: stopped by the cap, interrupted, or still running elsewhere): ``Interim export: ...`` naming
-    the queues and counts, in ``export_note.txt`` and in each Parquet file's metadata (:data:`PARQUET_PROGRESS_KEY`),
-    so a file handed on does not read as the whole campaign. "" when nothing is left queued, without a config, or
-    when the queues cannot be read (the export goes on; the ``export`` command warns from the same counts)."""
+    """The line an export of campaign ``cfg`` carries while the campaign is not finished, in ``export_note.txt`` and
+    in each Parquet file's metadata (:data:`PARQUET_PROGRESS_KEY`), so a file handed on does not read as the whole
+    campaign: ``Interim export: ...`` while tasks are ready or leased on any of its queues (stopped by the cap,
+    interrupted, or still running elsewhere), ``Incomplete export: ...`` when the only work missing is dead-lettered
+    (tasks set aside as no longer planned are not missing work); each names the queues and counts and what brings the
+    rest. "" when nothing is missing, without a config, or when the queues cannot be read (the export goes on; the
+    ``export`` command warns from the same counts)."""
     if cfg is None:
         return ""
     try:
-        from geoagent.status import queue_counts
+        from geoagent.status import queue_counts, superseded_counts
 
         counts = queue_counts(cfg)
+        aside = superseded_counts(cfg) if any(c.dead for c in counts.values()) else {}
     except Exception:  # noqa: BLE001 - a note about the export, never a reason to fail it
         return ""
-    left = {e: c for e, c in counts.items() if c.ready or c.leased}
-    if not left:
+    parts, left, dead = [], 0, 0
+    for edge, c in counts.items():
+        n_dead = max(0, c.dead - int(aside.get(edge, 0)))
+        if c.ready or c.leased or n_dead:
+            parts.append(f"{edge}: " + ", ".join(
+                ([f"{c.ready} ready, {c.leased} leased"] if c.ready or c.leased else [])
+                + ([f"{n_dead} dead-lettered"] if n_dead else [])))
+        left += c.ready + c.leased
+        dead += n_dead
+    if not parts:
         return ""
-    what = "; ".join(f"{e}: {c.ready} ready, {c.leased} leased" for e, c in left.items())
-    return (f"Interim export: campaign {cfg.name} is not finished ({what}, when exported): these tables hold only the "
-            "work done so far. Re-run the campaign, then export again.")
+    what = "; ".join(parts)
+    requeue = ("; `run.py dead CONFIG` lists the dead-lettered tasks and `run.py dead CONFIG --requeue` puts them "
+               "back" if dead else "")
+    if left:
+        return (f"Interim export: campaign {cfg.name} is not finished ({what}, when exported): these tables hold only "
+                "the work done so far. Re-run the campaign (after raising [budget] cap_usd if the cap stopped it"
+                f"{requeue}), then export again.")
+    return (f"Incomplete export: campaign {cfg.name} ended with work dead-lettered ({what}, when exported): these "
+            f"tables lack its rows. To complete them, requeue it (`run.py dead CONFIG --requeue`), re-run the "
+            "campaign, then export again.")
 
 
 def _replay_of(cfg: Any) -> tuple[dict[str, bool] | None, str]:
@@ -737,9 +755,10 @@ def write_export_note(path: str | os.PathLike[str], note: str, tables: Iterable[
     names = ", ".join(f"{t.csv.name} / {t.parquet.name}" for t in tables) or "none"
     guessed = [t for t in tables if t.simulated_from_config]
     with atomic_open(path, "w") as fh:
-        if progress:
-            fh.write(f"{progress}\nFiles this note covers (written beside it): {names}."
-                     + (f" The Parquet files carry the line above in their key-value metadata too (key "
+        if progress:  # the files are named once, by the last paragraph that names them
+            fh.write(progress + ("" if (guessed or simulated_note or note) else
+                                 f"\nFiles this note covers (written beside it): {names}.")
+                     + (f" The Parquet files carry this line in their key-value metadata too (key "
                         f"{PARQUET_PROGRESS_KEY})." if progress_in_parquet else "") + "\n\n")
         if guessed:
             fh.write(f"{simulated_from_config_line(guessed)}\n\n")
