@@ -4,23 +4,9 @@
 from __future__ import annotations
 
 import pytest
+from test_status_where_it_looked import CONFIG  # a generic campaign of 3 simulated calls
 
 from geoagent.cli import main
-
-CONFIG = """[campaign]
-name = "alias"
-kind = "generic"
-seed = 2
-[budget]
-cap_usd = 1.0
-[[models]]
-name = "sim"
-provider = "simulated"
-model = "sim-1"
-max_output_tokens = 100
-[generic]
-n_requests = 3
-"""
 
 
 @pytest.mark.parametrize("flag", ["--simulate", "--dry-run"])
