@@ -297,9 +297,8 @@ def _cmd_dead(args: argparse.Namespace) -> int:
     check_backend_unchanged(cfg)
     if not queue_counts(cfg):  # no queue file yet: say it as `status` does
         check_edge(cfg, args.edge)  # an --edge typo is still refused, naming the pipeline's edges
-        from geoagent.status import roots_relative_hint, wrong_queues_root
-
-        from geoagent.status import ran_in_another_folder, ran_in_another_folder_text
+        from geoagent.status import (ran_in_another_folder, ran_in_another_folder_text, roots_relative_hint,
+                                     wrong_queues_root)
 
         wrong = wrong_queues_root(cfg)
         if wrong:  # the state folder shows runs: not "not started" but queues looked for in the wrong place
