@@ -228,6 +228,23 @@ local function revive(key)
   redis.call('HDEL', KILL, key)
   enqueue(key)
 end
+-- revive each task of keys that is in state `from` ('dead': requeue_dead, 'done': reopen_done), after `before(key)`
+-- when given, and move the counts with them; returns how many moved
+local function revive_from(from, keys, before)
+  local moved = 0
+  for _, key in ipairs(keys) do
+    if redis.call('HGET', ST, key) == from then
+      if before then before(key) end
+      revive(key)
+      moved = moved + 1
+    end
+  end
+  if moved > 0 then
+    redis.call('HINCRBY', CNT, from, -moved)
+    redis.call('HINCRBY', CNT, 'ready', moved)
+  end
+  return moved
+end
 -- take a leased task out of the PEL and the stream, and drop its lease
 local function unlink(key)
   local id = redis.call('HGET', ENT, key)
@@ -492,19 +509,7 @@ return once(function()
     keys = {}
     for i = 5, #ARGV do keys[#keys + 1] = ARGV[i] end
   end
-  local moved = 0
-  for _, key in ipairs(keys) do
-    if redis.call('HGET', ST, key) == 'dead' then
-      redis.call('ZREM', DEAD, key)
-      revive(key)
-      moved = moved + 1
-    end
-  end
-  if moved > 0 then
-    redis.call('HINCRBY', CNT, 'dead', -moved)
-    redis.call('HINCRBY', CNT, 'ready', moved)
-  end
-  return moved
+  return revive_from('dead', keys, function(key) redis.call('ZREM', DEAD, key) end)
 end)
 """
 
@@ -512,19 +517,9 @@ end)
 _REOPEN = _PRELUDE + """
 return once(function()
   ensure_group()
-  local moved = 0
-  for i = 3, #ARGV do
-    local key = ARGV[i]
-    if redis.call('HGET', ST, key) == 'done' then
-      revive(key)
-      moved = moved + 1
-    end
-  end
-  if moved > 0 then
-    redis.call('HINCRBY', CNT, 'done', -moved)
-    redis.call('HINCRBY', CNT, 'ready', moved)
-  end
-  return moved
+  local keys = {}
+  for i = 3, #ARGV do keys[#keys + 1] = ARGV[i] end
+  return revive_from('done', keys)
 end)
 """
 
