@@ -81,18 +81,18 @@ def test_a_finished_stage_s_rate_counts_its_whole_working_span():
     300 at 3.0 s and 1 at 3.001 s showed 1000/s. Now every task over the span from the first lease."""
     from geoagent.runtime.worker import StageStats
 
-    late = StageStats("model_caller", started_at=0.0)
-    late.note_leased(301, now=0.0)
-    late.record_done(300, now=0.5)
-    late.record_done(1, now=10.5)
-    late.finished = True
+    def finished(name: str, leased_at: float, commits: list[tuple[int, float]]) -> StageStats:
+        st = StageStats(name, started_at=0.0)
+        st.note_leased(301, now=leased_at)
+        for n, at in commits:
+            st.record_done(n, now=at)
+        st.finished = True
+        return st
+
+    late = finished("model_caller", 0.0, [(300, 0.5), (1, 10.5)])
     assert late.rate_per_s(20.0) == pytest.approx(301 / 10.5)
     assert late.as_dict(20.0)["rate_window_s"] == pytest.approx(10.5)
-    close = StageStats("parser", started_at=0.0)
-    close.note_leased(301, now=1.0)
-    close.record_done(300, now=3.0)
-    close.record_done(1, now=3.001)
-    close.finished = True
+    close = finished("parser", 1.0, [(300, 3.0), (1, 3.001)])
     assert close.rate_per_s(20.0) == pytest.approx(301 / 2.001)
     running = StageStats("parser", started_at=0.0)  # still running: the window of its commits, falling with time
     running.note_leased(301, now=0.0)
