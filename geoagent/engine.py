@@ -3232,13 +3232,23 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
             per_model = ", ".join(f"{name} {m.calls_before_cap} of {m.calls}" for name, m in est.by_model.items())
             full_out = [name for name, m in est.by_model.items()
                         if cfg.model(name).expected_output_tokens is None and not m.recorded]
+            answering = [name for name, m in est.by_model.items() if m.calls]
+            if full_out and set(answering) <= set(full_out):
+                # every expected figure is the max_output_tokens upper bound: the stop is a pessimistic forecast,
+                # and the sentence opens with that condition (walk23 #5: a run of short answers finished in the cap)
+                lead = (f"  if every answer used all its max_output_tokens (what the expected cost assumes: no "
+                        f"expected_output_tokens set for {', '.join(full_out)}), ")
+                tail = ("; shorter answers let the run make more calls than this, possibly all of them: set "
+                        "expected_output_tokens (the output tokens a small run's answers report) for a closer forecast")
+            else:
+                lead = "  "
+                tail = (f"; the expected cost of {', '.join(full_out)} takes every answer at its max_output_tokens (no "
+                        "expected_output_tokens set): shorter answers let the run make more calls than this"
+                        if full_out else "")
             lines.append(
-                f"  the run would stop at the cap (exit 4) after about {est.calls_before_cap} of the {est.calls} "
+                f"{lead}the run would stop at the cap (exit 4) after about {est.calls_before_cap} of the {est.calls} "
                 f"calls, per model: {per_model} ({dispatch}; the first call whose worst case no longer fits next "
-                "to the settled spend stops the run)"
-                + (f"; the expected cost of {', '.join(full_out)} takes every answer at its max_output_tokens (no "
-                   "expected_output_tokens set): shorter answers let the run make more calls than this" if full_out else "")
-                + _image_assumption_note(est, cfg)
+                "to the settled spend stops the run)" + tail + _image_assumption_note(est, cfg)
             )
             # the run's own rule for models whose statistics are not comparable
             shares = Outcome("", "dry run", 0, est.calls, {}, None,

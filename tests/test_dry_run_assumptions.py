@@ -208,3 +208,32 @@ def test_budget_stop_forecast_names_the_per_image_assumption_for_an_unknown_mode
     assert ("this forecast rests on the per-image token assumption for vlm (40 image(s) at 1600 input tokens each, "
             "[[models]] image_input_tokens: no documented billing rule for openai acme-vision-7") in stop
     assert "mini (" not in stop.split("this forecast rests")[1]
+
+
+def _two_models(expected_a: int | None, expected_b: int | None, cap: float = 0.01):
+    def model(name: str, expected: int | None) -> dict:
+        m = {"name": name, "provider": "openai", "model": f"gpt-4o-mini-{name}", "api_key_env": "K",
+             "price_input_usd_per_mtok": 0.15, "price_output_usd_per_mtok": 0.6, "max_output_tokens": 1000}
+        return m if expected is None else {**m, "expected_output_tokens": expected}
+
+    cfg = config_from_dict({"campaign": {"name": "dr", "kind": "generic"}, "budget": {"cap_usd": cap},
+                            "models": [model("a", expected_a), model("b", expected_b)]})
+    plan = [{"model": m, "prompt": f"{i:03d} where"} for m in ("a", "b") for i in range(40)]
+    return [ln for ln in estimate_lines(estimate(cfg, plan), cfg) if "the run would stop at the cap" in ln]
+
+
+def test_stop_forecast_resting_on_max_output_tokens_alone_opens_with_that_condition():
+    """Walkthrough 23 #5: with no model setting expected_output_tokens, "expected" is the max_output_tokens
+    upper bound, yet the line read as a plain forecast ("the run would stop at the cap"); the real run of short
+    answers finished within the cap. The sentence now opens with its condition; a model with its own figure
+    keeps the plain forecast and the note naming the others."""
+    (every,) = _two_models(None, None)
+    assert every.startswith("  if every answer used all its max_output_tokens (what the expected cost assumes: no "
+                            "expected_output_tokens set for a, b), the run would stop at the cap (exit 4) after about ")
+    assert "possibly all of them: set expected_output_tokens" in every
+    (mixed,) = _two_models(None, 50)
+    assert mixed.startswith("  the run would stop at the cap (exit 4) after about ")
+    assert ("the expected cost of a takes every answer at its max_output_tokens (no expected_output_tokens set): "
+            "shorter answers let the run make more calls than this") in mixed
+    (both,) = _two_models(50, 50, cap=0.001)
+    assert both.startswith("  the run would stop at the cap") and "max_output_tokens (no" not in both

@@ -115,8 +115,9 @@ def test_geoverify_budget_stop_covers_both_models_and_the_dry_run_agrees(release
     made = out.spend["calls"]
     assert est.calls_before_cap < made
     text = "\n".join(estimate_lines(est, cfg))
-    assert ("the expected cost of a, b takes every answer at its max_output_tokens (no expected_output_tokens "
-            "set): shorter answers let the run make more calls than this") in text
+    assert ("  if every answer used all its max_output_tokens (what the expected cost assumes: no "
+            "expected_output_tokens set for a, b), the run would stop at the cap (exit 4)") in text
+    assert "shorter answers let the run make more calls than this, possibly all of them" in text
     # the expected-cost bound is cap / mean expected cost per call, computed here by hand
     fit_exp = int(est.calls * cfg.budget.cap_usd / est.cost_usd)
     assert f"if every call cost its expected amount, about {fit_exp} (cap / mean expected cost" in text
