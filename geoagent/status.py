@@ -342,8 +342,10 @@ def stopped_while_planning(cfg: Any) -> str | None:
     stored is still there. ``export`` refuses such a campaign (exit 1) as one that never ran."""
     from geoagent.engine import run_lock_held
 
+    if _state_ran(Path(cfg.state_dir())) is not None:
+        return None  # it ran: decided without reading the queues (a damaged queue file leaves the export its say)
     counts = queue_counts(cfg)
-    if not counts or any(c.total for c in counts.values()) or _state_ran(Path(cfg.state_dir())) is not None:
+    if not counts or any(c.total for c in counts.values()):
         return None
     return no_task_queued_text(bool(run_lock_held(Path(cfg.state_dir()))))
 

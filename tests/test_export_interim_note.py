@@ -89,3 +89,34 @@ def test_an_export_missing_dead_lettered_work_says_so(isolated_roots, capsys):
     assert "run.py dead CONFIG --requeue" in note and note.count("Files this note covers") == 1, note
     meta = pl.read_parquet_metadata(isolated_roots / "state" / "interim" / "results.parquet")
     assert meta[PARQUET_PROGRESS_KEY].startswith("Incomplete export:")
+
+
+def test_an_export_whose_queues_cannot_be_read_says_its_completeness_is_unknown(isolated_roots, capsys):
+    """Review rev23b (minor): when the queue counts could not be read at export time (a damaged queue file, a
+    Redis server gone), the interim mark was dropped without a word and the files read as the whole campaign;
+    and the ``export`` command's own read of the counts, after the files were written, failed the command. The
+    files now say their completeness is unknown and why; the command warns and exits 0."""
+    from geoagent import constants as C
+    from geoagent.config import load_config
+    from geoagent.runtime.sqlite_queue import queue_path
+
+    cfg = isolated_roots / "c.toml"
+    cfg.write_text(CONFIG.format(cap=10.0), encoding="utf-8")
+    assert main(["run", str(cfg), "--no-live"]) == 0
+    c = load_config(cfg)
+    qfile = queue_path(c.queues_root(), c.name, C.EDGE_RESPONSES)
+    for side in ("-wal", "-shm"):
+        (qfile.parent / (qfile.name + side)).unlink(missing_ok=True)
+    qfile.write_bytes(b"not a queue: damaged by hand" * 200)
+    capsys.readouterr()
+    assert main(["export", str(cfg)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "the queues of campaign interim could not be read" in err and "completeness" in err, err
+    out_dir = isolated_roots / "state" / "interim"
+    assert pl.read_parquet(out_dir / "results.parquet").height == 8
+    note = " ".join((out_dir / EXPORT_NOTE_FILE).read_text(encoding="utf-8").split())
+    assert note.startswith("Export of unknown completeness: the queues of campaign interim could not be read "
+                           "when exported (QueueFileError"), note
+    assert "run.py status CONFIG" in note, note
+    meta = pl.read_parquet_metadata(out_dir / "results.parquet")
+    assert meta[PARQUET_PROGRESS_KEY].startswith("Export of unknown completeness:"), meta

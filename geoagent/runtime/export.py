@@ -641,8 +641,9 @@ def progress_note(cfg: Any) -> str:
     campaign: ``Interim export: ...`` while tasks are ready or leased on any of its queues (stopped by the cap,
     interrupted, or still running elsewhere), ``Incomplete export: ...`` when the only work missing is dead-lettered
     (tasks set aside as no longer planned are not missing work); each names the queues and counts and what brings the
-    rest. "" when nothing is missing, without a config, or when the queues cannot be read (the export goes on; the
-    ``export`` command warns from the same counts)."""
+    rest. When the queues cannot be read (a damaged queue file, a Redis server gone) the export goes on and the
+    line says that its completeness is unknown, with the error (its type and first line, secrets redacted).
+    "" when nothing is missing or without a config. The ``export`` command warns on stderr from the same counts."""
     if cfg is None:
         return ""
     try:
@@ -650,8 +651,11 @@ def progress_note(cfg: Any) -> str:
 
         counts = queue_counts(cfg)
         aside = superseded_counts(cfg) if any(c.dead for c in counts.values()) else {}
-    except Exception:  # noqa: BLE001 - a note about the export, never a reason to fail it
-        return ""
+    except Exception as exc:  # noqa: BLE001 - a note about the export, never a reason to fail it
+        return (f"Export of unknown completeness: the queues of campaign {cfg.name} could not be read when exported "
+                f"({unreadable_queues_reason(exc)}): these tables hold the work stored so far, and whether work was "
+                "still queued or dead-lettered is not known. `run.py status CONFIG` tells once the queues can be "
+                "read; export again then.")
     parts, left, dead = [], 0, 0
     for edge, c in counts.items():
         n_dead = max(0, c.dead - int(aside.get(edge, 0)))
@@ -673,6 +677,17 @@ def progress_note(cfg: Any) -> str:
     return (f"Incomplete export: campaign {cfg.name} ended with work dead-lettered ({what}, when exported): these "
             f"tables lack its rows. To complete them, requeue it (`run.py dead CONFIG --requeue`), re-run the "
             "campaign, then export again.")
+
+
+def unreadable_queues_reason(exc: BaseException) -> str:
+    """``"<ExceptionType>: <first line of its message>"`` (at most 300 characters, secrets redacted by
+    :func:`geoagent.secrets.redact`) for an error met reading a campaign's queues: the reason
+    :func:`progress_note` and the ``export`` command give for an export of unknown completeness."""
+    from geoagent.secrets import redact
+
+    first = (str(exc).strip().splitlines() or [""])[0]
+    text = redact(f"{type(exc).__name__}: {first}" if first else type(exc).__name__)
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _replay_of(cfg: Any) -> tuple[dict[str, bool] | None, str]:
