@@ -608,6 +608,13 @@ def _rows(scores: Mapping[str, ModelScores], *, pretty: bool = True) -> list[Row
         ("Confidence on false acceptances", "median", lambda s: s.fa_conf_median, lambda s: _num(s.fa_conf_median), None),
         ("Confidence on false acceptances", "share >= 0.8", lambda s: s.fa_conf_share_high,
          lambda s: _pct(s.fa_conf_share_high), None),
+    ]
+    if any(s.fa_conf_missing for s in scores.values()):
+        # a yes without a (finite) confidence enters neither the median nor the share: say how many, so a share
+        # over fewer answers than F counts is not read as over all of them
+        rows.append(("Confidence on false acceptances", "without a confidence (left out)",
+                     lambda s: s.fa_conf_missing, lambda s: f"{s.fa_conf_missing} of {s.n_false_acceptances}", None))
+    rows += [
         ("Read-out", "pre-registered", lambda s: s.readout.verdict, readout_text, None),
     ]
     return rows

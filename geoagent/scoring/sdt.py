@@ -323,6 +323,16 @@ class ModelScores:
     #: answers cut off at the output-token limit, per arm (``geoagent.scoring.truncation.TruncationCount``; set
     #: by the aggregator from the answers' finish reasons; empty when none were counted)
     truncation: dict[str, Any] = field(default_factory=dict)
+    #: false acceptances with a confidence (a finite number): the median and the share >= 0.8 are over these;
+    #: ``n_false_acceptances - fa_conf_n`` answered yes without one and are left out of both (none when -1: not
+    #: counted, a ``ModelScores`` made elsewhere)
+    fa_conf_n: int = -1
+
+    @property
+    def fa_conf_missing(self) -> int:
+        """False acceptances left out of the confidence median and share for want of a confidence (0 when not
+        counted)."""
+        return max(0, self.n_false_acceptances - self.fa_conf_n) if self.fa_conf_n >= 0 else 0
 
     def band(self, label: str) -> BandScore:
         return next(b for b in self.bands if b.band == label)
@@ -706,6 +716,7 @@ def _score_one(
         fa_conf_share_high=float(fa_n[fa_vals >= CONF_HIGH - 1e-12].sum() / fa_total) if fa_total else math.nan,
         hit_conf_median=median_from_counts(hit["conf"].to_numpy(), hit["n"].to_numpy()),
         n_parse_failures=n_fail,
+        fa_conf_n=fa_total,
         readout=ro,
         ci=ci,
         ci_n=ci_n,
