@@ -225,6 +225,9 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
         with open_state(cfg, recover=False, make_state_dir=False) as state:  # status only reads
             spend = state.ledger.summary().to_json()
             spend["by_model"] = state.ledger.spend_by_model()
+            # the ledger keeps the cap its last run set; the config's may have been changed since (raised after a
+            # budget stop): status shows the one the next run uses (walk24 #2)
+            spend["config_cap_usd"] = float(cfg.budget.cap_usd)
             from geoagent.engine import gone_reservations, gone_reservations_by_model
 
             # open reservations whose holder is gone (a forced exit, a kill), by the rule the next run's start-up
@@ -535,6 +538,30 @@ def format_usd(x: float | None) -> str:
     return f"-${-amount:,.4f}" if amount < 0 else f"${amount:,.4f}"
 
 
+def cap_text(spend: dict[str, Any], *, running: bool = False) -> str:
+    """``"cap $C"`` for ``status``'s spend line: the cap of the campaign's ledger (set by its last run) when the
+    config's ``[budget] cap_usd`` (``spend["config_cap_usd"]``) is the same or unknown; else the config's, the one
+    the next run uses, naming the last run's (``running``: a run is going under the ledger's, and the config's
+    applies from the next run)."""
+    stored, cfg_cap = spend.get("cap_usd"), spend.get("config_cap_usd")
+    if cfg_cap is None or stored is None or abs(float(cfg_cap) - float(stored)) < 5e-10:
+        return f"cap {format_usd(stored)}"
+    if running:
+        return (f"cap {format_usd(stored)} (the running run's; the config's [budget] cap_usd {format_usd(cfg_cap)} "
+                "applies from the next run)")
+    return f"cap {format_usd(cfg_cap)} ([budget] cap_usd in the config; the last run ran under {format_usd(stored)})"
+
+
+def budget_resume_hint(spend: dict[str, Any]) -> str:
+    """What ``status`` says to do after the cost cap stopped the last run: re-run when the config's cap was raised
+    above the one it stopped at, else raise ``[budget] cap_usd`` first (as the run's summary says)."""
+    stored, cfg_cap = spend.get("cap_usd"), spend.get("config_cap_usd")
+    if cfg_cap is not None and stored is not None and float(cfg_cap) > float(stored) + 5e-10:
+        return (f"the config's [budget] cap_usd ({format_usd(cfg_cap)}) is above the {format_usd(stored)} the last run "
+                "stopped at: re-run the same command to go on")
+    return "to go on: raise [budget] cap_usd in the config and re-run the same command"
+
+
 def stop_reason(progress: dict[str, Any], *, now: float | None = None, running: bool | None = None) -> str | None:
     """What stopped (some) dispatching, or what it waits for, from a progress record, or None.
 
@@ -696,7 +723,8 @@ def format_status(st: dict[str, Any]) -> str:
     if s:
         lines.append(
             f"  spend: {format_usd(s.get('spent_usd'))} settled + {format_usd(s.get('unknown_usd'))} unknown-outcome"
-            f" + {format_usd(s.get('reserved_usd'))} reserved, cap {format_usd(s.get('cap_usd'))}; calls {s.get('calls', 0)}"
+            f" + {format_usd(s.get('reserved_usd'))} reserved, {cap_text(s, running=bool(st.get('running')))}; "
+            f"calls {s.get('calls', 0)}"
         )
         from geoagent.engine import overrun_lines, spend_detail_lines, unreported_usage_lines
 
@@ -840,6 +868,8 @@ def format_status(st: dict[str, Any]) -> str:
         reason = stop_reason(p, now=time.time(), running=running)
         if reason:
             lines.append(f"  {reason}")
+        if p.get("budget_stopped") and (ended or running is False) and not complete and st.get("spend"):
+            lines.append("  " + budget_resume_hint(st["spend"]))
         lines.extend(coverage_lines(p.get("planned_by_model") or {}, st.get("answered_by_model") or {},
                                     budget_stopped=bool(p.get("budget_stopped")), complete=complete))
         http = p.get("http")

@@ -1,0 +1,56 @@
+"""``status`` shows the cap the next run uses, and what to do after a budget stop (walkthrough 24, items 2 and 7).
+
+After a run stopped at a $0.30 cap and the user raised ``[budget] cap_usd`` to $5, ``status`` still printed
+``cap $0.3000``: the ledger keeps the cap its last run set. It now shows the config's cap and names the last
+run's; and after a budget stop it says what the run's summary says (raise the cap and re-run), or, with the cap
+already raised, that re-running goes on.
+"""
+
+from __future__ import annotations
+
+from geoagent.cli import main
+
+CONFIG = """[campaign]
+name = "capshow"
+kind = "generic"
+seed = 2
+[budget]
+cap_usd = {cap}
+[[models]]
+name = "sim"
+provider = "simulated"
+model = "sim-1"
+max_output_tokens = 100
+concurrency = 1
+price_input_usd_per_mtok = 100.0
+price_output_usd_per_mtok = 100.0
+[generic]
+n_requests = 8
+"""
+
+
+def _status(cfg, capsys) -> str:
+    capsys.readouterr()
+    main(["status", str(cfg)])
+    return capsys.readouterr().out
+
+
+def test_status_shows_the_config_cap_and_the_way_on_after_a_budget_stop(isolated_roots, capsys):
+    cfg = isolated_roots / "c.toml"
+    cfg.write_text(CONFIG.format(cap=0.02), encoding="utf-8")
+    assert main(["run", str(cfg), "--no-live"]) == 4
+    out = _status(cfg, capsys)
+    assert "reserved, cap $0.0200; calls" in out, out
+    assert "budget exhausted" in out
+    assert "to go on: raise [budget] cap_usd in the config and re-run the same command" in out, out
+
+    cfg.write_text(CONFIG.format(cap=10.0), encoding="utf-8")
+    out = _status(cfg, capsys)
+    assert "cap $10.0000 ([budget] cap_usd in the config; the last run ran under $0.0200)" in out, out
+    assert "is above the $0.0200 the last run stopped at: re-run the same command to go on" in out, out
+    assert "raise [budget] cap_usd" not in out
+
+    assert main(["run", str(cfg), "--no-live"]) == 0
+    out = _status(cfg, capsys)
+    assert "reserved, cap $10.0000; calls" in out and "the last run ran under" not in out, out
+    assert "to go on" not in out and "campaign complete" in out, out
