@@ -3113,8 +3113,9 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
     cap stops it (:func:`geoagent.config.simulate_dispatch`) with a warning for a model left with none or far
     fewer than the others (:meth:`Outcome.coverage_warnings`) and a note naming the models whose expected cost
     takes every answer at its ``max_output_tokens`` (the run makes more calls when answers are shorter), and the
-    bounds: the calls the cap pays for if every call cost its worst case (cap / mean worst case; the run makes
-    at least about that many) or its expected amount (cap / mean expected cost).
+    plan averages: the calls the cap pays for at the mean worst case per call (cap / mean worst case) and at the
+    mean expected cost (cap / mean expected cost), which the simulated stop may lie outside of (walk24 #3: it
+    follows the models' order and pace, so a cheaper model's calls made first fit more).
     """
     from geoagent.config import model_time_basis, spends_hidden_reasoning
 
@@ -3256,11 +3257,13 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
                              answered_by_model={n: m.calls_before_cap or 0 for n, m in est.by_model.items()})
             lines.extend(f"  !!! WARNING: before the cap, {w}" for w in shares.coverage_warnings())
         lines.append(
-            f"  bounds: even if every call cost its worst case, the cap pays for about {fit_worst} of the "
-            f"{est.calls} calls ({cap_word} / mean worst case per call); if every call cost its expected amount, "
-            f"about {fit_exp} ({cap_word} / mean expected cost per call"
-            + ("; the simulated stop above also counts the reservations still open when it comes)"
-               if est.calls_before_cap is not None and est.calls_before_cap < est.calls else ")")
+            f"  plan averages: at the mean worst case per call the cap pays for about {fit_worst} of the "
+            f"{est.calls} calls ({cap_word} / mean worst case per call); at the mean expected cost per call, about "
+            f"{fit_exp} ({cap_word} / mean expected cost per call). These average over every planned call"
+            + ("; the simulated stop above follows the order and pace of each model's calls and counts the "
+               "reservations still open when it comes, so it can lie outside both (more calls when the cheaper "
+               "model's are made first)"
+               if est.calls_before_cap is not None and est.calls_before_cap < est.calls else "")
         )
     return lines
 

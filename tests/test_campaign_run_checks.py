@@ -149,12 +149,12 @@ def test_dry_run_over_the_cap_says_how_many_calls_fit(tmp_path, monkeypatch):
     expected = float(re.search(r"\$([0-9.]+) expected", total).group(1))
     over = [line for line in lines if "OVER CAP" in line]
     assert len(over) == 1 and "(OVER cap)" in total
-    bounds = next(line for line in lines if "bounds:" in line)
+    bounds = next(line for line in lines if "plan averages:" in line)
     fit = int(re.search(r"the cap pays for about (\d+) of the (\d+) calls", bounds).group(1))
     # independent: the calls are alike up to their prompt length, so the cap fits cap / (worst / n) of them
     assert abs(fit - n * 0.05 / worst) < 1.0
     assert 0 < fit < n
-    fit_exp = int(re.search(r"if every call cost its expected amount, about (\d+) ", bounds).group(1))
+    fit_exp = int(re.search(r"at the mean expected cost per call, about (\d+) ", bounds).group(1))
     assert abs(fit_exp - min(n, n * 0.05 / expected)) < 1.0
     # within the cap: no OVER CAP line
     within = load_config(_write(tmp_path, "within", _paid("a", "RUNCHK_KEY"), cap=50.0, n=n))

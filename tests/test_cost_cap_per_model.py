@@ -130,11 +130,13 @@ def test_dry_run_counts_calls_per_model_before_the_cap_in_queue_order():
             "rate and expected_latency_s; each call reserves its worst case and settles at its expected cost; the "
             "first call whose worst case no longer fits next to the settled spend stops the run)") in text
     assert "!!! WARNING: before the cap, ge has no answer (0 of 40 planned calls)" in text
-    # the old average-based figure is still there, labelled as a bound: 80 x 0.0155 / 0.44 = 2.8 -> 2
-    assert ("bounds: even if every call cost its worst case, the cap pays for about 2 of the 80 calls "
+    # the average-based figures are still there, labelled as plan averages, not bounds (walk24 #3: the simulated
+    # stop, 23 here, lies outside both): 80 x 0.0155 / 0.44 = 2.8 -> 2
+    assert ("plan averages: at the mean worst case per call the cap pays for about 2 of the 80 calls "
             "(cap / mean worst case per call)") in text
     # 80 x 0.0155 / 0.22 = 5.6 -> 5 at the expected cost; every model sets expected_output_tokens: no note
-    assert "if every call cost its expected amount, about 5 (cap / mean expected cost per call" in text
+    assert "at the mean expected cost per call, about 5 (cap / mean expected cost per call)" in text
+    assert "so it can lie outside both" in text and "bounds" not in text
     assert "shorter answers let the run make more calls" not in text
     # within the cap: nothing simulated
     assert estimate(_dry_cfg([_priced("a", 10.0)], cap=1.0), plan[:40]).calls_before_cap is None

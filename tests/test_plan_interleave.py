@@ -120,7 +120,7 @@ def test_geoverify_budget_stop_covers_both_models_and_the_dry_run_agrees(release
     assert "shorter answers let the run make more calls than this, possibly all of them" in text
     # the expected-cost bound is cap / mean expected cost per call, computed here by hand
     fit_exp = int(est.calls * cfg.budget.cap_usd / est.cost_usd)
-    assert f"if every call cost its expected amount, about {fit_exp} (cap / mean expected cost" in text
+    assert f"at the mean expected cost per call, about {fit_exp} (cap / mean expected cost" in text
     # with expected_output_tokens = the run's mean answer length the simulation lands near the run
     mean_out = round(full.spend["output_tokens"] / full.spend["calls"])
     tuned = _geoverify_cfg(release_dir, 7, cap=cfg.budget.cap_usd, name="gv-tuned",
