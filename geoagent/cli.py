@@ -461,6 +461,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
                 return 2
         try:
             tables = kind.export(cfg, state.store, out_dir)  # what the campaign kind calls results
+            from geoagent.runtime.export import with_spend
+
+            tables = with_spend(tables, state.ledger, cfg, out_dir)  # the ledger per model, beside them
         except BaseException:
             if made and out_dir is not None and not any(out_dir.iterdir()):
                 out_dir.rmdir()  # the folder this export made, left empty by its failure (a damaged stored row)

@@ -50,7 +50,8 @@ def test_export_writes_the_crawl_tables(crawled, capsys):
     out = sd / "export"
     want = ["city_pool", "sites", "images", "image_audit", "candidate_referenceability",
             "candidate_referenceability_by_city", "ladders",
-            "audit_decisions", "audit_sensitive", "audit_review_queue", "crawl_decisions"]
+            "audit_decisions", "audit_sensitive", "audit_review_queue", "crawl_decisions",
+            "spend"]  # the ledger per auditor model (walk24 #1)
     assert sorted(p.stem for p in out.glob("*.parquet")) == sorted(want)
     assert all(f"{t}: " in printed for t in want) and "model_responses" not in printed
     for p, data in own.items():  # the crawl's own tables are only read

@@ -103,9 +103,9 @@ def test_every_exported_column_is_documented_under_its_table(exported):
 def test_every_declared_column_is_documented_and_every_documented_table_is_exported():
     """The declared schemas (also of tables the exports above do not produce: the human review tables)."""
     from geoagent.crawl.export import CRAWL_DECISIONS_COLUMNS, CRAWL_DECISIONS_TABLE, crawl_table_schemas
-    from geoagent.runtime.export import TABLE_SCHEMAS
+    from geoagent.runtime.export import SPEND_SCHEMA, SPEND_TABLE, TABLE_SCHEMAS
 
-    declared = {**{t: list(s) for t, s in TABLE_SCHEMAS.items()},
+    declared = {**{t: list(s) for t, s in TABLE_SCHEMAS.items()}, SPEND_TABLE: list(SPEND_SCHEMA),
                 **{t: list(s) for t, s in crawl_table_schemas().items()},
                 CRAWL_DECISIONS_TABLE: list(CRAWL_DECISIONS_COLUMNS)}
     sections = _sections()

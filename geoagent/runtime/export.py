@@ -251,6 +251,63 @@ def write_frame(df: pl.DataFrame, parquet_path: str | os.PathLike[str], csv_path
                 _csv_ready(df).write_csv(tmp)
 
 
+#: the per-model spend table (:func:`export_spend`): ``spend.parquet`` / ``spend.csv``
+SPEND_TABLE = "spend"
+#: its columns, in order (USD, counts); ``billed_usd`` = ``spent_usd`` + ``unknown_usd``, what counts against the cap
+SPEND_SCHEMA: dict[str, Any] = {
+    "model": pl.String, "calls": pl.Int64, "spent_usd": pl.Float64, "unknown_calls": pl.Int64,
+    "unknown_usd": pl.Float64, "billed_usd": pl.Float64, "open_reservations": pl.Int64, "reserved_usd": pl.Float64,
+    "unreported_calls": pl.Int64, "unreported_usd": pl.Float64,
+}
+
+
+def export_spend(ledger: Any, out_dir: str | os.PathLike[str], *, cfg: Any = None) -> ExportedTable:
+    """Write ``spend.parquet`` and ``spend.csv`` under ``out_dir``: the campaign's ledger per ``[[models]]`` name
+    (:meth:`geoagent.runtime.ledger.Ledger.spend_by_model`; the Redis ledger has the same method), one row per
+    model with a billed or open call, in name order.
+
+    Columns (:data:`SPEND_SCHEMA`): ``calls`` and ``spent_usd`` (settled calls and their cost: the sum of
+    ``model_responses.cost_usd`` for the answers stored), ``unknown_calls`` and ``unknown_usd`` (attempts whose
+    outcome is unknown, a connection lost after the request was sent, booked at their reservation: the
+    provider may have billed them, and no answer was stored, so ``model_responses`` has no row for them),
+    ``billed_usd`` (their sum: what counts against ``[budget] cap_usd``, ``status``'s settled + unknown-outcome),
+    ``open_reservations`` and ``reserved_usd`` (calls in flight, or left open by a run that is gone, when
+    exported), ``unreported_calls`` and ``unreported_usd`` (settled calls whose answers reported no usage, booked
+    at their worst case; part of ``spent_usd``). Walk24 #1: summing ``model_responses.cost_usd`` gave the settled
+    spend only, with nothing in the exports for the unknown-outcome part. The Parquet metadata names the campaign
+    (:data:`PARQUET_CAMPAIGN_KEY`) and its cap (``geoagent.cap_usd``, USD, as the ledger holds it)."""
+    rows = []
+    for model, m in ledger.spend_by_model().items():
+        spent, unknown = float(m.get("spent_usd", 0.0)), float(m.get("unknown_usd", 0.0))
+        rows.append({"model": model, "calls": int(m.get("calls", 0)), "spent_usd": spent,
+                     "unknown_calls": int(m.get("unknown_calls", 0)), "unknown_usd": unknown,
+                     "billed_usd": spent + unknown, "open_reservations": int(m.get("open_reservations", 0)),
+                     "reserved_usd": float(m.get("reserved_usd", 0.0)),
+                     "unreported_calls": int(m.get("unreported_calls", 0)),
+                     "unreported_usd": float(m.get("unreported_usd", 0.0))})
+    df = pl.DataFrame(rows, schema=SPEND_SCHEMA) if rows else pl.DataFrame(schema=SPEND_SCHEMA)
+    metadata = {"geoagent.cap_usd": repr(float(ledger.summary().cap_usd)),
+                **({PARQUET_CAMPAIGN_KEY: str(cfg.name)} if cfg is not None else {})}
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    parquet, csv = out / f"{SPEND_TABLE}.parquet", out / f"{SPEND_TABLE}.csv"
+    write_frame(df, parquet, csv, metadata=metadata)
+    return ExportedTable(SPEND_TABLE, df.height, parquet, csv)
+
+
+def with_spend(tables: list[ExportedTable], ledger: Any, cfg: Any,
+               out_dir: str | os.PathLike[str] | None = None) -> list[ExportedTable]:
+    """``tables`` (a campaign kind's export) plus :func:`export_spend` written beside them: in ``out_dir`` when
+    given, else in the folder of the first table's Parquet file; ``tables`` unchanged when it is empty and no
+    ``out_dir`` is given, or without a ledger."""
+    if ledger is None:
+        return tables
+    folder = Path(out_dir) if out_dir is not None else (tables[0].parquet.parent if tables else None)
+    if folder is None:
+        return tables
+    return [*tables, export_spend(ledger, folder, cfg=cfg)]
+
+
 def _response_rows(store: Any) -> Iterator[tuple[str, dict[str, Any]]]:
     """The stored responses as ``(key, row)`` pairs, each with ``usage_reported`` (module docstring, "Usage
     reported"): False where the stored answer says ``"usage_reported": false``, else True."""
