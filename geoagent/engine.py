@@ -2919,7 +2919,8 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
     # every variable a real run would refuse to start without: the models' keys and the kind's own (the
     # crawl's Mapillary token), looked up as check_keys does
     dotenv_path = ctx.services.get("dotenv_path")
-    missing, others = missing_keys(cfg, kind, dotenv_path=dotenv_path)
+    # the config as written: the kind names a sandbox fake's key rule from its *.sandbox.invalid URL
+    missing, others = missing_keys(ctx.services.get("config_as_written", cfg), kind, dotenv_path=dotenv_path)
     n_vars = len({var for var, _ in missing} | {var for var, _ in others})
     them = "they are" if n_vars > 1 else "it is"
     command = "crawl" if kind.kind == "crawl" else "run"

@@ -48,8 +48,18 @@ class CrawlCampaign(CampaignKind):
     def required_keys(self, cfg: Any) -> list[tuple[str, str]]:
         """The Mapillary token (``[crawl.endpoints] mapillary_token_env``): every crawl stage process builds the
         Mapillary client, so the engine looks it up before the run creates any queue or state file."""
-        var = _settings(cfg).endpoints.mapillary_token_env
-        return [(var, "the Mapillary token, [crawl.endpoints] mapillary_token_env")]
+        settings = _settings(cfg)
+        var = settings.endpoints.mapillary_token_env
+        what = "the Mapillary token, [crawl.endpoints] mapillary_token_env"
+        from geoagent.sandbox.launch import fake_name
+
+        try:
+            fake = fake_name(str(settings.endpoints.mapillary or "")) is not None
+        except ValueError:  # a *.sandbox.invalid host naming no fake: launch refuses it with its own message
+            fake = False
+        if fake:  # walk24 #6: the hint was only in crawl_sandbox.toml's comments and docs/campaigns.md
+            what += f"; the sandbox's Mapillary fake accepts any value of the form MLY|..., e.g. {var}='MLY|sandbox'"
+        return [(var, what)]
 
     async def plan(self, cfg: Any, ctx: StageContext) -> Iterable[Message]:
         """The cities to screen. A human-verdict CSV (``[crawl.image_audit] human_verdicts``) is read first: the
