@@ -119,8 +119,11 @@ def test_the_split_half_correction_applies_the_undetermined_rule_to_each_half_a(
     new = split_half_correction(bs, bm, bh, ns, nm, nh, n_splits=n_splits, seed=seed, baseline_geocoded=flags)
     old = split_half_correction(bs, bm, bh, ns, nm, nh, n_splits=n_splits, seed=seed)
 
-    # replay the masks: site codes in order of first appearance (baseline first), as split_half_correction codes them
+    # replay the masks: on the baseline responses in the scorer's canonical order (site, model, hit, geocoded;
+    # audit 24), site codes in order of first appearance (baseline first), as split_half_correction codes them
+    canon = sorted(range(len(bs)), key=lambda i: (str(bs[i]), str(bm[i]), bh[i], flags[i]))
     codes = {s: i for i, s in enumerate(dict.fromkeys(list(bs) + list(ns)))}
+    bs, bh, flags = [bs[i] for i in canon], [bh[i] for i in canon], [flags[i] for i in canon]
     groups = np.array([codes[s] for s in bs])
     rng = np.random.default_rng(seed)
     s2, s4 = (np.array([s == site for s in bs]) for site in ("s2", "s4"))

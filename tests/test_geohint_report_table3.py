@@ -112,3 +112,29 @@ def test_the_note_defines_every_column_with_its_unit():
         assert r[5] == pytest.approx(r[3] - r[2]), r
     assert "Shift: Corrected minus Uncorrected (points)" in t3.notes, t3.notes
     assert "SD: the standard deviation of the corrected difference over splits (points)" in t3.notes, t3.notes
+
+
+def test_the_note_gives_the_monte_carlo_error_of_the_corrected_means():
+    """Audit 24: the SD over splits (about 19 points) left each corrected mean uncertain by SD / sqrt(splits), about
+    2.7 points at 50 splits, and the report said nothing of it: two runs' corrected values 3 points apart looked
+    like a difference. The note gives the largest such error, recomputed here from the rows (SD, splits used)."""
+    import re
+
+    from geoagent.scoring.regime import split_half_correction
+
+    agg = GeoHintAggregator()
+    agg.add_many(_rows({"s1": [1, 0], "s2": [1, 0, 1], "s3": [0, 1], "s4": [0, 0, 1]}, NEAR))
+    t3 = GH.table3(agg, "forced", "baseline", n_splits=40, seed=3)
+    got = float(re.search(r"Monte-Carlo error of a Corrected value \(SD / sqrt\(splits used\)\): at most "
+                          r"([0-9.]+) points", t3.notes).group(1))
+    bs, bm, bh = agg.baseline_arrays("baseline")
+    ns, nm, nh = agg.context_arrays("forced", "0.5-1.5km")
+    res = split_half_correction(bs, bm, bh, ns, nm, nh, n_splits=40, seed=3,
+                                baseline_geocoded=agg.baseline_geocoded_flags("baseline"),
+                                near_geocoded=agg.context_geocoded_flags("forced", "0.5-1.5km"))
+    want = max(r.corrected_sd / math.sqrt(r.n_splits_used) for r in res.rows if r.n_splits_used >= 2)
+    assert want > 0 and got == pytest.approx(want, abs=0.05)
+    # with one answer per site nothing is split: no such sentence
+    one = GeoHintAggregator()
+    one.add_many(_rows({"s1": [1], "s2": [1], "s3": [0], "s4": [0]}, NEAR))
+    assert "Monte-Carlo" not in GH.table3(one, "forced", "baseline", n_splits=40).notes

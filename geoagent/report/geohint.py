@@ -831,6 +831,20 @@ def table2(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
     )
 
 
+def _split_mc_text(rows: Sequence[Any]) -> str:
+    """``" Monte-Carlo error of a Corrected value (SD / sqrt(splits used)): at most 2.7 points here; ..."``: the
+    largest standard error of a corrected mean over Table 3's rows (``CorrectionRow``), so a difference between
+    two runs' Corrected values (another seed, another number of splits) can be told from the splits' own noise
+    (audit 24: SD about 19 points over 50 splits left the mean uncertain by about +-2.7, said nowhere); "" when
+    no row has a corrected value from at least two splits."""
+    errors = [r.corrected_sd / math.sqrt(r.n_splits_used) for r in rows
+              if r.n_splits_used >= 2 and math.isfinite(r.corrected_sd)]
+    if not errors:
+        return ""
+    return (f" Monte-Carlo error of a Corrected value (SD / sqrt(splits used)): at most {max(errors):.1f} points "
+            "here; [geohint] n_splits narrows it (4 times the splits halve it).")
+
+
 def table3(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "baseline", *, n_splits: int = 200, seed: int = 0) -> Table:
     """Table 3: near-band minus no-context, uncorrected and split-half corrected (mean +- SD over splits).
 
@@ -864,7 +878,8 @@ def table3(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
             notes = (f"{n_splits} random splits of each site's no-context responses into halves (seed {seed}): the regime "
                      f"from one half, the no-context column from the other. Corrected: the mean over splits; SD: the "
                      f"standard deviation of the corrected difference over splits (points); Shift: Corrected minus "
-                     f"Uncorrected (points). On average {res.mean_sites_switching:.1f} sites change side per split.")
+                     f"Uncorrected (points). On average {res.mean_sites_switching:.1f} sites change side per split."
+                     + _split_mc_text(res.rows))
             if single:
                 notes += (f" {single} of {count_text(len(per_site), 'site')} {'has' if single == 1 else 'have'} a single "
                           f"no-context answer and {'is' if single == 1 else 'are'} left out of every split (no half to "

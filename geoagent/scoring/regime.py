@@ -166,6 +166,16 @@ def draw_half_masks(groups: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return mask
 
 
+def _label_ranks(index: dict[Hashable, int]) -> np.ndarray:
+    """(len(index),) int: each code's rank among the labels sorted as text (``str``), for an order of the
+    responses that does not depend on the order the labels were first seen in."""
+    labels = sorted(index, key=index.get)
+    order = sorted(range(len(labels)), key=lambda i: (str(labels[i]), type(labels[i]).__name__))
+    ranks = np.empty(len(labels), dtype=np.int64)
+    ranks[order] = np.arange(len(labels))
+    return ranks
+
+
 def _hits(hits: Sequence[bool], sites: Sequence[Hashable], name: str) -> np.ndarray:
     """``hits`` as floats 0/1; raises ValueError naming the first other value (NaN included) and its site."""
     h = np.asarray(hits, dtype=float)
@@ -285,6 +295,16 @@ def split_half_correction(
 
     full_k, full_n = site_model(bs, bm, bh)
     full_assign = assign_from(full_k, full_n)
+    # the splits draw on the baseline responses in one canonical order (site, model, hit, geocoded by label), not
+    # the order they were passed in: responses alike in all four are interchangeable, so the draws, and Table 3,
+    # depend on the data and the seed alone (audit 24: rows in export order gave other corrected values)
+    site_rank = _label_ranks(site_index)
+    model_rank = _label_ranks(model_index)
+    canon = np.lexsort(tuple(k for k in ((None if bg is None else bg), bh, model_rank[bm], site_rank[bs])
+                             if k is not None))
+    bs, bm, bh = bs[canon], bm[canon], bh[canon]
+    if bg is not None:
+        bg = bg[canon]
     uncorrected = diff_table(full_assign, full_k, full_n, None if bg is None else site_model(bs, bm, bg)[0])
 
     rng = np.random.default_rng(seed)
