@@ -44,6 +44,7 @@ def test_some_single_answer_sites_are_counted_in_the_note():
     t3 = GH.table3(agg, "forced", "baseline", n_splits=40, seed=1)
     assert "40 random splits" in t3.notes and "On average" in t3.notes
     assert "1 of 4 sites has a single no-context answer and is left out of every split" in t3.notes
+    assert "but counted in Uncorrected, so Shift compares two site sets" in t3.notes  # audit 24
     rows = {r[0]: r for r in t3.rows}
     # s1 (2 of 2 hits) and s4 (0 of 2) are on their side in every split; s2's half A (1 of its 3 answers)
     # decides; s3 is never assigned: the illegible corrected value is defined in every split (s4 is always there)

@@ -883,7 +883,8 @@ def table3(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
             if single:
                 notes += (f" {single} of {count_text(len(per_site), 'site')} {'has' if single == 1 else 'have'} a single "
                           f"no-context answer and {'is' if single == 1 else 'are'} left out of every split (no half to "
-                          f"assign {'its' if single == 1 else 'their'} regime from); [geohint] baseline_repeats >= 2 "
+                          f"assign {'its' if single == 1 else 'their'} regime from) but counted in Uncorrected, so "
+                          f"Shift compares two site sets; [geohint] baseline_repeats >= 2 "
                           f"includes {'it' if single == 1 else 'them'}.")
     return Table(
         "table3",
