@@ -183,6 +183,10 @@ def test_zero_errors_and_unladdered_points_follow_the_release_rules():
     assert row[3] == pytest.approx(st.gmean([r.dist_km for r in pos]))
     assert row[4] == pytest.approx(st.gmean([r.error_km for r in pos]))
     assert row[5] == pytest.approx(np.median([r.error_km / r.dist_km for r in pos]))
+    # audit 24: the note gives the median ratio with the zeros counted (ratio 0) beside it, and their n
+    t5 = table5(agg, "forced", "baseline")
+    with_zero = np.median([r.error_km / r.dist_km for r in rows])
+    assert f"all {with_zero:.2f} / \u2014 / \u2014 (n {len(rows)} / 0 / 0)" in t5.notes, t5.notes
     X = sm.add_constant(np.array([r.dist_km for r in pos]))
     groups = np.unique([r.site for r in pos], return_inverse=True)[1]
     ref = sm.OLS(np.log10([r.error_km for r in pos]), X).fit(cov_type="cluster", cov_kwds={"groups": groups})

@@ -927,19 +927,28 @@ def table5(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
     groups = _regime_sites(agg, baseline)
     rows = []
     zeros = []
+    with_zeros = []  # per regime: the median ratios with the err = 0 answers counted (ratio 0), by band
     for regime, sites in ((ILLEGIBLE, groups[ILLEGIBLE]), (LEGIBLE, groups[LEGIBLE]), ("all", None)):
         label = f"{regime} ({count_text(len(sites), 'site')})" if sites is not None else f"all sites ({len(agg.sites)})"
+        medians = []
         for b in BANDS:
             c = agg.select(sites=sites, condition=condition, band=b)
             rows.append([label, b, c.fine_dref_n, c.geo_mean_dref_km, c.geo_mean_err_km, c.median_ratio])
+            medians.append((c.n_zero_err, c.fine_dref_n + c.n_zero_err, c.median_ratio_with_zeros))
         zeros.append(f"{regime} {agg.select(sites=sites, condition=condition).n_zero_err}")
+        if any(z for z, _n, _m in medians):
+            with_zeros.append(f"{regime} " + " / ".join(_fmt(m, "f2") for _z, _n, m in medians)
+                              + f" (n {' / '.join(str(n) for _z, n, _m in medians)})")
+    counted = ("" if not with_zeros else
+               " Counted with ratio 0 instead, the median ratios by band (nearest to farthest) would read: "
+               + "; ".join(with_zeros) + ".")
     return Table(
         "table5",
         f"Table 5: distance to the reference point and to the answer (km, geometric means) and median ratio err/d_ref, finer than city only, condition {condition}",
         ["Regime", "Band", "n", "d_ref (km)", "err (km)", "Median ratio"],
         ["text", "text", "int", "f2", "f2", "f2"],
         rows,
-        _join_notes(zero_err_note("finer-than-city answers", zeros), regime_note(agg, baseline),
+        _join_notes(zero_err_note("finer-than-city answers", zeros) + counted, regime_note(agg, baseline),
                     no_regime_note(agg, baseline)),
     )
 
