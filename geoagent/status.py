@@ -793,7 +793,9 @@ def format_status(st: dict[str, Any]) -> str:
             state = ("not running (" + (f"every process of the last run has stopped, {stopped} of {len(procs)} without "
                                         "its final record; " if procs
                                         else "the last run stopped without its final record; ")
-                     + (f"{leased} leased task{'s are' if leased != 1 else ' is'} redelivered on the next run)"
+                     + (f"{leased} leased task{'s are' if leased != 1 else ' is'} redelivered on the next run, "
+                        "which passes on any whose answer was stored before the stop without calling again, so "
+                        "calls can exceed done requests until then)"
                         if leased else "no task is left leased)"))
             eta = ""  # no ETA when no process is running
         elif procs:

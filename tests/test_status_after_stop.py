@@ -61,7 +61,8 @@ def test_status_after_a_hard_kill_says_not_running_with_the_leases_and_no_eta(tm
     text = format_status(st)
     plural = "tasks are" if leased != 1 else "task is"
     assert (f"last progress (not running (the last run stopped without its final record; {leased} leased {plural} "
-            "redelivered on the next run))") in text, text
+            "redelivered on the next run, which passes on any whose answer was stored before the stop without "
+            "calling again, so calls can exceed done requests until then))") in text, text  # walk24 #7
     assert "ETA" not in text and "running, or killed" not in text
 
 
