@@ -93,3 +93,39 @@ def test_no_request_is_sent_after_a_stop_request_also_none_queued_for_the_host()
     assert app[fake.PAGEVIEWS_STATE].requests == ["Place_0"]  # only the request sent before the stop
     assert got[0].views == 5 * 6  # 7 days, the 7th without views (zero_every=7)
     assert all(isinstance(g, RetriesStopped) and isinstance(g, Abandoned) for g in got[1:]), got
+
+
+def test_answers_of_past_windows_are_kept_in_the_cache_file_for_a_later_client(tmp_path):
+    """Walkthrough 24 #4: a crawl stopped mid-way asked Wikimedia again for every pageviews answer it had (47 of
+    444 requests repeated: the answers lived in the process's memory only). With the crawl's cache file a later
+    client (a resumed run) reads past windows' answers back without a request; a window reaching today is asked
+    again (its last day still grows), and a 404 (no data) is kept like any answer."""
+    from geoagent.clients.cache import ResponseCache
+
+    app = fake.make_app({"Rose_Garden": 3}, zero_every=0)
+    cache_file = tmp_path / "pageviews_cache.sqlite"
+    today = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d")
+    past = [("Rose Garden", "20240101", "20240107"), ("Nobody Reads This", "20240101", "20240131")]
+    requests = app[fake.PAGEVIEWS_STATE].requests
+
+    async def go():
+        async with serve(app) as base:
+            async def client_run(asks):  # a client of its own and the cache file opened anew: a later run
+                cache = ResponseCache(cache_file)
+                try:
+                    async with HttpClient(default_policy=FAST) as http:
+                        c = PageviewsClient(http, base, UA, cache=cache)
+                        return [await c.total(*a) for a in asks]
+                finally:
+                    cache.close()
+
+            first = await client_run(past)
+            assert len(requests) == 2 and [t.views for t in first] == [21, 0]
+            again = await client_run(past)  # no request
+            assert [(t.views, t.days_with_data) for t in again] == [(t.views, t.days_with_data) for t in first]
+            assert len(requests) == 2
+            for _ in range(2):  # a window ending today: never kept, asked by each client
+                await client_run([("Rose Garden", "20240101", today)])
+            assert len(requests) == 4
+
+    asyncio.run(go())

@@ -674,7 +674,9 @@ def export_crawl_tables(state_dir: str | Path, out_dir: str | Path | None = None
         change it; rows whose answers recorded nothing (a crawl before session 13) take the config's rule
         (:func:`crawl_simulated`) and are counted (``ExportedTable.simulated_from_config``, said in
         ``export_note.txt``). When an auditor answered from the simulator, every Parquet file carries the
-        simulator's warning in its metadata (:data:`geoagent.runtime.export.PARQUET_SIMULATED_KEY`);
+        simulator's warning in its metadata (:data:`geoagent.runtime.export.PARQUET_SIMULATED_KEY`), and every
+        Parquet file of a crawl not finished carries the interim-export line
+        (:func:`geoagent.runtime.export.progress_note`, :data:`geoagent.runtime.export.PARQUET_PROGRESS_KEY`);
         ``export_note.txt`` is the caller's (:meth:`geoagent.crawl.campaign.CrawlCampaign.export`,
         :func:`write_crawl_export_note`).
 
@@ -728,7 +730,11 @@ def export_crawl_tables(state_dir: str | Path, out_dir: str | Path | None = None
             df, guessed[name] = _with_simulated(df, name, roles, models, recorded, role_models)
             flagged.append((name, df))
         frames = flagged
-        metadata = {**({PARQUET_SIMULATED_KEY: note} if note else {}), PARQUET_CAMPAIGN_KEY: str(cfg.name)}
+        from geoagent.runtime.export import PARQUET_PROGRESS_KEY, progress_note
+
+        progress = progress_note(cfg)  # a crawl not finished: its tables hold the cities and sites done so far
+        metadata = {**({PARQUET_SIMULATED_KEY: note} if note else {}),
+                    **({PARQUET_PROGRESS_KEY: progress} if progress else {}), PARQUET_CAMPAIGN_KEY: str(cfg.name)}
     written = []
     for name, df in frames:
         parquet, csv_path = out / f"{name}.parquet", out / f"{name}.csv"
@@ -747,7 +753,8 @@ def write_crawl_export_note(out_dir: str | Path, tables: list[Any], cfg: Any,
     the rows whose flag came from the current config (answers stored before the crawl recorded what answered,
     :attr:`geoagent.runtime.export.ExportedTable.simulated_from_config`); written by
     :func:`geoagent.runtime.export.write_export_note`, after the interim-export line of a crawl not finished
-    (:func:`geoagent.runtime.export.progress_note`; the crawl's own Parquet files do not carry it). Without any of
+    (:func:`geoagent.runtime.export.progress_note`; the crawl's own Parquet files carry it too,
+    :func:`export_crawl_tables`). Without any of
     them a note left by an earlier export is removed. Returns the note's path, or None when none is written."""
     from geoagent.runtime.export import EXPORT_NOTE_FILE, _replay_of, progress_note, write_export_note
 
@@ -762,5 +769,5 @@ def write_crawl_export_note(out_dir: str | Path, tables: list[Any], cfg: Any,
         flagged = [t.table for t in tables if t.table in AUDITOR_TABLES]
         sim_note += (f" The column `simulated` is in the auditor tables ({', '.join(flagged) or 'none'}); every "
                      "other table (sites, images, ...) was built from their answers too.")
-    write_export_note(path, note, tables, simulated_note=sim_note, progress=progress, progress_in_parquet=False)
+    write_export_note(path, note, tables, simulated_note=sim_note, progress=progress)
     return path

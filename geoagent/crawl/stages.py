@@ -123,6 +123,10 @@ def city_key(city: str) -> str:
     return paths.safe_name(s, what="city key")
 
 
+#: the crawl's file of pageviews answers (``state/<crawl>/``; :class:`geoagent.clients.cache.ResponseCache`)
+PAGEVIEWS_CACHE_FILE = "pageviews_cache.sqlite"
+
+
 @dataclass
 class CrawlServices:
     """Process-wide crawl services shared by the stages (clients, providers, output folders, locks)."""
@@ -360,7 +364,11 @@ def build_crawl_services(settings: CrawlSettings, http: Any, *, state_dir: str |
 
     pv = None
     if settings.referenceability.pageviews:
-        pv = PageviewsClient(http, ep.pageviews, ua, policy=pol("pageviews", ep.pageviews))
+        from geoagent.clients.cache import ResponseCache
+
+        # answers of past windows kept across runs: a stopped crawl does not ask Wikimedia again (walk24 #4)
+        pv = PageviewsClient(http, ep.pageviews, ua, policy=pol("pageviews", ep.pageviews),
+                             cache=ResponseCache(Path(state_dir) / PAGEVIEWS_CACHE_FILE))
     return CrawlServices(
         settings=settings, http=http, state_dir=Path(state_dir),
         images_root=Path(images_root) if images_root else paths.state_root() / C.IMAGES_DIR,

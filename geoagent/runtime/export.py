@@ -275,7 +275,8 @@ def export_spend(ledger: Any, out_dir: str | os.PathLike[str], *, cfg: Any = Non
     exported), ``unreported_calls`` and ``unreported_usd`` (settled calls whose answers reported no usage, booked
     at their worst case; part of ``spent_usd``). Walk24 #1: summing ``model_responses.cost_usd`` gave the settled
     spend only, with nothing in the exports for the unknown-outcome part. The Parquet metadata names the campaign
-    (:data:`PARQUET_CAMPAIGN_KEY`) and its cap (``geoagent.cap_usd``, USD, as the ledger holds it)."""
+    (:data:`PARQUET_CAMPAIGN_KEY`), its cap (``geoagent.cap_usd``, USD, as the ledger holds it) and, for a
+    campaign not finished, the interim-export line (:func:`progress_note`, :data:`PARQUET_PROGRESS_KEY`)."""
     rows = []
     for model, m in ledger.spend_by_model().items():
         spent, unknown = float(m.get("spent_usd", 0.0)), float(m.get("unknown_usd", 0.0))
@@ -286,7 +287,9 @@ def export_spend(ledger: Any, out_dir: str | os.PathLike[str], *, cfg: Any = Non
                      "unreported_calls": int(m.get("unreported_calls", 0)),
                      "unreported_usd": float(m.get("unreported_usd", 0.0))})
     df = pl.DataFrame(rows, schema=SPEND_SCHEMA) if rows else pl.DataFrame(schema=SPEND_SCHEMA)
+    progress = progress_note(cfg)  # an unfinished campaign: its spend so far
     metadata = {"geoagent.cap_usd": repr(float(ledger.summary().cap_usd)),
+                **({PARQUET_PROGRESS_KEY: progress} if progress else {}),
                 **({PARQUET_CAMPAIGN_KEY: str(cfg.name)} if cfg is not None else {})}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -815,11 +818,11 @@ def simulated_from_config_line(tables: Iterable[ExportedTable]) -> str:
 
 
 def write_export_note(path: str | os.PathLike[str], note: str, tables: Iterable[ExportedTable], *,
-                      simulated_note: str = "", progress: str = "", progress_in_parquet: bool = True) -> None:
+                      simulated_note: str = "", progress: str = "") -> None:
     """Write ``export_note.txt``: ``progress`` (the interim-export line, :func:`progress_note`, "" for none), ``note``
     (the replay line, "" for none) and ``simulated_note`` (the simulator's warning, "" for none), the files they
     cover, and how each says it (columns ``replayed`` and ``simulated``, Parquet metadata keys
-    :data:`PARQUET_PROGRESS_KEY` unless ``progress_in_parquet`` is False, :data:`PARQUET_NOTE_KEY` and
+    :data:`PARQUET_PROGRESS_KEY`, :data:`PARQUET_NOTE_KEY` and
     :data:`PARQUET_SIMULATED_KEY`). Written atomically (UTF-8 text)."""
     from geoagent.files import atomic_open
 
@@ -831,7 +834,7 @@ def write_export_note(path: str | os.PathLike[str], note: str, tables: Iterable[
             fh.write(progress + ("" if (guessed or simulated_note or note) else
                                  f"\nFiles this note covers (written beside it): {names}.")
                      + (f" The Parquet files carry this line in their key-value metadata too (key "
-                        f"{PARQUET_PROGRESS_KEY})." if progress_in_parquet else "") + "\n\n")
+                        f"{PARQUET_PROGRESS_KEY}).") + "\n\n")
         if guessed:
             fh.write(f"{simulated_from_config_line(guessed)}\n\n")
             if not (simulated_note or note):
