@@ -1,4 +1,4 @@
-"""A test run leaves the repository's own data roots as it found them (session 18).
+"""A test run leaves the repository's own data roots, and its root folder's entries, as it found them (session 18).
 
 Every test points its campaigns at temporary folders (``isolated_roots``, ``[paths]``, ``--workdir``). One that
 does not writes into ``state/`` or ``queues/`` of the checkout, where a researcher's real campaigns live, and
@@ -37,8 +37,17 @@ def _roots() -> list[Path]:
 
 
 def _listing(root: Path) -> dict[str, set[str]]:
-    return {name: {p.name for p in (root / name).iterdir()} if (root / name).is_dir() else set()
-            for name in WATCHED}
+    """Entries of each watched folder, and (key ``""``) the root's own entries but hidden ones (``.pytest_cache``,
+    ``.venv``) and ``__pycache__``: a test that passed a relative path (``state_dir="unused"``) wrote a folder into
+    the checkout's root, which the guard did not see and a commit took in (review rev24, 4)."""
+    out = {name: {p.name for p in (root / name).iterdir()} if (root / name).is_dir() else set() for name in WATCHED}
+    out[""] = {p.name for p in root.iterdir() if not p.name.startswith(".") and p.name != "__pycache__"} \
+        if root.is_dir() else set()
+    return out
+
+
+def _named(folder: str, entry: str) -> str:
+    return f"{folder}/{entry}" if folder else entry
 
 
 def _controller(session: pytest.Session) -> bool:
@@ -57,10 +66,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     lines = []
     for root, before in listings.items():
         after = _listing(root)
-        added = sorted(f"{name}/{entry}" for name, now in after.items() for entry in now - before[name])
-        removed = sorted(f"removed {name}/{entry}" for name, now in after.items() for entry in before[name] - now)
+        added = sorted(_named(name, entry) for name, now in after.items() for entry in now - before[name])
+        removed = sorted(f"removed {_named(name, entry)}" for name, now in after.items() for entry in before[name] - now)
         if added or removed:
-            lines.append(f"the test run wrote into the repository's data roots ({root}): {', '.join(added + removed)}; "
+            lines.append(f"the test run wrote into the repository's data roots or its root folder ({root}): "
+                         f"{', '.join(added + removed)}; "
                          "a test must use temporary folders (isolated_roots, [paths], --workdir): failing the run")
     if not lines:
         return

@@ -47,7 +47,7 @@ def test_unreachable_overpass_stops_the_screener_and_keeps_the_cities_queued(tmp
     assert "check [crawl.endpoints] overpass / the network" in line  # the config key holding the URL
 
 
-def test_each_crawl_host_is_named_by_its_config_key():
+def test_each_crawl_host_is_named_by_its_config_key(tmp_path):
     from geoagent.crawl.stages import CityScreenerStage, SiteSamplerStage, build_crawl_services
     from geoagent.runtime.stage import StageContext
 
@@ -55,7 +55,7 @@ def test_each_crawl_host_is_named_by_its_config_key():
                  "wdqs": "https://wdqs.example/sparql", "pageviews": "https://pv.example/api/rest_v1",
                  "mapillary": "https://graph.example"}
     settings = _settings(build_world(0), endpoints)
-    svc = build_crawl_services(settings, HttpClient(), state_dir="unused", images_root="unused",
+    svc = build_crawl_services(settings, HttpClient(), state_dir=tmp_path / "state", images_root=tmp_path / "images",
                                mapillary_token="MLY|sandbox|token")
     svc.mapillary.thumb_hosts.add("cdn.example")
 

@@ -37,9 +37,18 @@ def test_a_run_that_adds_to_state_or_queues_fails_and_names_it(tmp_path):
 
 def test_a_run_that_adds_nothing_passes(tmp_path):
     run = _pytest(tmp_path, "    (root / 'state' / 'old-campaign' / 'more.txt').write_text('x')\n"
-                            "    (root / 'elsewhere').mkdir()")
+                            "    (root / 'probe' / 'elsewhere').mkdir()\n    (root / '.hidden-cache').mkdir()")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "data roots" not in run.stdout
+
+
+def test_a_run_that_adds_to_the_root_folder_fails_and_names_it(tmp_path):
+    """Review rev24 (4): a test passing ``state_dir="unused"`` made ``unused/pageviews_cache.sqlite`` in the
+    checkout's root; the guard watched ``state/`` and ``queues/`` only, and a commit took the file in."""
+    run = _pytest(tmp_path, "    (root / 'unused').mkdir()\n    (root / 'unused' / 'x.sqlite').write_text('x')")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "wrote into the repository's data roots or its root folder" in run.stdout
+    assert ": unused;" in run.stdout, run.stdout
 
 
 def test_the_suite_loads_the_guard():

@@ -58,6 +58,11 @@ class PageviewTotal:
     days_with_data: int
 
 
+#: days after a window's last day before its answer is kept in the client's cache file: Wikimedia's daily counts
+#: are loaded about a day late, sometimes more (an answer for a more recent window may still miss its last days)
+SETTLED_AFTER_DAYS = 7
+
+
 class PageviewsClient:
     """Async client of the pageviews REST API.
 
@@ -71,11 +76,14 @@ class PageviewsClient:
     cache_size : int
         Most answers kept in memory (the most recently asked; default :data:`CACHE_ENTRIES`); an answer dropped
         from memory is asked again when needed. 0 keeps none.
-    cache : geoagent.clients.cache.ResponseCache, optional
-        A file of answers that outlives the process (the crawl's ``state/<crawl>/pageviews_cache.sqlite``): an
-        answer for a window that ended before today (UTC; past days never change) is kept there and read back by
-        a later run, so a crawl stopped mid-way does not ask Wikimedia again for what it had (walk24 #4: 47 of
-        444 requests were repeated after a stop). Answers of a window reaching today or later are not kept.
+    cache : geoagent.clients.cache.ResponseCache or path, optional
+        A file of answers that outlives the process (the crawl's ``state/<crawl>/pageviews_cache.sqlite``; a path
+        is opened as a :class:`~geoagent.clients.cache.ResponseCache` at the first answer it could hold): an
+        answer for a window that ended at least :data:`SETTLED_AFTER_DAYS` days before today (UTC) is kept there
+        and read back by a later run, so a crawl stopped mid-way does not ask Wikimedia again for what it had
+        (walk24 #4: 47 of 444 requests were repeated after a stop). Wikimedia loads a day's counts about a day
+        late (sometimes later), so an answer for a more recent window, which may still lack its last days or
+        be a 404, is never kept (review rev24).
     """
 
     def __init__(self, http: Any, base_url: str, user_agent: str, *, policy: HostPolicy | None = None,
@@ -129,7 +137,12 @@ class PageviewsClient:
             if getattr(self.http, "stopping", False):
                 raise RetriesStopped(self.base_url, 0, "stop requested: pageviews request not sent")
 
-        keep = self.cache is not None and end[:8] < time.strftime("%Y%m%d", time.gmtime())
+        settled = time.strftime("%Y%m%d", time.gmtime(time.time() - SETTLED_AFTER_DAYS * 86400))
+        keep = self.cache is not None and end[:8] <= settled
+        if keep and not hasattr(self.cache, "get"):  # a path: opened now, at the first answer it could hold
+            from geoagent.clients.cache import ResponseCache
+
+            self.cache = ResponseCache(self.cache)
         stored = self.cache.get("GET", url) if keep else None
         if stored is not None:
             status, body = stored.status, stored.body

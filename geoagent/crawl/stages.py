@@ -364,11 +364,10 @@ def build_crawl_services(settings: CrawlSettings, http: Any, *, state_dir: str |
 
     pv = None
     if settings.referenceability.pageviews:
-        from geoagent.clients.cache import ResponseCache
-
-        # answers of past windows kept across runs: a stopped crawl does not ask Wikimedia again (walk24 #4)
+        # answers of settled windows kept across runs: a stopped crawl does not ask Wikimedia again (walk24 #4);
+        # the file is opened at the first answer it could hold
         pv = PageviewsClient(http, ep.pageviews, ua, policy=pol("pageviews", ep.pageviews),
-                             cache=ResponseCache(Path(state_dir) / PAGEVIEWS_CACHE_FILE))
+                             cache=Path(state_dir) / PAGEVIEWS_CACHE_FILE)
     return CrawlServices(
         settings=settings, http=http, state_dir=Path(state_dir),
         images_root=Path(images_root) if images_root else paths.state_root() / C.IMAGES_DIR,
