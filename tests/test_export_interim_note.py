@@ -120,3 +120,26 @@ def test_an_export_whose_queues_cannot_be_read_says_its_completeness_is_unknown(
     assert "run.py status CONFIG" in note, note
     meta = pl.read_parquet_metadata(out_dir / "results.parquet")
     assert meta[PARQUET_PROGRESS_KEY].startswith("Export of unknown completeness:"), meta
+
+
+def test_an_export_whose_queues_are_gone_says_its_completeness_is_unknown(isolated_roots, capsys):
+    """Review rev24 (2): with the queues folder moved away after a budget stop (or $GEOAGENT_QUEUES pointing
+    elsewhere at export time), no queue was found, the counts were empty and the export read as whole. The state
+    folder records runs: the files now say their completeness is unknown and why."""
+    import shutil
+
+    cfg = isolated_roots / "c.toml"
+    cfg.write_text(CONFIG.format(cap=0.02), encoding="utf-8")
+    assert main(["run", str(cfg), "--no-live"]) == 4  # requests left queued
+    shutil.move(str(isolated_roots / "queues" / "interim"), str(isolated_roots / "moved-away"))
+    capsys.readouterr()
+    assert main(["export", str(cfg)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "no queues found in" in err and "its completeness is unknown" in err, err
+    out_dir = isolated_roots / "state" / "interim"
+    note = " ".join((out_dir / EXPORT_NOTE_FILE).read_text(encoding="utf-8").split())
+    assert note.startswith("Export of unknown completeness: the queues of campaign interim were not found when "
+                           "exported (no queues found in"), note
+    for table in ("results", "model_responses", "spend"):
+        meta = pl.read_parquet_metadata(out_dir / f"{table}.parquet")
+        assert meta[PARQUET_PROGRESS_KEY].startswith("Export of unknown completeness:"), (table, meta)

@@ -702,8 +702,9 @@ def progress_note(cfg: Any) -> str:
     interrupted, or still running elsewhere), ``Incomplete export: ...`` when the only work missing is dead-lettered
     (tasks set aside as no longer planned are not missing work); each names the queues and counts and what brings the
     rest. When the queues cannot be read (a damaged queue file, a Redis server gone) the export goes on and the
-    line says that its completeness is unknown, with the error (its type and first line, secrets redacted).
-    "" when nothing is missing or without a config. The ``export`` command warns on stderr from the same counts."""
+    line says that its completeness is unknown, with the error (its type and first line, secrets redacted); so it
+    does when no queue is found while the state folder records runs (the queues folder deleted or moved, another
+    ``$GEOAGENT_QUEUES``: :func:`geoagent.status.wrong_queues_root`). "" when nothing is missing or without a config. The ``export`` command warns on stderr from the same counts."""
     if cfg is None:
         return ""
     try:
@@ -712,10 +713,16 @@ def progress_note(cfg: Any) -> str:
         counts = queue_counts(cfg)
         aside = superseded_counts(cfg) if any(c.dead for c in counts.values()) else {}
     except Exception as exc:  # noqa: BLE001 - a note about the export, never a reason to fail it
-        return (f"Export of unknown completeness: the queues of campaign {cfg.name} could not be read when exported "
-                f"({unreadable_queues_reason(exc)}): these tables hold the work stored so far, and whether work was "
-                "still queued or dead-lettered is not known. `run.py status CONFIG` tells once the queues can be "
-                "read; export again then.")
+        return unknown_completeness_note(cfg, f"could not be read when exported ({unreadable_queues_reason(exc)})")
+    if not counts:
+        from geoagent.status import wrong_queues_root
+
+        try:
+            missing = wrong_queues_root(cfg)  # none found, yet the state folder records runs (review rev24, 2)
+        except Exception:  # noqa: BLE001 - a note about the export, never a reason to fail it
+            missing = None
+        if missing:
+            return unknown_completeness_note(cfg, f"were not found when exported ({missing})")
     parts, left, dead = [], 0, 0
     for edge, c in counts.items():
         n_dead = max(0, c.dead - int(aside.get(edge, 0)))
@@ -739,15 +746,23 @@ def progress_note(cfg: Any) -> str:
             "campaign, then export again.")
 
 
+def unknown_completeness_note(cfg: Any, why: str) -> str:
+    """The export's line when the queues of campaign ``cfg`` could not be counted: ``why`` says how (``"could not
+    be read when exported (...)"``, ``"were not found when exported (...)"``)."""
+    return (f"Export of unknown completeness: the queues of campaign {cfg.name} {why}: these tables hold the work "
+            "stored so far, and whether work was still queued or dead-lettered is not known. `run.py status CONFIG` "
+            "tells once the queues can be read; export again then.")
+
+
 def unreadable_queues_reason(exc: BaseException) -> str:
-    """``"<ExceptionType>: <first line of its message>"`` (at most 300 characters, secrets redacted by
-    :func:`geoagent.secrets.redact`) for an error met reading a campaign's queues: the reason
+    """``"<ExceptionType>: <first line of its message>"`` (at most 600 characters, cut at a word, secrets redacted
+    by :func:`geoagent.secrets.redact`) for an error met reading a campaign's queues: the reason
     :func:`progress_note` and the ``export`` command give for an export of unknown completeness."""
     from geoagent.secrets import redact
 
     first = (str(exc).strip().splitlines() or [""])[0]
     text = redact(f"{type(exc).__name__}: {first}" if first else type(exc).__name__)
-    return text if len(text) <= 300 else text[:297] + "..."
+    return text if len(text) <= 600 else text[:597].rsplit(" ", 1)[0] + " ..."
 
 
 def _replay_of(cfg: Any) -> tuple[dict[str, bool] | None, str]:
