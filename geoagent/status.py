@@ -552,14 +552,36 @@ def cap_text(spend: dict[str, Any], *, running: bool = False) -> str:
     return f"cap {format_usd(cfg_cap)} ([budget] cap_usd in the config; the last run ran under {format_usd(stored)})"
 
 
-def budget_resume_hint(spend: dict[str, Any]) -> str:
+def budget_resume_hint(spend: dict[str, Any], refused_usd: float | None = None) -> str:
     """What ``status`` says to do after the cost cap stopped the last run: re-run when the config's cap was raised
-    above the one it stopped at, else raise ``[budget] cap_usd`` first (as the run's summary says)."""
+    above the one it stopped at and leaves room for the call the cap refused, else raise ``[budget] cap_usd`` first
+    (as the run's summary says), to at least the billed spend plus that call when it is known.
+
+    ``refused_usd``: the smallest worst case among the calls the cap refused (USD; :func:`refused_call_usd`), None
+    when not recorded. Review rev24 (3): a cap raised by less than that call read "re-run to go on", and the re-run
+    stopped again at once without a call."""
     stored, cfg_cap = spend.get("cap_usd"), spend.get("config_cap_usd")
+    billed = float(spend.get("spent_usd") or 0.0) + float(spend.get("unknown_usd") or 0.0)
+    need = None if refused_usd is None else billed + float(refused_usd)
+    at_least = "" if need is None else f" to at least {format_usd(need)} (billed {format_usd(billed)} + the " \
+        f"{format_usd(refused_usd)} worst case of the call it refused)"
     if cfg_cap is not None and stored is not None and float(cfg_cap) > float(stored) + 5e-10:
+        if need is not None and float(cfg_cap) < need - 5e-10:
+            return (f"the config's [budget] cap_usd ({format_usd(cfg_cap)}) is above the {format_usd(stored)} the last "
+                    f"run stopped at but too low for the call it refused: raise it{at_least} and re-run the same "
+                    "command to go on")
         return (f"the config's [budget] cap_usd ({format_usd(cfg_cap)}) is above the {format_usd(stored)} the last run "
                 "stopped at: re-run the same command to go on")
-    return "to go on: raise [budget] cap_usd in the config and re-run the same command"
+    return f"to go on: raise [budget] cap_usd in the config{at_least} and re-run the same command"
+
+
+def refused_call_usd(progress: dict[str, Any]) -> float | None:
+    """The smallest "this call $X" (USD) among the cost cap's refusals a progress record's stages kept
+    (``last_errors``, ``budget_refusals``), or None when there is none."""
+    amounts = [float(m["call"]) for sd in progress.get("stages") or []
+               for e in [*(sd.get("last_errors") or []), *(sd.get("budget_refusals") or [])]
+               if (m := _BUDGET_REFUSAL.match(str(e)))]
+    return min(amounts) if amounts else None
 
 
 def stop_reason(progress: dict[str, Any], *, now: float | None = None, running: bool | None = None) -> str | None:
@@ -871,7 +893,7 @@ def format_status(st: dict[str, Any]) -> str:
         if reason:
             lines.append(f"  {reason}")
         if p.get("budget_stopped") and (ended or running is False) and not complete and st.get("spend"):
-            lines.append("  " + budget_resume_hint(st["spend"]))
+            lines.append("  " + budget_resume_hint(st["spend"], refused_call_usd(p)))
         lines.extend(coverage_lines(p.get("planned_by_model") or {}, st.get("answered_by_model") or {},
                                     budget_stopped=bool(p.get("budget_stopped")), complete=complete))
         http = p.get("http")

@@ -8,6 +8,10 @@ already raised, that re-running goes on.
 
 from __future__ import annotations
 
+import re
+
+import pytest
+
 from geoagent.cli import main
 
 CONFIG = """[campaign]
@@ -42,12 +46,23 @@ def test_status_shows_the_config_cap_and_the_way_on_after_a_budget_stop(isolated
     out = _status(cfg, capsys)
     assert "reserved, cap $0.0200; calls" in out, out
     assert "budget exhausted" in out
-    assert "to go on: raise [budget] cap_usd in the config and re-run the same command" in out, out
+    m = re.search(r"to go on: raise \[budget\] cap_usd in the config to at least \$([0-9.]+) \(billed \$([0-9.]+) \+ "
+                  r"the \$([0-9.]+) worst case of the call it refused\) and re-run the same command", out)
+    assert m, out
+    need, billed, call = (float(x) for x in m.groups())
+    assert billed > 0 and call > 0 and need == pytest.approx(billed + call, abs=2e-4) and need > 0.02
+
+    # review rev24 (3): a cap raised, but by less than the refused call, is no way on
+    cfg.write_text(CONFIG.format(cap=round((0.02 + need) / 2, 6)), encoding="utf-8")  # above the old, below need
+    out = _status(cfg, capsys)
+    assert "too low for the call it refused: raise it to at least" in out, out
+    assert main(["run", str(cfg), "--no-live"]) == 4  # as status said: the re-run stops again
 
     cfg.write_text(CONFIG.format(cap=10.0), encoding="utf-8")
     out = _status(cfg, capsys)
-    assert "cap $10.0000 ([budget] cap_usd in the config; the last run ran under $0.0200)" in out, out
-    assert "is above the $0.0200 the last run stopped at: re-run the same command to go on" in out, out
+    last = f"${round((0.02 + need) / 2, 4):.4f}"  # the cap of the last run, the one that stopped again
+    assert f"cap $10.0000 ([budget] cap_usd in the config; the last run ran under {last})" in out, out
+    assert f"is above the {last} the last run stopped at: re-run the same command to go on" in out, out
     assert "raise [budget] cap_usd" not in out
 
     assert main(["run", str(cfg), "--no-live"]) == 0
