@@ -3267,7 +3267,7 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
             + ("; the simulated stop above follows the order and pace of each model's calls and counts the "
                "reservations still open when it comes, so it can lie outside both (more calls when the cheaper "
                "model's are made first)"
-               if est.calls_before_cap is not None and est.calls_before_cap < est.calls else "")
+               if est.calls_before_cap is not None and est.calls_before_cap < est.calls else "") + "."
         )
     return lines
 

@@ -37,6 +37,7 @@ def test_watching_crawl_writes_trials_and_export_when_idle(tmp_path):
         assert proc.poll() is None
         assert "hand-off tables written" in line and "GeoVerify trials" in line and "export:" in line, line
         assert trials.is_file() and (export / "sites.parquet").is_file(), sorted(p.name for p in state.iterdir())
+        assert (export / "spend.parquet").is_file(), sorted(p.name for p in export.iterdir())  # rev24 (5)
         status = subprocess.run([sys.executable, str(REPO / "run.py"), "status", str(cfgp)], cwd=REPO, env=_watch_env(tmp_path),
                                 capture_output=True, text=True, timeout=60)
         assert "campaign complete" in status.stdout, status.stdout + status.stderr
