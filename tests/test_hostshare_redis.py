@@ -93,6 +93,7 @@ def test_two_machines_share_one_rate_and_a_joiner_waits(tmp_path, redis_url):
     assert in3.size > 0 and max_in_window(in3, 1.0) <= math.floor(rate / 3)
 
 
+@pytest.mark.wallclock  # asserts arrival times: run in the uncrowded phase (failed once in a crowded whole-suite run)
 def test_a_retry_after_on_one_machine_pauses_the_other(tmp_path, redis_url):
     """A 429 with Retry-After: 3 to one machine stops the other too, after at most the documented lag."""
     retry_after = 3.0
