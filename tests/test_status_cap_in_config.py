@@ -13,24 +13,11 @@ import re
 import pytest
 
 from geoagent.cli import main
+from test_export_interim_note import CONFIG as INTERIM
 
-CONFIG = """[campaign]
-name = "capshow"
-kind = "generic"
-seed = 2
-[budget]
-cap_usd = {cap}
-[[models]]
-name = "sim"
-provider = "simulated"
-model = "sim-1"
-max_output_tokens = 100
-concurrency = 1
-price_input_usd_per_mtok = 100.0
-price_output_usd_per_mtok = 100.0
-[generic]
-n_requests = 8
-"""
+# the interim-export tests' small generic campaign (8 simulated calls at $100 per 1M tokens), under its own name
+CONFIG = INTERIM.replace('name = "interim"', 'name = "capshow"')
+assert CONFIG != INTERIM
 
 
 def _status(cfg, capsys) -> str:
