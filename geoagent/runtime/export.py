@@ -704,7 +704,8 @@ def progress_note(cfg: Any) -> str:
     rest. When the queues cannot be read (a damaged queue file, a Redis server gone) the export goes on and the
     line says that its completeness is unknown, with the error (its type and first line, secrets redacted); so it
     does when no queue is found while the state folder records runs (the queues folder deleted or moved, another
-    ``$GEOAGENT_QUEUES``: :func:`geoagent.status.wrong_queues_root`). "" when nothing is missing or without a config. The ``export`` command warns on stderr from the same counts."""
+    ``$GEOAGENT_QUEUES``: :func:`geoagent.status.wrong_queues_root`). "" when nothing is missing or without a
+    config. The ``export`` command warns on stderr from the same counts."""
     if cfg is None:
         return ""
     try:
