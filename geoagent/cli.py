@@ -418,7 +418,6 @@ def _export_out_refused(cfg: Any, out_dir: Path) -> str | None:
 def _cmd_export(args: argparse.Namespace) -> int:
     from geoagent.engine import load_kind
     from geoagent.runtime.backend import open_state, state_exists, uses_redis
-    from geoagent.status import queue_counts
 
     cfg = _load(args.config)
     _check_state_matches_queues(cfg)
@@ -493,22 +492,14 @@ def _cmd_export(args: argparse.Namespace) -> int:
                   f"(column simulated; {', '.join(notes) or EXPORT_NOTE_FILE})")
         if guessed := simulated_from_config_line(tables):  # answers stored before the provider kind was recorded
             print(f"note: {guessed} ({', '.join(notes) or EXPORT_NOTE_FILE})")
-    unknown = ("the export holds the work stored so far, its completeness is unknown (export_note.txt says so); "
-               "`run.py status CONFIG` tells once the queues can be read")
-    try:
-        counts = queue_counts(cfg)
-    except Exception as exc:  # noqa: BLE001 - the files are written; say what is not known and keep exit 0
-        from geoagent.runtime.export import unreadable_queues_reason
+    from geoagent.runtime.export import export_queue_counts
 
-        print(f"warning: the queues of campaign {cfg.name} could not be read ({unreadable_queues_reason(exc)}): "
-              + unknown, file=sys.stderr)
+    counts, unknown = export_queue_counts(cfg)  # as the files' interim line read them
+    if counts is None:  # the files are written; say what is not known and keep exit 0
+        print(f"warning: the queues of campaign {cfg.name} {unknown}: the export holds the work stored so far, its "
+              "completeness is unknown (export_note.txt says so); `run.py status CONFIG` tells once the queues can "
+              "be read", file=sys.stderr)
         return 0
-    if not counts:
-        from geoagent.status import wrong_queues_root
-
-        if missing := wrong_queues_root(cfg):  # the state records runs, no queue was found (review rev24, 2)
-            print(f"warning: campaign {cfg.name}: {missing}; " + unknown, file=sys.stderr)
-            return 0
     pending = {e: c for e, c in counts.items() if c.ready or c.leased}
     if pending:  # still exit 0: what is answered so far is exported (re-export once the campaign is done)
         what = ", ".join(f"{e} ready {c.ready} leased {c.leased}" for e, c in pending.items())

@@ -171,13 +171,15 @@ class CrawlCampaign(CampaignKind):
         any (the crawl's audits are kept in its own files, so it usually holds none); ``out_dir``: another folder
         (``run.py export --out DIR``, which refuses the crawl's own output folder)."""
         from geoagent.crawl.export import export_crawl_tables, write_crawl_export_note
-        from geoagent.runtime.export import export_all
+        from geoagent.runtime.export import export_all, progress_note
 
         out = Path(out_dir) if out_dir is not None else Path(cfg.state_dir()) / C.EXPORT_DIR
-        tables = export_crawl_tables(cfg.state_dir(), out, cfg=cfg)
+        progress = progress_note(cfg)  # the queues read once for every table and the note
+        tables = export_crawl_tables(cfg.state_dir(), out, cfg=cfg, progress=progress)
         if store.count_responses() or store.result_tables():
-            tables += export_all(store, out, include_responses=store.count_responses() > 0, cfg=cfg)
-        write_crawl_export_note(out, tables, cfg, cfg.state_dir())  # after export_all: one note for every table
+            tables += export_all(store, out, include_responses=store.count_responses() > 0, cfg=cfg, progress=progress)
+        # after export_all: one note for every table
+        write_crawl_export_note(out, tables, cfg, cfg.state_dir(), progress=progress)
         return tables
 
     def simulated_answer_models(self, cfg: Any, store: Any = None) -> list[str]:

@@ -644,7 +644,7 @@ def _with_simulated(df: Any, table: str, roles: dict[str, bool], models: dict[st
 
 
 def export_crawl_tables(state_dir: str | Path, out_dir: str | Path | None = None, *,
-                        cfg: Any = None) -> list[Any]:
+                        cfg: Any = None, progress: str | None = None) -> list[Any]:
     """Export a crawl's tables as Parquet and CSV (``run.py export`` of a ``kind = "crawl"`` campaign).
 
     Each present file of :data:`CRAWL_CSV_TABLES` and :data:`CRAWL_JSONL_TABLES` becomes
@@ -679,6 +679,9 @@ def export_crawl_tables(state_dir: str | Path, out_dir: str | Path | None = None
         (:func:`geoagent.runtime.export.progress_note`, :data:`geoagent.runtime.export.PARQUET_PROGRESS_KEY`);
         ``export_note.txt`` is the caller's (:meth:`geoagent.crawl.campaign.CrawlCampaign.export`,
         :func:`write_crawl_export_note`).
+    progress : str, optional
+        The interim-export line as the caller read it (:func:`geoagent.runtime.export.progress_note`), so the
+        queues are counted once for the tables and the note; None: read here (with ``cfg``).
 
     Returns
     -------
@@ -732,7 +735,8 @@ def export_crawl_tables(state_dir: str | Path, out_dir: str | Path | None = None
         frames = flagged
         from geoagent.runtime.export import PARQUET_PROGRESS_KEY, progress_note
 
-        progress = progress_note(cfg)  # a crawl not finished: its tables hold the cities and sites done so far
+        if progress is None:  # a crawl not finished: its tables hold the cities and sites done so far
+            progress = progress_note(cfg)
         metadata = {**({PARQUET_SIMULATED_KEY: note} if note else {}),
                     **({PARQUET_PROGRESS_KEY: progress} if progress else {}), PARQUET_CAMPAIGN_KEY: str(cfg.name)}
     written = []
@@ -745,7 +749,7 @@ def export_crawl_tables(state_dir: str | Path, out_dir: str | Path | None = None
 
 
 def write_crawl_export_note(out_dir: str | Path, tables: list[Any], cfg: Any,
-                            state_dir: str | Path | None = None) -> Path | None:
+                            state_dir: str | Path | None = None, *, progress: str | None = None) -> Path | None:
     """``out_dir/export_note.txt`` for a crawl's export (``tables``: every table written there, the crawl's and
     the response store's): the replay line, the simulator's warning when an auditor (or ``[[models]]`` entry)
     answered from the simulator (:func:`crawl_simulated`; with ``state_dir``, the crawl's output folder, as its
@@ -761,7 +765,8 @@ def write_crawl_export_note(out_dir: str | Path, tables: list[Any], cfg: Any,
     path = Path(out_dir) / EXPORT_NOTE_FILE
     _, _, sim_note, _ = crawl_simulated(cfg, state_dir)
     _, note = _replay_of(cfg)
-    progress = progress_note(cfg)  # a crawl not finished: its tables hold the cities and sites done so far
+    if progress is None:  # a crawl not finished: its tables hold the cities and sites done so far
+        progress = progress_note(cfg)
     if not (sim_note or note or progress or any(getattr(t, "simulated_from_config", 0) for t in tables)):
         path.unlink(missing_ok=True)
         return None

@@ -651,11 +651,12 @@ def _write_batched(
 
 def export_all(store: Any, out_dir: str | os.PathLike[str], *, include_responses: bool = True,
                hooks: dict[str, Callable[..., Any]] | None = None, cfg: Any = None,
-               tables: Iterable[str] = (), checks: dict[str, Callable[[str, Any], Any]] | None = None
-               ) -> list[ExportedTable]:
+               tables: Iterable[str] = (), checks: dict[str, Callable[[str, Any], Any]] | None = None,
+               progress: str | None = None) -> list[ExportedTable]:
     """Export every non-empty results table (and the responses, unless ``include_responses=False``);
     ``hooks``: table -> ``rows_hook`` of :func:`export_table` (a factory is not needed: each is used once);
-    ``checks``: table -> ``row_check`` of :func:`export_table`.
+    ``checks``: table -> ``row_check`` of :func:`export_table`; ``progress``: the interim-export line as a caller
+    writing more tables read it (:func:`progress_note`), None: read here.
 
     ``tables``: the results tables the campaign kind always has (:attr:`geoagent.engine.CampaignKind.results_tables`):
     each is exported also when it holds no row, as empty files with its declared columns and types
@@ -675,7 +676,7 @@ def export_all(store: Any, out_dir: str | os.PathLike[str], *, include_responses
     the CSV files carry no banner line."""
     replayed, note = _replay_of(cfg)
     simulated, sim_note = _simulated_of(cfg, store)
-    progress = progress_note(cfg)
+    progress = progress_note(cfg) if progress is None else progress  # given: read once by a caller writing more
     metadata = {**({PARQUET_NOTE_KEY: note} if note else {}),
                 **({PARQUET_SIMULATED_KEY: sim_note} if sim_note else {}),
                 **({PARQUET_PROGRESS_KEY: progress} if progress else {}),
@@ -708,22 +709,15 @@ def progress_note(cfg: Any) -> str:
     config. The ``export`` command warns on stderr from the same counts."""
     if cfg is None:
         return ""
+    counts, unknown = export_queue_counts(cfg)
+    if counts is None:
+        return unknown_completeness_note(cfg, unknown)
     try:
-        from geoagent.status import queue_counts, superseded_counts
+        from geoagent.status import superseded_counts
 
-        counts = queue_counts(cfg)
         aside = superseded_counts(cfg) if any(c.dead for c in counts.values()) else {}
     except Exception as exc:  # noqa: BLE001 - a note about the export, never a reason to fail it
         return unknown_completeness_note(cfg, f"could not be read when exported ({unreadable_queues_reason(exc)})")
-    if not counts:
-        from geoagent.status import wrong_queues_root
-
-        try:
-            missing = wrong_queues_root(cfg)  # none found, yet the state folder records runs (review rev24, 2)
-        except Exception:  # noqa: BLE001 - a note about the export, never a reason to fail it
-            missing = None
-        if missing:
-            return unknown_completeness_note(cfg, f"were not found when exported ({missing})")
     parts, left, dead = [], 0, 0
     for edge, c in counts.items():
         n_dead = max(0, c.dead - int(aside.get(edge, 0)))
@@ -745,6 +739,29 @@ def progress_note(cfg: Any) -> str:
     return (f"Incomplete export: campaign {cfg.name} ended with work dead-lettered ({what}, when exported): these "
             f"tables lack its rows. To complete them, requeue it (`run.py dead CONFIG --requeue`), re-run the "
             "campaign, then export again.")
+
+
+def export_queue_counts(cfg: Any) -> tuple[dict[str, Any] | None, str]:
+    """``(counts, "")``: campaign ``cfg``'s queue counts per edge (:func:`geoagent.status.queue_counts`; ``{}`` for
+    a campaign whose queues are not found and whose state records no run); or ``(None, why)`` when they cannot be
+    told: the queues could not be read (a damaged queue file, a Redis server gone; ``why`` names the error,
+    :func:`unreadable_queues_reason`) or none was found while the state folder records runs
+    (:func:`geoagent.status.wrong_queues_root`). What :func:`progress_note` and the ``export`` command's warning
+    both read, so the two say the same."""
+    from geoagent.status import queue_counts, wrong_queues_root
+
+    try:
+        counts = queue_counts(cfg)
+    except Exception as exc:  # noqa: BLE001 - a note about the export, never a reason to fail it
+        return None, f"could not be read when exported ({unreadable_queues_reason(exc)})"
+    if not counts:
+        try:
+            missing = wrong_queues_root(cfg)  # none found, yet the state folder records runs (review rev24, 2)
+        except Exception:  # noqa: BLE001 - a note about the export, never a reason to fail it
+            missing = None
+        if missing:
+            return None, f"were not found when exported ({missing})"
+    return counts, ""
 
 
 def unknown_completeness_note(cfg: Any, why: str) -> str:
