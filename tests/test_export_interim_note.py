@@ -47,6 +47,10 @@ def test_an_interim_export_says_so_in_its_note_and_metadata_until_the_campaign_i
         meta = pl.read_parquet_metadata(out_dir / "results.parquet")
         assert meta.get(PARQUET_PROGRESS_KEY, "").startswith("Interim export: campaign interim is not finished"), meta
         assert PARQUET_PROGRESS_KEY in pl.read_parquet_metadata(out_dir / "model_responses.parquet")
+        # the spend table is written after the kind's note: the note names it once, under the interim line too
+        assert note.count("spend.csv / spend.parquet") == 1, note
+        assert "Also written beside it: spend.csv / spend.parquet (the ledger per model" in note, note
+        assert "The interim-export line above covers them too" in note, note
         assert main(["export", str(cfg)]) == 0
     cfg.write_text(CONFIG.format(cap=10.0), encoding="utf-8")
     assert main(["run", str(cfg), "--no-live"]) == 0  # finished: the next export is whole
@@ -54,6 +58,9 @@ def test_an_interim_export_says_so_in_its_note_and_metadata_until_the_campaign_i
     assert PARQUET_PROGRESS_KEY not in pl.read_parquet_metadata(out_dir / "results.parquet")
     note_file = out_dir / EXPORT_NOTE_FILE
     assert not note_file.exists() or "Interim export" not in note_file.read_text(encoding="utf-8")
+    # the simulator's note stays; it names the spend files without an interim line for them
+    final = " ".join(note_file.read_text(encoding="utf-8").split())
+    assert final.count("spend.csv / spend.parquet") == 1 and "interim-export line" not in final, final
 
 
 def test_an_export_missing_dead_lettered_work_says_so(isolated_roots, capsys):

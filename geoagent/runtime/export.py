@@ -261,7 +261,8 @@ SPEND_SCHEMA: dict[str, Any] = {
 }
 
 
-def export_spend(ledger: Any, out_dir: str | os.PathLike[str], *, cfg: Any = None) -> ExportedTable:
+def export_spend(ledger: Any, out_dir: str | os.PathLike[str], *, cfg: Any = None,
+                 progress: str | None = None) -> ExportedTable:
     """Write ``spend.parquet`` and ``spend.csv`` under ``out_dir``: the campaign's ledger per ``[[models]]`` name
     (:meth:`geoagent.runtime.ledger.Ledger.spend_by_model`; the Redis ledger has the same method), one row per
     model with a billed or open call, in name order.
@@ -276,7 +277,8 @@ def export_spend(ledger: Any, out_dir: str | os.PathLike[str], *, cfg: Any = Non
     at their worst case; part of ``spent_usd``). Walk24 #1: summing ``model_responses.cost_usd`` gave the settled
     spend only, with nothing in the exports for the unknown-outcome part. The Parquet metadata names the campaign
     (:data:`PARQUET_CAMPAIGN_KEY`), its cap (``geoagent.cap_usd``, USD, as the ledger holds it) and, for a
-    campaign not finished, the interim-export line (:func:`progress_note`, :data:`PARQUET_PROGRESS_KEY`)."""
+    campaign not finished, the interim-export line (:func:`progress_note`, :data:`PARQUET_PROGRESS_KEY`;
+    ``progress``: that line as the caller read it, None: read here)."""
     rows = []
     for model, m in ledger.spend_by_model().items():
         spent, unknown = float(m.get("spent_usd", 0.0)), float(m.get("unknown_usd", 0.0))
@@ -287,7 +289,8 @@ def export_spend(ledger: Any, out_dir: str | os.PathLike[str], *, cfg: Any = Non
                      "unreported_calls": int(m.get("unreported_calls", 0)),
                      "unreported_usd": float(m.get("unreported_usd", 0.0))})
     df = pl.DataFrame(rows, schema=SPEND_SCHEMA) if rows else pl.DataFrame(schema=SPEND_SCHEMA)
-    progress = progress_note(cfg)  # an unfinished campaign: its spend so far
+    if progress is None:
+        progress = progress_note(cfg)  # an unfinished campaign: its spend so far
     metadata = {"geoagent.cap_usd": repr(float(ledger.summary().cap_usd)),
                 **({PARQUET_PROGRESS_KEY: progress} if progress else {}),
                 **({PARQUET_CAMPAIGN_KEY: str(cfg.name)} if cfg is not None else {})}
@@ -308,7 +311,30 @@ def with_spend(tables: list[ExportedTable], ledger: Any, cfg: Any,
     folder = Path(out_dir) if out_dir is not None else (tables[0].parquet.parent if tables else None)
     if folder is None:
         return tables
-    return [*tables, export_spend(ledger, folder, cfg=cfg)]
+    progress = progress_note(cfg)
+    spend = export_spend(ledger, folder, cfg=cfg, progress=progress)
+    _note_covers_spend(folder / EXPORT_NOTE_FILE, spend, progress)
+    return [*tables, spend]
+
+
+def _note_covers_spend(note_path: Path, spend: ExportedTable, progress: str) -> None:
+    """Append to the ``export_note.txt`` the kind's export just wrote (if it wrote one) a paragraph naming the
+    spend files written after it: the note lists the files its paragraphs cover, and the spend table, written
+    once the kind's tables were done, was missing from that list (session 24's noticed item). Its paragraphs on
+    the ``replayed`` / ``simulated`` columns do not concern the ledger, so the spend files get a paragraph of
+    their own, saying whether the interim-export line covers them. UTF-8 text, rewritten atomically."""
+    from geoagent.files import atomic_write_text
+
+    try:
+        text = note_path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return
+    names = f"{spend.csv.name} / {spend.parquet.name}"
+    line = (f"Also written beside it: {names} (the ledger per model; docs/exports.md, `spend`), after the files "
+            "above. " + (f"The interim-export line above covers them too (Parquet metadata key "
+                         f"{PARQUET_PROGRESS_KEY}); " if progress else "")
+            + "the notes on the columns `replayed` and `simulated` do not concern them (the ledger has neither).")
+    atomic_write_text(note_path, text.rstrip("\n") + "\n\n" + line + "\n")
 
 
 def _response_rows(store: Any) -> Iterator[tuple[str, dict[str, Any]]]:
