@@ -844,6 +844,30 @@ def check_keys(cfg: Any, kind: CampaignKind, *, dotenv_path: str | Path | None =
         raise SecretNotFound(missing_keys_message(missing, dotenv_path=dotenv_path, others=others))
 
 
+def finished_campaign_hint(cfg: Any) -> str:
+    """The sentence a run refused for a missing key adds when campaign ``cfg``'s last run ended ``complete``
+    (its manifest, :func:`geoagent.runtime.manifest.read_manifest`), "" otherwise (none, another status, a
+    manifest that cannot be read: the refusal's own message stands alone).
+
+    A re-run of a finished campaign plans again, and a planned task may need a key (a config changed since adds
+    work), so the keys are still required; but a researcher re-running it only to look at it or to write its
+    tables again needs none: ``status`` and ``export`` read the state without calling anything (walk24 #6)."""
+    from geoagent.runtime.manifest import read_manifest
+
+    try:
+        manifest = read_manifest(cfg.state_dir())
+    except (OSError, ValueError):
+        return ""
+    runs = (manifest or {}).get("runs") or []
+    last = runs[-1] if runs and isinstance(runs[-1], dict) else {}
+    if last.get("status") != "complete":
+        return ""
+    when = last.get("stopped_at")
+    return (f". Campaign {cfg.name}'s last run ended complete{f' ({when})' if isinstance(when, str) else ''}: "
+            "to look at it or write its tables again, `run.py status CONFIG` and `run.py export CONFIG` need no "
+            "key; a run needs the keys because it plans again, and a config changed since may add work")
+
+
 def missing_keys(cfg: Any, kind: CampaignKind, *, dotenv_path: str | Path | None = None
                  ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """``(models' missing keys, the kind's other missing keys)``: the variables :func:`check_keys` refuses a run
@@ -1628,9 +1652,11 @@ async def run_campaign(
             # the plan's own refusals too (photos without a file for a real model), as the dry run names them:
             # one message, not a second refusal once the variables are set
             more = await preflight_refusals(cfg, kind, dotenv_path=dotenv_path)
-            if not more:
+            finished = finished_campaign_hint(cfg)  # walk24 #6: a re-run of a finished campaign to look at it
+            if not more and not finished:
                 raise
-            raise SecretNotFound(f"{exc}. Also: {'. Also: '.join(more)}. Nothing was run") from None
+            raise SecretNotFound(f"{exc}" + "".join(f". Also: {m}" for m in more)
+                                 + (". Nothing was run" if more else "") + finished) from None
         # before the run lock's start-up recovery could hand back live leases; queues that hold work (of a
         # version before the record) get their record now, so a second state folder started meanwhile is refused
         check_queues_state_root(cfg, record=_has_queues(cfg))
