@@ -68,3 +68,39 @@ def test_crawl_dry_run_outline_bounds_what_the_crawl_reserves(isolated_roots, mo
         for r in csv.DictReader(fh):
             per_city[r["city"]] = per_city.get(r["city"], 0) + 1
     assert per_city and max(per_city.values()) <= 309, per_city
+
+
+ATLANTIS = """
+[[crawl.cities]]
+city = "Atlantis"
+country = "XX"
+continent = "EU"
+lat = 10.0
+lon = -30.0
+"""
+
+
+def test_outline_leaves_out_image_audits_of_a_city_outside_the_sandbox_world(isolated_roots, monkeypatch, capsys):
+    """Walkthrough 24, item 5: with the offline fakes, a configured city outside their world (the dry run warns
+    that the crawl finds nothing there) was still counted for 3 sites x 6 images of audits; it is now left out,
+    by name, and a real Mapillary endpoint keeps counting every city (what it finds is known only once run)."""
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    path = isolated_roots / "atlantis.toml"
+    path.write_text(CONFIG.read_text(encoding="utf-8") + ATLANTIS, encoding="utf-8")
+    cfg = load_config(path)
+    fig = crawl_budget_figures(cfg, cfg.section("crawl"))
+    assert fig["barren_cities"] == ["Atlantis"] and fig["max_image_audits"] == 3 * 3 * 6
+    assert main(["crawl", str(path), "--simulate", "--no-live"]) == 0
+    captured = capsys.readouterr()
+    out = " ".join((captured.out + captured.err).split())
+    assert ("at most 54 calls (3 cities x 3 sites x 6 images per site; 'Atlantis' left out: the offline Mapillary "
+            "fake has no image there)") in out, out
+    assert "('Atlantis') lies outside the sandbox world" in out  # the warning it agrees with
+
+    # a real Mapillary endpoint: every configured city may have images
+    real = path.read_text(encoding="utf-8").replace('mapillary = "http://mapillary.sandbox.invalid', 'mapillary = "https://graph.mapillary.com')
+    assert real != path.read_text(encoding="utf-8"), "the config names no Mapillary fake: the check checks nothing"
+    path.write_text(real, encoding="utf-8")
+    cfg = load_config(path)
+    fig = crawl_budget_figures(cfg, cfg.section("crawl"))
+    assert fig["barren_cities"] == [] and fig["max_image_audits"] == 4 * 3 * 6

@@ -902,6 +902,24 @@ def _shared_sites_warning(state_dir: str | Path, images_root: str | Path | None 
 OUTLINE_CANDIDATES = 1000
 
 
+def cities_without_images(settings: CrawlSettings) -> list[str]:
+    """The ``[[crawl.cities]]`` (names, config order) where the crawl can audit no image because ``[crawl.endpoints]
+    mapillary`` is the offline fake (``*.sandbox.invalid``, or its local URL while served:
+    :func:`geoagent.sandbox.launch.served_fake_name`) and the city lies outside the world it serves
+    (:func:`geoagent.sandbox.city.cities_outside_world`: no image there, so the screener does not admit it and no
+    site of it is sampled). [] against a real endpoint, where what the crawl finds is known only once it ran
+    (walk24 #5: the dry run's outline counted image audits for such a city while warning that it is outside the
+    world). Raises nothing."""
+    from geoagent.sandbox.launch import served_fake_name
+
+    if not settings.cities or served_fake_name(str(settings.endpoints.mapillary or "")) != "mapillary":
+        return []
+    from geoagent.demo import demo_world
+    from geoagent.sandbox.city import cities_outside_world
+
+    return cities_outside_world([(c.city, c.lat, c.lon) for c in settings.cities], demo_world())
+
+
 def outline_candidates(settings: CrawlSettings) -> tuple[list[int], str | None]:
     """How many referenceability candidates the dry run prices for each configured city (config order), and
     where the count comes from (None: :data:`OUTLINE_CANDIDATES`, an example).
@@ -961,7 +979,8 @@ def _worst_thumbnail_px(m: Any, width_px: int, params: dict[str, Any]) -> tuple[
 def crawl_budget_figures(cfg: Any, settings: CrawlSettings) -> dict[str, Any]:
     """The worst cases behind :func:`crawl_budget_outline` (USD per call; None for a model without prices).
 
-    Returns ``{"image_audit_usd", "rating_usd", "screen_usd", "max_image_audits", "batch_size", "image_bounded"}``
+    Returns ``{"image_audit_usd", "rating_usd", "screen_usd", "max_image_audits", "batch_size", "image_bounded",
+    "barren_cities"}`` (``barren_cities``: :func:`cities_without_images`, left out of ``max_image_audits``)
     (``image_bounded`` False for a ``thumb_field`` without a width, ``thumb_original_url``: then the image audit's
     figure is for a 2048-px-wide photo and not an upper bound):
     one image audit's reservation (the image as the costliest thumbnail of the fetcher's size,
@@ -970,7 +989,8 @@ def crawl_budget_figures(cfg: Any, settings: CrawlSettings) -> dict[str, Any]:
     and one sensitivity-screen call's reservation for a full batch of candidates (each label and each English
     Wikipedia title at 200 characters, the most a prompt line keeps of either, of 4 UTF-8 bytes each:
     :data:`OUTLINE_LABEL_CHAR`), and the most image audits
-    the config allows (cities x ``sites_per_city`` x ``max_images_per_site``). Priced by the rule the ledger reserves with
+    the config allows (cities x ``sites_per_city`` x ``max_images_per_site``, the cities where the offline Mapillary
+    fake has no image left out). Priced by the rule the ledger reserves with
     (:func:`geoagent.config.reservation_usd`, ``[budget] input_estimate_factor`` included).
     """
     import re
@@ -987,9 +1007,12 @@ def crawl_budget_figures(cfg: Any, settings: CrawlSettings) -> dict[str, Any]:
         return m if m is not None and m.paid and (m.price_input_usd_per_mtok > 0 or m.price_output_usd_per_mtok > 0) else None
 
     ia, rs = settings.image_audit, settings.referenceability
+    barren = cities_without_images(settings)
     out: dict[str, Any] = {
         "image_audit_usd": None, "rating_usd": None, "screen_usd": None, "batch_size": rs.batch_size,
-        "max_image_audits": len(settings.cities) * settings.sampler.sites_per_city * settings.fetcher.max_images_per_site,
+        "barren_cities": barren,
+        "max_image_audits": ((len(settings.cities) - len(barren)) * settings.sampler.sites_per_city
+                             * settings.fetcher.max_images_per_site),
         # a thumb_field without a width (thumb_original_url): originals have no fixed size, so the image audit's
         # figure is for a 2048-px-wide photo and bounds nothing (a larger original costs more under tiled billing)
         "image_bounded": re.search(r"(\d+)", settings.fetcher.thumb_field) is not None,
@@ -1036,9 +1059,12 @@ def crawl_budget_outline(cfg: Any, settings: CrawlSettings) -> list[str]:
     def count(n: int, one: str, many: str) -> str:
         return f"{n} {one if n == 1 else many}"
 
-    bound = (f"at most {n_img:,} calls ({count(n_cities, 'city', 'cities')} x "
+    barren = f["barren_cities"]
+    left_out = (f"; {', '.join(repr(n) for n in barren)} left out: the offline Mapillary fake has "
+                "no image there" if barren else "")
+    bound = (f"at most {n_img:,} calls ({count(n_cities - len(barren), 'city', 'cities')} x "
              f"{count(settings.sampler.sites_per_city, 'site', 'sites')} x "
-             f"{count(settings.fetcher.max_images_per_site, 'image', 'images')} per site)")
+             f"{count(settings.fetcher.max_images_per_site, 'image', 'images')} per site{left_out})")
     if f["image_audit_usd"] is not None:
         each = f["image_audit_usd"]
         if f["image_bounded"]:
