@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from geoagent import constants as C
 from geoagent.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,6 +71,19 @@ def test_crawl_with_fewer_sites_than_asked_says_so_per_city(isolated_roots, monk
     status = " ".join(capsys.readouterr().out.split())
     assert city_line in status and relax in status, status
 
+    # the decision log has one record per short city (session 24's noticed item: it was in the summary only)
+    import polars as pl
+
+    decisions = pl.read_parquet(isolated_roots / "state" / "my-crawl" / "export" / "crawl_decisions.parquet")
+    rows = decisions.filter(pl.col("event") == "site_shortfall").sort("city")
+    assert rows["city"].to_list() == ["Mirror Bay", "Sandbox City"], decisions
+    assert rows["stage"].unique().to_list() == [C.STAGE_SAMPLER]
+    sc_row = rows.row(1, named=True)
+    assert sc_row["reason"].startswith(city_line), sc_row
+    extra = json.loads(sc_row["extra"])
+    assert (extra["sites"], extra["sites_per_city"], extra["n_candidates"]) == (1, 4, 8)
+    assert extra["skipped"] == {"skip_coverage": 7} and extra["types_without_candidates"] == ["castle"]
+
     # with min_coverage 4 the same crawl gets its 4 sites per city: nothing is said
     cfg4 = _config(isolated_roots, "my-crawl-4", 4)
     assert main(["crawl", str(cfg4), "--no-live"]) == 0
@@ -78,3 +92,5 @@ def test_crawl_with_fewer_sites_than_asked_says_so_per_city(isolated_roots, monk
     summary4 = json.loads((isolated_roots / "state" / "my-crawl-4" / "report" / "crawl_summary.json")
                           .read_text(encoding="utf-8"))
     assert summary4["site_shortfall"] == []
+    decisions4 = pl.read_parquet(isolated_roots / "state" / "my-crawl-4" / "export" / "crawl_decisions.parquet")
+    assert decisions4.filter(pl.col("event") == "site_shortfall").height == 0

@@ -369,31 +369,33 @@ def site_shortfalls(sampling_dir: str | Path, settings: SamplerSettings) -> list
     them, ``settings_recorded`` False). The number of sites is the number of clusters behind every confidence
     interval of a campaign over the crawl, so a short city is said in the summary, ``crawl_summary.json``
     (``site_shortfall``) and ``run.py status`` (:func:`site_shortfall_lines`)."""
-    out: list[dict[str, Any]] = []
-    folder = Path(sampling_dir)
-    for p, rec in json_records(folder):
-        recorded = rec.get("settings") if isinstance(rec.get("settings"), dict) else None
-        used = recorded or settings.model_dump(mode="json")
-        asked = int(used.get("sites_per_city") or settings.sites_per_city)
-        n_sites = len(rec.get("sites") or [])
-        if n_sites >= asked:
-            continue
-        skipped: dict[str, int] = {}
-        for w in rec.get("walk") or []:
-            d = w.get("decision") if isinstance(w, dict) else None
-            if isinstance(d, str) and d != "take":
-                skipped[d] = skipped.get(d, 0) + 1
-        by_type = rec.get("candidates_by_type")
-        city = rec.get("city")
-        out.append({
-            "city": str(city.get("city")) if isinstance(city, dict) and city.get("city") else p.stem,
-            "sites": n_sites, "sites_per_city": asked, "n_candidates": int(rec.get("n_candidates") or 0),
-            "skipped": skipped,
-            "types_without_candidates": ([k for k, v in by_type.items() if not v] if isinstance(by_type, dict)
-                                         else None),
-            "settings": used, "settings_recorded": recorded is not None,
-        })
-    return out
+    return [s for p, rec in json_records(Path(sampling_dir)) if (s := site_shortfall(rec, settings, p.stem))]
+
+
+def site_shortfall(rec: dict[str, Any], settings: SamplerSettings, name: str = "") -> dict[str, Any] | None:
+    """One sampling record's shortfall (the dict :func:`site_shortfalls` lists), or None when the city got its
+    ``sites_per_city``; ``name`` names a record without a city name (its file's stem)."""
+    recorded = rec.get("settings") if isinstance(rec.get("settings"), dict) else None
+    used = recorded or settings.model_dump(mode="json")
+    asked = int(used.get("sites_per_city") or settings.sites_per_city)
+    n_sites = len(rec.get("sites") or [])
+    if n_sites >= asked:
+        return None
+    skipped: dict[str, int] = {}
+    for w in rec.get("walk") or []:
+        d = w.get("decision") if isinstance(w, dict) else None
+        if isinstance(d, str) and d != "take":
+            skipped[d] = skipped.get(d, 0) + 1
+    by_type = rec.get("candidates_by_type")
+    city = rec.get("city")
+    return {
+        "city": str(city.get("city")) if isinstance(city, dict) and city.get("city") else name,
+        "sites": n_sites, "sites_per_city": asked, "n_candidates": int(rec.get("n_candidates") or 0),
+        "skipped": skipped,
+        "types_without_candidates": ([k for k, v in by_type.items() if not v] if isinstance(by_type, dict)
+                                     else None),
+        "settings": used, "settings_recorded": recorded is not None,
+    }
 
 
 def site_shortfall_lines(shortfalls: Sequence[dict[str, Any]], n_sampled: int, *, limit: int = 20) -> list[str]:

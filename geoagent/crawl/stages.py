@@ -31,9 +31,11 @@ paid calls in flight only, so the referenceability auditor starts no pageviews r
 shared HTTP client as ``http``, so no request of any stage retries after the stop. A host that cannot be
 reached stops the stage that needs it with a line naming its config key (:func:`crawl_host_hint`).
 
-Decision log (``crawl_decisions.jsonl``, exported as ``crawl_decisions``): besides the WDQS splits and the
+Decision log (``crawl_decisions.jsonl``, exported as ``crawl_decisions``): besides the WDQS splits, the
 ``"event": "mapillary_box_full"`` notes (screener, sampler, fetcher: a Mapillary search box still full at the
-minimum box size, whose images were kept as a lower bound, with ``reason`` and ``full_boxes``), one
+minimum box size, whose images were kept as a lower bound, with ``reason`` and ``full_boxes``) and the sampler's
+``"event": "site_shortfall"`` records (a city given fewer sites than ``sites_per_city``:
+:func:`site_shortfall_decision`), one
 ``"event": "ref_city_rating"`` record per rating step of the referenceability auditor, with
 
 * ``city``: the city's name (null for a site rated alone); ``site``: the site whose task ran the step;
@@ -94,7 +96,7 @@ from geoagent.crawl.referenceability import (
     candidates_for_site,
     merge_site_candidates,
 )
-from geoagent.crawl.sampler import city_seed, sample_sites, slug, write_sites_csv
+from geoagent.crawl.sampler import city_seed, sample_sites, site_shortfall, slug, write_sites_csv
 from geoagent.crawl.screener import city_pool_rows, screen_city, write_city_pool_csv
 from geoagent.crawl.settings import CitySpec, CrawlConfigError, CrawlSettings
 from geoagent.files import atomic_open, atomic_write_bytes
@@ -699,11 +701,29 @@ class SiteSamplerStage(_CrawlStage):
                         raise PermanentFailure(str(e)) from None
                     raise
                 rec = res.to_json()
+                short = site_shortfall(rec, svc.settings.sampler, key)
+                if short is not None:  # in the decision log too, before the record that ends the sampling
+                    await svc.decision_logger(self.name, city=city.city)(site_shortfall_decision(short))
                 _dump(path, rec)
         async with svc.lock("sites"):
             rows = [s for p in sorted((svc.state_dir / "sampling").glob("*.json")) if (r := _load(p)) for s in r["sites"]]
             write_sites_csv(rows, svc.state_dir / "sites.csv")
         return [(f"site:{s['site']}", {"site": s}) for s in rec["sites"]]
+
+
+def site_shortfall_decision(short: dict[str, Any]) -> dict[str, Any]:
+    """The decision-log record (``crawl_decisions.jsonl``, ``"event": "site_shortfall"``) of a city the site sampler
+    gave fewer sites than ``sites_per_city`` (``short``: :func:`geoagent.crawl.sampler.site_shortfall`): ``sites``,
+    ``sites_per_city``, ``n_candidates``, ``skipped`` (walk decision -> count) and ``types_without_candidates``
+    (exported in the ``extra`` column), and ``reason``, the line the summary gives the city
+    (:func:`geoagent.crawl.sampler.site_shortfall_lines`). Logged once, when the city is sampled; the summary and
+    ``status`` read the sampling records, so a crawl sampled before this record existed says it there only."""
+    from geoagent.crawl.sampler import site_shortfall_lines
+
+    line = site_shortfall_lines([short], 1)[1].strip()
+    return {"event": "site_shortfall", "reason": line, "sites": short["sites"],
+            "sites_per_city": short["sites_per_city"], "n_candidates": short["n_candidates"],
+            "skipped": short["skipped"], "types_without_candidates": short["types_without_candidates"]}
 
 
 #: the site sampler's cross-process lock file, in the campaign's state folder (:func:`sampling_lock`)
