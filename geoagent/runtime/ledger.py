@@ -513,6 +513,28 @@ class LedgerSummary:
         return d
 
 
+def cap_changed_warning(before_nusd: int, cap_nusd: int, running: int, where: str = "") -> None:
+    """Warn (:class:`geoagent.config.SetupWarning`, one ``warning:`` line on the CLI) that this process changed the
+    campaign's cap from ``before_nusd`` to ``cap_nusd`` (nano-USD) while ``running`` other processes of it run
+    (``where``: e.g. " (maybe on another machine)"): each keeps to the lower of its own cap and the campaign's."""
+    import warnings
+
+    from geoagent.config import SetupWarning
+
+    def usd(n: int) -> str:  # whole cents as such, else to the micro-dollar
+        return f"${nano_to_usd(n):.2f}" if n % 10_000_000 == 0 else f"${nano_to_usd(n):.6f}"
+
+    those = "the one already running" if running == 1 else "those already running"
+    effect = (f"{those} keep{'s' if running == 1 else ''} to the cap {'it' if running == 1 else 'they'} started "
+              f"with, and only this run may spend up to {usd(cap_nusd)}" if cap_nusd > before_nusd else
+              f"{those} stop{'s' if running == 1 else ''} at {usd(cap_nusd)} too")
+    warnings.warn(
+        f"[budget] cap_usd: {running} other process{'es' if running != 1 else ''} of this campaign "
+        f"{'is' if running == 1 else 'are'} running{where}; this run sets the campaign's cap to {usd(cap_nusd)} (it "
+        f"was {usd(before_nusd)}): a process keeps to the lower of its own config's cap and the campaign's, so "
+        f"{effect}", SetupWarning, stacklevel=3)
+
+
 class Ledger:
     """Reserve / settle / release / mark-unknown against a hard cap (see module docstring).
 
@@ -521,7 +543,12 @@ class Ledger:
     db : CampaignDB
         The campaign database (shared with :class:`geoagent.runtime.store.ResponseStore`).
     cap_usd : float, optional
-        The cap (USD). Stored in the file; None keeps the stored cap (e.g. a read-only ``status``).
+        The cap (USD) of this process's config. Stored in the file as the campaign's cap; None keeps the stored
+        cap (e.g. a read-only ``status``). A process reserves against the lower of its own cap and the campaign's
+        (walk25 #1: a second run started with a higher cap, then stopped, raised the cap of a run already going,
+        which went past the cap it was started with; a lower cap still stops every process of the campaign).
+        When another process of the campaign is running and this changes the stored cap, a
+        :class:`geoagent.config.SetupWarning` says so.
     recover : bool
         Convert open reservations of dead processes to unknown-outcome spend on open (default True).
     recover_all : bool
@@ -532,17 +559,30 @@ class Ledger:
         self.db = db
         db.executescript(_SCHEMA)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{_pysecrets.token_hex(6)}"
+        #: this process's own cap (nano-USD), None: the campaign's stored cap alone (:meth:`reserve`)
+        self.own_cap_nusd = usd_to_nano(cap_usd) if cap_usd is not None else None
         if is_reading_only():  # `status`: reads the ledger, registers no owner and books nothing
             self.recovered = 0
             return
         with db.transaction() as conn:
+            before = conn.execute("SELECT cap_nusd FROM ledger_totals WHERE id = 1").fetchone()[0]
+            others = conn.execute("SELECT token, host, pid, proc_start FROM ledger_owners").fetchall()
             conn.execute(
                 "INSERT INTO ledger_owners (token, host, pid, proc_start, started_at) VALUES (?, ?, ?, ?, ?)",
                 (self.owner, _owner_host(), os.getpid(), proc_start(os.getpid()), time.time()),
             )
-            if cap_usd is not None:
-                conn.execute("UPDATE ledger_totals SET cap_nusd = ? WHERE id = 1", (usd_to_nano(cap_usd),))
+            if self.own_cap_nusd is not None:
+                conn.execute("UPDATE ledger_totals SET cap_nusd = ? WHERE id = 1", (self.own_cap_nusd,))
+        if self.own_cap_nusd is not None and int(before) != self.own_cap_nusd:
+            gone = set(self._gone_owners(others))
+            running = [t for t, *_ in others if t not in gone]
+            if running:
+                cap_changed_warning(int(before), self.own_cap_nusd, len(running))
         self.recovered = self.recover(all_owners=recover_all) if (recover or recover_all) else 0
+
+    def _limit(self, cap: int) -> int:
+        """The cap this process reserves against (nano-USD): the lower of the campaign's ``cap`` and its own."""
+        return cap if self.own_cap_nusd is None else min(int(cap), self.own_cap_nusd)
 
     # -- start-up recovery ------------------------------------------------------------------------
 
@@ -628,13 +668,15 @@ class Ledger:
         Raises
         ------
         BudgetExhausted
-            spent + unknown + open reservations + ``worst_case_usd`` > cap (USD).
+            spent + unknown + open reservations + ``worst_case_usd`` > cap (USD): the lower of the campaign's cap
+            and this process's own (:meth:`_limit`).
         """
         amount = usd_to_nano(worst_case_usd, round_up=True)
         with self.db.transaction() as conn:
             cap, spent, reserved, unknown = conn.execute(
                 "SELECT cap_nusd, spent_nusd, reserved_nusd, unknown_nusd FROM ledger_totals WHERE id = 1"
             ).fetchone()
+            cap = self._limit(cap)
             if spent + unknown + reserved + amount > cap:
                 raise BudgetExhausted(
                     nano_to_usd(amount), nano_to_usd(spent), nano_to_usd(unknown), nano_to_usd(reserved), nano_to_usd(cap)
@@ -791,7 +833,8 @@ class Ledger:
         return out
 
     def summary(self) -> LedgerSummary:
-        """Current totals (a consistent snapshot)."""
+        """Current totals (a consistent snapshot); ``cap_usd`` is the cap this process reserves against (the lower
+        of the campaign's and its own; the campaign's for a ledger opened without a cap, e.g. by ``status``)."""
         row = self.db.read(
             "SELECT cap_nusd, spent_nusd, reserved_nusd, unknown_nusd, overrun_nusd, calls, unknown_calls,"
             " released_calls, input_tokens, output_tokens FROM ledger_totals WHERE id = 1"
@@ -801,7 +844,7 @@ class Ledger:
             "SELECT COUNT(*) FROM reservations WHERE state = 'settled' AND actual_nusd > amount_nusd")[0][0]
         cap, spent, reserved, unknown, overrun, calls, unknown_calls, released, n_in, n_out = row
         return LedgerSummary(
-            cap_usd=nano_to_usd(cap),
+            cap_usd=nano_to_usd(self._limit(cap)),
             spent_usd=nano_to_usd(spent),
             reserved_usd=nano_to_usd(reserved),
             unknown_usd=nano_to_usd(unknown),

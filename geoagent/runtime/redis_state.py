@@ -321,6 +321,9 @@ class RedisLedger:
         # also written by every reservation (RESERVE), with the heartbeat: none is left without its owner
         self._record, self._hb_ms = record, max(1, round(heartbeat_ttl_s * 1000))
         db.start_heartbeat(self.owner, record, heartbeat_ttl_s)
+        #: this process's own cap (nano-USD; None: the campaign's alone): reservations are checked against the lower
+        #: of it and the campaign's (the RESERVE script; :class:`geoagent.runtime.ledger.Ledger`)
+        self.own_cap_nusd = usd_to_nano(cap_usd) if cap_usd is not None else None
         if cap_usd is not None:
             self._set_cap(usd_to_nano(cap_usd))
         self.recovered = self.recover(all_owners=recover_all) if (recover or recover_all) else 0
@@ -333,18 +336,20 @@ class RedisLedger:
         pipe.hset(self.db.key("totals"), "cap_nusd", cap)
         before = pipe.execute()[0]
         if before is not None and int(before) != cap:
-            def usd(n: int) -> str:
-                return f"${nano_to_usd(n):.2f}" if n >= 10 ** 9 else f"${nano_to_usd(n):.6f}"
+            def usd(n: int) -> str:  # whole cents as such, else to the micro-dollar
+                return f"${nano_to_usd(n):.2f}" if n % 10_000_000 == 0 or n >= 10 ** 9 else f"${nano_to_usd(n):.6f}"
 
             import warnings
 
             from geoagent.config import SetupWarning
 
             # a SetupWarning: the CLI prints it as one ``warning:`` line like its other warnings
+            effect = (f"processes already running keep to the cap they started with, and only this one's may spend "
+                      f"up to {usd(cap)}" if cap > int(before) else f"every machine's processes stop at {usd(cap)}")
             warnings.warn(f"campaign {self.db.campaign}: [budget] cap_usd: this process sets the campaign's cap to "
                           f"{usd(cap)}; it was {usd(int(before))} (set by an earlier run, maybe on another machine): "
-                          f"every machine's processes now reserve against {usd(cap)}. Give every machine's config the "
-                          "same cap", SetupWarning, stacklevel=2)
+                          f"a process keeps to the lower of its own config's cap and the campaign's, so {effect}. "
+                          "Give every machine's config the same cap", SetupWarning, stacklevel=2)
 
     # -- recovery -------------------------------------------------------------------------------------
 
@@ -408,7 +413,8 @@ class RedisLedger:
         amount = usd_to_nano(worst_case_usd, round_up=True)
         out = self.db.script("RESERVE", uuid.uuid4().hex, round(REPLY_TTL_S * 1000), amount, request_key,
                              model or "", "0" if model is None else "1", self.owner, time.time(),
-                             "1" if guard else "0", self._record, self._hb_ms)
+                             "1" if guard else "0", self._record, self._hb_ms,
+                             "" if self.own_cap_nusd is None else self.own_cap_nusd)
         what = _text(out[0])
         if what == "reserved":
             return Reservation(int(out[1]), request_key, amount, model)
@@ -507,8 +513,9 @@ class RedisLedger:
         """Current totals (one ``HGETALL``: a consistent snapshot)."""
         t = self._totals()
         g = t.get
+        cap = g("cap_nusd", 0) if self.own_cap_nusd is None else min(g("cap_nusd", 0), self.own_cap_nusd)
         return LedgerSummary(
-            cap_usd=nano_to_usd(g("cap_nusd", 0)), spent_usd=nano_to_usd(g("spent_nusd", 0)),
+            cap_usd=nano_to_usd(cap), spent_usd=nano_to_usd(g("spent_nusd", 0)),
             reserved_usd=nano_to_usd(g("reserved_nusd", 0)), unknown_usd=nano_to_usd(g("unknown_nusd", 0)),
             overrun_usd=nano_to_usd(g("overrun_nusd", 0)), calls=g("calls", 0), unknown_calls=g("unknown_calls", 0),
             released_calls=g("released_calls", 0), input_tokens=g("input_tokens", 0),

@@ -97,7 +97,8 @@ end
 #: response is stored or another owner holds an open reservation for the key), owner record (JSON: written to
 #: ``owners`` unless there, so that recovery can judge every open reservation, also one made after a recovery
 #: dropped the record of its owner, a live process that had stalled past its heartbeat), heartbeat TTL (ms: the
-#: reservation refreshes the owner's heartbeat, it proves the owner alive).
+#: reservation refreshes the owner's heartbeat, it proves the owner alive), the owner's own cap (nano-USD, '' for
+#: none: the reservation is checked against the lower of it and the campaign's cap; walk25 #1).
 #: Returns {'reserved', id} | {'refused', cap, spent, reserved, unknown} | {'stored'} | {'elsewhere'}.
 RESERVE = _PRELUDE + r"""
 local rep = P .. 'reply:' .. ARGV[2]
@@ -111,6 +112,8 @@ if ARGV[10] == '1' then
 end
 local t = redis.call('HMGET', T, 'cap_nusd', 'spent_nusd', 'reserved_nusd', 'unknown_nusd')
 local cap, spent, reserved, unknown = num(t[1]), num(t[2]), num(t[3]), num(t[4])
+local own = tonumber(ARGV[13] or '')
+if own and own < cap then cap = own end
 if spent + unknown + reserved + amount > cap then
   return {'refused', cap, spent, reserved, unknown}
 end
