@@ -178,7 +178,10 @@ def _lookup(d: dict[str, Any], keys: tuple[str, ...]) -> tuple[bool, Any]:
 
 # one character class between the label and the value (not ``\s*[\"']*\s*``: two quantifiers over the same
 # whitespace made a long run after "verdict:" quadratic, minutes for a looping answer)
-_RX_VERDICT = re.compile(r"[\"']?verdict[\"']?\s*[:=][\s\"'*]*(yes|no)\b(?!\s*(?:/|\bor\b))", re.I)
+# the word must not open a phrase: "Verdict: No way to tell", "Verdict: no idea" are no verdict (break25 #2), while
+# a label after it on the same line ("Verdict: yes confidence: 0.8") or punctuation ("yes (0.9)", "no - ...") is fine
+_RX_VERDICT = re.compile(r"[\"']?verdict[\"']?\s*[:=][\s\"'*]*(yes|no)\b(?!\s*(?:/|\bor\b))"
+                         r"(?![ \t\"'`*_]*(?!(?:confidence|evidence|reasons?)\b)[^\W\d_])", re.I)
 # a decimal comma (``0,85``) is taken with the number, which then reads as no confidence (not 0.0, the digits before it)
 _RX_CONF = re.compile(r"[\"']?confidence[\"']?\s*[:=][\s\"']*([-+]?(?:\d+(?:\.\d*|,\d+)?|\.\d+)\s*%?)", re.I)
 # a verdict word standing alone: followed (after quotes/markup on the same line) by the end of the text, a
