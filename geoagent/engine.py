@@ -952,12 +952,36 @@ def check_state_matches_queues(cfg: Any) -> None:
         return
     from geoagent.runtime.sqlite_queue import queue_files
 
-    if not db.exists() and any(f.stat().st_size > 0 for f in queue_files(qdir)):
+    if any(f.stat().st_size > 0 for f in queue_files(qdir)) and (not db.exists() or _blank_state_db(db)):
+        what = "is missing" if not db.exists() else "is empty (no ledger in it: emptied or replaced outside geoagent)"
         raise ValueError(
             f"campaign {cfg.name}: the queues in {qdir} hold work from an earlier run but its state "
-            f"{db} (stored responses, results, spend) is missing; {_state_root_hint(cfg, qdir)}restore the state "
+            f"{db} (stored responses, results, spend) {what}; {_state_root_hint(cfg, qdir)}restore the state "
             f"folder, or, to start the campaign over (every request sent and paid again), delete {qdir}"
         )
+
+
+def _blank_state_db(db: Path) -> bool:
+    """Whether the campaign database ``db`` (a file that exists) holds no ledger: 0 bytes, or a SQLite file without
+    the ledger's totals row (emptied or swapped outside geoagent). A run would otherwise create a new ledger at $0
+    and spend the cap again (break25 #1: ``: > campaign.sqlite`` let a budget-stopped campaign bill $0.0184 against a
+    $0.01 cap). False for a file that cannot be read as SQLite (the run's own open says it is damaged) and on any
+    other error. Opens the file read-write without creating anything and reads only."""
+    import sqlite3
+
+    try:
+        if db.stat().st_size == 0 and not Path(f"{db}-wal").exists():
+            return True
+        conn = sqlite3.connect(f"file:{db}?mode=rw", uri=True, timeout=30.0)
+        try:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if "ledger_totals" not in tables:
+                return True
+            return conn.execute("SELECT COUNT(*) FROM ledger_totals").fetchone()[0] == 0
+        finally:
+            conn.close()
+    except (OSError, sqlite3.Error):
+        return False
 
 
 def _state_root_hint(cfg: Any, qdir: Path) -> str:

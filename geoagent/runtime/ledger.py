@@ -178,17 +178,40 @@ class CampaignDB:
                 finally:
                     self._depth -= 1
                 return
-            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.DatabaseError as exc:
+                self._raise_damaged(exc)
+                raise
             self._depth = 1
             try:
                 yield self._conn
-            except BaseException:
+            except BaseException as exc:
                 self._depth = 0
                 if self._conn.in_transaction:  # SQLite may have rolled back already (SQLITE_FULL): keep that error
-                    self._conn.execute("ROLLBACK")
+                    try:
+                        self._conn.execute("ROLLBACK")
+                    except sqlite3.DatabaseError:
+                        if not isinstance(exc, sqlite3.DatabaseError):
+                            raise
+                if isinstance(exc, sqlite3.DatabaseError):
+                    self._raise_damaged(exc)
                 raise
             self._depth = 0
-            self._conn.execute("COMMIT")
+            try:
+                self._conn.execute("COMMIT")
+            except sqlite3.DatabaseError as exc:
+                self._raise_damaged(exc)
+                raise
+
+    def _raise_damaged(self, exc: sqlite3.DatabaseError) -> None:
+        """Raise :class:`geoagent.runtime.sqlite_wal.DatabaseFileError` naming this file when ``exc`` says it is
+        damaged (break25 #3: ``run`` and ``export`` printed a traceback for a malformed ``campaign.sqlite``); return
+        otherwise (the caller re-raises ``exc``). The step that met the damage wrote nothing (a transaction rolled
+        back, a schema script's statements are idempotent); earlier steps may have written."""
+        damaged = damaged_file_error(None, exc, self.path, at_open=False)
+        if damaged is not None:
+            raise damaged from None
 
     def read(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         """Run one read-only query (autocommit snapshot) and return all rows.
@@ -216,7 +239,11 @@ class CampaignDB:
         if is_reading_only():
             return
         with self._lock:
-            self._conn.executescript(script)
+            try:
+                self._conn.executescript(script)
+            except sqlite3.DatabaseError as exc:
+                self._raise_damaged(exc)
+                raise
 
     def submit_future(self, fn: Callable[[], T]) -> "Future[T]":
         """Queue ``fn()`` on this database's own thread; return its concurrent future.

@@ -1,0 +1,65 @@
+"""An emptied or swapped ``campaign.sqlite`` is refused like a missing one (adversarial review 25, item 1).
+
+``: > state/g5/campaign.sqlite`` after a budget stop let the next run open a new ledger at $0 and spend the cap
+again (the fake billed $0.0184 against a $0.01 cap), with the first answers' results gone; a deleted file was
+already refused. Now a file of 0 bytes, or a SQLite file without the ledger, is refused the same way while the
+queues hold work, and nothing is written to it."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from _model_harness import generic_campaign, model_table
+from geoagent.cli import main
+
+
+@pytest.mark.parametrize("damage", ["emptied", "other sqlite file"])
+def test_a_blank_state_database_is_refused_while_the_queues_hold_work(tmp_path, monkeypatch, capsys, damage):
+    monkeypatch.chdir(tmp_path)
+    cfg = generic_campaign(tmp_path, name="blank", n=6, models=model_table("m"))
+    assert main(["run", str(cfg), "--no-live"]) == 0
+    db = tmp_path / "state" / "blank" / "campaign.sqlite"
+    for side in ("-wal", "-shm"):
+        (db.parent / (db.name + side)).unlink(missing_ok=True)
+    if damage == "emptied":
+        db.write_bytes(b"")
+    else:
+        db.unlink()
+        with sqlite3.connect(db) as conn:  # a SQLite file, but not a campaign's
+            conn.execute("CREATE TABLE notes(x)")
+        conn.close()
+    before = db.read_bytes()
+    capsys.readouterr()
+    assert main(["run", str(cfg), "--no-live"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "hold work from an earlier run" in err and "is empty (no ledger in it" in err, err
+    assert "paid again" in err, err
+    assert db.read_bytes() == before  # nothing written to it
+
+
+def test_a_state_database_damaged_inside_gives_one_error_line_not_a_traceback(tmp_path, monkeypatch, capsys):
+    """Adversarial review 25, item 3: a ``campaign.sqlite`` whose header is whole but whose pages are overwritten
+    opened, and the ledger's schema script met the damage: ``run`` and ``export`` printed a traceback
+    (``sqlite3.DatabaseError: database disk image is malformed``) and exited 1. Now one ``error:`` line naming the
+    file, exit 2, as ``status`` and a truncated file already gave."""
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    cfg = generic_campaign(tmp_path, name="dmg", n=60, models=model_table("m"))
+    assert main(["run", str(cfg), "--no-live"]) == 0
+    db = tmp_path / "state" / "dmg" / "campaign.sqlite"
+    for side in ("-wal", "-shm"):
+        (db.parent / (db.name + side)).unlink(missing_ok=True)
+    size = db.stat().st_size
+    assert size > 8192, size
+    with open(db, "r+b") as fh:  # pages after the header overwritten (the header and schema page kept)
+        fh.seek(4096)
+        fh.write(os.urandom(min(size - 4096, 64 * 1024)))
+    for command in (["run", str(cfg), "--no-live"], ["export", str(cfg)]):
+        capsys.readouterr()
+        code = main(command)
+        err = capsys.readouterr().err
+        assert code == 2, (command, code, err)
+        assert "Traceback" not in err and f"{db}: cannot be read as a SQLite database" in err, (command, err)
