@@ -67,7 +67,7 @@ def test_removed_sites_and_model_are_not_scored_and_the_export_marks_the_scored_
 
     first, third, cfg, err = anyio.run(main)
     # the set-aside reason names the removed sites and model, not a positional diff of the list
-    assert (f"(config changed: geohint.sites: removed '{dropped}', '{queued_only}'; models[1] (sim-b) removed)"
+    assert (f"(config changed: geohint.sites: removed '{dropped}', '{queued_only}'; models (sim-b) removed)"
             in err), err
     assert first.status == "complete" and third.status == "complete", third.summary()
     assert sum(third.superseded.values()) > 0

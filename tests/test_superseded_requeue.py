@@ -67,8 +67,20 @@ def test_a_list_change_reads_as_items_added_or_removed():
     keys = {f"geohint.sites[{i}]": (old, kept[i] if i < len(kept) else None) for i, old in enumerate(sites)}
     keys["models[1]"] = ({"name": "sim-b", "provider": "simulated", "model": "sim-b", "concurrency": 8}, None)
     keys["geoverify.n_per_band"] = (3, 2)
-    assert changed_keys_text(keys) == ("geohint.sites: removed 'a', 'x'; models[1] (sim-b) removed; "
+    assert changed_keys_text(keys) == ("geohint.sites: removed 'a', 'x'; models (sim-b) removed; "
                                        "geoverify.n_per_band: 3 -> 2")
     assert changed_keys_text({"geohint.sites[0]": ("a", "b"), "geohint.sites[1]": ("b", "a")}) == (
         "geohint.sites: reordered")
     assert changed_keys_text({"geohint.sites[2]": (None, "c")}) == "geohint.sites: added 'c'"
+
+
+def test_a_model_replaced_by_another_names_no_index_neither_file_has():
+    """Walkthrough 25, item 5: ``[sim-a, sim-b]`` -> ``[sim-a, sim-c]`` read ``models[2] (sim-b) removed; models[1]
+    (sim-c) added``: sim-b was models[1], and neither file has a models[2] (the alignment by name puts removed
+    entries after the current ones)."""
+    from geoagent.runtime.manifest import align_by_name, changed_keys
+
+    a, b, c = ({"name": n, "provider": "simulated", "model": n} for n in ("sim-a", "sim-b", "sim-c"))
+    before, now = align_by_name([a, b], [a, c])
+    text = changed_keys_text(changed_keys(before, now, "models"))
+    assert text == "models (sim-b) removed; models[1] (sim-c) added", text

@@ -139,7 +139,8 @@ def _item_label(v: Any) -> str | None:
 def _list_aware_items(keys: dict[str, tuple[Any, Any]], shown: Any) -> list[str]:
     """The texts of :func:`changed_keys_text`, whole list items grouped per list and read as what was added or
     removed (a positional diff of ``geohint.sites`` with one site removed named every later index as changed):
-    ``geohint.sites: removed 'a', 'b'; added 'c'``, ``models[1] (sim-b) removed``, ``geohint.sites: reordered``.
+    ``geohint.sites: removed 'a', 'b'; added 'c'``, ``models (sim-b) removed``, ``models[1] (sim-c) added``,
+    ``geohint.sites: reordered``.
     Other keys read ``key: old -> new``. Order: each list where its first changed item was."""
     out: list[Any] = []
     lists: dict[str, list[tuple[int, Any, Any]]] = {}
@@ -163,7 +164,10 @@ def _list_aware_items(keys: dict[str, tuple[Any, Any]], shown: Any) -> list[str]
         for what, items in (("removed", removed), ("added", added)):
             named = [(i, v) for i, v in items if _item_label(v) is not None]
             plain = [v for _, v in items if _item_label(v) is None]
-            parts += [f"{path}[{i}] ({_item_label(v)}) {what}" for i, v in named]
+            # an added item's index is its place in the current file; a removed one is named without one (the
+            # alignment by name puts it after the current entries, an index neither file has: walk25 #5)
+            parts += [f"{path}[{i}] ({_item_label(v)}) added" if what == "added" else f"{path} ({_item_label(v)}) removed"
+                      for i, v in named]
             if plain:
                 parts.append(f"{path}: {what} " + ", ".join(shown(v) for v in plain))
         texts[path] = parts or [f"{path}: reordered"]
@@ -186,7 +190,7 @@ def changed_keys_text(keys: dict[str, tuple[Any, Any]]) -> str:
     """``models[0].max_output_tokens: 512 -> 256; ...``: the changed keys of
     :attr:`geoagent.runtime.manifest.ConfigChanges.call_keys`, values redacted (known secrets masked), long
     values cut, at most :data:`CHANGED_KEYS_SHOWN` of them. Whole items of a list read as what was added or
-    removed (``geohint.sites: removed 'london_barbican'``; ``models[1] (sim-b) removed``), not as a positional
+    removed (``geohint.sites: removed 'london_barbican'``; ``models (sim-b) removed``), not as a positional
     diff of every later index."""
     from geoagent.secrets import redact
 
