@@ -67,13 +67,29 @@ def _warn_config_drift(cfg: Any, *, simulate: bool = False, file: Any = None) ->
     changes = config_changes(cfg)
     if changes.geocoder:
         _warn_geocoder_change(cfg, sorted(changes.geocoder), file=file, rules=changes.geocoder.get("rules_version"))
+    if simulate:  # the run prints these once it has planned (geoagent.engine.config_drift_after_plan)
+        from geoagent.runtime.drift import applied_after_line, pacing_line, price_line, unsent_line
+
+        for line in (pacing_line(cfg.name, changes.pacing, _changed_keys_text(changes.pacing)),
+                     price_line(cfg.name, changes.prices, _changed_keys_text(changes.prices)),
+                     unsent_line(cfg.name, changes.unsent, _changed_keys_text(changes.unsent)),
+                     applied_after_line(cfg.name, changes.applied_after, _changed_keys_text(changes.applied_after))):
+            if line:
+                print(line, file=file)
     if changes.calls and simulate:
+        from geoagent.runtime.drift import is_plan_scope_key
+
         what = f"{', '.join(changes.calls)} changed since its last run"
         if changes.call_keys:
             what += f" ({_changed_keys_text(changes.call_keys)})"
-        print(f"note: campaign {cfg.name}: {what}; the run says, once it has planned, whether it adds work next "
-              "to answers made under the old settings (results would mix both versions) or reaches none of them "
-              "(a new [campaign] name is then needed).", file=file)
+        if (not any(c.startswith("prompt:") for c in changes.calls) and changes.call_keys
+                and all(is_plan_scope_key(k) for k in changes.call_keys)):  # as the run decides it (drift.decide)
+            print(f"info: campaign {cfg.name}: {what}; this changes which tasks are planned, not how any is asked: "
+                  "new tasks are asked like the stored ones, so nothing mixes.", file=file)
+        else:
+            print(f"note: campaign {cfg.name}: {what}; the run says, once it has planned, whether it adds work next "
+                  "to answers made under the old settings (results would mix both versions) or reaches none of "
+                  "them (a new [campaign] name is then needed).", file=file)
     if changes.scoring:
         what = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.scoring.items())
         print(f"info: campaign {cfg.name}: scoring setting changed since its last run ({what}); the report is "

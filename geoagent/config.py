@@ -2352,8 +2352,9 @@ class Estimate:
     superseded_earlier: int = 0
     #: set by the dry run: whether the call settings changed since the campaign's last recorded run
     #: (:func:`geoagent.runtime.manifest.config_changes`; True when that cannot be told): only then does the
-    #: "planned earlier" line say which tasks the change reaches (queued and new ones) and which keep the old settings
-    config_changed: bool = True
+    #: "planned earlier" line say which tasks the change reaches (queued and new ones) and which keep the old settings;
+    #: ``"plan"``: only which tasks are planned changed (:func:`geoagent.engine._calls_changed`), nothing mixes
+    config_changed: bool | str = True
     #: set by the dry run (:func:`geoagent.engine.gone_reservations`): open reservations of processes that are gone
     #: (a crashed run's calls in flight; USD and count), included in ``spent_usd`` as the run's recovery books them
     gone_usd: float = 0.0

@@ -2675,16 +2675,27 @@ def _replay_figures(cfg: Any, ledger: Any) -> dict[str, Any]:
     return {"process_replayed": out, "calls_models": len(replay) < len(models)}
 
 
-def _calls_changed(written: Any, state_dir: Any) -> bool:
+def _calls_changed(written: Any, state_dir: Any) -> bool | str:
     """Whether the call settings of ``written`` (the config as written) changed since the campaign's last
     recorded run (:func:`geoagent.runtime.manifest.config_changes`, its ``calls``: models, task sections, prompt
-    templates). True when that cannot be told (a damaged manifest): the dry run's note then stays."""
+    templates). True when that cannot be told (a damaged manifest): the dry run's note then stays. ``"plan"``
+    when every changed key only chooses which tasks are planned (a whole ``[[models]]`` entry added or removed,
+    ``n_requests``, ...: :func:`geoagent.runtime.drift.is_plan_scope_key`) and no prompt template changed: the
+    run then says nothing mixes (:func:`geoagent.runtime.drift.decide`), and so does the dry run (walk25 #3: it
+    warned that results would mix for a model replaced by another)."""
+    from geoagent.runtime.drift import is_plan_scope_key
     from geoagent.runtime.manifest import config_changes
 
     try:
-        return bool(config_changes(written, state_dir=state_dir).calls)
+        changes = config_changes(written, state_dir=state_dir)
     except (ValueError, OSError):
         return True
+    if not changes.calls:
+        return False
+    if (not any(c.startswith("prompt:") for c in changes.calls) and changes.call_keys
+            and all(is_plan_scope_key(k) for k in changes.call_keys)):
+        return "plan"
+    return True
 
 
 def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContext, before: Mapping[str, Any],
@@ -3231,11 +3242,14 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
     if earlier:
         # the note on config changes only when the call settings changed since the last run (or cannot be told);
         # what it says is what the run does (geoagent.runtime.drift: queued tasks are sent with the new settings)
+        changed = getattr(est, "config_changed", True)
         lines.append("  planned earlier: " + "; ".join(earlier) + (
+            " (the config changed which tasks are planned since the last run, not how any is asked: new tasks are "
+            "asked like the stored ones, so nothing mixes)" if changed == "plan" else
             " " + _changed_settings_note(getattr(est, "queued_earlier", 0),
                                          max(0, est.calls - getattr(est, "queued_earlier", 0)),
                                          getattr(est, "done_earlier", 0), getattr(est, "dead_earlier", 0))
-            if getattr(est, "config_changed", True) else ""))
+            if changed else ""))
     # what the total leaves out, in the words of the "planned earlier" line (one count per reason, only non-zero)
     left_out = ([f"{est.done_earlier} already done by earlier runs"] if getattr(est, "done_earlier", 0) else []) + (
         [f"{est.cached} answered from stored responses"] if est.cached else []) + (
