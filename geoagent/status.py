@@ -800,6 +800,7 @@ def format_status(st: dict[str, Any]) -> str:
             earlier = True
         procs = p.get("processes") or []  # a scale-out run's processes (merged record), else []
         n_running = sum(1 for q in procs if q.get("state") == "running")
+        outcome = None  # as manifest.json recorded the end of the run these figures are of (read when it ended)
         if ended:
             outcomes = st.get("run_outcomes") or {}
             outcome = outcomes.get(str(p.get("run_id"))) if not procs else None
@@ -830,7 +831,12 @@ def format_status(st: dict[str, Any]) -> str:
             eta += (" [from this machine's rate: processes on other machines are not counted, the queue counts "
                     "are the whole campaign's]")
         lines.append(f"  last progress ({state}), elapsed {p.get('elapsed_s', 0):.0f} s{eta}")
-        if (ended and not complete and not running and outcome in ("interrupted", "killed")) or (
+        # how the run that wrote these figures ended: a scale-out run's record is its processes' (the manifest's
+        # newest ended run stands for them); None: the manifest holds no end for it (a second Ctrl-C exits before
+        # recording one: walk25 #4, which then read "run ended" with no way on)
+        stopped_as = outcome if not procs else last_outcome
+        if (ended and not complete and not running and (stopped_as in ("interrupted", "killed") or (
+                stopped_as is None and left and running is False))) or (
                 running is False and not ended and left):  # a hard stop (SIGKILL, a second Ctrl-C) writes no end
             lines.append(RESUME_HINT)
         elif ended and left and running is False and not st.get("redis") and last_outcome == _stages_done_status():
