@@ -15,6 +15,8 @@ from __future__ import annotations
 ENV_QUEUES_ROOT = "GEOAGENT_QUEUES"
 ENV_STATE_ROOT = "GEOAGENT_STATE"
 ENV_RELEASE_DIR = "GEOAGENT_RELEASE"
+#: the per-user index of the folders each campaign config ran from ("" turns it off; geoagent.runtime.runs_index)
+ENV_RUNS_INDEX = "GEOAGENT_RUNS_INDEX"
 
 # --- default data roots (relative to the working directory) ----------------------------------
 DEFAULT_QUEUES_ROOT = "queues"

@@ -1663,6 +1663,10 @@ async def run_campaign(
     check_state_matches_queues(cfg)
     check_run_here(cfg)
     recorded_kind = False
+    if not simulate:  # where this config runs from, for a run of it from another folder (check_run_here)
+        from geoagent.runtime.runs_index import record_run_folder
+
+        record_run_folder(cfg)
     if not simulate:
         from geoagent.secrets import SecretNotFound
 

@@ -421,7 +421,9 @@ def ran_in_another_folder(cfg: Any) -> Path | None:
     ``[paths]`` / environment values) and that has neither queue files nor a state database under it, the nearest
     folder, from its config file's folder up, that holds either under the same relative roots (configs kept in the
     project folder or a subfolder of it). None otherwise: absolute roots, the Redis backend, a config not read from
-    a file, the campaign found under the working directory, or found nowhere (a campaign never run)."""
+    a file, the campaign found under the working directory, or found nowhere (a campaign never run). Then, for a
+    config kept elsewhere, the newest folder its earlier runs ran from that still holds them
+    (:mod:`geoagent.runtime.runs_index`)."""
     from geoagent.runtime.backend import uses_redis
     from geoagent.runtime.sqlite_queue import queue_files
 
@@ -446,6 +448,12 @@ def ran_in_another_folder(cfg: Any) -> Path | None:
             continue
         seen.add(d)
         if d.resolve() != here and holds(d):
+            return d
+    # a config kept outside the folder it is run from: the folders its earlier runs ran from (walk25 #2)
+    from geoagent.runtime.runs_index import run_folders
+
+    for d in run_folders(cfg):
+        if d != here and holds(d):
             return d
     return None
 

@@ -58,6 +58,14 @@ def _release_line() -> str:
             f"(set ${RELEASE_ENV} to the release folder to run them)")
 
 
+@pytest.fixture(autouse=True)
+def _own_runs_index(tmp_path_factory, monkeypatch):
+    """Every test gets an index of run folders of its own (:mod:`geoagent.runtime.runs_index`; subprocesses it
+    starts inherit the variable): tests run the same config files from many folders, and the user's own index
+    under ``~/.local/state`` stays untouched."""
+    monkeypatch.setenv("GEOAGENT_RUNS_INDEX", str(tmp_path_factory.mktemp("runs-index") / "runs_index.jsonl"))
+
+
 @pytest.fixture(scope="session")
 def release_dir() -> Path:
     """The public GeoContext release folder (``$GEOAGENT_RELEASE``, else ``../shared/reference/geocontext``);

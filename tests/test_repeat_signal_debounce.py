@@ -10,6 +10,7 @@ waiting for its calls in flight when the repeat arrives.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -44,7 +45,7 @@ SECOND = "second signal: exiting at once"
 
 async def _run_and_signal(tmp, base, seen, name: str, gap_s: float) -> tuple[int, str]:
     cfgp = _config(tmp, base_url=base, n=6, cap=5.0, name=name)
-    env = {"ADV_RT_KEY": KEY, "PATH": "/usr/bin:/bin"}
+    env = {"ADV_RT_KEY": KEY, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ["GEOAGENT_RUNS_INDEX"]}
     before = len(seen)
     proc = await anyio.open_process([sys.executable, str(REPO / "run.py"), "run", str(cfgp), "--no-live"], env=env)
     with anyio.fail_after(60):
