@@ -38,8 +38,8 @@ offered, chosen per campaign by ``[geohint] echo_rule`` (:data:`ECHO_RULES`; def
     "St.", 27 "Saint" or "Sainte"), so a full campaign meets them. The release has no per-row echo label to
     move towards (see the end of this docstring).
 
-    A field names a reference point when one of the point's names (English name, native label, Wikidata
-    aliases when given, and each name with its parenthetical qualifier removed, e.g. "Ebisu Station
+    A field names a reference point when one of the point's names (English name, native label ``label_raw``,
+    Chinese name ``name_zh``, Wikidata aliases when given, and each name with its parenthetical qualifier removed, e.g. "Ebisu Station
     (Tokyo)" -> "Ebisu Station") occurs in the field as a whole-token run. Names written in a script
     without word spaces (CJK, kana, Thai) are matched as substrings of the space-free text instead.
 
@@ -48,8 +48,8 @@ offered, chosen per campaign by ``[geohint] echo_rule`` (:data:`ECHO_RULES`; def
     ``echoed``, imported by ``analysis/model_tables.py`` for the paper's Table 2, and the same function
     in ``analysis/raw_tables.py`` for its echo-by-tier table, the paper's Table 4): a key is taken from
     the point's Chinese name and from its English name - the first 4 characters when the name holds a
-    CJK ideograph, else its first whitespace-separated word, lower-cased - and the response echoes when a
-    key of at least 3 characters occurs anywhere (as a substring) in the lower-cased text "area
+    CJK ideograph, else its first whitespace-separated word, lower-cased (a first word under 3 characters is
+    dropped, not replaced by the next word) - and the response echoes when a key of at least 3 characters occurs anywhere (as a substring) in the lower-cased text "area
     building". So area "Harajuku" echoes the hint "Harajuku Station" under this rule but not under
     ``"name"``, and a 2-character first word ("St", "La", "El") never counts. Use it to compare with the
     paper's echo figures (Tables 1, 2, 4).
