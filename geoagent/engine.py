@@ -3413,7 +3413,10 @@ def _model_time(m: Any, mc: Any, cfg: Any) -> str:
     if basis == "none":
         if mc.provider == "replay":
             return f"no model-call time (replay: answers are read from the recorded file {cfg.replay_path(mc)})"
-        return "no model-call time (simulated: answers are made in this process, no model is called)"
+        paced = " and its rate does not pace it" if "rate" in getattr(mc, "model_fields_set", ()) else ""
+        return ("no model-call time (simulated: answers are made in this process, no model is called" + paced
+                + (': give it base_url = "http://openai.sandbox.invalid/v1" to have the local fake answer it over '
+                   "HTTP, paced by its rate" if paced else "") + ")")
     from geoagent.config import hosts_entry, model_limit_key, model_time_limit, models_by_host, models_by_limit_key
 
     # the HTTP layer's keys: the model's own limit on its host (shared only by entries naming the same API
