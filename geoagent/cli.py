@@ -474,6 +474,10 @@ def _cmd_export(args: argparse.Namespace) -> int:
                 print(f"error: export --out {out_dir}: the folder cannot be made ({exc}); nothing was written",
                       file=sys.stderr)
                 return 2
+        from geoagent.files import remove_stale_temp_files
+
+        # temporary files of an earlier export killed mid-write (break25 #5: only the next run swept them)
+        remove_stale_temp_files(out_dir if out_dir is not None else cfg.state_dir())
         try:
             tables = kind.export(cfg, state.store, out_dir)  # what the campaign kind calls results
             from geoagent.runtime.export import with_spend
