@@ -25,6 +25,9 @@ Schema (``PRAGMA user_version = 3``)
     CREATE INDEX tasks_state_time ON tasks (state, not_before);
     CREATE TABLE counts (state INTEGER PRIMARY KEY, n INTEGER NOT NULL);  -- rows per stored state, and
         -- row state = -1 (CLOCK_MARK): n = the queue clock's mark, unix s (REAL); version 3, see "Time"
+    CREATE TABLE queue_identity (id INTEGER PRIMARY KEY CHECK (id = 1), campaign TEXT NOT NULL, edge TEXT NOT NULL);
+        -- whose queue the file is, stamped by the first opener that may write (SQLiteQueue._check_identity); a
+        -- file stamped for another campaign or edge is refused; no version change (older code ignores the table)
 
 Version 1 (sessions up to 8) had neither ``charges`` nor ``dead_charge``; version 2 (sessions 9-16) had no clock
 mark. The first open of an older file by a writer (``migrate=True``, the default) adds what it lacks (``ALTER TABLE
@@ -238,6 +241,9 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS counts (state INTEGER PRIMARY KEY, n INTEGER NOT NULL)",
     "INSERT OR IGNORE INTO counts (state, n) VALUES (0, 0), (1, 0), (2, 0), (3, 0)",
 )
+#: whose queue the file is (:meth:`SQLiteQueue._check_identity`): one row, written by the first opener that may write
+_IDENTITY_SQL = ("CREATE TABLE IF NOT EXISTS queue_identity (id INTEGER PRIMARY KEY CHECK (id = 1), "
+                 "campaign TEXT NOT NULL, edge TEXT NOT NULL)")
 #: version 1 -> 2: the charge columns (module docstring, "Charges")
 _MIGRATE_1_2 = (
     "ALTER TABLE tasks ADD COLUMN charges TEXT",
@@ -483,7 +489,54 @@ class SQLiteQueue(WorkQueue):
         """
         path = queue_path(root, campaign, edge)
         options.setdefault("name", edge)
-        return cls(path, **options)
+        queue = cls(path, **options)
+        try:
+            queue._check_identity(campaign, edge)
+        except BaseException:
+            queue._conn.close()
+            raise
+        return queue
+
+    def _check_identity(self, campaign: str, edge: str) -> None:
+        """Refuse a file stamped for another campaign or edge; stamp an unstamped one when this handle may write.
+
+        A queue file records whose it is (table ``queue_identity``: campaign, edge), written by the first opener
+        that may write (``migrate=True``); a read-only look (``status``) stamps nothing. A file copied or moved in
+        from another campaign's folder, or another edge's file under this edge's name, was taken as this queue
+        (break25 #4: a run set aside 345 foreign tasks as superseded and reported ``done 455`` for a 400-request
+        plan). Files from before the stamp are stamped as the queue they are opened as.
+
+        Raises
+        ------
+        QueueFileError
+            Naming the file, whose it says it is, and what to do (one ``error:`` line on the CLI, exit 2).
+        """
+        conn = self._conn
+        with self._lock:
+            try:
+                row = conn.execute("SELECT campaign, edge FROM queue_identity WHERE id = 1").fetchone()
+            except sqlite3.OperationalError:  # no such table: a file from before the stamp
+                row = None
+            if row is not None:
+                if (str(row[0]), str(row[1])) != (campaign, edge):
+                    raise QueueFileError(
+                        f"queue {edge!r}: {self.path} is the {row[1]!r} queue of campaign {row[0]!r}, not the {edge!r} "
+                        f"queue of campaign {campaign!r} (copied or moved here?); put it back where it came from, "
+                        "or move it aside to start this queue anew (its tasks' states are then lost; stored answers "
+                        "are kept in the state folder)")
+                return
+            if not self._migrate:
+                return
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(_IDENTITY_SQL)
+                conn.execute("INSERT OR IGNORE INTO queue_identity (id, campaign, edge) VALUES (1, ?, ?)",
+                             (campaign, edge))
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
 
     def _connect(self, busy_timeout_s: float, synchronous: str, cache_size_kib: int) -> sqlite3.Connection:
         # sqlite3.connect; a read-only folder is one clear error naming the file (DatabaseAccessError, an OSError)
