@@ -655,6 +655,8 @@ ENVIRONMENT_EPILOG = """environment variables (from the environment only; API ke
   GEOAGENT_DOTENV        the .env file API keys are read from (default ./.env)
   GEOAGENT_REDIS_URL     [backend] kind = "redis": the server's URL (the default name of url_env)
   GEOAGENT_REDIS_RETRY_S how long a Redis call retries a server that went away (default 45 s)
+  GEOAGENT_RUNS_INDEX    the per-user index of the folders each config ran from ("" turns it off;
+                         default $XDG_STATE_HOME/geoagent/runs_index.jsonl, ~/.local/state/...)
   GEOAGENT_DEMO_MAPILLARY_TOKEN  `demo` only: the sandbox Mapillary token (default MLY|sandbox|demo)
   API keys: the variables [[models]] api_key_env name (else OPENAI_API_KEY, ANTHROPIC_API_KEY, ...) and
   MAPILLARY_TOKEN, from the environment or .env
