@@ -17,8 +17,9 @@ from geoagent.geoverify.parse import parse_verdict
     "Verdict: No way to tell from this photo.",
     "Verdict: no idea",
     "**Verdict:** No clue, the image is too dark",
-    "verdict = yes indeed it might be",
     "Verdict: noted",
+    "Verdict: yes and no",
+    "Verdict: No information to decide",
 ])
 def test_a_labelled_word_opening_a_phrase_is_no_verdict(text):
     got = parse_verdict(text)
@@ -37,6 +38,13 @@ def test_a_labelled_word_opening_a_phrase_is_no_verdict(text):
     ("Verdict: yes (0.9)", "yes"),
     ("Verdict: No - the skyline differs", "no"),
     ('verdict: "no"', "no"),
+    # rev25: any other word after the verdict still reads (a list of allowed followers refused these)
+    ("Verdict: No because the skyline differs", "no"),
+    ("Verdict: Yes it matches the street view", "yes"),
+    ("Verdict: Yes Reasoning: the tram line", "yes"),
+    ("Verdict: yes Conf: 0.8", "yes"),
+    ("Verdict: yes\u00a0it matches", "yes"),
+    ("verdict: yes \u662f", "yes"),
 ])
 def test_a_labelled_verdict_followed_by_a_label_or_punctuation_still_reads(text, verdict):
     got = parse_verdict(text)
@@ -46,3 +54,13 @@ def test_a_labelled_verdict_followed_by_a_label_or_punctuation_still_reads(text,
 def test_a_json_object_with_a_phrase_value_is_no_verdict_either():
     got = parse_verdict('{"verdict": "No way to tell", "confidence": 0.2}')
     assert not got.ok and got.verdict is None, got
+
+
+@pytest.mark.parametrize("text", [
+    '{"verdict": "yes", "confidence": 0.8}\nOn reflection, verdict: no because the skyline differs.',
+    "Verdict: yes\nLater: actually verdict: no it is not",
+])
+def test_a_later_labelled_verdict_with_words_after_it_is_still_a_conflict(text):
+    """rev25 (1): the first version of the phrase rule hid "verdict: no because ..." from the conflict check."""
+    got = parse_verdict(text)
+    assert not got.ok and "conflicting verdicts" in (got.reason or ""), got

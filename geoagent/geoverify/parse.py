@@ -178,10 +178,14 @@ def _lookup(d: dict[str, Any], keys: tuple[str, ...]) -> tuple[bool, Any]:
 
 # one character class between the label and the value (not ``\s*[\"']*\s*``: two quantifiers over the same
 # whitespace made a long run after "verdict:" quadratic, minutes for a looping answer)
-# the word must not open a phrase: "Verdict: No way to tell", "Verdict: no idea" are no verdict (break25 #2), while
-# a label after it on the same line ("Verdict: yes confidence: 0.8") or punctuation ("yes (0.9)", "no - ...") is fine
-_RX_VERDICT = re.compile(r"[\"']?verdict[\"']?\s*[:=][\s\"'*]*(yes|no)\b(?!\s*(?:/|\bor\b))"
-                         r"(?![ \t\"'`*_]*(?!(?:confidence|evidence|reasons?)\b)[^\W\d_])", re.I)
+# the word must not open a phrase that states no verdict: "Verdict: No way to tell", "Verdict: no idea" (break25
+# #2, read as "no"); any other word after it still reads ("Verdict: No because ...", "Verdict: Yes it matches"),
+# and "yes and no" is no verdict (rev25: a list of allowed followers refused clear verdicts and hid conflicts)
+_NO_VERDICT_PHRASE = (r"(?![ \t\"'`*_]+(?:way|idea|clue|doubt|comment|opinion|decision|answer|verdict|conclusion|"
+                      r"determination|telling|certainty|judge?ment|basis|information|info|data)\b)"
+                      r"(?![ \t\"'`*_]+and[ \t]+(?:yes|no)\b)")
+_RX_VERDICT = re.compile(r"[\"']?verdict[\"']?\s*[:=][\s\"'*]*(yes|no)\b(?!\s*(?:/|\bor\b))" + _NO_VERDICT_PHRASE,
+                         re.I)
 # a decimal comma (``0,85``) is taken with the number, which then reads as no confidence (not 0.0, the digits before it)
 _RX_CONF = re.compile(r"[\"']?confidence[\"']?\s*[:=][\s\"']*([-+]?(?:\d+(?:\.\d*|,\d+)?|\.\d+)\s*%?)", re.I)
 # a verdict word standing alone: followed (after quotes/markup on the same line) by the end of the text, a
