@@ -274,6 +274,12 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
         kind_lines = load_kind(cfg.campaign.kind).status_lines(cfg)
     except Exception:  # noqa: BLE001 - a status display shows what it can
         kind_lines = []
+    run_cap = ((progress or {}).get("spend") or {}).get("cap_usd")
+    if spend is not None and isinstance(run_cap, (int, float)):
+        # the cap the last (or running) run reserved against, as its own progress record says: the lower of its
+        # config's and the campaign's (geoagent.runtime.ledger.Ledger), which the ledger's stored cap, the last
+        # started process's, is not (rev25 #3)
+        spend["run_cap_usd"] = float(run_cap)
     from geoagent.runtime.hostshare import board_pauses
 
     return {"campaign": cfg.name, "queues": queues, "spend": spend, "progress": progress, "dead": dead,
@@ -550,8 +556,9 @@ def cap_text(spend: dict[str, Any], *, running: bool = False) -> str:
     """``"cap $C"`` for ``status``'s spend line: the cap of the campaign's ledger (set by its last run) when the
     config's ``[budget] cap_usd`` (``spend["config_cap_usd"]``) is the same or unknown; else the config's, the one
     the next run uses, naming the last run's (``running``: a run is going under the ledger's, and the config's
-    applies from the next run)."""
-    stored, cfg_cap = spend.get("cap_usd"), spend.get("config_cap_usd")
+    applies from the next run). The last run's cap is the one its progress record gives (``spend["run_cap_usd"]``,
+    the cap it reserved against) when there is one, else the ledger's."""
+    stored, cfg_cap = spend.get("run_cap_usd", spend.get("cap_usd")), spend.get("config_cap_usd")
     if cfg_cap is None or stored is None or abs(float(cfg_cap) - float(stored)) < 5e-10:
         return f"cap {format_usd(stored)}"
     if running:
@@ -567,8 +574,9 @@ def budget_resume_hint(spend: dict[str, Any], refused_usd: float | None = None) 
 
     ``refused_usd``: the smallest worst case among the calls the cap refused (USD; :func:`refused_call_usd`), None
     when not recorded. Review rev24 (3): a cap raised by less than that call read "re-run to go on", and the re-run
-    stopped again at once without a call."""
-    stored, cfg_cap = spend.get("cap_usd"), spend.get("config_cap_usd")
+    stopped again at once without a call. The cap the last run stopped at is the one its progress record gives
+    (``spend["run_cap_usd"]``) when there is one, else the ledger's."""
+    stored, cfg_cap = spend.get("run_cap_usd", spend.get("cap_usd")), spend.get("config_cap_usd")
     billed = float(spend.get("spent_usd") or 0.0) + float(spend.get("unknown_usd") or 0.0)
     need = None if refused_usd is None else billed + float(refused_usd)
     at_least = "" if need is None else f" to at least {format_usd(need)} (billed {format_usd(billed)} + the " \

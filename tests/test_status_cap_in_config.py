@@ -56,3 +56,27 @@ def test_status_shows_the_config_cap_and_the_way_on_after_a_budget_stop(isolated
     out = _status(cfg, capsys)
     assert "reserved, cap $10.0000; calls" in out and "the last run ran under" not in out, out
     assert "to go on" not in out and "campaign complete" in out, out
+
+
+def test_status_names_the_cap_the_last_run_stopped_at_not_a_later_process_s(isolated_roots, capsys):
+    """Review rev25 (3): since each process reserves against the lower of its own cap and the campaign's, the
+    ledger's stored cap is the last started process's, not the one the last run stopped at: a process that opened
+    the ledger with $0.90 after a budget stop at $0.02 made ``status`` say the last run "ran under $0.9000", and,
+    with the config at $0.90, tell the user to raise the cap to at least the refused call's need, which the config
+    already covered. The last run's own progress record says the cap it reserved against."""
+    from geoagent.config import load_config
+    from geoagent.runtime.ledger import CampaignDB, Ledger
+
+    cfg = isolated_roots / "c.toml"
+    cfg.write_text(CONFIG.format(cap=0.02), encoding="utf-8")
+    assert main(["run", str(cfg), "--no-live"]) == 4
+    c = load_config(cfg)
+    db = CampaignDB(isolated_roots / "state" / c.name / "campaign.sqlite")  # another process, which set $0.90 and left
+    Ledger(db, 0.90, recover=False).retire()
+    db.close()
+    out = _status(cfg, capsys)  # the config still says $0.02
+    assert "reserved, cap $0.0200; calls" in out and "ran under $0.9000" not in out, out
+    cfg.write_text(CONFIG.format(cap=0.90), encoding="utf-8")
+    out = _status(cfg, capsys)
+    assert "cap $0.9000 ([budget] cap_usd in the config; the last run ran under $0.0200)" in out, out
+    assert "is above the $0.0200 the last run stopped at: re-run the same command to go on" in out, out
