@@ -289,6 +289,7 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
             "stages": pipeline_stages(cfg) if not queues else [], "answered_by_model": answered,
             "queues_dir": (Path(cfg.queues_root()) / cfg.name).absolute(),
             "run_outcomes": _run_outcomes(Path(cfg.state_dir())),
+            "runs_unended": _runs_unended(Path(cfg.state_dir())),
             # the newest run was started with --watch: drained queues while it runs are it idling, not finishing
             "watching": _last_run_watched(Path(cfg.state_dir())),
             # the Redis backend has no queues folder to be looked for in the wrong place
@@ -506,6 +507,19 @@ def _last_run_watched(state_dir: Path) -> bool:
     last = runs[-1] if isinstance(runs, list) and runs and isinstance(runs[-1], dict) else {}
     return bool(last.get("watch")) or any(isinstance(r, dict) and r.get("watch") and r.get("status") == "running"
                                           for r in runs or [])
+
+
+def _runs_unended(state_dir: Path) -> set[str]:
+    """Ids of the runs manifest.json still records as ``running`` (a run cut before it recorded its end, e.g. by a
+    second Ctrl-C, or one going now); empty when there is no readable manifest."""
+    from geoagent.runtime.manifest import read_manifest
+
+    try:
+        man = read_manifest(state_dir) or {}
+    except (OSError, ValueError):
+        return set()
+    runs = man.get("runs") if isinstance(man, dict) else None
+    return {str(r["run_id"]) for r in runs or [] if isinstance(r, dict) and r.get("run_id") and r.get("status") == "running"}
 
 
 def _run_outcomes(state_dir: Path) -> dict[str, str]:
@@ -848,11 +862,13 @@ def format_status(st: dict[str, Any]) -> str:
                     "are the whole campaign's]")
         lines.append(f"  last progress ({state}), elapsed {p.get('elapsed_s', 0):.0f} s{eta}")
         # how the run that wrote these figures ended: a scale-out run's record is its processes' (the manifest's
-        # newest ended run stands for them); None: the manifest holds no end for it (a second Ctrl-C exits before
-        # recording one: walk25 #4, which then read "run ended" with no way on)
+        # newest ended run stands for them); None: the manifest holds no end for it, and when it records the run as
+        # still running, it was cut before recording one (a second Ctrl-C: walk25 #4, which then read "run ended"
+        # with no way on); an unreadable manifest tells nothing (rev25 #4: a budget stop then got the hint too)
         stopped_as = outcome if not procs else last_outcome
+        cut = str(p.get("run_id")) in (st.get("runs_unended") or set())  # its end never recorded (rev25 #4)
         if (ended and not complete and not running and (stopped_as in ("interrupted", "killed") or (
-                stopped_as is None and left and running is False))) or (
+                stopped_as is None and cut and left and running is False))) or (
                 running is False and not ended and left):  # a hard stop (SIGKILL, a second Ctrl-C) writes no end
             lines.append(RESUME_HINT)
         elif ended and left and running is False and not st.get("redis") and last_outcome == _stages_done_status():
