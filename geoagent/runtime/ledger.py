@@ -552,9 +552,11 @@ def cap_changed_warning(before_nusd: int, cap_nusd: int, running: int, where: st
         return f"${nano_to_usd(n):.2f}" if n % 10_000_000 == 0 else f"${nano_to_usd(n):.6f}"
 
     those = "the one already running" if running == 1 else "those already running"
-    effect = (f"{those} keep{'s' if running == 1 else ''} to the cap {'it' if running == 1 else 'they'} started "
-              f"with, and only this run may spend up to {usd(cap_nusd)}" if cap_nusd > before_nusd else
-              f"{those} stop{'s' if running == 1 else ''} at {usd(cap_nusd)} too")
+    # rev25 (6): not "the cap it started with": a process's limit is the lower of its own cap and the campaign's
+    # as it is at each reservation, which an earlier run may have lowered since it started
+    effect = (f"{those} go{'es' if running == 1 else ''} on under {'its' if running == 1 else 'their'} own cap where "
+              f"that is lower than {usd(cap_nusd)}" if cap_nusd > before_nusd else
+              f"{those} stop{'s' if running == 1 else ''} at {usd(cap_nusd)} at the latest")
     warnings.warn(
         f"[budget] cap_usd: {running} other process{'es' if running != 1 else ''} of this campaign "
         f"{'is' if running == 1 else 'are'} running{where}; this run sets the campaign's cap to {usd(cap_nusd)} (it "

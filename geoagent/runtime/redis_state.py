@@ -344,8 +344,9 @@ class RedisLedger:
             from geoagent.config import SetupWarning
 
             # a SetupWarning: the CLI prints it as one ``warning:`` line like its other warnings
-            effect = (f"processes already running keep to the cap they started with, and only this one's may spend "
-                      f"up to {usd(cap)}" if cap > int(before) else f"every machine's processes stop at {usd(cap)}")
+            # any process still running, on any machine (none may be: a re-run after a budget stop warns too)
+            effect = (f"a process still running goes on under its own cap where that is lower than {usd(cap)}"
+                      if cap > int(before) else f"every machine's processes stop at {usd(cap)} at the latest")
             warnings.warn(f"campaign {self.db.campaign}: [budget] cap_usd: this process sets the campaign's cap to "
                           f"{usd(cap)}; it was {usd(int(before))} (set by an earlier run, maybe on another machine): "
                           f"a process keeps to the lower of its own config's cap and the campaign's, so {effect}. "
