@@ -966,13 +966,14 @@ def _blank_state_db(db: Path) -> bool:
     the ledger's totals row (emptied or swapped outside geoagent). A run would otherwise create a new ledger at $0
     and spend the cap again (break25 #1: ``: > campaign.sqlite`` let a budget-stopped campaign bill $0.0184 against a
     $0.01 cap). False for a file that cannot be read as SQLite (the run's own open says it is damaged) and on any
-    other error. Opens the file read-write without creating anything and reads only."""
+    other error. Opens the file read-only (nothing created, the ``-wal`` file left as it is)."""
     import sqlite3
 
     try:
-        if db.stat().st_size == 0 and not Path(f"{db}-wal").exists():
+        if db.stat().st_size == 0:  # not opened: SQLite would delete a -wal beside it, which may hold the data
             return True
-        conn = sqlite3.connect(f"file:{db}?mode=rw", uri=True, timeout=30.0)
+        # read-only: a read-write open of a 0-byte file beside its -wal would delete the WAL (rev25 #8)
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30.0)
         try:
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if "ledger_totals" not in tables:

@@ -63,3 +63,27 @@ def test_a_state_database_damaged_inside_gives_one_error_line_not_a_traceback(tm
         err = capsys.readouterr().err
         assert code == 2, (command, code, err)
         assert "Traceback" not in err and f"{db}: cannot be read as a SQLite database" in err, (command, err)
+
+
+def test_the_blank_check_leaves_a_wal_beside_an_emptied_file_alone(tmp_path):
+    """Review rev25 (8): opening a 0-byte ``campaign.sqlite`` beside its ``-wal`` (which may hold every committed
+    transaction) made SQLite delete the WAL; the check now judges such a file blank without opening it."""
+    import subprocess
+    import sys
+
+    from geoagent.engine import _blank_state_db
+
+    db = tmp_path / "campaign.sqlite"
+    subprocess.run([sys.executable, "-c", (  # a process that wrote in WAL mode and died before a checkpoint
+        "import os, sqlite3\n"
+        f"c = sqlite3.connect({str(db)!r}, isolation_level=None)\n"
+        "c.execute('PRAGMA journal_mode=WAL')\n"
+        "c.execute('CREATE TABLE ledger_totals(id)')\n"
+        "c.execute('INSERT INTO ledger_totals VALUES (1)')\n"
+        "os._exit(0)\n")], check=True)
+    wal = tmp_path / "campaign.sqlite-wal"
+    assert wal.stat().st_size > 0
+    db.write_bytes(b"")
+    before = wal.read_bytes()
+    assert _blank_state_db(db) is True
+    assert wal.read_bytes() == before

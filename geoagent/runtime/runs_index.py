@@ -32,12 +32,20 @@ READ_TAIL_BYTES = 4 * 1024 * 1024
 
 
 def index_path() -> Path | None:
-    """The index file (see the module docstring), or None when ``$GEOAGENT_RUNS_INDEX`` is set to ""."""
+    """The index file (see the module docstring), or None when ``$GEOAGENT_RUNS_INDEX`` is set to "" or no home
+    folder can be found (``HOME`` unset and no passwd entry). A relative ``$GEOAGENT_RUNS_INDEX`` is taken from the
+    working directory (each folder would then have its own index: give an absolute path)."""
     env = os.environ.get(ENV_RUNS_INDEX)
     if env is not None:
         return Path(env).expanduser() if env.strip() else None
     base = os.environ.get("XDG_STATE_HOME", "").strip()
-    root = Path(base) if base and Path(base).is_absolute() else Path.home() / ".local" / "state"
+    if base and Path(base).is_absolute():
+        root = Path(base)
+    else:
+        try:
+            root = Path.home() / ".local" / "state"
+        except RuntimeError:  # no HOME and no passwd entry: no index (rev25 #7: a traceback from run and status)
+            return None
     return root / "geoagent" / RUNS_INDEX_FILE
 
 
