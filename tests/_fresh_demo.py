@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def run_demo_subprocess(workdir: Path) -> subprocess.CompletedProcess:
     """``python run.py demo --workdir WORKDIR --no-live`` from WORKDIR's parent, no ``GEOAGENT_*`` variable set."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GEOAGENT_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GEOAGENT_") or k == "GEOAGENT_RUNS_INDEX"}
     env["PYTHONPATH"] = str(REPO)
     return subprocess.run([sys.executable, str(REPO / "run.py"), "demo", "--workdir", str(workdir), "--no-live"],
                           cwd=workdir.parent, env=env, capture_output=True, text=True, timeout=300)

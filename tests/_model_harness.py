@@ -326,7 +326,7 @@ def run_with_calls_on_the_wire(tmp: Path, *, name: str, latency_ms: int, key: st
                                     models=model_table(base_url=base, key_var=key_var, concurrency=in_flight,
                                                        timeout_s=timeout_s))
             db = tmp / "state" / name / C.CAMPAIGN_DB
-            env = {key_var: key, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ["GEOAGENT_RUNS_INDEX"], **(env_extra or {})}
+            env = {key_var: key, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ.get("GEOAGENT_RUNS_INDEX", ""), **(env_extra or {})}
             cmd = [sys.executable, str(repo / "run.py"), "run", str(cfgp), "--no-live"]
             proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             deadline = time.monotonic() + 60

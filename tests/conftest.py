@@ -58,6 +58,11 @@ def _release_line() -> str:
             f"(set ${RELEASE_ENV} to the release folder to run them)")
 
 
+# no index of run folders outside a test's own (below): session fixtures (the demo run once per session) and their
+# subprocesses would otherwise write to the user's ~/.local/state/geoagent/runs_index.jsonl (rev25 #9)
+os.environ["GEOAGENT_RUNS_INDEX"] = ""
+
+
 @pytest.fixture(autouse=True)
 def _own_runs_index(tmp_path_factory, monkeypatch):
     """Every test gets an index of run folders of its own (:mod:`geoagent.runtime.runs_index`; subprocesses it

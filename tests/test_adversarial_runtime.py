@@ -103,7 +103,7 @@ def test_two_processes_of_one_campaign_never_double_spend(tmp_path):
     log = tmp_path / "calls.jsonl"
     app = llm_openai.make_app(api_keys=[KEY], token_log=str(log))
     n = 300
-    env = {"ADV_RT_KEY": KEY, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ["GEOAGENT_RUNS_INDEX"]}
+    env = {"ADV_RT_KEY": KEY, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ.get("GEOAGENT_RUNS_INDEX", "")}
 
     async def go() -> list[int]:
         async with serve(app) as base:
@@ -201,7 +201,7 @@ async def _start_and_kill(tmp: Path, base: str, seen: list, *, sig: int, n: int,
     cfgp = _config(tmp, base_url=base, n=n, cap=5.0)
     text = cfgp.read_text().replace("requests = 500, period_s = 1.0", "requests = 1, period_s = 60.0")
     cfgp.write_text(text.replace("backoff_max_s = 0.05", f"backoff_max_s = 0.05\nvisibility_timeout_s = {visibility_s}"))
-    env = {"ADV_RT_KEY": KEY, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ["GEOAGENT_RUNS_INDEX"]}
+    env = {"ADV_RT_KEY": KEY, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ.get("GEOAGENT_RUNS_INDEX", "")}
     proc = await anyio.open_process([sys.executable, str(REPO / "run.py"), "run", str(cfgp), "--no-live"], env=env)
     with anyio.fail_after(60):
         while not seen:
@@ -282,7 +282,7 @@ def test_second_sigint_exits_130_without_a_traceback(tmp_path):
         async with serve(_counting_app(seen)) as base:
             cfgp = _config(tmp_path, base_url=base, n=200, cap=5.0)
             cfgp.write_text(cfgp.read_text().replace("requests = 500, period_s = 1.0", "requests = 40, period_s = 1.0"))
-            env = {"ADV_RT_KEY": KEY, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ["GEOAGENT_RUNS_INDEX"]}
+            env = {"ADV_RT_KEY": KEY, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ.get("GEOAGENT_RUNS_INDEX", "")}
             results = []
             for first_after_s in (2.0, 3.0, 4.0):
                 proc = await anyio.open_process([sys.executable, str(REPO / "run.py"), "run", str(cfgp), "--no-live"],

@@ -18,7 +18,7 @@ DEMO_CAMPAIGNS = ("demo-crawl", "demo-geoverify", "demo-geohint")
 
 
 def _demo(workdir: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GEOAGENT_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GEOAGENT_") or k == "GEOAGENT_RUNS_INDEX"}
     env["PYTHONPATH"] = str(REPO)
     return subprocess.run([sys.executable, str(REPO / "run.py"), "demo", "--workdir", str(workdir), "--no-live"],
                           cwd=workdir.parent, env=env, capture_output=True, text=True, timeout=300)

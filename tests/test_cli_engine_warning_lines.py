@@ -39,7 +39,7 @@ def test_a_restart_says_the_redelivered_leases_in_a_warning_line_and_v_keeps_the
 
     def run(*extra: str) -> subprocess.Popen:
         p = subprocess.Popen([sys.executable, str(REPO / "run.py"), "run", str(cfgp), "--no-live", *extra], cwd=REPO,
-                             env={"WL_KEY": key, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ["GEOAGENT_RUNS_INDEX"]}, stdout=subprocess.PIPE,
+                             env={"WL_KEY": key, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ.get("GEOAGENT_RUNS_INDEX", "")}, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
         procs.append(p)
         return p

@@ -27,7 +27,7 @@ N = 80
 
 def _run(cfgp: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, str(REPO / "run.py"), "run", str(cfgp), "--no-live", *args], cwd=REPO,
-                            env={"SO_KEY": KEY, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ["GEOAGENT_RUNS_INDEX"]}, stdout=subprocess.PIPE,
+                            env={"SO_KEY": KEY, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ.get("GEOAGENT_RUNS_INDEX", "")}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 

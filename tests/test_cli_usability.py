@@ -326,7 +326,7 @@ def test_interrupted_run_says_how_to_resume_and_a_rerun_counts_its_own_calls(tmp
         wait_ready(base)
         cfgp = _config(tmp_path, n=120, base_url=base, rate=20)  # about 6 s of calls
         proc = subprocess.Popen([sys.executable, str(REPO / "run.py"), "run", str(cfgp), "--no-live"],
-                                env={"CLIU_KEY": KEY, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ["GEOAGENT_RUNS_INDEX"]},
+                                env={"CLIU_KEY": KEY, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ.get("GEOAGENT_RUNS_INDEX", "")},
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         db = tmp_path / "state" / "cliu" / C.CAMPAIGN_DB
         deadline = time.monotonic() + 60

@@ -34,7 +34,7 @@ pytestmark = pytest.mark.slow  # two full demo runs (about 30-60 s on 2 cores)
 
 
 def _run_demo(clone: Path, workdir: Path) -> tuple[subprocess.CompletedProcess, float]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GEOAGENT_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GEOAGENT_") or k == "GEOAGENT_RUNS_INDEX"}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, str(clone / "run.py"), "demo", "--workdir", str(workdir), "--no-live"],

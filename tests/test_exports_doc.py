@@ -51,7 +51,7 @@ def _undocumented(table: str, columns, sections: dict[str, str]) -> list[str]:
 
 
 def _run(*args: str, cwd: Path = REPO, timeout: int = 240) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GEOAGENT_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GEOAGENT_") or k == "GEOAGENT_RUNS_INDEX"}
     env["PYTHONPATH"] = str(REPO)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     p = subprocess.run([sys.executable, str(REPO / "run.py"), *args], cwd=cwd, env=env, capture_output=True,

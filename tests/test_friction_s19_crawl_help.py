@@ -29,6 +29,7 @@ def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GEOAGENT_") and not k.endswith("_API_KEY")
            and k != "MAPILLARY_TOKEN"}
     env["PYTHONPATH"] = str(REPO)
+    env["GEOAGENT_RUNS_INDEX"] = os.environ.get("GEOAGENT_RUNS_INDEX", "")  # the test's own index (conftest)
     env.update(extra)
     return env
 

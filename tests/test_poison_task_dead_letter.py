@@ -95,7 +95,7 @@ def _check_dead_cli(cfgp: Path, env: dict[str, str]) -> None:
 
 
 def _env() -> dict[str, str]:
-    return {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ["GEOAGENT_RUNS_INDEX"], "PYTHONUNBUFFERED": "1"}
+    return {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ.get("GEOAGENT_RUNS_INDEX", ""), "PYTHONUNBUFFERED": "1"}
 
 
 def test_a_task_that_kills_its_process_is_dead_lettered_after_max_attempts_and_the_rest_completes(tmp_path):

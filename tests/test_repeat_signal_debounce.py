@@ -45,7 +45,7 @@ SECOND = "second signal: exiting at once"
 
 async def _run_and_signal(tmp, base, seen, name: str, gap_s: float) -> tuple[int, str]:
     cfgp = _config(tmp, base_url=base, n=6, cap=5.0, name=name)
-    env = {"ADV_RT_KEY": KEY, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ["GEOAGENT_RUNS_INDEX"]}
+    env = {"ADV_RT_KEY": KEY, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ.get("GEOAGENT_RUNS_INDEX", "")}
     before = len(seen)
     proc = await anyio.open_process([sys.executable, str(REPO / "run.py"), "run", str(cfgp), "--no-live"], env=env)
     with anyio.fail_after(60):

@@ -69,3 +69,26 @@ def test_the_index_can_be_turned_off(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(other)
     assert main(["status", str(cfg)]) == 0  # no index: the campaign is not known here
     assert "not started" in capsys.readouterr().out
+
+
+def test_no_home_folder_means_no_index_not_a_traceback(tmp_path, monkeypatch):
+    """Review rev25 (7): with HOME unset and no passwd entry, ``Path.home()`` raises RuntimeError, and ``run`` and
+    ``status`` ended in a traceback."""
+    from pathlib import Path
+
+    from geoagent.config import config_from_dict
+    from geoagent.runtime import runs_index
+
+    monkeypatch.delenv("GEOAGENT_RUNS_INDEX", raising=False)
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+
+    def no_home(cls=None):
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", classmethod(no_home))
+    assert runs_index.index_path() is None
+    import tomllib
+
+    cfg = config_from_dict(tomllib.loads(CONFIG), source=str(tmp_path / "c.toml"))
+    runs_index.record_run_folder(cfg)  # nothing, no error
+    assert runs_index.run_folders(cfg) == []

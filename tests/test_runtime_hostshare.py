@@ -269,7 +269,7 @@ def test_two_campaign_processes_share_the_model_hosts_rate(tmp_path):
     rate, n = 10, 100
     key = "sk-" "hostshare-test-0123456789abcdef"
     app = llm_openai.make_app(api_keys=[key])
-    env = {"HS_RT_KEY": key, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ["GEOAGENT_RUNS_INDEX"], "PYTHONPATH": str(REPO)}
+    env = {"HS_RT_KEY": key, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ.get("GEOAGENT_RUNS_INDEX", ""), "PYTHONPATH": str(REPO)}
 
     def config(base_url: str) -> Path:
         p = tmp_path / "hs.toml"

@@ -8,6 +8,7 @@ the OpenAI-compatible fake (in this process, so the server-side counts are exact
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 import subprocess
@@ -187,7 +188,7 @@ def test_ctrl_c_of_a_run_sends_no_new_call_and_the_rerun_finishes_each_key_once(
                                 models=model_table(base_url=base, key_var="STOP_KEY", concurrency=HOST_CONCURRENCY,
                                                    timeout_s=20.0))
         proc = subprocess.Popen([sys.executable, str(repo / "run.py"), "run", str(cfgp), "--no-live"], cwd=repo,
-                                env={"STOP_KEY": KEY, "PATH": "/usr/bin:/bin"}, stdout=subprocess.PIPE,
+                                env={"STOP_KEY": KEY, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ.get("GEOAGENT_RUNS_INDEX", "")}, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         try:
             deadline = time.monotonic() + 60

@@ -12,6 +12,7 @@ Real processes: two holders of a campaign run lock, each leasing one task; one i
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import sqlite3
@@ -46,7 +47,7 @@ with campaign_run_lock(cfg, sweep_s=None):  # no periodic sweep: the restart's s
 
 def _holder(cfgp: Path) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen([sys.executable, "-c", _HOLDER, str(cfgp)], cwd=REPO, stdout=subprocess.PIPE, text=True,
-                            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+                            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ.get("GEOAGENT_RUNS_INDEX", "")})
     key = proc.stdout.readline().strip()
     assert key, "holder did not lease"
     return proc, key
@@ -181,7 +182,7 @@ def test_end_to_end_restarted_model_caller_takes_the_killed_ones_work_at_once(tm
 
     def caller(*extra: str) -> subprocess.Popen:
         p = subprocess.Popen([sys.executable, str(REPO / "run.py"), "run", str(cfgp), "--no-live", "--stages",
-                              "model_caller", *extra], cwd=REPO, env={"DL_KEY": key, "PATH": "/usr/bin:/bin"},
+                              "model_caller", *extra], cwd=REPO, env={"DL_KEY": key, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ.get("GEOAGENT_RUNS_INDEX", "")},
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         procs.append(p)
         return p
@@ -254,7 +255,7 @@ def test_a_running_process_takes_a_killed_ones_leases_without_a_restart(tmp_path
 
     def caller() -> subprocess.Popen:
         p = subprocess.Popen([sys.executable, str(REPO / "run.py"), "run", str(cfgp), "--no-live", "--stages",
-                              "model_caller"], cwd=REPO, env={"DS_KEY": key, "PATH": "/usr/bin:/bin"},
+                              "model_caller"], cwd=REPO, env={"DS_KEY": key, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ.get("GEOAGENT_RUNS_INDEX", "")},
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         procs.append(p)
         return p

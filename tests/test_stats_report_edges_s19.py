@@ -23,6 +23,7 @@ import csv
 import hashlib
 import io
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -264,7 +265,7 @@ def test_labelled_p_is_the_same_in_a_fresh_process_with_another_hash_seed():
     code = ("import numpy as np; from geoagent.scoring.permutation import site_flip_test_from_sums as f; "
             "print(repr(f(np.arange(1.0, 17.0) - 6, 30, n_flips=999, seed=5, label='table9|m').p_value))")
     outs = {subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
-                           env={"PYTHONHASHSEED": h, "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}).stdout
+                           env={"PYTHONHASHSEED": h, "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ.get("GEOAGENT_RUNS_INDEX", "")}).stdout
             for h in ("1", "2")}
     assert len(outs) == 1
     assert float(outs.pop()) == _hand_p(np.arange(1.0, 17.0) - 6, 999, 5, "table9|m")

@@ -3,6 +3,7 @@ campaign (walkthrough defects). Real ``run.py`` runs against the simulated provi
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -34,7 +35,7 @@ def test_status_after_a_hard_kill_says_not_running_with_the_leases_and_no_eta(tm
                                 models=model_table(base_url=base, key_var="ST_KEY", rate_requests=15))  # ~10 s
         cfg = load_config(cfgp)
         proc = subprocess.Popen([sys.executable, str(REPO / "run.py"), "run", str(cfgp), "--no-live"], cwd=REPO,
-                                env={"ST_KEY": KEY, "PATH": "/usr/bin:/bin"}, stdout=subprocess.PIPE,
+                                env={"ST_KEY": KEY, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ.get("GEOAGENT_RUNS_INDEX", "")}, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
         try:
             deadline = time.monotonic() + 60

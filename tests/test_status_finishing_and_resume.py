@@ -25,7 +25,7 @@ from geoagent.sandbox.server import serve
 from test_adversarial_runtime import KEY, REPO, _config
 from test_repeat_signal_debounce import _slow_app
 
-ENV = {"ADV_RT_KEY": KEY, "PATH": "/usr/bin:/bin"}
+ENV = {"ADV_RT_KEY": KEY, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ.get("GEOAGENT_RUNS_INDEX", "")}
 
 
 def _status(cfgp) -> str:

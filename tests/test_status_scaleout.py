@@ -37,7 +37,7 @@ _PROC = re.compile(r"^    pid (\d+) \[([a-z_, ]+)\]: (.*)$", re.M)
 
 def _run(cfgp: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, str(REPO / "run.py"), "run", str(cfgp), "--no-live", *args], cwd=REPO,
-                            env={"SOS_KEY": KEY, "PATH": "/usr/bin:/bin"}, stdout=subprocess.PIPE,
+                            env={"SOS_KEY": KEY, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ.get("GEOAGENT_RUNS_INDEX", "")}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 

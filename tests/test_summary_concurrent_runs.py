@@ -11,6 +11,7 @@ OpenAI-compatible fake.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -39,7 +40,7 @@ def test_a_concurrent_run_s_answers_are_not_called_done_by_earlier_runs(tmp_path
                                 models=model_table(base_url=base, key_var="CC_KEY", rate_requests=12))  # ~5 s
         cfg = load_config(cfgp)
         first = subprocess.Popen([sys.executable, str(REPO / "run.py"), "run", str(cfgp), "--no-live"], cwd=REPO,
-                                 env={"CC_KEY": KEY, "PATH": "/usr/bin:/bin"}, stdout=subprocess.PIPE,
+                                 env={"CC_KEY": KEY, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ.get("GEOAGENT_RUNS_INDEX", "")}, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
         try:
             deadline = time.monotonic() + 60

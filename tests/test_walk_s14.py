@@ -18,7 +18,7 @@ def _run_py(*args: str, cwd: Path, env: dict[str, str] | None = None,
             timeout: float = 120) -> subprocess.CompletedProcess:
     """``python run.py ARGS`` run from ``cwd`` (a user's project folder, where ``.env`` lies), with this checkout's
     package first on the path and none of the ``GEOAGENT_*`` roots of the calling environment."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith("GEOAGENT_")}
+    base = {k: v for k, v in os.environ.items() if not k.startswith("GEOAGENT_") or k == "GEOAGENT_RUNS_INDEX"}
     full = {**base, "PYTHONPATH": str(REPO), **(env or {})}
     return subprocess.run([sys.executable, str(REPO / "run.py"), *args], cwd=cwd, env=full, capture_output=True,
                           text=True, timeout=timeout)
@@ -56,7 +56,7 @@ def _stopped_early(args: list[str], cwd: Path, wait_s: float) -> subprocess.Comp
     import signal
     import time
 
-    base = {k: v for k, v in os.environ.items() if not k.startswith("GEOAGENT_")}
+    base = {k: v for k, v in os.environ.items() if not k.startswith("GEOAGENT_") or k == "GEOAGENT_RUNS_INDEX"}
     proc = subprocess.Popen([sys.executable, str(REPO / "run.py"), *args], cwd=cwd,
                             env={**base, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
@@ -105,7 +105,7 @@ def test_a_second_process_started_beside_a_running_one_does_not_credit_earlier_r
         cfgp = generic_campaign(tmp_path, name="joined", n=120, cap_usd=1.0,
                                 models=model_table(base_url=base, key_var="WALK_KEY", rate_requests=12))  # ~10 s
         progress = Path(load_config(cfgp).state_dir()) / "progress.jsonl"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GEOAGENT_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GEOAGENT_") or k == "GEOAGENT_RUNS_INDEX"}
         env.update({"PYTHONPATH": str(REPO), "WALK_KEY": key})
         cmd = [sys.executable, str(REPO / "run.py"), "run", str(cfgp), "--no-live"]
         first = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
