@@ -477,7 +477,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
         from geoagent.files import remove_stale_temp_files
 
         # temporary files of an earlier export killed mid-write (break25 #5: only the next run swept them)
-        remove_stale_temp_files(out_dir if out_dir is not None else cfg.state_dir())
+        # (--out: that folder only, not the tree under it, which may be anyone's: rev25 #11)
+        remove_stale_temp_files(out_dir if out_dir is not None else cfg.state_dir(), recursive=out_dir is None)
         try:
             tables = kind.export(cfg, state.store, out_dir)  # what the campaign kind calls results
             from geoagent.runtime.export import with_spend

@@ -296,7 +296,8 @@ def _fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def remove_stale_temp_files(folder: str | Path, *, skip: tuple[str, ...] = ("leases",)) -> list[Path]:
+def remove_stale_temp_files(folder: str | Path, *, skip: tuple[str, ...] = ("leases",),
+                            recursive: bool = True) -> list[Path]:
     """Remove the temporary files that writers killed mid-write left under ``folder`` (recursively).
 
     A writer killed (SIGKILL, power cut) between creating its temporary file and the rename leaves the
@@ -310,7 +311,8 @@ def remove_stale_temp_files(folder: str | Path, *, skip: tuple[str, ...] = ("lea
     another pid namespace: a second container sharing the folder, whose pid means nothing here) are left alone, as is every other name
     and the sub-folders named in ``skip`` (``leases/``: the owner files have their own clean-up,
     :func:`geoagent.engine.hand_back_dead_owners`). A pid reused since by another process keeps its file
-    until a later call.
+    until a later call. ``recursive=False``: ``folder`` itself only (a folder the user named, e.g. ``export
+    --out``, whose sub-folders are not ours).
 
     Returns
     -------
@@ -326,7 +328,7 @@ def remove_stale_temp_files(folder: str | Path, *, skip: tuple[str, ...] = ("lea
         return removed
     for dirpath, dirnames, filenames in os.walk(root):
         if Path(dirpath) == root:
-            dirnames[:] = [d for d in dirnames if d not in skip]
+            dirnames[:] = [d for d in dirnames if d not in skip] if recursive else []
         for name in filenames:
             if not name.endswith(TMP_SUFFIX):
                 continue

@@ -716,8 +716,10 @@ def site_shortfall_decision(short: dict[str, Any]) -> dict[str, Any]:
     gave fewer sites than ``sites_per_city`` (``short``: :func:`geoagent.crawl.sampler.site_shortfall`): ``sites``,
     ``sites_per_city``, ``n_candidates``, ``skipped`` (walk decision -> count) and ``types_without_candidates``
     (exported in the ``extra`` column), and ``reason``, the line the summary gives the city
-    (:func:`geoagent.crawl.sampler.site_shortfall_lines`). Logged once, when the city is sampled; the summary and
-    ``status`` read the sampling records, so a crawl sampled before this record existed says it there only."""
+    (:func:`geoagent.crawl.sampler.site_shortfall_lines`). Logged when the city is sampled, just before its sampling
+    record is stored (a crash between the two logs it again when the city is sampled anew: the same record with
+    another ``ts``); the summary and ``status`` read the sampling records, so a crawl sampled before this record
+    existed says it there only."""
     from geoagent.crawl.sampler import site_shortfall_lines
 
     line = site_shortfall_lines([short], 1)[1].strip()

@@ -330,10 +330,13 @@ def _note_covers_spend(note_path: Path, spend: ExportedTable, progress: str) -> 
     except FileNotFoundError:
         return
     names = f"{spend.csv.name} / {spend.parquet.name}"
+    columns = [c for c in ("replayed", "simulated") if f"the column `{c}`" in text]  # the note's column paragraphs
     line = (f"Also written beside it: {names} (the ledger per model; docs/exports.md, `spend`), after the files "
-            "above. " + (f"The interim-export line above covers them too (Parquet metadata key "
-                         f"{PARQUET_PROGRESS_KEY}); " if progress else "")
-            + "the notes on the columns `replayed` and `simulated` do not concern them (the ledger has neither).")
+            "above." + (f" The interim-export line above covers them too (Parquet metadata key "
+                        f"{PARQUET_PROGRESS_KEY})." if progress else "")
+            + (f" The note{'s' if len(columns) > 1 else ''} on the column{'s' if len(columns) > 1 else ''} "
+               f"{' and '.join(f'`{c}`' for c in columns)} {'do' if len(columns) > 1 else 'does'} not concern them "
+               "(the ledger has no such column)." if columns else ""))
     atomic_write_text(note_path, text.rstrip("\n") + "\n\n" + line + "\n")
 
 

@@ -210,7 +210,9 @@ def damaged_file_error(conn: sqlite3.Connection | None, exc: sqlite3.DatabaseErr
     return DatabaseFileError(
         f"{path or 'a SQLite file'}: cannot be read as a SQLite database ({exc}): the file is damaged or is not "
         f"one of geoagent's; {written}. Restore it from a backup, or move it aside to have it "
-        "made anew (a queue file then loses its tasks' states, campaign.sqlite its stored answers and ledger)")
+        "made anew (a queue file then loses its tasks' states; campaign.sqlite its stored answers and ledger, and "
+        "while the campaign's queues hold work a run then asks for them to be deleted too: it starts the campaign "
+        "over, every call sent and paid again)")
 
 
 def is_busy(exc: sqlite3.OperationalError) -> bool:
