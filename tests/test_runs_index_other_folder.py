@@ -29,7 +29,8 @@ n_requests = 4
 """
 
 
-def test_a_config_kept_elsewhere_is_not_started_again_from_another_folder(tmp_path, monkeypatch, capsys):
+def _ran_from_project(tmp_path, monkeypatch):
+    """A config in ``cfg/``, run from ``project/`` with the data roots relative; returns (config, project, other)."""
     for var in ("GEOAGENT_QUEUES", "GEOAGENT_STATE"):
         monkeypatch.delenv(var, raising=False)
     cfg_dir, project, other = tmp_path / "cfg", tmp_path / "project", tmp_path / "other"
@@ -39,6 +40,11 @@ def test_a_config_kept_elsewhere_is_not_started_again_from_another_folder(tmp_pa
     cfg.write_text(CONFIG, encoding="utf-8")
     monkeypatch.chdir(project)
     assert main(["run", str(cfg), "--no-live"]) == 0
+    return cfg, project, other
+
+
+def test_a_config_kept_elsewhere_is_not_started_again_from_another_folder(tmp_path, monkeypatch, capsys):
+    cfg, project, other = _ran_from_project(tmp_path, monkeypatch)
     assert (project / "state" / "elsewhere" / "campaign.sqlite").is_file()
     monkeypatch.chdir(other)
     for command in (["run", str(cfg), "--no-live"], ["run", str(cfg), "--simulate", "--no-live"],
@@ -56,16 +62,8 @@ def test_a_config_kept_elsewhere_is_not_started_again_from_another_folder(tmp_pa
 
 
 def test_the_index_can_be_turned_off(tmp_path, monkeypatch, capsys):
-    for var in ("GEOAGENT_QUEUES", "GEOAGENT_STATE"):
-        monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("GEOAGENT_RUNS_INDEX", "")
-    cfg_dir, project, other = tmp_path / "cfg", tmp_path / "project", tmp_path / "other"
-    for d in (cfg_dir, project, other):
-        d.mkdir()
-    cfg = cfg_dir / "c.toml"
-    cfg.write_text(CONFIG, encoding="utf-8")
-    monkeypatch.chdir(project)
-    assert main(["run", str(cfg), "--no-live"]) == 0
+    cfg, _, other = _ran_from_project(tmp_path, monkeypatch)
     monkeypatch.chdir(other)
     assert main(["status", str(cfg)]) == 0  # no index: the campaign is not known here
     assert "not started" in capsys.readouterr().out

@@ -9,25 +9,11 @@ from __future__ import annotations
 
 from geoagent.cli import main
 from geoagent.status import RESUME_HINT
+from test_export_interim_note import CONFIG as INTERIM
 
 
-CONFIG = """[campaign]
-name = "cutshort"
-kind = "generic"
-seed = 2
-[budget]
-cap_usd = 0.02
-[[models]]
-name = "sim"
-provider = "simulated"
-model = "sim-1"
-max_output_tokens = 100
-concurrency = 1
-price_input_usd_per_mtok = 100.0
-price_output_usd_per_mtok = 100.0
-[generic]
-n_requests = 8
-"""
+# the interim-export tests' small generic campaign (8 simulated calls at $100 per 1M tokens), under its own name
+CONFIG = INTERIM.replace('name = "interim"', 'name = "cutshort"').replace("cap_usd = {cap}", "cap_usd = 0.02")
 
 
 def _runs_as(state_dir, status: str) -> None:
