@@ -966,14 +966,19 @@ def _blank_state_db(db: Path) -> bool:
     the ledger's totals row (emptied or swapped outside geoagent). A run would otherwise create a new ledger at $0
     and spend the cap again (break25 #1: ``: > campaign.sqlite`` let a budget-stopped campaign bill $0.0184 against a
     $0.01 cap). False for a file that cannot be read as SQLite (the run's own open says it is damaged) and on any
-    other error. Opens the file read-only (nothing created, the ``-wal`` file left as it is)."""
+    other error, and for a file beside a non-empty ``-wal`` (its ledger may be there only). Opens the file as
+    immutable, read-only: nothing is created beside it and a ``-wal`` is left as it is."""
     import sqlite3
 
     try:
         if db.stat().st_size == 0:  # not opened: SQLite would delete a -wal beside it, which may hold the data
             return True
-        # read-only: a read-write open of a 0-byte file beside its -wal would delete the WAL (rev25 #8)
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30.0)
+        wal = Path(f"{db}-wal")
+        if wal.exists() and wal.stat().st_size > 0:
+            return False  # the ledger may be in the WAL only: judged by the run's own open, as before
+        # immutable: no lock, no -shm or -wal made beside it (a read-only open in WAL mode makes both, which a run
+        # refused for another reason must not leave behind); the file holds all there is (no WAL content)
+        conn = sqlite3.connect(f"file:{db}?mode=ro&immutable=1", uri=True, timeout=30.0)
         try:
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if "ledger_totals" not in tables:
