@@ -68,22 +68,17 @@ def _warn_config_drift(cfg: Any, *, simulate: bool = False, file: Any = None) ->
     if changes.geocoder:
         _warn_geocoder_change(cfg, sorted(changes.geocoder), file=file, rules=changes.geocoder.get("rules_version"))
     if simulate:  # the run prints these once it has planned (geoagent.engine.config_drift_after_plan)
-        from geoagent.runtime.drift import applied_after_line, pacing_line, price_line, unsent_line
+        from geoagent.runtime.drift import setting_lines
 
-        for line in (pacing_line(cfg.name, changes.pacing, _changed_keys_text(changes.pacing)),
-                     price_line(cfg.name, changes.prices, _changed_keys_text(changes.prices)),
-                     unsent_line(cfg.name, changes.unsent, _changed_keys_text(changes.unsent)),
-                     applied_after_line(cfg.name, changes.applied_after, _changed_keys_text(changes.applied_after))):
-            if line:
-                print(line, file=file)
+        for line in setting_lines(cfg.name, changes, _changed_keys_text):
+            print(line, file=file)
     if changes.calls and simulate:
-        from geoagent.runtime.drift import is_plan_scope_key
+        from geoagent.runtime.drift import only_plan_scope
 
         what = f"{', '.join(changes.calls)} changed since its last run"
         if changes.call_keys:
             what += f" ({_changed_keys_text(changes.call_keys)})"
-        if (not any(c.startswith("prompt:") for c in changes.calls) and changes.call_keys
-                and all(is_plan_scope_key(k) for k in changes.call_keys)):  # as the run decides it (drift.decide)
+        if changes.call_keys and only_plan_scope(changes.calls, changes.call_keys):  # as the run decides (decide)
             print(f"info: campaign {cfg.name}: {what}; this changes which tasks are planned, not how any is asked: "
                   "new tasks are asked like the stored ones, so nothing mixes.", file=file)
         else:

@@ -1669,12 +1669,11 @@ async def run_campaign(
     check_state_matches_queues(cfg)
     check_run_here(cfg)
     recorded_kind = False
-    if not simulate:  # where this config runs from, for a run of it from another folder (check_run_here)
-        from geoagent.runtime.runs_index import record_run_folder
-
-        record_run_folder(cfg)
     if not simulate:
+        from geoagent.runtime.runs_index import record_run_folder
         from geoagent.secrets import SecretNotFound
+
+        record_run_folder(cfg)  # where this config runs from, for a run of it from another folder (check_run_here)
 
         moved = check_queues_root_as_recorded(cfg)  # refused (ValueError) before anything is created
         if moved:
@@ -2690,10 +2689,10 @@ def _calls_changed(written: Any, state_dir: Any) -> bool | str:
     recorded run (:func:`geoagent.runtime.manifest.config_changes`, its ``calls``: models, task sections, prompt
     templates). True when that cannot be told (a damaged manifest): the dry run's note then stays. ``"plan"``
     when every changed key only chooses which tasks are planned (a whole ``[[models]]`` entry added or removed,
-    ``n_requests``, ...: :func:`geoagent.runtime.drift.is_plan_scope_key`) and no prompt template changed: the
+    ``n_requests``, ...: :func:`geoagent.runtime.drift.only_plan_scope`) and no prompt template changed: the
     run then says nothing mixes (:func:`geoagent.runtime.drift.decide`), and so does the dry run (walk25 #3: it
     warned that results would mix for a model replaced by another)."""
-    from geoagent.runtime.drift import is_plan_scope_key
+    from geoagent.runtime.drift import only_plan_scope
     from geoagent.runtime.manifest import config_changes
 
     try:
@@ -2702,10 +2701,7 @@ def _calls_changed(written: Any, state_dir: Any) -> bool | str:
         return True
     if not changes.calls:
         return False
-    if (not any(c.startswith("prompt:") for c in changes.calls) and changes.call_keys
-            and all(is_plan_scope_key(k) for k in changes.call_keys)):
-        return "plan"
-    return True
+    return "plan" if changes.call_keys and only_plan_scope(changes.calls, changes.call_keys) else True
 
 
 def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContext, before: Mapping[str, Any],
@@ -2719,7 +2715,7 @@ def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContext, bef
     :class:`~geoagent.runtime.drift.DriftDecision` (for the manifest), or None when the campaign has no earlier
     run or its manifest cannot be read."""
     from geoagent.runtime.drift import changed_keys_text as _changed_keys_text
-    from geoagent.runtime.drift import applied_after_line, decide, pacing_line, price_line, unsent_line
+    from geoagent.runtime.drift import decide, setting_lines
     from geoagent.runtime.manifest import config_changes
 
     written = ctx.services.get("config_as_written", cfg)
@@ -2727,12 +2723,8 @@ def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContext, bef
         changes = config_changes(written, state_dir=cfg.state_dir())
     except ValueError:  # a damaged manifest: the run's start says so
         return None
-    for line in (pacing_line(cfg.name, changes.pacing, _changed_keys_text(changes.pacing)),
-                 price_line(cfg.name, changes.prices, _changed_keys_text(changes.prices)),
-                 unsent_line(cfg.name, changes.unsent, _changed_keys_text(changes.unsent)),
-                 applied_after_line(cfg.name, changes.applied_after, _changed_keys_text(changes.applied_after))):
-        if line:
-            print(line, file=sys.stderr)
+    for line in setting_lines(cfg.name, changes, _changed_keys_text):
+        print(line, file=sys.stderr)
     plan_before = before.get(kind.plan_edge)
     if plan_before is None or plan_after is None:
         return None

@@ -282,14 +282,14 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
         spend["run_cap_usd"] = float(run_cap)
     from geoagent.runtime.hostshare import board_pauses
 
+    outcomes, unended = _run_statuses(Path(cfg.state_dir()))
     return {"campaign": cfg.name, "queues": queues, "spend": spend, "progress": progress, "dead": dead,
             "pauses": _redis_pauses(cfg) if uses_redis(cfg) else board_pauses(cfg.state_dir()),
             "superseded": superseded, "kind_lines": kind_lines,
             "host_labels": labels, "running": running, "progress_with_work": worked,
             "stages": pipeline_stages(cfg) if not queues else [], "answered_by_model": answered,
             "queues_dir": (Path(cfg.queues_root()) / cfg.name).absolute(),
-            "run_outcomes": _run_outcomes(Path(cfg.state_dir())),
-            "runs_unended": _runs_unended(Path(cfg.state_dir())),
+            "run_outcomes": outcomes, "runs_unended": unended,
             # the newest run was started with --watch: drained queues while it runs are it idling, not finishing
             "watching": _last_run_watched(Path(cfg.state_dir())),
             # the Redis backend has no queues folder to be looked for in the wrong place
@@ -509,32 +509,23 @@ def _last_run_watched(state_dir: Path) -> bool:
                                           for r in runs or [])
 
 
-def _runs_unended(state_dir: Path) -> set[str]:
-    """Ids of the runs manifest.json still records as ``running`` (a run cut before it recorded its end, e.g. by a
-    second Ctrl-C, or one going now); empty when there is no readable manifest."""
+def _run_statuses(state_dir: Path) -> tuple[dict[str, str], set[str]]:
+    """``(outcomes, unended)`` from manifest.json: run id -> the status recorded for each run that ended
+    (``complete``, ``interrupted``, ``incomplete``, ``budget exhausted``, ``failed``, ...;
+    :class:`geoagent.runtime.manifest.Manifest`), and the ids of the runs it still records as ``running`` (a run cut
+    before it recorded its end, e.g. by a second Ctrl-C, or one going now); ``({}, set())`` when there is no
+    readable manifest."""
     from geoagent.runtime.manifest import read_manifest
 
     try:
         man = read_manifest(state_dir) or {}
     except (OSError, ValueError):
-        return set()
+        return {}, set()
     runs = man.get("runs") if isinstance(man, dict) else None
-    return {str(r["run_id"]) for r in runs or [] if isinstance(r, dict) and r.get("run_id") and r.get("status") == "running"}
-
-
-def _run_outcomes(state_dir: Path) -> dict[str, str]:
-    """run id -> the status manifest.json recorded for that run (``complete``, ``interrupted``,
-    ``incomplete``, ``budget exhausted``, ``failed``, ...; :class:`geoagent.runtime.manifest.Manifest`); {} when
-    there is no readable manifest."""
-    from geoagent.runtime.manifest import read_manifest
-
-    try:
-        man = read_manifest(state_dir) or {}
-    except (OSError, ValueError):
-        return {}
-    runs = man.get("runs") if isinstance(man, dict) else None
-    return {str(r["run_id"]): str(r["status"]) for r in runs or []
-            if isinstance(r, dict) and r.get("run_id") and r.get("status") and r.get("status") != "running"}
+    recorded = [(str(r["run_id"]), str(r["status"])) for r in runs or []
+                if isinstance(r, dict) and r.get("run_id") and r.get("status")]
+    return ({run: status for run, status in recorded if status != "running"},
+            {run for run, status in recorded if status == "running"})
 
 
 def _merged(cfg: Any, records: list[dict[str, Any]], running: bool | None,

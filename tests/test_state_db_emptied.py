@@ -15,14 +15,21 @@ from _model_harness import generic_campaign, model_table
 from geoagent.cli import main
 
 
-@pytest.mark.parametrize("damage", ["emptied", "other sqlite file"])
-def test_a_blank_state_database_is_refused_while_the_queues_hold_work(tmp_path, monkeypatch, capsys, damage):
+def _ran(tmp_path, monkeypatch, name: str, n: int):
+    """A generic campaign of ``n`` calls run to the end from ``tmp_path``; ``(config, its campaign.sqlite)``, the
+    database closed whole (no ``-wal`` or ``-shm`` beside it)."""
     monkeypatch.chdir(tmp_path)
-    cfg = generic_campaign(tmp_path, name="blank", n=6, models=model_table("m"))
+    cfg = generic_campaign(tmp_path, name=name, n=n, models=model_table("m"))
     assert main(["run", str(cfg), "--no-live"]) == 0
-    db = tmp_path / "state" / "blank" / "campaign.sqlite"
+    db = tmp_path / "state" / name / "campaign.sqlite"
     for side in ("-wal", "-shm"):
         (db.parent / (db.name + side)).unlink(missing_ok=True)
+    return cfg, db
+
+
+@pytest.mark.parametrize("damage", ["emptied", "other sqlite file"])
+def test_a_blank_state_database_is_refused_while_the_queues_hold_work(tmp_path, monkeypatch, capsys, damage):
+    cfg, db = _ran(tmp_path, monkeypatch, "blank", 6)
     if damage == "emptied":
         db.write_bytes(b"")
     else:
@@ -46,12 +53,7 @@ def test_a_state_database_damaged_inside_gives_one_error_line_not_a_traceback(tm
     file, exit 2, as ``status`` and a truncated file already gave."""
     import os
 
-    monkeypatch.chdir(tmp_path)
-    cfg = generic_campaign(tmp_path, name="dmg", n=60, models=model_table("m"))
-    assert main(["run", str(cfg), "--no-live"]) == 0
-    db = tmp_path / "state" / "dmg" / "campaign.sqlite"
-    for side in ("-wal", "-shm"):
-        (db.parent / (db.name + side)).unlink(missing_ok=True)
+    cfg, db = _ran(tmp_path, monkeypatch, "dmg", 60)
     size = db.stat().st_size
     assert size > 8192, size
     with open(db, "r+b") as fh:  # pages after the header overwritten (the header and schema page kept)

@@ -97,6 +97,26 @@ def is_plan_scope_key(path: str) -> bool:
     return bool(_PLAN_SCOPE.match(path)) or path in DESIGN_KEYS
 
 
+def only_plan_scope(calls: Iterable[str], call_keys: Iterable[str]) -> bool:
+    """Whether a change of the call settings (``calls``, ``call_keys``: :class:`geoagent.runtime.manifest.ConfigChanges`)
+    only chooses which tasks are planned: no prompt template changed (``prompt:<file>``) and every changed key is
+    :func:`is_plan_scope_key`. New tasks are then asked like the stored ones, so nothing mixes; the run
+    (:func:`decide`) and the dry run (:func:`geoagent.engine._calls_changed`, ``geoagent.cli``) decide by it."""
+    return not any(c.startswith("prompt:") for c in calls) and all(is_plan_scope_key(k) for k in call_keys)
+
+
+def setting_lines(name: str, changes: Any, keys_text: Callable[[dict[str, tuple[Any, Any]]], str]) -> list[str]:
+    """The info lines of campaign ``name`` for changed keys that change no request or no answer already stored
+    (:func:`pacing_line`, :func:`price_line`, :func:`unsent_line`, :func:`applied_after_line`), in that order, from
+    ``changes`` (:class:`geoagent.runtime.manifest.ConfigChanges`); ``keys_text`` writes the changed keys
+    (:func:`changed_keys_text`). The run prints them once it has planned, the dry run before its report."""
+    lines = (pacing_line(name, changes.pacing, keys_text(changes.pacing)),
+             price_line(name, changes.prices, keys_text(changes.prices)),
+             unsent_line(name, changes.unsent, keys_text(changes.unsent)),
+             applied_after_line(name, changes.applied_after, keys_text(changes.applied_after)))
+    return [line for line in lines if line]
+
+
 def is_pacing_key(path: str) -> bool:
     """Whether config path ``path`` (as in :attr:`geoagent.runtime.manifest.ConfigChanges.call_keys`, e.g.
     ``models[0].rate.requests``, ``hosts.example.org.rate``) only sets limits or pacing (no answer changes)."""
@@ -263,7 +283,7 @@ def decide(name: str, calls: list[str], call_keys: dict[str, tuple[Any, Any]], *
     prompts = [c.split(":", 1)[1] for c in calls if c.startswith("prompt:")]
     record = {"changed": {k: [old, new] for k, (old, new) in call_keys.items()}, "prompts": prompts,
               "tasks_before": tasks_before, "tasks_added": added, "left_before": left_before}
-    if not prompts and all(is_plan_scope_key(k) for k in call_keys):
+    if only_plan_scope(calls, call_keys):
         # which tasks are planned changed, not how any is asked: new tasks are asked like the stored ones
         new_text = (f"this run planned {added} new task{'s' if added != 1 else ''}, asked like the {done_before} "
                     "done" if added else "no new task was planned")
