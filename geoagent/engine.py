@@ -241,6 +241,12 @@ class CampaignKind(abc.ABC):
         geoagent: the run reopens it (:func:`rescore_lost_rows`)."""
         return None
 
+    def refresh_scored_rows(self, cfg: Any, ctx: StageContext) -> list[str]:
+        """Bring the stored scored rows up to this code's rules where that needs no model call, before the workers
+        start (GeoVerify: answers read by an earlier verdict parser are parsed again from their stored text,
+        :mod:`geoagent.geoverify.reparse`); return the lines for stderr. Default: nothing to do."""
+        return []
+
     def manifest_extra(self, cfg: Any) -> dict[str, Any]:
         """Kind-specific fields recorded in each run's manifest entry (e.g. GeoHint's echo rule)."""
         return {}
@@ -1973,6 +1979,8 @@ async def _run(
                 print(ln, file=sys.stderr)
             check = None
         for ln in await rescore_lost_rows(cfg, kind, ctx, queues):
+            print(ln, file=sys.stderr)
+        for ln in kind.refresh_scored_rows(cfg, ctx):
             print(ln, file=sys.stderr)
     except BaseException:
         for q in queues.values():

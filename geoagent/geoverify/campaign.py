@@ -170,6 +170,20 @@ class GeoVerifyCampaign(CampaignKind):
         scorer = GeoVerifyScorerStage
         return None if keys is None else (SCORED_TABLE, scorer.input_edge, scorer.output_edge, keys)
 
+    def refresh_scored_rows(self, cfg: Any, ctx: StageContext) -> list[str]:
+        """:meth:`CampaignKind.refresh_scored_rows`: the stored answers an earlier verdict parser read are parsed
+        and scored again from their stored text (:func:`geoagent.geoverify.reparse.refresh_stored_rows`; no model
+        call), so the report never mixes two parsers' readings; one ``info:`` line says how many and how many
+        changed."""
+        from geoagent.geoverify.reparse import refresh_stored_rows
+        from geoagent.geoverify.stages import SCORED_TABLE
+
+        store = ctx.get("store")
+        if store is None or not hasattr(store, "iter_results"):
+            return []
+        line = refresh_stored_rows(store, SCORED_TABLE).line(cfg.name)
+        return [line] if line else []
+
     def stages(self, cfg: Any) -> list[Stage]:
         from geoagent.workers.model_caller import ModelCaller
 
@@ -345,11 +359,15 @@ class GeoVerifyCampaign(CampaignKind):
         from geoagent.runtime.export import export_all
         from geoagent.runtime.scope import read_plan_keys
 
+        from geoagent.geoverify.reparse import reparse_items
         from geoagent.geoverify.stages import SCORED_TABLE
 
         scope = ScoredScope(read_plan_keys(cfg.state_dir()))
+        # an answer read by an earlier verdict parser and not yet parsed again by a run: exported as the current
+        # parser reads it (geoagent.geoverify.reparse; the store is not written)
         return export_all(store, out_dir or cfg.state_dir(),
-                          hooks={SCORED_TABLE: lambda rows: scope.mark(rows, reason_column="left_out")},
+                          hooks={SCORED_TABLE: lambda rows: scope.mark(reparse_items(rows, store),
+                                                                       reason_column="left_out")},
                           checks={SCORED_TABLE: functools.partial(scope.checked, store)}, cfg=cfg,
                           tables=(SCORED_TABLE,))
 

@@ -84,6 +84,14 @@ class ParsedVerdict:
         }
 
 
+#: version of :func:`parse_verdict`'s rules, recorded in every scored row (``parser_version``): raised whenever a
+#: change of the rules can read an answer text differently, so a campaign's answers read by an earlier version are
+#: parsed again from their stored text (:mod:`geoagent.geoverify.reparse`; no model call). 1: up to 2026-12-03
+#: (rows without the field); 2: the labelled ``verdict: yes|no`` form refuses the phrases that state no verdict
+#: ("Verdict: No way to tell", "no idea", "yes and no", ...), as the bare-text and JSON rules did.
+VERDICT_PARSER_VERSION = 2
+
+
 # --- field normalisation --------------------------------------------------------------------------
 
 _VERDICT_WORD = re.compile(r"^[\s\"'`*_.!,;:()\[\]]*(yes|no)[\s\"'`*_.!,;:()\[\]]*$", re.I)

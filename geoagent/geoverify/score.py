@@ -15,12 +15,12 @@ from __future__ import annotations
 from typing import Any
 
 from geoagent.data.importer import Release
-from geoagent.geoverify.parse import ParsedVerdict, parse_verdict
+from geoagent.geoverify.parse import VERDICT_PARSER_VERSION, ParsedVerdict, parse_verdict
 from geoagent.scoring.truncation import is_truncated
 
 SCORED_FIELDS = (
     "trial_id", "model", "image_id", "site", "arm", "band", "truth", "cand", "d_km", "referenceability",
-    "verdict", "conf", "correct", "parse_ok", "parse_reason", "finish_reason", "truncated",
+    "verdict", "conf", "correct", "parse_ok", "parse_reason", "finish_reason", "truncated", "parser_version",
 )
 
 
@@ -37,10 +37,13 @@ def cut_off_reason(parsed: ParsedVerdict, finish_reason: str | None) -> str | No
     return f"{parsed.reason} (cut off at the output-token limit, finish reason {finish_reason})"
 
 
-def scored_row(trial: dict[str, Any], model: str, parsed: ParsedVerdict, *, finish_reason: str | None = None) -> dict[str, Any]:
+def scored_row(trial: dict[str, Any], model: str, parsed: ParsedVerdict, *, finish_reason: str | None = None,
+               parser_version: int = VERDICT_PARSER_VERSION) -> dict[str, Any]:
     """Scored row from trial fields (a ``VerifyTrial.to_dict()``-like mapping plus ``trial_id``) and a parse.
 
     ``finish_reason``: the provider's finish reason stored with the answer (None when not recorded).
+    ``parser_version``: the :data:`~geoagent.geoverify.parse.VERDICT_PARSER_VERSION` that made ``parsed`` (an
+    answer queued by an earlier version and not parsed again keeps its own).
 
     Raises
     ------
@@ -66,6 +69,7 @@ def scored_row(trial: dict[str, Any], model: str, parsed: ParsedVerdict, *, fini
         "parse_reason": cut_off_reason(parsed, finish_reason),
         "finish_reason": finish_reason,
         "truncated": is_truncated(finish_reason),
+        "parser_version": parser_version,
     }
 
 

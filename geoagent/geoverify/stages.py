@@ -30,8 +30,9 @@ from geoagent import constants as C
 from geoagent.data.importer import Release
 from geoagent.data.model import ARM_BLANK, ARM_MISMATCH, BLANK_IMAGE_REF, VerifyTrial
 from geoagent.geoverify.aggregate import GeoVerifyAggregator, scored_row_problem
-from geoagent.geoverify.parse import ParsedVerdict, parse_verdict
+from geoagent.geoverify.parse import VERDICT_PARSER_VERSION, ParsedVerdict, parse_verdict
 from geoagent.geoverify.prompt import render_claim
+from geoagent.geoverify.reparse import row_parser_version
 from geoagent.geoverify.score import scored_row
 from geoagent.report.live import LiveAggregatorStage
 from geoagent.runtime.queue import Task
@@ -226,6 +227,7 @@ class GeoVerifyParserStage(Stage):
             "request_key": p.get("request_key"),
             "trial": trial,
             "parsed": parsed.to_json(),
+            "parser_version": VERDICT_PARSER_VERSION,
             "input_tokens": p.get("input_tokens"),
             "output_tokens": p.get("output_tokens"),
             "finish_reason": p.get("finish_reason"),
@@ -246,6 +248,26 @@ def _parsed_from_json(d: dict[str, Any]) -> ParsedVerdict:
     )
 
 
+async def _current_parse(answer: dict[str, Any], ctx: StageContext) -> tuple[ParsedVerdict, int]:
+    """The parse of a queued answer and the parser version that made it: the answer's own (``parsed``), or, for an
+    answer queued by an earlier parser (``parser_version`` absent or lower: :mod:`geoagent.geoverify.reparse`), a
+    new parse of its text (the ``raw`` it carries, else the stored response's); when no text is found, its own
+    parse with its version."""
+    version = row_parser_version(answer)
+    if version >= VERDICT_PARSER_VERSION:
+        return _parsed_from_json(answer.get("parsed") or {}), version
+    if "raw" in answer:
+        return parse_verdict(answer["raw"]), VERDICT_PARSER_VERSION
+    key = answer.get("request_key")
+    try:
+        text = await response_text({"request_key": key}, ctx) if isinstance(key, str) and key else None
+    except PermanentFailure:
+        text = None
+    if text is None:
+        return _parsed_from_json(answer.get("parsed") or {}), version
+    return parse_verdict(text), VERDICT_PARSER_VERSION
+
+
 class GeoVerifyScorerStage(Stage):
     """``answers`` -> ``scored``: one flat scored row per answer; also written to results table
     ``geoverify_scored`` (key = message key) when a ``store`` service exists."""
@@ -262,8 +284,9 @@ class GeoVerifyScorerStage(Stage):
         model = p.get("model")
         if not model:
             raise PermanentFailure("answer has no model")
+        parsed, version = await _current_parse(p, ctx)
         try:
-            row = scored_row(trial, model, _parsed_from_json(p.get("parsed") or {}), finish_reason=p.get("finish_reason"))
+            row = scored_row(trial, model, parsed, finish_reason=p.get("finish_reason"), parser_version=version)
         except KeyError as exc:
             raise PermanentFailure(f"trial lacks field {exc}") from None
         row["request_key"] = p.get("request_key")

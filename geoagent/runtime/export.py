@@ -98,7 +98,7 @@ TABLE_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
         "band": pl.String, "truth": pl.String, "cand": pl.String, "d_km": pl.Float64,
         "referenceability": pl.Float64, "verdict": pl.String, "conf": pl.Float64, "correct": pl.Boolean,
         "parse_ok": pl.Boolean, "parse_reason": pl.String, "finish_reason": pl.String, "truncated": pl.Boolean,
-        "request_key": pl.String, "input_tokens": pl.Int64, "output_tokens": pl.Int64, "raw": pl.String,
+        "parser_version": pl.Int64, "request_key": pl.String, "input_tokens": pl.Int64, "output_tokens": pl.Int64, "raw": pl.String,
         "scored": pl.Boolean, "left_out": pl.String, "replayed": pl.Boolean, "simulated": pl.Boolean,
     },
     # geoagent.geohint.result.GeoHintResult, ``extra`` as written by geoagent.geohint.stages.score_located

@@ -1,0 +1,150 @@
+"""Parse again the stored GeoVerify answers an earlier verdict parser read (no model call, no spend).
+
+Every scored row records the :data:`~geoagent.geoverify.parse.VERDICT_PARSER_VERSION` whose rules read its answer
+(``parser_version``; a row written before the field existed was read by version 1). When the rules change, a
+campaign's stored rows would keep the earlier reading and a report would mix two parsers, with no sign of it. The
+answer text is kept in the response store under the row's ``request_key``, so a stale row is simply parsed and
+scored again (:func:`reparsed_row`):
+
+* a run re-reads every stale row of its store before its workers start (:func:`refresh_stored_rows`, called by
+  :meth:`geoagent.geoverify.campaign.GeoVerifyCampaign.refresh_scored_rows`) and says how many verdicts changed;
+* ``run.py export`` exports the current reading of a stale row without writing the store (:func:`reparse_items`);
+* the scorer parses again an answer still queued by an earlier parser (:class:`geoagent.geoverify.stages.
+  GeoVerifyScorerStage`).
+
+A row whose answer text cannot be found (no stored response under its key, and no ``raw`` in the row) keeps its
+reading and version, and is counted as such.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from geoagent.geoverify.parse import VERDICT_PARSER_VERSION, parse_verdict
+from geoagent.geoverify.score import scored_row
+
+#: rows written per batch by :func:`refresh_stored_rows`
+BATCH = 1000
+
+
+def row_parser_version(row: dict[str, Any]) -> int:
+    """The parser version that read ``row`` (a stored scored row): its ``parser_version``, 1 when it has none (rows
+    written before 2026-12-03) or when the value is not a positive integer (a hand-edited row: read again)."""
+    v = row.get("parser_version", 1)
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else 1
+
+
+def is_stale(row: dict[str, Any]) -> bool:
+    """Whether ``row`` was read by a parser older than :data:`VERDICT_PARSER_VERSION`."""
+    return row_parser_version(row) < VERDICT_PARSER_VERSION
+
+
+def reparsed_row(row: dict[str, Any], store: Any) -> dict[str, Any] | None:
+    """``row`` (a stored ``geoverify_scored`` row) parsed and scored again by the current rules, or None when its
+    answer text cannot be found.
+
+    The text is the stored response's under ``row["request_key"]`` (the store's synchronous ``get``), else the
+    row's own ``raw`` (kept with a parse failure). Every field of the row is kept except those
+    :func:`geoagent.geoverify.score.scored_row` writes; ``raw`` is kept on a row that still fails to parse and
+    dropped from one that now parses (as the scorer writes them). A row without ``finish_reason`` gets the stored
+    response's. Source of the rules: :func:`geoagent.geoverify.parse.parse_verdict`.
+    """
+    resp = None
+    key = row.get("request_key")
+    if isinstance(key, str) and key and store is not None and hasattr(store, "get"):
+        resp = store.get(key)
+    if resp is not None:
+        text = resp.text
+    elif "raw" in row:
+        text = row["raw"]
+    else:
+        return None
+    finish = row.get("finish_reason") if "finish_reason" in row or resp is None else resp.finish_reason
+    new = {**row, **scored_row(row, row["model"], parse_verdict(text), finish_reason=finish)}
+    if new["parse_ok"]:
+        new.pop("raw", None)
+    else:
+        new["raw"] = text
+    return new
+
+
+def _reading(row: dict[str, Any]) -> tuple[Any, Any, Any]:
+    return row.get("verdict"), row.get("conf"), bool(row.get("parse_ok"))
+
+
+@dataclass(slots=True)
+class Refreshed:
+    """What :func:`refresh_stored_rows` did: ``stale`` rows read by an earlier parser, ``reparsed`` of them
+    parsed again and written, ``changed`` of those whose verdict, confidence or parse success differs, and
+    ``no_text`` left as they were (no answer text found); ``versions`` the earlier versions met."""
+
+    stale: int = 0
+    reparsed: int = 0
+    changed: int = 0
+    no_text: int = 0
+    versions: tuple[int, ...] = ()
+
+    def line(self, campaign: str) -> str | None:
+        """The ``info:`` line a run prints, None when no row was stale."""
+        if not self.stale:
+            return None
+        old = ", ".join(str(v) for v in self.versions)
+        one = self.stale == 1
+        text = (f"info: campaign {campaign}: {self.stale} stored answer{'' if one else 's'} read by an earlier "
+                f"verdict parser (version {old}) {'was' if one else 'were'} parsed again by version "
+                f"{VERDICT_PARSER_VERSION} from the stored text (no model call): {self.changed} changed verdict, "
+                "confidence or parse success")
+        if self.no_text:
+            text += (f"; {self.no_text} without a stored text keep the earlier reading (their parser_version "
+                     "says so)")
+        return text + "."
+
+
+def refresh_stored_rows(store: Any, table: str) -> Refreshed:
+    """Parse again, and write back, every row of results table ``table`` read by an earlier parser.
+
+    One pass over the table (``store.iter_results``), rows written back in batches of :data:`BATCH`
+    (``store.put_results``, overwrite). Rows read by the current parser are not written. Returns the
+    :class:`Refreshed` counts.
+
+    Raises
+    ------
+    geoagent.runtime.store.StoredRowError
+        A row's JSON cannot be read (the store names the file, table and key).
+    """
+    out = Refreshed()
+    versions: set[int] = set()
+    batch: list[tuple[str, dict[str, Any]]] = []
+    for key, row in store.iter_results(table):
+        if not isinstance(row, dict) or "model" not in row or not is_stale(row):
+            continue
+        out.stale += 1
+        versions.add(row_parser_version(row))
+        new = reparsed_row(row, store)
+        if new is None:
+            out.no_text += 1
+            continue
+        out.reparsed += 1
+        out.changed += _reading(new) != _reading(row)
+        batch.append((key, new))
+        if len(batch) >= BATCH:
+            store.put_results(table, batch)
+            batch = []
+    if batch:
+        store.put_results(table, batch)
+    out.versions = tuple(sorted(versions))
+    return out
+
+
+def reparse_items(items: Iterable[tuple[str, dict[str, Any]]], store: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(key, row)`` of ``items`` with each stale row replaced by its current reading (:func:`reparsed_row`; a
+    row without a text found stays as it is); nothing is written. The export's view of a store not yet refreshed
+    by a run."""
+    for key, row in items:
+        if isinstance(row, dict) and "model" in row and is_stale(row):
+            new = reparsed_row(row, store)
+            if new is not None:
+                row = new
+        yield key, row
