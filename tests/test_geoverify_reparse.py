@@ -18,7 +18,6 @@ import sqlite3
 from pathlib import Path
 
 import polars as pl
-import pytest
 
 from geoagent.cli import main
 from geoagent.geoverify.parse import VERDICT_PARSER_VERSION, parse_verdict
@@ -50,8 +49,8 @@ def _store_answer(st, key: str, text: str) -> None:
 
 
 def test_the_labelled_no_way_is_no_verdict_in_this_version():
-    """The change version 2 stands for (the parser's own tests hold the rest)."""
-    assert VERDICT_PARSER_VERSION == 2
+    """The change version 2 stood for (the parser's own tests hold the rest)."""
+    assert VERDICT_PARSER_VERSION >= 2
     assert not parse_verdict(NO_WAY).ok
     assert scored_row(TRIAL, "m", parse_verdict(NO_WAY))["parser_version"] == VERDICT_PARSER_VERSION
 
@@ -72,16 +71,16 @@ def test_refresh_parses_stale_rows_again_and_leaves_current_ones(tmp_path):
         assert (got.stale, got.reparsed, got.changed, got.no_text, got.versions) == (3, 2, 1, 1, (1,))
         line = got.line("rp")
         assert line.startswith("info: campaign rp: 3 stored answers read by an earlier verdict parser (version 1) "
-                               "were parsed again by version 2 from the stored text (no model call): 1 changed")
+                               f"were parsed again by version {VERDICT_PARSER_VERSION} from the stored text (no model call): 1 changed")
         assert "1 without a stored text keep the earlier reading" in line
 
         rows = dict(st.store.iter_results(SCORED_TABLE))
         a = rows["a"]
         assert (a["verdict"], a["conf"], a["correct"], a["parse_ok"]) == (None, None, None, False)
-        assert (a["raw"], a["parser_version"], a["parse_reason"]) == (NO_WAY, 2, "no JSON object found")
+        assert (a["raw"], a["parser_version"], a["parse_reason"]) == (NO_WAY, VERDICT_PARSER_VERSION, "no JSON object found")
         assert (a["request_key"], a["input_tokens"], a["output_tokens"], a["finish_reason"]) == ("k-stale", 100, 12, "stop")
         assert {k: rows["b"][k] for k in ("verdict", "conf", "parse_ok", "parser_version")} == {
-            "verdict": "yes", "conf": 0.9, "parse_ok": True, "parser_version": 2}
+            "verdict": "yes", "conf": 0.9, "parse_ok": True, "parser_version": VERDICT_PARSER_VERSION}
         assert rows["c"] == current
         assert rows["d"] == orphan  # kept as it was, version 1 by its missing field
 
@@ -107,7 +106,7 @@ def test_export_view_reparses_without_writing(tmp_path):
         _store_answer(st, "k", NO_WAY)
         st.store.put_results(SCORED_TABLE, [("a", _version_1_row("k"))])
         (key, row), = list(reparse_items(st.store.iter_results(SCORED_TABLE), st.store))
-        assert key == "a" and row["parse_ok"] is False and row["parser_version"] == 2
+        assert key == "a" and row["parse_ok"] is False and row["parser_version"] == VERDICT_PARSER_VERSION
         assert st.store.get_result(SCORED_TABLE, "a")["verdict"] == "no"  # the store is not written
 
 
@@ -120,15 +119,15 @@ def test_the_scorer_parses_again_an_answer_queued_by_an_earlier_parser(tmp_path)
             ctx = StageContext(campaign="rp4", services={"store": st.store})
             v1 = {"model": "m", "request_key": "k", "trial": TRIAL, "finish_reason": "stop",
                   "parsed": parse_verdict('{"verdict": "no", "confidence": 0.4}').to_json()}
-            v2 = {**v1, "parser_version": 2}
+            v2 = {**v1, "parser_version": VERDICT_PARSER_VERSION}
             stage = GeoVerifyScorerStage()
             (_, old), = await stage.handle(Task("a", v1, 0, "l1"), ctx)
             (_, new), = await stage.handle(Task("b", v2, 0, "l2"), ctx)
             return old, new
 
     old, new = asyncio.run(main_())
-    assert old["parse_ok"] is False and old["parser_version"] == 2  # parsed again from the stored text
-    assert new["verdict"] == "no" and new["parser_version"] == 2  # a current answer keeps its own parse
+    assert old["parse_ok"] is False and old["parser_version"] == VERDICT_PARSER_VERSION  # parsed again (stored text)
+    assert new["verdict"] == "no" and new["parser_version"] == VERDICT_PARSER_VERSION  # a current one keeps its parse
 
 
 def _cli(capsys, *args: str) -> tuple[int, str, str]:
@@ -166,13 +165,13 @@ def test_a_run_and_an_export_read_stale_rows_by_the_current_parser(release_dir, 
     rc, out, err = _cli(capsys, "export", str(REPLAY), "--out", str(out_dir))
     assert rc == 0, out[-2000:] + err[-2000:]
     df = pl.read_parquet(out_dir / f"{SCORED_TABLE}.parquet").filter(pl.col("key").is_in(parsed))
-    assert df.height == 3 and df["parser_version"].to_list() == [2, 2, 2]
+    assert df.height == 3 and df["parser_version"].to_list() == [VERDICT_PARSER_VERSION] * 3
     assert {r["key"]: r["verdict"] for r in df.iter_rows(named=True)} == {k: rows[k]["verdict"] for k in parsed}
 
     rc, out, err = _cli(capsys, "run", str(REPLAY), "--no-live")
     assert rc == 0, out[-2000:] + err[-2000:]
     assert ("info: campaign geocontext-replay: 3 stored answers read by an earlier verdict parser (version 1) were "
-            "parsed again by version 2 from the stored text (no model call): 3 changed") in err, err[-3000:]
+            f"parsed again by version {VERDICT_PARSER_VERSION} from the stored text (no model call): 3 changed") in err, err[-3000:]
     with sqlite3.connect(db) as c:
         again = {k: json.loads(r) for k, r in c.execute("SELECT key, row FROM results WHERE tbl = ?", (SCORED_TABLE,))}
     assert again == rows  # every row as the current parser wrote it at first

@@ -88,8 +88,10 @@ class ParsedVerdict:
 #: change of the rules can read an answer text differently, so a campaign's answers read by an earlier version are
 #: parsed again from their stored text (:mod:`geoagent.geoverify.reparse`; no model call). 1: up to 2026-12-03
 #: (rows without the field); 2: the labelled ``verdict: yes|no`` form refuses the phrases that state no verdict
-#: ("Verdict: No way to tell", "no idea", "yes and no", ...), as the bare-text and JSON rules did.
-VERDICT_PARSER_VERSION = 2
+#: ("Verdict: No way to tell", "no idea", "yes and no", ...), as the bare-text and JSON rules did; 3: conflicts
+#: found also in nested objects and against a standalone Yes/No opening the prose, and a quoted or bold
+#: 'verdict: "yes" or "no"' is the question, not a verdict (break26 #1-#3).
+VERDICT_PARSER_VERSION = 3
 
 
 # --- field normalisation --------------------------------------------------------------------------
@@ -192,8 +194,9 @@ def _lookup(d: dict[str, Any], keys: tuple[str, ...]) -> tuple[bool, Any]:
 _NO_VERDICT_PHRASE = (r"(?![ \t\"'`*_]+(?:way|idea|clue|doubt|comment|opinion|decision|answer|verdict|conclusion|"
                       r"determination|telling|certainty|judge?ment|basis|information|info|data)\b)"
                       r"(?![ \t\"'`*_]+and[ \t]+(?:yes|no)\b)")
-_RX_VERDICT = re.compile(r"[\"']?verdict[\"']?\s*[:=][\s\"'*]*(yes|no)\b(?!\s*(?:/|\bor\b))" + _NO_VERDICT_PHRASE,
-                         re.I)
+# "yes/no", "yes or no" are the question, not a verdict, also quoted or in bold ('Verdict: "yes" or "no"?', break26 #1)
+_RX_VERDICT = re.compile(r"[\"']?verdict[\"']?\s*[:=][\s\"'*]*(yes|no)\b(?![\s\"'`*_]*(?:/|\bor\b))"
+                         + _NO_VERDICT_PHRASE, re.I)
 # a decimal comma (``0,85``) is taken with the number, which then reads as no confidence (not 0.0, the digits before it)
 _RX_CONF = re.compile(r"[\"']?confidence[\"']?\s*[:=][\s\"']*([-+]?(?:\d+(?:\.\d*|,\d+)?|\.\d+)\s*%?)", re.I)
 # a verdict word standing alone: followed (after quotes/markup on the same line) by the end of the text, a
@@ -248,8 +251,10 @@ def parse_verdict(raw: str | None) -> ParsedVerdict:
     stands alone (end of text, line break or ``.!,;:)`` after it, so not "No doubt ..." or "no-entry ...")
     and is not contradicted by the opposite word standing alone later ("No, but ... yes." fails). An object
     whose verdict keys disagree (``{"answer": "no", "verdict": "yes"}``, or one key given twice) fails the same
-    way, and so does another object, or a labelled ``verdict: yes|no`` in the prose outside the objects, that
-    states the opposite verdict; text inside an object's string values (its evidence) is never read as one.
+    way, and so does another object (also one nested at any depth), a labelled ``verdict: yes|no`` in the prose
+    outside the objects, or a standalone ``Yes``/``No`` opening that prose, that states the opposite verdict; text
+    inside an object's string values (its evidence) is never read as one. ``verdict: yes or no`` and
+    ``verdict: "yes"/"no"`` (quoted or in bold too) repeat the question and are no verdict.
     Confidence in percent (``"80%"`` or a number in (1, 100]) is divided by 100; anything else outside
     [0, 1], and a number with a decimal comma (``0,85``), becomes None (rule ``confidence_invalid``).
     A JSON verdict value may be ``true``/``false`` (rule ``verdict_boolean``) or a sentence that opens with a
@@ -337,10 +342,28 @@ def _keys_disagree(obj: dict[str, Any], verdict: str, repeated: tuple[tuple[str,
     return False
 
 
+def _nested_disagree(value: Any, verdict: str, limit: int = 10_000) -> bool:
+    """Whether an object nested anywhere in ``value`` (a parsed JSON value: through objects and lists) has a verdict
+    key stating the opposite of ``verdict`` (``{"analysis": {"verdict": "no"}, "final": {"verdict": "yes"}}``,
+    break26 #2). Walks at most ``limit`` values (iteratively, so no depth limit is hit)."""
+    stack = [value]
+    while stack and limit > 0:
+        limit -= 1
+        v = stack.pop()
+        if isinstance(v, dict):
+            if _keys_disagree(v, verdict):
+                return True
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False
+
+
 def _conflicting(text: str, verdict: str) -> bool:
-    """Whether another top-level JSON object (or a key one object gives twice), or a labelled ``verdict: yes|no``
-    in the prose outside the objects, states the opposite verdict (an ambiguous answer is a parse failure,
-    never the first guess).
+    """Whether another top-level JSON object (or a key one object gives twice), an object nested in one (at any
+    depth), a labelled ``verdict: yes|no`` in the prose outside the objects, or a standalone ``Yes``/``No`` that
+    opens that prose ("No.\n{"verdict": "yes"}", break26 #3: the bare-text rule of :func:`parse_verdict`), states
+    the opposite verdict (an ambiguous answer is a parse failure, never the first guess).
 
     The labelled pattern is searched only outside the objects read (each complete or cut-off top-level object
     is blanked first): words inside an object's string values are the model's evidence, not a second verdict
@@ -350,9 +373,13 @@ def _conflicting(text: str, verdict: str) -> bool:
     for cand in iter_candidates(text, "{", nested=False, percent=True):
         if cand.ok and isinstance(cand.value, dict):
             prose[cand.start : cand.end] = " " * (cand.end - cand.start)
-            if _keys_disagree(cand.value, verdict, cand.repeated):
+            if _keys_disagree(cand.value, verdict, cand.repeated) or _nested_disagree(cand.value, verdict):
                 return True
-    return any(m.group(1).lower() != verdict for m in _RX_VERDICT.finditer(normalize_chars("".join(prose))))
+    seen = normalize_chars("".join(prose))
+    lead = _RX_BARE.match(seen)
+    if lead is not None and lead.group(1).lower() != verdict:
+        return True
+    return any(m.group(1).lower() != verdict for m in _RX_VERDICT.finditer(seen))
 
 
 def _from_regex(word: str, text: str, rules: set[str], raw: str) -> ParsedVerdict:
