@@ -43,6 +43,10 @@ NOT_VISIBLE = "not visible"
 # a key starts at a word start (the lookbehind): trying every position inside a long run of letters made the
 # fallback quadratic (minutes for a looping answer); a number followed by a decimal comma (``0,85``) is no value (it
 # read as 0.0, the digits before the comma)
+# a second quoted value right after a field's value: '"city": "Paris" or "Lyon"', '"city": "Paris"/"Lyon"'
+_RX_OR_NEXT = re.compile(r"""["']?\s*(?:or\b|/)\s*["']""", re.I)
+#: the fields that name a place (:func:`_place_fields`)
+_PLACE_KEYS = frozenset({"city", "area", "building", "place"})
 _PAIR = re.compile(r"""["']?(?<![A-Za-z_])(?P<key>[A-Za-z_]+)["']?\s*:\s*(?:"(?P<dq>(?:[^"\\]|\\.)*)"|'(?P<sq>(?:[^'\\]|\\.)*)'|(?P<num>-?\d+(?:\.\d+)?)(?!,\d))""")
 
 
@@ -164,9 +168,9 @@ def _conf(v: Any) -> float | None:
     except ValueError:
         return None
     if isinstance(v, str) and v.strip().endswith("%"):
-        x /= 100
-    if x > 1 and x <= 100:
-        x /= 100
+        x /= 100  # "80%": a percent, read once (150% stays 1.5, out of range: no confidence; break26 #7)
+    elif x > 1 and x <= 100:
+        x /= 100  # a bare number in (1, 100]: a percent
     return x if 0 <= x <= 1 else None
 
 
@@ -373,16 +377,26 @@ def parse_answer(text: str | None) -> ParsedAnswer:
     pairs = {}
     inside = _json_string_spans(raw)
     starts = [s for s, _ in inside]
+    named: list[dict[str, str]] = []  # every place field the pattern finds, for the clash check (break26 #4)
     for m in _PAIR.finditer(raw):
         key = m.group("key").lower()
-        if key not in SCHEMA_KEYS or key in pairs:
+        if key not in SCHEMA_KEYS:
             continue
         if _inside_span(m, starts, inside):  # "city: 'Lyon'" within a clue's text is no key
             continue
         if m.group("num") is not None:
-            pairs[key] = float(m.group("num"))  # a bare number is no place name
+            value: Any = float(m.group("num"))  # a bare number is no place name
         else:  # escapes decoded as the JSON reader decodes a string ("S\u00e3o Paulo" is São Paulo)
-            pairs[key] = decode_string_body(m.group("dq") if m.group("dq") is not None else m.group("sq"))
+            value = decode_string_body(m.group("dq") if m.group("dq") is not None else m.group("sq"))
+            if _RX_OR_NEXT.match(raw, m.end()) and key in _PLACE_KEYS:  # "city": "Paris" or "Lyon": two guesses
+                ans.error = f"conflicting answers in one response ({key}: {value!r} or another)"
+                return ans
+        named.append(_place_fields({key: value}))
+        pairs.setdefault(key, value)
+    clash = _clash(named)
+    if clash is not None:  # two objects or an "actually" the reader could not parse: never the first guess
+        ans.error = f"conflicting answers in one response ({clash})"
+        return ans
     if pairs:
         _fill(ans, pairs)
         ans.ok, ans.method = True, "regex"

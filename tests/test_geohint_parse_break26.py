@@ -1,0 +1,42 @@
+"""GeoHint answers the pattern fallback read as the first of two places, and percents read twice (break26 #4, #7).
+
+#4: when no JSON object held a schema field, the pattern reader kept the first value of each key, so
+``{"answer": {"city": "Paris"}, "alternative": {"city": "Lyon"}}`` was scored as Paris, where the JSON path fails the
+same ambiguity as conflicting answers. #7: ``"confidence_area": "150%"`` was divided by 100 for the sign and again
+for the (1, 100] rule (0.015).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from geoagent.geohint.parse import parse_answer
+
+
+@pytest.mark.parametrize("text", [
+    '{"answer": {"city": "Paris"}, "alternative": {"city": "Lyon"}}',
+    '{"guesses": [{"city": "Paris", "area": "Marais"}, {"city": "Lyon", "area": "Croix-Rousse"}]}',
+    '{"city": "Paris" or "Lyon", "area": "Marais"}',
+    '"city": "Paris" ... no wait, "city": "Lyon"',
+    '"city": "Paris"/"Lyon"',
+])
+def test_two_places_for_one_field_are_a_conflict(text):
+    got = parse_answer(text)
+    assert not got.ok and got.city is None and got.error.startswith("conflicting answers in one response"), got
+
+
+@pytest.mark.parametrize("text,city,area", [
+    ('{"answer": {"city": "Paris", "area": "Marais"}}', "Paris", "Marais"),
+    ('"city": "Paris", "area": "Marais" ... "city": "paris"', "Paris", "Marais"),  # the same place, any case
+    ('"city": "Paris", "area": "Marais", "confidence_area": 0.8', "Paris", "Marais"),
+])
+def test_one_place_per_field_still_reads(text, city, area):
+    got = parse_answer(text)
+    assert (got.ok, got.method, got.city, got.area) == (True, "regex", city, area), got
+
+
+def test_a_percent_is_read_once():
+    got = parse_answer('{"city": "Paris", "confidence_area": "150%", "confidence_building": "100.5%"}')
+    assert (got.confidence_area, got.confidence_building) == (None, None)
+    got = parse_answer('{"city": "Paris", "confidence_area": "80%", "confidence_building": 40}')
+    assert (got.confidence_area, got.confidence_building) == (0.8, 0.4)
