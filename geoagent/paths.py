@@ -171,9 +171,11 @@ def _release_below(root: Path, names: Sequence[str | os.PathLike[str]], *,
 
 #: the end of :func:`missing_release_error` for a campaign's release folder (no ``role``): docs/campaigns.md's
 #: alternative on a fresh clone, a campaign over the demo's crawl (its release-form folder ``state/demo-crawl``)
-DEMO_CRAWL_HINT = ('. Without the release: run `python run.py demo` first, then set [paths] release_dir = '
-                   f'"state/{DEMO_CRAWL}" (the demo crawl\'s folder, relative to where you run; docs/campaigns.md: '
-                   'the fresh-clone variant of my_verify.toml)')
+DEMO_CRAWL_HINT = ('. Without the release: run `python run.py demo` first, then set, under [geoverify] (or [geohint]), '
+                   f'release_dir = "state/{DEMO_CRAWL}" (the demo crawl\'s folder, relative to where you run; a task '
+                   'section\'s release_dir wins over $GEOAGENT_RELEASE, [paths] release_dir loses to it) and '
+                   'image_root = "state/images" (its photos; [geohint] also images = "release"); docs/campaigns.md: '
+                   'the fresh-clone variant of my_verify.toml')
 
 
 def release_argument_error(release_dir: str | os.PathLike[str], filename: str | None = None) -> FileNotFoundError | None:

@@ -81,6 +81,10 @@ def test_missing_release_error_names_the_demo_crawl_alternative(tmp_path, monkey
     assert err.startswith("error: GeoContext release file not found: ../shared/reference/geocontext/sites.csv"), err
     assert len(err.strip().splitlines()) == 1, err
     assert "run `python run.py demo` first" in err and 'release_dir = "state/demo-crawl"' in err, err
+    # where the fresh-clone variant puts it (walk26 D3: the error said [paths] release_dir, which loses to
+    # $GEOAGENT_RELEASE, and left out image_root, so the photos became placeholders)
+    assert "under [geoverify] (or [geohint]), release_dir" in err and 'image_root = "state/images"' in err, err
+    assert "[paths] release_dir loses to it" in err, err
 
 
 def test_drift_note_is_not_printed_before_a_refusal(tmp_path, capsys, release_dir):
