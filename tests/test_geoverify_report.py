@@ -147,25 +147,29 @@ def test_parse_failures_listed(release_dir, tmp_path):
     assert sum(s.n_parse_failures for m, s in agg.scores().items() if m != "pooled") == 3
 
 
-def test_delta_1_none_with_range_none_to_none_is_plain_none_everywhere(boot_scores):
-    """delta_1 none whose bootstrap range is [none, none] (every resample: no band reaches d' = 1) is shown as
-    ``none``: no brackets, no few-cluster or small-n mark (was ``none [none, none]§ †``), in Markdown, the
-    terminal, the console summary and the CSV's text cells."""
+def test_delta_1_none_with_range_none_to_none_is_none_without_a_range_everywhere(boot_scores):
+    """delta_1 none whose bootstrap range is [none, none] (no band reaches d' = 1 in the data nor at either end of
+    the 95 % range) is shown as ``none`` with no brackets and no few-cluster mark (was ``none [none, none]§ †``),
+    in Markdown, the terminal, the console summary and the CSV's text cells; its small-n mark stays (walk26 D1:
+    a rule of trial counts, which the bootstrap range does not lift)."""
     import dataclasses
 
     base = boot_scores["claude-haiku-4-5"]
     s = dataclasses.replace(base, delta_1=None, delta_1_ci=("none", "none"), ci_sites={**base.ci_sites, "H": 6})
     assert R.few_cluster(s, R.DELTA_KEY)  # the marks would apply: few clusters, small n
+    assert R.delta_1_small_n(s)
     scores = {"m": s}
-    assert R.summary_counts(s)["delta_1"] == "none"
+    none = f"none {R.SMALL_N_MARK}"
+    assert R.summary_counts(s)["delta_1"] == none
     md_row = next(line for line in R.render_markdown(scores).splitlines() if line.startswith("| delta_1"))
-    assert [c.strip() for c in md_row.strip("|").split("|")][1] == "none", md_row
+    assert [c.strip() for c in md_row.strip("|").split("|")][1] == none, md_row
     txt_row = next(line for line in R.render_terminal(scores, width=200).splitlines() if "delta_1" in line
                    and "│" in line)
-    assert txt_row.split("│")[2].strip() == "none", txt_row
+    assert txt_row.split("│")[2].strip() == none, txt_row
     rows = list(csv.reader(io.StringIO(R.render_csv(scores))))
     by_label = {r[1]: dict(zip(rows[0][2:], r[2:])) for r in rows[1:]}
-    assert by_label["delta_1"]["m_text"] == "none"
+    assert by_label["delta_1"]["m_text"] == "none"  # the CSV's text cell carries no mark: its own row flags it
+    assert by_label[R.DELTA_SMALL_N_ROW]["m_text"] == "yes"
     assert by_label["delta_1 range lo"]["m_text"] == by_label["delta_1 range hi"]["m_text"] == ""
     # a range that is not none-to-none keeps its brackets and marks
     s2 = dataclasses.replace(s, delta_1_ci=("0.7-1.5km", "none"))

@@ -6,7 +6,8 @@
 2. Notes (the cut-off definition, a simulated-answers banner, a long note line) were said once only by the demo's own
    printer; the summary writer (``Outcome.summary``, what ``run`` prints) now says each once.
 3. The Terms line on fig_hit_by_band.png described error bars the figure did not draw.
-4. GeoVerify's CSV flag 'delta_1 small n' said yes beside a delta_1 cell showing plain ``none`` (no mark).
+4. GeoVerify's CSV flag 'delta_1 small n' said yes beside a delta_1 cell showing plain ``none`` (no mark); since
+   walk26 D1 the cell keeps its mark there too (a rule of trial counts).
 5. Table 11 was printed from a judged file's forced_chain rows, which hold no evidence object (the paper computes it
    from the raw forced_chain responses).
 """
@@ -160,23 +161,27 @@ def _plain_none_scores():
     return {"m": dataclasses.replace(s, delta_1_ci=("none", "none"))}
 
 
-def test_delta_1_small_n_csv_flag_is_no_where_the_cell_shows_plain_none():
-    """Before: the CSV's 'delta_1 small n' said yes for a column whose delta_1 cell shows plain ``none`` (no †),
-    and the Small n line said delta_1 rests on the small band; both now follow the cell."""
+def test_delta_1_none_without_a_range_keeps_its_small_n_mark():
+    """Session 13 made the CSV's 'delta_1 small n' follow the cell (it said yes beside an unmarked cell). Walk26 D1:
+    the cell itself was wrong: a delta_1 "none" resting on a band of 5 trials lost its mark when its bootstrap range
+    was none to none, "justified" as "no band reaches d' = 1 ... in any site resample", while a percentile range of
+    none to none still allows up to 2.5 % of resamples reaching it (10 of 1000 in the walkthrough). The mark is a
+    rule of trial counts (geoagent.scoring.sdt.delta_1_small_n); the cell, the CSV flag and the Small n line now
+    all keep it, and the table's note says what a none without a range means."""
     from geoagent.report import geoverify as GV
 
     scores = _plain_none_scores()
     md = GV.render_markdown(scores)
     row = next(ln for ln in md.splitlines() if ln.startswith("| delta_1 |"))
-    assert row == "| delta_1 | none |", row  # plain none: no mark
+    assert row == f"| delta_1 | none {GV.SMALL_N_MARK} |", row  # no range, but the mark
     rows = list(csv.reader(io.StringIO(GV.render_csv(scores))))
     by_label = {r[1]: dict(zip(rows[0], r)) for r in rows[1:]}
     assert by_label["0.15-0.3km"]["m_text"] == "small n"  # the band's d' keeps its flag
-    assert by_label[GV.DELTA_SMALL_N_ROW]["m_text"] == "no"
+    assert by_label[GV.DELTA_SMALL_N_ROW]["m_text"] == "yes"
     small = [w for w in GV.small_n_warnings(scores) if w.startswith("Small n (m)")]
-    assert small and "delta_1" not in small[0], small
-    # the flag is defined beside the table the CSV mirrors
-    assert GV.DELTA_SMALL_N_DEFINITION in md
+    assert small and "delta_1" in small[0], small
+    # the flag is defined beside the table the CSV mirrors, without the false "in any site resample"
+    assert GV.DELTA_SMALL_N_DEFINITION in md and "any site resample" not in md
 
 
 def test_delta_1_small_n_csv_flag_stays_yes_where_the_cell_is_marked():

@@ -164,8 +164,10 @@ SMALL_N_TEXT = "small n"
 DELTA_SMALL_N_ROW = "delta_1 small n"
 #: what the CSV row :data:`DELTA_SMALL_N_ROW` means, said under the Markdown table whenever the CSV has that row
 DELTA_SMALL_N_DEFINITION = (f"In geoverify_table.csv the row '{DELTA_SMALL_N_ROW}' is yes exactly where the "
-                            f"delta_1 cell above carries {SMALL_N_MARK}, no elsewhere: a plain none (no band reaches "
-                            "d' = 1 in the data nor in any site resample) carries no mark, so its flag is no.")
+                            f"delta_1 cell above carries {SMALL_N_MARK}, no elsewhere; a none shown without a range "
+                            "is none in the data and at both ends of its 95 % site-bootstrap range (a few resamples "
+                            f"may still reach d' = 1), and carries {SMALL_N_MARK} when the bands it rests on have "
+                            "few trials.")
 
 #: mark after an interval from BOOT_MIN_SITES to BOOT_FEW_SITES - 1 sites (few clusters: likely too narrow;
 #: ``ModelScores.ci_sites``), defined in the note under the table (:func:`few_cluster_text`)
@@ -188,26 +190,27 @@ def few_cluster(s: ModelScores, key: str | None) -> bool:
 
 
 def delta_none_throughout(s: ModelScores) -> bool:
-    """Whether delta_1 is none and so is each end of its bootstrap range (no band reaches d' = 1, in the data
-    and in every kept site resample): the table then shows plain ``none``, with no range and no mark."""
+    """Whether delta_1 is none and so is each end of its 95 % site-bootstrap percentile range (no band reaches
+    d' = 1 in the data, nor in 97.5 % or more of the kept resamples: a few may): the table then shows ``none``
+    with no range (and :data:`SMALL_N_MARK` when :func:`delta_1_marked`)."""
     return s.delta_1 is None and s.delta_1_ci is not None and not any(
         lab and lab != "none" for lab in s.delta_1_ci)
 
 
 def delta_1_marked(s: ModelScores) -> bool:
     """Whether the table's delta_1 cell carries :data:`SMALL_N_MARK` (the CSV's ``delta_1 small n`` is ``yes``
-    exactly then): delta_1 rests on a band whose d' has few trials (:func:`~geoagent.scoring.sdt.delta_1_small_n`)
-    and is not shown as plain ``none`` (:func:`delta_none_throughout`: none in the data and at both ends of its
-    site-bootstrap range, shown with no range and no mark)."""
-    return delta_1_small_n(s) and not delta_none_throughout(s)
+    exactly then): delta_1 rests on a band whose d' has few trials (:func:`~geoagent.scoring.sdt.delta_1_small_n`,
+    a rule of trial counts; a "none" rests on every band). A bootstrap range of none to none does not lift it
+    (walk26 D1: the mark was dropped there, with the false reason that no site resample reached d' = 1)."""
+    return delta_1_small_n(s)
 
 
 def _delta_text(s: ModelScores) -> str:
     """delta_1 with its bootstrap range of bands when there is one: ``0.3–0.7 km [0.15–0.3 km, none]``; followed
     by :data:`SMALL_N_MARK` when the band it names rests on few trials (:func:`~geoagent.scoring.sdt.delta_1_small_n`).
-    Plain ``none`` (no brackets, no mark) where the value and both ends are none (:func:`delta_none_throughout`)."""
+    ``none`` without brackets where the value and both ends are none (:func:`delta_none_throughout`), marked too."""
     if delta_none_throughout(s):
-        return "none"
+        return f"none {SMALL_N_MARK}" if delta_1_marked(s) else "none"
     text = _delta_label(s.delta_1)
     if s.delta_1_ci is not None:
         lo, hi = s.delta_1_ci
