@@ -832,7 +832,7 @@ def table2(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
 
 
 def _split_mc_text(rows: Sequence[Any]) -> str:
-    """``" Monte-Carlo error of a Corrected value (SD / sqrt(splits used)): at most 2.7 points here; ..."``: the
+    """``" Monte-Carlo standard error of a Corrected value (SD / sqrt(splits used)), the largest ...: 2.7 points, ..."``: the
     largest standard error of a corrected mean over Table 3's rows (``CorrectionRow``), so a difference between
     two runs' Corrected values (another seed, another number of splits) can be told from the splits' own noise
     (audit 24: SD about 19 points over 50 splits left the mean uncertain by about +-2.7, said nowhere); "" when
@@ -841,8 +841,10 @@ def _split_mc_text(rows: Sequence[Any]) -> str:
               if r.n_splits_used >= 2 and math.isfinite(r.corrected_sd)]
     if not errors:
         return ""
-    return (f" Monte-Carlo error of a Corrected value (SD / sqrt(splits used)): at most {max(errors):.1f} points "
-            "here; [geohint] n_splits narrows it (4 times the splits halve it).")
+    return (f" Monte-Carlo standard error of a Corrected value (SD / sqrt(splits used)), the largest over this "
+            f"table's rows: {max(errors):.1f} points, one standard error, not a bound (a Corrected value lies within "
+            "about twice it of the value many splits converge to 95 % of the time); [geohint] n_splits narrows it "
+            "(4 times the splits halve it).")
 
 
 def table3(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "baseline", *, n_splits: int = 200, seed: int = 0) -> Table:
