@@ -124,3 +124,29 @@ def test_two_campaigns_gathered_in_one_out_folder_keep_their_files(tmp_path, mon
     capsys.readouterr()
     assert main(["export", str(b), "--out", str(foreign)]) == 2
     assert "results.parquet, a file no export of this campaign wrote" in capsys.readouterr().err
+
+
+def test_only_the_tables_this_export_writes_are_named(tmp_path, monkeypatch, capsys):
+    """Walk26 D2: a GeoHint export into a folder with a GeoVerify campaign's export was refused naming
+    geoverify_scored.parquet, a file a GeoHint export never writes, instead of the real clash (model_responses).
+    Now only the tables this campaign's export writes count: another kind's scored table alone is no clash, and
+    the refusal names the file that would be replaced."""
+    monkeypatch.chdir(tmp_path)
+    b = generic_campaign(tmp_path, name="gather-c", n=3, models=model_table("m"), cap_usd=1.0)
+    assert main(["run", str(b), "--no-live"]) == 0
+    other = tmp_path / "other-kind"
+    other.mkdir()
+    pl.DataFrame({"x": [1]}).write_parquet(other / "geoverify_scored.parquet")
+    before = (other / "geoverify_scored.parquet").read_bytes()
+    capsys.readouterr()
+    assert main(["export", str(b), "--out", str(other)]) == 0, capsys.readouterr().err
+    assert (other / "geoverify_scored.parquet").read_bytes() == before  # not this export's table: left alone
+    clash = tmp_path / "clash"
+    clash.mkdir()
+    for name in ("geoverify_scored", "model_responses"):
+        pl.DataFrame({"x": [1]}).write_parquet(clash / f"{name}.parquet")
+    capsys.readouterr()
+    assert main(["export", str(b), "--out", str(clash)]) == 2
+    err = capsys.readouterr().err
+    assert "it holds model_responses.parquet, a file no export of this campaign wrote" in err, err
+    assert "geoverify_scored" not in err, err
