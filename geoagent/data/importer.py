@@ -27,6 +27,10 @@ from geoagent import paths
 from geoagent.files import loads_record
 from geoagent.geo import continent_code
 from geoagent.data.model import (
+    ARM_MAIN,
+    ARMS,
+    BAND_SIGNAL,
+    DECOY_BAND_LABELS,
     ContextLadder,
     Image,
     RawVerifyResponse,
@@ -348,6 +352,26 @@ def _ladder_point(site_id: str) -> Callable[[dict[str, Any]], ReferencePoint]:
     return convert
 
 
+def _check_arm_band(arm: str, band: str | None) -> None:
+    """Refuse a trial row whose ``arm`` or ``band`` the scorer cannot place (break26 #5: such trials were asked and
+    paid for, then fell out of every rate): ``arm`` one of :data:`~geoagent.data.model.ARMS`; on the main arm
+    ``band`` is ``signal`` or a decoy band label (:data:`~geoagent.data.model.DECOY_BAND_LABELS`; seed 000
+    Sec. 5.2); a control arm's band is free (the band of its main trial, or empty). Whether the band agrees with
+    the truth label is the planner's check (:func:`geoagent.geoverify.plan.check_band_truth`), which refuses the
+    table as :func:`~geoagent.geoverify.plan.check_tolerance` does.
+
+    Raises
+    ------
+    RowError
+        Naming the column, the value and what is expected (the caller adds the file and line).
+    """
+    if arm not in ARMS:
+        raise RowError(f"column 'arm': expected one of {', '.join(ARMS)}, got {arm!r}")
+    if arm == ARM_MAIN and band != BAND_SIGNAL and band not in DECOY_BAND_LABELS:
+        raise RowError(f"column 'band': a main-arm trial's band is {BAND_SIGNAL} or one of "
+                       f"{', '.join(DECOY_BAND_LABELS)}, got " + (repr(band) if band else "an empty cell"))
+
+
 def _trial(row: dict[str, Any]) -> VerifyTrial:
     image_id = _image_id(_req(row, "image_id"))
     site_id = _req(row, "site")
@@ -359,6 +383,8 @@ def _trial(row: dict[str, Any]) -> VerifyTrial:
     truth = _req(row, "truth").lower()
     if truth not in ("yes", "no"):
         raise RowError(f"column 'truth': expected yes/no, got {truth!r}")
+    band = _opt(row, "band")
+    _check_arm_band(arm, band)
     cand_lat = _opt_float(row, "cand_lat", lo=-90, hi=90)
     cand_lon = _opt_float(row, "cand_lon", lo=-180, hi=180)
     return VerifyTrial(
@@ -372,7 +398,7 @@ def _trial(row: dict[str, Any]) -> VerifyTrial:
         cand_lon=cand_lon,
         referenceability=_opt_float(row, "fam", lo=0, hi=5),
         d_km=_opt_distance_km(row, "d_km"),
-        band=_opt(row, "band"),
+        band=band,
         truth=truth,
         continent=_continent(row, "cont") or None,
         path=normalize_rel_path(_opt(row, "path")),

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from geoagent.data.importer import ImportReport, Release, import_counts_text, import_release
-from geoagent.data.model import ARM_MAIN, BLANK_IMAGE_REF, VerifyTrial
+from geoagent.data.model import ARM_MAIN, BAND_SIGNAL, BLANK_IMAGE_REF, VerifyTrial
 from geoagent.data.store import DataStore
 from geoagent.geoverify.prompt import load_template
 from geoagent.geoverify.settings import GeoVerifySettings
@@ -185,6 +185,28 @@ def check_tolerance(trials: Iterable[VerifyTrial], tau_km: float, *, source: str
         )
 
 
+def check_band_truth(trials: Iterable[VerifyTrial], *, source: str = "the trial table") -> None:
+    """Raise ValueError when a trial's truth label disagrees with its arm and band (break26 #5): a main-arm trial of
+    band ``signal`` has truth ``yes`` and one of a decoy band ``no`` (seed 000 Sec. 5.2, Eq. 1: the signal band is
+    the candidates within tau); a control arm's truth is ``no`` (Sec. 5.4: the photo shown is not of the place).
+    Before, a decoy labelled ``signal`` counted toward H as a signal trial.
+
+    Raises
+    ------
+    ValueError
+        Naming the first such trial, how many there are, and ``source``.
+    """
+    bad = [t for t in trials if t.truth != (("yes" if t.band == BAND_SIGNAL else "no") if t.arm == ARM_MAIN else "no")]
+    if bad:
+        t = bad[0]
+        where = f"band {t.band!r}" if t.arm == ARM_MAIN else f"control arm {t.arm}"
+        raise ValueError(
+            f"{source}: {len(bad)} trial(s) whose truth label disagrees with their arm and band, e.g. {t.trial_id!r} "
+            f"({where}) labelled {t.truth!r}: a main-arm trial of band {BAND_SIGNAL} has truth yes, one of a decoy "
+            "band no, and a control arm no (seed 000 Sec. 5.2 and 5.4); correct the table or rebuild it "
+            "([geoverify] trials = \"build\")")
+
+
 def check_report_names(models: Iterable[Any], recorded: Iterable[str]) -> None:
     """Refuse two ``[[models]]`` entries whose answers the report would count under one model name, an entry
     reporting under ``"pooled"`` (:data:`geoagent.scoring.sdt.POOLED`, the pooled column's name), under a name
@@ -285,7 +307,8 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
     FileNotFoundError
         The release folder has no ``sites.csv``.
     ValueError
-        With ``trials = "release"``, a ``tau_m`` the table's truth labels disagree with (:func:`check_tolerance`);
+        With ``trials = "release"``, a ``tau_m`` the table's truth labels disagree with (:func:`check_tolerance`), or a
+        truth label its arm and band contradict (:func:`check_band_truth`);
         two ``[[models]]`` entries the report would count under one model name, or one reporting under a name the
         report cannot hold (``pooled``, one with ``|``, a CSV column's name: :func:`check_report_names`), or
         two that ask identical requests (:func:`check_twin_models`).
@@ -319,6 +342,7 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
     else:
         lines = release.trial_lines
         check_tolerance(release.trials, tau_km, source=str(release.trials_file or "the release's trial table"))
+        check_band_truth(release.trials, source=str(release.trials_file or "the release's trial table"))
         trials, notes = unique_trials(release.trials, source=release.trials_file, lines=lines)
         replay_trials, pairs, recorded = release_replay_plan(release)
         # the same check on the replayed trials (the table's, in file order, then any rebuilt from raw records)
