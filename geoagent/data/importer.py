@@ -355,8 +355,9 @@ def _ladder_point(site_id: str) -> Callable[[dict[str, Any]], ReferencePoint]:
 def _check_arm_band(arm: str, band: str | None) -> None:
     """Refuse a trial row whose ``arm`` or ``band`` the scorer cannot place (break26 #5: such trials were asked and
     paid for, then fell out of every rate): ``arm`` one of :data:`~geoagent.data.model.ARMS`; on the main arm
-    ``band`` is ``signal`` or a decoy band label (:data:`~geoagent.data.model.DECOY_BAND_LABELS`; seed 000
-    Sec. 5.2); a control arm's band is free (the band of its main trial, or empty). Whether the band agrees with
+    ``band`` is ``signal``, a decoy band label (:data:`~geoagent.data.model.DECOY_BAND_LABELS`; seed 000
+    Sec. 5.2) or empty (an optional column: such a trial counts in no band's rate, as before); a control arm's band
+    is free (the band of its main trial, or empty). Whether the band agrees with
     the truth label is the planner's check (:func:`geoagent.geoverify.plan.check_band_truth`), which refuses the
     table as :func:`~geoagent.geoverify.plan.check_tolerance` does.
 
@@ -367,9 +368,9 @@ def _check_arm_band(arm: str, band: str | None) -> None:
     """
     if arm not in ARMS:
         raise RowError(f"column 'arm': expected one of {', '.join(ARMS)}, got {arm!r}")
-    if arm == ARM_MAIN and band != BAND_SIGNAL and band not in DECOY_BAND_LABELS:
-        raise RowError(f"column 'band': a main-arm trial's band is {BAND_SIGNAL} or one of "
-                       f"{', '.join(DECOY_BAND_LABELS)}, got " + (repr(band) if band else "an empty cell"))
+    if arm == ARM_MAIN and band and band != BAND_SIGNAL and band not in DECOY_BAND_LABELS:
+        raise RowError(f"column 'band': a main-arm trial's band is {BAND_SIGNAL}, one of "
+                       f"{', '.join(DECOY_BAND_LABELS)} or empty, got {band!r}")
 
 
 def _trial(row: dict[str, Any]) -> VerifyTrial:
