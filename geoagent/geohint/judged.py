@@ -89,10 +89,15 @@ def image_id_from_path(path: str) -> str:
     return paths.safe_image_id(name.rsplit(".", 1)[0])
 
 
-def _float(text: str | None) -> float | None:
+def _float(text: str | None, *, finite: bool = False) -> float | None:
+    """``text`` as a float; None for an empty cell and, unless ``finite``, for inf/nan. Raises ValueError for text
+    that is no number, and with ``finite`` for inf/nan (an ``error_km`` of ``inf`` is no distance: break26 #8 read
+    it as missing, a miss)."""
     if text is None or not text.strip():
         return None
     x = float(text)
+    if finite and not math.isfinite(x):
+        raise ValueError(f"error_km is not a finite number: {text.strip()!r}")
     return x if math.isfinite(x) else None
 
 
@@ -200,9 +205,15 @@ def _judged_rows(path: Path, rep: ImportReport) -> Iterator[GeoHintResult]:
                 break
             except csv.Error as exc:  # e.g. a field over the csv module's size limit: skip that record
                 rep.add(path, last_end + 1, f"CSV syntax error: {exc}")
-                last_end = reader.line_num
+                last_end = max(reader.line_num, last_end + 1)  # the failed record took at least its own line
                 continue
-            line = last_end = reader.line_num
+            first, line = last_end + 1, reader.line_num
+            last_end = line
+            if line > first:  # one record over several lines: a stray quote merged rows (break26 #6); the file's
+                # fields hold no line breaks, so the record is refused, not read with another row's values
+                rep.add(path, first, f"a quoted field runs from line {first} to line {line} (a stray quote mark?): "
+                                     f"lines {first}-{line} left out")
+                continue
             if None in row or any(v is None for v in row.values()):
                 rep.add(path, line, f"expected {len(reader.fieldnames or [])} fields, got a row of another length")
                 continue
@@ -216,10 +227,13 @@ def _judged_rows(path: Path, rep: ImportReport) -> Iterator[GeoHintResult]:
                 paths.safe_name(site, what="site id")
                 ctx = parse_context_label(row["context"])
                 level = normalize_level(row.get("resolved_level"))
-                error_km = _float(row.get("error_km"))
+                error_km = _float(row.get("error_km"), finite=True)
                 if error_km is not None and error_km < 0:
                     raise ValueError(f"error_km is negative: {error_km}")
                 schema = row["schema"].strip()
+                for column in ("model", "schema"):  # break26 #8: a blank one became model or condition ''
+                    if not (row[column] or "").strip():
+                        raise ValueError(f"column {column!r} is empty")
                 image_id = image_id_from_path(row["path"])
                 check_path_site(row["path"], site, site_field="site")
             except (ValueError, KeyError) as exc:
