@@ -1980,8 +1980,6 @@ async def _run(
             check = None
         for ln in await rescore_lost_rows(cfg, kind, ctx, queues):
             print(ln, file=sys.stderr)
-        for ln in kind.refresh_scored_rows(cfg, ctx):
-            print(ln, file=sys.stderr)
     except BaseException:
         for q in queues.values():
             await q.close()
@@ -2025,6 +2023,10 @@ async def _run(
     view: PipelineRun | None = None
     sim: list[str] | None = None  # an evaluation's models whose stored answers came from the simulator (its end)
     try:
+        # rows an earlier version's rules scored, brought up to these rules before any worker runs (no model call);
+        # after the run is recorded, so a damaged row met here ends it as "failed", as the workers' would
+        for ln in kind.refresh_scored_rows(cfg, ctx):
+            print(ln, file=sys.stderr)
         ledger = ctx.get("ledger")
         progress = Progress(
             cfg.state_dir() / C.PROGRESS_FILE,
