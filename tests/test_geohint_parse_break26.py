@@ -40,3 +40,16 @@ def test_a_percent_is_read_once():
     assert (got.confidence_area, got.confidence_building) == (None, None)
     got = parse_answer('{"city": "Paris", "confidence_area": "80%", "confidence_building": 40}')
     assert (got.confidence_area, got.confidence_building) == (0.8, 0.4)
+
+
+@pytest.mark.parametrize("text,city,area,building", [
+    ('"city": "Paris", "area": "Montmartre" / "building": "Sacre-Coeur"', "Paris", "Montmartre", "Sacre-Coeur"),
+    ('"city": "Paris" / "country": "France"', "Paris", None, None),
+    ('"city": "Paris", "place": "Tower", "building": "Eiffel Tower"', "Paris", None, "Eiffel Tower"),
+])
+def test_a_slash_before_the_next_field_or_place_beside_building_is_no_conflict(text, city, area, building):
+    """rev26 #7: the first version of these rules failed these as conflicting answers (a "/" before the next key
+    read as "one value or another"; "place" and "building" compared as one field, where the JSON path takes
+    building)."""
+    got = parse_answer(text)
+    assert (got.ok, got.city, got.area, got.building) == (True, city, area, building), got

@@ -36,7 +36,7 @@ def test_a_repeated_schema_line_does_not_bias_the_verdict(word):
 @pytest.mark.parametrize("text", [
     '{"analysis": {"verdict": "no"}, "final": {"verdict": "yes"}}',
     '{"claims": [{"verdict": "yes"}, {"verdict": "no"}]}',
-    '{"verdict": "yes", "alternatives": [{"answer": "no"}]}',
+    '{"result": {"steps": [{"verdict": "yes"}]}, "final": {"verdict": "no"}}',
     'No.\n{"verdict": "yes", "confidence": 0.8}',
     'Yes.\n```json\n{"verdict": "no"}\n```',
     "No\n\nVerdict: yes",
@@ -52,6 +52,16 @@ def test_opposite_verdicts_anywhere_are_a_conflict(text):
     ("Yes\nVerdict: yes", "yes"),
     ('No doubt about it.\n{"verdict": "yes"}', "yes"),  # "No doubt" opens a phrase, not a verdict
     ('{"verdict": "yes", "evidence": ["No. 5 bus stop sign", "no parking"]}', "yes"),  # evidence is not read
+    # rev26: what the first version of these rules refused wrongly
+    ('{"verdict": "yes", "confidence": 0.8, "checks": [{"feature": "snow", "answer": "no"}, '
+     '{"feature": "mountains", "answer": "yes"}]}', "yes"),  # an answer's sub-checks are not verdicts
+    ('{"verdict": "no", "reasoning": [{"step": "Is the landmark visible?", "answer": "Yes"}]}', "no"),
+    ('Yes, I can help with that.\n```json\n{"verdict": "no", "confidence": 0.6}\n```', "no"),  # a manner of speaking
+    ('Yes! Here is my analysis:\n{"verdict": "no"}', "no"),
+    ('No, I cannot be certain. {"verdict": "yes"}', "yes"),
+    ("**Verdict:** **No** / **Confidence:** 0.7", "no"),  # "/" before another label is no "yes/no"
+    ("Verdict: 'no' / Confidence: 70%", "no"),
+    ('Verdict: "Yes"\nOr, more precisely, it matches.', "yes"),  # "or" on the next line is no "yes or no"
 ])
 def test_agreeing_or_non_verdict_words_still_parse(text, verdict):
     got = parse_verdict(text)

@@ -18,6 +18,7 @@ import sqlite3
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from geoagent.cli import main
 from geoagent.geoverify.parse import VERDICT_PARSER_VERSION, parse_verdict
@@ -70,9 +71,11 @@ def test_refresh_parses_stale_rows_again_and_leaves_current_ones(tmp_path):
         got = refresh_stored_rows(st.store, SCORED_TABLE)
         assert (got.stale, got.reparsed, got.changed, got.no_text, got.versions) == (3, 2, 1, 1, (1,))
         line = got.line("rp")
-        assert line.startswith("info: campaign rp: 3 stored answers read by an earlier verdict parser (version 1) "
-                               f"were parsed again by version {VERDICT_PARSER_VERSION} from the stored text (no model call): 1 changed")
-        assert "1 without a stored text keep the earlier reading" in line
+        assert line == (f"info: campaign rp: 2 stored answers read by an earlier verdict parser (version 1) were parsed "
+                        f"again by version {VERDICT_PARSER_VERSION} from the stored text (no model call): 1 changed "
+                        "verdict, confidence or parse success; 1 stored answer read by an earlier verdict parser "
+                        "(version 1) has no stored text and keeps that reading (its parser_version in the export says "
+                        "so).")
 
         rows = dict(st.store.iter_results(SCORED_TABLE))
         a = rows["a"]
@@ -97,8 +100,34 @@ def test_a_row_that_now_parses_loses_its_raw_and_gets_the_stored_finish_reason(t
         st.store.put_results(SCORED_TABLE, [("a", row)])
         assert refresh_stored_rows(st.store, SCORED_TABLE).changed == 1
         new = st.store.get_result(SCORED_TABLE, "a")
-        assert new["verdict"] == "no" and new["correct"] is False and "raw" not in new
+        assert new["verdict"] == "no" and new["correct"] is False
+        assert new["raw"] == "old text"  # a raw the row holds is kept (it may be the only copy: rev26 #5)
         assert new["finish_reason"] == "stop"  # from the stored response, as the report's fill would
+
+
+def test_the_only_copy_of_a_text_is_never_dropped(tmp_path):
+    """rev26 #5: a stale failed row with raw and no stored response lost its raw once it parsed."""
+    with open_campaign_state("rp5", root=tmp_path) as st:
+        row = _version_1_row("k-none")
+        del row["request_key"]
+        text = 'Verdict: "yes" or "no"? Having looked again, verdict: no'
+        row.update(verdict=None, conf=None, correct=None, parse_ok=False, parse_reason="x", raw=text)
+        st.store.put_results(SCORED_TABLE, [("a", row)])
+        assert refresh_stored_rows(st.store, SCORED_TABLE).reparsed == 1
+        new = st.store.get_result(SCORED_TABLE, "a")
+        assert (new["verdict"], new["raw"], new["parser_version"]) == ("no", text, VERDICT_PARSER_VERSION)
+
+
+def test_a_damaged_stale_row_is_named_like_any_damaged_row(tmp_path):
+    """rev26 #8: a stale row missing a field stopped the run with a bare "error: band"."""
+    from geoagent.runtime.store import StoredRowError
+
+    with open_campaign_state("rp6", root=tmp_path) as st:
+        row = _version_1_row("k")
+        del row["band"]
+        st.store.put_results(SCORED_TABLE, [("a", row)])
+        with pytest.raises(StoredRowError, match=r"table 'geoverify_scored', row 'a': no field band"):
+            refresh_stored_rows(st.store, SCORED_TABLE)
 
 
 def test_export_view_reparses_without_writing(tmp_path):
@@ -108,6 +137,17 @@ def test_export_view_reparses_without_writing(tmp_path):
         (key, row), = list(reparse_items(st.store.iter_results(SCORED_TABLE), st.store))
         assert key == "a" and row["parse_ok"] is False and row["parser_version"] == VERDICT_PARSER_VERSION
         assert st.store.get_result(SCORED_TABLE, "a")["verdict"] == "no"  # the store is not written
+        # rev26 #4: the export fills raw in before this view; a row that now parses keeps it
+        ok = {**_version_1_row("k"), "raw": "filled by the export"}
+        ok.update(verdict=None, conf=None, correct=None, parse_ok=False)
+        _store_answer(st, "k2", '{"verdict": "yes"}')
+        ok["request_key"] = "k2"
+        (_, seen), = list(reparse_items([("b", ok)], st.store))
+        assert seen["verdict"] == "yes" and seen["raw"] == "filled by the export"
+        # rev26 #10: a stale row without a text found says its version (1), not null
+        orphan = _version_1_row("k-none")
+        (_, kept), = list(reparse_items([("c", orphan)], st.store))
+        assert kept["parser_version"] == 1 and kept["verdict"] == "no"
 
 
 def test_the_scorer_parses_again_an_answer_queued_by_an_earlier_parser(tmp_path):

@@ -69,3 +69,14 @@ def test_a_blank_name_or_a_non_finite_error_is_a_malformed_row(release_dir, tmp_
     res, rep = import_judged(root)
     assert len(res) == len(base) - 1 and 5 not in {r.extra["line"] for r in res}
     assert any(i.line == 5 and says in str(i) for i in rep.issues), [str(i) for i in rep.issues]
+
+
+def test_a_blank_line_costs_no_row(release_dir, tmp_path):
+    """rev26 #6: the first version of the stray-quote check took the row after a blank line (which the csv reader
+    skips) for a record over two lines, and left it out with a false note."""
+    clean, _ = _copy(release_dir, tmp_path / "a", lambda lines, h: None)
+    base, base_rep = import_judged(clean)
+    root, _ = _copy(release_dir, tmp_path / "b", lambda lines, h: lines.insert(5, "\n"))
+    res, rep = import_judged(root)
+    assert len(res) == len(base)
+    assert not any("quoted field" in str(i) for i in rep.issues), [str(i) for i in rep.issues]

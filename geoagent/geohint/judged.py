@@ -207,10 +207,12 @@ def _judged_rows(path: Path, rep: ImportReport) -> Iterator[GeoHintResult]:
                 rep.add(path, last_end + 1, f"CSV syntax error: {exc}")
                 last_end = max(reader.line_num, last_end + 1)  # the failed record took at least its own line
                 continue
-            first, line = last_end + 1, reader.line_num
-            last_end = line
-            if line > first:  # one record over several lines: a stray quote merged rows (break26 #6); the file's
-                # fields hold no line breaks, so the record is refused, not read with another row's values
+            line = last_end = reader.line_num
+            breaks = sum(v.count("\n") for v in row.values() if isinstance(v, str)) if None not in row else 0
+            if breaks:  # one record over several lines: a stray quote merged rows (break26 #6); the file's fields
+                # hold no line breaks, so the record is refused, not read with another row's values (a blank line,
+                # which the reader skips, is no such record: rev26 #6)
+                first = line - breaks
                 rep.add(path, first, f"a quoted field runs from line {first} to line {line} (a stray quote mark?): "
                                      f"lines {first}-{line} left out")
                 continue

@@ -44,7 +44,8 @@ NOT_VISIBLE = "not visible"
 # fallback quadratic (minutes for a looping answer); a number followed by a decimal comma (``0,85``) is no value (it
 # read as 0.0, the digits before the comma)
 # a second quoted value right after a field's value: '"city": "Paris" or "Lyon"', '"city": "Paris"/"Lyon"'
-_RX_OR_NEXT = re.compile(r"""["']?\s*(?:or\b|/)\s*["']""", re.I)
+# (the next quoted token a value, not the next key: '"area": "Montmartre" / "building": ...' is two fields, rev26 #7)
+_RX_OR_NEXT = re.compile(r"""["']?[ \t]*(?:or\b|/)[ \t]*(?:"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')(?![ \t]*:)""", re.I)
 #: the fields that name a place (:func:`_place_fields`)
 _PLACE_KEYS = frozenset({"city", "area", "building", "place"})
 _PAIR = re.compile(r"""["']?(?<![A-Za-z_])(?P<key>[A-Za-z_]+)["']?\s*:\s*(?:"(?P<dq>(?:[^"\\]|\\.)*)"|'(?P<sq>(?:[^'\\]|\\.)*)'|(?P<num>-?\d+(?:\.\d+)?)(?!,\d))""")
@@ -391,7 +392,9 @@ def parse_answer(text: str | None) -> ParsedAnswer:
             if _RX_OR_NEXT.match(raw, m.end()) and key in _PLACE_KEYS:  # "city": "Paris" or "Lyon": two guesses
                 ans.error = f"conflicting answers in one response ({key}: {value!r} or another)"
                 return ans
-        named.append(_place_fields({key: value}))
+        place = _place(value)
+        if place and key in _PLACE_KEYS:  # per key as written: "place" and "building" both given is no clash
+            named.append({key: place.casefold()})  # (the JSON path reads them so too: building wins; rev26 #7)
         pairs.setdefault(key, value)
     clash = _clash(named)
     if clash is not None:  # two objects or an "actually" the reader could not parse: never the first guess

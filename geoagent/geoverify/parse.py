@@ -89,8 +89,9 @@ class ParsedVerdict:
 #: parsed again from their stored text (:mod:`geoagent.geoverify.reparse`; no model call). 1: up to 2026-12-03
 #: (rows without the field); 2: the labelled ``verdict: yes|no`` form refuses the phrases that state no verdict
 #: ("Verdict: No way to tell", "no idea", "yes and no", ...), as the bare-text and JSON rules did; 3: conflicts
-#: found also in nested objects and against a standalone Yes/No opening the prose, and a quoted or bold
-#: 'verdict: "yes" or "no"' is the question, not a verdict (break26 #1-#3).
+#: found also in nested objects (of an object without a verdict of its own) and against a Yes/No standing alone at
+#: the start of the prose, and a quoted or bold 'verdict: "yes" or "no"' is the question, not a verdict (break26
+#: #1-#3, rev26).
 VERDICT_PARSER_VERSION = 3
 
 
@@ -195,8 +196,13 @@ _NO_VERDICT_PHRASE = (r"(?![ \t\"'`*_]+(?:way|idea|clue|doubt|comment|opinion|de
                       r"determination|telling|certainty|judge?ment|basis|information|info|data)\b)"
                       r"(?![ \t\"'`*_]+and[ \t]+(?:yes|no)\b)")
 # "yes/no", "yes or no" are the question, not a verdict, also quoted or in bold ('Verdict: "yes" or "no"?', break26 #1)
-_RX_VERDICT = re.compile(r"[\"']?verdict[\"']?\s*[:=][\s\"'*]*(yes|no)\b(?![\s\"'`*_]*(?:/|\bor\b))"
-                         + _NO_VERDICT_PHRASE, re.I)
+# (on the same line, and only when the other word follows: "Verdict: **No** / **Confidence:** 0.7" is a verdict, rev26)
+_RX_VERDICT = re.compile(r"[\"']?verdict[\"']?\s*[:=][\s\"'*]*(yes|no)\b"
+                         r"(?![ \t\"'`*_]*(?:/|\bor\b)[ \t\"'`*_]*(?:yes|no)\b)" + _NO_VERDICT_PHRASE, re.I)
+# a verdict word standing alone at the start of the prose around a JSON or labelled verdict ("No.\n{...}", "Yes" on
+# a line of its own), for the conflict check; not one opening a clause ("Yes, I can help with that", "No, I cannot be
+# certain": a manner of speaking, rev26 #2)
+_RX_LEAD_ALONE = re.compile(r"^[\s\"'`*_]*(yes|no)\b[\"'`*_]*\.?[ \t\"'`*_]*(?:\r?\n|\Z)", re.I)
 # a decimal comma (``0,85``) is taken with the number, which then reads as no confidence (not 0.0, the digits before it)
 _RX_CONF = re.compile(r"[\"']?confidence[\"']?\s*[:=][\s\"']*([-+]?(?:\d+(?:\.\d*|,\d+)?|\.\d+)\s*%?)", re.I)
 # a verdict word standing alone: followed (after quotes/markup on the same line) by the end of the text, a
@@ -251,8 +257,9 @@ def parse_verdict(raw: str | None) -> ParsedVerdict:
     stands alone (end of text, line break or ``.!,;:)`` after it, so not "No doubt ..." or "no-entry ...")
     and is not contradicted by the opposite word standing alone later ("No, but ... yes." fails). An object
     whose verdict keys disagree (``{"answer": "no", "verdict": "yes"}``, or one key given twice) fails the same
-    way, and so does another object (also one nested at any depth), a labelled ``verdict: yes|no`` in the prose
-    outside the objects, or a standalone ``Yes``/``No`` opening that prose, that states the opposite verdict; text
+    way, and so does another object (also a ``verdict`` nested at any depth in an object without one of its own), a
+    labelled ``verdict: yes|no`` in the prose outside the objects, or a ``Yes``/``No`` standing alone (a line of its
+    own, or "No." and a line break) at the start of that prose, that states the opposite verdict; text
     inside an object's string values (its evidence) is never read as one. ``verdict: yes or no`` and
     ``verdict: "yes"/"no"`` (quoted or in bold too) repeat the question and are no verdict.
     Confidence in percent (``"80%"`` or a number in (1, 100]) is divided by 100; anything else outside
@@ -342,16 +349,22 @@ def _keys_disagree(obj: dict[str, Any], verdict: str, repeated: tuple[tuple[str,
     return False
 
 
-def _nested_disagree(value: Any, verdict: str, limit: int = 10_000) -> bool:
-    """Whether an object nested anywhere in ``value`` (a parsed JSON value: through objects and lists) has a verdict
-    key stating the opposite of ``verdict`` (``{"analysis": {"verdict": "no"}, "final": {"verdict": "yes"}}``,
-    break26 #2). Walks at most ``limit`` values (iteratively, so no depth limit is hit)."""
-    stack = [value]
+def _nested_disagree(obj: dict[str, Any], verdict: str, limit: int = 10_000) -> bool:
+    """Whether ``obj``, a top-level object with no verdict key of its own (``verdict``, ``answer``, ``decision``),
+    holds objects nested anywhere (through objects and lists) whose ``verdict`` key states the opposite of
+    ``verdict`` (``{"analysis": {"verdict": "no"}, "final": {"verdict": "yes"}}``, break26 #2). An object with a
+    verdict key of its own is the answer, and what it nests are sub-checks (``"checks": [{"feature": "snow",
+    "answer": "no"}]``, rev26 #1); only nested ``verdict`` keys count, not ``answer`` or ``decision`` (a reasoning
+    step's answer). Walks at most ``limit`` values (iteratively, so no depth limit is hit)."""
+    if _lookup(obj, _VERDICT_KEYS)[0]:
+        return False
+    stack: list[Any] = list(obj.values())
     while stack and limit > 0:
         limit -= 1
         v = stack.pop()
         if isinstance(v, dict):
-            if _keys_disagree(v, verdict):
+            has, nested = _lookup(v, ("verdict",))
+            if has and _norm_verdict(nested, set()) not in (None, verdict):
                 return True
             stack.extend(v.values())
         elif isinstance(v, list):
@@ -360,10 +373,11 @@ def _nested_disagree(value: Any, verdict: str, limit: int = 10_000) -> bool:
 
 
 def _conflicting(text: str, verdict: str) -> bool:
-    """Whether another top-level JSON object (or a key one object gives twice), an object nested in one (at any
-    depth), a labelled ``verdict: yes|no`` in the prose outside the objects, or a standalone ``Yes``/``No`` that
-    opens that prose ("No.\n{"verdict": "yes"}", break26 #3: the bare-text rule of :func:`parse_verdict`), states
-    the opposite verdict (an ambiguous answer is a parse failure, never the first guess).
+    """Whether another top-level JSON object (or a key one object gives twice), an object nested at any depth in a
+    top-level object without a verdict of its own (:func:`_nested_disagree`), a labelled ``verdict: yes|no`` in the
+    prose outside the objects, or a ``Yes``/``No`` standing alone at the start of that prose ("No.\n{"verdict":
+    "yes"}", "No" on its own line, break26 #3; not "Yes, I can help with that", rev26 #2), states the opposite
+    verdict (an ambiguous answer is a parse failure, never the first guess).
 
     The labelled pattern is searched only outside the objects read (each complete or cut-off top-level object
     is blanked first): words inside an object's string values are the model's evidence, not a second verdict
@@ -376,7 +390,7 @@ def _conflicting(text: str, verdict: str) -> bool:
             if _keys_disagree(cand.value, verdict, cand.repeated) or _nested_disagree(cand.value, verdict):
                 return True
     seen = normalize_chars("".join(prose))
-    lead = _RX_BARE.match(seen)
+    lead = _RX_LEAD_ALONE.match(seen)
     if lead is not None and lead.group(1).lower() != verdict:
         return True
     return any(m.group(1).lower() != verdict for m in _RX_VERDICT.finditer(seen))

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from geoagent.geoverify.aggregate import scored_row_problem
 from geoagent.geoverify.parse import VERDICT_PARSER_VERSION, parse_verdict
 from geoagent.geoverify.score import scored_row
 
@@ -47,9 +48,10 @@ def reparsed_row(row: dict[str, Any], store: Any) -> dict[str, Any] | None:
 
     The text is the stored response's under ``row["request_key"]`` (the store's synchronous ``get``), else the
     row's own ``raw`` (kept with a parse failure). Every field of the row is kept except those
-    :func:`geoagent.geoverify.score.scored_row` writes; ``raw`` is kept on a row that still fails to parse and
-    dropped from one that now parses (as the scorer writes them). A row without ``finish_reason`` gets the stored
-    response's. Source of the rules: :func:`geoagent.geoverify.parse.parse_verdict`.
+    :func:`geoagent.geoverify.score.scored_row` writes; a ``raw`` the row holds is kept (it may be the only copy of
+    the text, and the export fills it in for every row: rev26 #4, #5), and a row that now fails to parse gets the
+    text as ``raw``. A row without ``finish_reason`` gets the stored response's. Source of the rules:
+    :func:`geoagent.geoverify.parse.parse_verdict`.
     """
     resp = None
     key = row.get("request_key")
@@ -63,9 +65,7 @@ def reparsed_row(row: dict[str, Any], store: Any) -> dict[str, Any] | None:
         return None
     finish = row.get("finish_reason") if "finish_reason" in row or resp is None else resp.finish_reason
     new = {**row, **scored_row(row, row["model"], parse_verdict(text), finish_reason=finish)}
-    if new["parse_ok"]:
-        new.pop("raw", None)
-    else:
+    if not new["parse_ok"]:
         new["raw"] = text
     return new
 
@@ -91,15 +91,18 @@ class Refreshed:
         if not self.stale:
             return None
         old = ", ".join(str(v) for v in self.versions)
-        one = self.stale == 1
-        text = (f"info: campaign {campaign}: {self.stale} stored answer{'' if one else 's'} read by an earlier "
-                f"verdict parser (version {old}) {'was' if one else 'were'} parsed again by version "
-                f"{VERDICT_PARSER_VERSION} from the stored text (no model call): {self.changed} changed verdict, "
-                "confidence or parse success")
+        parts = []
+        if self.reparsed:
+            one = self.reparsed == 1
+            parts.append(f"{self.reparsed} stored answer{'' if one else 's'} read by an earlier verdict parser (version "
+                         f"{old}) {'was' if one else 'were'} parsed again by version {VERDICT_PARSER_VERSION} from the "
+                         f"stored text (no model call): {self.changed} changed verdict, confidence or parse success")
         if self.no_text:
-            text += (f"; {self.no_text} without a stored text keep the earlier reading (their parser_version "
-                     "says so)")
-        return text + "."
+            one = self.no_text == 1
+            parts.append(f"{self.no_text} stored answer{'' if one else 's'} read by an earlier verdict parser (version "
+                         f"{old}) {'has' if one else 'have'} no stored text and keep{'s' if one else ''} that reading "
+                         "(its parser_version in the export says so)")
+        return f"info: campaign {campaign}: " + "; ".join(parts) + "."
 
 
 def refresh_stored_rows(store: Any, table: str) -> Refreshed:
@@ -112,14 +115,19 @@ def refresh_stored_rows(store: Any, table: str) -> Refreshed:
     Raises
     ------
     geoagent.runtime.store.StoredRowError
-        A row's JSON cannot be read (the store names the file, table and key).
+        A row's JSON cannot be read, or a stale row is no scored row (a field missing or of the wrong type:
+        :func:`geoagent.geoverify.aggregate.scored_row_problem`); the store names the file, table and key.
     """
     out = Refreshed()
     versions: set[int] = set()
     batch: list[tuple[str, dict[str, Any]]] = []
     for key, row in store.iter_results(table):
-        if not isinstance(row, dict) or "model" not in row or not is_stale(row):
+        if not isinstance(row, dict) or not is_stale(row):
             continue
+        problem = scored_row_problem(row)
+        if problem is not None:  # damaged outside geoagent: named as the report's reading would (rev26 #8)
+            make = getattr(store, "row_error", None)
+            raise make(table, key, problem) if callable(make) else ValueError(f"table {table!r}, row {key!r}: {problem}")
         out.stale += 1
         versions.add(row_parser_version(row))
         new = reparsed_row(row, store)
@@ -143,8 +151,8 @@ def reparse_items(items: Iterable[tuple[str, dict[str, Any]]], store: Any) -> It
     row without a text found stays as it is); nothing is written. The export's view of a store not yet refreshed
     by a run."""
     for key, row in items:
-        if isinstance(row, dict) and "model" in row and is_stale(row):
+        if isinstance(row, dict) and is_stale(row) and scored_row_problem(row) is None:
             new = reparsed_row(row, store)
-            if new is not None:
-                row = new
+            # a row without a text found keeps its reading, and says which parser read it (1 when it has no field)
+            row = new if new is not None else {**row, "parser_version": row_parser_version(row)}
         yield key, row

@@ -43,8 +43,8 @@ Small n: a band's d' whose decoy trials in the band, or the signal trials behind
 :data:`SMALL_N_MARK` in Markdown and the terminal, and so is a delta_1 at such a band; a line per model below
 the table names the bands and counts (:func:`small_n_warnings`). The CSV has ``small n`` in the d' row's
 ``<model>_text`` cell and a text row ``delta_1 small n`` after delta_1 when any column has a flagged band: ``yes``
-exactly where the table's delta_1 cell carries the mark (:func:`delta_1_marked`; a plain ``none``, none in the data
-and in every site resample, carries none and reads ``no``), ``no`` elsewhere; the Markdown table says so
+exactly where the table's delta_1 cell carries the mark (:func:`delta_1_marked`, a rule of trial counts: a ``none``
+shown without a range carries it too), ``no`` elsewhere; the Markdown table says so
 (:data:`DELTA_SMALL_N_DEFINITION`). The statistics themselves are unchanged. † is about trials only: a value shown without brackets in
 a run with a site bootstrap (e.g. a nearest-band d' whose decoys come from fewer than 5 sites) is named, with the
 reason that applies, under a line giving every reason an interval is withheld (:func:`withheld_lines`).
@@ -339,7 +339,7 @@ def small_n_warnings(scores: Mapping[str, ModelScores]) -> list[str]:
             continue
         small_decoy = [b for b in flagged if sc.band(b).n < SMALL_N_TRIALS]
         decoys = ", ".join(f"{_band_title(b)} ({count_text(sc.band(b).n, 'decoy trial')})" for b in small_decoy)
-        # said only where the delta_1 cell is marked (a plain none is not: delta_1_marked)
+        # said where the delta_1 cell is marked (delta_1_marked: a rule of trial counts, a none without a range too)
         tail = ("" if not delta_1_marked(sc) else "; delta_1 = none (no band reaches d' = 1) rests on these too"
                 if sc.delta_1 is None else f"; delta_1 = {_delta_label(sc.delta_1)} rests on it")
         if sc.n_signal < SMALL_N_TRIALS:  # every band with trials is flagged through H
