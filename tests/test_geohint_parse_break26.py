@@ -53,3 +53,12 @@ def test_a_slash_before_the_next_field_or_place_beside_building_is_no_conflict(t
     building)."""
     got = parse_answer(text)
     assert (got.ok, got.city, got.area, got.building) == (True, city, area, building), got
+
+
+def test_a_label_before_the_key_hides_neither_the_field_nor_a_correction():
+    """rev26 #7: the pattern reader took 'Final: "city"' as the pair Final: city, consuming the real key, so a
+    correction after a label ("maybe Lyon ... Final: Paris") kept the first guess."""
+    got = parse_answer('maybe "city": "Lyon"? ... Final: "city": "Paris", "area": "7e"')
+    assert not got.ok and got.error == "conflicting answers in one response (city: 'lyon' vs 'paris')", got
+    got = parse_answer('Answer: "city": "Paris", "area": "Marais"')
+    assert (got.ok, got.city, got.area) == (True, "Paris", "Marais"), got

@@ -76,3 +76,38 @@ def test_a_truth_label_its_arm_and_band_contradict_refuses_the_table(tmp_path, r
     text = str(err.value)
     assert text.startswith("verify_trials.csv: 1 trial(s) whose truth label disagrees with their arm and band") \
         and f"({where}) labelled {row[1]!r}" in text, text
+
+
+def test_raw_records_are_checked_as_the_table_is(tmp_path):
+    """rev26 #12: trials a replay rebuilds from raw records (answers of trials the table lacks) were not checked:
+    an arm 'Main' or a decoy labelled yes was planned and then counted in no rate, or in the wrong one."""
+    import json
+
+    from geoagent.data.importer import ImportReport, read_raw_jsonl
+    from geoagent.data.model import ARM_MAIN
+    from geoagent.geoverify.plan import check_band_truth
+
+    path = tmp_path / "raw.jsonl"
+    base = {"trial_id": "1|main|X", "model": "m", "raw": "yes", "image_id": "1", "site": "s1", "cand": "X"}
+    recs = [{**base, "arm": "main", "band": "signal", "truth": "yes"},
+            {**base, "trial_id": "2|Main|X", "arm": "Main", "band": "signal", "truth": "yes"},
+            {**base, "trial_id": "3|main|X", "arm": "main", "band": "0.15-0.30km", "truth": "no"},
+            {**base, "trial_id": "4|main|X", "arm": "main", "band": "signal", "truth": "maybe"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
+    rep = ImportReport()
+    got = list(read_raw_jsonl(path, rep))
+    assert [r.trial_id for r in got] == ["1|main|X"]
+    assert [(i.line, i.reason.split(":")[0]) for i in rep.issues] == [(2, "column 'arm'"), (3, "column 'band'"),
+                                                                       (4, "'truth'")], [str(i) for i in rep.issues]
+    # a trial rebuilt from the kept record with a truth its band contradicts: refused at planning
+    with pytest.raises(ValueError, match="the raw answers: 1 trial"):
+        check_band_truth(_trials_of(got, ARM_MAIN, truth="no"), source="the raw answers")
+
+
+def _trials_of(raw, arm, *, truth):
+    """VerifyTrial objects as the replay rebuilds them from raw records (geoverify.stages.release_replay_plan)."""
+    from geoagent.data.model import VerifyTrial
+
+    return [VerifyTrial(image_id=r.image_id, site_id=r.site_id, arm=arm, cand=r.cand, img_lat=0.0, img_lon=0.0,
+                        cand_lat=None, cand_lon=None, referenceability=None, d_km=None, band=r.band, truth=truth,
+                        continent=None, path=None, image_ref=None) for r in raw]

@@ -438,6 +438,13 @@ def _raw_record(d: Any) -> RawVerifyResponse:
 
     err = d.get("error")
     image_id = d.get("image_id")
+    arm, band, truth = d.get("arm"), d.get("band"), d.get("truth")
+    if arm is not None or band is not None:  # trial fields a replay may rebuild its trial from (rev26 #12)
+        if not isinstance(arm, str) or not isinstance(band, (str, type(None))):
+            raise RowError(f"'arm' must be a string and 'band' a string or null, got {arm!r} and {band!r}")
+        _check_arm_band(arm, band)
+    if truth is not None and truth not in ("yes", "no"):
+        raise RowError(f"'truth': expected yes/no, got {truth!r}")
     return RawVerifyResponse(
         trial_id=trial_id,
         model=model,
@@ -449,10 +456,10 @@ def _raw_record(d: Any) -> RawVerifyResponse:
         ts=float(d["ts"]) if isinstance(d.get("ts"), (int, float)) else None,
         image_id=None if image_id is None else _image_id(image_id),
         site_id=d.get("site"),
-        arm=d.get("arm"),
-        band=d.get("band"),
+        arm=arm,
+        band=band,
         cand=d.get("cand"),
-        truth=d.get("truth"),
+        truth=truth,
         d_km=float(d["d_km"]) if isinstance(d.get("d_km"), (int, float)) else None,
         referenceability=float(d["fam"]) if isinstance(d.get("fam"), (int, float)) else None,
     )

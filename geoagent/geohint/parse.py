@@ -48,7 +48,9 @@ NOT_VISIBLE = "not visible"
 _RX_OR_NEXT = re.compile(r"""["']?[ \t]*(?:or\b|/)[ \t]*(?:"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')(?![ \t]*:)""", re.I)
 #: the fields that name a place (:func:`_place_fields`)
 _PLACE_KEYS = frozenset({"city", "area", "building", "place"})
-_PAIR = re.compile(r"""["']?(?<![A-Za-z_])(?P<key>[A-Za-z_]+)["']?\s*:\s*(?:"(?P<dq>(?:[^"\\]|\\.)*)"|'(?P<sq>(?:[^'\\]|\\.)*)'|(?P<num>-?\d+(?:\.\d+)?)(?!,\d))""")
+# a quoted "value" followed by a colon is the next key ('Final: "city": "Paris"' is the pair city: Paris, not
+# Final: city, which hid the correction after a label: rev26 #7)
+_PAIR = re.compile(r"""["']?(?<![A-Za-z_])(?P<key>[A-Za-z_]+)["']?\s*:\s*(?:"(?P<dq>(?:[^"\\]|\\.)*)"(?!\s*:)|'(?P<sq>(?:[^'\\]|\\.)*)'(?!\s*:)|(?P<num>-?\d+(?:\.\d+)?)(?!,\d))""")
 
 
 @dataclass(slots=True)

@@ -346,6 +346,8 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
         check_band_truth(release.trials, source=str(release.trials_file or "the release's trial table"))
         trials, notes = unique_trials(release.trials, source=release.trials_file, lines=lines)
         replay_trials, pairs, recorded = release_replay_plan(release)
+        # the trials rebuilt from raw records (rev26 #12: unchecked before) by the same rule as the table's
+        check_band_truth(replay_trials, source="the trials of the recorded raw GeoVerify answers")
         # the same check on the replayed trials (the table's, in file order, then any rebuilt from raw records)
         by_line = sorted(replay_trials, key=lambda t: (lines.get(t.trial_id, float("inf")), t.trial_id))
         kept_replay, more = unique_trials(by_line, source=release.trials_file, lines=lines)
