@@ -25,6 +25,7 @@ from typing import Any
 from geoagent.geoverify.aggregate import scored_row_problem
 from geoagent.geoverify.parse import VERDICT_PARSER_VERSION, parse_verdict
 from geoagent.geoverify.score import scored_row
+from geoagent.runtime.scope import ScoredScope
 
 #: rows written per batch by :func:`refresh_stored_rows`
 BATCH = 1000
@@ -119,15 +120,13 @@ def refresh_stored_rows(store: Any, table: str) -> Refreshed:
         :func:`geoagent.geoverify.aggregate.scored_row_problem`); the store names the file, table and key.
     """
     out = Refreshed()
+    checker = ScoredScope(None, table=table, check=scored_row_problem)  # the report's row check and its error
     versions: set[int] = set()
     batch: list[tuple[str, dict[str, Any]]] = []
     for key, row in store.iter_results(table):
         if not isinstance(row, dict) or not is_stale(row):
             continue
-        problem = scored_row_problem(row)
-        if problem is not None:  # damaged outside geoagent: named as the report's reading would (rev26 #8)
-            make = getattr(store, "row_error", None)
-            raise make(table, key, problem) if callable(make) else ValueError(f"table {table!r}, row {key!r}: {problem}")
+        checker.checked(store, key, row)  # damaged outside geoagent: named as the report's reading would (rev26 #8)
         out.stale += 1
         versions.add(row_parser_version(row))
         new = reparsed_row(row, store)
