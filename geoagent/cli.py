@@ -365,23 +365,19 @@ def _cmd_dead(args: argparse.Namespace) -> int:
 
 def _other_campaigns_export(cfg: Any, folder: Path) -> str | None:
     """Why ``folder`` must not take ``cfg``'s export, or None: it holds a Parquet file of a table this campaign's
-    export writes (``model_responses``, ``spend``, and its kind's: ``geoverify_scored``, ``geohint_scored``,
-    ``results`` or a crawl's tables) that another campaign's export wrote (its
+    export writes (:meth:`geoagent.engine.CampaignKind.exported_tables`: ``model_responses``, ``spend`` and its
+    kind's, e.g. ``geoverify_scored`` or a crawl's tables) that another campaign's export wrote (its
     metadata :data:`geoagent.runtime.export.PARQUET_CAMPAIGN_KEY` names another campaign), or one that names no
     campaign (written elsewhere, or by an export before the key existed): this export's file of that name would
     replace it. The same campaign's earlier export is replaced, as a re-export in the state folder is."""
     import polars as pl
 
-    from geoagent.crawl.export import CRAWL_DECISIONS_TABLE, crawl_table_schemas
-    from geoagent.runtime.export import PARQUET_CAMPAIGN_KEY, RESPONSES_TABLE, SPEND_TABLE, TABLE_SCHEMAS
+    from geoagent.engine import load_kind
+    from geoagent.runtime.export import PARQUET_CAMPAIGN_KEY
 
     # only the tables this campaign's export writes are named (walk26 D2: a GeoHint export was refused for a
     # geoverify_scored.parquet it would never write, while its real clash, model_responses, went unnamed)
-    kind = getattr(getattr(cfg, "campaign", None), "kind", None)
-    own = {"geoverify": {"geoverify_scored"}, "geohint": {"geohint_scored"}, "generic": {"results"},
-           "crawl": {CRAWL_DECISIONS_TABLE, *crawl_table_schemas()}}.get(kind)
-    names = {RESPONSES_TABLE, SPEND_TABLE, *(own if own is not None else
-                                             {CRAWL_DECISIONS_TABLE, *TABLE_SCHEMAS, *crawl_table_schemas()})}
+    names = load_kind(cfg.campaign.kind).exported_tables()
     for path in sorted(folder.glob("*.parquet")):
         if path.stem not in names:
             continue

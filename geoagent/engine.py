@@ -218,6 +218,15 @@ class CampaignKind(abc.ABC):
     #: (:data:`geoagent.runtime.export.TABLE_SCHEMAS`): a campaign with no answer yet still writes them
     results_tables: tuple[str, ...] = ()
 
+    def exported_tables(self) -> frozenset[str]:
+        """Names (file stems) of the Parquet tables :meth:`export` writes whatever the store holds: the stored
+        model responses, the spend table and :attr:`results_tables`. ``run.py export --out DIR`` refuses a folder
+        holding another campaign's file of one of these names (``geoagent.cli``). Kinds exporting tables of their
+        own (a crawl) add them."""
+        from geoagent.runtime.export import RESPONSES_TABLE, SPEND_TABLE
+
+        return frozenset({RESPONSES_TABLE, SPEND_TABLE, *self.results_tables})
+
     def export(self, cfg: Any, store: Any, out_dir: str | Path | None = None) -> list[Any]:
         """Write the campaign's results as Parquet and CSV (end of a run and ``run.py export``); return the
         :class:`~geoagent.runtime.export.ExportedTable` list. Default: every results table of the response

@@ -150,3 +150,30 @@ def test_only_the_tables_this_export_writes_are_named(tmp_path, monkeypatch, cap
     err = capsys.readouterr().err
     assert "it holds model_responses.parquet, a file no export of this campaign wrote" in err, err
     assert "geoverify_scored" not in err, err
+
+
+def test_each_kinds_exported_tables_cover_what_its_export_writes(crawl_cfg, tmp_path, monkeypatch, capsys):
+    """The clash check reads the names from the campaign kind (:meth:`CampaignKind.exported_tables`), not from a
+    table of its own in the CLI: every Parquet file a real export of a kind writes is among them (the generic
+    campaign's and the sandbox crawl's; GeoVerify's and GeoHint's scored tables are their ``results_tables``)."""
+    from geoagent.engine import load_kind
+    from geoagent.geohint.stages import SCORED_TABLE as GEOHINT_SCORED
+    from geoagent.geoverify.stages import SCORED_TABLE as GEOVERIFY_SCORED
+
+    root, cfg = crawl_cfg
+    out = root / "kind-tables"
+    assert main(["export", cfg, "--out", str(out)]) == 0
+    written = {p.stem for p in out.glob("*.parquet")}
+    assert "sites" in written and "spend" in written, written
+    assert written <= load_kind("crawl").exported_tables(), written - load_kind("crawl").exported_tables()
+
+    monkeypatch.chdir(tmp_path)
+    g = generic_campaign(tmp_path, name="kind-tables", n=2, models=model_table("m"), cap_usd=1.0)
+    assert main(["run", str(g), "--no-live"]) == 0
+    gout = tmp_path / "generic-out"
+    assert main(["export", str(g), "--out", str(gout)]) == 0
+    written = {p.stem for p in gout.glob("*.parquet")}
+    assert {"results", "model_responses", "spend"} <= written <= load_kind("generic").exported_tables(), written
+    assert GEOVERIFY_SCORED in load_kind("geoverify").exported_tables()
+    assert GEOHINT_SCORED in load_kind("geohint").exported_tables()
+    assert GEOVERIFY_SCORED not in load_kind("geohint").exported_tables()

@@ -164,6 +164,13 @@ class CrawlCampaign(CampaignKind):
         self._trials_note = trials["note"]
         return [_write_summary(cfg, svc, outcome.status, trials, watching=False)]
 
+    def exported_tables(self) -> frozenset[str]:
+        """:meth:`CampaignKind.exported_tables` and the crawl's own tables (its decision log and
+        :func:`geoagent.crawl.export.crawl_table_schemas`)."""
+        from geoagent.crawl.export import CRAWL_DECISIONS_TABLE, crawl_table_schemas
+
+        return super().exported_tables() | {CRAWL_DECISIONS_TABLE, *crawl_table_schemas()}
+
     def export(self, cfg: Any, store: Any, out_dir: str | Path | None = None) -> list[Any]:
         """The crawl's tables (city pool, sites, images, image audit, candidate referenceability, ladders,
         audit logs, the crawl's decision log) as Parquet and CSV under ``state/<campaign>/export/``

@@ -197,6 +197,7 @@ class GeoHintCampaign(CampaignKind):
     """GeoHint (seed 000 Sec. 4, 6): where was this photo taken, given a true but coarse hint."""
 
     kind = "geohint"
+    results_tables = (SCORED_TABLE,)
 
     def scored_rows(self, ctx: StageContext) -> tuple[str, str, str | None, Any] | None:
         """:meth:`CampaignKind.scored_rows`: the scorer's rows (table ``geohint_scored``, one per task of its input
@@ -464,7 +465,7 @@ class GeoHintCampaign(CampaignKind):
         scope = scored_scope(read_plan_keys(cfg.state_dir()))
         return export_all(store, out_dir or cfg.state_dir(), hooks={SCORED_TABLE: export_rows(scope, store)},
                           checks={SCORED_TABLE: functools.partial(scope.checked, store)}, cfg=cfg,
-                          tables=(SCORED_TABLE,))
+                          tables=self.results_tables)
 
     def answer_quality(self, cfg: Any, ctx: StageContext) -> dict[str, Any]:
         """:meth:`CampaignKind.answer_quality` from the aggregate :meth:`report` made: per model, every scored

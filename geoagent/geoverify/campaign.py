@@ -32,7 +32,13 @@ from geoagent.data.store import data_db_path
 from geoagent.engine import CampaignKind
 from geoagent.geoverify.aggregate import GeoVerifyAggregator
 from geoagent.geoverify.plan import plan_campaign, settings_of
-from geoagent.geoverify.stages import SERVICE_LIVE_MISSING, SERVICE_PLAN_KEYS, ScoredScope, geoverify_stages
+from geoagent.geoverify.stages import (
+    SCORED_TABLE,
+    SERVICE_LIVE_MISSING,
+    SERVICE_PLAN_KEYS,
+    ScoredScope,
+    geoverify_stages,
+)
 from geoagent.runtime.stage import Message, Stage, StageContext
 from geoagent.scoring.sdt import POOLED
 from geoagent.scoring.truncation import LEGEND_LINE as TRUNCATION_LEGEND
@@ -160,6 +166,7 @@ class GeoVerifyCampaign(CampaignKind):
     """GeoVerify (seed 000 Sec. 5): claim verification scored with signal detection theory."""
 
     kind = "geoverify"
+    results_tables = (SCORED_TABLE,)
 
     def scored_rows(self, ctx: StageContext) -> tuple[str, str, str | None, Any] | None:
         """:meth:`CampaignKind.scored_rows`: the scorer's rows (table ``geoverify_scored``, one per task of its
@@ -369,7 +376,7 @@ class GeoVerifyCampaign(CampaignKind):
                           hooks={SCORED_TABLE: lambda rows: scope.mark(reparse_items(rows, store),
                                                                        reason_column="left_out")},
                           checks={SCORED_TABLE: functools.partial(scope.checked, store)}, cfg=cfg,
-                          tables=(SCORED_TABLE,))
+                          tables=self.results_tables)
 
     def params_mix(self, cfg: Any, ctx: StageContext) -> dict[str, list[tuple[dict[str, Any], int]]]:
         """:meth:`CampaignKind.params_mix` over the answers the report scores (the current plan's, each once)."""
