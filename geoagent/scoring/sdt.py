@@ -79,7 +79,7 @@ import numpy as np
 import polars as pl
 
 from geoagent.data.model import ARM_BLANK, ARM_MAIN, ARM_MISMATCH, BAND_SIGNAL, DECOY_BAND_LABELS
-from geoagent.textfmt import fixed_text
+from geoagent.textfmt import count_text, fixed_text
 
 POOLED = "pooled"
 CONF_HIGH = 0.8
@@ -516,10 +516,17 @@ def _sites_per_statistic(n: np.ndarray, bands: list[str]) -> dict[str, int]:
 def readout(
     near_dprime: float, far_dprime: float, f_main: float, f_mismatch: float | None, f_blank: float | None,
     *, n_mismatch: int | None = None, n_blank: int | None = None,
+    unparsed_mismatch: int = 0, unparsed_blank: int = 0,
 ) -> Readout:
-    """Pre-registered read-out of Sec. 5.4 (thresholds as module constants). Control F None = arm not run.
+    """Pre-registered read-out of Sec. 5.4 (thresholds as module constants). Control F None (or NaN): no parsed
+    answer of that arm, read as "not run" unless ``unparsed_mismatch`` / ``unparsed_blank`` (answers of the arm
+    that did not parse) is positive: then the note says the arm ran and its F is undefined, with that count.
     ``no data`` (not ``inconclusive``) when both d' are NaN: nothing to read the outcome from. A reason naming a
     d' that is NaN (one band unmeasured) says ``undefined (no parsed answers)``, never ``nan``.
+
+    Numbers in a reason are printed with enough decimals to show the side of the threshold they are on (two for
+    d', one for a percentage, more when that rounds onto the threshold: "d' 2.004 > 2", not "2.00 > 2"), and
+    never as ``-0.00``.
 
     ``n_mismatch`` / ``n_blank``: parsed control trials behind ``f_mismatch`` / ``f_blank`` (None = not
     known). A control check that makes the verdict ``invalid`` from fewer than :data:`SMALL_N_TRIALS` trials
@@ -536,7 +543,8 @@ def readout(
                 "the read-out rests on few trials)")
 
     if f_mismatch is not None and not math.isnan(f_mismatch) and f_mismatch > MISMATCH_F_MAX:
-        reasons.append(f"swapped-image control F {f_mismatch:.1%} > {MISMATCH_F_MAX:.0%}"
+        reasons.append(f"swapped-image control F {_beside(f_mismatch, MISMATCH_F_MAX, 1, percent=True)} > "
+                       f"{MISMATCH_F_MAX:.0%}"
                        + few(n_mismatch, "swapped-image"))
     if (
         f_blank is not None
@@ -544,29 +552,44 @@ def readout(
         and not math.isnan(f_main)
         and abs(f_blank - f_main) <= BLANK_F_MIN_GAP + 1e-9
     ):
-        reasons.append(f"gray-field control F {f_blank:.1%} within 5 points of main-arm F {f_main:.1%}"
+        reasons.append(f"gray-field control F {fixed_text(100 * f_blank, 1)}% within 5 points of main-arm F "
+                       f"{fixed_text(100 * f_main, 1)}%"
                        + few(n_blank, "gray-field"))
     if reasons:
         return Readout("invalid", tuple(reasons), small_n=small)
     notes = []
-    if f_mismatch is None or (isinstance(f_mismatch, float) and math.isnan(f_mismatch)):
-        notes.append("swapped-image control not run")
-    if f_blank is None or (isinstance(f_blank, float) and math.isnan(f_blank)):
-        notes.append("gray-field control not run")
+    for f, unparsed, what in ((f_mismatch, unparsed_mismatch, "swapped-image"), (f_blank, unparsed_blank, "gray-field")):
+        if f is None or (isinstance(f, float) and math.isnan(f)):
+            notes.append(f"{what} control F undefined: none of its {count_text(unparsed, 'answer')} parsed"
+                         if unparsed else f"{what} control not run")
     if not math.isnan(near_dprime) and near_dprime > UNINFORMATIVE_NEAR_DPRIME:
-        return Readout("uninformative", (f"nearest-band d' {near_dprime:.2f} > 2", *notes))
+        return Readout("uninformative", (f"nearest-band d' {_beside(near_dprime, UNINFORMATIVE_NEAR_DPRIME, 2)} > 2",
+                                         *notes))
     if (
         not math.isnan(near_dprime)
         and not math.isnan(far_dprime)
         and near_dprime < INFORMATIVE_NEAR_DPRIME
         and far_dprime > INFORMATIVE_FAR_DPRIME
     ):
-        return Readout("informative", (f"nearest-band d' {near_dprime:.2f} < 0.5, farthest {far_dprime:.2f} > 1.5", *notes))
+        return Readout("informative", (f"nearest-band d' {_beside(near_dprime, INFORMATIVE_NEAR_DPRIME, 2)} < 0.5, "
+                                       f"farthest {_beside(far_dprime, INFORMATIVE_FAR_DPRIME, 2)} > 1.5", *notes))
     if math.isnan(near_dprime) and math.isnan(far_dprime):
         return Readout(READOUT_NO_DATA, ("nearest- and farthest-band d' undefined: no (or too few) parsed answers "
                                          "(signal and decoy trials) in the main arm", *notes))
     return Readout("inconclusive", (f"nearest-band d' {_dprime_text(near_dprime)}, farthest-band d' "
                                     f"{_dprime_text(far_dprime)}", *notes))
+
+
+def _beside(x: float, threshold: float, decimals: int, *, percent: bool = False) -> str:
+    """``x`` for a reason that compares it with ``threshold``: ``decimals`` decimals (of a percentage when
+    ``percent``, without the sign), more (up to 4 more) while it would print as the threshold itself, so the
+    printed number is on the side the reason states; never ``-0.00`` (:func:`geoagent.textfmt.fixed_text`)."""
+    scale = 100.0 if percent else 1.0
+    for d in range(decimals, decimals + 5):
+        text = fixed_text(x * scale, d)
+        if text != fixed_text(threshold * scale, d):
+            break
+    return text + ("%" if percent else "")
 
 
 def _dprime_text(d: float) -> str:
@@ -629,6 +652,11 @@ def _rate_counts(name: str, yes: np.ndarray, n: np.ndarray, bands: list[str]) ->
     return None if j is None else (int(yes[j]), int(n[j]))
 
 
+def _unparsed(cells: pl.DataFrame, arm: str) -> int:
+    """Answers of control arm ``arm`` in ``cells`` that did not parse (``n_fail``)."""
+    return int(cells.filter(pl.col("arm") == arm)["n_fail"].sum()) if cells.height else 0
+
+
 def _score_one(
     model: str,
     cells: pl.DataFrame,
@@ -667,6 +695,8 @@ def _score_one(
         controls[ARM_BLANK][2] if controls[ARM_BLANK][0] else None,
         n_mismatch=controls[ARM_MISMATCH][0],
         n_blank=controls[ARM_BLANK][0],
+        unparsed_mismatch=_unparsed(cells, ARM_MISMATCH),
+        unparsed_blank=_unparsed(cells, ARM_BLANK),
     )
     ci: dict[str, tuple[float, float]] = {}
     ci_n: dict[str, int] = {}
