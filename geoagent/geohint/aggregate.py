@@ -71,6 +71,12 @@ Row rules (checked against the paper and the release's analysis scripts):
   the release's judged sample holds no zero error); how many were dropped is kept per cell
   (:attr:`Cell.n_zero_err`, finer than city, Table 5) and per slope fit (:attr:`GeoHintAggregator.zero_err`,
   Tables 6-7) so the report can say so;
+* a context answer whose hint distance is 0 km (a reference point at the site: the protocol's ladder bands start
+  at 0.5 km, seed 000 Sec. 3, so only a ladder of another design holds one) is left out of Table 5 (the geometric
+  mean of d_ref and err/d_ref need d_ref > 0) and of the slope fits of Tables 6-7 (the "beta if reciting" endpoint,
+  log10 d_ref, is undefined there, and the fits share its rows); counted per cell (:attr:`Cell.n_zero_dref`) and
+  per slope fit (:attr:`GeoHintAggregator.zero_dref`) for the report's notes (break27 #1: dropped unsaid). Such an
+  answer still counts in hit, echo and the other shares;
 * an answer that did not geocode (``resolved_level`` ``"none"``) counts as a response (neither hit nor echo
   where it has no verdict) and in :attr:`Cell.n_none`, which the report shows as the unresolved share;
 * hit (Sec. 4.2), echo (Sec. 6.2.1) and the building-level share count every response, parse failures of
@@ -153,6 +159,8 @@ class Cell:
     n_parse_fail: int = 0
     #: finer-than-city answers with a hint distance and err_km == 0: left out of Table 5 (no logarithm)
     n_zero_err: int = 0
+    #: finer-than-city answers with a hint distance of 0 km: left out of Table 5 (no logarithm of d_ref)
+    n_zero_dref: int = 0
     fine_dref_n: int = 0
     fine_log_dref: float = 0.0
     fine_log_err: float = 0.0
@@ -193,6 +201,8 @@ class Cell:
                 self.ratios.append(r.error_km / r.dist_km)
             elif r.dist_km is not None and r.dist_km > 0 and r.error_km == 0:
                 self.n_zero_err += 1
+            elif r.dist_km == 0:
+                self.n_zero_dref += 1
         if r.condition in CHECKLIST_CONDITIONS:
             if not answer_text_read(r):
                 # a judged file's row: no text, so no evidence object to count and no parse to judge; Table 11
@@ -209,7 +219,7 @@ class Cell:
 
     def merge(self, o: "Cell") -> "Cell":
         for name in ("n", "hits", "echo_n", "echoes", "n_building", "n_fine", "n_city", "n_none", "n_parse_fail",
-                     "n_zero_err", "fine_dref_n", "fine_log_dref", "fine_log_err", "evidence_present", "evidence_parsed",
+                     "n_zero_err", "n_zero_dref", "fine_dref_n", "fine_log_dref", "fine_log_err", "evidence_present", "evidence_parsed",
                      "n_unparseable", "n_text_unread"):
             setattr(self, name, getattr(self, name) + getattr(o, name))
         self.ratios.extend(o.ratios)
@@ -483,6 +493,9 @@ class GeoHintAggregator:
         #: (site, model, condition, fine_only) -> context answers with a hint distance left out of the slope
         #: fits (Tables 6-7) because err_km == 0 (log undefined; module doc)
         self.zero_err: dict[tuple[str, str, str, bool], int] = {}
+        #: (site, model, condition, fine_only) -> context answers left out of the slope fits (Tables 6-7) because
+        #: their hint distance is 0 km (module doc)
+        self.zero_dref: dict[tuple[str, str, str, bool], int] = {}
 
     # --- updating ---------------------------------------------------------------------------
     def _echo_of(self, r: GeoHintResult) -> tuple[bool | None, str | None]:
@@ -555,6 +568,10 @@ class GeoHintAggregator:
             for fine in (False, True) if r.resolved_level in FINE_LEVELS else (False,):
                 zk = (r.site, r.model, r.condition, fine)
                 self.zero_err[zk] = self.zero_err.get(zk, 0) + 1
+        elif r.has_context and r.dist_km == 0 and r.error_km is not None and math.isfinite(float(r.error_km)):
+            for fine in (False, True) if r.resolved_level in FINE_LEVELS else (False,):
+                zk = (r.site, r.model, r.condition, fine)
+                self.zero_dref[zk] = self.zero_dref.get(zk, 0) + 1
         if not r.has_context or r.band is not None:  # every no-context condition (v1_baseline too), every band
             ik = (r.site, r.image_id, r.model, r.band if r.has_context else None)
             ic = self.image_counts.setdefault(r.condition, {}).get(ik)
@@ -732,6 +749,14 @@ class GeoHintAggregator:
         err_km == 0 (log10 undefined; no floor in the paper or the release)."""
         ms = None if models is None else set(models)
         return sum(v for (s, m, c, f), v in self.zero_err.items()
+                   if c == condition and f == fine_only and (ms is None or m in ms) and (sites is None or s in sites))
+
+    def n_zero_dref(self, *, condition: str, models: Iterable[str] | None = None, sites: set[str] | None = None,
+                    fine_only: bool = False) -> int:
+        """Context answers of ``condition`` (``models``/``sites``: None = all) with an error (km, finite) left out
+        of the slope fits because their hint distance is 0 km (module doc)."""
+        ms = None if models is None else set(models)
+        return sum(v for (s, m, c, f), v in self.zero_dref.items()
                    if c == condition and f == fine_only and (ms is None or m in ms) and (sites is None or s in sites))
 
     def paired(

@@ -930,6 +930,7 @@ def table5(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
     rows = []
     zeros = []
     with_zeros = []  # per regime: the median ratios with the err = 0 answers counted (ratio 0), by band
+    zero_dref: list[tuple[str, int]] = []  # per regime: finer-than-city answers with a hint distance of 0 km
     for regime, sites in ((ILLEGIBLE, groups[ILLEGIBLE]), (LEGIBLE, groups[LEGIBLE]), ("all", None)):
         label = f"{regime} ({count_text(len(sites), 'site')})" if sites is not None else f"all sites ({len(agg.sites)})"
         medians = []
@@ -938,6 +939,7 @@ def table5(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
             rows.append([label, b, c.fine_dref_n, c.geo_mean_dref_km, c.geo_mean_err_km, c.median_ratio])
             medians.append((c.n_zero_err, c.fine_dref_n + c.n_zero_err, c.median_ratio_with_zeros))
         zeros.append(f"{regime} {agg.select(sites=sites, condition=condition).n_zero_err}")
+        zero_dref.append((regime, agg.select(sites=sites, condition=condition).n_zero_dref))
         if any(z for z, _n, _m in medians):
             with_zeros.append(f"{regime} " + " / ".join(_fmt(m, "f2") for _z, _n, m in medians)
                               + f" (n {' / '.join(str(n) for _z, n, _m in medians)})")
@@ -950,8 +952,9 @@ def table5(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
         ["Regime", "Band", "n", "d_ref (km)", "err (km)", "Median ratio"],
         ["text", "text", "int", "f2", "f2", "f2"],
         rows,
-        _join_notes(zero_err_note("finer-than-city answers", zeros) + counted, regime_note(agg, baseline),
-                    no_regime_note(agg, baseline)),
+        _join_notes(zero_err_note("finer-than-city answers", zeros) + counted,
+                    zero_dref_note("finer-than-city answers", zero_dref, "its logarithm and the ratio err/d_ref are"),
+                    regime_note(agg, baseline), no_regime_note(agg, baseline)),
     )
 
 
@@ -964,6 +967,22 @@ def zero_err_note(what: str, counts: Sequence[str]) -> str:
             f"analysis), {what}: " + ", ".join(counts) + ". The distance statistics here therefore describe only "
             "answers with a nonzero error (err > 0 km). The paper states no rule for err = 0 km (Sec. 6.2 fits log10 err_km "
             "\"using every response\"); this one is the release analysis's (error_km > 0).")
+
+
+#: what a hint distance of 0 km leaves undefined in the slope tables (:func:`zero_dref_note`)
+_RECITE_UNDEFINED = "'beta if reciting' (log10 d_ref), fitted on the same rows, is"
+
+
+def zero_dref_note(what: str, counts: Sequence[tuple[str, int]], undefined: str) -> str:
+    """The notes' sentence on answers left out because their hint distance d_ref is 0 km (a reference point at
+    the site), or "" when ``counts`` (``(group, n)``) are all 0. ``undefined``: what d_ref = 0 leaves undefined
+    in that table (e.g. "'beta if reciting' (log10 d_ref) is"). The protocol's ladder bands start at 0.5 km (seed
+    000 Sec. 3), so only a ladder of another design holds such a point (break27 #1: dropped unsaid)."""
+    if not any(n for _group, n in counts):
+        return ""
+    return (f"Left out because the hint distance is 0 km (a reference point at the site; {undefined} undefined "
+            f"there), {what}: " + ", ".join(f"{group} {n}" for group, n in counts) + ". They still count in the "
+            "hit, echo and resolution shares. The protocol's ladder bands start at 0.5 km (seed 000 Sec. 3).")
 
 
 def check_p_reference(p_reference: str) -> str:
@@ -1161,6 +1180,8 @@ def table6(agg: GeoHintAggregator, condition: str = "forced", *, p_reference: st
     models = _model_order(agg, condition)
     zeros = [f"all levels {agg.n_zero_err(condition=condition)}",
              f"fine only {agg.n_zero_err(condition=condition, fine_only=True)}"]
+    zero_dref = [("all levels", agg.n_zero_dref(condition=condition)),
+                 ("fine only", agg.n_zero_dref(condition=condition, fine_only=True))]
     failed: dict[str, list[str]] = {}  # why a fit failed -> the cells it leaves as dashes (no_fit_note)
     exact: list[str] = []  # cells left as dashes by an exact fit (exact_fit_note)
     for label, ms in [*[(m, [m]) for m in sorted(models, key=lambda m: _slope_sort(agg, m, condition))], (POOLED_ROW, models)]:
@@ -1185,7 +1206,8 @@ def table6(agg: GeoHintAggregator, condition: str = "forced", *, p_reference: st
                            "the same slope (the paper's clustered SEs run 0.9 to 1.8 times the unclustered ones, Sec. "
                            "6); above 1, answers of one site move together.",
                            p_reference_note(p_reference, clusters, hidden, se=True), no_fit_note(failed),
-                           exact_fit_note(exact, se=True), zero_err_note("context answers", zeros))
+                           exact_fit_note(exact, se=True), zero_err_note("context answers", zeros),
+                           zero_dref_note("context answers", zero_dref, _RECITE_UNDEFINED))
 
     table = Table(
         "table6",
@@ -1281,6 +1303,10 @@ def table7(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
             zero_err_note("context answers", [
                 f"{name} {agg.n_zero_err(condition=condition, sites=sites)}"
                 for name, sites in ((ILLEGIBLE, groups[ILLEGIBLE]), (LEGIBLE, groups[LEGIBLE]), ("all", None))]),
+            zero_dref_note("context answers", [
+                (name, agg.n_zero_dref(condition=condition, sites=sites))
+                for name, sites in ((ILLEGIBLE, groups[ILLEGIBLE]), (LEGIBLE, groups[LEGIBLE]), ("all", None))],
+                _RECITE_UNDEFINED),
             regime_note(agg, baseline), no_regime_note(agg, baseline))
 
     table = Table(
