@@ -1181,7 +1181,7 @@ def check_queues_state_root(cfg: Any, *, record: bool = False) -> None:
 @contextlib.contextmanager
 def run_lock(state_dir: Path, when_alone: Callable[[], Any] | None = None, *, owner: bool = False,
              when_dead: Callable[[list[str]], Any] | None = None,
-             sweep_s: float | None = None) -> Iterator[bool]:
+             sweep_s: float | None = None, each_sweep: Callable[[], Any] | None = None) -> Iterator[bool]:
     """Hold ``state/<campaign>/run.lock`` (shared) for a run; yield True when no other process ran it.
 
     Every process of a campaign (scale-out with ``--stages`` included) holds the lock shared. A process that
@@ -1204,7 +1204,9 @@ def run_lock(state_dir: Path, when_alone: Callable[[], Any] | None = None, *, ow
     ``sweep_s`` (with ``owner`` and ``when_dead``): while the run is on, a background thread repeats that scan
     every ``sweep_s`` seconds (:class:`_DeadOwnerSweep`), so a process of the campaign killed meanwhile has its
     leases handed back by the processes still running, without waiting for one to start. None: the scan runs
-    at start only. The thread is stopped (and joined) before the owner and run locks are let go.
+    at start only. The thread is stopped (and joined) before the owner and run locks are let go. ``each_sweep``:
+    also called by that thread after every scan, whatever it found (the Redis backend's hand-back of this
+    machine's gone consumers, whose state folder may be another than this run's).
 
     Raises
     ------
@@ -1243,7 +1245,7 @@ def run_lock(state_dir: Path, when_alone: Callable[[], Any] | None = None, *, ow
                     # alone: when_alone expired every lease already; the dead owners' files are only removed
                     hand_back_dead_owners(state_dir, None if alone else when_dead)
                     if sweep_s is not None and when_dead is not None:
-                        sweep = _DeadOwnerSweep(state_dir, when_dead, sweep_s)
+                        sweep = _DeadOwnerSweep(state_dir, when_dead, sweep_s, each_sweep)
                 yield alone
             finally:
                 if sweep is not None:
@@ -1376,7 +1378,8 @@ DEAD_OWNER_SWEEP_S = 5.0
 
 
 class _DeadOwnerSweep:
-    """A daemon thread that calls :func:`hand_back_dead_owners` every ``period_s`` seconds until :meth:`stop`.
+    """A daemon thread that calls :func:`hand_back_dead_owners` every ``period_s`` seconds until :meth:`stop`,
+    then ``each_sweep`` (if given).
 
     A scan that fails (e.g. a queue file busy past its timeout) is logged as a warning and tried again at the
     next period; the dead owner's file stays until a scan succeeds.
@@ -1387,12 +1390,14 @@ class _DeadOwnerSweep:
         ``period_s`` not > 0.
     """
 
-    def __init__(self, state_dir: Path, when_dead: Callable[[list[str]], Any], period_s: float) -> None:
+    def __init__(self, state_dir: Path, when_dead: Callable[[list[str]], Any], period_s: float,
+                 each_sweep: Callable[[], Any] | None = None) -> None:
         import threading
 
         if not float(period_s) > 0:
             raise ValueError(f"sweep period must be > 0 s, got {period_s!r}")
         self.state_dir, self.when_dead, self.period_s = Path(state_dir), when_dead, float(period_s)
+        self.each_sweep = each_sweep
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="geoagent-dead-owner-sweep", daemon=True)
         self._thread.start()
@@ -1401,6 +1406,8 @@ class _DeadOwnerSweep:
         while not self._stop.wait(self.period_s):
             try:
                 hand_back_dead_owners(self.state_dir, self.when_dead)
+                if self.each_sweep is not None:
+                    self.each_sweep()
             except Exception as exc:  # a sweep must never end the run; the next one tries again
                 log.warning("dead-owner sweep of %s failed (tried again in %g s): %s", self.state_dir,
                             self.period_s, exc)
@@ -1542,11 +1549,19 @@ def campaign_run_lock(cfg: Any, *, simulate: bool = False,
     when no other process of the campaign is alive, else exactly those of the processes that died (their owner
     locks were free); then, while the run is on, every ``sweep_s`` seconds (default
     :data:`DEAD_OWNER_SWEEP_S`; None: at start only) exactly those of the processes that died since. A dry run
-    (``simulate``) is read-only: it takes no owner lock and recovers nothing."""
+    (``simulate``) is read-only: it takes no owner lock and recovers nothing.
+
+    On Redis the sweep also hands back, every ``sweep_s``, the leases of every gone consumer of this machine
+    (:func:`expire_dead_leases`), found by its recorded pid, not by an owner file of this state folder: two
+    processes of one machine with state folders of their own (``$GEOAGENT_STATE``) recover each other's work too
+    (walk27 #1: a SIGKILLed one's leases waited out the 300 s visibility timeout)."""
+    from geoagent.runtime.backend import uses_redis
+
     if simulate:
         return run_lock(Path(cfg.state_dir()))
     return run_lock(Path(cfg.state_dir()), when_alone=lambda: expire_dead_leases(cfg), owner=True,
-                    when_dead=lambda owners: expire_dead_leases(cfg, owners), sweep_s=sweep_s)
+                    when_dead=lambda owners: expire_dead_leases(cfg, owners), sweep_s=sweep_s,
+                    each_sweep=(lambda: expire_dead_leases(cfg)) if uses_redis(cfg) else None)
 
 
 @contextlib.asynccontextmanager
