@@ -129,6 +129,14 @@ def configure(
         _INDEX = _build(idx, sites, ladders, images)
 
 
+def release_dir_found() -> Path | None:
+    """The GeoContext release folder the simulated answers read their sites and ladders from (a folder holding
+    ``sites.csv``): ``$GEOAGENT_RELEASE``, else ``../shared/reference/geocontext`` from the working directory,
+    else beside the package's checkout; None when none holds ``sites.csv`` (then an answer can place a photo
+    only through a campaign configured in the same process, :func:`configure`)."""
+    return _release_dir()
+
+
 def _release_dir() -> Path | None:
     for cand in (os.environ.get(C.ENV_RELEASE_DIR), C.DEFAULT_RELEASE_DIR, str(Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "geocontext")):
         if cand and (Path(cand) / "sites.csv").is_file():

@@ -34,6 +34,7 @@ import hashlib
 import math
 import os
 import threading
+import sys
 import time
 import warnings
 from collections.abc import Callable, Collection, Sequence
@@ -582,7 +583,21 @@ def cli_main(factory: Callable[..., web.Application], prog: str, argv: Sequence[
                     help="simulated model time per request in ms (default 0: pure overhead)")
     ap.add_argument("--image-billing", choices=IMAGE_BILLING, default="simulated",
                     help="image input tokens: 765 each (simulated, default) or the API's documented rule for the size")
+    ap.add_argument("--release-dir", default=None,
+                    help="GeoContext release folder (with sites.csv and ladders/) whose sites the simulated GeoHint "
+                         "answers place photos in (default: $GEOAGENT_RELEASE, else ../shared/reference/geocontext)")
     args = ap.parse_args(argv)
+    if args.release_dir is not None:
+        folder = Path(args.release_dir).expanduser()
+        if not (folder / "sites.csv").is_file():
+            ap.error(f"--release-dir {folder}: no sites.csv there (give the release's data folder)")
+        os.environ[C.ENV_RELEASE_DIR] = str(folder)
+    from geoagent.geohint.simulate import release_dir_found
+
+    if release_dir_found() is None:
+        print(f"note: no GeoContext release folder found (${C.ENV_RELEASE_DIR}, ../shared/reference/geocontext): "
+              "the simulated GeoHint answers cannot place a photo of a release or crawl site (they say "
+              "'Unknown city'); give --release-dir DIR", file=sys.stderr, flush=True)
     faults = None
     if args.fault_rate > 0 or args.fault_kinds:
         kw: dict[str, Any] = {"rate": args.fault_rate, "seed": args.fault_seed, "retry_after_s": args.fault_retry_after_s}

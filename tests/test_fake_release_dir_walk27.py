@@ -1,0 +1,45 @@
+"""Walk27 #3: a model fake started by hand (``python -m geoagent.sandbox.llm_anthropic``) from a checkout without
+``../shared/reference/geocontext`` beside it found no release folder, so every simulated GeoHint answer said
+"Unknown city" (hit rates '—', 100 % unresolved) with no word why, while the in-process fakes answered over the
+same data. The fakes now take ``--release-dir DIR`` and say at start when they found no release folder."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from geoagent import constants as C
+from geoagent.geohint import simulate
+from geoagent.sandbox.llm_common import cli_main
+
+
+class _Stop(Exception):
+    pass
+
+
+def _factory(**_kw):
+    raise _Stop  # cli_main got past its options and notes: stop before it serves
+
+
+def test_a_fake_without_a_release_folder_says_so(monkeypatch, capsys):
+    monkeypatch.setattr(simulate, "_release_dir", lambda: None)
+    with pytest.raises(_Stop):
+        cli_main(_factory, "fake", [])
+    err = capsys.readouterr().err
+    assert "note: no GeoContext release folder found" in err and "--release-dir DIR" in err, err
+
+
+def test_release_dir_points_the_simulated_answers_at_a_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv(C.ENV_RELEASE_DIR, raising=False)
+    (tmp_path / "sites.csv").write_text("site,city,lat,lon\nx,Lyon,45.76,4.83\n", encoding="utf-8")
+    try:
+        with pytest.raises(_Stop):
+            cli_main(_factory, "fake", ["--release-dir", str(tmp_path)])
+        assert simulate.release_dir_found() == tmp_path
+        assert "no GeoContext release folder" not in capsys.readouterr().err
+    finally:
+        os.environ.pop(C.ENV_RELEASE_DIR, None)
+    with pytest.raises(SystemExit):
+        cli_main(_factory, "fake", ["--release-dir", str(tmp_path / "nothing")])
+    assert "no sites.csv there" in capsys.readouterr().err
