@@ -101,8 +101,9 @@ def redis_limits(cfg: Any) -> list[str]:
         return []
     return [
         "[backend] kind = \"redis\": the dry run's count of work already queued reads local queue files, which a "
-        "Redis campaign does not have: the estimate below covers the whole plan (answers already stored still cost "
-        "nothing; `status` counts answers from the response store)",
+        "Redis campaign does not have: the estimate below covers the whole plan, requests other processes hold "
+        "queued or leased now included, except those already answered, counted as stored at no cost; "
+        "`status` counts the queues on the server",
     ]
 
 
