@@ -1750,7 +1750,10 @@ async def run_campaign(
             async with launch(cfg, gazetteer=gazetteer) as cfg, open_services(cfg, dotenv_path=dotenv_path, require_keys=not simulate,
                                                                 dry_run=simulate) as ctx:
                 ctx.services["config_as_written"] = written
-                ctx.services[SERVICE_OTHERS_AT_START] = not alone  # another run held the campaign (Outcome)
+                # another run held the campaign (Outcome): on this machine's run lock, or (Redis) a process of any
+                # machine alive on the server
+                others_alive = getattr(ctx.services["ledger"], "others_alive", None)
+                ctx.services[SERVICE_OTHERS_AT_START] = not alone or bool(others_alive is not None and others_alive())
                 from geoagent.sandbox.launch import provider_kinds
 
                 # what answers each model, recorded with each stored answer (request_meta.provider_kind)

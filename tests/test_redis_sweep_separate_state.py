@@ -55,6 +55,8 @@ def test_a_survivor_with_its_own_state_folder_takes_a_killed_processes_leases_wi
     assert rc == 0, log_b[-3000:]
     assert took < 120, took
     assert "leased by a stopped process on this machine are redelivered now" in log_b, log_b[-3000:]
+    # B started while A ran (walk27 #8): A's work is not "done by earlier runs"
+    assert "done by earlier runs" not in log_b and "another run of the campaign was already going" in log_b, log_b[-3000:]
     assert "campaign complete" in status.stdout, status.stdout + status.stderr
     with open_redis_campaign_state(redis_url, "sweep1", tmp_path / "check", recover=False) as st:
         reservations = list(st.ledger.iter_reservations())

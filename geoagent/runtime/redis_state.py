@@ -377,6 +377,15 @@ class RedisLedger:
         args = [a for pair in self._judged_owners(all_owners=all_owners) for a in pair]
         return int(self.db.script("RECOVER", time.time(), *args)) if args else 0
 
+    def others_alive(self) -> bool:
+        """Whether another process of the campaign, on any machine, is alive now by the owner rule (module
+        docstring): its heartbeat key has not expired, and, on this machine, its pid still runs. Read-only. A run
+        reads it at start (:attr:`geoagent.engine.Outcome.others_at_start`), since a process on another machine
+        holds no run lock of this one's state folder (walk27 #8: a run started beside another machine's called
+        the work that machine did "done by earlier runs")."""
+        c = self.db.client
+        return any(mode == "hb" and c.exists(self.db.key("hb:" + owner)) for owner, mode in self._judged_owners())
+
     def gone_open(self) -> tuple[float, int]:
         """``(USD, count)`` of open reservations whose owner is gone by the owner rule: what :meth:`recover`
         would convert now. Read-only."""
