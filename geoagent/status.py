@@ -999,7 +999,8 @@ def budget_refusals_merged(errors: list[str]) -> list[str]:
 def idle_note(sd: dict[str, Any], counts: dict[str, QueueCounts]) -> str:
     """Beside a stage's rate in ``status``: ``"idle: nothing completed for N s although K task(s) are ready on
     E"`` (or ``... K task(s) are leased (being worked on or waiting for a slot)``: stalled) or ``"idle: nothing completed for N s (nothing ready on E:
-    waiting for upstream work)"`` (starved) when the stage record's ``idle_s`` has reached its ``stall_after_s``
+    waiting for upstream work)"`` (starved; ``"... its K leased task(s) are held by other processes ..."`` when
+    the edge's tasks are leased by other processes) when the stage record's ``idle_s`` has reached its ``stall_after_s``
     (:meth:`geoagent.runtime.worker.StageStats.stall_after_s`); ``""`` while it completes work, when finished, or
     for a record without ``idle_s``. ``counts``: edge -> QueueCounts now. The rate beside it falls meanwhile
     (:meth:`geoagent.runtime.worker.StageStats.rate_per_s`); this says why."""
@@ -1013,6 +1014,11 @@ def idle_note(sd: dict[str, Any], counts: dict[str, QueueCounts]) -> str:
         return f"{head} although {ready} task(s) are ready on {edge}"
     if int(sd.get("in_flight") or 0):
         return f"{head} although {int(sd['in_flight'])} task(s) are leased (being worked on or waiting for a slot)"
+    held = counts.get(edge, QueueCounts()).leased if edge else 0
+    if held:  # leased elsewhere: not upstream work (walk27 #1: a killed process's leases read as "upstream")
+        return (f"{head} (nothing ready on {edge}: its {held} leased task(s) are held by other processes; a stopped "
+                "process's come back once it is found gone, or when their lease times out, [queue] "
+                "visibility_timeout_s)")
     return f"{head} (nothing ready on {edge}: waiting for upstream work)"
 
 
