@@ -1204,7 +1204,7 @@ def run_lock(state_dir: Path, when_alone: Callable[[], Any] | None = None, *, ow
     ``sweep_s`` (with ``owner`` and ``when_dead``): while the run is on, a background thread repeats that scan
     every ``sweep_s`` seconds (:class:`_DeadOwnerSweep`), so a process of the campaign killed meanwhile has its
     leases handed back by the processes still running, without waiting for one to start. None: the scan runs
-    at start only. The thread is stopped (and joined) before the owner and run locks are let go. ``each_sweep``:
+    at start only. The thread is stopped (and joined, for at most :data:`SWEEP_STOP_WAIT_S`) before the owner and run locks are let go. ``each_sweep``:
     also called by that thread after every scan, whatever it found (the Redis backend's hand-back of this
     machine's gone consumers, whose state folder may be another than this run's).
 
@@ -1377,6 +1377,10 @@ def hand_back_dead_owners(state_dir: Path, when_dead: Callable[[list[str]], Any]
 DEAD_OWNER_SWEEP_S = 5.0
 
 
+#: longest wait (s) of a run's end for a dead-owner scan under way (:meth:`_DeadOwnerSweep.stop`)
+SWEEP_STOP_WAIT_S = 5.0
+
+
 class _DeadOwnerSweep:
     """A daemon thread that calls :func:`hand_back_dead_owners` every ``period_s`` seconds until :meth:`stop`,
     then ``each_sweep`` (if given).
@@ -1413,9 +1417,12 @@ class _DeadOwnerSweep:
                             self.period_s, exc)
 
     def stop(self) -> None:
-        """Stop the thread and wait for a scan under way to end (blocks for at most one scan)."""
+        """Stop the thread and wait for a scan under way to end, for at most :data:`SWEEP_STOP_WAIT_S` seconds: a
+        scan of a Redis campaign whose server went away would hold the end of the run for the clients' retry
+        window (45 s; rev27 #2). A scan still going then ends on its own (a daemon thread; it hands back only the
+        leases of processes found gone)."""
         self._stop.set()
-        self._thread.join()
+        self._thread.join(SWEEP_STOP_WAIT_S)
 
 
 def dead_owner_pids(state_dir: Path) -> set[int] | None:

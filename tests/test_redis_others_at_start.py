@@ -24,6 +24,12 @@ def test_another_live_process_on_the_server_is_seen_and_a_stopped_one_is_not(tmp
         finally:
             b.close()
         assert a.ledger.others_alive() is False  # b ended cleanly: its owner record is gone
+        # status, export and dry runs open the ledger without recovery: they run nothing (rev27 #1)
+        reader = open_redis_campaign_state(redis_url, name, tmp_path / "machine-c", recover=False)
+        try:
+            assert a.ledger.others_alive() is False and reader.ledger.others_alive() is True
+        finally:
+            reader.close()
     finally:
         a.close()
     # what the summary then says of the work the other process did

@@ -20,7 +20,7 @@ from collections import Counter
 
 from _crash_harness import ModelFake
 from _model_harness import generic_campaign, model_table
-from geoagent.runtime.redis_state import open_redis_campaign_state
+from geoagent.runtime.redis_state import open_redis_campaign_state, state_prefix
 from test_queue_contract import redis_url  # noqa: F401 - the module's redis-server fixture
 from test_redis_scaleout import REPO, _env, _start
 
@@ -40,7 +40,14 @@ def test_a_survivor_with_its_own_state_folder_takes_a_killed_processes_leases_wi
         while len(fake.calls()) < 4 and time.monotonic() < deadline and a.poll() is None:
             time.sleep(0.02)
         b = _start(cfg, env_b, tmp_path / "b.log")
-        time.sleep(1.0)  # B is leasing too
+        import redis
+
+        raw = redis.Redis.from_url(redis_url)
+        owners = state_prefix("sweep1") + "owners"
+        while raw.hlen(owners) < 2 and time.monotonic() < deadline + 60 and b.poll() is None:
+            time.sleep(0.02)  # B has opened the campaign's ledger (its start saw A alive), under any load
+        raw.close()
+        time.sleep(0.5)  # B is leasing too
         assert a.poll() is None, (tmp_path / "a.log").read_text()
         a.send_signal(signal.SIGKILL)  # with up to 4 requests leased (latency 0.4 s each)
         a.wait(30)
@@ -53,7 +60,7 @@ def test_a_survivor_with_its_own_state_folder_takes_a_killed_processes_leases_wi
     finally:
         fake.close()
     assert rc == 0, log_b[-3000:]
-    assert took < 120, took
+    assert took < 60, took  # a sweep every 5 s, then the last calls (before: the 300 s lease timeout)
     assert "leased by a stopped process on this machine are redelivered now" in log_b, log_b[-3000:]
     # B started while A ran (walk27 #8): A's work is not "done by earlier runs"
     assert "done by earlier runs" not in log_b and "another run of the campaign was already going" in log_b, log_b[-3000:]

@@ -72,3 +72,13 @@ def test_ordinary_values_keep_their_usual_decimals_and_no_negative_zero():
     informative = sdt.readout(-0.004, 1.8, 0.3, 0.1, 0.1)
     assert informative.reasons == ("nearest-band d' 0.00 < 0.5, farthest 1.80 > 1.5",)
     assert sdt.readout(1.0, 1.8, 0.0, 0.1, -0.0).reasons[0].startswith("gray-field control F 0.0% within 5 points")
+
+
+def test_the_unparsed_count_is_of_the_noise_trials_the_controls_f_counts():
+    """rev27 #5: a control row of truth 'yes' (hand-made cells; the planner refuses it) is outside the arm's F, so
+    its unparsed answers are not in the note's count either."""
+    cells = _cells("ctrl_noimage", parsed_control=False)
+    extra = pl.DataFrame([dict(model="m", site="s0", arm="ctrl_noimage", band=sdt.DECOY_BAND_LABELS[0], truth="yes",
+                               n_yes=0, n_no=0, n_fail=7)])
+    sc = sdt.score(pl.concat([cells, extra]), pooled=False)["m"]
+    assert "gray-field control F undefined: none of its 30 answers parsed" in sc.readout.reasons, sc.readout.reasons

@@ -201,7 +201,7 @@ class Cell:
                 self.ratios.append(r.error_km / r.dist_km)
             elif r.dist_km is not None and r.dist_km > 0 and r.error_km == 0:
                 self.n_zero_err += 1
-            elif r.dist_km == 0:
+            elif r.dist_km == 0 and math.isfinite(float(r.error_km)):  # as GeoHintAggregator.zero_dref
                 self.n_zero_dref += 1
         if r.condition in CHECKLIST_CONDITIONS:
             if not answer_text_read(r):

@@ -53,7 +53,7 @@ suffix                       type    content
 ``models`` / ``m:<model>``   set/h   model names; per model the same sums as ``totals`` (``spend_by_model``), plus
                                      ``unreported_calls`` / ``unreported_nusd`` (usage not reported)
 ``settled_by_owner[:<o>]``   hash    settled calls per owner (and per model of one owner)
-``owners`` / ``hb:<owner>``  hash/s  owner -> JSON {host, pid, proc_start, started_at}; heartbeat (PX TTL)
+``owners`` / ``hb:<owner>``  hash/s  owner -> JSON {host, boot_id, pid, proc_start, started_at, runs}; heartbeat
 ``resp`` / ``resp_seq``      h/zset  request key -> JSON record; key -> insertion number (iteration order)
 ``resp_models``              hash    model -> stored responses
 ``t:<tbl>`` / ``tk:<tbl>``   h/zset  results table rows (key -> JSON); keys (score 0, walked by ``ZRANGEBYLEX``)
@@ -316,8 +316,10 @@ class RedisLedger:
         self.db = db
         self.host = host or socket.gethostname()
         self.owner = f"{self.host}:{os.getpid()}:{_pysecrets.token_hex(6)}"
+        # "runs": a run's ledger (it recovers), not one of status, export or a dry run (others_alive)
         record = orjson.dumps({"host": self.host, "boot_id": _BOOT_ID, "pid": os.getpid(),
-                               "proc_start": proc_start(os.getpid()), "started_at": time.time()})
+                               "proc_start": proc_start(os.getpid()), "started_at": time.time(),
+                               "runs": bool(recover or recover_all)})
         # also written by every reservation (RESERVE), with the heartbeat: none is left without its owner
         self._record, self._hb_ms = record, max(1, round(heartbeat_ttl_s * 1000))
         db.start_heartbeat(self.owner, record, heartbeat_ttl_s)
@@ -379,12 +381,24 @@ class RedisLedger:
 
     def others_alive(self) -> bool:
         """Whether another process of the campaign, on any machine, is alive now by the owner rule (module
-        docstring): its heartbeat key has not expired, and, on this machine, its pid still runs. Read-only. A run
+        docstring): its heartbeat key has not expired, and, on this machine, its pid still runs; owners that only
+        read (``status``, ``export``, a dry run: opened without recovery, ``"runs": false`` in the record) are not
+        counted. Read-only. A run
         reads it at start (:attr:`geoagent.engine.Outcome.others_at_start`), since a process on another machine
         holds no run lock of this one's state folder (walk27 #8: a run started beside another machine's called
         the work that machine did "done by earlier runs")."""
         c = self.db.client
-        return any(mode == "hb" and c.exists(self.db.key("hb:" + owner)) for owner, mode in self._judged_owners())
+        records = c.hgetall(self.db.key("owners"))
+        for owner, mode in self._judged_owners():
+            if mode != "hb" or not c.exists(self.db.key("hb:" + owner)):
+                continue
+            try:  # status, export and dry runs open a ledger too, and run nothing (rev27 #1)
+                runs = orjson.loads(records.get(owner.encode(), records.get(owner, b"{}"))).get("runs", True)
+            except (orjson.JSONDecodeError, AttributeError, TypeError):
+                runs = True
+            if runs:
+                return True
+        return False
 
     def gone_open(self) -> tuple[float, int]:
         """``(USD, count)`` of open reservations whose owner is gone by the owner rule: what :meth:`recover`

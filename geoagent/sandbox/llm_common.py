@@ -33,8 +33,8 @@ import binascii
 import hashlib
 import math
 import os
-import threading
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Collection, Sequence
@@ -584,8 +584,9 @@ def cli_main(factory: Callable[..., web.Application], prog: str, argv: Sequence[
     ap.add_argument("--image-billing", choices=IMAGE_BILLING, default="simulated",
                     help="image input tokens: 765 each (simulated, default) or the API's documented rule for the size")
     ap.add_argument("--release-dir", default=None,
-                    help="GeoContext release folder (with sites.csv and ladders/) whose sites the simulated GeoHint "
-                         "answers place photos in (default: $GEOAGENT_RELEASE, else ../shared/reference/geocontext)")
+                    help="GeoContext release folder (sites.csv; its ladders/ give the hint names) whose sites the "
+                         "simulated GeoHint answers place photos in (default: $GEOAGENT_RELEASE, else "
+                         "../shared/reference/geocontext)")
     args = ap.parse_args(argv)
     if args.release_dir is not None:
         folder = Path(args.release_dir).expanduser()

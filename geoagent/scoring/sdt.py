@@ -653,8 +653,14 @@ def _rate_counts(name: str, yes: np.ndarray, n: np.ndarray, bands: list[str]) ->
 
 
 def _unparsed(cells: pl.DataFrame, arm: str) -> int:
-    """Answers of control arm ``arm`` in ``cells`` that did not parse (``n_fail``)."""
-    return int(cells.filter(pl.col("arm") == arm)["n_fail"].sum()) if cells.height else 0
+    """Answers of control arm ``arm`` in ``cells`` that did not parse (``n_fail``), of noise trials only, as its F
+    counts (:func:`_matrix`)."""
+    if not cells.height:
+        return 0
+    rows = cells.filter(pl.col("arm") == arm)
+    if "truth" in rows.columns:
+        rows = rows.filter(pl.col("truth").fill_null("no") == "no")
+    return int(rows["n_fail"].sum())
 
 
 def _score_one(
