@@ -263,3 +263,20 @@ def test_few_sites_note_does_not_claim_the_exact_bound_for_a_sampled_p():
     t8x = GH.table_paired(agg, "forced_warn", "forced", name="table8", n_flips=10_000, seed=0)
     assert "all sites: G = 6, p >= 0.03125" in t8x.notes
     assert next(r[8] for r in t8x.rows if r[0] == "all sites" and r[1] == "forced_warn") == pytest.approx(bound)
+
+
+def test_unparsed_answers_among_the_unresolved_are_said_to_be_unparsed(tmp_path):
+    """walk27b #1: the release's 12 answers with nothing parsed (empty fields and level) were reported both as
+    'did not geocode' and as 'unparsed', reading as 24 problem answers or a geocoder failure. The unresolved
+    count now says how many of them are unparsed (nothing to geocode), in the header and the table."""
+    agg = _unresolved_agg()
+    base = agg.select().n_none
+    agg.add(GeoHintResult(key="u1", site="s1", image_id="u1", model="a", condition="forced", schema="v1",
+                          ref_qid="Q9", ref_name="n9", band="0.5-1.5km", tier="high", dist_km=0.8,
+                          resolved_level="none", error_km=None, hit=False, parse_ok=False))
+    GH.write_report(agg, tmp_path, n_flips=10, n_splits=10, figures=False)
+    rows = {(r["Model"], r["Condition"]): r for r in _read(tmp_path / "unresolved.csv")}
+    assert rows[("All", "all")]["Unresolved"] == str(base + 1) and rows[("All", "all")]["Of them unparsed"] == "1"
+    assert rows[("b", "forced")]["Of them unparsed"] == "0"
+    header = (tmp_path / "report.md").read_text(encoding="utf-8").split("Terms:")[0]
+    assert f"did not geocode (resolved level none): {base + 1} of 15" in header and "; 1 of them unparsed" in header

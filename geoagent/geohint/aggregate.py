@@ -156,6 +156,8 @@ class Cell:
     n_fine: int = 0
     n_city: int = 0
     n_none: int = 0
+    #: of :attr:`n_none`, the unparsed answers (``parse_ok`` False): no place read, so nothing was geocoded
+    n_none_unparsed: int = 0
     n_parse_fail: int = 0
     #: finer-than-city answers with a hint distance and err_km == 0: left out of Table 5 (no logarithm)
     n_zero_err: int = 0
@@ -190,6 +192,7 @@ class Cell:
         self.n_building += level == "building"
         self.n_city += level == "city"
         self.n_none += level == "none"
+        self.n_none_unparsed += level == "none" and not r.parse_ok
         if not r.parse_ok:
             self.n_parse_fail += 1
         if level in FINE_LEVELS and r.error_km is not None:
@@ -218,7 +221,7 @@ class Cell:
                     self.slots_not_visible[cat] = self.slots_not_visible.get(cat, 0) + n_nv
 
     def merge(self, o: "Cell") -> "Cell":
-        for name in ("n", "hits", "echo_n", "echoes", "n_building", "n_fine", "n_city", "n_none", "n_parse_fail",
+        for name in ("n", "hits", "echo_n", "echoes", "n_building", "n_fine", "n_city", "n_none", "n_none_unparsed", "n_parse_fail",
                      "n_zero_err", "n_zero_dref", "fine_dref_n", "fine_log_dref", "fine_log_err", "evidence_present", "evidence_parsed",
                      "n_unparseable", "n_text_unread"):
             setattr(self, name, getattr(self, name) + getattr(o, name))

@@ -1827,18 +1827,20 @@ def table_unresolved(agg: GeoHintAggregator) -> Table:
         for cond in agg.conditions:
             c = agg.select(model=m, condition=cond)
             if c.n:
-                rows.append([m, cond, c.n, c.n_none, c.unresolved_share])
+                rows.append([m, cond, c.n, c.n_none, c.n_none_unparsed, c.unresolved_share])
     t = agg.select()
-    rows.append([POOLED_ROW, "all", t.n, t.n_none, t.unresolved_share])
+    rows.append([POOLED_ROW, "all", t.n, t.n_none, t.n_none_unparsed, t.unresolved_share])
     table = Table(
         "unresolved",
         "Answers that did not geocode (resolved level none), per model and condition; share in % (a fraction in "
         "unresolved.csv)",
-        ["Model", "Condition", "n", "Unresolved", "Unresolved (%)"],
-        ["text", "text", "int", "int", "pct"],
+        ["Model", "Condition", "n", "Unresolved", "Of them unparsed", "Unresolved (%)"],
+        ["text", "text", "int", "int", "int", "pct"],
         rows,
         _join_notes("An unresolved answer has no error distance: it counts as a response but never as a hit, and "
-                    "enters no distance statistic (Tables 5-7).", *unresolved_warnings(agg)),
+                    "enters no distance statistic (Tables 5-7). 'Of them unparsed': answers of which no place was "
+                    "read (also counted as unparsed), so there was nothing to geocode; the others named a place the "
+                    "geocoder did not find.", *unresolved_warnings(agg)),
     )
     if len(agg.models) == 1 and len(rows) == 2 and rows[0][2:] == rows[1][2:]:
         # one model in one condition: the pooled row repeats its row; unresolved.csv keeps it (with several
@@ -2150,8 +2152,10 @@ def counts_line(agg: GeoHintAggregator, condition: str) -> str:
 def unresolved_line(agg: GeoHintAggregator) -> str:
     """One sentence: how many answers (all models and conditions) did not geocode, pointing to the table."""
     t = agg.select()
+    unparsed = (f"; {t.n_none_unparsed} of them unparsed (no place read, so nothing to geocode: the same answers as "
+                "among the unparsed ones below)" if t.n_none_unparsed else "")
     return (f"Answers that did not geocode (resolved level none): {t.n_none} of {t.n}"
-            + (f" ({100 * t.unresolved_share:.1f} %)" if t.n else "")
+            + (f" ({100 * t.unresolved_share:.1f} %)" if t.n else "") + unparsed
             + "; per model and condition in the table 'unresolved' (unresolved.csv).")
 
 
