@@ -280,3 +280,13 @@ def test_unparsed_answers_among_the_unresolved_are_said_to_be_unparsed(tmp_path)
     assert rows[("b", "forced")]["Of them unparsed"] == "0"
     header = (tmp_path / "report.md").read_text(encoding="utf-8").split("Terms:")[0]
     assert f"did not geocode (resolved level none): {base + 1} of 15" in header and "; 1 of them unparsed" in header
+
+
+def test_the_csv_note_names_the_conditions_and_the_echo_rule(tmp_path):
+    """walk27b #2: the CSVs of two echo rules looked alike but for their numbers; report_note.txt beside them now
+    always names the reported and no-context conditions and the echo rule."""
+    agg = _unresolved_agg()
+    GH.write_report(agg, tmp_path, n_flips=10, n_splits=10, figures=False)
+    note = (tmp_path / "report_note.txt").read_text(encoding="utf-8")
+    assert "These tables: reported condition forced, no-context condition baseline." in note, note
+    assert GH.echo_rule_note(agg) in note and "table1.csv" in note

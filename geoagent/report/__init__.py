@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
-#: the note beside a report's CSV tables when its answers were replayed or simulated (:func:`write_csv_note`)
+#: the note beside a report's CSV tables (:func:`write_csv_note`): when its answers were replayed or simulated;
+#: a GeoHint report's always (its conditions and echo rule)
 CSV_NOTE_FILE = "report_note.txt"
 
 
@@ -35,5 +36,5 @@ def write_csv_note(out_dir: str | Path, notes: Iterable[str | None], csv_names: 
     names = ", ".join(sorted(set(csv_names))) or "none"
     atomic_write_text(path, "\n\n".join(lines) + f"\n\nFiles this note covers (written beside it): {names}. They hold "
                       "no comment or banner line, so polars, pandas and DuckDB read them with their default arguments; "
-                      "the Markdown report and the figures carry the same line(s).\n")
+                      "the Markdown report carries the same line(s), and the figures the replay and simulator lines.\n")
     return path

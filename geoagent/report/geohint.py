@@ -2226,7 +2226,8 @@ def write_report(
     (:func:`geoagent.sandbox.launch.simulated_models`): a bold note under the title says the figures (echo
     rate included: the simulated answers repeat the hint by design) describe the simulator, not a model; the
     figures carry it as a caption under the axes, and ``report_note.txt`` beside the CSV tables says it for them
-    (:func:`geoagent.report.write_csv_note`; with the replay line too).
+    (:func:`geoagent.report.write_csv_note`; with the source and replay lines, and always the reported and
+    no-context conditions and the echo rule, which the CSVs do not name).
     ``answers_queued``: answers still queued for the geocoder (``answers`` edge, ready or leased); with the
     dead letters of that edge (from ``missing``) they make :func:`geocoder_failure_warning` in the header.
     ``answers_left_by``: the stop that left those answers queued (``"the interrupt"``), so they are not
@@ -2339,7 +2340,11 @@ def write_report(
 
     sim_note = _simulated_note(simulated) if simulated else ""
     csv_names = [f"{t.name}.csv" for t in tables] + (["missing.csv"] if missing is not None else [])
-    write_csv_note(out, [replay_note, sim_note], csv_names)
+    # what every table is of, for a reader of the CSVs alone (walk27b #2: two echo rules gave CSVs alike but for
+    # their numbers, and only report.md named the rule and the condition)
+    design = (f"These tables: reported condition {condition}, no-context condition {baseline}. "
+              f"{echo_rule_note(agg)}")
+    write_csv_note(out, [source_note, replay_note, sim_note, design], csv_names)
     if figures:
         # the figures' caption: the simulator's warning without GeoHint's echo paragraph (report.md has it)
         fig_note = figure_note(replay_note, simulated_note(list(simulated)) if simulated else "")
