@@ -82,3 +82,21 @@ def test_the_unparsed_count_is_of_the_noise_trials_the_controls_f_counts():
                                n_yes=0, n_no=0, n_fail=7)])
     sc = sdt.score(pl.concat([cells, extra]), pooled=False)["m"]
     assert "gray-field control F undefined: none of its 30 answers parsed" in sc.readout.reasons, sc.readout.reasons
+
+
+def test_the_table_says_how_many_sites_are_behind_h_and_f():
+    """walk27b #3: the GeoVerify table gave no site count per column (only the interval notes, without saying which
+    F row had which); rows 'sites, signal trials' and 'sites, decoy trials' now do, with or without a bootstrap."""
+    from geoagent.report.geoverify import _rows
+
+    cells = _cells("ctrl_mismatch", parsed_control=True)
+    # site s5 has no parsed signal answer (all its signal answers failed to parse): 5 signal sites, 6 decoy sites
+    cells = cells.with_columns(
+        n_yes=pl.when((pl.col("site") == "s5") & (pl.col("band") == "signal")).then(0).otherwise(pl.col("n_yes")),
+        n_no=pl.when((pl.col("site") == "s5") & (pl.col("band") == "signal")).then(0).otherwise(pl.col("n_no")),
+        n_fail=pl.when((pl.col("site") == "s5") & (pl.col("band") == "signal")).then(10).otherwise(pl.col("n_fail")))
+    for n_boot in (0, 50):
+        scores = sdt.score(cells, n_boot=n_boot)
+        assert scores["m"].sites["H"] == 5 and scores["m"].sites["F"] == 6
+        rows = {label: fmt for _sec, label, _get, fmt, _key in _rows(scores)}
+        assert rows["sites, signal trials"](scores["m"]) == "5" and rows["sites, decoy trials"](scores["m"]) == "6"

@@ -558,6 +558,10 @@ def _parse_failures_text(s: ModelScores) -> str:
                                       + ")" if split else "")
 
 
+def _count_text(n: int | None) -> str:
+    return "" if n is None else str(n)
+
+
 def _main_parse_failures(s: ModelScores) -> int | None:
     """The main arm's parse failures (a count), or None when the scores carry no per-arm answer counts."""
     from geoagent.geoverify.campaign import parse_failures_by_arm
@@ -579,6 +583,9 @@ def _rows(scores: Mapping[str, ModelScores], *, pretty: bool = True) -> list[Row
     rates = "Response rates"
     rows: list[Row] = [
         ("Responses", "n parsed (main arm)", lambda s: s.n_signal + s.n_noise, lambda s: str(s.n_signal + s.n_noise), None),
+        # the sites behind H and F (a site counts where it has a parsed answer of that kind)
+        ("Responses", "sites, signal trials", lambda s: s.sites.get("H"), lambda s: _count_text(s.sites.get("H")), None),
+        ("Responses", "sites, decoy trials", lambda s: s.sites.get("F"), lambda s: _count_text(s.sites.get("F")), None),
         # every arm's, as the console's "all arms: parse failures 5 (main 3, ...)"; the main arm's own next
         ("Responses", "parse failures (all arms)", lambda s: s.n_parse_failures, _parse_failures_text, None),
         ("Responses", "parse failures, main arm", _main_parse_failures,

@@ -308,6 +308,10 @@ class ModelScores:
     #: sites the trials of each statistic come from (every statistic of a bootstrap run, with an interval or
     #: withheld: fewer than :data:`CI_MIN_SITES`; the report flags 5-9 as few-cluster, :func:`boot_site_flag`)
     ci_sites: dict[str, int] = field(default_factory=dict)
+    #: sites whose parsed answers enter each statistic (keys as ``ci_sites``: ``"H"``, ``"F"``, ``"F[<band>]"``, ...),
+    #: with or without a bootstrap: the table's "sites" rows (walk27b #3: the number of sites behind each column was
+    #: nowhere but in the interval notes)
+    sites: dict[str, int] = field(default_factory=dict)
     #: bootstrap settings that produced ``ci`` (n_boot 0 = no intervals)
     n_boot: int = 0
     boot_seed: int | None = None
@@ -757,6 +761,7 @@ def _score_one(
         ci=ci,
         ci_n=ci_n,
         ci_sites=ci_sites,
+        sites=_sites_per_statistic(n, bands) if len(sites) else {},
         n_boot=n_boot,
         boot_seed=seed if n_boot else None,
         ci_level=ci_level,
