@@ -705,7 +705,9 @@ def render_markdown(scores: Mapping[str, ModelScores]) -> str:
     if withheld:
         warn += "\n\n" + withheld[0] + "".join(f"\n\n**{w}**" for w in withheld[1:])
     order = f" {COLUMN_ORDER_NOTE}" if len(cols) > 2 else ""
-    return ("\n".join(out) + "\n\nLog-linear correction applied (Hautus 1995)." + (f" {one}" if one else "") + order
+    return ("\n".join(out) + "\n\nLog-linear correction applied to d' and c (Hautus 1995): H and F in z() are "
+            "(k + 0.5) / (n + 1), so a rate of 0 or 1 has a finite z; the rates shown are the plain k / n."
+            + (f" {one}" if one else "") + order
             + (f" {boot}" if boot else "") + warn
             + "\n\n" + "\n".join(notes) + "\n\nTerms:\n\n" + "\n".join(legend_lines()) + "\n")
 
