@@ -194,7 +194,10 @@ def release_argument_error(release_dir: str | os.PathLike[str], filename: str | 
                  else "it holds no sites.csv nor data/sites.csv")
         return FileNotFoundError(
             f"RELEASE_DIR {shown}: not a GeoContext release folder ({state}); give the release folder (it holds "
-            f"sites.csv and ladders/, or data/ with them) as the first argument. The public release is {RELEASE_URL}")
+            f"sites.csv and ladders/, or data/ with them) as the first argument"
+            + (f" (this command reads only that argument, not ${C.ENV_RELEASE_DIR} = {os.environ[C.ENV_RELEASE_DIR]!r})"
+               if os.environ.get(C.ENV_RELEASE_DIR) else "")
+            + f". The public release is {RELEASE_URL}")
     if filename is not None and not (data / filename).is_file():
         return FileNotFoundError(f"--file {filename}: no such file: {data / filename}")
     return None

@@ -43,3 +43,15 @@ def test_release_dir_points_the_simulated_answers_at_a_folder(tmp_path, monkeypa
     with pytest.raises(SystemExit):
         cli_main(_factory, "fake", ["--release-dir", str(tmp_path / "nothing")])
     assert "no sites.csv there" in capsys.readouterr().err
+
+
+def test_a_release_argument_error_names_the_variable_it_does_not_read(tmp_path, monkeypatch):
+    """walk27b #8: the judged command, copied from the docs in another folder, failed on its RELEASE_DIR while
+    $GEOAGENT_RELEASE was set (the replay config beside it reads that variable); the error now says so."""
+    from geoagent.paths import release_argument_error
+
+    monkeypatch.setenv(C.ENV_RELEASE_DIR, str(tmp_path))
+    err = str(release_argument_error(tmp_path / "nope"))
+    assert f"not ${C.ENV_RELEASE_DIR} = {str(tmp_path)!r}" in err, err
+    monkeypatch.delenv(C.ENV_RELEASE_DIR)
+    assert "not $" not in str(release_argument_error(tmp_path / "nope"))
