@@ -6,6 +6,7 @@ same data. The fakes now take ``--release-dir DIR`` and say at start when they f
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -22,12 +23,24 @@ def _factory(**_kw):
     raise _Stop  # cli_main got past its options and notes: stop before it serves
 
 
-def test_a_fake_without_a_release_folder_says_so(monkeypatch, capsys):
+def test_a_fake_without_a_release_folder_says_so_after_its_banner(monkeypatch):
+    """The note comes after the ``listening on`` banner, which scripts (and tests) read as the first line: printed
+    before it, it broke every banner check in a fresh clone without the release data (caught by the fresh-clone
+    CI run of 2d3d42d)."""
+    from aiohttp import web
+
+    from geoagent.sandbox import llm_common
+
+    seen = {}
     monkeypatch.setattr(simulate, "_release_dir", lambda: None)
-    with pytest.raises(_Stop):
-        cli_main(_factory, "fake", [])
-    err = capsys.readouterr().err
-    assert "note: no GeoContext release folder found" in err and "--release-dir DIR" in err, err
+    monkeypatch.setattr(llm_common, "run_forever", lambda app, host, port, **kw: seen.update(kw))
+    cli_main(lambda **_kw: web.Application(), "fake", [])
+    notes = list(seen["notes"])
+    assert len(notes) == 1 and notes[0].startswith("note: no GeoContext release folder found"), notes
+    assert "--release-dir DIR" in notes[0]
+    monkeypatch.setattr(simulate, "_release_dir", lambda: Path("/somewhere"))
+    cli_main(lambda **_kw: web.Application(), "fake", [])
+    assert list(seen["notes"]) == []
 
 
 def test_release_dir_points_the_simulated_answers_at_a_folder(tmp_path, monkeypatch, capsys):

@@ -33,7 +33,6 @@ import binascii
 import hashlib
 import math
 import os
-import sys
 import threading
 import time
 import warnings
@@ -595,10 +594,10 @@ def cli_main(factory: Callable[..., web.Application], prog: str, argv: Sequence[
         os.environ[C.ENV_RELEASE_DIR] = str(folder)
     from geoagent.geohint.simulate import release_dir_found
 
-    if release_dir_found() is None:
-        print(f"note: no GeoContext release folder found (${C.ENV_RELEASE_DIR}, ../shared/reference/geocontext): "
-              "the simulated GeoHint answers cannot place a photo of a release or crawl site (they say "
-              "'Unknown city'); give --release-dir DIR", file=sys.stderr, flush=True)
+    notes = [] if release_dir_found() is not None else [
+        f"note: no GeoContext release folder found (${C.ENV_RELEASE_DIR}, ../shared/reference/geocontext): the "
+        "simulated GeoHint answers cannot place a photo of a release or crawl site (they say 'Unknown city'); give "
+        "--release-dir DIR"]  # printed after the banner, which stays the first line
     faults = None
     if args.fault_rate > 0 or args.fault_kinds:
         kw: dict[str, Any] = {"rate": args.fault_rate, "seed": args.fault_seed, "retry_after_s": args.fault_retry_after_s}
@@ -618,7 +617,7 @@ def cli_main(factory: Callable[..., web.Application], prog: str, argv: Sequence[
         add_latency(app, args.latency_ms / 1000.0)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiohttp").setLevel(logging.WARNING)  # our own lines at INFO, aiohttp's chatter not
-    run_forever(app, args.host, args.port, describe=describe)
+    run_forever(app, args.host, args.port, describe=describe, notes=notes)
 
 
 #: most model ids a fake's models listing remembers (a benchmark may name many)

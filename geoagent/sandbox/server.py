@@ -21,7 +21,7 @@ import random
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,11 +53,12 @@ def client_disconnect_middleware() -> Any:
 
 
 def run_forever(app: web.Application, host: str = "127.0.0.1", port: int = 0, *,
-                describe: Callable[[str], str] | None = None) -> None:
+                describe: Callable[[str], str] | None = None, notes: Sequence[str] = ()) -> None:
     """Serve ``app`` on ``host:port`` (0 = any free port) until SIGINT or SIGTERM.
 
     Once the port is bound, prints one line to stderr: ``listening on http://HOST:PORT`` followed by
-    ``describe(base_url)`` when given (e.g. ``" (OpenAI-compatible; base_url http://HOST:PORT/v1)"``).
+    ``describe(base_url)`` when given (e.g. ``" (OpenAI-compatible; base_url http://HOST:PORT/v1)"``); then each of
+    ``notes``, a line each (the banner stays the first line, which scripts wait for).
     """
 
     async def main() -> None:
@@ -68,6 +69,8 @@ def run_forever(app: web.Application, host: str = "127.0.0.1", port: int = 0, *,
                 loop.add_signal_handler(sig, stop.set)
         async with serve(app, host, port) as base:
             print(f"listening on {base}{describe(base) if describe else ''}", file=sys.stderr, flush=True)
+            for note in notes:
+                print(note, file=sys.stderr, flush=True)
             await stop.wait()
 
     asyncio.run(main())
