@@ -356,9 +356,8 @@ class RedisLedger:
 
     # -- recovery -------------------------------------------------------------------------------------
 
-    def _judged_owners(self, *, all_owners: bool = False) -> list[tuple[str, str]]:
-        """``(owner, mode)`` of every other owner: ``force`` when ``all_owners`` or when it is on this host and its
-        process is gone, else ``hb`` (gone only if its heartbeat key expired; checked inside the script)."""
+    def _other_owners(self) -> list[tuple[str, dict[str, Any] | None]]:
+        """``(owner, record)`` of every other owner on the server (``record`` None when its JSON cannot be read)."""
         out = []
         for token, rec in self.db.client.hgetall(self.db.key("owners")).items():
             token = _text(token)
@@ -366,12 +365,28 @@ class RedisLedger:
                 continue
             try:
                 info = orjson.loads(rec)
-                here = info.get("host") == self.host and info.get("boot_id") == _BOOT_ID
-                local_dead = here and not process_alive(int(info["pid"]), info.get("proc_start"))
-            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-                local_dead = False
-            out.append((token, "force" if all_owners or local_dead else "hb"))
+            except orjson.JSONDecodeError:
+                info = None
+            out.append((token, info if isinstance(info, dict) else None))
         return out
+
+    def _local_dead(self, info: dict[str, Any] | None) -> bool:
+        """Whether the owner of record ``info`` is on this host and its process is gone (False when unreadable)."""
+        try:
+            here = info.get("host") == self.host and info.get("boot_id") == _BOOT_ID  # type: ignore[union-attr]
+            return bool(here and not process_alive(int(info["pid"]), info.get("proc_start")))  # type: ignore[index]
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return False
+
+    def _heartbeat_alive(self, owner: str) -> bool:
+        """Whether ``owner``'s heartbeat key has not expired."""
+        return bool(self.db.client.exists(self.db.key("hb:" + owner)))
+
+    def _judged_owners(self, *, all_owners: bool = False) -> list[tuple[str, str]]:
+        """``(owner, mode)`` of every other owner: ``force`` when ``all_owners`` or when it is on this host and its
+        process is gone, else ``hb`` (gone only if its heartbeat key expired; checked inside the script)."""
+        return [(token, "force" if all_owners or self._local_dead(info) else "hb")
+                for token, info in self._other_owners()]
 
     def recover(self, *, all_owners: bool = False) -> int:
         """Turn the open reservations of gone owners (owner rule, module docstring) into unknown-outcome spend;
@@ -387,18 +402,9 @@ class RedisLedger:
         reads it at start (:attr:`geoagent.engine.Outcome.others_at_start`), since a process on another machine
         holds no run lock of this one's state folder (walk27 #8: a run started beside another machine's called
         the work that machine did "done by earlier runs")."""
-        c = self.db.client
-        records = c.hgetall(self.db.key("owners"))
-        for owner, mode in self._judged_owners():
-            if mode != "hb" or not c.exists(self.db.key("hb:" + owner)):
-                continue
-            try:  # status, export and dry runs open a ledger too, and run nothing (rev27 #1)
-                runs = orjson.loads(records.get(owner.encode(), records.get(owner, b"{}"))).get("runs", True)
-            except (orjson.JSONDecodeError, AttributeError, TypeError):
-                runs = True
-            if runs:
-                return True
-        return False
+        # status, export and dry runs open a ledger too, and run nothing (rev27 #1); a record without "runs" counts
+        return any((info or {}).get("runs", True) and not self._local_dead(info) and self._heartbeat_alive(owner)
+                   for owner, info in self._other_owners())
 
     def gone_open(self) -> tuple[float, int]:
         """``(USD, count)`` of open reservations whose owner is gone by the owner rule: what :meth:`recover`
@@ -416,7 +422,7 @@ class RedisLedger:
         """model -> (nano-USD, count) of the open reservations of gone owners (owner rule, module docstring)."""
         c, out = self.db.client, {}
         for owner, mode in self._judged_owners():
-            if mode == "hb" and c.exists(self.db.key("hb:" + owner)):
+            if mode == "hb" and self._heartbeat_alive(owner):
                 continue
             for rid in c.smembers(self.db.key("oopen:" + owner)):
                 amount, model = c.hmget(self.db.key("r:" + _text(rid)), ["amount", "model"])

@@ -715,11 +715,11 @@ def _score_one(
     delta_ci: tuple[str, str] | None = None
     delta_ci_n = 0
     ci_exact: set[str] = set()
+    site_cols = _sites_per_statistic(n, bands) if len(sites) else {}
     if n_boot > 0 and len(sites) > 0:
         by = yes[boot_idx].sum(1)  # (n_boot, cols)
         bn = n[boot_idx].sum(1)
         bs = _stat_vector(by, bn, bands)
-        site_cols = _sites_per_statistic(n, bands)
         for name, vals in bs.items():
             ci_sites[name] = int(site_cols[name])
             if site_cols[name] < CI_MIN_SITES:
@@ -761,7 +761,7 @@ def _score_one(
         ci=ci,
         ci_n=ci_n,
         ci_sites=ci_sites,
-        sites=_sites_per_statistic(n, bands) if len(sites) else {},
+        sites=site_cols,
         n_boot=n_boot,
         boot_seed=seed if n_boot else None,
         ci_level=ci_level,
