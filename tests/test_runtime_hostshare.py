@@ -113,6 +113,7 @@ def test_processes_share_rate_with_join_and_sigkill(tmp_path, boards):
     assert max_in_window(late, 1.0) > math.floor(rate / 3)
 
 
+@pytest.mark.wallclock  # asserts arrival times within a 0.75 s lag: run in the uncrowded phase (docs/development.md)
 def test_retry_after_seen_by_one_process_pauses_all(tmp_path, boards):
     """A 429 with Retry-After: 3 to one process stops the others too, after at most the documented lag."""
     _kind, _new, board_opt = boards
