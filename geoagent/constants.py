@@ -102,6 +102,12 @@ HIT_THRESHOLD_KM = 1.0  # Sec. 4.2: hit = error < 1 km and finer than city
 #: stages stop, so aggregator stages skip their own final rewrite
 SERVICE_CAMPAIGN_WRITES_REPORT = "campaign_writes_report"
 
+#: stage-context service set by a campaign kind's plan (GeoVerify, GeoHint): a callable returning the header lines of
+#: a live report rewrite as keyword arguments of the kind's report writer (``interim``: the rewrite is of a running
+#: campaign; ``simulated``, ``replay_note``, ``image_note``: as the final report says them), so a live report, and one
+#: a killed run leaves behind, never reads as final or as a real model's (:class:`geoagent.report.live.LiveBanners`)
+SERVICE_LIVE_BANNERS = "live_report_banners"
+
 #: ``run --watch``: seconds a stage whose unreachable-host breaker opened waits before probing the host with one
 #: task, and the most it waits (the wait doubles after each failed probe); ``[queue] watch_probe_after_s`` /
 #: ``watch_probe_max_s`` (geoagent.runtime.worker, "Unreachable hosts")

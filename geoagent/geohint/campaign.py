@@ -364,6 +364,12 @@ class GeoHintCampaign(CampaignKind):
         ctx.services[SERVICE_PLAN_KEYS] = frozenset(key for key, _ in messages)
         # and the live report lists the missing work as it stands at each rewrite, as report() does at the end
         ctx.services[SERVICE_LIVE_MISSING] = lambda: self.live_missing(cfg)
+        # with the header lines the final report has (interim, simulator, replay, placeholder images)
+        from geoagent.providers.replay import replay_note
+        from geoagent.report.live import LiveBanners
+
+        ctx.services[C.SERVICE_LIVE_BANNERS] = LiveBanners(lambda: _simulated(cfg, ctx), replay_note(cfg),
+                                                           lambda: getattr(self, "_image_warning", None))
         self._summary: PlanSummary = summary
         self._images = image_tally(messages, images, s.image_root, s.images)
         self._refusals: list[str] = []

@@ -211,6 +211,12 @@ class GeoVerifyCampaign(CampaignKind):
         ctx.services[SERVICE_PLAN_KEYS] = frozenset(key for key, _ in self._plan.messages)
         # and the live report lists the missing work as it stands at each rewrite, as report() does at the end
         ctx.services[SERVICE_LIVE_MISSING] = lambda: self.live_missing(cfg)
+        # with the header lines the final report has (interim, simulator, replay, placeholder images)
+        from geoagent.providers.replay import replay_note
+        from geoagent.report.live import LiveBanners
+
+        ctx.services[C.SERVICE_LIVE_BANNERS] = LiveBanners(lambda: _simulated(cfg, ctx), replay_note(cfg),
+                                                           lambda: getattr(self, "_image_warning", None))
         self._image_warning = None
         self._refusals: list[str] = []
         if self._plan.images is not None:

@@ -46,6 +46,55 @@ REWRITE_BACKOFF = 4.0
 (dimensionless; see :meth:`LiveReport.gap_s`): it bounds the rewrites' share of wall time at 1 / (1 + 4)."""
 
 
+def live_interim_note(now: float | None = None) -> str:
+    """The interim line of a live rewrite (shown as ``Interim report: ...`` above its tables): written while the
+    campaign runs, at ``now`` (seconds since the epoch; None: the current time), covering the answers scored by
+    then; the final report replaces it when the run ends, so a report still carrying it after the run stopped was
+    left by a run that did not end (killed, or forced out by a second signal)."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(time.time() if now is None else now))
+    return (f"live report written at {stamp} while the campaign runs: the tables cover only the answers scored by "
+            "then, and the run rewrites them as answers come in; the final report replaces this one when the run "
+            "ends. If the run is no longer going, it did not end (killed or forced out): re-run the same command "
+            "to finish and write the final report")
+
+
+class LiveBanners:
+    """The header lines of a campaign's live report rewrites (ctx service :data:`geoagent.constants.SERVICE_LIVE_BANNERS`,
+    set by the kind's plan): before, a live rewrite (and the report a killed run left) had no interim line and no
+    simulator warning, so it read as a final report of a real model (walkthrough 28).
+
+    Parameters
+    ----------
+    simulated : callable
+        Returns the names of the models whose answers come from the simulator (the kind's ``_simulated``); called
+        once, at the first rewrite (it reads the store's request settings), in the report thread.
+    replay_note : str
+        The replay header line (:func:`geoagent.providers.replay.replay_note`, "" for none), read at plan time.
+    image_note : callable, optional
+        Returns the placeholder-image warning as the kind's plan left it (None for none), read at each rewrite.
+    """
+
+    def __init__(self, simulated: Callable[[], list[str]], replay_note: str = "",
+                 image_note: Callable[[], str | None] | None = None) -> None:
+        self._simulated_of = simulated
+        self._simulated: list[str] | None = None
+        self.replay_note = replay_note
+        self._image_note = image_note
+
+    def __call__(self) -> dict[str, Any]:
+        """Keyword arguments of the kind's ``write_report``: ``interim`` (:func:`live_interim_note`), ``simulated``,
+        and ``replay_note`` / ``image_note`` when there is one."""
+        if self._simulated is None:
+            self._simulated = list(self._simulated_of())
+        kw: dict[str, Any] = {"interim": live_interim_note(), "simulated": self._simulated}
+        if self.replay_note:
+            kw["replay_note"] = self.replay_note
+        image = self._image_note() if self._image_note is not None else None
+        if image:
+            kw["image_note"] = image
+        return kw
+
+
 def live_report_dir(ctx: Any) -> Path:
     """The folder an aggregator stage's live rewrite writes (a :class:`~pathlib.Path`): the stage context's
     ``report_dir`` service when set (tests), else ``<state_dir>/report`` of the run (the engine's ``state_dir``
@@ -246,6 +295,9 @@ class LiveAggregatorStage(Stage):
         self.live = LiveReport(self.what)
         #: the ctx service :attr:`live_missing_service`, taken when a rewrite starts (None: missing work not listed)
         self._live_missing: Callable[[], Mapping[str, Any]] | None = None
+        #: the ctx service :data:`geoagent.constants.SERVICE_LIVE_BANNERS`, taken when a live rewrite starts (None: no
+        #: header lines; the final rewrite at :meth:`stop`, which no campaign report follows, takes none)
+        self._live_banners: Callable[[], Mapping[str, Any]] | None = None
 
     # --- the kind's hooks ---------------------------------------------------------------------------
     def _new_aggregator(self) -> Any:
@@ -371,6 +423,7 @@ class LiveAggregatorStage(Stage):
         self._drain()
         self._dirty = False
         self._live_missing = ctx.services.get(self.live_missing_service)
+        self._live_banners = ctx.services.get(C.SERVICE_LIVE_BANNERS)
         return self._write(self._report_dir(ctx))
 
     def _missing_kw(self, live_missing: Callable[[], Mapping[str, Any]] | None) -> dict[str, Any]:
@@ -378,9 +431,20 @@ class LiveAggregatorStage(Stage):
         :attr:`live_missing_service`; :func:`geoagent.runtime.scope.live_missing_kw`)."""
         return live_missing_kw(live_missing, self._log, self.what, self.missing_csv)
 
+    def _banner_kw(self) -> dict[str, Any]:
+        """The live rewrite's header lines (:class:`LiveBanners`) as keyword arguments of the report writer; ``{}``
+        without the service, or when it raises (logged: the tables still go out)."""
+        if self._live_banners is None:
+            return {}
+        try:
+            return dict(self._live_banners())
+        except Exception as exc:  # noqa: BLE001 - the tables still go out, without the header lines
+            self._log.warning("%s live report: could not build its header lines (%s)", self.what, exc)
+            return {}
+
     def _write(self, out_dir: Path) -> Any:
         try:
-            return self._write_report(out_dir, self._missing_kw(self._live_missing))
+            return self._write_report(out_dir, {**self._banner_kw(), **self._missing_kw(self._live_missing)})
         except BaseException:
             self._dirty = True  # try again at the next flush after the interval
             raise
@@ -398,6 +462,7 @@ class LiveAggregatorStage(Stage):
             self._dirty = False
             out_dir = self._report_dir(ctx)
             self._live_missing = ctx.services.get(self.live_missing_service)  # read by _write in the report thread
+            self._live_banners = ctx.services.get(C.SERVICE_LIVE_BANNERS)
             self.live.start(lambda: self._write(out_dir))
 
     async def stop(self, ctx: StageContext) -> None:
@@ -410,9 +475,10 @@ class LiveAggregatorStage(Stage):
             if self._reportable() and not ctx.services.get(C.SERVICE_CAMPAIGN_WRITES_REPORT):
                 out_dir = self._report_dir(ctx)
                 self._live_missing = ctx.services.get(self.live_missing_service)
+                self._live_banners = None  # the final report of a stage run without the campaign engine
                 await self.live.run(lambda: self._write(out_dir), guarded=self.final_guarded)
         finally:
             self.live.close()
 
 
-__all__ = ["LiveAggregatorStage", "LiveReport", "live_report_dir"]
+__all__ = ["LiveAggregatorStage", "LiveBanners", "LiveReport", "live_interim_note", "live_report_dir"]
