@@ -77,6 +77,12 @@ def cache_key(method: str, url: str, params: Mapping[str, Any] | None, ignore: I
     return hashlib.sha256(blob).hexdigest()
 
 
+def _stable_url(url: str) -> str:
+    from geoagent.sandbox.launch import as_written_url
+
+    return as_written_url(url)
+
+
 class ResponseCache:
     """A SQLite file of responses keyed by request; safe to share between coroutines and threads.
 
@@ -129,8 +135,10 @@ class ResponseCache:
         self.misses = 0
 
     def key(self, method: str, url: str, params: Mapping[str, Any] | None) -> str:
-        """The cache key of a request (see :func:`cache_key`)."""
-        return cache_key(method, url, params, self.ignore_params)
+        """The cache key of a request (see :func:`cache_key`); a URL of a sandbox fake served in this process is
+        keyed as the config wrote it (:func:`geoagent.sandbox.launch.as_written_url`), not by its local port,
+        which changes with every run."""
+        return cache_key(method, _stable_url(url), params, self.ignore_params)
 
     def get(self, method: str, url: str, params: Mapping[str, Any] | None = None) -> CachedResponse | None:
         """Return the stored response of this request, or None if absent or older than ``ttl_s``."""
@@ -151,7 +159,7 @@ class ResponseCache:
             self._db.execute(
                 "INSERT OR REPLACE INTO responses (key, method, url, params, status, body, stored_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (k, method.upper(), url, canon, int(status), bytes(body), time.time()),
+                (k, method.upper(), _stable_url(url), canon, int(status), bytes(body), time.time()),
             )
 
     def __len__(self) -> int:

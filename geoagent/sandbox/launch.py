@@ -230,6 +230,22 @@ def served_fake_name(url: str) -> str | None:
     return None
 
 
+def as_written_url(url: str) -> str:
+    """``url`` as the config wrote it: a URL that reaches a fake :func:`launch` serves in this process (at a local
+    port that changes with every launch) gets that fake's ``http://<name>.sandbox.invalid`` base back, path and
+    query kept; any other URL is returned as it is. For keys that must outlive the process: a response cache keyed
+    on the local port missed every answer of an earlier run (walk28 #2: a resumed crawl asked the pageviews fake
+    for all 440 windows again). Raises nothing."""
+    netloc = urlsplit(url).netloc
+    if not netloc or not _SERVED:
+        return url
+    for base, served in list(_SERVED.items()):
+        if urlsplit(base).netloc == netloc:
+            parts = urlsplit(url)
+            return urlunsplit(("http", f"{served}{SANDBOX_SUFFIX}", parts.path, parts.query, parts.fragment))
+    return url
+
+
 def requested_fakes(cfg: Any) -> list[str]:
     """The fakes ``cfg`` names, in :data:`FAKES` order."""
     urls = [m.base_url for m in cfg.models if m.base_url] + _walk_urls(cfg.tasks)
