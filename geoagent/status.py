@@ -577,15 +577,25 @@ def budget_resume_hint(spend: dict[str, Any], refused_usd: float | None = None) 
     above the one it stopped at and leaves room for the call the cap refused, else raise ``[budget] cap_usd`` first
     (as the run's summary says), to at least the billed spend plus that call when it is known.
 
-    ``refused_usd``: the smallest worst case among the calls the cap refused (USD; :func:`refused_call_usd`), None
+    ``refused_usd``: the largest worst case among the calls the cap refused (USD; :func:`refused_call_usd`), None
     when not recorded. Review rev24 (3): a cap raised by less than that call read "re-run to go on", and the re-run
     stopped again at once without a call. The cap the last run stopped at is the one its progress record gives
-    (``spend["run_cap_usd"]``) when there is one, else the ledger's."""
+    (``spend["run_cap_usd"]``) when there is one, else the ledger's. A call refused while other calls held
+    reservations may need less than the cap the run stopped at (billed + its worst case under that cap); the hint
+    then asks for a cap above the one it stopped at, never for a lower one (walk28 #5: "to at least $0.0083" under
+    a cap of $0.0100)."""
     stored, cfg_cap = spend.get("run_cap_usd", spend.get("cap_usd")), spend.get("config_cap_usd")
     billed = float(spend.get("spent_usd") or 0.0) + float(spend.get("unknown_usd") or 0.0)
     need = None if refused_usd is None else billed + float(refused_usd)
-    at_least = "" if need is None else f" to at least {format_usd(need)} (billed {format_usd(billed)} + the " \
-        f"{format_usd(refused_usd)} worst case of the call it refused)"
+    if need is None:
+        at_least = ""
+    elif stored is not None and need <= float(stored) + 5e-10:
+        at_least = (f" above the {format_usd(stored)} it stopped at (billed {format_usd(billed)}; the calls it refused, "
+                    f"a worst case of up to {format_usd(refused_usd)} each, were refused while other calls held "
+                    "reservations)")
+    else:
+        at_least = (f" to at least {format_usd(need)} (billed {format_usd(billed)} + the {format_usd(refused_usd)} "
+                    "worst case of the call it refused)")
     if cfg_cap is not None and stored is not None and float(cfg_cap) > float(stored) + 5e-10:
         if need is not None and float(cfg_cap) < need - 5e-10:
             return (f"the config's [budget] cap_usd ({format_usd(cfg_cap)}) is above the {format_usd(stored)} the last "
@@ -597,12 +607,13 @@ def budget_resume_hint(spend: dict[str, Any], refused_usd: float | None = None) 
 
 
 def refused_call_usd(progress: dict[str, Any]) -> float | None:
-    """The smallest "this call $X" (USD) among the cost cap's refusals a progress record's stages kept
-    (``last_errors``, ``budget_refusals``), or None when there is none."""
+    """The largest "this call $X" (USD) among the cost cap's refusals a progress record's stages kept
+    (``last_errors``, ``budget_refusals``), or None when there is none: a cap that leaves room for it leaves room
+    for each kind of call refused (a crawl's image audit and referenceability calls differ; walk28 #5)."""
     amounts = [float(m["call"]) for sd in progress.get("stages") or []
                for e in [*(sd.get("last_errors") or []), *(sd.get("budget_refusals") or [])]
                if (m := _BUDGET_REFUSAL.match(str(e)))]
-    return min(amounts) if amounts else None
+    return max(amounts) if amounts else None
 
 
 def stop_reason(progress: dict[str, Any], *, now: float | None = None, running: bool | None = None) -> str | None:
