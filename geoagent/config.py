@@ -1865,6 +1865,12 @@ def load_config(path: str | os.PathLike[str]) -> CampaignConfig:
         raise ConfigError(label, [f"invalid TOML: {exc}"]) from None
     except RecursionError:  # tomllib parses nested arrays and inline tables recursively
         raise ConfigError(label, ["invalid TOML: arrays or inline tables nested too deeply"]) from None
+    except ValueError as exc:  # not a TOMLDecodeError: int() of a number of 4,300+ digits (break28 #3)
+        text = raw.decode("utf-8-sig", errors="replace")
+        long_number = re.search(r"[0-9_]{4300,}", text)
+        where = f" at line {text[: long_number.start()].count(chr(10)) + 1}" if long_number else ""
+        what = "has more than 4,300 digits (too many to read)" if "digits" in str(exc) else f"cannot be read ({exc})"
+        raise ConfigError(label, [f"invalid TOML: a number{where} {what}"]) from None
     return config_from_dict(data, source=label)
 
 
@@ -1936,7 +1942,8 @@ def is_sampled(key: str, rate: float, seed: int = 0) -> bool:
 
 
 def plan_rank(item: str, seed: int = 0) -> bytes:
-    """Sort key that puts a planner's items (a GeoVerify trial, a GeoHint site) in a seeded random order.
+    """Sort key that puts a planner's items (a GeoVerify trial, a GeoHint unit: an image's baseline or one of its
+    reference points) in a seeded random order.
 
     The planners enqueue items in this order, every model's requests of one item next to each other, and
     the model caller dispatches in queue order; so any prefix of a run (one stopped by the cost cap or by

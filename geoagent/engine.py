@@ -183,21 +183,6 @@ KINDS: dict[str, str] = {
 }
 
 
-def dispatch_order(plan: Any, kind: CampaignKind, cfg: Any) -> Any:
-    """The plan in the order it is queued: for a kind with :attr:`CampaignKind.dispatch_shuffled` and a plan given
-    as a list, a copy shuffled by a generator seeded with the campaign's seed (``[campaign] seed``), the same order
-    at every run (queueing is idempotent by task key, so a resumed run keeps the order of what is queued); anything
-    else (a streamed plan, the crawl) as it is. Tasks are leased oldest first (:mod:`geoagent.runtime.sqlite_queue`,
-    Redis Streams), so this is the order calls are made, apart from retries."""
-    if not getattr(kind, "dispatch_shuffled", False) or not isinstance(plan, list):
-        return plan
-    import random
-
-    order = list(plan)
-    random.Random(f"{getattr(getattr(cfg, 'campaign', None), 'seed', 0)}:dispatch-order").shuffle(order)
-    return order
-
-
 class CampaignKind(abc.ABC):
     """One kind of campaign: which stages run, what the planner enqueues, how the report is written."""
 
@@ -206,11 +191,6 @@ class CampaignKind(abc.ABC):
     plan_edge: str = C.EDGE_REQUESTS
     #: what one message of the plan is, for the summary ("planned 3 cities")
     plan_unit: str = "requests"
-    #: queue the plan in a seeded random order (:func:`dispatch_order`) rather than the planner's (site by site):
-    #: a run stopped at the cap or interrupted then holds answers spread over the plan's sites, conditions and
-    #: models, a random sample of it, not its first sites only (walk28 #3: a GeoHint run stopped at the cap had
-    #: answered one site of six, hit rate 91 % against 54 % over the whole plan)
-    dispatch_shuffled: bool = False
 
     @abc.abstractmethod
     def stages(self, cfg: Any) -> list[Stage]:
@@ -1949,7 +1929,6 @@ async def _run(
         if on_planned is not None:
             on_planned()
         return _estimate_outcome(cfg, kind, planned, ctx, t0)
-    plan = dispatch_order(plan, kind, cfg)
     stages = all_stages = kind.stages(cfg)  # all_stages: the whole pipeline, also under --stages
     if only_stages:
         unknown = set(only_stages) - {s.name for s in stages}
@@ -2537,7 +2516,7 @@ class WatchReplanTick:
         kind, label = self.kind, self.kind.plan_inputs_label
         names = ", ".join(changed)
         try:
-            plan = dispatch_order(await kind.plan(self.cfg, self.ctx), kind, self.cfg)
+            plan = await kind.plan(self.cfg, self.ctx)
             n, added, by_model = await enqueue_new(PlanRecorder(self.cfg.state_dir()).wrap(plan), self.queue)
         except Exception as exc:  # noqa: BLE001 - the watching run goes on with what it had
             line = (f"watch: the {label} changed since planning ({names}), but planning again failed: "

@@ -198,7 +198,6 @@ class GeoHintCampaign(CampaignKind):
 
     kind = "geohint"
     results_tables = (SCORED_TABLE,)
-    dispatch_shuffled = True  # a run stopped early holds a random sample of the plan (engine.dispatch_order)
 
     def scored_rows(self, ctx: StageContext) -> tuple[str, str, str | None, Any] | None:
         """:meth:`CampaignKind.scored_rows`: the scorer's rows (table ``geohint_scored``, one per task of its input

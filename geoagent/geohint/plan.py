@@ -156,10 +156,11 @@ def plan_requests(
     Returns
     -------
     (list of PlannedRequest, PlanSummary)
-        Requests in queue order: sites in a seeded random order (:func:`geoagent.config.plan_rank` of the
-        site id and ``seed``), then image, unit (baseline, then each reference point in ladder order), model,
-        condition, repeat. So every model's requests of one unit are next to each other and a run stopped
-        early (cost cap, Ctrl-C) covers the models evenly and a random sample of the sites; the order
+        Requests in queue order: units (an image's baseline, or one of its reference points) in a seeded random
+        order (:func:`geoagent.config.plan_rank` of ``site|image|unit`` and ``seed``), each unit's requests
+        by model, condition, repeat. So every model's and condition's requests of one unit are next to each
+        other and a run stopped early (cost cap, Ctrl-C) covers the models evenly and a random sample of the
+        units, spread over the sites (ranked by site, a capped run held one site of six, walk28 #3); the order
         changes no key.
 
     Raises
@@ -226,7 +227,11 @@ def plan_requests(
         summary.requests_by_condition[cond.name] = summary.requests_by_condition.get(cond.name, 0) + 1
         summary.requests_by_model[spec.model] += 1
 
-    for site_id in sorted(by_site, key=lambda sid: (plan_rank(sid, seed), sid)):
+    # units (an image's baseline, or one of its reference points) are queued in a seeded random order, every
+    # model's, condition's and repeat's request of a unit next to each other: sites in random order with all of
+    # a site's units together made a run stopped at the cap hold one site of six (walk28 #3)
+    units_out: list[tuple[bytes, list[PlannedRequest]]] = []
+    for site_id in sorted(by_site):
         site = sites[site_id]
         imgs = sorted(by_site[site_id], key=lambda i: i.image_id)
         if images_per_site is not None:
@@ -241,6 +246,7 @@ def plan_requests(
             for point in units:
                 ref = "baseline" if point is None else _ref_id(point)
                 conds, repeats = (baseline_conds, baseline_repeats) if point is None else (context_conds, context_repeats)
+                start = len(out)
                 for spec in models:
                     summary.units_total[spec.model] += 1
                     if not unit_sampled(seed, spec.model, site_id, img.image_id, ref, spec.sample_rate):
@@ -249,6 +255,11 @@ def plan_requests(
                     for cond in conds:
                         for r in range(repeats):
                             emit(cond, spec, site, img, point, r)
+                if len(out) > start:
+                    units_out.append((plan_rank(f"{site_id}|{img.image_id}|{ref}", seed), out[start:]))
+                    del out[start:]
+    units_out.sort(key=lambda u: u[0])  # a stable sort: equal ranks (none in practice) keep the planner's order
+    out = [r for _, unit in units_out for r in unit]
     summary.sites_without_ladder.sort()
     summary.sites_without_images = sorted(s for s in sites if s not in by_site)
     return out, summary

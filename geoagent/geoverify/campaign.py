@@ -167,7 +167,6 @@ class GeoVerifyCampaign(CampaignKind):
 
     kind = "geoverify"
     results_tables = (SCORED_TABLE,)
-    dispatch_shuffled = True  # a run stopped early holds a random sample of the plan (engine.dispatch_order)
 
     def scored_rows(self, ctx: StageContext) -> tuple[str, str, str | None, Any] | None:
         """:meth:`CampaignKind.scored_rows`: the scorer's rows (table ``geoverify_scored``, one per task of its

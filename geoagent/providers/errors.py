@@ -78,11 +78,12 @@ class ReplayRecordedError(ProviderError):
 
     retryable = False
 
-    def __init__(self, key: str, path: str, error: str) -> None:
+    def __init__(self, key: str, path: str, error: str, *, unusable: bool = False) -> None:
         self.key = key
         self.path = path
         self.error = error
-        super().__init__(f"replay: record {key!r} in {path} is a recorded failure: {error}")
+        what = "cannot be used" if unusable else "is a recorded failure"  # unusable: a field of it is damaged
+        super().__init__(f"replay: record {key!r} in {path} {what}: {error}")
 
 
 def body_excerpt(body: bytes | str, limit: int = 300) -> str:

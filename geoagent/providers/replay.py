@@ -32,6 +32,7 @@ from geoagent.files import loads_record
 from geoagent.paths import missing_release_error
 from geoagent.providers.base import ModelRequest, ModelResponse, Provider, Usage, register
 from geoagent.providers.errors import ReplayMiss, ReplayRecordedError
+from geoagent.providers.http_base import MAX_USAGE_TOKENS
 from geoagent.providers.settings import ProviderSettings
 
 
@@ -235,8 +236,9 @@ class ReplayProvider(Provider):
         for name in ("input_tokens", "output_tokens"):
             n = _token_count(usage_src.get(name))
             if n is None:
-                raise ReplayRecordedError(key, str(self.path), f"{name} is not a non-negative integer: "
-                                          f"{str(usage_src.get(name))[:40]!r}")
+                raise ReplayRecordedError(key, str(self.path), f"{name} is not a non-negative integer of at most "
+                                          f"{MAX_USAGE_TOKENS:,} (the most one call can use): "
+                                          f"{str(usage_src.get(name))[:40]!r}", unusable=True)
             counts.append(n)
         return ModelResponse(
             text=text,
@@ -248,18 +250,23 @@ class ReplayProvider(Provider):
 
 
 def _token_count(value: object) -> int | None:
-    """A recorded token count as an int (absent/null -> 0); None when it is not a non-negative integer."""
+    """A recorded token count as an int (absent/null -> 0); None when it is not a non-negative integer of at most
+    :data:`geoagent.providers.http_base.MAX_USAGE_TOKENS` (the bound the HTTP providers apply: a count of 10^30 in
+    a damaged recording booked as spend stopped the campaign as "budget exhausted", break28 #1; a string of 4,300+
+    digits, which ``int`` refuses, raised a bare ValueError, #2)."""
     if value is None:
         return 0
+    number: int | None = None
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value if value >= 0 else None
-    if isinstance(value, float):
-        return int(value) if value.is_integer() and value >= 0 else None
-    if isinstance(value, str) and value.isascii() and value.strip().isdigit():
-        return int(value)
-    return None
+        number = value
+    elif isinstance(value, float):
+        number = int(value) if value.is_integer() else None
+    elif isinstance(value, str) and value.isascii() and value.strip().isdigit():
+        digits = value.strip()
+        number = int(digits) if len(digits) <= 12 else MAX_USAGE_TOKENS + 1
+    return number if number is not None and 0 <= number <= MAX_USAGE_TOKENS else None
 
 
 def count_records(path: str | os.PathLike[str]) -> int:
