@@ -64,9 +64,34 @@ class ImportReport:
     imported: dict[str, int] = field(default_factory=dict)
     issues: list[ImportIssue] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    #: files none of whose rows could be read (cannot open, no header, a header without a required column ...):
+    #: path -> the issue, also in :attr:`issues`
+    refused_files: dict[str, ImportIssue] = field(default_factory=dict)
 
     def add(self, file: Path | str, line: int, reason: str) -> None:
         self.issues.append(ImportIssue(str(file), int(line), reason))
+
+    def refuse_file(self, file: Path | str, line: int, reason: str) -> None:
+        """Record a problem that leaves the whole file unread (an issue, and the file in :attr:`refused_files`)."""
+        self.add(file, line, reason)
+        self.refused_files[str(file)] = self.issues[-1]
+
+    def unusable(self, file: Path | str, n_read: int) -> str | None:
+        """Why the table at ``file`` gives nothing to plan from, or None: the file was refused whole
+        (:meth:`refuse_file`), or it has rows but none of them could be read (``n_read`` 0 and malformed rows of it
+        reported). ``"<file>: line L: <reason>"`` / ``"<file>: none of its N row(s) could be read (line L: ...)"``;
+        None for a file read with rows, or one with no row at all (a header only: an empty plan is for the kind
+        to refuse or not)."""
+        refused = self.refused_files.get(str(file))
+        if refused is not None:
+            return f"{refused.file}: line {refused.line}: {refused.reason}"
+        if n_read:
+            return None
+        bad = [i for i in self.issues if i.file == str(file) and i.line > 1]
+        if not bad:
+            return None
+        return (f"{file}: none of its {len(bad)} row(s) could be read (line {bad[0].line}: {bad[0].reason}"
+                f"{'; ...' if len(bad) > 1 else ''})")
 
     def count(self, file: Path | str, n: int = 1) -> None:
         self.imported[str(file)] = self.imported.get(str(file), 0) + n
@@ -227,7 +252,7 @@ def _read_csv(
     try:
         fh = path.open("r", encoding="utf-8-sig", errors="surrogateescape", newline="")
     except OSError as exc:
-        report.add(path, 0, f"cannot open: {exc}")
+        report.refuse_file(path, 0, f"cannot open: {exc}")
         return
     report.files.append(str(path))
     with fh:
@@ -235,22 +260,22 @@ def _read_csv(
         try:
             header = next(reader)
         except StopIteration:
-            report.add(path, 1, "empty file (no header)")
+            report.refuse_file(path, 1, "empty file (no header)")
             return
         except (csv.Error, UnicodeDecodeError) as exc:
-            report.add(path, 1, f"unreadable header: {exc}")
+            report.refuse_file(path, 1, f"unreadable header: {exc}")
             return
         if _not_utf8(header):
-            report.add(path, 1, "header is not valid UTF-8 text")
+            report.refuse_file(path, 1, "header is not valid UTF-8 text")
             return
         header = [h.strip() for h in header]
         repeated = sorted({h for h in header if h and header.count(h) > 1})
         if repeated:  # which copy holds the value is a guess (a row would take the last): refuse the file
-            report.add(path, 1, f"header repeats column(s) {repeated}; keep one of each")
+            report.refuse_file(path, 1, f"header repeats column(s) {repeated}; keep one of each")
             return
         missing = [c for c in required if c not in header]
         if missing:
-            report.add(path, 1, f"header lacks required column(s) {missing}; have {header}")
+            report.refuse_file(path, 1, f"header lacks required column(s) {missing}; have {header}")
             return
         prev_end = reader.line_num
         while True:
@@ -520,6 +545,33 @@ def trial_table_paths(root: str | Path) -> list[Path]:
 
 
 _LADDER_NAME = re.compile(r"^(?P<site>.+?)_ladder(?:_.*)?\.csv$")
+
+
+def check_plannable(release: Release, *, trials: bool) -> None:
+    """Refuse to plan from a release folder whose ``sites.csv``, or (``trials``) trial table, gives nothing to plan
+    from because of the file itself (:meth:`ImportReport.unusable`: refused whole, or rows none of which could be
+    read); a folder whose trial table is simply absent or has a header only is the kind's to judge.
+
+    Before (break28 #4) such a file was one "N malformed" line of the import note: the run planned 0 requests,
+    ended "complete" (exit 0) and rewrote the campaign's report as one of no data over the last good one.
+
+    Raises
+    ------
+    ValueError
+        Naming each unusable file, its line and the reason, and saying that nothing was run.
+    """
+    problems = []
+    sites_csv = release.root / "sites.csv"
+    why = release.report.unusable(sites_csv, len(release.sites))
+    if why:
+        problems.append(why)
+    if trials and release.trials_file is not None:
+        why = release.report.unusable(release.trials_file, len(release.trials))
+        if why:
+            problems.append(why)
+    if problems:
+        raise ValueError("; ".join(problems) + ": nothing to plan from it, so nothing was run (stored answers, "
+                         "queues and the last report are kept); fix the file and re-run the same command")
 
 
 def import_release(root: str | Path, *, state_root: str | Path | None = None) -> Release:

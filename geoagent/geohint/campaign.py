@@ -24,7 +24,7 @@ from typing import Any
 
 from geoagent import constants as C
 from geoagent.textfmt import count_text, mapping_text
-from geoagent.data.importer import Release, import_release
+from geoagent.data.importer import Release, check_plannable, import_release
 from geoagent.data.model import Image
 from geoagent.engine import CampaignKind
 from geoagent.geohint.aggregate import GeoHintAggregator
@@ -325,6 +325,8 @@ class GeoHintCampaign(CampaignKind):
 
         s = settings_of(cfg)
         release = import_release(s.release_dir or cfg.release_dir(), state_root=cfg.state_root())
+        # a sites.csv (or, for images from the trial table, a trial table) none of whose rows can be read: refused
+        check_plannable(release, trials=s.images != "synthetic")
         self._import_issues = list(release.report.issues)
         from geoagent.integrate import auditor_overlap_warning
 

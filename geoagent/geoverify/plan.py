@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from geoagent.data.importer import ImportReport, Release, import_counts_text, import_release
+from geoagent.data.importer import ImportReport, Release, check_plannable, import_counts_text, import_release
 from geoagent.data.model import ARM_MAIN, BAND_SIGNAL, BLANK_IMAGE_REF, VerifyTrial
 from geoagent.data.store import DataStore
 from geoagent.geoverify.prompt import load_template
@@ -308,7 +308,8 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
     FileNotFoundError
         The release folder has no ``sites.csv``.
     ValueError
-        With ``trials = "release"``, a ``tau_m`` the table's truth labels disagree with (:func:`check_tolerance`), or a
+        A ``sites.csv`` or trial table none of whose rows can be read
+        (:func:`geoagent.data.importer.check_plannable`); with ``trials = "release"``, a ``tau_m`` the table's truth labels disagree with (:func:`check_tolerance`), or a
         truth label its arm and band contradict (:func:`check_band_truth`);
         two ``[[models]]`` entries the report would count under one model name, or one reporting under a name the
         report cannot hold (``pooled``, one with ``|``, a CSV column's name: :func:`check_report_names`), or
@@ -322,6 +323,7 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
     if release is None:
         release = import_release(s.release_dir or cfg.release_dir(),
                                  state_root=cfg.state_root() if hasattr(cfg, "state_root") else None)
+    check_plannable(release, trials=True)  # a sites.csv or trial table none of whose rows can be read: refused
     if store_data:
         with DataStore.for_campaign(cfg.name, cfg.state_root()) as ds:
             ds.put_many(release.records())
