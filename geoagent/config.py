@@ -46,6 +46,7 @@ import types
 import os
 import re
 import tomllib
+import unicodedata
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -176,8 +177,12 @@ def check_model_id(v: str) -> str:
     key: an empty one fails every call at run time, one with spaces or a line break around it is "model not found" at
     the API. (Characters inside it are the provider's business; an Azure deployment name, which becomes a URL path
     segment, has its own check.)"""
-    if not v.strip() or v != v.strip():
-        raise ValueError("a model id as the provider names it (non-empty, no spaces around it)")
+    from geoagent.secrets import looks_like_pasted_key
+
+    if not v.strip() or v != v.strip() or any(unicodedata.category(c) == "Cc" for c in v):
+        raise ValueError("a model id as the provider names it (non-empty, no spaces around it, no control characters)")
+    if looks_like_pasted_key(v):  # it would go into every request key, the manifest and the reports
+        raise ConfigProblem(f"{NOT_SHOWN}: API keys go in the environment or .env, named by api_key_env")
     return v
 
 
@@ -239,6 +244,26 @@ KNOWN_PARAMS: dict[str, tuple[Any, str]] = {
 }
 
 
+#: what a name that becomes a file name must be (:func:`geoagent.paths.safe_name`)
+SAFE_NAME_EXPECTED = ("a safe file name (letters, digits, _ . -; starting with a letter or digit, not ending with a "
+                      "dot, not a name Windows reserves such as CON or NUL)")
+
+
+def _no_pasted_key(v: Any) -> None:
+    """Refuse a name or free text holding a word that is an API key pasted by mistake
+    (:func:`geoagent.secrets.looks_like_pasted_key`): it would be written to the manifest, the reports and the
+    folder names. The message does not show it.
+
+    Raises
+    ------
+    ConfigProblem
+    """
+    from geoagent.secrets import looks_like_pasted_key
+
+    if isinstance(v, str) and any(looks_like_pasted_key(w.strip("\"'`,;:()[]{}<>")) for w in v.split()):
+        raise ConfigProblem(f"holds {NOT_SHOWN}: API keys go in the environment or .env, named by api_key_env")
+
+
 class CampaignSection(_Section):
     """``[campaign]``: identity of the campaign (its name names the queue and state folders)."""
 
@@ -249,13 +274,20 @@ class CampaignSection(_Section):
     #: contact (URL or e-mail) put in the HTTP User-Agent; public APIs such as Nominatim ask for one
     contact: str = ""
 
+    @field_validator("description", "contact")
+    @classmethod
+    def _no_key(cls, v: str) -> str:
+        _no_pasted_key(v)  # recorded in the manifest (and the contact in every User-Agent)
+        return v
+
     @field_validator("name")
     @classmethod
     def _safe(cls, v: str) -> str:
+        _no_pasted_key(v)
         try:
             name = safe_name(v, what="campaign name")
         except ValueError:
-            raise ValueError("a safe file name (letters, digits, _ . -; starting with a letter or digit)") from None
+            raise ValueError(SAFE_NAME_EXPECTED) from None
         if name.lower() == C.IMAGES_DIR:  # lower: a case-insensitive file system (macOS) folds the two together
             raise ConfigProblem(f"{name!r} is the folder under the state root that holds every crawl's photos "
                                 f"(state/{C.IMAGES_DIR}/<site>/<id>.jpg); give the campaign another name")
@@ -450,10 +482,11 @@ class ModelConfig(_Section):
     @field_validator("name")
     @classmethod
     def _safe(cls, v: str) -> str:
+        _no_pasted_key(v)
         try:
             return safe_name(v, what="model name")
         except ValueError:
-            raise ValueError("a safe file name (letters, digits, _ . -; starting with a letter or digit)") from None
+            raise ValueError(SAFE_NAME_EXPECTED) from None
 
     @field_validator("model")
     @classmethod
@@ -1001,9 +1034,13 @@ register_section("images", ImagesSection)
 
 
 def _fmt_loc(loc: Iterable[Any]) -> str:
+    from geoagent.secrets import looks_like_pasted_key, looks_like_secret
+
     out = ""
     for part in loc:
-        if isinstance(part, int):
+        if isinstance(part, str) and (looks_like_secret(part) or looks_like_pasted_key(part)):
+            out += ("." if out else "") + "<a key that looks like an API key, not shown>"  # a key pasted as a key
+        elif isinstance(part, int):
             out += f"[{part}]"
         elif re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", str(part)):
             out += ("." if out else "") + str(part)
@@ -1012,11 +1049,19 @@ def _fmt_loc(loc: Iterable[Any]) -> str:
     return out or "<top level>"
 
 
+#: how an error message shows a value or a key that may be an API key pasted by mistake (break28 #5)
+NOT_SHOWN = "a value that looks like an API key (not shown)"
+
+
 def _fmt_value(value: Any) -> str:
+    from geoagent.secrets import looks_like_pasted_key, looks_like_secret
+
     if isinstance(value, dict):
         return "a table"
     if isinstance(value, list):
         return "an array"
+    if isinstance(value, str) and (looks_like_secret(value) or looks_like_pasted_key(value)):
+        return NOT_SHOWN
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 

@@ -210,14 +210,23 @@ def _rel(path: Path, root: Path) -> Path:
         return path
 
 
+#: names Windows reserves for devices, with or without an extension (break28 #7): "CON", "nul.txt", "COM1"
+_WINDOWS_RESERVED = frozenset({"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)),
+                               *(f"LPT{i}" for i in range(1, 10))})
+
+
 def safe_name(value: str, *, what: str = "name") -> str:
     """Return ``value`` if it is safe as a single path component, else raise ``ValueError``.
 
-    Allowed: letters, digits, ``_ . -``; must start with a letter or digit; at most 128 characters.
+    Allowed: letters, digits, ``_ . -``; must start with a letter or digit and not end with a dot; at most 128
+    characters; not a device name Windows reserves (``CON``, ``NUL``, ``COM1`` ..., with or without an extension).
     Used for campaign names, site ids and anything from an API that becomes a file name.
     """
     if not isinstance(value, str) or not _SAFE_NAME.fullmatch(value) or ".." in value:
         raise ValueError(f"unsafe {what} for a file name: {value!r}")
+    if value.endswith(".") or value.split(".")[0].upper() in _WINDOWS_RESERVED:
+        raise ValueError(f"unsafe {what} for a file name: {value!r} (Windows cannot hold a file named so: a name it "
+                         "reserves for a device, or one ending with a dot; a state folder copied there would lose it)")
     return value
 
 

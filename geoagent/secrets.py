@@ -114,6 +114,21 @@ def looks_like_secret(name: str) -> bool:
     return len(name) >= 32 and has_digit and "_" not in name
 
 
+#: how the providers' keys begin (OpenAI sk-/sk-proj-, Anthropic sk-ant-, OpenRouter sk-or-, Google AIza, Hugging Face
+#: hf_, Groq gsk_, xAI xai-, GitHub ghp_/github_pat_, Replicate r8_): a value that begins so and is long enough is a key
+#: pasted where a name or an id goes (:func:`looks_like_pasted_key`)
+_PASTED_KEY_PREFIXES = ("sk-", "sk_", "AIza", "hf_", "gsk_", "xai-", "xai_", "ghp_", "gho_", "ghs_", "github_pat_", "r8_")
+
+
+def looks_like_pasted_key(value: str) -> bool:
+    """Whether a VALUE written where a name, a model id or free text goes is an API key pasted by mistake: one
+    word of 20+ characters beginning as a provider's keys do (``sk-proj-...``, ``AIza...``; break28 #5). Narrower
+    than :func:`looks_like_secret`, which also takes any long mixed-case word and so would take model ids such as
+    ``meta-llama/Llama-3.1-70B-Instruct``."""
+    return (isinstance(value, str) and len(value) >= 20 and value.startswith(_PASTED_KEY_PREFIXES)
+            and not any(c.isspace() for c in value))
+
+
 #: shortest revealed key of a LOCAL server (``local=True``) that :func:`redact` scrubs by itself: local servers'
 #: placeholder keys ("local", "EMPTY", "ollama") are shorter, and masking them corrupted ordinary text that
 #: contains them (a model named "oa-local" stored as "oa-***" in the manifest, then reported as changed on every

@@ -43,9 +43,9 @@ def describe_reason(reason: str | None) -> str:
     ``"RetriesExhausted: 3 attempts to URL failed"`` -> ``"... 3 HTTP attempt(s) to URL failed"``; any other text is
     returned as is (None -> ``""``), its terminal control characters escaped (:func:`geoagent.textfmt.inert_text`:
     a reason may quote an API's error body, untrusted text). The stored text is never changed."""
-    from geoagent.textfmt import inert_text
+    from geoagent.textfmt import one_line_text
 
-    text = inert_text(reason or "")
+    text = one_line_text(reason or "")  # a reason stored before one_line_text may hold line breaks
     text = _HTTP_RETRIES.sub(r"retries exhausted after \1 HTTP attempt(s) in the last delivery", text)
     return _HTTP_ATTEMPTS_TO.sub(r"\1 HTTP attempt(s) to \2 failed", text)
 

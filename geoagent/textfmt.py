@@ -24,6 +24,26 @@ def inert_text(text: str) -> str:
     return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text) if text else text
 
 
+#: what a one-line field must not hold besides :data:`_CONTROLS`: tab and line feed, the Unicode line and paragraph
+#: separators, and the bidirectional formatting characters (U+202E shows the rest of a line reversed)
+_LINE_BREAKERS = re.compile("[\t\n\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def one_line_text(text: str) -> str:
+    """``text`` for a field printed on one line (a stored failure reason, a ``dead`` or ``status`` line): as
+    :func:`inert_text`, and tab, line feed, the Unicode line/paragraph separators and the bidirectional controls
+    written as escapes too (``\\n``, ``\\t``, ``\\u2028``), so an API's error body cannot add a made-up line to a
+    tab-separated listing or reorder what follows it (break28 #6)."""
+    if not text:
+        return text
+
+    def esc(m: re.Match[str]) -> str:
+        c = m.group()
+        return {"\t": "\\t", "\n": "\\n"}.get(c) or f"\\u{ord(c):04x}"
+
+    return _LINE_BREAKERS.sub(esc, inert_text(text))
+
+
 def value_text(v: Any) -> str:
     """One value: whole numbers without a decimal point, other floats with 4 significant digits, else ``str``."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):

@@ -570,11 +570,12 @@ PAUSED_BY_HOST = "paused by the host: "
 
 def _clean(text: str) -> str:
     """``text`` as a stored reason: known API key values scrubbed (:func:`geoagent.secrets.redact`), terminal
-    control characters escaped (:func:`geoagent.textfmt.inert_text`), at most :data:`REASON_CHARS` chars."""
+    control characters and line breaks escaped (:func:`geoagent.textfmt.one_line_text`), at most
+    :data:`REASON_CHARS` chars."""
     from geoagent.secrets import redact
-    from geoagent.textfmt import inert_text
+    from geoagent.textfmt import one_line_text
 
-    text = inert_text(redact(text))
+    text = one_line_text(redact(text))  # one line: a reason is listed one per line (dead, status)
     return text if len(text) <= REASON_CHARS else text[:REASON_CHARS - 3] + "..."
 
 

@@ -1,0 +1,87 @@
+"""Secrets, names and one-line fields (break28 #5-#7).
+
+#5: an API key pasted into a campaign file was echoed by the config errors (``campaign.seed: expected an integer,
+got 'sk-proj-...'``, an unknown key or table named like a key) and accepted as a campaign name, a model name or id
+and a description, from where it reached the dry-run lines and the manifest. Now the errors show "a value that looks
+like an API key (not shown)" and those fields refuse it.
+#6: a server's error text with a line break added a made-up line to the tab-separated ``dead`` listing and to
+``status``'s last errors; bidi controls (U+202E) reordered the line. Stored reasons and their display now escape them.
+#7: Windows device names (``CON``, ``nul.txt``, ``COM1``) and names ending with a dot passed as file names.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from geoagent.config import ConfigError, config_from_dict
+from geoagent.paths import safe_name
+from geoagent.runtime.worker import _reason
+from geoagent.secrets import looks_like_pasted_key
+from geoagent.status import describe_reason
+from geoagent.textfmt import one_line_text
+
+KEY = "sk-proj-AbCdEf1234567890XyZwVuTsRqPoNm"
+BASE = {"campaign": {"name": "x", "kind": "generic", "seed": 1}, "budget": {"cap_usd": 1.0},
+        "models": [{"name": "m", "provider": "simulated", "model": "sim"}]}
+
+
+def _set(path, value):
+    def mut(d):
+        *head, last = path
+        for p in head:
+            d = d[p]
+        d[last] = value
+    return mut
+
+
+@pytest.mark.parametrize("mutate", [
+    _set(("campaign", "seed"), KEY), _set(("budget", "cap_usd"), KEY), _set(("campaign", "kind"), KEY),
+    _set(("models", 0, "max_output_tokens"), KEY), _set(("models", 0, "provider"), KEY),
+    _set(("campaign", "name"), KEY), _set(("models", 0, "name"), KEY), _set(("models", 0, "model"), KEY),
+    _set(("campaign", "description"), f"run with key {KEY} please"), _set(("campaign", "contact"), KEY),
+    _set(("models", 0, KEY), 1), _set((KEY,), {}), _set(("campaign", KEY), "x"),
+    _set(("models", 0, "model"), "AIzaSyD-1234567890abcdefghijklmnop"),
+])
+def test_a_pasted_key_is_refused_and_never_shown(mutate):
+    d = copy.deepcopy(BASE)
+    mutate(d)
+    with pytest.raises(ConfigError) as ei:
+        config_from_dict(d)
+    msg = str(ei.value)
+    assert KEY not in msg and "AIzaSyD" not in msg and "AbCdEf" not in msg, msg
+    assert "looks like an API key" in msg, msg
+
+
+def test_ordinary_names_and_model_ids_still_load():
+    d = copy.deepcopy(BASE)
+    d["models"][0]["model"] = "meta-llama/Llama-3.1-70B-Instruct"  # long and mixed-case: no key
+    d["campaign"]["description"] = "GeoHint on Llama-3.1-70B-Instruct, seed 1 (sk-style keys go in .env)"
+    cfg = config_from_dict(d)
+    assert cfg.models[0].model == "meta-llama/Llama-3.1-70B-Instruct"
+    assert not looks_like_pasted_key("sk-short") and looks_like_pasted_key(KEY)
+    with pytest.raises(ConfigError, match=r"no control characters"):
+        config_from_dict({**d, "models": [{"name": "m", "provider": "simulated", "model": "sim\x001"}]})
+
+
+@pytest.mark.parametrize("name", ["CON", "con", "nul.txt", "COM1", "lpt9.db", "Aux", "a.", "site."])
+def test_names_windows_cannot_hold_are_unsafe(name):
+    with pytest.raises(ValueError, match="Windows"):
+        safe_name(name, what="site id")
+
+
+@pytest.mark.parametrize("name", ["console", "CON1", "COM10", "nullable", "a.b", "Q42", "paris_marais"])
+def test_names_near_them_stay_safe(name):
+    assert safe_name(name) == name
+
+
+def test_reasons_stay_on_one_line():
+    body = 'HTTP 400: {"error": {"message": "bad\r\nFAKE: all good\tx \u202eevil\u2028more \x1b[2J"}}'
+    stored = _reason(RuntimeError(body))
+    shown = describe_reason(stored)
+    for text in (stored, shown, describe_reason(body)):  # also a reason stored before the change
+        assert "\n" not in text and "\r" not in text and "\t" not in text and "\u202e" not in text, text
+        assert "\u2028" not in text and "\x1b" not in text
+        assert "FAKE: all good" in text and "\\n" in text and "\\u202e" in text
+    assert one_line_text("") == "" and one_line_text("plain ok") == "plain ok"
