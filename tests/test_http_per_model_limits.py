@@ -68,6 +68,7 @@ def _arrivals(app, model: str) -> list[float]:
     return [r.t_mono for r in find_fault_state(app).log if r.path.startswith(f"/v1beta/models/{model}:")]
 
 
+@pytest.mark.wallclock  # asserts arrival times in 1-s windows / a bound on a wait: the uncrowded phase
 def test_two_models_on_one_host_each_keep_their_own_rate_in_a_run(tmp_path, monkeypatch):
     """Model a 20/s and model b 5/s on one host (the Gemini fake: limits per project and model): a is no longer
     slowed to b's 5/s, and neither exceeds its own rate in any 1-s window (arrivals counted server-side, by a
@@ -108,6 +109,7 @@ def test_two_models_on_one_host_each_keep_their_own_rate_in_a_run(tmp_path, monk
     assert max(a) - min(a) < 3.0, max(a) - min(a)
 
 
+@pytest.mark.wallclock  # asserts arrival times in 1-s windows / a bound on a wait: the uncrowded phase
 def test_a_429_retry_after_for_one_model_does_not_pause_the_other(tmp_path, monkeypatch):
     """A 429 with Retry-After: 2 for model a pauses a only (providers limit per model): b's calls go on at once,
     and a's next call waits out its pause (server-side arrival times)."""
@@ -202,6 +204,7 @@ def test_the_unreachable_host_streak_stays_shared_by_the_models_on_the_host(tmp_
     assert streak == 2 and (eb.streak, eb.streak_id) == (2, ea.streak_id)
 
 
+@pytest.mark.wallclock  # asserts arrival times in 1-s windows / a bound on a wait: the uncrowded phase
 def test_a_hosts_entry_of_a_model_host_is_a_ceiling_over_its_models(tmp_path, monkeypatch):
     """``[hosts."H"] rate = 8``: models a (20/s) and b (5/s) on H together never exceed 8 in any 1-s window, and
     b never its own 5 (server-side); the config warns that the ceiling binds."""
