@@ -180,7 +180,8 @@ def check_model_id(v: str) -> str:
     from geoagent.secrets import looks_like_pasted_key
 
     if not v.strip() or v != v.strip() or any(unicodedata.category(c) == "Cc" for c in v):
-        raise ValueError("a model id as the provider names it (non-empty, no spaces around it, no control characters)")
+        raise ValueError("a model id as the provider names it, or with api_version the Azure deployment name "
+                         "(non-empty, no spaces around it, no control characters)")
     if looks_like_pasted_key(v):  # it would go into every request key, the manifest and the reports
         raise ConfigProblem(f"{NOT_SHOWN}: API keys go in the environment or .env, named by api_key_env")
     return v

@@ -335,4 +335,5 @@ def test_a_geohint_campaign_whose_only_site_row_is_malformed_names_the_row(isola
     cfg = _toml(root, "gh-badrow", "geohint", crawl, 'images = "release"\nconditions = ["baseline"]')
     assert main(["run", str(cfg), "--no-live"]) == 2
     err = capsys.readouterr().err
-    assert "no usable site: 1 malformed row(s) of sites.csv" in err and "sites.csv:2: continent" in err, err
+    # the file and the row: "sites.csv: none of its 1 row(s) could be read (line 2: continent: ...)"
+    assert "sites.csv: none of its 1 row(s) could be read (line 2: continent" in err and "nothing was run" in err, err

@@ -20,11 +20,20 @@ from collections import Counter
 
 from _crash_harness import ModelFake
 from _model_harness import generic_campaign, model_table
-from geoagent.runtime.redis_state import open_redis_campaign_state, state_prefix
+from geoagent.runtime.redis_state import open_redis_campaign_state
 from test_queue_contract import redis_url  # noqa: F401 - the module's redis-server fixture
 from test_redis_scaleout import REPO, _env, _start
 
 N = 40
+
+
+def _leasing(raw, pid: int) -> bool:
+    """Whether a consumer of process ``pid`` has read from any stream group of campaign sweep1."""
+    for key in raw.scan_iter(match="geoagent:sweep1:*", _type="stream"):
+        for group in raw.xinfo_groups(key):
+            if any(f":{pid}:" in c["name"].decode() for c in raw.xinfo_consumers(key, group["name"])):
+                return True
+    return False
 
 
 def test_a_survivor_with_its_own_state_folder_takes_a_killed_processes_leases_within_seconds(tmp_path, redis_url):  # noqa: F811
@@ -43,11 +52,13 @@ def test_a_survivor_with_its_own_state_folder_takes_a_killed_processes_leases_wi
         import redis
 
         raw = redis.Redis.from_url(redis_url)
-        owners = state_prefix("sweep1") + "owners"
-        while raw.hlen(owners) < 2 and time.monotonic() < deadline + 60 and b.poll() is None:
-            time.sleep(0.02)  # B has opened the campaign's ledger (its start saw A alive), under any load
+        # B reads from a queue (a consumer named with its pid in a stream's group): its start, which looks for
+        # other live processes before any worker runs, is over and saw A alive. (Before: the wait was for 2 owner
+        # records and 0.5 s; under load A was killed before B's start had looked, so B rightly called A's work
+        # "done by earlier runs".)
+        while not _leasing(raw, b.pid) and time.monotonic() < deadline + 60 and b.poll() is None:
+            time.sleep(0.05)
         raw.close()
-        time.sleep(0.5)  # B is leasing too
         assert a.poll() is None, (tmp_path / "a.log").read_text()
         a.send_signal(signal.SIGKILL)  # with up to 4 requests leased (latency 0.4 s each)
         a.wait(30)

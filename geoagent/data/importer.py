@@ -547,10 +547,12 @@ def trial_table_paths(root: str | Path) -> list[Path]:
 _LADDER_NAME = re.compile(r"^(?P<site>.+?)_ladder(?:_.*)?\.csv$")
 
 
-def check_plannable(release: Release, *, trials: bool) -> None:
-    """Refuse to plan from a release folder whose ``sites.csv``, or (``trials``) trial table, gives nothing to plan
-    from because of the file itself (:meth:`ImportReport.unusable`: refused whole, or rows none of which could be
-    read); a folder whose trial table is simply absent or has a header only is the kind's to judge.
+def check_plannable(release: Release, *, trials: bool, sites: bool = True) -> None:
+    """Refuse to plan from a release folder whose ``sites.csv`` (``sites``: the plan is made from it), or
+    (``trials``) trial table, gives nothing to plan from because of the file itself (:meth:`ImportReport.unusable`:
+    refused whole, or rows none of which could be read); a folder whose trial table is simply absent or has a header
+    only is the kind's to judge. A plan made from the trial table alone (GeoVerify's ``trials = "release"``) runs
+    with an unusable ``sites.csv``: the run's summary shows the import problems.
 
     Before (break28 #4) such a file was one "N malformed" line of the import note: the run planned 0 requests,
     ended "complete" (exit 0) and rewrote the campaign's report as one of no data over the last good one.
@@ -562,7 +564,7 @@ def check_plannable(release: Release, *, trials: bool) -> None:
     """
     problems = []
     sites_csv = release.root / "sites.csv"
-    why = release.report.unusable(sites_csv, len(release.sites))
+    why = release.report.unusable(sites_csv, len(release.sites)) if sites else None
     if why:
         problems.append(why)
     if trials and release.trials_file is not None:

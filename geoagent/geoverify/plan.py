@@ -308,7 +308,7 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
     FileNotFoundError
         The release folder has no ``sites.csv``.
     ValueError
-        A ``sites.csv`` or trial table none of whose rows can be read
+        A trial table (with ``trials = "build"``, also a ``sites.csv``) none of whose rows can be read
         (:func:`geoagent.data.importer.check_plannable`); with ``trials = "release"``, a ``tau_m`` the table's truth labels disagree with (:func:`check_tolerance`), or a
         truth label its arm and band contradict (:func:`check_band_truth`);
         two ``[[models]]`` entries the report would count under one model name, or one reporting under a name the
@@ -323,7 +323,8 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
     if release is None:
         release = import_release(s.release_dir or cfg.release_dir(),
                                  state_root=cfg.state_root() if hasattr(cfg, "state_root") else None)
-    check_plannable(release, trials=True)  # a sites.csv or trial table none of whose rows can be read: refused
+    # a trial table (or, when trials are built from its images, a sites.csv) none of whose rows can be read: refused
+    check_plannable(release, trials=True, sites=s.trials == "build")
     if store_data:
         with DataStore.for_campaign(cfg.name, cfg.state_root()) as ds:
             ds.put_many(release.records())
