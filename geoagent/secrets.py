@@ -120,13 +120,72 @@ def looks_like_secret(name: str) -> bool:
 _PASTED_KEY_PREFIXES = ("sk-", "sk_", "AIza", "hf_", "gsk_", "xai-", "xai_", "ghp_", "gho_", "ghs_", "github_pat_", "r8_")
 
 
+#: the documented shapes of some providers' keys, taken whatever their body (Google API keys: AIza + 35; GitHub
+#: classic tokens: ghp_/gho_/ghs_ + 36; Hugging Face: hf_ + 34 letters; Groq: gsk_ + 52; OpenAI's older keys:
+#: sk- + 48)
+_KEY_FORMATS = re.compile(r"AIza[0-9A-Za-z_-]{35}|gh[pos]_[A-Za-z0-9]{36}|hf_[A-Za-z]{34}|gsk_[A-Za-z0-9]{52}"
+                          r"|sk-[A-Za-z0-9]{48}")
+
+
+def _char_class(c: str) -> int:
+    return 0 if c.islower() else 1 if c.isupper() else 2
+
+
+def _case_changes(segments: list[str]) -> float:
+    """Share of neighbouring characters, within each segment, whose class (lower case, upper case, digit)
+    differs: about 0.5-0.6 in the random part of a key, 0.1-0.35 in names and model ids (words, CamelCase)."""
+    pairs = sum(max(len(x) - 1, 0) for x in segments)
+    changes = sum(1 for x in segments for a, b in zip(x, x[1:]) if _char_class(a) != _char_class(b))
+    return changes / pairs if pairs else 0.0
+
+
+def _hex_run(segments: list[str]) -> bool:
+    """A segment of 20+ hexadecimal characters holding both a digit and a letter (an Azure key, the hex part
+    of a Mapillary token, an OpenRouter key's body)."""
+    return any(len(x) >= 20 and re.fullmatch(r"[0-9a-f]+|[0-9A-F]+", x) and re.search(r"\d", x)
+               and re.search(r"[a-fA-F]", x) for x in segments)
+
+
 def looks_like_pasted_key(value: str) -> bool:
-    """Whether a VALUE written where a name, a model id or free text goes is an API key pasted by mistake: one
-    word of 20+ characters beginning as a provider's keys do (``sk-proj-...``, ``AIza...``; break28 #5). Narrower
-    than :func:`looks_like_secret`, which also takes any long mixed-case word and so would take model ids such as
-    ``meta-llama/Llama-3.1-70B-Instruct``."""
-    return (isinstance(value, str) and len(value) >= 20 and value.startswith(_PASTED_KEY_PREFIXES)
-            and not any(c.isspace() for c in value))
+    """Whether a VALUE written where a name, a model id or free text goes is an API key pasted by mistake
+    (break28 #5): one word of 20+ characters of ``[A-Za-z0-9_-]`` that begins as a provider's keys do
+    (``sk-proj-``, ``AIza``, ``hf_``, ...: :data:`_PASTED_KEY_PREFIXES`) and whose body is random, not words: a
+    segment (between ``-`` and ``_``) of 12+ characters with class changes in at least a quarter of its
+    neighbouring characters (:func:`_case_changes`), or a run of 20+ hex digits. So ``sk-proj-Xy3...`` is taken and
+    ``sk-bratislava-geoverify-pilot``, ``hf_llava_next_mistral_7b`` (walk28 review) are not. Narrower than
+    :func:`looks_like_secret`, which also takes any long mixed-case word and so would take model ids such as
+    ``meta-llama/Llama-3.1-70B-Instruct``. Keys in a documented shape (:data:`_KEY_FORMATS`) are taken whatever
+    their body; of keys drawn at random in other shapes (``sk-proj-``, ``sk-ant-``, ``sk-or-v1-``, ``xai-``), fewer
+    than 1 in 200 is missed."""
+    if not (isinstance(value, str) and len(value) >= 20 and value.startswith(_PASTED_KEY_PREFIXES)
+            and re.fullmatch(r"[A-Za-z0-9_-]+", value)):
+        return False
+    if _KEY_FORMATS.fullmatch(value):
+        return True
+    segments = [x for x in re.split(r"[-_]", value) if x]
+    return _hex_run(segments) or (max(len(x) for x in segments) >= 12 and _case_changes(segments) >= 0.25)
+
+
+def looks_like_key_text(value: str) -> bool:
+    """Whether a value shown in an error message (a config value or key) may be an API key: a pasted one
+    (:func:`looks_like_pasted_key`), or any word of 20+ letters and digits that looks random: a run of 20+ hex
+    digits (an Azure key, a Mapillary token's hex part), or a segment of 16+ characters of ``[A-Za-z0-9]`` with
+    class changes in at least 40% of its neighbouring characters. Model ids (``meta-llama/Llama-3.1-70B-Instruct``,
+    ``Qwen2.5-VL-72B-Instruct-AWQ``), CamelCase names (``GeoVerifyReplay2024Edition``) and host names are shown
+    (walk28 review: they were hidden as keys). Checked per whitespace-separated word."""
+    if not isinstance(value, str):
+        return False
+    for word in value.split():
+        word = word.strip("\"'`,;:()[]{}<>")
+        if looks_like_pasted_key(word):
+            return True
+        segments = [x for x in re.split(r"[^A-Za-z0-9]+", word) if x]
+        if sum(map(len, segments)) < 20:
+            continue
+        if _hex_run(segments) or (max(map(len, segments)) >= 16 and re.fullmatch(r"[A-Za-z0-9_|-]+", word)
+                                  and _case_changes(segments) >= 0.4):
+            return True
+    return False
 
 
 #: shortest revealed key of a LOCAL server (``local=True``) that :func:`redact` scrubs by itself: local servers'

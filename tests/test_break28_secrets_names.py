@@ -18,7 +18,7 @@ import pytest
 from geoagent.config import ConfigError, config_from_dict
 from geoagent.paths import safe_name
 from geoagent.runtime.worker import _reason
-from geoagent.secrets import looks_like_pasted_key
+from geoagent.secrets import looks_like_key_text, looks_like_pasted_key
 from geoagent.status import describe_reason
 from geoagent.textfmt import one_line_text
 
@@ -42,7 +42,8 @@ def _set(path, value):
     _set(("campaign", "name"), KEY), _set(("models", 0, "name"), KEY), _set(("models", 0, "model"), KEY),
     _set(("campaign", "description"), f"run with key {KEY} please"), _set(("campaign", "contact"), KEY),
     _set(("models", 0, KEY), 1), _set((KEY,), {}), _set(("campaign", KEY), "x"),
-    _set(("models", 0, "model"), "AIzaSyD-1234567890abcdefghijklmnop"),
+    _set(("models", 0, "model"), "AIzaSyD4x9Qm2Lr7Tb1Vc8Wn3Ke6Jh5Gf0Ps2R"),  # Google's shape: AIza + 35
+    _set(("campaign", "seed"), "3f9a0c7e1b2d4a6f8e0c1b3d5a7f9e2c"),  # a hex key (Azure's shape), no prefix
 ])
 def test_a_pasted_key_is_refused_and_never_shown(mutate):
     d = copy.deepcopy(BASE)
@@ -50,7 +51,7 @@ def test_a_pasted_key_is_refused_and_never_shown(mutate):
     with pytest.raises(ConfigError) as ei:
         config_from_dict(d)
     msg = str(ei.value)
-    assert KEY not in msg and "AIzaSyD" not in msg and "AbCdEf" not in msg, msg
+    assert KEY not in msg and "AIzaSyD" not in msg and "AbCdEf" not in msg and "3f9a0c7e" not in msg, msg
     assert "looks like an API key" in msg, msg
 
 
@@ -63,6 +64,38 @@ def test_ordinary_names_and_model_ids_still_load():
     assert not looks_like_pasted_key("sk-short") and looks_like_pasted_key(KEY)
     with pytest.raises(ConfigError, match=r"no control characters"):
         config_from_dict({**d, "models": [{"name": "m", "provider": "simulated", "model": "sim\x001"}]})
+
+
+@pytest.mark.parametrize("name", ["sk-bratislava-geoverify-pilot", "sk_seoul_geohint_run_full",
+                                  "hf_llava_next_mistral_7b"])
+def test_names_that_begin_like_a_key_prefix_but_are_words_load(name):
+    """Walk28 review: the first check took any 20+ characters after a key prefix for a pasted key."""
+    d = copy.deepcopy(BASE)
+    d["campaign"]["name"] = name
+    d["models"][0]["name"] = name
+    d["models"][0]["model"] = name
+    d["campaign"]["description"] = f"{name} with hf_transfer_downloads on"
+    cfg = config_from_dict(d)
+    assert cfg.campaign.name == name and cfg.models[0].model == name
+    assert not looks_like_pasted_key(name) and not looks_like_key_text(name)
+
+
+@pytest.mark.parametrize("path, value, shown", [
+    (("campaign", "seed"), "meta-llama/Llama-3.1-70B-Instruct ", "meta-llama/Llama-3.1-70B-Instruct"),
+    (("campaign", "seed"), "GeoVerifyReplay2024Edition", "GeoVerifyReplay2024Edition"),
+    (("models", 0, "hf_revision"), "main", "hf_revision"),
+    (("campaign", "pk_column"), "site", "pk_column"),
+    (("campaign", "seed"), "ec2-54-123-45-67.compute-1.amazonaws.com", "ec2-54-123-45-67.compute-1.amazonaws.com"),
+])
+def test_errors_show_values_and_keys_that_are_no_key(path, value, shown):
+    """Walk28 review: the errors hid model ids, CamelCase names, host names and keys beginning hf_/pk_ as "a value
+    that looks like an API key": a user could not see what was wrong."""
+    d = copy.deepcopy(BASE)
+    _set(path, value)(d)
+    with pytest.raises(ConfigError) as ei:
+        config_from_dict(d)
+    msg = str(ei.value)
+    assert shown in msg and "looks like an API key" not in msg, msg
 
 
 @pytest.mark.parametrize("name", ["CON", "con", "nul.txt", "COM1", "lpt9.db", "Aux", "a.", "site."])
