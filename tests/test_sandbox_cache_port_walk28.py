@@ -64,3 +64,28 @@ def test_as_written_url_hand_cases():
         assert as_written_url(real) == real
     finally:
         sandbox._SERVED.pop("http://127.0.0.1:45123")
+
+
+def test_the_geocoder_fakes_cache_label_carries_their_gazetteer(tmp_path):
+    """Walk28 review #3: the Wikidata and Nominatim fakes answer from a gazetteer built from the campaign's release
+    folder and seed; a cache keyed ``http://nominatim.sandbox.invalid/...`` served one gazetteer's answers to a
+    campaign of another. Now their label carries the gazetteer's fingerprint; the world fakes keep their name."""
+    from geoagent.sandbox.gazetteer import Gazetteer, GazetteerEntry
+
+    def gaz(lat):
+        return Gazetteer([GazetteerEntry(qid="Q1", labels={"en": "Old Mill"}, lat=lat, lon=7.0, kind="building", city="Turin")])
+
+    cfg = load_config(CONFIG)
+    cfg = cfg.model_copy(update={"models": [m.model_copy(update={"base_url": "http://nominatim.sandbox.invalid"})
+                                            for m in cfg.models][:1] or cfg.models})
+
+    async def label(g):
+        async with launch(cfg, gazetteer=g) as live:
+            urls = {n: as_written_url(b + "/search?q=x") for b, n in sandbox._SERVED.items()}
+        return urls
+
+    a, b, a2 = anyio.run(label, gaz(45.0)), anyio.run(label, gaz(46.0)), anyio.run(label, gaz(45.0))
+    assert a["nominatim"] != b["nominatim"] and a["nominatim"] == a2["nominatim"], (a, b)
+    assert a["nominatim"].startswith(f"http://nominatim-{gaz(45.0).fingerprint()}.sandbox.invalid/search")
+    assert a["pageviews"] == "http://pageviews.sandbox.invalid/search?q=x"  # the fixed demo world: its name
+    assert gaz(45.0).fingerprint() == gaz(45.0).fingerprint() != gaz(45.0 + 1e-9).fingerprint()

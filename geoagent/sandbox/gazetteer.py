@@ -238,6 +238,18 @@ class Gazetteer:
         for e in entries:
             self._by_qid.setdefault(e.qid, e)
 
+    def fingerprint(self) -> str:
+        """12 hex digits of SHA-256 over the entries' JSON (:meth:`GazetteerEntry.to_json`) in QID order: two
+        gazetteers with the same places, coordinates and names share it. The Wikidata and Nominatim fakes'
+        cache keys carry it (:func:`geoagent.sandbox.launch.as_written_url`): answers of a fake built from
+        another release or seed are not served from the cache."""
+        import hashlib
+
+        import orjson
+
+        blob = orjson.dumps([e.to_json() for e in sorted(self, key=lambda e: e.qid)], option=orjson.OPT_SORT_KEYS)
+        return hashlib.sha256(blob).hexdigest()[:12]
+
     def __len__(self) -> int:
         return len(self._by_qid)
 

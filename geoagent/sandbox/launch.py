@@ -211,6 +211,9 @@ def _walk_urls(obj: Any) -> list[str]:
 
 #: local base URL -> fake name, for the fakes :func:`launch` serves right now (this process)
 _SERVED: dict[str, str] = {}
+#: local base URL -> the host label its answers are cached under (:func:`as_written_url`): the fake's name for the
+#: crawl's world fakes (one fixed world), ``<name>-<gazetteer fingerprint>`` for the Wikidata and Nominatim fakes
+_CACHE_LABEL: dict[str, str] = {}
 
 
 def served_fake_name(url: str) -> str | None:
@@ -242,7 +245,8 @@ def as_written_url(url: str) -> str:
     for base, served in list(_SERVED.items()):
         if urlsplit(base).netloc == netloc:
             parts = urlsplit(url)
-            return urlunsplit(("http", f"{served}{SANDBOX_SUFFIX}", parts.path, parts.query, parts.fragment))
+            label = _CACHE_LABEL.get(base, served)
+            return urlunsplit(("http", f"{label}{SANDBOX_SUFFIX}", parts.path, parts.query, parts.fragment))
     return url
 
 
@@ -366,10 +370,14 @@ async def launch(cfg: Any, *, gazetteer: Any = None) -> AsyncIterator[Any]:
     if not names:
         yield cfg
         return
-    if gazetteer is None and ("wikidata" in names or "nominatim" in names):
-        from geoagent.sandbox.gazetteer import Gazetteer
+    if "wikidata" in names or "nominatim" in names:
+        from geoagent.sandbox.gazetteer import Gazetteer, load_gazetteer
 
-        gazetteer = Gazetteer.from_release(campaign_release_dir(cfg), seed=cfg.campaign.seed)
+        # loaded once here (a path as the fakes load it: seed 0), for the fakes and for their cache label
+        gazetteer = (Gazetteer.from_release(campaign_release_dir(cfg), seed=cfg.campaign.seed) if gazetteer is None
+                     else load_gazetteer(gazetteer))
+    else:
+        gazetteer = None
     world_apps: dict[str, Any] = {}
     if any(n in WORLD_FAKES for n in names):
         from geoagent.demo import demo_world
@@ -384,8 +392,13 @@ async def launch(cfg: Any, *, gazetteer: Any = None) -> AsyncIterator[Any]:
             bases[name] = await stack.enter_async_context(serve(app))
         served = {base: name for name, base in bases.items()}
         _SERVED.update(served)
+        if gazetteer is not None:
+            fp = gazetteer.fingerprint()
+            _CACHE_LABEL.update({base: f"{name}-{fp}" for base, name in served.items()
+                                 if name in ("wikidata", "nominatim")})
         try:
             yield rewrite_config(cfg, bases)
         finally:
             for base in served:
                 _SERVED.pop(base, None)
+                _CACHE_LABEL.pop(base, None)
