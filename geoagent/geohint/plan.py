@@ -157,8 +157,9 @@ def plan_requests(
     -------
     (list of PlannedRequest, PlanSummary)
         Requests in queue order: units (an image's baseline, or one of its reference points) in a seeded random
-        order (:func:`geoagent.config.plan_rank` of ``site|image|unit`` and ``seed``), each unit's requests
-        by model, condition, repeat. So every model's and condition's requests of one unit are next to each
+        order (:func:`geoagent.config.plan_rank` of ``site|image|unit`` and ``seed``; a reference point's unit at
+        the later of its own rank and its image's baseline's, so every prefix of the queue holds the baseline of
+        each context request in it), each unit's requests by model, condition, repeat. So every model's and condition's requests of one unit are next to each
         other and a run stopped early (cost cap, Ctrl-C) covers the models evenly and a random sample of the
         units, spread over the sites (ranked by site, a capped run held one site of six, walk28 #3); the order
         changes no key.
@@ -230,7 +231,7 @@ def plan_requests(
     # units (an image's baseline, or one of its reference points) are queued in a seeded random order, every
     # model's, condition's and repeat's request of a unit next to each other: sites in random order with all of
     # a site's units together made a run stopped at the cap hold one site of six (walk28 #3)
-    units_out: list[tuple[bytes, list[PlannedRequest]]] = []
+    units_out: list[tuple[tuple[Any, bool, Any], list[PlannedRequest]]] = []
     for site_id in sorted(by_site):
         site = sites[site_id]
         imgs = sorted(by_site[site_id], key=lambda i: i.image_id)
@@ -256,7 +257,12 @@ def plan_requests(
                         for r in range(repeats):
                             emit(cond, spec, site, img, point, r)
                 if len(out) > start:
-                    units_out.append((plan_rank(f"{site_id}|{img.image_id}|{ref}", seed), out[start:]))
+                    own = plan_rank(f"{site_id}|{img.image_id}|{ref}", seed)
+                    # a reference point's unit goes after its image's baseline (max of the two ranks): a run stopped
+                    # early holds the baseline of every context answer it holds, which the paired no-context
+                    # comparisons (error ratio, regime split) need; ties: the baseline first
+                    base = plan_rank(f"{site_id}|{img.image_id}|baseline", seed) if baseline_conds else own
+                    units_out.append(((max(own, base), point is not None, own), out[start:]))
                     del out[start:]
     units_out.sort(key=lambda u: u[0])  # a stable sort: equal ranks (none in practice) keep the planner's order
     out = [r for _, unit in units_out for r in unit]
