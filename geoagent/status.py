@@ -627,8 +627,8 @@ def stop_reason(progress: dict[str, Any], *, now: float | None = None, running: 
     K task(s) queued on <edge>)"`` while a watch-mode stage waits for it; ``"model_caller: model <M> waiting for
     host <host> (next probe in N s, at ...; unreachable since <T> UTC: <cause>; K task(s) held)"`` for each model
     whose host the model caller waits for in watch mode (the record's ``host_waits``,
-    :meth:`geoagent.workers.model_caller.HostBreaker.waiting`); otherwise ``"a model's host unreachable (see last
-    error): ..."`` when the model caller holds the tasks of a model whose host could not be reached
+    :meth:`geoagent.workers.model_caller.HostBreaker.waiting`); otherwise ``"a model's host unreachable (model M:
+    host H unreachable (...)): ..."`` (:func:`held_host_models`) when the model caller holds the tasks of a model whose host could not be reached
     (:mod:`geoagent.workers.model_caller`, "Unreachable-host breaker"); all that happened, joined by ``"; "``.
 
     ``now`` (Unix time, s; default: the clock now) is what the next probe's time is counted from: ``status``
@@ -651,8 +651,8 @@ def stop_reason(progress: dict[str, Any], *, now: float | None = None, running: 
         reasons.append("authentication failed (see last error): " + (
             "that model's tasks were left queued" if progress.get("finished")
             else "that model's tasks are held, the other models' go on"))
-    if model_host:
-        reasons.append("a model's host unreachable (see last error): " + (
+    if model_host:  # named here: "last error" may be another model's (walk28 status walkthrough)
+        reasons.append(f"a model's host unreachable ({'; '.join(held_host_models(progress)) or 'see last error'}): " + (
             "that model's tasks were left queued, re-run to resume" if progress.get("finished")
             else "that model's tasks are held, the other models' go on"))
     for sd, w in host_waits:
@@ -683,6 +683,22 @@ def stop_reason(progress: dict[str, Any], *, now: float | None = None, running: 
             reasons.append(f"{sd.get('stage')}: host {host} unreachable ({cause}); its tasks left queued, re-run "
                            "to resume" + _which_processes(sd, info.get("pids") or [], waiting=False))
     return "; ".join(reasons) or None
+
+
+def held_host_models(progress: dict[str, Any]) -> list[str]:
+    """``["model m: host H unreachable (connection refused on 5 consecutive requests)"]``: each model whose tasks
+    the model caller holds for an unreachable host in a run without watch mode, from the stages' ``HostStop``
+    errors (:class:`geoagent.workers.model_caller.HostStop`), in first-seen order; ``[]`` when none holds any."""
+    out: list[str] = []
+    for sd in progress.get("stages", []):
+        if not sd.get("held"):
+            continue
+        for e in sd.get("last_errors", []):
+            if isinstance(e, str) and e.startswith("HostStop: "):
+                what = e[len("HostStop: "):].split("; check [[models]]")[0].split("; its requests are held")[0]
+                if what not in out:
+                    out.append(what)
+    return out
 
 
 def _next_probe(info: dict[str, Any], now: float) -> str:
@@ -1224,10 +1240,15 @@ def format_eta(progress: dict[str, Any], *, compact: bool = False) -> str:
             f"{e.get('stage')}: {min(int(e.get('done') or 0), ETA_MIN_COMPLETIONS)} of {ETA_MIN_COMPLETIONS} "
             f"completions over {min(float(e.get('over_s') or 0.0), ETA_MIN_WINDOW_S):.0f} of {ETA_MIN_WINDOW_S:.0f} s "
             "measured" for e in estimating) + ")" + covers
+    # a run without watch mode holds an unreachable host's model tasks and leaves them queued at its end: the ETA
+    # is that end's, and says so (walk28 status walkthrough: it read as the time to finish the whole plan)
+    held = [] if progress.get("finished") else held_host_models(progress)
+    untimed = ("; not timed: the held tasks of " + "; ".join(held) + " (left queued at the end; re-run to resume)"
+               if held else "")
     if eta is None:
-        return "unknown (no rate measured yet for a stage with work ahead)" + covers
+        return "unknown (no rate measured yet for a stage with work ahead)" + covers + untimed
     stage = progress.get("eta_stage")
-    return f"{eta:.0f} s" + (f" (bounded by {stage})" if stage and eta > 0 else "") + covers
+    return f"{eta:.0f} s" + (f" (bounded by {stage})" if stage and eta > 0 else "") + covers + untimed
 
 
 def superseded_counts(cfg: Any, edge: str | None = None) -> dict[str, int]:

@@ -80,7 +80,7 @@ def test_the_geocoder_fakes_cache_label_carries_their_gazetteer(tmp_path):
                                             for m in cfg.models][:1] or cfg.models})
 
     async def label(g):
-        async with launch(cfg, gazetteer=g) as live:
+        async with launch(cfg, gazetteer=g):
             urls = {n: as_written_url(b + "/search?q=x") for b, n in sandbox._SERVED.items()}
         return urls
 

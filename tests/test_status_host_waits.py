@@ -262,4 +262,16 @@ def test_stop_reason_words_model_waits_while_running_probing_and_after_the_proce
         "5 consecutive requests, when the run stopped; re-run to resume (its held tasks are redelivered)")
     # without a wait record (a burst run, or an older stream): the generic line as before
     plain = {"stages": [{**stage, "host_waits": []}]}
-    assert stop_reason(plain).startswith("a model's host unreachable (see last error)")
+    # the model named, not "see last error": the last error may be another model's (walk28 status walkthrough)
+    assert stop_reason(plain) == ("a model's host unreachable (model dead: host 127.0.0.1:9 unreachable (...)): that "
+                                  "model's tasks are held, the other models' go on")
+    # the ETA of a burst run is its own end's: the held tasks are left queued, not timed
+    from geoagent.status import format_eta
+
+    eta = format_eta({**plain, "eta_s": 12.0, "eta_stage": "model_caller"})
+    assert eta == ("12 s (bounded by model_caller); not timed: the held tasks of model dead: host 127.0.0.1:9 "
+                   "unreachable (...) (left queued at the end; re-run to resume)"), eta
+    assert format_eta({**plain, "eta_s": 0.0, "finished": True}) == "0 s"
+    # another model's later errors push nothing aside: the held model is still the one named
+    other = {"stages": [{**stage, "host_waits": [], "last_errors": stage["last_errors"] + ["HTTP 400 (model good): bad"]}]}
+    assert "(model dead: host 127.0.0.1:9" in stop_reason(other)
