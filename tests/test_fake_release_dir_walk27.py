@@ -36,11 +36,13 @@ def test_a_fake_without_a_release_folder_says_so_after_its_banner(monkeypatch):
     monkeypatch.setattr(llm_common, "run_forever", lambda app, host, port, **kw: seen.update(kw))
     cli_main(lambda **_kw: web.Application(), "fake", [])
     notes = list(seen["notes"])
-    assert len(notes) == 1 and notes[0].startswith("note: no GeoContext release folder found"), notes
-    assert "--release-dir DIR" in notes[0]
+    # the settings line first (walk28), then the note
+    assert len(notes) == 2 and notes[0].startswith("settings: ") and notes[1].startswith(
+        "note: no GeoContext release folder found"), notes
+    assert "--release-dir DIR" in notes[1]
     monkeypatch.setattr(simulate, "_release_dir", lambda: Path("/somewhere"))
     cli_main(lambda **_kw: web.Application(), "fake", [])
-    assert list(seen["notes"]) == []
+    assert [n for n in seen["notes"] if not n.startswith("settings: ")] == []
 
 
 def test_release_dir_points_the_simulated_answers_at_a_folder(tmp_path, monkeypatch, capsys):

@@ -164,3 +164,25 @@ def test_readme_tells_how_to_run_the_fake_by_hand():
     para = text[text.index("python -m geoagent.sandbox.llm_openai"):][:1500]
     assert "base_url" in para and "api_key_env" in para and "/v1" in para
 
+
+
+def test_the_second_line_gives_the_fakes_settings():
+    """Walk28 (status walkthrough): the banner did not say that faults were on or which ones; the Anthropic fake's
+    injected 503 arrives as 529 overloaded_error, said nowhere. The line after the banner gives the settings."""
+    proc, banner = _start("geoagent.sandbox.llm_anthropic", "--no-auth", "--fault-rate", "0.1", "--fault-kinds",
+                          "429,503", "--latency-ms", "1500")
+    try:
+        assert banner.startswith("listening on http://127.0.0.1:")
+        second = proc.stderr.readline().rstrip("\n")
+    finally:
+        _stop(proc)
+    assert second == ("settings: no key needed (--no-auth); seed 0; faults on 10% of requests (429, 503; fault seed 0; "
+                      "Retry-After 1 s; the Anthropic fake sends an injected 503 as 529 overloaded_error); latency "
+                      "1500 ms; images billed 765 tokens each"), second
+    proc, _ = _start("geoagent.sandbox.llm_openai")
+    try:
+        plain = proc.stderr.readline().rstrip("\n")
+    finally:
+        _stop(proc)
+    assert plain == ("settings: key required (any non-empty); seed 0; no faults; no added latency; images billed 765 "
+                     "tokens each"), plain

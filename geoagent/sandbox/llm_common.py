@@ -598,6 +598,7 @@ def cli_main(factory: Callable[..., web.Application], prog: str, argv: Sequence[
         f"note: no GeoContext release folder found (${C.ENV_RELEASE_DIR}, ../shared/reference/geocontext): the "
         "simulated GeoHint answers cannot place a photo of a release or crawl site (they say 'Unknown city'); give "
         "--release-dir DIR"]  # printed after the banner, which stays the first line
+    notes.insert(0, settings_line(args, anthropic=prog.endswith("llm_anthropic")))
     faults = None
     if args.fault_rate > 0 or args.fault_kinds:
         kw: dict[str, Any] = {"rate": args.fault_rate, "seed": args.fault_seed, "retry_after_s": args.fault_retry_after_s}
@@ -618,6 +619,32 @@ def cli_main(factory: Callable[..., web.Application], prog: str, argv: Sequence[
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiohttp").setLevel(logging.WARNING)  # our own lines at INFO, aiohttp's chatter not
     run_forever(app, args.host, args.port, describe=describe, notes=notes)
+
+
+def settings_line(args: argparse.Namespace, *, anthropic: bool = False) -> str:
+    """The second line a fake prints at start (after the ``listening on`` banner): the options that change what it
+    answers, so a log or a terminal shows which fake ran (walk28: the banner alone did not say that faults were
+    on). E.g. ``settings: key required (any non-empty); seed 0; faults on 10% of requests (429, 500, 503, timeout,
+    reset, malformed; fault seed 0; Retry-After 1 s; the Anthropic fake sends an injected 503 as 529
+    overloaded_error); latency 1500 ms; images billed 765 tokens each; log calls.jsonl``."""
+    auth = ("no key needed (--no-auth)" if args.no_auth else
+            f"key required ({len(args.api_key)} accepted)" if args.api_key else "key required (any non-empty)")
+    parts = [auth, f"seed {args.seed}"]
+    if args.fault_rate > 0 or args.fault_kinds:
+        kinds = args.fault_kinds or "429,500,503,timeout,reset,malformed"
+        kinds_list = [k.strip() for k in kinds.split(",") if k.strip()]
+        extra = ("; the Anthropic fake sends an injected 503 as 529 overloaded_error"
+                 if anthropic and "503" in kinds_list else "")
+        parts.append(f"faults on {args.fault_rate:.0%} of requests ({', '.join(kinds_list)}; fault seed "
+                     f"{args.fault_seed}; Retry-After {args.fault_retry_after_s:g} s{extra})")
+    else:
+        parts.append("no faults")
+    parts.append(f"latency {args.latency_ms:g} ms" if args.latency_ms > 0 else "no added latency")
+    parts.append("images billed as the API documents" if args.image_billing == "documented"
+                 else "images billed 765 tokens each")
+    if args.log:
+        parts.append(f"log {args.log}")
+    return "settings: " + "; ".join(parts)
 
 
 #: most model ids a fake's models listing remembers (a benchmark may name many)
