@@ -102,3 +102,28 @@ def test_banners_hand_cases():
     assert calls == [1]  # the store is read once, at the first rewrite
     assert LiveBanners(lambda: [], "Replayed answers: m from f")()["replay_note"] == "Replayed answers: m from f"
     assert live_interim_note(0.0).startswith("live report written at 1970-01-01 00:00:00 UTC while the campaign runs")
+
+
+def test_banners_find_a_simulated_model_whose_answers_came_after_the_first_rewrite(monkeypatch):
+    """Walk28 review #5: the simulated list was read once, at the first rewrite; a fake started by hand is known
+    as one only by the answers it marked, so a first rewrite before its first answer left every later live report
+    without the simulator warning. Now it is read again a minute later, and a name once found stays."""
+    from geoagent.report import live
+
+    answers: list[list[str]] = [[], ["fake-by-hand"], []]
+    calls = []
+
+    def simulated():
+        calls.append(1)
+        return answers[min(len(calls) - 1, 2)]
+
+    clock = [1000.0]
+    monkeypatch.setattr(live.time, "monotonic", lambda: clock[0])
+    b = LiveBanners(simulated)
+    assert b()["simulated"] == []
+    clock[0] += 10.0
+    assert b()["simulated"] == [] and len(calls) == 1  # within the minute: not read again
+    clock[0] += live.SIMULATED_REFRESH_S
+    assert b()["simulated"] == ["fake-by-hand"] and len(calls) == 2
+    clock[0] += live.SIMULATED_REFRESH_S
+    assert b()["simulated"] == ["fake-by-hand"] and len(calls) == 3  # found once: kept

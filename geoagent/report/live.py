@@ -58,6 +58,11 @@ def live_interim_note(now: float | None = None) -> str:
             "to finish and write the final report")
 
 
+#: seconds between two readings of which models are simulated by :class:`LiveBanners` (each reads every stored
+#: answer's request settings)
+SIMULATED_REFRESH_S = 60.0
+
+
 class LiveBanners:
     """The header lines of a campaign's live report rewrites (ctx service :data:`geoagent.constants.SERVICE_LIVE_BANNERS`,
     set by the kind's plan): before, a live rewrite (and the report a killed run left) had no interim line and no
@@ -67,7 +72,9 @@ class LiveBanners:
     ----------
     simulated : callable
         Returns the names of the models whose answers come from the simulator (the kind's ``_simulated``); called
-        once, at the first rewrite (it reads the store's request settings), in the report thread.
+        at the first rewrite and again at a rewrite :data:`SIMULATED_REFRESH_S` after the last call (it reads every
+        stored answer's request settings), in the report thread. A name once found stays: a fake started by hand
+        is known as one only by the answers it marked, which the first rewrite may precede (walk28 review #5).
     replay_note : str
         The replay header line (:func:`geoagent.providers.replay.replay_note`, "" for none), read at plan time.
     image_note : callable, optional
@@ -78,14 +85,18 @@ class LiveBanners:
                  image_note: Callable[[], str | None] | None = None) -> None:
         self._simulated_of = simulated
         self._simulated: list[str] | None = None
+        self._simulated_at = 0.0
         self.replay_note = replay_note
         self._image_note = image_note
 
     def __call__(self) -> dict[str, Any]:
         """Keyword arguments of the kind's ``write_report``: ``interim`` (:func:`live_interim_note`), ``simulated``,
         and ``replay_note`` / ``image_note`` when there is one."""
-        if self._simulated is None:
-            self._simulated = list(self._simulated_of())
+        now = time.monotonic()
+        if self._simulated is None or now - self._simulated_at >= SIMULATED_REFRESH_S:
+            found = list(self._simulated_of())
+            self._simulated = list(dict.fromkeys((self._simulated or []) + found))
+            self._simulated_at = now
         kw: dict[str, Any] = {"interim": live_interim_note(), "simulated": self._simulated}
         if self.replay_note:
             kw["replay_note"] = self.replay_note
