@@ -50,6 +50,18 @@ def describe_reason(reason: str | None) -> str:
     return _HTTP_ATTEMPTS_TO.sub(r"\1 HTTP attempt(s) to \2 failed", text)
 
 
+#: most characters of a stored reason one ``status`` line shows (:func:`clip_reason`)
+REASON_CHARS = 240
+
+
+def clip_reason(reason: str | None, limit: int = REASON_CHARS) -> str:
+    """:func:`describe_reason` of ``reason``, cut to ``limit`` characters with ``" [...]"`` at the end when it was
+    longer: a cut line says so (walk28 status walkthrough: two last-error lines ended mid-word at 160 characters,
+    before the model's name and the hint that followed it)."""
+    text = describe_reason(reason)
+    return text if len(text) <= limit else text[: limit - 6].rstrip() + " [...]"
+
+
 def pipeline_edges(cfg: Any) -> list[str]:
     """The campaign's edges in pipeline (data-flow) order, as ``run`` lists them ([] if the kind is unknown)."""
     from geoagent.engine import load_kind
@@ -932,7 +944,7 @@ def format_status(st: dict[str, Any]) -> str:
             # each distinct once; the cap's refusals of the calls in flight as one line (budget_refusals_merged)
             # (that line whole: its amounts are the point, and their number is bounded), after the stage's last two
             # real errors: the refusals are kept apart (the record's budget_refusals; in last_errors before s14)
-            for err in dict.fromkeys(describe_reason(e)[:None if e.endswith(_REFUSED_TAIL) else 160]
+            for err in dict.fromkeys(describe_reason(e) if e.endswith(_REFUSED_TAIL) else clip_reason(e)
                                      for e in stage_error_lines(sd)):
                 lines.append(f"      {error_label}: {err}")
             # errors of a host that answered again since (the running process split them off): history too
@@ -942,7 +954,7 @@ def format_status(st: dict[str, Any]) -> str:
                     when = (time.strftime("%H:%M:%S", time.gmtime(at)) + " UTC") if isinstance(at, (int, float)) else "?"
                     label = (error_label if complete  # complete: the stronger statement
                              else f"earlier error (resolved: host {r.get('host')} answered again at {when})")
-                    lines.append(f"      {label}: {describe_reason(str(r.get('error')))[:160]}")
+                    lines.append(f"      {label}: {clip_reason(str(r.get('error')))}")
         if procs:
             lines.extend(process_lines(procs, running, time.time()))
         reason = stop_reason(p, now=time.time(), running=running)
@@ -976,7 +988,7 @@ def format_status(st: dict[str, Any]) -> str:
                          f"now waits too")
     for edge, items in st.get("dead", {}).items():
         for d in items:
-            lines.append(f"  dead {edge}/{d.key} (deliveries {d.attempts}): {describe_reason(d.reason)[:160]}")
+            lines.append(f"  dead {edge}/{d.key} (deliveries {d.attempts}): {clip_reason(d.reason)}")
     return "\n".join(lines)
 
 

@@ -275,3 +275,16 @@ def test_stop_reason_words_model_waits_while_running_probing_and_after_the_proce
     # another model's later errors push nothing aside: the held model is still the one named
     other = {"stages": [{**stage, "host_waits": [], "last_errors": stage["last_errors"] + ["HTTP 400 (model good): bad"]}]}
     assert "(model dead: host 127.0.0.1:9" in stop_reason(other)
+
+
+def test_a_long_reason_is_cut_with_a_mark():
+    """Walk28 status walkthrough: last-error lines were cut at 160 characters mid-word, without a sign of it."""
+    from geoagent.status import REASON_CHARS, clip_reason
+
+    long = "HostStop: model dead: host 127.0.0.1:9 unreachable (connection refused on 5 consecutive requests); " \
+           "check [[models]] base_url of 'dead' / is the server running?; its requests are held unsent"
+    assert clip_reason(long) == long  # 190 characters: whole now
+    longer = long + " " + "x" * 300
+    cut = clip_reason(longer)
+    assert len(cut) <= REASON_CHARS and cut.endswith(" [...]") and cut.startswith(long)
+    assert clip_reason(None) == ""
