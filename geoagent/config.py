@@ -177,12 +177,12 @@ def check_model_id(v: str) -> str:
     key: an empty one fails every call at run time, one with spaces or a line break around it is "model not found" at
     the API. (Characters inside it are the provider's business; an Azure deployment name, which becomes a URL path
     segment, has its own check.)"""
-    from geoagent.secrets import looks_like_pasted_key
+    from geoagent.secrets import contains_pasted_key
 
     if not v.strip() or v != v.strip() or any(unicodedata.category(c) == "Cc" for c in v):
         raise ValueError("a model id as the provider names it, or with api_version the Azure deployment name "
                          "(non-empty, no spaces around it, no control characters)")
-    if looks_like_pasted_key(v):  # it would go into every request key, the manifest and the reports
+    if contains_pasted_key(v):  # it would go into every request key, the manifest and the reports
         raise ConfigProblem(f"{NOT_SHOWN}: API keys go in the environment or .env, named by api_key_env")
     return v
 
@@ -259,9 +259,9 @@ def _no_pasted_key(v: Any) -> None:
     ------
     ConfigProblem
     """
-    from geoagent.secrets import looks_like_pasted_key
+    from geoagent.secrets import contains_pasted_key
 
-    if isinstance(v, str) and any(looks_like_pasted_key(w.strip("\"'`,;:()[]{}<>")) for w in v.split()):
+    if isinstance(v, str) and contains_pasted_key(v):  # anywhere: "key=sk-...", "sk-....", a URL's ?key=
         raise ConfigProblem(f"holds {NOT_SHOWN}: API keys go in the environment or .env, named by api_key_env")
 
 

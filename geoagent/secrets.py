@@ -166,24 +166,42 @@ def looks_like_pasted_key(value: str) -> bool:
     return _hex_run(segments) or (max(len(x) for x in segments) >= 12 and _case_changes(segments) >= 0.25)
 
 
+def _key_candidates(text: str) -> list[str]:
+    """The runs of ``[A-Za-z0-9_-]`` (20+ characters) in ``text``, and each tail of such a run that starts with a
+    key prefix after a ``-`` or ``_`` (``OPENAI_API_KEY_sk-proj-...``): the places a pasted key can sit whatever
+    surrounds it (``key=...``, ``...?key=...``, a trailing ``.``; walk28 break review)."""
+    out = []
+    for m in re.finditer(r"[A-Za-z0-9_-]{20,}", text):
+        run = m.group()
+        out.append(run)
+        out += [run[i:] for i in range(1, len(run) - 19)
+                if run[i - 1] in "-_" and run.startswith(_PASTED_KEY_PREFIXES, i)]
+    return out
+
+
+def contains_pasted_key(text: str) -> bool:
+    """Whether ``text`` (a name, a model id, free text) holds an API key pasted by mistake anywhere in it
+    (:func:`looks_like_pasted_key` of each of its :func:`_key_candidates`): ``key=sk-proj-...``, a key followed by
+    a full stop, or in a URL's query are found as a bare one is."""
+    return isinstance(text, str) and any(looks_like_pasted_key(c) for c in _key_candidates(text))
+
+
 def looks_like_key_text(value: str) -> bool:
     """Whether a value shown in an error message (a config value or key) may be an API key: a pasted one
     (:func:`looks_like_pasted_key`), or any word of 20+ letters and digits that looks random: a run of 20+ hex
     digits (an Azure key, a Mapillary token's hex part), or a segment of 16+ characters of ``[A-Za-z0-9]`` with
     class changes in at least 40% of its neighbouring characters. Model ids (``meta-llama/Llama-3.1-70B-Instruct``,
     ``Qwen2.5-VL-72B-Instruct-AWQ``), CamelCase names (``GeoVerifyReplay2024Edition``) and host names are shown
-    (walk28 review: they were hidden as keys). Checked per whitespace-separated word."""
+    (walk28 review: they were hidden as keys). Checked in each run of ``[A-Za-z0-9_|-]``, whatever surrounds it."""
     if not isinstance(value, str):
         return False
-    for word in value.split():
-        word = word.strip("\"'`,;:()[]{}<>")
-        if looks_like_pasted_key(word):
-            return True
-        segments = [x for x in re.split(r"[^A-Za-z0-9]+", word) if x]
+    if contains_pasted_key(value):
+        return True
+    for m in re.finditer(r"[A-Za-z0-9_|-]+", value):  # each run, whatever surrounds it (key=..., ?key=..., "...".)
+        segments = [x for x in re.split(r"[^A-Za-z0-9]+", m.group()) if x]
         if sum(map(len, segments)) < 20:
             continue
-        if _hex_run(segments) or (max(map(len, segments)) >= 16 and re.fullmatch(r"[A-Za-z0-9_|-]+", word)
-                                  and _case_changes(segments) >= 0.4):
+        if _hex_run(segments) or (max(map(len, segments)) >= 16 and _case_changes(segments) >= 0.4):
             return True
     return False
 

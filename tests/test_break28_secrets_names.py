@@ -55,6 +55,26 @@ def test_a_pasted_key_is_refused_and_never_shown(mutate):
     assert "looks like an API key" in msg, msg
 
 
+@pytest.mark.parametrize("wrap", [lambda k: k + ".", lambda k: "key=" + k, lambda k: "OPENAI_API_KEY=" + k,
+                                  lambda k: "https://api.example.com/v1?key=" + k, lambda k: f"my key is {k}!",
+                                  lambda k: "Bearer " + k, lambda k: f"'{k}'?"])
+@pytest.mark.parametrize("field", [("campaign", "seed"), ("campaign", "description"), ("campaign", "contact"),
+                                   ("campaign", "name"), ("models", 0, "model"), ("models", 0, "name")])
+def test_a_pasted_key_with_text_around_it_is_found(wrap, field):
+    """Walk28 break review: only a bare key (or one in quotes or brackets) was found: with a full stop after it,
+    ``key=`` before it or in a URL's query, it was echoed by the errors (a whole Google key within the 57
+    characters shown) and loaded as a description or a model id."""
+    key = "AIzaSyD4x9Qm2Lr7Tb1Vc8Wn3Ke6Jh5Gf0Ps2R"
+    for k in (key, KEY, "sk-ant-api03-" + "Xy7Qp2Lm9Rt4Vb8Nc3Kd6Jf1Hg5Ws0Ea" * 2 + "AA"):
+        d = copy.deepcopy(BASE)
+        _set(field, wrap(k))(d)
+        with pytest.raises(ConfigError) as ei:
+            config_from_dict(d)
+        msg = str(ei.value)
+        assert not any(k[i:i + 10] in msg for i in range(4, len(k) - 9)), msg
+        assert "looks like an API key" in msg, msg
+
+
 def test_ordinary_names_and_model_ids_still_load():
     d = copy.deepcopy(BASE)
     d["models"][0]["model"] = "meta-llama/Llama-3.1-70B-Instruct"  # long and mixed-case: no key
