@@ -664,9 +664,13 @@ def stop_reason(progress: dict[str, Any], *, now: float | None = None, running: 
             "that model's tasks were left queued" if progress.get("finished")
             else "that model's tasks are held, the other models' go on"))
     if model_host:  # named here: "last error" may be another model's (walk28 status walkthrough)
-        reasons.append(f"a model's host unreachable ({'; '.join(held_host_models(progress)) or 'see last error'}): " + (
-            "that model's tasks were left queued, re-run to resume" if progress.get("finished")
-            else "that model's tasks are held, the other models' go on"))
+        held = held_host_models(progress)
+        several = len(held) > 1 or any(h.startswith("models ") for h in held)
+        those = "those models'" if several else "that model's"
+        reasons.append(("models' hosts unreachable" if several else "a model's host unreachable")
+                       + f" ({'; '.join(held) or 'see last error'}): " + (
+            f"{those} tasks were left queued, re-run to resume" if progress.get("finished") or running is False
+            else f"{those} tasks are held, the other models' go on"))
     for sd, w in host_waits:
         since = f"since {_utc(w.get('since'))}: {w.get('cause') or 'unreachable'}"
         which = _which_processes(sd, w.get("pids") or [], waiting=waiting)
@@ -705,9 +709,14 @@ def held_host_models(progress: dict[str, Any]) -> list[str]:
     for sd in progress.get("stages", []):
         if not sd.get("held"):
             continue
+        # models a watch-mode run waits for (host_waits) are worded by stop_reason and the ETA's "waiting for"
+        waited = {str(w.get("model")) for w in sd.get("host_waits") or [] if isinstance(w, dict)}
         for e in sd.get("last_errors", []):
             if isinstance(e, str) and e.startswith("HostStop: "):
                 what = e[len("HostStop: "):].split("; check [[models]]")[0].split("; its requests are held")[0]
+                m = re.match(r"models? (.+?): host ", what)
+                if m and set(m.group(1).split(", ")) <= waited:
+                    continue
                 if what not in out:
                     out.append(what)
     return out

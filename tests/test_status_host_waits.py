@@ -288,3 +288,23 @@ def test_a_long_reason_is_cut_with_a_mark():
     cut = clip_reason(longer)
     assert len(cut) <= REASON_CHARS and cut.endswith(" [...]") and cut.startswith(long)
     assert clip_reason(None) == ""
+
+
+def test_held_models_wording_several_killed_and_watch_mode():
+    """Walk28 break review: several held models read "that model's tasks"; a killed burst run still said "are held,
+    the other models' go on"; a watch-mode wait was also called "left queued at the end" by the ETA."""
+    from geoagent.status import format_eta, held_host_models
+
+    errs = ["HostStop: model a: host h1:1 unreachable (x); check [[models]] base_url of 'a' / is the server running?; "
+            "its requests are held unsent",
+            "HostStop: models b, c: host h2:2 unreachable (y); check [[models]] base_url of 'b', 'c' / is the server "
+            "running?; its requests are held unsent"]
+    rec = {"stages": [{"stage": "model_caller", "held": 9, "host_waits": [], "last_errors": errs}]}
+    assert held_host_models(rec) == ["model a: host h1:1 unreachable (x)", "models b, c: host h2:2 unreachable (y)"]
+    assert stop_reason(rec) == ("models' hosts unreachable (model a: host h1:1 unreachable (x); models b, c: host h2:2 "
+                                "unreachable (y)): those models' tasks are held, the other models' go on")
+    assert stop_reason(rec, running=False).endswith("those models' tasks were left queued, re-run to resume")
+    # watch mode: the waits are the ETA's "waiting for", never "left queued at the end"
+    wait = {"model": "a", "host": "h1:1", "since": 0.0, "next_probe_at": 90.0, "held": 9}
+    watch = {"stages": [{**rec["stages"][0], "host_waits": [wait], "last_errors": errs[:1]}], "eta_s": 5.0}
+    assert held_host_models(watch) == [] and "left queued" not in format_eta(watch)
