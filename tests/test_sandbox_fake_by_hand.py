@@ -177,8 +177,8 @@ def test_the_second_line_gives_the_fakes_settings():
     finally:
         _stop(proc)
     assert second == ("settings: no key needed (--no-auth); seed 0; faults on 10% of requests (429, 503; fault seed 0; "
-                      "Retry-After 1 s; the Anthropic fake sends an injected 503 as 529 overloaded_error); latency "
-                      "1500 ms; images billed 765 tokens each"), second
+                      "injected 429s carry Retry-After 1 s; the Anthropic fake sends an injected 503 as 529 "
+                      "overloaded_error); latency 1500 ms; images billed 765 tokens each"), second
     proc, _ = _start("geoagent.sandbox.llm_openai")
     try:
         plain = proc.stderr.readline().rstrip("\n")
@@ -186,3 +186,25 @@ def test_the_second_line_gives_the_fakes_settings():
         _stop(proc)
     assert plain == ("settings: key required (any non-empty); seed 0; no faults; no added latency; images billed 765 "
                      "tokens each"), plain
+
+
+def test_settings_line_edge_cases():
+    """Walk28 break review: a rate under 0.5 % read "0%", kinds without a rate read as faults on, Retry-After was
+    named for kinds that never carry it, and --no-auth with --api-key hid that a sent key must be a given one."""
+    import argparse
+
+    from geoagent.sandbox.llm_common import settings_line
+
+    def line(**kw):
+        base = dict(no_auth=False, api_key=None, seed=0, fault_rate=0.0, fault_kinds=None, fault_seed=0,
+                    fault_retry_after_s=1.0, latency_ms=0.0, image_billing="simulated", log=None)
+        return settings_line(argparse.Namespace(**{**base, **kw}))
+
+    assert "faults on 0.4% of requests (429, 500, 503, timeout, reset, malformed; fault seed 0; injected 429s " \
+           "carry Retry-After 1 s)" in line(fault_rate=0.004)
+    assert "no faults (--fault-kinds without --fault-rate)" in line(fault_kinds="500")
+    assert "no faults" in line(fault_rate=0.1, fault_kinds=",")
+    assert "Retry-After" not in line(fault_rate=0.1, fault_kinds="500,timeout")
+    assert line(no_auth=True, api_key=["abc"]).startswith(
+        "settings: no key needed (--no-auth); a key that is sent must be one of the 1 given;")
+    assert line(api_key=["a", "b"]).startswith("settings: key required (one of the 2 given);")

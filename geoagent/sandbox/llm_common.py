@@ -625,20 +625,24 @@ def settings_line(args: argparse.Namespace, *, anthropic: bool = False) -> str:
     """The second line a fake prints at start (after the ``listening on`` banner): the options that change what it
     answers, so a log or a terminal shows which fake ran (walk28: the banner alone did not say that faults were
     on). E.g. ``settings: key required (any non-empty); seed 0; faults on 10% of requests (429, 500, 503, timeout,
-    reset, malformed; fault seed 0; Retry-After 1 s; the Anthropic fake sends an injected 503 as 529
-    overloaded_error); latency 1500 ms; images billed 765 tokens each; log calls.jsonl``."""
-    auth = ("no key needed (--no-auth)" if args.no_auth else
-            f"key required ({len(args.api_key)} accepted)" if args.api_key else "key required (any non-empty)")
+    reset, malformed; fault seed 0; injected 429s carry Retry-After 1 s; the Anthropic fake sends an injected 503
+    as 529 overloaded_error); latency 1500 ms; images billed 765 tokens each; log calls.jsonl``."""
+    given = len(set(args.api_key)) if args.api_key else 0
+    if args.no_auth:
+        auth = "no key needed (--no-auth)" + (f"; a key that is sent must be one of the {given} given" if given else "")
+    else:
+        auth = f"key required (one of the {given} given)" if given else "key required (any non-empty)"
     parts = [auth, f"seed {args.seed}"]
-    if args.fault_rate > 0 or args.fault_kinds:
-        kinds = args.fault_kinds or "429,500,503,timeout,reset,malformed"
-        kinds_list = [k.strip() for k in kinds.split(",") if k.strip()]
+    kinds_list = [k.strip() for k in (args.fault_kinds or "429,500,503,timeout,reset,malformed").split(",")
+                  if k.strip()]
+    if args.fault_rate > 0 and kinds_list:
         extra = ("; the Anthropic fake sends an injected 503 as 529 overloaded_error"
                  if anthropic and "503" in kinds_list else "")
-        parts.append(f"faults on {args.fault_rate:.0%} of requests ({', '.join(kinds_list)}; fault seed "
-                     f"{args.fault_seed}; Retry-After {args.fault_retry_after_s:g} s{extra})")
+        retry = f"; injected 429s carry Retry-After {args.fault_retry_after_s:g} s" if "429" in kinds_list else ""
+        parts.append(f"faults on {100 * args.fault_rate:.3g}% of requests ({', '.join(kinds_list)}; fault seed "
+                     f"{args.fault_seed}{retry}{extra})")
     else:
-        parts.append("no faults")
+        parts.append("no faults" + (" (--fault-kinds without --fault-rate)" if args.fault_kinds else ""))
     parts.append(f"latency {args.latency_ms:g} ms" if args.latency_ms > 0 else "no added latency")
     parts.append("images billed as the API documents" if args.image_billing == "documented"
                  else "images billed 765 tokens each")
