@@ -158,8 +158,10 @@ def plan_requests(
     (list of PlannedRequest, PlanSummary)
         Requests in queue order: units (an image's baseline, or one of its reference points) in a seeded random
         order (:func:`geoagent.config.plan_rank` of ``site|image|unit`` and ``seed``; a reference point's unit at
-        the later of its own rank and its image's baseline's, so every prefix of the queue holds the baseline of
-        each context request in it), each unit's requests by model, condition, repeat. So every model's and condition's requests of one unit are next to each
+        the later of its own rank and its image's baseline's, so every prefix of the queue holds the planned
+        baseline of each context request in it; with a ``sample_rate`` below 1 a model's baseline unit and its
+        reference-point units are drawn apart, so some context requests have no baseline of their model in the
+        plan at all), each unit's requests by model, condition, repeat. So every model's and condition's requests of one unit are next to each
         other and a run stopped early (cost cap, Ctrl-C) covers the models evenly and a random sample of the
         units, spread over the sites (ranked by site, a capped run held one site of six, walk28 #3); the order
         changes no key.
