@@ -12,6 +12,8 @@ like an API key (not shown)" and those fields refuse it.
 from __future__ import annotations
 
 import copy
+import random
+import string
 
 import pytest
 
@@ -22,7 +24,17 @@ from geoagent.secrets import looks_like_key_text, looks_like_pasted_key
 from geoagent.status import describe_reason
 from geoagent.textfmt import one_line_text
 
-KEY = "sk-proj-AbCdEf1234567890XyZwVuTsRqPoNm"
+def _made_up_key(prefix: str, n: int, alphabet: str = string.ascii_letters + string.digits, seed: int = 0) -> str:
+    """A key of a provider's shape with a random body, drawn here so that no key-shaped text is in the repository
+    (secret scanners flag one even when it was made up); never a real key."""
+    rng = random.Random(f"{prefix}{seed}")
+    return prefix + "".join(rng.choice(alphabet) for _ in range(n))
+
+
+KEY = _made_up_key("sk-proj-", 30)  # OpenAI's project-key shape
+GOOGLE = _made_up_key("AIza", 35)  # Google's shape: AIza + 35
+AZURE = _made_up_key("", 32, "0123456789abcdef")  # a hex key (Azure's shape), no prefix
+ANTHROPIC = _made_up_key("sk-ant-api03-", 66) + "AA"
 BASE = {"campaign": {"name": "x", "kind": "generic", "seed": 1}, "budget": {"cap_usd": 1.0},
         "models": [{"name": "m", "provider": "simulated", "model": "sim"}]}
 
@@ -42,8 +54,7 @@ def _set(path, value):
     _set(("campaign", "name"), KEY), _set(("models", 0, "name"), KEY), _set(("models", 0, "model"), KEY),
     _set(("campaign", "description"), f"run with key {KEY} please"), _set(("campaign", "contact"), KEY),
     _set(("models", 0, KEY), 1), _set((KEY,), {}), _set(("campaign", KEY), "x"),
-    _set(("models", 0, "model"), "AIzaSyD4x9Qm2Lr7Tb1Vc8Wn3Ke6Jh5Gf0Ps2R"),  # Google's shape: AIza + 35
-    _set(("campaign", "seed"), "3f9a0c7e1b2d4a6f8e0c1b3d5a7f9e2c"),  # a hex key (Azure's shape), no prefix
+    _set(("models", 0, "model"), GOOGLE), _set(("campaign", "seed"), AZURE),
 ])
 def test_a_pasted_key_is_refused_and_never_shown(mutate):
     d = copy.deepcopy(BASE)
@@ -51,7 +62,7 @@ def test_a_pasted_key_is_refused_and_never_shown(mutate):
     with pytest.raises(ConfigError) as ei:
         config_from_dict(d)
     msg = str(ei.value)
-    assert KEY not in msg and "AIzaSyD" not in msg and "AbCdEf" not in msg and "3f9a0c7e" not in msg, msg
+    assert not any(k[i:i + 8] in msg for k in (KEY, GOOGLE, AZURE) for i in range(4, len(k) - 7)), msg
     assert "looks like an API key" in msg, msg
 
 
@@ -64,8 +75,7 @@ def test_a_pasted_key_with_text_around_it_is_found(wrap, field):
     """Walk28 break review: only a bare key (or one in quotes or brackets) was found: with a full stop after it,
     ``key=`` before it or in a URL's query, it was echoed by the errors (a whole Google key within the 57
     characters shown) and loaded as a description or a model id."""
-    key = "AIzaSyD4x9Qm2Lr7Tb1Vc8Wn3Ke6Jh5Gf0Ps2R"
-    for k in (key, KEY, "sk-ant-api03-" + "Xy7Qp2Lm9Rt4Vb8Nc3Kd6Jf1Hg5Ws0Ea" * 2 + "AA"):
+    for k in (GOOGLE, KEY, ANTHROPIC):
         d = copy.deepcopy(BASE)
         _set(field, wrap(k))(d)
         with pytest.raises(ConfigError) as ei:
