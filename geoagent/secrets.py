@@ -114,10 +114,11 @@ def looks_like_secret(name: str) -> bool:
     return len(name) >= 32 and has_digit and "_" not in name
 
 
-#: how the providers' keys begin (OpenAI sk-/sk-proj-, Anthropic sk-ant-, OpenRouter sk-or-, Google AIza, Hugging Face
-#: hf_, Groq gsk_, xAI xai-, GitHub ghp_/github_pat_, Replicate r8_): a value that begins so and is long enough is a key
-#: pasted where a name or an id goes (:func:`looks_like_pasted_key`)
-_PASTED_KEY_PREFIXES = ("sk-", "sk_", "AIza", "hf_", "gsk_", "xai-", "xai_", "ghp_", "gho_", "ghs_", "github_pat_", "r8_")
+#: how the providers' keys begin: :data:`_KEY_PREFIXES` (less Stripe's restricted and publishable ``rk_``/``pk_``,
+#: no model-API keys) and the prefixes no variable name has (OpenAI sk-/sk-proj-, Anthropic sk-ant-, OpenRouter
+#: sk-or-, xAI xai-): a value that begins so and whose body is random is a key pasted where a name or an id goes
+#: (:func:`looks_like_pasted_key`)
+_PASTED_KEY_PREFIXES = ("sk-", "xai-") + tuple(p for p in _KEY_PREFIXES if p not in ("rk_", "pk_"))
 
 
 #: the documented shapes of some providers' keys, taken whatever their body (Google API keys: AIza + 35; GitHub

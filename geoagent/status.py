@@ -654,8 +654,7 @@ def stop_reason(progress: dict[str, Any], *, now: float | None = None, running: 
     errors = [e for sd in stages for e in sd.get("last_errors", [])]
     host_waits = [(sd, w) for sd in stages for w in (sd.get("host_waits") or []) if isinstance(w, dict)]
     auth = any(sd.get("held") for sd in stages) and any("authentication failed" in e for e in errors)
-    model_host = (any(sd.get("held") for sd in stages) and any(e.startswith("HostStop: ") for e in errors)
-                  and not host_waits)
+    held = [] if host_waits else held_host_models(progress)  # a burst run's held models, by their HostStop errors
     reasons = []
     if progress.get("budget_stopped"):
         reasons.append("budget exhausted")
@@ -663,12 +662,11 @@ def stop_reason(progress: dict[str, Any], *, now: float | None = None, running: 
         reasons.append("authentication failed (see last error): " + (
             "that model's tasks were left queued" if progress.get("finished")
             else "that model's tasks are held, the other models' go on"))
-    if model_host:  # named here: "last error" may be another model's (walk28 status walkthrough)
-        held = held_host_models(progress)
+    if held:  # named here: "last error" may be another model's (walk28 status walkthrough)
         several = len(held) > 1 or any(h.startswith("models ") for h in held)
         those = "those models'" if several else "that model's"
         reasons.append(("models' hosts unreachable" if several else "a model's host unreachable")
-                       + f" ({'; '.join(held) or 'see last error'}): " + (
+                       + f" ({'; '.join(held)}): " + (
             f"{those} tasks were left queued, re-run to resume" if progress.get("finished") or running is False
             else f"{those} tasks are held, the other models' go on"))
     for sd, w in host_waits:
