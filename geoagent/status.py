@@ -654,7 +654,7 @@ def stop_reason(progress: dict[str, Any], *, now: float | None = None, running: 
     errors = [e for sd in stages for e in sd.get("last_errors", [])]
     host_waits = [(sd, w) for sd in stages for w in (sd.get("host_waits") or []) if isinstance(w, dict)]
     auth = any(sd.get("held") for sd in stages) and any("authentication failed" in e for e in errors)
-    held = [] if host_waits else held_host_models(progress)  # a burst run's held models, by their HostStop errors
+    held = [] if host_waits else held_host_models(progress)  # a burst run's held models (host_holds)
     reasons = []
     if progress.get("budget_stopped"):
         reasons.append("budget exhausted")
@@ -700,24 +700,25 @@ def stop_reason(progress: dict[str, Any], *, now: float | None = None, running: 
 
 
 def held_host_models(progress: dict[str, Any]) -> list[str]:
-    """``["model m: host H unreachable (connection refused on 5 consecutive requests)"]``: each model whose tasks
-    the model caller holds for an unreachable host in a run without watch mode, from the stages' ``HostStop``
-    errors (:class:`geoagent.workers.model_caller.HostStop`), in first-seen order; ``[]`` when none holds any."""
-    out: list[str] = []
+    """``["model m: host H unreachable (connection refused on 5 consecutive requests)"]``: per unreachable host
+    (first-seen order) the models whose tasks the model caller holds for it in a run without watch mode, from the
+    stages' ``host_holds`` records (:meth:`geoagent.workers.model_caller.HostBreaker.holding`; several models of one
+    host: ``models a, b: host H ...``); ``[]`` when none holds any. A model a watch-mode run waits for
+    (``host_waits``) is worded by :func:`stop_reason` and the ETA's "waiting for" instead. A record written before
+    ``host_holds`` existed names none (its ``HostStop`` error is still among the last errors ``status`` shows)."""
+    hosts: dict[str, tuple[list[str], str]] = {}
     for sd in progress.get("stages", []):
         if not sd.get("held"):
             continue
-        # models a watch-mode run waits for (host_waits) are worded by stop_reason and the ETA's "waiting for"
         waited = {str(w.get("model")) for w in sd.get("host_waits") or [] if isinstance(w, dict)}
-        for e in sd.get("last_errors", []):
-            if isinstance(e, str) and e.startswith("HostStop: "):
-                what = e[len("HostStop: "):].split("; check [[models]]")[0].split("; its requests are held")[0]
-                m = re.match(r"models? (.+?): host ", what)
-                if m and set(m.group(1).split(", ")) <= waited:
-                    continue
-                if what not in out:
-                    out.append(what)
-    return out
+        for h in sd.get("host_holds") or []:
+            if not isinstance(h, dict) or h.get("model") is None or str(h["model"]) in waited:
+                continue
+            models, _ = hosts.setdefault(str(h.get("host")), ([], str(h.get("cause") or "unreachable")))
+            if str(h["model"]) not in models:
+                models.append(str(h["model"]))
+    return [f"{'model' if len(models) == 1 else 'models'} {', '.join(models)}: host {host} unreachable ({cause})"
+            for host, (models, cause) in hosts.items()]
 
 
 def _next_probe(info: dict[str, Any], now: float) -> str:

@@ -57,11 +57,15 @@ def test_a_dead_model_host_is_left_queued_while_the_other_model_completes_and_th
             after_first = ledger_figures(cfg)
             good_calls_first = len(good_app["calls"])
             status_text = format_status(campaign_status(cfg))  # what `run.py status` prints now
+            holds = [sd.get("host_holds") for sd in campaign_status(cfg)["progress"]["stages"]
+                     if sd.get("stage") == "model_caller"]
             async with serve(dead_app, "127.0.0.1", port):  # the server is started
                 second = await run_campaign(cfg, live=False, handle_signals=False, export=False)
-            return cfg, first, after_first, good_calls_first, status_text, second
+            return cfg, first, after_first, good_calls_first, (status_text, holds), second
 
-    cfg, first, (problems1, totals1), good_calls_first, status_text, second = anyio.run(main)
+    cfg, first, (problems1, totals1), good_calls_first, (status_text, holds), second = anyio.run(main)
+    # the final progress record carries the held model as data (HostBreaker.holding): status names it from there
+    assert [[(h["model"], h["host"], h["held"]) for h in hs] for hs in holds] == [[("dead", f"127.0.0.1:{port}", n)]]
     assert (f"a model's host unreachable (model dead: host 127.0.0.1:{port} unreachable (" in status_text
             and "that model's tasks were left queued" in status_text), status_text
     assert f"model dead: host 127.0.0.1:{port} unreachable" in status_text

@@ -260,8 +260,9 @@ def test_stop_reason_words_model_waits_while_running_probing_and_after_the_proce
     assert stop_reason(record, now=since + 80.0, running=False) == (
         "model_caller: model dead: host 127.0.0.1:9 unreachable since 2026-12-01 05:40:00 UTC: DNS lookup failed on "
         "5 consecutive requests, when the run stopped; re-run to resume (its held tasks are redelivered)")
-    # without a wait record (a burst run, or an older stream): the generic line as before
-    plain = {"stages": [{**stage, "host_waits": []}]}
+    # without a wait record: a burst run, which holds the model's tasks (host_holds) and names the model
+    hold = {"model": "dead", "host": "127.0.0.1:9", "since": since, "held": 7, "cause": "..."}
+    plain = {"stages": [{**stage, "host_waits": [], "host_holds": [hold]}]}
     # the model named, not "see last error": the last error may be another model's (walk28 status walkthrough)
     assert stop_reason(plain) == ("a model's host unreachable (model dead: host 127.0.0.1:9 unreachable (...)): that "
                                   "model's tasks are held, the other models' go on")
@@ -272,9 +273,14 @@ def test_stop_reason_words_model_waits_while_running_probing_and_after_the_proce
     assert eta == ("12 s (bounded by model_caller); not timed: the held tasks of model dead: host 127.0.0.1:9 "
                    "unreachable (...) (left queued at the end; re-run to resume)"), eta
     assert format_eta({**plain, "eta_s": 0.0, "finished": True}) == "0 s"
-    # another model's later errors push nothing aside: the held model is still the one named
-    other = {"stages": [{**stage, "host_waits": [], "last_errors": stage["last_errors"] + ["HTTP 400 (model good): bad"]}]}
-    assert "(model dead: host 127.0.0.1:9" in stop_reason(other)
+    # another model's later errors push nothing aside: the held model is still the one named, also once five
+    # later errors have pushed its HostStop line out of the stage's last errors (they keep the 5 latest)
+    other = {"stages": [{**stage, "host_waits": [], "host_holds": [hold],
+                         "last_errors": [f"HTTP 400 (model good): bad {i}" for i in range(5)]}]}
+    assert "(model dead: host 127.0.0.1:9 unreachable (...)): that model's tasks" in stop_reason(other)
+    # an older stream (no host_holds): no model is named from message text, nothing is made up
+    old = {"stages": [{**stage, "host_waits": []}]}
+    assert stop_reason(old) is None and format_eta({**old, "eta_s": 3.0}) == "3 s"
 
 
 def test_a_long_reason_is_cut_with_a_mark():
@@ -295,16 +301,63 @@ def test_held_models_wording_several_killed_and_watch_mode():
     the other models' go on"; a watch-mode wait was also called "left queued at the end" by the ETA."""
     from geoagent.status import format_eta, held_host_models
 
-    errs = ["HostStop: model a: host h1:1 unreachable (x); check [[models]] base_url of 'a' / is the server running?; "
-            "its requests are held unsent",
-            "HostStop: models b, c: host h2:2 unreachable (y); check [[models]] base_url of 'b', 'c' / is the server "
-            "running?; its requests are held unsent"]
-    rec = {"stages": [{"stage": "model_caller", "held": 9, "host_waits": [], "last_errors": errs}]}
+    holds = [{"model": "a", "host": "h1:1", "since": 0.0, "held": 4, "cause": "x"},
+             {"model": "b", "host": "h2:2", "since": 1.0, "held": 5, "cause": "y"},
+             {"model": "c", "host": "h2:2", "since": 1.0, "held": 0, "cause": "y"}]
+    rec = {"stages": [{"stage": "model_caller", "held": 9, "host_waits": [], "host_holds": holds, "last_errors": []}]}
     assert held_host_models(rec) == ["model a: host h1:1 unreachable (x)", "models b, c: host h2:2 unreachable (y)"]
     assert stop_reason(rec) == ("models' hosts unreachable (model a: host h1:1 unreachable (x); models b, c: host h2:2 "
                                 "unreachable (y)): those models' tasks are held, the other models' go on")
     assert stop_reason(rec, running=False).endswith("those models' tasks were left queued, re-run to resume")
     # watch mode: the waits are the ETA's "waiting for", never "left queued at the end"
     wait = {"model": "a", "host": "h1:1", "since": 0.0, "next_probe_at": 90.0, "held": 9}
-    watch = {"stages": [{**rec["stages"][0], "host_waits": [wait], "last_errors": errs[:1]}], "eta_s": 5.0}
+    watch = {"stages": [{**rec["stages"][0], "host_waits": [wait], "host_holds": holds[:1]}], "eta_s": 5.0}
     assert held_host_models(watch) == [] and "left queued" not in format_eta(watch)
+
+
+def test_host_breaker_holding_records_each_model_of_an_open_host_in_a_burst_run_only():
+    """Session 29's note: status read a burst run's held models back out of the HostStop message text, and lost
+    them once later errors pushed that message out of the 5 last errors; the breaker now reports them as data."""
+    from geoagent.workers.model_caller import HostBreaker
+
+    b = HostBreaker(threshold=1)
+    for model, host in [("a", "h:1"), ("b", "h:1"), ("c", "h:2")]:
+        b.set_host(model, host)
+    assert b.holding() == []  # nothing open
+    t0 = time.time()
+    b.failure("a", "h:1", 1, "connection: Connect call failed")
+    for key, model in [("k1", "a"), ("k2", "a"), ("k1", "a")]:  # a task held twice counts once
+        b.hold(model, key)
+    holds = b.holding()
+    assert [(h["model"], h["host"], h["held"], h["cause"]) for h in holds] == [
+        ("a", "h:1", 2, "connection refused on 1 request"), ("b", "h:1", 0, "connection refused on 1 request")]
+    assert t0 - 0.001 <= holds[0]["since"] <= time.time() + 0.001
+    assert "Connect call failed" not in repr(holds)  # words, no error text copied
+    watch = HostBreaker(threshold=1)  # watch mode reports the same models as waits (waiting), not holds
+    watch.configure(watch=True)
+    watch.set_host("a", "h:1")
+    watch.failure("a", "h:1", 1, "connection: refused")
+    watch.hold("a", "k1")
+    assert watch.holding() == [] and [w["model"] for w in watch.waiting()] == ["a"]
+
+
+def test_merged_records_sum_each_models_holds_over_the_processes_that_count():
+    """Two ``--stages model_caller`` processes of a burst run each hold tasks of the same dead model: the merged
+    record has one entry per model and host, ``held`` summed, with the processes that report it."""
+    from geoagent.runtime.progress import merge_records
+    from geoagent.status import held_host_models
+
+    def rec(pid, held, t):
+        hold = {"model": "dead", "host": "h:9", "since": 100.0, "held": held, "cause": "connection refused on 5 "
+                "consecutive requests"}
+        return {"t": t, "pid": pid, "started": 90.0, "campaign": "c", "finished": False,
+                "stages": [{"stage": "model_caller", "held": held, "host_holds": [hold], "last_errors": [],
+                            "done": 1, "rate_per_s": 0.0}]}
+
+    merged = merge_records([rec(1, 3, 110.0), rec(2, 4, 111.0)], [True, True], now=111.0)
+    (sd,) = merged["stages"]
+    assert sd["held"] == 7 and sd["host_holds"] == [{"model": "dead", "host": "h:9", "since": 100.0, "held": 7,
+                                                     "cause": "connection refused on 5 consecutive requests",
+                                                     "pids": [1, 2]}]
+    assert held_host_models(merged) == ["model dead: host h:9 unreachable (connection refused on 5 consecutive "
+                                        "requests)"]

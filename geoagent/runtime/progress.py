@@ -41,7 +41,11 @@ so: the stage runner's own unreachable-host breaker gives each waiting host's ``
 (``finished``) has none. ``status`` (:func:`geoagent.status.stop_reason`) and the live display word them as
 ``waiting for host H (next probe in N s, at ...; unreachable since T: ...; K task(s) held / queued on E)``. They
 are read once per tick, never on a task's path. While anything waits so, the record's ETA is unknown
-(``eta_s`` null) and ``eta_waiting`` lists the hosts (:func:`eta_waits`).
+(``eta_s`` null) and ``eta_waiting`` lists the hosts (:func:`eta_waits`). A run without watch mode holds such a
+model's tasks for the rest of the run instead: a stage with a ``host_holds()`` hook (the model caller,
+:meth:`geoagent.workers.model_caller.HostBreaker.holding`) adds those models as ``host_holds`` (``model``,
+``host``, ``since``, ``held``, ``cause``), the final record included, so ``status`` names them from data
+(:func:`geoagent.status.held_host_models`).
 
 A stage record's ``last_errors`` holds only the errors still open: an error of a host that answered a request
 after it (the HTTP client's ``last_ok_at``, or the stage's breaker closed) moves to ``resolved_errors``
@@ -261,6 +265,9 @@ class Progress:
             waits = stage_host_waits(r.stage) if not finished else []
             if waits:
                 sd["host_waits"] = waits
+            holds = stage_host_holds(r.stage)  # the final record too: they are left queued at the run's end
+            if holds:
+                sd["host_holds"] = holds
             stages.append(sd)
         # the ETA times each stage by its capacity (its rate while working), not by the display rate, which falls
         # while a stage waits for upstream work: a starved stage is not slower (module docstring, "Rates")
@@ -393,13 +400,24 @@ def stage_host_waits(stage: Any) -> list[dict[str, Any]]:
     """What a stage waits for, from its optional ``host_waits()`` hook (the model caller in watch mode: each
     model whose host is unreachable, :meth:`geoagent.workers.model_caller.HostBreaker.waiting`); ``[]`` for a
     stage without one, or when the hook fails (logged: a display must never stop a run)."""
-    hook = getattr(stage, "host_waits", None)
+    return _stage_hook(stage, "host_waits")
+
+
+def stage_host_holds(stage: Any) -> list[dict[str, Any]]:
+    """What a stage holds for an unreachable host in a run without watch mode, from its optional ``host_holds()``
+    hook (the model caller: each model of an open host, :meth:`geoagent.workers.model_caller.HostBreaker.holding`);
+    ``[]`` for a stage without one, or when the hook fails (logged)."""
+    return _stage_hook(stage, "host_holds")
+
+
+def _stage_hook(stage: Any, name: str) -> list[dict[str, Any]]:
+    hook = getattr(stage, name, None)
     if not callable(hook):
         return []
     try:
-        return list(hook() or [])
+        return [w for w in hook() or [] if isinstance(w, dict)]
     except Exception:  # noqa: BLE001 - the progress stream goes on without it
-        log.exception("stage %s: host_waits failed", getattr(stage, "name", "?"))
+        log.exception("stage %s: %s failed", getattr(stage, "name", "?"), name)
         return []
 
 
@@ -821,7 +839,7 @@ def merge_records(
         an ended or silent process's rate is never summed as if live); ``idle_s`` the least and
         ``stall_after_s`` the largest of the running ones; ``pids`` says which
         processes ran the stage, ``rate_pids`` whose figures of the moment are summed; ``last_errors``,
-        ``resolved_errors`` and ``budget_refusals`` of all (each distinct once), ``budget_refused`` summed. A model's ``host_waits`` entry (one per model and host)
+        ``resolved_errors`` and ``budget_refusals`` of all (each distinct once), ``budget_refused`` summed. A model's ``host_waits`` and ``host_holds`` entries (one per model and host)
         and an ``unreachable`` host's entry come from those same processes (and, for ``unreachable``, from those
         that ended; a process not running has no next probe), with the ``pids`` that report it and ``held``
         summed. The ETA is :func:`pipeline_eta` over the running
@@ -898,17 +916,18 @@ def merge_records(
                     m["stall_after_s"] = after if m["stall_after_s"] is None else max(m["stall_after_s"], after)
                 for k in _RUNNING_ONLY:
                     m[k] += int(sd.get(k) or 0)
-                for w in sd.get("host_waits") or []:
-                    if not isinstance(w, dict):
-                        continue
-                    waits = m.setdefault("host_waits", [])
-                    same = next((x for x in waits if (x.get("model"), x.get("host")) == (w.get("model"), w.get("host"))),
-                                None)
-                    if same is None:
-                        waits.append({**w, "held": int(w.get("held") or 0), "pids": [pid]})
-                    else:
-                        same["held"] += int(w.get("held") or 0)
-                        same["pids"].append(pid)
+                for field_name in ("host_waits", "host_holds"):
+                    for w in sd.get(field_name) or []:
+                        if not isinstance(w, dict):
+                            continue
+                        waits = m.setdefault(field_name, [])
+                        same = next((x for x in waits
+                                     if (x.get("model"), x.get("host")) == (w.get("model"), w.get("host"))), None)
+                        if same is None:
+                            waits.append({**w, "held": int(w.get("held") or 0), "pids": [pid]})
+                        else:
+                            same["held"] += int(w.get("held") or 0)
+                            same["pids"].append(pid)
             if figures_now or rec.get("finished"):  # a killed process's wait is over (while others run)
                 for host, info in (sd.get("unreachable") or {}).items():
                     info = dict(info) if isinstance(info, dict) else {}

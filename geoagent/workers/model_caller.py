@@ -647,6 +647,24 @@ class HostBreaker:
                             "probing": host in self._probing, "held": self.held(m), "cause": down.cause()})
         return out
 
+    def holding(self) -> list[dict[str, Any]]:
+        """A burst run (no watch mode): one record per model of each open host (order opened; ``[]`` in watch
+        mode, where :meth:`waiting` reports them, or when every host is reachable), for the progress stream and
+        ``status`` (:meth:`ModelCaller.host_holds`)::
+
+            {"model": "dead", "host": "127.0.0.1:8001", "since": 1764566401.2, "held": 40,
+             "cause": "connection refused on 5 consecutive requests"}
+
+        ``since``: when the breaker opened (Unix time, s); ``held``: tasks of the model this process holds unsent
+        (:meth:`held`), left queued at the run's end; ``cause``: why, in words (:meth:`HostDown.cause`; no error
+        text is copied). The held models are data here, not words read back out of a ``HostStop`` message, so
+        ``status`` names them however many later errors pushed that message out of a stage's last errors.
+        Cheap: called once per progress tick, never on a task's path."""
+        if self.watch or not self.opened:
+            return []
+        return [{"model": m, "host": host, "since": round(down.since, 3), "held": self.held(m), "cause": down.cause()}
+                for host, down in self.opened.items() for m in down.models]
+
     def report_lines(self, left_queued: int | None = None) -> list[str]:
         """One line per open host (order opened): :meth:`HostDown.message`, the work of its models this process
         left queued, and that a re-run resumes, e.g. ``model X: host H unreachable (connection refused on 5
@@ -1090,6 +1108,12 @@ class ModelCaller(Stage):
         progress stream at each tick (:class:`geoagent.runtime.progress.Progress`), so ``status`` and the live
         display can say ``model M waiting for host H (next probe in S s ...; N task(s) held)``."""
         return self._hosts.waiting() if self._hosts is not None else []
+
+    def host_holds(self) -> list[dict[str, Any]]:
+        """A burst run: the models whose tasks are held for their unreachable host (:meth:`HostBreaker.holding`);
+        read by the progress stream at each tick and into the final record, so ``status`` can name the held models
+        (:func:`geoagent.status.held_host_models`) from data."""
+        return self._hosts.holding() if self._hosts is not None else []
 
     def runnable(self) -> bool:
         """False once EVERY configured model is stopped, by its authentication breaker or by its host's
