@@ -57,7 +57,7 @@ def test_as_written_url_hand_cases():
     real = "https://wikimedia.org/api/rest_v1/metrics/pageviews/per-article/x"
     assert as_written_url(real) == real  # no fake served: unchanged
     assert as_written_url("not a url") == "not a url"
-    sandbox._SERVED["http://127.0.0.1:45123"] = "pageviews"
+    sandbox._SERVED["http://127.0.0.1:45123"] = sandbox._Served("pageviews", "pageviews")
     try:
         assert as_written_url("http://127.0.0.1:45123/metrics/a?b=1") == "http://pageviews.sandbox.invalid/metrics/a?b=1"
         assert as_written_url("http://127.0.0.1:45124/metrics/a") == "http://127.0.0.1:45124/metrics/a"  # another port
@@ -81,7 +81,7 @@ def test_the_geocoder_fakes_cache_label_carries_their_gazetteer(tmp_path):
 
     async def label(g):
         async with launch(cfg, gazetteer=g):
-            urls = {n: as_written_url(b + "/search?q=x") for b, n in sandbox._SERVED.items()}
+            urls = {s.name: as_written_url(b + "/search?q=x") for b, s in sandbox._SERVED.items()}
         return urls
 
     a, b, a2 = anyio.run(label, gaz(45.0)), anyio.run(label, gaz(46.0)), anyio.run(label, gaz(45.0))

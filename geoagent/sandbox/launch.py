@@ -34,7 +34,7 @@ import contextlib
 import copy
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 from aiohttp import web
@@ -209,11 +209,17 @@ def _walk_urls(obj: Any) -> list[str]:
     return []
 
 
-#: local base URL -> fake name, for the fakes :func:`launch` serves right now (this process)
-_SERVED: dict[str, str] = {}
-#: local base URL -> the host label its answers are cached under (:func:`as_written_url`): the fake's name for the
-#: crawl's world fakes (one fixed world), ``<name>-<gazetteer fingerprint>`` for the Wikidata and Nominatim fakes
-_CACHE_LABEL: dict[str, str] = {}
+class _Served(NamedTuple):
+    """A fake :func:`launch` serves: its ``name`` and the host ``label`` its answers are cached under
+    (:func:`as_written_url`): the fake's name for the crawl's world fakes (one fixed world),
+    ``<name>-<gazetteer fingerprint>`` for the Wikidata and Nominatim fakes."""
+
+    name: str
+    label: str
+
+
+#: local base URL -> the fake served there, for the fakes :func:`launch` serves right now (this process)
+_SERVED: dict[str, _Served] = {}
 
 
 def served_fake_name(url: str) -> str | None:
@@ -229,7 +235,7 @@ def served_fake_name(url: str) -> str | None:
     netloc = urlsplit(url).netloc
     for base, served in list(_SERVED.items()):
         if netloc and urlsplit(base).netloc == netloc:  # rewrite_config keeps the path, swaps the host
-            return served
+            return served.name
     return None
 
 
@@ -245,8 +251,7 @@ def as_written_url(url: str) -> str:
     for base, served in list(_SERVED.items()):
         if urlsplit(base).netloc == netloc:
             parts = urlsplit(url)
-            label = _CACHE_LABEL.get(base, served)
-            return urlunsplit(("http", f"{label}{SANDBOX_SUFFIX}", parts.path, parts.query, parts.fragment))
+            return urlunsplit(("http", f"{served.label}{SANDBOX_SUFFIX}", parts.path, parts.query, parts.fragment))
     return url
 
 
@@ -390,15 +395,12 @@ async def launch(cfg: Any, *, gazetteer: Any = None) -> AsyncIterator[Any]:
             app = _app(name, cfg, gazetteer, world_apps)
             app.middlewares.insert(0, _counting(name))  # outermost: counts injected faults too
             bases[name] = await stack.enter_async_context(serve(app))
-        served = {base: name for name, base in bases.items()}
+        fp = gazetteer.fingerprint() if gazetteer is not None else None
+        served = {base: _Served(name, f"{name}-{fp}" if fp and name in ("wikidata", "nominatim") else name)
+                  for name, base in bases.items()}
         _SERVED.update(served)
-        if gazetteer is not None:
-            fp = gazetteer.fingerprint()
-            _CACHE_LABEL.update({base: f"{name}-{fp}" for base, name in served.items()
-                                 if name in ("wikidata", "nominatim")})
         try:
             yield rewrite_config(cfg, bases)
         finally:
             for base in served:
                 _SERVED.pop(base, None)
-                _CACHE_LABEL.pop(base, None)
