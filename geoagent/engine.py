@@ -2108,6 +2108,8 @@ async def _run(
                 # a stage of this process that ended no longer keeps other processes waiting for its input (also
                 # of a whole-campaign run: a --watch run whose model caller stopped, every key refused, goes on)
                 stage_ended=functools.partial(manifest.record_stage_ended, run_id),
+                # a second signal ends the process at once: the manifest says so rather than "running"
+                forced_exit=functools.partial(manifest.mark_forced_exit, run_id),
             )
         except BaseException:
             if handoff is not None:
@@ -2118,6 +2120,7 @@ async def _run(
             raise
         late = ctx.services.get(SERVICE_LATE_SIGNALS)
         if late is not None:  # from here on a signal cuts nothing short (LateSignals); the pipeline's is gone
+            late.on_forced_exit = functools.partial(manifest.mark_forced_exit, run_id)
             late.install(stopped=view.stopped_by_signal)
         if handoff is not None:
             # an idle hand-off still writing in its thread ends first: the report and export below write the

@@ -905,7 +905,7 @@ def format_status(st: dict[str, Any]) -> str:
         # with no way on); an unreadable manifest tells nothing (rev25 #4: a budget stop then got the hint too)
         stopped_as = outcome if not procs else last_outcome
         cut = str(p.get("run_id")) in (st.get("runs_unended") or set())  # its end never recorded (rev25 #4)
-        if (ended and not complete and not running and (stopped_as in ("interrupted", "killed") or (
+        if (ended and not complete and not running and (stopped_as in ("interrupted", "killed", "forced exit") or (
                 stopped_as is None and cut and left and running is False))) or (
                 running is False and not ended and left):  # a hard stop (SIGKILL, a second Ctrl-C) writes no end
             lines.append(RESUME_HINT)

@@ -77,6 +77,17 @@ def _signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
+def call_before_exit(hook: Callable[[], Any] | None) -> None:
+    """Call ``hook()`` (None: nothing) on the way out of a forced exit; whatever it raises is swallowed: the exit
+    must happen."""
+    if hook is None:
+        return
+    try:
+        hook()
+    except BaseException:  # noqa: BLE001 - nothing may stop the exit
+        pass
+
+
 class LateSignals:
     """SIGINT / SIGTERM handling for the end of a run, after :func:`run_pipeline` returned: every task has ended
     (done, dead-lettered, or left queued by a stop already decided), and the report, export and summary are
@@ -96,6 +107,9 @@ class LateSignals:
         self._stopped = False
         self._said_repeat = False
         self._before: dict[int, Any] = {}
+        #: ``()``, called just before a second signal's ``os._exit(130)`` (the engine: the manifest records the run
+        #: as ``forced exit``); must not block; a failure is ignored
+        self.on_forced_exit: Callable[[], Any] | None = None
 
     def install(self, *, stopped: bool = False) -> None:
         """Catch SIGINT and SIGTERM from now on (``stopped``: the run was already stopped by a signal)."""
@@ -117,6 +131,7 @@ class LateSignals:
             return
         if self._stopped or self.received is not None:
             os.write(2, b"second signal: exiting at once; acknowledged work is kept\n")
+            call_before_exit(self.on_forced_exit)
             os._exit(130)
         self.received, self._signum, self._at = signal.Signals(signum).name, signum, time.monotonic()
         os.write(2, f"{self.received} after every task had ended: finishing the report and export (it cuts "
@@ -216,6 +231,7 @@ async def run_pipeline(
     pipeline: Sequence[Stage] | None = None,
     stages_elsewhere: Callable[[], Collection[str]] | None = None,
     stage_ended: Callable[[str], Any] | None = None,
+    forced_exit: Callable[[], Any] | None = None,
 ) -> PipelineRun:
     """Run ``stages`` until they finish (burst) or a signal stops them; returns the run's final view.
 
@@ -251,6 +267,10 @@ async def run_pipeline(
         ``(name)``, called when a stage's runner has ended while the run goes on (the engine records it in
         manifest.json, so the stages other processes wait for are the ones still at work here: a stage that
         stopped leasing, its input left ready, keeps no other process waiting); a failure is logged.
+    forced_exit : callable or None
+        ``()``, called when a second signal ends the process at once, just before ``os._exit(130)`` (the engine
+        records the run as ``forced exit`` in manifest.json, :meth:`geoagent.runtime.manifest.Manifest.mark_forced_exit`);
+        it must not block; a failure is ignored.
 
     Raises
     ------
@@ -321,6 +341,7 @@ async def run_pipeline(
                 else:
                     log.warning("second signal: exiting at once; acknowledged work is kept, work in flight is "
                                 "redone when the same command is re-run")
+                    call_before_exit(forced_exit)
                     os._exit(130)
 
     async def run_one(r: StageRunner) -> None:

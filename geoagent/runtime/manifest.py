@@ -900,7 +900,8 @@ class Manifest:
                  config: Any = None, simulated_answers: list[str] | None = None) -> None:
         """Set the stop time, final status (``complete``, ``incomplete``, ``budget_exhausted``, ``interrupted``,
         ``failed``) and an optional summary of run ``run_id``. (A run whose process died without it keeps
-        ``running`` until the next run on this machine marks it ``killed``: :meth:`start_run`.)
+        ``running`` until the next run on this machine marks it ``killed``: :meth:`start_run`; one ended at once
+        by a second signal is ``forced exit``: :meth:`mark_forced_exit`.)
 
         ``params_mix`` (:func:`geoagent.runtime.drift.params_mix_json`, when measured): the stored answers per model
         and distinct request settings, kept as the top-level ``answers_by_request_params`` while a model's answers
@@ -945,6 +946,40 @@ class Manifest:
                 data.pop("answers_by_request_params", None)
             data["updated_at"] = _iso(now)
             _write(self.path, data)
+
+    def mark_forced_exit(self, run_id: str) -> bool:
+        """Record that run ``run_id`` is being ended at once by a second signal (Ctrl-C twice, ``kill`` twice):
+        its entry, while still ``running``, becomes ``forced exit`` with its stop time, so the manifest does not
+        call it running until a later run finds it gone (and then ``killed``, which it was not). Called from the
+        signal path just before ``os._exit``: it never waits for the manifest's lock (held by this or another
+        process: nothing is written then) and never raises; an entry that recorded its end already keeps it.
+        Returns whether the entry was marked. Acknowledged work is the queues' and the store's, not this
+        record's: a run cut short without it loses nothing (``status`` tells a run cut before its end from the
+        progress stream)."""
+        import fcntl
+
+        try:
+            with open(self.path.with_suffix(self.path.suffix + ".lock"), "a+") as fh:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    return False
+                try:
+                    data = read_manifest(self.state_dir)
+                    run = self._run_entry(data, run_id)
+                    if run.get("status") != "running":
+                        return False
+                    now = time.time()
+                    run["status"] = "forced exit"
+                    run["stopped_at"] = _iso(now)
+                    run["duration_s"] = round(now - float(run.get("started_unix", now)), 3)
+                    data["updated_at"] = _iso(now)  # type: ignore[index]
+                    _write(self.path, data)  # type: ignore[arg-type]
+                    return True
+                finally:
+                    fcntl.flock(fh, fcntl.LOCK_UN)
+        except Exception:  # noqa: BLE001 - the exit goes on without the record
+            return False
 
     def record_progress(self, run_id: str, *, planned: int | None = None, config: Any = None) -> None:
         """Record, while run ``run_id`` goes on, what :meth:`stop_run` records at its end: ``planned`` (tasks: the
