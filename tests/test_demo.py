@@ -227,6 +227,10 @@ def test_geohint_answers_geocode_to_sandbox_places(demo):
             n_landmark += 1
             assert r["resolved_level"] == "building" and float(r["error_km"]) < 0.01
     assert n_landmark > 0
+    # every answer records the parser rules that read it (traceability: rows read by other rules are told apart)
+    from geoagent.geohint.parse import ANSWER_PARSER_VERSION
+
+    assert {r["extra.parser_version"] for r in rows} == {str(ANSWER_PARSER_VERSION)}
 
 
 def test_rerun_reports_no_config_change_for_the_fakes_local_ports(demo):

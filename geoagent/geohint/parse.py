@@ -324,6 +324,14 @@ def _score(obj: dict[str, Any]) -> int:
     return sum(1 for k in obj if str(k).strip().lower() in SCHEMA_KEYS)
 
 
+#: version of :func:`parse_answer`'s rules, recorded with every parsed campaign answer (the ``answers`` message's
+#: ``parser_version``, carried on to the scored row's ``extra.parser_version``) and with every row the raw importer
+#: reads: raise it whenever a change of the rules can read an answer text differently, so rows read by different
+#: rules can be told apart (the answer text is kept: ``model_responses``). 1: from 2026-12-04 (rows without the
+#: field were parsed before versions were recorded).
+ANSWER_PARSER_VERSION = 1
+
+
 def parse_answer(text: str | None) -> ParsedAnswer:
     """Parse a GeoHint answer; never raises on bad text.
 

@@ -51,7 +51,7 @@ from geoagent.data.model import ContextLadder
 from geoagent.geohint.aggregate import CHECKLIST_CONDITIONS
 from geoagent.geohint.judged import (image_id_from_path, ladder_index, parse_context_label, print_import_notes,
                                     release_condition, rescore_parser)
-from geoagent.geohint.parse import parse_answer
+from geoagent.geohint.parse import ANSWER_PARSER_VERSION, parse_answer
 from geoagent.geohint.release_rows import (check_path_site, one_per_request, read_repeat, release_lang,
                                            unreadable_repeat)
 from geoagent.geohint.result import GeoHintResult
@@ -125,7 +125,7 @@ def _row(d: Mapping[str, Any], path: Path, line: int) -> GeoHintResult:
         hit=None,
         source="release",
         extra={"line": line, "lang": release_lang(d.get("lang")), "finish_reason": _finish_reason(d.get("usage")),
-               "parse_method": ans.method, "evidence_slots": ans.evidence_slots, "parse_error": ans.error, "truncated": ans.truncated,
+               "parse_method": ans.method, "parser_version": ANSWER_PARSER_VERSION, "evidence_slots": ans.evidence_slots, "parse_error": ans.error, "truncated": ans.truncated,
                "not_geocoded": NOT_GEOCODED, "light": d.get("condition"), "hour": d.get("hour"), "raw": ans.raw},
     )
     bad_repeat = unreadable_repeat(d.get("repeat"))

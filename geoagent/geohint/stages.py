@@ -55,7 +55,7 @@ from geoagent.geohint.aggregate import (CHECKLIST_CONDITIONS, NO_HINT_DISTANCE, 
                                        without_hint_distance)
 from geoagent.geohint.conditions import Condition, PromptBook
 from geoagent.geohint.echo import DEFAULT_ECHO_RULE, check_echo_rule, echo_by_rule
-from geoagent.geohint.parse import parse_answer
+from geoagent.geohint.parse import ANSWER_PARSER_VERSION, parse_answer
 from geoagent.geohint.plan import ModelSpec, PlanSummary, plan_requests
 from geoagent.geohint.result import GeoHintResult
 from geoagent.report.live import LiveAggregatorStage
@@ -172,6 +172,7 @@ class GeoHintParserStage(Stage):
             "image_id": p.get("image_id"),
             "meta": meta,
             "parsed": parsed.to_json(),
+            "parser_version": ANSWER_PARSER_VERSION,
             "input_tokens": p.get("input_tokens"),
             "output_tokens": p.get("output_tokens"),
             "finish_reason": p.get("finish_reason"),
@@ -281,6 +282,8 @@ def score_located(key: str, payload: Mapping[str, Any], *, echo_rule: str = DEFA
             "geocode_source": loc.get("geocode_source"),
             "parse_error": parsed.get("error"),
             "parse_method": parsed.get("method"),
+            # the parser's rules that read it (geohint.parse.ANSWER_PARSER_VERSION); None: parsed before recorded
+            "parser_version": payload.get("parser_version") if isinstance(payload.get("parser_version"), int) else None,
             **({"evidence_slots": parsed["evidence_slots"]} if isinstance(parsed.get("evidence_slots"), dict) else {}),
             "raw": parsed.get("raw") if not parsed.get("ok") else None,
             "finish_reason": payload.get("finish_reason"),
