@@ -151,7 +151,8 @@ def _meta(payload: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class GeoHintParserStage(Stage):
-    """``responses`` -> ``answers``: parse the answer text defensively (never raises on bad text)."""
+    """``responses`` -> ``answers``: parse the answer text defensively (never raises on bad text). The answer
+    carries the parsed fields and ``parser_version``, not the verbatim text (kept once, in the response store)."""
 
     name = C.STAGE_PARSER
     sends_http = False  # no request of its own: a slow model upstream is no pace of its (pace_keys)
@@ -171,7 +172,9 @@ class GeoHintParserStage(Stage):
             "request_key": p.get("request_key"),
             "image_id": p.get("image_id"),
             "meta": meta,
-            "parsed": parsed.to_json(),
+            # the parsed fields without the verbatim text: it is in the response store (request_key), and an answer
+            # of many tokens copied onto every later edge was stored 4 times; the export fills extra.raw from there
+            "parsed": {k: v for k, v in parsed.to_json().items() if k != "raw"},
             "parser_version": ANSWER_PARSER_VERSION,
             "input_tokens": p.get("input_tokens"),
             "output_tokens": p.get("output_tokens"),
@@ -285,6 +288,8 @@ def score_located(key: str, payload: Mapping[str, Any], *, echo_rule: str = DEFA
             # the parser's rules that read it (geohint.parse.ANSWER_PARSER_VERSION); None: parsed before recorded
             "parser_version": payload.get("parser_version") if isinstance(payload.get("parser_version"), int) else None,
             **({"evidence_slots": parsed["evidence_slots"]} if isinstance(parsed.get("evidence_slots"), dict) else {}),
+            # an answer queued before the parser left its text out keeps it here; the export fills it in from the
+            # response store otherwise (geoagent.runtime.export: extra.raw of every row)
             "raw": parsed.get("raw") if not parsed.get("ok") else None,
             "finish_reason": payload.get("finish_reason"),
             **({"echo_rule": echo_rule, "echo_by_rule": by_rule} if by_rule is not None else {}),
