@@ -1792,6 +1792,19 @@ def output_room_warnings(cfg: "CampaignConfig") -> list[str]:
     return out
 
 
+def _other_kind_tables(cfg: CampaignConfig) -> list[str]:
+    """One problem per task table of a campaign kind (``[geoverify]``, ``[geohint]``, ``[crawl]``) in a file that
+    writes no ``[campaign] kind``: the default kind, ``generic``, would ignore that table and run generic requests
+    (walk30 #1: a GeoVerify config whose ``kind`` line was lost made 200 paid generic calls and exited 0). A file
+    that writes its kind may hold other kinds' tables (``geoagent/configs/example.toml`` shows them all): each
+    kind reads its own."""
+    if "kind" in cfg.campaign.model_fields_set:
+        return []
+    return [f"[{t}]: the table of a {t} campaign, but the file sets no [campaign] kind, so the campaign would run "
+            f"as the default kind, generic, which ignores [{t}]: set [campaign] kind = \"{t}\""
+            for t in TASK_SECTIONS if t != "generic" and t in cfg.tasks]
+
+
 def _impossible_campaign(cfg: CampaignConfig) -> list[str]:
     """Problems of a campaign that validates field by field but can never make a call.
 
@@ -1801,6 +1814,7 @@ def _impossible_campaign(cfg: CampaignConfig) -> list[str]:
       whose answers are all stored needs no run to be reported (``run.py export``); models with no price set
       or all-zero prices (replay, simulated, local servers) still run at cap 0.
     * a GeoVerify or GeoHint campaign with no ``[[models]]``: it would plan 0 requests and end "complete".
+    * a task table of another kind (``[geoverify]`` with ``kind`` unset, i.e. ``generic``): :func:`_other_kind_tables`.
     * a billing model (openai, anthropic, gemini) on a paid host (:attr:`ModelConfig.on_paid_host`: not a
       local server, :func:`is_local_host`; no ``base_url`` means the provider's own API) without both
       ``price_*`` keys written: an unset price is $0, so the cap would never count its spend. ``0`` written
@@ -1815,7 +1829,7 @@ def _impossible_campaign(cfg: CampaignConfig) -> list[str]:
       than ``simulated`` that names no ``[[models]]`` entry: the dry run passed and ``crawl`` then stopped
       with "no provider configured for auditor model ...", naming neither file nor key.
     """
-    out: list[str] = sampling_problems(cfg) + image_problems(cfg)
+    out: list[str] = sampling_problems(cfg) + image_problems(cfg) + _other_kind_tables(cfg)
     for i, m in enumerate(cfg.models):
         # the key goes in a header of every request: over plain http to a host that is not local it would cross
         # the network unencrypted (and a server's redirect to https comes after it was sent)
