@@ -1194,6 +1194,28 @@ def table_keys(model_cls: type[BaseModel], loc: Iterable[Any]) -> list[str] | No
     return keys
 
 
+#: error kinds of a value that should be a number or a boolean (a quoted one is said to be a string)
+_NUMBER_OR_BOOL = frozenset({"float_type", "float_parsing", "finite_number", "int_type", "int_parsing",
+                             "int_from_float", "bool_type", "bool_parsing"})
+#: an unknown key with no close match lists the keys of its table when it has at most this many
+_LIST_KEYS_UP_TO = 20
+
+
+def _quoted_literal(value: Any, *, boolean: bool) -> bool:
+    """Whether ``value`` is a string that TOML would read as the expected literal without its quotes: ``"4"``,
+    ``"0.5"`` for a number, ``"true"`` for a boolean (not a word such as ``"cheap"``)."""
+    if not isinstance(value, str):
+        return False
+    text = value.strip()
+    if boolean:
+        return text in ("true", "false")
+    try:
+        float(text.replace("_", ""))
+    except ValueError:
+        return False
+    return True
+
+
 def _problems(exc: ValidationError, prefix: tuple[Any, ...] = (), model: type[BaseModel] | None = None) -> list[str]:
     problems = []
     for err in exc.errors(include_url=False):
@@ -1208,6 +1230,10 @@ def _problems(exc: ValidationError, prefix: tuple[Any, ...] = (), model: type[Ba
         if kind == "extra_forbidden":
             valid = table_keys(model, own[:-1]) if model is not None and own else None
             hint = _unknown_key_hint(own[-1], valid) or _other_table_hint(own[-1], loc[:-1])
+            if not hint and valid and len(valid) <= _LIST_KEYS_UP_TO:
+                # nothing close (walk30 #8: `budget.max_spend: unknown key` and no way on): the keys it takes
+                where = f"[{_fmt_loc(loc[:-1])}]" if loc[:-1] else "the top level"
+                hint = f" ({where} takes: {', '.join(sorted({str(v) for v in valid}))})"
             problems.append(f"{path}: unknown key{hint}")
             continue
         ctx = err.get("ctx") or {}
@@ -1229,6 +1255,10 @@ def _problems(exc: ValidationError, prefix: tuple[Any, ...] = (), model: type[Ba
         # a check on a whole table says itself what it found ("got a table" would add nothing)
         table_check = kind == "value_error" and isinstance(err.get("input"), dict)
         got = "" if no_echo or table_check else f", got {_fmt_value(err.get('input'))}"
+        if got and kind in _NUMBER_OR_BOOL and _quoted_literal(err.get("input"), boolean=kind.startswith("bool")):
+            # walk30 #8: `expected an integer, got '4'`: the quotes were the only sign that 4 was a string
+            got += (" (a quoted string: write true or false without quotes)" if kind.startswith("bool")
+                    else " (a quoted string: write the number without quotes)")
         if kind == "list_type" and isinstance(err.get("input"), dict) and re.fullmatch(r"[A-Za-z_][\w.]*", path):
             # `[models]` for `[[models]]`: TOML's array of tables is written with double brackets
             got += f" (write each entry as its own [[{path}]] table, in double brackets)"

@@ -396,7 +396,9 @@ def get_secret(
         empty = empty_where(env_name, dotenv_path=dotenv_path, environ=environ)
         if empty:
             raise SecretNotFound(f"API key variable {env_name} is set but empty in {empty} (and not set elsewhere)")
-        raise SecretNotFound(f"API key variable {env_name} is not set in the environment or in {where}")
+        near = close_set_variable(env_name, dotenv_path=dotenv_path, environ=environ)
+        raise SecretNotFound(f"API key variable {env_name} is not set in the environment or in {where}"
+                             + (f" (did you mean {near[0]}, which is set in {near[1]}?)" if near else ""))
     return secret
 
 
@@ -626,6 +628,28 @@ def missing_api_keys(
     return out
 
 
+def close_set_variable(var: str, *, dotenv_path: str | os.PathLike[str] | None = None,
+                       environ: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+    """``(NAME, where)`` of a variable that is set (non-empty) in the environment or the ``.env`` file and whose
+    name is close to ``var``, which is not (``ANTHROPIC_API_KEY`` in ``.env`` for a config's ``ANTHROPC_API_KEY``:
+    walk30 #8, the message named only the misspelt one); None when there is none. Only names that look like a
+    key's (``KEY``, ``TOKEN`` or ``SECRET`` in them) are compared (:func:`difflib.get_close_matches`, ratio >= 0.85);
+    never a value."""
+    import difflib
+
+    env = os.environ if environ is None else environ
+    try:
+        dotenv = read_dotenv(dotenv_path)
+    except (OSError, ValueError):
+        dotenv = {}
+    where = {n: "the environment" for n, v in env.items() if v and v.strip()}
+    dot = Path(dotenv_path) if dotenv_path is not None else dotenv_path_default()
+    where.update({n: str(dot) for n, v in dotenv.items() if v and v.strip() and n not in where})
+    names = sorted(n for n in where if n != var and re.search(r"KEY|TOKEN|SECRET", n, re.IGNORECASE))
+    close = difflib.get_close_matches(var, names, n=1, cutoff=0.85)
+    return (close[0], where[close[0]]) if close else None
+
+
 def missing_keys_message(missing: list[tuple[str, str]], *, dotenv_path: str | os.PathLike[str] | None = None,
                          others: list[tuple[str, str]] | tuple[()] = (),
                          environ: Mapping[str, str] | None = None) -> str:
@@ -646,7 +670,10 @@ def missing_keys_message(missing: list[tuple[str, str]], *, dotenv_path: str | o
              if (e := empty_where(var, dotenv_path=dotenv_path, environ=environ))}
 
     def why(var: str) -> str:
-        return f"; set but empty in {empty[var]}" if var in empty else ""
+        if var in empty:
+            return f"; set but empty in {empty[var]}"
+        near = close_set_variable(var, dotenv_path=dotenv_path, environ=environ)
+        return f"; did you mean {near[0]}, which is set in {near[1]}?" if near else ""
 
     parts = [f"{var} (model{'s' if len(ms) > 1 else ''} {', '.join(ms)}{why(var)})" for var, ms in by_var.items()]
     parts += [f"{var} ({who}{why(var)})" for var, who in others if var not in by_var]

@@ -67,8 +67,11 @@ def test_unknown_key_names_the_closest_valid_key(extra, expected):
 
 def test_no_suggestion_when_nothing_is_close():
     problems = _problems(_doc(models__0__zzzzzz=1, colour_scheme={"a": 1}))
-    assert "models[0].zzzzzz: unknown key" in problems
-    assert "colour_scheme: unknown key" in problems
+    assert "models[0].zzzzzz: unknown key" in problems  # a [[models]] entry has too many keys to list
+    # a table of few keys lists them instead (walk30 #8: `budget.max_spend: unknown key` gave no way on)
+    top = next(p for p in problems if p.startswith("colour_scheme: unknown key"))
+    assert top.startswith("colour_scheme: unknown key (the top level takes: backend, budget, campaign, ") \
+        and "models" in top and top.endswith(")"), top
 
 
 def test_suggestion_matches_difflib_over_the_tables_own_keys():
