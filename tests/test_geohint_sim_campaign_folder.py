@@ -125,3 +125,29 @@ nominatim_url = ""
     assert tally["forced echo"] < context, tally
     assert tally["forced landmark"] + tally["baseline landmark"] > 0, tally
     assert tally["forced other point"] > 0, tally
+
+
+def test_a_stand_alone_fake_given_the_folder_places_its_baseline_photos(tmp_path, monkeypatch, fresh_simulator):
+    """Walk30 #3: ``python -m geoagent.sandbox.llm_gemini --release-dir <crawl folder>`` (the variable it sets) knew
+    the folder's sites and ladders but not its photos: a baseline prompt names no hint, so every baseline answer
+    said 'Unknown city'. The folder's trial table maps each photo to its site now."""
+    import random
+
+    from geoagent.sandbox.responders import SimContext
+
+    rel = _release_folder(tmp_path / "crawl")
+    with (rel / "verify_trials.csv").open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["image_id", "site", "img_lat", "img_lon", "cand", "truth", "arm"])
+        w.writerow(["1234567890", "brimmel_gate", 12.0, 22.0, "Axton Gatehouse", "yes", "main"])
+        w.writerow(["999", "no_such_site", 0.0, 0.0, "x", "yes", "main"])  # a site sites.csv lacks: not mapped
+    monkeypatch.setenv("GEOAGENT_RELEASE", str(rel))
+    baseline = 'Where was this photo taken? Answer in JSON with "city", "area" and "building".'
+
+    def city(image_id: str, seed: int) -> str:
+        text = fresh_simulator.respond(SimContext(prompt=baseline, image_id=image_id, model="m", seed=0,
+                                                  rng=random.Random(seed)))
+        return json.loads(text[text.index("{"):text.rindex("}") + 1])["city"]
+
+    assert {city("1234567890", s) for s in range(5)} == {"Brimmelburg"}
+    assert city("999", 0) == "Unknown city"  # its site is not in the folder: nothing to place it by

@@ -162,6 +162,18 @@ def _index() -> _Index:
                 idx.ladder_names[sid] = names
                 for n in names:
                     idx.by_name.setdefault(n, []).append(sid)
+            # the folder's own photos (its trial table's image ids: a crawl's output, the release's sample) map back
+            # to their site, so a stand-alone fake given the folder (--release-dir) places a baseline photo, which
+            # no hint names (walk30 #3: every baseline answer of a crawl's photos said 'Unknown city')
+            from geoagent.data.importer import trial_table_paths
+
+            table = next((p for p in trial_table_paths(root) if p.is_file()), None)
+            if table is not None:
+                with table.open(newline="", encoding="utf-8") as fh:
+                    for row in csv.DictReader(fh):
+                        image, sid = (row.get("image_id") or "").strip(), (row.get("site") or "").strip()
+                        if image and sid in idx.sites:
+                            idx.image_site.setdefault(image, sid)
             # placeholder images of offline demos (geoagent.geohint.plan.synthetic_images) map back to their site
             from geoagent.data.model import Site
             from geoagent.geohint.plan import synthetic_images
