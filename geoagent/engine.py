@@ -18,7 +18,9 @@ incomplete             3      some work is missing (dead-lettered: retries exhau
                               host and what to check; re-run the same command to resume), or a model's
                               host could not be reached (:mod:`geoagent.workers.model_caller`,
                               "Unreachable-host breaker": that model's tasks left queued, the other
-                              models' work ran to the end)
+                              models' work ran to the end), or a model's answers came back empty at its
+                              output-token limit 10 times in a row (:mod:`geoagent.workers.cutoff_breaker`:
+                              that model's tasks left queued; raise its max_output_tokens and re-run)
 budget exhausted       4      the cost cap stopped dispatching; the rest of the work is reported
 authentication failed  5      a model's host refused its API key (HTTP 401/403, or Gemini's 400
                               API_KEY_INVALID, 5 times in a row): that model's tasks were left queued
@@ -1915,6 +1917,7 @@ async def _run(
 ) -> Outcome:
     from geoagent.runtime.manifest import Manifest, stages_run_elsewhere
     from geoagent.status import host_labels
+    from geoagent.workers.cutoff_breaker import CUTOFF_BREAKER_SERVICE
     from geoagent.workers.model_caller import AUTH_BREAKER_SERVICE, HOST_BREAKER_SERVICE
 
     ctx.services["watch"] = watch
@@ -2169,6 +2172,10 @@ async def _run(
         # models whose host could not be reached (model caller's breaker: their tasks left queued, untouched),
         # then stages stopped by the runner's unreachable-host breaker
         unreachable_lines = model_hosts.report_lines(left) if hosts_down else []
+        # models stopped because their answers kept coming back empty at the output-token limit (left queued)
+        cutoff = ctx.services.get(CUTOFF_BREAKER_SERVICE)
+        cut_lines = cutoff.report_lines(None if hosts_down or auth_lines else left) if cutoff is not None else []
+        unreachable_lines = cut_lines + unreachable_lines
         unreachable_lines += [ln for r in view.runners for ln in r.unreachable_lines(
             counts[r.stage.input_edge].ready if r.stage.input_edge in counts else None)]
         # every runner of this process drained its input and ended by itself (burst mode): a signal that came as
@@ -2184,7 +2191,7 @@ async def _run(
             status, code = STATUS_AUTH, EXIT_AUTH
         elif view.budget_stopped:
             status, code = "budget exhausted", EXIT_BUDGET
-        elif hosts_down or any(c.dead - superseded.get(e, 0) or ((c.ready or c.leased) and e not in arrived_late)
+        elif hosts_down or cut_lines or any(c.dead - superseded.get(e, 0) or ((c.ready or c.leased) and e not in arrived_late)
                                for e, c in counts.items() if e in judged):
             status, code = "incomplete", EXIT_INCOMPLETE
         elif only_stages and any(c.ready or c.leased for c in counts.values()):

@@ -227,6 +227,7 @@ from geoagent.runtime.worker import PAUSED_BY_HOST, PROBE_AFTER_S, PROBE_MAX_S, 
 from geoagent.secrets import redact
 from geoagent.textfmt import count_text
 from geoagent.workers.billing import booked_answer, close_failed_call, worst_case_usage
+from geoagent.workers.cutoff_breaker import CUT_OFF_EMPTY_TO_STOP, CUTOFF_BREAKER_SERVICE, CutOffBreaker, CutOffStop
 from geoagent.workers.images import ImageNotFound, load_image, resolve_image_path
 
 log = logging.getLogger(__name__)
@@ -876,6 +877,9 @@ class _SendGate:
         When the model's breaker is open, the gate raises :class:`AuthStop` instead (nothing sent).
     hosts : HostBreaker, optional
         When the breaker of the model's host is open, the gate raises :class:`HostStop` instead (nothing sent).
+    cutoff : CutOffBreaker, optional
+        When the model's empty-answer breaker is open, the gate raises
+        :class:`~geoagent.workers.cutoff_breaker.CutOffStop` instead (nothing sent).
     stopping : callable, optional
         Returns True once a stop was requested: the gate then raises
         :class:`~geoagent.runtime.stage.Abandoned` (nothing sent, no reservation; the task is released).
@@ -884,7 +888,7 @@ class _SendGate:
         (:func:`geoagent.runtime.ledger.with_worst_tokens`) for a withheld answer's booking.
     """
 
-    __slots__ = ("_args", "reservation", "breaker", "stopping", "hosts", "tokens")
+    __slots__ = ("_args", "reservation", "breaker", "stopping", "hosts", "tokens", "cutoff")
 
     #: the HTTP layer raises :class:`~geoagent.runtime.http.PausedUnsent` (nothing sent) instead of waiting out a
     #: host pause longer than the call's backoff that arrives after this gate reserved: the reservation is released
@@ -893,9 +897,10 @@ class _SendGate:
 
     def __init__(self, store: Any, ledger: Any, key: str, worst_usd: float, model_name: str,
                  breaker: "AuthBreaker | None" = None, stopping: Any = None, hosts: "HostBreaker | None" = None,
-                 tokens: tuple[int, int] | None = None) -> None:
+                 tokens: tuple[int, int] | None = None, cutoff: CutOffBreaker | None = None) -> None:
         self._args = (store, ledger, key, worst_usd, model_name)
         self.tokens = tokens
+        self.cutoff = cutoff
         self.reservation: Any = None
         self.breaker = breaker
         self.stopping = stopping
@@ -913,6 +918,9 @@ class _SendGate:
         down = self.hosts.is_open(self._args[4]) if self.hosts is not None else None
         if down is not None:
             raise HostStop(down, self._args[4])
+        cut = self.cutoff.is_open(self._args[4]) if self.cutoff is not None else None
+        if cut is not None:
+            raise CutOffStop(cut)
         cached, reservation = await _lookup_or_reserve(*self._args)
         if cached is not None:
             raise _NotSent(cached=cached)
@@ -1016,6 +1024,9 @@ class ModelCaller(Stage):
     #: requests in a row that could not reach a model's host before its models stop (module docstring,
     #: "Unreachable-host breaker")
     unreachable_after: int = UNREACHABLE_AFTER
+    #: fresh answers in a row of one model that came back empty, cut off at the output-token limit, that stop it
+    #: (:mod:`geoagent.workers.cutoff_breaker`)
+    cut_off_empty_to_stop: int = CUT_OFF_EMPTY_TO_STOP
 
     def __init__(self, *, concurrency: int | None = None, config: Any = None) -> None:
         # set before the runner reads it (it sizes its slots when it is built, before start())
@@ -1030,6 +1041,7 @@ class ModelCaller(Stage):
         self._models: list[str] = []  # the campaign's model names (start), for runnable()
         self._auth: AuthBreaker | None = None
         self._hosts: HostBreaker | None = None
+        self._cutoff: CutOffBreaker | None = None
         #: how the runner runs this stage (runner_mode): watch mode and its half-open settings
         self._mode: dict[str, Any] = {"watch": False}
         #: calls not yet known to be sent: (cancel scope around generate, its gate)
@@ -1047,6 +1059,7 @@ class ModelCaller(Stage):
         self._auth = self._breaker(ctx)
         self._hosts = self._host_breaker(ctx)
         self._hosts.configure(**self._mode)
+        self._cutoff = self._cutoff_breaker(ctx)
         providers = ctx.services.get("providers") or {}
         self._pace_keys.clear()
         for m in getattr(cfg, "models", None) or []:
@@ -1116,15 +1129,16 @@ class ModelCaller(Stage):
         return self._hosts.holding() if self._hosts is not None else []
 
     def runnable(self) -> bool:
-        """False once EVERY configured model is stopped, by its authentication breaker or by its host's
-        unreachable breaker: no task could be sent, so the runner stops leasing (instead of leasing the whole
+        """False once EVERY configured model is stopped, by its authentication breaker, its empty-answer breaker
+        (:mod:`geoagent.workers.cutoff_breaker`) or its host's unreachable breaker: no task could be sent, so the runner stops leasing (instead of leasing the whole
         queue only to hold it) and the run ends with the queue untouched (:meth:`AuthBreaker.report_lines`,
         :meth:`HostBreaker.report_lines`). In watch mode a model whose host is down still counts (its host is
         probed again after the cool-down)."""
-        if not self._models or (self._auth is None and self._hosts is None):
+        if not self._models or (self._auth is None and self._hosts is None and self._cutoff is None):
             return True
         watch = self._hosts is not None and self._hosts.watch
         return not all((self._auth is not None and self._auth.is_open(m) is not None)
+                       or (self._cutoff is not None and self._cutoff.is_open(m) is not None)
                        or (not watch and self._hosts is not None and self._hosts.is_open(m) is not None)
                        for m in self._models)
 
@@ -1157,6 +1171,14 @@ class ModelCaller(Stage):
             hosts = ctx.services[HOST_BREAKER_SERVICE] = HostBreaker(self.unreachable_after)
         return hosts
 
+    def _cutoff_breaker(self, ctx: StageContext) -> CutOffBreaker:
+        """The campaign's :class:`~geoagent.workers.cutoff_breaker.CutOffBreaker` (service
+        :data:`~geoagent.workers.cutoff_breaker.CUTOFF_BREAKER_SERVICE`; made on first use)."""
+        cut = ctx.services.get(CUTOFF_BREAKER_SERVICE)
+        if cut is None:
+            cut = ctx.services[CUTOFF_BREAKER_SERVICE] = CutOffBreaker(self.cut_off_empty_to_stop)
+        return cut
+
     def _breaker(self, ctx: StageContext) -> AuthBreaker:
         """The campaign's :class:`AuthBreaker` (service :data:`AUTH_BREAKER_SERVICE`; made on first use)."""
         breaker = ctx.services.get(AUTH_BREAKER_SERVICE)
@@ -1173,6 +1195,9 @@ class ModelCaller(Stage):
             except AuthStop as stop:
                 self._breaker(ctx).hold(stop.model, task.key)  # counted for the end-of-run line
                 raise
+            except CutOffStop as stop:
+                self._cutoff_breaker(ctx).hold(stop.model, task.key)  # counted for the end-of-run line
+                raise
             except HostStop as stop:
                 hosts = self._host_breaker(ctx)
                 if hosts.is_open(stop.model) is None:
@@ -1187,6 +1212,9 @@ class ModelCaller(Stage):
         opened = breaker.is_open(m.name)
         if opened is not None:
             raise AuthStop(opened)
+        cut = self._cutoff_breaker(ctx).is_open(m.name)
+        if cut is not None:
+            raise CutOffStop(cut)
         hosts = self._host_breaker(ctx)
         down = hosts.is_open(m.name)
         if down is None:
@@ -1253,7 +1281,7 @@ class ModelCaller(Stage):
             size: tuple[int, int] | None = None  # the loaded image's size, when read (the reservation counts it)
             # store lookup and reservation happen in the gate, at send time (module docstring: crash safety)
             gate = _SendGate(store, ledger, key, worst_usd, m.name, breaker, self._is_stopping, gate_hosts,
-                             tokens=_worst_tokens(m, request, has_image, None, factor))
+                             tokens=_worst_tokens(m, request, has_image, None, factor), cutoff=self._cutoff)
             if probe is not None:
                 probe.append(gate)
 
@@ -1279,7 +1307,7 @@ class ModelCaller(Stage):
                     size = image_size_px(None, None, img.data) if m.provider != "replay" else None
                     worst_usd = max(known_usd, _worst_usd(m, request, True, size, factor))
                     gate = _SendGate(store, ledger, key, worst_usd, m.name, breaker, self._is_stopping, gate_hosts,
-                                     tokens=_worst_tokens(m, request, True, size, factor))
+                                     tokens=_worst_tokens(m, request, True, size, factor), cutoff=self._cutoff)
                     if probe is not None:
                         probe.append(gate)
 
@@ -1351,6 +1379,10 @@ class ModelCaller(Stage):
                 await ledger.amark_unknown(reservation, note="answered, but the answer could not be stored")
                 raise CallFailed(f"outcome unknown: the answer could not be stored ({_excerpt(exception_text(exc))})"
                                  ) from None
+            # stored and passed on (billed: it is an answer, if an empty one); the model's further calls stop once
+            # enough of them in a row came back empty at the output limit (geoagent.workers.cutoff_breaker)
+            self._cutoff_breaker(ctx).answered(m.name, response.text, response.finish_reason,
+                                               params.get("max_output_tokens", m.max_output_tokens))
             return [self._message(task, key, m, request, response, cost_usd=cost_usd, cached=False)]
 
     async def _send(

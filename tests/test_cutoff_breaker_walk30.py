@@ -1,0 +1,85 @@
+"""Walk30 #2: a Gemini thinking model given ``max_output_tokens = 300`` answered every request with no text (its
+thinking used the whole limit, ``finishReason`` ``MAX_TOKENS``, billed) and the run spent half its cap on 488 such
+answers before exit 6 said so. Now a model whose answers keep coming back empty at the output limit is stopped
+after :data:`~geoagent.workers.cutoff_breaker.CUT_OFF_EMPTY_TO_STOP` of them in a row: its tasks are left queued
+untouched, the other models run to the end, the run ends ``incomplete`` with a line naming the model, its limit and
+the fix, and a re-run with a raised limit completes it.
+
+The campaign runs the real engine against the local Gemini fake (``geoagent/sandbox/llm_gemini``), which answers a
+thinking model whose cap is at or below its thinking tokens as the API does: a candidate without parts.
+"""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from _model_harness import generic_campaign
+from geoagent.config import load_config
+from geoagent.engine import EXIT_COMPLETE, EXIT_INCOMPLETE, run_campaign
+from geoagent.sandbox import llm_gemini
+from geoagent.sandbox.server import serve
+from geoagent.workers.cutoff_breaker import CUT_OFF_EMPTY_TO_STOP, CutOffBreaker, empty_cut_off
+
+KEY = "AIza" "SandboxCutOffKey0123456789abcdefghij"
+N = 40
+
+
+def _gemini(name: str, model: str, base: str, max_out: int) -> str:
+    return (f'\n[[models]]\nname = "{name}"\nprovider = "gemini"\nmodel = "{model}"\nbase_url = "{base}"\n'
+            f'api_key_env = "GA_CUTOFF_KEY"\nprice_input_usd_per_mtok = 0.30\nprice_output_usd_per_mtok = 2.50\n'
+            f'max_output_tokens = {max_out}\nconcurrency = 2\nrate = {{ requests = 5000, period_s = 1.0 }}\n')
+
+
+def test_a_model_whose_answers_keep_coming_back_empty_at_the_limit_is_stopped_and_resumes_once_raised(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("GA_CUTOFF_KEY", KEY)
+    app = llm_gemini.make_app(api_keys=[KEY])
+
+    async def main():
+        async with serve(app) as base:
+            def config(limit: int):
+                return load_config(generic_campaign(
+                    tmp_path, name="cutoff", n=N, cap_usd=5.0,
+                    models=_gemini("flash", "gemini-2.5-flash", base, limit)
+                    + _gemini("lite", "gemini-2.5-flash-lite", base, 300)))
+
+            with pytest.warns(Warning, match="thinking"):  # the dry run's and the load's warning, as before
+                cfg = config(300)
+            first = await run_campaign(cfg, live=False, handle_signals=False, export=False)
+            flash_calls = sum(1 for c in app["calls"] if c.get("model") == "gemini-2.5-flash")
+            second = await run_campaign(config(30000), live=False, handle_signals=False, export=False)
+            return first, flash_calls, second
+
+    first, flash_calls, second = anyio.run(main)
+    assert first.status == "incomplete" and first.exit_code == EXIT_INCOMPLETE, first.summary()
+    line = next(ln for ln in first.stop_reasons if "came back empty" in ln)
+    assert line.startswith(f"model flash: its last {CUT_OFF_EMPTY_TO_STOP} answers came back empty, cut off at the "
+                           "output-token limit (max_output_tokens = 300, finish reason MAX_TOKENS): "), line
+    assert "raise the model's max_output_tokens" in line and line.endswith("left queued"), line
+    assert line in first.summary()
+    # stopped after the 10th empty answer: only the calls already in flight then (concurrency 2) were sent after it
+    assert CUT_OFF_EMPTY_TO_STOP <= flash_calls <= CUT_OFF_EMPTY_TO_STOP + 2, flash_calls
+    c = first.counts["requests"]
+    assert c.dead == 0 and c.leased == 0 and c.done == N + flash_calls and c.ready == N - flash_calls
+    # raised above the thinking budget: the re-run plans the flash requests anew and completes the campaign
+    assert second.status == "complete" and second.exit_code == EXIT_COMPLETE, second.summary()
+
+
+def test_the_breaker_counts_only_empty_answers_cut_off_in_a_row():
+    b = CutOffBreaker(threshold=3)
+    assert empty_cut_off("", "MAX_TOKENS") and empty_cut_off(None, "length") and empty_cut_off("  \n", "max_tokens")
+    assert not empty_cut_off('{"city": "Par', "length")  # a partial answer may parse: never counted
+    assert not empty_cut_off("", "stop") and not empty_cut_off("", None)
+    assert b.answered("m", "", "length", 300) is None and b.answered("m", "", "length", 300) is None
+    assert b.answered("m", "ok", "stop", 300) is None  # an answer with text starts the count over
+    assert b.answered("m", "", "length", 300) is None and b.answered("m", "", "length", 300) is None
+    assert b.answered("other", "", "length") is None  # per model
+    cut = b.answered("m", "", "length", 300)
+    assert cut is not None and (cut.model, cut.answers, cut.max_output_tokens) == ("m", 3, 300)
+    assert b.answered("m", "text", "stop") is cut and b.is_open("m") is cut  # open for the rest of the run
+    b.hold("m", "k1")
+    b.hold("m", "k1")
+    assert b.report_lines() == [cut.message() + "; 1 request(s) of model m left queued"]
+    assert b.report_lines(left_queued=7)[0].endswith("no model can run any more, so dispatching stopped: 7 "
+                                                     "request(s) left queued")
