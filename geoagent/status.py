@@ -973,6 +973,11 @@ def format_status(st: dict[str, Any]) -> str:
         lines.extend(coverage_lines(p.get("planned_by_model") or {}, st.get("answered_by_model") or {},
                                     budget_stopped=bool(p.get("budget_stopped")), complete=complete))
         http = p.get("http")
+        if http and not ended and running is False:
+            # a run stopped without its final record (kill -9): its last calls came after the last record (walk30
+            # #9: "calls 85" beside "84 requests" read as a lost call)
+            lines.append(f"    http counters as of the last progress record ({_utc(p.get('t'))}): requests sent after "
+                         "it are not in them; the calls above (the ledger's) count every call")
         if http:
             labels = st.get("host_labels") or {}
             for host, hs in http.items():

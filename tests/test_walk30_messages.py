@@ -49,3 +49,18 @@ def test_a_misspelt_key_variable_names_the_close_one_that_is_set(tmp_path):
     assert "did you mean" not in far
     near_env = missing_keys_message([("OPENAI_API_KEY", "gpt")], dotenv_path=env, environ={"OPENAI_APIKEY": "x"})
     assert "did you mean OPENAI_APIKEY, which is set in the environment?" in near_env
+
+
+def test_status_of_a_killed_run_says_its_http_counters_are_the_last_records():
+    """Walk30 #9: after `kill -9`, `status` showed "calls 85" (the ledger) and "84 requests" (the last progress
+    record's HTTP counters) with no word that the second stops at the last record."""
+    from geoagent.status import format_status
+
+    rec = {"t": 1764800000.0, "elapsed_s": 12.0, "stages": [], "finished": False,
+           "http": {"127.0.0.1:8002": {"requests": 84, "retries": 0, "errors": {}}}}
+    killed = format_status({"campaign": "c", "queues": {}, "progress": rec, "running": False})
+    assert ("http counters as of the last progress record (2025-12-03 22:13:20 UTC): requests sent after it are not "
+            "in them") in killed, killed
+    assert "84 requests" in killed
+    live = format_status({"campaign": "c", "queues": {}, "progress": rec, "running": True})
+    assert "http counters as of" not in live and "84 requests" in live
