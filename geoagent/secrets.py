@@ -235,10 +235,37 @@ def secret_spellings(value: str) -> set[str]:
     return {value, escaped, escaped.replace("/", "\\/")}
 
 
+#: shortest base64 stretch of a key that :func:`base64_spellings` gives (shorter ones would be common text)
+MIN_BASE64_SPELLING = 16
+
+
+@functools.lru_cache(maxsize=64)
+def base64_spellings(value: str) -> frozenset[str]:
+    """The stretches of base64 text that any base64 encoding of a text holding ``value`` contains, whatever came
+    before it: a server that echoes a header such as ``Authorization: Basic base64("user:KEY")`` or a base64 of the
+    key itself repeats the key transformed (session 29's note: such echoes were not masked). For each of the three
+    alignments of the key's bytes in the encoded stream (0, 1 or 2 bytes before it, mod 3), the base64 characters
+    whose 6 bits all come from the key (RFC 4648 section 4; the URL-safe alphabet of section 5 too), when at least
+    :data:`MIN_BASE64_SPELLING` long; empty for a short key. :func:`redact` masks them whole (a cut base64 echo is
+    not looked for: its runs would cost a search each on every answer's text)."""
+    import base64
+
+    raw = value.encode("utf-8")
+    out: set[str] = set()
+    for before in range(3):
+        enc = base64.b64encode(b"\0" * before + raw).decode("ascii")
+        start, end = -(-8 * before // 6), 8 * (before + len(raw)) // 6  # characters wholly inside the key's bits
+        stable = enc[start:end]
+        if len(stable) >= MIN_BASE64_SPELLING:
+            out |= {stable, stable.replace("+", "-").replace("/", "_")}
+    return frozenset(out)
+
+
 def _remember(value: str, *, local: bool = False, whole_only: bool = False) -> None:
     if len(value) >= min_secret_len(local=local):
         with _known_lock:
             (_known_whole if whole_only else _known_values).update(secret_spellings(value))
+            _known_whole.update(base64_spellings(value))  # a base64 echo of it, masked whole
 
 
 def dotenv_path_default() -> Path:
@@ -554,7 +581,8 @@ def redact(text: str, extra: list[str | Secret] | tuple[str | Secret, ...] = ())
     (8) characters, any other of at least :data:`MIN_PAID_SECRET_LEN` (4) (module docstring); ``extra`` values
     are scrubbed from 4 characters on (masking 1-3 character strings would mangle ordinary text). A value is
     masked in any case of its letters, and so is any run of 8+ of its characters that does not read as words
-    (a truncated or cut echo of the key: :func:`mask_values`).
+    (a truncated or cut echo of the key: :func:`mask_values`); a base64 echo of a key (``Basic base64("user:KEY")``)
+    is masked where it holds the key whole (:func:`base64_spellings`).
     """
     if not text:
         return text
@@ -562,10 +590,14 @@ def redact(text: str, extra: list[str | Secret] | tuple[str | Secret, ...] = ())
         values, whole_values = set(_known_values), set(_known_whole)
     if whole_values:  # whole first: a URL is masked entire before its password's fragments cut it
         text = mask_values(text, (v for v in whole_values if len(v) >= MIN_PAID_SECRET_LEN), fragments=False)
+    encoded: set[str] = set()
     for item in extra:
         value = item.reveal() if isinstance(item, Secret) else item
         if value and len(value) >= MIN_PAID_SECRET_LEN:  # a shorter one is never masked, nor its spellings
             values.update(secret_spellings(value))
+            encoded.update(base64_spellings(value))
+    if encoded - whole_values:  # an extra key's base64 echo (the known keys' are among whole_values)
+        text = mask_values(text, encoded - whole_values, fragments=False)
     return mask_values(text, (v for v in values if v and len(v) >= MIN_PAID_SECRET_LEN))
 
 
