@@ -1201,19 +1201,24 @@ _NUMBER_OR_BOOL = frozenset({"float_type", "float_parsing", "finite_number", "in
 _LIST_KEYS_UP_TO = 20
 
 
-def _quoted_literal(value: Any, *, boolean: bool) -> bool:
-    """Whether ``value`` is a string that TOML would read as the expected literal without its quotes: ``"4"``,
-    ``"0.5"`` for a number, ``"true"`` for a boolean (not a word such as ``"cheap"``)."""
+def _quoted_literal(value: Any, kind: str) -> bool:
+    """Whether ``value`` is a string that, unquoted, would be what the error ``kind`` expected: ``"4"`` for an
+    integer, ``"0.5"`` for a number (finite), ``"true"`` for a boolean; not a word such as ``"cheap"``, nor
+    ``"4.5"`` or ``"inf"`` for an integer (unquoted, they would still be refused)."""
+    import math
+
     if not isinstance(value, str):
         return False
-    text = value.strip()
-    if boolean:
+    text = value.strip().replace("_", "")
+    if kind.startswith("bool"):
         return text in ("true", "false")
     try:
-        float(text.replace("_", ""))
+        if kind.startswith("int"):
+            int(text)
+            return True
+        return math.isfinite(float(text))
     except ValueError:
         return False
-    return True
 
 
 def _problems(exc: ValidationError, prefix: tuple[Any, ...] = (), model: type[BaseModel] | None = None) -> list[str]:
@@ -1255,7 +1260,7 @@ def _problems(exc: ValidationError, prefix: tuple[Any, ...] = (), model: type[Ba
         # a check on a whole table says itself what it found ("got a table" would add nothing)
         table_check = kind == "value_error" and isinstance(err.get("input"), dict)
         got = "" if no_echo or table_check else f", got {_fmt_value(err.get('input'))}"
-        if got and kind in _NUMBER_OR_BOOL and _quoted_literal(err.get("input"), boolean=kind.startswith("bool")):
+        if got and kind in _NUMBER_OR_BOOL and _quoted_literal(err.get("input"), kind):
             # walk30 #8: `expected an integer, got '4'`: the quotes were the only sign that 4 was a string
             got += (" (a quoted string: write true or false without quotes)" if kind.startswith("bool")
                     else " (a quoted string: write the number without quotes)")
@@ -1706,7 +1711,7 @@ def spends_hidden_reasoning(m: "ModelConfig") -> bool:
     return False
 
 
-def _task_output_caps(cfg: "CampaignConfig") -> dict[str, list[tuple[int, str]]]:
+def task_output_caps(cfg: "CampaignConfig") -> dict[str, list[tuple[int, str]]]:
     """``{[[models]] name: [(cap, config key), ...]}`` for the models whose requests carry a task table's output
     cap instead of their ``[[models]]`` one: a crawl's auditors (``[crawl.image_audit]`` /
     ``[crawl.referenceability]`` ``max_output_tokens``, defaults 400 and 4,000) and, under ``[geoverify]`` /
@@ -1775,13 +1780,13 @@ def output_room_warnings(cfg: "CampaignConfig") -> list[str]:
       when ``params.thinking_budget`` > 0 asks it to think at or above its cap.
 
     Models whose requests carry a task table's cap are checked at that cap, the line naming its key
-    (:func:`_task_output_caps`): a crawl's auditors (``[crawl.image_audit]`` / ``[crawl.referenceability]``
+    (:func:`task_output_caps`): a crawl's auditors (``[crawl.image_audit]`` / ``[crawl.referenceability]``
     ``max_output_tokens``), every model under ``[geoverify]`` / ``[geohint]`` ``max_output_tokens``.
     """
     from geoagent.providers.sampling import OPENAI_REASONING_MIN_OUTPUT, gemini_thinking_budget_max, gemini_thinks_when_asked
 
     out: list[str] = []
-    task_caps = _task_output_caps(cfg)
+    task_caps = task_output_caps(cfg)
     targets: list[tuple[ModelConfig, int, str, str]] = []  # (model, cap sent, key named, key to raise)
     for i, m in enumerate(cfg.models):
         if m.name in task_caps:  # its requests carry a task table's cap ([crawl.*] auditor, [geoverify]/[geohint])
@@ -1831,7 +1836,8 @@ def _other_kind_tables(cfg: CampaignConfig) -> list[str]:
     if "kind" in cfg.campaign.model_fields_set:
         return []
     return [f"[{t}]: the table of a {t} campaign, but the file sets no [campaign] kind, so the campaign would run "
-            f"as the default kind, generic, which ignores [{t}]: set [campaign] kind = \"{t}\""
+            f"as the default kind, generic, which ignores [{t}]: set [campaign] kind = \"{t}\" (or kind = "
+            f"\"generic\" for a campaign that ran as generic: its [{t}] table is then ignored)"
             for t in TASK_SECTIONS if t != "generic" and t in cfg.tasks]
 
 

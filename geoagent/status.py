@@ -669,6 +669,10 @@ def stop_reason(progress: dict[str, Any], *, now: float | None = None, running: 
                        + f" ({'; '.join(held)}): " + (
             f"{those} tasks were left queued, re-run to resume" if progress.get("finished") or running is False
             else f"{those} tasks are held, the other models' go on"))
+    for what in cut_off_models(progress):
+        reasons.append(f"{what}: " + ("its tasks were left queued, re-run to resume once raised"
+                                      if progress.get("finished") or running is False
+                                      else "its tasks are held, the other models' go on"))
     for sd, w in host_waits:
         since = f"since {_utc(w.get('since'))}: {w.get('cause') or 'unreachable'}"
         which = _which_processes(sd, w.get("pids") or [], waiting=waiting)
@@ -697,6 +701,27 @@ def stop_reason(progress: dict[str, Any], *, now: float | None = None, running: 
             reasons.append(f"{sd.get('stage')}: host {host} unreachable ({cause}); its tasks left queued, re-run "
                            "to resume" + _which_processes(sd, info.get("pids") or [], waiting=False))
     return "; ".join(reasons) or None
+
+
+def cut_off_models(progress: dict[str, Any]) -> list[str]:
+    """``["model flash stopped: its last 10 answers came back empty at the output-token limit (max_output_tokens =
+    300); raise models[0].max_output_tokens"]``: one per model the model caller stopped because its answers kept
+    coming back empty, cut off at the limit (the stages' ``cut_off`` records,
+    :meth:`geoagent.workers.cutoff_breaker.CutOffBreaker.stops`), first-seen order; ``[]`` when none."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for sd in progress.get("stages", []):
+        for c in sd.get("cut_off") or []:
+            if not isinstance(c, dict) or c.get("model") is None or str(c["model"]) in seen:
+                continue
+            seen.add(str(c["model"]))
+            empty, of = int(c.get("empty") or 0), int(c.get("of") or 0)
+            which = f"its last {empty} answers" if empty == of else f"{empty} of its last {of} answers"
+            limit = (f" (max_output_tokens = {c['max_output_tokens']})"
+                     if isinstance(c.get("max_output_tokens"), int) else "")
+            out.append(f"model {c['model']} stopped: {which} came back empty at the output-token limit{limit}; raise "
+                       f"{c.get('key') or 'its max_output_tokens'}")
+    return out
 
 
 def held_host_models(progress: dict[str, Any]) -> list[str]:
@@ -977,7 +1002,7 @@ def format_status(st: dict[str, Any]) -> str:
             # a run stopped without its final record (kill -9): its last calls came after the last record (walk30
             # #9: "calls 85" beside "84 requests" read as a lost call)
             lines.append(f"    http counters as of the last progress record ({_utc(p.get('t'))}): requests sent after "
-                         "it are not in them; the calls above (the ledger's) count every call")
+                         "it are not in them")
         if http:
             labels = st.get("host_labels") or {}
             for host, hs in http.items():
@@ -1267,7 +1292,7 @@ def format_eta(progress: dict[str, Any], *, compact: bool = False) -> str:
             "measured" for e in estimating) + ")" + covers
     # a run without watch mode holds an unreachable host's model tasks and leaves them queued at its end: the ETA
     # is that end's, and says so (walk28 status walkthrough: it read as the time to finish the whole plan)
-    held = [] if progress.get("finished") else held_host_models(progress)
+    held = [] if progress.get("finished") else held_host_models(progress) + cut_off_models(progress)
     untimed = ("; not timed: the held tasks of " + "; ".join(held) + " (left queued at the end; re-run to resume)"
                if held else "")
     if eta is None:

@@ -19,6 +19,7 @@ from geoagent.config import load_config
 from geoagent.engine import EXIT_COMPLETE, EXIT_INCOMPLETE, run_campaign
 from geoagent.sandbox import llm_gemini
 from geoagent.sandbox.server import serve
+from geoagent.status import campaign_status, format_status
 from geoagent.workers.cutoff_breaker import CUT_OFF_EMPTY_TO_STOP, CutOffBreaker, empty_cut_off
 
 KEY = "AIza" "SandboxCutOffKey0123456789abcdefghij"
@@ -47,16 +48,21 @@ def test_a_model_whose_answers_keep_coming_back_empty_at_the_limit_is_stopped_an
             with pytest.warns(Warning, match="thinking"):  # the dry run's and the load's warning, as before
                 cfg = config(300)
             first = await run_campaign(cfg, live=False, handle_signals=False, export=False)
+            status = format_status(campaign_status(cfg))  # what `run.py status` prints now
             flash_calls = sum(1 for c in app["calls"] if c.get("model") == "gemini-2.5-flash")
             second = await run_campaign(config(30000), live=False, handle_signals=False, export=False)
-            return first, flash_calls, second
+            return first, flash_calls, second, status
 
-    first, flash_calls, second = anyio.run(main)
+    first, flash_calls, second, status = anyio.run(main)
+    # status names the stopped model and the setting to raise (break30 #5: it said nothing of it)
+    assert (f"model flash stopped: its last {CUT_OFF_EMPTY_TO_STOP} answers came back empty at the output-token "
+            "limit (max_output_tokens = 300); raise models[0].max_output_tokens: its tasks were left queued") in status, \
+        status
     assert first.status == "incomplete" and first.exit_code == EXIT_INCOMPLETE, first.summary()
     line = next(ln for ln in first.stop_reasons if "came back empty" in ln)
     assert line.startswith(f"model flash: its last {CUT_OFF_EMPTY_TO_STOP} answers came back empty, cut off at the "
                            "output-token limit (max_output_tokens = 300, finish reason MAX_TOKENS): "), line
-    assert "raise the model's max_output_tokens" in line and line.endswith("left queued"), line
+    assert "raise models[0].max_output_tokens" in line and line.endswith("left queued"), line
     assert line in first.summary()
     # stopped after the 10th empty answer: only the calls already in flight then (concurrency 2) were sent after it
     assert CUT_OFF_EMPTY_TO_STOP <= flash_calls <= CUT_OFF_EMPTY_TO_STOP + 2, flash_calls
@@ -67,7 +73,7 @@ def test_a_model_whose_answers_keep_coming_back_empty_at_the_limit_is_stopped_an
 
 
 def test_the_breaker_counts_only_empty_answers_cut_off_in_a_row():
-    b = CutOffBreaker(threshold=3)
+    b = CutOffBreaker(threshold=3, window=100, window_empty=100)
     assert empty_cut_off("", "MAX_TOKENS") and empty_cut_off(None, "length") and empty_cut_off("  \n", "max_tokens")
     assert not empty_cut_off('{"city": "Par', "length")  # a partial answer may parse: never counted
     assert not empty_cut_off("", "stop") and not empty_cut_off("", None)
@@ -75,11 +81,45 @@ def test_the_breaker_counts_only_empty_answers_cut_off_in_a_row():
     assert b.answered("m", "ok", "stop", 300) is None  # an answer with text starts the count over
     assert b.answered("m", "", "length", 300) is None and b.answered("m", "", "length", 300) is None
     assert b.answered("other", "", "length") is None  # per model
-    cut = b.answered("m", "", "length", 300)
-    assert cut is not None and (cut.model, cut.answers, cut.max_output_tokens) == ("m", 3, 300)
+    cut = b.answered("m", "", "length", 300, "geoverify.max_output_tokens")
+    assert cut is not None and (cut.model, cut.empty, cut.of, cut.max_output_tokens) == ("m", 3, 3, 300)
+    assert "raise geoverify.max_output_tokens" in cut.message()
     assert b.answered("m", "text", "stop") is cut and b.is_open("m") is cut  # open for the rest of the run
     b.hold("m", "k1")
     b.hold("m", "k1")
     assert b.report_lines() == [cut.message() + "; 1 request(s) of model m left queued"]
     assert b.report_lines(left_queued=7)[0].endswith("no model can run any more, so dispatching stopped: 7 "
                                                      "request(s) left queued")
+
+
+def test_a_mostly_empty_model_is_stopped_by_the_window():
+    """Break30 #6: 9 empty answers then one with text, over and over, never made 10 in a row: 450 paid empty
+    answers of 500. 18 of the last 20 empty stop it too."""
+    b = CutOffBreaker()
+    n = 0
+    cut = None
+    while cut is None and n < 500:
+        text = "an answer" if n % 10 == 9 else ""
+        cut = b.answered("m", text, "length" if not text else "stop", 300)
+        n += 1
+    assert cut is not None and n == 21 and (cut.empty, cut.of) == (18, 20), (n, cut)  # at the next empty one
+    assert cut.message().startswith("model m: 18 of its last 20 answers came back empty")
+    # half empty: never stopped (a model that answers half the time is the campaign's to judge)
+    half = CutOffBreaker()
+    assert all(half.answered("h", "" if i % 2 else "x", "length" if i % 2 else "stop") is None for i in range(200))
+
+
+def test_output_limit_keys_name_the_setting_that_gives_the_limit():
+    from geoagent.config import config_from_dict
+    from geoagent.engine import load_kind
+    from geoagent.workers.model_caller import output_limit_keys
+
+    load_kind("geoverify")
+    base = {"campaign": {"name": "x", "seed": 1}, "budget": {"cap_usd": 1.0},
+            "models": [{"name": "a", "provider": "simulated", "model": "sim"},
+                       {"name": "b", "provider": "simulated", "model": "sim", "params": {"max_output_tokens": 50}}]}
+    assert output_limit_keys(config_from_dict(base)) == {"a": "models[0].max_output_tokens",
+                                                        "b": "models[1].params.max_output_tokens"}
+    gv = config_from_dict({**base, "campaign": {"name": "x", "seed": 1, "kind": "geoverify"},
+                           "geoverify": {"max_output_tokens": 300}})
+    assert output_limit_keys(gv) == {"a": "geoverify.max_output_tokens", "b": "geoverify.max_output_tokens"}

@@ -151,3 +151,27 @@ def test_a_stand_alone_fake_given_the_folder_places_its_baseline_photos(tmp_path
 
     assert {city("1234567890", s) for s in range(5)} == {"Brimmelburg"}
     assert city("999", 0) == "Unknown city"  # its site is not in the folder: nothing to place it by
+
+
+def test_a_trial_table_with_a_bom_or_a_stray_byte_still_maps_its_photos(tmp_path, monkeypatch, fresh_simulator):
+    """Break30 #4: the simulator read the trial table as strict UTF-8: one cp1252 byte stopped a simulated GeoHint
+    campaign with a bare "'utf-8' codec can't decode" error, and a table saved with a byte-order mark mapped no
+    photo. It reads the table as the importer does now."""
+    import random
+
+    from geoagent.sandbox.responders import SimContext
+
+    rel = _release_folder(tmp_path / "crawl")
+    header = "image_id,site,img_lat,img_lon,cand,truth,arm\r\n".encode("utf-8")
+    rows = "1234567890,brimmel_gate,12.0,22.0,Axton Gatehouse,yes,main\r\n".encode("utf-8")
+    stray = "55,zorvan_bell,10.0,20.0,Caf\u00e9,yes,main\r\n".encode("cp1252")
+    (rel / "verify_trials.csv").write_bytes(b"\xef\xbb\xbf" + header + rows + stray)
+    monkeypatch.setenv("GEOAGENT_RELEASE", str(rel))
+    baseline = 'Where was this photo taken? Answer in JSON with "city", "area" and "building".'
+
+    def city(image_id: str) -> str:
+        text = fresh_simulator.respond(SimContext(prompt=baseline, image_id=image_id, model="m", seed=0,
+                                                  rng=random.Random(1)))
+        return json.loads(text[text.index("{"):text.rindex("}") + 1])["city"]
+
+    assert city("1234567890") == "Brimmelburg" and city("55") == "Zorvania"

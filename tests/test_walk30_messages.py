@@ -60,7 +60,16 @@ def test_status_of_a_killed_run_says_its_http_counters_are_the_last_records():
            "http": {"127.0.0.1:8002": {"requests": 84, "retries": 0, "errors": {}}}}
     killed = format_status({"campaign": "c", "queues": {}, "progress": rec, "running": False})
     assert ("http counters as of the last progress record (2025-12-03 22:13:20 UTC): requests sent after it are not "
-            "in them") in killed, killed
+            "in them\n") in killed, killed
     assert "84 requests" in killed
     live = format_status({"campaign": "c", "queues": {}, "progress": rec, "running": True})
     assert "http counters as of" not in live and "84 requests" in live
+
+
+def test_the_quoted_hint_only_when_unquoting_would_fix_it():
+    """Break30 #7: ``"4.5"`` or ``"inf"`` in an integer field was told to drop its quotes, which would still fail."""
+    for bad in ("4.5", "inf", "cheap"):
+        msg = _error(lambda d, v=bad: d["models"][0].update(concurrency=v))
+        assert "(a quoted string" not in msg, msg
+    assert "(a quoted string" in _error(lambda d: d["budget"].update(cap_usd="2.5"))
+    assert "(a quoted string" not in _error(lambda d: d["budget"].update(cap_usd="inf"))

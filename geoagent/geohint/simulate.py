@@ -169,11 +169,14 @@ def _index() -> _Index:
 
             table = next((p for p in trial_table_paths(root) if p.is_file()), None)
             if table is not None:
-                with table.open(newline="", encoding="utf-8") as fh:
-                    for row in csv.DictReader(fh):
-                        image, sid = (row.get("image_id") or "").strip(), (row.get("site") or "").strip()
-                        if image and sid in idx.sites:
-                            idx.image_site.setdefault(image, sid)
+                try:  # read as the importer reads it (a BOM, a stray byte); the simulator never stops a run
+                    with table.open(newline="", encoding="utf-8-sig", errors="surrogateescape") as fh:
+                        for row in csv.DictReader(fh):
+                            image, sid = (row.get("image_id") or "").strip(), (row.get("site") or "").strip()
+                            if image and sid in idx.sites:
+                                idx.image_site.setdefault(image, sid)
+                except (OSError, csv.Error, UnicodeError):
+                    pass  # its photos are answered as unknown; the campaign's own import reports the file
             # placeholder images of offline demos (geoagent.geohint.plan.synthetic_images) map back to their site
             from geoagent.data.model import Site
             from geoagent.geohint.plan import synthetic_images

@@ -45,7 +45,8 @@ are read once per tick, never on a task's path. While anything waits so, the rec
 model's tasks for the rest of the run instead: a stage with a ``host_holds()`` hook (the model caller,
 :meth:`geoagent.workers.model_caller.HostBreaker.holding`) adds those models as ``host_holds`` (``model``,
 ``host``, ``since``, ``held``, ``cause``), the final record included, so ``status`` names them from data
-(:func:`geoagent.status.held_host_models`).
+(:func:`geoagent.status.held_host_models`); likewise ``cut_off``: the models the model caller stopped because their
+answers kept coming back empty at the output-token limit (:meth:`geoagent.workers.cutoff_breaker.CutOffBreaker.stops`).
 
 A stage record's ``last_errors`` holds only the errors still open: an error of a host that answered a request
 after it (the HTTP client's ``last_ok_at``, or the stage's breaker closed) moves to ``resolved_errors``
@@ -268,6 +269,9 @@ class Progress:
             holds = stage_host_holds(r.stage)  # the final record too: they are left queued at the run's end
             if holds:
                 sd["host_holds"] = holds
+            cut = _stage_hook(r.stage, "cut_off_holds")  # models stopped for empty answers at their output limit
+            if cut:
+                sd["cut_off"] = cut
             stages.append(sd)
         # the ETA times each stage by its capacity (its rate while working), not by the display rate, which falls
         # while a stage waits for upstream work: a starved stage is not slower (module docstring, "Rates")
@@ -916,7 +920,7 @@ def merge_records(
                     m["stall_after_s"] = after if m["stall_after_s"] is None else max(m["stall_after_s"], after)
                 for k in _RUNNING_ONLY:
                     m[k] += int(sd.get(k) or 0)
-                for field_name in ("host_waits", "host_holds"):
+                for field_name in ("host_waits", "host_holds", "cut_off"):
                     for w in sd.get(field_name) or []:
                         if not isinstance(w, dict):
                             continue

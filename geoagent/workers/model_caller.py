@@ -279,6 +279,28 @@ AUTH_FAILURES_TO_STOP = 5
 OFFLINE_CONCURRENCY = 64
 
 
+def output_limit_keys(cfg: Any) -> dict[str, str]:
+    """``{[[models]] name: config key}`` of the setting that gives each model's requests their output-token limit:
+    a task table's (``geoverify.max_output_tokens``, ``crawl.image_audit.max_output_tokens``, ...:
+    :func:`geoagent.config.task_output_caps`) when it overrides the model's, else ``models[i].max_output_tokens``
+    (``models[i].params.max_output_tokens`` when the params set it)."""
+    from geoagent.config import task_output_caps
+
+    try:
+        task = task_output_caps(cfg)
+    except Exception:  # noqa: BLE001 - a message aid only
+        task = {}
+    out = {}
+    for i, m in enumerate(getattr(cfg, "models", None) or []):
+        if task.get(m.name):
+            out[m.name] = task[m.name][0][1]
+        else:
+            where = "params.max_output_tokens" if "max_output_tokens" in (getattr(m, "params", None) or {}) \
+                else "max_output_tokens"
+            out[m.name] = f"models[{i}].{where}"
+    return out
+
+
 def lane_cap(concurrency: int) -> int:
     """The most tasks of one model the stage runner hands the model caller at once when a campaign has several
     models (:meth:`ModelCaller.lanes`): its ``concurrency`` plus a lease-ahead of half that (at least 1), so a
@@ -1042,6 +1064,9 @@ class ModelCaller(Stage):
         self._auth: AuthBreaker | None = None
         self._hosts: HostBreaker | None = None
         self._cutoff: CutOffBreaker | None = None
+        #: model name -> the config key that sets the output-token limit its requests carry (start; the
+        #: empty-answer breaker's message names it)
+        self._limit_keys: dict[str, str] = {}
         #: how the runner runs this stage (runner_mode): watch mode and its half-open settings
         self._mode: dict[str, Any] = {"watch": False}
         #: calls not yet known to be sent: (cancel scope around generate, its gate)
@@ -1060,6 +1085,7 @@ class ModelCaller(Stage):
         self._hosts = self._host_breaker(ctx)
         self._hosts.configure(**self._mode)
         self._cutoff = self._cutoff_breaker(ctx)
+        self._limit_keys = output_limit_keys(cfg) if cfg is not None else {}
         providers = ctx.services.get("providers") or {}
         self._pace_keys.clear()
         for m in getattr(cfg, "models", None) or []:
@@ -1127,6 +1153,12 @@ class ModelCaller(Stage):
         read by the progress stream at each tick and into the final record, so ``status`` can name the held models
         (:func:`geoagent.status.held_host_models`) from data."""
         return self._hosts.holding() if self._hosts is not None else []
+
+    def cut_off_holds(self) -> list[dict[str, Any]]:
+        """The models this process stopped because their answers kept coming back empty at the output-token limit
+        (:meth:`geoagent.workers.cutoff_breaker.CutOffBreaker.stops`); read by the progress stream at each tick and
+        into the final record, so ``status`` names them (:func:`geoagent.status.cut_off_models`)."""
+        return self._cutoff.stops() if self._cutoff is not None else []
 
     def runnable(self) -> bool:
         """False once EVERY configured model is stopped, by its authentication breaker, its empty-answer breaker
@@ -1381,8 +1413,10 @@ class ModelCaller(Stage):
                                  ) from None
             # stored and passed on (billed: it is an answer, if an empty one); the model's further calls stop once
             # enough of them in a row came back empty at the output limit (geoagent.workers.cutoff_breaker)
-            self._cutoff_breaker(ctx).answered(m.name, response.text, response.finish_reason,
-                                               params.get("max_output_tokens", m.max_output_tokens))
+            if m.paid:  # a replay or simulated answer costs nothing, and no limit changes a recorded one
+                self._cutoff_breaker(ctx).answered(m.name, response.text, response.finish_reason,
+                                                   params.get("max_output_tokens", m.max_output_tokens),
+                                                   self._limit_keys.get(m.name))
             return [self._message(task, key, m, request, response, cost_usd=cost_usd, cached=False)]
 
     async def _send(
