@@ -123,3 +123,46 @@ def test_output_limit_keys_name_the_setting_that_gives_the_limit():
     gv = config_from_dict({**base, "campaign": {"name": "x", "seed": 1, "kind": "geoverify"},
                            "geoverify": {"max_output_tokens": 300}})
     assert output_limit_keys(gv) == {"a": "geoverify.max_output_tokens", "b": "geoverify.max_output_tokens"}
+
+
+def test_several_model_caller_processes_that_each_hold_tasks_all_end(tmp_path):
+    """Break30 #1: three ``--stages model_caller`` processes each stopped the empty-answer model and held its tasks,
+    and each waited for the others' held leases: they expired and were re-leased by whichever came first, and two
+    of the three were still waiting after 900 s. A process that holds tasks now ends without waiting for other
+    processes' leases; the tasks it held are released for the others, and the last one leaves them queued."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from geoagent.sandbox.server import spawn, wait_ready
+
+    repo = Path(__file__).resolve().parents[1]
+    proc, base = spawn("geoagent.sandbox.llm_gemini:make_app", api_keys=[KEY])
+    try:
+        wait_ready(base)
+        cfgp = generic_campaign(tmp_path, name="cutoff3", n=120, cap_usd=5.0,
+                                models=_gemini("flash", "gemini-2.5-flash", base, 300)
+                                + _gemini("lite", "gemini-2.5-flash-lite", base, 300))
+        env = {**os.environ, "GA_CUTOFF_KEY": KEY, "PYTHONPATH": str(repo)}
+        t0 = time.monotonic()
+        runs = [subprocess.Popen([sys.executable, str(repo / "run.py"), "run", str(cfgp), "--stages", "model_caller",
+                                  "--no-live"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True) for _ in range(3)]
+        outs = []
+        for r in runs:
+            try:
+                out, err = r.communicate(timeout=120)  # the visibility timeout is 300 s: a wait for leases hangs
+            except subprocess.TimeoutExpired:
+                for x in runs:
+                    x.kill()
+                raise AssertionError("a model_caller process still waited for the others' held leases") from None
+            outs.append((r.returncode, out, err))
+        took = time.monotonic() - t0
+    finally:
+        proc.terminate()
+        proc.join(10)
+    assert all(code == 3 for code, _, _ in outs), [(c, o[-800:], e[-800:]) for c, o, e in outs]
+    assert any("model flash:" in o and "came back empty" in o for _, o, _ in outs)
+    assert took < 120

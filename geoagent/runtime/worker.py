@@ -47,9 +47,12 @@ and the half-open settings below).
 When nothing more can run in this process (:meth:`Stage.runnable` False: the model caller once EVERY model's
 key was refused) the runner stops leasing at once instead of leasing every queued task only to hold it, and
 ends the stage as above (``StageStats.blocked``); the queued tasks stay ready, untouched.
-Several processes running the same stage each hold their own: a process waits for the others' leases (as
-for any lease), so when two of them hold tasks, one finishes only once the other's held leases expired and
-it re-leased them (one visibility timeout); none is lost or dead-lettered meanwhile.
+Several processes running the same stage each hold their own. A process that holds tasks does not wait for the
+others' leases (it ends with work left queued whatever they do): once nothing is ready it ends, and the tasks it
+held, released untouched, are ready for the others, which send or hold them in turn; the last process to end
+holds what is left. Before (break30 #1), a process waited for the others' leases as for any lease, and processes
+that each held tasks waited for each other's: the held leases expired and were re-leased by whichever process
+came first, so three processes could wait for ever; none was lost or dead-lettered meanwhile.
 
 Unreachable hosts
 -----------------
@@ -1182,8 +1185,10 @@ class StageRunner:
                 busy_upstream = (name, q.name)
                 break
         counts = await self.inq.counts()
-        # held tasks stay leased by this runner until it ends (module docstring: held tasks)
-        drained = counts.ready == 0 and counts.leased <= len(self._held)
+        # held tasks stay leased by this runner until it ends (module docstring: held tasks); a runner that holds
+        # some waits for no other process's leases: it ends with work left anyway, and its held tasks, released at
+        # its end, are the others' to take (break30 #1: processes that each held tasks waited for each other's)
+        drained = counts.ready == 0 and (counts.leased <= len(self._held) or bool(self._held))
         if busy_upstream is None or not drained:
             self._waiting_since = None  # the wait the line speaks of is one unbroken wait
             return drained
