@@ -6,6 +6,8 @@ checks the exit code, that the message names the file and key, and that a key ne
 
 from __future__ import annotations
 
+from _made_up_keys import made_up_key
+
 from pathlib import Path
 
 import pytest
@@ -234,7 +236,7 @@ def test_ordinary_model_params_still_load(tmp_path, params, unread):
         assert any(f"models[0].params.{name}:" in m for m in said)
 
 
-@pytest.mark.parametrize("url", ["https://generativelanguage.googleapis.com/v1?key=AIza" "SyD3x7QwErTyUiOpAsDfGhJkLzXcVbNm123",
+@pytest.mark.parametrize("url", ["https://generativelanguage.googleapis.com/v1?key=" + made_up_key("AIza", 35, seed="adv-config"),
                                  "https://api.example.org/v1?api_key=0123456789abcdef",
                                  "https://api.example.org/v1?x=QwErTyUiOpAsDfGhJkLzXcVbNm1234567"])
 def test_key_in_base_url_query_is_rejected_without_echo(tmp_path, capsys, url):

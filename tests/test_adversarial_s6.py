@@ -4,6 +4,8 @@ the providers' documented rules."""
 
 from __future__ import annotations
 
+from _made_up_keys import made_up_key
+
 import io
 import math
 
@@ -206,7 +208,7 @@ def test_documented_billing_covers_refused_and_blocked_answers(tmp_path):
     buf = io.BytesIO()
     Image.new("RGB", (2000, 1600), (80, 90, 100)).save(buf, "PNG")
     b64 = base64.b64encode(buf.getvalue()).decode()
-    gemini_key = "AIza" "AdvS6SandboxKey0123456789abcdefghij"
+    gemini_key = made_up_key("AIza", 35, seed="adv-s6")
 
     async def main():
         out = {}

@@ -12,8 +12,6 @@ like an API key (not shown)" and those fields refuse it.
 from __future__ import annotations
 
 import copy
-import random
-import string
 
 import pytest
 
@@ -24,11 +22,7 @@ from geoagent.secrets import looks_like_key_text, looks_like_pasted_key
 from geoagent.status import describe_reason
 from geoagent.textfmt import one_line_text
 
-def _made_up_key(prefix: str, n: int, alphabet: str = string.ascii_letters + string.digits, seed: int = 0) -> str:
-    """A key of a provider's shape with a random body, drawn here so that no key-shaped text is in the repository
-    (secret scanners flag one even when it was made up); never a real key."""
-    rng = random.Random(f"{prefix}{seed}")
-    return prefix + "".join(rng.choice(alphabet) for _ in range(n))
+from _made_up_keys import made_up_key as _made_up_key
 
 
 KEY = _made_up_key("sk-proj-", 30)  # OpenAI's project-key shape

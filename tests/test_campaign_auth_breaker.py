@@ -7,6 +7,8 @@ but the one it was given.
 
 from __future__ import annotations
 
+from _made_up_keys import made_up_key
+
 from pathlib import Path
 
 import anyio
@@ -92,8 +94,8 @@ def test_gemini_wrong_key_400_api_key_invalid_also_stops_the_run(tmp_path, monke
     from geoagent.sandbox import llm_gemini
 
     # Gemini answers a wrong key with 400 INVALID_ARGUMENT / API_KEY_INVALID, not 401
-    app = llm_gemini.make_app(api_keys=["AIza" "GoodSandboxKey0123456789abcdefghijk"])
-    monkeypatch.setenv("GEMINI_API_KEY", "AIza" "WrongSandboxKey0123456789abcdefghij")
+    app = llm_gemini.make_app(api_keys=[made_up_key("AIza", 35, seed="good")])
+    monkeypatch.setenv("GEMINI_API_KEY", made_up_key("AIza", 35, seed="wrong"))
 
     async def main():
         async with serve(app) as base:

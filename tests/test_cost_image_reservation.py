@@ -11,6 +11,8 @@ size, read from its header) and the ``params.system`` prompt. The fakes bill by 
 
 from __future__ import annotations
 
+from _made_up_keys import made_up_key
+
 import math
 
 import anyio
@@ -28,7 +30,7 @@ from geoagent.sandbox.server import serve
 
 KEY_VAR = "RESERVE_TEST_KEY"
 KEY_VALUE = "sk-" "reservetest-0123456789abcdef"
-GEMINI_KEY = "AIza" "ReserveSandboxKey0123456789abcdefgh"
+GEMINI_KEY = made_up_key("AIza", 35, seed="reserve")
 
 
 def test_fake_bills_images_by_the_documented_rule_for_their_size(tmp_path, monkeypatch):

@@ -11,6 +11,8 @@ thinking model whose cap is at or below its thinking tokens as the API does: a c
 
 from __future__ import annotations
 
+from _made_up_keys import made_up_key
+
 import anyio
 import pytest
 
@@ -22,7 +24,7 @@ from geoagent.sandbox.server import serve
 from geoagent.status import campaign_status, format_status
 from geoagent.workers.cutoff_breaker import CUT_OFF_EMPTY_TO_STOP, CutOffBreaker, empty_cut_off
 
-KEY = "AIza" "SandboxCutOffKey0123456789abcdefghij"
+KEY = made_up_key("AIza", 35, seed="cutoff")
 N = 40
 
 

@@ -8,6 +8,8 @@ which stalls, so the first Ctrl-C's graceful stop is still waiting for the calls
 
 from __future__ import annotations
 
+from _made_up_keys import made_up_key
+
 import contextlib
 import os
 import signal
@@ -28,7 +30,7 @@ from geoagent.sandbox.server import serve
 from geoagent.status import RESUME_HINT, campaign_status, format_status
 
 REPO = Path(__file__).resolve().parents[1]
-KEY = "sk-" "forced-exit-s30-0123456789abcdef"
+KEY = made_up_key("sk-forced-exit-", 24, seed="s30")
 
 
 def _config(tmp: Path, base_url: str) -> Path:

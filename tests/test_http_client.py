@@ -6,6 +6,8 @@ SERVER saw (its request log), not only what the client returned.
 
 from __future__ import annotations
 
+from _made_up_keys import made_up_key
+
 import asyncio
 import email.utils
 import json
@@ -143,7 +145,7 @@ def test_retry_after_longer_than_backoff_max_stops_at_once():
 
 
 def test_secrets_never_in_exception_text():
-    key = "sk-" "test-9f8e7d6c5b4a39281716"
+    key = made_up_key("sk-test-", 20, "0123456789abcdef", seed="http")
     qkey = "AIza" "QueryKey0123456789"
     headers = {"Authorization": f"Bearer {key}", "x-api-key": key, "x-goog-api-key": qkey}
 

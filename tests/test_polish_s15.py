@@ -5,6 +5,8 @@ Servers are local aiohttp apps served by :func:`geoagent.sandbox.server.serve`; 
 
 from __future__ import annotations
 
+from _made_up_keys import made_up_key
+
 import asyncio
 
 import numpy as np
@@ -18,7 +20,7 @@ from geoagent.sandbox.server import serve
 
 FAST = HostPolicy(rate=1000, concurrency=8, max_attempts=2, backoff_base_s=0.005, backoff_max_s=0.05, timeout_s=5.0)
 # split: no key-shaped literal in the sources
-KEY = "sk-" "polish-" "Q7xv2LmN9pR4tZ8wK3yB"
+KEY = made_up_key("sk-polish-", 20, seed="polish")
 
 
 # -- 1. API-key scrubbing: echoes in another case, truncated fragments ------------------------------------------
