@@ -1738,6 +1738,26 @@ def task_output_caps(cfg: "CampaignConfig") -> dict[str, list[tuple[int, str]]]:
     return out
 
 
+def output_limit_keys(cfg: "CampaignConfig") -> dict[str, str]:
+    """``{[[models]] name: config key}`` of the setting that gives each model's requests their output-token limit:
+    a task table's (``geoverify.max_output_tokens``, ``crawl.image_audit.max_output_tokens``, ...:
+    :func:`task_output_caps`) when it overrides the model's, else ``models[i].max_output_tokens``
+    (``models[i].params.max_output_tokens`` when the params set it)."""
+    try:
+        task = task_output_caps(cfg)
+    except Exception:  # noqa: BLE001 - a message aid only
+        task = {}
+    out = {}
+    for i, m in enumerate(getattr(cfg, "models", None) or []):
+        if task.get(m.name):
+            out[m.name] = task[m.name][0][1]
+        else:
+            where = "params.max_output_tokens" if "max_output_tokens" in (getattr(m, "params", None) or {}) \
+                else "max_output_tokens"
+            out[m.name] = f"models[{i}].{where}"
+    return out
+
+
 def reasoning_host_warnings(cfg: "CampaignConfig") -> list[str]:
     """One line per ``provider = "openai"`` model whose id looks like an OpenAI reasoning model
     (:func:`~geoagent.providers.sampling.is_openai_reasoning_id`: ``o3``, ``gpt-5-mini``, ...) sent to a host

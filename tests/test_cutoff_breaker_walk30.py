@@ -114,7 +114,7 @@ def test_a_mostly_empty_model_is_stopped_by_the_window():
 def test_output_limit_keys_name_the_setting_that_gives_the_limit():
     from geoagent.config import config_from_dict
     from geoagent.engine import load_kind
-    from geoagent.workers.model_caller import output_limit_keys
+    from geoagent.config import output_limit_keys
 
     load_kind("geoverify")
     base = {"campaign": {"name": "x", "seed": 1}, "budget": {"cap_usd": 1.0},

@@ -207,12 +207,14 @@ def git_commit(repo_dir: str | os.PathLike[str] | None = None) -> str | None:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def _locked(path: Path, *, wait: bool = True) -> Iterator[None]:
+    """Hold the manifest's lock file for the block; ``wait`` False: raise ``BlockingIOError`` at once when another
+    holder (this process or another) has it."""
     import fcntl
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(path.suffix + ".lock"), "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+        fcntl.flock(fh, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         try:
             yield
         finally:
@@ -956,29 +958,20 @@ class Manifest:
         Returns whether the entry was marked. Acknowledged work is the queues' and the store's, not this
         record's: a run cut short without it loses nothing (``status`` tells a run cut before its end from the
         progress stream)."""
-        import fcntl
-
         try:
-            with open(self.path.with_suffix(self.path.suffix + ".lock"), "a+") as fh:
-                try:
-                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError:
+            with _locked(self.path, wait=False):
+                data = read_manifest(self.state_dir)
+                run = self._run_entry(data, run_id)
+                if run.get("status") != "running":
                     return False
-                try:
-                    data = read_manifest(self.state_dir)
-                    run = self._run_entry(data, run_id)
-                    if run.get("status") != "running":
-                        return False
-                    now = time.time()
-                    run["status"] = "forced exit"
-                    run["stopped_at"] = _iso(now)
-                    run["duration_s"] = round(now - float(run.get("started_unix", now)), 3)
-                    data["updated_at"] = _iso(now)  # type: ignore[index]
-                    _write(self.path, data)  # type: ignore[arg-type]
-                    return True
-                finally:
-                    fcntl.flock(fh, fcntl.LOCK_UN)
-        except Exception:  # noqa: BLE001 - the exit goes on without the record
+                now = time.time()
+                run["status"] = "forced exit"
+                run["stopped_at"] = _iso(now)
+                run["duration_s"] = round(now - float(run.get("started_unix", now)), 3)
+                data["updated_at"] = _iso(now)  # type: ignore[index]
+                _write(self.path, data)  # type: ignore[arg-type]
+                return True
+        except Exception:  # noqa: BLE001 - a busy lock (BlockingIOError) or any failure: the exit goes on without it
             return False
 
     def record_progress(self, run_id: str, *, planned: int | None = None, config: Any = None) -> None:

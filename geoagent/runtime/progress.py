@@ -266,7 +266,7 @@ class Progress:
             waits = stage_host_waits(r.stage) if not finished else []
             if waits:
                 sd["host_waits"] = waits
-            holds = stage_host_holds(r.stage)  # the final record too: they are left queued at the run's end
+            holds = _stage_hook(r.stage, "host_holds")  # the final record too: they are left queued at the run's end
             if holds:
                 sd["host_holds"] = holds
             cut = _stage_hook(r.stage, "cut_off_holds")  # models stopped for empty answers at their output limit
@@ -407,14 +407,10 @@ def stage_host_waits(stage: Any) -> list[dict[str, Any]]:
     return _stage_hook(stage, "host_waits")
 
 
-def stage_host_holds(stage: Any) -> list[dict[str, Any]]:
-    """What a stage holds for an unreachable host in a run without watch mode, from its optional ``host_holds()``
-    hook (the model caller: each model of an open host, :meth:`geoagent.workers.model_caller.HostBreaker.holding`);
-    ``[]`` for a stage without one, or when the hook fails (logged)."""
-    return _stage_hook(stage, "host_holds")
-
-
 def _stage_hook(stage: Any, name: str) -> list[dict[str, Any]]:
+    """The records of a stage's optional hook ``name`` (``host_waits``, ``host_holds``, ``cut_off_holds``: the
+    model caller's), dicts only; ``[]`` for a stage without it, or when it fails (logged: a display must never
+    stop a run)."""
     hook = getattr(stage, name, None)
     if not callable(hook):
         return []

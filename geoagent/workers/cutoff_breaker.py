@@ -31,6 +31,7 @@ from typing import Any
 from geoagent.runtime.errors import PicklableError
 from geoagent.runtime.stage import Held
 from geoagent.scoring.truncation import TRUNCATION_FINISH_REASONS
+from geoagent.workers.held import HeldTasks
 
 #: answers in a row of one model that came back empty and cut off at the output-token limit that stop it
 CUT_OFF_EMPTY_TO_STOP = 10
@@ -85,13 +86,15 @@ class CutOffStop(PicklableError, Held):
         self.model = cut.model
 
 
-class CutOffBreaker:
-    """Per-model count of fresh answers in a row that came back empty and cut off (module docstring).
+class CutOffBreaker(HeldTasks):
+    """Per-model count of fresh answers that came back empty and cut off (module docstring).
 
     Parameters
     ----------
     threshold : int
         Such answers in a row, with no other answer of that model in between, that open its breaker (>= 1).
+    window, window_empty : int
+        Or: ``window_empty`` such answers among the model's latest ``window`` answers open it (>= 1 each).
     """
 
     def __init__(self, threshold: int = CUT_OFF_EMPTY_TO_STOP, window: int = CUT_OFF_WINDOW,
@@ -132,14 +135,6 @@ class CutOffBreaker:
             else None
         self.opened[model] = CutOff(model, empty_n, of, limit, str(finish_reason), key)
         return self.opened[model]
-
-    def hold(self, model: str, task_key: str) -> None:
-        """Record that task ``task_key`` of ``model`` was held unsent because the model's breaker is open."""
-        self._held.setdefault(model, set()).add(task_key)
-
-    def held(self, model: str) -> int:
-        """Tasks of ``model`` held unsent by its open breaker in this process (distinct task keys)."""
-        return len(self._held.get(model, ()))
 
     def stops(self) -> list[dict[str, Any]]:
         """One record per open breaker (order opened), for the progress stream and ``status``

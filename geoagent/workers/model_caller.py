@@ -207,7 +207,7 @@ from typing import Any
 import anyio
 
 from geoagent import constants as C
-from geoagent.config import image_size_px, reservation_usd
+from geoagent.config import image_size_px, output_limit_keys, reservation_usd
 from geoagent.providers.base import PLACEHOLDER_PIXELS, ModelRequest, ModelResponse, ProviderError, request_key
 from geoagent.runtime.http import (
     OutcomeUnknown,
@@ -228,6 +228,7 @@ from geoagent.secrets import redact
 from geoagent.textfmt import count_text
 from geoagent.workers.billing import booked_answer, close_failed_call, worst_case_usage
 from geoagent.workers.cutoff_breaker import CUT_OFF_EMPTY_TO_STOP, CUTOFF_BREAKER_SERVICE, CutOffBreaker, CutOffStop
+from geoagent.workers.held import HeldTasks
 from geoagent.workers.images import ImageNotFound, load_image, resolve_image_path
 
 log = logging.getLogger(__name__)
@@ -277,28 +278,6 @@ AUTH_FAILURES_TO_STOP = 5
 #: a model whose provider sends nothing over HTTP (replay, offline simulated) has no host limit to wait on:
 #: it counts at least this many toward the model caller's default concurrency
 OFFLINE_CONCURRENCY = 64
-
-
-def output_limit_keys(cfg: Any) -> dict[str, str]:
-    """``{[[models]] name: config key}`` of the setting that gives each model's requests their output-token limit:
-    a task table's (``geoverify.max_output_tokens``, ``crawl.image_audit.max_output_tokens``, ...:
-    :func:`geoagent.config.task_output_caps`) when it overrides the model's, else ``models[i].max_output_tokens``
-    (``models[i].params.max_output_tokens`` when the params set it)."""
-    from geoagent.config import task_output_caps
-
-    try:
-        task = task_output_caps(cfg)
-    except Exception:  # noqa: BLE001 - a message aid only
-        task = {}
-    out = {}
-    for i, m in enumerate(getattr(cfg, "models", None) or []):
-        if task.get(m.name):
-            out[m.name] = task[m.name][0][1]
-        else:
-            where = "params.max_output_tokens" if "max_output_tokens" in (getattr(m, "params", None) or {}) \
-                else "max_output_tokens"
-            out[m.name] = f"models[{i}].{where}"
-    return out
 
 
 def lane_cap(concurrency: int) -> int:
@@ -368,7 +347,7 @@ class AuthStop(PicklableError, Held):
         self.model = failure.model
 
 
-class AuthBreaker:
+class AuthBreaker(HeldTasks):
     """Per-model count of consecutive authentication failures; opens at ``threshold`` (in memory, per run).
 
     Parameters
@@ -415,14 +394,6 @@ class AuthBreaker:
     def messages(self) -> list[str]:
         """One line per open breaker, in the order they opened."""
         return [f.message() for f in self.opened.values()]
-
-    def hold(self, model: str, task_key: str) -> None:
-        """Record that task ``task_key`` of ``model`` was held unsent because the model's breaker is open."""
-        self._held.setdefault(model, set()).add(task_key)
-
-    def held(self, model: str) -> int:
-        """Tasks of ``model`` held unsent by its open breaker in this process (distinct task keys)."""
-        return len(self._held.get(model, ()))
 
     def report_lines(self, left_queued: int | None = None) -> list[str]:
         """One line per open breaker (order opened): its :meth:`AuthFailure.message` and the work of that model
@@ -487,7 +458,7 @@ class HostStop(PicklableError, Held):
         self.tripped_streak: tuple[str, int] | None = None
 
 
-class HostBreaker:
+class HostBreaker(HeldTasks):
     """Per-host unreachable breaker of the model caller (module docstring, "Unreachable-host breaker"; in memory,
     per process: open for the rest of a burst run, half-open in watch mode, :meth:`configure`). The streak itself is the HTTP client's (:meth:`~geoagent.runtime.http.HttpClient.unreachable_streak`,
     carried on each error as ``streak``); this keeps which hosts opened, which model uses which host and what
@@ -637,14 +608,6 @@ class HostBreaker:
                     self._asked_at[host] = now
                     break
         return out
-
-    def hold(self, model: str, task_key: str) -> None:
-        """Record that task ``task_key`` of ``model`` was held unsent because its host's breaker is open."""
-        self._held.setdefault(model, set()).add(task_key)
-
-    def held(self, model: str) -> int:
-        """Tasks of ``model`` held unsent by its host's open breaker in this process (distinct task keys)."""
-        return len(self._held.get(model, ()))
 
     def waiting(self) -> list[dict[str, Any]]:
         """Watch mode: one record per model that waits for its open host (order opened; ``[]`` in a burst run or
