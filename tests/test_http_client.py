@@ -146,7 +146,7 @@ def test_retry_after_longer_than_backoff_max_stops_at_once():
 
 def test_secrets_never_in_exception_text():
     key = made_up_key("sk-test-", 20, "0123456789abcdef", seed="http")
-    qkey = "AIza" "QueryKey0123456789"
+    qkey = made_up_key("AIza", 35, seed="query")
     headers = {"Authorization": f"Bearer {key}", "x-api-key": key, "x-goog-api-key": qkey}
 
     async def go():

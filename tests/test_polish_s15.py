@@ -134,7 +134,7 @@ def test_key_echoed_upper_cased_or_truncated_never_reaches_state_queues_or_statu
     from geoagent.sandbox.server import spawn, wait_ready
 
     repo = Path(__file__).resolve().parents[1]
-    key = "sk-" "echo-" "Hq3ZtW8nLp5Rv2XkB9mD"  # split: no key-shaped literal in the sources
+    key = made_up_key("sk-echo-", 20, seed="echo")  # drawn at run time: no key-shaped literal in the sources
 
     def run_py(*args: str) -> subprocess.CompletedProcess:
         env = {**os.environ, "PYTHONPATH": str(repo), "POLISH_ECHO_KEY": key}
