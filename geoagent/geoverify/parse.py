@@ -38,6 +38,7 @@ RULE_VERDICT_SENTENCE = "verdict_sentence"
 RULE_CONF_STRING = "confidence_string"
 RULE_CONF_PERCENT = "confidence_percent"
 RULE_CONF_INVALID = "confidence_invalid"
+RULE_CONF_AMBIGUOUS = "confidence_ambiguous_scale"
 RULE_REGEX_FALLBACK = "regex_fallback"
 
 _VERDICT_KEYS = ("verdict", "answer", "decision")
@@ -91,8 +92,9 @@ class ParsedVerdict:
 #: ("Verdict: No way to tell", "no idea", "yes and no", ...), as the bare-text and JSON rules did; 3: conflicts
 #: found also in nested objects (of an object without a verdict of its own) and against a Yes/No standing alone at
 #: the start of the prose, and a quoted or bold 'verdict: "yes" or "no"' is the question, not a verdict (break26
-#: #1-#3, rev26).
-VERDICT_PARSER_VERSION = 3
+#: #1-#3, rev26); 4: a bare confidence in (1, 10] is no confidence (rule ``confidence_ambiguous_scale``: 9 may be
+#: 9 % or 9 on a 0-10 scale), where 3 read it as a percentage (stats31 F2).
+VERDICT_PARSER_VERSION = 4
 
 
 # --- field normalisation --------------------------------------------------------------------------
@@ -160,7 +162,12 @@ def _norm_conf(v: Any, rules: set[str]) -> float | None:
     except OverflowError:  # an integer too large for a float (400 digits): as unusable as 1e309, the verdict stands
         rules.add(RULE_CONF_INVALID)
         return None
-    if pct or 1.0 < x <= 100.0:
+    if not pct and 1.0 < x <= 10.0:
+        # "confidence": 9 reads as 9 % or as 9 on a 0-10 scale, two readings far apart (0.09 vs 0.9): it would move
+        # the false acceptances' median confidence and share >= 0.8 (seed 000 Table 12) either way, so it is none
+        rules.add(RULE_CONF_AMBIGUOUS)
+        return None
+    if pct or 10.0 < x <= 100.0:
         rules.add(RULE_CONF_PERCENT)
         x /= 100.0
     if not 0.0 <= x <= 1.0:
@@ -262,8 +269,10 @@ def parse_verdict(raw: str | None) -> ParsedVerdict:
     own, or "No." and a line break) at the start of that prose, that states the opposite verdict; text
     inside an object's string values (its evidence) is never read as one. ``verdict: yes or no`` and
     ``verdict: "yes"/"no"`` (quoted or in bold too) repeat the question and are no verdict.
-    Confidence in percent (``"80%"`` or a number in (1, 100]) is divided by 100; anything else outside
-    [0, 1], and a number with a decimal comma (``0,85``), becomes None (rule ``confidence_invalid``).
+    Confidence in percent (``"80%"``, ``"8 %"``, or a bare number in (10, 100]) is divided by 100; a bare number in
+    (1, 10] becomes None (rule ``confidence_ambiguous_scale``: 9 may mean 9 % or 9 on a 0-10 scale; the protocol
+    asks for [0, 1], seed 000 Sec. 5.2); anything else outside [0, 1], and a number with a decimal comma
+    (``0,85``), becomes None (rule ``confidence_invalid``).
     A JSON verdict value may be ``true``/``false`` (rule ``verdict_boolean``) or a sentence that opens with a
     verdict word read by the rule of step (4) ("Yes, the photo matches"; rule ``verdict_sentence``); a value
     that also states the opposite word, or opens with a phrase ("No idea", "yes/no"), is a failure.

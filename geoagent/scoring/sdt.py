@@ -409,6 +409,35 @@ def check_verdicts(rows: pl.DataFrame) -> None:
         )
 
 
+def _blank(col: str) -> pl.Expr:
+    return pl.col(col).is_null() | (pl.col(col).cast(pl.Utf8) == "")
+
+
+def placed_rows(rows: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` (scored rows) with every trial placed in the cell its ground truth puts it in (seed 000 Sec. 5.2,
+    Eq. 1: a claim is signal exactly when the photo lies within tau of it):
+
+    * without a ``truth`` column, truth is "yes" exactly for main-arm rows of band ``signal``;
+    * a control-arm row with no truth (null or "") is a noise trial, "no" (its photo or claim does not match the
+      other; as :func:`_unparsed` counts it), so it enters its arm's F (stats31 F1: it fell out of F, and the
+      read-out said the control was not run);
+    * a main-arm row with truth "yes" and no band (null or "": the band column is optional) is a signal trial and
+      enters H (stats31 F3: it fell out of H). A main-arm noise trial with no band stays in no band's F, as the
+      importer documents (:func:`geoagent.data.importer._check_arm_band`).
+    """
+    if "truth" not in rows.columns:
+        return rows.with_columns(
+            pl.when((pl.col("arm") == ARM_MAIN) & (pl.col("band") == BAND_SIGNAL))
+            .then(pl.lit("yes")).otherwise(pl.lit("no")).alias("truth")
+        )
+    main = pl.col("arm") == ARM_MAIN
+    rows = rows.with_columns(
+        pl.when(~main & _blank("truth")).then(pl.lit("no")).otherwise(pl.col("truth").cast(pl.Utf8)).alias("truth"))
+    return rows.with_columns(
+        pl.when(main & _blank("band") & (pl.col("truth") == "yes")).then(pl.lit(BAND_SIGNAL))
+        .otherwise(pl.col("band").cast(pl.Utf8)).alias("band"))
+
+
 def cells_from_rows(rows: pl.DataFrame) -> pl.DataFrame:
     """From-scratch cell table from scored rows (columns model, site, arm, band, truth, verdict; verdict
     None = parse failure; without ``truth`` it is "yes" exactly for main-arm signal rows). Used by tests and as the reference the incremental aggregator must equal.
@@ -421,11 +450,7 @@ def cells_from_rows(rows: pl.DataFrame) -> pl.DataFrame:
     if rows.height == 0:
         return empty_cells()
     check_verdicts(rows)
-    if "truth" not in rows.columns:
-        rows = rows.with_columns(
-            pl.when((pl.col("arm") == ARM_MAIN) & (pl.col("band") == BAND_SIGNAL))
-            .then(pl.lit("yes")).otherwise(pl.lit("no")).alias("truth")
-        )
+    rows = placed_rows(rows)
     return (
         rows.group_by(["model", "site", "arm", "band", "truth"])
         .agg(
@@ -439,6 +464,7 @@ def cells_from_rows(rows: pl.DataFrame) -> pl.DataFrame:
 
 def conf_from_rows(rows: pl.DataFrame) -> pl.DataFrame:
     """From-scratch confidence table (counts per model, arm, band, verdict, conf) from scored rows."""
+    rows = placed_rows(rows)
     conf = pl.col("conf").cast(pl.Float64)
     # a NaN confidence is a missing one (polars keeps NaN apart from null: it would enter the counts,
     # sort above 1.0 in the median and count as "below 0.8" in the share)
@@ -490,7 +516,7 @@ def _matrix(
     col_of = {c: j for j, c in enumerate(cols)}
     for r in cells.iter_rows(named=True):
         arm = r["arm"]
-        if arm != ARM_MAIN and r.get("truth", "no") != "no":
+        if arm != ARM_MAIN and (r.get("truth") or "no") != "no":
             continue  # control-arm F counts noise trials only (as the release's analysis does)
         key = (arm, r["band"]) if arm == ARM_MAIN else (arm, None)
         j = col_of.get(key)
