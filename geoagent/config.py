@@ -2329,14 +2329,22 @@ def provider_settings(
         No such model.
     geoagent.secrets.SecretNotFound
         ``require_key`` and the variable is set nowhere (the message names the variable, not a value).
+    ValueError
+        ``require_key`` and the variable cannot be read: set on a ``.env`` line that does not parse, or holding
+        control characters (without ``require_key``: no key).
     """
     from geoagent.secrets import get_secret, lookup_secret
 
     m = cfg.model(model_name)
     api_key = None
     if m.key_env:  # api_key_env, else OPENAI_API_KEY & co. for the provider's own API host (ModelConfig.key_env)
-        api_key = (get_secret if require_key and m.paid else lookup_secret)(m.key_env, dotenv_path=dotenv_path,
-                                                                             local=not m.on_paid_host)
+        try:
+            api_key = (get_secret if require_key and m.paid else lookup_secret)(m.key_env, dotenv_path=dotenv_path,
+                                                                                 local=not m.on_paid_host)
+        except ValueError:  # a variable that cannot be read (a .env line that does not parse, control characters)
+            if require_key:
+                raise
+            api_key = None  # a dry run sends nothing: it says so at the end of its report (walk31 #4)
     return _build_provider_settings(cfg, m, api_key)
 
 

@@ -668,6 +668,7 @@ class Outcome:
             )
             lines.extend(spend_detail_lines(s))
             lines.extend(overrun_lines(s))
+            lines.extend(over_cap_lines(s))
             lines.extend(unreported_usage_lines(s))
         if self.status == STATUS_AUTH and C.EDGE_REQUESTS not in self.counts:
             # no model requests edge (the crawl's refused Mapillary token): the stop line above says what is queued
@@ -823,6 +824,20 @@ def overrun_lines(spend: Mapping[str, Any]) -> list[str]:
             "flight could pass the cap; more input than estimated: raise [[models]] image_input_tokens or [budget] "
             "input_estimate_factor; more output than [[models]] max_output_tokens allows: the provider does not "
             "honour the limit (model_responses.parquet lists each call's output_tokens)"]
+
+
+def over_cap_lines(spend: Mapping[str, Any]) -> list[str]:
+    """The line for spend above the cap that overruns (:func:`overrun_lines`) do not explain: the ledger starts no call
+    whose worst case could pass the cap in force when it reserves, so the cap was lowered after more than it had
+    been spent or reserved (a later config, or another run of the campaign, set a lower ``cap_usd``; walk31 #1: both
+    runs ended at $0.3481 of a $0.30 cap with no word why). [] otherwise. ``spend``: a ledger summary's JSON."""
+    cap = float(spend.get("cap_usd") or 0.0)
+    total = float(spend.get("spent_usd") or 0.0) + float(spend.get("unknown_usd") or 0.0)
+    if total <= cap + 1e-9 or total - float(spend.get("overrun_usd") or 0.0) <= cap + 1e-9:
+        return []
+    return [f"  note: spend {usd(total)} is above the cap: the cap was lowered to {usd(cap)} when more than that "
+            "was already spent or reserved (a later run's config set it); no call started past the cap in force when "
+            "it reserved, and spend already made stays"]
 
 
 def unreported_usage_lines(spend: Mapping[str, Any]) -> list[str]:
@@ -1607,7 +1622,12 @@ async def open_services(
     from geoagent.secrets import SecretNotFound, missing_api_keys, missing_keys_message
     from geoagent.workers.model_caller import AUTH_BREAKER_SERVICE, AuthBreaker
 
-    missing = missing_api_keys(cfg, dotenv_path=dotenv_path)
+    try:
+        missing = missing_api_keys(cfg, dotenv_path=dotenv_path)
+    except ValueError:  # a key variable that cannot be read (a .env line that does not parse, control characters)
+        if require_keys:
+            raise
+        missing = []  # a dry run reports it at its end (_estimate_outcome; walk31 #4), after its whole report
     if missing and require_keys:  # every missing variable at once, before anything is opened
         raise SecretNotFound(missing_keys_message(missing, dotenv_path=dotenv_path))
     url = redis_url(cfg, dotenv_path=dotenv_path)  # [backend] kind = "redis": queues and state on that server
@@ -3041,12 +3061,19 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
     # crawl's Mapillary token), looked up as check_keys does
     dotenv_path = ctx.services.get("dotenv_path")
     # the config as written: the kind names a sandbox fake's key rule from its *.sandbox.invalid URL
-    missing, others = missing_keys(ctx.services.get("config_as_written", cfg), kind, dotenv_path=dotenv_path)
+    command = "crawl" if kind.kind == "crawl" else "run"
+    try:
+        missing, others = missing_keys(ctx.services.get("config_as_written", cfg), kind, dotenv_path=dotenv_path)
+        unreadable = None
+    except ValueError as exc:  # a key variable on a .env line that cannot be parsed, or with control characters
+        # (walk31 #4: the dry run stopped there with no report; `run` refuses it, so the dry run says so at its end)
+        missing, others, unreadable = [], [], str(exc)
     n_vars = len({var for var, _ in missing} | {var for var, _ in others})
     them = "they are" if n_vars > 1 else "it is"
-    command = "crawl" if kind.kind == "crawl" else "run"
     warning = ([f"  warning: {missing_keys_message(missing, dotenv_path=dotenv_path, others=others)}; `{command}` "
                 f"will refuse to start until {them} set"] if n_vars else [])
+    if unreadable:
+        warning.append(f"  warning: {unreadable}; `{command}` will refuse to start (exit 2) until it is fixed")
     warning += [f"  warning: {w}" for w in kind.plan_warnings(cfg)]
     plan_refusals = kind.plan_refusals(cfg)
     photo_px, photo_basis = kind.expected_photo(cfg)
@@ -3074,6 +3101,9 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
         unset = [v for v in names if v not in empty]
         said = ([f"{', '.join(unset)} not set"] if unset else []) + ([f"{', '.join(empty)} set but empty"] if empty else [])
         refusals.append(f"{'variables' if n_vars > 1 else 'variable'} {'; '.join(said)}")
+        out.exit_code = EXIT_CONFIG
+    if unreadable:
+        refusals.append("an API key variable that cannot be read")
         out.exit_code = EXIT_CONFIG
     if plan_refusals:
         refusals.append("images without a file for a real model")

@@ -841,10 +841,11 @@ def format_status(st: dict[str, Any]) -> str:
             f" + {format_usd(s.get('reserved_usd'))} reserved, {cap_text(s, running=bool(st.get('running')))}; "
             f"calls {s.get('calls', 0)}"
         )
-        from geoagent.engine import overrun_lines, spend_detail_lines, unreported_usage_lines
+        from geoagent.engine import over_cap_lines, overrun_lines, spend_detail_lines, unreported_usage_lines
 
         lines.extend(spend_detail_lines(s))
         lines.extend(overrun_lines(s))
+        lines.extend(over_cap_lines(s))
         lines.extend(unreported_usage_lines(s))
     ended = list((st.get("run_outcomes") or {}).values())[-1:]  # the newest run that ended, as recorded
     if complete and not any(c.ready or c.leased or c.done or c.dead for c in st["queues"].values()):

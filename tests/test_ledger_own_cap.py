@@ -58,8 +58,10 @@ def test_a_lower_cap_of_a_later_run_stops_a_run_already_going(spec):
     a = open_ledger(spec, 0.60)
     try:
         assert _fill(a, "a", 0.10) == 6
-        with pytest.warns(SetupWarning, match=r"stop.* at \$0\.30 at the latest"):
-            c = open_ledger(spec, 0.30)  # below what is held: nothing more for anyone
+        # below what is held: nothing more for anyone, and the line says spend ends above the new cap (walk31 #1)
+        with pytest.warns(SetupWarning, match=r"no process starts another call: the campaign has already spent or "
+                          r"reserved \$0\.60, above the new cap.*so its spend ends above \$0\.30"):
+            c = open_ledger(spec, 0.30)
         c.db.close()
         with pytest.raises(BudgetExhausted) as exc:
             a.reserve("a-more", 0.01, model="m")
@@ -79,3 +81,18 @@ def test_no_warning_when_no_other_process_runs(spec):
     b.db.close()
     if spec[0] == "sqlite":
         assert not [w for w in got if issubclass(w.category, SetupWarning)], [str(w.message) for w in got]
+
+
+def test_a_lower_cap_still_above_the_spend_says_where_the_running_process_stops(spec):
+    a = open_ledger(spec, 0.60)
+    try:
+        held = [a.reserve(f"a{i}", 0.10, model="m") for i in range(6)]
+        for r in held[:4]:
+            a.release(r)  # $0.20 still reserved, under the new cap
+        with pytest.warns(SetupWarning, match=r"stop.* at \$0\.30 at the latest") as got:
+            c = open_ledger(spec, 0.30)
+        c.db.close()
+        assert not any("spend ends above" in str(w.message) for w in got)
+        assert _fill(a, "a-more", 0.10) == 1  # up to $0.30
+    finally:
+        a.db.close()

@@ -540,10 +540,14 @@ class LedgerSummary:
         return d
 
 
-def cap_changed_warning(before_nusd: int, cap_nusd: int, running: int, where: str = "") -> None:
+def cap_changed_warning(before_nusd: int, cap_nusd: int, running: int, where: str = "", *,
+                        committed_nusd: int = 0) -> None:
     """Warn (:class:`geoagent.config.SetupWarning`, one ``warning:`` line on the CLI) that this process changed the
     campaign's cap from ``before_nusd`` to ``cap_nusd`` (nano-USD) while ``running`` other processes of it run
-    (``where``: e.g. " (maybe on another machine)"): each keeps to the lower of its own cap and the campaign's."""
+    (``where``: e.g. " (maybe on another machine)"): each keeps to the lower of its own cap and the campaign's.
+    ``committed_nusd``: the campaign's spend so far (settled + unknown outcome + open reservations, nano-USD); when a
+    lowered cap is already below it, the line says so (walk31 #1: it said the running process "stops at $0.30 at the
+    latest", and both runs then ended at $0.3481 with no word why)."""
     import warnings
 
     from geoagent.config import SetupWarning
@@ -557,6 +561,10 @@ def cap_changed_warning(before_nusd: int, cap_nusd: int, running: int, where: st
     effect = (f"{those} go{'es' if running == 1 else ''} on under {'its' if running == 1 else 'their'} own cap where "
               f"that is lower than {usd(cap_nusd)}" if cap_nusd > before_nusd else
               f"{those} stop{'s' if running == 1 else ''} at {usd(cap_nusd)} at the latest")
+    if cap_nusd < before_nusd and committed_nusd >= cap_nusd:
+        effect = (f"no process starts another call: the campaign has already spent or reserved {usd(committed_nusd)}, "
+                  f"above the new cap, and spend already made stays (calls in flight settle as billed), so its spend "
+                  f"ends above {usd(cap_nusd)}")
     warnings.warn(
         f"[budget] cap_usd: {running} other process{'es' if running != 1 else ''} of this campaign "
         f"{'is' if running == 1 else 'are'} running{where}; this run sets the campaign's cap to {usd(cap_nusd)} (it "
@@ -594,7 +602,8 @@ class Ledger:
             self.recovered = 0
             return
         with db.transaction() as conn:
-            before = conn.execute("SELECT cap_nusd FROM ledger_totals WHERE id = 1").fetchone()[0]
+            before, committed = conn.execute(
+                "SELECT cap_nusd, spent_nusd + unknown_nusd + reserved_nusd FROM ledger_totals WHERE id = 1").fetchone()
             others = conn.execute("SELECT token, host, pid, proc_start FROM ledger_owners").fetchall()
             conn.execute(
                 "INSERT INTO ledger_owners (token, host, pid, proc_start, started_at) VALUES (?, ?, ?, ?, ?)",
@@ -606,7 +615,7 @@ class Ledger:
             gone = set(self._gone_owners(others))
             running = [t for t, *_ in others if t not in gone]
             if running:
-                cap_changed_warning(int(before), self.own_cap_nusd, len(running))
+                cap_changed_warning(int(before), self.own_cap_nusd, len(running), committed_nusd=int(committed))
         self.recovered = self.recover(all_owners=recover_all) if (recover or recover_all) else 0
 
     def _limit(self, cap: int) -> int:

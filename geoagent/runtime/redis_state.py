@@ -334,9 +334,10 @@ class RedisLedger:
         """Write the campaign's cap (nano-USD); warn when that changes the one on the server: every process of every
         machine reserves against it from now on, and another machine's config may hold another amount."""
         pipe = self.db.client.pipeline(transaction=True)
-        pipe.hget(self.db.key("totals"), "cap_nusd")
+        pipe.hmget(self.db.key("totals"), ["cap_nusd", "spent_nusd", "unknown_nusd", "reserved_nusd"])
         pipe.hset(self.db.key("totals"), "cap_nusd", cap)
-        before = pipe.execute()[0]
+        before, *spend = pipe.execute()[0]
+        committed = sum(int(v or 0) for v in spend)
         if before is not None and int(before) != cap:
             def usd(n: int) -> str:  # whole cents as such, else to the micro-dollar
                 return f"${nano_to_usd(n):.2f}" if n % 10_000_000 == 0 or n >= 10 ** 9 else f"${nano_to_usd(n):.6f}"
@@ -349,6 +350,10 @@ class RedisLedger:
             # any process still running, on any machine (none may be: a re-run after a budget stop warns too)
             effect = (f"a process still running goes on under its own cap where that is lower than {usd(cap)}"
                       if cap > int(before) else f"every machine's processes stop at {usd(cap)} at the latest")
+            if cap < int(before) and committed >= cap:  # walk31 #1: already past the new cap (as SQLite's ledger)
+                effect = (f"no process starts another call: the campaign has already spent or reserved "
+                          f"{usd(committed)}, above the new cap, and spend already made stays (calls in flight settle "
+                          f"as billed), so its spend ends above {usd(cap)}")
             warnings.warn(f"campaign {self.db.campaign}: [budget] cap_usd: this process sets the campaign's cap to "
                           f"{usd(cap)}; it was {usd(int(before))} (set by an earlier run, maybe on another machine): "
                           f"a process keeps to the lower of its own config's cap and the campaign's, so {effect}. "
