@@ -2031,8 +2031,8 @@ async def _run(
                 print(f"info: campaign {cfg.name}: {changed}.", file=sys.stderr)
                 plan_change["said"] = changed
             diff = counted = None
-        drift = config_drift_after_plan(cfg, kind, ctx, before, plan_after,
-                                        left_out=check.left_out if check is not None else 0)
+        drift = await config_drift_after_plan(cfg, kind, ctx, before, plan_after,
+                                              left_out=check.left_out if check is not None else 0, plan_q=plan_q)
         if check is not None:
             # tasks an earlier plan left queued that this plan no longer holds are set aside (dead, reason
             # "superseded: ..."), never sent; set-aside tasks this plan holds again come back
@@ -2782,14 +2782,18 @@ def _calls_changed(written: Any, state_dir: Any) -> bool | str:
     return "plan" if changes.call_keys and only_plan_scope(changes.calls, changes.call_keys) else True
 
 
-def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContext, before: Mapping[str, Any],
-                            plan_after: Any, *, left_out: int = 0) -> Any:
+async def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContext, before: Mapping[str, Any],
+                                  plan_after: Any, *, left_out: int = 0, plan_q: Any = None) -> Any:
     """What a change of the call settings since the campaign's last run means for this run, decided after its
     plan was queued (:func:`geoagent.runtime.drift.decide`); its lines go to stderr. ``before``: every edge's
     :class:`~geoagent.runtime.queue.QueueCounts` before the plan was queued; ``plan_after``: the plan edge's
     after (None: the kind has no plan queue); ``left_out``: tasks among ``before``'s ready, leased or dead that
     are no request of this run (:attr:`PlanCheck.left_out`: set aside now, or earlier and not planned again), so
-    they are not counted as earlier requests that would mix with this run's. Returns the
+    they are not counted as earlier requests that would mix with this run's. ``plan_q``: the plan edge's queue;
+    when the change is confined to some models' own settings (:func:`geoagent.runtime.drift.changed_model_names`)
+    and the plan edge is the model requests', its unfinished tasks are counted per model
+    (:meth:`~geoagent.runtime.queue.WorkQueue.unfinished_by_model`) beside each model's stored answers, so results
+    are said to mix only for a model that has both (walk31 #2). Returns the
     :class:`~geoagent.runtime.drift.DriftDecision` (for the manifest), or None when the campaign has no earlier
     run or its manifest cannot be read."""
     from geoagent.runtime.drift import changed_keys_text as _changed_keys_text
@@ -2806,10 +2810,22 @@ def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContext, bef
     plan_before = before.get(kind.plan_edge)
     if plan_before is None or plan_after is None:
         return None
+    changed_models = by_model = None
+    if kind.plan_edge == C.EDGE_REQUESTS and plan_q is not None and plan_before.total and changes.call_keys:
+        from geoagent.runtime.drift import changed_model_names
+
+        changed_models = changed_model_names(changes.calls, changes.call_keys, [m.name for m in cfg.models])
+        store = ctx.services.get("store")
+        if changed_models and store is not None:
+            unfinished = await plan_q.unfinished_by_model()
+            if unfinished is not None:
+                stored = await anyio.to_thread.run_sync(store.count_responses_by_model)
+                by_model = {m: (int(stored.get(m, 0)), int(unfinished.get(m, 0))) for m in changed_models}
     decision = decide(cfg.name, changes.calls, changes.call_keys, tasks_before=plan_before.total,
                       done_before=plan_before.done, added=max(0, plan_after.total - plan_before.total),
                       left_before=max(0, sum(c.ready + c.leased + c.dead for c in before.values()) - left_out),
-                      keys_text=_changed_keys_text(changes.call_keys) if changes.call_keys else "")
+                      keys_text=_changed_keys_text(changes.call_keys) if changes.call_keys else "",
+                      changed_models=changed_models, by_model=by_model)
     for ln in decision.lines:
         print(ln, file=sys.stderr)
     return decision

@@ -108,3 +108,115 @@ def test_a_dry_run_reports_in_full_when_a_key_line_of_dotenv_does_not_parse(tmp_
     assert text.splitlines()[-1] == ("  exit 2: `run` would refuse to start (an API key variable that cannot be "
                                      "read; see the warning above)")
     assert "abc" not in text  # never the value
+
+
+# -- #2 ------------------------------------------------------------------------------------------------------
+# A model's setting changed (its tasks all done) while another model was removed and a third added: the run said
+# results "would mix both versions" and to start over under a new name, though no model's answers mix two settings.
+
+from _model_harness import generic_campaign  # noqa: E402
+from geoagent.cli import main  # noqa: E402
+from geoagent.runtime.drift import changed_model_names, decide  # noqa: E402
+from geoagent.runtime.manifest import read_manifest  # noqa: E402
+
+
+def _model(name: str, tokens: int) -> str:
+    return (f'\n[[models]]\nname = "{name}"\nprovider = "simulated"\nmodel = "sim-1"\nmax_output_tokens = {tokens}\n'
+            f'concurrency = 4\nrate = {{ requests = 500, period_s = 1.0 }}\n')
+
+
+def _run(path, capsys) -> tuple[int, str, str]:
+    capsys.readouterr()
+    rc = main(["run", str(path), "--no-live"])
+    got = capsys.readouterr()
+    return rc, got.out, got.err
+
+
+def test_a_done_models_change_next_to_a_replaced_model_mixes_nothing(tmp_path, capsys):
+    p = generic_campaign(tmp_path, name="swap", n=6, models=_model("a", 512) + _model("b", 512))
+    assert _run(p, capsys)[0] == 0
+    p.write_text(p.read_text().replace('name = "b"', 'name = "c"').replace("max_output_tokens = 512\nconcurrency",
+                                                                         "max_output_tokens = 256\nconcurrency", 1))
+    rc, summary, err = _run(p, capsys)
+    assert rc == 0, err
+    assert "would mix" not in err and "warning" not in err, err
+    assert ("every task of model a is done, so the change reaches none of its stored answers, which keep the old "
+            "settings (a new [campaign] name runs them with it); the 6 tasks this run planned anew are asked under "
+            "one setting each: no model's results mix two settings.") in err, err
+    assert "results mix configurations" not in summary
+    man = read_manifest(tmp_path / "state" / "swap")
+    assert "config_mix" not in man
+    drift = man["runs"][-1]["config_drift"]
+    assert drift["not_applied_to"] == ["a"] and drift["applied"] is True
+    # written only for a model whose answers were made under more than one request setting: none here
+    assert "answers_by_request_params" not in man
+
+
+def test_a_changed_model_with_new_tasks_still_warns(tmp_path, capsys):
+    p = generic_campaign(tmp_path, name="grow", n=6, models=_model("a", 512) + _model("b", 512))
+    assert _run(p, capsys)[0] == 0
+    p.write_text(p.read_text().replace("n_requests = 6", "n_requests = 9")
+                 .replace("max_output_tokens = 512\nconcurrency", "max_output_tokens = 256\nconcurrency", 1))
+    rc, summary, err = _run(p, capsys)
+    assert rc == 0
+    assert "so results would mix both versions" in err, err
+    assert read_manifest(tmp_path / "state" / "grow")["config_mix"][-1]["changed"]["models[0].max_output_tokens"] \
+        == [512, 256]
+
+
+@pytest.mark.parametrize("keys, calls, expect", [
+    (["models[0].max_output_tokens"], ["models"], {"a"}),
+    (["models[1].params.temperature", "models[2]"], ["models"], {"b"}),  # models[2]: a whole entry (plan scope)
+    (["models[0].max_output_tokens", "generic.prompt"], ["models", "generic"], None),  # a task section's key
+    (["models[0].max_output_tokens"], ["models", "prompt:verify.txt"], None),  # a prompt template changed
+    (["models[5].max_output_tokens"], ["models"], None),  # an index past the current models
+    (["generic.n_requests"], ["generic"], set()),
+])
+def test_changed_model_names(keys, calls, expect):
+    assert changed_model_names(calls, keys, ["a", "b", "c"]) == expect
+
+
+def test_decide_per_model():
+    common = dict(tasks_before=12, done_before=12, keys_text="k")
+    keys = {"models[0].max_output_tokens": (512, 256)}
+    # a model with no answer stored before: all its answers use the new settings
+    d = decide("x", ["models"], keys, added=6, left_before=0, changed_models={"a"}, by_model={"a": (0, 6)}, **common)
+    assert not d.mixed and "model a had no answer stored, so all its answers use the new settings" in d.lines[0]
+    assert "not_applied_to" not in d.record
+    # stored answers and work left: results mix (the totals' warning)
+    d = decide("x", ["models"], keys, added=0, left_before=2, changed_models={"a"}, by_model={"a": (6, 2)}, **common)
+    assert d.mixed and d.lines[0].startswith("warning:")
+    # no per-model counts (a backend that cannot tell): decided from the totals, as before
+    d = decide("x", ["models"], keys, added=6, left_before=0, changed_models={"a"}, by_model=None, **common)
+    assert d.mixed
+
+
+def test_the_sqlite_queue_counts_unfinished_tasks_per_model(tmp_path):
+    from geoagent.runtime.queue import SUPERSEDED
+    from geoagent.runtime.sqlite_queue import SQLiteQueue
+
+    async def main_() -> dict:
+        q = SQLiteQueue(tmp_path / "requests.sqlite")
+        try:
+            await q.put_many([(f"a{i}", {"model": "a"}) for i in range(5)] + [(f"b{i}", {"model": "b"}) for i in range(3)]
+                             + [("n0", {"prompt": "no model"}), ("n1", {"model": 7})])
+            tasks = {t.key: t for t in await q.lease(10, 60.0)}
+            await q.ack([tasks["a0"], tasks["a1"], tasks["b0"]])
+            await q.dead_letter(tasks["a2"], SUPERSEDED + " no longer planned")  # set aside: no work left
+            await q.dead_letter(tasks["b1"], "http 400")  # dead for a failure: work left
+            await q.release([tasks[k] for k in ("a3", "a4", "b2", "n0", "n1")])
+            first = await q.unfinished_by_model()
+            # a payload SQLite's JSON functions cannot read: the count falls back to reading payloads in Python
+            import sqlite3
+            import time
+
+            with sqlite3.connect(tmp_path / "requests.sqlite") as raw:
+                raw.execute("INSERT INTO tasks (key, payload, state, not_before, created_at) VALUES (?, ?, 0, ?, ?)",
+                            ("bad", b"{not json", time.time(), time.time()))
+            return first, await q.unfinished_by_model()
+        finally:
+            await q.close()
+
+    first, again = anyio.run(main_)
+    assert first == {"a": 2, "b": 2, None: 2}
+    assert again == {"a": 2, "b": 2, None: 3}

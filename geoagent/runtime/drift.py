@@ -249,8 +249,65 @@ class DriftDecision:
     record: dict[str, Any] = field(default_factory=dict)
 
 
+_MODEL_KEY = re.compile(r"^models\[(\d+)\]\.")
+
+
+def changed_model_names(calls: Iterable[str], call_keys: Iterable[str], names: list[str]) -> set[str] | None:
+    """The models whose own settings changed, when the change reaches no other request: every changed key that is not
+    :func:`is_plan_scope_key` is one model's (``models[i].<key>``; ``i`` indexes ``names``, the current config's
+    ``[[models]]`` names in order, as :func:`geoagent.runtime.manifest.align_by_name` lines them up) and no prompt
+    template changed. None otherwise (a task section, a prompt, or a key of an index past ``names``: every model's
+    requests may change)."""
+    calls, keys = list(calls), list(call_keys)
+    if not keys or any(c.startswith("prompt:") for c in calls):
+        return None
+    out: set[str] = set()
+    for k in keys:
+        if is_plan_scope_key(k):
+            continue
+        m = _MODEL_KEY.match(k)
+        if m is None or int(m.group(1)) >= len(names):
+            return None
+        out.add(names[int(m.group(1))])
+    return out
+
+
+def _models_text(names: Iterable[str]) -> str:
+    names = sorted(names)
+    return f"model{'s' if len(names) != 1 else ''} {', '.join(names)}"
+
+
+def _per_model(name: str, what: str, changed: set[str], by_model: dict[str, tuple[int, int]], record: dict[str, Any],
+               added: int) -> DriftDecision | None:
+    """:func:`decide` for a change confined to ``changed`` models' own settings, given per model ``(answers stored
+    before, tasks not done after planning)``: None when one of them has both (results would mix: the caller's
+    warning), else the info line that nothing mixes (walk31 #2: a run that changed a model whose tasks were all done,
+    and added another model, was told its results would mix and to start over under a new name)."""
+    untouched = sorted(m for m in changed if by_model.get(m, (0, 0))[0] > 0 and by_model.get(m, (0, 0))[1] == 0)
+    if any(by_model.get(m, (0, 0))[0] > 0 and by_model.get(m, (0, 0))[1] > 0 for m in changed):
+        return None
+    fresh = sorted(m for m in changed if m not in untouched)
+    parts = []
+    if untouched:
+        parts.append(f"every task of {_models_text(untouched)} is done, so the change reaches none of {'its' if len(untouched) == 1 else 'their'} "
+                     "stored answers, which keep the old settings (a new [campaign] name runs them with it)")
+    if fresh:
+        parts.append(f"{_models_text(fresh)} had no answer stored, so all {'its' if len(fresh) == 1 else 'their'} "
+                     "answers use the new settings")
+    if added:
+        parts.append(f"the {added} task{'s' if added != 1 else ''} this run planned anew "
+                     f"{'are' if added != 1 else 'is'} asked under one setting each")
+    line = f"info: campaign {name}: {record['what']}; {'; '.join(parts)}: no model's results mix two settings."
+    record = {k: v for k, v in record.items() if k != "what"}
+    if untouched:
+        record["not_applied_to"] = untouched
+    return DriftDecision([line], applied=True, mixed=False, record=record)
+
+
 def decide(name: str, calls: list[str], call_keys: dict[str, tuple[Any, Any]], *, tasks_before: int,
-           done_before: int, added: int, left_before: int, keys_text: str) -> DriftDecision:
+           done_before: int, added: int, left_before: int, keys_text: str,
+           changed_models: set[str] | None = None, by_model: dict[str, tuple[int, int]] | None = None
+           ) -> DriftDecision:
     """Decide, after planning, what a changed config means for the run of campaign ``name``.
 
     Parameters
@@ -269,6 +326,12 @@ def decide(name: str, calls: list[str], call_keys: dict[str, tuple[Any, Any]], *
         (:func:`geoagent.workers.model_caller.build_request`), so they go out with the new settings.
     keys_text : str
         The changed keys as printed (redacted, cut; :func:`geoagent.cli._changed_keys_text`).
+    changed_models, by_model
+        When the change is confined to some models' own settings (:func:`changed_model_names`) and the plan queue
+        can count its unfinished tasks per model: those models, and per model ``(answers stored before this run,
+        tasks of the plan edge not done after planning)``. Results then mix only when a changed model has both;
+        otherwise one info line says why nothing mixes, and ``record["not_applied_to"]`` names the changed models
+        whose every task was done (their stored answers keep the old settings). None: decided from the totals.
     """
     if not calls or tasks_before == 0:
         return DriftDecision()
@@ -290,6 +353,10 @@ def decide(name: str, calls: list[str], call_keys: dict[str, tuple[Any, Any]], *
         line = (f"info: campaign {name}: {what}; this changes which tasks are planned, not how any is asked: "
                 f"{new_text}, so nothing mixes (stored answers of tasks no longer planned stay stored).")
         return DriftDecision([line], applied=True, mixed=False, record=record)
+    if changed_models and by_model is not None and (added or left_before):
+        per_model = _per_model(name, what, changed_models, by_model, {**record, "what": what}, added)
+        if per_model is not None:
+            return per_model
     if added or left_before:
         parts = []
         if added:

@@ -393,6 +393,13 @@ class WorkQueue(abc.ABC):
         check_key_sequence(keys, "dead_letter_ready")
         return None
 
+    async def unfinished_by_model(self) -> dict[str | None, int] | None:
+        """Tasks not done (ready, leased, or dead for any reason but :data:`SUPERSEDED`: a task set aside as no
+        longer planned is not work left) per the ``model`` field of their payload (None: a payload without a text
+        ``model``); read only, a snapshot. For a config change's verdict per model
+        (:func:`geoagent.runtime.drift.decide`). None: this backend cannot tell (the default)."""
+        return None
+
     async def done_among(self, keys: Iterable[str]) -> list[str] | None:
         """Those of ``keys`` whose task is done now, in the order given (repeats dropped); read only, a snapshot.
         None: this backend cannot tell (the default)."""

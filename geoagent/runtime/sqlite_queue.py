@@ -197,6 +197,7 @@ import orjson
 from geoagent import constants as C
 from geoagent.paths import safe_name
 from geoagent.runtime.queue import (
+    SUPERSEDED,
     DeadLetter,
     QueueCounts,
     QueueError,
@@ -1276,6 +1277,33 @@ class SQLiteQueue(WorkQueue):
         """
         return await self._async(self._requeue_op(keys))
 
+    async def unfinished_by_model(self) -> dict[str | None, int]:
+        """:meth:`WorkQueue.unfinished_by_model`: one read-only scan of the tasks not done, the payload's ``model``
+        read by SQLite's ``json_extract`` (its JSON functions are built in from SQLite 3.38), else by ``orjson``
+        in Python (an older SQLite without them)."""
+        where = f"state != {DONE} AND NOT (state = {DEAD} AND substr(coalesce(last_error, ''), 1, ?) = ?)"
+        args = (len(SUPERSEDED), SUPERSEDED)
+
+        def tx(conn: sqlite3.Connection, now: float) -> dict[str | None, int]:
+            try:
+                rows = conn.execute(
+                    "SELECT CASE WHEN json_type(CAST(payload AS TEXT), '$.model') = 'text' THEN "
+                    f"json_extract(CAST(payload AS TEXT), '$.model') END, COUNT(*) FROM tasks WHERE {where} "
+                    "GROUP BY 1", args).fetchall()
+                return {m: n for m, n in rows}
+            except sqlite3.OperationalError:  # no JSON functions (or a payload they cannot read): in Python
+                out: dict[str | None, int] = {}
+                for (payload,) in conn.execute(f"SELECT payload FROM tasks WHERE {where}", args):
+                    try:
+                        m = orjson.loads(payload).get("model")
+                    except (orjson.JSONDecodeError, AttributeError):
+                        m = None
+                    m = m if isinstance(m, str) else None
+                    out[m] = out.get(m, 0) + 1
+                return out
+
+        return await self._async(_Op(tx, write=False, inline=False))
+
     async def done_among(self, keys: Iterable[str], *, chunk: int = 500) -> list[str]:
         """:meth:`WorkQueue.done_among`: one read-only query per ``chunk`` keys (SQLite's parameter limit), in one
         snapshot of the file."""
@@ -1454,8 +1482,6 @@ def read_planned(root: str | os.PathLike[str], campaign: str, edge: str, keys: I
         Unsafe ``campaign`` or ``edge``.
     """
     wanted = list(dict.fromkeys(keys))
-
-    from geoagent.runtime.queue import SUPERSEDED
 
     def tx(conn: sqlite3.Connection, now: float) -> tuple[Any, ...]:
         states: dict[str, str] = {}
