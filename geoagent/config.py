@@ -2488,6 +2488,9 @@ class Estimate:
     #: "planned earlier" line say which tasks the change reaches (queued and new ones) and which keep the old settings;
     #: ``"plan"``: only which tasks are planned changed (:func:`geoagent.engine._calls_changed`), nothing mixes
     config_changed: bool | str = True
+    #: set by the dry run when the change is confined to some models' own settings and none of them mixes: why
+    #: (:func:`geoagent.engine._per_model_drift_note`); None otherwise
+    drift_note: str | None = None
     #: set by the dry run (:func:`geoagent.engine.gone_reservations`): open reservations of processes that are gone
     #: (a crashed run's calls in flight; USD and count), included in ``spent_usd`` as the run's recovery books them
     gone_usd: float = 0.0

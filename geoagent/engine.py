@@ -2762,6 +2762,35 @@ def _replay_figures(cfg: Any, ledger: Any) -> dict[str, Any]:
     return {"process_replayed": out, "calls_models": len(replay) < len(models)}
 
 
+def _per_model_drift_note(written: Any, state_dir: Any, est: Any, store: Any) -> str | None:
+    """The dry run's parenthesis on a change confined to some models' own settings
+    (:func:`geoagent.runtime.drift.changed_model_names`) when none of them both has answers stored and calls to
+    make in this run (``est.by_model``): why nothing mixes, as the run's own line says
+    (:func:`geoagent.runtime.drift.decide`; walk31 #2). None otherwise (the totals' note stands)."""
+    from geoagent.runtime.drift import changed_model_names
+    from geoagent.runtime.manifest import config_changes
+
+    try:
+        changes = config_changes(written, state_dir=state_dir)
+        stored = store.count_responses_by_model() if store is not None else None
+    except (ValueError, OSError):
+        return None
+    changed = changed_model_names(changes.calls, changes.call_keys, [m.name for m in written.models])
+    if not changed or stored is None:
+        return None
+    calls = {n: getattr(e, "calls", 0) for n, e in (est.by_model or {}).items()}
+    if any(stored.get(m, 0) and calls.get(m, 0) for m in changed):
+        return None
+    done = sorted(m for m in changed if stored.get(m, 0))
+    fresh = sorted(m for m in changed if not stored.get(m, 0))
+    parts = ([f"every task of model{'s' if len(done) > 1 else ''} {', '.join(done)} is done, so the change reaches "
+              "none of the answers stored (a new [campaign] name runs it with the change)"] if done else []) + (
+        [f"model{'s' if len(fresh) > 1 else ''} {', '.join(fresh)} {'have' if len(fresh) > 1 else 'has'} no answer "
+         "stored, so all answers use the new settings"] if fresh else [])
+    return f"(the call settings of {len(changed)} model(s) changed since the last run: {'; '.join(parts)}: no model's " \
+           "results mix two settings)"
+
+
 def _calls_changed(written: Any, state_dir: Any) -> bool | str:
     """Whether the call settings of ``written`` (the config as written) changed since the campaign's last
     recorded run (:func:`geoagent.runtime.manifest.config_changes`, its ``calls``: models, task sections, prompt
@@ -3148,6 +3177,9 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
         est.photo_basis = photo_basis
         est.done_earlier, est.dead_earlier, est.queued_earlier, est.superseded_earlier = earlier
         est.config_changed = _calls_changed(written, cfg.state_dir())
+        if est.config_changed is True and est.calls and not est.dead_earlier:
+            # calls to make next to answers stored: judged per model when the change is one model's own
+            est.drift_note = _per_model_drift_note(written, cfg.state_dir(), est, ctx.get("store"))
         est.gone_usd, est.gone_calls = gone_usd, gone_calls
         # how the plan differs from the one the last run recorded, as the run says it at its start
         diff = PlanDiff.of(cfg.state_dir())
@@ -3352,6 +3384,7 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
         lines.append("  planned earlier: " + "; ".join(earlier) + (
             " (the config changed which tasks are planned since the last run, not how any is asked: new tasks are "
             "asked like the stored ones, so nothing mixes)" if changed == "plan" else
+            " " + est.drift_note if changed and getattr(est, "drift_note", None) else
             " " + _changed_settings_note(getattr(est, "queued_earlier", 0),
                                          max(0, est.calls - getattr(est, "queued_earlier", 0)),
                                          getattr(est, "done_earlier", 0), getattr(est, "dead_earlier", 0))

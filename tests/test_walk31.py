@@ -135,8 +135,19 @@ def _run(path, capsys) -> tuple[int, str, str]:
 def test_a_done_models_change_next_to_a_replaced_model_mixes_nothing(tmp_path, capsys):
     p = generic_campaign(tmp_path, name="swap", n=6, models=_model("a", 512) + _model("b", 512))
     assert _run(p, capsys)[0] == 0
-    p.write_text(p.read_text().replace('name = "b"', 'name = "c"').replace("max_output_tokens = 512\nconcurrency",
+    # b replaced by c (another model id, so its requests are not b's stored ones), a's limit lowered
+    p.write_text(p.read_text().replace('name = "b"\nprovider = "simulated"\nmodel = "sim-1"',
+                                       'name = "c"\nprovider = "simulated"\nmodel = "sim-2"')
+                 .replace("max_output_tokens = 512\nconcurrency",
                                                                          "max_output_tokens = 256\nconcurrency", 1))
+    capsys.readouterr()
+    assert main(["run", str(p), "--simulate", "--no-live"]) == 0
+    dry = capsys.readouterr().out
+    earlier = [ln for ln in dry.splitlines() if "planned earlier:" in ln]
+    assert len(earlier) == 1 and "would mix" not in earlier[0], dry
+    assert ("(the call settings of 1 model(s) changed since the last run: every task of model a is done, so the change "
+            "reaches none of the answers stored (a new [campaign] name runs it with the change): no model's results "
+            "mix two settings)") in earlier[0], earlier
     rc, summary, err = _run(p, capsys)
     assert rc == 0, err
     assert "would mix" not in err and "warning" not in err, err
