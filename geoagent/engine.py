@@ -2303,7 +2303,8 @@ async def _run(
             from geoagent.sandbox.launch import simulated_note
 
             # what the stored answers recorded (a sandbox fake on a port of one's own too), else the config's rule
-            sim = simulated_answer_models(ctx.services.get("store"), ctx.services.get("config_as_written", cfg))
+            sim = simulated_answer_models(ctx.services.get("store"), ctx.services.get("config_as_written", cfg),
+                                          configured_only=True)
             if sim:
                 outcome.extra_lines.append("  !!! NOTE: " + simulated_note(sim, task=cfg.campaign.kind))
                 if cfg.models and all(m.name in sim for m in cfg.models):

@@ -155,6 +155,8 @@ def test_a_done_models_change_next_to_a_replaced_model_mixes_nothing(tmp_path, c
             "settings (a new [campaign] name runs them with it); the 6 tasks this run planned anew are asked under "
             "one setting each: no model's results mix two settings.") in err, err
     assert "results mix configurations" not in summary
+    # walk31 #3: the summary's simulator note names the models of the config, not b (removed, its answers unscored)
+    assert "Simulated answers: a, c answered from geoagent's simulator" in summary, summary
     man = read_manifest(tmp_path / "state" / "swap")
     assert "config_mix" not in man
     drift = man["runs"][-1]["config_drift"]

@@ -505,4 +505,5 @@ def _simulated(cfg: Any, ctx: StageContext) -> list[str]:
     report says its figures describe the simulator."""
     from geoagent.runtime.export import simulated_answer_models
 
-    return simulated_answer_models(ctx.services.get("store"), ctx.services.get("config_as_written", cfg))
+    return simulated_answer_models(ctx.services.get("store"), ctx.services.get("config_as_written", cfg),
+                                   configured_only=True)

@@ -838,14 +838,17 @@ def _simulated_of(cfg: Any, store: Any = None) -> tuple[dict[str, bool] | None, 
             simulated_note(told) if told else "")
 
 
-def simulated_answer_models(store: Any, cfg: Any) -> list[str]:
+def simulated_answer_models(store: Any, cfg: Any, *, configured_only: bool = False) -> list[str]:
     """Names of the models whose stored answers came from geoagent's simulator, for the export's note and the
     ``export`` command's line: each model a stored response of which recorded ``provider_kind = "simulated"`` (or
     provider ``"simulated"``), plus each model the current config calls simulated
     (:func:`geoagent.sandbox.launch.simulated_models`) unless every stored response of it recorded another kind
     (it was answered by a model server or replayed, whatever the config says now). Config order first, then
     other names sorted. Reads each stored response's request settings once
-    (:meth:`geoagent.runtime.store.ResponseStore.iter_response_meta`); without that method, the config's names."""
+    (:meth:`geoagent.runtime.store.ResponseStore.iter_response_meta`); without that method, the config's names.
+    ``configured_only``: only models of the current config (a run's summary and reports, whose figures leave out
+    the answers of a model removed from the config; walk31 #3: the note named it). The export keeps them all: its
+    ``model_responses`` table holds every stored answer."""
     from geoagent.runtime.store import request_meta_source
     from geoagent.sandbox.launch import simulated_models
 
@@ -863,6 +866,9 @@ def simulated_answer_models(store: Any, cfg: Any) -> list[str]:
         recorded.setdefault(model, set()).add(kind)
     out = [n for n in names if n not in recorded or "simulated" in recorded[n] or None in recorded[n]]
     out += sorted(n for n, kinds in recorded.items() if "simulated" in kinds and n not in out)
+    if configured_only:
+        configured = {m.name for m in getattr(cfg, "models", ())}
+        out = [n for n in out if n in configured]
     return out
 
 
