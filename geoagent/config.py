@@ -1351,11 +1351,12 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
     except ValidationError as exc:
         problems.extend(_problems(exc, model=CampaignConfig))
         cfg = None
+    sections: dict[str, Any] = {}
     for name, raw in tasks.items():  # validate registered task sections now
         model_cls = _SECTIONS.get(name)
         if model_cls is not None:
             try:
-                model_cls.model_validate(raw)
+                sections[name] = model_cls.model_validate(raw)
             except ValidationError as exc:
                 problems.extend(_problems(exc, prefix=(name,), model=model_cls))
     if cfg is not None:
@@ -1367,6 +1368,9 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
         warnings.warn(f"{source}: {text}", ConfigWarning, stacklevel=2)
     for text in system_message_warnings(cfg):
         warnings.warn(f"{source}: {text}", ConfigWarning, stacklevel=2)
+    for section in sections.values():  # a task section's own warnings (load_warnings(), when it has that method)
+        for text in (section.load_warnings() if callable(getattr(section, "load_warnings", None)) else ()):
+            warnings.warn(f"{source}: {text}", ConfigWarning, stacklevel=2)
     for i, m in enumerate(cfg.models):
         for name in m.params:
             if name not in KNOWN_PARAMS:

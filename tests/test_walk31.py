@@ -233,3 +233,41 @@ def test_the_sqlite_queue_counts_unfinished_tasks_per_model(tmp_path):
     first, again = anyio.run(main_)
     assert first == {"a": 2, "b": 2, None: 2}
     assert again == {"a": 2, "b": 2, None: 3}
+
+
+# -- #5 ------------------------------------------------------------------------------------------------------
+# "Torino" added beside "Turin" at the same centre was crawled as a second city without a word.
+
+SANDBOX_CRAWL = Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "crawl_sandbox.toml"
+
+
+def _crawl_config(tmp_path: Path, extra_city: str) -> Path:
+    p = tmp_path / "crawl.toml"
+    text = SANDBOX_CRAWL.read_text(encoding="utf-8").replace("\n[crawl.endpoints]\n",
+                                                                 "\n" + extra_city + "\n[crawl.endpoints]\n", 1)
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+def _city_warnings(path: Path) -> list[str]:
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        load_config(path)
+    return [str(w.message) for w in got if "crawl.cities[" in str(w.message)]
+
+
+def test_a_city_at_another_citys_centre_is_warned_about(tmp_path):
+    same = _crawl_config(tmp_path, '[[crawl.cities]]\ncity = "Sandbox Town"\ncountry = "SB"\ncontinent = "EU"\n'
+                                   'lat = 45.0712\nlon = 7.6869\n')
+    said = _city_warnings(same)
+    assert len(said) == 1, said
+    assert ("crawl.cities[3] ('Sandbox Town') is 0.1 km from crawl.cities[0] ('Sandbox City'), closer than twice "
+            "[crawl.sampler] radius_km (6 km): their site discs overlap") in said[0], said
+
+
+def test_cities_farther_apart_than_two_sampling_radii_are_not(tmp_path):
+    assert _city_warnings(SANDBOX_CRAWL) == []  # Sprawl Town is ~150 km from Sandbox City
+    # 0.07 degrees of latitude (7.8 km) north: beyond 2 x 3 km
+    far = _crawl_config(tmp_path, '[[crawl.cities]]\ncity = "North Town"\ncountry = "SB"\ncontinent = "EU"\n'
+                                  'lat = 45.1402\nlon = 7.6869\n')
+    assert _city_warnings(far) == []

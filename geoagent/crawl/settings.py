@@ -425,6 +425,32 @@ class CrawlSettings(_Section):
             seen[key] = i
         return self
 
+    def load_warnings(self) -> list[str]:
+        """Warnings the config loader prints for this section (:func:`geoagent.config.load_config`): one line per
+        pair of cities whose centres lie closer than twice ``[crawl.sampler] radius_km`` (haversine, km), so their
+        site discs overlap: one place may enter the benchmark as two cities, the same landmark drawn for both
+        (walk31 #5: "Torino" beside "Turin" at the same centre was crawled as a second city without a word). At
+        most 10 lines, then a count of the rest."""
+        if len(self.cities) < 2:
+            return []
+        import numpy as np
+
+        from geoagent.geo import haversine_km_array
+
+        lat = np.array([c.lat for c in self.cities])
+        lon = np.array([c.lon for c in self.cities])
+        limit = 2.0 * self.sampler.radius_km
+        out: list[str] = []
+        for j in range(1, len(self.cities)):
+            d = haversine_km_array(lat[:j], lon[:j], lat[j], lon[j])
+            i = int(np.argmin(d))
+            if d[i] < limit:
+                out.append(f"crawl.cities[{j}] ({self.cities[j].city!r}) is {d[i]:.1f} km from crawl.cities[{i}] "
+                           f"({self.cities[i].city!r}), closer than twice [crawl.sampler] radius_km ({limit:g} km): "
+                           "their site discs overlap, so one place may count as two cities of the benchmark (and "
+                           "the same landmark be drawn for both); keep one of them, or move a centre")
+        return out if len(out) <= 10 else out[:10] + [f"crawl.cities: {len(out) - 10} more such pair(s)"]
+
     @property
     def user_agent(self) -> str:
         """Descriptive User-Agent with contact (Wikimedia User-Agent policy; courteous for OSM too)."""
