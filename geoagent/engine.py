@@ -2763,21 +2763,21 @@ def _replay_figures(cfg: Any, ledger: Any) -> dict[str, Any]:
     return {"process_replayed": out, "calls_models": len(replay) < len(models)}
 
 
-def _per_model_drift_note(written: Any, state_dir: Any, est: Any, store: Any) -> str | None:
+def _per_model_drift_note(written: Any, state_dir: Any, est: Any, stored: dict[str, int]) -> str | None:
     """The dry run's parenthesis on a change confined to some models' own settings
-    (:func:`geoagent.runtime.drift.changed_model_names`) when none of them both has answers stored and calls to
-    make in this run (``est.by_model``): why nothing mixes, as the run's own line says
-    (:func:`geoagent.runtime.drift.decide`; walk31 #2). None otherwise (the totals' note stands)."""
+    (:func:`geoagent.runtime.drift.changed_model_names`) when none of them both has planned tasks done
+    (``stored``: per model, :func:`run_would_handle`) and calls to make in this run (``est.by_model``): why nothing
+    mixes, as the run's own line says (:func:`geoagent.runtime.drift.decide`; walk31 #2). None otherwise (the
+    totals' note stands)."""
     from geoagent.runtime.drift import changed_model_names
     from geoagent.runtime.manifest import config_changes
 
     try:
         changes = config_changes(written, state_dir=state_dir)
-        stored = store.count_responses_by_model() if store is not None else None
     except (ValueError, OSError):
         return None
     changed = changed_model_names(changes.calls, changes.call_keys, [m.name for m in written.models])
-    if not changed or stored is None:
+    if not changed:
         return None
     calls = {n: getattr(e, "calls", 0) for n, e in (est.by_model or {}).items()}
     if any(stored.get(m, 0) and calls.get(m, 0) for m in changed):
@@ -2786,8 +2786,8 @@ def _per_model_drift_note(written: Any, state_dir: Any, est: Any, store: Any) ->
     fresh = sorted(m for m in changed if not stored.get(m, 0))
     parts = ([f"every task of model{'s' if len(done) > 1 else ''} {', '.join(done)} is done, so the change reaches "
               "none of the answers stored (a new [campaign] name runs it with the change)"] if done else []) + (
-        [f"model{'s' if len(fresh) > 1 else ''} {', '.join(fresh)} {'have' if len(fresh) > 1 else 'has'} no answer "
-         "stored, so all answers use the new settings"] if fresh else [])
+        [f"model{'s' if len(fresh) > 1 else ''} {', '.join(fresh)} {'have' if len(fresh) > 1 else 'has'} no task "
+         "answered yet, so all answers use the new settings"] if fresh else [])
     return f"(the call settings of {len(changed)} model(s) changed since the last run: {'; '.join(parts)}: no model's " \
            "results mix two settings)"
 
@@ -2822,8 +2822,8 @@ async def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContex
     they are not counted as earlier requests that would mix with this run's. ``plan_q``: the plan edge's queue;
     when the change is confined to some models' own settings (:func:`geoagent.runtime.drift.changed_model_names`)
     and the plan edge is the model requests', its unfinished tasks are counted per model
-    (:meth:`~geoagent.runtime.queue.WorkQueue.unfinished_by_model`) beside each model's stored answers, so results
-    are said to mix only for a model that has both (walk31 #2). Returns the
+    (:meth:`~geoagent.runtime.queue.WorkQueue.tasks_by_model`: done, and not done), so results are said to mix
+    only for a model that has both (walk31 #2). Returns the
     :class:`~geoagent.runtime.drift.DriftDecision` (for the manifest), or None when the campaign has no earlier
     run or its manifest cannot be read."""
     from geoagent.runtime.drift import changed_keys_text as _changed_keys_text
@@ -2845,12 +2845,12 @@ async def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContex
         from geoagent.runtime.drift import changed_model_names
 
         changed_models = changed_model_names(changes.calls, changes.call_keys, [m.name for m in cfg.models])
-        store = ctx.services.get("store")
-        if changed_models and store is not None:
-            unfinished = await plan_q.unfinished_by_model()
-            if unfinished is not None:
-                stored = await anyio.to_thread.run_sync(store.count_responses_by_model)
-                by_model = {m: (int(stored.get(m, 0)), int(unfinished.get(m, 0))) for m in changed_models}
+        if changed_models:
+            # per model: its tasks done (answered under the old settings: an answer another model name stored for
+            # the same request counts too) and those not done (sent with the new settings)
+            counts = await plan_q.tasks_by_model()
+            if counts is not None:
+                by_model = {m: counts.get(m, (0, 0)) for m in changed_models}
     decision = decide(cfg.name, changes.calls, changes.call_keys, tasks_before=plan_before.total,
                       done_before=plan_before.done, added=max(0, plan_after.total - plan_before.total),
                       left_before=max(0, sum(c.ready + c.leased + c.dead for c in before.values()) - left_out),
@@ -3163,7 +3163,8 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
             *kind.dry_run_outline(cfg),
         ]
     else:
-        payloads, earlier = run_would_handle(cfg, kind, messages)
+        done_by_model: dict[str, int] = {}
+        payloads, earlier = run_would_handle(cfg, kind, messages, done_by_model)
         gone_usd, gone_calls = gone_reservations(ctx.get("ledger"))
         from geoagent.sandbox.launch import simulated_models
 
@@ -3180,7 +3181,7 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
         est.config_changed = _calls_changed(written, cfg.state_dir())
         if est.config_changed is True and est.calls and not est.dead_earlier:
             # calls to make next to answers stored: judged per model when the change is one model's own
-            est.drift_note = _per_model_drift_note(written, cfg.state_dir(), est, ctx.get("store"))
+            est.drift_note = _per_model_drift_note(written, cfg.state_dir(), est, done_by_model)
         est.gone_usd, est.gone_calls = gone_usd, gone_calls
         # how the plan differs from the one the last run recorded, as the run says it at its start
         diff = PlanDiff.of(cfg.state_dir())
@@ -3268,8 +3269,8 @@ def gone_reservations(ledger: Any) -> tuple[float, int]:
     return float(usd_gone), int(n)
 
 
-def run_would_handle(cfg: Any, kind: CampaignKind, messages: Sequence[Message]
-                     ) -> tuple[list[dict[str, Any]], tuple[int, int, int, int]]:
+def run_would_handle(cfg: Any, kind: CampaignKind, messages: Sequence[Message],
+                     done_by_model: dict[str, int] | None = None) -> tuple[list[dict[str, Any]], tuple[int, int, int, int]]:
     """The request payloads a real run of ``cfg`` would hand the model caller now, for the dry run, and
     ``(done, dead, queued, set_aside)``: planned tasks an earlier run already finished, planned tasks it
     dead-lettered (neither is handled again; ``dead --requeue`` brings the dead back), tasks an earlier run
@@ -3281,6 +3282,8 @@ def run_would_handle(cfg: Any, kind: CampaignKind, messages: Sequence[Message]
     config says now (a changed ``max_output_tokens`` or prompt does not reach it): the run handles the queue's
     pending tasks as queued, then the planned messages whose key is not queued yet. Without a queue (a first
     run) that is the whole plan. Read-only: no queue file is created (:func:`geoagent.runtime.sqlite_queue.read_planned`).
+    ``done_by_model``: a dict to fill with the planned tasks done, per the model their payload names (for the
+    per-model config-change note, :func:`_per_model_drift_note`).
     """
     from geoagent.runtime.sqlite_queue import read_planned
 
@@ -3288,6 +3291,10 @@ def run_would_handle(cfg: Any, kind: CampaignKind, messages: Sequence[Message]
     if queued is None:
         return [p for _, p in messages], (0, 0, 0, 0)
     done = sum(1 for st in queued.states.values() if st == "done")
+    if done_by_model is not None:  # planned tasks done, per the model their payload names
+        for k, p in messages:
+            if queued.states.get(k) == "done" and isinstance(p.get("model"), str):
+                done_by_model[p["model"]] = done_by_model.get(p["model"], 0) + 1
     dead = sum(1 for st in queued.states.values() if st == "dead") - len(queued.superseded)
     new = [p for k, p in messages if k not in queued.states]
     planned = {k for k, _ in messages}

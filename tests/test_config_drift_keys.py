@@ -55,7 +55,7 @@ def test_work_left_queued_names_the_changed_keys_redacted(tmp_path, capsys, refu
     # the first run stored no answer (its host refused every call), so the 6 tasks it left queued are all asked
     # with the new settings: nothing mixes (walk31 #2; before, this warned that results would mix)
     assert ("info: campaign drift-left: models changed since its last run (models[0].headers.X-Title: "
-            "'plain-title' -> '***'; models[0].max_output_tokens: 512 -> 256); model m had no answer stored, so all "
-            "its answers use the new settings: no model's results mix two settings.") in err
+            "'plain-title' -> '***'; models[0].max_output_tokens: 512 -> 256); model m had no task answered yet, "
+            "so all its answers use the new settings: no model's results mix two settings.") in err
     assert "would mix" not in err
     assert secret not in err

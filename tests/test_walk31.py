@@ -192,9 +192,9 @@ def test_changed_model_names(keys, calls, expect):
 def test_decide_per_model():
     common = dict(tasks_before=12, done_before=12, keys_text="k")
     keys = {"models[0].max_output_tokens": (512, 256)}
-    # a model with no answer stored before: all its answers use the new settings
+    # a model with no task answered before: all its answers use the new settings
     d = decide("x", ["models"], keys, added=6, left_before=0, changed_models={"a"}, by_model={"a": (0, 6)}, **common)
-    assert not d.mixed and "model a had no answer stored, so all its answers use the new settings" in d.lines[0]
+    assert not d.mixed and "model a had no task answered yet, so all its answers use the new settings" in d.lines[0]
     assert "not_applied_to" not in d.record
     # stored answers and work left: results mix (the totals' warning)
     d = decide("x", ["models"], keys, added=0, left_before=2, changed_models={"a"}, by_model={"a": (6, 2)}, **common)
@@ -204,7 +204,7 @@ def test_decide_per_model():
     assert d.mixed
 
 
-def test_the_sqlite_queue_counts_unfinished_tasks_per_model(tmp_path):
+def test_the_sqlite_queue_counts_done_and_unfinished_tasks_per_model(tmp_path):
     from geoagent.runtime.queue import SUPERSEDED
     from geoagent.runtime.sqlite_queue import SQLiteQueue
 
@@ -218,7 +218,7 @@ def test_the_sqlite_queue_counts_unfinished_tasks_per_model(tmp_path):
             await q.dead_letter(tasks["a2"], SUPERSEDED + " no longer planned")  # set aside: no work left
             await q.dead_letter(tasks["b1"], "http 400")  # dead for a failure: work left
             await q.release([tasks[k] for k in ("a3", "a4", "b2", "n0", "n1")])
-            first = await q.unfinished_by_model()
+            first = await q.tasks_by_model()
             # a payload SQLite's JSON functions cannot read: the count falls back to reading payloads in Python
             import sqlite3
             import time
@@ -226,13 +226,13 @@ def test_the_sqlite_queue_counts_unfinished_tasks_per_model(tmp_path):
             with sqlite3.connect(tmp_path / "requests.sqlite") as raw:
                 raw.execute("INSERT INTO tasks (key, payload, state, not_before, created_at) VALUES (?, ?, 0, ?, ?)",
                             ("bad", b"{not json", time.time(), time.time()))
-            return first, await q.unfinished_by_model()
+            return first, await q.tasks_by_model()
         finally:
             await q.close()
 
     first, again = anyio.run(main_)
-    assert first == {"a": 2, "b": 2, None: 2}
-    assert again == {"a": 2, "b": 2, None: 3}
+    assert first == {"a": (2, 2), "b": (1, 2), None: (0, 2)}  # (done, unfinished)
+    assert again == {"a": (2, 2), "b": (1, 2), None: (0, 3)}
 
 
 # -- #5 ------------------------------------------------------------------------------------------------------

@@ -279,9 +279,9 @@ def _models_text(names: Iterable[str]) -> str:
 
 def _per_model(name: str, what: str, changed: set[str], by_model: dict[str, tuple[int, int]], record: dict[str, Any],
                added: int) -> DriftDecision | None:
-    """:func:`decide` for a change confined to ``changed`` models' own settings, given per model ``(answers stored
-    before, tasks not done after planning)``: None when one of them has both (results would mix: the caller's
-    warning), else the info line that nothing mixes (walk31 #2: a run that changed a model whose tasks were all done,
+    """:func:`decide` for a change confined to ``changed`` models' own settings, given per model ``(tasks done before
+    this run, tasks not done after planning)`` on the plan edge: None when one of them has both (results would mix:
+    the caller's warning), else the info line that nothing mixes (walk31 #2: a run that changed a model whose tasks were all done,
     and added another model, was told its results would mix and to start over under a new name)."""
     untouched = sorted(m for m in changed if by_model.get(m, (0, 0))[0] > 0 and by_model.get(m, (0, 0))[1] == 0)
     if any(by_model.get(m, (0, 0))[0] > 0 and by_model.get(m, (0, 0))[1] > 0 for m in changed):
@@ -292,7 +292,7 @@ def _per_model(name: str, what: str, changed: set[str], by_model: dict[str, tupl
         parts.append(f"every task of {_models_text(untouched)} is done, so the change reaches none of {'its' if len(untouched) == 1 else 'their'} "
                      "stored answers, which keep the old settings (a new [campaign] name runs them with it)")
     if fresh:
-        parts.append(f"{_models_text(fresh)} had no answer stored, so all {'its' if len(fresh) == 1 else 'their'} "
+        parts.append(f"{_models_text(fresh)} had no task answered yet, so all {'its' if len(fresh) == 1 else 'their'} "
                      "answers use the new settings")
     if added:
         parts.append(f"the {added} task{'s' if added != 1 else ''} this run planned anew "
@@ -328,8 +328,9 @@ def decide(name: str, calls: list[str], call_keys: dict[str, tuple[Any, Any]], *
         The changed keys as printed (redacted, cut; :func:`geoagent.cli._changed_keys_text`).
     changed_models, by_model
         When the change is confined to some models' own settings (:func:`changed_model_names`) and the plan queue
-        can count its unfinished tasks per model: those models, and per model ``(answers stored before this run,
-        tasks of the plan edge not done after planning)``. Results then mix only when a changed model has both;
+        can count its tasks per model (:meth:`geoagent.runtime.queue.WorkQueue.tasks_by_model`): those models, and
+        per model ``(tasks of the plan edge done before this run, tasks not done after planning)``. Results then mix
+        only when a changed model has both;
         otherwise one info line says why nothing mixes, and ``record["not_applied_to"]`` names the changed models
         whose every task was done (their stored answers keep the old settings). None: decided from the totals.
     """

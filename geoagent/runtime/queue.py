@@ -393,11 +393,12 @@ class WorkQueue(abc.ABC):
         check_key_sequence(keys, "dead_letter_ready")
         return None
 
-    async def unfinished_by_model(self) -> dict[str | None, int] | None:
-        """Tasks not done (ready, leased, or dead for any reason but :data:`SUPERSEDED`: a task set aside as no
-        longer planned is not work left) per the ``model`` field of their payload (None: a payload without a text
-        ``model``); read only, a snapshot. For a config change's verdict per model
-        (:func:`geoagent.runtime.drift.decide`). None: this backend cannot tell (the default)."""
+    async def tasks_by_model(self) -> dict[str | None, tuple[int, int]] | None:
+        """Per the ``model`` field of the task payloads (None: a payload without a text ``model``): ``(done,
+        unfinished)``, the tasks done and those not done (ready, leased, or dead for any reason but
+        :data:`SUPERSEDED`: a task set aside as no longer planned is not work left); read only, a snapshot. For a
+        config change's verdict per model (:func:`geoagent.runtime.drift.decide`). None: this backend cannot tell
+        (the default)."""
         return None
 
     async def done_among(self, keys: Iterable[str]) -> list[str] | None:

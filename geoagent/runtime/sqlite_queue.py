@@ -1277,29 +1277,31 @@ class SQLiteQueue(WorkQueue):
         """
         return await self._async(self._requeue_op(keys))
 
-    async def unfinished_by_model(self) -> dict[str | None, int]:
-        """:meth:`WorkQueue.unfinished_by_model`: one read-only scan of the tasks not done, the payload's ``model``
-        read by SQLite's ``json_extract`` (its JSON functions are built in from SQLite 3.38), else by ``orjson``
-        in Python (an older SQLite without them)."""
-        where = f"state != {DONE} AND NOT (state = {DEAD} AND substr(coalesce(last_error, ''), 1, ?) = ?)"
+    async def tasks_by_model(self) -> dict[str | None, tuple[int, int]]:
+        """:meth:`WorkQueue.tasks_by_model`: one read-only scan of the tasks, the payload's ``model`` read by
+        SQLite's ``json_extract`` (its JSON functions are built in from SQLite 3.38), else by ``orjson`` in Python
+        (an older SQLite without them, or a payload they cannot read)."""
+        unfinished = f"state != {DONE} AND NOT (state = {DEAD} AND substr(coalesce(last_error, ''), 1, ?) = ?)"
         args = (len(SUPERSEDED), SUPERSEDED)
 
-        def tx(conn: sqlite3.Connection, now: float) -> dict[str | None, int]:
+        def tx(conn: sqlite3.Connection, now: float) -> dict[str | None, tuple[int, int]]:
             try:
                 rows = conn.execute(
                     "SELECT CASE WHEN json_type(CAST(payload AS TEXT), '$.model') = 'text' THEN "
-                    f"json_extract(CAST(payload AS TEXT), '$.model') END, COUNT(*) FROM tasks WHERE {where} "
-                    "GROUP BY 1", args).fetchall()
-                return {m: n for m, n in rows}
-            except sqlite3.OperationalError:  # no JSON functions (or a payload they cannot read): in Python
-                out: dict[str | None, int] = {}
-                for (payload,) in conn.execute(f"SELECT payload FROM tasks WHERE {where}", args):
+                    f"json_extract(CAST(payload AS TEXT), '$.model') END, SUM(state = {DONE}), SUM({unfinished}) "
+                    "FROM tasks GROUP BY 1", args).fetchall()
+                return {m: (int(d or 0), int(u or 0)) for m, d, u in rows}
+            except sqlite3.OperationalError:  # no JSON functions, or a payload they cannot read: in Python
+                out: dict[str | None, tuple[int, int]] = {}
+                for payload, is_done, is_unfinished in conn.execute(
+                        f"SELECT payload, state = {DONE}, {unfinished} FROM tasks", args):
                     try:
                         m = orjson.loads(payload).get("model")
                     except (orjson.JSONDecodeError, AttributeError):
                         m = None
                     m = m if isinstance(m, str) else None
-                    out[m] = out.get(m, 0) + 1
+                    d, u = out.get(m, (0, 0))
+                    out[m] = (d + int(is_done), u + int(is_unfinished))
                 return out
 
         return await self._async(_Op(tx, write=False, inline=False))
