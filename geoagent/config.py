@@ -1368,7 +1368,10 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
         warnings.warn(f"{source}: {text}", ConfigWarning, stacklevel=2)
     for text in system_message_warnings(cfg):
         warnings.warn(f"{source}: {text}", ConfigWarning, stacklevel=2)
-    for section in sections.values():  # a task section's own warnings (load_warnings(), when it has that method)
+    # the campaign kind's own section's warnings (load_warnings(), when it has that method): a table of another
+    # kind's is not used by this campaign (example.toml shows every kind's), so it has nothing to warn of
+    section = sections.get(str(getattr(cfg.campaign, "kind", "") or ""))
+    if section is not None:
         for text in (section.load_warnings() if callable(getattr(section, "load_warnings", None)) else ()):
             warnings.warn(f"{source}: {text}", ConfigWarning, stacklevel=2)
     for i, m in enumerate(cfg.models):

@@ -904,23 +904,33 @@ def finished_campaign_hint(cfg: Any) -> str:
             "key; a run needs the keys because it plans again, and a config changed since may add work")
 
 
-def missing_keys(cfg: Any, kind: CampaignKind, *, dotenv_path: str | Path | None = None
-                 ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+def missing_keys(cfg: Any, kind: CampaignKind, *, dotenv_path: str | Path | None = None,
+                 unreadable: list[str] | None = None) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """``(models' missing keys, the kind's other missing keys)``: the variables :func:`check_keys` refuses a run
     for, as ``(variable NAME, model name)`` and ``(variable NAME, what needs it)`` pairs (never a value).
 
-    A dry run (``--simulate``) lists the same variables as one warning instead of refusing.
+    A dry run (``--simulate``) lists the same variables as one warning instead of refusing. ``unreadable``: a list
+    to collect the messages of variables that cannot be read instead of raising (as
+    :func:`geoagent.secrets.missing_api_keys`).
 
     Raises
     ------
     ValueError
-        A configured name is not a valid variable name, or a value holds control characters.
+        Without ``unreadable``: a configured name is not a valid variable name, or a value holds control characters.
     """
     from geoagent.secrets import lookup_secret, missing_api_keys
 
-    missing = missing_api_keys(cfg, dotenv_path=dotenv_path)
-    others = [(var, who) for var, who in kind.required_keys(cfg)
-              if lookup_secret(var, dotenv_path=dotenv_path) is None]
+    missing = missing_api_keys(cfg, dotenv_path=dotenv_path, unreadable=unreadable)
+    others = []
+    for var, who in kind.required_keys(cfg):
+        try:
+            if lookup_secret(var, dotenv_path=dotenv_path) is None:
+                others.append((var, who))
+        except ValueError as exc:
+            if unreadable is None:
+                raise
+            if str(exc) not in unreadable:
+                unreadable.append(str(exc))
     return missing, others
 
 
@@ -1622,12 +1632,9 @@ async def open_services(
     from geoagent.secrets import SecretNotFound, missing_api_keys, missing_keys_message
     from geoagent.workers.model_caller import AUTH_BREAKER_SERVICE, AuthBreaker
 
-    try:
-        missing = missing_api_keys(cfg, dotenv_path=dotenv_path)
-    except ValueError:  # a key variable that cannot be read (a .env line that does not parse, control characters)
-        if require_keys:
-            raise
-        missing = []  # a dry run reports it at its end (_estimate_outcome; walk31 #4), after its whole report
+    # a key variable that cannot be read (a .env line that does not parse, control characters) stops a run here; a
+    # dry run reports it at its end (_estimate_outcome; walk31 #4), after its whole report
+    missing = missing_api_keys(cfg, dotenv_path=dotenv_path, unreadable=None if require_keys else [])
     if missing and require_keys:  # every missing variable at once, before anything is opened
         raise SecretNotFound(missing_keys_message(missing, dotenv_path=dotenv_path))
     url = redis_url(cfg, dotenv_path=dotenv_path)  # [backend] kind = "redis": queues and state on that server
@@ -2031,8 +2038,13 @@ async def _run(
                 print(f"info: campaign {cfg.name}: {changed}.", file=sys.stderr)
                 plan_change["said"] = changed
             diff = counted = None
-        drift = await config_drift_after_plan(cfg, kind, ctx, before, plan_after,
-                                              left_out=check.left_out if check is not None else 0, plan_q=plan_q)
+        # tasks set aside earlier that this plan holds again are queued again first: the drift verdict per model
+        # counts them as work left (bring_back_planned)
+        left_out = check.left_out if check is not None else 0  # before bring_back_planned empties check.back
+        back_lines = await bring_back_planned(cfg, plan_q, check) if check is not None else []
+        drift = await config_drift_after_plan(cfg, kind, ctx, before, plan_after, left_out=left_out, plan_q=plan_q)
+        for ln in back_lines:
+            print(ln, file=sys.stderr)
         if check is not None:
             # tasks an earlier plan left queued that this plan no longer holds are set aside (dead, reason
             # "superseded: ..."), never sent; set-aside tasks this plan holds again come back
@@ -2962,6 +2974,21 @@ class PlanCheck:
             self.back.add(key)
 
 
+async def bring_back_planned(cfg: Any, queue: Any, check: PlanCheck) -> list[str]:
+    """Requeue the tasks of the plan edge ``queue`` an earlier run set aside as no longer planned that the current
+    plan holds again (``check.back``, emptied: read :attr:`PlanCheck.left_out` before); return the line for stderr
+    (none when there were none). The run
+    does this before it judges a config change (:func:`config_drift_after_plan`), so those tasks count as work
+    left to send under the new settings (break31 #1: counted after, a model's change was called one that mixes
+    nothing, then 7 of its tasks were sent under it next to 3 answers made under the old setting)."""
+    if not check.back:
+        return []
+    n = await queue.requeue_dead(sorted(check.back))
+    check.back.clear()
+    return [f"info: campaign {cfg.name}: {n} task{'s' if n != 1 else ''} set aside by an earlier run as no longer "
+            "planned are in the current plan again: queued again"]
+
+
 async def set_aside_unplanned(cfg: Any, queue: Any, check: PlanCheck, drift: Any = None) -> list[str]:
     """Set aside the tasks of the plan edge ``queue`` that an earlier plan queued and the current plan no longer
     holds (``check.unplanned``, :class:`PlanCheck`, after :func:`enqueue_plan` streamed the plan through it),
@@ -2977,11 +3004,7 @@ async def set_aside_unplanned(cfg: Any, queue: Any, check: PlanCheck, drift: Any
     them, ``--requeue`` brings them back, and a later plan that holds a key again requeues it here. Tasks done or
     dead for another reason are left as they are.
     """
-    lines: list[str] = []
-    if check.back:
-        n = await queue.requeue_dead(sorted(check.back))
-        lines.append(f"info: campaign {cfg.name}: {n} task{'s' if n != 1 else ''} set aside by an earlier run as no "
-                     "longer planned are in the current plan again: queued again")
+    lines = await bring_back_planned(cfg, queue, check)
     unplanned = sorted(check.unplanned)
     if not unplanned:
         return lines
@@ -3108,18 +3131,16 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
     dotenv_path = ctx.services.get("dotenv_path")
     # the config as written: the kind names a sandbox fake's key rule from its *.sandbox.invalid URL
     command = "crawl" if kind.kind == "crawl" else "run"
-    try:
-        missing, others = missing_keys(ctx.services.get("config_as_written", cfg), kind, dotenv_path=dotenv_path)
-        unreadable = None
-    except ValueError as exc:  # a key variable on a .env line that cannot be parsed, or with control characters
-        # (walk31 #4: the dry run stopped there with no report; `run` refuses it, so the dry run says so at its end)
-        missing, others, unreadable = [], [], str(exc)
+    # a key variable on a .env line that cannot be parsed, or with control characters, is collected, not raised
+    # (walk31 #4: the dry run stopped there with no report; `run` refuses it, so the dry run says so at its end)
+    unreadable: list[str] = []
+    missing, others = missing_keys(ctx.services.get("config_as_written", cfg), kind, dotenv_path=dotenv_path,
+                                   unreadable=unreadable)
     n_vars = len({var for var, _ in missing} | {var for var, _ in others})
     them = "they are" if n_vars > 1 else "it is"
     warning = ([f"  warning: {missing_keys_message(missing, dotenv_path=dotenv_path, others=others)}; `{command}` "
                 f"will refuse to start until {them} set"] if n_vars else [])
-    if unreadable:
-        warning.append(f"  warning: {unreadable}; `{command}` will refuse to start (exit 2) until it is fixed")
+    warning += [f"  warning: {u}; `{command}` will refuse to start (exit 2) until it is fixed" for u in unreadable]
     warning += [f"  warning: {w}" for w in kind.plan_warnings(cfg)]
     plan_refusals = kind.plan_refusals(cfg)
     photo_px, photo_basis = kind.expected_photo(cfg)
@@ -3149,7 +3170,8 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
         refusals.append(f"{'variables' if n_vars > 1 else 'variable'} {'; '.join(said)}")
         out.exit_code = EXIT_CONFIG
     if unreadable:
-        refusals.append("an API key variable that cannot be read")
+        refusals.append("an API key variable that cannot be read" if len(unreadable) == 1 else
+                        f"{len(unreadable)} API key variables that cannot be read")
         out.exit_code = EXIT_CONFIG
     if plan_refusals:
         refusals.append("images without a file for a real model")

@@ -634,6 +634,7 @@ def missing_api_keys(
     *,
     dotenv_path: str | os.PathLike[str] | None = None,
     environ: dict[str, str] | None = None,
+    unreadable: list[str] | None = None,
 ) -> list[tuple[str, str]]:
     """Every ``(variable NAME, model name)`` whose paid model's key variable (``api_key_env``, else the provider's
     usual one for its own API host: :attr:`geoagent.config.ModelConfig.key_env`) is set nowhere, in config order.
@@ -642,10 +643,14 @@ def missing_api_keys(
     an ``api_key_env``, in the environment and then the ``.env`` file (like :func:`lookup_secret`), so one
     error can list them all instead of one per attempt.
 
+    ``unreadable``: a list to collect the message of each variable that cannot be read (set on a ``.env`` line
+    that does not parse, or holding control characters) instead of raising at the first, so a dry run names every
+    problem at once (break31 #4); each variable once.
+
     Raises
     ------
     ValueError
-        A configured name is not a valid variable name, or a value holds control characters
+        Without ``unreadable``: a configured name is not a valid variable name, or a value holds control characters
         (:func:`lookup_secret`; no message echoes a value).
     """
     out: list[tuple[str, str]] = []
@@ -655,7 +660,17 @@ def missing_api_keys(
         var = getattr(m, "key_env", None) or m.api_key_env
         # a key of a model not on a paid host (a local server's "EMPTY") is scrubbed only from 8 characters
         local = not getattr(m, "on_paid_host", True)
-        if var and m.paid and lookup_secret(var, dotenv_path=dotenv_path, environ=environ, local=local) is None:
+        if not (var and m.paid):
+            continue
+        try:
+            found = lookup_secret(var, dotenv_path=dotenv_path, environ=environ, local=local)
+        except ValueError as exc:
+            if unreadable is None:
+                raise
+            if str(exc) not in unreadable:
+                unreadable.append(str(exc))
+            continue
+        if found is None:
             out.append((var, m.name))
     return out
 

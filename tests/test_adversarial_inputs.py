@@ -555,8 +555,10 @@ def test_a_dotenv_file_that_is_not_utf8_is_an_error_naming_it_and_its_line(tmp_p
     monkeypatch.setenv("GEOAGENT_DOTENV", str(env))
     monkeypatch.delenv("ADV_DOTENV_KEY", raising=False)
     rc = main(["run", str(cfg), "--simulate", "--no-live"])
-    err = capsys.readouterr().err
+    got = capsys.readouterr()
+    err = got.out + got.err  # a dry run says it in its report's warnings, then ends "exit 2: ..." (walk31 #4)
     assert rc == 2 and f"{env}:2" in err and "UTF-8" in err and key not in err, err
+    assert "exit 2: `run` would refuse to start (an API key variable that cannot be read" in got.out, got.out
 
 
 def test_a_dotenv_file_with_a_byte_order_mark_gives_its_first_variable(tmp_path):

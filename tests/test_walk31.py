@@ -163,6 +163,15 @@ def test_a_done_models_change_next_to_a_replaced_model_mixes_nothing(tmp_path, c
     assert drift["not_applied_to"] == ["a"] and drift["applied"] is True
     # written only for a model whose answers were made under more than one request setting: none here
     assert "answers_by_request_params" not in man
+    # a's recorded entry keeps the setting its answers were made with, so a later run that gives a new tasks (only
+    # n_requests raised now) still sees a's change and says the results mix, instead of "asked like the stored ones"
+    assert [m["max_output_tokens"] for m in man["config"]["models"]] == [512, 512]
+    assert [m["name"] for m in man["config"]["models"]] == ["a", "c"]
+    p.write_text(p.read_text().replace("n_requests = 6", "n_requests = 8"))
+    rc, summary, err = _run(p, capsys)
+    assert rc == 0
+    assert "models[0].max_output_tokens: 512 -> 256" in err and "so results would mix both versions" in err, err
+    assert "a: 6 answers with max_output_tokens 512; 2 with max_output_tokens 256" in summary, summary
 
 
 def test_a_changed_model_with_new_tasks_still_warns(tmp_path, capsys):
@@ -271,3 +280,64 @@ def test_cities_farther_apart_than_two_sampling_radii_are_not(tmp_path):
     far = _crawl_config(tmp_path, '[[crawl.cities]]\ncity = "North Town"\ncountry = "SB"\ncontinent = "EU"\n'
                                   'lat = 45.1402\nlon = 7.6869\n')
     assert _city_warnings(far) == []
+
+
+def test_tasks_the_plan_brings_back_count_as_work_left_of_a_changed_model(tmp_path, capsys):
+    """break31 #1: tasks set aside as no longer planned that the new plan holds again were requeued after the
+    verdict, so a changed model's change was said to mix nothing, then 7 of its tasks went out under it next to 3
+    answers made under the old setting."""
+    priced = ('price_input_usd_per_mtok = 0.15\nprice_output_usd_per_mtok = 0.60\n')
+    models = (_model("a", 400).replace("concurrency = 4", priced + "temperature = 0.0\nconcurrency = 1")
+              + _model("b", 400).replace("concurrency = 4", priced + "concurrency = 1"))
+    p = generic_campaign(tmp_path, name="revive", n=10, models=models, cap_usd=0.0003)
+    _run(p, capsys)  # stopped by the cap with some of each model's tasks done, the rest queued
+    p.write_text(p.read_text().replace("n_requests = 10", "n_requests = 3").replace("cap_usd = 0.0003", "cap_usd = 1.0"))
+    _, _, err = _run(p, capsys)
+    assert "set aside" in err, err  # the tasks past the 3 planned now go to dead, superseded
+    p.write_text(p.read_text().replace("n_requests = 3", "n_requests = 10").replace("temperature = 0.0",
+                                                                                      "temperature = 0.7"))
+    rc, summary, err = _run(p, capsys)
+    assert rc == 0
+    assert "queued again" in err and "so results would mix both versions" in err, err
+    assert "no model's results mix" not in err
+    assert read_manifest(tmp_path / "state" / "revive")["config_mix"][-1]["changed"]["models[0].temperature"] \
+        == [0.0, 0.7]
+
+
+def test_a_dry_run_names_an_unset_key_beside_an_unreadable_one(tmp_path, monkeypatch):
+    """break31 #4: the first unreadable variable dropped the list of unset ones from the report."""
+    bad, unset = "WALK31_BAD_LINE_KEY", "WALK31_UNSET_KEY"
+    for var in (bad, unset):
+        monkeypatch.delenv(var, raising=False)
+    dotenv = tmp_path / ".env"
+    dotenv.write_text(f'{bad} = "abc\n')
+    path = _config(tmp_path, bad)
+    path.write_text(path.read_text() + f'''
+[[models]]
+name = "paid2"
+provider = "openai"
+model = "gpt-y"
+base_url = "http://127.0.0.1:9/v1"
+api_key_env = "{unset}"
+price_input_usd_per_mtok = 2.0
+price_output_usd_per_mtok = 8.0
+max_output_tokens = 256
+''')
+    cfg = load_config(path)
+    dry = anyio.run(lambda: run_campaign(cfg, simulate=True, live=False, handle_signals=False, dotenv_path=dotenv))
+    text = dry.summary()
+    assert dry.exit_code == 2 and "total: 40 calls" in text
+    assert any(unset in ln and "not set" in ln for ln in text.splitlines() if "warning:" in ln), text
+    assert any(bad in ln and "cannot be parsed" in ln for ln in text.splitlines() if "warning:" in ln), text
+    assert text.splitlines()[-1] == (f"  exit 2: `run` would refuse to start (variable {unset} not set; an API key "
+                                     "variable that cannot be read; see the warnings above)")
+
+
+def test_the_close_city_warning_is_only_for_a_crawl_campaign(tmp_path):
+    """break31 #5: a generic campaign's file that also holds a [crawl] table (unused) got the crawl's warnings."""
+    crawl = _crawl_config(tmp_path, '[[crawl.cities]]\ncity = "Sandbox Town"\ncountry = "SB"\ncontinent = "EU"\n'
+                                    'lat = 45.0712\nlon = 7.6869\n')
+    assert len(_city_warnings(crawl)) == 1
+    generic = tmp_path / "generic.toml"
+    generic.write_text(crawl.read_text().replace('kind = "crawl"', 'kind = "generic"', 1), encoding="utf-8")
+    assert _city_warnings(generic) == []

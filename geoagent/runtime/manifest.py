@@ -435,6 +435,16 @@ def changed_keys(before: Any, now: Any, prefix: str) -> dict[str, tuple[Any, Any
     return {prefix: (before, now)}
 
 
+def _keep_model_entries(config: dict[str, Any], recorded: dict[str, Any], names: Any) -> dict[str, Any]:
+    """``config`` (a resolved config dict) with the ``[[models]]`` entries named in ``names`` replaced by those of the
+    same name in ``recorded`` (the manifest's config so far), where it has one; every other key as in ``config``."""
+    old = {m.get("name"): m for m in recorded.get("models") or [] if isinstance(m, dict)}
+    keep = set(names or ())
+    models = [old[m.get("name")] if isinstance(m, dict) and m.get("name") in keep and m.get("name") in old else m
+              for m in config.get("models") or []]
+    return {**config, "models": models}
+
+
 def align_by_name(before: Any, now: Any) -> tuple[Any, Any]:
     """``(before, now)`` arrays of named tables (``[[models]]``) lined up by ``name`` for :func:`changed_keys`:
     ``now`` keeps its order (so ``models[i]`` is the current file's entry i), ``before`` gets at position i the
@@ -848,8 +858,9 @@ class Manifest:
         ``drift`` (:class:`geoagent.runtime.drift.DriftDecision`, after planning): a change of the call settings
         that reaches no stored result (``applied`` False) keeps the recorded ``config`` (and its hash and prompt
         hashes: what the results were made with) and records the new config under ``config_not_applied``; one
-        that mixes (``mixed``) appends its record to ``config_mix``. Either is also the run entry's
-        ``config_drift``."""
+        that mixes (``mixed``) appends its record to ``config_mix``; the models a change reached none of the answers
+        of (``record["not_applied_to"]``) keep their recorded ``[[models]]`` entries in ``config``. Either is also
+        the run entry's ``config_drift``."""
         now = time.time()
         run_id = f"{datetime.fromtimestamp(now, UTC).strftime('%Y%m%dT%H%M%SZ')}-{_pysecrets.token_hex(3)}"
         static = self._static()
@@ -870,6 +881,12 @@ class Manifest:
                 data["config_not_applied"] = {**record, "config_sha256": static["config_sha256"],
                                               "config": static["config"]}
             else:
+                not_applied = record.get("not_applied_to") if record else None
+                if not_applied and isinstance(data.get("config"), dict):
+                    # models whose change reached none of their answers (every task done: drift._per_model) keep
+                    # their recorded entries, so a later run that gives them new tasks still sees the change and
+                    # says the results mix (walk31 #2)
+                    static = {**static, "config": _keep_model_entries(static["config"], data["config"], not_applied)}
                 data.update(static)
                 data.pop("config_not_applied", None)
                 if record and drift.mixed:
