@@ -2800,8 +2800,8 @@ def _per_model_drift_note(written: Any, state_dir: Any, est: Any, stored: dict[s
               "none of the answers stored (a new [campaign] name runs it with the change)"] if done else []) + (
         [f"model{'s' if len(fresh) > 1 else ''} {', '.join(fresh)} {'have' if len(fresh) > 1 else 'has'} no task "
          "answered yet, so all answers use the new settings"] if fresh else [])
-    return f"(the call settings of {len(changed)} model(s) changed since the last run: {'; '.join(parts)}: no model's " \
-           "results mix two settings)"
+    return (f"(the call settings of {len(changed)} model(s) changed since the last run: {'; '.join(parts)}: no "
+            "model's results mix two settings)")
 
 
 def _calls_changed(written: Any, state_dir: Any) -> bool | str:
@@ -3292,7 +3292,8 @@ def gone_reservations(ledger: Any) -> tuple[float, int]:
 
 
 def run_would_handle(cfg: Any, kind: CampaignKind, messages: Sequence[Message],
-                     done_by_model: dict[str, int] | None = None) -> tuple[list[dict[str, Any]], tuple[int, int, int, int]]:
+                     done_by_model: dict[str, int] | None = None
+                     ) -> tuple[list[dict[str, Any]], tuple[int, int, int, int]]:
     """The request payloads a real run of ``cfg`` would hand the model caller now, for the dry run, and
     ``(done, dead, queued, set_aside)``: planned tasks an earlier run already finished, planned tasks it
     dead-lettered (neither is handled again; ``dead --requeue`` brings the dead back), tasks an earlier run

@@ -281,27 +281,27 @@ def _per_model(name: str, what: str, changed: set[str], by_model: dict[str, tupl
                added: int) -> DriftDecision | None:
     """:func:`decide` for a change confined to ``changed`` models' own settings, given per model ``(tasks done before
     this run, tasks not done after planning)`` on the plan edge: None when one of them has both (results would mix:
-    the caller's warning), else the info line that nothing mixes (walk31 #2: a run that changed a model whose tasks were all done,
-    and added another model, was told its results would mix and to start over under a new name)."""
-    untouched = sorted(m for m in changed if by_model.get(m, (0, 0))[0] > 0 and by_model.get(m, (0, 0))[1] == 0)
-    if any(by_model.get(m, (0, 0))[0] > 0 and by_model.get(m, (0, 0))[1] > 0 for m in changed):
+    the caller's warning), else the info line that nothing mixes (walk31 #2: a run that changed a model whose tasks
+    were all done, and added another model, was told its results would mix and to start over under a new name)."""
+    counts = {m: by_model.get(m, (0, 0)) for m in changed}
+    if any(done and left for done, left in counts.values()):
         return None
+    untouched = sorted(m for m, (done, _) in counts.items() if done)
     fresh = sorted(m for m in changed if m not in untouched)
     parts = []
     if untouched:
-        parts.append(f"every task of {_models_text(untouched)} is done, so the change reaches none of {'its' if len(untouched) == 1 else 'their'} "
-                     "stored answers, which keep the old settings (a new [campaign] name runs them with it)")
+        parts.append(f"every task of {_models_text(untouched)} is done, so the change reaches none of "
+                     f"{'its' if len(untouched) == 1 else 'their'} stored answers, which keep the old settings (a new "
+                     "[campaign] name runs them with it)")
     if fresh:
-        parts.append(f"{_models_text(fresh)} had no task answered yet, so all {'its' if len(fresh) == 1 else 'their'} "
-                     "answers use the new settings")
+        parts.append(f"{_models_text(fresh)} had no task answered yet, so all "
+                     f"{'its' if len(fresh) == 1 else 'their'} answers use the new settings")
     if added:
         parts.append(f"the {added} task{'s' if added != 1 else ''} this run planned anew "
                      f"{'are' if added != 1 else 'is'} asked under one setting each")
-    line = f"info: campaign {name}: {record['what']}; {'; '.join(parts)}: no model's results mix two settings."
-    record = {k: v for k, v in record.items() if k != "what"}
-    if untouched:
-        record["not_applied_to"] = untouched
-    return DriftDecision([line], applied=True, mixed=False, record=record)
+    line = f"info: campaign {name}: {what}; {'; '.join(parts)}: no model's results mix two settings."
+    return DriftDecision([line], applied=True, mixed=False,
+                         record={**record, **({"not_applied_to": untouched} if untouched else {})})
 
 
 def decide(name: str, calls: list[str], call_keys: dict[str, tuple[Any, Any]], *, tasks_before: int,
@@ -355,7 +355,7 @@ def decide(name: str, calls: list[str], call_keys: dict[str, tuple[Any, Any]], *
                 f"{new_text}, so nothing mixes (stored answers of tasks no longer planned stay stored).")
         return DriftDecision([line], applied=True, mixed=False, record=record)
     if changed_models and by_model is not None and (added or left_before):
-        per_model = _per_model(name, what, changed_models, by_model, {**record, "what": what}, added)
+        per_model = _per_model(name, what, changed_models, by_model, record, added)
         if per_model is not None:
             return per_model
     if added or left_before:
