@@ -206,6 +206,17 @@ def generic_campaign(tmp: Path, *, name: str, n: int, models: str, cap_usd: floa
     return p
 
 
+def run_cli(path: Path, capsys: Any, *extra: str) -> tuple[int, str, str]:
+    """``run.py run PATH --no-live [extra...]`` in this process: exit code, stdout (the summary), stderr (the
+    warnings); ``capsys`` is pytest's fixture (emptied first)."""
+    from geoagent.cli import main
+
+    capsys.readouterr()
+    rc = main(["run", str(path), "--no-live", *extra])
+    got = capsys.readouterr()
+    return rc, got.out, got.err
+
+
 def geoverify_replay_toml(tmp: Path, name: str, release_dir: Path, *, replay_path: Path | None = None,
                           cap_usd: float = 0.0, queue: str = "", geoverify: str = "n_boot = 0") -> str:
     """A GeoVerify campaign file (TOML text) replaying recorded answers (default: the release sample).

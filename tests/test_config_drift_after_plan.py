@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import anyio
 
-from _model_harness import generic_campaign
-from geoagent.cli import main
+from _model_harness import generic_campaign, run_cli
 from geoagent.runtime.manifest import read_manifest
 
 
@@ -23,10 +22,7 @@ def _models(tokens: int, extra: str = "") -> str:
 
 def _run(path, capsys) -> tuple[int, str, str]:
     """``run.py run PATH --no-live``: exit code, stdout (the summary), stderr (the warnings)."""
-    capsys.readouterr()
-    rc = main(["run", str(path), "--no-live"])
-    got = capsys.readouterr()
-    return rc, got.out, got.err
+    return run_cli(path, capsys)
 
 
 def test_a_change_that_adds_requests_warns_and_the_mix_is_counted(tmp_path, capsys):

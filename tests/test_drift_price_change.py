@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from _model_harness import generic_campaign
-from geoagent.cli import main
+from _model_harness import generic_campaign, run_cli
 from geoagent.runtime.manifest import read_manifest
 
 
@@ -23,10 +22,8 @@ def _models(price_in: float, price_out: float) -> str:
 
 
 def _run(path, capsys) -> tuple[int, str, str]:
-    capsys.readouterr()
-    rc = main(["run", str(path), "--no-live"])
-    got = capsys.readouterr()
-    return rc, got.out, got.err
+    """``run.py run PATH --no-live``: exit code, stdout (the summary), stderr (the warnings)."""
+    return run_cli(path, capsys)
 
 
 def _settled(db) -> list[tuple[str, int, int, int]]:

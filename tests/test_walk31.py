@@ -15,11 +15,14 @@ from pathlib import Path
 import anyio
 import pytest
 
+from _model_harness import generic_campaign, run_cli
 from geoagent.config import SetupWarning, load_config
 from geoagent.engine import over_cap_lines, run_campaign
-from geoagent.runtime.ledger import Ledger
-from geoagent.runtime.store import CampaignDB
 from geoagent.providers.base import Usage
+from geoagent.runtime.drift import changed_model_names, decide
+from geoagent.runtime.ledger import Ledger
+from geoagent.runtime.manifest import read_manifest
+from geoagent.runtime.store import CampaignDB
 
 
 # -- #1 ------------------------------------------------------------------------------------------------------
@@ -61,23 +64,7 @@ def test_over_cap_lines_only_for_spend_the_overruns_do_not_explain(spend, says):
 
 
 def _config(tmp: Path, var: str) -> Path:
-    p = tmp / "c.toml"
-    p.write_text(f"""
-[campaign]
-name = "keyline"
-kind = "generic"
-seed = 2
-
-[paths]
-queues = "{tmp / 'queues'}"
-state = "{tmp / 'state'}"
-
-[budget]
-cap_usd = 5.0
-
-[generic]
-n_requests = 20
-
+    return generic_campaign(tmp, name="keyline", n=20, cap_usd=5.0, models=f"""
 [[models]]
 name = "paid"
 provider = "openai"
@@ -88,7 +75,6 @@ price_input_usd_per_mtok = 2.0
 price_output_usd_per_mtok = 8.0
 max_output_tokens = 256
 """)
-    return p
 
 
 def test_a_dry_run_reports_in_full_when_a_key_line_of_dotenv_does_not_parse(tmp_path, monkeypatch):
@@ -114,10 +100,6 @@ def test_a_dry_run_reports_in_full_when_a_key_line_of_dotenv_does_not_parse(tmp_
 # A model's setting changed (its tasks all done) while another model was removed and a third added: the run said
 # results "would mix both versions" and to start over under a new name, though no model's answers mix two settings.
 
-from _model_harness import generic_campaign  # noqa: E402
-from geoagent.cli import main  # noqa: E402
-from geoagent.runtime.drift import changed_model_names, decide  # noqa: E402
-from geoagent.runtime.manifest import read_manifest  # noqa: E402
 
 
 def _model(name: str, tokens: int) -> str:
@@ -126,10 +108,7 @@ def _model(name: str, tokens: int) -> str:
 
 
 def _run(path, capsys) -> tuple[int, str, str]:
-    capsys.readouterr()
-    rc = main(["run", str(path), "--no-live"])
-    got = capsys.readouterr()
-    return rc, got.out, got.err
+    return run_cli(path, capsys)
 
 
 def test_a_done_models_change_next_to_a_replaced_model_mixes_nothing(tmp_path, capsys):
@@ -140,9 +119,8 @@ def test_a_done_models_change_next_to_a_replaced_model_mixes_nothing(tmp_path, c
                                        'name = "c"\nprovider = "simulated"\nmodel = "sim-2"')
                  .replace("max_output_tokens = 512\nconcurrency",
                                                                          "max_output_tokens = 256\nconcurrency", 1))
-    capsys.readouterr()
-    assert main(["run", str(p), "--simulate", "--no-live"]) == 0
-    dry = capsys.readouterr().out
+    rc, dry, _ = run_cli(p, capsys, "--simulate")
+    assert rc == 0
     earlier = [ln for ln in dry.splitlines() if "planned earlier:" in ln]
     assert len(earlier) == 1 and "would mix" not in earlier[0], dry
     assert ("(the call settings of 1 model(s) changed since the last run: every task of model a is done, so the change "
