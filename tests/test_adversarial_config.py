@@ -6,6 +6,8 @@ checks the exit code, that the message names the file and key, and that a key ne
 
 from __future__ import annotations
 
+import string
+
 from _made_up_keys import made_up_key
 
 from pathlib import Path
@@ -190,13 +192,18 @@ def test_data_root_that_is_a_file_gives_one_line_and_exit_2(tmp_path, capsys, mo
     assert "not-a-dir" in err and var in err and "Traceback" not in err
 
 
+# made-up keys in providers' shapes, drawn at run time (tests/_made_up_keys): no key-shaped literal in the source
+_PARAM_KEY = made_up_key("sk-proj-", 32, seed="params")
+_PARAM_HF = made_up_key("hf_", 34, alphabet=string.ascii_letters, seed="params")
+
+
 @pytest.mark.parametrize(
     "params",
     [
-        '{ api_key = "sk-' 'proj-PARAMSECRET0123456789abcdef" }',
+        f'{{ api_key = "{_PARAM_KEY}" }}',
         '{ extra_body = { "X-Api-Key" = "whatever-1234" } }',
-        '{ user = "sk-' 'proj-PARAMSECRET0123456789abcdef" }',
-        '{ metadata = ["hf' '_SandboxFakeNotAKey0123456789"] }',
+        f'{{ user = "{_PARAM_KEY}" }}',
+        f'{{ metadata = ["{_PARAM_HF}"] }}',
         '{ auth = "Bearer abcdef0123456789" }',
     ],
 )
@@ -207,7 +214,7 @@ def test_credentials_in_model_params_are_rejected_without_echo(tmp_path, capsys,
     assert main(["run", str(p), "--no-live"]) == 2
     err = capsys.readouterr().err
     assert "models[0].params" in err and "api_key_env" in err
-    for secret in ("PARAMSECRET", "hf_AbCd", "abcdef0123456789", "whatever-1234"):
+    for secret in (_PARAM_KEY[8:], _PARAM_HF[3:], "abcdef0123456789", "whatever-1234"):
         assert secret not in err
     assert not (tmp_path / "state").exists()
 
