@@ -17,12 +17,14 @@ import datetime as dt
 
 import aiohttp
 
+from _made_up_keys import made_up_key
 from geoagent.sandbox import llm_anthropic, llm_gemini
 from geoagent.sandbox.server import serve
 from _docs import docs_text
 
-KEY = "sk-ant-" "listing-0123456789abcdef"
-GKEY = "AIza" "listing0123456789abcdefghijklmnop"
+# made-up keys in the providers' shapes, drawn at run time (tests/_made_up_keys): no key-shaped literal in the source
+KEY = made_up_key("sk-ant-", 32, seed="listing")
+GKEY = made_up_key("AIza", 35, seed="listing")
 IDS = ["claude-a", "claude-b", "claude-c"]
 
 
@@ -41,7 +43,7 @@ def test_anthropic_list_models_shape_paging_and_headers():
                     out[name] = (r.status, await r.json())
 
             await get("nokey", {"anthropic-version": "2023-06-01"})
-            await get("badkey", {**hdr, "x-api-key": "sk-" "ant-wrong-000000000000"})
+            await get("badkey", {**hdr, "x-api-key": made_up_key("sk-ant-", 32, seed="wrong")})
             await get("noversion", {"x-api-key": KEY})
             await get("all", hdr)
             await get("p1", hdr, limit="2")
