@@ -2340,18 +2340,17 @@ def provider_settings(
         ``require_key`` and the variable cannot be read: set on a ``.env`` line that does not parse, or holding
         control characters (without ``require_key``: no key).
     """
-    from geoagent.secrets import get_secret, lookup_secret
+    from geoagent.secrets import get_secret, read_or_note
 
     m = cfg.model(model_name)
     api_key = None
-    if m.key_env:  # api_key_env, else OPENAI_API_KEY & co. for the provider's own API host (ModelConfig.key_env)
-        try:
-            api_key = (get_secret if require_key and m.paid else lookup_secret)(m.key_env, dotenv_path=dotenv_path,
-                                                                                 local=not m.on_paid_host)
-        except ValueError:  # a variable that cannot be read (a .env line that does not parse, control characters)
-            if require_key:
-                raise
-            api_key = None  # a dry run sends nothing: it says so at the end of its report (walk31 #4)
+    if m.key_env and require_key and m.paid:  # api_key_env, else OPENAI_API_KEY & co. (ModelConfig.key_env)
+        api_key = get_secret(m.key_env, dotenv_path=dotenv_path, local=not m.on_paid_host)
+    elif m.key_env:
+        # without require_key (a dry run sends nothing) a variable that cannot be read is no key: the dry run says
+        # so at the end of its report (walk31 #4)
+        api_key = read_or_note(m.key_env, None if require_key else [], dotenv_path=dotenv_path,
+                               local=not m.on_paid_host)[1]
     return _build_provider_settings(cfg, m, api_key)
 
 

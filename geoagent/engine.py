@@ -918,19 +918,14 @@ def missing_keys(cfg: Any, kind: CampaignKind, *, dotenv_path: str | Path | None
     ValueError
         Without ``unreadable``: a configured name is not a valid variable name, or a value holds control characters.
     """
-    from geoagent.secrets import lookup_secret, missing_api_keys
+    from geoagent.secrets import missing_api_keys, read_or_note
 
     missing = missing_api_keys(cfg, dotenv_path=dotenv_path, unreadable=unreadable)
     others = []
     for var, who in kind.required_keys(cfg):
-        try:
-            if lookup_secret(var, dotenv_path=dotenv_path) is None:
-                others.append((var, who))
-        except ValueError as exc:
-            if unreadable is None:
-                raise
-            if str(exc) not in unreadable:
-                unreadable.append(str(exc))
+        readable, found = read_or_note(var, unreadable, dotenv_path=dotenv_path)
+        if readable and found is None:
+            others.append((var, who))
     return missing, others
 
 
@@ -2781,7 +2776,7 @@ def _per_model_drift_note(written: Any, state_dir: Any, est: Any, stored: dict[s
     (``stored``: per model, :func:`run_would_handle`) and calls to make in this run (``est.by_model``): why nothing
     mixes, as the run's own line says (:func:`geoagent.runtime.drift.decide`; walk31 #2). None otherwise (the
     totals' note stands)."""
-    from geoagent.runtime.drift import changed_model_names
+    from geoagent.runtime.drift import changed_model_names, split_by_model
     from geoagent.runtime.manifest import config_changes
 
     try:
@@ -2792,10 +2787,9 @@ def _per_model_drift_note(written: Any, state_dir: Any, est: Any, stored: dict[s
     if not changed:
         return None
     calls = {n: getattr(e, "calls", 0) for n, e in (est.by_model or {}).items()}
-    if any(stored.get(m, 0) and calls.get(m, 0) for m in changed):
+    mixing, done, fresh = split_by_model(changed, {m: (stored.get(m, 0), calls.get(m, 0)) for m in changed})
+    if mixing:
         return None
-    done = sorted(m for m in changed if stored.get(m, 0))
-    fresh = sorted(m for m in changed if not stored.get(m, 0))
     parts = ([f"every task of model{'s' if len(done) > 1 else ''} {', '.join(done)} is done, so the change reaches "
               "none of the answers stored (a new [campaign] name runs it with the change)"] if done else []) + (
         [f"model{'s' if len(fresh) > 1 else ''} {', '.join(fresh)} {'have' if len(fresh) > 1 else 'has'} no task "

@@ -629,6 +629,26 @@ def install_log_redaction(logger: logging.Logger | None = None) -> RedactingFilt
     return flt
 
 
+def read_or_note(var: str, unreadable: list[str] | None, **lookup: Any) -> tuple[bool, "Secret | None"]:
+    """``(True, lookup_secret(var, **lookup))``; with ``unreadable`` a list, a variable that cannot be read (set on
+    a ``.env`` line that does not parse, or holding control characters) gives ``(False, None)`` and adds its
+    message to ``unreadable`` (once), so a caller names every problem at once (break31 #4).
+
+    Raises
+    ------
+    ValueError
+        ``unreadable`` None and the variable cannot be read (:func:`lookup_secret`; no message echoes a value).
+    """
+    try:
+        return True, lookup_secret(var, **lookup)
+    except ValueError as exc:
+        if unreadable is None:
+            raise
+        if str(exc) not in unreadable:
+            unreadable.append(str(exc))
+        return False, None
+
+
 def missing_api_keys(
     cfg: Any,
     *,
@@ -662,15 +682,8 @@ def missing_api_keys(
         local = not getattr(m, "on_paid_host", True)
         if not (var and m.paid):
             continue
-        try:
-            found = lookup_secret(var, dotenv_path=dotenv_path, environ=environ, local=local)
-        except ValueError as exc:
-            if unreadable is None:
-                raise
-            if str(exc) not in unreadable:
-                unreadable.append(str(exc))
-            continue
-        if found is None:
+        readable, found = read_or_note(var, unreadable, dotenv_path=dotenv_path, environ=environ, local=local)
+        if readable and found is None:
             out.append((var, m.name))
     return out
 

@@ -277,17 +277,28 @@ def _models_text(names: Iterable[str]) -> str:
     return f"model{'s' if len(names) != 1 else ''} {', '.join(names)}"
 
 
+def split_by_model(changed: Iterable[str], by_model: dict[str, tuple[int, int]]
+                   ) -> tuple[list[str], list[str], list[str]]:
+    """The ``changed`` models sorted into ``(mixing, untouched, fresh)`` from ``by_model``, per model ``(tasks done
+    under the old settings, tasks still to send)``: mixing have both, untouched only done ones (the change reaches
+    none of their answers), fresh no done one (all their answers use the new settings). Each list sorted. The run
+    (:func:`decide`) and the dry run (:func:`geoagent.engine._per_model_drift_note`) judge by it."""
+    counts = {m: by_model.get(m, (0, 0)) for m in changed}
+    mixing = sorted(m for m, (done, left) in counts.items() if done and left)
+    untouched = sorted(m for m, (done, left) in counts.items() if done and not left)
+    fresh = sorted(m for m, (done, _) in counts.items() if not done)
+    return mixing, untouched, fresh
+
+
 def _per_model(name: str, what: str, changed: set[str], by_model: dict[str, tuple[int, int]], record: dict[str, Any],
                added: int) -> DriftDecision | None:
     """:func:`decide` for a change confined to ``changed`` models' own settings, given per model ``(tasks done before
     this run, tasks not done after planning)`` on the plan edge: None when one of them has both (results would mix:
     the caller's warning), else the info line that nothing mixes (walk31 #2: a run that changed a model whose tasks
     were all done, and added another model, was told its results would mix and to start over under a new name)."""
-    counts = {m: by_model.get(m, (0, 0)) for m in changed}
-    if any(done and left for done, left in counts.values()):
+    mixing, untouched, fresh = split_by_model(changed, by_model)
+    if mixing:
         return None
-    untouched = sorted(m for m, (done, _) in counts.items() if done)
-    fresh = sorted(m for m in changed if m not in untouched)
     parts = []
     if untouched:
         parts.append(f"every task of {_models_text(untouched)} is done, so the change reaches none of "
