@@ -2037,7 +2037,8 @@ async def _run(
         # counts them as work left (bring_back_planned)
         left_out = check.left_out if check is not None else 0  # before bring_back_planned empties check.back
         back_lines = await bring_back_planned(cfg, plan_q, check) if check is not None else []
-        drift = await config_drift_after_plan(cfg, kind, ctx, before, plan_after, left_out=left_out, plan_q=plan_q)
+        drift = await config_drift_after_plan(cfg, kind, ctx, before, plan_after, left_out=left_out, plan_q=plan_q,
+                                              aside=check.unplanned if check is not None else ())
         for ln in back_lines:
             print(ln, file=sys.stderr)
         if check is not None:
@@ -2819,7 +2820,8 @@ def _calls_changed(written: Any, state_dir: Any) -> bool | str:
 
 
 async def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContext, before: Mapping[str, Any],
-                                  plan_after: Any, *, left_out: int = 0, plan_q: Any = None) -> Any:
+                                  plan_after: Any, *, left_out: int = 0, plan_q: Any = None,
+                                  aside: Collection[str] = ()) -> Any:
     """What a change of the call settings since the campaign's last run means for this run, decided after its
     plan was queued (:func:`geoagent.runtime.drift.decide`); its lines go to stderr. ``before``: every edge's
     :class:`~geoagent.runtime.queue.QueueCounts` before the plan was queued; ``plan_after``: the plan edge's
@@ -2829,7 +2831,8 @@ async def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContex
     when the change is confined to some models' own settings (:func:`geoagent.runtime.drift.changed_model_names`)
     and the plan edge is the model requests', its unfinished tasks are counted per model
     (:meth:`~geoagent.runtime.queue.WorkQueue.tasks_by_model`: done, and not done), so results are said to mix
-    only for a model that has both (walk31 #2). Returns the
+    only for a model that has both (walk31 #2); ``aside``: the keys of the tasks the run sets aside next
+    (:attr:`PlanCheck.unplanned`), never sent, so not counted as a model's work left. Returns the
     :class:`~geoagent.runtime.drift.DriftDecision` (for the manifest), or None when the campaign has no earlier
     run or its manifest cannot be read."""
     from geoagent.runtime.drift import changed_keys_text as _changed_keys_text
@@ -2854,7 +2857,7 @@ async def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContex
         if changed_models:
             # per model: its tasks done (answered under the old settings: an answer another model name stored for
             # the same request counts too) and those not done (sent with the new settings)
-            counts = await plan_q.tasks_by_model()
+            counts = await plan_q.tasks_by_model(not_counting=aside)
             if counts is not None:
                 by_model = {m: counts.get(m, (0, 0)) for m in changed_models}
     decision = decide(cfg.name, changes.calls, changes.call_keys, tasks_before=plan_before.total,

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import abc
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -393,12 +393,14 @@ class WorkQueue(abc.ABC):
         check_key_sequence(keys, "dead_letter_ready")
         return None
 
-    async def tasks_by_model(self) -> dict[str | None, tuple[int, int]] | None:
+    async def tasks_by_model(self, *, not_counting: Collection[str] = ()
+                             ) -> dict[str | None, tuple[int, int]] | None:
         """Per the ``model`` field of the task payloads (None: a payload without a text ``model``): ``(done,
         unfinished)``, the tasks done and those not done (ready, leased, or dead for any reason but
-        :data:`SUPERSEDED`: a task set aside as no longer planned is not work left); read only, a snapshot. For a
-        config change's verdict per model (:func:`geoagent.runtime.drift.decide`). None: this backend cannot tell
-        (the default)."""
+        :data:`SUPERSEDED`: a task set aside as no longer planned is not work left); read only, a snapshot. The
+        unfinished tasks whose keys are in ``not_counting`` (those the run is about to set aside,
+        :attr:`geoagent.engine.PlanCheck.unplanned`) are not counted. For a config change's verdict per model
+        (:func:`geoagent.runtime.drift.decide`). None: this backend cannot tell (the default)."""
         return None
 
     async def done_among(self, keys: Iterable[str]) -> list[str] | None:

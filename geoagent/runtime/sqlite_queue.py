@@ -185,7 +185,7 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from itertools import islice
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -1277,32 +1277,53 @@ class SQLiteQueue(WorkQueue):
         """
         return await self._async(self._requeue_op(keys))
 
-    async def tasks_by_model(self) -> dict[str | None, tuple[int, int]]:
+    async def tasks_by_model(self, *, not_counting: Collection[str] = (), chunk: int = 500
+                             ) -> dict[str | None, tuple[int, int]]:
         """:meth:`WorkQueue.tasks_by_model`: one read-only scan of the tasks, the payload's ``model`` read by
         SQLite's ``json_extract`` (its JSON functions are built in from SQLite 3.38), else by ``orjson`` in Python
-        (an older SQLite without them, or a payload they cannot read)."""
+        (an older SQLite without them, or a payload they cannot read); the unfinished tasks among ``not_counting``
+        are then counted per model (one query per ``chunk`` keys, SQLite's parameter limit, in the same snapshot)
+        and taken off."""
         unfinished = f"state != {DONE} AND NOT (state = {DEAD} AND substr(coalesce(last_error, ''), 1, ?) = ?)"
         args = (len(SUPERSEDED), SUPERSEDED)
+        model_sql = ("CASE WHEN json_type(CAST(payload AS TEXT), '$.model') = 'text' THEN "
+                     "json_extract(CAST(payload AS TEXT), '$.model') END")
+        left_out = list(dict.fromkeys(not_counting))
+
+        def in_python(rows: Iterable[tuple[bytes, int, int]]) -> dict[str | None, tuple[int, int]]:
+            out: dict[str | None, tuple[int, int]] = {}
+            for payload, is_done, is_unfinished in rows:
+                try:
+                    m = orjson.loads(payload).get("model")
+                except (orjson.JSONDecodeError, AttributeError):
+                    m = None
+                m = m if isinstance(m, str) else None
+                d, u = out.get(m, (0, 0))
+                out[m] = (d + int(is_done), u + int(is_unfinished))
+            return out
 
         def tx(conn: sqlite3.Connection, now: float) -> dict[str | None, tuple[int, int]]:
             try:
-                rows = conn.execute(
-                    "SELECT CASE WHEN json_type(CAST(payload AS TEXT), '$.model') = 'text' THEN "
-                    f"json_extract(CAST(payload AS TEXT), '$.model') END, SUM(state = {DONE}), SUM({unfinished}) "
-                    "FROM tasks GROUP BY 1", args).fetchall()
-                return {m: (int(d or 0), int(u or 0)) for m, d, u in rows}
+                rows = conn.execute(f"SELECT {model_sql}, SUM(state = {DONE}), SUM({unfinished}) FROM tasks GROUP BY 1",
+                                    args).fetchall()
+                out = {m: (int(d or 0), int(u or 0)) for m, d, u in rows}
+                json_ok = True
             except sqlite3.OperationalError:  # no JSON functions, or a payload they cannot read: in Python
-                out: dict[str | None, tuple[int, int]] = {}
-                for payload, is_done, is_unfinished in conn.execute(
-                        f"SELECT payload, state = {DONE}, {unfinished} FROM tasks", args):
-                    try:
-                        m = orjson.loads(payload).get("model")
-                    except (orjson.JSONDecodeError, AttributeError):
-                        m = None
-                    m = m if isinstance(m, str) else None
+                out = in_python(conn.execute(f"SELECT payload, state = {DONE}, {unfinished} FROM tasks", args))
+                json_ok = False
+            for i in range(0, len(left_out), chunk):
+                part = left_out[i:i + chunk]
+                where = f"key IN ({','.join('?' * len(part))}) AND {unfinished}"
+                if json_ok:
+                    gone = {m: int(n) for m, n in conn.execute(
+                        f"SELECT {model_sql}, COUNT(*) FROM tasks WHERE {where} GROUP BY 1", (*part, *args))}
+                else:
+                    gone = {m: u for m, (_, u) in in_python(conn.execute(
+                        f"SELECT payload, 0, 1 FROM tasks WHERE {where}", (*part, *args))).items()}
+                for m, n in gone.items():
                     d, u = out.get(m, (0, 0))
-                    out[m] = (d + int(is_done), u + int(is_unfinished))
-                return out
+                    out[m] = (d, max(0, u - n))
+            return out
 
         return await self._async(_Op(tx, write=False, inline=False))
 
