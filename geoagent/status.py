@@ -719,6 +719,8 @@ def cut_off_models(progress: dict[str, Any]) -> list[str]:
             which = f"its last {empty} answers" if empty == of else f"{empty} of its last {of} answers"
             limit = (f" (max_output_tokens = {c['max_output_tokens']})"
                      if isinstance(c.get("max_output_tokens"), int) else "")
+            if c.get("earlier_at"):  # opened on the first answer of its probation (cutoff_breaker, "Across runs")
+                which, limit = "its answers", limit + f", as recorded at {c['earlier_at']}, and again in this run"
             out.append(f"model {c['model']} stopped: {which} came back empty at the output-token limit{limit}; raise "
                        f"{c.get('key') or 'its max_output_tokens'}")
     return out

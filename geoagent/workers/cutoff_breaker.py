@@ -18,16 +18,40 @@ answers with text kept resetting a count in a row paid for 450 empty answers out
 further tasks then raise :class:`CutOffStop`, a :class:`~geoagent.runtime.stage.Held` (nothing sent, nothing
 reserved, no attempt counted), the other models go on, and the run ends ``incomplete`` with a line naming the
 model, the limit its requests carried, the config key that sets it and the fix (:meth:`CutOffBreaker.report_lines`).
-A partly written answer cut off at the limit never counts: some of those parse. Each process of a scale-out
-campaign (``--stages``) counts its own answers.
+A partly written answer cut off at the limit never counts: some of those parse.
+
+**Across runs and processes.** A breaker that opens is written down in the campaign's state folder
+(:data:`CUT_OFF_RECORD`: per model, the id of the request settings its empty answers were sent with, i.e. provider,
+model id and every request parameter, the output-token limit included: :func:`request_settings_id`). A later run,
+or another ``--stages`` process of the campaign, that sends that model's requests under the SAME settings puts the
+model on probation instead of paying for :data:`CUT_OFF_EMPTY_TO_STOP` more empty answers plus whatever was in
+flight (a re-run without the fix, and each scale-out process, used to pay all that again): one request of the model
+goes out at a time (its other tasks wait, nothing reserved for them), and the first fresh answer decides. Empty and
+cut off again: the breaker opens at once. With text: probation ends, the model's record is dropped and its tasks go
+out at full concurrency. Requests under other settings (the limit raised, as the message says, or a thinking budget
+bounded) are counted afresh, and their first answer with text drops the record too. A process that gets an empty
+cut-off answer reads the record again when the file changed (one ``stat``), so a sibling's record counts mid-run.
+The record is rewritten whole (atomic replace); two processes writing at the same moment can lose one model's
+entry, which costs at most the old count of empty answers, never an answer.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
+import hashlib
+import logging
+import os
 from collections import deque
+from collections.abc import AsyncIterator, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+import orjson
+
+from geoagent.files import atomic_write_bytes
 from geoagent.runtime.errors import PicklableError
 from geoagent.runtime.stage import Held
 from geoagent.scoring.truncation import TRUNCATION_FINISH_REASONS
@@ -40,6 +64,19 @@ CUT_OFF_WINDOW = 20
 CUT_OFF_WINDOW_EMPTY = 18
 #: the StageContext service holding the campaign's :class:`CutOffBreaker` (the engine reads it at the end)
 CUTOFF_BREAKER_SERVICE = "cutoff_breaker"
+#: the file under ``state/<campaign>/`` that records the models whose breaker opened, and under which settings
+CUT_OFF_RECORD = "cut_off.json"
+
+log = logging.getLogger(__name__)
+
+
+def request_settings_id(provider: str, model: str, params: Mapping[str, Any]) -> str:
+    """A short stable id (16 hex digits) of the settings a request of a model is sent with: ``provider``, the
+    provider's ``model`` id and every request parameter (``max_output_tokens``, a thinking budget, sampling), keys
+    sorted. Two requests with the same id meet the same output-token limit the same way."""
+    data = orjson.dumps({"provider": provider, "model": model, "params": dict(params)},
+                        option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str)
+    return hashlib.sha256(data).hexdigest()[:16]
 
 
 def empty_cut_off(text: str | None, finish_reason: str | None) -> bool:
@@ -61,16 +98,29 @@ class CutOff:
     max_output_tokens: int | None
     finish_reason: str
     key: str | None = None
+    #: when an earlier run (or another process) recorded this model's breaker open under the same settings (UTC,
+    #: ISO text): the breaker opened on the first answer of the model's probation (module docstring); else None
+    earlier_at: str | None = None
 
     def message(self) -> str:
         """``model X: its last 10 answers came back empty, cut off at the output-token limit (max_output_tokens =
-        300, finish reason MAX_TOKENS): ...; raise models[0].max_output_tokens ...``."""
+        300, finish reason MAX_TOKENS): ...; raise models[0].max_output_tokens ...``; after a probation: ``model X:
+        its answers came back empty, cut off at the output-token limit (...), in an earlier run or another process
+        of this campaign (recorded 2026-12-04T20:00:00Z), and so did the one answer this run asked for under the
+        same settings: ...``."""
         what = (f"its last {self.empty} answers" if self.empty == self.of
                 else f"{self.empty} of its last {self.of} answers")
         limit = (f"max_output_tokens = {self.max_output_tokens}, " if self.max_output_tokens is not None else "")
         key = self.key or "the max_output_tokens its requests carry"
-        return (f"model {self.model}: {what} came back empty, cut off at the output-token limit ({limit}finish "
-                f"reason {self.finish_reason}): hidden reasoning or thinking used the whole limit, so every further "
+        if self.earlier_at is not None:
+            said = (f"model {self.model}: its answers came back empty, cut off at the output-token limit ({limit}"
+                    f"finish reason {self.finish_reason}), in an earlier run or another process of this campaign "
+                    f"(recorded {self.earlier_at}), and so did the one answer this run asked for under the same "
+                    "settings: ")
+        else:
+            said = (f"model {self.model}: {what} came back empty, cut off at the output-token limit ({limit}finish "
+                    f"reason {self.finish_reason}): ")
+        return (said + "hidden reasoning or thinking used the whole limit, so every further "
                 f"call would be billed for no answer; raise {key} (a Gemini thinking model: or bound "
                 "params.thinking_budget below it) and re-run: the requests left queued are then sent under the new "
                 "limit, and the empty answers stay stored as no answers (in no rate; a new [campaign] name starts "
@@ -95,30 +145,126 @@ class CutOffBreaker(HeldTasks):
         Such answers in a row, with no other answer of that model in between, that open its breaker (>= 1).
     window, window_empty : int
         Or: ``window_empty`` such answers among the model's latest ``window`` answers open it (>= 1 each).
+    record : path, optional
+        The campaign's :data:`CUT_OFF_RECORD` file (read now; written when a breaker opens or a recorded model
+        answers with text). None: nothing is kept across runs (each breaker counts from zero).
     """
 
     def __init__(self, threshold: int = CUT_OFF_EMPTY_TO_STOP, window: int = CUT_OFF_WINDOW,
-                 window_empty: int = CUT_OFF_WINDOW_EMPTY) -> None:
+                 window_empty: int = CUT_OFF_WINDOW_EMPTY, record: str | Path | None = None) -> None:
         self.threshold = max(1, int(threshold))
         self.window, self.window_empty = max(1, int(window)), max(1, int(window_empty))
         self._streak: dict[str, int] = {}
         self._recent: dict[str, deque[bool]] = {}
         self.opened: dict[str, CutOff] = {}
         self._held: dict[str, set[str]] = {}
+        self.record_path = Path(record) if record is not None else None
+        #: model -> its recorded open breaker ({"settings", "opened_at", ...}), read from the record file
+        self.recorded: dict[str, dict[str, Any]] = {}
+        self._record_stamp: tuple[int, int] | None = None
+        self._turns: dict[str, asyncio.Lock] = {}
+        self._reload()
+
+    # -- the record across runs and processes -------------------------------------------------------------
+
+    def _stamp(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.record_path) if self.record_path is not None else None
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size) if st is not None else None
+
+    def _reload(self) -> None:
+        """Read the record file again when it changed since it was last read (a damaged or unreadable file is
+        logged and read as empty: it only saves money, it decides nothing about results)."""
+        stamp = self._stamp()
+        if stamp == self._record_stamp:
+            return
+        self._record_stamp = stamp
+        if stamp is None:
+            self.recorded = {}
+            return
+        try:
+            data = orjson.loads(Path(self.record_path).read_bytes())  # type: ignore[arg-type]
+        except (OSError, orjson.JSONDecodeError) as exc:
+            log.warning("%s cannot be read (%s): empty-answer breakers count from zero", self.record_path, exc)
+            data = {}
+        models = data.get("models") if isinstance(data, dict) else None
+        self.recorded = {m: r for m, r in (models or {}).items()
+                         if isinstance(m, str) and isinstance(r, dict) and isinstance(r.get("settings"), str)}
+
+    def _write(self) -> None:
+        if self.record_path is None:
+            return
+        try:
+            atomic_write_bytes(self.record_path, orjson.dumps({"models": self.recorded}, option=orjson.OPT_INDENT_2))
+        except OSError as exc:  # a full disk: the record is a saving, not a result
+            log.warning("%s could not be written (%s)", self.record_path, exc)
+        self._record_stamp = self._stamp()
+
+    def on_probation(self, model: str, settings: str | None) -> bool:
+        """Whether ``model``'s requests under ``settings`` (:func:`request_settings_id`) are on probation: its
+        breaker was recorded open under the same settings and has not opened in this process."""
+        rec = self.recorded.get(model)
+        return rec is not None and settings is not None and rec.get("settings") == settings \
+            and model not in self.opened
+
+    def settings_needed(self, model: str) -> bool:
+        """Whether ``model`` has a record (only then is a request's settings id worth computing)."""
+        return model in self.recorded
+
+    @contextlib.asynccontextmanager
+    async def probe_turn(self, model: str, settings: str | None) -> AsyncIterator[bool]:
+        """Around one task of ``model`` about to be sent under ``settings``: on probation, wait for the model's
+        probe turn (one request at a time) and yield True while holding it (this task is the probe; its
+        :meth:`answered` decides); yield False without holding anything when the model is not on probation, or
+        no longer is once the turn came (the probe before it answered with text, or opened the breaker: the
+        caller then finds it open and holds the task)."""
+        if not self.on_probation(model, settings):
+            yield False
+            return
+        turn = self._turns.setdefault(model, asyncio.Lock())
+        await turn.acquire()
+        if not self.on_probation(model, settings):
+            turn.release()
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            turn.release()
+
+    # -- counting ------------------------------------------------------------------------------------
 
     def is_open(self, model: str) -> CutOff | None:
         """The open breaker of ``model``, or None."""
         return self.opened.get(model)
 
     def answered(self, model: str, text: str | None, finish_reason: str | None,
-                 max_output_tokens: Any = None, key: str | None = None) -> CutOff | None:
+                 max_output_tokens: Any = None, key: str | None = None, settings: str | None = None
+                 ) -> CutOff | None:
         """Count one fresh billed answer of ``model`` (its ``text`` and ``finish_reason``; ``max_output_tokens``:
-        the limit it was sent with, ``key``: the config key that sets it, both for the message); return the
-        model's :class:`CutOff` once its breaker is open (the answer itself is kept: it was billed). An answer with
-        text, or an empty one not cut off, ends a count in a row (the window keeps it)."""
+        the limit it was sent with, ``key``: the config key that sets it, both for the message; ``settings``: its
+        request's :func:`request_settings_id`, for the record); return the model's :class:`CutOff` once its
+        breaker is open (the answer itself is kept: it was billed). An answer with text, or an empty one not cut
+        off, ends a count in a row (the window keeps it). On probation (module docstring) an empty cut-off answer
+        opens the breaker at once; an answer with text drops the model's record."""
         if model in self.opened:
             return self.opened[model]
         empty = empty_cut_off(text, finish_reason)
+        limit = max_output_tokens if isinstance(max_output_tokens, int) and not isinstance(max_output_tokens, bool) \
+            else None
+        if not empty:
+            if model in self.recorded and (text or "").strip():
+                del self.recorded[model]  # it answers now (new settings, or the provider changed): forget it
+                self._write()
+        else:
+            self._reload()  # a sibling process may have recorded it meanwhile (one stat)
+            if self.on_probation(model, settings):
+                rec = self.recorded[model]
+                self.opened[model] = CutOff(model, 1, 1, limit, str(finish_reason), key,
+                                            earlier_at=str(rec.get("opened_at") or "?"))
+                return self.opened[model]
         recent = self._recent.setdefault(model, deque(maxlen=self.window))
         recent.append(empty)
         n = self._streak[model] = self._streak.get(model, 0) + 1 if empty else 0
@@ -131,9 +277,12 @@ class CutOffBreaker(HeldTasks):
             empty_n, of = in_window, len(recent)
         else:
             return None
-        limit = max_output_tokens if isinstance(max_output_tokens, int) and not isinstance(max_output_tokens, bool) \
-            else None
         self.opened[model] = CutOff(model, empty_n, of, limit, str(finish_reason), key)
+        if settings is not None:
+            self.recorded[model] = {"settings": settings, "max_output_tokens": limit, "key": key,
+                                    "finish_reason": str(finish_reason), "empty": empty_n, "of": of,
+                                    "opened_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")}
+            self._write()
         return self.opened[model]
 
     def stops(self) -> list[dict[str, Any]]:
@@ -143,9 +292,11 @@ class CutOffBreaker(HeldTasks):
             {"model": "flash", "empty": 10, "of": 10, "max_output_tokens": 300, "key": "models[0].max_output_tokens",
              "finish_reason": "MAX_TOKENS", "held": 40}
 
-        ``held``: tasks of the model this process holds unsent. Cheap: called once per progress tick."""
+        ``held``: tasks of the model this process holds unsent; ``earlier_at`` (only after a probation): when the
+        breaker was recorded open before (:attr:`CutOff.earlier_at`). Cheap: called once per progress tick."""
         return [{"model": c.model, "empty": c.empty, "of": c.of, "max_output_tokens": c.max_output_tokens,
-                 "key": c.key, "finish_reason": c.finish_reason, "held": self.held(c.model)}
+                 "key": c.key, "finish_reason": c.finish_reason, "held": self.held(c.model),
+                 **({"earlier_at": c.earlier_at} if c.earlier_at is not None else {})}
                 for c in self.opened.values()]
 
     def report_lines(self, left_queued: int | None = None) -> list[str]:

@@ -202,6 +202,7 @@ import hashlib
 import logging
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -227,7 +228,8 @@ from geoagent.runtime.worker import PAUSED_BY_HOST, PROBE_AFTER_S, PROBE_MAX_S, 
 from geoagent.secrets import redact
 from geoagent.textfmt import count_text
 from geoagent.workers.billing import booked_answer, close_failed_call, worst_case_usage
-from geoagent.workers.cutoff_breaker import CUT_OFF_EMPTY_TO_STOP, CUTOFF_BREAKER_SERVICE, CutOffBreaker, CutOffStop
+from geoagent.workers.cutoff_breaker import (CUT_OFF_EMPTY_TO_STOP, CUT_OFF_RECORD, CUTOFF_BREAKER_SERVICE, CutOffBreaker,
+                                             CutOffStop, empty_cut_off, request_settings_id)
 from geoagent.workers.held import HeldTasks
 from geoagent.workers.images import ImageNotFound, load_image, resolve_image_path
 
@@ -718,6 +720,12 @@ def _excerpt(text: str) -> str:
     return text if len(text) <= EXCERPT_CHARS else text[: EXCERPT_CHARS - 3] + "..."
 
 
+
+def _settings_id(request: ModelRequest) -> str:
+    """:func:`geoagent.workers.cutoff_breaker.request_settings_id` of ``request`` (its provider, model id and
+    params), for the empty-answer breaker's record across runs."""
+    return request_settings_id(request.provider, request.model, request.params)
+
 def build_request(cfg: Any, payload: dict[str, Any]) -> tuple[Any, ModelRequest]:
     """The model config and the :class:`ModelRequest` (without pixels) for a ``requests`` payload.
 
@@ -1171,7 +1179,10 @@ class ModelCaller(Stage):
         :data:`~geoagent.workers.cutoff_breaker.CUTOFF_BREAKER_SERVICE`; made on first use)."""
         cut = ctx.services.get(CUTOFF_BREAKER_SERVICE)
         if cut is None:
-            cut = ctx.services[CUTOFF_BREAKER_SERVICE] = CutOffBreaker(self.cut_off_empty_to_stop)
+            cfg = ctx.services.get("config")
+            state_dir = getattr(cfg, "state_dir", None)
+            record = Path(state_dir()) / CUT_OFF_RECORD if callable(state_dir) else None
+            cut = ctx.services[CUTOFF_BREAKER_SERVICE] = CutOffBreaker(self.cut_off_empty_to_stop, record=record)
         return cut
 
     def _breaker(self, ctx: StageContext) -> AuthBreaker:
@@ -1203,6 +1214,16 @@ class ModelCaller(Stage):
     async def _handle(self, task: Task, ctx: StageContext) -> list[Message]:
         cfg = ctx.get("config")
         m, request = build_request(cfg, task.payload)
+        cutoff = self._cutoff_breaker(ctx)
+        if not cutoff.settings_needed(m.name):
+            return await self._handle_built(task, ctx, cfg, m, request)
+        # its empty-answer breaker was recorded open (an earlier run, a sibling process): under the same settings
+        # one request at a time until an answer decides (geoagent.workers.cutoff_breaker, "Across runs")
+        async with cutoff.probe_turn(m.name, _settings_id(request)):
+            return await self._handle_built(task, ctx, cfg, m, request)
+
+    async def _handle_built(self, task: Task, ctx: StageContext, cfg: Any, m: Any, request: ModelRequest
+                            ) -> list[Message]:
         breaker = self._breaker(ctx)
         opened = breaker.is_open(m.name)
         if opened is not None:
@@ -1377,9 +1398,12 @@ class ModelCaller(Stage):
             # stored and passed on (billed: it is an answer, if an empty one); the model's further calls stop once
             # enough of them in a row came back empty at the output limit (geoagent.workers.cutoff_breaker)
             if m.paid:  # a replay or simulated answer costs nothing, and no limit changes a recorded one
-                self._cutoff_breaker(ctx).answered(m.name, response.text, response.finish_reason,
-                                                   params.get("max_output_tokens", m.max_output_tokens),
-                                                   self._limit_keys.get(m.name))
+                cutoff = self._cutoff_breaker(ctx)
+                settings = (_settings_id(request) if cutoff.settings_needed(m.name)
+                            or empty_cut_off(response.text, response.finish_reason) else None)
+                cutoff.answered(m.name, response.text, response.finish_reason,
+                                params.get("max_output_tokens", m.max_output_tokens), self._limit_keys.get(m.name),
+                                settings=settings)
             return [self._message(task, key, m, request, response, cost_usd=cost_usd, cached=False)]
 
     async def _send(
