@@ -487,11 +487,19 @@ def loads_record(data: bytes) -> Any:
     providers read such an API body (:func:`geoagent.providers.http_base.lenient_json`). Refused, the line's answer
     was lost: the release importer dropped it as "invalid JSON", and one such line stopped a replay file at start.
 
+    A UTF-8 byte-order mark at the start of the line (a file saved by an editor that writes one, break32 #7; TOML
+    and CSV inputs already took it) is no part of the value.
+
     Raises
     ------
     orjson.JSONDecodeError
         The line is not JSON (or not UTF-8) for another reason (orjson's error, as before).
     """
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        if bytes(data[:3]) == b"\xef\xbb\xbf":
+            data = data[3:]
+    elif isinstance(data, str) and data.startswith("\ufeff"):
+        data = data[1:]
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -553,6 +561,8 @@ def iter_jsonl_objects(path: str | Path, *, skip_torn: bool = False,
     """
     with open(path, "rb") as fh:
         for lineno, line in enumerate(fh, start=1):
+            if lineno == 1 and line.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark: no part of the record
+                line = line[3:]
             if not line.strip():
                 continue
             try:

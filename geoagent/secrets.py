@@ -261,11 +261,32 @@ def base64_spellings(value: str) -> frozenset[str]:
     return frozenset(out)
 
 
+@functools.lru_cache(maxsize=64)
+def entity_spellings(value: str) -> frozenset[str]:
+    """The ways an HTML or XML page can repeat a key ``value`` with character references (break32 #3: a 400 page
+    that echoed the key as ``&#90;&#113;&#55;...`` put it whole in the dead-letter reason, the progress stream and
+    ``status``): every character as a decimal reference (``&#90;``) or as a hexadecimal one (``&#x5a;``; the mask
+    folds letter case, so ``&#X5A;`` too), only the characters other than ASCII letters and digits so written
+    (``Zq7&#43;Wm2&#47;...``), and HTML escaping of ``& < > " '`` (``&amp;``, ``&quot;``, ``&#x27;`` or ``&#39;``).
+    Only spellings that differ from ``value`` are given; :func:`redact` masks them whole."""
+    import html
+
+    def refs(keep_alnum: bool, fmt: str) -> str:
+        return "".join(c if keep_alnum and c.isascii() and c.isalnum() else fmt.format(ord(c)) for c in value)
+
+    out = {refs(False, "&#{};"), refs(False, "&#x{:x};"), refs(True, "&#{};"), refs(True, "&#x{:x};")}
+    escaped = html.escape(value, quote=True)
+    out |= {escaped, escaped.replace("&#x27;", "&#39;")}
+    out.discard(value)
+    return frozenset(out)
+
+
 def _remember(value: str, *, local: bool = False, whole_only: bool = False) -> None:
     if len(value) >= min_secret_len(local=local):
         with _known_lock:
             (_known_whole if whole_only else _known_values).update(secret_spellings(value))
             _known_whole.update(base64_spellings(value))  # a base64 echo of it, masked whole
+            _known_whole.update(entity_spellings(value))  # an HTML page's character references of it, whole
 
 
 def dotenv_path_default() -> Path:
@@ -582,7 +603,8 @@ def redact(text: str, extra: list[str | Secret] | tuple[str | Secret, ...] = ())
     are scrubbed from 4 characters on (masking 1-3 character strings would mangle ordinary text). A value is
     masked in any case of its letters, and so is any run of 8+ of its characters that does not read as words
     (a truncated or cut echo of the key: :func:`mask_values`); a base64 echo of a key (``Basic base64("user:KEY")``)
-    is masked where it holds the key whole (:func:`base64_spellings`).
+    is masked where it holds the key whole (:func:`base64_spellings`), and so is one written with HTML character
+    references (:func:`entity_spellings`).
     """
     if not text:
         return text
@@ -595,8 +617,8 @@ def redact(text: str, extra: list[str | Secret] | tuple[str | Secret, ...] = ())
         value = item.reveal() if isinstance(item, Secret) else item
         if value and len(value) >= MIN_PAID_SECRET_LEN:  # a shorter one is never masked, nor its spellings
             values.update(secret_spellings(value))
-            encoded.update(base64_spellings(value))
-    if encoded - whole_values:  # an extra key's base64 echo (the known keys' are among whole_values)
+            encoded.update(base64_spellings(value) | entity_spellings(value))
+    if encoded - whole_values:  # an extra key's base64 or HTML echo (the known keys' are among whole_values)
         text = mask_values(text, encoded - whole_values, fragments=False)
     return mask_values(text, (v for v in values if v and len(v) >= MIN_PAID_SECRET_LEN))
 

@@ -87,20 +87,23 @@ def test_default_lookup_by_request_key(tmp_path):
     assert other.key() in str(ei.value)
 
 
-def test_duplicates_prefer_success_then_latest(tmp_path):
+def test_duplicates_prefer_success_then_first(tmp_path):
+    """The first record answers; a recorded failure gives way to a later answer. Break32 #2: among equals the later
+    line used to win, while the release importer's report said it kept the first, so a trial was scored from a
+    record the report said was dropped."""
     rows = [
         {"key": "a", "text": "first", "error": None},
         {"key": "a", "text": "", "error": "HTTP 500"},  # a later failure does not hide a success
         {"key": "b", "text": "", "error": "timeout"},
         {"key": "b", "text": "retry ok", "error": None},  # a later success replaces a failure
         {"key": "c", "text": "old", "error": None},
-        {"key": "c", "text": "new", "error": None},  # among equals the later line wins
+        {"key": "c", "text": "new", "error": None},  # among equals the first line wins (the importer's rule)
         {"key": "d", "text": "", "error": "HTTP 429"},
     ]
     path = _write(tmp_path / "dup.jsonl", rows)
     idx = ReplayIndex(path, ("key",))
     assert len(idx) == 4 and idx.n_lines == 7 and idx.n_duplicates == 3
-    assert idx.get("a")["text"] == "first" and idx.get("b")["text"] == "retry ok" and idx.get("c")["text"] == "new"
+    assert idx.get("a")["text"] == "first" and idx.get("b")["text"] == "retry ok" and idx.get("c")["text"] == "old"
     prov = make_provider(ProviderSettings(kind="replay", model="m", replay_path=str(path), replay_key_field="k"))
     with pytest.raises(ReplayRecordedError, match="HTTP 429"):
         asyncio.run(prov.generate(ModelRequest(provider="replay", model="m", prompt="", meta={"k": "d"})))

@@ -132,6 +132,6 @@ def test_ambiguous_confidences_leave_table_12s_confidence_rows_and_are_counted()
 def test_the_parser_version_moved_so_stored_rows_are_read_again():
     from geoagent.geoverify.reparse import is_stale
 
-    assert P.VERDICT_PARSER_VERSION == 4
+    assert P.VERDICT_PARSER_VERSION >= 4  # 5 since break32 (tests/test_break32.py)
     assert is_stale({"parser_version": 3})
     json.dumps(P.parse_verdict(_answer("9")).to_json())  # the rule name travels in the stored row

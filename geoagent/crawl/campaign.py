@@ -751,18 +751,26 @@ def _warn_unmatched_verdicts(svc: Any) -> None:
     they decide nothing, and a typo in an image id must not pass unseen (a review decision naming no rated
     candidate is named the same way, :func:`geoagent.crawl.review.apply_review_decisions`). Called by a hand-off
     of a complete crawl only: before, the images of sites not audited yet would be named too."""
-    from geoagent.crawl.image_audit import HUMAN_VERDICTS_KEY, unmatched_human_verdicts
+    import warnings
+
+    from geoagent.config import InputWarning
+    from geoagent.crawl.image_audit import HUMAN_VERDICTS_KEY, misplaced_human_verdicts, unmatched_human_verdicts
 
     root = Path(svc.state_dir) / "image_audit"
-    audited = [p.stem for p in root.glob("*/*.json")] if root.is_dir() else []
-    unmatched = unmatched_human_verdicts(svc.settings.image_audit.human_verdicts, audited)
+    site_of = {p.stem: p.parent.name for p in root.glob("*/*.json")} if root.is_dir() else {}
+    unmatched = unmatched_human_verdicts(svc.settings.image_audit.human_verdicts, site_of)
+    misplaced = misplaced_human_verdicts(svc.settings.image_audit.human_verdicts, site_of)
+    if misplaced:
+        n = len(misplaced)
+        more = f"; and {n - 10} more" if n > 10 else ""
+        warnings.warn(f"{n} human verdict{'' if n == 1 else 's'} of {HUMAN_VERDICTS_KEY} name{'s' if n == 1 else ''} a "
+                      "folder other than the site of {} image (applied by the image id all the same; check that the "
+                      "row is meant for that image): {}{}".format("its" if n == 1 else "their",
+                                                                  "; ".join(misplaced[:10]), more),
+                      InputWarning, stacklevel=2)
     if unmatched:
         n = len(unmatched)
         more = f"; and {n - 10} more" if n > 10 else ""
-        import warnings
-
-        from geoagent.config import InputWarning
-
         warnings.warn(f"{n} human verdict{'' if n == 1 else 's'} of {HUMAN_VERDICTS_KEY} name{'s' if n == 1 else ''} no "
                       "image this crawl audited (a typo in the image id, an image of another crawl, or one rejected "
                       f"before the audit), so {'it decides' if n == 1 else 'they decide'} nothing: "

@@ -211,7 +211,8 @@ def read_human_verdicts(path: str | Path) -> dict[str, dict[str, str]]:
     ValueError
         Naming the file and line for a missing column, a bad image reference, a verdict other than
         keep/exclude, the same image twice with different verdicts, or text that is not UTF-8 (a UTF-8
-        byte-order mark, as Excel's "CSV UTF-8" writes, is fine), or a header that repeats a column.
+        byte-order mark, as Excel's "CSV UTF-8" writes, is fine), a header that repeats a column, or a row with
+        more fields than the header (an unquoted comma in a reason would drop the rest of it).
     """
     path = Path(path)
     out: dict[str, dict[str, str]] = {}
@@ -236,6 +237,11 @@ def read_human_verdicts(path: str | Path) -> dict[str, dict[str, str]]:
                 raise ValueError(f"{path}:1: missing column {col!r} (have {fieldnames})")
         reader.fieldnames = names  # "image, human_verdict": spaces around a name are no part of it (as review.py)
         for line, row in csv_rows(reader, path):
+            if None in row:  # DictReader's rest key: more fields than the header names (break32 #6)
+                extra = row[None] if isinstance(row[None], list) else [row[None]]
+                raise ValueError(f"{path}:{line}: {len(extra)} field(s) more than the header's {len(names)} columns "
+                                 f"({', '.join(repr(str(x)) for x in extra[:3])}); a comma inside a text such as "
+                                 "human_reason needs the text in double quotes")
             not_utf8(row.values(), line)
             verdict = (row.get("human_verdict") or "").strip().lower()
             if verdict not in HUMAN_VERDICTS:
@@ -279,6 +285,35 @@ def unmatched_human_verdicts(path: str | Path | None, audited_ids: Iterable[str]
             if key not in audited:
                 out.append(f"{path}:{reader.line_num}: {ref.strip()}")
     return out
+def misplaced_human_verdicts(path: str | Path | None, site_of: Mapping[str, str]) -> list[str]:
+    """The rows of a human-verdict CSV (already read without error) whose image reference names a folder (the part
+    before the file name: ``streetview\\<site>\\<id>.jpg``, ``images/<site>/<id>.jpg``) other than the site of
+    that image in this crawl (``site_of``: image id -> site id, of the images it audited), each as ``"<file>:<line>:
+    <reference> (image <id> is of site <site>)"`` in file order (break32 #6: a verdict naming the wrong site, or a
+    path such as ``../../etc/<id>.jpg``, was applied without a word). The verdict still applies by image id; the
+    folder may be a typo, or the row may have been meant for another image. ``[]`` when the key is unset or every
+    reference agrees; a bare id names no folder."""
+    if not path:
+        return []
+    out = []
+    with Path(path).open(encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
+        reader = csv.DictReader(f)
+        reader.fieldnames = [str(n).strip() for n in reader.fieldnames or []]
+        for row in reader:
+            ref = (row.get("image") or "").strip()
+            parts = [p for p in ref.replace("\\", "/").split("/") if p]
+            if len(parts) < 2:
+                continue
+            try:
+                key = image_key(ref)
+            except ValueError:
+                continue
+            site = site_of.get(key)
+            if site is not None and parts[-2] != site:
+                out.append(f"{path}:{reader.line_num}: {ref} (image {key} is of site {site})")
+    return out
+
+
 #: the files :func:`write_agreement` writes into the crawl's state folder
 AGREEMENT_FILES = ("image_audit_agreement.json", "image_audit_human_excludes_model_accepts.csv",
                    "image_audit_model_rejects_human_keeps.csv", "image_audit_leak_flags_kept.csv")

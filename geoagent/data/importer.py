@@ -491,9 +491,13 @@ def _raw_record(d: Any) -> RawVerifyResponse:
 
 
 def read_raw_jsonl(path: Path, report: ImportReport) -> Iterator[RawVerifyResponse]:
-    """Yield raw GeoVerify responses from a JSONL file; bad lines go to ``report``."""
+    """Yield raw GeoVerify responses from a JSONL file, in first-seen order of (trial, model); bad lines go to
+    ``report``. Of several records for one trial and model the first is kept, except that a recorded failure
+    (``error`` set) gives way to a later record without one (a retry that got an answer): the rule the replay
+    provider answers by (:class:`geoagent.providers.replay.ReplayIndex`), so the record the report names is the
+    one replayed and scored (break32 #2: the report named the first, the replay answered with the last)."""
     report.files.append(str(path))
-    seen: set[tuple[str, str]] = set()
+    kept: dict[tuple[str, str], RawVerifyResponse] = {}
     with path.open("rb") as fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
@@ -508,12 +512,19 @@ def read_raw_jsonl(path: Path, report: ImportReport) -> Iterator[RawVerifyRespon
             except RowError as exc:
                 report.add(path, lineno, str(exc))
                 continue
-            if (rec.trial_id, rec.model) in seen:
-                report.add(path, lineno, f"duplicate record for trial {rec.trial_id!r} and model {rec.model!r}; kept the first")
+            old = kept.get((rec.trial_id, rec.model))
+            if old is not None:
+                if old.error is not None and rec.error is None:
+                    kept[(rec.trial_id, rec.model)] = rec
+                    report.add(path, lineno, f"duplicate record for trial {rec.trial_id!r} and model {rec.model!r}; "
+                                             "kept this one (the earlier record is a recorded failure)")
+                else:
+                    report.add(path, lineno, f"duplicate record for trial {rec.trial_id!r} and model {rec.model!r}; "
+                                             "kept the first")
                 continue
-            seen.add((rec.trial_id, rec.model))
+            kept[(rec.trial_id, rec.model)] = rec
             report.count(path)
-            yield rec
+    yield from kept.values()
 
 
 # --- folder-level import ------------------------------------------------------------------------

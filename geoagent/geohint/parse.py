@@ -29,7 +29,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from geoagent.llmjson import Candidate, Percent, decode_string_body, fenced_blocks, iter_candidates
+from geoagent.llmjson import MAX_CHARS, Candidate, Percent, decode_string_body, fenced_blocks, iter_candidates
 
 SCHEMA_KEYS = frozenset(
     {"city", "area", "building", "place", "country", "confidence", "confidence_area", "confidence_building", "clues", "evidence"}
@@ -132,11 +132,27 @@ def canonical_category(key: str) -> str | None:
 
 
 # --- candidates ------------------------------------------------------------------------------
-def _candidates(text: str) -> list[Candidate]:
-    """Every top-level object read leniently from the fenced blocks, then from the whole text."""
-    out: list[Candidate] = []
-    for src in [*fenced_blocks(text), text]:
-        out.extend(c for c in iter_candidates(src, "{", nested=False, percent=True, partial_strings=True)
+class _Read:
+    """One candidate object of :func:`_candidates` and whether its offsets are in the whole text (False: in a
+    fenced block's text)."""
+
+    __slots__ = ("cand", "source_is_whole")
+
+    def __init__(self, cand: Candidate, source_is_whole: bool) -> None:
+        self.cand, self.source_is_whole = cand, source_is_whole
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.cand, name)
+
+
+def _candidates(text: str) -> list[Any]:
+    """Every top-level object read leniently from the fenced blocks, then from the whole text (each a
+    :class:`_Read`: a :class:`~geoagent.llmjson.Candidate` with ``source_is_whole``)."""
+    out: list[Any] = []
+    blocks = fenced_blocks(text)
+    for i, src in enumerate([*blocks, text]):
+        out.extend(_Read(c, i == len(blocks)) for c in iter_candidates(src, "{", nested=False, percent=True,
+                                                                       partial_strings=True)
                    if c.ok and isinstance(c.value, dict))
     return out
 
@@ -293,6 +309,52 @@ def _clash(places: list[dict[str, str]]) -> str | None:
     return None
 
 
+def _nested_clash(obj: dict[str, Any], limit: int = 10_000) -> str | None:
+    """The first place field (``city``, ``area`` or ``building``, any case) that an object nested anywhere in
+    ``obj`` (through objects and lists) gives another value than ``obj`` itself (``{"guess": {"city": "Lyon"},
+    "city": "Paris"}`` -> ``"city: 'paris' vs 'lyon'"``: a second guess inside the answer, break32 #4), else None.
+    A nested ``place`` is not compared (a clue may name a landmark), nor a field ``obj`` does not give. Walks at
+    most ``limit`` values (iteratively: no depth limit is hit)."""
+    top = {k: v for k, v in _place_fields(obj).items() if k in ("city", "area")}
+    for k, v in obj.items():
+        if str(k).strip().lower() == "building" and _place(v):
+            top.setdefault("building", _place(v).casefold())  # type: ignore[union-attr]
+    if not top:
+        return None
+    stack: list[Any] = list(obj.values())
+    while stack and limit > 0:
+        limit -= 1
+        v = stack.pop()
+        if isinstance(v, dict):
+            for k, inner in v.items():
+                name, t = str(k).strip().lower(), _place(inner)
+                if name in top and t and t.casefold() != top[name]:
+                    return f"{name}: {top[name]!r} vs {t.casefold()!r}"
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return None
+
+
+# a place field said in the prose after the answer's object: "Correction: area: Belleville", "Final answer: city:
+# Lyon" (break32 #4), its value up to the end of the line or a clause mark
+_RX_PLACE_SAID = re.compile(r"""(?<![A-Za-z_])(city|area|building)\b["'`*_]*[ \t]*[:=][ \t"'`*_]*([^\r\n.,;()"'`*_]+)""", re.I)
+
+
+def _after_clash(raw: str, end: int, fields: dict[str, str]) -> str | None:
+    """The first place field said in the prose after offset ``end`` (past the last object read) with a value that
+    differs from ``fields`` (the chosen object's, :func:`_place_fields`), neither holding the other (so "area: Le
+    Marais is known for its ..." and "area: Madeleine" agree with "Le Marais" and "8th arrondissement - Madeleine"),
+    else None. Prose BEFORE the object is the model's
+    reasoning towards it ("Possible city: Lyon. Looking closer ..."), never a second answer."""
+    for m in _RX_PLACE_SAID.finditer(raw, end):
+        name, said = m.group(1).lower(), m.group(2).strip().casefold()
+        have = fields.get(name)
+        if have and said and have not in said and said not in have:
+            return f"{name}: {have!r} vs {said!r}"
+    return None
+
+
 # a double-quoted string in a JSON key or value position: after "{", "[", "," or ":" (spaces allowed); a quote
 # mark in prose (5" tall) is preceded by something else and opens no span
 _JSON_STRING = re.compile(r'(?<=[{\[,:])(\s*)"(?:[^"\\]|\\.)*"')
@@ -328,8 +390,11 @@ def _score(obj: dict[str, Any]) -> int:
 #: ``parser_version``, carried on to the scored row's ``extra.parser_version``) and with every row the raw importer
 #: reads: raise it whenever a change of the rules can read an answer text differently, so rows read by different
 #: rules can be told apart (the answer text is kept: ``model_responses``). 1: from 2026-12-04 (rows without the
-#: field were parsed before versions were recorded).
-ANSWER_PARSER_VERSION = 1
+#: field were parsed before versions were recorded); 2: a place field an object nested in the answer gives
+#: otherwise, or one said in the prose after the answer's object ("Correction: area: Belleville"), is a conflict,
+#: and an object running past the reader's first 200,000 characters is "answer too long", not a truncated answer
+#: (break32 #4, #5).
+ANSWER_PARSER_VERSION = 2
 
 
 def parse_answer(text: str | None) -> ParsedAnswer:
@@ -353,13 +418,16 @@ def parse_answer(text: str | None) -> ParsedAnswer:
     best: tuple[int, dict[str, Any], str, bool] | None = None
     places: list[dict[str, str]] = []
     read: str | None = None  # how the first JSON object was read, when one was
+    last_end = 0  # where the last object read from the whole text ends (the prose after it: _after_clash)
     for cand in _candidates(raw):
         obj = cand.value
         method = "json" if cand.strict else "repaired"
         read = read or method
+        if cand.source_is_whole:
+            last_end = max(last_end, cand.end)
         sc = _score(obj)
         if sc:
-            inner = _key_clash(obj, cand.repeated)
+            inner = _key_clash(obj, cand.repeated) or _nested_clash(obj)
             if inner is not None:  # one object naming two places for one field: never the last spelling
                 ans.error = f"conflicting answers in one response ({inner})"
                 # no place, but the object still carries its checklist (Table 11 counts it, as the release's
@@ -378,6 +446,15 @@ def parse_answer(text: str | None) -> ParsedAnswer:
         return ans
     if best is not None:
         _, obj, method, truncated = best
+        after = _after_clash(raw, last_end, _place_fields(obj)) if last_end else None
+        if after is not None:  # e.g. the object, then "Correction: area: Belleville": never the first guess
+            ans.error = f"conflicting answers in one response ({after})"
+            return ans
+        if truncated and len(raw) > MAX_CHARS:  # cut by the reader's limit, not by the model (break32 #5)
+            ans.error = (f"answer too long: its JSON object runs past the first {MAX_CHARS:,} characters the reader "
+                         f"reads (the answer has {len(raw):,})")
+            ans.method = method
+            return ans
         _fill(ans, obj)
         ans.ok, ans.method, ans.truncated = True, method, truncated
         if method == "repaired":

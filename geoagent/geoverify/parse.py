@@ -93,8 +93,10 @@ class ParsedVerdict:
 #: found also in nested objects (of an object without a verdict of its own) and against a Yes/No standing alone at
 #: the start of the prose, and a quoted or bold 'verdict: "yes" or "no"' is the question, not a verdict (break26
 #: #1-#3, rev26); 4: a bare confidence in (1, 10] is no confidence (rule ``confidence_ambiguous_scale``: 9 may be
-#: 9 % or 9 on a 0-10 scale), where 3 read it as a percentage (stats31 F2).
-VERDICT_PARSER_VERSION = 4
+#: 9 % or 9 on a 0-10 scale), where 3 read it as a percentage (stats31 F2); 5: the opposite verdict said in other
+#: words in the prose ("Final answer: No", "My verdict is no.", "Verdict — No") or under another verdict key of
+#: another object (``final_verdict``) is a conflict, where 4 kept the first verdict (break32 #1).
+VERDICT_PARSER_VERSION = 5
 
 
 # --- field normalisation --------------------------------------------------------------------------
@@ -206,6 +208,16 @@ _NO_VERDICT_PHRASE = (r"(?![ \t\"'`*_]+(?:way|idea|clue|doubt|comment|opinion|de
 # (on the same line, and only when the other word follows: "Verdict: **No** / **Confidence:** 0.7" is a verdict, rev26)
 _RX_VERDICT = re.compile(r"[\"']?verdict[\"']?\s*[:=][\s\"'*]*(yes|no)\b"
                          r"(?![ \t\"'`*_]*(?:/|\bor\b)[ \t\"'`*_]*(?:yes|no)\b)" + _NO_VERDICT_PHRASE, re.I)
+# a verdict stated in the prose outside the objects in other words than "verdict:", for the conflict check only
+# (break32 #1: '{"verdict": "yes"}' then "Final answer: No", "Answer: no", "My verdict is no.", "Verdict — No" or
+# "the final verdict is: no" was scored yes): a label (verdict, answer, decision, conclusion), then "is" or a
+# separator (: = or a dash), then a verdict word standing alone ("The answer is no longer clear" is none)
+_RX_VERDICT_SAID = re.compile(r"\b(?:verdict|answer|decision|conclusion)[\"'`*_]*(?:[ \t]+is\b[ \t]*[:=]?|[ \t]*[:=\u2014\u2013-])"
+                              r"[\s\"'`*_]*(yes|no)\b(?=[ \t\"'`*_]*(?:\Z|[\r\n.!,;:)]))"
+                              r"(?![ \t\"'`*_]*(?:/|\bor\b)[ \t\"'`*_]*(?:yes|no)\b)", re.I)
+# the words of an object key that make it a verdict key of another object ("final_verdict", "finalAnswer",
+# "Overall decision"), for the conflict check; the chosen object's own key is one of _VERDICT_KEYS
+_KEY_WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
 # a verdict word standing alone at the start of the prose around a JSON or labelled verdict ("No.\n{...}", "Yes" on
 # a line of its own), for the conflict check; not one opening a clause ("Yes, I can help with that", "No, I cannot be
 # certain": a manner of speaking, rev26 #2)
@@ -347,13 +359,22 @@ def _parse(raw: str | None) -> ParsedVerdict:
     return ParsedVerdict(False, None, None, (), best_reason, tuple(sorted(rules)), text)
 
 
+def _is_verdict_key(key: Any) -> bool:
+    """Whether an object key names a verdict: one of ``verdict``, ``answer``, ``decision`` (any case), or a key
+    with one of them among its words (``final_verdict``, ``finalAnswer``, ``Overall Decision``: break32 #1)."""
+    k = str(key).strip()
+    if k.lower() in _VERDICT_KEYS:
+        return True
+    return any(w.lower() in _VERDICT_KEYS for w in _KEY_WORDS.findall(k))
+
+
 def _keys_disagree(obj: dict[str, Any], verdict: str, repeated: tuple[tuple[str, Any], ...] = ()) -> bool:
-    """Whether another verdict key of the same object (``verdict``, ``answer``, ``decision``, any case), or the
-    same key given twice (``repeated``: the values the reader's dict lost, :attr:`geoagent.llmjson.Candidate.
-    repeated`), states the opposite verdict; a value that is no yes/no at all is not counted
-    (``"answer": "a church"``)."""
+    """Whether another verdict key of the same object (:func:`_is_verdict_key`: ``verdict``, ``answer``,
+    ``decision``, any case, or a key with one of them among its words such as ``final_verdict``), or the same key
+    given twice (``repeated``: the values the reader's dict lost, :attr:`geoagent.llmjson.Candidate.repeated`),
+    states the opposite verdict; a value that is no yes/no at all is not counted (``"answer": "a church"``)."""
     for k, v in [*obj.items(), *repeated]:
-        if str(k).strip().lower() in _VERDICT_KEYS and _norm_verdict(v, set()) not in (None, verdict):
+        if _is_verdict_key(k) and _norm_verdict(v, set()) not in (None, verdict):
             return True
     return False
 
@@ -382,9 +403,11 @@ def _nested_disagree(obj: dict[str, Any], verdict: str, limit: int = 10_000) -> 
 
 
 def _conflicting(text: str, verdict: str) -> bool:
-    """Whether another top-level JSON object (or a key one object gives twice), an object nested at any depth in a
-    top-level object without a verdict of its own (:func:`_nested_disagree`), a labelled ``verdict: yes|no`` in the
-    prose outside the objects, or a ``Yes``/``No`` standing alone at the start of that prose ("No.\n{"verdict":
+    """Whether another top-level JSON object (by any verdict key, :func:`_is_verdict_key`; or a key one object gives
+    twice), an object nested at any depth in a top-level object without a verdict of its own
+    (:func:`_nested_disagree`), a labelled ``verdict: yes|no`` in the prose outside the objects, a verdict said there
+    in other words ("Final answer: No", "My verdict is no.", "Verdict — No": break32 #1), or a ``Yes``/``No``
+    standing alone at the start of that prose ("No.\n{"verdict":
     "yes"}", "No" on its own line, break26 #3; not "Yes, I can help with that", rev26 #2), states the opposite
     verdict (an ambiguous answer is a parse failure, never the first guess).
 
@@ -402,7 +425,7 @@ def _conflicting(text: str, verdict: str) -> bool:
     lead = _RX_LEAD_ALONE.match(seen)
     if lead is not None and lead.group(1).lower() != verdict:
         return True
-    return any(m.group(1).lower() != verdict for m in _RX_VERDICT.finditer(seen))
+    return any(m.group(1).lower() != verdict for rx in (_RX_VERDICT, _RX_VERDICT_SAID) for m in rx.finditer(seen))
 
 
 def _from_regex(word: str, text: str, rules: set[str], raw: str) -> ParsedVerdict:

@@ -93,7 +93,10 @@ class ReplayIndex:
                     old = self._loc.get(key)
                     if old is not None:
                         self.n_duplicates += 1
-                    if old is None or not (is_error and not old[2]):
+                    # the first record answers, except that a recorded failure gives way to a later answer (a
+                    # retry): the importer's rule (geoagent.data.importer.read_raw_jsonl), so the record its report
+                    # names is the one replayed (break32 #2: the last record answered, the report named the first)
+                    if old is None or (old[2] and not is_error):
                         self._loc[key] = (offset, length, is_error)
                     self.n_lines += 1
                 offset += length
