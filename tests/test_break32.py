@@ -173,6 +173,7 @@ def test_a_second_guess_nested_or_after_the_answer_is_a_conflict(text, clash):
 @pytest.mark.parametrize("text", [
     '{"city": "Paris", "area": "Le Marais"}\nNote: the area: Le Marais is known for its museums.',
     '{"city": "Paris", "area": "8th arrondissement - Madeleine"}\n**Area:** Madeleine',
+    '{"city": "Paris", "area": "Le Marais", "building": "Hotel"}\nBuilding: unknown, area: not sure, city: same',
     'Possible city: Lyon. Looking closer at the signs:\n```json\n{"city": "Paris", "area": "Le Marais"}\n```',
     '{"city": "Paris", "clues": [{"clue": "sign", "place": "Louvre"}], "building": "Louvre Pyramid"}',
     '{"city": "Paris", "area": "Le Marais"}' + " and so on" * 30000,  # a long tail after a complete object

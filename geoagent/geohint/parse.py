@@ -341,16 +341,22 @@ def _nested_clash(obj: dict[str, Any], limit: int = 10_000) -> str | None:
 _RX_PLACE_SAID = re.compile(r"""(?<![A-Za-z_])(city|area|building)\b["'`*_]*[ \t]*[:=][ \t"'`*_]*([^\r\n.,;()"'`*_]+)""", re.I)
 
 
+# a value said after the answer that names no place: a hedge or a pointer back ("Building: unknown", "Area: not
+# sure", "City: same as above"), never a second guess
+_RX_NO_PLACE = re.compile(r"(?:unknown|unclear|unsure|uncertain|unidentified|undetermined|not\b|n/?a\b|none\b|no\b|"
+                          r"cannot|can't|could\s*n[o']t|same\b|see\b|as\s+above|\?|-)", re.I)
+
+
 def _after_clash(raw: str, end: int, fields: dict[str, str]) -> str | None:
     """The first place field said in the prose after offset ``end`` (past the last object read) with a value that
     differs from ``fields`` (the chosen object's, :func:`_place_fields`), neither holding the other (so "area: Le
     Marais is known for its ..." and "area: Madeleine" agree with "Le Marais" and "8th arrondissement - Madeleine"),
-    else None. Prose BEFORE the object is the model's
-    reasoning towards it ("Possible city: Lyon. Looking closer ..."), never a second answer."""
+    else None; a value that names no place ("unknown", "not sure", "same as above") is none. Prose BEFORE the object
+    is the model's reasoning towards it ("Possible city: Lyon. Looking closer ..."), never a second answer."""
     for m in _RX_PLACE_SAID.finditer(raw, end):
         name, said = m.group(1).lower(), m.group(2).strip().casefold()
         have = fields.get(name)
-        if have and said and have not in said and said not in have:
+        if have and said and have not in said and said not in have and not _RX_NO_PLACE.match(said):
             return f"{name}: {have!r} vs {said!r}"
     return None
 
