@@ -18,7 +18,9 @@ Issue 2 point 8. A campaign file has these sections (see ``geoagent/configs/*.to
     [queue]      max_attempts, visibility_timeout_s, backoff_base_s, backoff_max_s, watch_probe_after_s,
                  watch_probe_max_s (s; ``run --watch``: how long a stage waits for an unreachable host before
                  probing it again, doubling up to the max), task_timeout_s (s; the most one task may be
-                 handled before it is cancelled and retried; unset: derived from the HTTP policies)
+                 handled before it is cancelled and retried; unset: derived from the HTTP policies), model_pacing
+                 = "plan" | "throughput" (several models: keep each model's share of its work even, or let each
+                 run at its own limits)
     [images]     missing = "error" | "placeholder": what a GeoVerify or GeoHint plan may do with an image that has
                  no file under its image_root when a model on a real provider would see it (ImagesSection,
                  :mod:`geoagent.image_files`)
@@ -48,7 +50,7 @@ import re
 import tomllib
 import unicodedata
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -778,6 +780,11 @@ class QueueSection(_Section):
     #: under the slowest HTTP policy, at least 1800 s (geoagent.runtime.worker, "Task ceiling"); below a model's
     #: ``timeout_s`` it draws a ConfigWarning (a slow answer would be cut after it was sent, and paid again)
     task_timeout_s: float | None = Field(default=None, gt=0)
+    #: with several models: "plan" (default) paces each model's lane in the model caller by its share of its work
+    #: this run, so none runs ahead of the others and a run stopped anywhere (a budget stop, Ctrl-C) holds about the
+    #: same share of each model's planned items; "throughput" lets each model run at its own limits
+    #: (geoagent.runtime.worker, "Lanes")
+    model_pacing: Literal["plan", "throughput"] = "plan"
 
     @model_validator(mode="after")
     def _probe_max_not_below_after(self) -> "QueueSection":
@@ -3277,6 +3284,19 @@ def _caller_lanes(cfg: CampaignConfig) -> dict[str, int] | None:
     return {m.name: lane_cap(_caller_concurrency(m)) for m in cfg.models}
 
 
+def _lane_ahead(k: int, pending: Sequence[Sized], work: Sequence[int], caps: Sequence[int]) -> bool:
+    """:func:`simulate_dispatch`'s copy of the runner's pacing rule (:mod:`geoagent.runtime.worker`, "Lanes"): lane
+    ``k``'s share of its ``work`` taken so far, with one task more, exceeds the lowest share among the other lanes
+    with tasks left by more than a few tasks (:data:`geoagent.runtime.worker.PACE_SLACK_TASKS`, its cap if lower)."""
+    others = [(work[j] - len(pending[j])) / work[j] for j in range(len(work)) if j != k and pending[j] and work[j]]
+    if not others or not work[k]:
+        return False
+    mine = (work[k] - len(pending[k]) + 1) / work[k]
+    from geoagent.runtime.worker import PACE_SLACK_TASKS
+
+    return mine > min(others) + max(1, min(caps[k], PACE_SLACK_TASKS)) / work[k]
+
+
 def simulate_dispatch(cfg: CampaignConfig, est: Estimate) -> dict[str, int]:
     """Calls per model that a run of the planned requests of ``est`` makes before the cost cap stops it.
 
@@ -3287,7 +3307,10 @@ def simulate_dispatch(cfg: CampaignConfig, est: Estimate) -> dict[str, int]:
       :mod:`geoagent.runtime.worker`): at most its lane's cap of its tasks are handled at once, a task of a full
       lane goes back to the queue unsent and the next tasks of the other lanes are taken meanwhile, so a model
       slowed by its own rate limit never holds back a faster one (the replay takes, at each free slot, the
-      earliest queued task of a lane with room; a deferred task's delay is not modelled); a handled task waits
+      earliest queued task of a lane with room; a deferred task's delay is not modelled); under ``[queue]
+      model_pacing = "plan"`` (the default) a lane whose share of its tasks taken runs ahead of the other lanes'
+      is passed over as the runner defers it (:func:`_lane_ahead`), so each model reaches the cap at about the
+      same share of its calls; a handled task waits
       for its model's host: ``concurrency`` calls in flight and ``rate`` calls per
       ``period_s`` (sliding window), each call taking ``expected_latency_s`` (no time for replay, offline
       simulated and local-fake models: the estimate's :attr:`ModelEstimate.time_basis`, which also counts an API
@@ -3340,6 +3363,9 @@ def simulate_dispatch(cfg: CampaignConfig, est: Estimate) -> dict[str, int]:
         for i in range(n):
             pending[order_model[i]].append(i)
     caps = [lane_caps.get(name, 1) for name in names] if lane_caps is not None else []
+    # [queue] model_pacing = "plan": a lane ahead of the others' share of their work waits (the runner's pacing)
+    paced = lane_caps is not None and cfg.queue.model_pacing == "plan"
+    work = [len(p) for p in pending]
     busy = [0] * len(names)
     waiting: list[deque[int]] = [deque() for _ in names]  # handled tasks not yet sent, in queue order
     sent_at: list[deque[float]] = [deque() for _ in names]  # send times within the rate window
@@ -3358,7 +3384,8 @@ def simulate_dispatch(cfg: CampaignConfig, est: Estimate) -> dict[str, int]:
             while not stopped and handled < window:
                 best = -1
                 for k in range(len(names)):
-                    if pending[k] and busy[k] < caps[k] and (best < 0 or pending[k][0] < pending[best][0]):
+                    if pending[k] and busy[k] < caps[k] and (best < 0 or pending[k][0] < pending[best][0]) \
+                            and not (paced and _lane_ahead(k, pending, work, caps)):
                         best = k
                 if best < 0:
                     break

@@ -148,6 +148,10 @@ PROVIDER_KINDS = (PROVIDER_KIND_SIMULATED, PROVIDER_KIND_REPLAY, PROVIDER_KIND_M
 #: fake is known by its ``*.sandbox.invalid`` URL, which the launched config no longer has), set by the engine
 #: (:func:`geoagent.sandbox.launch.provider_kinds`); the model caller records each answer's kind from it
 SERVICE_PROVIDER_KINDS = "provider_kinds"
+#: StageContext service: {model name: its request tasks this run has to do}, set by the engine for a run that
+#: answers for the whole plan edge with several models (geoagent.engine._lane_work); the model caller paces its
+#: lanes by it (geoagent.runtime.worker, "Lanes")
+SERVICE_LANE_WORK = "lane_work"
 #: Response header every sandbox model fake (:mod:`geoagent.sandbox.llm_openai`, ``llm_anthropic``, ``llm_gemini``)
 #: sends with each answer, value ``"1"``; no real API sends it. An HTTP provider that sees it marks the answer
 #: (:attr:`geoagent.providers.base.ModelResponse.sandbox`) and the model caller records it as ``simulated``

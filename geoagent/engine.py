@@ -2056,6 +2056,8 @@ async def _run(
     if watch:
         print(WATCH_BANNER, flush=True)  # also when stdout is not a terminal (no live display there)
     lane_work = _lane_work(cfg, kind, planned_by_model, only_stages)
+    # the model caller paces its lanes by each model's work left (geoagent.runtime.worker, "Lanes")
+    ctx.services[C.SERVICE_LANE_WORK] = (lane_work or {}).get(C.STAGE_MODEL_CALLER) or {}
     # the plan's answers stored before any worker of this run ran: the summary tells "done by earlier runs" from
     # answers another run of the campaign stores meanwhile (Outcome.answered_at_start)
     answered_at_start = sum(_answered_by_model(ctx, planned_by_model, cfg, kind.plan_edge).values())
@@ -3453,7 +3455,9 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
         lane_part = ("" if lanes is None else
                      ", each model in its own lane (at most " + ", ".join(f"{n} {c}" for n, c in lanes.items())
                      + " of its requests handled at once; a full lane's next requests wait while the other lanes' "
-                     "go on, so a model held back by its own limits does not hold back the others)")
+                     "go on, so a model held back by its own limits does not hold back the others"
+                     + ("; paced by each model's share of its calls ([queue] model_pacing = \"plan\"), so none runs "
+                        "ahead of the others" if cfg.queue.model_pacing == "plan" else "") + ")")
         dispatch = ("simulated as the run dispatches them: in queue order" + lane_part + ", each model at its own "
                     "concurrency, rate and expected_latency_s; each call reserves its worst case and settles at its "
                     "expected cost")

@@ -95,19 +95,39 @@ def _priced(name: str, pout: float, **kw) -> dict:
             "price_output_usd_per_mtok": pout, "max_output_tokens": 100, "expected_output_tokens": 50, **kw}
 
 
-def _dry_cfg(models: list[dict], cap: float):
+def _dry_cfg(models: list[dict], cap: float, pacing: str = "plan"):
     from geoagent.config import config_from_dict
 
     return config_from_dict({"campaign": {"name": "dr", "kind": "generic"}, "budget": {"cap_usd": cap},
-                             "models": models})
+                             "models": models, "queue": {"model_pacing": pacing}})
+
+
+def test_dry_run_paces_the_lanes_by_each_models_share_of_its_calls():
+    """The same plan as below under the default ``model_pacing = "plan"``, by hand: a lane may take a task while its
+    share of its 40 tasks, with that task, is at most the other lane's share plus 8 tasks (0.2). t=0: a takes 8
+    (9/40 > 0 + 0.2), ge takes its lane's 12 (0.3), a 4 more up to the window of 24 (a 12, ge 12; 8 of a in flight).
+    t=2: a's 8 settle ($0.004); a takes up to 20 of its tasks (21/40 > 0.3 + 0.2) while ge's 12 wait at the gate.
+    t=4: settled $0.008, ge's gate sees $0.008 + $0.01 > cap: the run stops; a's calls in hand finish. a 20, ge 0."""
+    from geoagent.config import estimate
+    from geoagent.engine import estimate_lines
+
+    cfg = _dry_cfg([_priced("a", 10.0, concurrency=8), _priced("ge", 100.0, concurrency=8)], cap=0.0155)
+    plan = [{"model": m, "prompt": f"p{i}"} for m in ("a", "ge") for i in range(40)]
+    est = estimate(cfg, plan)
+    assert (est.by_model["a"].calls_before_cap, est.by_model["ge"].calls_before_cap) == (20, 0)
+    text = "\n".join(estimate_lines(est, cfg))
+    assert ('so a model held back by its own limits does not hold back the others; paced by each model\'s share of '
+            'its calls ([queue] model_pacing = "plan"), so none runs ahead of the others)') in text, text
 
 
 def test_dry_run_counts_calls_per_model_before_the_cap_in_queue_order():
     from geoagent.config import estimate
     from geoagent.engine import estimate_lines
 
-    # a: worst $0.001, expected $0.0005 per call; ge: worst $0.01, expected $0.005; planned a first (40), then ge
-    cfg = _dry_cfg([_priced("a", 10.0, concurrency=8), _priced("ge", 100.0, concurrency=8)], cap=0.0155)
+    # a: worst $0.001, expected $0.0005 per call; ge: worst $0.01, expected $0.005; planned a first (40), then ge;
+    # each model at its own pace ([queue] model_pacing = "throughput"; the default paces them: the test above)
+    cfg = _dry_cfg([_priced("a", 10.0, concurrency=8), _priced("ge", 100.0, concurrency=8)], cap=0.0155,
+                   pacing="throughput")
     plan = [{"model": m, "prompt": f"p{i}"} for m in ("a", "ge") for i in range(40)]  # distinct requests
     est = estimate(cfg, plan)
     # by hand: each model has its own lane of 12 tasks (concurrency 8 + lease-ahead 4: the model caller's lanes),

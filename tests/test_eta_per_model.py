@@ -136,8 +136,10 @@ def test_a_two_model_run_s_eta_covers_the_slow_model_s_work(tmp_path, monkeypatc
         async with serve(app) as base:
             # 80 tasks each: the slow model's take ~10 s, so records of the ETA's first
             # geoagent.runtime.worker.ETA_MIN_WINDOW_S (5 s, "estimating" before) still have its work left
+            # each model at its own pace (under the default "plan" pacing the fast one would not finish first)
             cfgp = generic_campaign(tmp_path, name="eta2", n=80, cap_usd=5.0,
-                                    models=table("fast", base, 200, 8) + table("slow", base, 8, 1))
+                                    models=table("fast", base, 200, 8) + table("slow", base, 8, 1),
+                                    queue={"model_pacing": "throughput"})
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 cfg = load_config(cfgp)

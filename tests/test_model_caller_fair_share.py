@@ -50,9 +50,11 @@ def _max_in_window(times: list[float], window_s: float = 1.0) -> int:
 
 
 def test_a_slow_model_does_not_hold_back_a_fast_one_in_one_stage(tmp_path, monkeypatch):
-    """Model a (20/s, concurrency 4) and model b (2/s, concurrency 1) interleaved in one campaign queue: while b
-    still has work, a's server-side rate is >= 70 % of its own 20/s (before: the stage filled with b's tasks and a
-    ran near b's pace); b never exceeds its 2/s; every request is answered exactly once; the ledger is sound."""
+    """Model a (20/s, concurrency 4) and model b (2/s, concurrency 1) interleaved in one campaign queue, under
+    ``[queue] model_pacing = "throughput"``: while b still has work, a's server-side rate is >= 70 % of its own
+    20/s (before: the stage filled with b's tasks and a ran near b's pace); b never exceeds its 2/s; every request
+    is answered exactly once; the ledger is sound. (The default, "plan", paces a by b's share of its work:
+    :func:`test_plan_pacing_keeps_each_models_share_of_its_work_even`.)"""
     monkeypatch.setenv("FAIR_KEY", KEY)
     app = openai_app(api_keys=[KEY])
 
@@ -60,7 +62,8 @@ def test_a_slow_model_does_not_hold_back_a_fast_one_in_one_stage(tmp_path, monke
         async with serve(app) as base:
             models = (_table("a", base, "gpt-a", rate=20, concurrency=4)
                       + _table("b", base, "gpt-b", rate=2, concurrency=1, sampling=0.35))
-            cfgp = generic_campaign(tmp_path, name="fair", n=150, cap_usd=5.0, models=models)
+            cfgp = generic_campaign(tmp_path, name="fair", n=150, cap_usd=5.0, models=models,
+                                    queue={"model_pacing": "throughput"})
             cfg = load_config_quiet(cfgp)
             outcome = await run_campaign(cfg, live=False, handle_signals=False, export=False)
             return cfg, outcome
@@ -98,6 +101,50 @@ def test_a_slow_model_does_not_hold_back_a_fast_one_in_one_stage(tmp_path, monke
     assert all(ln["a"]["rate_per_s"] > 3 * ln["b"]["rate_per_s"] > 0 for ln in live[-3:]), live[-3:]
     text = format_status(campaign_status(cfg))
     assert f"per model (last run): a done 150, b done {len(b)}" in text, text
+
+
+def _shares(a: list[float], b: list[float]) -> list[tuple[float, float]]:
+    """(a's share of its calls, b's share of its) after each call of either, in time order."""
+    events = sorted([(t, 0) for t in a] + [(t, 1) for t in b])
+    na = nb = 0
+    out = []
+    for _, which in events:
+        na, nb = na + (which == 0), nb + (which == 1)
+        out.append((na / len(a), nb / len(b)))
+    return out
+
+
+def test_plan_pacing_keeps_each_models_share_of_its_work_even(tmp_path, monkeypatch):
+    """The default ``[queue] model_pacing = "plan"`` (walk32 #4: a sampled model ran far ahead through its share of
+    the plan, so a budget stop held it 81 % done beside another 16 % done): the same two models as above, a fast
+    (20/s) with 150 tasks and b slow (2/s) with about 52. The run takes as long as b's work (as before: b is the
+    slowest), a is spread over it, and at every moment the two models' shares of their calls stay within a few
+    tasks of each other; every request is still answered exactly once."""
+    monkeypatch.setenv("FAIR_KEY", KEY)
+    app = openai_app(api_keys=[KEY])
+
+    async def go():
+        async with serve(app) as base:
+            models = (_table("a", base, "gpt-a", rate=20, concurrency=4)
+                      + _table("b", base, "gpt-b", rate=2, concurrency=1, sampling=0.35))
+            cfg = load_config_quiet(generic_campaign(tmp_path, name="paced", n=150, cap_usd=5.0, models=models))
+            return cfg, await run_campaign(cfg, live=False, handle_signals=False, export=False)
+
+    cfg, outcome = anyio.run(go)
+    assert outcome.status == "complete", outcome
+    calls = [r for r in app["calls"] if r["status"] == 200]
+    a = sorted(r["t_mono"] for r in calls if r["model"] == "gpt-a")
+    b = sorted(r["t_mono"] for r in calls if r["model"] == "gpt-b")
+    assert len(a) == 150 and 30 <= len(b) <= 75, (len(a), len(b))
+    worst = max(abs(sa - sb) for sa, sb in _shares(a, b))
+    # a lane's worth of slack (a: 4 of 150; b: 1 of ~52) plus the calls in flight and the deferral delay (1 s: up to
+    # 2 of b's calls, 4 % of its work)
+    assert worst <= 0.15, worst
+    assert abs(a[-1] - b[-1]) <= 3.0, (a[-1] - a[0], b[-1] - b[0])  # a spread over b's whole run
+    keys = Counter(r["key"] for r in calls)
+    assert max(keys.values()) == 1
+    problems, totals = ledger_figures(cfg)
+    assert problems == [] and totals["results"] == len(a) + len(b)
 
 
 def load_config_quiet(path):
@@ -178,3 +225,53 @@ def test_lanes_let_the_fast_lane_pass_a_slow_backlog_and_a_stop_leaves_deferred_
     assert counts.leased == 0 and counts.done == 40 + slow_done and counts.ready == 40 - slow_done
     assert all(attempts == 0 for _, attempts in left) and len(left) == 40 - slow_done
     assert run.stats()[0].deferred > 0
+
+
+def test_a_budget_stop_holds_the_same_share_of_each_models_work(tmp_path, monkeypatch, capsys):
+    """Walk32 #4: model b sampled at 0.2 beside a at 1.0, equal limits; stopped by the cap at about 40 % of the
+    spend. Before, b's lane ran at a's call rate and so through its five times smaller share of the plan five times
+    faster (81 % of b's calls answered beside 16 % of a's). Now both stop at about the same share, and the dry run's
+    forecast of calls before the cap says the same."""
+    import re
+
+    from _model_harness import run_cli
+    from geoagent.sandbox.llm_common import add_latency
+
+    monkeypatch.setenv("FAIR_KEY", KEY)
+
+    def models(base: str) -> str:
+        return (_table("a", base, "gpt-a", rate=200, concurrency=2)
+                + _table("b", base, "gpt-b", rate=200, concurrency=2, sampling=0.2))
+
+    async def full_run():
+        async with serve(add_latency(openai_app(api_keys=[KEY]), 0.02)) as base:
+            return await run_campaign(load_config_quiet(generic_campaign(
+                tmp_path / "full", name="full", n=120, cap_usd=5.0, models=models(base))),
+                live=False, handle_signals=False, export=False)
+
+    (tmp_path / "full").mkdir()
+    full = anyio.run(full_run)
+    assert full.status == "complete"
+    cap = full.spend["spent_usd"] * 0.4
+    # the dry run (no call made: any address will do)
+    (tmp_path / "dry").mkdir()
+    rc, dry, _ = run_cli(generic_campaign(tmp_path / "dry", name="dry", n=120, cap_usd=cap,
+                                          models=models("http://127.0.0.1:9")), capsys, "--simulate")
+    assert rc == 0 and 'paced by each model\'s share of its calls ([queue] model_pacing = "plan")' in dry, dry
+    m = re.search(r"per model: a (\d+) of (\d+), b (\d+) of (\d+)", dry)
+    assert m, dry
+    fa, na, fb, nb = map(int, m.groups())
+
+    async def capped_run():
+        async with serve(add_latency(openai_app(api_keys=[KEY]), 0.02)) as base:
+            return await run_campaign(load_config_quiet(generic_campaign(
+                tmp_path, name="capped", n=120, cap_usd=cap, models=models(base))),
+                live=False, handle_signals=False, export=False)
+
+    out = anyio.run(capped_run)
+    assert out.status == "budget exhausted", out.summary()
+    planned, got = out.planned_by_model, out.answered_by_model
+    assert planned["a"] == na == 120 and planned["b"] == nb and 10 <= nb <= 40, (planned, na, nb)
+    share = {k: got[k] / planned[k] for k in planned}
+    assert 0.15 <= share["a"] <= 0.7 and abs(share["a"] - share["b"]) <= 0.15, (got, planned)
+    assert abs(fa / na - fb / nb) <= 0.15, (fa, na, fb, nb)

@@ -97,10 +97,15 @@ class Lane:
     rate_per_s : float
         The most tasks of the lane per second it can finish (its own rate limit; > 0, ``math.inf`` when it has
         none): tasks deferred while the lane is full are spaced back into the queue at this rate.
+    work : int
+        The lane's tasks this run has to do (its tasks ready or leased when the run started); > 0: the lane is
+        paced by its share of that work against the other paced lanes' (:mod:`geoagent.runtime.worker`, "Lanes":
+        a lane ahead of the others is deferred like a full one); 0 (default): not paced.
     """
 
     cap: int
     rate_per_s: float = math.inf
+    work: int = 0
 
 
 class Stage(abc.ABC):
@@ -193,6 +198,13 @@ class Stage(abc.ABC):
         """The lane of ``task`` (a key of :meth:`lanes`), or None: admitted without a lane's cap. Must not raise;
         called for every leased task when :meth:`lanes` named any, so keep it a dict lookup."""
         return None
+
+    def lane_open(self, lane: str) -> bool:
+        """Whether the tasks of ``lane`` can run now (default True). False (the model caller: its model's
+        authentication, empty-answer or host breaker is open): the lane's share of its work stops counting in the
+        pacing of the other lanes (:mod:`geoagent.runtime.worker`, "Lanes"), so they never wait for a lane that
+        cannot move. Called for each leased task of a paced lane; keep it cheap."""
+        return True
 
     def runnable(self) -> bool:
         """Whether any task of the input edge can still run in this process (default True). False (e.g. the

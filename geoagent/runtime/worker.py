@@ -174,6 +174,18 @@ a lane to free a slot (at most ~1 s) instead of cycling through them. ``StageSta
 A crash leaves deferred tasks ready (at most :data:`DEFER_MAX_S` late); a stop or budget stop changes nothing for
 them. The half-open probe counts in its lane but is never deferred. Batched stages have no lanes. A stage without
 lanes (every stage but a multi-model model caller) runs exactly as before: no per-task cost.
+
+Pacing. Lanes with room alone would let each model run at its own limits, so a model with fewer planned tasks
+(a ``sampling_rate`` below 1) or a faster host ran far ahead through its share of the plan: a budget stop found it
+81 % done beside another model 16 % done, with few items answered by both (walk32 #4), and a cap meant for an
+expensive sampled model went mostly to it. A lane with :attr:`~geoagent.runtime.stage.Lane.work` (the model
+caller's, under ``[queue] model_pacing = "plan"``, the default) is therefore also deferred, for
+:data:`PACED_DEFER_S`, while its share of its work (tasks finished, dead-lettered or in hand over its ``work``) is
+ahead of the lowest share among the other paced lanes that still have work and can run (:meth:`Stage.lane_open`)
+by more than a few tasks (its cap, at most :data:`PACE_SLACK_TASKS`, over its ``work``). The lane at the lowest share is never held back, so
+the stage always moves; the whole run takes as long as before (the slowest model's work decides it), and a run
+stopped anywhere holds about the same share of each model's work: the same queue prefix, so mostly the same items.
+``model_pacing = "throughput"`` keeps each lane at its own pace.
 """
 
 from __future__ import annotations
@@ -215,6 +227,10 @@ DEFER_MIN_S = 0.2
 DEFER_MAX_S = 30.0
 #: deferred delays are rounded up to this step (s), so one release call gives back a run of them at once
 DEFER_STEP_S = 0.25
+#: Pacing (module docstring, "Lanes"): how long a task of a lane ahead of the others is deferred, s; and how many
+#: tasks (at most; a lane's cap if lower) a lane may run ahead of the lowest share before it is deferred
+PACED_DEFER_S = 1.0
+PACE_SLACK_TASKS = 8
 #: leases in a row that found only tasks of full lanes before the lease loop waits for a lane to free a slot
 WALK_LEASES = 4
 #: seconds a burst stage's input stays drained on end while another process's upstream stage works before it says
@@ -243,6 +259,7 @@ class StageStats:
     in_flight: int = 0
     held: int = 0  # tasks held (stage.Held): leased untouched while the stage runs, released at its end
     deferred: int = 0  # tasks of a full lane given back to the queue unstarted, for later (module docstring, "Lanes")
+    paced: int = 0  # of those, tasks of a lane ahead of the others' share of their work (module docstring, "Lanes")
     blocked: bool = False  # the stage said nothing more can run here (Stage.runnable): leasing stopped early
     #: burst mode: leasing ended because the input was exhausted (nothing ready or leased, upstream done) and the
     #: stage held no task (held tasks are released to the input at its end: its own): work found on the input
@@ -1154,9 +1171,12 @@ class StageRunner:
             spec = lanes.get(lane) if lane is not None else None
             if spec is None:
                 admitted.append(task)
-            elif busy[lane] < spec.cap:
+            elif busy[lane] < spec.cap and not (spec.work and self._ahead(lane, spec)):
                 busy[lane] += 1
                 admitted.append(task)
+            elif busy[lane] < spec.cap:  # paced: ahead of the other lanes' share of their work
+                later.setdefault(PACED_DEFER_S, []).append(task)
+                self.stats.paced += 1
             else:
                 gap = 1.0 / spec.rate_per_s if spec.rate_per_s > 0 else 0.0
                 slot = min(max(nxt[lane], now) + gap, now + DEFER_MAX_S)
@@ -1167,6 +1187,27 @@ class StageRunner:
             await self._safe(self.inq.release(group, delay_s=delay))
             self.stats.deferred += len(group)
         return admitted
+
+    def _share(self, lane: str, spec: Lane) -> float:
+        """The share of ``lane``'s work (:attr:`Lane.work`) this run finished, dead-lettered or holds in hand."""
+        st = self.stats
+        return (st.lane_done.get(lane, 0) + st.lane_dead.get(lane, 0) + self._lane_busy.get(lane, 0)) / spec.work
+
+    def _ahead(self, lane: str, spec: Lane) -> bool:
+        """Whether a paced ``lane`` is ahead of the other paced lanes (module docstring, "Lanes", Pacing): its share
+        of its work with one task more exceeds the lowest share among the other paced lanes that still have work
+        and can run by more than :data:`PACE_SLACK_TASKS` of its tasks (its cap if lower)."""
+        low = math.inf
+        for other, o in (self._lanes or {}).items():
+            if other == lane or not o.work:
+                continue
+            share = self._share(other, o)
+            if share < 1.0 and share < low and self.stage.lane_open(other):
+                low = share
+        if low == math.inf:
+            return False
+        mine = self._share(lane, spec) + 1.0 / spec.work
+        return mine > low + max(1, min(spec.cap, PACE_SLACK_TASKS)) / spec.work
 
     async def _input_exhausted(self) -> bool:
         if not self.burst:

@@ -1067,13 +1067,18 @@ class ModelCaller(Stage):
         models = list(getattr(cfg, "models", None) or [])
         total = 0
         lanes: dict[str, Lane] = {}
+        # each model's tasks this run has to do (the engine's count at the start; None: a --stages process, a
+        # plan of one model, or [queue] model_pacing = "throughput"): its lane is paced by its share of them
+        queue_cfg = getattr(cfg, "queue", None)
+        work = (ctx.services.get(C.SERVICE_LANE_WORK) or {}) if getattr(queue_cfg, "model_pacing", "plan") == "plan" \
+            else {}
         for m in models:
             over_http = bool(getattr(providers.get(m.name), "supports_before_send", True))
             c = m.concurrency if over_http else max(m.concurrency, OFFLINE_CONCURRENCY)
             total += c
             rate = getattr(m, "rate", None)
             per_s = rate.requests / rate.period_s if over_http and rate is not None else math.inf
-            lanes[m.name] = Lane(cap=lane_cap(c), rate_per_s=per_s)
+            lanes[m.name] = Lane(cap=lane_cap(c), rate_per_s=per_s, work=max(0, int(work.get(m.name) or 0)))
         self._lanes = lanes if len(lanes) > 1 else None
         if self._sized or not models:
             return
@@ -1086,7 +1091,10 @@ class ModelCaller(Stage):
         path is then unchanged). A model's lane holds at most :func:`lane_cap` of its ``concurrency`` tasks at
         once, and its tasks deferred meanwhile come back at its ``rate`` (requests / ``period_s``; unlimited
         for a provider that sends nothing over HTTP), so a model slowed by its own limits never holds the
-        workers the other models need (:mod:`geoagent.runtime.worker`, "Lanes"). Set at :meth:`start`."""
+        workers the other models need; under ``[queue] model_pacing = "plan"`` (the default) each lane's
+        ``work`` is the model's tasks this run has to do (service :data:`geoagent.constants.SERVICE_LANE_WORK`),
+        so no model runs ahead of the others' share of their work (:mod:`geoagent.runtime.worker`, "Lanes").
+        Set at :meth:`start`."""
         return self._lanes
 
     def pace_keys(self) -> list[str]:
@@ -1130,6 +1138,14 @@ class ModelCaller(Stage):
         (:meth:`geoagent.workers.cutoff_breaker.CutOffBreaker.stops`); read by the progress stream at each tick and
         into the final record, so ``status`` names them (:func:`geoagent.status.cut_off_models`)."""
         return self._cutoff.stops() if self._cutoff is not None else []
+
+    def lane_open(self, lane: str) -> bool:
+        """Whether model ``lane`` can be sent to now: no breaker of it is open (authentication, empty answers, its
+        host unreachable; in watch mode too, while its host is waited for), so its share of its work counts in the
+        pacing of the other models' lanes (:meth:`Stage.lane_open`)."""
+        return not ((self._auth is not None and self._auth.is_open(lane) is not None)
+                    or (self._cutoff is not None and self._cutoff.is_open(lane) is not None)
+                    or (self._hosts is not None and self._hosts.is_open(lane) is not None))
 
     def runnable(self) -> bool:
         """False once EVERY configured model is stopped, by its authentication breaker, its empty-answer breaker
