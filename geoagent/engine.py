@@ -877,7 +877,8 @@ def check_keys(cfg: Any, kind: CampaignKind, *, dotenv_path: str | Path | None =
 
     missing, others = missing_keys(cfg, kind, dotenv_path=dotenv_path)
     if missing or others:
-        raise SecretNotFound(missing_keys_message(missing, dotenv_path=dotenv_path, others=others))
+        raise SecretNotFound(missing_keys_message(missing, dotenv_path=dotenv_path, others=others,
+                                                  config_source=getattr(cfg, "source", None)))
 
 
 def finished_campaign_hint(cfg: Any) -> str:
@@ -1631,7 +1632,8 @@ async def open_services(
     # dry run reports it at its end (_estimate_outcome; walk31 #4), after its whole report
     missing = missing_api_keys(cfg, dotenv_path=dotenv_path, unreadable=None if require_keys else [])
     if missing and require_keys:  # every missing variable at once, before anything is opened
-        raise SecretNotFound(missing_keys_message(missing, dotenv_path=dotenv_path))
+        raise SecretNotFound(missing_keys_message(missing, dotenv_path=dotenv_path,
+                                                  config_source=getattr(cfg, "source", None)))
     url = redis_url(cfg, dotenv_path=dotenv_path)  # [backend] kind = "redis": queues and state on that server
     state = open_state(cfg, cap_usd=None if dry_run else cfg.budget.cap_usd, recover=not dry_run)
     contact = getattr(cfg.campaign, "contact", None) or "set [campaign] contact"
@@ -3137,7 +3139,7 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
                                    unreadable=unreadable)
     n_vars = len({var for var, _ in missing} | {var for var, _ in others})
     them = "they are" if n_vars > 1 else "it is"
-    warning = ([f"  warning: {missing_keys_message(missing, dotenv_path=dotenv_path, others=others)}; `{command}` "
+    warning = ([f"  warning: {missing_keys_message(missing, dotenv_path=dotenv_path, others=others, config_source=getattr(cfg, 'source', None))}; `{command}` "
                 f"will refuse to start until {them} set"] if n_vars else [])
     warning += [f"  warning: {u}; `{command}` will refuse to start (exit 2) until it is fixed" for u in unreadable]
     warning += [f"  warning: {w}" for w in kind.plan_warnings(cfg)]

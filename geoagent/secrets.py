@@ -31,6 +31,7 @@ import logging
 import os
 import re
 import threading
+import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -289,6 +290,19 @@ def _remember(value: str, *, local: bool = False, whole_only: bool = False) -> N
             _known_whole.update(entity_spellings(value))  # an HTML page's character references of it, whole
 
 
+def dotenv_where(dotenv_path: str | os.PathLike[str] | None = None) -> str:
+    """Where a message says the ``.env`` file was looked for: the file given, or the default one with where it is
+    read from (walk32 #1: a key in a ``.env`` beside the campaign file, run from another folder, was reported not
+    set, with nothing saying which ``.env`` had been read): ``.env of the folder the command runs in
+    (/abs/.env; GEOAGENT_DOTENV names another file)``."""
+    if dotenv_path is not None:
+        return str(Path(dotenv_path))
+    path = dotenv_path_default()
+    if os.environ.get("GEOAGENT_DOTENV"):
+        return f"{path} (GEOAGENT_DOTENV)"
+    return f".env of the folder the command runs in ({path.resolve()}; GEOAGENT_DOTENV names another file)"
+
+
 def dotenv_path_default() -> Path:
     """The ``.env`` file consulted by default: ``$GEOAGENT_DOTENV`` if set, else ``./.env``."""
     return Path(os.environ.get("GEOAGENT_DOTENV") or ".env")
@@ -440,7 +454,7 @@ def get_secret(
     """Like :func:`lookup_secret` but raise :class:`SecretNotFound` (naming the variable) when unset."""
     secret = lookup_secret(env_name, dotenv_path=dotenv_path, environ=environ, local=local)
     if secret is None:
-        where = Path(dotenv_path) if dotenv_path is not None else dotenv_path_default()
+        where = dotenv_where(dotenv_path)
         empty = empty_where(env_name, dotenv_path=dotenv_path, environ=environ)
         if empty:
             raise SecretNotFound(f"API key variable {env_name} is set but empty in {empty} (and not set elsewhere)")
@@ -732,9 +746,40 @@ def close_set_variable(var: str, *, dotenv_path: str | os.PathLike[str] | None =
     return (close[0], where[close[0]]) if close else None
 
 
+def unread_dotenv_hint(variables: Iterable[str], config_source: str | None,
+                       dotenv_path: str | os.PathLike[str] | None = None) -> str:
+    """``"; the campaign file's folder has a .env that sets X (/abs/.env), which is not read: run from that folder
+    or set GEOAGENT_DOTENV=/abs/.env"`` when the ``.env`` beside the campaign file ``config_source`` is not the
+    one read (:func:`dotenv_where`) and sets one of ``variables`` (names only: no value is read into the message);
+    ``""`` otherwise (walk32 #1)."""
+    if not config_source or dotenv_path is not None or os.environ.get("GEOAGENT_DOTENV"):
+        return ""
+    beside = Path(config_source).expanduser().parent / ".env"
+    try:
+        if not beside.is_file() or beside.resolve() == dotenv_path_default().resolve():
+            return ""
+        from dotenv import dotenv_values
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            logging.getLogger("dotenv.main").disabled = True
+            try:
+                names = set(dotenv_values(beside))
+            finally:
+                logging.getLogger("dotenv.main").disabled = False
+    except (OSError, ValueError, UnicodeDecodeError):
+        return ""
+    found = [v for v in variables if v in names]
+    if not found:
+        return ""
+    where = beside.resolve()
+    return (f"; the campaign file's folder has a .env that sets {', '.join(found)} ({where}), which is not read: "
+            f"run from that folder or set GEOAGENT_DOTENV={where}")
+
+
 def missing_keys_message(missing: list[tuple[str, str]], *, dotenv_path: str | os.PathLike[str] | None = None,
                          others: list[tuple[str, str]] | tuple[()] = (),
-                         environ: Mapping[str, str] | None = None) -> str:
+                         environ: Mapping[str, str] | None = None, config_source: str | None = None) -> str:
     """One sentence naming every missing variable (and the models that need it), never a value.
 
     ``missing`` is :func:`missing_api_keys`'s list, e.g. ``API key variables not set in the environment or in
@@ -742,12 +787,14 @@ def missing_keys_message(missing: list[tuple[str, str]], *, dotenv_path: str | o
     ``(variable, what needs it)`` of keys that are not a model's (e.g. ``MAPILLARY_TOKEN (the Mapillary
     client, ...)``); they follow the models' variables. A variable set to the empty string is said to be so
     (``OPENAI_API_KEY (model gpt; set but empty in .env)``, headed "set but empty" when every one is:
-    :func:`empty_where`); ``environ`` is the environment to consult (default ``os.environ``).
+    :func:`empty_where`); ``environ`` is the environment to consult (default ``os.environ``); ``config_source``: the
+    campaign file, whose folder's ``.env`` is named when it sets a missing variable but is not the one read
+    (:func:`unread_dotenv_hint`).
     """
     by_var: dict[str, list[str]] = {}
     for var, model in missing:
         by_var.setdefault(var, []).append(model)
-    where = Path(dotenv_path) if dotenv_path is not None else dotenv_path_default()
+    where = dotenv_where(dotenv_path)
     empty = {var: e for var in list(by_var) + [v for v, _ in others]
              if (e := empty_where(var, dotenv_path=dotenv_path, environ=environ))}
 
@@ -763,4 +810,5 @@ def missing_keys_message(missing: list[tuple[str, str]], *, dotenv_path: str | o
     if empty and len(empty) == len(parts):  # every one is there, with no value: "not set" would send them looking
         return f"API key {noun} set but empty (a value is needed): {', '.join(parts)}"
     state = "not set (or set but empty)" if empty else "not set"
-    return f"API key {noun} {state} in the environment or in {where}: {', '.join(parts)}"
+    return (f"API key {noun} {state} in the environment or in {where}: {', '.join(parts)}"
+            + unread_dotenv_hint([*by_var, *(v for v, _ in others)], config_source, dotenv_path))

@@ -204,8 +204,15 @@ def legend_for(regime_threshold: float = DEFAULT_THRESHOLD, *, fig2: str | None 
         f"regime: sites are split by their own no-context (baseline) hit rate: legible at {t} or more, illegible "
         "below.",
         "undetermined regime: none of the site's no-context answers geocoded, so it is in neither regime.",
+        "conditions (seed 000 Sec. 4.1, App. A.1; our prompts in geoagent/prompts/): baseline = no hint, the forced "
+        "schema; forced = the hint 'I took this photo near <reference point>.' before the forced schema, which asks "
+        "for city, area and building and allows no 'unknown'; forced_warn = forced plus a note that the place the "
+        "user names may be wrong or a different area close by; forced_chain = forced plus an evidence checklist "
+        "(infrastructure, vegetation, architecture, script, terrain) to fill in before answering; v1 = the hint "
+        "before the permissive schema that allows 'unknown' (the control); v1_baseline = v1 without a hint.",
         "bands (km): distance from the photo's site to the hinted reference point (d_ref); err = distance (km) "
-        "from the site to the geocoded answer; ratio = err / d_ref (1 = the answer is the hint).",
+        "from the site to the geocoded answer; ratio = err / d_ref (1 = the answer is the hint). Near, Mid, Far "
+        "(Tables 8 and 10): the bands 0.5–1.5, 1.5–3 and 3–6 km.",
         fig_line,
         f"few sites: {BOOT_SITES_RULE} (Table 1's CI flag column, Fig. 2's legend).",
         TRUNCATION_LEGEND,
