@@ -275,3 +275,49 @@ def test_a_budget_stop_holds_the_same_share_of_each_models_work(tmp_path, monkey
     share = {k: got[k] / planned[k] for k in planned}
     assert 0.15 <= share["a"] <= 0.7 and abs(share["a"] - share["b"]) <= 0.15, (got, planned)
     assert abs(fa / na - fb / nb) <= 0.15, (fa, na, fb, nb)
+
+
+def test_pacing_does_not_hold_the_others_back_for_a_failing_models_backoff(tmp_path, monkeypatch):
+    """Break of the pacing rule: model b's connections drop after each request is sent for its first two seconds
+    (outcome unknown: the call may have been billed, so it is not retried within the request), so each of its tasks
+    goes back to the queue for its retry backoff (5 s here). Counted by finished and
+    in-hand tasks alone, b's share stayed at 0 and a waited out b's backoff; tasks waiting for their retry count as
+    taken, so a runs through meanwhile, and the run takes no longer than b's work."""
+    import time
+
+    from aiohttp import web
+
+    monkeypatch.setenv("FAIR_KEY", KEY)
+    app = openai_app(api_keys=[KEY])
+    failing_until: list[float] = []
+
+    @web.middleware
+    async def fail_b(request, handler):
+        if request.path.endswith("/chat/completions"):
+            body = await request.json()
+            if body.get("model") == "gpt-b" and time.monotonic() < failing_until[0]:
+                # the connection drops after the request was sent: outcome unknown, the task goes back to the queue
+                request.transport.close()
+                return web.Response(status=500)
+        return await handler(request)
+
+    app.middlewares.append(fail_b)
+
+    async def go():
+        async with serve(app) as base:
+            models = (_table("a", base, "gpt-a", rate=500, concurrency=4)
+                      + _table("b", base, "gpt-b", rate=500, concurrency=4))
+            cfg = load_config_quiet(generic_campaign(tmp_path, name="backoff", n=40, cap_usd=5.0, models=models,
+                                                     queue={"backoff_base_s": 5.0, "backoff_max_s": 5.0}))
+            failing_until.append(time.monotonic() + 2.0)
+            out = await run_campaign(cfg, live=False, handle_signals=False, export=False)
+            return out
+
+    out = anyio.run(go)
+    assert out.status == "complete", out.summary()
+    ok = [r for r in app["calls"] if r["status"] == 200]
+    a = sorted(r["t_mono"] for r in ok if r["model"] == "gpt-a")
+    b = sorted(r["t_mono"] for r in ok if r["model"] == "gpt-b")
+    assert len(a) == 40 and len(b) == 40
+    # every one of a's calls before b's first answer (b's tasks come back from their backoff after 5 s)
+    assert a[-1] < b[0], (a[-1] - a[0], b[0] - a[0])

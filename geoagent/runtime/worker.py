@@ -180,8 +180,8 @@ Pacing. Lanes with room alone would let each model run at its own limits, so a m
 81 % done beside another model 16 % done, with few items answered by both (walk32 #4), and a cap meant for an
 expensive sampled model went mostly to it. A lane with :attr:`~geoagent.runtime.stage.Lane.work` (the model
 caller's, under ``[queue] model_pacing = "plan"``, the default) is therefore also deferred, for
-:data:`PACED_DEFER_S`, while its share of its work (tasks finished, dead-lettered or in hand over its ``work``) is
-ahead of the lowest share among the other paced lanes that still have work and can run (:meth:`Stage.lane_open`)
+:data:`PACED_DEFER_S`, while its share of its work (tasks finished, dead-lettered, in hand or failed and waiting
+for their retry, over its ``work``) is ahead of the lowest share among the other paced lanes that still have work and can run (:meth:`Stage.lane_open`)
 by more than a few tasks (its cap, at most :data:`PACE_SLACK_TASKS`, over its ``work``). The lane at the lowest share is never held back, so
 the stage always moves; the whole run takes as long as before (the slowest model's work decides it), and a run
 stopped anywhere holds about the same share of each model's work: the same queue prefix, so mostly the same items.
@@ -810,6 +810,8 @@ class StageRunner:
         #: and not finished, each lane's next deferral slot (monotonic s); set when a full lane frees a slot
         self._lanes: dict[str, Lane] | None = None
         self._lane_busy: dict[str, int] = {}
+        #: pacing: tasks of each lane this runner nacked for a retry that have not come back yet
+        self._lane_retrying: dict[str, int] = {}
         self._lane_next: dict[str, float] = {}
         self._lane_room = asyncio.Event()
         self._last_commit = time.monotonic()
@@ -863,6 +865,7 @@ class StageRunner:
         if lanes:
             self._lanes = dict(lanes)
             self._lane_busy = dict.fromkeys(lanes, 0)
+            self._lane_retrying = dict.fromkeys(lanes, 0)
             self.stats.lane_done = dict.fromkeys(lanes, 0)
             self._lane_next = dict.fromkeys(lanes, 0.0)
         send, recv = anyio.create_memory_object_stream[Task](math.inf)
@@ -1173,6 +1176,8 @@ class StageRunner:
                 admitted.append(task)
             elif busy[lane] < spec.cap and not (spec.work and self._ahead(lane, spec)):
                 busy[lane] += 1
+                if task.attempts and self._lane_retrying.get(lane):  # a retry back from its backoff
+                    self._lane_retrying[lane] -= 1
                 admitted.append(task)
             elif busy[lane] < spec.cap:  # paced: ahead of the other lanes' share of their work
                 later.setdefault(PACED_DEFER_S, []).append(task)
@@ -1189,9 +1194,12 @@ class StageRunner:
         return admitted
 
     def _share(self, lane: str, spec: Lane) -> float:
-        """The share of ``lane``'s work (:attr:`Lane.work`) this run finished, dead-lettered or holds in hand."""
+        """The share of ``lane``'s work (:attr:`Lane.work`) this run finished, dead-lettered, holds in hand or
+        failed and will retry after its backoff (so a model whose calls keep failing does not hold the others back
+        for its backoff delays)."""
         st = self.stats
-        return (st.lane_done.get(lane, 0) + st.lane_dead.get(lane, 0) + self._lane_busy.get(lane, 0)) / spec.work
+        return (st.lane_done.get(lane, 0) + st.lane_dead.get(lane, 0) + self._lane_busy.get(lane, 0)
+                + self._lane_retrying.get(lane, 0)) / spec.work
 
     def _ahead(self, lane: str, spec: Lane) -> bool:
         """Whether a paced ``lane`` is ahead of the other paced lanes (module docstring, "Lanes", Pacing): its share
@@ -1475,6 +1483,10 @@ class StageRunner:
             if state == "dead":
                 self.stats.dead += 1
                 self._lane_dead(task)
+            elif self._lanes is not None:  # taken, coming back after its backoff: counts as taken in the pacing
+                lane = self.stage.lane_of(task)
+                if lane in self._lane_retrying:
+                    self._lane_retrying[lane] += 1
             self._note_error(reason, exc, dead=state == "dead")
             log.debug("stage %s: task %s failed: %s", self.stage.name, task.key, reason)
             if streak is not None and state is not None and self._charge(streak, task, reason, state == "dead",
