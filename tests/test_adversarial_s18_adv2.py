@@ -35,11 +35,11 @@ def test_the_cap_replay_paces_a_model_on_a_local_fake_as_the_estimate_does():
 
 
 def test_a_real_model_on_loopback_keeps_its_latency_in_the_estimate_and_the_replay():
-    """A user's own server on 127.0.0.1 (vLLM) is no fake of ours: 2.0 s per call, in both (the hand-computed 23/0
-    of tests/test_cost_cap_per_model.py)."""
+    """A user's own server on 127.0.0.1 (vLLM) is no fake of ours: 2.0 s per call, in both (the hand-computed 20/0
+    of tests/test_cost_cap_per_model.py under the default model pacing; 23/0 with model_pacing = "throughput")."""
     est = _two_models("openai", "http://127.0.0.1:9/v1")
     assert {n: m.time_basis for n, m in est.by_model.items()} == {"a": "latency", "ge": "latency"}
-    assert {n: m.calls_before_cap for n, m in est.by_model.items()} == {"a": 23, "ge": 0}
+    assert {n: m.calls_before_cap for n, m in est.by_model.items()} == {"a": 20, "ge": 0}
 
 
 # --- the shared figure layout (geoagent/report/figure_layout.py) under extreme inputs -------------------------------

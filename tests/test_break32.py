@@ -47,7 +47,10 @@ from geoagent.status import campaign_status, format_status
 
 @pytest.mark.parametrize("text", [
     '{"verdict": "yes", "confidence": 0.8}\nFinal answer: No',
-    '{"verdict": "yes"}\nAnswer: no',
+    '{"verdict": "yes"}\nCorrection: the verdict should be "no".',
+    '{"verdict": "yes"}\n# Verdict\nNo',
+    '{"verdict": "yes"}\n| Verdict | No |',
+    '{"verdict": "yes", "revised_answer": "no"}',
     '{"verdict": "yes"}\nMy verdict is no.',
     '{"verdict": "yes"}\nVerdict \u2014 No',
     '{"verdict": "yes"}\n{"final_verdict": "no"}',
@@ -66,6 +69,12 @@ def test_the_opposite_verdict_in_other_words_is_a_conflict(text):
     ('{"verdict": "no"}\nThe answer is no longer in doubt.', "no"),  # "no longer": no verdict word standing alone
     ('{"verdict": "no", "answer_confidence": 0.8}', "no"),  # a verdict-named key that holds no yes/no
     ('{"verdict": "yes"}\nAnswer: yes or no? I said yes.', "yes"),  # the question repeated
+    # break32b #2: a step's answer, and keys about the answer rather than one
+    ('Is there any sign? Answer: No.\n{"verdict": "yes", "confidence": 0.9}', "yes"),
+    ('{"verdict": "yes", "confidence": 0.9}\n\nIs the photo taken at night? Answer: No.', "yes"),
+    ('{"verdict": "yes", "confidence": 0.8, "answer_changed": false}', "yes"),
+    ('{"verdict": "no", "confidence": 0.8, "needs_human_decision": true}', "no"),
+    ('{"verdict": "yes", "confidence": 0.9, "decision_rule": "no"}', "yes"),
     ('{"verdict": "no", "evidence": ["the final answer: yes would need a river"]}', "no"),  # inside the evidence
 ])
 def test_agreeing_or_verdict_free_prose_still_parses(text, verdict):
@@ -161,7 +170,7 @@ def test_an_html_echo_of_the_key_never_reaches_queues_state_or_status(tmp_path, 
     ('{"city": "Paris"}\nFinal answer: city: Lyon', "city: 'paris' vs 'lyon'"),
     ('```json\n{"city": "Paris"}\n```\nActually **City:** Lyon', "city: 'paris' vs 'lyon'"),
     ('{"guess": {"city": "Lyon"}, "city": "Paris"}', "city: 'paris' vs 'lyon'"),
-    ('{"city": "Paris", "alternatives": [{"city": "Paris"}, {"area": "Belleville"}], "area": "Le Marais"}',
+    ('{"city": "Paris", "final_answer": {"area": "Belleville"}, "area": "Le Marais"}',
      "area: 'le marais' vs 'belleville'"),
 ])
 def test_a_second_guess_nested_or_after_the_answer_is_a_conflict(text, clash):
@@ -174,6 +183,14 @@ def test_a_second_guess_nested_or_after_the_answer_is_a_conflict(text, clash):
     '{"city": "Paris", "area": "Le Marais"}\nNote: the area: Le Marais is known for its museums.',
     '{"city": "Paris", "area": "8th arrondissement - Madeleine"}\n**Area:** Madeleine',
     '{"city": "Paris", "area": "Le Marais", "building": "Hotel"}\nBuilding: unknown, area: not sure, city: same',
+    # break32b #1: restated in other spellings, a confidence, or a description nested in the evidence or the clues
+    '{"city": "Paris", "area": "Le Marais"}\nCity: Paris, France\nArea: Marais (4th)\nConfidence in city: high',
+    '{"city": "Paris", "area": "Le Marais"}\nConfidence levels - City: 95%, Area: 70%',
+    '{"city": "Paris", "area": "Le Marais", "evidence": {"architecture": {"city": "typical of Paris"}}}',
+    '{"city": "Paris", "area": "Le Marais", "clues": [{"clue": "sign", "city": "Lutetia"}]}',
+    '{"city": "Paris", "area": "Le Marais", "alternatives": [{"city": "Lyon", "confidence": 0.1}]}',
+    '{"city": "Paris", "area": "Le Marais"}\nCorrection: city: PARIS (France)',
+    '{"city": "Paris", "area": "Le Marais", "building": "Hotel"}\nActually building: \u2014',
     'Possible city: Lyon. Looking closer at the signs:\n```json\n{"city": "Paris", "area": "Le Marais"}\n```',
     '{"city": "Paris", "clues": [{"clue": "sign", "place": "Louvre"}], "building": "Louvre Pyramid"}',
     '{"city": "Paris", "area": "Le Marais"}' + " and so on" * 30000,  # a long tail after a complete object

@@ -94,8 +94,10 @@ class ParsedVerdict:
 #: the start of the prose, and a quoted or bold 'verdict: "yes" or "no"' is the question, not a verdict (break26
 #: #1-#3, rev26); 4: a bare confidence in (1, 10] is no confidence (rule ``confidence_ambiguous_scale``: 9 may be
 #: 9 % or 9 on a 0-10 scale), where 3 read it as a percentage (stats31 F2); 5: the opposite verdict said in other
-#: words in the prose ("Final answer: No", "My verdict is no.", "Verdict — No") or under another verdict key of
-#: another object (``final_verdict``) is a conflict, where 4 kept the first verdict (break32 #1).
+#: words in the prose ("Final answer: No", "My verdict is no.", "Verdict — No", "the verdict should be no", a
+#: "# Verdict" heading or a "| Verdict | No |" row) or under a final-verdict key (``final_verdict``, ``revised_answer``,
+#: text values) is a conflict, where 4 kept the first verdict (break32 #1; a step's bare "Answer: No" and keys about
+#: the answer such as ``answer_changed`` are not, break32b #2).
 VERDICT_PARSER_VERSION = 5
 
 
@@ -209,15 +211,22 @@ _NO_VERDICT_PHRASE = (r"(?![ \t\"'`*_]+(?:way|idea|clue|doubt|comment|opinion|de
 _RX_VERDICT = re.compile(r"[\"']?verdict[\"']?\s*[:=][\s\"'*]*(yes|no)\b"
                          r"(?![ \t\"'`*_]*(?:/|\bor\b)[ \t\"'`*_]*(?:yes|no)\b)" + _NO_VERDICT_PHRASE, re.I)
 # a verdict stated in the prose outside the objects in other words than "verdict:", for the conflict check only
-# (break32 #1: '{"verdict": "yes"}' then "Final answer: No", "Answer: no", "My verdict is no.", "Verdict — No" or
-# "the final verdict is: no" was scored yes): a label (verdict, answer, decision, conclusion), then "is" or a
-# separator (: = or a dash), then a verdict word standing alone ("The answer is no longer clear" is none)
-_RX_VERDICT_SAID = re.compile(r"\b(?:verdict|answer|decision|conclusion)[\"'`*_]*(?:[ \t]+is\b[ \t]*[:=]?|[ \t]*[:=\u2014\u2013-])"
-                              r"[\s\"'`*_]*(yes|no)\b(?=[ \t\"'`*_]*(?:\Z|[\r\n.!,;:)]))"
-                              r"(?![ \t\"'`*_]*(?:/|\bor\b)[ \t\"'`*_]*(?:yes|no)\b)", re.I)
-# the words of an object key that make it a verdict key of another object ("final_verdict", "finalAnswer",
-# "Overall decision"), for the conflict check; the chosen object's own key is one of _VERDICT_KEYS
+# (break32 #1: '{"verdict": "yes"}' then "Final answer: No", "My verdict is no.", "Verdict — No", "the final
+# verdict is: no" or "Correction: the verdict should be \"no\"" was scored yes): a label (verdict, decision,
+# conclusion, or "final answer"; a bare "Answer: no" is a step's answer, "Is it night? Answer: No.", break32b #2),
+# then "is", "should be", "was" or a separator (: = | a dash or an arrow), then a verdict word standing alone ("The
+# answer is no longer clear" is none); or a Markdown heading "# Verdict" with the word alone on the next line
+_RX_VERDICT_SAID = re.compile(
+    r"(?:\b(?:verdict|decision|conclusion|final[ \t]+answer)[\"'`*_]*(?:[ \t]+(?:is|should[ \t]+be|was)\b[ \t]*[:=]?|"
+    r"[ \t]*[:=|\u2014\u2013\u2192-]+)|^[ \t]*#+[ \t]*(?:final[ \t]+)?verdict[ \t]*\r?\n)"
+    r"[\s\"'`*_|]*(yes|no)\b(?=[ \t\"'`*_|]*(?:\Z|[\r\n.!,;:)|]))"
+    r"(?![ \t\"'`*_]*(?:/|\bor\b)[ \t\"'`*_]*(?:yes|no)\b)", re.I | re.M)
+# the words of an object key that make it a verdict key of another object: a verdict word with a word of finality
+# ("final_verdict", "finalAnswer", "Overall decision", "revised_answer"), for the conflict check; the chosen object's
+# own keys are _VERDICT_KEYS. Other compound keys ("answer_changed", "decision_rule", "needs_human_decision") are
+# about the answer, not one (break32b #2)
 _KEY_WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
+_FINAL_WORDS = frozenset({"final", "overall", "revised", "corrected", "updated", "true", "actual"})
 # a verdict word standing alone at the start of the prose around a JSON or labelled verdict ("No.\n{...}", "Yes" on
 # a line of its own), for the conflict check; not one opening a clause ("Yes, I can help with that", "No, I cannot be
 # certain": a manner of speaking, rev26 #2)
@@ -359,23 +368,23 @@ def _parse(raw: str | None) -> ParsedVerdict:
     return ParsedVerdict(False, None, None, (), best_reason, tuple(sorted(rules)), text)
 
 
-def _is_verdict_key(key: Any) -> bool:
-    """Whether an object key names a verdict: one of ``verdict``, ``answer``, ``decision`` (any case), or a key
-    with one of them among its words (``final_verdict``, ``finalAnswer``, ``Overall Decision``: break32 #1)."""
-    k = str(key).strip()
-    if k.lower() in _VERDICT_KEYS:
-        return True
-    return any(w.lower() in _VERDICT_KEYS for w in _KEY_WORDS.findall(k))
+def _is_final_verdict_key(key: Any) -> bool:
+    """Whether an object key names a final verdict in two or more words: a verdict word (``verdict``, ``answer``,
+    ``decision``) with a word of finality (``final_verdict``, ``finalAnswer``, ``Overall Decision``,
+    ``revised_answer``: break32 #1); ``answer_changed`` or ``decision_rule`` are not (break32b #2)."""
+    words = {w.lower() for w in _KEY_WORDS.findall(str(key).strip())}
+    return len(words) > 1 and bool(words & set(_VERDICT_KEYS)) and bool(words & _FINAL_WORDS)
 
 
 def _keys_disagree(obj: dict[str, Any], verdict: str, repeated: tuple[tuple[str, Any], ...] = ()) -> bool:
-    """Whether another verdict key of the same object (:func:`_is_verdict_key`: ``verdict``, ``answer``,
-    ``decision``, any case, or a key with one of them among its words such as ``final_verdict``), or the same key
-    given twice (``repeated``: the values the reader's dict lost, :attr:`geoagent.llmjson.Candidate.repeated`),
-    states the opposite verdict; a value that is no yes/no at all is not counted (``"answer": "a church"``)."""
+    """Whether another verdict key of the same object (``verdict``, ``answer``, ``decision``, any case; or, with a
+    TEXT value, a final-verdict key such as ``final_verdict``, :func:`_is_final_verdict_key`), or the same key given
+    twice (``repeated``: the values the reader's dict lost, :attr:`geoagent.llmjson.Candidate.repeated`), states the
+    opposite verdict; a value that is no yes/no at all is not counted (``"answer": "a church"``)."""
     for k, v in [*obj.items(), *repeated]:
-        if _is_verdict_key(k) and _norm_verdict(v, set()) not in (None, verdict):
-            return True
+        if str(k).strip().lower() in _VERDICT_KEYS or (isinstance(v, str) and _is_final_verdict_key(k)):
+            if _norm_verdict(v, set()) not in (None, verdict):
+                return True
     return False
 
 
@@ -403,10 +412,11 @@ def _nested_disagree(obj: dict[str, Any], verdict: str, limit: int = 10_000) -> 
 
 
 def _conflicting(text: str, verdict: str) -> bool:
-    """Whether another top-level JSON object (by any verdict key, :func:`_is_verdict_key`; or a key one object gives
-    twice), an object nested at any depth in a top-level object without a verdict of its own
+    """Whether another top-level JSON object (by a verdict key or a final-verdict key, :func:`_keys_disagree`; or a
+    key one object gives twice), an object nested at any depth in a top-level object without a verdict of its own
     (:func:`_nested_disagree`), a labelled ``verdict: yes|no`` in the prose outside the objects, a verdict said there
-    in other words ("Final answer: No", "My verdict is no.", "Verdict — No": break32 #1), or a ``Yes``/``No``
+    in other words (:data:`_RX_VERDICT_SAID`: "Final answer: No", "My verdict is no.", "Verdict — No": break32 #1),
+    or a ``Yes``/``No``
     standing alone at the start of that prose ("No.\n{"verdict":
     "yes"}", "No" on its own line, break26 #3; not "Yes, I can help with that", rev26 #2), states the opposite
     verdict (an ambiguous answer is a parse failure, never the first guess).
