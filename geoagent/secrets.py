@@ -763,8 +763,8 @@ def unread_dotenv_hint(variables: Iterable[str], config_source: str | None,
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             logging.getLogger("dotenv.main").disabled = True
-            try:
-                names = set(dotenv_values(beside))
+            try:  # a name without '=' (None) or with an empty value sets nothing (break32b #5)
+                names = {k for k, v in dotenv_values(beside).items() if v}
             finally:
                 logging.getLogger("dotenv.main").disabled = False
     except (OSError, ValueError, UnicodeDecodeError):

@@ -50,6 +50,15 @@ def test_a_missing_key_names_the_env_file_read_and_the_unread_one_beside_the_cam
     assert "the campaign file's folder has a .env that sets W32_KEY" in out + err and key not in out + err
 
 
+def test_no_hint_for_a_variable_the_unread_env_names_without_a_value(elsewhere, capsys):
+    """break32b #5: ``W32_KEY`` alone or ``W32_KEY=`` sets nothing; following the hint led to "set but empty"."""
+    path, _ = elsewhere
+    for line in ("W32_KEY\n", "W32_KEY=\n"):
+        (path.parent / ".env").write_text(line, encoding="utf-8")
+        rc, _, err = run_cli(path, capsys)
+        assert rc == 2 and "not set" in err and "campaign file's folder" not in err, (line, err)
+
+
 def test_no_hint_when_the_env_read_is_the_one_beside_the_campaign(elsewhere, capsys, monkeypatch):
     path, _ = elsewhere
     monkeypatch.chdir(path.parent)

@@ -183,9 +183,12 @@ caller's, under ``[queue] model_pacing = "plan"``, the default) is therefore als
 :data:`PACED_DEFER_S`, while its share of its work (tasks finished, dead-lettered, in hand or failed and waiting
 for their retry, over its ``work``) is ahead of the lowest share among the other paced lanes that still have work and can run (:meth:`Stage.lane_open`)
 by more than a few tasks (its cap, at most :data:`PACE_SLACK_TASKS`, over its ``work``). The lane at the lowest share is never held back, so
-the stage always moves; the whole run takes as long as before (the slowest model's work decides it), and a run
-stopped anywhere holds about the same share of each model's work: the same queue prefix, so mostly the same items.
-``model_pacing = "throughput"`` keeps each lane at its own pace.
+the stage always moves, and a run stopped anywhere holds about the same share of each model's work: the same queue
+prefix, so mostly the same items. With steady paces the run takes as long as before (the slowest model's work
+decides it); a model slowed for a while (a slow spell of its host, retries inside its requests) holds the others
+back meanwhile, and a rate-limited one cannot make that up later, so the run can take longer (break32b #3: +34 %
+when one model answered 80 times slower for its first 30 s). ``model_pacing = "throughput"`` keeps each lane at its
+own pace (the shortest run; a stop then holds uneven shares).
 """
 
 from __future__ import annotations

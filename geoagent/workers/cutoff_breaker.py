@@ -27,9 +27,10 @@ or another ``--stages`` process of the campaign, that sends that model's request
 model on probation instead of paying for :data:`CUT_OFF_EMPTY_TO_STOP` more empty answers plus whatever was in
 flight (a re-run without the fix, and each scale-out process, used to pay all that again): one request of the model
 goes out at a time (its other tasks wait, nothing reserved for them), and the first fresh answer decides. Empty and
-cut off again: the breaker opens at once. With text: probation ends, the model's record is dropped and its tasks go
-out at full concurrency. Requests under other settings (the limit raised, as the message says, or a thinking budget
-bounded) are counted afresh, and their first answer with text drops the record too. A process that gets an empty
+cut off again: the breaker opens at once. Anything else (text, or an empty answer the model ended itself): probation
+ends, the record of those settings is dropped and the model's tasks go out at full concurrency. The record is kept
+per settings (one model may be asked under several, e.g. a crawl's two auditors): requests under other settings
+(the limit raised, as the message says, or a thinking budget bounded) are counted afresh and leave it as it is. A process that gets an empty
 cut-off answer reads the record again when the file changed (one ``stat``), so a sibling's record counts mid-run.
 The record is rewritten whole (atomic replace); two processes writing at the same moment can lose one model's
 entry, which costs at most the old count of empty answers, never an answer.
@@ -159,8 +160,9 @@ class CutOffBreaker(HeldTasks):
         self.opened: dict[str, CutOff] = {}
         self._held: dict[str, set[str]] = {}
         self.record_path = Path(record) if record is not None else None
-        #: model -> its recorded open breaker ({"settings", "opened_at", ...}), read from the record file
-        self.recorded: dict[str, dict[str, Any]] = {}
+        #: model -> request settings id -> its recorded open breaker ({"opened_at", "max_output_tokens", ...}), read
+        #: from the record file (per settings: one model may be asked under several, e.g. a crawl's two auditors)
+        self.recorded: dict[str, dict[str, dict[str, Any]]] = {}
         self._record_stamp: tuple[int, int] | None = None
         self._turns: dict[str, asyncio.Lock] = {}
         self._reload()
@@ -190,8 +192,9 @@ class CutOffBreaker(HeldTasks):
             log.warning("%s cannot be read (%s): empty-answer breakers count from zero", self.record_path, exc)
             data = {}
         models = data.get("models") if isinstance(data, dict) else None
-        self.recorded = {m: r for m, r in (models or {}).items()
-                         if isinstance(m, str) and isinstance(r, dict) and isinstance(r.get("settings"), str)}
+        self.recorded = {m: {k: r for k, r in by.items() if isinstance(k, str) and isinstance(r, dict)}
+                         for m, by in (models or {}).items() if isinstance(m, str) and isinstance(by, dict)}
+        self.recorded = {m: by for m, by in self.recorded.items() if by}
 
     def _write(self) -> None:
         if self.record_path is None:
@@ -205,9 +208,7 @@ class CutOffBreaker(HeldTasks):
     def on_probation(self, model: str, settings: str | None) -> bool:
         """Whether ``model``'s requests under ``settings`` (:func:`request_settings_id`) are on probation: its
         breaker was recorded open under the same settings and has not opened in this process."""
-        rec = self.recorded.get(model)
-        return rec is not None and settings is not None and rec.get("settings") == settings \
-            and model not in self.opened
+        return settings is not None and settings in self.recorded.get(model, {}) and model not in self.opened
 
     def settings_needed(self, model: str) -> bool:
         """Whether ``model`` has a record (only then is a request's settings id worth computing)."""
@@ -255,13 +256,18 @@ class CutOffBreaker(HeldTasks):
         limit = max_output_tokens if isinstance(max_output_tokens, int) and not isinstance(max_output_tokens, bool) \
             else None
         if not empty:
-            if model in self.recorded and (text or "").strip():
-                del self.recorded[model]  # it answers now (new settings, or the provider changed): forget it
+            by = self.recorded.get(model)
+            if by is not None and settings in by:
+                # not empty at the limit under these settings (an answer with text, or an empty one that the model
+                # ended itself): the limit is not what stops it now (the provider changed); probation ends
+                del by[settings]
+                if not by:
+                    del self.recorded[model]
                 self._write()
         else:
             self._reload()  # a sibling process may have recorded it meanwhile (one stat)
             if self.on_probation(model, settings):
-                rec = self.recorded[model]
+                rec = self.recorded[model][settings]  # type: ignore[index]
                 self.opened[model] = CutOff(model, 1, 1, limit, str(finish_reason), key,
                                             earlier_at=str(rec.get("opened_at") or "?"))
                 return self.opened[model]
@@ -279,9 +285,10 @@ class CutOffBreaker(HeldTasks):
             return None
         self.opened[model] = CutOff(model, empty_n, of, limit, str(finish_reason), key)
         if settings is not None:
-            self.recorded[model] = {"settings": settings, "max_output_tokens": limit, "key": key,
-                                    "finish_reason": str(finish_reason), "empty": empty_n, "of": of,
-                                    "opened_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")}
+            opened_at = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+            self.recorded.setdefault(model, {})[settings] = {
+                "max_output_tokens": limit, "key": key, "finish_reason": str(finish_reason), "empty": empty_n,
+                "of": of, "opened_at": opened_at}
             self._write()
         return self.opened[model]
 
