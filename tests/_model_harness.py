@@ -208,6 +208,34 @@ def generic_campaign(tmp: Path, *, name: str, n: int, models: str, cap_usd: floa
     return p
 
 
+def run_against_handler(tmp: Path, *, name: str, key_var: str, handler: Any, n: int, export: bool = False
+                        ) -> tuple[Any, str, list[str]]:
+    """Run a ``generic`` campaign of ``n`` requests of one OpenAI-compatible model (key variable ``key_var``, set by
+    the caller) against a local aiohttp app whose ``/v1/chat/completions`` is ``handler``; return the outcome, what
+    ``run.py status`` prints, and the text of every file under ``tmp`` plus those two (for secret scans)."""
+    import anyio
+    from aiohttp import web
+
+    from geoagent.config import load_config
+    from geoagent.engine import run_campaign
+    from geoagent.sandbox.server import serve
+    from geoagent.status import campaign_status, format_status
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler)
+
+    async def main() -> tuple[Any, str]:
+        async with serve(app) as base:
+            cfg = load_config(generic_campaign(tmp, name=name, n=n, models=model_table(
+                base_url=base, key_var=key_var, concurrency=1 if n < 4 else 2)))
+            out = await run_campaign(cfg, live=False, handle_signals=False, export=export)
+            return out, format_status(campaign_status(cfg))
+
+    out, status = anyio.run(main)
+    texts = [out.summary(), status] + [p.read_bytes().decode("latin-1") for p in Path(tmp).rglob("*") if p.is_file()]
+    return out, status, texts
+
+
 def run_cli(path: Path, capsys: Any, *extra: str) -> tuple[int, str, str]:
     """``run.py run PATH --no-live [extra...]`` in this process: exit code, stdout (the summary), stderr (the
     warnings); ``capsys`` is pytest's fixture (emptied first)."""

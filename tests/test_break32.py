@@ -24,23 +24,19 @@ import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
-import anyio
 import orjson
 import pytest
 from aiohttp import web
 
-from _model_harness import generic_campaign, model_table
-from geoagent.config import InputWarning, load_config
+from _model_harness import run_against_handler
+from geoagent.config import InputWarning
 from geoagent.crawl.image_audit import misplaced_human_verdicts, read_human_verdicts
 from geoagent.data.importer import ImportReport, read_raw_jsonl
-from geoagent.engine import run_campaign
 from geoagent.geohint.parse import parse_answer
 from geoagent.geoverify.parse import parse_verdict
 from geoagent.llmjson import MAX_CHARS
 from geoagent.providers.replay import ReplayIndex
-from geoagent.sandbox.server import serve
 from geoagent.secrets import entity_spellings, redact
-from geoagent.status import campaign_status, format_status
 
 # -- #1 ------------------------------------------------------------------------------------------------------
 
@@ -144,21 +140,10 @@ def test_an_html_echo_of_the_key_never_reaches_queues_state_or_status(tmp_path, 
     async def refuse(request: web.Request) -> web.Response:
         return web.Response(text=f"<html><body>Bad key: {echoed}</body></html>", status=400, content_type="text/html")
 
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", refuse)
-
-    async def main():
-        async with serve(app) as base:
-            cfg = load_config(generic_campaign(tmp_path, name="htmlecho", n=3, models=model_table(
-                base_url=base, key_var="B32_HTML_KEY", concurrency=1)))
-            out = await run_campaign(cfg, live=False, handle_signals=False, export=True)
-            return out, format_status(campaign_status(cfg))
-
-    out, status = anyio.run(main)
+    out, status, texts = run_against_handler(tmp_path, name="htmlecho", key_var="B32_HTML_KEY", handler=refuse, n=3,
+                                             export=True)
     assert out.counts["requests"].dead == 3, out.summary()
     assert "Bad key: ***" in status, status
-    texts = [out.summary(), status] + [p.read_bytes().decode("latin-1") for p in Path(tmp_path).rglob("*")
-                                       if p.is_file()]
     assert not any(echoed in t or key in t for t in texts)
 
 

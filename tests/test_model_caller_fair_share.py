@@ -39,6 +39,12 @@ def _table(name: str, base: str, model: str, *, rate: int, concurrency: int, sam
             f'sampling_rate = {sampling}\ntimeout_s = 5.0\n')
 
 
+def _fast_and_slow(base: str) -> str:
+    """Model a (20/s, concurrency 4, every request) and model b (2/s, concurrency 1, sampled at 0.35)."""
+    return (_table("a", base, "gpt-a", rate=20, concurrency=4)
+            + _table("b", base, "gpt-b", rate=2, concurrency=1, sampling=0.35))
+
+
 def _max_in_window(times: list[float], window_s: float = 1.0) -> int:
     ts = sorted(times)
     best, i = 0, 0
@@ -60,9 +66,7 @@ def test_a_slow_model_does_not_hold_back_a_fast_one_in_one_stage(tmp_path, monke
 
     async def go():
         async with serve(app) as base:
-            models = (_table("a", base, "gpt-a", rate=20, concurrency=4)
-                      + _table("b", base, "gpt-b", rate=2, concurrency=1, sampling=0.35))
-            cfgp = generic_campaign(tmp_path, name="fair", n=150, cap_usd=5.0, models=models,
+            cfgp = generic_campaign(tmp_path, name="fair", n=150, cap_usd=5.0, models=_fast_and_slow(base),
                                     queue={"model_pacing": "throughput"})
             cfg = load_config_quiet(cfgp)
             outcome = await run_campaign(cfg, live=False, handle_signals=False, export=False)
@@ -125,9 +129,8 @@ def test_plan_pacing_keeps_each_models_share_of_its_work_even(tmp_path, monkeypa
 
     async def go():
         async with serve(app) as base:
-            models = (_table("a", base, "gpt-a", rate=20, concurrency=4)
-                      + _table("b", base, "gpt-b", rate=2, concurrency=1, sampling=0.35))
-            cfg = load_config_quiet(generic_campaign(tmp_path, name="paced", n=150, cap_usd=5.0, models=models))
+            cfg = load_config_quiet(generic_campaign(tmp_path, name="paced", n=150, cap_usd=5.0,
+                                                     models=_fast_and_slow(base)))
             return cfg, await run_campaign(cfg, live=False, handle_signals=False, export=False)
 
     cfg, outcome = anyio.run(go)

@@ -12,17 +12,11 @@ from __future__ import annotations
 import base64
 import random
 import string
-from pathlib import Path
 
-import anyio
 from aiohttp import web
 
-from _model_harness import generic_campaign, model_table
-from geoagent.config import load_config
-from geoagent.engine import run_campaign
-from geoagent.sandbox.server import serve
+from _model_harness import run_against_handler
 from geoagent.secrets import base64_spellings, redact
-from geoagent.status import campaign_status, format_status
 
 
 def _key() -> str:
@@ -62,20 +56,8 @@ def test_a_base64_echo_of_the_key_never_reaches_queues_state_or_status(tmp_path,
         return web.json_response({"error": {"message": f"invalid credentials (header {echo})", "type": "auth"}},
                                  status=401)
 
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", refuse)
-
-    async def main():
-        async with serve(app) as base:
-            cfg = load_config(generic_campaign(tmp_path, name="b64", n=4, models=model_table(
-                base_url=base, key_var="S30_B64_KEY", concurrency=2)))
-            out = await run_campaign(cfg, live=False, handle_signals=False, export=False)
-            return out, format_status(campaign_status(cfg))
-
-    out, status = anyio.run(main)
+    out, status, texts = run_against_handler(tmp_path, name="b64", key_var="S30_B64_KEY", handler=refuse, n=4)
     assert "authentication failed" in out.summary()
     assert "invalid credentials (header " in status or "401" in status, status
-    texts = [out.summary(), status] + [p.read_bytes().decode("latin-1") for p in Path(tmp_path).rglob("*")
-                                       if p.is_file()]
     for stretch in _key_stretches(key):
         assert not any(stretch.decode() in t for t in texts), stretch
