@@ -204,7 +204,7 @@ def legend_for(regime_threshold: float = DEFAULT_THRESHOLD, *, fig2: str | None 
         f"regime: sites are split by their own no-context (baseline) hit rate: legible at {t} or more, illegible "
         "below.",
         "undetermined regime: none of the site's no-context answers geocoded, so it is in neither regime.",
-        "conditions (seed 000 Sec. 4.1, App. A.1; our prompts in geoagent/prompts/): baseline = no hint, the forced "
+        "conditions (the GeoContext paper, Sec. 4.1 and App. A.1; our prompts in geoagent/prompts/): baseline = no hint, the forced "
         "schema; forced = the hint 'I took this photo near <reference point>.' before the forced schema, which asks "
         "for city, area and building and allows no 'unknown'; forced_warn = forced plus a note that the place the "
         "user names may be wrong or a different area close by; forced_chain = forced plus an evidence checklist "
