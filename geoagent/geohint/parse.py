@@ -132,27 +132,11 @@ def canonical_category(key: str) -> str | None:
 
 
 # --- candidates ------------------------------------------------------------------------------
-class _Read:
-    """One candidate object of :func:`_candidates` and whether its offsets are in the whole text (False: in a
-    fenced block's text)."""
-
-    __slots__ = ("cand", "source_is_whole")
-
-    def __init__(self, cand: Candidate, source_is_whole: bool) -> None:
-        self.cand, self.source_is_whole = cand, source_is_whole
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.cand, name)
-
-
-def _candidates(text: str) -> list[Any]:
-    """Every top-level object read leniently from the fenced blocks, then from the whole text (each a
-    :class:`_Read`: a :class:`~geoagent.llmjson.Candidate` with ``source_is_whole``)."""
-    out: list[Any] = []
-    blocks = fenced_blocks(text)
-    for i, src in enumerate([*blocks, text]):
-        out.extend(_Read(c, i == len(blocks)) for c in iter_candidates(src, "{", nested=False, percent=True,
-                                                                       partial_strings=True)
+def _candidates(text: str) -> list[Candidate]:
+    """Every top-level object read leniently from the fenced blocks, then from the whole text."""
+    out: list[Candidate] = []
+    for src in [*fenced_blocks(text), text]:
+        out.extend(c for c in iter_candidates(src, "{", nested=False, percent=True, partial_strings=True)
                    if c.ok and isinstance(c.value, dict))
     return out
 
@@ -309,77 +293,6 @@ def _clash(places: list[dict[str, str]]) -> str | None:
     return None
 
 
-#: words of a key whose object gives an answer of its own (``"guess"``, ``"final_answer"``, ``"corrected"``,
-#: ``"prediction"``): a place it names otherwise than the answer's own fields is a second guess (break32 #4). Other
-#: nested objects (``evidence``, ``clues``, ``alternatives``, ``candidates``) describe or rank: never compared
-#: (break32b #1: ``"evidence": {"city": "typical of Paris"}`` and a ranked alternative failed valid answers)
-_ANSWER_KEY_WORDS = frozenset({"guess", "answer", "final", "prediction", "predicted", "corrected", "correction",
-                               "revised", "location", "result"})
-_KEY_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
-
-
-def _nested_clash(obj: dict[str, Any]) -> str | None:
-    """The first place field (``city``, ``area`` or ``building``, any case) that an object nested directly under a
-    key of ``obj`` naming an answer (:data:`_ANSWER_KEY_WORDS`: ``{"guess": {"city": "Lyon"}, "city": "Paris"}`` ->
-    ``"city: 'paris' vs 'lyon'"``, break32 #4) gives another value than ``obj`` itself, else None. A nested
-    ``place`` is not compared, nor a field ``obj`` does not give, nor an object under any other key (evidence,
-    clues, ranked alternatives)."""
-    top = {k: v for k, v in _place_fields(obj).items() if k in ("city", "area")}
-    for k, v in obj.items():
-        if str(k).strip().lower() == "building" and _place(v):
-            top.setdefault("building", _place(v).casefold())  # type: ignore[union-attr]
-    if not top:
-        return None
-    for key, v in obj.items():
-        if not isinstance(v, dict) or not any(w.lower() in _ANSWER_KEY_WORDS for w in _KEY_WORD.findall(str(key))):
-            continue
-        for k, inner in v.items():
-            name, t = str(k).strip().lower(), _place(inner)
-            if name in top and t and t.casefold() != top[name]:
-                return f"{name}: {top[name]!r} vs {t.casefold()!r}"
-    return None
-
-
-# a place field said in the prose after the answer's object behind a correction cue on the same line ("Correction:
-# area: Belleville", "Final answer: city: Lyon", "Actually **City:** Lyon": break32 #4), its value up to the end
-# of the line or a clause mark. Without a cue a field said after the object restates it (a summary in other
-# spellings, "City: Munich" after "München", a confidence "City: 95%": break32b #1) and is never compared.
-_RX_PLACE_SAID = re.compile(r"""(?im)^[^\S\r\n]*[#>*_\-\s]*(?:correction|corrected|actually|on second thought|final answer|"""
-                            r"""revised(?: answer)?|update|instead)\b[^\r\n]*?(?<![A-Za-z_])(city|area|building)\b["'`*_]*"""
-                            r"""[ \t]*[:=][ \t"'`*_]*([^\r\n,;()"'`*_]+)""")
-
-
-# a value said after the answer that names no place: a hedge or a pointer back ("Building: unknown", "Area: not
-# sure", "City: same as above"), never a second guess
-_RX_NO_PLACE = re.compile(r"(?:unknown|unclear|unsure|uncertain|unidentified|undetermined|unable|impossible|not\b|"
-                          r"n/?a\b|none\b|no\b|cannot|can't|could\s*n[o']t|same\b|see\b|as\s+above|\?|-|\u2014|\u2013)",
-                          re.I)
-
-
-def _fold(text: str) -> str:
-    """``text`` case-folded, accents dropped (NFKD without combining marks), for comparing a restated place."""
-    import unicodedata
-
-    return "".join(c for c in unicodedata.normalize("NFKD", text.casefold()) if not unicodedata.combining(c)).strip()
-
-
-def _after_clash(raw: str, end: int, fields: dict[str, str]) -> str | None:
-    """The first place field said after offset ``end`` (past the last object read) behind a correction cue
-    (:data:`_RX_PLACE_SAID`) with a value that differs from ``fields`` (the chosen object's,
-    :func:`_place_fields`), accents and case aside, neither holding the other, else None; a value that names no
-    place ("unknown", "not sure", "same as above", a dash) is none. Prose BEFORE the object is the model's
-    reasoning towards it ("Possible city: Lyon. Looking closer ..."), never a second answer."""
-    for m in _RX_PLACE_SAID.finditer(raw, end):
-        name, said = m.group(1).lower(), _fold(m.group(2))
-        have = fields.get(name)
-        if not have or not said or _RX_NO_PLACE.match(said):
-            continue
-        have_f = _fold(have)
-        if have_f not in said and said not in have_f:
-            return f"{name}: {have!r} vs {m.group(2).strip().casefold()!r}"
-    return None
-
-
 # a double-quoted string in a JSON key or value position: after "{", "[", "," or ":" (spaces allowed); a quote
 # mark in prose (5" tall) is preceded by something else and opens no span
 _JSON_STRING = re.compile(r'(?<=[{\[,:])(\s*)"(?:[^"\\]|\\.)*"')
@@ -415,11 +328,8 @@ def _score(obj: dict[str, Any]) -> int:
 #: ``parser_version``, carried on to the scored row's ``extra.parser_version``) and with every row the raw importer
 #: reads: raise it whenever a change of the rules can read an answer text differently, so rows read by different
 #: rules can be told apart (the answer text is kept: ``model_responses``). 1: from 2026-12-04 (rows without the
-#: field were parsed before versions were recorded); 2: a place field that an object under an answer-naming key
-#: (``guess``, ``final_answer``, ...) gives otherwise, or one said after the answer's object behind a correction
-#: cue ("Correction: area: Belleville", "Final answer: city: Lyon"), is a conflict, and an object running past the
-#: reader's first 200,000 characters is "answer too long", not a truncated answer (break32 #4, #5; restatements,
-#: evidence and clues are not compared, break32b #1).
+#: field were parsed before versions were recorded); 2: an object running past the reader's first 200,000
+#: characters is "answer too long", no answer, where 1 parsed it as a truncated one (break32 #5).
 ANSWER_PARSER_VERSION = 2
 
 
@@ -444,16 +354,13 @@ def parse_answer(text: str | None) -> ParsedAnswer:
     best: tuple[int, dict[str, Any], str, bool] | None = None
     places: list[dict[str, str]] = []
     read: str | None = None  # how the first JSON object was read, when one was
-    last_end = 0  # where the last object read from the whole text ends (the prose after it: _after_clash)
     for cand in _candidates(raw):
         obj = cand.value
         method = "json" if cand.strict else "repaired"
         read = read or method
-        if cand.source_is_whole:
-            last_end = max(last_end, cand.end)
         sc = _score(obj)
         if sc:
-            inner = _key_clash(obj, cand.repeated) or _nested_clash(obj)
+            inner = _key_clash(obj, cand.repeated)
             if inner is not None:  # one object naming two places for one field: never the last spelling
                 ans.error = f"conflicting answers in one response ({inner})"
                 # no place, but the object still carries its checklist (Table 11 counts it, as the release's
@@ -472,10 +379,6 @@ def parse_answer(text: str | None) -> ParsedAnswer:
         return ans
     if best is not None:
         _, obj, method, truncated = best
-        after = _after_clash(raw, last_end, _place_fields(obj)) if last_end else None
-        if after is not None:  # e.g. the object, then "Correction: area: Belleville": never the first guess
-            ans.error = f"conflicting answers in one response ({after})"
-            return ans
         if truncated and len(raw) > MAX_CHARS:  # cut by the reader's limit, not by the model (break32 #5)
             ans.error = (f"answer too long: its JSON object runs past the first {MAX_CHARS:,} characters the reader "
                          f"reads (the answer has {len(raw):,})")

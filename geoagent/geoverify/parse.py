@@ -95,9 +95,10 @@ class ParsedVerdict:
 #: #1-#3, rev26); 4: a bare confidence in (1, 10] is no confidence (rule ``confidence_ambiguous_scale``: 9 may be
 #: 9 % or 9 on a 0-10 scale), where 3 read it as a percentage (stats31 F2); 5: the opposite verdict said in other
 #: words in the prose ("Final answer: No", "My verdict is no.", "Verdict — No", "the verdict should be no", a
-#: "# Verdict" heading or a "| Verdict | No |" row) or under a final-verdict key (``final_verdict``, ``revised_answer``,
-#: text values) is a conflict, where 4 kept the first verdict (break32 #1; a step's bare "Answer: No" and keys about
-#: the answer such as ``answer_changed`` are not, break32b #2).
+#: "# Verdict" heading or a "| Verdict | No |" row, after the answer only) or under a final-verdict key
+#: (``final_verdict``, ``revised_answer``; text values) is a conflict, where 4 kept the first verdict (break32 #1;
+#: sub-checks' "Decision: No", a step's "Answer: No" and keys about the answer such as ``answer_changed`` are not,
+#: break32b #2).
 VERDICT_PARSER_VERSION = 5
 
 
@@ -210,23 +211,22 @@ _NO_VERDICT_PHRASE = (r"(?![ \t\"'`*_]+(?:way|idea|clue|doubt|comment|opinion|de
 # (on the same line, and only when the other word follows: "Verdict: **No** / **Confidence:** 0.7" is a verdict, rev26)
 _RX_VERDICT = re.compile(r"[\"']?verdict[\"']?\s*[:=][\s\"'*]*(yes|no)\b"
                          r"(?![ \t\"'`*_]*(?:/|\bor\b)[ \t\"'`*_]*(?:yes|no)\b)" + _NO_VERDICT_PHRASE, re.I)
-# a verdict stated in the prose outside the objects in other words than "verdict:", for the conflict check only
-# (break32 #1: '{"verdict": "yes"}' then "Final answer: No", "My verdict is no.", "Verdict — No", "the final
-# verdict is: no" or "Correction: the verdict should be \"no\"" was scored yes): a label (verdict, decision,
-# conclusion, or "final answer"; a bare "Answer: no" is a step's answer, "Is it night? Answer: No.", break32b #2),
-# then "is", "should be", "was" or a separator (: = | a dash or an arrow), then a verdict word standing alone ("The
-# answer is no longer clear" is none); or a Markdown heading "# Verdict" with the word alone on the next line
+# a verdict stated AFTER the answer (past the last JSON object, or past the labelled verdict of an answer without
+# one) in other words than "verdict:", for the conflict check only (break32 #1: '{"verdict": "yes"}' then "Final
+# answer: No", "My verdict is no.", "Verdict — No", "the verdict should be no" or a "| Verdict | No |" row was
+# scored yes): the label "verdict" or "final answer|verdict|decision", then "is", "should be", "was" or a separator
+# (: = | a dash or an arrow), then a verdict word standing alone ("The answer is no longer clear" is none); or a
+# Markdown heading "# Verdict" / "# Final answer" with the word alone on the next line. Sub-checks ("Decision: No",
+# "Conclusion: yes", a step's "Answer: No") and reasoning before the answer are never read (break32b #2, recheck32)
 _RX_VERDICT_SAID = re.compile(
-    r"(?:\b(?:verdict|decision|conclusion|final[ \t]+answer)[\"'`*_]*(?:[ \t]+(?:is|should[ \t]+be|was)\b[ \t]*[:=]?|"
-    r"[ \t]*[:=|\u2014\u2013\u2192-]+)|^[ \t]*#+[ \t]*(?:final[ \t]+)?verdict[ \t]*\r?\n)"
+    r"(?:\b(?:final[ \t]+(?:answer|verdict|decision)|verdict)[\"'`*_]*(?:[ \t]+(?:is|should[ \t]+be|was)\b[ \t]*"
+    r"[:=]?|[ \t]*[:=|\u2014\u2013\u2192-]+)|^[ \t]*#+[ \t]*(?:final[ \t]+(?:answer|verdict)|verdict)[ \t]*\r?\n)"
     r"[\s\"'`*_|]*(yes|no)\b(?=[ \t\"'`*_|]*(?:\Z|[\r\n.!,;:)|]))"
     r"(?![ \t\"'`*_]*(?:/|\bor\b)[ \t\"'`*_]*(?:yes|no)\b)", re.I | re.M)
-# the words of an object key that make it a verdict key of another object: a verdict word with a word of finality
-# ("final_verdict", "finalAnswer", "Overall decision", "revised_answer"), for the conflict check; the chosen object's
-# own keys are _VERDICT_KEYS. Other compound keys ("answer_changed", "decision_rule", "needs_human_decision") are
-# about the answer, not one (break32b #2)
-_KEY_WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
-_FINAL_WORDS = frozenset({"final", "overall", "revised", "corrected", "updated", "true", "actual"})
+# a key that names a final verdict in two words, the word of finality first ("final_verdict", "finalAnswer",
+# "Overall decision", "revised_answer"); "answer_revised", "final_answer_changed" or "is_final_answer" are about the
+# answer, not one (break32b #2, recheck32)
+_RX_FINAL_KEY = re.compile(r"(?:final|overall|revised|corrected|updated)[ _\-]?(?:verdict|answer|decision)", re.I)
 # a verdict word standing alone at the start of the prose around a JSON or labelled verdict ("No.\n{...}", "Yes" on
 # a line of its own), for the conflict check; not one opening a clause ("Yes, I can help with that", "No, I cannot be
 # certain": a manner of speaking, rev26 #2)
@@ -369,11 +369,10 @@ def _parse(raw: str | None) -> ParsedVerdict:
 
 
 def _is_final_verdict_key(key: Any) -> bool:
-    """Whether an object key names a final verdict in two or more words: a verdict word (``verdict``, ``answer``,
-    ``decision``) with a word of finality (``final_verdict``, ``finalAnswer``, ``Overall Decision``,
-    ``revised_answer``: break32 #1); ``answer_changed`` or ``decision_rule`` are not (break32b #2)."""
-    words = {w.lower() for w in _KEY_WORDS.findall(str(key).strip())}
-    return len(words) > 1 and bool(words & set(_VERDICT_KEYS)) and bool(words & _FINAL_WORDS)
+    """Whether an object key names a final verdict (:data:`_RX_FINAL_KEY`, the whole key: ``final_verdict``,
+    ``finalAnswer``, ``Overall Decision``, ``revised_answer``: break32 #1); ``answer_changed``, ``decision_rule`` or
+    ``is_final_answer`` are not (break32b #2)."""
+    return _RX_FINAL_KEY.fullmatch(str(key).strip()) is not None
 
 
 def _keys_disagree(obj: dict[str, Any], verdict: str, repeated: tuple[tuple[str, Any], ...] = ()) -> bool:
@@ -414,9 +413,9 @@ def _nested_disagree(obj: dict[str, Any], verdict: str, limit: int = 10_000) -> 
 def _conflicting(text: str, verdict: str) -> bool:
     """Whether another top-level JSON object (by a verdict key or a final-verdict key, :func:`_keys_disagree`; or a
     key one object gives twice), an object nested at any depth in a top-level object without a verdict of its own
-    (:func:`_nested_disagree`), a labelled ``verdict: yes|no`` in the prose outside the objects, a verdict said there
-    in other words (:data:`_RX_VERDICT_SAID`: "Final answer: No", "My verdict is no.", "Verdict — No": break32 #1),
-    or a ``Yes``/``No``
+    (:func:`_nested_disagree`), a labelled ``verdict: yes|no`` in the prose outside the objects, a verdict said after
+    the answer in other words (:data:`_RX_VERDICT_SAID`: "Final answer: No", "My verdict is no.", "Verdict — No":
+    break32 #1), or a ``Yes``/``No``
     standing alone at the start of that prose ("No.\n{"verdict":
     "yes"}", "No" on its own line, break26 #3; not "Yes, I can help with that", rev26 #2), states the opposite
     verdict (an ambiguous answer is a parse failure, never the first guess).
@@ -426,16 +425,27 @@ def _conflicting(text: str, verdict: str) -> bool:
     (before session 13 ``{"verdict": "yes", "evidence": ["The verdict: no obvious mismatch"]}`` was a failure).
     A malformed object is not blanked, so its text still counts (conservative)."""
     prose = list(text)
+    last_end = None  # where the last object read ends
     for cand in iter_candidates(text, "{", nested=False, percent=True):
         if cand.ok and isinstance(cand.value, dict):
             prose[cand.start : cand.end] = " " * (cand.end - cand.start)
+            last_end = cand.end
             if _keys_disagree(cand.value, verdict, cand.repeated) or _nested_disagree(cand.value, verdict):
                 return True
     seen = normalize_chars("".join(prose))
     lead = _RX_LEAD_ALONE.match(seen)
     if lead is not None and lead.group(1).lower() != verdict:
         return True
-    return any(m.group(1).lower() != verdict for rx in (_RX_VERDICT, _RX_VERDICT_SAID) for m in rx.finditer(seen))
+    if any(m.group(1).lower() != verdict for m in _RX_VERDICT.finditer(seen)):
+        return True
+    # said in other words: only after the answer (normalize_chars maps character by character, so the prefix's
+    # length is the offset in ``seen``); without an object, after the answer's own labelled verdict
+    if last_end is not None:
+        after = len(normalize_chars("".join(prose[:last_end])))
+    else:
+        first = _RX_VERDICT.search(seen)
+        after = first.end() if first is not None else 0
+    return any(m.group(1).lower() != verdict for m in _RX_VERDICT_SAID.finditer(seen, after))
 
 
 def _from_regex(word: str, text: str, rules: set[str], raw: str) -> ParsedVerdict:
