@@ -415,10 +415,9 @@ def _conflicting(text: str, verdict: str) -> bool:
     key one object gives twice), an object nested at any depth in a top-level object without a verdict of its own
     (:func:`_nested_disagree`), a labelled ``verdict: yes|no`` in the prose outside the objects, a verdict said after
     the answer in other words (:data:`_RX_VERDICT_SAID`: "Final answer: No", "My verdict is no.", "Verdict — No":
-    break32 #1), or a ``Yes``/``No``
-    standing alone at the start of that prose ("No.\n{"verdict":
-    "yes"}", "No" on its own line, break26 #3; not "Yes, I can help with that", rev26 #2), states the opposite
-    verdict (an ambiguous answer is a parse failure, never the first guess).
+    break32 #1), or a ``Yes``/``No`` standing alone at the start of that prose ("No.\n{"verdict": "yes"}", "No" on
+    its own line, break26 #3; not "Yes, I can help with that", rev26 #2), states the opposite verdict (an ambiguous
+    answer is a parse failure, never the first guess).
 
     The labelled pattern is searched only outside the objects read (each complete or cut-off top-level object
     is blanked first): words inside an object's string values are the model's evidence, not a second verdict
