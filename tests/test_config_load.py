@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from _made_up_keys import made_up_key
+
 import math
 import textwrap
 from pathlib import Path
@@ -141,7 +143,7 @@ def test_missing_file_and_packaged_configs():
 
 
 def test_key_pasted_into_api_key_env_is_not_echoed(tmp_path):
-    key = "sk-" "proj-REALLYSECRET123"
+    key = made_up_key("sk-" "proj-", 24, seed="config-load")  # drawn at run time: no key-shaped literal
     with pytest.raises(ConfigError) as ei:
         load_config(write(tmp_path, GOOD.replace('api_key_env = "T1_KEY"', f'api_key_env = "{key}"')))
     assert key not in str(ei.value)
