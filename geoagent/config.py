@@ -3285,16 +3285,13 @@ def _caller_lanes(cfg: CampaignConfig) -> dict[str, int] | None:
 
 
 def _lane_ahead(k: int, pending: Sequence[Sized], work: Sequence[int], caps: Sequence[int]) -> bool:
-    """:func:`simulate_dispatch`'s copy of the runner's pacing rule (:mod:`geoagent.runtime.worker`, "Lanes"): lane
-    ``k``'s share of its ``work`` taken so far, with one task more, exceeds the lowest share among the other lanes
-    with tasks left by more than a few tasks (:data:`geoagent.runtime.worker.PACE_SLACK_TASKS`, its cap if lower)."""
-    others = [(work[j] - len(pending[j])) / work[j] for j in range(len(work)) if j != k and pending[j] and work[j]]
-    if not others or not work[k]:
-        return False
-    mine = (work[k] - len(pending[k]) + 1) / work[k]
-    from geoagent.runtime.worker import PACE_SLACK_TASKS
+    """Whether lane ``k`` of :func:`simulate_dispatch` is ahead of the other lanes with tasks left, by the runner's
+    pacing rule (:func:`geoagent.runtime.worker.pace_ahead`); a lane has taken its ``work`` minus its tasks
+    ``pending``."""
+    from geoagent.runtime.worker import pace_ahead
 
-    return mine > min(others) + max(1, min(caps[k], PACE_SLACK_TASKS)) / work[k]
+    others = [(work[j] - len(pending[j])) / work[j] for j in range(len(work)) if j != k and pending[j] and work[j]]
+    return bool(others) and bool(work[k]) and pace_ahead(work[k] - len(pending[k]), work[k], caps[k], min(others))
 
 
 def simulate_dispatch(cfg: CampaignConfig, est: Estimate) -> dict[str, int]:

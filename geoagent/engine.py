@@ -873,12 +873,11 @@ def check_keys(cfg: Any, kind: CampaignKind, *, dotenv_path: str | Path | None =
     ValueError
         A configured name is not a valid variable name, or a value holds control characters.
     """
-    from geoagent.secrets import SecretNotFound, missing_keys_message
+    from geoagent.secrets import SecretNotFound
 
     missing, others = missing_keys(cfg, kind, dotenv_path=dotenv_path)
     if missing or others:
-        raise SecretNotFound(missing_keys_message(missing, dotenv_path=dotenv_path, others=others,
-                                                  config_source=getattr(cfg, "source", None)))
+        raise SecretNotFound(missing_keys_text(cfg, missing, others, dotenv_path=dotenv_path))
 
 
 def finished_campaign_hint(cfg: Any) -> str:
@@ -903,6 +902,16 @@ def finished_campaign_hint(cfg: Any) -> str:
     return (f". Campaign {cfg.name}'s last run ended complete{f' ({when})' if isinstance(when, str) else ''}: "
             "to look at it or write its tables again, `run.py status CONFIG` and `run.py export CONFIG` need no "
             "key; a run needs the keys because it plans again, and a config changed since may add work")
+
+
+def missing_keys_text(cfg: Any, missing: list[tuple[str, str]], others: Sequence[tuple[str, str]] = (), *,
+                      dotenv_path: str | Path | None = None) -> str:
+    """:func:`geoagent.secrets.missing_keys_message` for campaign ``cfg``: with the hint of a ``.env`` beside its
+    campaign file that sets a missing variable but is not the one read (walk32 #1)."""
+    from geoagent.secrets import missing_keys_message
+
+    return missing_keys_message(missing, dotenv_path=dotenv_path, others=list(others),
+                                config_source=getattr(cfg, "source", None))
 
 
 def missing_keys(cfg: Any, kind: CampaignKind, *, dotenv_path: str | Path | None = None,
@@ -1625,15 +1634,14 @@ async def open_services(
     from geoagent.runtime.http import HttpClient
     from geoagent.runtime.backend import open_state, redis_url
 
-    from geoagent.secrets import SecretNotFound, missing_api_keys, missing_keys_message
+    from geoagent.secrets import SecretNotFound, missing_api_keys
     from geoagent.workers.model_caller import AUTH_BREAKER_SERVICE, AuthBreaker
 
     # a key variable that cannot be read (a .env line that does not parse, control characters) stops a run here; a
     # dry run reports it at its end (_estimate_outcome; walk31 #4), after its whole report
     missing = missing_api_keys(cfg, dotenv_path=dotenv_path, unreadable=None if require_keys else [])
     if missing and require_keys:  # every missing variable at once, before anything is opened
-        raise SecretNotFound(missing_keys_message(missing, dotenv_path=dotenv_path,
-                                                  config_source=getattr(cfg, "source", None)))
+        raise SecretNotFound(missing_keys_text(cfg, missing, dotenv_path=dotenv_path))
     url = redis_url(cfg, dotenv_path=dotenv_path)  # [backend] kind = "redis": queues and state on that server
     state = open_state(cfg, cap_usd=None if dry_run else cfg.budget.cap_usd, recover=not dry_run)
     contact = getattr(cfg.campaign, "contact", None) or "set [campaign] contact"
@@ -3123,7 +3131,6 @@ def default_endpoint_lines(cfg: Any) -> list[str]:
 
 def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx: StageContext, t0: float) -> Outcome:
     from geoagent.config import estimate
-    from geoagent.secrets import missing_keys_message
 
     out = Outcome(cfg.name, "dry run", EXIT_COMPLETE, len(messages), {}, None, elapsed_s=time.monotonic() - t0,
                   plan_unit=kind.plan_unit)
@@ -3139,7 +3146,7 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
                                    unreadable=unreadable)
     n_vars = len({var for var, _ in missing} | {var for var, _ in others})
     them = "they are" if n_vars > 1 else "it is"
-    warning = ([f"  warning: {missing_keys_message(missing, dotenv_path=dotenv_path, others=others, config_source=getattr(cfg, 'source', None))}; `{command}` "
+    warning = ([f"  warning: {missing_keys_text(cfg, missing, others, dotenv_path=dotenv_path)}; `{command}` "
                 f"will refuse to start until {them} set"] if n_vars else [])
     warning += [f"  warning: {u}; `{command}` will refuse to start (exit 2) until it is fixed" for u in unreadable]
     warning += [f"  warning: {w}" for w in kind.plan_warnings(cfg)]

@@ -479,6 +479,18 @@ def json_records(folder: str | Path) -> Iterator[tuple[Path, dict[str, Any]]]:
             yield p, rec
 
 
+#: the UTF-8 byte-order mark an editor may write at the start of a file
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def later_record_wins(earlier_failed: bool, later_failed: bool) -> bool:
+    """Of two records for one request in a recorded-answers file (a release's ``verify_raw*.jsonl``, a replay
+    file): whether the later one replaces the earlier. The first is kept, except that a recorded failure gives way
+    to a later answer (a retry that got one). The release importer and the replay provider answer by this one rule,
+    so the record the import report names is the one replayed and scored (break32 #2)."""
+    return earlier_failed and not later_failed
+
+
 def loads_record(data: bytes) -> Any:
     """One JSON value of a recorded line (a release's raw-answer JSONL): ``orjson.loads``, except that a string
     holding a lone UTF-16 surrogate escape (``"\\ud83d"``: an emoji cut in half at the output-token limit, as
@@ -496,7 +508,7 @@ def loads_record(data: bytes) -> Any:
         The line is not JSON (or not UTF-8) for another reason (orjson's error, as before).
     """
     if isinstance(data, (bytes, bytearray, memoryview)):
-        if bytes(data[:3]) == b"\xef\xbb\xbf":
+        if bytes(data[:3]) == UTF8_BOM:
             data = data[3:]
     elif isinstance(data, str) and data.startswith("\ufeff"):
         data = data[1:]
@@ -561,8 +573,8 @@ def iter_jsonl_objects(path: str | Path, *, skip_torn: bool = False,
     """
     with open(path, "rb") as fh:
         for lineno, line in enumerate(fh, start=1):
-            if lineno == 1 and line.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark: no part of the record
-                line = line[3:]
+            if lineno == 1 and line.startswith(UTF8_BOM):  # no part of the record
+                line = line[len(UTF8_BOM):]
             if not line.strip():
                 continue
             try:

@@ -31,7 +31,6 @@ import logging
 import os
 import re
 import threading
-import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -353,12 +352,13 @@ def _unparsable_line_of(env_name: str, path: Path) -> int | None:
     return next((line for line, name in _dotenv_problems(text).items() if name == env_name), None)
 
 
-def read_dotenv(path: str | os.PathLike[str] | None = None) -> dict[str, str]:
+def read_dotenv(path: str | os.PathLike[str] | None = None, *, report: bool = True) -> dict[str, str]:
     """Parse a ``.env`` file (python-dotenv syntax) without touching ``os.environ``; {} if it is absent.
 
     A statement python-dotenv cannot parse (an unclosed quote, a line without ``=``) is left out, as python-dotenv
     does, and logged once per process as ``<file>:<line>: cannot be parsed ...`` (naming its variable, never its
-    value; python-dotenv's own warning names no file and is dropped).
+    value; python-dotenv's own warning names no file and is dropped); ``report=False`` logs nothing (a file the
+    run does not read, looked at only for a hint: :func:`unread_dotenv_hint`).
 
     Raises
     ------
@@ -377,7 +377,7 @@ def read_dotenv(path: str | os.PathLike[str] | None = None) -> dict[str, str]:
         raise ValueError(f"{p}:{line}: not UTF-8 text; save the file as UTF-8 (the API keys are read from it)") from None
     from io import StringIO
 
-    for line, name in _dotenv_problems(text).items():
+    for line, name in (_dotenv_problems(text) if report else {}).items():
         with _known_lock:
             if (str(p), line) in _reported_lines:
                 continue
@@ -758,16 +758,9 @@ def unread_dotenv_hint(variables: Iterable[str], config_source: str | None,
     try:
         if not beside.is_file() or beside.resolve() == dotenv_path_default().resolve():
             return ""
-        from dotenv import dotenv_values
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            logging.getLogger("dotenv.main").disabled = True
-            try:  # a name without '=' (None) or with an empty value sets nothing (break32b #5)
-                names = {k for k, v in dotenv_values(beside).items() if v}
-            finally:
-                logging.getLogger("dotenv.main").disabled = False
-    except (OSError, ValueError, UnicodeDecodeError):
+        # a name without '=' or with an empty value sets nothing (break32b #5)
+        names = {k for k, v in read_dotenv(beside, report=False).items() if v}
+    except (OSError, ValueError):
         return ""
     found = [v for v in variables if v in names]
     if not found:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import csv
 import re
 from collections import Counter
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -262,6 +262,22 @@ def read_human_verdicts(path: str | Path) -> dict[str, dict[str, str]]:
 HUMAN_VERDICTS_KEY = "[crawl.image_audit] human_verdicts"
 
 
+def _verdict_references(path: str | Path) -> Iterator[tuple[int, str, str]]:
+    """``(line, image reference as written, image id)`` of each row of a human-verdict CSV (already read without
+    error by :func:`read_human_verdicts`), in file order; rows whose reference holds no image id are skipped."""
+    with Path(path).open(encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
+        reader = csv.DictReader(f)
+        # the header as read_human_verdicts reads it: spaces around a name are no part of it (" image , ...")
+        reader.fieldnames = [str(n).strip() for n in reader.fieldnames or []]
+        for row in reader:
+            ref = (row.get("image") or "").strip()
+            try:
+                key = image_key(ref)
+            except ValueError:
+                continue
+            yield reader.line_num, ref, key
+
+
 def unmatched_human_verdicts(path: str | Path | None, audited_ids: Iterable[str]) -> list[str]:
     """The rows of a human-verdict CSV (:func:`read_human_verdicts`'s format, already read without error) whose
     image is not among ``audited_ids`` (the image ids the crawl audited), each as ``"<file>:<line>: <image>"`` in
@@ -271,20 +287,9 @@ def unmatched_human_verdicts(path: str | Path | None, audited_ids: Iterable[str]
     if not path:
         return []
     audited = set(audited_ids)
-    out = []
-    with Path(path).open(encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
-        reader = csv.DictReader(f)
-        # the header as read_human_verdicts reads it: spaces around a name are no part of it (" image , ...")
-        reader.fieldnames = [str(n).strip() for n in reader.fieldnames or []]
-        for row in reader:
-            ref = row.get("image") or ""
-            try:
-                key = image_key(ref)
-            except ValueError:
-                continue
-            if key not in audited:
-                out.append(f"{path}:{reader.line_num}: {ref.strip()}")
-    return out
+    return [f"{path}:{line}: {ref}" for line, ref, key in _verdict_references(path) if key not in audited]
+
+
 def misplaced_human_verdicts(path: str | Path | None, site_of: Mapping[str, str]) -> list[str]:
     """The rows of a human-verdict CSV (already read without error) whose image reference names a folder (the part
     before the file name: ``streetview\\<site>\\<id>.jpg``, ``images/<site>/<id>.jpg``) other than the site of
@@ -296,21 +301,11 @@ def misplaced_human_verdicts(path: str | Path | None, site_of: Mapping[str, str]
     if not path:
         return []
     out = []
-    with Path(path).open(encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
-        reader = csv.DictReader(f)
-        reader.fieldnames = [str(n).strip() for n in reader.fieldnames or []]
-        for row in reader:
-            ref = (row.get("image") or "").strip()
-            parts = [p for p in ref.replace("\\", "/").split("/") if p]
-            if len(parts) < 2:
-                continue
-            try:
-                key = image_key(ref)
-            except ValueError:
-                continue
-            site = site_of.get(key)
-            if site is not None and parts[-2] != site:
-                out.append(f"{path}:{reader.line_num}: {ref} (image {key} is of site {site})")
+    for line, ref, key in _verdict_references(path):
+        parts = [p for p in ref.replace("\\", "/").split("/") if p]
+        site = site_of.get(key)
+        if len(parts) >= 2 and site is not None and parts[-2] != site:
+            out.append(f"{path}:{line}: {ref} (image {key} is of site {site})")
     return out
 
 

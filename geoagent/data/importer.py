@@ -24,7 +24,7 @@ import orjson
 
 from geoagent import constants as C
 from geoagent import paths
-from geoagent.files import loads_record
+from geoagent.files import later_record_wins, loads_record
 from geoagent.geo import continent_code
 from geoagent.data.model import (
     ARM_MAIN,
@@ -493,9 +493,8 @@ def _raw_record(d: Any) -> RawVerifyResponse:
 def read_raw_jsonl(path: Path, report: ImportReport) -> Iterator[RawVerifyResponse]:
     """Yield raw GeoVerify responses from a JSONL file, in first-seen order of (trial, model); bad lines go to
     ``report``. Of several records for one trial and model the first is kept, except that a recorded failure
-    (``error`` set) gives way to a later record without one (a retry that got an answer): the rule the replay
-    provider answers by (:class:`geoagent.providers.replay.ReplayIndex`), so the record the report names is the
-    one replayed and scored (break32 #2: the report named the first, the replay answered with the last)."""
+    (``error`` set) gives way to a later record without one: :func:`geoagent.files.later_record_wins`, the rule the
+    replay provider answers by, so the record the report names is the one replayed and scored."""
     report.files.append(str(path))
     kept: dict[tuple[str, str], RawVerifyResponse] = {}
     with path.open("rb") as fh:
@@ -514,7 +513,7 @@ def read_raw_jsonl(path: Path, report: ImportReport) -> Iterator[RawVerifyRespon
                 continue
             old = kept.get((rec.trial_id, rec.model))
             if old is not None:
-                if old.error is not None and rec.error is None:
+                if later_record_wins(old.error is not None, rec.error is not None):
                     kept[(rec.trial_id, rec.model)] = rec
                     report.add(path, lineno, f"duplicate record for trial {rec.trial_id!r} and model {rec.model!r}; "
                                              "kept this one (the earlier record is a recorded failure)")

@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from geoagent.files import loads_record
+from geoagent.files import later_record_wins, loads_record
 from geoagent.paths import missing_release_error
 from geoagent.providers.base import ModelRequest, ModelResponse, Provider, Usage, register
 from geoagent.providers.errors import ReplayMiss, ReplayRecordedError
@@ -93,10 +93,8 @@ class ReplayIndex:
                     old = self._loc.get(key)
                     if old is not None:
                         self.n_duplicates += 1
-                    # the first record answers, except that a recorded failure gives way to a later answer (a
-                    # retry): the importer's rule (geoagent.data.importer.read_raw_jsonl), so the record its report
-                    # names is the one replayed (break32 #2: the last record answered, the report named the first)
-                    if old is None or (old[2] and not is_error):
+                    # the importer's rule (geoagent.files.later_record_wins): the first answers, a failure gives way
+                    if old is None or later_record_wins(old[2], is_error):
                         self._loc[key] = (offset, length, is_error)
                     self.n_lines += 1
                 offset += length

@@ -234,6 +234,17 @@ DEFER_STEP_S = 0.25
 #: tasks (at most; a lane's cap if lower) a lane may run ahead of the lowest share before it is deferred
 PACED_DEFER_S = 1.0
 PACE_SLACK_TASKS = 8
+
+
+def pace_ahead(taken: int, work: int, cap: int, lowest_other: float) -> bool:
+    """The pacing rule (module docstring, "Lanes"): whether a lane that has taken ``taken`` of its ``work`` tasks
+    (finished, dead-lettered, in hand or waiting for a retry) is ahead with one task more: its share then exceeds
+    ``lowest_other`` (the lowest share among the other paced lanes that still have work and can run) by more than
+    :data:`PACE_SLACK_TASKS` of its tasks (its ``cap`` if lower). The runner (:meth:`StageRunner._ahead`) and the dry
+    run's dispatch replay (:func:`geoagent.config.simulate_dispatch`) both decide by it."""
+    return (taken + 1) / work > lowest_other + max(1, min(cap, PACE_SLACK_TASKS)) / work
+
+
 #: leases in a row that found only tasks of full lanes before the lease loop waits for a lane to free a slot
 WALK_LEASES = 4
 #: seconds a burst stage's input stays drained on end while another process's upstream stage works before it says
@@ -1196,29 +1207,24 @@ class StageRunner:
             self.stats.deferred += len(group)
         return admitted
 
-    def _share(self, lane: str, spec: Lane) -> float:
-        """The share of ``lane``'s work (:attr:`Lane.work`) this run finished, dead-lettered, holds in hand or
-        failed and will retry after its backoff (so a model whose calls keep failing does not hold the others back
-        for its backoff delays)."""
+    def _taken(self, lane: str) -> int:
+        """Tasks of ``lane`` this run finished, dead-lettered, holds in hand or failed and will retry after its
+        backoff (so a model whose calls keep failing does not hold the others back for its backoff delays)."""
         st = self.stats
         return (st.lane_done.get(lane, 0) + st.lane_dead.get(lane, 0) + self._lane_busy.get(lane, 0)
-                + self._lane_retrying.get(lane, 0)) / spec.work
+                + self._lane_retrying.get(lane, 0))
 
     def _ahead(self, lane: str, spec: Lane) -> bool:
-        """Whether a paced ``lane`` is ahead of the other paced lanes (module docstring, "Lanes", Pacing): its share
-        of its work with one task more exceeds the lowest share among the other paced lanes that still have work
-        and can run by more than :data:`PACE_SLACK_TASKS` of its tasks (its cap if lower)."""
+        """Whether a paced ``lane`` is ahead of the other paced lanes that still have work and can run
+        (:func:`pace_ahead`)."""
         low = math.inf
         for other, o in (self._lanes or {}).items():
             if other == lane or not o.work:
                 continue
-            share = self._share(other, o)
+            share = self._taken(other) / o.work
             if share < 1.0 and share < low and self.stage.lane_open(other):
                 low = share
-        if low == math.inf:
-            return False
-        mine = self._share(lane, spec) + 1.0 / spec.work
-        return mine > low + max(1, min(spec.cap, PACE_SLACK_TASKS)) / spec.work
+        return low != math.inf and pace_ahead(self._taken(lane), spec.work, spec.cap, low)
 
     async def _input_exhausted(self) -> bool:
         if not self.burst:

@@ -720,11 +720,11 @@ def _excerpt(text: str) -> str:
     return text if len(text) <= EXCERPT_CHARS else text[: EXCERPT_CHARS - 3] + "..."
 
 
-
 def _settings_id(request: ModelRequest) -> str:
     """:func:`geoagent.workers.cutoff_breaker.request_settings_id` of ``request`` (its provider, model id and
     params), for the empty-answer breaker's record across runs."""
     return request_settings_id(request.provider, request.model, request.params)
+
 
 def build_request(cfg: Any, payload: dict[str, Any]) -> tuple[Any, ModelRequest]:
     """The model config and the :class:`ModelRequest` (without pixels) for a ``requests`` payload.
@@ -1143,9 +1143,14 @@ class ModelCaller(Stage):
         """Whether model ``lane`` can be sent to now: no breaker of it is open (authentication, empty answers, its
         host unreachable; in watch mode too, while its host is waited for), so its share of its work counts in the
         pacing of the other models' lanes (:meth:`Stage.lane_open`)."""
-        return not ((self._auth is not None and self._auth.is_open(lane) is not None)
-                    or (self._cutoff is not None and self._cutoff.is_open(lane) is not None)
-                    or (self._hosts is not None and self._hosts.is_open(lane) is not None))
+        return not self._stopped(lane, host_down=True)
+
+    def _stopped(self, model: str, *, host_down: bool) -> bool:
+        """Whether ``model``'s authentication or empty-answer breaker is open, or (``host_down``) its host's
+        unreachable breaker."""
+        return ((self._auth is not None and self._auth.is_open(model) is not None)
+                or (self._cutoff is not None and self._cutoff.is_open(model) is not None)
+                or (host_down and self._hosts is not None and self._hosts.is_open(model) is not None))
 
     def runnable(self) -> bool:
         """False once EVERY configured model is stopped, by its authentication breaker, its empty-answer breaker
@@ -1156,10 +1161,7 @@ class ModelCaller(Stage):
         if not self._models or (self._auth is None and self._hosts is None and self._cutoff is None):
             return True
         watch = self._hosts is not None and self._hosts.watch
-        return not all((self._auth is not None and self._auth.is_open(m) is not None)
-                       or (self._cutoff is not None and self._cutoff.is_open(m) is not None)
-                       or (not watch and self._hosts is not None and self._hosts.is_open(m) is not None)
-                       for m in self._models)
+        return not all(self._stopped(m, host_down=not watch) for m in self._models)
 
     def unreachable_hint(self, host: str) -> str | None:
         """``[[models]] base_url of 'X'`` for the model(s) whose requests go to ``host``, else None."""
