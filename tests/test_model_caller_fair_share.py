@@ -324,3 +324,14 @@ def test_pacing_does_not_hold_the_others_back_for_a_failing_models_backoff(tmp_p
     assert len(a) == 40 and len(b) == 40
     # every one of a's calls before b's first answer (b's tasks come back from their backoff after 5 s)
     assert a[-1] < b[0], (a[-1] - a[0], b[0] - a[0])
+
+
+def test_the_pacing_rule_lets_a_lane_run_a_few_tasks_ahead():
+    """:func:`geoagent.runtime.worker.pace_ahead`, the one rule of the runner and of the dry run's replay: a lane may
+    run up to 8 of its tasks (its cap if lower) ahead of the lowest other lane's share, in whole tasks."""
+    from geoagent.runtime.worker import PACE_SLACK_TASKS, pace_ahead
+
+    assert PACE_SLACK_TASKS == 8
+    assert not pace_ahead(7, 100, 16, 0.0) and pace_ahead(8, 100, 16, 0.0)  # the 8th task ahead is the last one
+    assert not pace_ahead(1, 100, 2, 0.0) and pace_ahead(2, 100, 2, 0.0)  # a cap of 2: two tasks ahead at most
+    assert not pace_ahead(57, 100, 16, 0.5) and pace_ahead(58, 100, 16, 0.5)
