@@ -42,6 +42,7 @@ rate for an expensive model follows the paper (Sec. 6, claude-opus-5 sampled at 
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import math
 import types
@@ -130,6 +131,7 @@ DEFAULT_KEY_ENVS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"
 LOCAL_HOST_SUFFIXES = (".localhost", ".invalid", ".test", ".example", ".local", ".home.arpa", ".internal", ".lan")
 
 
+@functools.lru_cache(maxsize=256)  # a pure function of the name, asked per call (paid models, key masking)
 def is_local_host(hostname: str | None) -> bool:
     """Whether ``hostname`` (from a URL, no port) names a local server rather than a paid API.
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 import base64
 import dataclasses
+import functools
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -170,9 +171,7 @@ class HttpProvider(Provider, abc.ABC):
     def _local_host(self) -> bool:
         """Whether :attr:`base_url` is a local server (:func:`geoagent.config.is_local_host`): its key is
         scrubbed from answers only from 8 characters (:func:`_without_key`)."""
-        from geoagent.config import is_local_host
-
-        return is_local_host(urlsplit(self.base_url).hostname)
+        return _base_url_is_local(self.base_url)
 
     def common_headers(self, request: ModelRequest) -> dict[str, str]:
         """Content type, extra headers from settings, ``X-Request-Key`` and (if set) ``X-Image-Id``."""
@@ -283,6 +282,14 @@ class HttpProvider(Provider, abc.ABC):
         if self._own_http is not None:
             client, self._own_http = self._own_http, None
             await client.__aexit__(None, None, None)
+
+
+@functools.lru_cache(maxsize=64)
+def _base_url_is_local(base_url: str) -> bool:
+    """:func:`geoagent.config.is_local_host` of ``base_url``'s host name, once per URL (asked for every answer)."""
+    from geoagent.config import is_local_host
+
+    return is_local_host(urlsplit(base_url).hostname)
 
 
 def _without_key(resp: ModelResponse, secret: str, *, local: bool = False) -> ModelResponse:
