@@ -483,6 +483,23 @@ def json_records(folder: str | Path) -> Iterator[tuple[Path, dict[str, Any]]]:
 UTF8_BOM = b"\xef\xbb\xbf"
 
 
+def recorded_error(value: Any) -> str | None:
+    """The failure a recorded answer's ``error`` field states (a release's raw-answer JSONL, a replay file), or None.
+
+    No failure: the field absent or null, ``false``, ``0``, an empty or blank string, an empty list or object (a
+    writer that always fills the field). A failure: any other value, as text (a string as written, anything else
+    as its JSON). The release importer and the replay provider read the field by this one rule, so a line the
+    import counts as failed is never replayed as an answer, nor the other way round.
+    """
+    if isinstance(value, str):
+        return value if value.strip() else None
+    if not value:  # null, false, 0, [], {}
+        return None
+    if isinstance(value, (dict, list, bool)):
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    return str(value)
+
+
 def later_record_wins(earlier_failed: bool, later_failed: bool) -> bool:
     """Of two records for one request in a recorded-answers file (a release's ``verify_raw*.jsonl``, a replay
     file): whether the later one replaces the earlier. The first is kept, except that a recorded failure gives way

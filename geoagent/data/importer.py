@@ -24,7 +24,7 @@ import orjson
 
 from geoagent import constants as C
 from geoagent import paths
-from geoagent.files import later_record_wins, loads_record
+from geoagent.files import later_record_wins, loads_record, recorded_error
 from geoagent.geo import continent_code
 from geoagent.data.model import (
     ARM_MAIN,
@@ -477,7 +477,7 @@ def _raw_record(d: Any) -> RawVerifyResponse:
         input_tokens=tok("input_tokens"),
         output_tokens=tok("output_tokens"),
         stop_reason=usage.get("stop_reason"),
-        error=None if err in (None, "") else str(err),
+        error=recorded_error(err),  # the replay provider's rule: false, 0, [] or blank are no failure
         ts=float(d["ts"]) if isinstance(d.get("ts"), (int, float)) else None,
         image_id=None if image_id is None else _image_id(image_id),
         site_id=d.get("site"),

@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from geoagent.files import later_record_wins, loads_record
+from geoagent.files import later_record_wins, loads_record, recorded_error
 from geoagent.paths import missing_release_error
 from geoagent.providers.base import ModelRequest, ModelResponse, Provider, Usage, register
 from geoagent.providers.errors import ReplayMiss, ReplayRecordedError
@@ -89,7 +89,7 @@ class ReplayIndex:
                         raise ValueError(f"{self.path}:{lineno}: record lacks key field(s) {missing}")
                     key = self.record_key(rec)
                     self.fields.update(rec)
-                    is_error = bool(rec.get(self.error_field))
+                    is_error = recorded_error(rec.get(self.error_field)) is not None
                     old = self._loc.get(key)
                     if old is not None:
                         self.n_duplicates += 1
@@ -225,8 +225,9 @@ class ReplayProvider(Provider):
         if rec is None:
             raise ReplayMiss(key, str(self.path))
         s = self.settings
-        if rec.get("error"):
-            raise ReplayRecordedError(key, str(self.path), str(rec["error"])[:300])
+        failure = recorded_error(rec.get("error"))
+        if failure is not None:
+            raise ReplayRecordedError(key, str(self.path), failure[:300])
         text = rec.get(s.replay_text_field)
         if not isinstance(text, str):
             raise ReplayRecordedError(key, str(self.path), f"field {s.replay_text_field!r} is missing or not text")

@@ -1,0 +1,45 @@
+"""Session 33: carried items fixed.
+
+* A recorded answer's ``error`` field of ``false``, ``0``, ``[]`` or ``{}`` (a writer that always fills it) counted
+  as a failure in the release importer ("False", "0") but as an answer in the replay index; a truthy non-string
+  value the other way round kept different records of one trial. Both now read the field by
+  :func:`geoagent.files.recorded_error`.
+"""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from geoagent.data.importer import ImportReport, read_raw_jsonl
+from geoagent.files import recorded_error
+from geoagent.providers.replay import ReplayIndex
+
+NO_FAILURE = [None, False, 0, 0.0, "", "   ", [], {}]
+FAILURE = [("HTTP 500", "HTTP 500"), (True, "true"), (1, "1"), ({"code": 500, "message": "x"}, '{"code":500,"message":"x"}'),
+           (["timeout"], '["timeout"]')]
+
+
+@pytest.mark.parametrize("value", NO_FAILURE)
+def test_empty_or_false_error_values_are_no_failure(value):
+    assert recorded_error(value) is None
+
+
+@pytest.mark.parametrize("value, text", FAILURE)
+def test_other_error_values_are_failures_as_text(value, text):
+    assert recorded_error(value) == text
+
+
+@pytest.mark.parametrize("value", NO_FAILURE + [v for v, _ in FAILURE])
+def test_the_importer_and_the_replay_index_keep_the_same_record(tmp_path, value):
+    """First line: an answer whose ``error`` field is ``value``; second line: another answer. A failure gives way to
+    the later answer, an answer is kept: the importer and the replay index must pick the same line."""
+    trial = "100010003227|main|Osmanthus Botanical Garden"
+    lines = [{"trial_id": trial, "model": "rec", "raw": '{"verdict": "yes"}', "error": value},
+             {"trial_id": trial, "model": "rec", "raw": '{"verdict": "no"}'}]
+    path = tmp_path / "verify_raw.jsonl"
+    path.write_bytes(b"\n".join(orjson.dumps(r) for r in lines) + b"\n")
+    imported = {r.trial_id: r.raw for r in read_raw_jsonl(path, ImportReport())}
+    replayed = ReplayIndex(path, ("trial_id", "model")).get(f"{trial}|rec")["raw"]
+    expected = '{"verdict": "yes"}' if recorded_error(value) is None else '{"verdict": "no"}'
+    assert imported == {trial: expected} and replayed == expected
