@@ -76,3 +76,39 @@ def test_my_answer_and_a_revised_object_are_conflicts(text):
 def test_agreeing_answers_and_other_objects_still_parse(text, verdict):
     p = parse_verdict(text)
     assert p.ok and p.verdict == verdict, p
+
+
+# -- stats audit, session 33 ----------------------------------------------------------------------------------
+
+def test_an_answer_that_filled_the_context_window_is_cut_off_but_not_counted_by_the_empty_answer_breaker():
+    """Anthropic's "Handling stop reasons" guide: ``model_context_window_exceeded`` means the response filled the
+    model's context window, to be treated as truncated. It is scored as cut off (no answer when nothing parsed);
+    the empty-answer breaker, whose fix is a higher output limit, does not count it."""
+    from geoagent.scoring.truncation import is_no_answer, is_truncated
+    from geoagent.workers.cutoff_breaker import empty_cut_off
+
+    reason = "model_context_window_exceeded"
+    assert is_truncated(reason) and is_no_answer(reason, False) and not is_no_answer(reason, True)
+    assert not empty_cut_off("", reason) and empty_cut_off("", "max_tokens")
+
+
+@pytest.mark.parametrize("err, d_ref, where", [
+    ([1.0, -0.5], [2.0, 2.0], "error_km is negative at index 1"),
+    ([1.0, 1.0], [2.0, float("nan")], "got nan at index 1"),
+    ([1.0], [float("inf")], "got inf at index 0"),
+    ([1.0], [0.0], "got 0.0 at index 0"),
+])
+def test_error_ratio_refuses_what_is_no_distance(err, d_ref, where):
+    from geoagent.scoring.geohint import error_ratio
+
+    with pytest.raises(ValueError, match=where):
+        error_ratio(err, d_ref)
+
+
+def test_error_ratio_of_a_missing_answer_is_nan():
+    import numpy as np
+
+    from geoagent.scoring.geohint import error_ratio
+
+    out = error_ratio([1.0, float("nan"), 0.0], [2.0, 4.0, 0.5])
+    assert out[0] == 0.5 and np.isnan(out[1]) and out[2] == 0.0

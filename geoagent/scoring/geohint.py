@@ -100,17 +100,26 @@ def hits(error_km: np.ndarray, resolved_level: np.ndarray, *, threshold_km: floa
 
 
 def error_ratio(error_km: np.ndarray, d_ref_km: np.ndarray) -> np.ndarray:
-    """Per-response ratio ``err_km / d_ref_km`` (Table 5); 1 means the answer is as far as the hint.
+    """Per-response ratio ``err_km / d_ref_km`` (Table 5): arrays of shape (n,), km -> ratios of shape (n,); 1 means
+    the answer is as far as the hint. A NaN error (no geocoded answer) gives NaN.
 
     Raises
     ------
     ValueError
-        A non-positive hint distance.
+        A hint distance that is not a positive finite number, or a negative error (as :func:`is_hit`), naming the
+        first index.
     """
     e = np.asarray(error_km, dtype=float)
     d = np.asarray(d_ref_km, dtype=float)
-    if np.any(d <= 0):
-        raise ValueError("hint distance d_ref_km must be positive")
+    bad_d = ~(np.isfinite(d) & (d > 0))
+    if np.any(bad_d):
+        i = int(np.flatnonzero(bad_d)[0])
+        raise ValueError(f"hint distance d_ref_km must be a positive finite number, got {float(d.flat[i])!r} at index {i}")
+    with np.errstate(invalid="ignore"):
+        neg = e < 0
+    if np.any(neg):
+        i = int(np.flatnonzero(neg)[0])
+        raise ValueError(f"error_km is negative at index {i}: not a distance")
     return e / d
 
 

@@ -5,6 +5,7 @@ it): OpenAI-compatible Chat Completions ``choices[0].finish_reason = "length"``,
 ``stop_reason = "max_tokens"``, Gemini ``candidates[0].finishReason = "MAX_TOKENS"``; the simulated provider
 and the local fakes use the same values, and a replayed record keeps its recorded ``stop_reason``. Any of
 these means the answer stopped because it reached ``max_output_tokens``, not because the model finished.
+Anthropic's ``model_context_window_exceeded`` (the answer filled the model's context window) is cut off too.
 
 How a cut-off answer is scored (one rule for GeoHint and GeoVerify, :func:`is_no_answer`):
 
@@ -49,8 +50,13 @@ from dataclasses import dataclass
 
 #: finish reasons (compared case-insensitively) meaning "stopped at the output-token limit": OpenAI
 #: ``length``, Anthropic ``max_tokens``, Gemini ``MAX_TOKENS``; ``max_output_tokens`` is what OpenAI's
-#: Responses API reports in ``incomplete_details.reason``
-TRUNCATION_FINISH_REASONS = frozenset({"length", "max_tokens", "max_output_tokens"})
+#: Responses API reports in ``incomplete_details.reason``. The empty-answer breaker counts these alone: raising
+#: the limit is its fix (:mod:`geoagent.workers.cutoff_breaker`)
+OUTPUT_LIMIT_FINISH_REASONS = frozenset({"length", "max_tokens", "max_output_tokens"})
+#: every finish reason that means the answer was cut short by a limit rather than finished by the model: the
+#: output-token limit, or Anthropic's ``model_context_window_exceeded`` (the answer filled the model's context
+#: window; Anthropic's "Handling stop reasons" guide: treat the response as truncated)
+TRUNCATION_FINISH_REASONS = OUTPUT_LIMIT_FINISH_REASONS | {"model_context_window_exceeded"}
 
 #: share of cut-off answers (of one model, or one model and arm/condition) above which reports warn
 WARN_SHARE = 0.01
@@ -58,7 +64,7 @@ WARN_SHARE = 0.01
 #: one legend line shared by every report (Markdown list item text, no leading dash)
 LEGEND_LINE = (
     "cut off: answers the provider stopped at the output-token limit (finish reason length, max_tokens or "
-    "MAX_TOKENS); a cut-off answer that still parsed is scored, one with nothing parsed is no answer (the cap, "
+    "MAX_TOKENS) or at the end of the model's context window (model_context_window_exceeded); a cut-off answer that still parsed is scored, one with nothing parsed is no answer (the cap, "
     "not the model, ended it): it enters no rate, never a miss, an echo verdict or a 'no', and is counted as cut "
     "off with no answer. Answers without a recorded finish reason count as not cut off."
 )
@@ -89,7 +95,8 @@ def is_no_answer(finish_reason: object, parsed: bool) -> bool:
 
 
 def is_truncated(finish_reason: object) -> bool:
-    """True when ``finish_reason`` (a provider's raw finish/stop reason) means the output-token limit was hit.
+    """True when ``finish_reason`` (a provider's raw finish/stop reason) means the answer was cut short: the
+    output-token limit was hit, or the model's context window (:data:`TRUNCATION_FINISH_REASONS`).
 
     Parameters
     ----------

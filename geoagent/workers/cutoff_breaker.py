@@ -6,7 +6,7 @@ A reasoning or thinking model spends hidden tokens out of the same output limit 
 Gemini's ``maxOutputTokens`` counts thinking tokens (Gemini API thinking guide), Anthropic's ``max_tokens`` counts
 extended-thinking blocks. When the limit is too low for the model, every answer is billed and comes back with no
 text: finish reason ``length`` / ``MAX_TOKENS`` / ``max_tokens``
-(:data:`geoagent.scoring.truncation.TRUNCATION_FINISH_REASONS`). The dry run warns of the known cases
+(:data:`geoagent.scoring.truncation.OUTPUT_LIMIT_FINISH_REASONS`). The dry run warns of the known cases
 (:func:`geoagent.config.output_room_warnings`), but a campaign started anyway spent its cap on nothing (walk30 #2:
 $0.51 of $1.00, 488 answers, none with text) and ended exit 6 only at the end.
 
@@ -55,7 +55,7 @@ import orjson
 from geoagent.files import atomic_write_bytes
 from geoagent.runtime.errors import PicklableError
 from geoagent.runtime.stage import Held
-from geoagent.scoring.truncation import TRUNCATION_FINISH_REASONS
+from geoagent.scoring.truncation import OUTPUT_LIMIT_FINISH_REASONS
 from geoagent.workers.held import HeldTasks
 
 #: answers in a row of one model that came back empty and cut off at the output-token limit that stop it
@@ -82,8 +82,9 @@ def request_settings_id(provider: str, model: str, params: Mapping[str, Any]) ->
 
 def empty_cut_off(text: str | None, finish_reason: str | None) -> bool:
     """Whether an answer came back with no text (``None``, empty or whitespace) and a finish reason that says the
-    output-token limit ended it (:data:`~geoagent.scoring.truncation.TRUNCATION_FINISH_REASONS`, any case)."""
-    return not (text or "").strip() and str(finish_reason or "").strip().lower() in TRUNCATION_FINISH_REASONS
+    output-token limit ended it (:data:`~geoagent.scoring.truncation.OUTPUT_LIMIT_FINISH_REASONS`, any case; not an
+    answer that filled the context window: a higher limit is no fix for it)."""
+    return not (text or "").strip() and str(finish_reason or "").strip().lower() in OUTPUT_LIMIT_FINISH_REASONS
 
 
 @dataclasses.dataclass(slots=True)
