@@ -489,7 +489,7 @@ class Outcome:
                     "writes the final report, on its machine; re-run the same command here to take part again)")
         else:
             note = (f"the run ended '{self.status}' with {pending} task(s) still queued or in flight; the tables "
-                    "cover only what was answered so far (re-run the same command to finish)")
+                    f"cover only what was answered so far ({self._finish_hint()})")
         unparsed = self.unparsed_line()
         if unparsed:  # answers already received (and paid) that are in no table yet
             note += ". " + unparsed.strip()[0].upper() + unparsed.strip()[1:]
@@ -499,6 +499,15 @@ class Outcome:
             if warnings:
                 note += ". WARNING: " + "; ".join(warnings)
         return note
+
+    def _finish_hint(self) -> str:
+        """What finishes a run stopped with work pending, by its status: a budget stop needs a higher cap (the
+        same command alone stops again at once, walk33 #2), an authentication stop a working key."""
+        if self.status == "budget exhausted":
+            return "raise [budget] cap_usd, then re-run the same command to finish"
+        if self.status == STATUS_AUTH:
+            return "fix the API key variable the run's summary names, then re-run the same command to finish"
+        return "re-run the same command to finish"
 
     def coverage_text(self) -> str:
         """``a 54/80 (68%), ge 0/40 (0%)``: each model's answered / planned model calls."""

@@ -11,17 +11,26 @@ from typing import Iterable
 CSV_NOTE_FILE = "report_note.txt"
 
 
-def figure_note(replay_note: str | None, simulated_note: str | None) -> str | None:
-    """The caption line(s) a report's figures carry under the axes: the replay line and the simulator's warning
-    (:func:`geoagent.providers.replay.replay_note`, :func:`geoagent.sandbox.launch.simulated_note`), one per line;
-    None when neither is given."""
-    return "\n".join(n for n in (replay_note, simulated_note) if n) or None
+#: the first caption line of a figure drawn while the run stopped with work pending (the report's first line says
+#: how much was answered; walk33 #1: a d-prime curve from 3 signal trials carried no word of it)
+INTERIM_FIGURE_LINE = ("INTERIM: the run stopped with work pending; this figure covers only the answers received so "
+                       "far (the report's first line says how many)")
 
 
-def write_csv_note(out_dir: str | Path, notes: Iterable[str | None], csv_names: Iterable[str]) -> Path | None:
+def figure_note(replay_note: str | None, simulated_note: str | None, *, interim: bool = False) -> str | None:
+    """The caption line(s) a report's figures carry under the axes: :data:`INTERIM_FIGURE_LINE` when ``interim``,
+    the replay line and the simulator's warning (:func:`geoagent.providers.replay.replay_note`,
+    :func:`geoagent.sandbox.launch.simulated_note`), one per line; None when there is none."""
+    lines = (INTERIM_FIGURE_LINE if interim else None, replay_note, simulated_note)
+    return "\n".join(n for n in lines if n) or None
+
+
+def write_csv_note(out_dir: str | Path, notes: Iterable[str | None], csv_names: Iterable[str], *,
+                   interim: str | None = None) -> Path | None:
     """Write ``out_dir/report_note.txt`` (:data:`CSV_NOTE_FILE`) with ``notes`` (the replay line, the simulator's
-    warning; empty ones skipped) and the CSV files of the report they cover, or remove a note an earlier report
-    left when there is none (the CSVs were just rewritten). Returns the path written, or None.
+    warning; empty ones skipped), first the report's interim sentence (``interim``: the run stopped with work
+    pending, the report's ``Interim report:`` line), and the CSV files of the report they cover, or remove a note an
+    earlier report left when there is none (the CSVs were just rewritten). Returns the path written, or None.
 
     The CSV tables themselves carry no banner line (as the exports, :mod:`geoagent.runtime.export`): a first line
     that is not the header breaks ``pl.read_csv``, ``pandas.read_csv`` and DuckDB's reader with default arguments,
@@ -29,12 +38,13 @@ def write_csv_note(out_dir: str | Path, notes: Iterable[str | None], csv_names: 
     from geoagent.files import atomic_write_text
 
     path = Path(out_dir) / CSV_NOTE_FILE
-    lines = [n for n in notes if n]
+    lines = ([f"Interim report: {interim}"] if interim else []) + [n for n in notes if n]
     if not lines:
         path.unlink(missing_ok=True)
         return None
     names = ", ".join(sorted(set(csv_names))) or "none"
     atomic_write_text(path, "\n\n".join(lines) + f"\n\nFiles this note covers (written beside it): {names}. They hold "
                       "no comment or banner line, so polars, pandas and DuckDB read them with their default arguments; "
-                      "the Markdown report carries the same line(s), and the figures the replay and simulator lines.\n")
+                      "the Markdown report carries the same line(s), and the figures the interim, replay and simulator "
+                      "lines.\n")
     return path

@@ -2351,10 +2351,11 @@ def write_report(
     # their numbers, and only report.md named the rule and the condition)
     design = (f"These tables: reported condition {condition}, no-context condition {baseline}. "
               f"{echo_rule_note(agg)}")
-    write_csv_note(out, [source_note, replay_note, sim_note, design], csv_names)
+    write_csv_note(out, [source_note, replay_note, sim_note, design], csv_names, interim=interim)
     if figures:
         # the figures' caption: the simulator's warning without GeoHint's echo paragraph (report.md has it)
-        fig_note = figure_note(replay_note, simulated_note(list(simulated)) if simulated else "")
+        fig_note = figure_note(replay_note, simulated_note(list(simulated)) if simulated else "",
+                               interim=bool(interim))
         empty = empty_figure_note(agg, baseline)
         figure_hit_by_band(agg, out / "fig_hit_by_band.png", condition, baseline, n_boot=n_boot, seed=bseed,
                            note="\n".join(x for x in (fig_note, empty) if x) or None, n_boot_source=n_boot_source,

@@ -1077,8 +1077,9 @@ def write_report(
     from geoagent.report import figure_note, write_csv_note
 
     csv_names = [p.name for k, p in paths.items() if k in ("csv", "failures", "missing")]
-    if note_path := write_csv_note(out, [replay_note, sim_note], csv_names):
+    if note_path := write_csv_note(out, [replay_note, sim_note], csv_names, interim=interim):
         paths["csv_note"] = note_path
     if plot and scores:
-        paths["png"] = plot_psychometric(scores, out / PLOT_PNG, note=figure_note(replay_note, sim_note))
+        paths["png"] = plot_psychometric(scores, out / PLOT_PNG,
+                                         note=figure_note(replay_note, sim_note, interim=bool(interim)))
     return paths

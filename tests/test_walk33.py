@@ -1,0 +1,42 @@
+"""Walkthrough, session 33: a new user's crawl and evaluations.
+
+#1 A stopped run's ``report_note.txt`` (the note that covers the report's CSV tables) and its figures did not say
+   they were interim; only the Markdown and text tables did. Now the note starts with the report's interim line
+   and the figures carry an INTERIM caption line.
+#2 After a budget stop the interim line said "re-run the same command to finish", which stops again at once: it
+   now says to raise the cap first (and, after an authentication stop, to fix the key).
+"""
+
+from __future__ import annotations
+
+from geoagent.engine import STATUS_AUTH, Outcome
+from geoagent.report import INTERIM_FIGURE_LINE, figure_note
+from geoagent.report import geoverify as RV
+from geoagent.runtime.queue import QueueCounts
+
+
+def _outcome(status: str, code: int) -> Outcome:
+    return Outcome("c", status, code, 12, {"requests": QueueCounts(8, 0, 4, 0)}, None)
+
+
+def test_the_interim_line_says_what_finishes_the_run():
+    assert "(raise [budget] cap_usd, then re-run the same command to finish)" in _outcome("budget exhausted", 4).interim_note()
+    assert "fix the API key variable the run's summary names, then re-run" in _outcome(STATUS_AUTH, 5).interim_note()
+    interrupted = _outcome("interrupted", 130).interim_note()
+    assert "(re-run the same command to finish)" in interrupted and "cap_usd" not in interrupted
+
+
+def test_the_csv_note_of_an_interim_report_says_so_and_the_final_report_drops_it(tmp_path):
+    interim = _outcome("budget exhausted", 4).interim_note()
+    paths = RV.write_report({}, tmp_path, interim=interim)
+    note = paths["csv_note"].read_text(encoding="utf-8")
+    assert note.startswith(f"Interim report: {interim}\n"), note
+    assert RV.TABLE_CSV in note and "the figures the interim, replay and simulator lines" in note
+    final = RV.write_report({}, tmp_path)  # the finished run's report: nothing to note beside the CSVs
+    assert "csv_note" not in final and not (tmp_path / "report_note.txt").exists()
+
+
+def test_an_interim_figure_caption_opens_with_the_interim_line():
+    assert figure_note(None, None) is None
+    assert figure_note(None, None, interim=True) == INTERIM_FIGURE_LINE
+    assert figure_note("replayed", "simulated", interim=True).splitlines() == [INTERIM_FIGURE_LINE, "replayed", "simulated"]
