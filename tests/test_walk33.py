@@ -40,3 +40,16 @@ def test_an_interim_figure_caption_opens_with_the_interim_line():
     assert figure_note(None, None) is None
     assert figure_note(None, None, interim=True) == INTERIM_FIGURE_LINE
     assert figure_note("replayed", "simulated", interim=True).splitlines() == [INTERIM_FIGURE_LINE, "replayed", "simulated"]
+
+
+def test_the_few_cluster_note_names_the_band_when_one_statistic_comes_from_several_site_counts():
+    """walk33 #6: "Here intervals from 5 sites (F) and 6 sites (F)" did not say which decoy band's F had which."""
+    from types import SimpleNamespace
+
+    from geoagent.report.geoverify import few_cluster_text
+
+    s = SimpleNamespace(ci={"H": (0.5, 0.9), "F[0.5-1.5 km]": (0.1, 0.3), "F[3-10 km]": (0.1, 0.4), "c[3-10 km]": (0, 1)},
+                        ci_sites={"H": 17, "F[0.5-1.5 km]": 5, "F[3-10 km]": 6, "c[3-10 km]": 6}, ci_exact=set(),
+                        delta_1_ci=None)
+    assert few_cluster_text({"m": s}).startswith(
+        " Here intervals from 5 sites (F[0.5-1.5 km]) and 6 sites (F[3-10 km], c), fewer than 10 sites")

@@ -648,15 +648,21 @@ def few_cluster_text(scores: Mapping[str, ModelScores], *, figure: bool = False)
     behind the intervals the table marks (:func:`few_cluster`; ``ModelScores.ci_sites``), each with the statistics
     whose intervals come from that many sites, with a leading space; "" when none. ``figure``: the wording of the
     d' figure's caption, which draws no brackets and no mark (it says the table marks them)."""
-    by_sites: dict[int, list[str]] = {}  # site count -> the statistics (base names: H, F, d', c) from that many
-    for x in scores.values():
-        for k, g in x.ci_sites.items():
-            if few_cluster(x, k):  # as the table marks them: a site bootstrap from 5-9 sites, not an exact interval
-                name = k.split("[", 1)[0]
-                if name not in by_sites.setdefault(g, []):
-                    by_sites[g].append(name)
-    if not by_sites:
+    flagged = [(g, k) for x in scores.values() for k, g in x.ci_sites.items()
+               if few_cluster(x, k)]  # as the table marks them: a site bootstrap from 5-9 sites, not an exact interval
+    if not flagged:
         return ""
+    # a statistic by its base name (H, F, d', c), or with its band (F[3-10 km]) where that name comes from more than
+    # one site count: walk33 #6, "from 5 sites (F) and 6 sites (F)" did not say which F had which
+    counts_of: dict[str, set[int]] = {}
+    for g, k in flagged:
+        counts_of.setdefault(k.split("[", 1)[0], set()).add(g)
+    by_sites: dict[int, list[str]] = {}  # site count -> the statistics from that many
+    for g, k in flagged:
+        base = k.split("[", 1)[0]
+        name = k if len(counts_of[base]) > 1 else base
+        if name not in by_sites.setdefault(g, []):
+            by_sites[g].append(name)
     # walk23 #8: "intervals from 9 sites" read as every interval's, while F's came from 17 sites and were not marked
     gs = " and ".join(f"{g} sites ({', '.join(by_sites[g])})" for g in sorted(by_sites))
     return (f" Here intervals from {gs}, fewer than {BOOT_FEW_SITES} sites, are given but flagged few-cluster: "
