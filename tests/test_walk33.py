@@ -53,3 +53,20 @@ def test_the_few_cluster_note_names_the_band_when_one_statistic_comes_from_sever
                         delta_1_ci=None)
     assert few_cluster_text({"m": s}).startswith(
         " Here intervals from 5 sites (F[0.5-1.5 km]) and 6 sites (F[3-10 km], c), fewer than 10 sites")
+
+
+def test_a_scored_row_names_the_photo_shown():
+    """walk33 #7: a swapped-image control's scored row named only the claim's photo (``image_id``, which defines the
+    truth); the photo the model saw took a join through the request's meta. ``image_shown`` says it."""
+    from geoagent.geoverify.parse import parse_verdict
+    from geoagent.geoverify.score import SCORED_FIELDS, scored_row
+
+    base = {"image_id": "100000001883", "site": "torino_birch", "band": "signal", "cand": "Mole", "truth": "no"}
+    rows = {arm: scored_row({**base, "arm": arm, "image_ref": ref, "trial_id": f"t|{arm}"}, "m", parse_verdict("No."))
+            for arm, ref in (("main", "100000001883"), ("ctrl_mismatch", "100010002408"),
+                             ("ctrl_noimage", "blank:gray"))}
+    assert {a: r["image_shown"] for a, r in rows.items()} == {
+        "main": "100000001883", "ctrl_mismatch": "100010002408", "ctrl_noimage": None}
+    assert all(r["image_id"] == "100000001883" and tuple(r) == SCORED_FIELDS for r in rows.values())
+    unnamed = scored_row({**base, "arm": "ctrl_mismatch", "trial_id": "t"}, "m", parse_verdict("No."))
+    assert unnamed["image_shown"] is None  # the public release's trial table names no swapped photo

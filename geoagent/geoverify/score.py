@@ -15,11 +15,12 @@ from __future__ import annotations
 from typing import Any
 
 from geoagent.data.importer import Release
+from geoagent.data.model import ARM_MAIN, ARM_MISMATCH, BLANK_IMAGE_REF
 from geoagent.geoverify.parse import VERDICT_PARSER_VERSION, ParsedVerdict, parse_verdict
 from geoagent.scoring.truncation import is_truncated
 
 SCORED_FIELDS = (
-    "trial_id", "model", "image_id", "site", "arm", "band", "truth", "cand", "d_km", "referenceability",
+    "trial_id", "model", "image_id", "image_shown", "site", "arm", "band", "truth", "cand", "d_km", "referenceability",
     "verdict", "conf", "correct", "parse_ok", "parse_reason", "finish_reason", "truncated", "parser_version",
 )
 
@@ -35,6 +36,20 @@ def cut_off_reason(parsed: ParsedVerdict, finish_reason: str | None) -> str | No
         return (f"empty answer cut off at the output-token limit (finish reason {finish_reason}): a reasoning or "
                 "thinking model spent the whole max_output_tokens on hidden reasoning tokens; raise max_output_tokens")
     return f"{parsed.reason} (cut off at the output-token limit, finish reason {finish_reason})"
+
+
+def image_shown(trial: dict[str, Any]) -> str | None:
+    """The id of the photo a trial shows the model (Sec. 5.4): the trial's own ``image_id`` on the main arm, the other
+    continent's photo (``image_ref``) on ``ctrl_mismatch``, None on ``ctrl_noimage`` (a gray field) and on a
+    ``ctrl_mismatch`` trial whose table does not name it (the public release's trial table has no ``image_ref``).
+    The scored row's ``image_id`` stays the photo whose camera position defines the truth (walk33 #7)."""
+    arm = trial.get("arm")
+    if arm == ARM_MAIN:
+        return None if trial.get("image_id") is None else str(trial["image_id"])
+    ref = trial.get("image_ref")
+    if arm == ARM_MISMATCH and ref not in (None, "") and str(ref) != BLANK_IMAGE_REF:
+        return str(ref)
+    return None
 
 
 def scored_row(trial: dict[str, Any], model: str, parsed: ParsedVerdict, *, finish_reason: str | None = None,
@@ -55,6 +70,7 @@ def scored_row(trial: dict[str, Any], model: str, parsed: ParsedVerdict, *, fini
         "trial_id": trial["trial_id"],
         "model": model,
         "image_id": None if trial.get("image_id") is None else str(trial.get("image_id")),
+        "image_shown": image_shown(trial),
         "site": trial.get("site_id") or trial["site"],
         "arm": trial["arm"],
         "band": trial["band"],

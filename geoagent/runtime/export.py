@@ -94,8 +94,8 @@ _EVIDENCE_COLUMNS = {f"evidence.{c}": pl.String for c in ("infrastructure", "veg
 TABLE_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     # geoagent.geoverify.score.scored_row plus what GeoVerifyScorerStage adds
     "geoverify_scored": {
-        "trial_id": pl.String, "model": pl.String, "image_id": pl.String, "site": pl.String, "arm": pl.String,
-        "band": pl.String, "truth": pl.String, "cand": pl.String, "d_km": pl.Float64,
+        "trial_id": pl.String, "model": pl.String, "image_id": pl.String, "image_shown": pl.String, "site": pl.String,
+        "arm": pl.String, "band": pl.String, "truth": pl.String, "cand": pl.String, "d_km": pl.Float64,
         "referenceability": pl.Float64, "verdict": pl.String, "conf": pl.Float64, "correct": pl.Boolean,
         "parse_ok": pl.Boolean, "parse_reason": pl.String, "finish_reason": pl.String, "truncated": pl.Boolean,
         "parser_version": pl.Int64, "request_key": pl.String, "input_tokens": pl.Int64, "output_tokens": pl.Int64, "raw": pl.String,
