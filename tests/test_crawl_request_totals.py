@@ -40,6 +40,8 @@ def test_rerun_keeps_the_requests_of_earlier_runs(isolated_roots, monkeypatch, c
     assert sent["wdqs"] > 0 and sent["mapillary"] > 0 and sent["pageviews"] > 0, sent
     assert {a: n for a, n in first["requests"]["this_run"].items() if n} == {a: n for a, n in sent.items() if n}
     assert first["requests"]["all_runs"] == first["requests"]["this_run"]
+    # walk33 #4: the sandbox serves thumbnails from the Graph API's host: counted under mapillary, and said so
+    assert first["requests"]["thumbnails_under_mapillary"] is True and first["requests"]["this_run"]["thumbnails"] == 0
 
     assert main(["crawl", str(CONFIG), "--no-live"]) == 0  # a re-run: nothing to do, no request
     out = " ".join(capsys.readouterr().out.split())

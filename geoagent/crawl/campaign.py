@@ -350,7 +350,9 @@ def request_counts(svc: Any, api: dict[str, Any] | None = None) -> dict[str, Any
     :func:`geoagent.crawl.tally.request_totals`), ``processes`` (tally files summed), ``unreadable`` (tally files
     left out), ``earlier_runs_unrecorded`` (True: the crawl ran before the tallies, 2026-12-03, and those runs'
     requests are not in ``all_runs``) and ``tally_error`` (why this process's tally file could not be written, or
-    None). Both maps have the same APIs (``overpass``, ``wdqs``, ``mapillary``, ``pageviews``, ``thumbnails``)."""
+    None). Both maps have the same APIs (``overpass``, ``wdqs``, ``mapillary``, ``pageviews``, ``thumbnails``).
+    ``thumbnails_under_mapillary``: True when this process downloaded thumbnails from the Graph API's own host (the
+    sandbox's fake serves them so): their downloads count under ``mapillary`` and ``thumbnails`` stays 0 (walk33 #4)."""
     from geoagent.crawl.tally import TALLY_APIS, request_totals
 
     stats = svc.api_stats() if api is None else api
@@ -360,7 +362,15 @@ def request_counts(svc: Any, api: dict[str, Any] | None = None) -> dict[str, Any
     return {"this_run": this_run, "all_runs": {a: int(totals["requests"].get(a, 0)) for a in apis},
             "processes": totals["processes"], "unreadable": totals["unreadable"],
             "earlier_runs_unrecorded": totals["earlier_runs_unrecorded"],
-            "tally_error": getattr(getattr(svc, "tally", None), "error", None)}
+            "tally_error": getattr(getattr(svc, "tally", None), "error", None),
+            "thumbnails_under_mapillary": _thumbnails_under_mapillary(svc)}
+
+
+def _thumbnails_under_mapillary(svc: Any) -> bool:
+    """Whether the crawl's thumbnail requests go to the Graph API's own host (counted under ``mapillary``)."""
+    mapillary = getattr(svc, "mapillary", None)
+    hosts = getattr(mapillary, "thumb_hosts", None)
+    return bool(hosts) and getattr(mapillary, "host", None) in hosts
 
 
 def crawl_counts(state_dir: str | Path, images_root: str | Path) -> dict[str, Any]:
