@@ -343,7 +343,7 @@ def test_interrupted_run_says_how_to_resume_and_a_rerun_counts_its_own_calls(tmp
             pytest.skip("the run finished before the signal (machine much faster than expected)")
         assert proc.returncode == 130, err
         assert "stopping on SIGINT (Ctrl-C): finishing in-flight work" in err, err
-        assert "press Ctrl-C again (after half a second: a quicker repeat is taken for the same request) to exit at once" in err and "signal 2" not in err, err
+        assert "press Ctrl-C again to exit at once (work in flight is redone on resume; a repeat within half a second of the first counts as the same stop)" in err and "signal 2" not in err, err
         assert out.rstrip().endswith("re-run the same command to resume"), out
         calls_1 = _ledger_calls(tmp_path)
         assert f"this run: {calls_1} new model call" in out, out

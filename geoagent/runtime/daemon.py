@@ -183,9 +183,10 @@ def stop_message(signum: int, grace_s: float) -> str:
     else:
         name = _signal_name(signum)
         again = f"send {name} again"
-    again += f" (after {'half a second' if REPEAT_SIGNAL_S == 0.5 else f'{REPEAT_SIGNAL_S:g} s'}: a quicker repeat is taken for the same request)"
+    wait = "half a second" if REPEAT_SIGNAL_S == 0.5 else f"{REPEAT_SIGNAL_S:g} s"
     return (f"stopping on {name}: finishing in-flight work (up to {grace_s:.0f} s), then saving; "
-            f"{again} to exit at once (work in flight is redone on resume)")
+            f"{again} to exit at once (work in flight is redone on resume; a repeat within {wait} of the first "
+            "counts as the same stop)")
 
 
 def upstream_map(stages: Sequence[Stage]) -> dict[str, list[str]]:
