@@ -339,14 +339,28 @@ class WikidataClient:
         if policy is not None:  # None: keep the policy the HttpClient already has for this host (config)
             http.set_policy(self.host, policy)
 
-    async def _call(self, params: dict[str, Any]) -> dict[str, Any]:
-        """GET the API with ``params`` (+ format, maxlag); handle error envelopes; use the cache."""
+    async def _call(self, params: dict[str, Any], answer: tuple[str, type] | None = None) -> dict[str, Any]:
+        """GET the API with ``params`` (+ format, maxlag); handle error envelopes; use the cache.
+
+        ``answer``: the field a 200 answer of this action must carry and its JSON type (``("search", list)``,
+        ``("entities", dict)``, as the API documents them). A body without it (``{}``, ``{"search": null}``, a
+        plaintext-format ``{"errors": [...]}``) is a failed attempt, retried, and never cached: read as an empty
+        answer it made a no-match, hence a scored miss, and the cache kept it for every later run (break33 #3)."""
         full = {**params, "format": "json", "maxlag": self.maxlag_s}
         if self.cache is not None:
             hit = self.cache.get("GET", self.base_url, full)
             if hit is not None:
-                return hit.json()
+                cached = hit.json()
+                if _answer_problem(cached, answer) is None:
+                    return cached
+                # a malformed body an earlier version cached: asked again
         refusals = 0
+
+        def _validate(resp: HttpResponse) -> None:
+            problem = _answer_problem(resp.json(), answer)
+            if problem is not None:
+                raise ValueError(problem)
+
         while True:
             self.requests_sent += 1
             resp: HttpResponse = await self.http.request(
@@ -354,7 +368,7 @@ class WikidataClient:
                 self.base_url,
                 params=full,
                 headers={"User-Agent": self.user_agent, "Accept": "application/json"},
-                validate=_must_be_json_object,
+                validate=_validate,
             )
             body = resp.json()
             err = body.get("error") if isinstance(body, dict) else None
@@ -424,7 +438,8 @@ class WikidataClient:
                 "uselang": language,
                 "type": "item",
                 "limit": max(1, min(int(limit), 50)),
-            }
+            },
+            ("search", list),
         )
         hits = [parse_search_hit(h) for h in body.get("search") or []]
         return [h for h in hits if h is not None]
@@ -465,7 +480,7 @@ class WikidataClient:
             params: dict[str, Any] = {"action": "wbgetentities", "ids": "|".join(batch), "props": "|".join(props)}
             if languages:
                 params["languages"] = "|".join(languages)
-            body = await self._call(params)
+            body = await self._call(params, ("entities", dict))
             entities = body.get("entities") if isinstance(body.get("entities"), dict) else {}
             by_source = {}  # a redirected id: under its own key (the API's form) or found by "redirects.from"
             for obj in entities.values():
@@ -482,8 +497,16 @@ class WikidataClient:
         return {q: ((e.lat, e.lon) if e.has_coordinates else None) for q, e in ents.items()}  # type: ignore[misc]
 
 
-def _must_be_json_object(resp: HttpResponse) -> None:
-    """HttpClient ``validate`` hook: a truncated or non-object body is a failed attempt (retried)."""
-    body = resp.json()
+def _answer_problem(body: Any, answer: tuple[str, type] | None) -> str | None:
+    """Why ``body`` is no answer of the action (:meth:`WikidataClient._call`), or None: not a JSON object (a truncated
+    body), or, besides an ``error`` envelope (handled by the caller), without the action's ``answer`` field of its
+    JSON type."""
     if not isinstance(body, dict):
-        raise ValueError("Wikidata API answer is not a JSON object")
+        return "Wikidata API answer is not a JSON object"
+    if answer is None or isinstance(body.get("error"), dict):
+        return None
+    name, kind = answer
+    if not isinstance(body.get(name), kind):
+        what = "a list" if kind is list else "an object"
+        return f"Wikidata API answer has no {name!r} {what} (keys: {', '.join(sorted(map(str, body))[:8]) or 'none'})"
+    return None

@@ -54,6 +54,11 @@ _PREFIX_RE = re.compile(r"^(?:" + "|".join(re.escape(w) for w in _LINEAR_PREFIX_
 # Full designators keep numbered streets ("Calle 72", "Carrera 7" in Bogota's grid).
 _SHORT_PREFIX_NUMBER_RE = re.compile(r"^(?:pho|via|av)\.?\s+\d+[a-z]?$", re.IGNORECASE)
 _HOUSE_NUMBER_RE = re.compile(r"^\d+[a-z]?\s", re.IGNORECASE)  # "500 Fifth Avenue" is a building address
+#: the most characters of one answered name the geocoder reads (a longer field is no name: a looping answer cut off
+#: inside its string); it bounds every pattern run over the untrusted text, the bracket pattern below among them,
+#: which is quadratic in the length of a run of unclosed brackets (break33 #2: 58 s for 32,000 of them)
+MAX_NAME_CHARS = 300
+
 _PAREN_RE = re.compile(r"\s*[\(\[（【][^\)\]）】]*[\)\]）】]")
 _PAREN_CONTENT_RE = re.compile(r"[\(\[（【]([^\)\]）】]*)[\)\]）】]")
 _SPLIT_RE = re.compile(
@@ -152,7 +157,7 @@ def is_linear_name(text: str | None) -> bool:
     """
     if not text:
         return False
-    core = strip_parentheticals(text).strip().rstrip(".")
+    core = strip_parentheticals(str(text)[:MAX_NAME_CHARS]).strip().rstrip(".")
     if not core or _HOUSE_NUMBER_RE.match(core) or _SHORT_PREFIX_NUMBER_RE.match(core):
         return False
     if _SUFFIX_RE.search(core) or _PREFIX_RE.search(core):
@@ -191,7 +196,7 @@ def name_variants(text: str | None, *, max_variants: int = 6) -> list[str]:
     """
     if text is None or is_null_answer(text):
         return []
-    text = " ".join(str(text).split())[:300]
+    text = " ".join(str(text).split())[:MAX_NAME_CHARS]
     out: list[str] = []
     seen: set[str] = set()
 
@@ -219,11 +224,11 @@ def primary_name(text: str | None) -> str:
     """The first named thing in an answer: parentheticals removed, first segment of a compound answer.
 
     ``"Yamate-dori near Naka-Meguro Station"`` -> ``"Yamate-dori"``; ``"Fire Street (Jinnan 1-chome)"``
-    -> ``"Fire Street"``. Empty for a null answer.
+    -> ``"Fire Street"``. Empty for a null answer. Reads the first :data:`MAX_NAME_CHARS` characters.
     """
     if text is None or is_null_answer(text):
         return ""
-    bare = strip_parentheticals(" ".join(str(text).split()))
+    bare = strip_parentheticals(" ".join(str(text).split())[:MAX_NAME_CHARS])
     for seg in _SPLIT_RE.split(bare):
         cleaned = _clean_segment(seg)[0]
         if cleaned:
