@@ -83,6 +83,6 @@ def test_same_signal_twice_back_to_back_is_one_graceful_stop_and_a_later_one_for
     # the ignored repeat is said (walkthrough 19, finding 5: a quick double Ctrl-C was silently swallowed), once
     assert err.count("second SIGTERM within 0.5 s ignored (taken for a repeat of the first); send it again to "
                      "exit at once") == 1, err[-2000:]
-    assert "send SIGTERM again (after half a second" in err, err[-2000:]
+    assert "send SIGTERM again to exit at once (work in flight is redone on resume; a repeat within half a second" in err, err[-2000:]
     assert code == 130, (code, err[-2000:])
     assert FIRST in err2 and SECOND in err2 and code2 == 130, err2[-2000:]
