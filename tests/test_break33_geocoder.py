@@ -81,3 +81,20 @@ def test_a_malformed_body_an_earlier_version_cached_is_asked_again(tmp_path):
     hits, sent = asyncio.run(go())
     assert hits and hits[0].qid == "Q99000002" and sent == 1
     assert b"Q99000002" in bytes(cache.get("GET", url, params).body)
+
+
+def test_a_null_building_gives_way_to_the_place_field():
+    """#5: ``{"building": "N/A", "place": "Hachiko"}`` kept "N/A", which the geocoder drops: the place was lost."""
+    from geoagent.geohint.parse import ANSWER_PARSER_VERSION, parse_answer
+
+    assert ANSWER_PARSER_VERSION == 3
+    assert parse_answer('{"city": "Tokyo", "building": "N/A", "place": "Hachiko"}').building == "Hachiko"
+    assert parse_answer('{"city": "Tokyo", "building": "Shibuya 109", "place": "Hachiko"}').building == "Shibuya 109"
+    assert parse_answer('{"city": "Tokyo", "building": "unknown"}').building == "unknown"  # the geocoder's null answer
+
+
+def test_between_two_names_reads_the_first():
+    """#4: "between Shibuya and Harajuku" was read as Harajuku ("between Shibuya" found nothing): now as Shibuya, the
+    first name, as "Shibuya / Harajuku" is."""
+    assert primary_name("between Shibuya and Harajuku") == "Shibuya"
+    assert name_variants("between Shibuya and Harajuku")[:3] == ["between Shibuya and Harajuku", "Shibuya", "Harajuku"]

@@ -29,6 +29,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from geoagent.geohint.placenames import is_null_answer
 from geoagent.llmjson import MAX_CHARS, Candidate, Percent, decode_string_body, fenced_blocks, iter_candidates
 
 SCHEMA_KEYS = frozenset(
@@ -196,7 +197,11 @@ def _fill(ans: ParsedAnswer, obj: dict[str, Any]) -> None:
             places.setdefault(str(k).strip().lower(), t)
     ans.city = places.get("city")
     ans.area = places.get("area")
-    ans.building = places.get("building") or places.get("place")
+    # "place" stands in for a building the answer does not name: absent, or a null answer ("N/A", "unknown": break33
+    # #5, the geocoder would drop both)
+    building = places.get("building")
+    ans.building = places.get("place") if (building is None or is_null_answer(building)) and places.get("place") \
+        else building
     ans.country = places.get("country")
     conf = _conf(low.get("confidence"))
     ans.confidence_area = _conf(low.get("confidence_area", conf))
@@ -329,8 +334,9 @@ def _score(obj: dict[str, Any]) -> int:
 #: reads: raise it whenever a change of the rules can read an answer text differently, so rows read by different
 #: rules can be told apart (the answer text is kept: ``model_responses``). 1: from 2026-12-04 (rows without the
 #: field were parsed before versions were recorded); 2: an object running past the reader's first 200,000
-#: characters is "answer too long", no answer, where 1 parsed it as a truncated one (break32 #5).
-ANSWER_PARSER_VERSION = 2
+#: characters is "answer too long", no answer, where 1 parsed it as a truncated one (break32 #5); 3: a ``place``
+#: field stands in for a ``building`` that is a null answer ("N/A"), not only for a missing one (break33 #5).
+ANSWER_PARSER_VERSION = 3
 
 
 def parse_answer(text: str | None) -> ParsedAnswer:
