@@ -26,12 +26,13 @@ def _gh(tmp_path) -> dict:
 
 
 def test_the_manifest_records_the_geocoder_rules_and_an_older_record_reads_as_version_1(tmp_path, capsys):
-    assert GEOCODER_RULES_VERSION == 7  # 4: session 19 (street as area, compound city field, city item as area);
+    assert GEOCODER_RULES_VERSION == 8  # 4: session 19 (street as area, compound city field, city item as area);
     # 5: session 20 (a later segment's city only near the first segment's place, Nominatim keeps Wikidata's pass);
     # 6: a compound city field's city also fits when another segment's place contains it (P131/P17), before distance,
     # and a segment's city item ranked after an unrelated region of its name is a namesake when nothing tells them apart;
     # 7: of several contained city items, the one the most other segments confirm ("Springfield, Illinois, USA",
-    # "Manhattan, New York, USA"), none when a place of the field is contained by more segments
+    # "Manhattan, New York, USA"), none when a place of the field is contained by more segments; 8: a one-name city
+    # field whose finer fields resolve near no part of its city item is read as a place its search ranks first
     cfg = config_from_dict(_gh(tmp_path))
     Manifest(cfg).start_run()
     path = cfg.state_dir() / "manifest.json"

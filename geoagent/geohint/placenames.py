@@ -64,7 +64,8 @@ _PAREN_CONTENT_RE = re.compile(r"[\(\[（【]([^\)\]）】]*)[\)\]）】]")
 _SPLIT_RE = re.compile(
     r"\s*(?:/|;|\||,|\s+or\s+|\s+[—–-]\s+|\s+&\s+|\s+and\s+|\s+near\s+|\s+at\s+)\s*", re.IGNORECASE
 )
-_LEAD_RE = re.compile(r"^(?:near|around|by|off|in|at|the area (?:of|around)|just off|close to|next to)\s+", re.IGNORECASE)
+_LEAD_RE = re.compile(r"^(?:near|around|by|off|in|at|between|the area (?:of|around)|just off|close to|next to)\s+",
+                      re.IGNORECASE)  # "between Shibuya and Harajuku": the first name (break33 #4), as "Shibuya / Harajuku"
 _TRAIL_RE = re.compile(
     r"\s+(?:area|district|neighbourhood|neighborhood|vicinity|region|intersection|ward)$", re.IGNORECASE
 )
@@ -178,7 +179,7 @@ def name_variants(text: str | None, *, max_variants: int = 6) -> list[str]:
     """Lookup strings to try for one answered name, most specific first, without duplicates.
 
     Order: the text as given; the text with parenthetical asides removed (fault 1, Sec. 4.3); each
-    segment of a compound answer split on ``/ ; , or — & and near at``, with a leading "near/around/in"
+    segment of a compound answer split on ``/ ; , or — & and near at``, with a leading "near/around/in/between"
     removed, then also with a trailing "area/district/neighbourhood/intersection" removed; finally the contents of the parentheses
     (``"Shibuya (宮益坂)"`` also tries ``"宮益坂"``). A null answer (see :func:`is_null_answer`) gives ``[]``.
 
