@@ -569,7 +569,8 @@ EXIT_CODES_EPILOG = """exit codes:
   3    incomplete: some work dead-lettered (list it with `dead CONFIG`, retry with `dead CONFIG --requeue`),
        or left queued untouched because a stage stopped early, e.g. a host could not be reached (the
        summary names it; re-run the same command to resume), or the [backend] Redis server went away
-  4    budget exhausted: the cost cap stopped dispatching (raise [budget] cap_usd and re-run)
+  4    budget exhausted: the cost cap stopped dispatching (raise [budget] cap_usd and re-run), or the GeoHint
+       geocoder's Nominatim request cap stopped geocoding (the summary says so: re-run to go on)
   5    authentication failed: a model's host answered 401/403 repeatedly (that model's work stays queued
        while the other models finish), or the Mapillary API refused a crawl's token (the crawl stops at
        once); fix the variable named (MAPILLARY_TOKEN for a crawl) and re-run; no task is lost
@@ -587,7 +588,8 @@ _CONFIG_ERR = "config error, bad argument or unusable path"
 _INCOMPLETE = ("incomplete: some work dead-lettered (list it with `dead CONFIG`, retry with `dead CONFIG --requeue`),\n"
                "       or left queued untouched because a stage stopped early, e.g. a host could not be reached (the\n"
                "       summary names it; re-run the same command to resume), or the [backend] Redis server went away")
-_BUDGET = "budget exhausted: the cost cap stopped dispatching (raise [budget] cap_usd and re-run)"
+_BUDGET = ("budget exhausted: the cost cap stopped dispatching (raise [budget] cap_usd and re-run), or the GeoHint\n"
+           "       geocoder's Nominatim request cap stopped geocoding (the summary says so: re-run to go on)")
 _RESUME = "interrupted (Ctrl-C / SIGTERM): re-run the same command to resume"
 _NO_USABLE = ("no usable answers: every planned task reached the end, but a model answered and none of its\n"
               "       answers parsed (e.g. every answer cut off at max_output_tokens); the summary names the model and\n"

@@ -89,7 +89,7 @@ from geoagent.runtime.progress import Progress
 from geoagent.runtime.queue import SUPERSEDED, DeadLetter, QueueCounts
 from geoagent.runtime.scope import (SENT_WHILE_WATCHING, SET_ASIDE, SET_ASIDE_ELSEWHERE, PlanDiff, PlanRecorder,
                                     plan_change_text)
-from geoagent.runtime.stage import Message, Stage, StageContext
+from geoagent.runtime.stage import BudgetStop, Message, Stage, StageContext
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,8 @@ EXIT_CODES_HELP = (
     "2 config error (bad file, missing API keys, a campaign that can make no call, a first run that plans nothing); "
     "3 incomplete (work dead-lettered, see `run.py dead CONFIG`, or left queued, e.g. a host could not be "
     "reached: the summary says why; re-run the same command to resume); "
-    f"4 budget exhausted (raise [budget] cap_usd and re-run); {EXIT_AUTH} authentication failed (a model's "
+    "4 budget exhausted (raise [budget] cap_usd and re-run; or the GeoHint geocoder's Nominatim request cap: re-run, "
+    f"the summary says so); {EXIT_AUTH} authentication failed (a model's "
     "host answered 401/403 repeatedly: that model's work stays queued while the other models finish; or the "
     "Mapillary API refused the crawl's token: the crawl stops; fix the variable named in the summary and "
     "re-run; no task is lost); "
@@ -430,6 +431,9 @@ class Outcome:
     spend_note: str = ""
     #: the stages this process ran when only some were asked for (``--stages``), else empty
     own_stages: list[str] = field(default_factory=list)
+    #: what lifts the budget stops this run met (:attr:`geoagent.runtime.stage.BudgetStop.fix`), in order; empty: the
+    #: USD cap's
+    budget_fixes: list[str] = field(default_factory=list)
     #: model calls this process settled (paid) in this run; None when not measured (e.g. a dry run)
     process_calls: int | None = None
     #: request tasks this process's model caller finished in this run (new calls + answers reused from the store);
@@ -500,10 +504,17 @@ class Outcome:
                 note += ". WARNING: " + "; ".join(warnings)
         return note
 
+    def _budget_fix(self) -> str:
+        """What lifts this run's budget stop(s): :attr:`budget_fixes`, else the USD cap's fix."""
+        return "; ".join(self.budget_fixes) or BudgetStop.fix
+
     def _finish_hint(self) -> str:
         """What finishes a run stopped with work pending, by its status: a budget stop needs a higher cap (the
-        same command alone stops again at once, walk33 #2), an authentication stop a working key."""
+        same command alone stops again at once, walk33 #2; another cap's stop says its own fix), an authentication
+        stop a working key."""
         if self.status == "budget exhausted":
+            if any(f != BudgetStop.fix for f in self.budget_fixes):
+                return self._budget_fix()
             return "raise [budget] cap_usd, then re-run the same command to finish"
         if self.status == STATUS_AUTH:
             return "fix the API key variable the run's summary names, then re-run the same command to finish"
@@ -691,7 +702,7 @@ class Outcome:
                 left = f"{count_text(self.remaining(), 'request')} not dispatched"
             else:  # no model requests edge (the crawl): its paid calls come from tasks on its own edges (walk28 #4)
                 left = f"{count_text(sum(c.ready + c.leased for c in self.counts.values()), 'task')} left queued"
-            lines.append(f"  budget exhausted: {left}; raise [budget] cap_usd and re-run")
+            lines.append(f"  budget exhausted: {left}; {self._budget_fix()}")
             s = self.spend or {}
             if not s.get("calls") and not any(float(s.get(k) or 0.0) for k in ("spent_usd", "unknown_usd", "reserved_usd")):
                 # nothing booked by any run: the very first call's worst case was over the cap on its own
@@ -2257,6 +2268,7 @@ async def _run(
             cfg.name, status, code, n_planned, counts, spend_json, dead,
             elapsed_s=time.monotonic() - t0, stop_reasons=auth_lines + unreachable_lines, plan_unit=kind.plan_unit,
             own_stages=[s.name for s in stages] if only_stages else [],
+            budget_fixes=list(dict.fromkeys(f for r in view.runners for f in r.stats.budget_fixes)),
             process_calls=ledger.calls_settled_here(),
             process_answered=sum(r.stats.done for r in callers) if callers else None,
             planned_by_model=planned_by_model,

@@ -43,6 +43,16 @@ from geoagent.runtime.http import host_key
 from geoagent.runtime.queue import Task
 from geoagent.runtime.stage import BudgetStop, Message, PermanentFailure, Stage, StageContext
 
+class GeocoderCapStop(BudgetStop):
+    """The geocoder reached ``[geohint.geocoder] nominatim_max_requests``, its cap on Nominatim requests per process
+    (the public service's usage policy forbids bulk geocoding): a budget stop whose fix is no higher USD cap
+    (docs audit 33: the summary said "raise [budget] cap_usd" and left the cap's own text out)."""
+
+    fix = ("the geocoder's Nominatim request cap ([geohint.geocoder] nominatim_max_requests, per process) was "
+           "reached: re-run the same command to geocode on (up to that many more requests; places already found "
+           "come from the cache), or raise the cap for a server of your own")
+
+
 #: Default cache file name under the campaign's state folder.
 GEOCODE_CACHE_FILE = "geocode_cache.sqlite"
 
@@ -349,7 +359,7 @@ class GeocodeStage(Stage):
             use_aliases = self.settings.ref_aliases if self.settings is not None else True
             aliases = await self._ref_aliases(meta.get("ref_qid")) if use_aliases else []
         except NominatimBudgetExceeded as exc:
-            raise BudgetStop(str(exc)) from None
+            raise GeocoderCapStop(str(exc)) from None
         except WikidataError as exc:
             if exc.code in ("maxlag", "ratelimited"):
                 raise  # transient: nack and retry later

@@ -42,7 +42,13 @@ class Missing(PermanentFailure):
 
 
 class BudgetStop(Exception):
-    """The cost cap would be exceeded: stop dispatching, release the task, drain."""
+    """The cost cap would be exceeded: stop dispatching, release the task, drain.
+
+    :attr:`fix` says what lifts the stop, for the run's summary and its reports' interim line; a stop by another cap
+    than the campaign's USD one (the geocoder's Nominatim request cap) says its own."""
+
+    #: what lifts the stop (the run's summary: ``budget exhausted: N requests not dispatched; <fix>``)
+    fix: str = "raise [budget] cap_usd and re-run"
 
 
 class Abandoned(Exception):

@@ -302,6 +302,8 @@ class StageStats:
     budget_refusals: deque[str] = field(default_factory=lambda: deque(maxlen=5))
     #: how many tasks the cost cap refused in all (``budget_refusals`` keeps the latest 5 reasons)
     budget_refused: int = 0
+    #: what lifts each kind of budget stop the stage met (:attr:`~geoagent.runtime.stage.BudgetStop.fix`), in order
+    budget_fixes: list[str] = field(default_factory=list)
     #: per reason in ``last_errors``: (when it last happened, Unix time s; the host it concerns or None; whether it
     #: dead-lettered a task), so a reader can tell an error of a host that has answered since (:meth:`note_error`)
     error_info: dict[str, tuple[float, str | None, bool]] = field(default_factory=dict)
@@ -334,11 +336,14 @@ class StageStats:
             kept = set(self.last_errors)
             self.error_info = {k: v for k, v in self.error_info.items() if k in kept}
 
-    def note_refusal(self, reason: str) -> None:
+    def note_refusal(self, reason: str, fix: str | None = None) -> None:
         """Record a task the cost cap refused (``reason``: the :class:`~geoagent.runtime.stage.BudgetStop` text, its
-        amounts) in ``budget_refusals`` and ``budget_refused``, never in ``last_errors`` (kept for real errors)."""
+        amounts) in ``budget_refusals`` and ``budget_refused``, never in ``last_errors`` (kept for real errors), and
+        ``fix``, what lifts that stop, in ``budget_fixes`` (once)."""
         self.budget_refusals.append(reason)
         self.budget_refused += 1
+        if fix and fix not in self.budget_fixes:
+            self.budget_fixes.append(fix)
 
     def note_leased(self, n: int, now: float | None = None) -> None:
         """Count ``n`` tasks leased and handed to workers (``in_flight``) at ``now`` (``time.monotonic()`` s;
@@ -491,6 +496,7 @@ class StageStats:
             "last_errors": list(self.last_errors),
             "budget_refusals": list(self.budget_refusals),
             "budget_refused": self.budget_refused,
+            "budget_fixes": list(self.budget_fixes),
             "unreachable": {h: self._unreachable_info(h, n, last) for h, (n, last) in self.unreachable.items()},
             **lanes,
         }
@@ -1457,7 +1463,8 @@ class StageRunner:
             self.stats.released += 1
         elif isinstance(exc, BudgetStop):
             self._budget.set()
-            self.stats.note_refusal(_reason(exc))  # not among the stage's real errors (StageStats.budget_refusals)
+            # not among the stage's real errors (StageStats.budget_refusals)
+            self.stats.note_refusal(_reason(exc), getattr(exc, "fix", None))
             await self._safe(self.inq.release(task))
             self.stats.released += 1
         elif isinstance(exc, (PermanentFailure, PermanentHTTPError)):
