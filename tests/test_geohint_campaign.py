@@ -36,11 +36,16 @@ def _cfg(wd_url: str, nm_url: str) -> dict:
     }
 
 
-def _run(release_dir):
+def _run(release_dir, edit=None):
+    """Run the campaign of :func:`_cfg` (``edit``: a function that changes its raw table first) against the local
+    geocoder fakes; return ``(outcome, cfg)``."""
     async def main():
         gaz = Gazetteer.from_release(release_dir)
         async with serve(wd_fake.make_app(gaz)) as wd, serve(nm_fake.make_app(gaz, min_interval_s=0.0)) as nm:
-            cfg = config_from_dict(_cfg(wd, nm))
+            raw = _cfg(wd, nm)
+            if edit is not None:
+                edit(raw)
+            cfg = config_from_dict(raw)
             return await engine.run_campaign(cfg, live=False, handle_signals=False, export=False), cfg
 
     return anyio.run(main)

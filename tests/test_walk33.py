@@ -75,34 +75,17 @@ def test_a_scored_row_names_the_photo_shown():
 def test_a_stop_at_the_geocoders_nominatim_cap_says_its_own_fix(release_dir, tmp_path, monkeypatch):
     """Docs audit 33: a GeoHint run stopped by ``[geohint.geocoder] nominatim_max_requests`` ended 'budget exhausted'
     with "raise [budget] cap_usd and re-run", which changes nothing, and never named the Nominatim cap."""
-    import anyio
-
-    from geoagent import engine
-    from geoagent.config import config_from_dict
-    from geoagent.sandbox import nominatim as nm_fake
-    from geoagent.sandbox import wikidata as wd_fake
-    from geoagent.sandbox.gazetteer import Gazetteer
-    from geoagent.sandbox.server import serve
-    from test_geohint_campaign import _cfg
+    from geoagent.status import campaign_status, format_status
+    from test_geohint_campaign import _run
 
     monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
     monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
     monkeypatch.setenv("GEOAGENT_RELEASE", str(release_dir))
-
-    async def main():
-        gaz = Gazetteer.from_release(release_dir)
-        async with serve(wd_fake.make_app(gaz)) as wd, serve(nm_fake.make_app(gaz, min_interval_s=0.0)) as nm:
-            raw = _cfg(wd, nm)
-            raw["geohint"]["geocoder"]["nominatim_max_requests"] = 0  # answers from the cache only: the first stops
-            cfg = config_from_dict(raw)
-            return await engine.run_campaign(cfg, live=False, handle_signals=False, export=False), cfg
-
-    out, cfg = anyio.run(main)
+    # answers from the cache only: the first Nominatim look-up stops the run
+    out, cfg = _run(release_dir, lambda raw: raw["geohint"]["geocoder"].update(nominatim_max_requests=0))
     assert out.status == "budget exhausted", out.summary()
     text = out.summary()
     assert "nominatim_max_requests" in text and "raise [budget] cap_usd" not in text, text
     assert "nominatim_max_requests" in out.interim_note() and "cap_usd" not in out.interim_note()
-    from geoagent.status import campaign_status, format_status
-
     shown = format_status(campaign_status(cfg))  # status says the same fix, not the USD cap's
     assert "to go on: the geocoder's Nominatim request cap" in shown and "raise [budget] cap_usd" not in shown, shown
