@@ -4,9 +4,9 @@
   as a failure in the release importer ("False", "0") but as an answer in the replay index; a truthy non-string
   value the other way round kept different records of one trial. Both now read the field by
   :func:`geoagent.files.recorded_error`.
-* GeoVerify: "My answer: No" after an answer whose JSON said yes, and an object under a finality key beside the
-  answer's verdict (``{"verdict": "yes", "revised": {"verdict": "no"}}``), were scored with the first verdict; now
-  conflicts (parser version 6).
+* GeoVerify: an object under a finality key beside the answer's verdict (``{"verdict": "yes", "revised": {"verdict":
+  "no"}}``) was scored with the first verdict; now a conflict (parser version 6). "My answer: No" after the answer
+  was made one too, then withdrawn (review33 #3: sub-questions and accounts of an earlier answer read so).
 """
 
 from __future__ import annotations
@@ -53,13 +53,11 @@ def test_the_importer_and_the_replay_index_keep_the_same_record(tmp_path, value)
 
 
 @pytest.mark.parametrize("text", [
-    '{"verdict": "yes", "confidence": 0.7}\nMy answer: NO.',
-    '{"verdict": "no"}\n\nMy final answer: yes',
     '{"verdict": "yes", "revised": {"verdict": "no", "confidence": 0.6}}',
-    '{"verdict": "no", "final_answer": {"answer": "Yes", "why": "the tram livery"}}',
-    '{"verdict": "yes", "Updated Assessment": {"decision": "no"}}',
+    '{"verdict": "no", "final_answer": {"verdict": "Yes", "why": "the tram livery"}}',
+    '{"verdict": "yes", "Corrected": {"verdict": "no"}}',
 ])
-def test_my_answer_and_a_revised_object_are_conflicts(text):
+def test_a_revised_object_with_the_opposite_verdict_is_a_conflict(text):
     p = parse_verdict(text)
     assert not p.ok and p.verdict is None and p.reason == "conflicting verdicts in one answer (yes and no)", p
 
@@ -72,6 +70,16 @@ def test_my_answer_and_a_revised_object_are_conflicts(text):
     ('{"verdict": "yes", "checks": {"verdict": "no"}}', "yes"),  # a sub-check's object, not a revision
     ('{"verdict": "yes", "revised": {"note": "no change"}}', "yes"),  # a revision object without a verdict
     ('{"verdict": "no", "final": {"confidence": 0.8}}', "no"),
+    # review33 #3: "my answer" after the answer is a sub-question's or an account of an earlier one; objects whose
+    # "answer" is a sub-question's, or a flag
+    ('{"verdict": "yes", "confidence": 0.7}\nMy answer: NO.', "yes"),
+    ('{"verdict": "no", "confidence": 0.8}\n\nAt first my answer was yes, but the left-hand traffic rules out Lisbon.',
+     "no"),
+    ('{"verdict": "yes"}\n\nSelf-check: Is there anything contradicting Vienna? My answer: no.', "yes"),
+    ('{"verdict": "yes", "overall_assessment": {"question": "Any contradicting evidence?", '
+     '"answer": "No, nothing contradicts Prague."}}', "yes"),
+    ('{"verdict": "yes", "overall_result": {"anomalies_found": "no", "answer": "No"}}', "yes"),
+    ('{"verdict": "yes", "revised": {"answer": false}}', "yes"),
 ])
 def test_agreeing_answers_and_other_objects_still_parse(text, verdict):
     p = parse_verdict(text)

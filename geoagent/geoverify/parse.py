@@ -99,8 +99,9 @@ class ParsedVerdict:
 #: (``final_verdict``, ``revised_answer``; text values) is a conflict, where 4 kept the first verdict (break32 #1;
 #: sub-checks' "Decision: No", a step's "Answer: No" and keys about the answer such as ``answer_changed`` are not,
 #: break32b #2).
-#: 6: "My answer: No" after the answer, and an object under a finality key (``"revised": {"verdict": "no"}``) beside
-#: the answer's verdict, are conflicts too (session 33).
+#: 6: an object under a finality key with a text ``verdict`` of its own (``"revised": {"verdict": "no"}``) beside the
+#: answer's verdict is a conflict too (session 33; "My answer: No" after the answer was one for a while, withdrawn:
+#: sub-questions and accounts of an earlier answer read so, review33 #3).
 VERDICT_PARSER_VERSION = 6
 
 
@@ -221,7 +222,7 @@ _RX_VERDICT = re.compile(r"[\"']?verdict[\"']?\s*[:=][\s\"'*]*(yes|no)\b"
 # Markdown heading "# Verdict" / "# Final answer" with the word alone on the next line. Sub-checks ("Decision: No",
 # "Conclusion: yes", a step's "Answer: No") and reasoning before the answer are never read (break32b #2, recheck32)
 _RX_VERDICT_SAID = re.compile(
-    r"(?:\b(?:final[ \t]+(?:answer|verdict|decision)|my[ \t]+(?:final[ \t]+)?answer|verdict)[\"'`*_]*(?:[ \t]+(?:is|should[ \t]+be|was)\b[ \t]*"
+    r"(?:\b(?:final[ \t]+(?:answer|verdict|decision)|verdict)[\"'`*_]*(?:[ \t]+(?:is|should[ \t]+be|was)\b[ \t]*"
     r"[:=]?|[ \t]*[:=|\u2014\u2013\u2192-]+)|^[ \t]*#+[ \t]*(?:final[ \t]+(?:answer|verdict)|verdict)[ \t]*\r?\n)"
     r"[\s\"'`*_|]*(yes|no)\b(?=[ \t\"'`*_|]*(?:\Z|[\r\n.!,;:)|]))"
     r"(?![ \t\"'`*_]*(?:/|\bor\b)[ \t\"'`*_]*(?:yes|no)\b)", re.I | re.M)
@@ -229,9 +230,10 @@ _RX_VERDICT_SAID = re.compile(
 # "Overall decision", "revised_answer"); "answer_revised", "final_answer_changed" or "is_final_answer" are about the
 # answer, not one (break32b #2, recheck32)
 _RX_FINAL_KEY = re.compile(r"(?:final|overall|revised|corrected|updated)[ _\-]?(?:verdict|answer|decision)", re.I)
-# a key whose OBJECT value holds a final verdict: ``{"verdict": "yes", "revised": {"verdict": "no"}}`` (session 33)
-_RX_FINAL_OBJECT_KEY = re.compile(r"(?:final|overall|revised|corrected|updated)(?:[ _\-]?(?:verdict|answer|decision|"
-                                  r"assessment|result))?", re.I)
+# a key whose OBJECT value holds a final verdict under its own ``verdict`` key: ``{"verdict": "yes", "revised":
+# {"verdict": "no"}}`` (session 33); not "overall_assessment" or "overall_result" objects, whose ``answer`` is a
+# sub-question's (review33 #3)
+_RX_FINAL_OBJECT_KEY = re.compile(r"(?:final|revised|corrected|updated)(?:[ _\-]?(?:verdict|answer|decision))?", re.I)
 # a verdict word standing alone at the start of the prose around a JSON or labelled verdict ("No.\n{...}", "Yes" on
 # a line of its own), for the conflict check; not one opening a clause ("Yes, I can help with that", "No, I cannot be
 # certain": a manner of speaking, rev26 #2)
@@ -384,16 +386,18 @@ def _keys_disagree(obj: dict[str, Any], verdict: str, repeated: tuple[tuple[str,
     """Whether another verdict key of the same object (``verdict``, ``answer``, ``decision``, any case; or, with a
     TEXT value, a final-verdict key such as ``final_verdict``, :func:`_is_final_verdict_key`), or the same key given
     twice (``repeated``: the values the reader's dict lost, :attr:`geoagent.llmjson.Candidate.repeated`), or the verdict
-    key of an object under a finality key (``"revised": {"verdict": "no"}``, ``"final_answer": {...}``:
-    :data:`_RX_FINAL_OBJECT_KEY`) states the opposite verdict; a value that is no yes/no at all is not counted
+    key of an object under a finality key (``"revised": {"verdict": "no"}``, ``"final_answer": {"verdict": ...}``:
+    :data:`_RX_FINAL_OBJECT_KEY`, a text ``verdict`` only) states the opposite verdict; a value that is no yes/no at all is not counted
     (``"answer": "a church"``)."""
     for k, v in [*obj.items(), *repeated]:
         if str(k).strip().lower() in _VERDICT_KEYS or (isinstance(v, str) and _is_final_verdict_key(k)):
             if _norm_verdict(v, set()) not in (None, verdict):
                 return True
         elif isinstance(v, dict) and _RX_FINAL_OBJECT_KEY.fullmatch(str(k).strip()):
-            has, nested = _lookup(v, _VERDICT_KEYS)  # {"revised": {"verdict": "no"}}: a final verdict in its object
-            if has and _norm_verdict(nested, set()) not in (None, verdict):
+            # {"revised": {"verdict": "no"}}: a final verdict in its object; only a text ``verdict`` key counts, as in
+            # the nested rule (a sub-question's ``answer``, a flag such as ``"answer": false``, are no verdict)
+            has, nested = _lookup(v, ("verdict",))
+            if has and isinstance(nested, str) and _norm_verdict(nested, set()) not in (None, verdict):
                 return True
     return False
 
@@ -426,7 +430,7 @@ def _conflicting(text: str, verdict: str) -> bool:
     key one object gives twice), an object nested at any depth in a top-level object without a verdict of its own
     (:func:`_nested_disagree`), a labelled ``verdict: yes|no`` in the prose outside the objects, a verdict said after
     the answer in other words (:data:`_RX_VERDICT_SAID`: "Final answer: No", "My verdict is no.", "Verdict — No":
-    break32 #1; "My answer: No", session 33), or a ``Yes``/``No`` standing alone at the start of that prose ("No.\n{"verdict": "yes"}", "No" on
+    break32 #1), or a ``Yes``/``No`` standing alone at the start of that prose ("No.\n{"verdict": "yes"}", "No" on
     its own line, break26 #3; not "Yes, I can help with that", rev26 #2), states the opposite verdict (an ambiguous
     answer is a parse failure, never the first guess).
 
