@@ -56,3 +56,32 @@ def test_the_first_city_item_still_anchors_without_a_finer_field_that_chooses():
 def test_the_compound_form_is_unchanged():
     (loc,) = _locate(ParsedAnswer("Manhattan, New York", "SoHo", None))
     assert loc.resolved_level == "area" and loc.label == "SoHo" and loc.hit
+
+
+# review33 #1: the state New York (no city class) ranks before New York City, and an area of the answered name lies
+# near the state's point, none near the city: the state contains the city (P131), one reading at two scales
+STATE = {"qid": "Q1384", "labels": {"en": "New York"}, "lat": 43.0, "lon": -75.0, "kind": "area", "city": "New York",
+         "sitelinks": 400, "classes": ["Q35657"], "description": "state of the United States of America",
+         "country": ["Q30"]}
+UPSTATE = {"qid": "Q99100001", "labels": {"en": "Chinatown"}, "lat": 43.08, "lon": -75.15, "kind": "area",
+           "city": "Utica", "sitelinks": 5, "description": "neighbourhood"}
+
+
+def test_a_region_that_contains_the_city_item_is_never_its_rival():
+    async def go():
+        async with geocode_env(gazetteer_with(STATE, UPSTATE)) as env:
+            return await env.geocoder.locate(ParsedAnswer("New York", "Chinatown", None), true_lat=40.7158,
+                                             true_lon=-73.9970)
+
+    loc = asyncio.run(go())
+    assert loc.resolved_level == "city" and loc.qid == "Q60" and loc.error_km < 2.0, loc
+    assert not any(t.outcome == "namesake-city" for t in loc.trace)
+
+
+def test_the_rival_is_tried_in_wikidata_only():
+    """review33 #2: a Nominatim search is bounded by its anchor's box, a new request per anchor tried; the retry under
+    a rival looks in Wikidata alone (its searches of the finer names are cached from the first try)."""
+    (loc,) = _locate(ParsedAnswer("Manhattan", "SoHo", None))
+    steps = list(loc.trace)
+    after = steps[[t.outcome for t in steps].index("namesake-city"):]
+    assert after and not any(t.source == "nominatim" for t in after), after
