@@ -89,3 +89,34 @@ def test_a_stop_at_the_geocoders_nominatim_cap_says_its_own_fix(release_dir, tmp
     assert "nominatim_max_requests" in out.interim_note() and "cap_usd" not in out.interim_note()
     shown = format_status(campaign_status(cfg))  # status says the same fix, not the USD cap's
     assert "to go on: the geocoder's Nominatim request cap" in shown and "raise [budget] cap_usd" not in shown, shown
+
+
+def test_review33_reparse_keeps_image_shown_and_a_context_window_stop_names_no_output_limit_fix():
+    """review33 #4: a scored row parsed again (a new parser version) lost its ctrl_mismatch ``image_shown``; #5: an
+    empty answer that filled the context window was told to raise max_output_tokens."""
+    from geoagent.geoverify.parse import parse_verdict
+    from geoagent.geoverify.reparse import reparsed_row
+    from geoagent.geoverify.score import scored_row
+
+    trial = {"trial_id": "t", "image_id": "100000001883", "site": "s", "arm": "ctrl_mismatch", "band": "signal",
+             "truth": "no", "cand": "Mole", "image_ref": "100010002408"}
+    row = scored_row(trial, "m", parse_verdict('{"verdict": "no"}'))
+    row.update(parser_version=5, raw='{"verdict": "no"}')
+    again = reparsed_row(row, None)
+    assert again is not None and again["image_shown"] == "100010002408" and again["parser_version"] > 5
+    cut = scored_row(trial, "m", parse_verdict(""), finish_reason="model_context_window_exceeded")
+    assert "context window" in cut["parse_reason"] and "raise max_output_tokens" not in cut["parse_reason"]
+    assert "raise max_output_tokens" in scored_row(trial, "m", parse_verdict(""), finish_reason="length")["parse_reason"]
+
+
+def test_the_few_cluster_note_names_the_column_when_a_band_statistic_comes_from_several_site_counts():
+    from types import SimpleNamespace
+
+    from geoagent.report.geoverify import few_cluster_text
+
+    def col(n):
+        return SimpleNamespace(ci={"F[3-10 km]": (0.1, 0.4)}, ci_sites={"F[3-10 km]": n}, ci_exact=set(), delta_1_ci=None)
+
+    assert few_cluster_text({"a": col(5), "b": col(6)}).startswith(
+        " Here intervals from 5 sites (F[3-10 km] of a) and 6 sites (F[3-10 km] of b), fewer than 10 sites")
+    assert few_cluster_text({"a": col(5), "b": col(5)}).startswith(" Here intervals from 5 sites (F), fewer than 10")

@@ -17,7 +17,7 @@ from typing import Any
 from geoagent.data.importer import Release
 from geoagent.data.model import ARM_MAIN, ARM_MISMATCH, BLANK_IMAGE_REF
 from geoagent.geoverify.parse import VERDICT_PARSER_VERSION, ParsedVerdict, parse_verdict
-from geoagent.scoring.truncation import is_truncated
+from geoagent.scoring.truncation import OUTPUT_LIMIT_FINISH_REASONS, is_truncated
 
 SCORED_FIELDS = (
     "trial_id", "model", "image_id", "image_shown", "site", "arm", "band", "truth", "cand", "d_km", "referenceability",
@@ -32,6 +32,10 @@ def cut_off_reason(parsed: ParsedVerdict, finish_reason: str | None) -> str | No
     that answered nothing. Parsed answers keep their reason (None)."""
     if parsed.ok or not is_truncated(finish_reason):
         return parsed.reason
+    if str(finish_reason).strip().lower() not in OUTPUT_LIMIT_FINISH_REASONS:  # the context window, not the limit
+        what = "empty answer" if not (parsed.raw or "").strip() else parsed.reason
+        return (f"{what} (cut off at the end of the model's context window, finish reason {finish_reason}: a higher "
+                "max_output_tokens does not help)")
     if not (parsed.raw or "").strip():
         return (f"empty answer cut off at the output-token limit (finish reason {finish_reason}): a reasoning or "
                 "thinking model spent the whole max_output_tokens on hidden reasoning tokens; raise max_output_tokens")
@@ -42,7 +46,10 @@ def image_shown(trial: dict[str, Any]) -> str | None:
     """The id of the photo a trial shows the model (Sec. 5.4): the trial's own ``image_id`` on the main arm, the other
     continent's photo (``image_ref``) on ``ctrl_mismatch``, None on ``ctrl_noimage`` (a gray field) and on a
     ``ctrl_mismatch`` trial whose table does not name it (the public release's trial table has no ``image_ref``).
-    The scored row's ``image_id`` stays the photo whose camera position defines the truth (walk33 #7)."""
+    The scored row's ``image_id`` stays the photo whose camera position defines the truth (walk33 #7). A stored scored
+    row passed as the trial (parsed again: :mod:`geoagent.geoverify.reparse`) keeps the ``image_shown`` it has."""
+    if "image_ref" not in trial and "image_shown" in trial:
+        return trial["image_shown"]  # a stored scored row read again (geoverify.reparse): what it recorded
     arm = trial.get("arm")
     if arm == ARM_MAIN:
         return None if trial.get("image_id") is None else str(trial["image_id"])

@@ -11,10 +11,11 @@ from typing import Iterable
 CSV_NOTE_FILE = "report_note.txt"
 
 
-#: the first caption line of a figure drawn while the run stopped with work pending (the report's first line says
-#: how much was answered; walk33 #1: a d-prime curve from 3 signal trials carried no word of it)
-INTERIM_FIGURE_LINE = ("INTERIM: the run stopped with work pending; this figure covers only the answers received so "
-                       "far (the report's first line says how many)")
+#: the first caption line of a figure drawn before every planned answer is in: a run stopped with work pending, or
+#: a live rewrite while it runs (the report's first line says which, and how much was answered; walk33 #1: a d-prime
+#: curve from 3 signal trials carried no word of it)
+INTERIM_FIGURE_LINE = ("INTERIM: not every planned answer is in; this figure covers only the answers received so far "
+                       "(the report's first line says more)")
 
 
 def figure_note(replay_note: str | None, simulated_note: str | None, *, interim: bool = False) -> str | None:

@@ -648,19 +648,21 @@ def few_cluster_text(scores: Mapping[str, ModelScores], *, figure: bool = False)
     behind the intervals the table marks (:func:`few_cluster`; ``ModelScores.ci_sites``), each with the statistics
     whose intervals come from that many sites, with a leading space; "" when none. ``figure``: the wording of the
     d' figure's caption, which draws no brackets and no mark (it says the table marks them)."""
-    flagged = [(g, k) for x in scores.values() for k, g in x.ci_sites.items()
+    flagged = [(g, col, k) for col, x in scores.items() for k, g in x.ci_sites.items()
                if few_cluster(x, k)]  # as the table marks them: a site bootstrap from 5-9 sites, not an exact interval
     if not flagged:
         return ""
-    # a statistic by its base name (H, F, d', c), or with its band (F[3-10 km]) where that name comes from more than
-    # one site count: walk33 #6, "from 5 sites (F) and 6 sites (F)" did not say which F had which
+    # a statistic by its base name (H, F, d', c); with its band (F[3-10 km]) where that name comes from more than one
+    # site count (walk33 #6: "from 5 sites (F) and 6 sites (F)" did not say which F had which); and with its column
+    # (the model, or pooled) where the band's statistic still does (review33: two models' F[3-10 km])
     counts_of: dict[str, set[int]] = {}
-    for g, k in flagged:
+    for g, _, k in flagged:
         counts_of.setdefault(k.split("[", 1)[0], set()).add(g)
+        counts_of.setdefault(k, set()).add(g)
     by_sites: dict[int, list[str]] = {}  # site count -> the statistics from that many
-    for g, k in flagged:
+    for g, col, k in flagged:
         base = k.split("[", 1)[0]
-        name = k if len(counts_of[base]) > 1 else base
+        name = base if len(counts_of[base]) == 1 else k if len(counts_of[k]) == 1 else f"{k} of {col}"
         if name not in by_sites.setdefault(g, []):
             by_sites[g].append(name)
     # walk23 #8: "intervals from 9 sites" read as every interval's, while F's came from 17 sites and were not marked
