@@ -1112,3 +1112,39 @@ def test_redis_dead_keys_walks_the_dead_set_in_chunks(rbackend, raw):
         return aside
 
     rbackend.run(body)
+
+
+# --------------------------------------------------------------------------- contract: queue33 (differential test)
+def test_contract_a_task_whose_key_is_not_its_leases_is_stale(backend):
+    """queue33 #3: SQLite finished the task of the lease id (another task) when a Task's key and lease id came from
+    two leases; Redis refused it. Both refuse it now and change nothing."""
+    async def body(open_):
+        q = open_()
+        await q.put_many([("a", {}), ("b", {})])
+        ta, tb = sorted(await q.lease(2, 60), key=lambda t: t.key)
+        with pytest.raises(StaleLease) as err:
+            await q.ack(Task("b", {}, 0, ta.lease_id))
+        assert err.value.stale_keys == ["b"]
+        assert await q.counts() == QueueCounts(leased=2)
+        await q.ack([ta, tb])
+        assert await q.counts() == QueueCounts(done=2)
+
+    backend.run(body)
+
+
+def test_contract_argument_checks_and_empty_answers_agree(backend):
+    """queue33 #2, #4, #5: the checks and answers that differed between the backends when there is nothing to do."""
+    async def body(open_):
+        q = open_(max_attempts=1)
+        with pytest.raises(ValueError):
+            await q.lease(0, 0)
+        with pytest.raises(ValueError):
+            await q.extend([], 0)
+        await q.put_many([("a", {}), ("b", {}), ("c", {})])
+        for t in await q.lease(2, 60):
+            await q.nack(t, "boom")  # max_attempts=1: dead
+        assert await q.dead_letters(limit=-1) == [] and await q.dead_letters(limit=0) == []
+        assert len(await q.dead_letters()) == 2
+        assert await q.earlier_reasons(["c"], "") in ({}, None)  # c has no error recorded: no prefix matches
+
+    backend.run(body)

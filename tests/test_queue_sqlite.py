@@ -146,7 +146,7 @@ def test_lease_and_dead_letter_queries_use_the_index(make_queue):
     from geoagent.runtime.sqlite_queue import _ACK_SQL, _LEASE_SQL
 
     lease_params = {"expires": 1, "token": "t", "now": 1, "n": 32, "from_state": 0}
-    for sql, params in ((_LEASE_SQL, lease_params), (_ACK_SQL, (1, 1, "1.t"))):
+    for sql, params in ((_LEASE_SQL, lease_params), (_ACK_SQL, (1, 1, "1.t", "k"))):
         plan = " ".join(row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
         assert "USING INTEGER PRIMARY KEY" in plan and "SCAN" not in plan, plan
     conn.close()

@@ -133,8 +133,9 @@ https://redis.io/docs/latest/operate/oss_and_stack/management/persistence/.
 
 Differences from the SQLite backend (none in the interface semantics):
 
-* ordering: ``lease`` serves expired leases first, then ready tasks in stream order (FIFO by put,
-  release, requeue or end of backoff), where SQLite orders ready tasks by their ``not_before`` time;
+* ordering: ``lease`` serves expired leases first, then ready tasks in stream order (FIFO by put, release or
+  requeue; a task whose backoff or delay has ended joins the stream when a later ``lease`` call moves it there, so
+  behind the tasks put before that call), where SQLite orders ready tasks by their ``not_before`` time;
 * times have microsecond resolution of the *server's* clock, and there is no injectable test clock;
 * ``put_many`` is atomic per ``put_chunk`` items (default 1,000; a script blocks the server while it
   runs, so chunks are kept small), SQLite per 10,000; ``ready_keys`` and ``dead_keys`` walk the queue in read
@@ -746,7 +747,7 @@ for _, p in ipairs(pending) do
     if attempts >= max_attempts then
       reason = head .. times .. ', the last of its ' .. attempts .. ' deliveries ([queue] max_attempts = ' ..
         max_attempts .. '): dead-lettered, not leased again; fix the cause, then `run.py dead CONFIG --requeue`'
-      if before and string.sub(before, 1, 13) ~= 'ProcessEnded:' then
+      if before and before ~= '' and string.sub(before, 1, 13) ~= 'ProcessEnded:' then
         reason = reason .. '; the delivery before failed: ' .. before
       end
       redis.call('HSET', ST, key, 'dead')

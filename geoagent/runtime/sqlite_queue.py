@@ -289,17 +289,17 @@ WHERE id IN (
 )
 RETURNING key, payload, attempts, lease_id, last_error
 """
-_ACK_SQL = "UPDATE tasks SET state = 2, not_before = ?, lease_id = NULL WHERE id = ? AND lease_id = ? AND state = 1"
-_RELEASE_SQL = "UPDATE tasks SET state = 0, not_before = ?, lease_id = NULL WHERE id = ? AND lease_id = ? AND state = 1"
-#: release with a delay (params now, delay_s, id, lease_id)
+_ACK_SQL = "UPDATE tasks SET state = 2, not_before = ?, lease_id = NULL WHERE id = ? AND lease_id = ? AND key = ? AND state = 1"
+_RELEASE_SQL = "UPDATE tasks SET state = 0, not_before = ?, lease_id = NULL WHERE id = ? AND lease_id = ? AND key = ? AND state = 1"
+#: release with a delay (params now, delay_s, id, lease_id, key)
 _RELEASE_LATER_SQL = (
-    "UPDATE tasks SET state = 0, not_before = ? + ?, lease_id = NULL WHERE id = ? AND lease_id = ? AND state = 1"
+    "UPDATE tasks SET state = 0, not_before = ? + ?, lease_id = NULL WHERE id = ? AND lease_id = ? AND key = ? AND state = 1"
 )
 _DEAD_SQL = (
     "UPDATE tasks SET state = 3, not_before = ?, attempts = attempts + 1, last_error = ?, lease_id = NULL "
-    "WHERE id = ? AND lease_id = ? AND state = 1"
+    "WHERE id = ? AND lease_id = ? AND key = ? AND state = 1"
 )
-_EXTEND_SQL = "UPDATE tasks SET not_before = ? WHERE id = ? AND lease_id = ? AND state = 1"
+_EXTEND_SQL = "UPDATE tasks SET not_before = ? WHERE id = ? AND lease_id = ? AND key = ? AND state = 1"
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _NOTHING = object()
 
@@ -762,13 +762,15 @@ class SQLiteQueue(WorkQueue):
         return _Op(tx, post=post, inline=n <= self.inline_max_items)
 
     def _finish_op(self, what: str, tasks: Sequence[Task], sql: str, to_state: int, *extra: Any) -> _Op:
-        """Apply ``sql`` (params ``now, *extra, id, lease_id``) to each leased task; stale ones raise after."""
+        """Apply ``sql`` (params ``now, *extra, id, lease_id, key``) to each leased task; stale ones raise after. The
+        key is checked with the lease id: a task whose key is not the lease's (a caller's mix-up) is stale, as in the
+        Redis backend, never another task finished in its place (queue33 #3)."""
         targets = [(task, _row_id(task)) for task in tasks]
 
         def tx(conn: sqlite3.Connection, now: float) -> list[str]:
             stale = []
             for task, row_id in targets:
-                if row_id is None or conn.execute(sql, (now, *extra, row_id, task.lease_id)).rowcount != 1:
+                if row_id is None or conn.execute(sql, (now, *extra, row_id, task.lease_id, task.key)).rowcount != 1:
                     stale.append(task.key)
             applied = len(targets) - len(stale)
             _bump(conn, {LEASED: -applied, to_state: applied})
@@ -789,7 +791,7 @@ class SQLiteQueue(WorkQueue):
             # a lease still held (same lease id, still leased; also one just past its deadline that nobody took)
             # gets a new deadline; the state and the counts do not change
             return [task.key for task, row_id in targets if row_id is None or conn.execute(
-                _EXTEND_SQL, (now + visibility_timeout_s, row_id, task.lease_id)).rowcount != 1]
+                _EXTEND_SQL, (now + visibility_timeout_s, row_id, task.lease_id, task.key)).rowcount != 1]
 
         return _Op(tx, inline=len(targets) <= self.inline_max_items)
 
@@ -811,9 +813,9 @@ class SQLiteQueue(WorkQueue):
             row = None
             if row_id is not None:
                 row = conn.execute(
-                    "SELECT attempts FROM tasks WHERE id = ? AND lease_id = ? AND state = 1" if charge is None else
-                    "SELECT attempts, charges FROM tasks WHERE id = ? AND lease_id = ? AND state = 1",
-                    (row_id, task.lease_id),
+                    "SELECT attempts FROM tasks WHERE id = ? AND lease_id = ? AND key = ? AND state = 1" if charge is None else
+                    "SELECT attempts, charges FROM tasks WHERE id = ? AND lease_id = ? AND key = ? AND state = 1",
+                    (row_id, task.lease_id, task.key),
                 ).fetchone()
             if row is None:
                 return None
@@ -926,7 +928,7 @@ class SQLiteQueue(WorkQueue):
             return conn.execute(
                 "SELECT key, payload, attempts, last_error, not_before FROM tasks WHERE state = 3 "
                 "ORDER BY not_before DESC LIMIT ?",
-                (int(limit),),
+                (max(0, int(limit)),),  # SQLite reads LIMIT -1 as no limit; a limit <= 0 lists none (as Redis)
             ).fetchall()
 
         def post(rows: list[tuple[Any, ...]]) -> list[DeadLetter]:
@@ -1169,13 +1171,29 @@ class SQLiteQueue(WorkQueue):
 
     async def lease(self, n: int, visibility_timeout_s: float = C.DEFAULT_VISIBILITY_TIMEOUT_S) -> list[Task]:
         """Lease up to ``n`` tasks for ``visibility_timeout_s`` s: expired leases first, then ready tasks
-        in ``not_before`` order (FIFO for tasks put at the same time). O(log N + n)."""
+        in ``not_before`` order (FIFO for tasks put at the same time). O(log N + n).
+
+        Raises
+        ------
+        ValueError
+            ``visibility_timeout_s`` not > 0 (also when ``n`` asks for nothing, as the Redis backend).
+        """
+        if not visibility_timeout_s > 0:
+            raise ValueError(f"visibility_timeout_s must be > 0, got {visibility_timeout_s!r}")
         return await self._async(self._lease_op(int(n), visibility_timeout_s)) if n > 0 else []
 
     async def extend(self, tasks: Sequence[Task], visibility_timeout_s: float) -> list[str]:
         """Renew the leases of ``tasks`` still held for ``visibility_timeout_s`` s from now, in one transaction;
         return the keys whose lease is no longer held (re-leased by another worker after expiry, or finished),
-        which are left unchanged."""
+        which are left unchanged.
+
+        Raises
+        ------
+        ValueError
+            ``visibility_timeout_s`` not > 0 (also for no tasks, as the Redis backend).
+        """
+        if not visibility_timeout_s > 0:
+            raise ValueError(f"visibility_timeout_s must be > 0, got {visibility_timeout_s!r}")
         return await self._async(self._extend_op(list(tasks), visibility_timeout_s)) if tasks else []
 
     async def ack(self, tasks: Task | Sequence[Task]) -> None:
@@ -1393,8 +1411,9 @@ class SQLiteQueue(WorkQueue):
             out: dict[str, str] = {}
             for i in range(0, len(wanted), chunk):
                 part = wanted[i:i + chunk]
-                rows = conn.execute(f"SELECT key, last_error FROM tasks WHERE state != ? AND substr(coalesce("
-                                    f"last_error, ''), 1, ?) = ? AND key IN ({','.join('?' * len(part))})",
+                # a task with no error recorded starts with no prefix, not even "" (as the Redis backend: queue33 #2)
+                rows = conn.execute(f"SELECT key, last_error FROM tasks WHERE state != ? AND last_error IS NOT NULL "
+                                    f"AND substr(last_error, 1, ?) = ? AND key IN ({','.join('?' * len(part))})",
                                     (DEAD, len(prefix), prefix, *part))
                 out.update({k: e for k, e in rows})
             return out
