@@ -55,11 +55,12 @@ Protocol (seed 000 Sec. 4.2-4.3, Sec. 7, Appendix B):
    first city item, unless (version 8) neither finer field resolves near it while one resolves (in Wikidata) near a
    place of no city class the search ranked before it and unrelated to it (at most :data:`MAX_CITY_RIVALS` such
    places, in rank order; a place that contains the city item, "New York" the state, is one reading at two scales
-   and never tried): the answer's own finer field then tells the readings apart, that place anchors and the city item is traced ``namesake-city``
-   ("Manhattan" with the area "SoHo": the borough, where version 7 anchored Manhattan, Kansas, left SoHo
-   out-of-anchor and scored a city-level answer 1,926 km away). (Version 5 anchored "Paris, Texas" on the first hit of "Paris", Paris, France, as Texas's
-   point lies 510 km from Paris, Texas, and "Clarendon, Virginia" on Virginia, Minnesota; session 19 anchored on
-   the first variant with a city item, whatever the other segments named.) Sec. 4.2: the anchor is "derived from
+   and never tried): the answer's own finer field then tells the readings apart, that place anchors and the city
+   item is traced ``namesake-city`` ("Manhattan" with the area "SoHo": the borough, where version 7 anchored
+   Manhattan, Kansas, left SoHo out-of-anchor and scored a city-level answer 1,926 km away). (Version 5 anchored
+   "Paris, Texas" on the first hit of "Paris", Paris, France, as Texas's point lies 510 km from Paris, Texas, and
+   "Clarendon, Virginia" on Virginia, Minnesota; session 19 anchored on the first variant with a city item, whatever
+   the other segments named.) Sec. 4.2: the anchor is "derived from
    the model's own answered city", and in "Shibuya, Tokyo" the city is Tokyo, in "Paris, Texas" the Paris in
    Texas. (Before session 19 the first variant with any located hit anchored, so the ward Shibuya did, and the
    area answer "Shibuya" was then the anchor itself, city level and censored.)
@@ -209,8 +210,9 @@ ANSWER_COORDINATES = "answer-coordinates"
 #: contained by more segments, and an anchoring city item is not also traced a namesake.
 #: 8 (session 33): a one-name city field anchored on its first city item, whose finer fields resolve near none of
 #: it, is read as a place of no city class its search ranks before that item, unrelated to it (neither contains the
-#: other), when a finer field resolves near that place in Wikidata ("Manhattan" with the area "SoHo": the borough, not Manhattan, Kansas, 1,926 km away; break33 #1); and a
-#: leading "between" is taken off a name as "near" is ("between Shibuya and Harajuku": Shibuya first, break33 #4).
+#: other), when a finer field resolves near that place in Wikidata ("Manhattan" with the area "SoHo": the borough,
+#: not Manhattan, Kansas, 1,926 km away; break33 #1); and a leading "between" is taken off a name as "near" is
+#: ("between Shibuya and Harajuku": Shibuya first, break33 #4).
 GEOCODER_RULES_VERSION = 8
 
 #: at most this many places of no city class, ranked before a one-name city field's first city item, are tried as
