@@ -181,7 +181,7 @@ def test_a_place_more_segments_contain_than_confirm_any_city_item_keeps_the_city
 
 
 def test_the_rules_version_says_the_compound_city_field_changed():
-    assert GEOCODER_RULES_VERSION >= 7  # 8: a one-name city field's finer fields may choose (test_geocode_one_name_rival_s33)
+    assert GEOCODER_RULES_VERSION >= 7  # 8: "between" as a lead word (placenames)
 
 
 # ---- 2. one item is not both a namesake and the anchor ------------------------------------------------------------

@@ -31,8 +31,8 @@ def test_the_manifest_records_the_geocoder_rules_and_an_older_record_reads_as_ve
     # 6: a compound city field's city also fits when another segment's place contains it (P131/P17), before distance,
     # and a segment's city item ranked after an unrelated region of its name is a namesake when nothing tells them apart;
     # 7: of several contained city items, the one the most other segments confirm ("Springfield, Illinois, USA",
-    # "Manhattan, New York, USA"), none when a place of the field is contained by more segments; 8: a one-name city
-    # field whose finer fields resolve near no part of its city item is read as a place its search ranks first
+    # "Manhattan, New York, USA"), none when a place of the field is contained by more segments; 8: a leading
+    # "between" is taken off a name as "near" is
     cfg = config_from_dict(_gh(tmp_path))
     Manifest(cfg).start_run()
     path = cfg.state_dir() / "manifest.json"

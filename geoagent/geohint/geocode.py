@@ -52,12 +52,11 @@ Protocol (seed 000 Sec. 4.2-4.3, Sec. 7, Appendix B):
    point) and the city item is traced ``namesake-city`` (Virginia, Minnesota, 1,570 km from anything the answer
    meant). A place that contains the city item or lies in it ("New York": the state, which contains New York City)
    is one reading at two scales and leaves the city item anchored; a single-name field ("Virginia") keeps its
-   first city item, unless (version 8) neither finer field resolves near it while one resolves (in Wikidata) near a
-   place of no city class the search ranked before it and unrelated to it (at most :data:`MAX_CITY_RIVALS` such
-   places, in rank order; a place that contains the city item, "New York" the state, is one reading at two scales
-   and never tried): the answer's own finer field then tells the readings apart, that place anchors and the city
-   item is traced ``namesake-city`` ("Manhattan" with the area "SoHo": the borough, where version 7 anchored
-   Manhattan, Kansas, left SoHo out-of-anchor and scored a city-level answer 1,926 km away). (Version 5 anchored
+   first city item, even when neither finer field resolves near it ("Manhattan" with the area "SoHo": Manhattan,
+   Kansas, if the search ranks it as the first city item; a city-level answer, censored). That a finer field would
+   resolve near a place the search ranked first is no evidence for it: "Chinatown", "Old Town" or "Central Park"
+   lie near most regions' points (a rule that read it so was tried in session 33 and withdrawn: "Victoria" with
+   "Chinatown" moved from Victoria, British Columbia, to Bendigo, 13,122 km). (Version 5 anchored
    "Paris, Texas" on the first hit of "Paris", Paris, France, as Texas's point lies 510 km from Paris, Texas, and
    "Clarendon, Virginia" on Virginia, Minnesota; session 19 anchored on the first variant with a city item, whatever
    the other segments named.) Sec. 4.2: the anchor is "derived from
@@ -208,16 +207,10 @@ ANSWER_COORDINATES = "answer-coordinates"
 #: radius) anchors ("Springfield, Illinois, USA": the Springfield in Illinois, not the first Springfield of the United
 #: States; "Manhattan, New York, USA": New York City, not Manhattan, Kansas), none when a place of the field is
 #: contained by more segments, and an anchoring city item is not also traced a namesake.
-#: 8 (session 33): a one-name city field anchored on its first city item, whose finer fields resolve near none of
-#: it, is read as a place of no city class its search ranks before that item, unrelated to it (neither contains the
-#: other), when a finer field resolves near that place in Wikidata ("Manhattan" with the area "SoHo": the borough,
-#: not Manhattan, Kansas, 1,926 km away; break33 #1); and a leading "between" is taken off a name as "near" is
-#: ("between Shibuya and Harajuku": Shibuya first, break33 #4).
+#: 8 (session 33): a leading "between" is taken off a name as "near" is ("between Shibuya and Harajuku": Shibuya
+#: first, break33 #4). (A one-name city field re-read as a place its search ranked first when a finer field resolved
+#: near that place was part of version 8 for a while and is withdrawn: v8check, the homonyms of most regions.)
 GEOCODER_RULES_VERSION = 8
-
-#: at most this many places of no city class, ranked before a one-name city field's first city item, are tried as
-#: its anchor when the finer fields resolve near none of it (version 8; each try costs the finer fields' look-ups)
-MAX_CITY_RIVALS = 2
 
 LEVELS = ("building", "area", "city", "none")
 #: Our level names -> the release's ``resolved_level`` values (``answers_judged*.csv``).
@@ -501,9 +494,7 @@ class Geocoder:
             Lookups that could not be made; nothing is guessed in their place.
         """
         trace: list[Lookup] = []
-        rivals: list[tuple[str, Candidate, Candidate, Mapping[str, Entity]]] = []  # version 8: a one-name city field's
-        # other readings
-        anchor = await self._resolve_city(answer.city, trace, rivals)
+        anchor = await self._resolve_city(answer.city, trace)
         if anchor is None:
             for level, text in (("building", answer.building), ("area", answer.area)):
                 point = self._answer_point(text, level, trace)  # coordinates need no anchor (point 7)
@@ -514,45 +505,16 @@ class Geocoder:
             return self._finish("none", None, None, trace, true_lat, true_lon)
 
         cities: list[Candidate] = []  # city items named at a finer level (trace ``same-as-city``; module doc, point 6)
-        fine = await self._resolve_finer(answer, anchor, trace, cities)
-        if fine is not None:
-            return self._finish(fine[0], fine[1], anchor, trace, true_lat, true_lon)
-        # version 8 (module doc, point 1): a one-name city field anchored on its first city item, and neither finer
-        # field lies near it: a place of no city class the search ranked before it may be what the answer meant
-        # ("Manhattan" with "SoHo": the borough, not Manhattan, Kansas); the first in which a finer field resolves
-        # anchors, the city item traced ``namesake-city``
-        for variant, city, rival, known in rivals:
-            # a place that contains the city item or lies in it is one reading at two scales ("New York": the state
-            # holds the city), never a rival (review33 #1)
-            if _related(rival, city, await self._containers([city, rival], known)):
-                continue
-            tried: list[Lookup] = []
-            found: list[Candidate] = []
-            # Wikidata only: its look-ups of the finer names are cached from the first try, while each Nominatim
-            # search is bounded by its anchor's box, a new request per anchor (review33 #2)
-            fine = await self._resolve_finer(answer, rival, tried, found, nominatim=False)
-            if fine is None:
-                continue
-            trace.append(Lookup("city", variant, "wikidata", "namesake-city", city.qid, city.label,
-                                round(haversine_km(rival.lat, rival.lon, city.lat, city.lon), 3)))
-            trace.append(Lookup("city", variant, "wikidata", "resolved", rival.qid, rival.label))
-            trace.extend(tried)
-            return self._finish(fine[0], fine[1], rival, trace, true_lat, true_lon)
+        building = await self._resolve_building(answer.building, anchor, trace, cities)
+        if building is not None:
+            return self._finish("building", building, anchor, trace, true_lat, true_lon)
+        area = await self._resolve_fine(answer.area, "area", anchor, trace, skip_linear=True, cities=cities)
+        if area is not None:
+            return self._finish("area", area, anchor, trace, true_lat, true_lon)
         # a linear building or area answer (trace ``linear-deferred``, ``linear-area``) is never scored, not even
         # when nothing else resolved: its one coordinate says nothing about where along the street the photo was
         # taken (fault 2, module doc). A city named at a finer level is the answer's city-level point (point 6).
         return self._finish("city", cities[0] if cities else anchor, anchor, trace, true_lat, true_lon)
-
-    async def _resolve_finer(self, answer: ParsedAnswer, anchor: Candidate, trace: list[Lookup],
-                             cities: list[Candidate], *, nominatim: bool = True) -> tuple[str, Candidate] | None:
-        """``("building", candidate)``, else ``("area", candidate)``, of the answer's finer fields under ``anchor``
-        (module doc, points 2-6), or None when neither resolves. ``nominatim``: False looks in Wikidata only."""
-        building = await self._resolve_building(answer.building, anchor, trace, cities, nominatim=nominatim)
-        if building is not None:
-            return "building", building
-        area = await self._resolve_fine(answer.area, "area", anchor, trace, skip_linear=True, cities=cities,
-                                        nominatim=nominatim)
-        return None if area is None else ("area", area)
 
     # ---- levels ---------------------------------------------------------------------------------
 
@@ -566,13 +528,8 @@ class Geocoder:
         trace.append(Lookup(level, text, ANSWER_COORDINATES, "resolved", None, text))
         return Candidate(qid=None, label=text, lat=latlon[0], lon=latlon[1], source=ANSWER_COORDINATES)
 
-    async def _resolve_city(self, text: str | None, trace: list[Lookup],
-                            rivals: list[tuple[str, Candidate, Candidate, Mapping[str, Entity]]] | None = None
-                            ) -> Candidate | None:
-        """The anchor (module doc, point 1). ``rivals`` (version 8) gets, for a city field whose one located name
-        anchored on its first city item, the places of no city class its search ranked before that item, as
-        ``(variant, city item, place, the entities fetched)``: the readings the answer's finer fields may choose
-        instead (:meth:`locate`)."""
+    async def _resolve_city(self, text: str | None, trace: list[Lookup]) -> Candidate | None:
+        """The anchor (module doc, point 1)."""
         point = self._answer_point(text, "city", trace)
         if point is not None:
             return point
@@ -605,7 +562,7 @@ class Geocoder:
         pick: tuple[str, Candidate] | None = None
         refused: list[Lookup] = []  # namesake cities, one per segment (traced unless one of them anchors after all)
         if len(found) == 1:
-            pick = await self._one_located_segment(found[0], failed, entities, steps, rivals)
+            pick = await self._one_located_segment(found[0], failed, entities, steps)
         elif found:
             pick = await self._segments_together(found, entities, steps, refused)
         if pick is not None:
@@ -635,9 +592,7 @@ class Geocoder:
         return None
 
     async def _one_located_segment(self, segment: tuple[str, list[tuple[Candidate, bool]]], failed: list[str],
-                                   entities: Mapping[str, Entity], steps: dict[str, list[Lookup]],
-                                   rivals: list[tuple[str, Candidate, Candidate, Mapping[str, Entity]]] | None = None
-                                   ) -> tuple[str, Candidate]:
+                                   entities: Mapping[str, Entity], steps: dict[str, list[Lookup]]) -> tuple[str, Candidate]:
         """The anchor when one variant of the city field located anything (module doc, point 1): its first city item,
         else its first place. Version 6: when another segment of the field named something the search could not find
         (``failed`` holds a variant that is neither a part of this one nor holds it: "Clarendon" beside "Virginia",
@@ -652,8 +607,6 @@ class Geocoder:
         city = cands[first_city][0]
         before = [c for c, _ in cands[:first_city]]  # places of no city class, ranked before it
         if not before or not any(_another_name(f, variant) for f in failed):
-            if rivals is not None:  # version 8: the finer fields may choose one of them (Geocoder.locate)
-                rivals.extend((variant, city, c, entities) for c in before[:MAX_CITY_RIVALS])
             return variant, city
         boxes = await self._containers([city, *before], entities)
         rival = next((c for c in before if not _related(c, city, boxes)), None)
@@ -797,7 +750,7 @@ class Geocoder:
         return {q: frozenset(r) for q, r in reach.items()}
 
     async def _resolve_building(self, text: str | None, anchor: Candidate, trace: list[Lookup],
-                                cities: list[Candidate], *, nominatim: bool = True) -> Candidate | None:
+                                cities: list[Candidate]) -> Candidate | None:
         """The building's candidate, or None: no answer, no match within the anchor radius, a linear feature
         (by name or class; left to the area and never scored, module doc point 4), or a city item (added to
         ``cities``, point 6)."""
@@ -813,19 +766,18 @@ class Geocoder:
             # fault 2: a street cannot be scored as a point; the area decides (Sec. 4.3, Sec. 7)
             trace.append(Lookup("building", head, "-", "linear-deferred"))
             return None
-        cand = await self._resolve_fine(text, "building", anchor, trace, stop_on_linear=True, cities=cities,
-                                        nominatim=nominatim)
+        cand = await self._resolve_fine(text, "building", anchor, trace, stop_on_linear=True, cities=cities)
         return None if cand is not None and cand.linear else cand
 
     async def _resolve_fine(
         self, text: str | None, level: str, anchor: Candidate, trace: list[Lookup], *, stop_on_linear: bool = False,
-        skip_linear: bool = False, cities: list[Candidate] | None = None, nominatim: bool = True,
+        skip_linear: bool = False, cities: list[Candidate] | None = None,
     ) -> Candidate | None:
         """The answer's own coordinates (point 7), else the first candidate within the anchor radius over the name
         variants (Wikidata, then Nominatim). ``stop_on_linear``: a linear candidate ends the search and is returned
         (the building level, which then defers it); ``skip_linear``: a linear candidate is passed over (trace
         ``linear-area``) and the next candidate or variant is tried (the area level, module doc point 4). City items
-        (point 6) are passed over and added to ``cities``. ``nominatim``: False, no Nominatim fallback."""
+        (point 6) are passed over and added to ``cities``."""
         point = self._answer_point(text, level, trace)
         if point is not None:
             return point
@@ -842,7 +794,7 @@ class Geocoder:
                 trace.append(Lookup(level, variant, cand.source, "linear-deferred", cand.qid, cand.label))
                 return cand
             return cand
-        if self.nominatim is not None and nominatim:
+        if self.nominatim is not None:
             # items Wikidata passed over at this level (a city, a street) keep that verdict when an OSM object
             # tagged with their QID comes back typed otherwise (a town mapped as a suburb node)
             passed = {t.qid: t.outcome for t in trace[start:]
