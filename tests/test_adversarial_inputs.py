@@ -8,10 +8,12 @@ stored is lost, and that no secret reaches a file or a message.
 from __future__ import annotations
 
 import re
+import string
 from pathlib import Path
 
 import pytest
 
+from _made_up_keys import made_up_key
 from conftest import find_release_dir
 from geoagent.campaigns import register_all_sections
 from geoagent.config import ConfigError, load_config
@@ -595,7 +597,9 @@ def test_a_campaign_file_that_is_not_utf8_names_the_line(tmp_path):
 
 
 @pytest.mark.parametrize("key, url", [
-    ("mapillary", "https://graph.mapillary.com?access_token=MLY|1234567890|" "0123456789abcdef0123"),  # split: not key-shaped
+    # a Mapillary-shaped token (MLY|<digits>|<hex>) drawn at run time: no key-shaped text in the sources
+    ("mapillary", "https://graph.mapillary.com?access_token=" + made_up_key("MLY|", 10, string.digits) + "|"
+     + made_up_key("", 20, "0123456789abcdef")),
     ("overpass", "https://user:pw0123456789@overpass.example.org/api"),
     ("wdqs", "query.wikidata.org/sparql"),
     ("overpass_mirrors", ["https://overpass.example.org/api?key=0123456789abcdef"]),
