@@ -89,7 +89,7 @@ from geoagent.runtime.progress import Progress
 from geoagent.runtime.queue import SUPERSEDED, DeadLetter, QueueCounts
 from geoagent.runtime.scope import (SENT_WHILE_WATCHING, SET_ASIDE, SET_ASIDE_ELSEWHERE, PlanDiff, PlanRecorder,
                                     plan_change_text)
-from geoagent.runtime.stage import BudgetStop, Message, Stage, StageContext
+from geoagent.runtime.stage import BudgetStop, Message, Stage, StageContext, other_budget_fixes
 
 log = logging.getLogger(__name__)
 
@@ -513,7 +513,7 @@ class Outcome:
         same command alone stops again at once, walk33 #2; another cap's stop says its own fix), an authentication
         stop a working key."""
         if self.status == "budget exhausted":
-            if any(f != BudgetStop.fix for f in self.budget_fixes):
+            if other_budget_fixes(self.budget_fixes):
                 return self._budget_fix()
             return "raise [budget] cap_usd, then re-run the same command to finish"
         if self.status == STATUS_AUTH:

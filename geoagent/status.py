@@ -29,7 +29,7 @@ from geoagent.runtime.progress import (did_work, merge_records, read_last_with_w
                                        record_as_of, record_counts)
 from geoagent.runtime.procs import pid_alive
 from geoagent.runtime.queue import DeadLetter, QueueCounts
-from geoagent.runtime.stage import BudgetStop
+from geoagent.runtime.stage import BudgetStop, other_budget_fixes
 from geoagent.runtime.worker import STALL_MIN_S, unreachable_cause
 
 
@@ -999,8 +999,7 @@ def format_status(st: dict[str, Any]) -> str:
             lines.append(f"  {reason}")
         if p.get("budget_stopped") and (ended or running is False) and not complete and st.get("spend"):
             # a stop by another cap than the USD one (the geocoder's Nominatim cap) says its own fix (docs audit 33)
-            other = [f for f in dict.fromkeys(str(f) for sd in p.get("stages") or [] for f in sd.get("budget_fixes") or [])
-                     if f != BudgetStop.fix]
+            other = other_budget_fixes(f for sd in p.get("stages") or [] for f in sd.get("budget_fixes") or [])
             lines.extend("  to go on: " + f for f in other)
             if not other or any(BudgetStop.fix in (sd.get("budget_fixes") or ()) for sd in p.get("stages") or []):
                 lines.append("  " + budget_resume_hint(st["spend"], refused_call_usd(p)))

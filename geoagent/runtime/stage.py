@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import abc
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +49,13 @@ class BudgetStop(Exception):
 
     #: what lifts the stop (the run's summary: ``budget exhausted: N requests not dispatched; <fix>``)
     fix: str = "raise [budget] cap_usd and re-run"
+
+
+def other_budget_fixes(fixes: Iterable[str]) -> list[str]:
+    """Of the fixes of the budget stops a run met (:attr:`BudgetStop.fix`), those of other caps than the campaign's
+    USD one (the geocoder's Nominatim cap), once each, in order: the engine's summary and ``status`` say them instead
+    of, or beside, the USD cap's."""
+    return [f for f in dict.fromkeys(str(f) for f in fixes) if f != BudgetStop.fix]
 
 
 class Abandoned(Exception):
