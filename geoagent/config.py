@@ -243,7 +243,8 @@ KNOWN_PARAMS: dict[str, tuple[Any, str]] = {
     "seed": (_is_int, "an integer"),
     "system": (lambda v: isinstance(v, str), "a string"),
     "json_mode": (lambda v: isinstance(v, bool), "true or false"),
-    "detail": (lambda v: v in ("low", "high", "auto"), "one of 'low', 'high', 'auto'"),
+    "detail": (lambda v: v in ("low", "high", "auto", "original"),
+               "one of 'low', 'high', 'auto', 'original' (gpt-5.4 and later)"),
     # Gemini only: generationConfig.thinkingConfig.thinkingBudget (tokens; -1 dynamic, 0 thinking off on Flash)
     "thinking_budget": (lambda v: _is_int(v) and v >= -1, "an integer >= -1 (Gemini thinking tokens; -1 dynamic, 0 off)"),
 }
@@ -2631,6 +2632,25 @@ OPENAI_PATCH_MULTIPLIERS = (("gpt-5-mini", 1.62), ("gpt-5-nano", 2.46), ("gpt-4.
                             ("o4-mini", 1.72))
 OPENAI_PATCH_PX = 32
 OPENAI_PATCH_CAP = 1536
+#: the largest side (px) OpenAI's patch-billed models take at ``detail = "high"`` before counting patches (the
+#: vision guide's "Model sizing behavior" table: "a 2048-pixel maximum dimension")
+OPENAI_PATCH_MAX_EDGE_PX = 2048
+#: gpt-5.4 and later OpenAI models (the vision guide's "Model sizing behavior" table, "gpt-5.4 and future models":
+#: detail low, high, original, auto; "high allows up to 2,500 patches or a 2048-pixel maximum dimension. original
+#: allows up to 10,000 patches or a 6000-pixel maximum dimension"; its detail table: on gpt-5.5 ``auto`` and an
+#: omitted detail behave as ``original``; https://developers.openai.com/api/docs/guides/images-vision). The guide
+#: lists no token multiplier for them, so a patch bills one token. ``low`` ("a low-resolution 512px x 512px
+#: version") is expected at 16 x 16 = 256 patches and reserved at the ``high`` budget (the guide gives no bill).
+#: Detail -> (patch budget, largest side in px).
+OPENAI_LARGE_PATCH_BUDGETS = {"high": (2500, 2048), "original": (10000, 6000)}
+OPENAI_LOW_DETAIL_PATCHES = 256
+#: OpenAI model ids known to predate gpt-5.4's image rule (tile-billed: gpt-4o, gpt-4.1, gpt-4.5, o1, o3, gpt-5,
+#: computer-use-preview, billing at most 1,445 tokens an image; or the 1,536-patch models): every other OpenAI id
+#: (gpt-5.4, gpt-5.5, gpt-6, ...: :func:`geoagent.providers.sampling.is_openai_model_id`) is billed by
+#: :data:`OPENAI_LARGE_PATCH_BUDGETS`, so a newer model is reserved its larger worst case rather than a sixth of it
+_OPENAI_BEFORE_LARGE_PATCHES = re.compile(
+    r"^(?:gpt-(?:3\.5|4(?:o|\.\d+|-|$)|5(?:\.[0-3])?(?:-|$))|chatgpt-4o|o[1-4](?:[-.:_]|$)|codex-mini"
+    r"|computer-use)")
 #: Anthropic (vision guide, "Evaluate image size", https://docs.anthropic.com/en/docs/vision): an image whose long
 #: edge is over 1,568 px or that is over ~1,600 tokens is scaled down (aspect ratio kept) until within the limits;
 #: tokens = width x height / 750. The guide's table of the largest sizes NOT resized (1:1 1092x1092, 3:4 951x1268,
@@ -2668,6 +2688,8 @@ def _image_family(provider: str, model_id: str) -> tuple[str, str]:
     """(provider whose image rule applies, bare lower-case model id): the model's family bills the image whatever
     protocol carries the call (Gemini or Claude behind an OpenAI-compatible endpoint keep their own rules)."""
     mid = model_id.lower().rsplit("/", 1)[-1]
+    if mid.startswith("ft:"):  # a fine-tuned model (ft:gpt-4o-mini-2024-07-18:org::id) bills as its base model
+        mid = mid[3:]
     if provider == "openai" and mid.startswith("gemini"):
         provider = "gemini"
     elif provider == "openai" and mid.startswith("claude"):
@@ -2675,28 +2697,45 @@ def _image_family(provider: str, model_id: str) -> tuple[str, str]:
     return provider, mid
 
 
-def openai_patches(width_px: int, height_px: int) -> tuple[int, int]:
+def openai_patches(width_px: int, height_px: int, *, budget: int = OPENAI_PATCH_CAP,
+                   max_edge_px: int = OPENAI_PATCH_MAX_EDGE_PX) -> tuple[int, int]:
     """32-px patches OpenAI bills for an image on the patch-billed models: (documented count, upper bound).
 
-    OpenAI vision guide, "Calculating costs" (see :data:`OPENAI_PATCH_MULTIPLIERS`): A. raw = ceil(w/32) x
-    ceil(h/32); B. over 1,536, the image is scaled by r = sqrt(32^2 x 1536 / (w x h)), then by
+    OpenAI vision guide, "Calculating costs" (see :data:`OPENAI_PATCH_MULTIPLIERS`) and "Model sizing behavior":
+    an image whose long side is over ``max_edge_px`` (2,048 px; 6,000 for gpt-5.4's ``original``) is first scaled
+    to fit it; A. raw = ceil(w/32) x ceil(h/32); B. over ``budget`` patches (1,536; 2,500 or 10,000 for gpt-5.4 and
+    later, :data:`OPENAI_LARGE_PATCH_BUDGETS`), the image is scaled by r = sqrt(32^2 x budget / (w x h)), then by
     min(floor(w r/32)/(w r/32), floor(h r/32)/(h r/32)) so one side fits a whole number of patches; C. patches =
-    ceil(w'/32) x ceil(h'/32), at most 1,536. The guide's example: 1800 x 2400 -> 1,452. The bound is
-    min(1536, raw): a user's trials (community.openai.com, "Vision Pricing calculator: inaccurate
-    resizing/rounding vs API costs", 2025) found gpt-4.1-mini billing a 4000 x 1474 image 1,536 patches where
-    step B gives 1,449, so reservations keep the cap.
+    ceil(w'/32) x ceil(h'/32), at most ``budget``. The guide's example: 1800 x 2400 -> 1,452. The bound is
+    min(budget, raw) of the image as sent (scaling only lowers the count): a user's trials (community.openai.com,
+    "Vision Pricing calculator: inaccurate resizing/rounding vs API costs", 2025) found gpt-4.1-mini billing a
+    4000 x 1474 image 1,536 patches where step B gives 1,449, so reservations keep the budget.
     """
     w, h = int(width_px), int(height_px)
     raw = math.ceil(w / OPENAI_PATCH_PX) * math.ceil(h / OPENAI_PATCH_PX)
-    bound = min(OPENAI_PATCH_CAP, raw)
-    if raw <= OPENAI_PATCH_CAP:
-        return raw, bound
-    r = math.sqrt(OPENAI_PATCH_PX ** 2 * OPENAI_PATCH_CAP / (w * h))
+    bound = min(budget, raw)
+    if max(w, h) > max_edge_px:
+        s = max_edge_px / max(w, h)
+        w, h = max(1, math.floor(w * s)), max(1, math.floor(h * s))
+    fitted = math.ceil(w / OPENAI_PATCH_PX) * math.ceil(h / OPENAI_PATCH_PX)
+    if fitted <= budget:
+        return fitted, bound
+    r = math.sqrt(OPENAI_PATCH_PX ** 2 * budget / (w * h))
     pw, ph = w * r / OPENAI_PATCH_PX, h * r / OPENAI_PATCH_PX
     r *= min(math.floor(pw) / pw, math.floor(ph) / ph)
     # 1e-9: the rescaled side is a whole number of patches up to float noise (33.000000000004 is 33)
     n = math.ceil(w * r / OPENAI_PATCH_PX - 1e-9) * math.ceil(h * r / OPENAI_PATCH_PX - 1e-9)
-    return min(OPENAI_PATCH_CAP, n), bound
+    return min(budget, n), bound
+
+
+def openai_large_patch_model(model_id: str) -> bool:
+    """Whether an OpenAI model id bills images by gpt-5.4's patch budgets (:data:`OPENAI_LARGE_PATCH_BUDGETS`):
+    gpt-5.4, gpt-5.5, gpt-6 and every OpenAI id (:func:`geoagent.providers.sampling.is_openai_model_id`) not known
+    to predate them (:data:`_OPENAI_BEFORE_LARGE_PATCHES`). ``model_id`` may carry a ``vendor/`` or ``ft:`` prefix."""
+    from geoagent.providers.sampling import is_openai_model_id
+
+    _, mid = _image_family("openai", model_id)
+    return is_openai_model_id(mid) and not _OPENAI_BEFORE_LARGE_PATCHES.match(mid)
 
 
 def _anthropic_patch_count(w: int, h: int) -> int:
@@ -2753,7 +2792,11 @@ def expected_image_tokens(provider: str, model_id: str, size_px: tuple[int, int]
       billed base + per-tile tokens for each 512-px tile: 85 + 170 per tile (gpt-4o), 2,833 + 5,667 per tile
       (gpt-4o-mini). gpt-5-mini / gpt-5-nano / gpt-4.1-mini / gpt-4.1-nano / o4-mini (same guide): 32 x 32-px
       patches (:func:`openai_patches`: the guide's scale-down over 1,536 patches, e.g. 1800 x 2400 -> 1,452)
-      times 1.62 / 2.46 / 1.62 / 2.46 / 1.72 (:data:`OPENAI_PATCH_MULTIPLIERS`), rounded up.
+      times 1.62 / 2.46 / 1.62 / 2.46 / 1.72 (:data:`OPENAI_PATCH_MULTIPLIERS`), rounded up. gpt-5.4, gpt-5.5 and
+      every OpenAI id not known to be older (:func:`openai_large_patch_model`): the same patches, at most 2,500 at
+      ``detail = "high"`` (long side 2,048 px) and 10,000 at ``"original"`` (6,000 px; what ``"auto"`` and no
+      detail mean on gpt-5.5), one token each (:data:`OPENAI_LARGE_PATCH_BUDGETS`; 4032 x 3024 -> 9,890); ``"low"``
+      256. A fine-tuned id (``ft:gpt-4o-mini-...``) bills as its base model.
       Other OpenAI-compatible models: None (their rules differ, other servers; OpenAI's other tile-billed
       models stay below the default ``image_input_tokens``).
     * Anthropic (vision guide, "Evaluate image size"): the image as Claude sees it
@@ -2798,7 +2841,8 @@ def reserved_image_tokens(provider: str, model_id: str, size_px: tuple[int, int]
 
     * OpenAI patch-billed models: min(1536, ceil(w/32) x ceil(h/32)) patches x multiplier (the cap, not the
       guide's scale-down: :func:`openai_patches`), e.g. gpt-4.1-mini 1800 x 2400: 1,536 x 1.62 -> 2,489
-      (expected 1,452 x 1.62 -> 2,353).
+      (expected 1,452 x 1.62 -> 2,353); gpt-5.4 and later: min(2,500 at ``high`` or ``low``, 10,000 otherwise,
+      patches), e.g. gpt-5.5 4032 x 3024: 10,000 (expected 9,890).
     * Anthropic: an image within the limits: max(ceil(w x h / 750), ceil(w/28) x ceil(h/28)) (the guide's
       formula and its current patch count); an image Claude resizes: :data:`ANTHROPIC_MAX_IMAGE_TOKENS`
       (1,640, the largest bill of any size within the limits, whatever rounding the resize uses; 5,001 for the
@@ -2829,6 +2873,15 @@ def _image_tokens(provider: str, model_id: str, size_px: tuple[int, int], params
             patches = bound if worst else documented
             return (math.ceil(patches * mult - 1e-9),
                     f"OpenAI {mid}: 32-px patches (at most {OPENAI_PATCH_CAP}) x {mult}")
+        if openai_large_patch_model(mid):
+            detail = str((params or {}).get("detail") or "auto").lower()
+            budget, edge = OPENAI_LARGE_PATCH_BUDGETS["high" if detail in ("high", "low") else "original"]
+            documented, bound = openai_patches(w, h, budget=budget, max_edge_px=edge)
+            if detail == "low" and not worst:
+                documented = min(documented, OPENAI_LOW_DETAIL_PATCHES)
+            shown = "auto, as original" if detail not in ("high", "low", "original") else detail
+            return (bound if worst else documented,
+                    f"OpenAI {mid} detail {shown}: 32-px patches (at most {budget}), 1 token each")
         if mid.startswith("gpt-4o-mini"):
             base, per_tile, family = 2833, 5667, "gpt-4o-mini"
         elif mid.startswith(("gpt-4o", "chatgpt-4o")):

@@ -26,7 +26,10 @@ from geoagent.config import (ModelConfig, anthropic_image_size_px, config_from_d
 @pytest.mark.parametrize(("size", "documented", "bound"), [
     ((1024, 1024), 1024, 1024),  # guide: 32 x 32 = 1,024, below the cap
     ((1800, 2400), 1452, 1536),  # guide: 57 x 75 = 4,275 -> 1056 x 1408 -> 33 x 44 = 1,452
-    ((4000, 1474), 1449, 1536),  # r = 0.5165: 64.56 x 23.79 -> x 23/23.79 -> 62.4 x 23 -> 63 x 23 = 1,449
+    # first fitted to the 2,048-px side ("Model sizing behavior"): 2048 x 754 -> 64 x 24 = 1,536, within the budget:
+    # the 1,536 the forum measured (step B alone, without the side limit, gives 63 x 23 = 1,449)
+    ((4000, 1474), 1536, 1536),
+    ((3000, 400), 576, 1222),    # 2048 x 273 -> 64 x 9 = 576; the bound is the image as sent (94 x 13)
     ((100, 50), 8, 8),           # 4 x 2
 ])
 def test_openai_patch_counts_follow_the_guide(size, documented, bound):
@@ -45,7 +48,8 @@ def test_gpt41_mini_worked_numbers():
     # 1,452 x 1.62 = 2,352.24 -> 2,353 expected (the forum's "2,352.24 calculated by formula");
     # 1,536 x 1.62 = 2,488.32 -> 2,489 reserved (the forum's measured 2,488 for 4000 x 1474)
     assert expected_image_tokens("openai", "gpt-4.1-mini", (1800, 2400))[0] == 2353
-    assert expected_image_tokens("openai", "gpt-4.1-mini", (4000, 1474))[0] == 2348  # 1,449 x 1.62 = 2,347.38
+    # 1,536 x 1.62: the guide's 2,048-px side limit first (the forum measured 2,488 where step B alone gives 2,348)
+    assert expected_image_tokens("openai", "gpt-4.1-mini", (4000, 1474))[0] == 2489
     assert reserved_image_tokens("openai", "gpt-4.1-mini", (4000, 1474))[0] == 2489
 
 

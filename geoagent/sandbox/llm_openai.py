@@ -197,7 +197,8 @@ class _Bad(Exception):
 
 def _parse_messages(messages: Any) -> tuple[str, str, bytes | None, str | None, bool, str]:
     """Validate ``messages``; return (user text, system text, first image bytes, image URL, mentions json,
-    the first image's ``detail``: ``auto``, ``low`` or ``high``)."""
+    the first image's ``detail``: ``auto``, ``low``, ``high`` or ``original``, the last checked against the model
+    by the caller)."""
     if not isinstance(messages, list) or not messages:
         raise _Bad("'messages' must be a non-empty array.", "messages")
     user_texts: list[str] = []
@@ -234,7 +235,7 @@ def _parse_messages(messages: Any) -> tuple[str, str, bytes | None, str | None, 
                     if not isinstance(url, str):
                         raise _Bad(f"Missing required parameter: '{where}.image_url.url'.", f"{where}.image_url.url")
                     detail = iu.get("detail", "auto")
-                    if detail not in ("auto", "low", "high"):
+                    if detail not in ("auto", "low", "high", "original"):
                         raise _Bad(f"Invalid value for '{where}.image_url.detail': {detail!r}.", f"{where}.image_url.detail")
                     if url.startswith("data:"):
                         head, sep, data = url.partition(",")
@@ -402,6 +403,12 @@ async def _completion(request: web.Request, deployment: str | None = None) -> we
                     if part.get("type") == "image_url":
                         raise _Bad("Invalid content type. image_url is only supported by certain models.",
                                    f"messages.[{i}].content.[{j}].type")
+        if image_detail == "original":
+            from geoagent.config import openai_large_patch_model
+
+            if not openai_large_patch_model(model):  # "Available on gpt-5.4 and future models" (vision guide)
+                raise _Bad("Invalid value for 'image_url.detail': 'original' (this model takes 'auto', 'low' or "
+                           "'high').", "image_url.detail")
         if NO_SYSTEM_ID.match(model):
             for i, msg in enumerate(body["messages"]):
                 if msg.get("role") in ("system", "developer"):
