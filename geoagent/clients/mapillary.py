@@ -315,7 +315,9 @@ def normalise_bbox(bbox: tuple[float, float, float, float]) -> list[tuple[float,
     Raises
     ------
     ValueError
-        If the box is empty or wider than 360 degrees."""
+        If the box is empty, wider than 360 degrees or not finite."""
+    if not all(math.isfinite(v) for v in bbox):  # an infinite radius's box would be the whole globe (break34)
+        raise ValueError(f"not a usable bounding box (west, south, east, north): {bbox}")
     w, s, e, n = bbox
     s, n = max(-90.0, s), min(90.0, n)
     if not (w < e and s < n) or e - w > 360.0:

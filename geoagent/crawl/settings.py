@@ -51,7 +51,14 @@ class CrawlConfigError(ValueError):
 class _Section(BaseModel):
     # strict, as the rest of the config (geoagent.config): a quoted "6" is not a number, "true" not a boolean;
     # the tuple fields take TOML arrays (lists) with strict=False on each, their items still checked
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # inf is refused as nan is (break34 crawl #1: a radius of inf sent Mapillary ~2,000 requests a second, the
+    # box splitting without end)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+#: the largest radius (km) a crawl setting takes: a city disc or search radius past it would be a region, not a
+#: city (the paper's are 6 and 3 km, Sec. 3.1-3.3), and a box that large costs thousands of API requests
+MAX_RADIUS_KM = 50.0
 
 
 #: The 16 photographable types of Sec. 3.2.1 with their Wikidata QIDs (class items; instances of
@@ -116,14 +123,14 @@ class ScreenerSettings(_Section):
     """City screener (Sec. 3.1, 3.2.1)."""
 
     place_values: tuple[str, ...] = Field(("neighbourhood", "suburb", "quarter"), strict=False)
-    radius_km: float = Field(6.0, gt=0)
+    radius_km: float = Field(6.0, gt=0, le=MAX_RADIUS_KM)
     min_points: int = Field(3, ge=2)
     addressing_unit_patterns: tuple[str, ...] = Field(CHOME_PATTERNS + MEXICAN_UNIT_PATTERNS + DEFAULT_EXTRA_UNIT_PATTERNS,
                                                       strict=False)
-    coverage_radius_km: float = Field(1.0, gt=0)
+    coverage_radius_km: float = Field(1.0, gt=0, le=MAX_RADIUS_KM)
     min_coverage: int = Field(30, ge=0)
-    l_min_km: float = Field(0.32, ge=0)
-    l_max_km: float = Field(0.65, gt=0)
+    l_min_km: float = Field(0.32, ge=0, le=MAX_RADIUS_KM)
+    l_max_km: float = Field(0.65, gt=0, le=MAX_RADIUS_KM)
     overpass_timeout_s: int = Field(25, gt=0)
 
     @field_validator("addressing_unit_patterns")
@@ -146,11 +153,11 @@ class ScreenerSettings(_Section):
 class SamplerSettings(_Section):
     """Site sampler (Sec. 3.2.1)."""
 
-    radius_km: float = Field(3.0, gt=0)
+    radius_km: float = Field(3.0, gt=0, le=MAX_RADIUS_KM)
     site_types: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_SITE_TYPES))
     max_sitelinks: int = Field(60, ge=0)
-    min_spacing_m: float = Field(250.0, ge=0)
-    coverage_radius_m: float = Field(150.0, gt=0)
+    min_spacing_m: float = Field(250.0, ge=0, le=MAX_RADIUS_KM * 1000)
+    coverage_radius_m: float = Field(150.0, gt=0, le=MAX_RADIUS_KM * 1000)
     min_coverage: int = Field(8, ge=0)
     sites_per_city: int = Field(3, ge=1)
     page_size: int = Field(1000, ge=10)
@@ -175,8 +182,8 @@ MAPILLARY_THUMB_FIELDS: tuple[str, ...] = ("thumb_256_url", "thumb_1024_url", "t
 class FetcherSettings(_Section):
     """Imagery fetcher (Sec. 3.2)."""
 
-    radius_m: float = Field(150.0, gt=0)
-    min_separation_m: float = Field(40.0, ge=0)
+    radius_m: float = Field(150.0, gt=0, le=MAX_RADIUS_KM * 1000)
+    min_separation_m: float = Field(40.0, ge=0, le=MAX_RADIUS_KM * 1000)
     max_images_per_site: int = Field(8, ge=1)
     min_brightness: float = Field(90.0, ge=0, le=255)
     grey_size_px: int = Field(32, ge=4)
@@ -225,7 +232,7 @@ class ImageAuditSettings(_Section):
 class ReferenceabilitySettings(_Section):
     """Text-only referenceability auditor (Sec. 3.3, App. A.3)."""
 
-    radius_km: float = Field(6.0, gt=0)
+    radius_km: float = Field(6.0, gt=0, le=MAX_RADIUS_KM)
     page_size: int = Field(500, ge=10)
     #: an entity query that times out is split into quadrants at most this many times over (0: no split;
     #: :meth:`geoagent.clients.wdqs.WdqsClient.entities_around`)
