@@ -989,8 +989,17 @@ class CampaignConfig(_Section):
         return m.provider == "replay" and bool(m.replay.path) and self._release_relative(m.replay.path) is not None
 
     def _release_relative(self, path: str) -> Path | None:
-        """``path`` relative to the default or configured release folder it lies under, else None."""
+        """``path`` relative to the release folder it lies under, else None: ``$GEOAGENT_RELEASE`` (compared as
+        absolute paths: the docs' set-up for the full release exports the variable and writes ``replay.path`` as
+        ``<that folder>/verify_raw.jsonl``; read as outside the release, its trials never replayed and its recorded
+        API failures went unlisted, break34 export #1), ``[paths] release_dir`` or the default, as written."""
         norm = Path(os.path.normpath(path))
+        env = os.environ.get(C.ENV_RELEASE_DIR)
+        if env:
+            b = Path(os.path.abspath(os.path.expanduser(env)))
+            n = Path(os.path.abspath(os.path.expanduser(path)))
+            if n != b and n.is_relative_to(b):
+                return n.relative_to(b)
         for base in (self.paths.release_dir, C.DEFAULT_RELEASE_DIR):
             if not base:
                 continue

@@ -78,6 +78,24 @@ def test_replay_path_follows_paths_release_dir_and_leaves_other_paths_alone(monk
         assert provider_settings(c, "r").replay_release_dir is None
 
 
+def test_an_absolute_replay_path_under_the_env_release_is_in_the_release(monkeypatch, tmp_path, no_release_env):
+    """break34 export #1: the docs' set-up for the full release (``GEOAGENT_RELEASE=<folder>``, ``replay.path =
+    "<folder>/verify_raw.jsonl"``) read the file as outside the release, so its trials that were not replayed, and
+    its recorded API failures, were left out of the missing list."""
+    rel = tmp_path / "gc" / "data"
+    monkeypatch.setenv(C.ENV_RELEASE_DIR, str(rel))
+    cfg = _replay_cfg(str(rel / "verify_raw.jsonl"))
+    assert cfg.replay_in_release("r") and cfg.replay_path("r") == rel / "verify_raw.jsonl"
+    # spelled with a redundant segment, or relative to the working directory: the same file
+    monkeypatch.chdir(tmp_path)
+    for spelled in (str(rel / "x" / ".." / "verify_raw.jsonl"), "gc/data/verify_raw.jsonl"):
+        c = _replay_cfg(spelled)
+        assert c.replay_in_release("r") and c.replay_path("r") == rel / "verify_raw.jsonl"
+    # the folder itself, and a file beside it, are not in it
+    assert not _replay_cfg(str(rel)).replay_in_release("r")
+    assert not _replay_cfg(str(tmp_path / "gc" / "other.jsonl")).replay_in_release("r")
+
+
 def test_replay_campaign_dry_run_from_a_clone_without_shared_beside_it(release_dir, tmp_path):
     """The user's command, from a working directory with no ../shared: exit 0 with the release's 336 trials."""
     work = tmp_path / "clone" / "work"
