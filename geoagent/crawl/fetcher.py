@@ -100,14 +100,39 @@ def size_problem(size: tuple[int, int]) -> str | None:
     return None
 
 
+#: rows at the bottom of a decoded JPEG checked for the decoder's filler (:func:`truncation_problem`): one MCU row
+#: of an image without vertical chroma subsampling
+FILLER_ROWS = 8
+#: what libjpeg decodes where a baseline scan's data ran out: every coefficient zero, so every sample is the level
+#: shift, 128, in Y, Cb and Cr alike: RGB (128, 128, 128)
+FILLER_RGB = ((128, 128), (128, 128), (128, 128))
+
+
+def truncation_problem(im: "Image.Image") -> str | None:
+    """Why a decoded JPEG's scan data looks cut short, or None.
+
+    A body cut short that still ends in the end-of-image marker FF D9 passes the "complete JPEG" check
+    (:func:`geoagent.clients.mapillary._jpeg_body`), and Pillow decodes it without an error: libjpeg only warns ("Premature end of JPEG file") and fills
+    the rest of the frame with mid grey, which lifted a dark frame (mean 59.5) over the daylight filter (106.6;
+    break34 crawl #2). The filler is exact: the bottom :data:`FILLER_ROWS` rows all RGB (128, 128, 128), which no
+    camera frame is. ``im``: a loaded Pillow image; other formats than JPEG are not checked."""
+    if im.format != "JPEG" or im.height < FILLER_ROWS:
+        return None
+    band = im.crop((0, im.height - FILLER_ROWS, im.width, im.height)).convert("RGB")
+    if band.getextrema() == FILLER_RGB:
+        return (f"scan data cut short: the bottom {FILLER_ROWS} rows are the decoder's uniform (128, 128, 128) "
+                "filler (a JPEG body cut short that still ends in FF D9)")
+    return None
+
+
 def mean_brightness(jpeg: bytes, size_px: int = 32) -> float:
     """Mean grey level (0-255) of a ``size_px`` x ``size_px`` greyscale copy of the image.
 
     Raises
     ------
     ValueError
-        When the bytes are not a readable image, or its size (read from the header, before any decoding) is no
-        thumbnail's (:func:`size_problem`).
+        When the bytes are not a readable image, its size (read from the header, before any decoding) is no
+        thumbnail's (:func:`size_problem`), or its scan data was cut short (:func:`truncation_problem`).
     """
     try:
         with warnings.catch_warnings():  # above the bomb limit: refused below, before decoding
@@ -115,6 +140,9 @@ def mean_brightness(jpeg: bytes, size_px: int = 32) -> float:
             im = Image.open(io.BytesIO(jpeg))
         with im:
             problem = size_problem(im.size)
+            if problem is None:
+                im.load()
+                problem = truncation_problem(im)
             if problem is None:
                 grey = im.convert("L").resize((size_px, size_px), Image.Resampling.BILINEAR)
     except Exception as e:  # PIL raises several types for bad data
