@@ -93,6 +93,8 @@ from types import SimpleNamespace
 from typing import Any
 from urllib.parse import parse_qsl, quote, quote_plus, urlencode, urljoin, urlsplit, urlunsplit
 
+import orjson
+
 from geoagent.runtime.errors import PicklableError
 from geoagent.secrets import mask_values, secret_spellings
 from geoagent.runtime.stage import Abandoned, Deferred
@@ -644,6 +646,33 @@ def retry_after_of(headers: Mapping[str, str], now_wall_s: float | None = None) 
     return parse_retry_after(header_value(headers, "Retry-After"), now_wall_s)
 
 
+#: the ``@type`` of the Google APIs' error detail that names how long to wait (``google.rpc.RetryInfo``)
+_RETRY_INFO_TYPE = "type.googleapis.com/google.rpc.RetryInfo"
+#: a protobuf Duration in its JSON form: decimal seconds and an ``s`` ("45.837906927s")
+_DURATION = re.compile(r"([0-9]{1,9}(?:\.[0-9]{1,9})?)s")
+
+
+def body_retry_delay(text: str) -> float | None:
+    """Seconds a Google API's 429/503 body asks to wait, or None: the ``retryDelay`` of its
+    ``error.details`` entry of ``@type`` ``type.googleapis.com/google.rpc.RetryInfo`` (a protobuf Duration,
+    ``"45.837906927s"``). Gemini sends the wait only there, never as a ``Retry-After`` header (dcdpr/jp#1061,
+    vercel/ai#18627), so without it a client backs off blindly and can give up inside a 45 s quota window.
+    Never raises: a body that is not such JSON gives None."""
+    if _RETRY_INFO_TYPE not in text:
+        return None
+    try:
+        data = orjson.loads(text)
+        details = data["error"]["details"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return None
+    for d in details if isinstance(details, list) else ():
+        if isinstance(d, dict) and d.get("@type") == _RETRY_INFO_TYPE and isinstance(d.get("retryDelay"), str):
+            m = _DURATION.fullmatch(d["retryDelay"].strip())
+            if m:
+                return float(m.group(1))
+    return None
+
+
 @functools.lru_cache(maxsize=1024)
 def host_key(url: str) -> str:
     """``"hostname:port"`` when the URL names a port explicitly, else ``"hostname"`` (lower-case)."""
@@ -685,6 +714,11 @@ class _Retryable(Exception):
 
 #: 4xx statuses that are retried (and may pause the host), like every 5xx
 _RETRY_STATUSES = frozenset({408, 425, 429})
+#: body markers (lower case) of a 429 that is no rate limit but a used-up quota or spend limit: OpenAI's
+#: ``insufficient_quota`` ("Retrying insufficient_quota never helps"), Anthropic's
+#: ``enforced_spend_limit_reached`` ("not retryable and has no retry-after"; api-notes sections 7 and 8). Such a
+#: 429 fails at once (:class:`PermanentHTTPError`, status and body kept), and pauses nothing
+QUOTA_429_MARKERS = ("insufficient_quota", "enforced_spend_limit_reached")
 
 _VOID = float("-inf")  # a rate slot given back unsent (_SlidingWindowThrottler.give_back)
 #: ids of unreachable streaks (:attr:`RetriesExhausted.streak_id`): unique in the process, across clients and hosts
@@ -1811,8 +1845,11 @@ class HttpClient:
             host.stats.last_ok_at = time.time()
             return resp
         excerpt = _scrub_head(resp.text, BODY_EXCERPT_CHARS, secrets)
-        if status in _RETRY_STATUSES or status >= 500:
+        if (status in _RETRY_STATUSES or status >= 500) and not (
+                status == 429 and any(m in excerpt.lower() for m in QUOTA_429_MARKERS)):
             retry_after = retry_after_of(resp_headers) if status in (429, 503) else None
+            if retry_after is None and status in (429, 503):
+                retry_after = body_retry_delay(resp.text)
             if retry_after is not None:
                 # a 429 is the limit of the request's key (providers limit per model): that key waits; a 503
                 # (overloaded, unavailable) is the host's condition: every key on the host waits

@@ -23,6 +23,8 @@ uniformly from ``cfg.kinds``:
 ``"malformed"``
     The handler runs, and its 2xx JSON body is cut to half its length (guaranteed not to parse), sent
     as ``200`` with ``Content-Type: application/json``.
+``"quota"`` (only when named: :data:`EXTRA_FAULT_KINDS`)
+    ``429`` for a used-up quota or spend limit, no ``Retry-After``; handler not run.
 
 Runtime switching. The middleware keeps a :class:`FaultState` (the live, mutable :class:`FaultConfig`,
 its RNG and the request log), reachable
@@ -61,6 +63,13 @@ import orjson
 from aiohttp import web
 
 FAULT_KINDS: tuple[str, ...] = ("429", "500", "503", "timeout", "reset", "malformed")
+#: faults drawn only when named in ``FaultConfig.kinds`` (never by default): ``"quota"``, a 429 that is no
+#: rate limit but a used-up quota or spend limit (shaped per API by
+#: :func:`geoagent.sandbox.llm_common.api_error_middleware`: OpenAI ``insufficient_quota``, Anthropic
+#: ``enforced_spend_limit_reached``), with no ``Retry-After``; retrying it never helps
+EXTRA_FAULT_KINDS: tuple[str, ...] = ("quota",)
+#: the generic message of an injected ``"quota"`` fault, which the API shaping middleware recognises
+QUOTA_FAULT_MESSAGE = "quota exhausted (injected fault)"
 ADMIN_PREFIX = "/_sandbox/"
 ADMIN_FAULTS_PATH = "/_sandbox/faults"
 ADMIN_REQUESTS_PATH = "/_sandbox/requests"
@@ -77,7 +86,8 @@ class FaultConfig:
     rate : float
         Fraction of (non-admin, path-matching) requests that get a fault, in [0, 1].
     kinds : tuple of str
-        Faults to draw from uniformly; a subset of :data:`FAULT_KINDS`.
+        Faults to draw from uniformly; a subset of :data:`FAULT_KINDS` (the default) and
+        :data:`EXTRA_FAULT_KINDS`.
     seed : int
         Seed of the RNG that decides which requests are faulted and how (in arrival order).
     retry_after_s : float
@@ -125,9 +135,10 @@ class FaultConfig:
             self.only_paths = tuple(self.only_paths)
         if not 0.0 <= float(self.rate) <= 1.0:
             raise ValueError(f"FaultConfig.rate must be in [0, 1], got {self.rate!r}")
-        bad = [k for k in self.kinds if k not in FAULT_KINDS]
+        bad = [k for k in self.kinds if k not in FAULT_KINDS + EXTRA_FAULT_KINDS]
         if bad:
-            raise ValueError(f"FaultConfig.kinds: unknown fault kind(s) {bad}; expected a subset of {FAULT_KINDS}")
+            raise ValueError(f"FaultConfig.kinds: unknown fault kind(s) {bad}; expected a subset of "
+                             f"{FAULT_KINDS + EXTRA_FAULT_KINDS}")
         if self.rate > 0 and not self.kinds:
             raise ValueError("FaultConfig.kinds is empty but rate > 0")
         if self.retry_after_s < 0 or self.timeout_delay_s < 0:
@@ -362,6 +373,9 @@ async def _apply(kind: str | None, request: web.Request, handler: _Handler, cfg:
             resp.headers["Retry-After"] = (_http_date(time.time() + cfg.retry_after_s) if cfg.retry_after_date
                                            else _format_retry_after(cfg.retry_after_s))
         return resp
+    if kind == "quota":
+        await request.read()
+        return _error_json(429, QUOTA_FAULT_MESSAGE)
     if kind == "timeout":
         if not await _stall(request, cfg.timeout_delay_s):
             return None

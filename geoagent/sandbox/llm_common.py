@@ -45,7 +45,7 @@ import orjson
 from aiohttp import web
 
 from geoagent import constants as C
-from geoagent.sandbox.faults import FAULT_RECORD_KEY, FAULTS_KEY, FaultConfig, fault_middleware
+from geoagent.sandbox.faults import FAULT_RECORD_KEY, FAULTS_KEY, QUOTA_FAULT_MESSAGE, FaultConfig, fault_middleware
 from geoagent.sandbox.responders import SIM_IMAGE_TOKENS, simulate_answer
 from geoagent.sandbox.server import client_disconnect_middleware, run_forever
 
@@ -123,33 +123,54 @@ IMAGE_BILLING_KEY: web.AppKey[str] = web.AppKey("llm_image_billing", str)
 IMAGE_BILLING = ("simulated", "documented")
 
 
+def _retry_delay(retry_after: str | None) -> str | None:
+    """A ``Retry-After`` value (delta-seconds or HTTP-date) as a protobuf Duration's JSON (``"1.5s"``), or None."""
+    from geoagent.runtime.http import parse_retry_after
+
+    seconds = parse_retry_after(retry_after)
+    if seconds is None:
+        return None
+    return f"{seconds:.9f}".rstrip("0").rstrip(".") + "s"
+
+
 def _shaped_error(api: str, status: int, message: str, retry_after: str | None) -> tuple[int, dict[str, Any]]:
-    """(status, body) of a throttle/server error in ``api``'s documented error shape."""
+    """(status, body) of a throttle/server error in ``api``'s documented error shape; an injected ``quota`` fault
+    (:data:`~geoagent.sandbox.faults.QUOTA_FAULT_MESSAGE`) in the API's used-up-quota shape."""
+    quota = status == 429 and message == QUOTA_FAULT_MESSAGE
     if api == "anthropic":
         if status == 503:
             status = 529  # Anthropic signals API-wide overload with 529 overloaded_error
         etype = {429: "rate_limit_error", 529: "overloaded_error"}.get(status, "api_error")
-        return status, {"type": "error", "error": {"type": etype, "message": message}, "request_id": "req_" + short_id(time.time_ns())}
+        error: dict[str, Any] = {"type": etype, "message": message}
+        if quota:  # api-notes section 8: a 429 with error.details.error_code when the monthly spend limit is hit
+            error = {"type": "rate_limit_error", "message": message,
+                     "details": {"error_code": "enforced_spend_limit_reached"}}
+        return status, {"type": "error", "error": error, "request_id": "req_" + short_id(time.time_ns())}
     if api == "gemini":
         gstatus = {429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}.get(status, "UNKNOWN")
         err: dict[str, Any] = {"code": status, "message": message, "status": gstatus}
+        details: list[dict[str, Any]] = []
         if status == 429:
-            details: list[dict[str, Any]] = [
-                {
-                    "@type": "type.googleapis.com/google.rpc.QuotaFailure",
-                    "violations": [
-                        {
-                            "quotaMetric": "generativelanguage.googleapis.com/generate_content_requests",
-                            "quotaId": "GenerateRequestsPerMinutePerProjectPerModel",
-                        }
-                    ],
-                }
-            ]
-            if retry_after is not None:
-                details.append({"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{retry_after}s"})
+            details.append({
+                "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                "violations": [
+                    {
+                        "quotaMetric": "generativelanguage.googleapis.com/generate_content_requests",
+                        "quotaId": "GenerateRequestsPerMinutePerProjectPerModel",
+                    }
+                ],
+            })
+        delay = _retry_delay(retry_after)
+        if delay is not None and not quota:  # a used-up daily quota names no wait
+            # the wait, in the body only (google.rpc.RetryInfo, a protobuf Duration): no Retry-After header
+            details.append({"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": delay})
+        if details:
             err["details"] = details
         return status, {"error": err}
     # openai (and compatible servers)
+    if quota:  # api-notes section 7: the second 429 flavour, type and code insufficient_quota
+        return status, {"error": {"message": message, "type": "insufficient_quota", "param": None,
+                                  "code": "insufficient_quota"}}
     etype, code = {429: ("requests", "rate_limit_exceeded")}.get(status, ("server_error", None))
     return status, {"error": {"message": message, "type": etype, "param": None, "code": code}}
 
@@ -184,7 +205,8 @@ def api_error_middleware(api: str) -> Any:
     documented error shape (OpenAI ``{"error": {message, type, param, code}}``; Anthropic
     ``{"type": "error", "error": {type, message}, "request_id"}`` with 503 sent as 529
     ``overloaded_error``; Gemini ``{"error": {code, message, status, details}}`` with a ``QuotaFailure``
-    and, when a ``Retry-After`` was set, a ``RetryInfo`` detail). Headers such as ``Retry-After`` are kept.
+    and, when a ``Retry-After`` was set, a ``RetryInfo`` detail instead of the header, as the real API sends it).
+    Other APIs keep the ``Retry-After`` header.
     """
 
     @web.middleware
@@ -204,9 +226,10 @@ def api_error_middleware(api: str) -> Any:
             return _azure_throttle(request, retry_after)
         status, body = _shaped_error(api, resp.status, message, retry_after)
         out = web.json_response(body, status=status)
-        for h in ("Retry-After",):
-            if h in resp.headers:
-                out.headers[h] = resp.headers[h]
+        # Gemini names the wait only in the body (a RetryInfo detail), never in a Retry-After header (dcdpr/jp#1061:
+        # "Gemini answers a 429 without a Retry-After header"; break34 provider #7)
+        if api != "gemini" and "Retry-After" in resp.headers:
+            out.headers["Retry-After"] = resp.headers["Retry-After"]
         return out
 
     return _shape
@@ -575,7 +598,7 @@ def cli_main(factory: Callable[..., web.Application], prog: str, argv: Sequence[
     ap.add_argument("--no-auth", action="store_true", help="accept requests without a key (like vLLM/Ollama)")
     ap.add_argument("--calls-max", type=int, default=10_000, help="call records kept in memory (file gets all)")
     ap.add_argument("--fault-rate", type=float, default=0.0, help="fraction of requests that get a fault")
-    ap.add_argument("--fault-kinds", default=None, help="comma-separated subset of 429,500,503,timeout,reset,malformed")
+    ap.add_argument("--fault-kinds", default=None, help="comma-separated subset of 429,500,503,timeout,reset,malformed (default: all six), and quota")
     ap.add_argument("--fault-seed", type=int, default=0)
     ap.add_argument("--fault-retry-after-s", type=float, default=1.0, help="Retry-After of injected 429s (s)")
     ap.add_argument("--latency-ms", type=float, default=0.0,

@@ -214,6 +214,7 @@ from geoagent.runtime.http import (
     OutcomeUnknown,
     PausedUnsent,
     PermanentHTTPError,
+    QUOTA_429_MARKERS,
     RetriesExhausted,
     RetriesStopped,
     exception_text,
@@ -299,6 +300,13 @@ AUTH_BODY_MARKERS = ("API_KEY_INVALID", "API key not valid")
 #: error ("... requires moderation and your input was flagged", ``error.metadata.flagged_input``/``reasons``)
 #: and content-policy refusals of OpenAI-compatible gateways; such a 403 never counts toward the breaker
 MODERATION_BODY_MARKERS = ("flagged", "moderation", "content_policy", "content policy")
+#: an answer refusing the ACCOUNT for billing, not the request: HTTP 402 (OpenRouter's "insufficient credits",
+#: Anthropic's ``billing_error``), and bodies that say so under another status. Retrying never helps
+#: (api-notes: OpenAI's 429 ``insufficient_quota``, "Retry only the first [flavour]"; Anthropic's 429
+#: ``enforced_spend_limit_reached`` "is not retryable"), and every further call of the model would be refused
+#: too, so it stops the model as a refused key does (:class:`AuthBreaker`), never dead-letters its tasks
+BILLING_STATUSES = frozenset({402})
+BILLING_BODY_MARKERS = (*QUOTA_429_MARKERS, "billing_error", "credit balance is too low")
 
 
 def is_auth_failure(status: int, body_excerpt: str) -> bool:
@@ -324,17 +332,35 @@ def is_auth_failure(status: int, body_excerpt: str) -> bool:
     return status in AUTH_STATUSES or (status == 400 and any(m in body for m in AUTH_BODY_MARKERS))
 
 
+def is_billing_failure(status: int, body_excerpt: str) -> bool:
+    """Whether a model host's error answer refuses the account for billing (quota or credit used up, a spend
+    limit reached): HTTP 402, or a 4xx whose body carries one of :data:`BILLING_BODY_MARKERS` (OpenAI's 429
+    ``insufficient_quota``, Anthropic's 429 ``enforced_spend_limit_reached`` and 400 "Your credit balance is too
+    low"; api-notes sections 7 and 8). ``body_excerpt``: the start of the answer's body (secrets scrubbed)."""
+    if status in BILLING_STATUSES:
+        return True
+    low = (body_excerpt or "").lower()
+    return 400 <= status < 500 and any(m in low for m in BILLING_BODY_MARKERS)
+
+
 @dataclasses.dataclass(slots=True)
 class AuthFailure:
-    """The open breaker of one model: its name, the HTTP status that opened it, its key variable's NAME."""
+    """The open breaker of one model: its name, the HTTP status that opened it, its key variable's NAME, and
+    whether the provider refused the account for billing (:func:`is_billing_failure`) rather than the key."""
 
     model: str
     status: int
     api_key_env: str | None
     failures: int
+    billing: bool = False
 
     def message(self) -> str:
-        """``authentication failed for model X (HTTP 401): check OPENAI_API_KEY`` (never the value)."""
+        """``authentication failed for model X (HTTP 401): check OPENAI_API_KEY`` (never the value), or for a
+        billing refusal ``the provider refused model X for billing (HTTP 429): ...``."""
+        if self.billing:
+            return (f"the provider refused model {self.model} for billing (HTTP {self.status}: quota or credit used "
+                    "up, or a spend limit reached): add credit or raise the limit at the provider, then re-run "
+                    "(the key itself was accepted)")
         what = f"check {self.api_key_env}" if self.api_key_env else "check the model's api_key_env and headers"
         return f"authentication failed for model {self.model} (HTTP {self.status}): {what}"
 
@@ -375,21 +401,23 @@ class AuthBreaker(HeldTasks):
         self._streak[model] = 0
         self._answered.add(model)
 
-    def failure(self, model: str, status: int, api_key_env: str | None, last_attempt: bool = False) -> AuthFailure | None:
+    def failure(self, model: str, status: int, api_key_env: str | None, last_attempt: bool = False, *,
+                billing: bool = False) -> AuthFailure | None:
         """Count one authentication failure; return the model's :class:`AuthFailure` once its breaker is open.
 
         ``last_attempt``: the failing task has no attempt left. The breaker opens then even below
         ``threshold`` (a campaign with fewer failing attempts than the threshold, e.g. one task and
         ``max_attempts`` 2, or a key revoked mid-run with few tasks left, would otherwise dead-letter its tasks
         for a refused key): a task whose last attempt is refused is held, never dead-lettered, also when the
-        model answered earlier in the run.
+        model answered earlier in the run. ``billing``: the answer refused the account for billing
+        (:func:`is_billing_failure`); the breaker's message then says so instead of naming the key.
         """
         if model in self.opened:
             return self.opened[model]
         n = self._streak.get(model, 0) + 1
         self._streak[model] = n
         if n >= self.threshold or last_attempt:
-            self.opened[model] = AuthFailure(model, int(status), api_key_env, n)
+            self.opened[model] = AuthFailure(model, int(status), api_key_env, n, billing=billing)
             return self.opened[model]
         return None
 
@@ -706,13 +734,14 @@ _ELSEWHERE = object()
 
 
 class _AuthFailed(PicklableError, Exception):
-    """A model call answered 401/403 (reservation already closed); ``handle`` asks the breaker what next.
-    Picklable: ``status`` and ``reason`` travel."""
+    """A model call answered 401/403, or refused the account for billing (``billing``; reservation already
+    closed); ``handle`` asks the breaker what next. Picklable: ``status``, ``reason`` and ``billing`` travel."""
 
-    def __init__(self, status: int, reason: str) -> None:
+    def __init__(self, status: int, reason: str, billing: bool = False) -> None:
         super().__init__(reason)
         self.status = status
         self.reason = reason
+        self.billing = billing
 
 
 def _excerpt(text: str) -> str:
@@ -1353,7 +1382,8 @@ class ModelCaller(Stage):
                 raise
             except _AuthFailed as exc:
                 last = task.attempts + 1 >= int(getattr(getattr(cfg, "queue", None), "max_attempts", C.DEFAULT_MAX_ATTEMPTS))
-                opened = breaker.failure(m.name, exc.status, getattr(m, "key_env", None) or m.api_key_env, last_attempt=last)
+                opened = breaker.failure(m.name, exc.status, getattr(m, "key_env", None) or m.api_key_env, last_attempt=last,
+                                         billing=exc.billing)
                 if opened is not None:
                     raise AuthStop(opened) from None
                 raise CallFailed(exc.reason) from None  # nacked: retried, never dead-lettered by the streak
@@ -1532,6 +1562,8 @@ class ModelCaller(Stage):
             # without a reservation the gate never let the request through, so nothing was sent
             if gate.reservation is not None:
                 await close_failed_call(ledger, gate.reservation, exc, m)
+            if isinstance(exc, PermanentHTTPError) and is_billing_failure(exc.status, exc.body_excerpt):
+                raise _AuthFailed(exc.status, f"HTTP {exc.status}: {_excerpt(exc.body_excerpt)}", billing=True) from None
             if isinstance(exc, PermanentHTTPError) and is_auth_failure(exc.status, exc.body_excerpt):
                 raise _AuthFailed(exc.status, f"HTTP {exc.status}: {_excerpt(exc.body_excerpt)}") from None
             if isinstance(exc, PermanentHTTPError):
