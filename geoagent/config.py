@@ -81,7 +81,8 @@ _AUTH_HEADERS = {"authorization", "proxy-authorization", "x-api-key", "api-key",
 def url_problem(url: str, *, example: str, where_key: str) -> str | None:
     """What is wrong with an endpoint URL of the config, as the tail of ``expected ...``; None when it is fine.
 
-    A URL must be ``http`` or ``https`` with a host, and carry no credentials: no ``user:password@`` and no
+    A URL must be ``http`` or ``https`` with a host, and carry no credentials: no ``user:password@``, no path
+    segment that is a pasted key (:func:`geoagent.secrets.looks_like_pasted_key`), and no
     query parameter named like a key (``key``, ``api_key``, ``token``, ``*_key``, ...) or whose value looks
     like one (:func:`geoagent.secrets.looks_like_secret`). The config is written to ``manifest.json`` and
     URLs appear in status lines and error messages, so a key there would be stored and shown verbatim.
@@ -107,6 +108,14 @@ def url_problem(url: str, *, example: str, where_key: str) -> str | None:
         return f"an http(s) URL such as {example!r}"
     if parts.username or parts.password:
         return f"a URL without credentials ({where_key})"
+    from urllib.parse import unquote
+
+    from geoagent.secrets import looks_like_pasted_key
+
+    # a key pasted into the path (https://api.openai.com/sk-proj-.../v1; break34 config #1): the segments that begin
+    # as a provider's keys do and are random, not words, so account ids (Cloudflare's 32 hex) and deployment names pass
+    if any(looks_like_pasted_key(unquote(seg)) for seg in parts.path.split("/")):
+        return f"a URL without credentials in its path ({where_key})"
     if parts.query:
         from urllib.parse import parse_qsl
 
