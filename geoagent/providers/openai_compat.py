@@ -82,6 +82,26 @@ def _error_message(err: Any) -> str:
     return str(err)[:300]
 
 
+#: the part types of a ``content`` list that carry answer text (``text``; ``output_text`` as the Responses API
+#: names it); others (``reasoning``, ``thinking``, images) are not the answer
+_TEXT_PART_TYPES = ("text", "output_text")
+
+
+def _text_of_parts(parts: list[Any], raw: bytes, kind: str) -> str:
+    """The answer text of a ``content`` given as a list of parts (``[{"type": "text", "text": ...}, ...]``, as some
+    OpenAI-compatible servers send for reasoning models): the text parts joined, thinking parts left out. A list
+    holding anything but objects is no answer (:class:`MalformedResponse`). break34 provider #6: such a body was
+    malformed, and its task was sent and billed again up to ``[queue] max_attempts`` times."""
+    out: list[str] = []
+    for part in parts:
+        if not isinstance(part, dict):
+            raise MalformedResponse(kind, "choices[0].message.content is a list with a part that is not an object",
+                                    body_excerpt(raw))
+        if part.get("type") in _TEXT_PART_TYPES and isinstance(part.get("text"), str):
+            out.append(part["text"])
+    return "".join(out)
+
+
 @register
 class OpenAICompatProvider(HttpProvider):
     """Chat Completions over HTTP; ``kind = "openai"``."""
@@ -204,6 +224,12 @@ class OpenAICompatProvider(HttpProvider):
                                  self._usage(usage, "", raw) if isinstance(usage, dict) else None)
         if text is None and finish == "length":  # cut off before any answer text: vLLM's reasoning parser writes
             text = ""  # content null (the unfinished reasoning in message.reasoning), api.openai.com content ""
+        if isinstance(text, list):  # content as parts (some compatible servers, for reasoning models): the text parts
+            text = _text_of_parts(text, raw, self.kind)
+        if text is None and isinstance(message.get("tool_calls"), list) and message["tool_calls"]:
+            # no tools are offered, yet a tool call came back instead of an answer: billed, and asking again would
+            # be billed again for the same non-answer (break34 provider #6), so it is an empty answer
+            text = ""
         if not isinstance(text, str):
             raise MalformedResponse(self.kind, "choices[0].message.content is not text", body_excerpt(raw))
         return ModelResponse(
@@ -226,8 +252,10 @@ class OpenAICompatProvider(HttpProvider):
             return Usage(0, 0, reported=False)
 
     def _usage(self, usage: dict[str, Any], text: str, raw: bytes) -> Usage:
-        """Input and output tokens of ``usage``; output = ``completion_tokens``, else ``total_tokens -
-        prompt_tokens``, else 0 only when no text came back (a paid answer never settles as free output).
+        """Input and output tokens of ``usage``; output = ``completion_tokens`` (raised to ``total_tokens -
+        prompt_tokens`` when that is larger, and by ``completion_tokens_details.reasoning_tokens`` when those exceed
+        it: a gateway's count without the thinking tokens), else ``total_tokens - prompt_tokens``, else 0 only when
+        no text came back (a paid answer never settles as free output).
 
         Raises
         ------
@@ -240,6 +268,19 @@ class OpenAICompatProvider(HttpProvider):
         n_in = as_int(usage.get("prompt_tokens"), "usage.prompt_tokens", self.kind, raw)
         if usage.get("completion_tokens") is not None:
             n_out = as_int(usage.get("completion_tokens"), "usage.completion_tokens", self.kind, raw)
+            # gateways that turn Gemini's usage into this shape have reported completion_tokens without the
+            # thinking tokens, which Google bills as output: those are then only in total_tokens and in
+            # completion_tokens_details.reasoning_tokens (mozilla-ai/any-llm#1290: prompt 20, completion 151, total
+            # 553; router-for-me/CLIProxyAPI#5733: completion 0, reasoning 60, total 81). OpenAI's own completion
+            # count includes its reasoning tokens and total = prompt + completion, so there nothing changes; where
+            # the counts disagree the larger bill is booked (break34 provider #2)
+            total = usage.get("total_tokens")
+            if type(total) is int and total - n_in > n_out:
+                n_out = total - n_in
+            details = usage.get("completion_tokens_details")
+            reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
+            if type(reasoning) is int and reasoning > n_out:  # more reasoning than all output: not counted in it
+                n_out += reasoning
         elif usage.get("total_tokens") is not None:
             n_out = as_int(usage.get("total_tokens"), "usage.total_tokens", self.kind, raw) - n_in
             if n_out < 0:
