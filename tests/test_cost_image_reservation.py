@@ -193,7 +193,11 @@ def test_calls_billed_above_their_reservation_are_counted_and_warned_about(tmp_p
     reserved = sum((math.ceil((len(p) // 3 + 16) * 1.25) * 0.15 + 100 * 0.60) / 1e6 for p in prompts)
     actual = sum((c["input_tokens"] * 0.15 + c["output_tokens"] * 0.60) / 1e6 for c in calls)
     s = out.spend
-    assert s["overrun_calls"] == n and s["overrun_usd"] == pytest.approx(actual - reserved, abs=1e-8)
+    # the calls in flight before the first settled (concurrency 4) overran; after it, the overrun guard raised the
+    # model's reservations to what it had billed (break34), so the rest did not
+    assert 1 <= s["overrun_calls"] <= 4 < n
+    assert 0 < s["overrun_usd"] <= actual - reserved + 1e-8
     warn = [ln for ln in out.summary().split("\n") if "billed more than reserved" in ln]
-    assert len(warn) == 1 and warn[0].startswith(f"  !!! WARNING: {n} calls billed more than reserved")
+    k = s["overrun_calls"]
+    assert len(warn) == 1 and warn[0].startswith(f"  !!! WARNING: {k} call{'s' if k != 1 else ''} billed more than reserved")
     assert "raise [[models]] image_input_tokens" in warn[0]
