@@ -36,8 +36,11 @@ def test_model_responses_always_has_usage_reported(tmp_path, request, kind):
             assert df.sort("key")["usage_reported"].to_list() == [True, False][:len(answers)]
             assert pl.read_csv(t.csv).columns == df.columns
             cols = list(TABLE_SCHEMAS[RESPONSES_TABLE])
-            assert df.columns[:1 + len(cols)] == ["key", *cols] and cols[-3:] == ["usage_reported", "replayed",
-                                                                                   "simulated"]
+            # the request's record (request_meta.*, declared since break34) follows the answer's columns
+            answer_cols = [c for c in cols if not c.startswith("request_meta.")]
+            assert df.columns[:1 + len(cols)] == ["key", *cols]
+            assert answer_cols[-3:] == ["usage_reported", "replayed", "simulated"]
+            assert cols[len(answer_cols):] == [c for c in cols if c.startswith("request_meta.")]
 
 
 def test_the_generic_results_say_whether_usage_was_reported(tmp_path):
@@ -83,3 +86,24 @@ def test_results_rows_from_before_the_column_read_their_stored_response(tmp_path
     # before: [None, None, None, True]
     assert df["usage_reported"].to_list() == [True, False, None, True]
     assert df.schema["usage_reported"] == pl.Boolean
+
+
+def test_a_crawls_and_a_campaigns_model_responses_concatenate(tmp_path):
+    """break34 export #4: a crawl's answers record ``request_meta.task``, a campaign's ``request_meta.task_key``;
+    with only the keys each file saw, ``pl.concat`` and DuckDB's ``read_parquet`` of both failed on the column
+    names. Both are declared now, null where not recorded."""
+    files = []
+    for name, meta in (("crawl", {"model_name": "aud", "provider": "simulated", "task": "crawl_image_audit"}),
+                       ("campaign", {"model_name": "m", "provider": "openai", "task_key": "t1",
+                                     "prompt_chars": 12, "reserved_usd": 0.01})):
+        with open_state("sqlite", None, name, tmp_path / name, cap_usd=1.0) as st:
+            r = st.ledger.reserve("k", 0.01, model=meta["model_name"])
+            st.store.put("k", meta, ModelResponse("Paris", Usage(10, 5)), r, cost_usd=0.001)
+            [t] = [t for t in export_all(st.store, tmp_path / name / "out") if t.table == RESPONSES_TABLE]
+            files.append(t.parquet)
+    frames = [pl.read_parquet(f) for f in files]
+    assert frames[0].columns == frames[1].columns and frames[0].schema == frames[1].schema
+    both = pl.concat(frames)
+    assert both["request_meta.task"].to_list() == ["crawl_image_audit", None]
+    assert both["request_meta.task_key"].to_list() == [None, "t1"]
+    assert both["request_meta.prompt_chars"].dtype == pl.Int64

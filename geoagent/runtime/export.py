@@ -10,8 +10,9 @@ Column types never depend on the data: every table the campaigns write has a dec
 (:data:`TABLE_SCHEMAS`: ``geoverify_scored``, ``geohint_scored``, the generic campaign's ``results`` and
 ``model_responses``), so a column that happens to be empty in one run (``error_km`` when nothing geocoded)
 still has its type (``Float64``, all null), and the exports of two campaigns concatenate with
-``pl.concat``. Declared columns always appear, in declared order, after ``key``; columns a row adds beyond
-the schema (a new ``extra`` key, a ``request_meta`` field) follow, with inferred types, and an all-null one
+``pl.concat``. Declared columns always appear, in declared order, after ``key`` (``model_responses`` declares
+its ``request_meta`` fields too, so a crawl's export and a campaign's concatenate); columns a row adds beyond
+the schema (a new ``extra`` key, a ``request_meta`` field added later) follow, with inferred types, and an all-null one
 is ``String`` rather than Polars' ``Null``. A declared column whose stored values do not fit its type
 (hand-edited data) is written as text rather than dropped, so no stored value is lost.
 
@@ -128,6 +129,13 @@ TABLE_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
         "model": pl.String, "cost_usd": pl.Float64, "created_at": pl.Float64, "text": pl.String,
         "input_tokens": pl.Int64, "output_tokens": pl.Int64, "latency_s": pl.Float64, "finish_reason": pl.String,
         "provider_model": pl.String, "usage_reported": pl.Boolean, "replayed": pl.Boolean, "simulated": pl.Boolean,
+        # the request's record (geoagent.workers.model_caller; the crawl's metered calls): declared, so a crawl's
+        # export (``task``, no ``task_key``) and a campaign's (``task_key``, no ``task``) have the same columns and
+        # concatenate (break34 export #4: pl.concat and DuckDB's read_parquet of both failed)
+        "request_meta.model_name": pl.String, "request_meta.provider": pl.String, "request_meta.model": pl.String,
+        "request_meta.image_id": pl.String, "request_meta.params": pl.String, "request_meta.prompt_sha256": pl.String,
+        "request_meta.prompt_chars": pl.Int64, "request_meta.reserved_usd": pl.Float64,
+        "request_meta.task_key": pl.String, "request_meta.task": pl.String, "request_meta.provider_kind": pl.String,
     },
 }
 
