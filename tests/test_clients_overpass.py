@@ -79,6 +79,23 @@ def test_runtime_error_remark_is_a_failure(mode):
     assert ei.value.n_elements > 0  # partial elements were present and still not accepted
 
 
+def test_a_runtime_error_remark_counts_among_the_hosts_errors():
+    """break34 crawl #4: the 200 with a runtime-error remark was a success to the HTTP layer, so the crawl's
+    summary said 'error rate 0.0%' for answers it had to ask again."""
+    app = fake.make_app(_elements())
+    app[fake.OVERPASS_STATE].remark_mode = "timeout"
+
+    async def go():
+        async with serve(app) as base, HttpClient(default_policy=FAST) as http:
+            client = OverpassClient(http, base + "/api", UA)
+            with pytest.raises(OverpassRuntimeError):
+                await client.interpreter(place_query(LAT0, LON0, ScreenerSettings()))
+            return http.stats()
+
+    [(host, st)] = [(h, s) for h, s in asyncio.run(go()).items() if s.requests]
+    assert st.errors == {"runtime error remark": 1}
+
+
 def test_informational_remark_passes():
     from geoagent.clients.overpass import check_remark
 

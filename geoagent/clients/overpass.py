@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from geoagent.runtime.errors import PicklableError
-from geoagent.runtime.http import HostPolicy, PermanentHTTPError, RetriesExhausted, limit_key
+from geoagent.runtime.http import HostPolicy, PermanentHTTPError, RetriesExhausted, host_key, limit_key
 
 
 class OverpassError(PicklableError, RuntimeError):
@@ -260,5 +260,11 @@ class OverpassClient:
             raise OverpassError(f"Overpass answered {ctype or 'no content type'} that is not JSON: {resp.text[:200]!r}") from None
         if not isinstance(data, dict) or not isinstance(data.get("elements", None), list):
             raise OverpassError(f"Overpass JSON without an 'elements' list: {resp.text[:200]!r}")
-        check_remark(data)
+        try:
+            check_remark(data)
+        except OverpassRuntimeError:
+            # a 200 the HTTP layer counted as a success: count it among the host's errors too, so the API's error
+            # rate says it (break34 crawl #4: two such answers, asked again, left 'error rate 0.0%')
+            self.http.count_error(host_key(base), "runtime error remark")
+            raise
         return data

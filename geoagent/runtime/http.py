@@ -1319,6 +1319,12 @@ class HttpClient:
         only that model's calls wait."""
         self._key_state(host).pause(seconds)
 
+    def count_error(self, host: str, reason: str) -> None:
+        """Count a failure a caller found in an answer this client passed as a success (a 200 whose body reports
+        an error: Overpass's ``runtime error`` remark) among ``host``'s errors (:meth:`stats`), as the client
+        counts its own, so the per-API error rate includes it. ``host``: a :func:`host_key`."""
+        self._key_state(host).host.count_error(reason)
+
     def paused_until(self, host: str) -> float:
         """``time.monotonic()`` value before which ``host`` (or a model :func:`limit_key`) is paused (0.0 if never
         paused)."""
