@@ -32,7 +32,7 @@ the manifest print when a model's answers were made under more than one (:func:`
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,6 +103,39 @@ def only_plan_scope(calls: Iterable[str], call_keys: Iterable[str]) -> bool:
     :func:`is_plan_scope_key`. New tasks are then asked like the stored ones, so nothing mixes; the run
     (:func:`decide`) and the dry run (:func:`geoagent.engine._calls_changed`, ``geoagent.cli``) decide by it."""
     return not any(c.startswith("prompt:") for c in calls) and all(is_plan_scope_key(k) for k in call_keys)
+
+
+_CITY_FIELD = re.compile(r"crawl\.cities\[(\d+)\]\.(lat|lon|continent|country)")
+_CITY_ENTRY = re.compile(r"crawl\.cities\[(\d+)\]")
+
+
+def crawl_city_edit_lines(name: str, call_keys: Mapping[str, tuple[Any, Any]]) -> list[str]:
+    """Warnings for crawl ``name`` when a city already in its list changed its centre, continent or country, or
+    left the list (``call_keys``: the changed config paths, ``crawl.cities[0].lat`` ...). A city's screening, sites,
+    images and ladders are stored under its name's key, so an edited entry keeps what was made with its old values
+    (``city_pool.csv`` keeps the old centre, ``sites.csv`` the old continent, which the swapped-image control
+    pairs by), and a removed one keeps its rows in every table; break34 crawl #3: the only line said "nothing
+    mixes". [] when no such key changed."""
+    edited: dict[int, list[str]] = {}
+    removed: list[int] = []
+    for key, (old, new) in call_keys.items():
+        m = _CITY_FIELD.fullmatch(key)
+        if m and old is not None:
+            edited.setdefault(int(m.group(1)), []).append(f"{m.group(2)} {old!r} -> {new!r}")
+        elif _CITY_ENTRY.fullmatch(key) and old is not None and new is None:
+            removed.append(int(_CITY_ENTRY.fullmatch(key).group(1)))
+    lines = []
+    if edited:
+        what = "; ".join(f"crawl.cities[{i}] {', '.join(v)}" for i, v in sorted(edited.items()))
+        lines.append(f"warning: campaign {name}: a city already in the crawl changed ({what}): its screening, sites, "
+                     "images and ladders are stored under its name and keep the old values, so the change is NOT "
+                     "applied to them; to crawl it with the new values, crawl under a new [campaign] name")
+    if removed:
+        lines.append(f"warning: campaign {name}: {len(removed)} cit{'ies' if len(removed) != 1 else 'y'} left the "
+                     "crawl's list (crawl.cities[" + "], [".join(str(i) for i in sorted(removed)) + "]): what was "
+                     f"crawled for {'them' if len(removed) != 1 else 'it'} stays in every table (sites.csv, the "
+                     "ladders, the trials)")
+    return lines
 
 
 def setting_lines(name: str, changes: Any, keys_text: Callable[[dict[str, tuple[Any, Any]]], str]) -> list[str]:
@@ -364,7 +397,8 @@ def decide(name: str, calls: list[str], call_keys: dict[str, tuple[Any, Any]], *
                     "done" if added else "no new task was planned")
         line = (f"info: campaign {name}: {what}; this changes which tasks are planned, not how any is asked: "
                 f"{new_text}, so nothing mixes (stored answers of tasks no longer planned stay stored).")
-        return DriftDecision([line], applied=True, mixed=False, record=record)
+        return DriftDecision([line, *crawl_city_edit_lines(name, call_keys)], applied=True, mixed=False,
+                             record=record)
     if changed_models and by_model is not None and (added or left_before):
         per_model = _per_model(name, what, changed_models, by_model, record, added)
         if per_model is not None:
