@@ -706,6 +706,10 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+# argparse names the type by its __name__ in "invalid <type> value: 'abc'" (break34 config #10)
+_non_negative_int.__name__ = "whole number"
+
+
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     """The command-line parser; ``prog`` defaults to the invoked program's name (:func:`_prog`)."""
     p = argparse.ArgumentParser(

@@ -260,8 +260,8 @@ KNOWN_PARAMS: dict[str, tuple[Any, str]] = {
 
 
 #: what a name that becomes a file name must be (:func:`geoagent.paths.safe_name`)
-SAFE_NAME_EXPECTED = ("a safe file name (letters, digits, _ . -; starting with a letter or digit, not ending with a "
-                      "dot, not a name Windows reserves such as CON or NUL)")
+SAFE_NAME_EXPECTED = ("a safe file name (letters, digits, _ . -; at most 128 characters; starting with a letter or "
+                      "digit, not ending with a dot, not a name Windows reserves such as CON or NUL)")
 
 
 def _no_pasted_key(v: Any) -> None:
@@ -2015,7 +2015,7 @@ def load_config(path: str | os.PathLike[str]) -> CampaignConfig:
         line = raw[: exc.start].count(b"\n") + 1
         raise ConfigError(label, [f"not UTF-8 text at line {line} (byte {exc.start}); save the file as UTF-8"]) from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(label, [f"invalid TOML: {exc}"]) from None
+        raise ConfigError(label, [f"invalid TOML: {exc}{_duplicate_key_hint(str(exc), raw)}"]) from None
     except RecursionError:  # tomllib parses nested arrays and inline tables recursively
         raise ConfigError(label, ["invalid TOML: arrays or inline tables nested too deeply"]) from None
     except ValueError as exc:  # not a TOMLDecodeError: int() of a number of 4,300+ digits (break28 #3)
@@ -2025,6 +2025,19 @@ def load_config(path: str | os.PathLike[str]) -> CampaignConfig:
         what = "has more than 4,300 digits (too many to read)" if "digits" in str(exc) else f"cannot be read ({exc})"
         raise ConfigError(label, [f"invalid TOML: a number{where} {what}"]) from None
     return config_from_dict(data, source=label)
+
+
+def _duplicate_key_hint(message: str, raw: bytes) -> str:
+    """``": key 'max_output_tokens' is set twice in its table"`` for tomllib's "Cannot overwrite a value (at line N,
+    column M)", which names no key (break34 config #7); the key's name only, never the line (a value may be a
+    pasted secret). "" for any other message, or a line without a plain ``key =``."""
+    m = re.match(r"Cannot overwrite a value \(at line (\d+), column \d+\)", message)
+    if not m:
+        return ""
+    lines = raw.decode("utf-8-sig", errors="replace").splitlines()
+    n = int(m.group(1))
+    key = re.match(r"\s*([A-Za-z0-9_.\-]{1,80})\s*=", lines[n - 1]) if 0 < n <= len(lines) else None
+    return f": key {key.group(1)!r} is set twice in its table" if key else ""
 
 
 def packaged_config_path(name: str) -> Path | None:

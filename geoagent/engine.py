@@ -242,6 +242,9 @@ class CampaignKind(abc.ABC):
     def empty_plan_reason(self, cfg: Any) -> str:
         """Why the plan was empty, for the error a first run that plans nothing ends with (called after
         :meth:`plan`; kinds override it to name the input that was empty)."""
+        if not getattr(cfg, "models", None):  # break34 config #5: a file without [[models]] blamed its data paths
+            return (f"campaign {cfg.name!r} planned 0 {self.plan_unit}: the config has no [[models]] entry, so there is "
+                    "no model to ask; add one (geoagent/configs/example.toml shows every key)")
         return (f"campaign {cfg.name!r} planned 0 {self.plan_unit}: its inputs hold nothing to do "
                 "(check the config's data paths and filters)")
 
