@@ -1276,7 +1276,11 @@ def run_lock(state_dir: Path, when_alone: Callable[[], Any] | None = None, *, ow
     import fcntl
 
     while True:
-        state_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            state_dir.mkdir(parents=True, exist_ok=True)
+        except FileNotFoundError as exc:  # a root that cannot hold folders (/proc/...): said as a bare errno before
+            raise ValueError(f"cannot make the campaign's state folder {state_dir}: {exc.strerror} (check [paths] "
+                             f"state in the config and ${C.ENV_STATE_ROOT})") from None
         try:
             fh = open(state_dir / "run.lock", "a+b")
         except FileNotFoundError:

@@ -49,3 +49,19 @@ def test_a_bad_limit_is_called_a_whole_number(capsys):
     with pytest.raises(SystemExit):
         main(["dead", "--limit", "abc", "x.toml"])
     assert "invalid whole number value: 'abc'" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_a_state_root_that_cannot_hold_folders_names_the_key(tmp_path, monkeypatch, capsys):
+    """break34 config #6: ``[paths] state = "/proc/nope"`` ended with a bare ``[Errno 2] No such file or
+    directory`` naming no key."""
+    from geoagent.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GEOAGENT_STATE", raising=False)
+    p = tmp_path / "pth.toml"
+    p.write_text('[campaign]\nname = "pth"\nkind = "generic"\n[paths]\nstate = "/proc/nope"\n[budget]\ncap_usd = 1.0\n'
+                 '[generic]\nn_requests = 2\n[[models]]\nname = "m"\nprovider = "simulated"\nmodel = "s"\n')
+    rc = main(["run", "--no-live", str(p)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "cannot make the campaign's state folder /proc/nope/pth" in err and "[paths] state" in err
