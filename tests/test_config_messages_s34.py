@@ -65,3 +65,21 @@ def test_a_state_root_that_cannot_hold_folders_names_the_key(tmp_path, monkeypat
     rc = main(["run", "--no-live", str(p)])
     err = capsys.readouterr().err
     assert rc == 2 and "cannot make the campaign's state folder /proc/nope/pth" in err and "[paths] state" in err
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("Was it taken near {candidate.__class__}?", "with a field, index, conversion or format ({candidate.__class__})"),
+    ("Near {candidate[0]} or {candidate}?", "({candidate[0]})"),
+    ("Near {candidate!r:>10} {candidate}?", "({candidate!r:>10})"),
+    ("Near {candidate} within {tau_m:>5} m?", "({tau_m:>5})"),
+    ("Near {candidate}, {0}?", "unknown placeholder(s) {0}"),
+])
+def test_a_claim_template_placeholder_form_is_named(tmp_path, text, said):
+    """break34 config #9: these were told 'has no {candidate} placeholder' (or, for {0}, sent as written)."""
+    from geoagent.geoverify.prompt import TemplateError, load_template
+
+    p = tmp_path / "claim.txt"
+    p.write_text(text, encoding="utf-8")
+    with pytest.raises(TemplateError) as e:
+        load_template(p)
+    assert said in str(e.value)

@@ -20,7 +20,11 @@ CONFIG_KEY = "prompt_template"  # under the campaign config's ``geoverify`` sect
 #: the placeholders a claim template may use (:func:`render_claim` fills them in)
 PLACEHOLDERS = ("candidate", "tau_m")
 #: a placeholder-shaped word in braces, ``{tau}``; JSON braces (``{"verdict": ...}``) do not match
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_0-9][A-Za-z0-9_]*)\}")
+#: a placeholder written with a field, an index, a conversion or a format spec (``{candidate.upper}``,
+#: ``{candidate[0]}``, ``{candidate!r}``, ``{tau_m:>5}``): the template is filled by plain replacement, so such a
+#: form would reach the model as written
+_PLACEHOLDER_FORM = re.compile(r"\{(candidate|tau_m)[.\[!:][^{}]*\}")
 
 
 class TemplateError(ValueError):
@@ -58,6 +62,11 @@ def load_template(path: str | Path | None = None, *, source: str | None = None) 
             f"geoverify.{CONFIG_KEY}"
         raise TemplateError(f"GeoVerify prompt template {p} is not UTF-8 text ({exc.reason} at byte {exc.start}): "
                             f"{where}; save it as UTF-8") from None
+    forms = sorted({m.group(0) for m in _PLACEHOLDER_FORM.finditer(text)})
+    if forms:  # break34 config #9: called "no {candidate} placeholder" before
+        raise TemplateError(f"GeoVerify prompt template {p} writes a placeholder with a field, index, conversion or "
+                            f"format ({', '.join(forms)}): write {{candidate}} or {{tau_m}} alone (the template is "
+                            "filled by plain replacement: the name goes in as written)")
     unknown = sorted({m for m in _PLACEHOLDER.findall(text) if m not in PLACEHOLDERS})
     named = ", ".join("{" + m + "}" for m in unknown)
     known = "its placeholders are {candidate} (the place's name) and {tau_m} (the tolerance in metres)"
