@@ -34,3 +34,14 @@ def test_the_run_prints_the_warning_beside_its_info_line():
     d = decide("c", ["crawl"], {"crawl.cities[0].lon": (7.68, 7.70)}, tasks_before=5, done_before=5, added=0,
                left_before=0, keys_text="crawl.cities[0].lon: 7.68 -> 7.7")
     assert d.lines[0].startswith("info: campaign c:") and d.lines[1].startswith("warning: campaign c: a city")
+
+
+def test_a_crawl_setting_change_with_work_left_speaks_of_the_crawl_not_of_models():
+    """break34 crawl #5: after a kill, a [crawl.fetcher] change was said to send the tasks left 'with the new
+    [[models]] settings' and the answers to be counted per request setting in the report."""
+    d = decide("c", ["crawl"], {"crawl.fetcher.min_brightness": (90.0, 60.0)}, tasks_before=9, done_before=6,
+               added=0, left_before=3, keys_text="crawl.fetcher.min_brightness: 90.0 -> 60.0")
+    [line] = d.lines
+    assert line.startswith("warning: campaign c:") and d.mixed
+    assert "will be done with the new crawl settings" in line and "[[models]]" not in line
+    assert "config_mix" in line and "to every site" in line

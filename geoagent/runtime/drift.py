@@ -408,14 +408,21 @@ def decide(name: str, calls: list[str], call_keys: dict[str, tuple[Any, Any]], *
         if added:
             parts.append(f"this run planned {added} new task{'s' if added != 1 else ''} that use the new settings "
                          f"next to {done_before} done under the old ones")
-        if left_before:
+        crawl_only = bool(call_keys) and all(k.startswith("crawl.") for k in call_keys)
+        if left_before and crawl_only:  # break34 crawl #5: a [crawl.fetcher] change was told about [[models]]
+            parts.append(f"{left_before} task{'s' if left_before != 1 else ''} an earlier run left queued, in "
+                         "flight or dead-lettered will be done with the new crawl settings, while what is already "
+                         "stored (sites, images, ratings) keeps the old ones")
+        elif left_before:
             parts.append(f"{left_before} task{'s' if left_before != 1 else ''} an earlier run left queued, in "
                          "flight or dead-lettered will be sent with the new [[models]] settings (only what "
                          "planning fixed stays as planned: the prompt text and a task section's "
                          "max_output_tokens), while the answers already stored keep the old ones")
-        line = (f"warning: campaign {name}: {what}; {'; '.join(parts)}, so results would mix both versions (the "
-                "summary, the report and the manifest count the answers made under each request setting). Use a new [campaign] name "
-                "to apply the change to every trial (raising [budget] cap_usd is fine).")
+        counted = ("the manifest records the mix under config_mix" if crawl_only else
+                   "the summary, the report and the manifest count the answers made under each request setting")
+        line = (f"warning: campaign {name}: {what}; {'; '.join(parts)}, so results would mix both versions "
+                f"({counted}). Use a new [campaign] name to apply the change to every "
+                f"{'site' if crawl_only else 'trial'} (raising [budget] cap_usd is fine).")
         return DriftDecision([line], applied=True, mixed=True, record=record)
     line = (f"info: campaign {name}: {what}; every planned task is done ({done_before}) and this config plans "
             "none anew, so the change affects none of the stored results: they keep the old settings, and the "
