@@ -247,6 +247,9 @@ def safe_image_id(value: str | int) -> str:
     """
     text = str(value)
     if not _DIGITS.fullmatch(text):
+        if isinstance(value, float):  # a JSON number past 2^64 that orjson read as a float (break34 export #7)
+            raise ValueError(f"image id must be decimal digits, got the number {text} (a JSON number too large to "
+                             "read exactly: write the id as a string)")
         raise ValueError(f"image id must be decimal digits, got {text!r}")
     canonical = text.lstrip("0")
     if not canonical:

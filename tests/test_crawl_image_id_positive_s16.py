@@ -50,3 +50,14 @@ def test_a_search_answer_naming_image_0_is_left_out_never_requested(tmp_path):
     assert sorted(p.name for p in (tmp_path / "s1").glob("*.jpg")) == ["800000000002.jpg"]
     requested = [r.path for r in find_fault_state(app).log]
     assert "/800000000002" in requested and not any(p in ("/0", "/00") or p.startswith("/cdn/0") for p in requested)
+
+
+def test_an_id_read_as_a_float_says_to_write_it_as_a_string():
+    """break34 export #7: a 23-digit id written as a JSON number is read as a float by orjson; the message said
+    'must be decimal digits, got 9.876543210987654e+22', which reads as if the file held that text."""
+    import pytest
+
+    from geoagent.paths import safe_image_id
+
+    with pytest.raises(ValueError, match="a JSON number too large to read exactly: write the id as a string"):
+        safe_image_id(9.876543210987654e+22)
