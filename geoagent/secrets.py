@@ -311,8 +311,9 @@ log = logging.getLogger(__name__)
 #: the start of python-dotenv's own warning for a line it cannot parse (it names no file): dropped, since
 #: :func:`read_dotenv` says the same naming ``file:line`` (:func:`_dotenv_problems`)
 _DOTENV_PARSE_WARNING = "python-dotenv could not parse statement"
-#: ``NAME=`` at the start of a ``.env`` line (``export`` allowed), to name the variable of a line that cannot be parsed
-_DOTENV_NAME = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=")
+#: ``NAME=`` at the start of a ``.env`` line (``export`` allowed), to name the variable of a line that cannot be parsed;
+#: also ``NAME:``, the YAML habit, which python-dotenv cannot parse (break34 config #11: reported as "not set")
+_DOTENV_NAME = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*[=:]")
 _reported_lines: set[tuple[str, int]] = set()  # (file, line) already logged as unparsable in this process
 
 

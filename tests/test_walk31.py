@@ -319,3 +319,15 @@ def test_the_close_city_warning_is_only_for_a_crawl_campaign(tmp_path):
     generic = tmp_path / "generic.toml"
     generic.write_text(crawl.read_text().replace('kind = "crawl"', 'kind = "generic"', 1), encoding="utf-8")
     assert _city_warnings(generic) == []
+
+
+def test_a_yaml_style_line_names_its_variable(tmp_path):
+    """break34 config #11: ``KEY: value`` (the YAML habit) was reported as the variable not set."""
+    import pytest
+
+    from geoagent.secrets import lookup_secret
+
+    env = tmp_path / ".env"
+    env.write_text("ENVTEST_KEY: abcdef\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"ENVTEST_KEY: .*\.env:1 sets it but cannot be parsed .*NAME=value"):
+        lookup_secret("ENVTEST_KEY", dotenv_path=env, environ={})
