@@ -183,9 +183,10 @@ caller's, under ``[queue] model_pacing = "plan"``, the default) is therefore als
 :data:`PACED_DEFER_S`, while its share of its work (tasks finished, dead-lettered, in hand or failed and waiting
 for their retry, over its ``work``) is ahead of the lowest share among the other paced lanes that still have work and can run (:meth:`Stage.lane_open`)
 by more than a few tasks (its cap, at most :data:`PACE_SLACK_TASKS`, over its ``work``). The lane at the lowest share is never held back, and
-no lane is while no lane has a task in hand (the lanes behind then have their tasks deferred or further down the
-queue: two lanes of instant answers, the simulated provider or a replay, took turns being ahead and the stage sat
-out each turn's deferral, 1,317 calls in 45 s instead of 1.2 s; break34 config #3), so the stage always moves, and a run stopped anywhere holds about the same share of each model's work: the same queue
+a lane whose own tasks sit out a pacing deferral with none in hand holds no other lane back meanwhile (it cannot
+take work until they come back: two lanes of instant answers, the simulated provider or a replay, took turns being
+ahead and the stage sat out each turn's deferral, 1,317 calls in 45 s instead of 1.2 s; break34 config #3), so the
+stage always moves, and a run stopped anywhere holds about the same share of each model's work: the same queue
 prefix, so mostly the same items. With steady paces the run takes as long as before (the slowest model's work
 decides it); a model slowed for a while (a slow spell of its host, retries inside its requests) holds the others
 back meanwhile, and a rate-limited one cannot make that up later, so the run can take longer (break32b #3: +34 %
@@ -234,7 +235,7 @@ DEFER_MAX_S = 30.0
 DEFER_STEP_S = 0.25
 #: Pacing (module docstring, "Lanes"): how long a task of a lane ahead of the others is deferred, s; and how many
 #: tasks (at most; a lane's cap if lower) a lane may run ahead of the lowest share before it is deferred
-PACED_DEFER_S = 0.25
+PACED_DEFER_S = 1.0
 PACE_SLACK_TASKS = 8
 
 
@@ -890,6 +891,7 @@ class StageRunner:
             self._lane_retrying = dict.fromkeys(lanes, 0)
             self.stats.lane_done = dict.fromkeys(lanes, 0)
             self._lane_next = dict.fromkeys(lanes, 0.0)
+            self._paced_at = dict.fromkeys(lanes, -math.inf)  # when a task of the lane was last deferred by pacing
         send, recv = anyio.create_memory_object_stream[Task](math.inf)
         try:
             async with anyio.create_task_group() as tg:
@@ -1196,14 +1198,14 @@ class StageRunner:
             spec = lanes.get(lane) if lane is not None else None
             if spec is None:
                 admitted.append(task)
-            elif busy[lane] < spec.cap and not (spec.work and any(busy.values()) and self._ahead(lane, spec)):
-                # (paced only while some lane has tasks in hand: break34 config #3, module docstring "Pacing")
+            elif busy[lane] < spec.cap and not (spec.work and self._ahead(lane, spec)):
                 busy[lane] += 1
                 if task.attempts and self._lane_retrying.get(lane):  # a retry back from its backoff
                     self._lane_retrying[lane] -= 1
                 admitted.append(task)
             elif busy[lane] < spec.cap:  # paced: ahead of the other lanes' share of their work
                 later.setdefault(PACED_DEFER_S, []).append(task)
+                self._paced_at[lane] = now
                 self.stats.paced += 1
             else:
                 gap = 1.0 / spec.rate_per_s if spec.rate_per_s > 0 else 0.0
@@ -1225,11 +1227,16 @@ class StageRunner:
 
     def _ahead(self, lane: str, spec: Lane) -> bool:
         """Whether a paced ``lane`` is ahead of the other paced lanes that still have work and can run
-        (:func:`pace_ahead`)."""
+        (:func:`pace_ahead`); a lane whose tasks were deferred by pacing less than :data:`PACED_DEFER_S` ago and
+        that has none in hand cannot run until they come back, so it holds no one back meanwhile."""
         low = math.inf
+        busy, paced_at = self._lane_busy, self._paced_at
+        now = time.monotonic()
         for other, o in (self._lanes or {}).items():
             if other == lane or not o.work:
                 continue
+            if not busy.get(other) and now - paced_at.get(other, -math.inf) < PACED_DEFER_S:
+                continue  # its tasks sit out a pacing deferral, none in hand: it cannot take work now
             share = self._taken(other) / o.work
             if share < 1.0 and share < low and self.stage.lane_open(other):
                 low = share
