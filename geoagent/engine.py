@@ -844,7 +844,8 @@ def overrun_lines(spend: Mapping[str, Any]) -> list[str]:
         return []
     return [f"  !!! WARNING: {n} call{'s' if n != 1 else ''} billed more than reserved ({usd(spend.get('overrun_usd'))}"
             " above their reservations in all): the provider billed more than the worst case assumed, so calls in "
-            "flight could pass the cap (after the first, the model's later calls reserved what it had billed); "
+            "flight could pass the cap (after the first, the model's later calls of that kind in the run reserved at least "
+            "what it had billed); "
             "more input than estimated: raise [[models]] image_input_tokens or [budget] "
             "input_estimate_factor; more output than [[models]] max_output_tokens allows: the provider does not "
             "honour the limit (model_responses.parquet lists each call's output_tokens)"]

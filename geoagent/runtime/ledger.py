@@ -870,16 +870,6 @@ class Ledger:
                 m["reserved_usd"], m["open_reservations"] = nano_to_usd(int(nusd)), int(n)
         return out
 
-    def overrun_ratios(self) -> dict[str, float]:
-        """Per ``[[models]]`` name, the largest ratio of a settled call's cost to its reservation among the calls
-        billed above their reservation (none: the model is absent); read from the partial index of such rows. The
-        model caller raises that model's later reservations by it (:class:`geoagent.workers.model_caller.
-        ModelCaller`, "overrun guard"), so one under-estimated worst case does not repeat for the rest of the run."""
-        rows = self.db.read(
-            "SELECT COALESCE(model, ''), MAX(CAST(actual_nusd AS REAL) / amount_nusd) FROM reservations"
-            " WHERE state = 'settled' AND actual_nusd > amount_nusd AND amount_nusd > 0 GROUP BY COALESCE(model, '')")
-        return {str(m): float(r) for m, r in rows if r is not None and r > 1.0}
-
     def summary(self) -> LedgerSummary:
         """Current totals (a consistent snapshot); ``cap_usd`` is the cap this process reserves against (the lower
         of the campaign's and its own; the campaign's for a ledger opened without a cap, e.g. by ``status``)."""

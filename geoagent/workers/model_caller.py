@@ -1072,9 +1072,9 @@ class ModelCaller(Stage):
         #: calls not yet known to be sent: (cancel scope around generate, its gate)
         self._unsent: set[tuple[anyio.CancelScope, _SendGate]] = set()
         self._unreported_said: set[str] = set()  # models whose answer without usage was logged (once each)
-        # overrun guard: per model, the factor its reservations are raised by after a call billed above its
-        # reservation (:meth:`_overrun_scale`); None until read from the ledger (earlier runs' overruns)
-        self._overrun: dict[str, float] | None = None
+        # overrun guard (:meth:`_note_overrun`): per (model, with an image), the factor its worst case is raised by
+        # after a call of that kind billed above it, in this process
+        self._overrun: dict[tuple[str, bool], float] = {}
         #: one lane per model when the campaign has several (lanes(); set at start), else None
         self._lanes: dict[str, Lane] | None = None
         #: the HTTP limit keys of the models sent over HTTP (pace_keys(); set at start)
@@ -1343,8 +1343,8 @@ class ModelCaller(Stage):
             recorded = getattr(provider, "recorded_usage", None)
             usage = recorded(request) if callable(recorded) else None
             known_usd = m.cost_usd(int(usage[0]), int(usage[1])) if usage is not None else 0.0
-            scale = self._overrun_scale(ledger, m.name)
-            worst_usd = max(known_usd, scale * _worst_usd(m, request, has_image, None, factor))
+            base_usd = _worst_usd(m, request, has_image, None, factor)  # the worst case before the overrun guard
+            worst_usd = max(known_usd, self._overrun.get((m.name, has_image), 1.0) * base_usd)
             size: tuple[int, int] | None = None  # the loaded image's size, when read (the reservation counts it)
             # store lookup and reservation happen in the gate, at send time (module docstring: crash safety)
             gate = _SendGate(store, ledger, key, worst_usd, m.name, breaker, self._is_stopping, gate_hosts,
@@ -1372,7 +1372,8 @@ class ModelCaller(Stage):
                     request = dataclasses.replace(request, image=img.data, image_mime=img.mime)
                     # the image's size (header only) may make the provider bill it above image_input_tokens
                     size = image_size_px(None, None, img.data) if m.provider != "replay" else None
-                    worst_usd = max(known_usd, scale * _worst_usd(m, request, True, size, factor))
+                    base_usd = _worst_usd(m, request, True, size, factor)
+                    worst_usd = max(known_usd, self._overrun.get((m.name, True), 1.0) * base_usd)
                     gate = _SendGate(store, ledger, key, worst_usd, m.name, breaker, self._is_stopping, gate_hosts,
                                      tokens=_worst_tokens(m, request, True, size, factor), cutoff=self._cutoff)
                     if probe is not None:
@@ -1415,7 +1416,7 @@ class ModelCaller(Stage):
             # an answer without a usable usage is kept, booked at its reservation (the worst case; module table)
             response, cost_usd = booked_answer(response, reservation, m, request, input_estimate_factor=factor,
                                                has_image=has_image, size_px=size)
-            self._note_overrun(m.name, cost_usd, reservation.amount_usd)
+            self._note_overrun(m.name, has_image, cost_usd, reservation.amount_usd, base_usd)
             if not response.usage.reported and m.name not in self._unreported_said:
                 self._unreported_said.add(m.name)
                 log.warning("model %r answered without a usage count: booked at the worst case ($%.6f, the "
@@ -1459,34 +1460,28 @@ class ModelCaller(Stage):
                                 settings=settings)
             return [self._message(task, key, m, request, response, cost_usd=cost_usd, cached=False)]
 
-    def _overrun_scale(self, ledger: Any, model: str) -> float:
-        """The factor ``model``'s reservations are raised by (overrun guard): 1, or the largest ratio of cost to
-        reservation of its calls billed above their reservation, this run's and (SQLite ledger:
-        :meth:`~geoagent.runtime.ledger.Ledger.overrun_ratios`, read once) earlier runs'. The cap is only as hard as
-        the worst case is an upper bound: a model that bills an image above its documented rule, or a rule this
-        code does not know (a vision model behind a gateway left at ``image_input_tokens``' 1,600 where it bills
-        15,000; break34 provider #1, #3), passed the cap once per call in flight, and did so again on every call;
-        after the first such call its later calls reserve what it showed it can bill."""
-        if self._overrun is None:
-            read = getattr(ledger, "overrun_ratios", None)
-            try:
-                self._overrun = dict(read()) if callable(read) else {}
-            except Exception as exc:  # a guard, not a requirement: a ledger that cannot say starts at 1
-                log.debug("overrun ratios not read: %s", exc)
-                self._overrun = {}
-        return self._overrun.get(model, 1.0)
+    def _note_overrun(self, model: str, has_image: bool, cost_usd: float, reserved_usd: float,
+                      base_usd: float) -> None:
+        """Overrun guard: when a call cost more than its reservation (``reserved_usd``), raise the factor the worst
+        case of ``model``'s later calls of the same kind (with an image or not) is multiplied by, in this process,
+        to the call's cost over its worst case before the guard (``base_usd``), and say so once per rise.
 
-    def _note_overrun(self, model: str, cost_usd: float, reserved_usd: float) -> None:
-        """Raise ``model``'s reservation factor when a call cost more than its reservation (overrun guard,
-        :meth:`_overrun_scale`), saying so once per rise."""
-        if self._overrun is None or not reserved_usd > 0 or not cost_usd > reserved_usd * (1 + 1e-9):
+        The cap is only as hard as the worst case bounds each bill. A vision model whose image bill this code does
+        not know (behind a gateway, left at ``image_input_tokens``' 1,600 where it bills 15,000; break34 provider
+        #1, #3) passed the cap on every call in flight and again on every later call; after the first such call
+        its later calls reserve what it showed it can bill. In this process only (a new run starts at 1, so a
+        changed config is not multiplied by an old factor), and apart for calls with and without an image. The dry
+        run does not know it."""
+        if not reserved_usd > 0 or not base_usd > 0 or not cost_usd > reserved_usd * (1 + 1e-9):
             return
-        ratio = cost_usd / reserved_usd
-        if ratio > self._overrun.get(model, 1.0):
-            self._overrun[model] = ratio
-            log.warning("model %r billed $%.6f for a call that reserved $%.6f (x%.2f): its later calls reserve "
-                        "x%.2f their worst case; raise [[models]] image_input_tokens or [budget] input_estimate_factor "
-                        "so the worst case covers its bills", model, cost_usd, reserved_usd, ratio, ratio)
+        ratio = cost_usd / base_usd
+        kind = (model, has_image)
+        if ratio > self._overrun.get(kind, 1.0):
+            self._overrun[kind] = ratio
+            log.warning("model %r billed $%.6f for a call%s whose worst case was $%.6f (x%.2f): its later such calls "
+                        "in this run reserve x%.2f their worst case; raise [[models]] image_input_tokens or [budget] "
+                        "input_estimate_factor so the worst case covers its bills", model, cost_usd,
+                        " with an image" if has_image else "", base_usd, ratio, ratio)
 
     async def _send(
         self, provider: Any, request: ModelRequest, ledger: Any, gate: _SendGate, m: Any
