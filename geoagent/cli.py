@@ -608,8 +608,9 @@ COMMAND_EXIT_CODES: dict[str, dict[int, str]] = {
            "       first, then a last line `exit 2: ...` saying why",
         3: _INCOMPLETE,
         4: _BUDGET,
-        5: "authentication failed: a model's host answered 401/403 repeatedly (that model's work stays queued\n"
-           "       while the other models finish); fix the variable named and re-run; no task is lost",
+        5: "authentication failed: a model's host answered 401/403 repeatedly, or refused its account for billing\n"
+           "       (402, a quota 429) (that model's work stays queued while the other models finish); fix the variable\n"
+           "       named (or add credit) and re-run; no task is lost",
         6: _NO_USABLE,
         130: _RESUME,
     },

@@ -639,6 +639,19 @@ class ModelConfig(_Section):
         return self
 
     @model_validator(mode="after")
+    def _original_detail_model(self) -> "ModelConfig":
+        """``params.detail = "original"`` only where OpenAI's vision guide offers it, gpt-5.4 and later
+        (:func:`openai_large_patch_model`): an older model answers 400 and every task would be dead-lettered
+        (review34 #6). Other providers do not read ``detail``, nor do other OpenAI-compatible servers' models."""
+        if (self.params.get("detail") == "original" and self.provider == "openai"
+                and not openai_large_patch_model(self.openai_rules_id)
+                and _image_family("openai", self.openai_rules_id)[0] == "openai"
+                and _looks_openai(self.openai_rules_id)):
+            raise ConfigProblem(f"params.detail: 'original' is for gpt-5.4 and later models (OpenAI vision guide); "
+                                f"{self.openai_rules_id!r} takes 'low', 'high' or 'auto'")
+        return self
+
+    @model_validator(mode="after")
     def _connect_within_timeout(self) -> "ModelConfig":
         _check_connect_timeout(self.connect_timeout_s, self.timeout_s)
         return self
@@ -2759,6 +2772,14 @@ def openai_patches(width_px: int, height_px: int, *, budget: int = OPENAI_PATCH_
     return min(budget, n), bound
 
 
+def _looks_openai(model_id: str) -> bool:
+    """Whether ``model_id`` (after any ``vendor/`` or ``ft:`` prefix) is an OpenAI model id
+    (:func:`geoagent.providers.sampling.is_openai_model_id`)."""
+    from geoagent.providers.sampling import is_openai_model_id
+
+    return is_openai_model_id(_image_family("openai", model_id)[1])
+
+
 def openai_large_patch_model(model_id: str) -> bool:
     """Whether an OpenAI model id bills images by gpt-5.4's patch budgets (:data:`OPENAI_LARGE_PATCH_BUDGETS`):
     gpt-5.4, gpt-5.5, gpt-6 and every OpenAI id (:func:`geoagent.providers.sampling.is_openai_model_id`) not known
@@ -2911,8 +2932,12 @@ def _image_tokens(provider: str, model_id: str, size_px: tuple[int, int], params
             if detail == "low" and not worst:
                 documented = min(documented, OPENAI_LOW_DETAIL_PATCHES)
             shown = "auto, as original" if detail not in ("high", "low", "original") else detail
-            return (bound if worst else documented,
-                    f"OpenAI {mid} detail {shown}: 32-px patches (at most {budget}), 1 token each")
+            # the guide lists no multiplier for these models; their -mini and -nano variants are reserved at
+            # gpt-5-mini's and gpt-5-nano's (1.62, 2.46) in case they bill so (review34 #7; unconfirmed either way)
+            mult = 2.46 if worst and "-nano" in mid else 1.62 if worst and "-mini" in mid else 1.0
+            return (math.ceil(bound * mult - 1e-9) if worst else documented,
+                    f"OpenAI {mid} detail {shown}: 32-px patches (at most {budget}), "
+                    + (f"reserved x {mult} (as gpt-5-mini/-nano)" if mult != 1.0 else "1 token each"))
         if mid.startswith("gpt-4o-mini"):
             base, per_tile, family = 2833, 5667, "gpt-4o-mini"
         elif mid.startswith(("gpt-4o", "chatgpt-4o")):

@@ -23,9 +23,12 @@ incomplete             3      some work is missing (dead-lettered: retries exhau
                               that model's tasks left queued; raise its max_output_tokens and re-run)
 budget exhausted       4      the cost cap stopped dispatching; the rest of the work is reported
 authentication failed  5      a model's host refused its API key (HTTP 401/403, or Gemini's 400
-                              API_KEY_INVALID, 5 times in a row): that model's tasks were left queued
+                              API_KEY_INVALID, 5 times in a row), or refused its account for billing
+                              (HTTP 402, a 429 insufficient_quota / enforced_spend_limit_reached: at
+                              once): that model's tasks were left queued
                               untouched (none dead-lettered, nothing spent), every other model's work
-                              ran to the end; set the key variable named in the message and re-run
+                              ran to the end; set the key variable named in the message (or add credit)
+                              and re-run
 no usable answers      6      every planned task reached the end, but a model answered and none of its
                               answers parsed (all cut off at the output-token limit, or none readable): its
                               scores would be empty, not low (issue 2 point 10: failures are never answers);
@@ -162,7 +165,8 @@ EXIT_CODES_HELP = (
     "reached: the summary says why; re-run the same command to resume); "
     "4 budget exhausted (raise [budget] cap_usd and re-run; or the GeoHint geocoder's Nominatim request cap: re-run, "
     f"the summary says so); {EXIT_AUTH} authentication failed (a model's "
-    "host answered 401/403 repeatedly: that model's work stays queued while the other models finish; or the "
+    "host answered 401/403 repeatedly, or refused its account for billing: that model's work stays queued while the "
+    "other models finish; or the "
     "Mapillary API refused the crawl's token: the crawl stops; fix the variable named in the summary and "
     "re-run; no task is lost); "
     f"{EXIT_NO_USABLE_ANSWERS} no usable answers (a model answered but none of its answers parsed, e.g. every "
@@ -699,7 +703,8 @@ class Outcome:
                          "the same command")
         elif self.status == STATUS_AUTH:
             lines.append(f"  not dispatched: {count_text(self.remaining(), 'request')} stay queued (those of the model(s) above, "
-                         "and any other work left); set the key variable and re-run the same command")
+                         "and any other work left); set the key variable (for a billing refusal: add credit or raise "
+                         "the provider's limit) and re-run the same command")
         if self.status == "budget exhausted":
             if C.EDGE_REQUESTS in self.counts:
                 left = f"{count_text(self.remaining(), 'request')} not dispatched"

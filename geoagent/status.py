@@ -654,13 +654,15 @@ def stop_reason(progress: dict[str, Any], *, now: float | None = None, running: 
     stages = progress.get("stages", [])
     errors = [e for sd in stages for e in sd.get("last_errors", [])]
     host_waits = [(sd, w) for sd in stages for w in (sd.get("host_waits") or []) if isinstance(w, dict)]
-    auth = any(sd.get("held") for sd in stages) and any("authentication failed" in e for e in errors)
+    auth = any(sd.get("held") for sd in stages) and any("authentication failed" in e or " for billing (" in e
+                                                         for e in errors)
+    billing = auth and not any("authentication failed" in e for e in errors)  # break34: a billing stop, said so
     held = [] if host_waits else held_host_models(progress)  # a burst run's held models (host_holds)
     reasons = []
     if progress.get("budget_stopped"):
         reasons.append("budget exhausted")
     if auth:
-        reasons.append("authentication failed (see last error): " + (
+        reasons.append(("billing refused" if billing else "authentication failed") + " (see last error): " + (
             "that model's tasks were left queued" if progress.get("finished")
             else "that model's tasks are held, the other models' go on"))
     if held:  # named here: "last error" may be another model's (walk28 status walkthrough)

@@ -43,19 +43,28 @@ def test_openai_insufficient_quota_stops_the_model_without_retries_or_dead_lette
     monkeypatch.setenv("QUOTA_KEY", KEY)
 
     async def main():
-        async with serve(app) as base:
-            return await run_campaign(_openai_config(tmp_path, base), live=False, handle_signals=False, export=False)
+        from geoagent.status import campaign_status, format_status
 
-    out = anyio.run(main)
+        async with serve(app) as base:
+            cfg = _openai_config(tmp_path, base)
+            out = await run_campaign(cfg, live=False, handle_signals=False, export=False)
+            return out, format_status(campaign_status(cfg))
+
+    out, status_text = anyio.run(main)
+    # `run.py status` names the billing refusal too (review34 #5: it gave no reason for the held tasks)
+    assert "billing refused (see last error): that model's tasks were left queued" in status_text
+    assert "refused model gpt for billing" in status_text
     assert out.status == STATUS_AUTH and out.exit_code == EXIT_AUTH
     text = out.summary()
     assert "the provider refused model gpt for billing (HTTP 429" in text and "add credit" in text
     assert "check QUOTA_KEY" not in text and KEY not in text
     c = out.counts["requests"]
     assert c.dead == 0 and c.done == 0 and c.ready + c.leased == N
-    # no request was repeated inside a delivery: at most one wave of the model's slots per breaker count
+    # no request was repeated inside a delivery, and the breaker opened at the first refusal: only the calls
+    # already on their way when it came back went out (at most the model's 4 slots)
     statuses = [r["status_sent"] for r in app["calls"]]
-    assert statuses and set(statuses) == {429} and len(statuses) <= 4 * 4
+    assert statuses and set(statuses) == {429} and len(statuses) <= 4
+    assert "set the key variable (for a billing refusal: add credit" in text
     bodies = {r.get("error") for r in app["calls"]}
     assert bodies <= {"insufficient_quota", None}
     assert out.spend["spent_usd"] == 0 and out.spend["unknown_usd"] == 0  # a refusal bills nothing

@@ -120,3 +120,21 @@ def test_fake_takes_detail_original_only_from_gpt54_and_later(model, status):
     assert got == status
     if status == 400:
         assert payload["error"]["param"] == "image_url.detail"
+
+
+def test_mini_and_nano_variants_are_reserved_at_their_older_siblings_multipliers():
+    # review34 #7: the guide lists no multiplier for gpt-5.4-mini/-nano; gpt-5-mini and gpt-5-nano bill 1.62 and 2.46
+    assert reserved_image_tokens("openai", "gpt-5.4-mini", PHONE)[0] == 16200  # 10,000 x 1.62
+    assert reserved_image_tokens("openai", "gpt-5.4-nano", PHONE)[0] == 24600  # 10,000 x 2.46
+    assert expected_image_tokens("openai", "gpt-5.4-mini", PHONE)[0] == 9890  # the estimate keeps 1 a patch
+
+
+@pytest.mark.parametrize(("model", "ok"), [("gpt-5.5", True), ("gpt-4o", False), ("gpt-5-mini", False),
+                                           ("openai/gpt-4.1", False), ("llava-1.6", True)])
+def test_detail_original_only_for_models_that_take_it(model, ok):
+    # review34 #6: an older OpenAI model answers 400 to it, and every task would be dead-lettered
+    if ok:
+        ModelConfig(name="m", provider="openai", model=model, params={"detail": "original"})
+    else:
+        with pytest.raises(ValueError, match="'original' is for gpt-5.4 and later"):
+            ModelConfig(name="m", provider="openai", model=model, params={"detail": "original"})

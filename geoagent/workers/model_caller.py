@@ -416,7 +416,7 @@ class AuthBreaker(HeldTasks):
             return self.opened[model]
         n = self._streak.get(model, 0) + 1
         self._streak[model] = n
-        if n >= self.threshold or last_attempt:
+        if n >= self.threshold or last_attempt or billing:  # a billing refusal is the account's: at the first one
             self.opened[model] = AuthFailure(model, int(status), api_key_env, n, billing=billing)
             return self.opened[model]
         return None
@@ -439,8 +439,9 @@ class AuthBreaker(HeldTasks):
                     for f in self.opened.values()]
         lines = [f.message() for f in self.opened.values()]
         if lines:
-            lines[-1] += (f"; every model's key was refused, so dispatching stopped: {left_queued} request(s) "
-                          "left queued")
+            what = ("every model was refused (its key, or its account for billing)"
+                    if any(f.billing for f in self.opened.values()) else "every model's key was refused")
+            lines[-1] += f"; {what}, so dispatching stopped: {left_queued} request(s) left queued"
         return lines
 
 
