@@ -1851,8 +1851,8 @@ class HttpClient:
             host.stats.last_ok_at = time.time()
             return resp
         excerpt = _scrub_head(resp.text, BODY_EXCERPT_CHARS, secrets)
-        if (status in _RETRY_STATUSES or status >= 500) and not (
-                status == 429 and any(m in excerpt.lower() for m in QUOTA_429_MARKERS)):
+        if (status in _RETRY_STATUSES or status >= 500) and not (  # the kept body: a proxy may put words first
+                status == 429 and any(m in resp.text[:BODY_KEEP_CHARS].lower() for m in QUOTA_429_MARKERS)):
             retry_after = retry_after_of(resp_headers) if status in (429, 503) else None
             if retry_after is None and status in (429, 503):
                 retry_after = body_retry_delay(resp.text)

@@ -600,7 +600,7 @@ def cli_main(factory: Callable[..., web.Application], prog: str, argv: Sequence[
     ap.add_argument("--fault-rate", type=float, default=0.0, help="fraction of requests that get a fault")
     ap.add_argument("--fault-kinds", default=None, help="comma-separated subset of 429,500,503,timeout,reset,malformed (default: all six), and quota")
     ap.add_argument("--fault-seed", type=int, default=0)
-    ap.add_argument("--fault-retry-after-s", type=float, default=1.0, help="Retry-After of injected 429s (s)")
+    ap.add_argument("--fault-retry-after-s", type=float, default=1.0, help="the wait injected 429s ask for (s): a Retry-After header (Gemini: a RetryInfo retryDelay in the body)")
     ap.add_argument("--latency-ms", type=float, default=0.0,
                     help="simulated model time per request in ms (default 0: pure overhead)")
     ap.add_argument("--image-billing", choices=IMAGE_BILLING, default="simulated",

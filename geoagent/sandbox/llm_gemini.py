@@ -33,8 +33,9 @@ the documented shapes (Gemini API reference ``models.generateContent``, ``Genera
   ``promptFeedback.blockReason = "OTHER"``, no ``candidates`` (usage reports only prompt tokens).
 
 * Injected faults (``faults=``) answer in this error shape: 429 ``RESOURCE_EXHAUSTED`` with a
-  ``QuotaFailure`` detail and a ``RetryInfo`` (``retryDelay``) mirroring ``Retry-After``; 500 ``INTERNAL``;
-  503 ``UNAVAILABLE``.
+  ``QuotaFailure`` detail; 500 ``INTERNAL``; 503 ``UNAVAILABLE``. A wait the fault asks for goes in a ``RetryInfo``
+  detail (``retryDelay``, e.g. ``"1.5s"``) and in no ``Retry-After`` header, as the real API sends it
+  (dcdpr/jp#1061); the ``quota`` fault is a 429 without one.
 * ``GET /v1beta/models``: ``models.list`` (Gemini API reference, Models, https://ai.google.dev/api/models
   "Method: models.list" and "Resource: Model"): ``{"models": [Model], "nextPageToken"}`` with query
   ``pageSize`` / ``pageToken``; see :func:`list_models`. Key checked as for generateContent; not a model

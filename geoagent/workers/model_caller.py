@@ -340,7 +340,8 @@ def is_billing_failure(status: int, body_excerpt: str) -> bool:
     if status in BILLING_STATUSES:
         return True
     low = (body_excerpt or "").lower()
-    return 400 <= status < 500 and any(m in low for m in BILLING_BODY_MARKERS)
+    # the statuses a provider refuses an account with (not a 422 or 404 that may echo a prompt's words)
+    return status in (400, 403, 429) and any(m in low for m in BILLING_BODY_MARKERS)
 
 
 @dataclasses.dataclass(slots=True)
@@ -1592,7 +1593,7 @@ class ModelCaller(Stage):
             # without a reservation the gate never let the request through, so nothing was sent
             if gate.reservation is not None:
                 await close_failed_call(ledger, gate.reservation, exc, m)
-            if isinstance(exc, PermanentHTTPError) and is_billing_failure(exc.status, exc.body_excerpt):
+            if isinstance(exc, PermanentHTTPError) and is_billing_failure(exc.status, exc.body or exc.body_excerpt):
                 raise _AuthFailed(exc.status, f"HTTP {exc.status}: {_excerpt(exc.body_excerpt)}", billing=True) from None
             if isinstance(exc, PermanentHTTPError) and is_auth_failure(exc.status, exc.body_excerpt):
                 raise _AuthFailed(exc.status, f"HTTP {exc.status}: {_excerpt(exc.body_excerpt)}") from None
