@@ -2050,7 +2050,12 @@ def _duplicate_key_hint(message: str, raw: bytes) -> str:
     lines = raw.decode("utf-8-sig", errors="replace").splitlines()
     n = int(m.group(1))
     key = re.match(r"\s*([A-Za-z0-9_.\-]{1,80})\s*=", lines[n - 1]) if 0 < n <= len(lines) else None
-    return f": key {key.group(1)!r} is set twice in its table" if key else ""
+    if not key:
+        return ""
+    name = key.group(1)
+    if "." in name:  # 'b.c = 2' after 'b = 1': it is 'b' that is set twice (review34 #10)
+        return f": key {name!r}, or a dotted part of it, is set twice in its table"
+    return f": key {name!r} is set twice in its table"
 
 
 def packaged_config_path(name: str) -> Path | None:
