@@ -204,8 +204,10 @@ def test_campaign_costing_three_times_the_cap_stops_within_it(tmp_path):
             stop_msgs = [str(e) for e in h.errors]  # (BudgetStop is not recorded as an error)
             assert not stop_msgs, stop_msgs
             worst = [m.worst_case_usd(math.ceil((len(payload(i)["prompt"]) // 3 + 16) * 1.25)) for i in range(n)]
-            assert s.total_usd + min(worst) > cap - 1e-9  # the next call could not fit
-            assert s.total_usd >= cap - max(worst)  # ...and the budget was used up to one worst case
+            # the call that stopped could not fit: the budget was used up to one worst case. (Not "even the cheapest
+            # task could not fit": the harness stops at its batch's first refusal, and a cheaper task may wait in the
+            # queue; a CI run under load, session 34, stopped with $0.000495 left and a $0.000494 task unleased.)
+            assert s.total_usd >= cap - max(worst)
             await h.close()
 
     run(main(), 120)

@@ -106,7 +106,9 @@ def test_status_after_a_crawl_rerun_names_the_hosts_of_the_run_it_shows(sandbox_
     records = [json.loads(ln) for ln in
                (isolated_roots / "state" / "crawl-sandbox" / "progress.jsonl").read_text().splitlines()]
     worked = [r for r in records if r.get("http")][-1]
-    assert set(records[-1]["host_labels"]).isdisjoint(worked["host_labels"])  # the re-run's ports differ
+    # the re-run's ports differ (the OS may hand one port out again: at least one differs; a CI run under load
+    # reused one, session 34)
+    assert set(records[-1]["host_labels"]) != set(worked["host_labels"])
     shown = {m.group(1): m.group(2) for m in re.finditer(r"^ +http (\S+)(?: \((.+?)\))?: \d+ requests", out, re.M)}
     assert set(shown) == set(worked["http"])
     fake = "; a local fake started by its run"
