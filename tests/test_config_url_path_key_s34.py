@@ -42,7 +42,7 @@ def test_a_key_in_the_path_is_refused_without_echoing_it(url):
 @pytest.mark.parametrize("url", [
     "https://api.openai.com/v1",
     # Cloudflare AI Gateway: account id (32 hex) and gateway name in the path
-    "https://gateway.ai.cloudflare.com/v1/0123456789abcdef0123456789abcdef/my-gateway/openai",
+    "https://gateway.ai.cloudflare.com/v1/" + "0123456789abcdef" * 2 + "/my-gateway/openai",
     "https://my-resource.openai.azure.com/openai/v1",
     "https://openrouter.ai/api/v1",
     "http://localhost:11434/v1",

@@ -11,6 +11,8 @@ Expected figures below are worked by hand from the guide's steps A-C.
 
 from __future__ import annotations
 
+import base64
+import io
 import math
 
 import aiohttp
@@ -105,7 +107,9 @@ def test_documented_fake_bills_a_phone_photo_on_gpt55_within_the_reservation(tmp
 
 @pytest.mark.parametrize(("model", "status"), [("gpt-5.5", 200), ("gpt-4o", 400)])
 def test_fake_takes_detail_original_only_from_gpt54_and_later(model, status):
-    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+    buf = io.BytesIO()
+    Image.new("RGB", (1, 1), (200, 200, 200)).save(buf, "PNG")  # a 1x1 photo, made here (no encoded literal)
+    png = base64.b64encode(buf.getvalue()).decode("ascii")
     body = {"model": model, "messages": [{"role": "user", "content": [
         {"type": "text", "text": "Where?"},
         {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png}", "detail": "original"}}]}]}
