@@ -644,9 +644,7 @@ class ModelConfig(_Section):
         (:func:`openai_large_patch_model`): an older model answers 400 and every task would be dead-lettered
         (review34 #6). Other providers do not read ``detail``, nor do other OpenAI-compatible servers' models."""
         if (self.params.get("detail") == "original" and self.provider == "openai"
-                and not openai_large_patch_model(self.openai_rules_id)
-                and _image_family("openai", self.openai_rules_id)[0] == "openai"
-                and _looks_openai(self.openai_rules_id)):
+                and _looks_openai(self.openai_rules_id) and not openai_large_patch_model(self.openai_rules_id)):
             raise ConfigProblem(f"params.detail: 'original' is for gpt-5.4 and later models (OpenAI vision guide); "
                                 f"{self.openai_rules_id!r} takes 'low', 'high' or 'auto'")
         return self
@@ -2787,12 +2785,9 @@ def _looks_openai(model_id: str) -> bool:
 
 def openai_large_patch_model(model_id: str) -> bool:
     """Whether an OpenAI model id bills images by gpt-5.4's patch budgets (:data:`OPENAI_LARGE_PATCH_BUDGETS`):
-    gpt-5.4, gpt-5.5, gpt-6 and every OpenAI id (:func:`geoagent.providers.sampling.is_openai_model_id`) not known
-    to predate them (:data:`_OPENAI_BEFORE_LARGE_PATCHES`). ``model_id`` may carry a ``vendor/`` or ``ft:`` prefix."""
-    from geoagent.providers.sampling import is_openai_model_id
-
-    _, mid = _image_family("openai", model_id)
-    return is_openai_model_id(mid) and not _OPENAI_BEFORE_LARGE_PATCHES.match(mid)
+    gpt-5.4, gpt-5.5, gpt-6 and every OpenAI id (:func:`_looks_openai`) not known to predate them
+    (:data:`_OPENAI_BEFORE_LARGE_PATCHES`). ``model_id`` may carry a ``vendor/`` or ``ft:`` prefix."""
+    return _looks_openai(model_id) and not _OPENAI_BEFORE_LARGE_PATCHES.match(_image_family("openai", model_id)[1])
 
 
 def _anthropic_patch_count(w: int, h: int) -> int:

@@ -113,8 +113,8 @@ def truncation_problem(im: "Image.Image") -> str | None:
 
     A body cut short that still ends in the end-of-image marker FF D9 passes the "complete JPEG" check
     (:func:`geoagent.clients.mapillary._jpeg_body`), and Pillow decodes it without an error: libjpeg only warns
-    ("Premature end of JPEG file") and fills the rest of the frame with mid grey, which lifted a dark frame (mean 59.5) over the daylight filter (106.6;
-    break34 crawl #2). The filler is exact: the bottom :data:`FILLER_ROWS` rows all RGB (128, 128, 128), which no
+    ("Premature end of JPEG file") and fills the rest of the frame with mid grey, which lifted a dark frame (mean
+    59.5) over the daylight filter (106.6; break34 crawl #2). The filler is exact: the bottom :data:`FILLER_ROWS` rows all RGB (128, 128, 128), which no
     camera frame is. ``im``: a loaded Pillow image; other formats than JPEG are not checked."""
     if im.format != "JPEG" or im.height < FILLER_ROWS:
         return None

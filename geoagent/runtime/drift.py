@@ -122,8 +122,8 @@ def crawl_city_edit_lines(name: str, call_keys: Mapping[str, tuple[Any, Any]]) -
         m = _CITY_FIELD.fullmatch(key)
         if m and old is not None:
             edited.setdefault(int(m.group(1)), []).append(f"{m.group(2)} {old!r} -> {new!r}")
-        elif _CITY_ENTRY.fullmatch(key) and old is not None and new is None:
-            removed.append(int(_CITY_ENTRY.fullmatch(key).group(1)))
+        elif (e := _CITY_ENTRY.fullmatch(key)) and old is not None and new is None:
+            removed.append(int(e.group(1)))
     lines = []
     if edited:
         what = "; ".join(f"crawl.cities[{i}] {', '.join(v)}" for i, v in sorted(edited.items()))

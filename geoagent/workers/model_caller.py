@@ -1345,8 +1345,7 @@ class ModelCaller(Stage):
             recorded = getattr(provider, "recorded_usage", None)
             usage = recorded(request) if callable(recorded) else None
             known_usd = m.cost_usd(int(usage[0]), int(usage[1])) if usage is not None else 0.0
-            base_usd = _worst_usd(m, request, has_image, None, factor)  # the worst case before the overrun guard
-            worst_usd = max(known_usd, self._overrun.get((m.name, has_image), 1.0) * base_usd)
+            base_usd, worst_usd = self._reservation_usd(m, request, has_image, None, factor, known_usd)
             size: tuple[int, int] | None = None  # the loaded image's size, when read (the reservation counts it)
             # store lookup and reservation happen in the gate, at send time (module docstring: crash safety)
             gate = _SendGate(store, ledger, key, worst_usd, m.name, breaker, self._is_stopping, gate_hosts,
@@ -1374,8 +1373,7 @@ class ModelCaller(Stage):
                     request = dataclasses.replace(request, image=img.data, image_mime=img.mime)
                     # the image's size (header only) may make the provider bill it above image_input_tokens
                     size = image_size_px(None, None, img.data) if m.provider != "replay" else None
-                    base_usd = _worst_usd(m, request, True, size, factor)
-                    worst_usd = max(known_usd, self._overrun.get((m.name, True), 1.0) * base_usd)
+                    base_usd, worst_usd = self._reservation_usd(m, request, True, size, factor, known_usd)
                     gate = _SendGate(store, ledger, key, worst_usd, m.name, breaker, self._is_stopping, gate_hosts,
                                      tokens=_worst_tokens(m, request, True, size, factor), cutoff=self._cutoff)
                     if probe is not None:
@@ -1461,6 +1459,13 @@ class ModelCaller(Stage):
                                 params.get("max_output_tokens", m.max_output_tokens), self._limit_keys.get(m.name),
                                 settings=settings)
             return [self._message(task, key, m, request, response, cost_usd=cost_usd, cached=False)]
+
+    def _reservation_usd(self, m: Any, request: ModelRequest, has_image: bool, size: tuple[int, int] | None,
+                         factor: float, known_usd: float) -> tuple[float, float]:
+        """``(worst case, reservation)`` of one call, USD: :func:`_worst_usd`, and that raised by the overrun guard's
+        factor for the model and kind (:meth:`_note_overrun`), at least ``known_usd`` (a replay's recorded bill)."""
+        base = _worst_usd(m, request, has_image, size, factor)
+        return base, max(known_usd, self._overrun.get((m.name, has_image), 1.0) * base)
 
     def _note_overrun(self, model: str, has_image: bool, cost_usd: float, reserved_usd: float,
                       base_usd: float) -> None:
