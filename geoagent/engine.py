@@ -698,9 +698,10 @@ class Outcome:
             lines.extend(over_cap_lines(s))
             lines.extend(unreported_usage_lines(s))
         if self.status == STATUS_AUTH and C.EDGE_REQUESTS not in self.counts:
-            # no model requests edge (the crawl's refused Mapillary token): the stop line above says what is queued
-            lines.append("  not done: the work above stays queued untouched; set the variable named above and re-run "
-                         "the same command")
+            # no model requests edge (the crawl's refused Mapillary token or auditor key): the stop line above says what
+            # is queued
+            lines.append("  not done: the work above stays queued untouched; set the variable named above (for a billing "
+                         "refusal: add credit or raise the provider's limit) and re-run the same command")
         elif self.status == STATUS_AUTH:
             lines.append(f"  not dispatched: {count_text(self.remaining(), 'request')} stay queued (those of the model(s) above, "
                          "and any other work left); set the key variable (for a billing refusal: add credit or raise "
@@ -2239,8 +2240,8 @@ async def _run(
             lines_of = getattr(r.stage, "auth_lines", None)
             for ln in (lines_of() if callable(lines_of) and r.stats.blocked else []):
                 ready = counts[r.stage.input_edge].ready if r.stage.input_edge in counts else 0
-                token_lines.append((f"{r.stage.name}: {ln}; {ready} {r.stage.input_edge} left queued (re-run with the "
-                                    "right token to resume)", ready))
+                token_lines.append((f"{r.stage.name}: {ln}; {ready} {r.stage.input_edge} left queued (re-run the same "
+                                    "command once that is fixed to resume)", ready))
         token_lines = [t for t in token_lines if t[1]] or token_lines[:1]
         auth_lines += [ln for ln, _ in token_lines]
         # models whose host could not be reached (model caller's breaker: their tasks left queued, untouched),

@@ -32,7 +32,8 @@ from typing import Any
 import anyio
 
 from geoagent.providers.base import ModelRequest, ModelResponse
-from geoagent.runtime.stage import Abandoned
+from geoagent.runtime.errors import PicklableError
+from geoagent.runtime.stage import Abandoned, Held
 from geoagent.runtime.ledger import with_worst_tokens
 from geoagent.workers.billing import booked_answer, close_failed_call, worst_case_usage
 
@@ -48,6 +49,56 @@ IN_FLIGHT_RECOVER_S = 5.0
 
 #: request key -> (lock, users): the key's turn in this process (:func:`metered_generate`; model_caller._KeyTurn)
 _KEY_TURNS: dict[str, tuple[asyncio.Lock, int]] = {}
+
+
+class AuditorRefused(PicklableError, Held):
+    """The host of a crawl auditor's model refused its API key (HTTP 401/403, Gemini's ``API_KEY_INVALID``) or
+    its account for billing (HTTP 402, quota or credit used up: :func:`geoagent.workers.model_caller.is_billing_failure`):
+    the model caller's authentication breaker for the crawl's auditors. The task is held untouched (no attempt
+    counted, never dead-lettered; what it stored before, e.g. earlier images' audits, is kept), the auditor's stage
+    stops leasing, and the run ends ``authentication failed`` (exit 5) naming the key's variable (never its value),
+    so a re-run once the key or the credit is fixed resumes with no ``--requeue``. ``model``: the ``[[models]]``
+    name. Picklable (message and ``model`` travel)."""
+
+    def __init__(self, message: str, model: str = "") -> None:
+        super().__init__(message)
+        self.model = model
+
+
+class AuditorBreaker:
+    """Which crawl auditor models were refused in this process (``[[models]]`` name -> the refusal,
+    :class:`geoagent.workers.model_caller.AuthFailure`). Unlike the model caller's breaker it opens at the first
+    refusal, as the crawl's Mapillary token does (:class:`geoagent.crawl.stages.MapillaryTokenRefused`): an
+    auditor is one model, and every further audit would be refused the same way."""
+
+    def __init__(self) -> None:
+        self.opened: dict[str, Any] = {}
+
+    def gate(self, model: str) -> None:
+        """Raise :class:`AuditorRefused` when ``model`` was refused already (nothing is sent)."""
+        failure = self.opened.get(model)
+        if failure is not None:
+            raise AuditorRefused(failure.message(), model)
+
+    def check(self, exc: BaseException, model: str, api_key_env: str | None) -> None:
+        """Open ``model``'s breaker and raise :class:`AuditorRefused` when ``exc`` (raised by its provider) is a
+        refused key or a billing refusal from its host; otherwise return (the caller re-raises ``exc``)."""
+        from geoagent.runtime.http import PermanentHTTPError
+        from geoagent.workers.model_caller import AuthFailure, is_auth_failure, is_billing_failure
+
+        if not isinstance(exc, PermanentHTTPError):
+            return
+        body = exc.body or exc.body_excerpt
+        billing = is_billing_failure(exc.status, body)
+        if not (billing or is_auth_failure(exc.status, body)):
+            return
+        self.opened.setdefault(model, AuthFailure(model, int(exc.status), api_key_env, 1, billing=billing))
+        self.gate(model)
+
+    def message(self, model: str | None) -> str | None:
+        """The refusal of ``model`` (:meth:`geoagent.workers.model_caller.AuthFailure.message`), None if none."""
+        failure = self.opened.get(model) if model is not None else None
+        return failure.message() if failure is not None else None
 
 
 class _AnsweredElsewhere(Exception):
@@ -96,7 +147,7 @@ def answer_kind(resp: Any, default: str | None) -> str | None:
 async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any = None, model_cfg: Any = None,
                            stopping: Callable[[], bool] | None = None,
                            input_estimate_factor: float | None = None, store: Any = None,
-                           provider_kind: str | None = None) -> ModelResponse:
+                           provider_kind: str | None = None, overrun: Any = None) -> ModelResponse:
     """``provider.generate(request)``, wrapped in a ledger reservation when ``ledger`` and ``model_cfg``
     (a ``[[models]]`` entry with prices) are given.
 
@@ -123,6 +174,10 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
     for at most :data:`IN_FLIGHT_WAIT_S` s. Inside one process (one ledger owner) the same key is never in flight
     twice either: a second call with it (its task leased again by the same runner after a wall-clock step past the
     visibility timeout) waits for the first one's turn and gets its stored answer.
+    ``overrun`` (optional): the process's :class:`geoagent.workers.billing.OverrunGuard`, as the model caller's: the
+    reservation is the worst case times the guard's factor for the model and kind (with an image or not), and a call
+    billed above its reservation raises that factor for the later ones (the crawl services pass one for both
+    auditors).
     ``provider_kind`` (optional): what answers this auditor (:func:`auditor_provider_kind`), recorded with the
     stored answer as ``request_meta.provider_kind``; None records the request's provider when it is
     ``"simulated"`` or ``"replay"``, else nothing.
@@ -165,12 +220,13 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
         factor = DEFAULT_INPUT_ESTIMATE_FACTOR if input_estimate_factor is None else float(input_estimate_factor)
         size = image_size_px(None, None, request.image) if request.image is not None else None
         has_image = request.image is not None or bool(request.image_id)
-        worst_usd = reservation_usd(model_cfg, request.prompt, request.params, request.max_output_tokens,
-                                    input_estimate_factor=factor, has_image=has_image, size_px=size)
+        base_usd = reservation_usd(model_cfg, request.prompt, request.params, request.max_output_tokens,
+                                   input_estimate_factor=factor, has_image=has_image, size_px=size)
+        name = getattr(model_cfg, "name", request.model)
+        worst_usd = base_usd * (overrun.factor(name, has_image) if overrun is not None else 1.0)
         # the token counts that amount is priced from, kept with the reservation (a withheld answer books them)
         worst = worst_case_usage(model_cfg, request, input_estimate_factor=factor, has_image=has_image, size_px=size)
         held: list[Any] = []  # the reservation, once made
-        name = getattr(model_cfg, "name", request.model)
 
         async def reserve() -> None:
             check_stop()  # at send time: a call that waited for its host while the stop came is not sent
@@ -246,6 +302,8 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
         # an answer without a usable usage is kept and booked at its reservation, the worst case (as the model caller)
         resp, cost_usd = booked_answer(resp, held[0], model_cfg, request, input_estimate_factor=factor,
                                        has_image=request.image is not None or bool(request.image_id), size_px=size)
+        if overrun is not None:
+            overrun.note(name, has_image, cost_usd, held[0].amount_usd, base_usd)
         with anyio.CancelScope(shield=True):
             if store is None:
                 await ledger.asettle(held[0], resp.usage, cost_usd)

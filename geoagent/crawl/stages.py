@@ -86,7 +86,7 @@ from geoagent.clients.pageviews import PageviewsClient
 from geoagent.clients.wdqs import WdqsAreaTooDense, WdqsClient, WdqsQueryError
 from geoagent.crawl import fetcher as fetch_mod
 from geoagent.crawl import image_audit as ia
-from geoagent.crawl.llmcall import answer_kind, metered_generate
+from geoagent.crawl.llmcall import AuditorBreaker, answer_kind, metered_generate
 from geoagent.crawl.ladder import RatedCandidate, build_ladder, ladder_draw_version, ladder_file_name, write_ladder_csv
 from geoagent.crawl.referenceability import (
     RefCandidate,
@@ -102,6 +102,7 @@ from geoagent.crawl.settings import CitySpec, CrawlConfigError, CrawlSettings
 from geoagent.files import atomic_open, atomic_write_bytes
 from geoagent.runtime.queue import QueueError, Task, WorkQueue
 from geoagent.runtime.stage import Held, Message, PermanentFailure, Stage, StageContext
+from geoagent.workers.billing import OverrunGuard
 
 
 def _dump(path: Path, obj: Any) -> None:
@@ -161,6 +162,12 @@ class CrawlServices:
     #: set when the Mapillary API refused the access token (how, e.g. "HTTP 401, Mapillary error 190"):
     #: the stages that call Mapillary hold their tasks and stop (:class:`MapillaryTokenRefused`)
     mapillary_refused: str | None = None
+    #: the auditor models whose host refused their key or account (:class:`geoagent.crawl.llmcall.AuditorBreaker`):
+    #: the auditor's stage holds its tasks and stops (:meth:`audit_generate`)
+    auditors: AuditorBreaker = field(default_factory=AuditorBreaker)
+    #: the auditors' overrun guard (:class:`geoagent.workers.billing.OverrunGuard`): after a call billed above its
+    #: reservation, that auditor's later calls of the kind reserve what it showed it can bill
+    overrun: OverrunGuard = field(default_factory=OverrunGuard)
     #: thumbnails this process downloaded (the fetcher's ``FetchResult.downloads`` of the sites it fetched; a
     #: reused selection, or a thumbnail already on disk, adds none): the summary's images line
     downloads_this_run: int = 0
@@ -178,16 +185,42 @@ class CrawlServices:
             self.locks[name] = asyncio.Lock()
         return self.locks[name]
 
+    def auditor_name(self, which: str) -> str:
+        """The ``[[models]]`` name of the ``"image_audit"`` or ``"referenceability"`` auditor."""
+        cfg = self.image_model_cfg if which == "image_audit" else self.ref_model_cfg
+        section = self.settings.image_audit if which == "image_audit" else self.settings.referenceability
+        return str(getattr(cfg, "name", None) or section.model)
+
+    async def audit_generate(self, which: str, req: Any) -> Any:
+        """One model call of the ``"image_audit"`` or ``"referenceability"`` auditor:
+        :func:`geoagent.crawl.llmcall.metered_generate` with the campaign's ledger, store and stop flag, behind the
+        auditors' breaker (:attr:`auditors`).
+
+        Raises
+        ------
+        geoagent.crawl.llmcall.AuditorRefused
+            The auditor's host refused its key or account, now or earlier in the run (nothing more is sent).
+        Exception
+            Whatever :func:`~geoagent.crawl.llmcall.metered_generate` raised."""
+        image = which == "image_audit"
+        provider, cfg = (self.image_provider, self.image_model_cfg) if image else (self.ref_provider, self.ref_model_cfg)
+        name = self.auditor_name(which)
+        self.auditors.gate(name)
+        try:
+            return await metered_generate(provider, req, ledger=self.ledger, model_cfg=cfg,
+                                          stopping=lambda: self.stopping,
+                                          input_estimate_factor=self.input_estimate_factor, store=self.store,
+                                          provider_kind=self.image_kind if image else self.ref_kind,
+                                          overrun=self.overrun)
+        except Exception as exc:
+            self.auditors.check(exc, name, getattr(cfg, "api_key_env", None))  # raises AuditorRefused for a refusal
+            raise
+
     @property
     def ref_auditor(self) -> ReferenceabilityAuditor:
         if self._ref_auditor is None:
-            from geoagent.crawl.llmcall import metered_generate
-
             async def generate(req: Any) -> Any:
-                return await metered_generate(self.ref_provider, req, ledger=self.ledger, model_cfg=self.ref_model_cfg,
-                                              stopping=lambda: self.stopping,
-                                              input_estimate_factor=self.input_estimate_factor, store=self.store,
-                                              provider_kind=self.ref_kind)
+                return await self.audit_generate("referenceability", req)
 
             self._ref_auditor = ReferenceabilityAuditor(
                 self.ref_provider, self.settings.referenceability, self.state_dir, pageviews=self.pageviews,
@@ -448,18 +481,29 @@ class _CrawlStage(Stage):
     _crawl_svc: CrawlServices | None = None
     #: the stage calls the Mapillary API: it stops once the token was refused (:class:`MapillaryTokenRefused`)
     uses_mapillary = False
+    #: the auditor the stage calls (``"image_audit"`` / ``"referenceability"``, :meth:`CrawlServices.audit_generate`):
+    #: it stops once that model's host refused its key or account (:class:`geoagent.crawl.llmcall.AuditorRefused`)
+    uses_auditor: str | None = None
+
+    def _auditor_refusal(self) -> str | None:
+        svc = self._crawl_svc
+        if self.uses_auditor is None or svc is None:
+            return None
+        return svc.auditors.message(svc.auditor_name(self.uses_auditor))
 
     def runnable(self) -> bool:
-        """False once the Mapillary token was refused, for a stage that calls Mapillary (runner stops leasing)."""
+        """False once the Mapillary token was refused, for a stage that calls Mapillary, or once its auditor model
+        was refused, for an auditor's stage (the runner stops leasing)."""
         svc = self._crawl_svc
-        return not (self.uses_mapillary and svc is not None and svc.mapillary_refused)
+        return not (self.uses_mapillary and svc is not None and svc.mapillary_refused) and not self._auditor_refusal()
 
     def auth_lines(self) -> list[str]:
-        """One line when the Mapillary API refused the token (the engine ends the run exit 5 with it), else []."""
+        """One line when the Mapillary API refused the token, or the stage's auditor model was refused (the engine
+        ends the run exit 5 with it), else []."""
         svc = self._crawl_svc
-        if not (self.uses_mapillary and svc is not None and svc.mapillary_refused):
-            return []
-        return [_token_message(svc)]
+        lines = [_token_message(svc)] if self.uses_mapillary and svc is not None and svc.mapillary_refused else []
+        refusal = self._auditor_refusal()
+        return lines + ([f"auditor [crawl.{self.uses_auditor}]: {refusal}"] if refusal else [])
 
     @staticmethod
     def _token_gate(svc: CrawlServices, exc: BaseException | None = None) -> None:
@@ -869,6 +913,7 @@ class ImageAuditorStage(_CrawlStage):
     input_edge = C.EDGE_IMAGES
     output_edge = C.EDGE_SITES_FOR_AUDIT
     concurrency = 4
+    uses_auditor = "image_audit"
 
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
         svc = _svc(ctx)
@@ -898,10 +943,7 @@ class ImageAuditorStage(_CrawlStage):
             jpeg = img_file.read_bytes()
             kind, model_id = _model_id(svc.image_model_cfg, svc.settings.image_audit)
             req = ia.build_request(iid, jpeg, svc.settings.image_audit, prompt, provider=kind, model=model_id)
-            resp = await metered_generate(svc.image_provider, req, ledger=svc.ledger, model_cfg=svc.image_model_cfg,
-                                          stopping=lambda: svc.stopping,
-                                          input_estimate_factor=svc.input_estimate_factor, store=svc.store,
-                                          provider_kind=svc.image_kind)
+            resp = await svc.audit_generate("image_audit", req)
             audit = ia.parse_image_audit(resp.text)
             # provider_kind: what answered, as a fact of this call (the export's simulated column reads it)
             _dump(out, {"image_id": iid, "site": sid, "path": img_file.relative_to(Path(svc.images_root)).as_posix(),
@@ -1013,6 +1055,7 @@ class ReferenceabilityAuditorStage(_CrawlStage):
     input_edge = C.EDGE_SITES_FOR_AUDIT
     output_edge = C.EDGE_RATED
     concurrency = 1  # WDQS allows one query at a time per client anyway
+    uses_auditor = "referenceability"
 
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
         svc = _svc(ctx)

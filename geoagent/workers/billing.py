@@ -36,12 +36,51 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import math
 from typing import Any
 
 from geoagent.providers.base import ModelResponse, ModelRequest, ProviderError, Usage
 from geoagent.providers.errors import ContentBlocked
 from geoagent.runtime.http import OutcomeUnknown, PermanentHTTPError, RetriesExhausted, RetriesStopped, never_sent
+
+log = logging.getLogger(__name__)
+
+
+class OverrunGuard:
+    """Overrun guard of one process's paid calls: after a call billed more than its reservation, the worst case of
+    the same model's later calls of the same kind (with an image, or without) is multiplied by the largest ratio of
+    bill to worst case seen (>= 1; 1 until such a call).
+
+    The cap is only as hard as the worst case bounds each bill. A vision model whose image bill this code does not
+    know (behind a gateway, left at ``image_input_tokens``' 1,600 where it bills 15,000; break34 provider #1, #3)
+    passed the cap on every call in flight and again on every later call; after the first such call its later calls
+    reserve what it showed it can bill. In this process only (a new run starts at 1, so a changed config is not
+    multiplied by an old factor), and apart for calls with and without an image. The dry run does not know it.
+    Used by the model caller (:class:`geoagent.workers.model_caller.ModelCaller`) and the crawl's auditors
+    (:func:`geoagent.crawl.llmcall.metered_generate`)."""
+
+    def __init__(self) -> None:
+        self._factor: dict[tuple[str, bool], float] = {}
+
+    def factor(self, model: str, has_image: bool) -> float:
+        """The factor the worst case of ``model``'s calls of this kind is multiplied by (1.0 until an overrun)."""
+        return self._factor.get((model, has_image), 1.0)
+
+    def note(self, model: str, has_image: bool, cost_usd: float, reserved_usd: float, base_usd: float) -> None:
+        """A call of ``model`` cost ``cost_usd`` (USD) against a reservation of ``reserved_usd`` whose worst case
+        before the guard was ``base_usd``: when it cost more than its reservation, raise the kind's factor to
+        ``cost_usd / base_usd`` and say so once per rise (a warning naming the config keys that fix it)."""
+        if not reserved_usd > 0 or not base_usd > 0 or not cost_usd > reserved_usd * (1 + 1e-9):
+            return
+        ratio = cost_usd / base_usd
+        kind = (model, has_image)
+        if ratio > self._factor.get(kind, 1.0):
+            self._factor[kind] = ratio
+            log.warning("model %r billed $%.6f for a call%s whose worst case was $%.6f (x%.2f): its later such calls "
+                        "in this run reserve x%.2f their worst case; raise [[models]] image_input_tokens or [budget] "
+                        "input_estimate_factor so the worst case covers its bills", model, cost_usd,
+                        " with an image" if has_image else "", base_usd, ratio, ratio)
 
 
 def worst_case_usage(model_cfg: Any, request: ModelRequest, *, input_estimate_factor: float, has_image: bool,

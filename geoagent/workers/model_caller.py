@@ -228,7 +228,7 @@ from geoagent.runtime.stage import (Abandoned, BudgetStop, Held, Lane, Message, 
 from geoagent.runtime.worker import PAUSED_BY_HOST, PROBE_AFTER_S, PROBE_MAX_S, UNREACHABLE_AFTER
 from geoagent.secrets import redact
 from geoagent.textfmt import count_text
-from geoagent.workers.billing import booked_answer, close_failed_call, worst_case_usage
+from geoagent.workers.billing import OverrunGuard, booked_answer, close_failed_call, worst_case_usage
 from geoagent.workers.cutoff_breaker import (CUT_OFF_EMPTY_TO_STOP, CUT_OFF_RECORD, CUTOFF_BREAKER_SERVICE, CutOffBreaker,
                                              CutOffStop, empty_cut_off, request_settings_id)
 from geoagent.workers.held import HeldTasks
@@ -1074,9 +1074,8 @@ class ModelCaller(Stage):
         #: calls not yet known to be sent: (cancel scope around generate, its gate)
         self._unsent: set[tuple[anyio.CancelScope, _SendGate]] = set()
         self._unreported_said: set[str] = set()  # models whose answer without usage was logged (once each)
-        # overrun guard (:meth:`_note_overrun`): per (model, with an image), the factor its worst case is raised by
-        # after a call of that kind billed above it, in this process
-        self._overrun: dict[tuple[str, bool], float] = {}
+        # overrun guard: per (model, with an image), the factor its worst case is raised by after an overrun
+        self._overrun = OverrunGuard()
         #: one lane per model when the campaign has several (lanes(); set at start), else None
         self._lanes: dict[str, Lane] | None = None
         #: the HTTP limit keys of the models sent over HTTP (pace_keys(); set at start)
@@ -1416,7 +1415,7 @@ class ModelCaller(Stage):
             # an answer without a usable usage is kept, booked at its reservation (the worst case; module table)
             response, cost_usd = booked_answer(response, reservation, m, request, input_estimate_factor=factor,
                                                has_image=has_image, size_px=size)
-            self._note_overrun(m.name, has_image, cost_usd, reservation.amount_usd, base_usd)
+            self._overrun.note(m.name, has_image, cost_usd, reservation.amount_usd, base_usd)
             if not response.usage.reported and m.name not in self._unreported_said:
                 self._unreported_said.add(m.name)
                 log.warning("model %r answered without a usage count: booked at the worst case ($%.6f, the "
@@ -1463,32 +1462,9 @@ class ModelCaller(Stage):
     def _reservation_usd(self, m: Any, request: ModelRequest, has_image: bool, size: tuple[int, int] | None,
                          factor: float, known_usd: float) -> tuple[float, float]:
         """``(worst case, reservation)`` of one call, USD: :func:`_worst_usd`, and that raised by the overrun guard's
-        factor for the model and kind (:meth:`_note_overrun`), at least ``known_usd`` (a replay's recorded bill)."""
+        factor for the model and kind (:class:`~geoagent.workers.billing.OverrunGuard`), at least ``known_usd`` (a replay's recorded bill)."""
         base = _worst_usd(m, request, has_image, size, factor)
-        return base, max(known_usd, self._overrun.get((m.name, has_image), 1.0) * base)
-
-    def _note_overrun(self, model: str, has_image: bool, cost_usd: float, reserved_usd: float,
-                      base_usd: float) -> None:
-        """Overrun guard: when a call cost more than its reservation (``reserved_usd``), raise the factor the worst
-        case of ``model``'s later calls of the same kind (with an image or not) is multiplied by, in this process,
-        to the call's cost over its worst case before the guard (``base_usd``), and say so once per rise.
-
-        The cap is only as hard as the worst case bounds each bill. A vision model whose image bill this code does
-        not know (behind a gateway, left at ``image_input_tokens``' 1,600 where it bills 15,000; break34 provider
-        #1, #3) passed the cap on every call in flight and again on every later call; after the first such call
-        its later calls reserve what it showed it can bill. In this process only (a new run starts at 1, so a
-        changed config is not multiplied by an old factor), and apart for calls with and without an image. The dry
-        run does not know it."""
-        if not reserved_usd > 0 or not base_usd > 0 or not cost_usd > reserved_usd * (1 + 1e-9):
-            return
-        ratio = cost_usd / base_usd
-        kind = (model, has_image)
-        if ratio > self._overrun.get(kind, 1.0):
-            self._overrun[kind] = ratio
-            log.warning("model %r billed $%.6f for a call%s whose worst case was $%.6f (x%.2f): its later such calls "
-                        "in this run reserve x%.2f their worst case; raise [[models]] image_input_tokens or [budget] "
-                        "input_estimate_factor so the worst case covers its bills", model, cost_usd,
-                        " with an image" if has_image else "", base_usd, ratio, ratio)
+        return base, max(known_usd, self._overrun.factor(m.name, has_image) * base)
 
     async def _send(
         self, provider: Any, request: ModelRequest, ledger: Any, gate: _SendGate, m: Any
