@@ -532,19 +532,14 @@ def _resume_cmd(workdir: Path | None) -> str:
 
 
 def simulated_verdicts_note() -> str:
-    """The demo summary's note under the GeoVerify table: what the simulated models' verdicts depend on.
+    """The demo summary's note under the GeoVerify table: the simulated models' read-out means nothing (why: the
+    GeoVerify campaign's "Simulated answers" note above it, :func:`geoagent.sandbox.launch.geoverify_simulated_why`).
 
     Returns:
-        Two indented lines in parentheses, ending with a blank line. The gray-field share comes from
-        :data:`geoagent.geoverify.simulate.BLANK_P_YES` (the simulated models' P(yes) for the gray field).
+        One indented line in parentheses, ending with a blank line.
     """
-    from geoagent.geoverify.simulate import BLANK_P_YES
-
-    no_pct = round(100 * (1 - BLANK_P_YES))
-    return ("  (the demo's models are simulated: their GeoVerify verdicts do not depend on where the photo was taken\n"
-            f"   (a signal claim and a decoy claim get the same chance of yes; only the gray field differs: answered no\n"
-            f"   {no_pct} % of the time), so d' between signal and decoys is 0 only in expectation: sampling noise moves\n"
-            "   it, and an interval may exclude 0; the read-out means nothing; point [[models]] at a real provider)\n")
+    return ("  (the demo's models are simulated, so this read-out means nothing (the 'Simulated answers' note above says "
+            "why); point [[models]] at a real provider)\n")
 
 
 def run_demo(workdir: Path | None = None, live: bool | None = None) -> int:

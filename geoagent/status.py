@@ -585,6 +585,10 @@ def cap_text(spend: dict[str, Any], *, running: bool = False) -> str:
     return f"cap {format_usd(cfg_cap)} ([budget] cap_usd in the config; the last run ran under {format_usd(stored)})"
 
 
+#: the command that prices the work a campaign has left (the dry run counts stored answers as free)
+COST_OF_REST_CMD = "run.py run CONFIG --simulate"
+
+
 def budget_resume_hint(spend: dict[str, Any], refused_usd: float | None = None) -> str:
     """What ``status`` says to do after the cost cap stopped the last run: re-run when the config's cap was raised
     above the one it stopped at and leaves room for the call the cap refused, else raise ``[budget] cap_usd`` first
@@ -1005,6 +1009,9 @@ def format_status(st: dict[str, Any]) -> str:
             lines.extend("  to go on: " + f for f in other)
             if not other or any(BudgetStop.fix in (sd.get("budget_fixes") or ()) for sd in p.get("stages") or []):
                 lines.append("  " + budget_resume_hint(st["spend"], refused_call_usd(p)))
+                if not st.get("redis"):  # the dry run prices the work left (stored answers free) on SQLite only
+                    lines.append(f"  what the rest costs: `{COST_OF_REST_CMD}` estimates the work left (answers "
+                                 "already stored cost nothing there)")
         lines.extend(coverage_lines(p.get("planned_by_model") or {}, st.get("answered_by_model") or {},
                                     budget_stopped=bool(p.get("budget_stopped")), complete=complete))
         http = p.get("http")

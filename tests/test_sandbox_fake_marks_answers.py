@@ -152,6 +152,10 @@ def test_a_geoverify_report_over_a_fake_of_ones_own_carries_the_simulated_note(t
     report = (Path(load_config(p).state_dir()) / "report" / TABLE_MD).read_text(encoding="utf-8")
     # before: no note (the report read the config, where the fake is a plain local address)
     assert "Simulated answers: mine answered from geoagent's simulator" in report, report[:2000]
+    # and why its read-out means nothing, in the report and the run's summary (walk35 #1: a campaign of one's own on
+    # the fake printed d' 1.01 and a delta_1 with only the generic note; the demo alone said why)
+    why = "Simulated GeoVerify verdicts do not depend on where the photo was taken"
+    assert why in report and why in " ".join(outcome.summary().split()), report[:2000]
 
 
 def test_the_manifest_names_the_models_whose_answers_were_simulated(campaign):

@@ -38,6 +38,14 @@ def test_status_shows_the_config_cap_and_the_way_on_after_a_budget_stop(isolated
     assert m, out
     need, billed, call = (float(x) for x in m.groups())
     assert billed > 0 and call > 0 and need == pytest.approx(billed + call, abs=2e-4) and need > 0.02
+    # and where the cost of the rest is priced (walk35 #5: the cap above buys one more call, not the rest): the dry
+    # run of the same config says what the work left costs, the answers stored by this run counted as done
+    assert "what the rest costs: `run.py run CONFIG --simulate` estimates the work left" in out, out
+    capsys.readouterr()
+    assert main(["run", str(cfg), "--simulate"]) in (0, 2)
+    dry = capsys.readouterr().out
+    done = re.search(r"total: (\d+) calls? to make \((\d+) already done by earlier runs\)", dry)
+    assert done and int(done.group(1)) + int(done.group(2)) == 8 and int(done.group(2)) > 0, dry
 
     # review rev24 (3): a cap raised, but by less than the refused call, is no way on
     cfg.write_text(CONFIG.format(cap=round((0.02 + need) / 2, 6)), encoding="utf-8")  # above the old, below need

@@ -488,7 +488,11 @@ class GeoVerifyCampaign(CampaignKind):
         elif POOLED in scores:
             lines.append(f"  pre-registered read-out (pooled): {scores[POOLED].readout.verdict}: "
                          + "; ".join(scores[POOLED].readout.reasons))
-        lines.append("  " + SUMMARY_LEGEND + (SUMMARY_LEGEND_RANGE if any(sc.delta_1_ci for sc in scores.values()) else ""))
+        # the range's legend only where a delta_1 cell shows one (none-to-none shows no brackets: _delta_text)
+        from geoagent.report.geoverify import delta_none_throughout
+
+        ranged = any(sc.delta_1_ci and not delta_none_throughout(sc) for sc in scores.values())
+        lines.append("  " + SUMMARY_LEGEND + (SUMMARY_LEGEND_RANGE if ranged else ""))
         lines.append("  " + TRUNCATION_LEGEND)
         lines += [f"  {w}" for w in truncation_warnings(scores)]
         small = small_n_warnings(scores)

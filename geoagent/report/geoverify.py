@@ -1071,7 +1071,7 @@ def write_report(
     if simulated:
         from geoagent.sandbox.launch import simulated_note
 
-        sim_note = simulated_note(list(simulated))
+        sim_note = simulated_note(list(simulated), task="geoverify")
         banner += f"**{sim_note}**\n\n"
     if config_mix:
         from geoagent.runtime.drift import MIX_WARNING

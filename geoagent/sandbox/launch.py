@@ -173,9 +173,21 @@ def _simulated_entries(cfg: Any) -> list[str]:
     return out
 
 
+def geoverify_simulated_why() -> str:
+    """Why a simulated model's GeoVerify read-out means nothing (one sentence, no final period): its verdicts ignore
+    where the photo was taken; only the gray field's share of no differs (:data:`geoagent.geoverify.simulate.BLANK_P_YES`)."""
+    from geoagent.geoverify.simulate import BLANK_P_YES
+
+    no_pct = round(100 * (1 - BLANK_P_YES))
+    return ("Simulated GeoVerify verdicts do not depend on where the photo was taken (a signal claim and a decoy claim "
+            f"get the same chance of yes; only the gray field differs: answered no {no_pct} % of the time), so d' "
+            "between signal and decoys is 0 only in expectation: sampling noise moves it, and an interval may exclude 0")
+
+
 def simulated_note(names: list[str] | tuple[str, ...], *, task: str | None = None) -> str:
     """The warning a report and the run's summary carry when ``names`` (:func:`simulated_models`) answered:
     their figures describe the simulator, not a model. ``task="geohint"`` adds why its echo rate is high,
+    ``task="geoverify"`` why its d' is 0 only in expectation (:data:`geoagent.geoverify.simulate.BLANK_P_YES`), and
     ``task="crawl"`` what a simulated auditor decided."""
     if task == "geohint":
         from geoagent.geohint.simulate import ECHO_P, WARN_ECHO_FACTOR
@@ -184,6 +196,9 @@ def simulated_note(names: list[str] | tuple[str, ...], *, task: str | None = Non
                f"repeats the hinted place with probability {ECHO_P:.0%} ({ECHO_P * WARN_ECHO_FACTOR:.0%} under the "
                "warning) or names another ladder point; for a site it cannot tell (an image and hint it was not "
                "given) it always repeats the hint (echo 100 %). Its echo and hit rates say nothing about a model.")
+    elif task == "geoverify":
+        why = (f" {geoverify_simulated_why()}; {'its' if len(names) == 1 else 'their'} H, F, d', c and delta_1 say "
+               "nothing about a model.")
     elif task == "crawl":
         why = (" A crawl's simulated auditors decide which images are usable, how familiar each reference point is "
                "and which places are sensitive, so its sites' images and context ladders are the simulator's too; "
