@@ -75,13 +75,22 @@ def test_the_incremental_aggregator_places_them_the_same_way():
     assert _key_figures(got) == _key_figures(reference)
 
 
-def test_a_main_arm_noise_trial_without_band_stays_out_of_every_f():
-    """What the importer documents: such a trial counts in no band's rate (H is unchanged by it too)."""
+@pytest.mark.parametrize("missing", [None, ""])
+def test_a_main_arm_noise_trial_without_band_enters_f_and_no_bands_rate(missing):
+    """What the importer documents: such a trial counts in F (every main-arm trial with truth "no", as the release's
+    verify_results.py and the false-acceptance confidence figures count them; stats35 #2: session 31 kept it out of
+    F while those figures held it) and in no band's F, d' or c; H is unchanged by it."""
     rows = _rows(control_truth="no", signal_band="signal")
     reference = _score(rows)
-    extra = [dict(trial_id=f"nb{i}", model="m", site="s0", arm="main", band=None, truth="no", verdict="yes",
+    extra = [dict(trial_id=f"nb{i}", model="m", site="s0", arm="main", band=missing, truth="no", verdict="yes",
                   conf=0.9) for i in range(5)]
-    assert _key_figures(_score(rows + extra)) == _key_figures(reference)
+    got = _score(rows + extra)
+    assert (got.n_signal, got.n_hits, got.h) == (reference.n_signal, reference.n_hits, reference.h)
+    assert [(b.band, b.n, b.d_prime, b.c) for b in got.bands] == [(b.band, b.n, b.d_prime, b.c) for b in reference.bands]
+    # 6 sites x 5 bands x 4 decoys, 1 accepted each: 30 of 120; with the five unbanded decoys, all accepted: 35 of 125
+    assert (reference.n_noise, reference.n_false_acceptances) == (120, 30)
+    assert (got.n_noise, got.n_false_acceptances, got.f) == (125, 35, pytest.approx(35 / 125))
+    assert got.fa_conf_n == got.n_false_acceptances
 
 
 def _answer(conf_json: str) -> str:

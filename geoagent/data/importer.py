@@ -381,7 +381,8 @@ def _check_arm_band(arm: str, band: str | None) -> None:
     """Refuse a trial row whose ``arm`` or ``band`` the scorer cannot place (break26 #5: such trials were asked and
     paid for, then fell out of every rate): ``arm`` one of :data:`~geoagent.data.model.ARMS`; on the main arm
     ``band`` is ``signal``, a decoy band label (:data:`~geoagent.data.model.DECOY_BAND_LABELS`; seed 000
-    Sec. 5.2) or empty (an optional column: such a trial counts in no band's rate, as before); a control arm's band
+    Sec. 5.2) or empty (an optional column: a signal trial, truth "yes", enters H; a decoy enters F and no band's F,
+    d' or c: :func:`geoagent.scoring.sdt.placed_rows`); a control arm's band
     is free (the band of its main trial, or empty). Whether the band agrees with
     the truth label is the planner's check (:func:`geoagent.geoverify.plan.check_band_truth`), which refuses the
     table as :func:`~geoagent.geoverify.plan.check_tolerance` does.

@@ -93,7 +93,8 @@ Regimes (:meth:`GeoHintAggregator.regimes`) split sites at the aggregator's ``re
 (``[geohint] regime_threshold``, default 0.5 as in the paper, Sec. 6.1.2): a site is legible when its
 pooled no-context hit rate is at least the threshold. The report reads the threshold from here for every
 regime split (Tables 2, 3, 5, 7, 8, 9, Fig. 2) and names it. A site none of whose no-context answers
-geocoded has no regime (:meth:`GeoHintAggregator.undetermined_sites`, :mod:`geoagent.scoring.regime`).
+geocoded, every one of them parsed, has no regime (:meth:`GeoHintAggregator.undetermined_sites`,
+:mod:`geoagent.scoring.regime`; an unparsed answer is a miss of the model's own making: :func:`hit_decided`).
 """
 
 from __future__ import annotations
@@ -142,6 +143,15 @@ def without_hint_distance(ref_qid: object, ref_name: object, dist_km: object) ->
     left out of every statistic (module doc, row rules; the release's ``analysis/two_regimes.py`` ``load()``
     drops these rows) unless it is a no-answer, which the table ``cutoff`` counts first."""
     return (ref_qid is not None or ref_name is not None) and dist_km is None
+
+
+def hit_decided(r: GeoHintResult) -> bool:
+    """Whether ``r``'s hit is decided by more than the geocoder: the answer geocoded (resolved level other than
+    ``none``), or it did not parse (``parse_ok`` False: the model's own answer named nothing, a miss whatever the
+    geocoder does; seed 000 Sec. 4.1, "we do not post-hoc filter"). A rate of answers none of which is decided
+    measures the geocoder, not the model: it is undetermined (NaN), and a site whose no-context answers are all
+    undecided has no regime (:mod:`geoagent.scoring.regime`)."""
+    return r.resolved_level != "none" or not r.parse_ok
 
 
 @dataclass(slots=True)
@@ -244,11 +254,19 @@ class Cell:
         return self.hits / self.n if self.n else float("nan")
 
     @property
+    def n_decided(self) -> int:
+        """Answers whose hit the geocoder did not decide alone (:func:`hit_decided`): those that geocoded, and
+        those that did not parse (the model's own answer named nothing: a miss whatever the geocoder does)."""
+        return self.n - self.n_none + self.n_none_unparsed
+
+    @property
     def geocoded_hit_rate(self) -> float:
-        """:attr:`hit_rate`, but NaN (undetermined) when no answer geocoded (every one resolved ``none``): an
-        answer that did not geocode counts as a miss, so 0 % would measure the geocoder, not the model (the
-        rule of an undetermined regime, :meth:`GeoHintAggregator.undetermined_sites`). Used by the report."""
-        return self.hit_rate if self.n_none < self.n else float("nan")
+        """:attr:`hit_rate`, but NaN (undetermined) when every answer parsed and none geocoded (:attr:`n_decided`
+        0): an answer that did not geocode counts as a miss, so 0 % would measure the geocoder, not the model (the
+        rule of an undetermined regime, :meth:`GeoHintAggregator.undetermined_sites`). Answers that did not parse
+        are misses of the model's own making (seed 000 Sec. 4.1, no post-hoc filtering; the release's judged answers
+        keep them with ``hit`` False), so a cell of them has a rate: 0 %, not an em dash. Used by the report."""
+        return self.hit_rate if self.n_decided else float("nan")
 
     @property
     def echo_rate(self) -> float:
@@ -358,7 +376,7 @@ class ImageCount:
     n: int = 0
     hits: int = 0
     n_building: int = 0
-    #: responses whose answer geocoded (resolved level other than ``none``)
+    #: responses whose hit is decided (:func:`hit_decided`: the answer geocoded, or did not parse)
     n_geocoded: int = 0
 
     def add(self, hit: bool, building: bool, geocoded: bool) -> None:
@@ -395,8 +413,8 @@ class PairObs:
     fine: bool
     band: str | None
     ratio: float | None
-    #: the answer geocoded (resolved level other than ``none``); a hit rate of answers none of which geocoded is
-    #: undetermined, not 0 (the report prints an em dash)
+    #: the answer's hit is decided (:func:`hit_decided`: it geocoded, or did not parse); a hit rate of answers none
+    #: of which is decided is undetermined, not 0 (the report prints an em dash)
     geocoded: bool = True
 
 
@@ -580,7 +598,7 @@ class GeoHintAggregator:
             ic = self.image_counts.setdefault(r.condition, {}).get(ik)
             if ic is None:
                 ic = self.image_counts[r.condition][ik] = ImageCount()
-            ic.add(bool(r.hit), r.resolved_level == "building", r.resolved_level != "none")
+            ic.add(bool(r.hit), r.resolved_level == "building", hit_decided(r))
         if r.has_context:
             pk = (r.model, r.image_id, pair_lang(r), r.ref_qid or f"name:{r.ref_name}")
             # a repeat the release routes could not read (read as 0) is a request of its own, not repeat 0's
@@ -590,7 +608,7 @@ class GeoHintAggregator:
             fine = r.resolved_level in FINE_LEVELS and r.error_km is not None
             ratio = r.error_km / r.dist_km if fine and r.dist_km and r.error_km > 0 else None
             obs = PairObs(bool(r.hit), r.resolved_level == "building", r.echo, fine, r.band, ratio,
-                          geocoded=r.resolved_level != "none")
+                          geocoded=hit_decided(r))
             slot = self.pairs.setdefault(r.site, {}).setdefault(pk, {}).setdefault(r.condition, {})
             src = (r.site, pk, r.condition, rep)
             prev = self._pair_keys.get(src)
@@ -711,7 +729,7 @@ class GeoHintAggregator:
         out: dict[str, int] = {}
         for (site, _model, c, _b, _t), cell in self.cells.items():
             if c == cond and cell.n:
-                out[site] = out.get(site, 0) + cell.n - cell.n_none
+                out[site] = out.get(site, 0) + cell.n_decided
         return out
 
     def _assigned(self, threshold: float | None, condition: str | None) -> dict[str, str]:
@@ -729,8 +747,10 @@ class GeoHintAggregator:
         return {s: r for s, r in self._assigned(threshold, condition).items() if r != UNDETERMINED}
 
     def undetermined_sites(self, condition: str | None = None) -> list[str]:
-        """Sites (sorted) with no-context answers of which none geocoded: their regime is undetermined
-        (:data:`geoagent.scoring.regime.UNDETERMINED`), so they are in no regime."""
+        """Sites (sorted) with no-context answers of which none geocoded, all of them parsed (none decided,
+        :func:`hit_decided`): their regime is undetermined (:data:`geoagent.scoring.regime.UNDETERMINED`), so they
+        are in no regime. A site whose no-context answers include unparsed ones (misses of the model's own
+        making) has a regime."""
         return sorted(s for s, r in self._assigned(None, condition).items() if r == UNDETERMINED)
 
     def regression(
@@ -867,7 +887,7 @@ class GeoHintAggregator:
         geocoded: dict[tuple[str, str], int] = {}
         for (site, model, c, _b, _t), cell in self.cells.items():
             if c == cond:
-                geocoded[(site, model)] = geocoded.get((site, model), 0) + cell.n - cell.n_none
+                geocoded[(site, model)] = geocoded.get((site, model), 0) + cell.n_decided
         out: list[bool] = []
         undetermined = set(self.undetermined_sites(condition))
         for site, per in sorted(self.baseline_counts(condition).items()):
@@ -887,7 +907,7 @@ class GeoHintAggregator:
             if c == condition and b == band:
                 kgn = acc.setdefault((site, model), [0, 0, 0])
                 kgn[0] += cell.hits
-                kgn[1] += cell.n - cell.n_none
+                kgn[1] += cell.n_decided
                 kgn[2] += cell.n
         out: list[bool] = []
         for (_site, _model), (k, g, n) in sorted(acc.items()):

@@ -651,8 +651,9 @@ TABLE3_UNGEOCODED_NOTE = (f"{DASH} in Uncorrected and Corrected: no answer of on
 
 
 def _ungeocoded(*cells: Any) -> bool:
-    """Whether some cell (with answers) has no geocoded answer: its :attr:`Cell.geocoded_hit_rate` is NaN."""
-    return any(c.n and c.n_none == c.n for c in cells)
+    """Whether some cell (with answers) has no decided answer (every one parsed and none geocoded): its
+    :attr:`Cell.geocoded_hit_rate` is NaN."""
+    return any(c.n and not c.n_decided for c in cells)
 
 
 #: default site-bootstrap resamples behind the GeoHint intervals (Table 1, Fig. 2; ``[geohint] n_boot``); the

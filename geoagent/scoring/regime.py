@@ -35,6 +35,10 @@ correction applies the same rule to each split's half A (:func:`split_half_corre
 ``baseline_geocoded``): a site whose half A holds no geocoded answer has no regime in that split. A rate is
 undetermined by the same rule: a (regime, model) none of whose near-band answers (``near_geocoded``) or none of
 whose no-context answers (all, or a split's half B) geocoded has no difference (NaN), not 0 % minus 0 %.
+Here an answer that did not parse counts as geocoded (decided): the model's own answer named nothing, a miss
+whatever the geocoder does (seed 000 Sec. 4.1: no post-hoc filtering; the release's judged answers keep such rows
+with ``hit`` False), so only answers that parsed and failed to geocode leave a rate undetermined
+(:func:`geoagent.geohint.aggregate.hit_decided` feeds ``geocoded`` and the flags).
 """
 
 from __future__ import annotations

@@ -422,8 +422,10 @@ def placed_rows(rows: pl.DataFrame) -> pl.DataFrame:
       other; as :func:`_unparsed` counts it), so it enters its arm's F (stats31 F1: it fell out of F, and the
       read-out said the control was not run);
     * a main-arm row with truth "yes" and no band (null or "": the band column is optional) is a signal trial and
-      enters H (stats31 F3: it fell out of H). A main-arm noise trial with no band stays in no band's F, as the
-      importer documents (:func:`geoagent.data.importer._check_arm_band`).
+      enters H (stats31 F3: it fell out of H). A main-arm noise trial with no band enters F (every main-arm trial
+      with truth "no", as the release's analysis and the false-acceptance confidence figures count them; stats35
+      #2: it was in those figures but not in F) and no band's F, d' or c, as the importer documents
+      (:func:`geoagent.data.importer._check_arm_band`).
     """
     if "truth" not in rows.columns:
         return rows.with_columns(
@@ -481,12 +483,21 @@ def conf_from_rows(rows: pl.DataFrame) -> pl.DataFrame:
 # --- core computation on a (sites x cells) count matrix ------------------------------------------------
 
 
+def _noise(a: np.ndarray, k: int) -> np.ndarray:
+    """The main arm's noise columns of a count array of :func:`_matrix`'s layout: the ``k`` decoy bands and the
+    decoys recorded without a band (last column): every main-arm trial whose truth is "no", as F counts them."""
+    return np.concatenate([a[..., 1 : 1 + k], a[..., -1:]], axis=-1)
+
+
 def _stat_vector(yes: np.ndarray, n: np.ndarray, bands: list[str]) -> dict[str, np.ndarray]:
-    """Statistics from count arrays of shape (..., 1 + len(bands) + 2): [signal, bands..., mismatch, blank]."""
+    """Statistics from count arrays of shape (..., 1 + len(bands) + 3): [signal, bands..., mismatch, blank,
+    decoys without band] (:func:`_matrix`). F is over every main-arm noise trial, the decoys without a band
+    included (as the release's ``verify_results.py``: F over the main arm's trials with truth "no"); each band's F,
+    d' and c over that band's decoys."""
     k = len(bands)
     hy, hn = yes[..., 0], n[..., 0]
     out: dict[str, np.ndarray] = {"H": np.where(hn > 0, hy / np.maximum(hn, 1), np.nan)}
-    fy, fn = yes[..., 1 : 1 + k].sum(-1), n[..., 1 : 1 + k].sum(-1)
+    fy, fn = _noise(yes, k).sum(-1), _noise(n, k).sum(-1)
     out["F"] = np.where(fn > 0, fy / np.maximum(fn, 1), np.nan)
     for j, b in enumerate(bands):
         d, c = dprime_c(hy, hn, yes[..., 1 + j], n[..., 1 + j])
@@ -502,12 +513,15 @@ def _stat_vector(yes: np.ndarray, n: np.ndarray, bands: list[str]) -> dict[str, 
 def _matrix(
     cells: pl.DataFrame, bands: list[str], sites: list[str] | None = None
 ) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """Per-site count matrices (n_sites, 1 + len(bands) + 2) of yes and of parsed answers.
+    """Per-site count matrices (n_sites, 1 + len(bands) + 3) of yes and of parsed answers: columns signal, each
+    decoy band, the two control arms, and the main arm's decoys recorded without a band (an optional column of a
+    trial table: in F, in no band's F, d' or c; :func:`placed_rows`).
 
     ``sites`` fixes the row order (e.g. the union of all models' sites, so bootstrap draws can be shared);
     a site absent from ``cells`` gets a row of zeros. Default: the sorted sites of ``cells``.
     """
-    cols = [(ARM_MAIN, BAND_SIGNAL)] + [(ARM_MAIN, b) for b in bands] + [(ARM_MISMATCH, None), (ARM_BLANK, None)]
+    cols = ([(ARM_MAIN, BAND_SIGNAL)] + [(ARM_MAIN, b) for b in bands] + [(ARM_MISMATCH, None), (ARM_BLANK, None)]
+            + [(ARM_MAIN, None)])
     if sites is None:
         sites = sorted(cells["site"].unique().to_list()) if cells.height else []
     idx = {s: i for i, s in enumerate(sites)}
@@ -518,7 +532,7 @@ def _matrix(
         arm = r["arm"]
         if arm != ARM_MAIN and (r.get("truth") or "no") != "no":
             continue  # control-arm F counts noise trials only (as the release's analysis does)
-        key = (arm, r["band"]) if arm == ARM_MAIN else (arm, None)
+        key = (arm, r["band"] or None) if arm == ARM_MAIN else (arm, None)
         j = col_of.get(key)
         if j is None:
             continue
@@ -530,11 +544,11 @@ def _matrix(
 
 def _sites_per_statistic(n: np.ndarray, bands: list[str]) -> dict[str, int]:
     """Number of sites whose parsed answers enter each statistic of :func:`_stat_vector` (same keys), from the
-    per-site count matrix ``n`` of shape (n_sites, 1 + len(bands) + 2); d' and c count the sites of the
+    per-site count matrix ``n`` of shape (n_sites, 1 + len(bands) + 3); d' and c count the sites of the
     scarcer of their two rates (H and the band's F)."""
     has = n > 0
     k = len(bands)
-    out = {"H": int(has[:, 0].sum()), "F": int(has[:, 1 : 1 + k].any(1).sum())}
+    out = {"H": int(has[:, 0].sum()), "F": int(_noise(has, k).any(1).sum())}
     for j, b in enumerate(bands):
         out[f"F[{b}]"] = int(has[:, 1 + j].sum())
         out[f"d'[{b}]"] = out[f"c[{b}]"] = min(out["H"], out[f"F[{b}]"])
@@ -675,7 +689,7 @@ def _rate_counts(name: str, yes: np.ndarray, n: np.ndarray, bands: list[str]) ->
     if name == "H":
         return int(yes[0]), int(n[0])
     if name == "F":
-        return int(yes[1 : 1 + k].sum()), int(n[1 : 1 + k].sum())
+        return int(_noise(yes, k).sum()), int(_noise(n, k).sum())
     cols = {f"F[{b}]": 1 + j for j, b in enumerate(bands)}
     cols.update({f"F[{arm}]": 1 + k + j for j, arm in enumerate((ARM_MISMATCH, ARM_BLANK))})
     j = cols.get(name)
@@ -716,7 +730,8 @@ def _score_one(
         for j, arm in enumerate((ARM_MISMATCH, ARM_BLANK))
     }
     fa = conf.filter(
-        (pl.col("arm") == ARM_MAIN) & (pl.col("band") != BAND_SIGNAL) & (pl.col("verdict") == "yes")
+        # every main-arm noise trial, one without a band (null or "") included, as F counts them (_matrix)
+        (pl.col("arm") == ARM_MAIN) & (pl.col("band").fill_null("") != BAND_SIGNAL) & (pl.col("verdict") == "yes")
     )
     fa_vals, fa_n = fa["conf"].to_numpy(), fa["n"].to_numpy()
     fa_total = int(fa_n.sum()) if fa.height else 0
@@ -772,8 +787,8 @@ def _score_one(
         n_signal=int(tot_n[0]),
         n_hits=int(tot_y[0]),
         h=float(st["H"]),
-        n_noise=int(tot_n[1 : 1 + k].sum()),
-        n_false_acceptances=int(tot_y[1 : 1 + k].sum()),
+        n_noise=int(_noise(tot_n, k).sum()),
+        n_false_acceptances=int(_noise(tot_y, k).sum()),
         f=float(st["F"]),
         bands=band_scores,
         controls=controls,
