@@ -662,10 +662,16 @@ class GeoHintAggregator:
         return out
 
     def n_no_answer(self, *, model: str | None = None, condition: str | None = None) -> int:
-        """Answers cut off at the output-token limit with nothing parsed (:attr:`no_answer`) of ``model`` and
-        ``condition`` (None = any): left out of every rate (module doc)."""
+        """Answers cut off at the output-token limit, or stopped by the provider's content filter, with nothing parsed
+        (:attr:`no_answer`) of ``model`` and ``condition`` (None = any): left out of every rate (module doc)."""
         return sum(n for (m, c), n in self.no_answer.items()
                    if (model is None or m == model) and (condition is None or c == condition))
+
+    def n_no_answer_withheld(self, *, model: str | None = None, condition: str | None = None) -> int:
+        """Of :meth:`n_no_answer`, the answers the provider's content filter stopped with nothing parsed (the others
+        were cut off at the output-token limit; :attr:`TruncationCount.n_withheld_unparsed`)."""
+        return sum(c.n_withheld_unparsed for (m, cond), c in self.truncation.items()
+                   if (model is None or m == model) and (condition is None or cond == condition))
 
     @property
     def sites(self) -> list[str]:

@@ -543,9 +543,11 @@ class GeoHintCampaign(CampaignKind):
                     lines.append(f"  {m:>20} {cond:<12} n {c.n:>6}  hit {hit_text(c)}{echo}  unparsed {c.n_parse_fail}"
                                  f"  unresolved {c.n_none} ({c.unresolved_share:.1%})")
                 no_answer = agg.n_no_answer(model=m, condition=cond)
-                if no_answer:  # in no rate: the cap, not the model, ended them (geoagent.scoring.truncation)
-                    lines.append(f"  {m:>20} {cond:<12} no answer (cut off, nothing parsed) {no_answer}: left out of "
-                                 "every rate")
+                if no_answer:  # in no rate: the cap (or the provider's filter), not the model, ended them
+                    withheld = agg.n_no_answer_withheld(model=m, condition=cond)
+                    how = "cut off, nothing parsed" if not withheld else (
+                        f"cut off or stopped by the provider's content filter ({withheld}), nothing parsed")
+                    lines.append(f"  {m:>20} {cond:<12} no answer ({how}) {no_answer}: left out of every rate")
         cut = total(agg.truncation)
         lines.append(f"  cut off at the output-token limit: {cut.n_truncated} of {count_text(cut.n, 'answer')}"
                      + (f" ({cut.share:.1%})" if cut.n else "") + f"; {TRUNCATION_LEGEND}")

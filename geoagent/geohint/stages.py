@@ -63,7 +63,7 @@ from geoagent.runtime.queue import Task
 from geoagent.runtime.scope import ScoredScope
 from geoagent.runtime.stage import Message, PermanentFailure, Stage, StageContext
 from geoagent.scoring.geohint import is_hit, normalize_level
-from geoagent.scoring.truncation import NO_ANSWER_CUT_OFF, is_no_answer
+from geoagent.scoring.truncation import is_no_answer, no_answer_reason
 from geoagent.workers.responses import response_text, with_stored_finish_reason
 
 log = logging.getLogger(__name__)
@@ -204,9 +204,10 @@ def score_located(key: str, payload: Mapping[str, Any], *, echo_rule: str = DEFA
     absent in plans made before it was recorded, then the English name alone is used).
 
     An answer cut off at the output-token limit with nothing parsed (``finish_reason`` ``length``,
-    ``max_tokens`` or ``MAX_TOKENS`` and ``parsed.ok`` false) is no answer
+    ``max_tokens`` or ``MAX_TOKENS`` and ``parsed.ok`` false), or stopped by the provider's content filter with
+    nothing parsed (``SAFETY``, ``content_filter``, ``refusal``, ...), is no answer
     (:func:`geoagent.scoring.truncation.is_no_answer`): ``hit`` and ``echo`` are None (not False), it carries
-    no echo verdicts and ``extra["no_answer"]`` is :data:`~geoagent.scoring.truncation.NO_ANSWER_CUT_OFF`, so
+    no echo verdicts and ``extra["no_answer"]`` says which (:func:`~geoagent.scoring.truncation.no_answer_reason`), so
     the stored row and the ``geohint_scored`` export say what every report does with it (no rate counts it);
     its ``resolved_level`` is None (there was no answer to geocode), whereas ``"none"`` is a real answer the
     geocoder resolved nothing for.
@@ -293,7 +294,7 @@ def score_located(key: str, payload: Mapping[str, Any], *, echo_rule: str = DEFA
             "raw": parsed.get("raw") if not parsed.get("ok") else None,
             "finish_reason": payload.get("finish_reason"),
             **({"echo_rule": echo_rule, "echo_by_rule": by_rule} if by_rule is not None else {}),
-            **({"no_answer": NO_ANSWER_CUT_OFF} if no_answer else {}),
+            **({"no_answer": no_answer_reason(payload.get("finish_reason"))} if no_answer else {}),
         },
     )
 
@@ -302,7 +303,7 @@ def as_no_answer(row: dict[str, Any]) -> dict[str, Any]:
     """A stored ``geohint_scored`` row (:meth:`GeoHintResult.to_json`) as :func:`score_located` writes a no-answer
     today, when it is one (:func:`geoagent.scoring.truncation.is_no_answer` of ``extra["finish_reason"]`` and
     ``parse_ok``): ``hit`` and ``echo`` None, no ``extra["echo_by_rule"]`` / ``extra["echo_rule"]``,
-    ``extra["no_answer"]`` = :data:`~geoagent.scoring.truncation.NO_ANSWER_CUT_OFF`. Rows scored before that
+    ``extra["no_answer"]`` = :func:`~geoagent.scoring.truncation.no_answer_reason`. Rows scored before that
     (stored with ``hit`` and ``echo`` False, ``resolved_level`` ``"none"``) and rows whose finish reason came
     from the response store get the same values in the export: ``resolved_level`` None too. Any other row is returned unchanged. ``row`` is modified in place."""
     extra = row.get("extra")
@@ -313,7 +314,7 @@ def as_no_answer(row: dict[str, Any]) -> dict[str, Any]:
     row["resolved_level"] = None  # nothing to geocode: not the geocoder's "none" (it resolved nothing)
     extra.pop("echo_by_rule", None)
     extra.pop("echo_rule", None)
-    extra["no_answer"] = NO_ANSWER_CUT_OFF
+    extra["no_answer"] = no_answer_reason(extra.get("finish_reason"))
     return row
 
 

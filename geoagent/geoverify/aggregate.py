@@ -8,7 +8,8 @@ State (the sufficient statistics of every statistic in :mod:`geoagent.scoring.sd
   "confidence >= 0.8"), from which medians, shares and confidence sums follow exactly;
 * the set of (trial_id, model) keys already counted, so a redelivered scored row is not counted twice;
 * ``truncation``: per (model, arm) a :class:`~geoagent.scoring.truncation.TruncationCount` of answers cut
-  off at the output-token limit (from each row's ``finish_reason``; a row without one counts as not cut off).
+  off at the output-token limit or stopped by the provider's content filter (from each row's ``finish_reason``; a
+  row without one counts as neither).
 
 :meth:`GeoVerifyAggregator.update` groups only the new batch and merges it into the state
 (``concat`` + ``group_by().sum()`` over existing *groups*, not over all rows seen so far).
@@ -35,7 +36,10 @@ ROW_SCHEMA = {
 }
 FAIL_SCHEMA = {"key": pl.Utf8, "model": pl.Utf8, "trial_id": pl.Utf8, "reason": pl.Utf8}
 TRUNC_SCHEMA = {"model": pl.Utf8, "arm": pl.Utf8, "n": pl.Int64, "n_truncated": pl.Int64,
-                "n_truncated_unparsed": pl.Int64, "n_no_reason": pl.Int64}
+                "n_truncated_unparsed": pl.Int64, "n_no_reason": pl.Int64, "n_withheld": pl.Int64,
+                "n_withheld_unparsed": pl.Int64}
+#: the TruncationCount fields saved per (model, arm), in TRUNC_SCHEMA's order
+TRUNC_FIELDS = ("n", "n_truncated", "n_truncated_unparsed", "n_no_reason", "n_withheld", "n_withheld_unparsed")
 
 
 #: the fields of a stored ``geoverify_scored`` row the aggregator reads as text (:func:`scored_row_problem`)
@@ -222,7 +226,7 @@ class GeoVerifyAggregator:
         items = sorted(self.truncation.items())
         trunc = pl.DataFrame(
             {"model": [m for (m, _), _c in items], "arm": [a for (_, a), _c in items],
-             **{f: [getattr(c, f) for _k, c in items] for f in ("n", "n_truncated", "n_truncated_unparsed", "n_no_reason")}},
+             **{f: [getattr(c, f) for _k, c in items] for f in TRUNC_FIELDS}},
             schema=TRUNC_SCHEMA,
         )
         fails = [self.failures[k] for k in sorted(self.failures)]
@@ -252,6 +256,6 @@ class GeoVerifyAggregator:
                 agg.failures[r["key"]] = {"model": r["model"], "trial_id": r["trial_id"], "reason": r["reason"]}
         if (folder / "agg_trunc.parquet").is_file():  # absent in state saved before cut-off answers were counted
             for r in pl.read_parquet(folder / "agg_trunc.parquet").iter_rows(named=True):
-                agg.truncation[(r["model"], r["arm"])] = TruncationCount(
-                    r["n"], r["n_truncated"], r["n_truncated_unparsed"], r["n_no_reason"])
+                # state saved before the content-filter counts were kept has no such columns: 0
+                agg.truncation[(r["model"], r["arm"])] = TruncationCount(*(r.get(f) or 0 for f in TRUNC_FIELDS))
         return agg

@@ -17,7 +17,7 @@ from typing import Any
 from geoagent.data.importer import Release
 from geoagent.data.model import ARM_MAIN, ARM_MISMATCH, BLANK_IMAGE_REF
 from geoagent.geoverify.parse import VERDICT_PARSER_VERSION, ParsedVerdict, parse_verdict
-from geoagent.scoring.truncation import OUTPUT_LIMIT_FINISH_REASONS, is_truncated
+from geoagent.scoring.truncation import OUTPUT_LIMIT_FINISH_REASONS, is_truncated, is_withheld
 
 SCORED_FIELDS = (
     "trial_id", "model", "image_id", "image_shown", "site", "arm", "band", "truth", "cand", "d_km", "referenceability",
@@ -29,7 +29,12 @@ def cut_off_reason(parsed: ParsedVerdict, finish_reason: str | None) -> str | No
     """``parsed.reason``, saying so when the provider cut the answer off at the output-token limit
     (:func:`is_truncated`): an empty answer cut off is one whose whole cap went on hidden reasoning / thinking
     tokens (OpenAI reasoning models, Gemini thinking models: :mod:`geoagent.providers.sampling`), not a model
-    that answered nothing. Parsed answers keep their reason (None)."""
+    that answered nothing. An answer the provider's content filter stopped (:func:`is_withheld`: ``SAFETY``,
+    ``content_filter``, ``refusal``, ...) says so too. Parsed answers keep their reason (None)."""
+    if not parsed.ok and is_withheld(finish_reason):
+        what = "empty answer" if not (parsed.raw or "").strip() else parsed.reason
+        return (f"{what} (stopped by the provider's content filter, finish reason {finish_reason}: no answer, "
+                "outside H and F)")
     if parsed.ok or not is_truncated(finish_reason):
         return parsed.reason
     if str(finish_reason).strip().lower() not in OUTPUT_LIMIT_FINISH_REASONS:  # the context window, not the limit

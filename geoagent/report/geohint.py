@@ -120,7 +120,7 @@ from geoagent.scoring.regime import (
     threshold_text,
 )
 from geoagent.scoring.truncation import LEGEND_LINE as TRUNCATION_LEGEND
-from geoagent.scoring.truncation import TruncationCount, total, warning_lines
+from geoagent.scoring.truncation import TruncationCount, no_answer_words, total, warning_lines
 
 BAND_NAMES = ("Near", "Mid", "Far")
 #: tables with an echo-rate column (their notes name the echo rule, :func:`echo_rule_ref`; the report's top gives
@@ -805,8 +805,10 @@ def no_answer_note(agg: GeoHintAggregator, condition: str | Sequence[str] | None
     if not n:
         return ""
     per = ", ".join(f"{m} {k}" for m in agg.answered_models if (k := count(m)))
-    return (f"{n} answer{'s' if n != 1 else ''} cut off at the output-token limit with nothing parsed "
-            f"{'are' if n != 1 else 'is'} left out ({per}): no answer (the cap ended {'them' if n != 1 else 'it'}, not "
+    withheld = sum(agg.n_no_answer_withheld(model=None, condition=c) for c in conds)
+    who = "the cap" if not withheld else "the cap or the provider's filter"
+    return (f"{n} answer{'s' if n != 1 else ''} {no_answer_words(withheld)} "
+            f"{'are' if n != 1 else 'is'} left out ({per}): no answer ({who} ended {'them' if n != 1 else 'it'}, not "
             "the model), so neither a response, a miss nor an echo verdict; counted in the table 'cutoff'.")
 
 
@@ -2135,7 +2137,7 @@ def left_out_text(agg: GeoHintAggregator) -> str:
 
     parts = []
     if n := agg.n_no_answer():
-        parts.append(f"{_answers(n)} cut off at the output-token limit with nothing parsed (no answer; table "
+        parts.append(f"{_answers(n)} {no_answer_words(agg.n_no_answer_withheld())} (no answer; table "
                      f"'cutoff'){kept(agg.no_answer_cells)}")
     if n := agg.n_without_ladder_point:
         parts.append(f"{_answers(n, 'context answer')} whose reference point has no hint distance"

@@ -34,6 +34,16 @@ neither a yes nor a no). Neither release table records finish reasons for GeoHin
 tell its own cut-off answers apart; its raw GeoVerify and forced_chain samples hold none (``stop`` and
 ``end_turn`` only).
 
+Stopped by the provider's content filter (:data:`WITHHELD_FINISH_REASONS`: Gemini ``SAFETY``, ``RECITATION`` and the
+other blocking ``FinishReason`` values, OpenAI's ``content_filter``, Anthropic's ``refusal``, the stop reason its
+classifiers set when they intervene): the answer text is what the filter let through, not an answer the model
+finished. The same rule holds (:func:`is_no_answer`): parsed, it is scored; nothing parsed, it is **no answer**, in
+no rate, as a withheld answer with no text at all is (the model caller dead-letters that one as missing:
+:class:`geoagent.providers.errors.ContentBlocked`), never a GeoHint miss. A stored GeoHint row of such an answer
+says :data:`NO_ANSWER_WITHHELD`; the counts are :attr:`TruncationCount.n_withheld` and
+:attr:`TruncationCount.n_withheld_unparsed`, and the reports name them (:func:`withheld_lines`). A model's own
+refusal in words (OpenAI's ``message.refusal`` text, finish reason ``stop``) is its answer, as above.
+
 Either way a low ``max_output_tokens`` biases the results without a word (long answers, e.g. careful
 reasoning before a verdict, are the ones cut), so the reports count cut-off answers per model (and per arm
 or condition) with :class:`TruncationCount` and warn above :data:`WARN_SHARE`.
@@ -57,6 +67,13 @@ OUTPUT_LIMIT_FINISH_REASONS = frozenset({"length", "max_tokens", "max_output_tok
 #: output-token limit, or Anthropic's ``model_context_window_exceeded`` (the answer filled the model's context
 #: window; Anthropic's "Handling stop reasons" guide: treat the response as truncated)
 TRUNCATION_FINISH_REASONS = OUTPUT_LIMIT_FINISH_REASONS | {"model_context_window_exceeded"}
+#: finish reasons (compared case-insensitively) meaning the provider's content filter stopped or withheld the answer:
+#: Gemini ``FinishReason`` SAFETY, RECITATION, BLOCKLIST, PROHIBITED_CONTENT, SPII, IMAGE_SAFETY and LANGUAGE (the
+#: provider's :data:`geoagent.providers.gemini.BLOCKING_FINISH_REASONS`), OpenAI Chat Completions ``content_filter``
+#: ("content was omitted due to a flag from our content filters"), Anthropic Messages ``refusal`` ("streaming
+#: classifiers intervene to handle potential policy violations"; Anthropic, "Handling stop reasons")
+WITHHELD_FINISH_REASONS = frozenset({"safety", "recitation", "blocklist", "prohibited_content", "spii",
+                                     "image_safety", "language", "content_filter", "refusal"})
 
 #: share of cut-off answers (of one model, or one model and arm/condition) above which reports warn
 WARN_SHARE = 0.01
@@ -66,17 +83,37 @@ LEGEND_LINE = (
     "cut off: answers the provider stopped at the output-token limit (finish reason length, max_tokens or "
     "MAX_TOKENS) or at the end of the model's context window (model_context_window_exceeded); a cut-off answer that still parsed is scored, one with nothing parsed is no answer (the cap, "
     "not the model, ended it): it enters no rate, never a miss, an echo verdict or a 'no', and is counted as cut "
-    "off with no answer. Answers without a recorded finish reason count as not cut off."
+    "off with no answer; an answer the provider's content filter stopped (finish reason SAFETY, RECITATION, "
+    "content_filter, refusal) is treated alike. Answers without a recorded finish reason count as not cut off."
 )
 
 
 #: why a stored GeoHint row holds no answer (``extra["no_answer"]``, export column ``extra.no_answer``; null on
 #: every other row): its ``hit``, ``echo`` and echo verdicts are null, not False (:func:`is_no_answer`)
 NO_ANSWER_CUT_OFF = "cut off at the output-token limit with nothing parsed"
+#: the same for an answer the provider's content filter stopped with nothing parsed (:data:`WITHHELD_FINISH_REASONS`)
+NO_ANSWER_WITHHELD = "stopped by the provider's content filter with nothing parsed"
+
+
+def no_answer_reason(finish_reason: object) -> str:
+    """Why an answer with nothing parsed is no answer (``extra["no_answer"]`` of a GeoHint row): :data:`NO_ANSWER_WITHHELD`
+    for a content filter's finish reason (:func:`is_withheld`), else :data:`NO_ANSWER_CUT_OFF`."""
+    return NO_ANSWER_WITHHELD if is_withheld(finish_reason) else NO_ANSWER_CUT_OFF
+
+
+def no_answer_words(n_withheld: int) -> str:
+    """How a report names its no-answers: ``"cut off at the output-token limit with nothing parsed"``, and when
+    ``n_withheld`` of them were stopped by the provider's content filter, ``"cut off at the output-token limit or
+    stopped by the provider's content filter (N of them), with nothing parsed"``."""
+    if not n_withheld:
+        return NO_ANSWER_CUT_OFF
+    return (f"cut off at the output-token limit or stopped by the provider's content filter ({n_withheld} of them), "
+            "with nothing parsed")
 
 
 def is_no_answer(finish_reason: object, parsed: bool) -> bool:
-    """True for an answer cut off at the output-token limit with nothing parsed: no answer (module doc).
+    """True for an answer cut off at the output-token limit, or stopped by the provider's content filter, with
+    nothing parsed: no answer (module doc).
 
     Parameters
     ----------
@@ -88,10 +125,17 @@ def is_no_answer(finish_reason: object, parsed: bool) -> bool:
     Returns
     -------
     bool
-        ``is_truncated(finish_reason) and not parsed``. Such an answer enters no rate of either task and is
-        counted in :attr:`TruncationCount.n_truncated_unparsed`.
+        ``(is_truncated(finish_reason) or is_withheld(finish_reason)) and not parsed``. Such an answer enters no
+        rate of either task and is counted in :attr:`TruncationCount.n_truncated_unparsed` or
+        :attr:`TruncationCount.n_withheld_unparsed`.
     """
-    return is_truncated(finish_reason) and not parsed
+    return not parsed and (is_truncated(finish_reason) or is_withheld(finish_reason))
+
+
+def is_withheld(finish_reason: object) -> bool:
+    """True when ``finish_reason`` (a provider's raw finish/stop reason) says the provider's content filter stopped
+    or withheld the answer (:data:`WITHHELD_FINISH_REASONS`); None and non-strings are False."""
+    return isinstance(finish_reason, str) and finish_reason.strip().lower() in WITHHELD_FINISH_REASONS
 
 
 def is_truncated(finish_reason: object) -> bool:
@@ -122,12 +166,18 @@ class TruncationCount:
         (GeoVerify also lists them among its parse failures, outside H and F).
     n_no_reason : int
         Answers without a recorded finish reason (counted as not cut off).
+    n_withheld : int
+        Answers the provider's content filter stopped (:func:`is_withheld`; not cut off).
+    n_withheld_unparsed : int
+        Of those, answers with nothing parsed: no answer, as :attr:`n_truncated_unparsed`.
     """
 
     n: int = 0
     n_truncated: int = 0
     n_truncated_unparsed: int = 0
     n_no_reason: int = 0
+    n_withheld: int = 0
+    n_withheld_unparsed: int = 0
 
     def add(self, finish_reason: object, parsed: bool) -> None:
         """Count one answer with its finish reason and whether it parsed."""
@@ -137,6 +187,9 @@ class TruncationCount:
         if is_truncated(finish_reason):
             self.n_truncated += 1
             self.n_truncated_unparsed += not parsed
+        elif is_withheld(finish_reason):
+            self.n_withheld += 1
+            self.n_withheld_unparsed += not parsed
 
     def merge(self, other: "TruncationCount") -> "TruncationCount":
         """Add ``other``'s counts to this one (in place); returns self."""
@@ -144,6 +197,8 @@ class TruncationCount:
         self.n_truncated += other.n_truncated
         self.n_truncated_unparsed += other.n_truncated_unparsed
         self.n_no_reason += other.n_no_reason
+        self.n_withheld += other.n_withheld
+        self.n_withheld_unparsed += other.n_withheld_unparsed
         return self
 
     @property
@@ -153,7 +208,8 @@ class TruncationCount:
 
     def to_json(self) -> dict[str, int]:
         return {"n": self.n, "n_truncated": self.n_truncated, "n_truncated_unparsed": self.n_truncated_unparsed,
-                "n_no_reason": self.n_no_reason}
+                "n_no_reason": self.n_no_reason, "n_withheld": self.n_withheld,
+                "n_withheld_unparsed": self.n_withheld_unparsed}
 
 
 def total(counts: Mapping[object, TruncationCount]) -> TruncationCount:
@@ -201,4 +257,24 @@ def warning_lines(counts: Mapping[str, TruncationCount], *, setting: str, thresh
                 f"output-token limit{_no_answer_part(c)}; results are biased towards short answers. Raise {setting} "
                 "and re-run under a new campaign name."
             )
+    return out + withheld_lines(counts)
+
+
+def withheld_lines(counts: Mapping[str, TruncationCount]) -> list[str]:
+    """One line per group (label order) with answers the provider's content filter stopped (:func:`is_withheld`),
+    whatever their share: ``"Withheld: 2 of the 500 answers of gemini-2.5-flash were stopped by the provider's
+    content filter (finish reason SAFETY, RECITATION, content_filter or refusal); 1 with nothing parsed is no answer,
+    left out of every rate, the other parsed and is scored"``; [] when there are none. :func:`warning_lines`
+    appends them."""
+    out = []
+    for label in sorted(counts):
+        c = counts[label]
+        if not c.n_withheld:
+            continue
+        u, p = c.n_withheld_unparsed, c.n_withheld - c.n_withheld_unparsed
+        parts = ([f"{u} with nothing parsed {'is' if u == 1 else 'are'} no answer, left out of every rate"] if u else []) + (
+            [f"{p} parsed and {'is' if p == 1 else 'are'} scored"] if p else [])
+        out.append(f"Withheld: {c.n_withheld} of the {c.n} answers of {label} were stopped by the provider's content "
+                   "filter (finish reason SAFETY, RECITATION, content_filter, refusal or another blocking reason); "
+                   + ", ".join(parts) + ".")
     return out
