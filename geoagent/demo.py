@@ -538,8 +538,8 @@ def simulated_verdicts_note() -> str:
     Returns:
         One indented line in parentheses, ending with a blank line.
     """
-    return ("  (the demo's models are simulated, so this read-out means nothing (the 'Simulated answers' note above says "
-            "why); point [[models]] at a real provider)\n")
+    return ("  (the demo's models are simulated, so this read-out means nothing (the GeoVerify campaign's 'Simulated "
+            "answers' note above says why); point [[models]] at a real provider)\n")
 
 
 def run_demo(workdir: Path | None = None, live: bool | None = None) -> int:

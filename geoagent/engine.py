@@ -2233,12 +2233,14 @@ async def _run(
         hosts_down = model_hosts is not None and bool(model_hosts.opened)
         # every model stopped, some by an unreachable host: the host lines say what was left queued
         auth_lines = auth.report_lines(None if hosts_down else left) if auth is not None else []
-        # other refused credentials a stage reports (the crawl's Mapillary token): one line per stage that stopped
-        # with work left queued (the first such stage's line when none has)
+        # other refused credentials a stage reports (the crawl's Mapillary token, an auditor's key or account): one line
+        # per stage with work left queued (the first such stage's line when none has). Whether or not its runner saw
+        # the refusal before it stopped leasing (review35 #2: a stop, a budget stop or a drained input can end the
+        # lease loop first, and the refusal went unsaid)
         token_lines: list[tuple[str, int]] = []
         for r in view.runners:
             lines_of = getattr(r.stage, "auth_lines", None)
-            for ln in (lines_of() if callable(lines_of) and r.stats.blocked else []):
+            for ln in (lines_of() if callable(lines_of) else []):
                 ready = counts[r.stage.input_edge].ready if r.stage.input_edge in counts else 0
                 token_lines.append((f"{r.stage.name}: {ln}; {ready} {r.stage.input_edge} left queued (re-run the same "
                                     "command once that is fixed to resume)", ready))

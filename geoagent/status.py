@@ -313,7 +313,7 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
             # queues with work but no state under this state root (a wrong $GEOAGENT_STATE): not "complete"
             "state_missing": missing_state_text(cfg, queues) if spend is None else None,
             # Redis: the counts are the campaign's (every machine), the rates and ETA this machine's processes'
-            "redis": uses_redis(cfg)}
+            "redis": uses_redis(cfg), "kind": cfg.campaign.kind}
 
 
 def _redis_pauses(cfg: Any) -> dict[str, float]:
@@ -1009,7 +1009,9 @@ def format_status(st: dict[str, Any]) -> str:
             lines.extend("  to go on: " + f for f in other)
             if not other or any(BudgetStop.fix in (sd.get("budget_fixes") or ()) for sd in p.get("stages") or []):
                 lines.append("  " + budget_resume_hint(st["spend"], refused_call_usd(p)))
-                if not st.get("redis"):  # the dry run prices the work left (stored answers free) on SQLite only
+                # the dry run prices the work left (stored answers free) on SQLite only, and not a crawl's (its calls
+                # follow from what it finds: its dry run gives the whole crawl's worst case)
+                if not st.get("redis") and st.get("kind") != "crawl":
                     lines.append(f"  what the rest costs: `{COST_OF_REST_CMD}` estimates the work left (answers "
                                  "already stored cost nothing there)")
         lines.extend(coverage_lines(p.get("planned_by_model") or {}, st.get("answered_by_model") or {},

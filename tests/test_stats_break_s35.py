@@ -54,7 +54,7 @@ def test_unparsed_answers_are_misses_not_an_undetermined_rate_nor_a_site_without
     assert math.isnan(only_c.geocoded_hit_rate) and only_c.n == 4
 
 
-def test_a_decoy_without_band_is_out_of_f_and_out_of_the_false_acceptance_figures_alike():
+def test_a_decoy_without_band_is_in_f_as_in_the_false_acceptance_figures():
     from geoagent.scoring.sdt import cells_from_rows, conf_from_rows, score
 
     rows = pl.DataFrame(dict(model=["m"] * 6, site=["s"] * 6, arm=["main"] * 6,

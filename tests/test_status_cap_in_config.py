@@ -88,3 +88,21 @@ def test_status_names_the_cap_the_last_run_stopped_at_not_a_later_process_s(isol
     out = _status(cfg, capsys)
     assert "cap $0.9000 ([budget] cap_usd in the config; the last run ran under $0.0200)" in out, out
     assert "is above the $0.0200 the last run stopped at: re-run the same command to go on" in out, out
+
+
+def test_status_after_a_crawls_budget_stop_names_no_dry_run_of_the_rest(isolated_roots, capsys, monkeypatch):
+    """review35 #1: a crawl's dry run cannot price the work left (its calls follow from what it finds; it gives the
+    whole crawl's worst case), so status does not point a crawl there."""
+    from pathlib import Path
+
+    monkeypatch.setenv("GEOAGENT_DOTENV", str(isolated_roots / "absent.env"))
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    src = Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "crawl_sandbox.toml"
+    cfg = isolated_roots / "crawl.toml"
+    text = src.read_text(encoding="utf-8")
+    assert "cap_usd = 1.00" in text
+    cfg.write_text(text.replace("cap_usd = 1.00", "cap_usd = 0.0003", 1), encoding="utf-8")
+    assert main(["crawl", str(cfg), "--no-live"]) == 4
+    out = _status(cfg, capsys)
+    assert "budget exhausted" in out and "to go on: raise [budget] cap_usd" in out, out
+    assert "what the rest costs" not in out, out

@@ -203,7 +203,8 @@ def legend_for(regime_threshold: float = DEFAULT_THRESHOLD, *, fig2: str | None 
         "rate (see cut off).",
         f"regime: sites are split by their own no-context (baseline) hit rate: legible at {t} or more, illegible "
         "below.",
-        "undetermined regime: none of the site's no-context answers geocoded, so it is in neither regime.",
+        "undetermined regime: every no-context answer of the site parsed and none geocoded, so it is in neither "
+        "regime (an unparsed answer is a miss of the model's own and decides a rate).",
         "conditions (the GeoContext paper, Sec. 4.1 and App. A.1; our prompts in geoagent/prompts/): baseline = no hint, the forced "
         "schema; forced = the hint 'I took this photo near <reference point>.' before the forced schema, which asks "
         "for city, area and building and allows no 'unknown'; forced_warn = forced plus a note that the place the "
@@ -486,7 +487,8 @@ def regime_note(agg: GeoHintAggregator, baseline: str) -> str:
     undetermined = agg.undetermined_sites(baseline)
     if undetermined:
         n = len(undetermined)
-        why = (f"none of their no-context answers geocoded (condition {baseline!r}; {n} site{'' if n == 1 else 's'}), "
+        why = (f"none of their no-context answers geocoded, every one of them parsed (condition {baseline!r}; {n} "
+               f"site{'' if n == 1 else 's'}), "
                "so their regime is undetermined (a hit rate of answers that did not geocode measures the "
                "geocoder, not the image)")
     else:
@@ -638,7 +640,7 @@ def echo_rule_ref(agg: GeoHintAggregator) -> str:
 
 # --- tables -----------------------------------------------------------------------------------
 #: the notes' sentence for hit-rate cells left undetermined because no answer behind them geocoded
-UNGEOCODED_NOTE = (f"{DASH} in a hit-rate column: no answer geocoded behind that cell (all unresolved), so its hit rate "
+UNGEOCODED_NOTE = (f"{DASH} in a hit-rate column: no answer geocoded behind that cell (all parsed and unresolved), so its hit rate "
                    "is undetermined, not 0 (an answer that did not geocode counts as a miss; 0 % would measure the "
                    "geocoder), as for a site whose regime is undetermined. Echo is a text match and is still given.")
 
@@ -646,7 +648,7 @@ UNGEOCODED_NOTE = (f"{DASH} in a hit-rate column: no answer geocoded behind that
 #: Table 3's note where a model's near-band or no-context answers in a regime none geocoded
 TABLE3_UNGEOCODED_NOTE = (f"{DASH} in Uncorrected and Corrected: no answer of one side geocoded (the model's near-band "
                           "or no-context answers in that regime's sites, or in a split's no-context half, all "
-                          "unresolved), so that hit rate, and the difference, are undetermined, not 0 (0 % minus "
+                          "parsed and unresolved), so that hit rate, and the difference, are undetermined, not 0 (0 % minus "
                           "0 % would measure the geocoder).")
 
 

@@ -100,7 +100,7 @@ LEGEND = (
     "brackets): bands ordered nearest to farthest with 'none' beyond the farthest, the 2.5th to 97.5th "
     "percentile of that order (resamples where delta_1 is undefined are left out).",
     "(k/n) after a rate: k trials answered yes out of the n parsed trials the rate is computed from (H: signal "
-    "trials; F: decoy trials of all bands, of one band, or of a control arm).",
+    "trials; F: decoy trials of all bands (decoys recorded without a band included), of one band, or of a control arm).",
     "parse failures: answers without a verdict, outside H and F (neither a yes nor a no; the paper had none: "
     "'Every returned response parsed', Sec. 6.4), listed with their reason in geoverify_parse_failures.csv. An "
     "answer cut off at the output-token limit with nothing parsed is among them and also counted in 'cut off and "
