@@ -22,8 +22,9 @@ def test_readme_recipe_reads_image_ids_as_the_parquet_has_them(tmp_path):
     assert pl.read_parquet(tmp_path / "t.parquet")["image_id"].to_list() == IDS
     assert pl.read_csv(tmp_path / "t.csv")["image_id"].dtype != pl.String  # the trap: inferred as a number
     text = " ".join(docs_text().split())
-    assert 'pl.read_csv(path, schema_overrides={"image_id": pl.String})' in text
-    assert "pd.read_csv(path, dtype={\"image_id\": str})" in text
-    got = pl.read_csv(tmp_path / "t.csv", schema_overrides={"image_id": pl.String})["image_id"].to_list()
-    assert got == IDS
-    assert pd.read_csv(tmp_path / "t.csv", dtype={"image_id": str})["image_id"].tolist() == IDS
+    # the recipe names image_shown too (GeoVerify's shown photo, walk35 #2); a file without that column reads the same
+    assert 'pl.read_csv(path, schema_overrides={"image_id": pl.String, "image_shown": pl.String})' in text
+    assert "pd.read_csv(path, dtype={\"image_id\": str, \"image_shown\": str})" in text
+    got = pl.read_csv(tmp_path / "t.csv", schema_overrides={"image_id": pl.String, "image_shown": pl.String})
+    assert got["image_id"].to_list() == IDS
+    assert pd.read_csv(tmp_path / "t.csv", dtype={"image_id": str, "image_shown": str})["image_id"].tolist() == IDS

@@ -1,7 +1,8 @@
 """Geocoder ``candidate_rule`` (session 14): among several exact Wikidata matches of one name within the anchor
-radius, ``"first"`` (default) takes the first in the search's order and ``"most_sitelinks"`` the most-linked, the
-release's rule (``geocontext/geocode.py``: ``max(close, key=sitelinks)`` within ``near_km=60.0``). The paper gives
-neither (Sec. 4.2-4.3), so the default is unchanged. Run against the local Wikidata and Nominatim fakes.
+radius, ``"nearest"`` (default since session 35) takes the one nearest the anchor, ``"first"`` the first in the
+search's order and ``"most_sitelinks"`` the most-linked, the release's rule (``geocontext/geocode.py``: ``max(close,
+key=sitelinks)`` within ``near_km=60.0``). The paper disambiguates by the anchor (Sec. 4.2), with no rule among
+several matches. Run against the local Wikidata and Nominatim fakes.
 
 Gazetteer (hand-placed, distances from Tokyo's fixture coordinate recomputed here): three items named "Kiri
 Plaza": A its label, 6 sitelinks, ~5 km; B an alias, 40 sitelinks, ~8 km; C its label, 90 sitelinks, ~40 km. The
@@ -60,7 +61,9 @@ def test_distances_as_described():
 
 
 @pytest.mark.parametrize("rule, radius, want", [
-    ("first", 25.0, "Q99100001"),           # default: C is out of the radius, A is next in the search's order
+    ("nearest", 25.0, "Q99100001"),         # default (session 35): A, 5 km from the anchor, before B at 8 km
+    ("nearest", 60.0, "Q99100001"),         # C (40 km) is within 60 km but farther than A
+    ("first", 25.0, "Q99100001"),           # C is out of the radius, A is next in the search's order
     ("most_sitelinks", 25.0, "Q99100002"),  # B has more sitelinks than A; C out of the radius
     ("most_sitelinks", 60.0, "Q99100003"),  # the release's setting: C, the most-linked, is within 60 km
     ("first", 60.0, "Q99100003"),           # C first in the search's order
@@ -76,13 +79,13 @@ def test_rule_and_radius_pick(tmp_path, rule, radius, want):
     assert resolved[0].anchor_distance_km == pytest.approx(round(km(*TOKYO, *where), 3), abs=2e-3)
 
 
-def test_default_is_first_and_rules_are_checked(tmp_path):
-    assert DEFAULT_CANDIDATE_RULE == "first" and CANDIDATE_RULES == ("first", "most_sitelinks")
+def test_default_is_nearest_and_rules_are_checked(tmp_path):
+    assert DEFAULT_CANDIDATE_RULE == "nearest" and CANDIDATE_RULES == ("nearest", "first", "most_sitelinks")
     loc, _ = _locate(_gazetteer(tmp_path))
     assert loc.qid == "Q99100001"
-    with pytest.raises(ValueError, match="candidate_rule must be one of 'first', 'most_sitelinks', got 'max'"):
+    with pytest.raises(ValueError, match="candidate_rule must be one of 'nearest', 'first', 'most_sitelinks', got 'max'"):
         Geocoder(None, candidate_rule="max")  # type: ignore[arg-type]
     assert GeocoderSettings.from_mapping({"candidate_rule": "most_sitelinks"}).candidate_rule == "most_sitelinks"
-    assert GeocoderSettings().candidate_rule == "first"
-    with pytest.raises(ValueError, match=r"\[geohint.geocoder\].candidate_rule: expected one of 'first', "):
+    assert GeocoderSettings().candidate_rule == "nearest"
+    with pytest.raises(ValueError, match=r"\[geohint.geocoder\].candidate_rule: expected one of 'nearest', "):
         GeocoderSettings.from_mapping({"candidate_rule": "most-linked"})

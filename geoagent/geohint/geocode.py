@@ -93,7 +93,13 @@ Protocol (seed 000 Sec. 4.2-4.3, Sec. 7, Appendix B):
    rejected; if no candidate lies within the radius the level fails (trace outcome
    ``out-of-anchor``). With no anchor (the city did not resolve) nothing finer is tried and the
    level is ``none``. Among several exact Wikidata matches within the radius, ``candidate_rule`` picks one
-   (:data:`CANDIDATE_RULES`): ``"first"`` (default) the first in the search's order; ``"most_sitelinks"`` the
+   (:data:`CANDIDATE_RULES`): ``"nearest"`` (default, session 35) the one nearest the anchor, the answer's own city
+   (Sec. 4.2: "Ambiguous names are disambiguated using an anchor derived from the model's own answered city": an
+   answer "Oakland, Chinatown" is Oakland's Chinatown, not San Francisco's, 12 km away but first in the search's
+   order), and at the building level none when its matches lie :data:`AMBIGUOUS_BUILDING_KM` or more apart (a chain's
+   branches, two churches of one name: not uniquely locatable, App. B; trace ``ambiguous``, and the Nominatim
+   fallback is not asked: the area decides); ``"first"`` the first in the search's order (the default before);
+   ``"most_sitelinks"`` the
    one with the most sitelinks (ties: the first), the release's rule (``geocontext/geocode.py``
    ``geocode``: ``max(close, key=sitelinks)`` over the candidates within ``near_km=60.0`` of the anchor;
    set ``anchor_radius_km = 60`` with it, :data:`RELEASE_ANCHOR_RADIUS_KM`). The paper gives neither (Sec. 4.2:
@@ -101,7 +107,8 @@ Protocol (seed 000 Sec. 4.2-4.3, Sec. 7, Appendix B):
    fault 3 removes only the global most-linked fallback), so the default stays. Under either rule the release
    differs in its candidates too: it takes the first 8 search hits of any name match, here only exact matches
    of the variant (point 3); and the city itself is the most-linked of its hits there, the first of a city
-   class here. Nominatim's fallback has no sitelinks: its first match within the radius.
+   class here. Nominatim's fallback has no sitelinks: under ``nearest`` its match nearest the anchor (the same
+   building rule), else its first match within the radius.
 6. **City level is censored (fault 4).** A ``city`` result keeps its coordinate and ``error_km`` for
    reference, but :attr:`LocatedAnswer.hit` is always False for it: the answer is only known to be no
    finer than the city. An area or building candidate that *is* the anchor city (same QID) counts as
@@ -178,10 +185,22 @@ CITY_ADDRESSTYPES = frozenset({"city", "town", "municipality", "county", "state"
 
 #: how the geocoder picks among several exact Wikidata matches of one name within the anchor radius (module doc,
 #: point 5): the first in the search's order, or the most-linked (the release's ``geocode``)
+CANDIDATE_NEAREST = "nearest"
 CANDIDATE_FIRST = "first"
 CANDIDATE_MOST_SITELINKS = "most_sitelinks"
-CANDIDATE_RULES = (CANDIDATE_FIRST, CANDIDATE_MOST_SITELINKS)
-DEFAULT_CANDIDATE_RULE = CANDIDATE_FIRST
+CANDIDATE_RULES = (CANDIDATE_NEAREST, CANDIDATE_FIRST, CANDIDATE_MOST_SITELINKS)
+DEFAULT_CANDIDATE_RULE = CANDIDATE_NEAREST
+#: under the ``nearest`` rule, a building name whose exact matches within the anchor radius lie at least this far apart
+#: (km) is not uniquely locatable (seed 000 App. B: chains "with thousands of branches and hence not uniquely
+#: locatable"): which one is meant decides a hit at the 1 km threshold, so the level fails (trace ``ambiguous``) and
+#: the area decides
+AMBIGUOUS_BUILDING_KM = 1.0
+def _spread_km(points: list[tuple[float | None, float | None]]) -> float:
+    """The largest haversine distance (km) between two of ``points`` (lat, lon in degrees); 0 for fewer than two."""
+    pts = [(a, b) for a, b in points if a is not None and b is not None]
+    return max((haversine_km(a[0], a[1], b[0], b[1]) for i, a in enumerate(pts) for b in pts[i + 1:]), default=0.0)
+
+
 #: the release's anchor radius, km (``geocontext/geocode.py``: ``geocode(..., near_km=60.0)``), to pair with
 #: ``candidate_rule = "most_sitelinks"`` to geocode as the release does
 RELEASE_ANCHOR_RADIUS_KM = 60.0
@@ -294,7 +313,9 @@ class Lookup:
         ``resolved``, ``no-match`` (no exact name match), ``out-of-anchor`` (matches exist but none within
         the radius; at the city level: a segment's city items all farther than the radius from every place another
         segment named, module doc point 1), ``no-coordinates``, ``linear-deferred`` (a linear feature left to the area level, never scored),
-        ``linear-area`` (a linear feature named as the area, passed over, never scored), ``same-as-city`` (the
+        ``linear-area`` (a linear feature named as the area, passed over, never scored), ``ambiguous`` (a building
+        name with matches :data:`AMBIGUOUS_BUILDING_KM` or more apart within the radius: not uniquely locatable, the
+        area decides; the nearest one named), ``same-as-city`` (the
         candidate is the anchor city itself, or another city item or coarser place: city level),
         ``not-a-city`` (the place a city-field segment named, whose city, named by another segment, anchors;
         module doc point 1), ``contains-city`` (a place a city-field segment named that contains the city item
@@ -794,7 +815,8 @@ class Geocoder:
                 trace.append(Lookup(level, variant, cand.source, "linear-deferred", cand.qid, cand.label))
                 return cand
             return cand
-        if self.nominatim is not None:
+        if self.nominatim is not None and not any(t.outcome == "ambiguous" for t in trace[start:]):
+            # (a building name Wikidata found in several places far apart is not uniquely locatable: not asked again)
             # items Wikidata passed over at this level (a city, a street) keep that verdict when an OSM object
             # tagged with their QID comes back typed otherwise (a town mapped as a suburb node)
             passed = {t.qid: t.outcome for t in trace[start:]
@@ -827,10 +849,11 @@ class Geocoder:
             trace.append(Lookup(level, variant, "wikidata", "no-match"))
             return None
         most_linked = self.candidate_rule == CANDIDATE_MOST_SITELINKS
+        first = self.candidate_rule == CANDIDATE_FIRST
         props = ("labels", "claims", "sitelinks") if most_linked else ("labels", "claims")
         ents = await self.wikidata.get_entities(hits, props=props, languages=self._langs())
         nearest: tuple[float, Entity] | None = None
-        within: list[tuple[float, Entity]] = []  # most_sitelinks: every candidate within the radius, search order
+        within: list[tuple[float, Entity]] = []  # every candidate within the radius (not under "first"), search order
         passed_over = False  # a candidate within the radius was a city item or (area level) a linear feature
         for qid in hits:
             ent = ents[qid]
@@ -858,7 +881,7 @@ class Geocoder:
                                         round(d, 3)))
                     passed_over = True
                     continue
-                if most_linked:
+                if not first:
                     within.append((d, ent))
                     continue
                 cand = self._from_entity(ent)
@@ -867,8 +890,17 @@ class Geocoder:
             if nearest is None or d < nearest[0]:
                 nearest = (d, ent)
         if within:
-            # the release's rule: the most-linked candidate within the radius (max keeps the first of a tie)
-            d, ent = max(within, key=lambda t: t[1].sitelinks or 0)
+            if most_linked:
+                # the release's rule: the most-linked candidate within the radius (max keeps the first of a tie)
+                d, ent = max(within, key=lambda t: t[1].sitelinks or 0)
+            else:
+                # nearest the anchor (min keeps the first of a tie); a building's far-apart namesakes: ambiguous
+                if level == "building" and _spread_km([(e.lat, e.lon) for _d, e in within]) >= AMBIGUOUS_BUILDING_KM:
+                    d, ent = min(within, key=lambda t: t[0])
+                    trace.append(Lookup(level, variant, "wikidata", "ambiguous", ent.qid, ent.label(self.language),
+                                        round(d, 3)))
+                    return None
+                d, ent = min(within, key=lambda t: t[0])
             cand = self._from_entity(ent)
             trace.append(Lookup(level, variant, "wikidata", "resolved", cand.qid, cand.label, round(d, 3)))
             return cand
@@ -894,6 +926,7 @@ class Geocoder:
         key = fold(variant)
         named = [p for p in places if fold(p.name) == key]
         passed_over = False  # a named place within the radius was a city or coarser or (area level) a linear feature
+        chosen: list[tuple[float, Candidate]] = []  # under "nearest": every resolvable place within the radius
         for p in named:
             if self._is_anchor_place(p, anchor):
                 trace.append(Lookup(level, variant, "nominatim", "same-as-city", anchor.qid, anchor.label, 0.0))
@@ -916,8 +949,18 @@ class Geocoder:
                     trace.append(Lookup(level, variant, "nominatim", "linear-area", cand.qid, cand.label, round(d, 3)))
                     passed_over = True
                     continue
+                if self.candidate_rule == CANDIDATE_NEAREST:
+                    chosen.append((d, cand))
+                    continue
                 trace.append(Lookup(level, variant, "nominatim", "resolved", cand.qid, cand.label, round(d, 3)))
                 return cand
+        if chosen:
+            d, cand = min(chosen, key=lambda t: t[0])
+            if level == "building" and _spread_km([(c.lat, c.lon) for _d, c in chosen]) >= AMBIGUOUS_BUILDING_KM:
+                trace.append(Lookup(level, variant, "nominatim", "ambiguous", cand.qid, cand.label, round(d, 3)))
+                return None
+            trace.append(Lookup(level, variant, "nominatim", "resolved", cand.qid, cand.label, round(d, 3)))
+            return cand
         if not passed_over:
             trace.append(Lookup(level, variant, "nominatim", "out-of-anchor" if named else "no-match"))
         return None

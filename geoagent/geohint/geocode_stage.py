@@ -73,9 +73,10 @@ class GeocoderSettings:
     anchor_radius_km : float
         Anchor radius in km (:data:`~geoagent.geohint.geocode.DEFAULT_ANCHOR_RADIUS_KM`).
     candidate_rule : str
-        Which of several exact Wikidata matches within the radius is taken: ``"first"`` (default) or
-        ``"most_sitelinks"`` (the release's rule; with ``anchor_radius_km = 60`` as the release geocodes),
-        :data:`~geoagent.geohint.geocode.CANDIDATE_RULES`.
+        Which of several exact matches within the radius is taken: ``"nearest"`` (default: nearest the anchor, and
+        none for a building whose matches lie 1 km or more apart), ``"first"`` (search order; the default before
+        session 35) or ``"most_sitelinks"`` (the release's rule; with ``anchor_radius_km = 60`` as the release
+        geocodes), :data:`~geoagent.geohint.geocode.CANDIDATE_RULES`.
     language : str
         Search language.
     cache_path : str or None

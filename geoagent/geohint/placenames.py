@@ -27,6 +27,9 @@ _LINEAR_SUFFIX_WORDS = (
     "strasse", "straße", "str", "gasse", "allee", "laan", "straat", "gade", "gatan", "vej", "utca", "ulica",
     "caddesi", "sokak", "promenade", "embankment", "broadway", "prospekt", "ulitsa", "pereulok", "shosse",
     "naberezhnaya", "улица", "проспект", "переулок", "шоссе", "набережная", "bulvar", "бульвар",
+    # session 35 (geocode35 #5): Japanese highways ("Koshu-kaido"), Hungarian út / körút ("Andrássy út"), English
+    # "prospect" ("Nevsky Prospect"), motorways, a "mile" of street ("Royal Mile")
+    "kaido", "kaidō", "kaidou", "kaidô", "út", "körút", "prospect", "motorway", "mile",
 )
 # Designators that START a linear feature's name ("Rue de Rivoli", "Calle Mayor", "Avenida Paulista").
 _LINEAR_PREFIX_WORDS = (
@@ -35,16 +38,26 @@ _LINEAR_PREFIX_WORDS = (
     "rambla",
     "ulitsa", "odos", "leoforos", "jalan", "duong", "đường", "phố", "pho", "ulica", "ul.", "улица",
     "проспект", "thanon", "sharia", "shari", "شارع", "rehov", "רחוב", "carrera",
+    # session 35: Portuguese calçada, numbered routes ("Route 66", "National Route 20", "Route de Lausanne")
+    "calçada", "calcada", "national route", "route", "ruta", "carretera",
 )
 # Compound endings written without a space ("Friedrichstraße", "Omotesando-dori", "表参道通り"); as in the release,
 # the romanised bound morphemes -zaka (slope: "Dogenzaka") and -bashi (bridge: "Nihonbashi") and the kanji street
 # and slope endings (通, 坂, 坂上, 坂下, 坂道, 街道, 大路). Not the release's bare 街: it also ends district names
 # (中華街, Chinatown; 商店街, a shopping street's whole quarter).
 _LINEAR_COMPOUND_ENDINGS = ("straße", "strasse", "gasse", "allee", "straat", "gatan", "-dori", "-dōri", "zaka", "bashi",
-                            "通り", "通", "坂", "坂上", "坂下", "坂道", "街道", "大街", "大道", "大路", "路", "대로")
+                            "通り", "通", "坂", "坂上", "坂下", "坂道", "街道", "大街", "大道", "大路", "路", "대로",
+                            # session 35: "Nagykörút", "Kurfürstendamm", "Prinsengracht" (a canal and its quays),
+                            # "-kaido"
+                            "körút", "damm", "gracht", "-kaido", "-kaidō")
 # Compound starts written without a space (Thai "ถนนสุขุมวิท", Thanon Sukhumvit).
 _LINEAR_COMPOUND_STARTS = ("ถนน",)
 
+#: generic designators: a name that is one of them alone ("Intersection", "the street") is no linear feature's name
+#: (not "Broadway", "Corso", "Rambla", "Embankment": streets' names too)
+_DESIGNATORS = frozenset({"street", "st", "road", "rd", "avenue", "ave", "av", "boulevard", "blvd", "bd", "lane", "ln",
+                          "drive", "dr", "highway", "freeway", "expressway", "parkway", "pkwy", "crossing", "intersection",
+                          "alley", "motorway", "route", "calle", "rue", "via"})
 _SUFFIX_RE = re.compile(r"(?:^|\s)(?:" + "|".join(re.escape(w) for w in _LINEAR_SUFFIX_WORDS) + r")\.?$", re.IGNORECASE)
 # the designator is a whole word ("Viaduct", "Avalon", "Phoenix" are not "via", "av", "pho"), an abbreviation
 # may carry its period ("Av. Paulista"), and a name follows
@@ -62,12 +75,18 @@ MAX_NAME_CHARS = 300
 _PAREN_RE = re.compile(r"\s*[\(\[（【][^\)\]）】]*[\)\]）】]")
 _PAREN_CONTENT_RE = re.compile(r"[\(\[（【]([^\)\]）】]*)[\)\]）】]")
 _SPLIT_RE = re.compile(
-    r"\s*(?:/|;|\||,|\s+or\s+|\s+[—–-]\s+|\s+&\s+|\s+and\s+|\s+near\s+|\s+at\s+)\s*", re.IGNORECASE
+    r"\s*(?:/|;|\||,|\s+or\s+|\s+[—–-]\s+|\s+&\s+|\s+and\s+|\s+near\s+|\s+at\s+"
+    # a place placed by another (geocode35 #8): "TGI Fridays across the street", "Shibuya Station on Meiji-dori"
+    r"|\s+across(?:\s+from)?\s+|\s+opposite(?:\s+to)?\s+|\s+in\s+front\s+of\s+|\s+behind\s+|\s+beside\s+"
+    r"|\s+next\s+to\s+|\s+on\s+)\s*", re.IGNORECASE
 )
-_LEAD_RE = re.compile(r"^(?:near|around|by|off|in|at|between|the area (?:of|around)|just off|close to|next to)\s+",
-                      re.IGNORECASE)  # "between Shibuya and Harajuku": the first name (break33 #4), as "Shibuya / Harajuku"
+# leading words before the name, repeated ("likely near the Marais"): place words ("between Shibuya and Harajuku": the
+# first name, break33 #4, as "Shibuya / Harajuku") and hedges (geocode35 #6: "probably Le Marais" fell to the city)
+_LEAD_RE = re.compile(r"^(?:(?:near|around|by|off|in|at|between|the area (?:of|around)|just off|close to|next to"
+                      r"|likely|probably|possibly|perhaps|maybe|presumably|apparently|somewhere)\s+)+",
+                      re.IGNORECASE)
 _TRAIL_RE = re.compile(
-    r"\s+(?:area|district|neighbourhood|neighborhood|vicinity|region|intersection|ward)$", re.IGNORECASE
+    r"\s+(?:area|district|neighbourhood|neighborhood|vicinity|region|intersection|ward|shop|store)$", re.IGNORECASE
 )
 _PUNCT_RE = re.compile(r"[\W_]+", re.UNICODE)
 
@@ -96,6 +115,11 @@ def is_null_answer(text: str | None) -> bool:
     if text is None:
         return True
     return text.strip().strip(".").casefold() in NULL_ANSWERS
+
+
+#: Latin letters without a Unicode decomposition, folded by hand (lower case: applied after casefold)
+_UNDECOMPOSED = str.maketrans({"ø": "o", "ł": "l", "đ": "d", "æ": "ae", "œ": "oe", "ı": "i", "ð": "d", "þ": "th",
+                               "ħ": "h"})
 
 
 def _is_latin(ch: str) -> bool:
@@ -130,7 +154,9 @@ def fold(text: str | None) -> str:
             continue
         kept.append(ch)
     stripped = unicodedata.normalize("NFC", "".join(kept))
-    words = _PUNCT_RE.sub(" ", stripped.casefold()).split()
+    # Latin letters with no decomposition (geocode35 #7: "Ba Đình" and "Ba Dinh", "Nørrebro" and "Norrebro" were two
+    # names), as the echo rule folds them (geoagent.geohint.echo)
+    words = _PUNCT_RE.sub(" ", stripped.casefold().translate(_UNDECOMPOSED)).split()
     if len(words) > 1 and words[0] == "the":
         words = words[1:]
     return " ".join(words)
@@ -160,6 +186,8 @@ def is_linear_name(text: str | None) -> bool:
         return False
     core = strip_parentheticals(str(text)[:MAX_NAME_CHARS]).strip().rstrip(".")
     if not core or _HOUSE_NUMBER_RE.match(core) or _SHORT_PREFIX_NUMBER_RE.match(core):
+        return False
+    if fold(core) in _DESIGNATORS:  # a designator alone ("Intersection", "the street") names no feature
         return False
     if _SUFFIX_RE.search(core) or _PREFIX_RE.search(core):
         return True
