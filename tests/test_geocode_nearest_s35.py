@@ -123,3 +123,15 @@ def test_hedged_names_are_tried_without_the_hedge(text, want):
 ])
 def test_a_place_placed_by_another_is_read_by_its_own_name(text, want):
     assert primary_name(text) == want and not is_linear_name(primary_name(text))
+
+
+def test_a_hit_just_under_the_threshold_stays_a_hit_in_the_release_row():
+    """geocode35 #10: 0.9996 km was written 1.0 with hit True; read back by the release's rule (error_km < 1 on the
+    written value) it became a miss."""
+    from geoagent.geohint.geocode import LocatedAnswer
+    from geoagent.scoring.geohint import is_hit
+
+    for err, hit in ((0.9996, True), (0.9994, True), (1.0004, False), (0.5004, True)):
+        row = LocatedAnswer("area", error_km=err).as_release_row()
+        assert row["hit"] is hit and is_hit(row["error_km"], "area") is hit, (err, row)
+        assert abs(row["error_km"] - err) <= 0.001

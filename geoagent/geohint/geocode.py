@@ -418,11 +418,17 @@ class LocatedAnswer:
 
     def as_release_row(self) -> dict[str, Any]:
         """The release's columns: ``resolved_level`` (place/area/city/empty), ``resolved_label``,
-        ``error_km`` (rounded to 3 decimals, empty when None) and ``hit``."""
+        ``error_km`` (rounded to 3 decimals, empty when None) and ``hit``. A hit just under the threshold is
+        rounded down instead (0.9996 km is written 0.999, not 1.0), so the row read back by the release's rule,
+        ``error_km < 1`` on the written value (:mod:`geoagent.geohint.judged`), is still the hit it was (geocode35
+        #10)."""
+        err = None if self.error_km is None else round(self.error_km, 3)
+        if err is not None and self.hit and err >= C.HIT_THRESHOLD_KM:
+            err = math.floor(self.error_km * 1000) / 1000
         return {
             "resolved_level": RELEASE_LEVELS[self.resolved_level],
             "resolved_label": self.label or "",
-            "error_km": "" if self.error_km is None else round(self.error_km, 3),
+            "error_km": "" if err is None else err,
             "hit": self.hit,
         }
 
