@@ -135,3 +135,22 @@ def test_a_hit_just_under_the_threshold_stays_a_hit_in_the_release_row():
         row = LocatedAnswer("area", error_km=err).as_release_row()
         assert row["hit"] is hit and is_hit(row["error_km"], "area") is hit, (err, row)
         assert abs(row["error_km"] - err) <= 0.001
+
+
+def test_a_commune_or_region_named_as_the_area_is_no_finer_than_a_city(tmp_path):
+    """geocode35 #4: fault 4 through Wikidata checked six city classes only, so a commune (Vincennes, for a Paris
+    site) or a region named as the area was an area hit, while Nominatim's addresstype censored the same place."""
+    paris, vincennes = (48.8566, 2.3522), (48.8476, 2.4392)
+    site = (48.8500, 2.4330)  # ~0.5 km from Vincennes' point
+    entries = [
+        {"qid": "Q90", "labels": {"en": "Paris"}, "lat": paris[0], "lon": paris[1], "kind": "city", "city": "Paris",
+         "sitelinks": 300, "classes": ["Q515"]},
+        {"qid": "Q99350101", "labels": {"en": "Vincennes"}, "lat": vincennes[0], "lon": vincennes[1], "kind": "area",
+         "city": "Paris", "sitelinks": 80, "classes": ["Q484170"]},  # commune of France
+    ]
+    path = tmp_path / "gaz_coarse.jsonl"
+    path.write_text("\n".join(json.dumps(e) for e in entries) + "\n", encoding="utf-8")
+    loc = _locate(Gazetteer.from_jsonl(path), ParsedAnswer(city="Paris", area="Vincennes"), site)
+    assert loc.resolved_level == "city" and loc.hit is False, loc.trace
+    assert any(t.outcome == "same-as-city" and t.qid == "Q99350101" for t in loc.trace), loc.trace
+    assert km(*site, *vincennes) < 1  # it would have been an area hit

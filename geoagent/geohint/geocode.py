@@ -113,7 +113,7 @@ Protocol (seed 000 Sec. 4.2-4.3, Sec. 7, Appendix B):
    reference, but :attr:`LocatedAnswer.hit` is always False for it: the answer is only known to be no
    finer than the city. An area or building candidate that *is* the anchor city (same QID) counts as
    city level too, and so (session 19) does one that is *a* city whatever the city field held: a Wikidata
-   item of a city class (:data:`CITY_CLASSES`) or a Nominatim place whose ``addresstype`` is a city's or coarser
+   item of a city class or coarser (:data:`COARSE_CLASSES`) or a Nominatim place whose ``addresstype`` is a city's or coarser
    (:data:`CITY_ADDRESSTYPES`), trace outcome ``same-as-city``. The city-level result is then that item's point,
    label and QID (the first such, building before area), and the anchor stays the city field's. An item Wikidata
    passed over at a level (a city item, or a street at the area level) is passed over the same way when the
@@ -177,6 +177,19 @@ LINEAR_CLASSES = frozenset({"Q79007", "Q34442", "Q83620", "Q7543083", "Q207934",
 #: big city Q1549591, capital Q5119, city with millions of inhabitants Q1637706, metropolis Q200250,
 #: city of the United States Q1093829.
 CITY_CLASSES = frozenset({"Q515", "Q1549591", "Q5119", "Q1637706", "Q200250", "Q1093829"})
+
+#: Wikidata classes (P31) of a place no finer than a city, named in the area or building field (fault 4, module doc
+#: point 6): the city classes, and the direct classes of towns, municipalities and coarser units that Nominatim's
+#: ``addresstype`` already censors (:data:`CITY_ADDRESSTYPES`; geocode35 #4: "Vincennes", a commune, was an area hit
+#: for a Paris site through Wikidata and city level through Nominatim): town Q3957, commune of France Q484170, comune
+#: of Italy Q747074, municipality of Spain Q2074737, municipality of Germany Q262166, county Q28575, region Q82794,
+#: region of England Q48091, ceremonial county of England Q180673, state Q7275, province Q34876, first-level
+#: administrative country subdivision Q10864048, metropolitan area Q1907114, country Q6256, sovereign state
+#: Q3624078. Not wards, boroughs or districts of a city (finer than it: "Shibuya" in "Tokyo, Shibuya" is an area).
+#: Direct P31 only, like :data:`LINEAR_CLASSES`; extend through ``Geocoder(coarse_classes=...)``.
+COARSE_CLASSES = CITY_CLASSES | frozenset({
+    "Q3957", "Q484170", "Q747074", "Q2074737", "Q262166", "Q28575", "Q82794", "Q48091", "Q180673", "Q7275", "Q34876",
+    "Q10864048", "Q1907114", "Q6256", "Q3624078"})
 
 #: Nominatim ``addresstype`` values of a city or of something coarser (a region, a country): such a place named
 #: in the building or area field is no finer than a city (module doc, point 6). Not ``city_district``,
@@ -462,8 +475,11 @@ class Geocoder:
         Wikidata classes treated as linear features.
     candidate_rule : str
         Which of several exact Wikidata matches within the radius is taken (:data:`CANDIDATE_RULES`; default
-        :data:`DEFAULT_CANDIDATE_RULE`, ``"first"``); ``"most_sitelinks"`` asks Wikidata for sitelinks too and
+        :data:`DEFAULT_CANDIDATE_RULE`, ``"nearest"``); ``"most_sitelinks"`` asks Wikidata for sitelinks too and
         takes the most-linked (module doc, point 5).
+    coarse_classes : frozenset of str
+        Wikidata classes of places no finer than a city, censored at the area and building levels
+        (:data:`COARSE_CLASSES`).
 
     Raises
     ------
@@ -483,6 +499,7 @@ class Geocoder:
         max_variants: int = 6,
         linear_classes: frozenset[str] = LINEAR_CLASSES,
         candidate_rule: str = DEFAULT_CANDIDATE_RULE,
+        coarse_classes: frozenset[str] = COARSE_CLASSES,
     ) -> None:
         if not (isinstance(anchor_radius_km, (int, float)) and math.isfinite(anchor_radius_km) and anchor_radius_km > 0):
             raise ValueError(f"anchor_radius_km must be a positive number of km, got {anchor_radius_km!r}")
@@ -496,6 +513,7 @@ class Geocoder:
         self.search_limit = int(search_limit)
         self.max_variants = int(max_variants)
         self.linear_classes = frozenset(linear_classes)
+        self.coarse_classes = frozenset(coarse_classes)
 
     # ---- public ---------------------------------------------------------------------------------
 
@@ -872,7 +890,7 @@ class Geocoder:
                 continue
             d = haversine_km(anchor.lat, anchor.lon, ent.lat, ent.lon)  # type: ignore[arg-type]
             if d <= self.anchor_radius_km:
-                if set(ent.classes) & CITY_CLASSES:
+                if set(ent.classes) & self.coarse_classes:
                     # fault 4 also when the city field named something else (a region, a ward): a city item is
                     # no finer than a city, whichever item anchors the answer (module doc, point 6)
                     cand = self._from_entity(ent)
