@@ -21,6 +21,7 @@ from geoagent.sandbox.llm_openai import make_app
 from geoagent.sandbox.server import serve
 
 from _model_harness import paid_keys
+from test_overrun_guard_s34 import _app as billing_app
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "geoagent" / "configs" / "crawl_sandbox.toml"
@@ -133,19 +134,8 @@ def test_the_auditors_overrun_guard_raises_the_reservation_after_a_bill_above_it
     from geoagent.runtime.store import open_campaign_state
     from geoagent.workers.billing import OverrunGuard
 
-    bills = [20_000, 20_000, 20_000]  # input tokens billed per call: far above the 1,600-token image budget
-
-    async def chat(request: web.Request) -> web.Response:
-        body = await request.json()
-        n_in = bills.pop(0)
-        return web.json_response({
-            "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": '{"usable": true}'},
-                         "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": n_in, "completion_tokens": 8, "total_tokens": n_in + 8}})
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
+    # a Chat Completions server billing each call the input tokens listed: far above the 1,600-token image budget
+    app = billing_app([20_000, 20_000, 20_000])
     buf = io.BytesIO()
     Image.new("RGB", (320, 240), (80, 120, 160)).save(buf, format="JPEG")
     model = ModelConfig(name="auditor", provider="openai", model="gateway-vision-1", price_input_usd_per_mtok=1.0,
