@@ -306,6 +306,9 @@ class CampaignSection(_Section):
         if name.lower() == C.IMAGES_DIR:  # lower: a case-insensitive file system (macOS) folds the two together
             raise ConfigProblem(f"{name!r} is the folder under the state root that holds every crawl's photos "
                                 f"(state/{C.IMAGES_DIR}/<site>/<id>.jpg); give the campaign another name")
+        if name.lower() == C.DEMO_CONFIGS_DIR:  # the folder `run.py demo` writes its filled-in configs to
+            raise ConfigProblem(f"{name!r} is the folder under the state root where `run.py demo` writes its configs "
+                                f"(state/{C.DEMO_CONFIGS_DIR}/); give the campaign another name")
         return name
 
 

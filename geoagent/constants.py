@@ -75,6 +75,9 @@ AUDIT_DECISIONS_FILE = "audit_decisions.jsonl"
 AUDIT_SENSITIVE_FILE = "audit_sensitive.jsonl"
 CRAWL_DECISIONS_FILE = "crawl_decisions.jsonl"  # a crawl's own decisions (e.g. WDQS spatial splits), one JSON per line
 IMAGES_DIR = "images"  # state/images/<site>/<image_id>.jpg
+#: the folder under the state root where ``run.py demo`` writes its filled-in configs (:mod:`geoagent.demo`); no
+#: campaign may take its name
+DEMO_CONFIGS_DIR = "demo-configs"
 EXPORT_DIR = "export"  # state/<campaign>/export/: a crawl's tables as Parquet and CSV (run.py export)
 LADDERS_DIR = "ladders"  # state/<campaign>/ladders/<site>_ladder_<auditor>-<lang>.csv: a crawl's context ladders
 #: state/<campaign>/ladders_superseded/: ladders built under another referenceability auditor than the config's

@@ -196,7 +196,7 @@ def demo_config(name: str, values: Mapping[str, str], *, hosts: Sequence[str] = 
 
 #: folder under the demo's state root where it writes the configs it ran, every placeholder filled in
 #: (``state/demo-configs/demo_geohint.toml``): ``status``, ``dead`` and ``export`` work on those files
-CONFIGS_DIR = "demo-configs"
+CONFIGS_DIR = C.DEMO_CONFIGS_DIR
 
 
 def _toml_str(value: str) -> str:

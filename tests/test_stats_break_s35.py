@@ -70,3 +70,4 @@ def test_a_decoy_without_band_is_in_f_as_in_the_false_acceptance_figures():
     band = s.bands[0]
     assert (band.band, band.n, band.n_yes) == ("0.15-0.3km", 2, 0) and sum(b.n for b in s.bands) == 2, s.bands
     assert s.h == pytest.approx(0.5)
+
