@@ -367,6 +367,11 @@ class PathsSection(_Section):
     @field_validator("queues", "state", "release_dir")
     @classmethod
     def _home(cls, v: str | None) -> str | None:
+        # an empty or blank path was read as "not set" by some readers (the default folder) and as the working
+        # directory by others: refused, naming the fix (carried from session 34)
+        if v is not None and not v.strip():
+            raise ValueError("a folder's path (to use the default folder, queues/, state/ or "
+                             "../shared/reference/geocontext, leave the key out)")
         # "~/geo-state" is the home folder, as in a shell: taken literally it made a folder named "~" in the
         # working directory (which `rm -rf ~` would then "clean up"), while Polars, expanding it, wrote the
         # exports elsewhere and failed
