@@ -90,13 +90,16 @@ from geoagent.geohint.placenames import fold, is_linear_name, name_variants, pri
 
 
 @pytest.mark.parametrize("name", ["Koshu-kaido", "Ome-kaido", "National Route 20", "Route 66", "Andrássy út",
-                                  "Nagykörút", "Kurfürstendamm", "Royal Mile", "M25 motorway", "Calçada do Combro",
-                                  "Nevsky Prospect", "Prinsengracht", "Broadway"])
+                                  "Nagykörút", "Kurfürstendamm", "M25 motorway", "Calçada do Combro",
+                                  "Nevsky Prospect", "Prinsengracht", "Broadway", "Route de Lausanne"])
 def test_more_streets_are_linear(name):
     assert is_linear_name(name)
 
 
-@pytest.mark.parametrize("name", ["Intersection", "the street", "Crossing", "Amsterdam", "Damm Brewery"])
+@pytest.mark.parametrize("name", ["Intersection", "the street", "Crossing", "Amsterdam", "Damm Brewery",
+                                  # review35b #6d: districts and businesses the new words must not take
+                                  "Square Mile", "Magnificent Mile", "Route One Cafe", "Route 9 Diner",
+                                  "Hotel Prinsengracht", "Mile", "Kaido", "Prospect"])
 def test_a_designator_alone_or_a_name_containing_one_is_no_street(name):
     assert not is_linear_name(name)
 
@@ -111,6 +114,7 @@ def test_letters_without_decomposition_fold_to_their_ascii_spelling():
     ("probably Le Marais", "Le Marais"),
     ("possibly near Shibuya", "Shibuya"),
     ("near the Palais des Thés shop", "the Palais des Thés"),
+    ("likely near the Marais", "the Marais"),  # review35b #6a: the hedge before a place word
 ])
 def test_hedged_names_are_tried_without_the_hedge(text, want):
     assert want in name_variants(text)
@@ -123,6 +127,21 @@ def test_hedged_names_are_tried_without_the_hedge(text, want):
 ])
 def test_a_place_placed_by_another_is_read_by_its_own_name(text, want):
     assert primary_name(text) == want and not is_linear_name(primary_name(text))
+
+
+def test_a_capitalised_relational_word_is_part_of_a_name():
+    assert name_variants("The Opposite House") == ["The Opposite House"]
+    assert primary_name("likely near the Marais") == "the Marais"
+
+
+def test_an_ambiguous_building_fails_the_level_whatever_its_other_segments_name(tmp_path):
+    """review35b #2: after "Kiri Coffee" was ambiguous, the next variant ("Old Oakland", from the parentheses)
+    resolved the BUILDING level to an area item; the building level now fails and the area field decides."""
+    gaz = _gazetteer(tmp_path)
+    loc = _locate(gaz, ParsedAnswer(city="Oakland", area="Chinatown", building="Kiri Coffee (Old Oakland)"),
+                  OAK_CHINATOWN)
+    assert (loc.resolved_level, loc.qid) == ("area", "Q99350002"), loc.trace
+    assert [t.outcome for t in loc.trace if t.level == "building"][-1] == "ambiguous", loc.trace
 
 
 def test_a_hit_just_under_the_threshold_stays_a_hit_in_the_release_row():
@@ -154,3 +173,11 @@ def test_a_commune_or_region_named_as_the_area_is_no_finer_than_a_city(tmp_path)
     assert loc.resolved_level == "city" and loc.hit is False, loc.trace
     assert any(t.outcome == "same-as-city" and t.qid == "Q99350101" for t in loc.trace), loc.trace
     assert km(*site, *vincennes) < 1  # it would have been an area hit
+
+
+def test_a_designator_alone_names_nothing_to_look_up():
+    """review35b #6: "Street" alone was deferred as a street before; now it is no variant at all (the area decides
+    either way), and "Intersection near ... (News Corp Building)" keeps the building named after it."""
+    assert name_variants("Street") == [] and name_variants("Intersection") == []
+    got = name_variants("Intersection near 211 East 43rd Street (News Corp Building)")
+    assert "News Corp Building" in got and "Intersection" not in got

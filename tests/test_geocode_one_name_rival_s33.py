@@ -44,7 +44,7 @@ def _locate(entries, answer: ParsedAnswer, truth):
 
 
 def test_a_homonymous_region_with_a_same_named_area_does_not_take_the_anchor():
-    assert GEOCODER_RULES_VERSION == 8  # 8: "between" as a lead word only
+    assert GEOCODER_RULES_VERSION >= 8  # 8: "between" as a lead word only (9: session 35's rules keep this one)
     loc = _locate((STATE_VIC, VICTORIA_BC, BENDIGO_CHINATOWN), ParsedAnswer("Victoria", "Chinatown", None),
                   (48.4289, -123.3650))
     assert loc.resolved_level == "city" and loc.qid == "Q2132" and loc.error_km < 1.0, loc

@@ -80,7 +80,7 @@ def test_geohint_cutoff_table_keeps_every_row_when_something_was_cut_off():
     agg = _agg({("m-a", "forced"): ["stop", "length", "stop", "stop"], ("m-b", "forced"): ["stop", "stop"]})
     rows = _md_rows(GH.table_cutoff(agg).to_markdown())
     assert rows[0].startswith("| Model | Condition | n | Cut off | Share cut off (%)")
-    assert "| m-a | forced | 4 | 1 | 25.0 | 0 | 0 |" in rows and "| All | all | 6 | 1 | 16.7 | 0 | 0 |" in rows
+    assert "| m-a | forced | 4 | 1 | 25.0 | 0 | 0 | 0 | 0 |" in rows and "| All | all | 6 | 1 | 16.7 | 0 | 0 | 0 | 0 |" in rows
 
 
 def test_geohint_report_md_and_raw_route_show_the_collapsed_cutoff(tmp_path):

@@ -91,3 +91,41 @@ def test_geoverify_names_a_withheld_answer_and_keeps_its_counts_across_a_save(tm
     trunc.write_parquet(tmp_path / "agg_trunc.parquet")
     old = GeoVerifyAggregator.load(tmp_path).truncation[("m", "main")]
     assert old == TruncationCount(4, 0, 0, 0, 0, 0)
+
+
+def test_the_cutoff_table_and_table_11_count_withheld_answers_as_such():
+    """review35b #3, #4: the notes pointed to the table 'cutoff' for withheld answers it did not count, and Table
+    11's note called them cut off."""
+    from geoagent.report.geohint import table11, table_cutoff
+
+    agg = GeoHintAggregator()
+    for i in range(4):
+        agg.add(score_located(f"h{i}", _payload(i, finish_reason="stop", parsed=True, hit=i < 2)))
+    for i in range(2):
+        agg.add(score_located(f"w{i}", _payload(4 + i, finish_reason="SAFETY", parsed=False)))
+    table = table_cutoff(agg)
+    assert table.columns[-2:] == ["Withheld by the content filter", "Withheld, no answer (left out)"]
+    model_row = next(r for r in table.rows if r[0] == "m")
+    assert model_row[2:] == [6, 0, 0.0, 0, 0, 2, 2], model_row
+    # not collapsed to "0 of N cut off": something was withheld (one model: the view only drops the pooled row)
+    assert table.shown is None or "Answers cut off" not in table.shown.columns
+    assert "Withheld: 2 of the 6 answers of m" in table.notes
+    # Table 11 is of forced_chain answers: the same answers under that condition
+    chain = GeoHintAggregator()
+    for i in range(2):
+        p = _payload(i, finish_reason="SAFETY", parsed=False)
+        p["meta"]["condition"] = p["meta"]["schema"] = "forced_chain"
+        chain.add(score_located(f"c{i}", p))
+    notes = table11(chain).notes
+    assert "stopped by the provider's content filter (2 of them), with nothing parsed" in notes, notes
+    assert "cut off at the output-token limit with nothing parsed" not in notes
+
+
+def test_a_campaign_that_parses_nothing_says_nothing_of_parsing():
+    """review35b #5: the generic campaign counts every answer as parsed, and its withheld line said they 'parsed and
+    are scored'."""
+    count = TruncationCount()
+    count.add("SAFETY", True)
+    count.add("stop", True)
+    (line,) = warning_lines({"g": count}, setting="x", scored=False)
+    assert line.startswith("Withheld: 1 of the 2 answers of g were stopped") and "parsed" not in line, line

@@ -136,7 +136,7 @@ class GenericCampaign(CampaignKind):
             lines.append("  cut off at the output-token limit: " + "; ".join(
                 f"{m} {c.n_truncated} of {c.n} ({c.share:.1%})" for m, c in sorted(counts.items())))
             lines.append(f"  {TRUNCATION_LEGEND}")
-            lines += [f"  {w}" for w in warning_lines(counts, setting="[[models]] max_output_tokens")]
+            lines += [f"  {w}" for w in warning_lines(counts, setting="[[models]] max_output_tokens", scored=False)]
         return lines
 
 

@@ -182,13 +182,14 @@ CITY_CLASSES = frozenset({"Q515", "Q1549591", "Q5119", "Q1637706", "Q200250", "Q
 #: point 6): the city classes, and the direct classes of towns, municipalities and coarser units that Nominatim's
 #: ``addresstype`` already censors (:data:`CITY_ADDRESSTYPES`; geocode35 #4: "Vincennes", a commune, was an area hit
 #: for a Paris site through Wikidata and city level through Nominatim): town Q3957, commune of France Q484170, comune
-#: of Italy Q747074, municipality of Spain Q2074737, municipality of Germany Q262166, county Q28575, region Q82794,
-#: region of England Q48091, ceremonial county of England Q180673, state Q7275, province Q34876, first-level
+#: of Italy Q747074, municipality of Spain Q2074737, municipality of Germany Q262166, county Q28575, region of
+#: England Q48091 (not the generic "geographic region" Q82794, which sub-city areas may carry), ceremonial county
+#: of England Q180673, state Q7275, province Q34876, first-level
 #: administrative country subdivision Q10864048, metropolitan area Q1907114, country Q6256, sovereign state
 #: Q3624078. Not wards, boroughs or districts of a city (finer than it: "Shibuya" in "Tokyo, Shibuya" is an area).
 #: Direct P31 only, like :data:`LINEAR_CLASSES`; extend through ``Geocoder(coarse_classes=...)``.
 COARSE_CLASSES = CITY_CLASSES | frozenset({
-    "Q3957", "Q484170", "Q747074", "Q2074737", "Q262166", "Q28575", "Q82794", "Q48091", "Q180673", "Q7275", "Q34876",
+    "Q3957", "Q484170", "Q747074", "Q2074737", "Q262166", "Q28575", "Q48091", "Q180673", "Q7275", "Q34876",
     "Q10864048", "Q1907114", "Q6256", "Q3624078"})
 
 #: Nominatim ``addresstype`` values of a city or of something coarser (a region, a country): such a place named
@@ -242,7 +243,12 @@ ANSWER_COORDINATES = "answer-coordinates"
 #: 8 (session 33): a leading "between" is taken off a name as "near" is ("between Shibuya and Harajuku": Shibuya
 #: first, break33 #4). (A one-name city field re-read as a place its search ranked first when a finer field resolved
 #: near that place was part of version 8 for a while and is withdrawn: v8check, the homonyms of most regions.)
-GEOCODER_RULES_VERSION = 8
+#: 9 (session 35, geocode35): of several matches within the radius the one nearest the anchor (``candidate_rule``
+#: "nearest", the new default: a campaign geocoded under "first" before says so through this version, as its manifest
+#: fills in today's defaults), a building named in places 1 km or more apart is ambiguous and the area decides, towns,
+#: communes and coarser units named at a finer level are city level (:data:`COARSE_CLASSES`), and the name rules of
+#: :mod:`geoagent.geohint.placenames` (more street designators, hedge words, relational phrases, ø/đ/ł/æ folded).
+GEOCODER_RULES_VERSION = 9
 
 LEVELS = ("building", "area", "city", "none")
 #: Our level names -> the release's ``resolved_level`` values (``answers_judged*.csv``).
@@ -833,6 +839,8 @@ class Geocoder:
         start = len(trace)
         for variant in variants:
             cand = await self._wikidata_near(variant, level, anchor, trace, skip_linear=skip_linear, cities=cities)
+            if cand is None and trace and trace[-1].outcome == "ambiguous":
+                return None  # a building name found in places far apart: the level fails, the area decides
             if cand is None:
                 continue
             if stop_on_linear and cand.linear:
@@ -848,6 +856,8 @@ class Geocoder:
             for variant in variants[:3]:
                 cand = await self._nominatim_near(variant, level, anchor, trace, skip_linear=skip_linear, cities=cities,
                                                   passed=passed)
+                if cand is None and trace and trace[-1].outcome == "ambiguous":
+                    return None
                 if cand is None:
                     continue
                 if stop_on_linear and cand.linear:

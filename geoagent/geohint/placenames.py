@@ -28,8 +28,8 @@ _LINEAR_SUFFIX_WORDS = (
     "caddesi", "sokak", "promenade", "embankment", "broadway", "prospekt", "ulitsa", "pereulok", "shosse",
     "naberezhnaya", "улица", "проспект", "переулок", "шоссе", "набережная", "bulvar", "бульвар",
     # session 35 (geocode35 #5): Japanese highways ("Koshu-kaido"), Hungarian út / körút ("Andrássy út"), English
-    # "prospect" ("Nevsky Prospect"), motorways, a "mile" of street ("Royal Mile")
-    "kaido", "kaidō", "kaidou", "kaidô", "út", "körút", "prospect", "motorway", "mile",
+    # "prospect" ("Nevsky Prospect"), motorways. Not "mile": the Square Mile and the Magnificent Mile are districts
+    "kaido", "kaidō", "kaidou", "kaidô", "út", "körút", "prospect", "motorway",
 )
 # Designators that START a linear feature's name ("Rue de Rivoli", "Calle Mayor", "Avenida Paulista").
 _LINEAR_PREFIX_WORDS = (
@@ -38,8 +38,9 @@ _LINEAR_PREFIX_WORDS = (
     "rambla",
     "ulitsa", "odos", "leoforos", "jalan", "duong", "đường", "phố", "pho", "ulica", "ul.", "улица",
     "проспект", "thanon", "sharia", "shari", "شارع", "rehov", "רחוב", "carrera",
-    # session 35: Portuguese calçada, numbered routes ("Route 66", "National Route 20", "Route de Lausanne")
-    "calçada", "calcada", "national route", "route", "ruta", "carretera",
+    # session 35: Portuguese calçada, French "Route de Lausanne", Spanish ruta / carretera (numbered routes alone:
+    # _ROUTE_NUMBER_RE; "Route One Cafe", "Route 9 Diner" are businesses)
+    "calçada", "calcada", "route de", "ruta", "carretera",
 )
 # Compound endings written without a space ("Friedrichstraße", "Omotesando-dori", "表参道通り"); as in the release,
 # the romanised bound morphemes -zaka (slope: "Dogenzaka") and -bashi (bridge: "Nihonbashi") and the kanji street
@@ -47,9 +48,13 @@ _LINEAR_PREFIX_WORDS = (
 # (中華街, Chinatown; 商店街, a shopping street's whole quarter).
 _LINEAR_COMPOUND_ENDINGS = ("straße", "strasse", "gasse", "allee", "straat", "gatan", "-dori", "-dōri", "zaka", "bashi",
                             "通り", "通", "坂", "坂上", "坂下", "坂道", "街道", "大街", "大道", "大路", "路", "대로",
-                            # session 35: "Nagykörút", "Kurfürstendamm", "Prinsengracht" (a canal and its quays),
-                            # "-kaido"
-                            "körút", "damm", "gracht", "-kaido", "-kaidō")
+                            # session 35: "-kaido"
+                            "-kaido", "-kaidō")
+# Compound endings of one-word names only (session 35): "Nagykörút", "Kurfürstendamm", "Prinsengracht" (a canal and
+# its quays), not "Hotel Prinsengracht"
+_ONE_WORD_COMPOUND_ENDINGS = ("körút", "damm", "gracht")
+# a numbered route and nothing else: "Route 66", "National Route 20", "Route 413" (geocode35 #5)
+_ROUTE_NUMBER_RE = re.compile(r"^(?:national\s+)?route\s+\d+[a-z]?$", re.IGNORECASE)
 # Compound starts written without a space (Thai "ถนนสุขุมวิท", Thanon Sukhumvit).
 _LINEAR_COMPOUND_STARTS = ("ถนน",)
 
@@ -57,7 +62,7 @@ _LINEAR_COMPOUND_STARTS = ("ถนน",)
 #: (not "Broadway", "Corso", "Rambla", "Embankment": streets' names too)
 _DESIGNATORS = frozenset({"street", "st", "road", "rd", "avenue", "ave", "av", "boulevard", "blvd", "bd", "lane", "ln",
                           "drive", "dr", "highway", "freeway", "expressway", "parkway", "pkwy", "crossing", "intersection",
-                          "alley", "motorway", "route", "calle", "rue", "via"})
+                          "alley", "motorway", "route", "calle", "rue", "via", "kaido", "prospect", "mile"})
 _SUFFIX_RE = re.compile(r"(?:^|\s)(?:" + "|".join(re.escape(w) for w in _LINEAR_SUFFIX_WORDS) + r")\.?$", re.IGNORECASE)
 # the designator is a whole word ("Viaduct", "Avalon", "Phoenix" are not "via", "av", "pho"), an abbreviation
 # may carry its period ("Av. Paulista"), and a name follows
@@ -76,9 +81,10 @@ _PAREN_RE = re.compile(r"\s*[\(\[（【][^\)\]）】]*[\)\]）】]")
 _PAREN_CONTENT_RE = re.compile(r"[\(\[（【]([^\)\]）】]*)[\)\]）】]")
 _SPLIT_RE = re.compile(
     r"\s*(?:/|;|\||,|\s+or\s+|\s+[—–-]\s+|\s+&\s+|\s+and\s+|\s+near\s+|\s+at\s+"
-    # a place placed by another (geocode35 #8): "TGI Fridays across the street", "Shibuya Station on Meiji-dori"
-    r"|\s+across(?:\s+from)?\s+|\s+opposite(?:\s+to)?\s+|\s+in\s+front\s+of\s+|\s+behind\s+|\s+beside\s+"
-    r"|\s+next\s+to\s+|\s+on\s+)\s*", re.IGNORECASE
+    # a place placed by another (geocode35 #8): "TGI Fridays across the street", "Shibuya Station on Meiji-dori";
+    # written in lower case only, as a name capitalises such a word ("The Opposite House")
+    r"|(?-i:\s+across(?:\s+from)?\s+|\s+opposite(?:\s+to)?\s+|\s+in\s+front\s+of\s+|\s+behind\s+|\s+beside\s+"
+    r"|\s+next\s+to\s+|\s+on\s+))\s*", re.IGNORECASE
 )
 # leading words before the name, repeated ("likely near the Marais"): place words ("between Shibuya and Harajuku": the
 # first name, break33 #4, as "Shibuya / Harajuku") and hedges (geocode35 #6: "probably Le Marais" fell to the city)
@@ -189,9 +195,11 @@ def is_linear_name(text: str | None) -> bool:
         return False
     if fold(core) in _DESIGNATORS:  # a designator alone ("Intersection", "the street") names no feature
         return False
-    if _SUFFIX_RE.search(core) or _PREFIX_RE.search(core):
+    if _SUFFIX_RE.search(core) or _PREFIX_RE.search(core) or _ROUTE_NUMBER_RE.match(core):
         return True
     low = core.casefold()
+    if " " not in low and any(low.endswith(e) and len(low) > len(e) for e in _ONE_WORD_COMPOUND_ENDINGS):
+        return True
     return any(low.endswith(e) and len(low) > len(e) for e in _LINEAR_COMPOUND_ENDINGS) or any(
         low.startswith(e) and len(low) > len(e) for e in _LINEAR_COMPOUND_STARTS
     )
@@ -232,14 +240,16 @@ def name_variants(text: str | None, *, max_variants: int = 6) -> list[str]:
     def add(candidate: str) -> None:
         c = candidate.strip()
         key = fold(c)
-        if len(c) >= 2 and key and key not in seen and not is_null_answer(c):
+        # a designator alone ("Street", "Intersection") names nothing to look up: not a variant
+        if len(c) >= 2 and key and key not in seen and not is_null_answer(c) and key not in _DESIGNATORS:
             seen.add(key)
             out.append(c)
 
     add(text)
     bare = strip_parentheticals(text)
     add(bare)
-    for seg in _SPLIT_RE.split(bare):
+    # leading place and hedge words off the whole text first: "likely near the Marais" is the Marais, not "likely"
+    for seg in _SPLIT_RE.split(_LEAD_RE.sub("", bare)):
         for cleaned in _clean_segment(seg):
             add(cleaned)
     for inner in _PAREN_CONTENT_RE.findall(text):
@@ -258,7 +268,7 @@ def primary_name(text: str | None) -> str:
     if text is None or is_null_answer(text):
         return ""
     bare = strip_parentheticals(" ".join(str(text).split())[:MAX_NAME_CHARS])
-    for seg in _SPLIT_RE.split(bare):
+    for seg in _SPLIT_RE.split(_LEAD_RE.sub("", bare)):
         cleaned = _clean_segment(seg)[0]
         if cleaned:
             return cleaned

@@ -199,8 +199,8 @@ def legend_for(regime_threshold: float = DEFAULT_THRESHOLD, *, fig2: str | None 
         "echo: the answer names the reference point the hint gave (see the echo rule); echo rate = share of echoes.",
         "unparsed: an answer the model finished (not cut off) whose text holds no JSON answer; it counts as a "
         "response and a miss, as the release's judged answers count answers with empty parsed fields (hit False). "
-        "An answer cut off at the output-token limit with nothing parsed is no answer instead: left out of every "
-        "rate (see cut off).",
+        "An answer cut off at the output-token limit, or stopped by the provider's content filter, with nothing "
+        "parsed is no answer instead: left out of every rate (see cut off).",
         f"regime: sites are split by their own no-context (baseline) hit rate: legible at {t} or more, illegible "
         "below.",
         "undetermined regime: every no-context answer of the site parsed and none geocoded, so it is in neither "
@@ -1715,7 +1715,8 @@ def table11(agg: GeoHintAggregator, condition: str = "forced_chain") -> Table:
                  "point is not in the site's ladder (it has no hint distance, so every other table leaves it out): the paper's Table 11 "
                  "runs over every forced_chain response (2799, of which 2538 are paired; seed 000 Sec. 6.3.2)."
                  if n_left else "")
-    cut_note = (f"n counts {_answers(n_cut, 'response')} cut off at the output-token limit with nothing parsed "
+    n_withheld = sum(agg.n_no_answer_withheld(condition=c) for c in conds)
+    cut_note = (f"n counts {_answers(n_cut, 'response')} {no_answer_words(n_withheld)} "
                 "(no answer in every other table; here unparsed, with no evidence object unless one was recovered): "
                 "the paper's n is every forced_chain response, unparseable ones included (2 of 2799; seed 000 Sec. "
                 "6.3.2)." if n_cut else "")
@@ -1792,7 +1793,8 @@ def table_cutoff(agg: GeoHintAggregator) -> Table:
     rows = []
 
     def row(model: str, cond: str, c: TruncationCount) -> list[Any]:
-        return [model, cond, c.n, c.n_truncated, c.share, c.n_truncated_unparsed, c.n_no_reason]
+        return [model, cond, c.n, c.n_truncated, c.share, c.n_truncated_unparsed, c.n_no_reason, c.n_withheld,
+                c.n_withheld_unparsed]
 
     for m in agg.answered_models:
         per = {c: tc for (mm, c), tc in sorted(agg.truncation.items()) if mm == m}
@@ -1806,7 +1808,7 @@ def table_cutoff(agg: GeoHintAggregator) -> Table:
              "fraction in cutoff.csv)")
     notes = _join_notes("cut off: defined under Terms (said once per report).", *truncation_warnings(agg))
     shown = None
-    if all_.n and not all_.n_truncated:
+    if all_.n and not all_.n_truncated and not all_.n_withheld:
         # nothing cut off: one row (k of N), not a row of zeros per model and condition; the CSV keeps every row
         extra = [all_.n_no_reason] if all_.n_no_reason else []
         shown = Table("cutoff", title,
@@ -1817,8 +1819,9 @@ def table_cutoff(agg: GeoHintAggregator) -> Table:
     table = Table(
         "cutoff",
         title,
-        ["Model", "Condition", "n", "Cut off", "Share cut off (%)", "Cut off, no answer (left out)", "No finish reason"],
-        ["text", "text", "int", "int", "pct", "int", "int"],
+        ["Model", "Condition", "n", "Cut off", "Share cut off (%)", "Cut off, no answer (left out)", "No finish reason",
+         "Withheld by the content filter", "Withheld, no answer (left out)"],
+        ["text", "text", "int", "int", "pct", "int", "int", "int", "int"],
         rows,
         notes,
         shown,
@@ -2174,7 +2177,8 @@ def unresolved_line(agg: GeoHintAggregator) -> str:
 def unparsed_line(agg: GeoHintAggregator) -> str:
     """One sentence: how many scored answers (all conditions) were unparsed (no city, area or building read:
     ``parse_ok`` False; each a response and a miss, Terms' 'unparsed'), per model; GeoVerify's table counts its
-    parse failures likewise. An answer cut off with nothing parsed is no answer and not among them (table 'cutoff')."""
+    parse failures likewise. An answer cut off (or stopped by the provider's content filter) with nothing parsed is no
+    answer and not among them (table 'cutoff')."""
     t = agg.select()
     per = ", ".join(f"{m} {agg.select(model=m).n_parse_fail}" for m in agg.models)
     return (f"Unparsed answers (no city, area or building read; each counts as a response and a miss, see unparsed): "

@@ -228,7 +228,8 @@ def _no_answer_part(c: TruncationCount) -> str:
     return f" ({c.n_truncated_unparsed} of them with nothing parsed: no answer, left out of every rate)"
 
 
-def warning_lines(counts: Mapping[str, TruncationCount], *, setting: str, threshold: float = WARN_SHARE) -> list[str]:
+def warning_lines(counts: Mapping[str, TruncationCount], *, setting: str, threshold: float = WARN_SHARE,
+                  scored: bool = True) -> list[str]:
     """One warning per group whose cut-off share exceeds ``threshold``.
 
     Parameters
@@ -239,6 +240,9 @@ def warning_lines(counts: Mapping[str, TruncationCount], *, setting: str, thresh
         The config key to raise, e.g. ``"[geohint] max_output_tokens (or [[models]] max_output_tokens)"``.
     threshold : float
         Share in [0, 1] above which a group is named (default :data:`WARN_SHARE`, 1 %).
+    scored : bool
+        Whether the campaign parses and scores its answers (False: the generic campaign, whose withheld lines then
+        say nothing of parsing; :func:`withheld_lines`).
 
     Returns
     -------
@@ -257,15 +261,15 @@ def warning_lines(counts: Mapping[str, TruncationCount], *, setting: str, thresh
                 f"output-token limit{_no_answer_part(c)}; results are biased towards short answers. Raise {setting} "
                 "and re-run under a new campaign name."
             )
-    return out + withheld_lines(counts)
+    return out + withheld_lines(counts, scored=scored)
 
 
-def withheld_lines(counts: Mapping[str, TruncationCount]) -> list[str]:
+def withheld_lines(counts: Mapping[str, TruncationCount], *, scored: bool = True) -> list[str]:
     """One line per group (label order) with answers the provider's content filter stopped (:func:`is_withheld`),
     whatever their share: ``"Withheld: 2 of the 500 answers of gemini-2.5-flash were stopped by the provider's
     content filter (finish reason SAFETY, RECITATION, content_filter or refusal); 1 with nothing parsed is no answer,
-    left out of every rate, the other parsed and is scored"``; [] when there are none. :func:`warning_lines`
-    appends them."""
+    left out of every rate, the other parsed and is scored"``; [] when there are none. ``scored`` False (a campaign
+    that parses nothing): the line ends after the filter's finish reasons. :func:`warning_lines` appends them."""
     out = []
     for label in sorted(counts):
         c = counts[label]
@@ -274,7 +278,7 @@ def withheld_lines(counts: Mapping[str, TruncationCount]) -> list[str]:
         u, p = c.n_withheld_unparsed, c.n_withheld - c.n_withheld_unparsed
         parts = ([f"{u} with nothing parsed {'is' if u == 1 else 'are'} no answer, left out of every rate"] if u else []) + (
             [f"{p} parsed and {'is' if p == 1 else 'are'} scored"] if p else [])
-        out.append(f"Withheld: {c.n_withheld} of the {c.n} answers of {label} were stopped by the provider's content "
-                   "filter (finish reason SAFETY, RECITATION, content_filter, refusal or another blocking reason); "
-                   + ", ".join(parts) + ".")
+        what = (f"Withheld: {c.n_withheld} of the {c.n} answers of {label} were stopped by the provider's content "
+                "filter (finish reason SAFETY, RECITATION, content_filter, refusal or another blocking reason)")
+        out.append(what + ("; " + ", ".join(parts) + "." if scored else "."))
     return out
