@@ -175,9 +175,26 @@ def test_a_commune_or_region_named_as_the_area_is_no_finer_than_a_city(tmp_path)
     assert km(*site, *vincennes) < 1  # it would have been an area hit
 
 
-def test_a_designator_alone_names_nothing_to_look_up():
-    """review35b #6: "Street" alone was deferred as a street before; now it is no variant at all (the area decides
-    either way), and "Intersection near ... (News Corp Building)" keeps the building named after it."""
-    assert name_variants("Street") == [] and name_variants("Intersection") == []
+def test_a_designator_alone_is_deferred_as_a_building_and_looked_up_as_a_place():
+    """review35b #6, review35c #2: a bare "Street" or "Intersection" in the building field is a street not named (the
+    area decides, as before this session), but it no longer hides the building named after it, and a place that is
+    named so (the town of Street, a suburb named Prospect, "The Crossing") is still looked up as a city or area."""
+    from geoagent.geohint.placenames import is_bare_designator
+
+    assert is_bare_designator(primary_name("Street")) and is_bare_designator("the intersection")
+    assert primary_name("Intersection near 211 East 43rd Street (News Corp Building)") == "211 East 43rd Street"
     got = name_variants("Intersection near 211 East 43rd Street (News Corp Building)")
-    assert "News Corp Building" in got and "Intersection" not in got
+    assert "News Corp Building" in got and "Intersection" not in got  # a bare segment is no lookup
+    for place in ("Street", "Prospect", "The Crossing", "Via"):
+        assert name_variants(place) == [place]  # the whole text is looked up whatever it is
+
+
+@pytest.mark.parametrize("text, want", [
+    ("probably in front of Shibuya Station", "Shibuya Station"),
+    ("maybe behind Shibuya Station", "Shibuya Station"),
+    ("possibly across from Tokyo Tower", "Tokyo Tower"),
+    ("likely beside the Louvre", "the Louvre"),
+])
+def test_a_hedge_before_a_relational_phrase_leaves_the_place(text, want):
+    """review35c #1: once the hedge was stripped the relational phrase led the text and was not split off."""
+    assert primary_name(text) == want and want in name_variants(text)

@@ -146,8 +146,8 @@ from geoagent import constants as C
 from geoagent.clients.nominatim import NominatimClient, NominatimPlace
 from geoagent.clients.wikidata import Entity, WikidataClient
 from geoagent.geo import haversine_km
-from geoagent.geohint.placenames import (plain_coordinates, fold, is_linear_name, is_null_answer, name_variants,
-                                         primary_name)
+from geoagent.geohint.placenames import (fold, is_bare_designator, is_linear_name, is_null_answer, name_variants,
+                                         plain_coordinates, primary_name)
 
 #: Default anchor radius in km. A project choice (the paper gives no value), derived from the release:
 #: sites lie at most 8.6 km from their city's screening centre (tokyo_shimokita, ``city_pool.csv``) and
@@ -813,7 +813,7 @@ class Geocoder:
         if point is not None:
             return point
         head = primary_name(text)
-        if is_linear_name(head):
+        if is_linear_name(head) or is_bare_designator(head):  # "Street" alone: a street not named
             # fault 2: a street cannot be scored as a point; the area decides (Sec. 4.3, Sec. 7)
             trace.append(Lookup("building", head, "-", "linear-deferred"))
             return None
@@ -838,8 +838,9 @@ class Geocoder:
             return None
         start = len(trace)
         for variant in variants:
+            before = len(trace)
             cand = await self._wikidata_near(variant, level, anchor, trace, skip_linear=skip_linear, cities=cities)
-            if cand is None and trace and trace[-1].outcome == "ambiguous":
+            if cand is None and any(t.outcome == "ambiguous" for t in trace[before:]):
                 return None  # a building name found in places far apart: the level fails, the area decides
             if cand is None:
                 continue
@@ -854,9 +855,10 @@ class Geocoder:
             passed = {t.qid: t.outcome for t in trace[start:]
                       if t.source == "wikidata" and t.qid and t.outcome in ("same-as-city", "linear-area")}
             for variant in variants[:3]:
+                before = len(trace)
                 cand = await self._nominatim_near(variant, level, anchor, trace, skip_linear=skip_linear, cities=cities,
                                                   passed=passed)
-                if cand is None and trace and trace[-1].outcome == "ambiguous":
+                if cand is None and any(t.outcome == "ambiguous" for t in trace[before:]):
                     return None
                 if cand is None:
                     continue

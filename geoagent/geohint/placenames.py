@@ -88,7 +88,8 @@ _SPLIT_RE = re.compile(
 )
 # leading words before the name, repeated ("likely near the Marais"): place words ("between Shibuya and Harajuku": the
 # first name, break33 #4, as "Shibuya / Harajuku") and hedges (geocode35 #6: "probably Le Marais" fell to the city)
-_LEAD_RE = re.compile(r"^(?:(?:near|around|by|off|in|at|between|the area (?:of|around)|just off|close to|next to"
+_LEAD_RE = re.compile(r"^(?:(?:in front of|across from|across|opposite to|opposite|behind|beside"
+                      r"|near|around|by|off|in|at|between|the area (?:of|around)|just off|close to|next to"
                       r"|likely|probably|possibly|perhaps|maybe|presumably|apparently|somewhere)\s+)+",
                       re.IGNORECASE)
 _TRAIL_RE = re.compile(
@@ -237,17 +238,18 @@ def name_variants(text: str | None, *, max_variants: int = 6) -> list[str]:
     out: list[str] = []
     seen: set[str] = set()
 
-    def add(candidate: str) -> None:
+    def add(candidate: str, *, segment: bool = True) -> None:
         c = candidate.strip()
         key = fold(c)
-        # a designator alone ("Street", "Intersection") names nothing to look up: not a variant
-        if len(c) >= 2 and key and key not in seen and not is_null_answer(c) and key not in _DESIGNATORS:
+        # a segment that is a designator alone ("Intersection" of "Intersection near X") names nothing to look up;
+        # the whole text is looked up whatever it is (a town named Street, a suburb named Prospect, "The Crossing")
+        if len(c) >= 2 and key and key not in seen and not is_null_answer(c) and not (segment and key in _DESIGNATORS):
             seen.add(key)
             out.append(c)
 
-    add(text)
+    add(text, segment=False)
     bare = strip_parentheticals(text)
-    add(bare)
+    add(bare, segment=False)
     # leading place and hedge words off the whole text first: "likely near the Marais" is the Marais, not "likely"
     for seg in _SPLIT_RE.split(_LEAD_RE.sub("", bare)):
         for cleaned in _clean_segment(seg):
@@ -263,16 +265,22 @@ def primary_name(text: str | None) -> str:
     """The first named thing in an answer: parentheticals removed, first segment of a compound answer.
 
     ``"Yamate-dori near Naka-Meguro Station"`` -> ``"Yamate-dori"``; ``"Fire Street (Jinnan 1-chome)"``
-    -> ``"Fire Street"``. Empty for a null answer. Reads the first :data:`MAX_NAME_CHARS` characters.
+    -> ``"Fire Street"``. A segment that is a designator alone is passed over when another follows
+    (``"Intersection near 1251 Avenue of the Americas"`` -> ``"1251 Avenue of the Americas"``; a lone ``"Street"`` stays,
+    :func:`is_bare_designator`). Empty for a null answer. Reads the first :data:`MAX_NAME_CHARS` characters.
     """
     if text is None or is_null_answer(text):
         return ""
     bare = strip_parentheticals(" ".join(str(text).split())[:MAX_NAME_CHARS])
-    for seg in _SPLIT_RE.split(_LEAD_RE.sub("", bare)):
-        cleaned = _clean_segment(seg)[0]
-        if cleaned:
-            return cleaned
-    return ""
+    names = [c for seg in _SPLIT_RE.split(_LEAD_RE.sub("", bare)) if (c := _clean_segment(seg)[0])]
+    return next((c for c in names if not is_bare_designator(c)), names[0] if names else "")
+
+
+def is_bare_designator(text: str | None) -> bool:
+    """Whether ``text`` is a street designator alone, naming no feature (``"Street"``, ``"the intersection"``,
+    ``"Crossing"``): :func:`is_linear_name` is False for it (a town named Street, a suburb named Prospect are places),
+    and the geocoder's building level defers it to the area as a street (:mod:`geoagent.geohint.geocode`)."""
+    return bool(text) and fold(text) in _DESIGNATORS
 
 
 def plain_coordinates(text: str | None) -> tuple[float, float] | None:
