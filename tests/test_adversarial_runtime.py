@@ -25,9 +25,10 @@ from geoagent.runtime.daemon import REPEAT_SIGNAL_S
 from geoagent.sandbox import llm_openai
 from geoagent.sandbox.server import serve
 from geoagent.status import campaign_status, format_status
+from _made_up_keys import made_up_key
 
 REPO = Path(__file__).resolve().parents[1]
-KEY = "sk-" "adversarial-runtime-0123456789abcdef"
+KEY = made_up_key("sk-", 36, seed="adversarial-runtime-0123456789abcdef")
 
 
 def _config(tmp: Path, *, base_url: str | None, n: int, cap: float, name: str = "adv-rt") -> Path:

@@ -27,6 +27,7 @@ from geoagent.runtime.stage import Stage, StageContext
 from geoagent.runtime.worker import StageRunner
 from geoagent.sandbox.server import free_port, serve
 from test_queue_contract import backend, redis_url  # noqa: F401 - the module's fixtures (both backends)
+from _made_up_keys import made_up_key
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -405,7 +406,7 @@ def test_model_watch_mode_stop_while_the_probe_is_in_flight_pays_it_once_and_lea
     from geoagent.runtime.store import open_campaign_state
     from geoagent.sandbox import llm_openai
 
-    key = "sk-" "sandbox-watch-0123456789abcdefghijkl"
+    key = made_up_key("sk-", 36, seed="sandbox-watch-0123456789abcdefghijkl")
     n = 4
     monkeypatch.setenv("GA_TEST_WATCH_KEY2", key)
     dead_app = llm_openai.make_app(api_keys=[key])

@@ -20,6 +20,7 @@ from geoagent.runtime.worker import StageRunner
 from geoagent.sandbox.server import serve
 from test_queue_contract import backend, raw, redis_url  # noqa: F401 - the contract's fixtures (both backends)
 from test_queue_refund_contract import REASON, _attempts, _nack_times
+from _made_up_keys import made_up_key
 
 
 def _ok_app() -> web.Application:
@@ -144,7 +145,7 @@ def test_campaign_ceiling_lets_model_calls_wait_for_a_slow_rate_limit(tmp_path, 
     from geoagent.engine import run_campaign
     from geoagent.sandbox import llm_openai
 
-    key = "sk-" "sandbox-ratewait-0123456789abcdefghijkl"
+    key = made_up_key("sk-", 39, seed="sandbox-ratewait-0123456789abcdefghijkl")
     monkeypatch.setenv("GA_TEST_RATEWAIT_KEY", key)
     app = llm_openai.make_app(api_keys=[key])
 

@@ -14,8 +14,9 @@ from _model_harness import billed as billed_by_server
 from geoagent.runtime.daemon import open_edge_queues
 from geoagent.runtime.stage import BudgetStop, Stage, StageContext
 from geoagent.runtime.worker import StageRunner
+from _made_up_keys import made_up_key
 
-KEY_VAR, KEY_VALUE = "ADV_TODAY_KEY", "sk-" "adv-today-0123456789abcdef"
+KEY_VAR, KEY_VALUE = "ADV_TODAY_KEY", made_up_key("sk-", 26, seed="adv-today-0123456789abcdef")
 
 
 class _BudgetThenHang(Stage):

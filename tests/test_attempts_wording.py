@@ -14,9 +14,10 @@ import pytest
 from _model_harness import CallerRig, photo_task, run, write_model_config
 from geoagent.runtime.http import HttpClient, RetriesExhausted
 from geoagent.status import describe_reason
+from _made_up_keys import made_up_key
 
 KEY_VAR = "GA_TEST_ATTEMPTS_KEY"
-KEY = "sk-" "sandbox-attempts-0123456789abcdef"
+KEY = made_up_key("sk-", 33, seed="sandbox-attempts-0123456789abcdef")
 
 
 def _closed_port() -> int:

@@ -15,6 +15,7 @@ from geoagent.cli import main
 from geoagent.config import ConfigError, load_config
 from geoagent.crawl.image_audit import read_human_verdicts
 from geoagent.crawl.review import read_review_verdicts
+from _made_up_keys import made_up_key
 
 BASE = """
 [campaign]
@@ -144,7 +145,7 @@ def test_key_on_an_unparsable_dotenv_line_is_named_by_file_and_line_not_called_u
     from geoagent.secrets import get_secret, lookup_secret, read_dotenv
 
     dotenv = tmp_path / "keys.env"
-    value = "sk-" "bi16-unterminated-0123456789"
+    value = made_up_key("sk-", 28, seed="bi16-unterminated-0123456789")
     dotenv.write_text(f'export OTHER=abcdefgh1234\nBI16_KEY="{value}\nthis line is no assignment\n')
     with pytest.raises(ValueError) as exc:
         lookup_secret("BI16_KEY", environ={}, dotenv_path=dotenv)

@@ -22,9 +22,10 @@ from aiohttp import web
 from _model_harness import CallerRig, photo_task, run, write_model_config
 from geoagent.runtime.http import HttpClient
 from geoagent.sandbox.server import serve
+from _made_up_keys import made_up_key
 
 KEY_VAR = "GA_TEST_BILLING_KEY"
-KEY = "sk-" "sandbox-billing-0123456789abcdef"
+KEY = made_up_key("sk-", 32, seed="sandbox-billing-0123456789abcdef")
 
 
 async def _wait_for_state(rig: CallerRig, state: str, timeout_s: float = 10.0) -> list[tuple[str, str]]:

@@ -27,10 +27,11 @@ from geoagent.runtime.store import open_campaign_state
 from geoagent.sandbox import llm_openai
 from geoagent.sandbox.server import serve
 from geoagent.status import campaign_status, format_status
+from _made_up_keys import made_up_key
 
-GOOD_A = "sk-" "sandbox-good-a-0123456789abcdefghij"
-GOOD_B = "sk-" "sandbox-good-b-0123456789abcdefghij"
-WRONG = "sk-" "sandbox-wrong-0123456789abcdefghijk"
+GOOD_A = made_up_key("sk-", 35, seed="sandbox-good-a-0123456789abcdefghij")
+GOOD_B = made_up_key("sk-", 35, seed="sandbox-good-b-0123456789abcdefghij")
+WRONG = made_up_key("sk-", 35, seed="sandbox-wrong-0123456789abcdefghijk")
 
 
 def _model(name: str, base: str, env: str, concurrency: int) -> str:

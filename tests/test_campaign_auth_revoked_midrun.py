@@ -20,9 +20,10 @@ from geoagent.config import load_config
 from geoagent.engine import EXIT_AUTH, STATUS_AUTH, run_campaign
 from geoagent.sandbox import llm_openai
 from geoagent.sandbox.server import serve
+from _made_up_keys import made_up_key
 
-GOOD = "sk-" "sandbox-good-a-0123456789abcdefghij"
-WRONG = "sk-" "sandbox-wrong-0123456789abcdefghijk"
+GOOD = made_up_key("sk-", 35, seed="sandbox-good-a-0123456789abcdefghij")
+WRONG = made_up_key("sk-", 35, seed="sandbox-wrong-0123456789abcdefghijk")
 
 
 def test_key_revoked_after_the_model_answered_dead_letters_nothing(tmp_path: Path, monkeypatch):

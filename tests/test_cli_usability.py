@@ -31,9 +31,10 @@ from geoagent.runtime.progress import pipeline_eta
 from geoagent.runtime.queue import QueueCounts
 from geoagent.status import campaign_status, format_status, format_usd
 from _docs import docs_text
+from _made_up_keys import made_up_key
 
 REPO = Path(__file__).resolve().parents[1]
-KEY = "sk-" "cli-usability-0123456789abcdef"
+KEY = made_up_key("sk-", 30, seed="cli-usability-0123456789abcdef")
 
 
 def _config(tmp: Path, *, n: int = 5, name: str = "cliu", base_url: str | None = None, rate: int = 2000) -> Path:

@@ -17,8 +17,9 @@ from geoagent.engine import EXIT_INCOMPLETE, run_campaign
 from geoagent.sandbox import llm_openai
 from geoagent.sandbox.faults import FaultConfig
 from geoagent.sandbox.server import serve
+from _made_up_keys import made_up_key
 
-KEY = "sk-" "sandbox-dead-0123456789abcdefghij"
+KEY = made_up_key("sk-", 33, seed="sandbox-dead-0123456789abcdefghij")
 
 
 def _cfg(tmp: Path, base: str) -> Path:

@@ -18,8 +18,9 @@ from geoagent.sandbox import llm_openai
 from geoagent.sandbox.faults import FaultConfig, find_fault_state
 from geoagent.sandbox.server import serve
 from geoagent.status import campaign_status, dead_letters, describe_reason, format_status
+from _made_up_keys import made_up_key
 
-KEY = "sk-" "sandbox-good-0123456789abcdefghij"
+KEY = made_up_key("sk-", 33, seed="sandbox-good-0123456789abcdefghij")
 N = 3
 HTTP_ATTEMPTS = 2
 

@@ -18,9 +18,10 @@ from geoagent.config import load_config
 from geoagent.engine import run_campaign
 from geoagent.runtime.store import open_campaign_state
 from geoagent.sandbox.responders import SIM_IMAGE_TOKENS
+from _made_up_keys import made_up_key
 
 KEY_VAR = "WALKB_TEST_KEY"
-KEY_VALUE = "sk-" "walkbtest-0123456789abcdef"
+KEY_VALUE = made_up_key("sk-", 26, seed="walkbtest-0123456789abcdef")
 
 
 def _expected_in(lines: list[str], model: str) -> int:

@@ -27,6 +27,7 @@ from geoagent.cli import build_parser, main
 from geoagent.config import ConfigWarning, config_from_dict, load_config, provider_settings
 from geoagent.engine import EXIT_COMPLETE, EXIT_CONFIG, run_campaign
 from geoagent.runtime.queue import open_queue
+from _made_up_keys import made_up_key
 
 
 @pytest.fixture
@@ -64,7 +65,7 @@ def test_dry_run_with_a_missing_key_prints_the_report_then_exits_2(no_keys, caps
     assert main(["run", str(cfg), "--no-live"]) == EXIT_CONFIG
     assert "WALK_KEY" in capsys.readouterr().err
     # with the key set, the dry run ends 0 and has no exit line
-    monkeypatch.setenv("WALK_KEY", "sk-" "walk-0123456789abcdefghij")
+    monkeypatch.setenv("WALK_KEY", made_up_key("sk-", 25, seed="walk-0123456789abcdefghij"))
     assert main(["run", str(cfg), "--simulate", "--no-live"]) == EXIT_COMPLETE
     assert "exit 2" not in capsys.readouterr().out
 
@@ -161,9 +162,9 @@ def test_no_base_url_names_the_default_api_and_key_variable(no_keys, capsys, mon
     err = capsys.readouterr().err
     assert "calls https://api.openai.com/v1" in err and "OPENAI_API_KEY (model mini)" in err
     # with the variable set, the provider gets that key
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-" "walk-0123456789abcdefghij")
+    monkeypatch.setenv("OPENAI_API_KEY", made_up_key("sk-", 25, seed="walk-0123456789abcdefghij"))
     settings = provider_settings(load_config(path), "mini")
-    assert settings.api_key is not None and settings.api_key.reveal() == "sk-" "walk-0123456789abcdefghij"
+    assert settings.api_key is not None and settings.api_key.reveal() == made_up_key("sk-", 25, seed="walk-0123456789abcdefghij")
 
 
 def test_key_variable_defaults_only_for_the_providers_own_host():

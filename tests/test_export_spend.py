@@ -20,8 +20,9 @@ from geoagent.runtime.store import open_campaign_state
 from geoagent.sandbox import llm_openai
 from geoagent.sandbox.faults import FaultConfig
 from geoagent.sandbox.server import serve
+from _made_up_keys import made_up_key
 
-KEY = "sk-" "sandbox-good-0123456789abcdefghij"
+KEY = made_up_key("sk-", 33, seed="sandbox-good-0123456789abcdefghij")
 
 
 def _config(tmp, base: str) -> str:

@@ -24,9 +24,10 @@ from geoagent.engine import run_campaign
 from geoagent.image_files import needs_photos
 from geoagent.sandbox import llm_openai
 from geoagent.sandbox.server import serve
+from _made_up_keys import made_up_key
 
 REPO = Path(__file__).resolve().parents[1]
-KEY = "sk-" "images-test-0123456789abcdefghij"
+KEY = made_up_key("sk-", 32, seed="images-test-0123456789abcdefghij")
 
 
 def _trial_rows(release_dir: Path) -> list[dict[str, str]]:

@@ -33,9 +33,10 @@ from geoagent.sandbox import llm_openai
 from geoagent.sandbox.faults import FaultConfig, find_fault_state
 from geoagent.sandbox.server import serve
 from geoagent.workers.images import blank_gray_jpeg, synthetic_jpeg
+from _made_up_keys import made_up_key
 
 KEY_VAR = "MC_TEST_OPENAI_KEY"
-KEY_VALUE = "sk-" "mc-test-0123456789abcdefSECRET"
+KEY_VALUE = made_up_key("sk-", 30, seed="mc-test-0123456789abcdefSECRET")
 SEED = 4242
 
 
@@ -392,7 +393,7 @@ def test_api_key_never_reaches_state_queues_or_exceptions(tmp_path, monkeypatch)
             await h.close()
             # the same campaign with a wrong key: 401s quoting the server's error are retried until the
             # authentication breaker opens (5 in a row), then the model's tasks are held unsent; nothing is dead
-            monkeypatch.setenv(KEY_VAR, "sk-" "wrong-key-value-ZZZZ9999")
+            monkeypatch.setenv(KEY_VAR, made_up_key("sk-", 24, seed="wrong-key-value-ZZZZ9999"))
             cfg2 = make_config(tmp_path, base, cap_usd=5.0, name="wrongkey")
             h2 = Harness(tmp_path, cfg2, http)
             await h2.inq.put_many([(f"w{i}", payload(i)) for i in range(3)])
@@ -408,7 +409,7 @@ def test_api_key_never_reaches_state_queues_or_exceptions(tmp_path, monkeypatch)
     assert errors, "the fault mix should have produced some exceptions"
     for exc in errors:
         text = f"{exc!r} {exc}"
-        assert KEY_VALUE not in text and "sk-" "wrong-key-value-ZZZZ9999" not in text
+        assert KEY_VALUE not in text and made_up_key("sk-", 24, seed="wrong-key-value-ZZZZ9999") not in text
     files = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix != ".toml"]
     assert any(p.name == "campaign.sqlite" for p in files)
     for p in files:

@@ -13,9 +13,10 @@ from _model_harness import CallerRig, billed, photo_task, run, write_model_confi
 from geoagent.runtime.http import HttpClient
 from geoagent.sandbox.llm_openai import make_app
 from geoagent.sandbox.server import serve
+from _made_up_keys import made_up_key
 
 KEY_VAR = "GA_TEST_SAME_KEY"
-KEY = "sk-" "sandbox-samekey-0123456789abcdef"
+KEY = made_up_key("sk-", 32, seed="sandbox-samekey-0123456789abcdef")
 
 
 def test_same_request_in_flight_twice_in_one_process_is_paid_once(tmp_path, monkeypatch):

@@ -18,8 +18,9 @@ from geoagent.config import load_config
 from geoagent.engine import EXIT_COMPLETE, EXIT_INCOMPLETE, run_campaign
 from geoagent.sandbox import llm_openai
 from geoagent.sandbox.server import free_port, serve
+from _made_up_keys import made_up_key
 
-KEY = "sk-" "sandbox-refund-0123456789abcdefghijk"
+KEY = made_up_key("sk-", 36, seed="sandbox-refund-0123456789abcdefghijk")
 
 
 async def _attempts(cfg) -> dict[str, int]:

@@ -26,8 +26,9 @@ from geoagent.runtime.queue import open_queue
 from geoagent.sandbox import llm_openai
 from geoagent.sandbox.server import free_port, serve
 from geoagent.status import campaign_status, format_status
+from _made_up_keys import made_up_key
 
-KEY = "sk-" "sandbox-watch-0123456789abcdefghijkl"
+KEY = made_up_key("sk-", 36, seed="sandbox-watch-0123456789abcdefghijkl")
 LOGGER = "geoagent.workers.model_caller"
 
 

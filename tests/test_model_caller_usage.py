@@ -17,9 +17,10 @@ from geoagent.runtime.queue import Task
 from geoagent.runtime.stage import PermanentFailure
 from geoagent.sandbox import llm_openai
 from geoagent.sandbox.server import serve
+from _made_up_keys import made_up_key
 
 KEY_VAR = "PROVREVIEW_OPENAI_KEY"
-KEY_VALUE = "sk-" "usagetest-0123456789abcdef"
+KEY_VALUE = made_up_key("sk-", 26, seed="usagetest-0123456789abcdef")
 
 
 def _task(key: str, marker: str) -> Task:

@@ -23,8 +23,9 @@ from geoagent.runtime.http import HostPolicy, HttpClient, OutcomeUnknown, Perman
 from geoagent.sandbox import llm_anthropic, llm_gemini, llm_openai
 from geoagent.sandbox.faults import FAULTS_KEY, FaultConfig
 from geoagent.sandbox.server import serve
+from _made_up_keys import made_up_key
 
-KEY = "sk-" "test-0123456789abcdef"
+KEY = made_up_key("sk-", 21, seed="test-0123456789abcdef")
 FAST = HostPolicy(rate=1000, period_s=1.0, concurrency=16, max_attempts=6, backoff_base_s=0.005, backoff_max_s=0.02, timeout_s=5.0)
 MODULES = {"openai": llm_openai, "anthropic": llm_anthropic, "gemini": llm_gemini}
 FINISH_STOP = {"openai": "stop", "anthropic": "end_turn", "gemini": "STOP"}
@@ -134,7 +135,7 @@ def test_missing_key_is_permanent(kind):
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
 def test_wrong_key_is_permanent_and_never_shown(kind):
-    wrong = "sk-" "wrong-key-ABCDEFGH12345678"
+    wrong = made_up_key("sk-", 26, seed="wrong-key-ABCDEFGH12345678")
     out, app = asyncio.run(_call(kind, _request(kind, None), api_key=wrong))
     assert isinstance(out, PermanentHTTPError)
     assert out.status == BAD_KEY_STATUS[kind]

@@ -29,6 +29,7 @@ from geoagent.sandbox.faults import FAULTS_KEY
 from _windows import max_in_window
 from geoagent.sandbox.server import serve
 import test_queue_contract
+from _made_up_keys import made_up_key
 
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pid/start-time liveness and a system-wide monotonic clock are Linux's")
@@ -268,7 +269,7 @@ def test_two_campaign_processes_share_the_model_hosts_rate(tmp_path):
     from geoagent.sandbox import llm_openai
 
     rate, n = 10, 100
-    key = "sk-" "hostshare-test-0123456789abcdef"
+    key = made_up_key("sk-", 31, seed="hostshare-test-0123456789abcdef")
     app = llm_openai.make_app(api_keys=[key])
     env = {"HS_RT_KEY": key, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ.get("GEOAGENT_RUNS_INDEX", ""), "PYTHONPATH": str(REPO)}
 

@@ -25,6 +25,7 @@ from geoagent.runtime.queue import open_queue
 from geoagent.runtime.stage import Stage, StageContext
 from geoagent.runtime.worker import StageRunner, default_task_timeout_s
 from geoagent.sandbox import llm_openai
+from _made_up_keys import made_up_key
 
 VT_S = 0.3  # visibility timeout: renewed every 0.1 s
 
@@ -189,7 +190,7 @@ def test_campaign_task_timeout_cancels_a_model_call_that_never_answers(tmp_path,
     request was sent, so its worst case is booked as unknown-outcome spend (never lost, never paid twice)."""
     from geoagent.sandbox.server import serve
 
-    key = "sk-" "sandbox-ceiling-0123456789abcdefghijkl"
+    key = made_up_key("sk-", 38, seed="sandbox-ceiling-0123456789abcdefghijkl")
     monkeypatch.setenv("GA_TEST_CEILING_KEY", key)
     app = llm_openai.make_app(api_keys=[key], faults={"rate": 1.0, "kinds": ["timeout"], "timeout_delay_s": 60.0})
 

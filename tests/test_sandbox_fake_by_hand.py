@@ -29,9 +29,10 @@ from geoagent.runtime.http import HostPolicy, HttpClient
 from geoagent.sandbox.llm_openai import DEFAULT_MODEL_IDS, MODEL_OWNER, make_app
 from geoagent.sandbox.server import serve
 from _docs import docs_text
+from _made_up_keys import made_up_key
 
 REPO = Path(__file__).resolve().parents[1]
-KEY = "sk-" "by-hand-0123456789abcdef"
+KEY = made_up_key("sk-", 24, seed="by-hand-0123456789abcdef")
 FAST = HostPolicy(rate=1000, period_s=1.0, concurrency=4, max_attempts=2, backoff_base_s=0.01, backoff_max_s=0.02, timeout_s=10.0)
 
 

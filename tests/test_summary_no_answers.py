@@ -20,9 +20,10 @@ from geoagent.report.geoverify import render_markdown
 from geoagent.sandbox import llm_openai
 from geoagent.sandbox.server import serve
 from geoagent.scoring import sdt
+from _made_up_keys import made_up_key
 
-GOOD_KEY = "sk-" "sandbox-good-0123456789abcdefghij"
-WRONG_KEY = "sk-" "sandbox-wrong-0123456789abcdefghi"
+GOOD_KEY = made_up_key("sk-", 33, seed="sandbox-good-0123456789abcdefghij")
+WRONG_KEY = made_up_key("sk-", 33, seed="sandbox-wrong-0123456789abcdefghi")
 
 
 def _geoverify_doc(tmp_path, base_url: str, *, cap_usd: float) -> dict:
