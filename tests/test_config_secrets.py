@@ -8,6 +8,7 @@ import pickle
 import textwrap
 
 import pytest
+from _made_up_keys import made_up_key
 
 from geoagent.config import load_config, provider_settings
 from geoagent.secrets import (
@@ -22,10 +23,11 @@ from geoagent.secrets import (
 
 
 def test_secret_never_shows_its_value():
-    s = Secret("sk-abcdef123456", "OPENAI_API_KEY")
-    assert str(s) == "***" and f"{s}" == "***" and "sk-abcdef123456" not in repr(s)
+    value = made_up_key("sk-", 12, seed="abcdef123456")
+    s = Secret(value, "OPENAI_API_KEY")
+    assert str(s) == "***" and f"{s}" == "***" and value not in repr(s)
     assert repr(s) == "Secret('OPENAI_API_KEY', '***')"
-    assert s.reveal() == "sk-abcdef123456"
+    assert s.reveal() == value
     with pytest.raises(TypeError):
         pickle.dumps(s)
     with pytest.raises(ValueError):
