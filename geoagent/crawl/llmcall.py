@@ -83,16 +83,13 @@ class AuditorBreaker:
     def check(self, exc: BaseException, model: str, api_key_env: str | None) -> None:
         """Open ``model``'s breaker and raise :class:`AuditorRefused` when ``exc`` (raised by its provider) is a
         refused key or a billing refusal from its host; otherwise return (the caller re-raises ``exc``)."""
-        from geoagent.runtime.http import PermanentHTTPError
-        from geoagent.workers.model_caller import AuthFailure, is_auth_failure, is_billing_failure
+        from geoagent.workers.model_caller import AuthFailure, credential_refusal
 
-        if not isinstance(exc, PermanentHTTPError):
+        billing = credential_refusal(exc)
+        if billing is None:
             return
-        body = exc.body or exc.body_excerpt
-        billing = is_billing_failure(exc.status, body)
-        if not (billing or is_auth_failure(exc.status, body)):
-            return
-        self.opened.setdefault(model, AuthFailure(model, int(exc.status), api_key_env, 1, billing=billing))
+        self.opened.setdefault(model, AuthFailure(model, int(exc.status), api_key_env, 1,  # type: ignore[attr-defined]
+                                                  billing=billing))
         self.gate(model)
 
     def message(self, model: str | None) -> str | None:

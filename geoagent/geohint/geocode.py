@@ -925,18 +925,11 @@ class Geocoder:
                 return cand
             if nearest is None or d < nearest[0]:
                 nearest = (d, ent)
+        if within and not most_linked:
+            return self._nearest(level, variant, "wikidata", [(d, self._from_entity(e)) for d, e in within], trace)
         if within:
-            if most_linked:
-                # the release's rule: the most-linked candidate within the radius (max keeps the first of a tie)
-                d, ent = max(within, key=lambda t: t[1].sitelinks or 0)
-            else:
-                # nearest the anchor (min keeps the first of a tie); a building's far-apart namesakes: ambiguous
-                if level == "building" and _spread_km([(e.lat, e.lon) for _d, e in within]) >= AMBIGUOUS_BUILDING_KM:
-                    d, ent = min(within, key=lambda t: t[0])
-                    trace.append(Lookup(level, variant, "wikidata", "ambiguous", ent.qid, ent.label(self.language),
-                                        round(d, 3)))
-                    return None
-                d, ent = min(within, key=lambda t: t[0])
+            # the release's rule: the most-linked candidate within the radius (max keeps the first of a tie)
+            d, ent = max(within, key=lambda t: t[1].sitelinks or 0)
             cand = self._from_entity(ent)
             trace.append(Lookup(level, variant, "wikidata", "resolved", cand.qid, cand.label, round(d, 3)))
             return cand
@@ -991,15 +984,22 @@ class Geocoder:
                 trace.append(Lookup(level, variant, "nominatim", "resolved", cand.qid, cand.label, round(d, 3)))
                 return cand
         if chosen:
-            d, cand = min(chosen, key=lambda t: t[0])
-            if level == "building" and _spread_km([(c.lat, c.lon) for _d, c in chosen]) >= AMBIGUOUS_BUILDING_KM:
-                trace.append(Lookup(level, variant, "nominatim", "ambiguous", cand.qid, cand.label, round(d, 3)))
-                return None
-            trace.append(Lookup(level, variant, "nominatim", "resolved", cand.qid, cand.label, round(d, 3)))
-            return cand
+            return self._nearest(level, variant, "nominatim", chosen, trace)
         if not passed_over:
             trace.append(Lookup(level, variant, "nominatim", "out-of-anchor" if named else "no-match"))
         return None
+
+    @staticmethod
+    def _nearest(level: str, variant: str, source: str, within: list[tuple[float, Candidate]],
+                 trace: list[Lookup]) -> Candidate | None:
+        """The ``nearest`` rule over the candidates ``within`` the radius (``(km from the anchor, candidate)``, search
+        order): the nearest (the first of a tie), or None at the building level when they lie
+        :data:`AMBIGUOUS_BUILDING_KM` or more apart (trace ``ambiguous``, naming the nearest)."""
+        d, cand = min(within, key=lambda t: t[0])
+        ambiguous = level == "building" and _spread_km([(c.lat, c.lon) for _d, c in within]) >= AMBIGUOUS_BUILDING_KM
+        trace.append(Lookup(level, variant, source, "ambiguous" if ambiguous else "resolved", cand.qid, cand.label,
+                            round(d, 3)))
+        return None if ambiguous else cand
 
     @staticmethod
     def _is_anchor_place(p: NominatimPlace, anchor: Candidate) -> bool:

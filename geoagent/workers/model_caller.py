@@ -344,6 +344,20 @@ def is_billing_failure(status: int, body_excerpt: str) -> bool:
     return status in (400, 403, 429) and any(m in low for m in BILLING_BODY_MARKERS)
 
 
+def credential_refusal(exc: BaseException) -> bool | None:
+    """How a model host's answer ``exc`` refused the caller: True for a billing refusal (:func:`is_billing_failure`,
+    read on the whole body), False for a refused key (:func:`is_auth_failure`, read on the body's excerpt), None when
+    ``exc`` is no :class:`~geoagent.runtime.http.PermanentHTTPError` or neither. The one reading of both the model
+    caller's breaker and the crawl auditors' (:class:`geoagent.crawl.llmcall.AuditorBreaker`)."""
+    if not isinstance(exc, PermanentHTTPError):
+        return None
+    if is_billing_failure(exc.status, exc.body or exc.body_excerpt):
+        return True
+    if is_auth_failure(exc.status, exc.body_excerpt):
+        return False
+    return None
+
+
 @dataclasses.dataclass(slots=True)
 class AuthFailure:
     """The open breaker of one model: its name, the HTTP status that opened it, its key variable's NAME, and
@@ -1574,10 +1588,10 @@ class ModelCaller(Stage):
             # without a reservation the gate never let the request through, so nothing was sent
             if gate.reservation is not None:
                 await close_failed_call(ledger, gate.reservation, exc, m)
-            if isinstance(exc, PermanentHTTPError) and is_billing_failure(exc.status, exc.body or exc.body_excerpt):
-                raise _AuthFailed(exc.status, f"HTTP {exc.status}: {_excerpt(exc.body_excerpt)}", billing=True) from None
-            if isinstance(exc, PermanentHTTPError) and is_auth_failure(exc.status, exc.body_excerpt):
-                raise _AuthFailed(exc.status, f"HTTP {exc.status}: {_excerpt(exc.body_excerpt)}") from None
+            refusal = credential_refusal(exc)
+            if refusal is not None:  # a refused key (False) or account (True)
+                raise _AuthFailed(exc.status, f"HTTP {exc.status}: {_excerpt(exc.body_excerpt)}",  # type: ignore[attr-defined]
+                                  billing=refusal) from None
             if isinstance(exc, PermanentHTTPError):
                 raise PermanentFailure(f"HTTP {exc.status}: {_excerpt(exc.body_excerpt)}") from None
             if (isinstance(exc, RetriesExhausted) and exc.unreachable and exc.host
