@@ -27,7 +27,14 @@ offered, chosen per campaign by ``[geohint] echo_rule`` (:data:`ECHO_RULES`; def
         "Saint Paul's" = "St Paul's", "Ste-Chapelle" = "Sainte-Chapelle". "St" is NOT read as "Street": "Canal
         St Martin" (Saint-Martin) would then name "Canal Street";
     * punctuation and symbols become spaces (hyphens, apostrophes, slashes, brackets ...);
-    * leading/inner articles dropped (English, French, Spanish, Italian, German, Dutch, Portuguese);
+    * leading/inner articles dropped (English, French, Spanish, Italian, German, Dutch, Portuguese), never a last
+      word: an article precedes its noun, so "Đại La" (Vietnamese) keeps its "la" and is not named by "Đại học"
+      (session 36; the field is also read with its articles, so "Đại La street" still names it);
+    * a name that is "The" and one word ("The Mall", "The Oval", "The Center": the word alone is a common noun) is
+      named only where that word starts a segment of the field (between commas, slashes, brackets) or follows an
+      article: "Mall", "The Mall" and "near the Mall, Westminster" name it, "Pall Mall", "a shopping mall" and
+      "Kennington Oval" do not (session 36; the released ladders hold 10 such names: The Annex, The Belcher's, The Center, The Den,
+      The Dakota, The Gherkin, The Mall, The Marais, The Masterpiece, The Oval);
     * whitespace collapsed.
 
     On the release sample none of the session-14 variants changes a verdict: 0 of its 936 context rows under
@@ -118,17 +125,27 @@ CONNECTORS = frozenset({"and"})
 SAINT_FORMS = {"saint": "st", "sainte": "ste"}
 
 
-def normalize_tokens(text: str | None) -> list[str]:
+def _folded_words(text: str) -> list[str]:
+    """Folded words of ``text``: possessives joined, diacritics removed, casefolded, punctuation as spaces."""
+    t = _POSSESSIVE.sub("", _POSSESSIVE_AFTER_S.sub("", text))
+    t = _fold(t)
+    return "".join(ch if (ch.isalnum() or ch.isspace()) else " " for ch in t).split()
+
+
+def normalize_tokens(text: str | None, *, keep_articles: bool = False) -> list[str]:
     """Normalised tokens of a place name or answer field (see module docstring); [] for None/empty.
 
-    ``normalize_tokens("St James’s Palace & Gardens") == ["st", "james", "palace", "gardens"]``.
+    ``normalize_tokens("St James’s Palace & Gardens") == ["st", "james", "palace", "gardens"]``. An article is
+    dropped only where a word follows it (an article precedes its noun): the last word stays whatever it is, so
+    "Đại La" keeps "la" (Vietnamese, no article) and does not shrink to "dai", which "Đại học" (university) would
+    then name (session 36). ``keep_articles`` keeps every article (connectors still go).
     """
     if not text:
         return []
-    t = _POSSESSIVE.sub("", _POSSESSIVE_AFTER_S.sub("", str(text)))
-    t = _fold(t)
-    t = "".join(ch if (ch.isalnum() or ch.isspace()) else " " for ch in t)
-    return [SAINT_FORMS.get(w, w) for w in t.split() if w not in ARTICLES and w not in CONNECTORS]
+    words = _folded_words(str(text))
+    last = len(words) - 1
+    return [SAINT_FORMS.get(w, w) for i, w in enumerate(words)
+            if w not in CONNECTORS and (keep_articles or i == last or w not in ARTICLES)]
 
 
 def normalize_name(text: str | None) -> str:
@@ -149,12 +166,40 @@ def name_variants(names: Iterable[str | None]) -> list[str]:
     return out
 
 
+#: where an answer field's text is cut into segments for the "The <word>" rule (:func:`field_names_reference`)
+_SEGMENT_BREAKS = re.compile(r"[,;/|()\[\]（）【】]")
+
+
+def _the_one_word(name: str) -> str | None:
+    """The word of an English name that is "The" and one word ("The Mall" -> "mall"), else None."""
+    words = _folded_words(name)
+    return words[1] if len(words) == 2 and words[0] == "the" else None
+
+
+def _starts_a_phrase(word: str, field: str) -> bool:
+    """True when ``word`` occurs in ``field`` first in a segment (text between commas, slashes, brackets ...) or
+    right after an article: "Mall", "The Mall", "near the Mall, Westminster"; not "Pall Mall" or "shopping mall"."""
+    for segment in _SEGMENT_BREAKS.split(field):
+        words = normalize_tokens(segment, keep_articles=True)
+        for i, w in enumerate(words):
+            if w == word and (i == 0 or words[i - 1] in ARTICLES):
+                return True
+    return False
+
+
 def field_names_reference(field: str | None, names: Iterable[str | None]) -> bool:
-    """True when ``field`` (an answer's area or building) names any of ``names`` (see module docstring)."""
+    """True when ``field`` (an answer's area or building) names any of ``names`` (see module docstring).
+
+    A name that is "The" and one word ("The Mall", "The Oval", "The Center") is named only where that word starts
+    a segment of the field or follows an article: its word alone is a common noun, so "Pall Mall", "a shopping
+    mall" or "Rockefeller Center" do not name it (session 36). The field's words are matched both without and
+    with its articles, so a name that keeps its last word ("Đại La") is found in "Đại La street".
+    """
     if not field or not str(field).strip():
         return False
     tokens = normalize_tokens(field)
     padded = " " + " ".join(tokens) + " "
+    padded_all = " " + " ".join(normalize_tokens(field, keep_articles=True)) + " "
     compact = "".join(tokens)
     for name in name_variants(names):
         ntok = normalize_tokens(name)
@@ -163,7 +208,14 @@ def field_names_reference(field: str | None, names: Iterable[str | None]) -> boo
         if _NO_SPACE_SCRIPT.search(name):
             if "".join(ntok) in compact:
                 return True
-        elif " " + " ".join(ntok) + " " in padded:
+            continue
+        the_word = _the_one_word(name)
+        if the_word is not None:
+            if _starts_a_phrase(the_word, str(field)):
+                return True
+            continue
+        run = " " + " ".join(ntok) + " "
+        if run in padded or run in padded_all:
             return True
     return False
 

@@ -248,7 +248,11 @@ ANSWER_COORDINATES = "answer-coordinates"
 #: fills in today's defaults), a building named in places 1 km or more apart is ambiguous and the area decides, towns,
 #: communes and coarser units named at a finer level are city level (:data:`COARSE_CLASSES`), and the name rules of
 #: :mod:`geoagent.geohint.placenames` (more street designators, hedge words, relational phrases, ø/đ/ł/æ folded).
-GEOCODER_RULES_VERSION = 9
+#: 10 (session 36): the echo rule ``"name"`` (:mod:`geoagent.geohint.echo`, scored with each located answer, so its
+#: changes are versioned here too): a name's last word is never dropped as an article ("Đại La" is no longer "Đại",
+#: which "Đại học", university, named), and a name "The <word>" is named only where the word starts a segment of the
+#: field or follows an article ("Pall Mall" and "a shopping mall" no longer echo "The Mall").
+GEOCODER_RULES_VERSION = 10
 
 LEVELS = ("building", "area", "city", "none")
 #: Our level names -> the release's ``resolved_level`` values (``answers_judged*.csv``).
