@@ -69,10 +69,14 @@ def test_image_audit_echoed_example_then_a_leaking_audit_is_no_keep():
 
 def test_image_audit_agreeing_audits_differing_only_in_wording_stay_parsed():
     """Two objects with the same decision fields (overlay, scene, quality, usable, glass, tourist) and other
-    wording of ``why`` are one audit (the first is taken, as before)."""
+    wording of ``why`` are one audit (the first is taken, as before; session 36: the first that is not the prompt's
+    example verbatim, so here the model's own wording)."""
     other = AUDIT_EXAMPLE.replace("sharp street view with shopfronts and a tram stop", "clear street")
     a = parse_image_audit(AUDIT_EXAMPLE + "\n" + other)
-    assert a.parsed and a.keeps_image is True and a.why.startswith("sharp")
+    assert a.parsed and a.keeps_image is True and a.why == "clear street"
+    own = other.replace('"quality": 4', '"quality": 5')
+    b = parse_image_audit(own + "\n" + own.replace("clear street", "a clear street view"))
+    assert b.parsed and b.quality == 5 and b.why == "clear street"
 
 
 # --- referenceability: the prompt's example array repeated before the real ratings ----------------
@@ -82,12 +86,14 @@ def test_ref_batch_echoed_example_array_is_not_candidate_zeros_rating():
     Rose Garden") before the real array was read as the example: candidate 0 got familiarity 4 and the example's
     English name, which becomes its hint name in the ladders ("I took this photo near San Jose Municipal Rose
     Garden" for a Paris site), while the real answer's rating of it was dropped. Now every array in the answer is
-    read; an idx that two elements rate differently is left undecided (asked again), the others are taken."""
+    read; an idx that two elements rate differently is left undecided (asked again), the others are taken. Since
+    session 36 the prompt's example element itself is no reading at all, so candidate 0 gets the model's own rating
+    (it was asked again from session 15 on)."""
     real = ('[{"idx": 0, "ok": false, "familiarity": 1, "zh": null, "en": "3rd arrondissement", "why": "admin area"}, '
             '{"idx": 1, "ok": true, "familiarity": 3, "zh": null, "en": "Place des Vosges", "why": "square"}]')
     out = parse_ref_batch("Like the example " + REF_EXAMPLE + " here are my ratings:\n" + real, 2)
     assert out is not None
-    assert 0 not in out  # rated two ways: asked again, never the example's rating
+    assert out[0]["familiarity"] == 1 and out[0]["name_en"] == "3rd arrondissement"  # never the example's rating
     assert out[1]["familiarity"] == 3 and out[1]["name_en"] == "Place des Vosges"
     # one array rating an idx twice with different values: undecided too (was: the first element won)
     twice = parse_ref_batch('[{"idx": 0, "ok": true, "familiarity": 5}, {"idx": 0, "ok": false, "familiarity": 0}]', 1)

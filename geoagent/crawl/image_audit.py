@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from geoagent.crawl.llmjson import as_bool, as_int_in, as_text, extract_json_like
+from geoagent.crawl.llmjson import as_bool, as_int_in, as_text, extract_json_like, prompt_example
 from geoagent.crawl.settings import ImageAuditSettings
 from geoagent.files import atomic_open, csv_header, csv_rows
 from geoagent.llmjson import fenced_blocks, iter_candidates
@@ -96,7 +96,7 @@ class ImageAudit:
         return cls(**{k: d.get(k) for k in cls.__slots__ if k in d})  # type: ignore[attr-defined]
 
 
-def parse_image_audit(text: str | None) -> ImageAudit:
+def parse_image_audit(text: str | None, prompt: str | None = None) -> ImageAudit:
     """Parse the model's answer (untrusted text); never raises. Missing ``usable`` is filled by the rule;
     an unknown scene type or a quality outside 0-5 makes the answer unparsed.
 
@@ -105,15 +105,33 @@ def parse_image_audit(text: str | None) -> ImageAudit:
     ``quality``, ``usable``, ``through_glass`` or ``tourist_infrastructure``), e.g. the prompt's example repeated
     before the model's own audit, or a correction after it, the answer is unparsed ("conflicting audits in one
     answer"), never the first one: the example reads usable, and taking it kept images whose real audit reported
-    overlay text naming the place. The same audit given twice (in a fence and again in the prose) is one audit."""
+    overlay text naming the place. The same audit given twice (in a fence and again in the prose) is one audit.
+
+    Two more cases of that kind are unparsed (session 36, crawl36 #1):
+
+    * an audit object cut off by the end of the answer (``max_output_tokens``) beside the one read: what it said is
+      unknown, so the answer may hold an audit that reads otherwise (the example, then the model's own audit
+      reporting overlay text, cut off);
+    * an answer whose only audit is the prompt's example, field for field (its ``why`` too): it says nothing of
+      the image. ``prompt`` is the prompt the answer replied to, whose example (its last JSON object,
+      :func:`~geoagent.crawl.llmjson.prompt_example`) is compared; None: the packaged ``crawl_image_audit.txt``."""
     raw = text if isinstance(text, str) else ""
-    obj = extract_json_like(raw, dict, lambda o: bool(_AUDIT_KEYS & set(o)))
+    example = prompt_example(load_prompt("crawl_image_audit.txt") if prompt is None else prompt, dict,
+                             lambda o: bool(_AUDIT_KEYS & set(o)))
+    objects, cut_off = _audit_objects(raw)
+    own = [o for o in objects if o != example]
+    obj = own[0] if own else extract_json_like(raw, dict, lambda o: bool(_AUDIT_KEYS & set(o)))
     if obj is None:
         return ImageAudit(False, reason="no JSON object in the answer", raw=raw)
+    if cut_off:
+        return ImageAudit(False, reason="an audit object in the answer is cut off (max_output_tokens?): it may "
+                                        "read otherwise than the one given", raw=raw)
+    if example is not None and obj == example:
+        return ImageAudit(False, reason="the answer only repeats the prompt's example audit", raw=raw)
     audit = _read_audit(obj, raw)
     if audit.parsed:
         seen = {_decision(audit)}
-        for other in _audit_objects(raw):
+        for other in objects:
             read = _read_audit(other, raw)
             if read.parsed:
                 seen.add(_decision(read))
@@ -128,15 +146,20 @@ def _decision(a: ImageAudit) -> tuple[Any, ...]:
     return (a.answer_overlay, a.scene_type, a.quality, a.usable, a.through_glass, a.tourist_infrastructure)
 
 
-def _audit_objects(raw: str) -> list[dict[str, Any]]:
+def _audit_objects(raw: str) -> tuple[list[dict[str, Any]], bool]:
     """Every complete JSON object in ``raw`` (fenced blocks, then the whole text; nested ones too, as
-    :func:`~geoagent.llmjson.extract_json` searches) that holds an audit key."""
+    :func:`~geoagent.llmjson.extract_json` searches) that holds an audit key, and whether an object holding an
+    audit key is cut off by the end of the text."""
     out: list[dict[str, Any]] = []
+    cut_off = False
     for src in [*fenced_blocks(raw), raw]:
         for cand in iter_candidates(src, "{"):
-            if cand.ok and not cand.truncated and isinstance(cand.value, dict) and _AUDIT_KEYS & set(cand.value):
-                out.append(cand.value)
-    return out
+            if cand.ok and isinstance(cand.value, dict) and _AUDIT_KEYS & set(cand.value):
+                if cand.truncated:
+                    cut_off = True
+                else:
+                    out.append(cand.value)
+    return out, cut_off
 
 
 def _read_audit(obj: dict[str, Any], raw: str) -> ImageAudit:

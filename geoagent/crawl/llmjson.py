@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from geoagent.llmjson import extract_json
+from geoagent.llmjson import extract_json, iter_candidates
 
-__all__ = ["as_bool", "as_int_in", "as_text", "extract_json", "extract_json_like"]
+__all__ = ["as_bool", "as_int_in", "as_text", "extract_json", "extract_json_like", "prompt_example"]
 
 
 def extract_json_like(text: str | None, want: type, looks_right: Callable[[Any], bool]) -> Any | None:
@@ -59,3 +59,17 @@ def as_text(v: Any, max_chars: int) -> str:
     number, NaN or Infinity, true/false, null, a list, an object) is no text, ``""`` as a missing field is (the
     caller keeps the verbatim answer). ``str()`` would have written ``42``, ``nan`` or a list's repr as the reason."""
     return v[:max_chars] if isinstance(v, str) else ""
+
+
+def prompt_example(prompt: str | None, want: type, looks_right: Callable[[Any], bool]) -> Any | None:
+    """The example answer a prompt template shows: its last complete JSON value of type ``want`` that
+    ``looks_right`` accepts (templates end with one), None when it has none. An answer that repeats it verbatim
+    has said nothing of its own (a model that echoes the example before or instead of its answer: crawl36 #1, #2).
+    Never raises."""
+    if not isinstance(prompt, str):
+        return None
+    found = None
+    for cand in iter_candidates(prompt, "[" if want is list else "{", nested=False):
+        if cand.ok and not cand.truncated and isinstance(cand.value, want) and looks_right(cand.value):
+            found = cand.value
+    return found

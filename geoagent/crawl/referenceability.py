@@ -84,6 +84,7 @@ in which sites or cities completed; the per-city ratings are also in ``audit_dec
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -94,7 +95,7 @@ import orjson
 
 from geoagent.crawl.image_audit import load_prompt
 from geoagent.crawl.ladder import NAME_EN_MAX_CHARS, NAME_ZH_MAX_CHARS, RatedCandidate, tier_for
-from geoagent.crawl.llmjson import as_bool, as_int_in, as_text
+from geoagent.crawl.llmjson import as_bool, as_int_in, as_text, prompt_example
 from geoagent.llmjson import fenced_blocks, iter_candidates
 from geoagent.crawl.settings import ReferenceabilitySettings
 from geoagent.files import append_jsonl
@@ -255,8 +256,11 @@ def render_candidates(batch: Sequence[RefCandidate], with_distance: bool = True)
     return "\n".join(lines)
 
 
-def parse_ref_batch(text: str | None, n: int) -> dict[int, dict[str, Any]] | None:
-    """Read the auditor's JSON array for a batch of ``n`` candidates.
+def parse_ref_batch(text: str | None, n: int, prompt: str | None = None) -> dict[int, dict[str, Any]] | None:
+    """Read the auditor's JSON array for a batch of ``n`` candidates; ``prompt`` is the prompt it answered, whose
+    example array (:func:`~geoagent.crawl.llmjson.prompt_example`; None: the packaged ``crawl_referenceability.txt``)
+    is no rating (:func:`_by_idx`). A name written as a placeholder in angle brackets ("<Chinese name>", the
+    example's) is no name.
 
     Returns
     -------
@@ -279,8 +283,8 @@ def parse_ref_batch(text: str | None, n: int) -> dict[int, dict[str, Any]] | Non
         if ok is None or fam is None:
             return None
         zh, en = el.get("zh"), el.get("en")
-        row = {"ok": ok, "familiarity": fam, "name_zh": zh if isinstance(zh, str) and zh.strip() else None,
-               "name_en": en if isinstance(en, str) and en.strip() else None, "why": as_text(el.get("why"), 200)}
+        row = {"ok": ok, "familiarity": fam, "name_zh": zh if _is_name(zh) else None,
+               "name_en": en if _is_name(en) else None, "why": as_text(el.get("why"), 200)}
         if row["name_en"] is not None and (n := len(" ".join(row["name_en"].split()))) > NAME_EN_MAX_CHARS:
             row["name_en"] = None
             row[NAME_EN_DROPPED] = (f"the auditor's English name ({n} characters) is over {NAME_EN_MAX_CHARS}: "
@@ -291,12 +295,30 @@ def parse_ref_batch(text: str | None, n: int) -> dict[int, dict[str, Any]] | Non
                                     "not used, the point has no Chinese name")
         return row
 
-    return _by_idx(text, n, read)
+    return _by_idx(text, n, read, _example_elements(prompt, "crawl_referenceability.txt"))
+
+
+def _is_name(v: Any) -> bool:
+    """A name an auditor gave: text, not blank, not a placeholder in angle brackets ("<Chinese name>")."""
+    return isinstance(v, str) and bool(v.strip()) and not _PLACEHOLDER.fullmatch(v.strip())
+
+
+_PLACEHOLDER = re.compile(r"<[^<>]*>")
+
+
+def _example_elements(prompt: str | None, template: str) -> list[dict[str, Any]]:
+    """The elements of the example array that ``prompt`` (None: the packaged ``template``) shows."""
+    ex = prompt_example(load_prompt(template) if prompt is None else prompt, list,
+                        lambda a: any(isinstance(el, dict) and "idx" in el for el in a))
+    return [el for el in ex or () if isinstance(el, dict)]
 
 
 def parse_sensitive_batch(text: str | None, n: int) -> dict[int, dict[str, Any]] | None:
     """Read the screening pass's JSON array: idx -> {"sensitive": bool, "why": str} (``why`` text only,
-    :func:`~geoagent.crawl.llmjson.as_text`); None if no array."""
+    :func:`~geoagent.crawl.llmjson.as_text`); None if no array. Its prompt's example element (idx 0: not
+    sensitive, "ordinary railway station") is not set aside as the rating's is (:func:`parse_ref_batch`): a real
+    station at idx 0 may be screened in those very words, and a screen set aside leaves it unscreened, never drawn;
+    an echo of it says only "not sensitive" and invents no name."""
     def read(el: dict[str, Any]) -> dict[str, Any] | None:
         sens = as_bool(el.get("sensitive"))
         return None if sens is None else {"sensitive": sens, "why": as_text(el.get("why"), 200)}
@@ -304,7 +326,8 @@ def parse_sensitive_batch(text: str | None, n: int) -> dict[int, dict[str, Any]]
     return _by_idx(text, n, read)
 
 
-def _by_idx(text: str | None, n: int, read: Any) -> dict[int, dict[str, Any]] | None:
+def _by_idx(text: str | None, n: int, read: Any,
+            example: Sequence[dict[str, Any]] = ()) -> dict[int, dict[str, Any]] | None:
     """The JSON arrays in ``text`` as idx -> ``read(element)``: elements that are objects with an ``idx`` in
     [0, n) and that ``read`` accepts (not None); None if no complete array at all.
 
@@ -313,14 +336,24 @@ def _by_idx(text: str | None, n: int, read: Any) -> dict[int, dict[str, Any]] | 
     ``why`` aside) is left out, so it is asked again, never its first reading: an answer that repeated the prompt's
     example array (idx 0: familiarity 4, "San Jose Municipal Rose Garden") before its own ratings gave candidate 0
     the example's rating and English name, its hint name in the ladders. The same element given twice (in a fence
-    and again in the prose) is one reading."""
+    and again in the prose) is one reading.
+
+    Session 36 (crawl36 #2): an element equal to one of ``example`` (the prompt's example array) is no reading at
+    all, so the example alone rates nothing (it gave candidate 0 the example's rating and names); and an idx that
+    an array cut off by the end of the answer (``max_output_tokens``) mentions is left out when its complete
+    readings disagree with that array's element or the element itself is cut off or invalid: what the model said
+    of it is unknown."""
     if not isinstance(text, str) or not text.strip():
         return None
     arrays: list[list[Any]] = []
+    cut: list[list[Any]] = []
     found = False
     for src in [*fenced_blocks(text), text]:
         for cand in iter_candidates(src, "["):
-            if cand.ok and not cand.truncated and isinstance(cand.value, list):
+            if cand.ok and isinstance(cand.value, list):
+                if cand.truncated:
+                    cut.append(cand.value)
+                    continue
                 found = True
                 if any(isinstance(el, dict) and "idx" in el for el in cand.value):
                     arrays.append(cand.value)
@@ -330,7 +363,7 @@ def _by_idx(text: str | None, n: int, read: Any) -> dict[int, dict[str, Any]] | 
     conflicting: set[int] = set()
     for arr in arrays:
         for el in arr:
-            if not isinstance(el, dict):
+            if not isinstance(el, dict) or el in example:
                 continue
             idx = as_int_in(el.get("idx"), 0, n - 1)
             if idx is None or idx in conflicting:
@@ -344,6 +377,16 @@ def _by_idx(text: str | None, n: int, read: Any) -> dict[int, dict[str, Any]] | 
                     del out[idx]
                 continue
             out[idx] = row
+    for arr in cut:
+        for el in arr:
+            if not isinstance(el, dict) or el in example:
+                continue
+            idx = as_int_in(el.get("idx"), 0, n - 1)
+            if idx is None or idx not in out:
+                continue
+            row = read(el)
+            if row is None or _without_why(out[idx]) != _without_why(row):
+                del out[idx]
     return out
 
 
@@ -650,7 +693,7 @@ class ReferenceabilityAuditor:
         Every answer's decisions are appended to the decision log as soon as it is parsed (before any
         re-ask), so a stop or failure between the calls of a split loses no paid answer."""
         text = await self._ask(self._ref_prompt(batch), "crawl_referenceability", batch)
-        parsed = parse_ref_batch(text, len(batch)) or {}
+        parsed = parse_ref_batch(text, len(batch), self.ref_template) or {}
         ts = time.time()
         out = []
         missing = []

@@ -944,7 +944,7 @@ class ImageAuditorStage(_CrawlStage):
             kind, model_id = _model_id(svc.image_model_cfg, svc.settings.image_audit)
             req = ia.build_request(iid, jpeg, svc.settings.image_audit, prompt, provider=kind, model=model_id)
             resp = await svc.audit_generate("image_audit", req)
-            audit = ia.parse_image_audit(resp.text)
+            audit = ia.parse_image_audit(resp.text, prompt)
             # provider_kind: what answered, as a fact of this call (the export's simulated column reads it)
             _dump(out, {"image_id": iid, "site": sid, "path": img_file.relative_to(Path(svc.images_root)).as_posix(),
                         "model": svc.settings.image_audit.model, "audit": audit.to_json(),
