@@ -97,6 +97,7 @@ def test_built_trials_line_explains_unmatched_decoys():
         duplicate_notes: list = []
         build_report = BuildReport(unmatched_decoys=4)
         unreplayed: list = []  # session 12: trials a replay model could not replay
+        replay_notes: list = []  # session 36: recorded answers not replayed as recorded
 
     camp._plan = Plan()
     from geoagent.config import config_from_dict

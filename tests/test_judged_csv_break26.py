@@ -59,8 +59,11 @@ def test_a_stray_quote_leaves_both_lines_out_with_a_note(release_dir, tmp_path):
 @pytest.mark.parametrize("column,value,says", [
     ("model", "", "column 'model' is empty"),
     ("schema", " ", "column 'schema' is empty"),
-    ("error_km", "inf", "error_km is not a finite number: 'inf'"),
-    ("error_km", "nan", "error_km is not a finite number: 'nan'"),
+    ("error_km", "inf", "column 'error_km': not a finite number: 'inf'"),
+    # session 36: "nan" is a missing number; this row resolved at the area level, and has no distance
+    ("error_km", "nan", "column 'error_km' is missing ('nan') for an answer resolved at 'area'"),
+    ("error_km", "", "column 'error_km' is missing ('') for an answer resolved at 'area'"),
+    ("error_km", "far", "column 'error_km': not a number: 'far'"),
 ])
 def test_a_blank_name_or_a_non_finite_error_is_a_malformed_row(release_dir, tmp_path, column, value, says):
     clean, _ = _copy(release_dir, tmp_path / "a", lambda lines, h: None)

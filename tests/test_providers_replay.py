@@ -127,3 +127,11 @@ def test_index_keeps_offsets_not_texts(tmp_path):
     idx = ReplayIndex(path, ("key",))
     assert all(isinstance(v, tuple) and all(isinstance(x, (int, bool)) for x in v) for v in idx._loc.values())
     assert idx.get("13")["text"] == big + "13"
+
+
+def test_a_line_of_other_bytes_than_utf8_is_named_so(tmp_path):
+    """reports36 #6: invalid bytes read "not valid JSON (str is not valid UTF-8: surrogates not allowed)"."""
+    p = tmp_path / "bad.jsonl"
+    p.write_bytes(b'{"key": "a", "text": "x"}\n{"key": "b", "text": "caf\xe9"}\n')
+    with pytest.raises(ValueError, match=r"bad\.jsonl:2: not UTF-8 text"):
+        ReplayIndex(p, ("key",))

@@ -37,6 +37,7 @@ from geoagent.data.model import (
     ReferencePoint,
     Site,
     VerifyTrial,
+    make_trial_id,
     tier_of,
 )
 
@@ -131,6 +132,10 @@ class Release:
     #: in it by trial id, so that later checks (e.g. GeoVerify's one-request-per-trial) can name the row
     trials_file: Path | None = None
     trial_lines: dict[str, int] = field(default_factory=dict)
+    #: trial ids (``image_id|arm|cand``) of trial-table rows refused as malformed (each has an import note): a replay
+    #: must not rebuild such a trial from its raw records (reports36 #3: a row refused for an image latitude of 95
+    #: was scored all the same)
+    refused_trials: set[str] = field(default_factory=set)
 
     def records(self) -> Iterator[Any]:
         """All records, for :meth:`geoagent.data.store.DataStore.put_many`."""
@@ -173,9 +178,23 @@ def _float(value: Any, col: str, *, lo: float | None = None, hi: float | None = 
     return x
 
 
+#: spellings of a missing number that tables written by other tools hold in an empty cell's place (pandas'
+#: ``na_rep``, R's ``write.csv`` "NA", ``str(None)``, SQL NULL), compared case-insensitively: an optional numeric
+#: cell holding one is absent, as an empty cell is (reports36 #1, #2: R's "NA" in the unused ``pageviews`` column
+#: refused every ladder point)
+MISSING_NUMBER_SPELLINGS = frozenset({"na", "n/a", "nan", "-nan", "none", "null", "<na>", "#n/a", "#na", "nat"})
+
+
+def is_missing_number(value: Any) -> bool:
+    """Whether ``value`` is an empty cell or one of :data:`MISSING_NUMBER_SPELLINGS`."""
+    return value is None or str(value).strip().casefold() in MISSING_NUMBER_SPELLINGS | {""}
+
+
 def _opt_float(row: dict[str, Any], col: str, **kw: float) -> float | None:
+    """An optional numeric cell: None when empty or a missing-number spelling (:func:`is_missing_number`), else
+    :func:`_float` (RowError naming the column for text, inf or a value out of range)."""
     v = _opt(row, col)
-    return None if v is None else _float(v, col, **kw)
+    return None if v is None or is_missing_number(v) else _float(v, col, **kw)
 
 
 def _opt_distance_km(row: dict[str, Any], col: str) -> float | None:
@@ -434,6 +453,17 @@ def _trial(row: dict[str, Any]) -> VerifyTrial:
     )
 
 
+def _row_trial_id(row: dict[str, Any]) -> str | None:
+    """The trial id a trial-table row names (``image_id|arm|cand``, the image id in its canonical form), whatever else
+    in the row is wrong; None when one of the three is missing or the image id is unreadable."""
+    cand, arm = _opt(row, "cand"), _opt(row, "arm")
+    try:
+        image_id = _image_id(_req(row, "image_id"))
+    except RowError:
+        return None
+    return None if cand is None or arm is None else make_trial_id(image_id, arm, cand)
+
+
 def _raw_record(d: Any) -> RawVerifyResponse:
     if not isinstance(d, dict):
         raise RowError(f"expected a JSON object, got {type(d).__name__}")
@@ -649,7 +679,18 @@ def import_release(root: str | Path, *, state_root: str | Path | None = None) ->
         required = ("image_id", "site", "img_lat", "img_lon", "cand", "truth", "arm")
         rel.trials_file = trials_path
         lines: list[int] = []
-        for t in _read_csv(trials_path, rep, required, _trial, key=lambda t: (t.image_id, t.arm, t.cand), lines=lines):
+
+        def trial_noting_refusals(row: dict[str, Any]) -> VerifyTrial:
+            try:
+                return _trial(row)
+            except RowError:
+                tid = _row_trial_id(row)
+                if tid is not None:
+                    rel.refused_trials.add(tid)
+                raise
+
+        for t in _read_csv(trials_path, rep, required, trial_noting_refusals, key=lambda t: (t.image_id, t.arm, t.cand),
+                           lines=lines):
             rel.trials.append(t)
             rel.trial_lines[t.trial_id] = lines[-1]
             if t.arm == "main" and t.image_id not in rel.images:

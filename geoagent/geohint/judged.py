@@ -41,10 +41,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
 
 from geoagent import paths
-from geoagent.data.importer import ImportReport, import_release
+from geoagent.data.importer import ImportReport, import_release, is_missing_number
 from geoagent.data.model import LADDER_BAND_LABELS, ContextLadder, ReferencePoint
 from geoagent.geohint.echo import DEFAULT_ECHO_RULE, ECHO_RULES, check_echo_rule, describe_echo_rule, echo_by_rule
-from geoagent.geohint.release_rows import (check_path_site, one_per_request, read_repeat, release_lang,
+from geoagent.geohint.release_rows import (check_model_name, check_path_site, one_per_request, read_repeat, release_lang,
                                            request_identity, unreadable_repeat)
 from geoagent.geohint.result import GeoHintResult
 from geoagent.scoring.geohint import is_hit, normalize_level
@@ -89,15 +89,21 @@ def image_id_from_path(path: str) -> str:
     return paths.safe_image_id(name.rsplit(".", 1)[0])
 
 
-def _float(text: str | None, *, finite: bool = False) -> float | None:
-    """``text`` as a float; None for an empty cell and, unless ``finite``, for inf/nan. Raises ValueError for text
-    that is no number, and with ``finite`` for inf/nan (an ``error_km`` of ``inf`` is no distance: break26 #8 read
-    it as missing, a miss)."""
-    if text is None or not text.strip():
+def _float(text: str | None, *, finite: bool = False, column: str = "error_km") -> float | None:
+    """``text`` as a float; None for an empty cell or a missing-number spelling ("NaN", "NA", "None", "null":
+    :func:`~geoagent.data.importer.is_missing_number`, as pandas, R or ``str(None)`` write an empty cell; reports36
+    #1: an unparsed answer's ``error_km`` written "NaN" refused the row, a miss, and raised the hit rates) and,
+    unless ``finite``, for inf. Raises ValueError naming ``column`` for text that is no number, and with ``finite``
+    for inf (an ``error_km`` of ``inf`` is no distance: break26 #8 read it as missing, a miss)."""
+    if is_missing_number(text):
         return None
-    x = float(text)
+    assert text is not None
+    try:
+        x = float(text)
+    except ValueError:
+        raise ValueError(f"column {column!r}: not a number: {text.strip()!r}") from None
     if finite and not math.isfinite(x):
-        raise ValueError(f"error_km is not a finite number: {text.strip()!r}")
+        raise ValueError(f"column {column!r}: not a finite number: {text.strip()!r}")
     return x if math.isfinite(x) else None
 
 
@@ -232,10 +238,15 @@ def _judged_rows(path: Path, rep: ImportReport) -> Iterator[GeoHintResult]:
                 error_km = _float(row.get("error_km"), finite=True)
                 if error_km is not None and error_km < 0:
                     raise ValueError(f"error_km is negative: {error_km}")
+                if error_km is None and level != "none":
+                    # resolved, with no distance: neither a hit nor a miss can be read (it was a miss before)
+                    raise ValueError(f"column 'error_km' is missing ({(row.get('error_km') or '').strip()!r}) for an "
+                                     f"answer resolved at {row.get('resolved_level', '').strip()!r}")
                 schema = row["schema"].strip()
                 for column in ("model", "schema"):  # break26 #8: a blank one became model or condition ''
                     if not (row[column] or "").strip():
                         raise ValueError(f"column {column!r} is empty")
+                check_model_name(row["model"].strip())
                 image_id = image_id_from_path(row["path"])
                 check_path_site(row["path"], site, site_field="site")
             except (ValueError, KeyError) as exc:
@@ -389,13 +400,22 @@ def replicate_report(
     from geoagent.report.geohint import default_conditions
 
     rows, report = import_judged(release_dir, filename=filename, echo_rule=echo_rule)
+    path = report.files[-1] if report.files else str(filename)
+    if not rows:  # nothing to report: refused before OUT_DIR is touched, so an earlier report there stays
+        first = next((i for i in report.issues if i.file == path), None)
+        raise ValueError(f"{path}:{first.line}: no usable row; first: {first.reason}" if first
+                         else f"{path}: no answer row")
     agg = GeoHintAggregator(echo_rule=echo_rule, regime_threshold=regime_threshold)
     agg.add_many(rows)
+    if agg.select().n == 0:
+        ladder = next((i for i in report.issues if "ladder" in Path(i.file).name), None)
+        raise ValueError(f"{path}: none of its {len(rows)} usable rows can be scored: each names a reference point that "
+                         "no ladder holds" + (f" (the ladders' first import note: {ladder})" if ladder else ""))
     boot = {} if n_boot is None else {"n_boot": int(n_boot)}
-    read = Path(report.files[-1]).name if report.files else str(filename)
     tables = write_report(agg, out_dir, n_flips=n_flips, n_splits=n_splits, seed=seed, figures=figures,
                           p_reference=p_reference, boot_seed=boot_seed, n_boot_source=n_boot_source,
-                          source_note=source_note(read, default_conditions(agg)[0]), **boot)
+                          source_note=source_note(Path(path).name, default_conditions(agg)[0]),
+                          import_notes=[str(i) for i in report.issues], **boot)
     return tables, report
 
 
@@ -404,7 +424,8 @@ def main(argv: list[str] | None = None) -> int:
     [--n-boot N] [--boot-seed S] [--echo-rule RULE] [--p-reference normal|t] [--regime-threshold F]``.
 
     Returns 0, or 2 after one ``error:`` line on stderr (naming the file) when the release folder or its
-    judged-answers file cannot be used: missing, without the required columns, empty.
+    judged-answers file cannot be used: missing, without the required columns, empty, no row usable or none that
+    can be scored (OUT_DIR is then left as it was).
     """
     import sys
 

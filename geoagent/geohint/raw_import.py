@@ -52,7 +52,7 @@ from geoagent.geohint.aggregate import CHECKLIST_CONDITIONS
 from geoagent.geohint.judged import (image_id_from_path, ladder_index, parse_context_label, print_import_notes,
                                     release_condition, rescore_parser)
 from geoagent.geohint.parse import ANSWER_PARSER_VERSION, parse_answer
-from geoagent.geohint.release_rows import (check_path_site, one_per_request, read_repeat, release_lang,
+from geoagent.geohint.release_rows import (check_model_name, check_path_site, one_per_request, read_repeat, release_lang,
                                            unreadable_repeat)
 from geoagent.geohint.result import GeoHintResult
 
@@ -111,7 +111,7 @@ def _row(d: Mapping[str, Any], path: Path, line: int) -> GeoHintResult:
         key=f"release|{path.name}|{line}",
         site=site,
         image_id=image_id,
-        model=_text_field(d, "model"),
+        model=check_model_name(_text_field(d, "model")),
         condition=release_condition(schema, ctx is not None),
         schema=schema,
         repeat=read_repeat(d.get("repeat")),

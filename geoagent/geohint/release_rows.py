@@ -183,3 +183,17 @@ def one_per_request(rows: Iterable[GeoHintResult], path: str | Path, report: Imp
         report.add(path, line, f"same request as {path}:{first} ({REQUEST_FIELDS}): counted once, at line "
                    f"{first}{differs}")
     return sorted(kept.values(), key=lambda r: r.extra["line"])
+
+
+def check_model_name(name: str) -> str:
+    """``name`` (a released row's model) when it can head a report row, else ValueError: the name of the reports'
+    pooled row (:data:`geoagent.report.geohint.POOLED_ROW`, "All"), which a model's row would read like in Tables 6
+    and 7 and the cut-off and unresolved tables (a campaign's ``[[models]]`` entry of that name is refused too:
+    :func:`geoagent.geohint.plan.check_report_names`)."""
+    from geoagent.report.geohint import POOLED_ROW
+
+    if name == POOLED_ROW:
+        raise ValueError(f"model {name!r} is the name of the report's pooled row (every model together), so its rows "
+                         "would read like it: rename that model in the file")
+    return name
+

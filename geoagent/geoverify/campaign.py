@@ -334,7 +334,16 @@ class GeoVerifyCampaign(CampaignKind):
                                  simulated=_simulated(cfg, ctx),
                                  config_mix=params_mix_lines(ctx.services.get(C.SERVICE_PARAMS_MIX) or {}, not_sent_of(cfg)),
                                  scope_note=self._scope_note, replay_note=replay_note(cfg),
+                                 import_notes=self.import_notes(),
                                  **self.live_missing(cfg)).values())  # missing, unreplayed, n_trials
+
+    def import_notes(self) -> list[str]:
+        """The planned release's import notes (``file:line: reason``) and the trials whose recorded answers are not
+        replayed as recorded, for the report (reports36 #4: only the summary named them); [] before planning."""
+        plan = getattr(self, "_plan", None)
+        if plan is None:
+            return []
+        return [str(i) for i in plan.import_report.issues] + list(plan.replay_notes)
 
     def live_missing(self, cfg: Any) -> dict[str, Any]:
         """The missing work the report lists, now: ``missing`` (:func:`missing_work`, read from the queues),
@@ -444,6 +453,13 @@ class GeoVerifyCampaign(CampaignKind):
                 from geoagent.report.geoverify import render_unreplayed
 
                 lines.append(f"  {render_unreplayed(plan.unreplayed, len(plan.trials))}")
+            if plan.replay_notes:
+                n_rep = len(plan.replay_notes)
+                lines.append(f"  recorded answers: {count_text(n_rep, 'trial')} not replayed as recorded:")
+                lines += [f"    {note}" for note in plan.replay_notes[:5]]
+                if n_rep > 5:
+                    lines.append(f"    ... and {n_rep - 5} more (each is also a warning in the log, and listed in the "
+                                 "report's import notes)")
             if plan.duplicate_notes:
                 n_dup = len(plan.duplicate_notes)
                 lines.append(f"  trials skipped: {n_dup} repeat an earlier trial's model request (same image shown, "

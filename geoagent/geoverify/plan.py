@@ -63,6 +63,9 @@ class CampaignPlan:
     import_counts: str = ""
     #: trials of the table a replay model could not replay, per recorded model (:func:`unreplayed_trials`)
     unreplayed: list[dict[str, str]] = field(default_factory=list)
+    #: one line per trial whose recorded answers are not replayed or disagree (a refused table row, a record naming
+    #: another trial or an unsafe site: :func:`geoagent.geoverify.stages.release_replay_plan`)
+    replay_notes: list[str] = field(default_factory=list)
 
 
 #: ``edge`` of an unreplayed trial in ``geoverify_missing.csv`` (never planned, so on no queue edge)
@@ -333,6 +336,7 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
     template = load_template(s.prompt_template, source=getattr(cfg, "source", None))
     tau_km = s.tau_m / 1000.0
     build_rep = None
+    replay_notes: list[str] = []
     if s.trials == "build":
         continents = {sid: site.continent for sid, site in release.sites.items()}
         trials, build_rep = build_trials(
@@ -348,9 +352,13 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
         check_tolerance(release.trials, tau_km, source=str(release.trials_file or "the release's trial table"))
         check_band_truth(release.trials, source=str(release.trials_file or "the release's trial table"))
         trials, notes = unique_trials(release.trials, source=release.trials_file, lines=lines)
-        replay_trials, pairs, recorded = release_replay_plan(release)
-        # the trials rebuilt from raw records (rev26 #12: unchecked before) by the same rule as the table's
+        replay_trials, pairs, recorded = release_replay_plan(release, replay_notes)
+        for note in replay_notes:
+            log.warning("GeoVerify: %s", note)
+        # the trials rebuilt from raw records (rev26 #12: unchecked before) by the same rules as the table's
+        # (tau_m's since session 36, reports36 #3: a "signal" record 4.2 km away labelled yes was scored)
         check_band_truth(replay_trials, source="the trials of the recorded raw GeoVerify answers")
+        check_tolerance(replay_trials, tau_km, source="the trials of the recorded raw GeoVerify answers")
         # the same check on the replayed trials (the table's, in file order, then any rebuilt from raw records)
         by_line = sorted(replay_trials, key=lambda t: (lines.get(t.trial_id, float("inf")), t.trial_id))
         kept_replay, more = unique_trials(by_line, source=release.trials_file, lines=lines)
@@ -392,7 +400,7 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
     # replay.path in the release folder; one answering from a recording of its own reads none of them)
     raw_used = s.trials != "build" and any(cfg.replay_in_release(m) for m in cfg.models)
     return CampaignPlan(interleave(kept, cfg.campaign.seed), trials, release.report, build_rep, per_model, notes, images,
-                        import_counts_text(release, raw_used=raw_used), unreplayed)
+                        import_counts_text(release, raw_used=raw_used), unreplayed, replay_notes)
 
 
 #: config key of GeoVerify's image folder (named in messages)

@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from geoagent import constants as C
+from geoagent import paths
 from geoagent.data.importer import Release
-from geoagent.data.model import ARM_BLANK, ARM_MISMATCH, BLANK_IMAGE_REF, VerifyTrial
+from geoagent.data.model import ARM_BLANK, ARM_MISMATCH, BLANK_IMAGE_REF, VerifyTrial, make_trial_id
 from geoagent.geoverify.aggregate import GeoVerifyAggregator, scored_row_problem
 from geoagent.geoverify.parse import VERDICT_PARSER_VERSION, ParsedVerdict, parse_verdict
 from geoagent.geoverify.prompt import render_claim
@@ -171,30 +172,73 @@ def plan_requests(
     return out
 
 
-def release_replay_plan(rel: Release) -> tuple[list[VerifyTrial], set[tuple[str, str]], list[str]]:
+def release_replay_plan(rel: Release, notes: list[str] | None = None
+                        ) -> tuple[list[VerifyTrial], set[tuple[str, str]], list[str]]:
     """Trials, (trial_id, model) pairs and model names for replaying a release's raw responses.
 
     Trials come from the trial table; a raw record whose trial is not in the table (e.g. the full raw
     file with the sampled table) gets a trial rebuilt from the record's own fields (coordinates from the
     image table when known, else NaN). Records with a recorded API error are left out.
+
+    Session 36 (reports36 #3), left out with a line appended to ``notes`` (one per trial; the caller logs them):
+
+    * the records of a trial whose table row was refused as malformed (:attr:`Release.refused_trials`): the row's
+      import note says why, and its trial is not rebuilt from the records behind the refusal's back;
+    * a record whose ``trial_id`` is not ``image_id|arm|cand`` of its own fields (which trial it answers is unknown);
+    * a record whose site id is not a safe name (:func:`geoagent.paths.safe_name`: it becomes a folder and a cluster).
+
+    And the records of one rebuilt trial that disagree on its truth, band or site are noted (the first rebuilds it).
     """
     trials = {t.trial_id: t for t in rel.trials}
+    rebuilt: dict[str, tuple[str | None, str | None, str | None]] = {}  # trial id -> (truth, band, site) of its first record
+    noted: set[str] = set()
     pairs: set[tuple[str, str]] = set()
     models: set[str] = set()
+
+    def note(tid: str, text: str) -> None:
+        if notes is not None and tid not in noted:
+            noted.add(tid)
+            notes.append(text)
+
     for r in rel.raw:
         if r.error is not None:
             continue
-        pairs.add((r.trial_id, r.model))
         models.add(r.model)
-        if r.trial_id not in trials and r.image_id and r.arm and r.cand and r.truth:
+        if r.trial_id in rel.refused_trials and r.trial_id not in trials:
+            note(r.trial_id, f"trial {r.trial_id!r}: its row in the trial table was refused as malformed (see the "
+                             "import notes), so its recorded answers are not replayed")
+            continue
+        if r.trial_id in rebuilt:  # another record of a trial rebuilt from an earlier record
+            if rebuilt[r.trial_id] != (r.truth, r.band, r.site_id or trials[r.trial_id].site_id):
+                t0 = rebuilt[r.trial_id]
+                note(r.trial_id, f"recorded answers for trial {r.trial_id!r} disagree on its truth, band or site "
+                                 f"({t0} against model {r.model!r}'s {(r.truth, r.band, r.site_id)}): the first "
+                                 "record's are used")
+        elif r.trial_id not in trials:
+            if not (r.image_id and r.arm and r.cand and r.truth):
+                pairs.add((r.trial_id, r.model))  # no trial to rebuild: left out of ``used`` below
+                continue
+            if r.trial_id != make_trial_id(r.image_id, r.arm, r.cand):
+                note(r.trial_id, f"recorded answer of model {r.model!r} for trial {r.trial_id!r}: its own fields name "
+                                 f"trial {make_trial_id(r.image_id, r.arm, r.cand)!r}, so which trial it answers is "
+                                 "unknown; not replayed")
+                continue
             im = rel.images.get(r.image_id)
+            site = r.site_id or (im.site_id if im else "")
+            try:
+                paths.safe_name(site, what="site id")
+            except ValueError as exc:
+                note(r.trial_id, f"recorded answers for trial {r.trial_id!r}: {exc}; not replayed")
+                continue
+            rebuilt[r.trial_id] = (r.truth, r.band, site)
             trials[r.trial_id] = VerifyTrial(
-                image_id=r.image_id, site_id=r.site_id or (im.site_id if im else ""), arm=r.arm, cand=r.cand,
+                image_id=r.image_id, site_id=site, arm=r.arm, cand=r.cand,
                 img_lat=im.lat if im else math.nan, img_lon=im.lon if im else math.nan, cand_lat=None,
                 cand_lon=None, referenceability=r.referenceability, d_km=r.d_km, band=r.band, truth=r.truth,
                 continent=im.continent if im else None, path=im.path if im else None,
                 image_ref=r.image_id if r.arm == "main" else None,
             )
+        pairs.add((r.trial_id, r.model))
     used = [trials[tid] for tid in sorted({tid for tid, _ in pairs}) if tid in trials]
     return used, pairs, sorted(models)
 

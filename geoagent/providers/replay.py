@@ -16,7 +16,10 @@ For the release's ``verify_raw.jsonl`` use ``replay_key_fields = ["trial_id", "m
 The file is indexed once, on first use: a dict from key to (byte offset, length) of its line. Answer texts
 stay on disk and are read with ``os.pread`` when asked for, so memory grows with the number of keys, not
 with the text. When a key occurs more than once, a record without an ``error`` beats one with an error,
-and among equals the later line wins (a re-run that succeeded overrides an earlier attempt).
+and among equals the first line wins (the importer's rule, :func:`geoagent.files.later_record_wins`: a re-run that
+succeeded overrides an earlier failed attempt). A line that is not a JSON object holding the key fields refuses
+the file (ValueError naming the file and line), where the importer skips such a line: a replay answers from the
+file as a whole, and a damaged one (an interrupted download cuts its last line) is to be fetched again.
 """
 
 from __future__ import annotations
@@ -34,6 +37,14 @@ from geoagent.providers.base import ModelRequest, ModelResponse, Provider, Usage
 from geoagent.providers.errors import ReplayMiss, ReplayRecordedError
 from geoagent.providers.http_base import MAX_USAGE_TOKENS
 from geoagent.providers.settings import ProviderSettings
+
+
+def _not_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
 
 
 class ReplayIndex:
@@ -81,7 +92,8 @@ class ReplayIndex:
                     try:
                         rec = loads_record(stripped)  # a lone surrogate escape: U+FFFD, not a refused file
                     except orjson.JSONDecodeError as exc:
-                        raise ValueError(f"{self.path}:{lineno}: not valid JSON ({exc})") from None
+                        what = "not UTF-8 text" if _not_utf8(stripped) else "not valid JSON"
+                        raise ValueError(f"{self.path}:{lineno}: {what} ({exc})") from None
                     if not isinstance(rec, dict):
                         raise ValueError(f"{self.path}:{lineno}: a record must be a JSON object")
                     missing = [f for f in self.key_fields if f not in rec]

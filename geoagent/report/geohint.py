@@ -2216,6 +2216,7 @@ def write_report(
     replay_note: str | None = None,
     n_boot_source: str = N_BOOT_KEY,
     source_note: str | None = None,
+    import_notes: Sequence[str] = (),
 ) -> list[Table]:
     """Write ``report.md``, ``<table>.csv`` and the figures under ``out_dir``; return the tables. The CSV of a table
     of :data:`REPORT_TABLE_NAMES` that this report does not build (left by an earlier report of another design) is
@@ -2259,6 +2260,8 @@ def write_report(
     the replayed files, their responses, not the paper's figures), first under the title; None or "" without.
     ``source_note``: the re-score route's line naming the file it read, whether it is a sample, and whether its
     condition is the paper's reported schema (:func:`geoagent.geohint.judged.source_note`); first under the title.
+    ``import_notes``: the re-score route's notes on its input (rows left out as malformed, each ``file:line:
+    reason``), counted in the header and listed (the first 200) in an "Import notes" section at the end.
     The header's ``Withheld:`` line (:func:`withheld_tables`) names each table left out or left without rows and
     why; Fig. 2's caption says when it has no regime line (:func:`empty_figure_note`).
     """
@@ -2287,6 +2290,8 @@ def write_report(
         *([f"**{_simulated_note(simulated)}**", ""] if simulated else []),
         *([f"**Warning: {MIX_WARNING}:**", "", *[f"- {ln}" for ln in config_mix], ""] if config_mix else []),
         *([f"**{scope_note}**", ""] if scope_note else []),
+        *([f"**{count_text(len(import_notes), 'import note')} on the files read (rows left out as malformed, and "
+             "the like): see Import notes at the end.**", ""] if import_notes else []),
         f"{count_text(agg.select().n, 'scored response')}, {count_text(summary['sites'], 'site')}, models: {', '.join(summary['models'])}; "
         f"conditions: {', '.join(summary['conditions'])}. Reported condition: {condition}; no-context condition: {baseline}.",
         "",
@@ -2385,6 +2390,12 @@ def write_report(
                + "; the legend gives the sites and responses per line." + (f" {empty}" if empty else ""),
                "", f"Echo rate per tier and band, {models_pooled_text(agg.models)}; n under each value = "
                f"context answers with an echo verdict.", "", "![echo rate heatmap](fig_echo_heatmap.png)", ""]
+    if import_notes:
+        md += ["## Import notes", "", f"{count_text(len(import_notes), 'import note')} on the files read: rows named here "
+               "are left out of every table.", "", *[f"- {n}" for n in import_notes[:200]]]
+        if len(import_notes) > 200:
+            md.append(f"- ... {len(import_notes) - 200} more")
+        md.append("")
     _atomic_write(out / "report.md", "\n".join(md))
     return tables
 

@@ -63,7 +63,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from geoagent.files import atomic_savefig, atomic_write_text
@@ -1000,6 +1000,7 @@ def write_report(
     replay_note: str | None = None,
     unreplayed: list[dict] | None = None,
     n_trials: int | None = None,
+    import_notes: Sequence[str] = (),
 ) -> dict[str, Path]:
     """Write table (Markdown, CSV, terminal text) and plot under ``out_dir``; safe to call repeatedly.
 
@@ -1022,6 +1023,8 @@ def write_report(
     :func:`geoagent.geoverify.plan.unreplayed_trials`), counted per model under the Markdown and terminal tables
     (:func:`render_unreplayed`, ``n_trials`` the table's trials) and listed in ``geoverify_missing.csv`` with edge
     ``not replayed`` (written even without ``missing``).
+    ``import_notes``: notes on the release files the plan read (rows left out as malformed, recorded answers not
+    replayed), counted and listed (the first 200) in an "Import notes" section at the end of the Markdown file.
     ``replay_note``: the line of a campaign with replay models (:func:`geoagent.providers.replay.replay_note`:
     the replayed files, their responses, not the paper's Table 12), the first line of the Markdown and terminal
     files; None or "" without.
@@ -1062,6 +1065,10 @@ def write_report(
             w.writerow([f.get("model"), f.get("trial_id"), f.get("reason")])
         paths["failures"] = out / FAILURES_CSV
         _atomic_write(paths["failures"], buf.getvalue())
+    if import_notes:
+        md += (f"\n## Import notes\n\n{count_text(len(import_notes), 'note')} on the release files read: rows named "
+               "here are left out.\n\n" + "".join(f"- {n}\n" for n in import_notes[:200])
+               + (f"- ... {len(import_notes) - 200} more\n" if len(import_notes) > 200 else ""))
     banner = f"**{replay_note}**\n\n" if replay_note else ""
     if interim:
         banner += f"**Interim report: {interim}**\n\n"
