@@ -1080,6 +1080,11 @@ def _state_root_hint(cfg: Any, qdir: Path) -> str:
     value = recorded_state_dir(qdir)
     if value is None or not (value / C.CAMPAIGN_DB).is_file():
         return ""
+    try:  # the folder this run uses already (its database emptied): nothing to point elsewhere (runtime36 #4)
+        if value.resolve() == Path(cfg.state_dir()).resolve():
+            return ""
+    except OSError:
+        pass
     env = os.environ.get(C.ENV_STATE_ROOT)
     why = f"${C.ENV_STATE_ROOT}={env}" if env else cfg.state_root_source()
     return (f"the queues were used with the state folder {value} (recorded in {qdir / C.QUEUES_STATE_FILE}), which "
@@ -2914,7 +2919,7 @@ async def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContex
                       done_before=plan_before.done, added=max(0, plan_after.total - plan_before.total),
                       left_before=max(0, sum(c.ready + c.leased + c.dead for c in before.values()) - left_out),
                       keys_text=_changed_keys_text(changes.call_keys) if changes.call_keys else "",
-                      changed_models=changed_models, by_model=by_model)
+                      changed_models=changed_models, by_model=by_model, kind=getattr(cfg.campaign, "kind", None))
     for ln in decision.lines:
         print(ln, file=sys.stderr)
     return decision

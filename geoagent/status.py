@@ -219,6 +219,11 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     dead: dict[str, list[DeadLetter]] = {}
     superseded: dict[str, int] = {}
     for f in _queue_files(cfg):
+        if isinstance(f, Path) and f.stat().st_size == 0:
+            # an emptied queue file holds no task (a run re-plans it, reusing stored answers); opening it to look
+            # would try to create its tables in a read-only look (runtime36 #2: a traceback)
+            queues[f.stem] = QueueCounts()
+            continue
         q = _open(cfg, f)
         try:
             queues[f.stem] = q.counts_sync()
@@ -234,6 +239,14 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
             q.close_sync()
     spend = None
     answered: dict[str, int] = {}
+    if state_exists(cfg) and not uses_redis(cfg):
+        from geoagent.engine import _blank_state_db
+
+        db = Path(cfg.state_dir()) / C.CAMPAIGN_DB
+        if db.is_file() and _blank_state_db(db):  # the run's own refusal (runtime36 #2: a traceback here)
+            raise ValueError(f"campaign {cfg.name}: its state {db} (stored responses, results, spend) is empty (no "
+                             "ledger in it: emptied or replaced outside geoagent); restore it from a copy ('run' "
+                             "refuses to go on without it)")
     if state_exists(cfg):
         with open_state(cfg, recover=False, make_state_dir=False) as state:  # status only reads
             spend = state.ledger.summary().to_json()

@@ -43,6 +43,8 @@ def test_a_blank_state_database_is_refused_while_the_queues_hold_work(tmp_path, 
     err = " ".join(capsys.readouterr().err.split())
     assert "hold work from an earlier run" in err and "is empty (no ledger in it" in err, err
     assert "paid again" in err, err
+    # runtime36 #4: the queues' recorded state folder is this run's own: no "point it at" the folder it uses
+    assert (tmp_path / "queues" / "blank" / "state_root.json").is_file() and "point it at" not in err, err
     assert db.read_bytes() == before  # nothing written to it
 
 
@@ -89,3 +91,25 @@ def test_the_blank_check_leaves_a_wal_beside_an_emptied_file_alone(tmp_path):
     before = wal.read_bytes()
     assert _blank_state_db(db) is True
     assert wal.read_bytes() == before
+
+
+def test_status_on_an_emptied_state_database_or_queue_file(tmp_path, monkeypatch, capsys):
+    """runtime36 #2: ``status`` ended in a traceback (exit 1) on a 0-byte ``campaign.sqlite`` (``no such table:
+    ledger_totals``) and on a 0-byte queue file (``attempt to write a readonly database``). Now the emptied
+    database is the run's refusal (one ``error:`` line, exit 2) and an emptied queue file counts no task."""
+    cfg, db = _ran(tmp_path, monkeypatch, "stblank", 6)
+    qfile = tmp_path / "queues" / "stblank" / "requests.sqlite"
+    assert qfile.is_file()
+    for side in ("-wal", "-shm"):
+        (qfile.parent / (qfile.name + side)).unlink(missing_ok=True)
+    qfile.write_bytes(b"")
+    capsys.readouterr()
+    assert main(["status", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    assert "Traceback" not in out and "requests" in out
+    assert qfile.read_bytes() == b""  # a look writes nothing
+    db.write_bytes(b"")
+    assert main(["status", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "is empty (no ledger in it" in err and "Traceback" not in err, err
+    assert db.read_bytes() == b""

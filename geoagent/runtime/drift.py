@@ -10,6 +10,8 @@ now plans first and then calls :func:`decide` with what planning did:
   ``images_per_site``, ``n_per_band``, crawl cities, ...): an info line, nothing mixes;
 * the new config adds tasks, or tasks of an earlier run are still queued, in flight or dead-lettered: a warning
   that results would mix both versions; the manifest keeps the change in ``config_mix`` (one entry per such run);
+  but a change of only what planning fixes in each task (:func:`only_planning_fixed`: a task section's prompt
+  template or ``max_output_tokens``) reaches the queued tasks not at all, so it mixes only with tasks planned anew;
 * otherwise (every task done, nothing new planned): an info line that the change reaches none of the stored
   results, so it needs a new ``[campaign]`` name; the manifest keeps the config the results were made with
   (``config``) and records the one not applied under ``config_not_applied``, so the next run says so again.
@@ -95,6 +97,34 @@ def is_plan_scope_key(path: str) -> bool:
     ``geohint.images_per_site``, ``geoverify.n_per_band``, ``crawl.cities[4]``, a whole ``models[2]``, a model's
     ``sampling_rate``), not how a request is asked or a table built: tasks it adds are asked like the stored ones."""
     return bool(_PLAN_SCOPE.match(path)) or path in DESIGN_KEYS
+
+
+#: config paths whose value planning writes into each queued task's payload (a task section's prompt template and
+#: ``max_output_tokens``): a task queued before the change keeps the old value, only tasks planned after it get the
+#: new one (an idempotent put leaves a queued payload as it is)
+_PLANNING_FIXED = re.compile(r"^(geoverify|geohint)\.(prompt_template|max_output_tokens)$")
+#: campaign kinds whose planned payloads carry the prompt text (a crawl's stages read their templates when a task is
+#: handled, so an edited crawl prompt reaches its queued tasks)
+PROMPT_IN_PAYLOAD_KINDS = frozenset({"geoverify", "geohint"})
+
+
+def is_planning_fixed_key(path: str) -> bool:
+    """Whether config path ``path`` is fixed in each task's payload when it is planned (:data:`_PLANNING_FIXED`)."""
+    return bool(_PLANNING_FIXED.match(path))
+
+
+def only_planning_fixed(calls: Iterable[str], call_keys: Iterable[str], kind: str | None) -> bool:
+    """Whether a change of the call settings reaches only tasks planned after it (runtime36 #1): every changed key is
+    fixed at planning (:func:`is_planning_fixed_key`, or an edited prompt template ``prompt:<file>`` of a campaign
+    kind whose payloads carry the prompt, :data:`PROMPT_IN_PAYLOAD_KINDS`) or only chooses which tasks are planned
+    (:func:`is_plan_scope_key`), and at least one is fixed at planning. Tasks an earlier run left queued then go out
+    as they were planned, with the old settings."""
+    calls, keys = list(calls), list(call_keys)
+    prompts = [c for c in calls if c.startswith("prompt:")]
+    if prompts and kind not in PROMPT_IN_PAYLOAD_KINDS:
+        return False
+    fixed = bool(prompts) or any(is_planning_fixed_key(k) for k in keys)
+    return fixed and all(is_planning_fixed_key(k) or is_plan_scope_key(k) for k in keys)
 
 
 def only_plan_scope(calls: Iterable[str], call_keys: Iterable[str]) -> bool:
@@ -350,9 +380,10 @@ def _per_model(name: str, what: str, changed: set[str], by_model: dict[str, tupl
 
 def decide(name: str, calls: list[str], call_keys: dict[str, tuple[Any, Any]], *, tasks_before: int,
            done_before: int, added: int, left_before: int, keys_text: str,
-           changed_models: set[str] | None = None, by_model: dict[str, tuple[int, int]] | None = None
-           ) -> DriftDecision:
-    """Decide, after planning, what a changed config means for the run of campaign ``name``.
+           changed_models: set[str] | None = None, by_model: dict[str, tuple[int, int]] | None = None,
+           kind: str | None = None) -> DriftDecision:
+    """Decide, after planning, what a changed config means for the run of campaign ``name`` (of campaign kind
+    ``kind``: whether its payloads carry the prompt, :func:`only_planning_fixed`).
 
     Parameters
     ----------
@@ -399,6 +430,25 @@ def decide(name: str, calls: list[str], call_keys: dict[str, tuple[Any, Any]], *
                 f"{new_text}, so nothing mixes (stored answers of tasks no longer planned stay stored).")
         return DriftDecision([line, *crawl_city_edit_lines(name, call_keys)], applied=True, mixed=False,
                              record=record)
+    if (added or left_before) and only_planning_fixed(calls, call_keys, kind):
+        # runtime36 #1: tasks left queued keep the prompt and max_output_tokens they were planned with; only tasks this
+        # run planned anew get the new ones (before: "will be sent with the new settings ... results would mix", the
+        # manifest recorded the new template as applied, and a model added later was told "nothing mixes")
+        kept = (f"; the {left_before} task{'s' if left_before != 1 else ''} an earlier run left queued, in flight or "
+                "dead-lettered keep the prompt text and max_output_tokens they were planned with (the old ones)"
+                if left_before else "")
+        if added:
+            line = (f"warning: campaign {name}: {what}; this run planned {added} new task{'s' if added != 1 else ''} "
+                    f"that use the new settings next to {done_before} done under the old ones{kept}, so results "
+                    "would mix both versions (the manifest records the mix under config_mix). Use a new [campaign] "
+                    "name to apply the change to every trial (raising [budget] cap_usd is fine).")
+            return DriftDecision([line], applied=True, mixed=True, record=record)
+        line = (f"info: campaign {name}: {what}; planning fixes these settings in each task when it is queued, and "
+                f"this run planned no task anew: the {done_before} done and the {left_before} left queued, in flight "
+                "or dead-lettered keep the old ones, "
+                "so the change reaches no request: the manifest keeps recording the old settings (the new config is "
+                "under config_not_applied). Use a new [campaign] name to run with the change.")
+        return DriftDecision([line], applied=False, mixed=False, record=record)
     if changed_models and by_model is not None and (added or left_before):
         per_model = _per_model(name, what, changed_models, by_model, record, added)
         if per_model is not None:

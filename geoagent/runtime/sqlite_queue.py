@@ -1444,9 +1444,10 @@ class SQLiteQueue(WorkQueue):
 
 
 def _existing_queue(root: str | os.PathLike[str], campaign: str, edge: str) -> SQLiteQueue | None:
-    """The queue file of ``edge`` opened without creating anything (another process's look), or None."""
+    """The queue file of ``edge`` opened without creating anything (another process's look), or None (no file, or
+    an emptied one of 0 bytes: it holds no task, and opening it would create its tables)."""
     path = queue_path(root, campaign, edge)
-    if not path.exists():
+    if not path.exists() or path.stat().st_size == 0:
         return None
     return SQLiteQueue(path, name=edge, create=False, migrate=False)
 
