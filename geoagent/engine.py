@@ -2874,6 +2874,16 @@ def _calls_changed(written: Any, state_dir: Any) -> bool | str:
     return "plan" if changes.call_keys and only_plan_scope(changes.calls, changes.call_keys) else True
 
 
+def _left_before(kind: CampaignKind, before: Mapping[str, Any], plan_before: Any) -> int:
+    """Tasks an earlier run left ready, leased or dead that the changed settings could reach: a model-calling kind's
+    requests (its plan edge: answers already received on the later edges are sent no more, runtime36 #3 counted them
+    as "will be sent with the new settings"), every edge's for the others (a crawl's stages read their settings
+    when they handle a task)."""
+    if kind.plan_edge == C.EDGE_REQUESTS:
+        return plan_before.ready + plan_before.leased + plan_before.dead
+    return sum(c.ready + c.leased + c.dead for c in before.values())
+
+
 async def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContext, before: Mapping[str, Any],
                                   plan_after: Any, *, left_out: int = 0, plan_q: Any = None,
                                   aside: Collection[str] = ()) -> Any:
@@ -2917,7 +2927,7 @@ async def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContex
                 by_model = {m: counts.get(m, (0, 0)) for m in changed_models}
     decision = decide(cfg.name, changes.calls, changes.call_keys, tasks_before=plan_before.total,
                       done_before=plan_before.done, added=max(0, plan_after.total - plan_before.total),
-                      left_before=max(0, sum(c.ready + c.leased + c.dead for c in before.values()) - left_out),
+                      left_before=max(0, _left_before(kind, before, plan_before) - left_out),
                       keys_text=_changed_keys_text(changes.call_keys) if changes.call_keys else "",
                       changed_models=changed_models, by_model=by_model, kind=getattr(cfg.campaign, "kind", None))
     for ln in decision.lines:
