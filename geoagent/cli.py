@@ -884,6 +884,15 @@ def _run_command(args: argparse.Namespace) -> int:
                   "wire when the write failed count as unknown-outcome spend): free some space and re-run the same "
                   "command to resume", file=sys.stderr)
             return 3
+        oom = _redis_out_of_memory(exc)
+        if oom is not None:  # before the refusal: the server said no for want of memory, not for a permission
+            from geoagent.runtime.backend import scrub
+
+            print(f"error: the Redis server named by [backend] url_env is out of memory ({scrub(str(oom), None)[:200]}):"
+                  " raise its maxmemory or free memory on it, then re-run the same command to resume; what it "
+                  "acknowledged is kept there (stored answers, spend, finished work; answers it could not store count "
+                  "as unknown-outcome spend and are asked again)", file=sys.stderr)
+            return 3
         refusal = _redis_refusal(exc)
         if refusal is not None:  # the server answered and said no, in any leaf: a config error, whatever else failed
             from geoagent.runtime.backend import scrub
@@ -1046,6 +1055,38 @@ def _redis_failure(exc: BaseException) -> BaseException | None:
     leaves = _leaves(exc)
     if leaves and all(isinstance(e, RedisError) for e in leaves):
         return leaves[0]
+    return None
+
+
+#: what a Redis server answers a write with once ``maxmemory`` is reached under the ``noeviction`` policy the docs
+#: require (redis-py raises ``OutOfMemoryError`` for it, or a ``ResponseError`` from inside a script)
+REDIS_OOM_TEXT = "OOM command not allowed"
+
+
+def _redis_out_of_memory(exc: BaseException) -> BaseException | None:
+    """The first error of ``exc`` (or of its cause chain) saying the Redis server is out of memory, when every error in
+    ``exc`` (an exception group walked down) is a Redis, queue, backend or ledger one; else None. It was reported as
+    a refused command with an ACL fix and exit 2 (redis36 #2); the server answered, but for want of memory: raising
+    ``maxmemory`` and re-running resumes (exit 3)."""
+    try:
+        from redis.exceptions import OutOfMemoryError, RedisError
+    except ImportError:  # redis-py absent: no campaign can use Redis
+        return None
+    from geoagent.runtime.backend import BackendError
+    from geoagent.runtime.ledger import LedgerError
+    from geoagent.runtime.queue import QueueError
+
+    leaves = _leaves(exc)
+    if not leaves or not all(isinstance(e, (RedisError, QueueError, BackendError, LedgerError)) for e in leaves):
+        return None
+    for e in leaves:
+        cause: BaseException | None = e
+        for _ in range(5):
+            if cause is None:
+                break
+            if isinstance(cause, OutOfMemoryError) or REDIS_OOM_TEXT in str(cause):
+                return cause
+            cause = cause.__cause__ or cause.__context__
     return None
 
 

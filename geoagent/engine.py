@@ -1849,10 +1849,14 @@ async def run_campaign(
                 outcome = await _run(cfg, kind, ctx, t0, simulate=simulate, live=live,
                                      only_stages=only_stages, watch=watch, handle_signals=handle_signals, export=export,
                                      on_planned=on_planned)
-    except BaseException:
+    except BaseException as exc:
         # e.g. a missing API key or a bad plan (exit 2)
+        from geoagent.runtime.backend import ServerStateLost
+
         try:
-            discarded = discard_unstarted_state(written, created)
+            # a server that lost the campaign mid-run holds no queue either: the folder records that it ran there,
+            # which the next run's refusal reads (redis36 #1)
+            discarded = not isinstance(exc, ServerStateLost) and discard_unstarted_state(written, created)
         except Exception:  # noqa: BLE001 - e.g. the Redis server went away: keep the folder, raise the run's error
             discarded = False
         if discarded and recorded_kind:  # (it found no queue on the server)
@@ -2215,6 +2219,11 @@ async def _run(
         # `status` a second later shows the cut-off calls' reservations was the walkthrough's finding)
         await settle_pending_ledger_writes(ledger)
         counts = await view.counts()
+        from geoagent.runtime.backend import check_server_holds
+
+        # Redis: empty queues on a server that lost the campaign (restarted without persistence, flushed) are no
+        # finished campaign (redis36 #1: "complete" with 0 of 60 done)
+        check_server_holds(cfg, ran_here=True)
         campaign_drained = not any(c.ready or c.leased for c in counts.values())
         # a scale-out process (--stages) answers for its own stages' input edges while other processes still
         # work (their queued or leased work, and their dead letters, are theirs to report); the process that

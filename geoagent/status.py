@@ -218,6 +218,10 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     queues: dict[str, QueueCounts] = {}
     dead: dict[str, list[DeadLetter]] = {}
     superseded: dict[str, int] = {}
+    if uses_redis(cfg):  # a server that lost the campaign shows empty queues: no "campaign complete" (redis36 #1)
+        from geoagent.runtime.backend import check_server_holds
+
+        check_server_holds(cfg)
     for f in _queue_files(cfg):
         if isinstance(f, Path) and f.stat().st_size == 0:
             # an emptied queue file holds no task (a run re-plans it, reusing stored answers); opening it to look

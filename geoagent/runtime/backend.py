@@ -158,6 +158,63 @@ def check_backend_unchanged(cfg: Any) -> None:
 KIND_KEY = "campaign_kind"
 
 
+class ServerStateLost(BackendError):
+    """The Redis server no longer holds a campaign it held: the record its first run wrote (the campaign's kind)
+    or its ledger's totals are gone (a server restarted without persistence, flushed, its keys evicted, or another
+    server at the URL). Its queues, spend and stored answers there are lost; a run would start over and spend the
+    cap again (redis36 #1: a run went on with a cap of $0 and ``status`` said "campaign complete")."""
+
+
+def _holds(client: Any, name: str) -> bool:
+    """Whether the server of ``client`` holds campaign ``name``: the kind its first run recorded (:data:`KIND_KEY`) or
+    its ledger's totals (a campaign of a version before the kind record)."""
+    from geoagent.runtime.redis_state import state_prefix
+
+    prefix = state_prefix(name)
+    return client.get(prefix + KIND_KEY) is not None or bool(client.exists(prefix + "totals"))
+
+
+def check_server_holds(cfg: Any, *, ran_here: bool = False) -> None:
+    """Refuse a ``kind = "redis"`` campaign the server no longer holds (:class:`ServerStateLost`) when this process
+    recorded it there (``ran_here``: a run, at its end, before it calls itself complete: a server flushed or restarted
+    empty mid-run leaves empty queues, which read as "every task done") or this machine's manifest records runs of it
+    on Redis (``status``). No-op for SQLite, and for a campaign not known to have run on the server.
+
+    Raises
+    ------
+    ServerStateLost
+        Naming the campaign, the likely causes and the ways out.
+    BackendError
+        The server cannot be reached (the URL scrubbed).
+    """
+    url = redis_url(cfg)
+    if url is None or not (ran_here or recorded_backend(cfg) == "redis"):
+        return
+    client = _client(url)
+    try:
+        held = _holds(client, cfg.name)
+    except Exception as exc:  # noqa: BLE001 - re-raised with the URL scrubbed
+        raise _scrubbed(exc, url) from None
+    finally:
+        client.close()
+    if not held:
+        raise ServerStateLost(server_lost_text(cfg.name, None if ran_here else Path(cfg.state_dir())))
+
+
+def server_lost_text(name: str, state_dir: Path | None) -> str:
+    """The message of :class:`ServerStateLost` for campaign ``name`` (its state folder ``state_dir``; None: found
+    lost during a run, when its ledger's totals vanished)."""
+    where = (f"which earlier runs of this machine kept there ({state_dir / C.MANIFEST_FILE})" if state_dir is not None
+             else "whose ledger totals (its cap, spend and reservations) vanished during this run")
+    folder = f"delete {state_dir} or " if state_dir is not None else ""
+    return (f"campaign {name}: the Redis server named by [backend] url_env no longer holds this campaign, {where}: "
+            "restarted without persistence "
+            "(appendonly no), flushed, its keys evicted, or another server at that URL? Its queued work, spend and "
+            "stored answers there are gone, and a run would start over and spend the cap again. Restore the "
+            "server's data (its AOF or RDB file) or point [backend] url_env at the right server; to start the "
+            f"campaign over, {folder}give it a new [campaign] name")
+
+
 def check_server_kind(cfg: Any, *, record: bool = False) -> bool:
     """Refuse a ``kind = "redis"`` campaign whose ``[campaign] kind`` is not the one recorded on the server under its
     name; with ``record``, record it when none is (atomically: of two machines starting different kinds at once,
@@ -183,9 +240,15 @@ def check_server_kind(cfg: Any, *, record: bool = False) -> bool:
     key = state_prefix(cfg.name) + KIND_KEY
     client = _client(url)
     try:
+        # this machine ran the campaign on Redis, and the server has neither the kind its first run recorded nor
+        # the ledger's totals (a campaign of a version before the kind record still has its totals)
+        if record and recorded_backend(cfg) == "redis" and not _holds(client, cfg.name):
+            raise ServerStateLost(server_lost_text(cfg.name, Path(cfg.state_dir())))
         if record and client.set(key, kind, nx=True):
             return True
         got = client.get(key)
+    except ServerStateLost:
+        raise
     except Exception as exc:  # noqa: BLE001 - re-raised with the URL scrubbed
         raise _scrubbed(exc, url) from None
     finally:

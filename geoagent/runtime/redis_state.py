@@ -453,6 +453,10 @@ class RedisLedger:
         what = _text(out[0])
         if what == "reserved":
             return Reservation(int(out[1]), request_key, amount, model)
+        if what == "lost":
+            from geoagent.runtime.backend import ServerStateLost, server_lost_text
+
+            raise ServerStateLost(server_lost_text(self.db.campaign, None))
         if what == "refused":
             cap, spent, reserved, unknown = (int(v) for v in out[1:5])
             raise BudgetExhausted(nano_to_usd(amount), nano_to_usd(spent), nano_to_usd(unknown),

@@ -99,7 +99,8 @@ end
 #: dropped the record of its owner, a live process that had stalled past its heartbeat), heartbeat TTL (ms: the
 #: reservation refreshes the owner's heartbeat, it proves the owner alive), the owner's own cap (nano-USD, '' for
 #: none: the reservation is checked against the lower of it and the campaign's cap; walk25 #1).
-#: Returns {'reserved', id} | {'refused', cap, spent, reserved, unknown} | {'stored'} | {'elsewhere'}.
+#: Returns {'reserved', id} | {'refused', cap, spent, reserved, unknown} | {'stored'} | {'elsewhere'} | {'lost'} (the
+#: campaign's totals, its cap among them, are gone: redis36 #1 read a missing cap as $0).
 RESERVE = _PRELUDE + r"""
 local rep = P .. 'reply:' .. ARGV[2]
 local prev = redis.call('GET', rep)
@@ -111,6 +112,7 @@ if ARGV[10] == '1' then
   for _, o in ipairs(holders) do if o ~= owner then return {'elsewhere'} end end
 end
 local t = redis.call('HMGET', T, 'cap_nusd', 'spent_nusd', 'reserved_nusd', 'unknown_nusd')
+if not t[1] then return {'lost'} end  -- no cap: the totals are gone (a server restarted without persistence)
 local cap, spent, reserved, unknown = num(t[1]), num(t[2]), num(t[3]), num(t[4])
 local own = tonumber(ARGV[13] or '')
 if own and own < cap then cap = own end
