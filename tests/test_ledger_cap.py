@@ -214,3 +214,17 @@ def test_full_cost_three_times_cap_stops_within_cap(spec):
     # it stopped only when the next worst case no longer fitted
     assert s.spent_usd + worst[done] > cap - 1e-9
     led.db.close()
+
+
+def test_marking_an_unknown_outcome_again_raises_its_attempts_on_both_backends(spec):
+    """redis36 #3: ``mark_unknown(r, attempts=2)`` then ``attempts=3`` kept 2 on SQLite (0.4 USD) and raised to 3 on
+    Redis (0.6 USD). Both raise to the larger count now; fewer attempts change nothing."""
+    led = open_ledger(spec, 5.0)
+    r = led.reserve("k1", 0.20, model="m")
+    led.mark_unknown(r, attempts=2)
+    led.mark_unknown(r, attempts=3)
+    led.mark_unknown(r, attempts=1)
+    s = led.summary()
+    assert s.unknown_calls == 3 and s.unknown_usd == pytest.approx(0.6)
+    assert led.spend_by_model()["m"]["unknown_usd"] == pytest.approx(0.6)
+    assert led.check_consistency() == []

@@ -798,7 +798,9 @@ class Ledger:
 
         ``attempts`` > 1 when the HTTP layer made several attempts that the provider may each have billed
         (e.g. 2xx bodies that did not parse): each is counted at the reservation amount. That can take
-        the total past the cap after the fact; the next reservation then fails.
+        the total past the cap after the fact; the next reservation then fails. Marking an unknown-outcome
+        reservation again with more attempts raises its count to the larger number; fewer change nothing (both
+        ledgers alike).
         """
         attempts = max(1, int(attempts))
         total = reservation.amount_nusd * attempts
@@ -814,6 +816,17 @@ class Ledger:
                     " unknown_calls = unknown_calls + ? WHERE id = 1",
                     (reservation.amount_nusd, total, attempts),
                 )
+                return
+            # already unknown (marked again with more attempts, as the Redis ledger's MARK_UNKNOWN does: redis36 #3):
+            # the count rises to the larger number, each further attempt at the reservation amount
+            row = conn.execute("SELECT amount_nusd, attempts FROM reservations WHERE id = ? AND state = 'unknown'",
+                               (reservation.id,)).fetchone()
+            if row is not None and attempts > int(row[1] or 1):
+                more = attempts - int(row[1] or 1)
+                conn.execute("UPDATE reservations SET attempts = ?, note = ? WHERE id = ?",
+                             (attempts, note, reservation.id))
+                conn.execute("UPDATE ledger_totals SET unknown_nusd = unknown_nusd + ?, unknown_calls = unknown_calls + ?"
+                             " WHERE id = 1", (int(row[0]) * more, more))
 
     def calls_settled_here(self) -> int:
         """Calls settled on reservations this ledger (this process) made: the model calls this process paid

@@ -131,7 +131,7 @@ harmless), and when both edges of a stage live on the same server a stage's outp
 before its input ``ack``) is never lost while the ack survives. See
 https://redis.io/docs/latest/operate/oss_and_stack/management/persistence/.
 
-Differences from the SQLite backend (none in the interface semantics):
+Differences from the SQLite backend (none in the interface semantics but ``tasks_by_model``):
 
 * ordering: ``lease`` serves expired leases first, then ready tasks in stream order (FIFO by put, release or
   requeue; a task whose backoff or delay has ended joins the stream when a later ``lease`` call moves it there, so
@@ -146,6 +146,9 @@ Differences from the SQLite backend (none in the interface semantics):
   dead-owner sweep: ``engine.expire_dead_leases``; one attempt counted, as SQLite's hand-back);
 * done tasks stay in server memory (as SQLite keeps their rows on disk): measured on Redis 6.2, 311
   bytes per done task with a 150-byte payload (427 while ready); size the server for the campaign;
+* ``tasks_by_model`` answers None (the interface's "cannot tell": it would read every payload on the server), so
+  a config change confined to some models' own settings is judged from the totals on Redis, not per model
+  (:func:`geoagent.runtime.drift.decide`; docs/geocontext-release.md says so);
 * every mutating call leaves a small reply record for ``reply_ttl_s`` (above), so a retried call answers
   as its first run did; SQLite has no lost replies (a local file) and needs none;
 * it needs one Redis server (with replicas or Sentinel if wanted), not Redis Cluster: a queue's keys
