@@ -214,3 +214,13 @@ def test_district_scale_rows_in_release_form(release_dir):
     # only away from the equator; here latitudes are < 0.02 deg) -> median and mean 0.5 km
     assert row["L_district_median_km"] == 0.5 and row["L_district_mean_km"] == 0.5
     assert row["nodes_per_km2"] == round(25 / (math.pi * 36), 3)
+
+
+def test_addressing_units_are_matched_in_nfc_form():
+    """crawl36 #4: "Jingumae 1-cho\\u0304me" (o and a combining macron) was no addressing unit while "1-chōme" was."""
+    from geoagent.crawl.screener import is_addressing_unit
+    from geoagent.crawl.settings import CHOME_PATTERNS
+
+    assert is_addressing_unit("Jingumae 1-cho\u0304me", CHOME_PATTERNS)
+    assert is_addressing_unit("Jingumae 1-chōme", CHOME_PATTERNS)
+    assert not is_addressing_unit("Jingumae", CHOME_PATTERNS)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import unicodedata
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -58,6 +59,9 @@ def is_addressing_unit(name: str | None, patterns: Sequence[str]) -> bool:
     """
     if not name:
         return False
+    # NFC first: "1-cho\u0304me" (o and a combining macron) is the same name as "1-chōme", which the patterns
+    # spell composed (crawl36 #4)
+    name = unicodedata.normalize("NFC", name)
     return any(p.search(name) for p in _compiled(tuple(patterns)))
 
 
