@@ -234,3 +234,20 @@ def test_replay_campaign_reports_the_refused_row_and_does_not_score_it(release_d
     assert "## Import notes" in md and "column 'img_lat': 95.0 outside [-90, 90]" in md
     assert f"trial {refused['id']!r}: its row in the trial table was refused as malformed" in md
     assert any("not replayed as recorded" in line for line in out.extra_lines), out.extra_lines
+
+
+def test_a_hit_column_that_disagrees_with_the_rule_is_noted(release_dir, tmp_path):
+    """reports36 nit: a ``hit`` that disagrees with the recomputed one drew no note; the recomputed value is used."""
+    base, base_rep = import_judged(_copy_release(release_dir, tmp_path / "a"))
+    assert not any("'hit' column disagrees" in i.reason for i in base_rep.issues)  # the release agrees on every row
+    root = _copy_release(release_dir, tmp_path / "b")
+
+    def flip(header, rows):
+        for r in rows[:3]:
+            r[header.index("hit")] = "False" if r[header.index("hit")] == "True" else "True"
+
+    _rewrite_csv(root / "answers_judged_sample.csv", flip)
+    rows, rep = import_judged(root)
+    assert [r.hit for r in rows] == [r.hit for r in base]
+    (note,) = [i for i in rep.issues if "'hit' column disagrees" in i.reason]
+    assert note.line == 2 and note.reason.startswith("3 rows'"), note

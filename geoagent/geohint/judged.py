@@ -204,6 +204,7 @@ def _judged_rows(path: Path, rep: ImportReport) -> Iterator[GeoHintResult]:
         has_repeat = "repeat" in names
         seen: dict[tuple[str, ...], int] = {}
         n_repeats, first_repeat_line = 0, 0
+        n_hit_differs, first_hit_line = 0, 0
         while True:
             try:
                 row = next(rows)
@@ -276,6 +277,10 @@ def _judged_rows(path: Path, rep: ImportReport) -> Iterator[GeoHintResult]:
                 source="release",
                 extra={"release_hit": (row.get("hit") or "").strip(), "lang": release_lang(row.get("lang")), "line": line},
             )
+            stated = {"true": True, "1": True, "false": False, "0": False}.get(res.extra["release_hit"].lower())
+            if stated is not None and stated != res.hit:
+                n_hit_differs += 1
+                first_hit_line = first_hit_line or line
             bad_repeat = unreadable_repeat(row.get("repeat"))
             if bad_repeat is not None:
                 res.extra["repeat_unreadable"] = bad_repeat
@@ -291,6 +296,11 @@ def _judged_rows(path: Path, rep: ImportReport) -> Iterator[GeoHintResult]:
                     n_repeats += 1
                     first_repeat_line = first_repeat_line or line
             yield res
+        if n_hit_differs:
+            rep.add(path, first_hit_line,
+                    f"{n_hit_differs} rows' 'hit' column disagrees with their error_km and resolved_level (a hit is "
+                    "an answer resolved finer than the city within 1 km; first at this line): the recomputed value is "
+                    "used, the file's is kept as release_hit")
         if n_repeats:
             rep.add(path, first_repeat_line,
                     f"{n_repeats} rows repeat the request of an earlier row (same site, path, model, schema, context and "
