@@ -1993,8 +1993,10 @@ def _impossible_campaign(cfg: CampaignConfig) -> list[str]:
                                "free one (the cost cap counts each call at these prices, USD per 1M tokens)")
     # the ledger books every call at its model's prices whatever the provider (simulated and replay models too)
     paid = [m.name for m in cfg.models if m.price_input_usd_per_mtok > 0 or m.price_output_usd_per_mtok > 0]
-    if cfg.budget.cap_usd <= 0 and paid:
-        out.append(f"budget.cap_usd: 0 allows no call of the priced model(s) {', '.join(paid)}; set a cap above 0 "
+    # the ledger counts whole nano-USD: a cap under one rounds to $0 (runtime36 #7: 1e-12 was accepted, then ran as $0)
+    if cfg.budget.cap_usd < 1e-9 and paid:
+        shown = "0" if cfg.budget.cap_usd == 0 else f"{cfg.budget.cap_usd!r} (under one nano-USD, the ledger's unit)"
+        out.append(f"budget.cap_usd: {shown} allows no call of the priced model(s) {', '.join(paid)}; set a cap above 0 "
                    "(USD; a dry run, `run --simulate`, estimates the cost)")
     if cfg.campaign.kind in KINDS_NEEDING_MODELS and not cfg.models:
         out.append(f"models: a {cfg.campaign.kind} campaign needs at least one [[models]] table (it would plan "

@@ -130,7 +130,9 @@ class LateSignals:
                 os.write(2, (repeat_ignored_message(signum) + "\n").encode())
             return
         if self._stopped or self.received is not None:
-            os.write(2, b"second signal: exiting at once; acknowledged work is kept\n")
+            # worded as the pipeline's (a warning line), and what a stop at this point leaves: the report and export
+            os.write(2, b"warning: second signal: exiting at once; acknowledged work is kept, the report and export "
+                        b"may be left unwritten: re-run the same command to write them\n")
             call_before_exit(self.on_forced_exit)
             os._exit(130)
         self.received, self._signum, self._at = signal.Signals(signum).name, signum, time.monotonic()

@@ -205,7 +205,7 @@ def damaged_file_error(conn: sqlite3.Connection | None, exc: sqlite3.DatabaseErr
         return None
     if path is None:
         path = _main_file(conn)
-    written = ("nothing was written to it" if at_open else
+    written = ("nothing was written to it" if at_open or _READ_ONLY[0] else  # a read-only look writes nothing
                "the step that met the damage wrote nothing (earlier steps of this run may have written to it)")
     return DatabaseFileError(
         f"{path or 'a SQLite file'}: cannot be read as a SQLite database ({exc}): the file is damaged or is not "
