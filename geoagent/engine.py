@@ -1031,6 +1031,9 @@ def check_state_matches_queues(cfg: Any) -> None:
     check_backend_unchanged(cfg)  # a campaign moved to the other backend would pay for everything again
     if uses_redis(cfg):  # queues and ledger/store live together on the Redis server
         check_server_kind(cfg)  # another machine's campaign of another kind under this name
+        from geoagent.runtime.backend import check_server_holds
+
+        check_server_holds(cfg)  # a server that lost the campaign this machine ran there (a dry run is refused too)
         return
     from geoagent.runtime.sqlite_queue import queue_files
 

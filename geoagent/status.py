@@ -218,15 +218,18 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     queues: dict[str, QueueCounts] = {}
     dead: dict[str, list[DeadLetter]] = {}
     superseded: dict[str, int] = {}
+    emptied: list[str] = []
     if uses_redis(cfg):  # a server that lost the campaign shows empty queues: no "campaign complete" (redis36 #1)
         from geoagent.runtime.backend import check_server_holds
 
         check_server_holds(cfg)
     for f in _queue_files(cfg):
         if isinstance(f, Path) and f.stat().st_size == 0:
-            # an emptied queue file holds no task (a run re-plans it, reusing stored answers); opening it to look
-            # would try to create its tables in a read-only look (runtime36 #2: a traceback)
+            # an emptied queue file holds no task (a run plans it again, reusing stored answers); opening it to
+            # look would try to create its tables in a read-only look (runtime36 #2: a traceback). What it held is
+            # unknown: never "complete" (review36 #2)
             queues[f.stem] = QueueCounts()
+            emptied.append(f.stem)
             continue
         q = _open(cfg, f)
         try:
@@ -315,7 +318,7 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     outcomes, unended = _run_statuses(Path(cfg.state_dir()))
     return {"campaign": cfg.name, "queues": queues, "spend": spend, "progress": progress, "dead": dead,
             "pauses": _redis_pauses(cfg) if uses_redis(cfg) else board_pauses(cfg.state_dir()),
-            "superseded": superseded, "kind_lines": kind_lines,
+            "superseded": superseded, "kind_lines": kind_lines, "emptied": emptied,
             "host_labels": labels, "running": running, "progress_with_work": worked,
             "stages": pipeline_stages(cfg) if not queues else [], "answered_by_model": answered,
             "queues_dir": (Path(cfg.queues_root()) / cfg.name).absolute(),
@@ -836,7 +839,8 @@ def format_status(st: dict[str, Any]) -> str:
     """Human-readable status text (plain, so it can be piped or logged)."""
     lines = [f"campaign {st['campaign']}"]
     # no state found for queues with work: the spend and the runs' outcomes are unknown, so never "complete"
-    complete = is_complete(st["queues"], st.get("superseded")) and not st.get("state_missing")
+    complete = (is_complete(st["queues"], st.get("superseded")) and not st.get("state_missing")
+                and not st.get("emptied"))
     ran = st.get("state_ran")
     if not st["queues"] and ran:
         # the state folder shows runs: the queues were looked for in the wrong place, not "not started"
@@ -858,6 +862,10 @@ def format_status(st: dict[str, Any]) -> str:
         aside = (st.get("superseded") or {}).get(edge, 0)
         lines.append(f"  {edge:>16}: ready {c.ready:>7}  leased {c.leased:>5}  done {c.done:>8}  dead {c.dead:>5}"
                      + (f" ({aside} superseded)" if aside else ""))
+    for edge in st.get("emptied") or ():
+        lines.append(f"  {edge}: its queue file is empty (0 bytes: emptied outside geoagent), so what it held is "
+                     "unknown and the campaign is not shown complete: restore the file from a copy, or re-run (a run "
+                     "plans the requests again and reuses the answers already stored, paying for none twice)")
     if st.get("state_missing"):  # in place of the spend line: a wrong state root, said plainly
         lines.append("  " + st["state_missing"])
     s = st.get("spend")

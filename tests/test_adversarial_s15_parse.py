@@ -52,15 +52,18 @@ def test_image_audit_echoed_example_then_a_leaking_audit_is_no_keep():
     """A model that repeats the prompt's example audit (usable, no overlay) and then gives its own, which reports
     overlay text naming the street, was read as the example: the image was kept although the answer says it
     leaks the place (answer leakage is the one hard exclusion, seed 000 Sec. 3.2). Two audits in one answer that
-    disagree are now an unparsed answer (the image is not kept without a human verdict), never the first one."""
+    disagree are now an unparsed answer (the image is not kept without a human verdict), never the first one.
+    Session 36: the prompt's example itself, field for field, is no audit at all, so here the model's own audit is
+    read (the image is not kept either way); two audits of the model's own that disagree stay unparsed."""
     text = "Format, for example:\n" + AUDIT_EXAMPLE + "\n\nMy audit of this photo:\n" + AUDIT_LEAK
     a = parse_image_audit(text)
-    assert not a.parsed
-    assert a.keeps_image is None
-    assert "conflicting" in a.reason
+    assert a.parsed and a.answer_overlay is True and a.keeps_image is False
     assert a.raw == text
-    # the leaking audit first and a correction after it: also no first guess
-    assert not parse_image_audit(AUDIT_LEAK + "\nActually:\n" + AUDIT_EXAMPLE).parsed
+    assert parse_image_audit(AUDIT_LEAK + "\nActually:\n" + AUDIT_EXAMPLE).keeps_image is False
+    # the leaking audit first and a correction of the model's own after it: no first guess
+    own_clean = AUDIT_EXAMPLE.replace("a tram stop", "a bus stop")
+    c = parse_image_audit(AUDIT_LEAK + "\nActually:\n" + own_clean)
+    assert not c.parsed and c.keeps_image is None and "conflicting" in c.reason
     # in a code fence and repeated in the prose, the same audit twice is one audit
     same = "```json\n" + AUDIT_LEAK + "\n```\nSo: " + AUDIT_LEAK
     b = parse_image_audit(same)

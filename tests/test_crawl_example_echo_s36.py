@@ -65,11 +65,24 @@ def test_image_audit_complete_answers_are_read_as_before():
     # a complete audit followed by prose cut off (no object cut off): read
     c = parse_image_audit(own + "\nThe photo shows a tram st")
     assert c.parsed and c.quality == 3
-    # the example, then a complete own audit reporting a leak: conflicting, unparsed (as before)
+    # the example, then a complete own audit reporting a leak: the own audit is read (the example is none)
     leak = OWN_LEAK_CUT + 'eet"}'
-    assert not parse_image_audit("Example: " + AUDIT_EXAMPLE + "\nMine: " + leak).parsed
+    e = parse_image_audit("Example: " + AUDIT_EXAMPLE + "\nMine: " + leak)
+    assert e.parsed and e.answer_overlay is True and e.keeps_image is False
     d = parse_image_audit(leak)
     assert d.parsed and d.answer_overlay is True and d.keeps_image is False
+
+
+def test_image_audit_a_cut_off_copy_is_read_as_far_as_it_goes():
+    """review36 #8: an audit followed by a cut-off copy that agrees with it so far was unparsed; it is read now, and
+    a cut-off copy that already reads otherwise still makes the answer conflicting."""
+    own = AUDIT_EXAMPLE.replace('"quality": 4', '"quality": 3').replace("sharp street view", "street view")
+    agrees = parse_image_audit(own + "\nAgain: " + own[:120])
+    assert agrees.parsed and agrees.quality == 3 and agrees.keeps_image is True
+    differs = parse_image_audit(own + "\nAgain: " + own.replace('"answer_overlay": false', '"answer_overlay": true')[:60])
+    assert not differs.parsed and "cut off" in differs.reason
+    prose = parse_image_audit(own + '\nI would say {"quality": 3, "usab')
+    assert prose.parsed and prose.quality == 3
 
 
 def test_ref_example_alone_rates_nothing():
@@ -91,9 +104,9 @@ def test_ref_example_then_own_array_cut_off():
 def test_ref_complete_array_then_a_cut_off_repeat():
     full = ('[{"idx": 0, "ok": true, "familiarity": 3, "en": "Porta Susa"}, '
             '{"idx": 1, "ok": true, "familiarity": 2, "en": "Piazza Statuto"}]')
-    # the repeat agrees on idx 0 and is cut inside idx 1: idx 0 stands, idx 1 is asked again
+    # the repeat agrees on idx 0 and is cut inside idx 1, agreeing so far: both stand (review36 #8)
     out = parse_ref_batch(full + "\nAgain: " + full[:-25], 2)
-    assert set(out) == {0} and out[0]["familiarity"] == 3
+    assert set(out) == {0, 1} and out[0]["familiarity"] == 3
     # a repeat that reads idx 0 otherwise: asked again
     other = full.replace('"familiarity": 3', '"familiarity": 5')
     assert 0 not in parse_ref_batch(full + "\n" + other[:-10], 2)
@@ -112,3 +125,15 @@ def test_sensitive_screen_keeps_a_real_answer_in_the_examples_words():
     assert parse_sensitive_batch(ex, 1) == {0: {"sensitive": False, "why": "ordinary railway station"}}
     # a cut-off repeat reading idx 0 otherwise is still a disagreement
     assert parse_sensitive_batch(ex + '\n[{"idx": 0, "sensitive": true, "why": "milit', 1) == {}
+
+
+def test_ref_a_cut_off_restatement_that_agrees_so_far_keeps_the_ratings():
+    """review36 #8: a complete array followed by a cut-off restatement dropped every idx the restatement mentioned;
+    now only an idx it reads otherwise (as far as it goes) is asked again."""
+    full = ('[{"idx": 0, "ok": true, "familiarity": 3, "en": "Porta Susa"}, '
+            '{"idx": 1, "ok": true, "familiarity": 2, "en": "Piazza Statuto"}]')
+    cut = full[:full.index("Piazza") + 4]  # ... "en": "Piaz
+    out = parse_ref_batch(full + "\nAgain: " + cut, 2)
+    assert set(out) == {0, 1} and out[1]["name_en"] == "Piazza Statuto"
+    other = full.replace('"familiarity": 2', '"familiarity": 4')
+    assert set(parse_ref_batch(full + "\nAgain: " + other[:other.index("Piazza")], 2)) == {0}

@@ -32,7 +32,23 @@ from geoagent.geohint.echo import is_echo, normalize_tokens
         ("Pall Mall", "The Mall", False),
         ("a shopping mall", "The Mall", False),
         ("Rockefeller Center", "The Center", False),
-        ("Kennington Oval", "The Oval", False),
+        ("North Dakota", "The Dakota", False),
+        ("Kennington Oval", "The Oval", False),  # the same ground, but only as an alias (below)
+        # review36 #3: more ways to start a phrase
+        ("Quartier du Marais", "The Marais", True),
+        ("Paris 4e – Marais", "The Marais", True),
+        ("30 St Mary Axe \u2013 Gherkin", "The Gherkin", True),
+        ('30 St Mary Axe "Gherkin"', "The Gherkin", True),
+        ("City of London: Gherkin", "The Gherkin", True),
+        ("伦敦，Oval", "The Oval", True),
+        ("the lawns of the Mall", "The Mall", True),
+        ("Bar am Oval", "The Oval", True),
+        # names of articles alone, inverted names, "Saint"
+        ("going to the park", "The", False),
+        ("la plage", "La", False),
+        ("Mall", "Mall, The", True),
+        ("Pall Mall", "Mall, The", False),
+        ("Soho, The Saint", "The Saint", True),
         ("The Mall", "The Mall", True),
         ("Mall", "The Mall", True),
         ("near the Mall, Westminster", "The Mall", True),
@@ -58,6 +74,10 @@ def test_tokens():
     assert normalize_tokens("La Barceloneta") == ["barceloneta"]
     assert normalize_tokens("The Mall", keep_articles=True) == ["the", "mall"]
     assert normalize_tokens("Barnes & Noble and the Bay", keep_articles=True) == ["barnes", "noble", "the", "bay"]
+
+
+def test_an_alias_names_the_point_in_its_own_words():
+    assert is_echo("Kennington Oval", None, ["The Oval", "Kennington Oval"])
 
 
 def test_a_parenthetical_variant_of_a_the_one_word_name():

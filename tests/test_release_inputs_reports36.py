@@ -251,3 +251,20 @@ def test_a_hit_column_that_disagrees_with_the_rule_is_noted(release_dir, tmp_pat
     assert [r.hit for r in rows] == [r.hit for r in base]
     (note,) = [i for i in rep.issues if "'hit' column disagrees" in i.reason]
     assert note.line == 2 and note.reason.startswith("3 rows'"), note
+
+
+def test_a_city_level_answer_without_a_distance_stays_a_miss(release_dir, tmp_path):
+    """review36 #1: the refusal of a resolved answer without ``error_km`` took city-level rows too, which are misses
+    whatever their distance (censored), and raised the hit rates; only building and area rows are refused."""
+    base, _ = import_judged(_copy_release(release_dir, tmp_path / "a"))
+    root = _copy_release(release_dir, tmp_path / "b")
+
+    def blank_city(header, rows):
+        for r in rows:
+            if r[header.index("resolved_level")] == "city":
+                r[header.index("error_km")] = ""
+
+    _rewrite_csv(root / "answers_judged_sample.csv", blank_city)
+    rows, rep = import_judged(root)
+    assert len(rows) == len(base) and sum(r.hit for r in rows) == sum(r.hit for r in base)
+    assert not any("is missing" in i.reason for i in rep.issues)

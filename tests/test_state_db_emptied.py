@@ -107,6 +107,8 @@ def test_status_on_an_emptied_state_database_or_queue_file(tmp_path, monkeypatch
     assert main(["status", str(cfg)]) == 0
     out = capsys.readouterr().out
     assert "Traceback" not in out and "requests" in out
+    # review36 #2: never "complete" beside an emptied queue file (what it held is unknown)
+    assert "campaign complete" not in out and "requests: its queue file is empty (0 bytes" in out, out
     assert qfile.read_bytes() == b""  # a look writes nothing
     db.write_bytes(b"")
     assert main(["status", str(cfg)]) == 2

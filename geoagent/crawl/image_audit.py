@@ -107,38 +107,56 @@ def parse_image_audit(text: str | None, prompt: str | None = None) -> ImageAudit
     answer"), never the first one: the example reads usable, and taking it kept images whose real audit reported
     overlay text naming the place. The same audit given twice (in a fence and again in the prose) is one audit.
 
-    Two more cases of that kind are unparsed (session 36, crawl36 #1):
-
-    * an audit object cut off by the end of the answer (``max_output_tokens``) beside the one read: what it said is
-      unknown, so the answer may hold an audit that reads otherwise (the example, then the model's own audit
-      reporting overlay text, cut off);
-    * an answer whose only audit is the prompt's example, field for field (its ``why`` too): it says nothing of
-      the image. ``prompt`` is the prompt the answer replied to, whose example (its last JSON object,
-      :func:`~geoagent.crawl.llmjson.prompt_example`) is compared; None: the packaged ``crawl_image_audit.txt``."""
+    Session 36 (crawl36 #1, review36 #8): the prompt's example, field for field (its ``why`` too), is no audit at
+    all: it is neither read as the audit nor counted as a conflicting one, and an answer whose only audit it is, is
+    unparsed (it says nothing of the image). ``prompt`` is the prompt the answer replied to, whose example (its last
+    JSON object, :func:`~geoagent.crawl.llmjson.prompt_example`) is compared; None: the packaged
+    ``crawl_image_audit.txt``. An audit object cut off by the end of the answer (``max_output_tokens``) is read as
+    far as it goes: one whose fields so far differ from the audit read makes the answer conflicting, one that agrees
+    so far changes nothing, and an answer whose only audit of its own is cut off is unparsed (the example, then the
+    model's own audit reporting overlay text, cut off, kept the image before)."""
     raw = text if isinstance(text, str) else ""
     example = prompt_example(load_prompt("crawl_image_audit.txt") if prompt is None else prompt, dict,
                              lambda o: bool(_AUDIT_KEYS & set(o)))
-    objects, cut_off = _audit_objects(raw)
+    objects, partials = _audit_objects(raw)
     own = [o for o in objects if o != example]
+    if not own:
+        if partials:
+            return ImageAudit(False, reason="the answer's own audit is cut off (max_output_tokens?)", raw=raw)
+        if example is not None and example in objects:
+            return ImageAudit(False, reason="the answer only repeats the prompt's example audit", raw=raw)
     obj = own[0] if own else extract_json_like(raw, dict, lambda o: bool(_AUDIT_KEYS & set(o)))
     if obj is None:
         return ImageAudit(False, reason="no JSON object in the answer", raw=raw)
-    if cut_off:
-        return ImageAudit(False, reason="an audit object in the answer is cut off (max_output_tokens?): it may "
-                                        "read otherwise than the one given", raw=raw)
-    if example is not None and obj == example:
-        return ImageAudit(False, reason="the answer only repeats the prompt's example audit", raw=raw)
     audit = _read_audit(obj, raw)
     if audit.parsed:
         seen = {_decision(audit)}
-        for other in objects:
+        for other in own:
             read = _read_audit(other, raw)
             if read.parsed:
                 seen.add(_decision(read))
         if len(seen) > 1:
             return ImageAudit(False, reason=f"conflicting audits in one answer ({len(seen)} different readings of "
                                             "its audit objects)", raw=raw)
+        if any(_differs_so_far(part, audit) for part in partials):
+            return ImageAudit(False, reason="an audit object cut off by the end of the answer (max_output_tokens?) "
+                                            "reads otherwise than the one given", raw=raw)
     return audit
+
+
+def _differs_so_far(part: Mapping[str, Any], audit: ImageAudit) -> bool:
+    """Whether a cut-off audit object's decision fields that it holds read otherwise than ``audit``'s (each read by
+    :func:`_read_audit`'s rules; a field it does not hold, or holds unreadably, is not compared)."""
+    checks: list[tuple[str, Any, Any]] = [
+        ("answer_overlay", as_bool(part.get("answer_overlay")), audit.answer_overlay),
+        ("scene_type", str(part.get("scene_type", "")).strip().lower().replace(" ", "_").replace("-", "_") or None,
+         audit.scene_type),
+        ("quality", as_int_in(part.get("quality"), 0, 5), audit.quality),
+        ("usable", as_bool(part.get("usable")), audit.usable),
+        ("through_glass", as_bool(part.get("through_glass")), audit.through_glass),
+        ("tourist_infrastructure", as_bool(part.get("tourist_infrastructure")), audit.tourist_infrastructure),
+    ]
+    return any(key in part and got is not None and got != want for key, got, want in checks)
 
 
 def _decision(a: ImageAudit) -> tuple[Any, ...]:
@@ -146,20 +164,17 @@ def _decision(a: ImageAudit) -> tuple[Any, ...]:
     return (a.answer_overlay, a.scene_type, a.quality, a.usable, a.through_glass, a.tourist_infrastructure)
 
 
-def _audit_objects(raw: str) -> tuple[list[dict[str, Any]], bool]:
+def _audit_objects(raw: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Every complete JSON object in ``raw`` (fenced blocks, then the whole text; nested ones too, as
-    :func:`~geoagent.llmjson.extract_json` searches) that holds an audit key, and whether an object holding an
-    audit key is cut off by the end of the text."""
+    :func:`~geoagent.llmjson.extract_json` searches) that holds an audit key, and every such object cut off by the end
+    of the text, as far as it was read."""
     out: list[dict[str, Any]] = []
-    cut_off = False
+    cut: list[dict[str, Any]] = []
     for src in [*fenced_blocks(raw), raw]:
         for cand in iter_candidates(src, "{"):
             if cand.ok and isinstance(cand.value, dict) and _AUDIT_KEYS & set(cand.value):
-                if cand.truncated:
-                    cut_off = True
-                else:
-                    out.append(cand.value)
-    return out, cut_off
+                (cut if cand.truncated else out).append(cand.value)
+    return out, cut
 
 
 def _read_audit(obj: dict[str, Any], raw: str) -> ImageAudit:

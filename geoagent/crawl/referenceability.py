@@ -341,8 +341,8 @@ def _by_idx(text: str | None, n: int, read: Any,
     Session 36 (crawl36 #2): an element equal to one of ``example`` (the prompt's example array) is no reading at
     all, so the example alone rates nothing (it gave candidate 0 the example's rating and names); and an idx that
     an array cut off by the end of the answer (``max_output_tokens``) mentions is left out when its complete
-    readings disagree with that array's element or the element itself is cut off or invalid: what the model said
-    of it is unknown."""
+    readings disagree with what that array's element says (as far as it goes: a field it holds reads otherwise, or is
+    unreadable): what the model said of it is then unknown."""
     if not isinstance(text, str) or not text.strip():
         return None
     arrays: list[list[Any]] = []
@@ -384,10 +384,25 @@ def _by_idx(text: str | None, n: int, read: Any,
             idx = as_int_in(el.get("idx"), 0, n - 1)
             if idx is None or idx not in out:
                 continue
-            row = read(el)
-            if row is None or _without_why(out[idx]) != _without_why(row):
+            if _partial_differs(el, out[idx], read):  # compared as far as it goes (its last element may be cut)
                 del out[idx]
     return out
+
+
+def _partial_differs(el: dict[str, Any], row: dict[str, Any], read: Any) -> bool:
+    """Whether an element of an array cut off by the end of the answer reads otherwise than ``row`` in a field it
+    holds (review36 #8: a cut-off restatement that agreed so far was asked again; its last element may lack the
+    fields after the cut): it is read with each field it lacks taken from ``row``, and compared on the fields it
+    holds; a field it holds that ``read`` cannot read counts as reading otherwise."""
+    filled = dict(el)
+    names = {"ok": "ok", "familiarity": "familiarity", "zh": "name_zh", "en": "name_en", "sensitive": "sensitive"}
+    for key, field in names.items():
+        if key not in filled and field in row:
+            filled[key] = row[field]
+    again = read(filled)
+    if again is None:
+        return True  # a field it holds is unreadable
+    return any(k in el and again.get(f) != row.get(f) for k, f in names.items())
 
 
 def _without_why(row: dict[str, Any]) -> dict[str, Any]:

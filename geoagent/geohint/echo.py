@@ -31,10 +31,11 @@ offered, chosen per campaign by ``[geohint] echo_rule`` (:data:`ECHO_RULES`; def
       word: an article precedes its noun, so "Đại La" (Vietnamese) keeps its "la" and is not named by "Đại học"
       (session 36; the field is also read with its articles, so "Đại La street" still names it);
     * a name that is "The" and one word ("The Mall", "The Oval", "The Center": the word alone is a common noun) is
-      named only where that word starts a segment of the field (between commas, slashes, brackets) or follows an
-      article: "Mall", "The Mall" and "near the Mall, Westminster" name it, "Pall Mall", "a shopping mall" and
-      "Kennington Oval" do not (session 36; the released ladders hold 10 such names: The Annex, The Belcher's, The Center, The Den,
-      The Dakota, The Gherkin, The Mall, The Marais, The Masterpiece, The Oval);
+      named only where that word starts a segment of the field (between commas, slashes, brackets, quotes, dashes)
+      or follows an article or a preposition ("du", "of", "near" ...): "Mall", "The Mall" and "near the Mall,
+      Westminster" name it, "Pall Mall" and "a shopping mall" do not, nor does "Kennington Oval" name "The Oval"
+      unless it is one of the point's aliases (session 36; the released ladders hold 10 such names: The Annex, The
+      Belcher's, The Center, The Den, The Dakota, The Gherkin, The Mall, The Marais, The Masterpiece, The Oval);
     * whitespace collapsed.
 
     On the release sample none of the session-14 variants changes a verdict: 0 of its 936 context rows under
@@ -143,7 +144,8 @@ def normalize_tokens(text: str | None, *, keep_articles: bool = False) -> list[s
     if not text:
         return []
     words = _folded_words(str(text))
-    last = len(words) - 1
+    # the last word stays whatever it is, unless every word is an article ("La", "The": no name to look for)
+    last = len(words) - 1 if any(w not in ARTICLES for w in words) else -1
     return [SAINT_FORMS.get(w, w) for i, w in enumerate(words)
             if w not in CONNECTORS and (keep_articles or i == last or w not in ARTICLES)]
 
@@ -166,23 +168,42 @@ def name_variants(names: Iterable[str | None]) -> list[str]:
     return out
 
 
-#: where an answer field's text is cut into segments for the "The <word>" rule (:func:`field_names_reference`)
-_SEGMENT_BREAKS = re.compile(r"[,;/|()\[\]（）【】]")
+#: where an answer field's text is cut into segments for the "The <word>" rule (:func:`field_names_reference`):
+#: commas, semicolons, colons, slashes, bars, brackets, quotes, dashes (an en or em dash, or a hyphen between spaces)
+#: and their full-width forms
+_SEGMENT_BREAKS = re.compile(r"[,;:/|()\[\]（）【】\"“”«»，、；：・–—]|\s-\s")
+#: words after which the word of a "The <word>" name still starts its phrase: articles, and prepositions that put a
+#: name after them ("Quartier du Marais", "Bar am Oval", "the lawns of the Mall", "near Mall")
+_PHRASE_LEADS = ARTICLES | frozenset({"du", "des", "del", "della", "dei", "di", "au", "aux", "im", "am", "zum", "zur",
+                                      "of", "at", "near", "by", "around"})
+#: a name written with its article after a comma ("Mall, The", as some indexes sort names)
+_INVERTED = re.compile(r"^(?P<rest>.+?),\s*(?P<article>\w+)\s*$")
+
+
+def _uninverted(name: str) -> str:
+    """``name`` with an article written after a comma moved to the front ("Mall, The" -> "The Mall")."""
+    m = _INVERTED.match(name)
+    if m and _fold(m.group("article")) in ARTICLES:
+        return f"{m.group('article')} {m.group('rest')}"
+    return name
 
 
 def _the_one_word(name: str) -> str | None:
-    """The word of an English name that is "The" and one word ("The Mall" -> "mall"), else None."""
+    """The word of an English name that is "The" and one word ("The Mall" -> "mall"; "The Saint" -> "st", as the
+    field's tokens read it), else None."""
     words = _folded_words(name)
-    return words[1] if len(words) == 2 and words[0] == "the" else None
+    return SAINT_FORMS.get(words[1], words[1]) if len(words) == 2 and words[0] == "the" else None
 
 
 def _starts_a_phrase(word: str, field: str) -> bool:
-    """True when ``word`` occurs in ``field`` first in a segment (text between commas, slashes, brackets ...) or
-    right after an article: "Mall", "The Mall", "near the Mall, Westminster"; not "Pall Mall" or "shopping mall"."""
+    """True when ``word`` occurs in ``field`` first in a segment (text between commas, slashes, brackets, dashes ...)
+    or right after an article or a preposition that puts a name after it (:data:`_PHRASE_LEADS`): "Mall", "The Mall",
+    "near the Mall, Westminster", "Quartier du Marais", "30 St Mary Axe – Gherkin"; not "Pall Mall", "shopping mall",
+    "North Dakota"."""
     for segment in _SEGMENT_BREAKS.split(field):
         words = normalize_tokens(segment, keep_articles=True)
         for i, w in enumerate(words):
-            if w == word and (i == 0 or words[i - 1] in ARTICLES):
+            if w == word and (i == 0 or words[i - 1] in _PHRASE_LEADS):
                 return True
     return False
 
@@ -191,9 +212,11 @@ def field_names_reference(field: str | None, names: Iterable[str | None]) -> boo
     """True when ``field`` (an answer's area or building) names any of ``names`` (see module docstring).
 
     A name that is "The" and one word ("The Mall", "The Oval", "The Center") is named only where that word starts
-    a segment of the field or follows an article: its word alone is a common noun, so "Pall Mall", "a shopping
-    mall" or "Rockefeller Center" do not name it (session 36). The field's words are matched both without and
-    with its articles, so a name that keeps its last word ("Đại La") is found in "Đại La street".
+    a segment of the field or follows an article or a preposition (:func:`_starts_a_phrase`): its word alone is a
+    common noun, so "Pall Mall", "a shopping mall" or "Rockefeller Center" do not name it (session 36). A form of
+    the name with another word in front ("Kennington Oval", "Kia Oval") is then found only as one of the point's
+    aliases. The field's words are matched both without and with its articles, so a name that keeps its last word
+    ("Đại La") is found in "Đại La street". A name with its article after a comma ("Mall, The") reads as "The Mall".
     """
     if not field or not str(field).strip():
         return False
@@ -202,6 +225,7 @@ def field_names_reference(field: str | None, names: Iterable[str | None]) -> boo
     padded_all = " " + " ".join(normalize_tokens(field, keep_articles=True)) + " "
     compact = "".join(tokens)
     for name in name_variants(names):
+        name = _uninverted(name)
         ntok = normalize_tokens(name)
         if not ntok:
             continue

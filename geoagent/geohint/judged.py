@@ -47,7 +47,7 @@ from geoagent.geohint.echo import DEFAULT_ECHO_RULE, ECHO_RULES, check_echo_rule
 from geoagent.geohint.release_rows import (check_model_name, check_path_site, one_per_request, read_repeat, release_lang,
                                            request_identity, unreadable_repeat)
 from geoagent.geohint.result import GeoHintResult
-from geoagent.scoring.geohint import is_hit, normalize_level
+from geoagent.scoring.geohint import is_fine, is_hit, normalize_level
 
 REQUIRED = ("site", "model", "schema", "context", "path", "error_km", "resolved_level")
 BAND_CODES = {"05_15km": LADDER_BAND_LABELS[0], "15_30km": LADDER_BAND_LABELS[1], "30_60km": LADDER_BAND_LABELS[2]}
@@ -239,8 +239,9 @@ def _judged_rows(path: Path, rep: ImportReport) -> Iterator[GeoHintResult]:
                 error_km = _float(row.get("error_km"), finite=True)
                 if error_km is not None and error_km < 0:
                     raise ValueError(f"error_km is negative: {error_km}")
-                if error_km is None and level != "none":
-                    # resolved, with no distance: neither a hit nor a miss can be read (it was a miss before)
+                if error_km is None and is_fine(level):
+                    # resolved finer than the city, with no distance: neither a hit nor a miss can be read (it was a
+                    # miss before); a city-level answer is a miss whatever its distance (censored), review36 #1
                     raise ValueError(f"column 'error_km' is missing ({(row.get('error_km') or '').strip()!r}) for an "
                                      f"answer resolved at {row.get('resolved_level', '').strip()!r}")
                 schema = row["schema"].strip()

@@ -99,10 +99,10 @@ def is_plan_scope_key(path: str) -> bool:
     return bool(_PLAN_SCOPE.match(path)) or path in DESIGN_KEYS
 
 
-#: config paths whose value planning writes into each queued task's payload (a task section's prompt template and
-#: ``max_output_tokens``): a task queued before the change keeps the old value, only tasks planned after it get the
+#: config paths whose value planning writes into each queued task's payload (a task section's prompt template, or
+#: GeoHint's folder of them, and ``max_output_tokens``): a task queued before the change keeps the old value, only tasks planned after it get the
 #: new one (an idempotent put leaves a queued payload as it is)
-_PLANNING_FIXED = re.compile(r"^(geoverify|geohint)\.(prompt_template|max_output_tokens)$")
+_PLANNING_FIXED = re.compile(r"^(geoverify\.(prompt_template|max_output_tokens)|geohint\.(prompts_dir|max_output_tokens))$")
 #: campaign kinds whose planned payloads carry the prompt text (a crawl's stages read their templates when a task is
 #: handled, so an edited crawl prompt reaches its queued tasks)
 PROMPT_IN_PAYLOAD_KINDS = frozenset({"geoverify", "geohint"})
