@@ -57,6 +57,9 @@ def test_a_flushed_server_stops_the_run_and_refuses_the_next(tmp_path):
                                 capture_output=True, text=True, timeout=120)
         assert status.returncode == 2 and "no longer holds this campaign" in status.stderr, status.stdout + status.stderr
         assert "campaign complete" not in status.stdout
+        dry = subprocess.run([sys.executable, "run.py", "run", str(cfg), "--simulate"], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert dry.returncode == 2 and "no longer holds this campaign" in dry.stderr, dry.stdout + dry.stderr
         n_calls = len(fake.calls())
         assert n_calls < 60 + 10, n_calls  # the refused re-run sent nothing
     finally:
