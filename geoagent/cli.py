@@ -306,10 +306,22 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 def _cmd_dead(args: argparse.Namespace) -> int:
     from geoagent.runtime.backend import check_backend_unchanged
-    from geoagent.status import check_edge, dead_counts, dead_letters, describe_reason, queue_counts, requeue_dead
 
     cfg = _load(args.config)
     check_backend_unchanged(cfg)
+    if args.requeue:
+        return _dead(cfg, args)
+    from geoagent.runtime.sqlite_wal import reading_only
+
+    with reading_only():  # a listing only reads, as `status` (cli36 #4: it opened the queue files read-write)
+        return _dead(cfg, args)
+
+
+def _dead(cfg: Any, args: argparse.Namespace) -> int:
+    """``dead``'s work for ``cfg`` (:func:`_cmd_dead`). The listing goes to stdout, one task a line; a line saying
+    there is nothing to list goes to stderr, so ``dead CONFIG | wc -l`` counts tasks (cli36 #11)."""
+    from geoagent.status import check_edge, dead_counts, dead_letters, describe_reason, queue_counts, requeue_dead
+
     if not queue_counts(cfg):  # no queue file yet: say it as `status` does
         check_edge(cfg, args.edge)  # an --edge typo is still refused, naming the pipeline's edges
         from geoagent.status import (ran_in_another_folder, ran_in_another_folder_text, roots_relative_hint,
@@ -330,7 +342,7 @@ def _cmd_dead(args: argparse.Namespace) -> int:
             f" in {(Path(cfg.queues_root()) / cfg.name).absolute()}")
         print(f"campaign {cfg.name} not started (no queues yet{relative}): nothing dead-lettered"
               + ("; nothing to requeue" if args.requeue else "")
-              + (roots_relative_hint("dead", Path.cwd()) if relative else ""))
+              + (roots_relative_hint("dead", Path.cwd()) if relative else ""), file=sys.stderr)
         return 0
     if args.requeue:
         from geoagent.status import superseded_counts
@@ -354,7 +366,7 @@ def _cmd_dead(args: argparse.Namespace) -> int:
             print(f"{edge}\t{d.key}\tdeliveries={d.attempts}\t{describe_reason(d.reason)}")
     where = f" on edge {args.edge}" if args.edge else ""
     if not n:
-        print(f"no dead-lettered work{where} in campaign {cfg.name}")
+        print(f"no dead-lettered work{where} in campaign {cfg.name}", file=sys.stderr)
         return 0
     counts = dead_counts(cfg, args.edge)
     total = sum(counts.values())

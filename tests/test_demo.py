@@ -268,7 +268,7 @@ def test_demo_writes_filled_in_configs_that_status_dead_and_export_accept(demo, 
         text = capsys.readouterr().out
         assert f"campaign {name}" in text and "campaign complete" in text, text[:2000]
         assert main(["dead", str(path)]) == 0
-        assert f"no dead-lettered work in campaign {name}" in capsys.readouterr().out
+        assert f"no dead-lettered work in campaign {name}" in capsys.readouterr().err  # stdout: dead tasks only
     assert main(["export", str(paths[2])]) == 0
     assert re.search(r"geohint_scored: \d+ rows -> .*demo-geohint/geohint_scored\.parquet", capsys.readouterr().out)
 

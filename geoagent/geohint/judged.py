@@ -442,9 +442,36 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return _main(argv)
-    except (FileNotFoundError, ValueError) as exc:  # a bad input is one line naming the file, not a traceback
+    except (OSError, ValueError) as exc:  # a bad input or OUT_DIR is one line naming the file, not a traceback
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+#: the first line of each re-score command's ``report.md`` (:func:`out_dir_error` tells them apart)
+REPORT_TITLES = {"judged": "# GeoHint report", "raw_import": "# GeoHint Table 11 from raw forced_chain responses"}
+
+
+def out_dir_error(out_dir: str | Path, command: str) -> ValueError | None:
+    """Why ``out_dir`` cannot take the report of re-score ``command`` (``"judged"`` or ``"raw_import"``), or None:
+    it exists and is no folder; it holds a GeoContext release (``sites.csv``: the tables and figures would be
+    written among the release's files); or its ``report.md`` is the other command's (the two write ``report.md`` and
+    ``cutoff.csv`` alike, so one would replace the other's beside tables it does not describe; cli36 #3)."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        return ValueError(f"OUT_DIR {out}: exists and is not a folder")
+    if (out / "sites.csv").is_file() or (out / "data" / "sites.csv").is_file():
+        return ValueError(f"OUT_DIR {out}: holds a GeoContext release (sites.csv): give the report a folder of its own")
+    try:
+        with (out / "report.md").open(encoding="utf-8", errors="replace") as fh:
+            first = fh.readline().strip()
+    except OSError:
+        return None
+    for other, title in REPORT_TITLES.items():
+        if other != command and first == title:
+            return ValueError(f"OUT_DIR {out}: holds the report of `python -m geoagent.geohint.{other}` (report.md), "
+                              f"whose files this command's would replace: give each re-score command a folder of its "
+                              "own")
+    return None
 
 
 def _main(argv: list[str] | None) -> int:
@@ -483,7 +510,7 @@ def _main(argv: list[str] | None) -> int:
         ap.error(f"--n-boot must be 0 or more, got {args.n_boot}")
     if args.boot_seed is not None and args.boot_seed < 0:
         ap.error(f"--boot-seed must be 0 or more, got {args.boot_seed}")
-    bad = release_argument_error(args.release_dir, args.file)
+    bad = release_argument_error(args.release_dir, args.file) or out_dir_error(args.out_dir, "judged")
     if bad is not None:
         raise bad
     tables, report = replicate_report(args.release_dir, args.out_dir, filename=args.file, n_flips=args.flips,

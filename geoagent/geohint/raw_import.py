@@ -49,8 +49,8 @@ from geoagent import paths
 from geoagent.data.importer import ImportReport, import_release
 from geoagent.data.model import ContextLadder
 from geoagent.geohint.aggregate import CHECKLIST_CONDITIONS
-from geoagent.geohint.judged import (image_id_from_path, ladder_index, parse_context_label, print_import_notes,
-                                    release_condition, rescore_parser)
+from geoagent.geohint.judged import (image_id_from_path, ladder_index, out_dir_error, parse_context_label,
+                                     print_import_notes, release_condition, rescore_parser)
 from geoagent.geohint.parse import ANSWER_PARSER_VERSION, parse_answer
 from geoagent.geohint.release_rows import (check_model_name, check_path_site, one_per_request, read_repeat, release_lang,
                                            unreadable_repeat)
@@ -278,11 +278,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.file = getattr(args, "file", None)
     try:
-        bad = release_argument_error(args.release_dir, args.file)
+        bad = release_argument_error(args.release_dir, args.file) or out_dir_error(args.out_dir, "raw_import")
         if bad is not None:
             raise bad
         tables, report = replicate_table11(args.release_dir, args.out_dir, filename=args.file)
-    except (FileNotFoundError, ValueError) as exc:  # a bad input is one line naming the file, not a traceback
+    except (OSError, ValueError) as exc:  # a bad input or OUT_DIR is one line naming the file, not a traceback
         print(f"error: {exc}", file=sys.stderr)
         return 2
     from geoagent.geohint.raw_report import terms_lines

@@ -60,6 +60,7 @@ they are simulated.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import islice
 from dataclasses import dataclass
@@ -254,10 +255,26 @@ def write_frame(df: pl.DataFrame, parquet_path: str | os.PathLike[str], csv_path
 
     for path, writer in ((Path(parquet_path), "parquet"), (Path(csv_path), "csv")):
         with atomic_temp_path(path) as tmp:  # locked while written, fsync-ed, renamed (geoagent.files)
-            if writer == "parquet":
-                df.write_parquet(tmp, compression="zstd", **({"metadata": metadata} if metadata else {}))
-            else:
-                _csv_ready(df).write_csv(tmp)
+            try:
+                if writer == "parquet":
+                    df.write_parquet(tmp, compression="zstd", **({"metadata": metadata} if metadata else {}))
+                else:
+                    _csv_ready(df).write_csv(tmp)
+            except (OSError, pl.exceptions.PolarsError) as exc:
+                raise _with_errno(exc, tmp) from exc
+
+
+def _with_errno(exc: BaseException, path: Path) -> BaseException:
+    """``exc`` from a polars writer as an ``OSError`` with its errno when its text names one (polars raises an
+    ``OSError`` without errno, or a ``ComputeError``, reading "No space left on device (os error 28)"), so a full disk
+    is one ``error:`` line and exit 3 like every other refused write (cli36 #1: a traceback, exit 1); else ``exc``."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return exc
+    m = re.search(r"os error (\d+)", str(exc))
+    if m is None:
+        return exc
+    code = int(m.group(1))
+    return OSError(code, f"{os.strerror(code)}: writing {path} ({type(exc).__name__})")
 
 
 #: the per-model spend table (:func:`export_spend`): ``spend.parquet`` / ``spend.csv``

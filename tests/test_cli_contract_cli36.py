@@ -1,0 +1,112 @@
+"""The command-line contract where cli36 (session 36) found it broken.
+
+1. ``export`` onto a full disk: polars raises an ``OSError`` without errno, or a ``ComputeError``, reading "No space
+   left on device (os error 28)", which the CLI did not know for a full disk: a traceback and exit 1 ("nothing to
+   export") instead of one ``error:`` line and exit 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+
+import polars as pl
+import pytest
+
+from geoagent.cli import _is_storage_full, _run_command
+from geoagent.runtime.export import _with_errno
+
+
+@pytest.mark.parametrize("exc", [
+    OSError("No space left on device (os error 28)"),
+    pl.exceptions.ComputeError("parquet: File out of specification: underlying IO error: No space left on device "
+                               "(os error 28)"),
+])
+def test_a_polars_write_on_a_full_disk_reads_as_one(tmp_path, exc, capsys):
+    got = _with_errno(exc, tmp_path / "results.parquet.tmp")
+    assert isinstance(got, OSError) and got.errno == errno.ENOSPC and "results.parquet.tmp" in str(got)
+    assert _is_storage_full(got)
+
+    def fn(_args: argparse.Namespace) -> int:
+        raise got from exc
+
+    assert _run_command(argparse.Namespace(fn=fn)) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err and "disk is probably full" in err, err
+
+
+def test_other_polars_errors_stay_as_they_are(tmp_path):
+    exc = pl.exceptions.ComputeError("some other failure")
+    assert _with_errno(exc, tmp_path / "x") is exc
+    plain = OSError(errno.EACCES, "Permission denied")
+    assert _with_errno(plain, tmp_path / "x") is plain
+
+
+def _release_copy(release_dir, root):
+    import shutil
+
+    root.mkdir(parents=True)
+    for name in ("sites.csv", "ladders", "answers_judged_sample.csv", "forced_chain_raw_sample.jsonl"):
+        src = release_dir / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, root / name)
+    return root
+
+
+def test_rescore_commands_refuse_an_unusable_out_dir_in_one_line(release_dir, tmp_path, capsys):
+    """cli36 #2, #3: OUT_DIR an existing file or under one was a traceback (exit 1); the two re-score commands
+    overwrote each other's report.md and cutoff.csv in a shared OUT_DIR, and wrote into the release folder itself."""
+    from geoagent.geohint import judged, raw_import
+
+    rel = _release_copy(release_dir, tmp_path / "rel")
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    fast = ["--file", "answers_judged_sample.csv", "--flips", "20", "--splits", "4", "--n-boot", "0"]
+    for out, says in ((afile, "exists and is not a folder"), (afile / "sub", "afile/sub"),
+                      (rel, "holds a GeoContext release")):
+        capsys.readouterr()
+        assert judged.main([str(rel), str(out), *fast]) == 2, out
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and says in err and "Traceback" not in err, err
+        assert raw_import.main([str(rel), str(out)]) == 2, out
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and says in err and "Traceback" not in err, err
+    shared = tmp_path / "same"
+    assert judged.main([str(rel), str(shared), *fast]) == 0
+    before = (shared / "report.md").read_bytes()
+    capsys.readouterr()
+    assert raw_import.main([str(rel), str(shared)]) == 2
+    assert "holds the report of `python -m geoagent.geohint.judged`" in capsys.readouterr().err
+    assert (shared / "report.md").read_bytes() == before
+    assert judged.main([str(rel), str(shared), *fast]) == 0  # its own folder again: fine
+
+
+def test_dead_lists_read_only_and_says_nothing_to_list_on_stderr(tmp_path, monkeypatch, capsys):
+    """cli36 #4, #11: ``dead`` (no ``--requeue``) opened the queue files read-write (and failed on a read-only
+    archive); "no dead-lettered work" went to stdout, so ``dead CONFIG | wc -l`` read 1 task."""
+    import os
+    import time
+
+    from _model_harness import generic_campaign, model_table
+    from geoagent.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    cfg = generic_campaign(tmp_path, name="deadro", n=4, models=model_table("m"))
+    assert main(["run", str(cfg), "--no-live"]) == 0
+    qdir = tmp_path / "queues" / "deadro"
+    for f in qdir.iterdir():  # closed whole: no -wal beside a queue file
+        if f.name.endswith(("-wal", "-shm")):
+            f.unlink()
+    before = {f.name: f.stat().st_mtime_ns for f in qdir.iterdir()}
+    dir_before = qdir.stat().st_mtime_ns
+    time.sleep(0.05)
+    capsys.readouterr()
+    assert main(["dead", str(cfg)]) == 0
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err.strip() == "no dead-lettered work in campaign deadro"
+    assert {f.name: f.stat().st_mtime_ns for f in qdir.iterdir()} == before  # nothing made, nothing touched
+    assert qdir.stat().st_mtime_ns == dir_before
+    os.chmod(qdir, 0o555)  # an archived campaign (root ignores the mode: the check above is the one that counts)
+    try:
+        assert main(["dead", str(cfg)]) == 0
+    finally:
+        os.chmod(qdir, 0o755)
