@@ -1699,7 +1699,8 @@ async def open_services(
             from geoagent.runtime.hostshare_redis import RedisBoard
 
             board = RedisBoard(url, cfg.name)
-        async with http, HostShare(board, http):
+        # a dry run sends nothing: it joins no host-share board (which it would write)
+        async with http, (contextlib.nullcontext() if dry_run else HostShare(board, http)):
             for m in cfg.models:
                 settings = provider_settings(cfg, m.name, dotenv_path=dotenv_path, require_key=require_keys)
                 providers[m.name] = provider_class(settings.kind)(settings, http)
@@ -1834,9 +1835,19 @@ async def run_campaign(
     late = LateSignals() if handle_signals and not simulate else None
     try:
         # a dry run is read-only: it leaves the start-up recovery of dead processes' leases to the real run
-        with campaign_run_lock(cfg, simulate=simulate) as alone:
+        from geoagent.runtime.backend import state_exists, uses_redis
+        from geoagent.runtime.sqlite_wal import reading_only
+
+        # a dry run of a campaign that ran reads its ledger, store and queues without writing them (no ledger owner,
+        # no schema step, no -wal made beside a queue file, no data import stored again; cli36 #5: campaign.sqlite
+        # changed, and the dry run failed on a read-only archive); one of a new campaign plans in the state folder
+        # it opens, which is removed afterwards (discard_unstarted_state)
+        look = simulate and not uses_redis(cfg) and state_exists(cfg)
+        with campaign_run_lock(cfg, simulate=simulate) as alone, (reading_only() if look else contextlib.nullcontext()):
             async with launch(cfg, gazetteer=gazetteer) as cfg, open_services(cfg, dotenv_path=dotenv_path, require_keys=not simulate,
                                                                 dry_run=simulate) as ctx:
+                if look:
+                    ctx.services[C.SERVICE_READ_ONLY] = True  # the plan imports the release without storing it
                 ctx.services["config_as_written"] = written
                 # another run held the campaign (Outcome): on this machine's run lock, or (Redis) a process of any
                 # machine alive on the server

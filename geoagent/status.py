@@ -1406,21 +1406,23 @@ def run_baseline(cfg: Any) -> tuple[int, int]:
     stored answers it reused."""
     from geoagent.runtime.backend import open_state, redis_edges, state_exists, uses_redis
 
-    calls = done = 0
-    if state_exists(cfg):
-        with open_state(cfg, recover=False) as state:
-            calls = state.ledger.summary().calls
     from geoagent.runtime.sqlite_queue import queue_path
+    from geoagent.runtime.sqlite_wal import reading_only
 
-    qfile: Any = Path(queue_path(cfg.queues_root(), cfg.name, C.EDGE_REQUESTS))
-    if uses_redis(cfg):
-        qfile = _RedisEdge(C.EDGE_REQUESTS) if redis_edges(cfg, [C.EDGE_REQUESTS]) else None
-    if qfile is not None and (isinstance(qfile, _RedisEdge) or qfile.is_file()):
-        q = _open(cfg, qfile)
-        try:
-            done = q.counts_sync().done
-        finally:
-            q.close_sync()
+    calls = done = 0
+    with reading_only():  # a look: no ledger owner registered, no -wal made beside a queue file (cli36 #5)
+        if state_exists(cfg):
+            with open_state(cfg, recover=False) as state:
+                calls = state.ledger.summary().calls
+        qfile: Any = Path(queue_path(cfg.queues_root(), cfg.name, C.EDGE_REQUESTS))
+        if uses_redis(cfg):
+            qfile = _RedisEdge(C.EDGE_REQUESTS) if redis_edges(cfg, [C.EDGE_REQUESTS]) else None
+        if qfile is not None and (isinstance(qfile, _RedisEdge) or (qfile.is_file() and qfile.stat().st_size)):
+            q = _open(cfg, qfile)
+            try:
+                done = q.counts_sync().done
+            finally:
+                q.close_sync()
     return calls, done
 
 

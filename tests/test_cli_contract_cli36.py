@@ -110,3 +110,36 @@ def test_dead_lists_read_only_and_says_nothing_to_list_on_stderr(tmp_path, monke
         assert main(["dead", str(cfg)]) == 0
     finally:
         os.chmod(qdir, 0o755)
+
+
+def test_a_dry_run_of_a_campaign_that_ran_writes_nothing(tmp_path, monkeypatch, capsys):
+    """cli36 #5: ``run --simulate`` registered a ledger owner in campaign.sqlite (and removed it), joined the
+    host-share board and ran the schema script: the file changed, and the dry run failed on a read-only archive.
+    The docs say its ledger is read, nothing written."""
+    import time
+
+    from _model_harness import generic_campaign, model_table
+    from geoagent.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    cfg = generic_campaign(tmp_path, name="dryro", n=6, models=model_table("m"))
+    assert main(["run", str(cfg), "--no-live"]) == 0
+    cfg.write_text(cfg.read_text().replace("n_requests = 6", "n_requests = 9"))  # 3 more to estimate
+    for root in (tmp_path / "state" / "dryro", tmp_path / "queues" / "dryro"):
+        for f in root.iterdir():
+            if f.name.endswith(("-wal", "-shm")):
+                f.unlink()
+
+    def snapshot():
+        return {str(p): p.stat().st_mtime_ns for root in (tmp_path / "state", tmp_path / "queues")
+                for p in [root, *root.rglob("*")]}
+
+    before = snapshot()
+    time.sleep(0.05)
+    capsys.readouterr()
+    assert main(["run", str(cfg), "--simulate"]) == 0
+    out = capsys.readouterr().out
+    assert "3 calls to make" in out or "3 call" in out, out[-2000:]
+    after = snapshot()
+    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+    assert changed == [], changed

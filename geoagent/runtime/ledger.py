@@ -598,7 +598,9 @@ class Ledger:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{_pysecrets.token_hex(6)}"
         #: this process's own cap (nano-USD), None: the campaign's stored cap alone (:meth:`reserve`)
         self.own_cap_nusd = usd_to_nano(cap_usd) if cap_usd is not None else None
-        if is_reading_only():  # `status`: reads the ledger, registers no owner and books nothing
+        #: opened by a look (`status`, a dry run of a campaign that ran): reads only, registers and retires no owner
+        self.read_only = is_reading_only()
+        if self.read_only:  # `status`: reads the ledger, registers no owner and books nothing
             self.recovered = 0
             return
         with db.transaction() as conn:
@@ -690,7 +692,10 @@ class Ledger:
         return {str(m): (nano_to_usd(int(total)), int(n)) for m, total, n in sorted(rows)}
 
     def retire(self) -> None:
-        """Forget this process's owner record if it holds no open reservation (call before closing)."""
+        """Forget this process's owner record if it holds no open reservation (call before closing); nothing for a
+        ledger opened read-only (:attr:`read_only`: it registered none)."""
+        if self.read_only:
+            return
         with self.db.transaction() as conn:
             conn.execute(
                 "DELETE FROM ledger_owners WHERE token = ? AND NOT EXISTS"
