@@ -584,12 +584,14 @@ EXIT_CODES_EPILOG = """exit codes:
        prints its whole report first, then a last line `exit 2: ...` saying why
   3    incomplete: some work dead-lettered (list it with `dead CONFIG`, retry with `dead CONFIG --requeue`),
        or left queued untouched because a stage stopped early, e.g. a host could not be reached (the
-       summary names it; re-run the same command to resume), or the [backend] Redis server went away
+       summary names it; re-run the same command to resume), or the [backend] Redis server went away or
+       is out of memory; any command: a write refused by a full disk (free space, re-run the same command)
   4    budget exhausted: the cost cap stopped dispatching (raise [budget] cap_usd and re-run), or the GeoHint
        geocoder's Nominatim request cap stopped geocoding (the summary says so: re-run to go on)
-  5    authentication failed: a model's host answered 401/403 repeatedly (that model's work stays queued
-       while the other models finish), or the Mapillary API refused a crawl's token (the crawl stops at
-       once); fix the variable named (MAPILLARY_TOKEN for a crawl) and re-run; no task is lost
+  5    authentication failed: a model's host answered 401/403 repeatedly or refused its account for billing
+       (402, a quota 429) (that model's work stays queued while the other models finish), or the Mapillary
+       API refused a crawl's token (the crawl stops at once); fix the variable named (MAPILLARY_TOKEN for a
+       crawl, or add credit) and re-run; no task is lost
   6    no usable answers: every planned task reached the end, but a model answered and none of its
        answers parsed (e.g. every answer cut off at max_output_tokens); the summary names the model and
        the cause
@@ -603,7 +605,11 @@ _CTRL_C = "interrupted (Ctrl-C)"
 _CONFIG_ERR = "config error, bad argument or unusable path"
 _INCOMPLETE = ("incomplete: some work dead-lettered (list it with `dead CONFIG`, retry with `dead CONFIG --requeue`),\n"
                "       or left queued untouched because a stage stopped early, e.g. a host could not be reached (the\n"
-               "       summary names it; re-run the same command to resume), or the [backend] Redis server went away")
+               "       summary names it; re-run the same command to resume), or the [backend] Redis server went away\n"
+               "       or is out of memory, or a full disk refused a write (free space, re-run the same command)")
+#: exit 3 of the commands that run no campaign: what any command meets
+_STORAGE_3 = ("a full disk refused a write, or the [backend] Redis server went away or is out of memory: free\n"
+              "       space (or memory) and run the same command again")
 _BUDGET = ("budget exhausted: the cost cap stopped dispatching (raise [budget] cap_usd and re-run), or the GeoHint\n"
            "       geocoder's Nominatim request cap stopped geocoding (the summary says so: re-run to go on)")
 _RESUME = "interrupted (Ctrl-C / SIGTERM): re-run the same command to resume"
@@ -635,8 +641,9 @@ COMMAND_EXIT_CODES: dict[str, dict[int, str]] = {
         3: _INCOMPLETE,
         4: "budget exhausted: the cost cap stopped the auditors' model calls (raise [budget] cap_usd and re-run)",
         5: "authentication failed: the Mapillary API refused the token (the crawl stops at once), or an\n"
-           "       auditor's host answered 401/403 repeatedly; fix the variable named (MAPILLARY_TOKEN for\n"
-           "       Mapillary) and re-run; no task is lost",
+           "       auditor's host answered 401/403 repeatedly or refused its account for billing (402, a quota\n"
+           "       429); fix the variable named (MAPILLARY_TOKEN for Mapillary, or add credit) and re-run; no\n"
+           "       task is lost",
         130: _RESUME,
     },
     "status": {0: "status shown (also for a campaign not started yet)", 1: _PIPE,
@@ -644,14 +651,14 @@ COMMAND_EXIT_CODES: dict[str, dict[int, str]] = {
                "       ran: the queues root is probably wrong (the status shown names the root its runs used);\n"
                "       or queues holding work but no state of the campaign under the state root: $GEOAGENT_STATE\n"
                "       or [paths] state is probably wrong (the status shown names the root and the folder to use)",
-               130: _CTRL_C},
+               3: _STORAGE_3, 130: _CTRL_C},
     "dead": {0: "listed or requeued (also when nothing is dead-lettered)", 1: _PIPE,
              2: _CONFIG_ERR + " (an unknown --edge is refused, naming the edges); also no queues\n"
              "       found although the state folder shows the campaign ran: the queues root is probably wrong\n"
-             "       (the message names the root its runs used)", 130: _CTRL_C},
+             "       (the message names the root its runs used)", 3: _STORAGE_3, 130: _CTRL_C},
     "export": {0: "exported (a warning says so when the campaign is not finished: the export covers the work done)",
                1: "nothing to export (the campaign has not run yet); output pipe closed early",
-               2: _CONFIG_ERR, 130: _CTRL_C},
+               2: _CONFIG_ERR, 3: _STORAGE_3, 130: _CTRL_C},
     "demo": {0: "complete: all three demo campaigns (crawl, GeoVerify, GeoHint) finished", 1: _PIPE,
              2: _CONFIG_ERR + " (e.g. --workdir)", 3: _INCOMPLETE.replace("the same command", "`demo`").replace(
                  "`dead CONFIG`", "`dead CONFIG`, CONFIG being the filled-in file the demo\n"
@@ -730,12 +737,13 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         description="geoagent: crawl open map/photo APIs and run resumable, cost-capped VLM geolocation campaigns.",
         epilog=EXIT_CODES_EPILOG + "\n" + ENVIRONMENT_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,  # cli36 #8: "dead CONFIG --re" requeued (a write) as an abbreviation of --requeue
     )
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
     def kw(command: str) -> dict[str, Any]:
         return {"epilog": command_exit_codes_epilog(command) + SUBCOMMAND_ENV_EPILOG,
-                "formatter_class": argparse.RawDescriptionHelpFormatter}
+                "formatter_class": argparse.RawDescriptionHelpFormatter, "allow_abbrev": False}
 
     r = sub.add_parser("run", help="run or resume a campaign (re-run the same command to resume)", **kw("run"))
     r.add_argument("config", help=CONFIG_HELP)

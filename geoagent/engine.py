@@ -1788,6 +1788,10 @@ async def run_campaign(
     check_state_matches_queues(cfg)
     check_run_here(cfg)
     recorded_kind = False
+    if simulate:
+        # the dry run predicts the run's refusal of a queues root other than the one the earlier runs recorded
+        # (cli36 #6: it estimated against the empty folder, exit 0, and the run then refused, exit 2)
+        check_queues_root_as_recorded(cfg)
     if not simulate:
         from geoagent.runtime.runs_index import record_run_folder
         from geoagent.secrets import SecretNotFound

@@ -143,3 +143,69 @@ def test_a_dry_run_of_a_campaign_that_ran_writes_nothing(tmp_path, monkeypatch, 
     after = snapshot()
     changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
     assert changed == [], changed
+
+
+def test_a_dry_run_predicts_the_refusal_of_another_queues_root(tmp_path, monkeypatch, capsys):
+    """cli36 #6: with ``GEOAGENT_QUEUES`` pointing elsewhere than the folder the earlier runs kept their queues in
+    (which still holds them), the dry run estimated against the empty folder and exited 0; the run then refused
+    (exit 2). Both refuse now, naming the recorded folder."""
+    from _model_harness import generic_campaign, model_table
+    from geoagent.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    cfg = generic_campaign(tmp_path, name="qroot", n=4, models=model_table("m"))
+    assert main(["run", str(cfg), "--no-live"]) == 0
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "elsewhere"))
+    for extra in (["--simulate"], ["--no-live"]):
+        capsys.readouterr()
+        assert main(["run", str(cfg), *extra]) == 2, extra
+        err = capsys.readouterr().err
+        assert "its earlier runs kept their queues in" in err and str(tmp_path / "queues" / "qroot") in err, err
+    assert not (tmp_path / "elsewhere").exists() or not any((tmp_path / "elsewhere").rglob("*.sqlite"))
+
+
+@pytest.mark.parametrize("argv", [["dead", "c.toml", "--re"], ["run", "c.toml", "--sim"], ["export", "c.toml", "--o", "x"],
+                                  ["run", "c.toml", "--st", "model_caller"]])
+def test_option_abbreviations_are_refused(argv, capsys):
+    """cli36 #8: argparse's prefix matching took ``dead CONFIG --re`` for ``--requeue`` (a write)."""
+    from geoagent.cli import build_parser
+
+    with pytest.raises(SystemExit) as exit_:
+        build_parser("run.py").parse_args(argv)
+    assert exit_.value.code == 2
+    assert "unrecognized arguments" in capsys.readouterr().err
+
+
+def test_a_refused_write_whose_awaiter_is_gone_logs_no_unretrieved_future(tmp_path):
+    """cli36 #7: a run on a full disk printed its one error line, then up to 31 "Future exception was never
+    retrieved ... OperationalError('database or disk is full')" tracebacks: the jobs of a failed group commit whose
+    awaiting tasks had ended. Such an error is marked retrieved; an awaiter still receives it."""
+    import asyncio
+    import gc
+    import sqlite3
+
+    from geoagent.runtime.ledger import CampaignDB
+
+    db = CampaignDB(tmp_path / "c.sqlite")
+
+    def full():
+        raise sqlite3.OperationalError("database or disk is full")
+
+    seen: list[dict] = []
+
+    async def main():
+        asyncio.get_running_loop().set_exception_handler(lambda loop, ctx: seen.append(ctx))
+        db.submit_async(full)  # nobody awaits it
+        awaited = db.submit_async(full)
+        with pytest.raises(sqlite3.OperationalError):
+            await awaited
+        await asyncio.sleep(0.05)
+        gc.collect()
+        await asyncio.sleep(0)
+
+    try:
+        asyncio.run(main())
+    finally:
+        db.close()
+    gc.collect()
+    assert not [c for c in seen if "never retrieved" in str(c.get("message"))], seen

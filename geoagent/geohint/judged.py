@@ -527,7 +527,7 @@ def rescore_parser(module: str, what: str, files: str, outputs: str, file_help: 
     """The argument parser both re-score commands start from (``python -m geoagent.geohint.<module>``): the
     positional ``RELEASE_DIR`` (holding ``files``) and ``OUT_DIR`` (for ``outputs``), and ``--file`` (absent from
     the namespace unless given, so its help shows no "(default: None)"); defaults shown in ``--help``."""
-    ap = argparse.ArgumentParser(prog=f"python -m geoagent.geohint.{module}",
+    ap = argparse.ArgumentParser(prog=f"python -m geoagent.geohint.{module}", allow_abbrev=False,
                                  description=f"{what} (no model calls, no geocoder).",
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("release_dir", metavar="RELEASE_DIR",

@@ -385,6 +385,12 @@ def _settle_loop_futures(items: list[tuple["asyncio.Future[Any]", bool, Any]]) -
             afut.set_result(value)
         else:
             afut.set_exception(value)
+            if isinstance(value, (sqlite3.Error, OSError)):
+                # a write the file system refused (a full disk) fails every job of the group at once, and the
+                # tasks that queued some of them may have ended meanwhile (the run stopping on the first one): their
+                # futures were printed as "Future exception was never retrieved" tracebacks after the run's one error
+                # line (cli36 #7). Marked retrieved; an awaiter still gets the exception
+                afut.exception()
 
 
 def _resolve(outcomes: list[tuple[Any, bool, Any]]) -> None:
