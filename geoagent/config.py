@@ -2022,6 +2022,11 @@ def load_config(path: str | os.PathLike[str]) -> CampaignConfig:
         shipped = packaged_config_path(str(path))
         if shipped is None:
             raise ConfigError(str(path), ["file not found" + _unexpanded_hint(str(path))])
+        if str(path).endswith(".toml"):
+            # a file name with nothing of that name here: the packaged one is used (a bare "example" asks for it);
+            # said, so an edited copy run from another folder is not silently the original (cli36 #12)
+            warnings.warn(f"{path}: no such file in {Path.cwd()}; using the packaged geoagent/configs/{shipped.name}",
+                          ConfigWarning, stacklevel=2)
         p = shipped
     label = p.name if p.is_relative_to(Path(__file__).parent) else str(p)
     try:

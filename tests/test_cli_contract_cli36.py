@@ -209,3 +209,18 @@ def test_a_refused_write_whose_awaiter_is_gone_logs_no_unretrieved_future(tmp_pa
         db.close()
     gc.collect()
     assert not [c for c in seen if "never retrieved" in str(c.get("message"))], seen
+
+
+def test_a_toml_name_with_no_file_here_says_the_packaged_one_is_used(tmp_path, monkeypatch):
+    """cli36 #12: ``status crawl_sandbox.toml`` from a folder without that file silently loaded the packaged one."""
+    from geoagent.config import ConfigWarning, load_config
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.warns(ConfigWarning, match=r"crawl_sandbox\.toml: no such file in .*; using the packaged"):
+        cfg = load_config("crawl_sandbox.toml")
+    assert cfg.name == "crawl-sandbox"
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)
+        load_config("crawl_sandbox")  # a bare name asks for the packaged file: no warning
