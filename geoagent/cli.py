@@ -894,8 +894,10 @@ def _run_command(args: argparse.Namespace) -> int:
             print(f"error: {text}", file=sys.stderr)
             return 2
         if isinstance(leaf, OSError) and leaf.errno in _PATH_ERRNOS:  # a data root that is a file, read-only, ...
-            print(f"error: {leaf} (check [paths] in the config and ${C.ENV_STATE_ROOT} / ${C.ENV_QUEUES_ROOT})",
-                  file=sys.stderr)
+            out = getattr(args, "out", None)
+            hint = ("check the folder given to --out" if out else  # cli36 #14: --out, not the data roots
+                    f"check [paths] in the config and ${C.ENV_STATE_ROOT} / ${C.ENV_QUEUES_ROOT}")
+            print(f"error: {leaf} ({hint})", file=sys.stderr)
             return 2
         full = _storage_failure(exc)
         if full is not None:

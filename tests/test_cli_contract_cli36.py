@@ -224,3 +224,17 @@ def test_a_toml_name_with_no_file_here_says_the_packaged_one_is_used(tmp_path, m
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConfigWarning)
         load_config("crawl_sandbox")  # a bare name asks for the packaged file: no warning
+
+
+def test_export_to_an_unusable_out_folder_names_out_not_the_data_roots(capsys):
+    """cli36 #14: an export refused by a read-only --out folder said "(check [paths] in the config and
+    $GEOAGENT_STATE / $GEOAGENT_QUEUES)". The error is the one the export raised there (a read-only mount, which a
+    test run as root cannot make, so it is raised here as the file system raised it)."""
+    def fn(_args: argparse.Namespace) -> int:
+        raise OSError(errno.EROFS, "Read-only file system", "/mnt/ro/out/.results.parquet.tmp")
+
+    assert _run_command(argparse.Namespace(fn=fn, out="/mnt/ro/out")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "check the folder given to --out" in err and "[paths]" not in err, err
+    assert _run_command(argparse.Namespace(fn=fn)) == 2  # a command without --out: the data roots
+    assert "check [paths] in the config" in capsys.readouterr().err
