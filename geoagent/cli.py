@@ -18,6 +18,7 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 from collections.abc import Iterator
@@ -811,8 +812,34 @@ def main(argv: list[str] | None = None) -> int:
     from geoagent.secrets import install_log_redaction
 
     install_log_redaction()
+    for line in near_miss_env_lines(os.environ):
+        print(line, file=sys.stderr)
     with _config_warnings_as_lines():
         return _run_command(args)
+
+
+#: the folder variables a misspelt name of (``GEOAGENT_STATE_DIR``, ``GEOAGENT_QUEUE``) is said to be no variable of
+#: geoagent's: a data root left where it was is the campaign run elsewhere than meant (cli36 #13)
+_FOLDER_VARS = {"GEOAGENT_STATE": "the state root", "GEOAGENT_QUEUES": "the queues root",
+                "GEOAGENT_RELEASE": "the GeoContext release folder"}
+
+
+def near_miss_env_lines(environ: Any) -> list[str]:
+    """One ``warning:`` line per set environment variable whose name is a folder variable's with something added or
+    left off (``GEOAGENT_STATE_DIR``, ``GEOAGENT_QUEUE``, ``GEOAGENT_RELEASE_DIR``): geoagent reads none of them, so
+    the folder stays where it was. Other ``GEOAGENT_*`` names are left alone (a model's ``api_key_env`` may be
+    any name)."""
+    known = set(re.findall(r"^\s+(GEOAGENT_[A-Z_]+)", ENVIRONMENT_EPILOG, re.M))
+    out = []
+    for name in sorted(environ):
+        if name in known or not name.startswith("GEOAGENT_"):
+            continue
+        for var, what in _FOLDER_VARS.items():
+            if name.startswith(var.rstrip("S")):
+                out.append(f"warning: ${name} is set but geoagent reads no such variable: did you mean ${var} "
+                           f"({what})? Its folder stays as the config and the defaults set it")
+                break
+    return out
 
 
 #: the format of a logging record on the console with ``-v`` (every record, debug ones too)

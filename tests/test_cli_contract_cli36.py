@@ -238,3 +238,15 @@ def test_export_to_an_unusable_out_folder_names_out_not_the_data_roots(capsys):
     assert err.startswith("error: ") and "check the folder given to --out" in err and "[paths]" not in err, err
     assert _run_command(argparse.Namespace(fn=fn)) == 2  # a command without --out: the data roots
     assert "check [paths] in the config" in capsys.readouterr().err
+
+
+def test_a_misspelt_folder_variable_is_said_to_be_none(tmp_path, monkeypatch, capsys):
+    """cli36 #13: ``GEOAGENT_STATE_DIR`` (for ``GEOAGENT_STATE``) was silently ignored: the state stayed in ./state."""
+    from geoagent.cli import main, near_miss_env_lines
+
+    assert near_miss_env_lines({"GEOAGENT_STATE": "a", "GEOAGENT_TEST_KEY": "k", "GEOAGENT_REDIS_URL": "u"}) == []
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GEOAGENT_STATE_DIR", str(tmp_path / "s"))
+    main(["status", "generic_demo"])
+    err = capsys.readouterr().err
+    assert "warning: $GEOAGENT_STATE_DIR is set but geoagent reads no such variable: did you mean $GEOAGENT_STATE" in err
