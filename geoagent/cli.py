@@ -257,7 +257,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     stages = [s.strip() for s in args.stages.split(",") if s.strip()] if args.stages is not None else None
     if stages is not None:
         _check_stages(cfg, stages)
-    before = run_baseline(cfg)
+    before = run_baseline(cfg, look=bool(args.simulate))
     if not args.simulate:  # the dry run shows them in its report
         _note_default_endpoints(cfg)
     outcome = anyio.run(
@@ -356,7 +356,12 @@ def _dead(cfg: Any, args: argparse.Namespace) -> int:
             # next run sets them aside again (with the reason they had), unsent
             note = (f" ({min(aside, n)} of them were set aside as superseded, not in the current plan: the next run "
                     "sets those aside again, unsent, unless its config plans them again)")
-        print(f"requeued {n} dead tasks{note}; re-run the campaign to process them")
+        if not n:  # cli36 #16: "requeued 0 dead tasks; re-run the campaign to process them"
+            where = f" on edge {args.edge}" if args.edge else ""
+            print(f"no dead-lettered work{where} in campaign {cfg.name}: nothing to requeue", file=sys.stderr)
+            return 0
+        print(f"requeued {n} dead task{'s' if n != 1 else ''}{note}; re-run the campaign to process "
+              f"{'them' if n != 1 else 'it'}")
         return 0
     n = 0
     # --limit 0: every task (the largest edge's count bounds each edge's list)
@@ -564,7 +569,7 @@ def _cmd_crawl(args: argparse.Namespace) -> int:
     _check_state_matches_queues(cfg)
     # printed once planned (the run itself says, after planning, what a change reaches)
     notes = _DriftNotes(cfg, simulate=args.simulate)
-    before = run_baseline(cfg)
+    before = run_baseline(cfg, look=bool(args.simulate))
     if not args.simulate:  # the dry run shows them in its report
         _note_default_endpoints(cfg)
     outcome = anyio.run(lambda: run_campaign(cfg, simulate=args.simulate, live=False if args.no_live else None,

@@ -16,6 +16,7 @@ original words ("retries exhausted after 2 attempts", which counts HTTP attempts
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -1400,17 +1401,19 @@ def dead_counts(cfg: Any, edge: str | None = None) -> dict[str, int]:
     return _per_edge(cfg, edge, lambda q: q.counts_sync().dead)
 
 
-def run_baseline(cfg: Any) -> tuple[int, int]:
+def run_baseline(cfg: Any, *, look: bool = False) -> tuple[int, int]:
     """``(model calls settled, request tasks done)`` of a campaign before a run; ``(0, 0)`` when it has no
     state yet (nothing is created). The run's summary subtracts them to tell this run's new calls from the
-    stored answers it reused."""
+    stored answers it reused. ``look``: a dry run's, which reads the files read-only."""
     from geoagent.runtime.backend import open_state, redis_edges, state_exists, uses_redis
 
     from geoagent.runtime.sqlite_queue import queue_path
     from geoagent.runtime.sqlite_wal import reading_only
 
     calls = done = 0
-    with reading_only():  # a look: no ledger owner registered, no -wal made beside a queue file (cli36 #5)
+    # ``look`` (a dry run): read only, no ledger owner registered, no -wal made beside a queue file (cli36 #5); a run
+    # opens the files as it will use them, so a read-only folder is refused here, naming the file
+    with reading_only() if look else contextlib.nullcontext():
         if state_exists(cfg):
             with open_state(cfg, recover=False) as state:
                 calls = state.ledger.summary().calls

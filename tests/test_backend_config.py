@@ -137,7 +137,7 @@ def test_campaign_runs_and_is_read_and_exported_on_redis_with_no_local_queue_or_
     rc, text = _cli(["dead", str(cfg_path)], capsys)
     assert rc == 0 and "requests\textra-task\t" in text, text
     rc, text = _cli(["dead", "--requeue", str(cfg_path)], capsys)
-    assert rc == 0 and "requeued 1 dead tasks" in text, text
+    assert rc == 0 and "requeued 1 dead task;" in text, text
     rc, text = _cli(["dead", str(cfg_path)], capsys)
     assert "no dead-lettered work" in text
     # a second run finds every answer stored on the server: no new call (the requeued task is no request of

@@ -43,7 +43,7 @@ def test_the_bound_is_half_the_equatorial_circumference():
     assert math.pi * C.EARTH_RADIUS_KM < C.MAX_SURFACE_DISTANCE_KM
 
 
-@pytest.mark.parametrize("bad", ["1e200", "25000", "-3", "nan", "inf"])
+@pytest.mark.parametrize("bad", ["1e200", "25000", "-3", "inf"])
 def test_a_corrupt_ladder_distance_is_reported_with_file_line_and_value(tmp_path, bad):
     rel = import_release(_release(tmp_path, ["1.03", bad, "20000"]))
     pts = rel.ladders["s1"].points
@@ -53,6 +53,14 @@ def test_a_corrupt_ladder_distance_is_reported_with_file_line_and_value(tmp_path
     assert "dist_km" in issues[0].reason and bad.lstrip("-") in issues[0].reason.lower(), issues[0].reason
     if bad in ("1e200", "25000"):
         assert "20037.5" in issues[0].reason, issues[0].reason
+
+
+def test_a_distance_spelled_nan_is_an_empty_cell(tmp_path):
+    """Session 36 (reports36 #2): "nan" (pandas' and R's spelling of an empty numeric cell) in the optional
+    ``dist_km`` is no distance, as an empty cell is: the point is kept without one (it was refused before)."""
+    rel = import_release(_release(tmp_path, ["1.03", "nan", "20000"]))
+    assert [p.dist_km for p in rel.ladders["s1"].points] == [1.03, None, 20000.0]
+    assert not [i for i in rel.report.issues if i.file.endswith("s1_ladder_deepseek-en.csv")]
 
 
 def test_a_corrupt_trial_distance_is_reported_with_file_line_and_value(tmp_path):
