@@ -823,7 +823,7 @@ def main(argv: list[str] | None = None) -> int:
         return _run_command(args)
 
 
-#: the folder variables a misspelt name of (``GEOAGENT_STATE_DIR``, ``GEOAGENT_QUEUE``) is said to be no variable of
+#: the folder variables a misspelt name of (one with ``_DIR`` added, or the S of QUEUES left off) is said to be no variable of
 #: geoagent's: a data root left where it was is the campaign run elsewhere than meant (cli36 #13)
 _FOLDER_VARS = {"GEOAGENT_STATE": "the state root", "GEOAGENT_QUEUES": "the queues root",
                 "GEOAGENT_RELEASE": "the GeoContext release folder"}
@@ -831,7 +831,7 @@ _FOLDER_VARS = {"GEOAGENT_STATE": "the state root", "GEOAGENT_QUEUES": "the queu
 
 def near_miss_env_lines(environ: Any) -> list[str]:
     """One ``warning:`` line per set environment variable whose name is a folder variable's with something added or
-    left off (``GEOAGENT_STATE_DIR``, ``GEOAGENT_QUEUE``, ``GEOAGENT_RELEASE_DIR``): geoagent reads none of them, so
+    left off (the state variable with ``_DIR`` added, the queues one without its last S): geoagent reads none of them, so
     the folder stays where it was. Other ``GEOAGENT_*`` names are left alone (a model's ``api_key_env`` may be
     any name)."""
     known = set(re.findall(r"^\s+(GEOAGENT_[A-Z_]+)", ENVIRONMENT_EPILOG, re.M))

@@ -40,13 +40,28 @@ def _start(cfg: Path, env: dict[str, str], log: Path) -> subprocess.Popen:
                             stdout=open(log, "wb"), stderr=subprocess.STDOUT)
 
 
+def redis_campaign(tmp_path: Path, fake: ModelFake, *, name: str, n: int, cap_usd: float = 1.0,
+                   queue: dict | None = None) -> Path:
+    """``<tmp_path>/<name>.toml``: a generic campaign of ``n`` requests of one model on ``fake`` (key variable
+    ``GA_FAKE_KEY``, concurrency 2) with ``[backend] kind = "redis"`` (URL from ``$GA_TEST_REDIS``)."""
+    models = model_table("m", base_url=fake.base_url, key_var="GA_FAKE_KEY", concurrency=2)
+    cfg = generic_campaign(tmp_path, name=name, n=n, models=models, cap_usd=cap_usd, queue=queue)
+    cfg.write_text(cfg.read_text() + '\n[backend]\nkind = "redis"\nurl_env = "GA_TEST_REDIS"\n', encoding="utf-8")
+    return cfg
+
+
+def wait_for_calls(fake: ModelFake, run: subprocess.Popen, n: int, log: Path) -> None:
+    """Wait (at most 60 s) until ``fake`` has seen ``n`` calls; the run must still be going."""
+    deadline = time.monotonic() + 60
+    while len(fake.calls()) < n and time.monotonic() < deadline and run.poll() is None:
+        time.sleep(0.02)
+    assert run.poll() is None, log.read_text()[-3000:]
+
+
 def test_two_processes_with_separate_state_share_one_campaign_and_survive_a_kill(tmp_path, redis_url):
     fake = ModelFake(tmp_path / "calls.jsonl", seed=5, latency_ms=120.0)
     try:
-        models = model_table("m", base_url=fake.base_url, key_var="GA_FAKE_KEY", concurrency=2)
-        cfg = generic_campaign(tmp_path, name="so1", n=N, models=models, cap_usd=1.0,
-                               queue={"visibility_timeout_s": 3.0})
-        cfg.write_text(cfg.read_text() + '\n[backend]\nkind = "redis"\nurl_env = "GA_TEST_REDIS"\n', encoding="utf-8")
+        cfg = redis_campaign(tmp_path, fake, name="so1", n=N, cap_usd=1.0, queue={"visibility_timeout_s": 3.0})
         env_a, env_b = _env(redis_url, tmp_path / "m1"), _env(redis_url, tmp_path / "m2")
         a = _start(cfg, env_a, tmp_path / "a1.log")
         b = _start(cfg, env_b, tmp_path / "b.log")
@@ -136,16 +151,10 @@ def test_a_server_that_goes_away_mid_run_ends_the_run_with_one_line_and_a_rerun_
     fake = ModelFake(tmp_path / "calls.jsonl", seed=5, latency_ms=150.0)
     try:
         url = protect()
-        models = model_table("m", base_url=fake.base_url, key_var="GA_FAKE_KEY", concurrency=2)
-        cfg = generic_campaign(tmp_path, name="gone", n=40, models=models, cap_usd=1.0,
-                               queue={"visibility_timeout_s": 3.0})
-        cfg.write_text(cfg.read_text() + '\n[backend]\nkind = "redis"\nurl_env = "GA_TEST_REDIS"\n', encoding="utf-8")
+        cfg = redis_campaign(tmp_path, fake, name="gone", n=40, cap_usd=1.0, queue={"visibility_timeout_s": 3.0})
         env = {**_env(url, tmp_path / "state"), "GEOAGENT_REDIS_RETRY_S": "2"}  # an outage longer than the window
         run = _start(cfg, env, tmp_path / "run.log")
-        deadline = time.monotonic() + 60
-        while len(fake.calls()) < 8 and time.monotonic() < deadline and run.poll() is None:
-            time.sleep(0.02)
-        assert run.poll() is None, (tmp_path / "run.log").read_text()[-3000:]
+        wait_for_calls(fake, run, 8, tmp_path / "run.log")
         server.stop()
         rc = run.wait(60)
         text = (tmp_path / "run.log").read_text()
@@ -181,15 +190,9 @@ def test_a_server_restarted_within_the_retry_window_is_ridden_out_and_every_requ
     server.start()
     fake = ModelFake(tmp_path / "calls.jsonl", seed=5, latency_ms=150.0)
     try:
-        models = model_table("m", base_url=fake.base_url, key_var="GA_FAKE_KEY", concurrency=2)
-        cfg = generic_campaign(tmp_path, name="blip", n=40, models=models, cap_usd=1.0,
-                               queue={"visibility_timeout_s": 60.0})
-        cfg.write_text(cfg.read_text() + '\n[backend]\nkind = "redis"\nurl_env = "GA_TEST_REDIS"\n', encoding="utf-8")
+        cfg = redis_campaign(tmp_path, fake, name="blip", n=40, cap_usd=1.0, queue={"visibility_timeout_s": 60.0})
         run = _start(cfg, _env(server.url, tmp_path / "state"), tmp_path / "run.log")
-        deadline = time.monotonic() + 60
-        while len(fake.calls()) < 8 and time.monotonic() < deadline and run.poll() is None:
-            time.sleep(0.02)
-        assert run.poll() is None, (tmp_path / "run.log").read_text()[-3000:]
+        wait_for_calls(fake, run, 8, tmp_path / "run.log")
         server.stop()
         time.sleep(5.0)
         assert run.poll() is None, (tmp_path / "run.log").read_text()[-3000:]  # still waiting for the server
@@ -218,15 +221,10 @@ def test_a_rerun_on_the_same_machine_takes_over_a_killed_process_leases_at_once(
     completes at once: every request answered and stored once, the killed calls counted as unknown spend."""
     fake = ModelFake(tmp_path / "calls.jsonl", seed=5, latency_ms=150.0)
     try:
-        models = model_table("m", base_url=fake.base_url, key_var="GA_FAKE_KEY", concurrency=2)
-        cfg = generic_campaign(tmp_path, name="rerun", n=30, models=models, cap_usd=1.0)
-        cfg.write_text(cfg.read_text() + '\n[backend]\nkind = "redis"\nurl_env = "GA_TEST_REDIS"\n', encoding="utf-8")
+        cfg = redis_campaign(tmp_path, fake, name="rerun", n=30, cap_usd=1.0)
         env = _env(redis_url, tmp_path / "state")
         first = _start(cfg, env, tmp_path / "first.log")
-        deadline = time.monotonic() + 60
-        while len(fake.calls()) < 6 and time.monotonic() < deadline and first.poll() is None:
-            time.sleep(0.02)
-        assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+        wait_for_calls(fake, first, 6, tmp_path / "first.log")
         first.send_signal(signal.SIGKILL)
         first.wait(30)
         t0 = time.monotonic()
@@ -269,16 +267,10 @@ def test_a_server_that_goes_away_ends_the_run_within_the_retry_window_plus_a_bou
     server.start()
     fake = ModelFake(tmp_path / "calls.jsonl", seed=5, latency_ms=150.0)
     try:
-        models = model_table("m", base_url=fake.base_url, key_var="GA_FAKE_KEY", concurrency=2)
-        cfg = generic_campaign(tmp_path, name="quick", n=40, models=models, cap_usd=1.0,
-                               queue={"visibility_timeout_s": 3.0})
-        cfg.write_text(cfg.read_text() + '\n[backend]\nkind = "redis"\nurl_env = "GA_TEST_REDIS"\n', encoding="utf-8")
+        cfg = redis_campaign(tmp_path, fake, name="quick", n=40, cap_usd=1.0, queue={"visibility_timeout_s": 3.0})
         env = {**_env(server.url, tmp_path / "state"), "GEOAGENT_REDIS_RETRY_S": str(window)}
         run = _start(cfg, env, tmp_path / "run.log")
-        deadline = time.monotonic() + 60
-        while len(fake.calls()) < 8 and time.monotonic() < deadline and run.poll() is None:
-            time.sleep(0.02)
-        assert run.poll() is None, (tmp_path / "run.log").read_text()[-3000:]
+        wait_for_calls(fake, run, 8, tmp_path / "run.log")
         server.proc.kill()  # gone at once (no shutdown), as a crashed server or host
         server.proc.wait()
         died = time.monotonic()

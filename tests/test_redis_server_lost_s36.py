@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 from _crash_harness import ModelFake
-from _model_harness import generic_campaign, model_table
-from test_redis_scaleout import REPO, _env, _start
+from test_redis_scaleout import REPO, _env, _start, redis_campaign, wait_for_calls
 
 
 def test_a_flushed_server_stops_the_run_and_refuses_the_next(tmp_path):
@@ -29,16 +27,10 @@ def test_a_flushed_server_stops_the_run_and_refuses_the_next(tmp_path):
     server.start()
     fake = ModelFake(tmp_path / "calls.jsonl", seed=5, latency_ms=150.0)
     try:
-        models = model_table("m", base_url=fake.base_url, key_var="GA_FAKE_KEY", concurrency=2)
-        cfg = generic_campaign(tmp_path, name="lost", n=60, models=models, cap_usd=5.0,
-                               queue={"visibility_timeout_s": 3.0})
-        cfg.write_text(cfg.read_text() + '\n[backend]\nkind = "redis"\nurl_env = "GA_TEST_REDIS"\n', encoding="utf-8")
+        cfg = redis_campaign(tmp_path, fake, name="lost", n=60, cap_usd=5.0, queue={"visibility_timeout_s": 3.0})
         env = _env(server.url, tmp_path / "state")
         run = _start(cfg, env, tmp_path / "run.log")
-        deadline = time.monotonic() + 60
-        while len(fake.calls()) < 8 and time.monotonic() < deadline and run.poll() is None:
-            time.sleep(0.02)
-        assert run.poll() is None, (tmp_path / "run.log").read_text()[-3000:]
+        wait_for_calls(fake, run, 8, tmp_path / "run.log")
         client = redis.Redis(host="127.0.0.1", port=server.port)
         client.flushall()
         client.close()

@@ -35,6 +35,16 @@ def _copy_release(release_dir, root):
     return root
 
 
+def _set_where(column, equals, target, value):
+    """An edit for :func:`_rewrite_csv`: in every row whose ``column`` reads ``equals``, set ``target`` to ``value``."""
+    def edit(header, rows):
+        for r in rows:
+            if r[header.index(column)] == equals:
+                r[header.index(target)] = value
+
+    return edit
+
+
 def _rewrite_csv(path, edit):
     with path.open(encoding="utf-8", newline="") as fh:
         rows = list(csv.reader(fh))
@@ -124,12 +134,7 @@ def test_judged_refuses_a_file_with_nothing_to_score_and_keeps_the_last_report(r
 def test_judged_report_lists_the_rows_it_left_out_and_refuses_a_model_named_all(release_dir, tmp_path):
     root = _copy_release(release_dir, tmp_path / "b")
 
-    def edit(header, rows):
-        for r in rows:
-            if r[header.index("model")] == "claude-opus-5":
-                r[header.index("model")] = "All"
-
-    _rewrite_csv(root / "answers_judged_sample.csv", edit)
+    _rewrite_csv(root / "answers_judged_sample.csv", _set_where("model", "claude-opus-5", "model", "All"))
     rows, rep = import_judged(root)
     n_all = sum(1 for i in rep.issues if "the name of the report's pooled row" in i.reason)
     assert n_all > 0 and not any(r.model == "All" for r in rows)
@@ -259,12 +264,7 @@ def test_a_city_level_answer_without_a_distance_stays_a_miss(release_dir, tmp_pa
     base, _ = import_judged(_copy_release(release_dir, tmp_path / "a"))
     root = _copy_release(release_dir, tmp_path / "b")
 
-    def blank_city(header, rows):
-        for r in rows:
-            if r[header.index("resolved_level")] == "city":
-                r[header.index("error_km")] = ""
-
-    _rewrite_csv(root / "answers_judged_sample.csv", blank_city)
+    _rewrite_csv(root / "answers_judged_sample.csv", _set_where("resolved_level", "city", "error_km", ""))
     rows, rep = import_judged(root)
     assert len(rows) == len(base) and sum(r.hit for r in rows) == sum(r.hit for r in base)
     assert not any("is missing" in i.reason for i in rep.issues)
