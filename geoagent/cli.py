@@ -927,11 +927,21 @@ def _run_command(args: argparse.Namespace) -> int:
             return 2
         if isinstance(leaf, OSError) and leaf.errno in _PATH_ERRNOS:  # a data root that is a file, read-only, ...
             out = getattr(args, "out", None)
-            hint = ("check the folder given to --out" if out else  # cli36 #14: --out, not the data roots
+            failing = getattr(leaf, "filename", None)
+            # cli36 #14: a write under --out points at --out; the campaign's own files (a read-only archive
+            # exported elsewhere) at the data roots (review36b #3)
+            at_out = bool(out and failing and os.path.abspath(str(failing)).startswith(
+                os.path.join(os.path.abspath(str(out)), "")))
+            hint = ("check the folder given to --out" if at_out else
                     f"check [paths] in the config and ${C.ENV_STATE_ROOT} / ${C.ENV_QUEUES_ROOT}")
             print(f"error: {leaf} ({hint})", file=sys.stderr)
             return 2
         full = _storage_failure(exc)
+        if full is not None and getattr(args, "command", None) == "export":  # review36b #6: worded for an export
+            print(f"error: could not write the export ({full}): the disk is probably full (or failing); the "
+                  "campaign's own files are as they were, and a table whose file was not replaced keeps its last "
+                  "export: free some space and run the same command again", file=sys.stderr)
+            return 3
         if full is not None:
             print(f"error: could not write the campaign's files ({full}): the disk is probably full (or failing); "
                   "what was acknowledged is kept (finished tasks, stored answers, booked spend; calls still on the "

@@ -64,6 +64,7 @@ Campaign kinds (``[campaign] kind``) are looked up in :data:`KINDS` and imported
 
 from __future__ import annotations
 
+import errno
 import abc
 import contextlib
 import functools
@@ -1256,7 +1257,8 @@ def check_queues_state_root(cfg: Any, *, record: bool = False) -> None:
 @contextlib.contextmanager
 def run_lock(state_dir: Path, when_alone: Callable[[], Any] | None = None, *, owner: bool = False,
              when_dead: Callable[[list[str]], Any] | None = None,
-             sweep_s: float | None = None, each_sweep: Callable[[], Any] | None = None) -> Iterator[bool]:
+             sweep_s: float | None = None, each_sweep: Callable[[], Any] | None = None,
+             read_only_ok: bool = False) -> Iterator[bool]:
     """Hold ``state/<campaign>/run.lock`` (shared) for a run; yield True when no other process ran it.
 
     Every process of a campaign (scale-out with ``--stages`` included) holds the lock shared. A process that
@@ -1300,6 +1302,13 @@ def run_lock(state_dir: Path, when_alone: Callable[[], Any] | None = None, *, ow
             fh = open(state_dir / "run.lock", "a+b")
         except FileNotFoundError:
             continue  # a clean-up removed the folder between mkdir and open: make it again
+        except OSError as exc:
+            # ``read_only_ok`` (a dry run): an archived campaign on a read-only file system is locked through a
+            # read-only descriptor (flock needs none to write; review36b #1: the dry run failed on run.lock)
+            if not (read_only_ok and exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
+                    and (state_dir / "run.lock").is_file()):
+                raise
+            fh = open(state_dir / "run.lock", "rb")
         try:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -1644,7 +1653,7 @@ def campaign_run_lock(cfg: Any, *, simulate: bool = False,
     from geoagent.runtime.backend import uses_redis
 
     if simulate:
-        return run_lock(Path(cfg.state_dir()))
+        return run_lock(Path(cfg.state_dir()), read_only_ok=True)
     return run_lock(Path(cfg.state_dir()), when_alone=lambda: expire_dead_leases(cfg), owner=True,
                     when_dead=lambda owners: expire_dead_leases(cfg, owners), sweep_s=sweep_s,
                     each_sweep=(lambda: expire_dead_leases(cfg)) if uses_redis(cfg) else None)
@@ -1790,8 +1799,11 @@ async def run_campaign(
     recorded_kind = False
     if simulate:
         # the dry run predicts the run's refusal of a queues root other than the one the earlier runs recorded
-        # (cli36 #6: it estimated against the empty folder, exit 0, and the run then refused, exit 2)
-        check_queues_root_as_recorded(cfg)
+        # (cli36 #6: it estimated against the empty folder, exit 0, and the run then refused, exit 2), and says
+        # what the run would say of a recorded folder that is gone (review36b #5)
+        moved = check_queues_root_as_recorded(cfg)
+        if moved:
+            print(moved, file=sys.stderr)
     if not simulate:
         from geoagent.runtime.runs_index import record_run_folder
         from geoagent.secrets import SecretNotFound

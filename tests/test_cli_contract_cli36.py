@@ -33,6 +33,9 @@ def test_a_polars_write_on_a_full_disk_reads_as_one(tmp_path, exc, capsys):
     assert _run_command(argparse.Namespace(fn=fn)) == 3
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "Traceback" not in err and "disk is probably full" in err, err
+    assert _run_command(argparse.Namespace(fn=fn, command="export")) == 3  # review36b #6: worded for an export
+    err = capsys.readouterr().err
+    assert err.startswith("error: could not write the export (") and "unknown-outcome" not in err, err
 
 
 def test_other_polars_errors_stay_as_they_are(tmp_path):
@@ -78,6 +81,15 @@ def test_rescore_commands_refuse_an_unusable_out_dir_in_one_line(release_dir, tm
     assert "holds the report of `python -m geoagent.geohint.judged`" in capsys.readouterr().err
     assert (shared / "report.md").read_bytes() == before
     assert judged.main([str(rel), str(shared), *fast]) == 0  # its own folder again: fine
+    # review36b #4: a GeoHint campaign's report folder (same title, no "Source:" line) is no judged report
+    campaign = tmp_path / "campaign_report"
+    campaign.mkdir()
+    (campaign / "report.md").write_text("# GeoHint report\n\n12 scored responses, 1 site\n", encoding="utf-8")
+    capsys.readouterr()
+    assert judged.main([str(rel), str(campaign), *fast]) == 2
+    assert "holds a GeoHint campaign's report" in capsys.readouterr().err
+    assert raw_import.main([str(rel), str(campaign)]) == 2
+    assert "holds a GeoHint campaign's report" in capsys.readouterr().err
 
 
 def test_dead_lists_read_only_and_says_nothing_to_list_on_stderr(tmp_path, monkeypatch, capsys):
@@ -237,6 +249,12 @@ def test_export_to_an_unusable_out_folder_names_out_not_the_data_roots(capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "check the folder given to --out" in err and "[paths]" not in err, err
     assert _run_command(argparse.Namespace(fn=fn)) == 2  # a command without --out: the data roots
+    assert "check [paths] in the config" in capsys.readouterr().err
+
+    def state(_args: argparse.Namespace) -> int:  # review36b #3: the campaign's own file, exported elsewhere
+        raise OSError(errno.EROFS, "Read-only file system", "/mnt/ro/state/c/campaign.sqlite")
+
+    assert _run_command(argparse.Namespace(fn=state, out="/tmp/writable/out")) == 2
     assert "check [paths] in the config" in capsys.readouterr().err
 
 

@@ -73,3 +73,20 @@ def test_read_only_campaign_folder_is_one_clear_error(tmp_path, root, edge_file)
     again = _cli("status", str(cfg))  # writable again: the campaign reads as before
     assert again.returncode == 0 and "done" in again.stdout, again.stdout + again.stderr
     assert sorted(p.name for p in folder.iterdir()) == names  # status creates no file (no -wal / -shm left)
+
+
+@pytest.mark.parametrize("root", ["state", "queues"])
+def test_a_dry_run_and_dead_read_a_read_only_campaign(tmp_path, root):
+    """cli36 #4, #5 and review36b #1: on a read-only campaign folder ``run --simulate`` failed ("cannot be opened for
+    writing", then on ``run.lock``) and so did ``dead`` (it opened the queue files read-write); both only read."""
+    cfg = _config(tmp_path)
+    first = _cli("run", str(cfg), "--no-live")
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    folder = tmp_path / root / "ro"
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    dry = _read_only(folder, "run", str(cfg), "--simulate")
+    assert dry.returncode == 0 and "Traceback" not in dry.stderr, dry.stdout[-2000:] + dry.stderr[-3000:]
+    assert "0 calls to make (4 already done by earlier runs)" in dry.stdout, dry.stdout[-2000:]
+    dead = _read_only(folder, "dead", str(cfg))
+    assert dead.returncode == 0 and "no dead-lettered work in campaign ro" in dead.stderr, dead.stderr[-2000:]
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before

@@ -463,15 +463,23 @@ def out_dir_error(out_dir: str | Path, command: str) -> ValueError | None:
         return ValueError(f"OUT_DIR {out}: holds a GeoContext release (sites.csv): give the report a folder of its own")
     try:
         with (out / "report.md").open(encoding="utf-8", errors="replace") as fh:
-            first = fh.readline().strip()
+            head = [fh.readline().strip() for _ in range(4)]
     except OSError:
         return None
-    for other, title in REPORT_TITLES.items():
-        if other != command and first == title:
-            return ValueError(f"OUT_DIR {out}: holds the report of `python -m geoagent.geohint.{other}` (report.md), "
-                              f"whose files this command's would replace: give each re-score command a folder of its "
-                              "own")
-    return None
+    # whose report.md it is: each command's title; judged's names its source file under it ("**Source: ..."), a
+    # GeoHint campaign's report (same title) does not (review36b #4)
+    if head[0] == REPORT_TITLES["raw_import"]:
+        producer = "raw_import"
+    elif head[0] == REPORT_TITLES["judged"]:
+        producer = "judged" if any(line.startswith("**Source: ") for line in head[1:]) else "campaign"
+    else:
+        return None
+    if producer == command:
+        return None
+    whose = ("a GeoHint campaign's report (its report/ folder)" if producer == "campaign" else
+             f"the report of `python -m geoagent.geohint.{producer}`")
+    return ValueError(f"OUT_DIR {out}: holds {whose} (report.md), whose files this command's would replace: give "
+                      "each report a folder of its own")
 
 
 def _main(argv: list[str] | None) -> int:

@@ -261,7 +261,10 @@ def write_frame(df: pl.DataFrame, parquet_path: str | os.PathLike[str], csv_path
                 else:
                     _csv_ready(df).write_csv(tmp)
             except (OSError, pl.exceptions.PolarsError) as exc:
-                raise _with_errno(exc, tmp) from exc
+                errno_exc = _with_errno(exc, tmp)
+                if errno_exc is exc:
+                    raise
+                raise errno_exc from exc
 
 
 def _with_errno(exc: BaseException, path: Path) -> BaseException:
@@ -677,31 +680,43 @@ def _write_batched(
     parquet_path.parent.mkdir(parents=True, exist_ok=True)
     parts_dir = Path(tempfile.mkdtemp(prefix=f".{parquet_path.stem}.parts.", dir=parquet_path.parent))
     try:
-        parts: list[Path] = []
-        n = 0
-        for batch in batches:
-            df = rows_to_frame(batch, schema)
-            del batch  # the rows as Python objects (tens of MiB per batch of stored responses)
-            n += df.height
-            part = parts_dir / f"{len(parts):06d}.parquet"
-            df.write_parquet(part)
-            parts.append(part)
-            del df
-        schemas = [dict(pl.read_parquet_schema(p)) for p in parts]
-        want = _unified_schema(schemas)
-        from geoagent.files import atomic_stream, atomic_temp_path
-
-        with atomic_temp_path(parquet_path) as tmp:  # a temporary file of its own (see write_frame)
-            # row groups of one batch: the writer then buffers one batch, not ever more of the table
-            parts_frame(parts, schemas, want).sink_parquet(tmp, compression="zstd", row_group_size=batch_rows,
-                                                           **({"metadata": metadata} if metadata else {}))
-        with atomic_stream(csv_path, "wb") as out:  # appended part by part, renamed whole
-            for i, frame in enumerate(conformed_parts(parts, schemas, want)):
-                _csv_ready(frame).write_csv(out.file, include_header=i == 0)
-                del frame
-        return n
+        return _write_parts(batches, parts_dir, parquet_path, csv_path, batch_rows, schema, metadata)
+    except (OSError, pl.exceptions.PolarsError) as exc:  # a full disk: one error line, as write_frame's (review36b #2)
+        errno_exc = _with_errno(exc, parquet_path.parent)
+        if errno_exc is exc:
+            raise
+        raise errno_exc from exc
     finally:
         shutil.rmtree(parts_dir, ignore_errors=True)
+
+
+def _write_parts(batches: Iterator[list[tuple[str, dict[str, Any]]]], parts_dir: Path, parquet_path: Path,
+                 csv_path: Path, batch_rows: int, schema: dict[str, pl.DataType] | None,
+                 metadata: dict[str, str] | None) -> int:
+    """:func:`_write_batched`'s work: each batch to a part file in ``parts_dir``, then the parts to the table."""
+    parts: list[Path] = []
+    n = 0
+    for batch in batches:
+        df = rows_to_frame(batch, schema)
+        del batch  # the rows as Python objects (tens of MiB per batch of stored responses)
+        n += df.height
+        part = parts_dir / f"{len(parts):06d}.parquet"
+        df.write_parquet(part)
+        parts.append(part)
+        del df
+    schemas = [dict(pl.read_parquet_schema(p)) for p in parts]
+    want = _unified_schema(schemas)
+    from geoagent.files import atomic_stream, atomic_temp_path
+
+    with atomic_temp_path(parquet_path) as tmp:  # a temporary file of its own (see write_frame)
+        # row groups of one batch: the writer then buffers one batch, not ever more of the table
+        parts_frame(parts, schemas, want).sink_parquet(tmp, compression="zstd", row_group_size=batch_rows,
+                                                       **({"metadata": metadata} if metadata else {}))
+    with atomic_stream(csv_path, "wb") as out:  # appended part by part, renamed whole
+        for i, frame in enumerate(conformed_parts(parts, schemas, want)):
+            _csv_ready(frame).write_csv(out.file, include_header=i == 0)
+            del frame
+    return n
 
 
 def export_all(store: Any, out_dir: str | os.PathLike[str], *, include_responses: bool = True,
