@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -268,3 +269,35 @@ def test_a_misspelt_folder_variable_is_said_to_be_none(tmp_path, monkeypatch, ca
     main(["status", "generic_demo"])
     err = capsys.readouterr().err
     assert "warning: $GEOAGENT_STATE_DIR is set but geoagent reads no such variable: did you mean $GEOAGENT_STATE" in err
+
+
+def test_export_of_a_large_table_onto_a_full_disk_is_one_line(tmp_path, monkeypatch):
+    """review36b #2: tables of ``BATCH_ROWS`` rows or more are written in parts (``_write_batched``), which read a full
+    disk as a traceback and exit 1 after the first fix. A real 16 KiB tmpfs as ``--out`` (root, a private mount
+    namespace; skipped elsewhere), the batch size lowered to 2 rows so that a small campaign takes that path."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from _model_harness import generic_campaign, model_table
+    from geoagent.cli import main
+
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root and unshare to mount a small tmpfs")
+    monkeypatch.chdir(tmp_path)
+    cfg = generic_campaign(tmp_path, name="bigx", n=6, models=model_table("m"))
+    assert main(["run", str(cfg), "--no-live"]) == 0
+    full = tmp_path / "full"
+    full.mkdir()
+    script = ("import sys; import geoagent.runtime.export as e; e.BATCH_ROWS = 2; from geoagent.cli import main; "
+              f"sys.exit(main(['export', {str(cfg)!r}, '--out', {str(full / 'o')!r}]))")
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("no private mount namespace here")
+    repo = str(Path(__file__).resolve().parents[1])
+    got = subprocess.run(["unshare", "-m", "sh", "-c", f'mount -t tmpfs -o size=16k tmpfs "{full}" && '
+                          f'exec "{sys.executable}" -c "$0"', script], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": repo}, cwd=tmp_path, timeout=120)
+    assert got.returncode == 3, got.stderr[-3000:]
+    assert "Traceback" not in got.stderr and "error: could not write the export (" in got.stderr, got.stderr[-3000:]

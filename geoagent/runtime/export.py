@@ -59,6 +59,7 @@ they are simulated.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -274,10 +275,24 @@ def _with_errno(exc: BaseException, path: Path) -> BaseException:
     if isinstance(exc, OSError) and exc.errno is not None:
         return exc
     m = re.search(r"os error (\d+)", str(exc))
-    if m is None:
+    if m is not None:
+        code = int(m.group(1))
+        return OSError(code, f"{os.strerror(code)}: writing {path} ({type(exc).__name__})")
+    # polars may say only "Invalid thrift: transport error" when the disk filled mid-write (review36b #2's test): a
+    # failed write on a file system with next to no space left is read as a full disk
+    try:
+        folder = path if path.is_dir() else path.parent
+        st = os.statvfs(folder)
+    except OSError:
         return exc
-    code = int(m.group(1))
-    return OSError(code, f"{os.strerror(code)}: writing {path} ({type(exc).__name__})")
+    if st.f_bavail * st.f_frsize < FULL_DISK_BYTES:
+        return OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)}: writing {path} ({type(exc).__name__}: {exc}; "
+                                     f"{st.f_bavail * st.f_frsize} bytes left on its file system)")
+    return exc
+
+
+#: a file system with less free space than this (bytes) after a failed write is taken to be full (:func:`_with_errno`)
+FULL_DISK_BYTES = 64 * 1024
 
 
 #: the per-model spend table (:func:`export_spend`): ``spend.parquet`` / ``spend.csv``
