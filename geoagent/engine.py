@@ -64,9 +64,9 @@ Campaign kinds (``[campaign] kind``) are looked up in :data:`KINDS` and imported
 
 from __future__ import annotations
 
-import errno
 import abc
 import contextlib
+import errno
 import functools
 import importlib
 import json

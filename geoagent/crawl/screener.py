@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import unicodedata
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
