@@ -28,7 +28,7 @@ from geoagent.status import campaign_status, format_status
 from _made_up_keys import made_up_key
 
 REPO = Path(__file__).resolve().parents[1]
-KEY = made_up_key("sk-", 36, seed="adversarial-runtime-0123456789abcdef")
+KEY = made_up_key("sk-", 36, seed="adversarial-runtime-n16")
 
 
 def _config(tmp: Path, *, base_url: str | None, n: int, cap: float, name: str = "adv-rt") -> Path:

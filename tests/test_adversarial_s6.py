@@ -21,7 +21,7 @@ from geoagent.sandbox import llm_openai
 from geoagent.sandbox.server import serve
 
 KEY_VAR = "ADV_S6_KEY"
-KEY_VALUE = made_up_key("sk-", 22, seed="advs6-0123456789abcdef")
+KEY_VALUE = made_up_key("sk-", 22, seed="advs6-n16")
 
 
 def _huge_png(w: int = 20000, h: int = 10000) -> bytes:

@@ -406,7 +406,7 @@ def test_model_watch_mode_stop_while_the_probe_is_in_flight_pays_it_once_and_lea
     from geoagent.runtime.store import open_campaign_state
     from geoagent.sandbox import llm_openai
 
-    key = made_up_key("sk-", 36, seed="sandbox-watch-0123456789abcdefghijkl")
+    key = made_up_key("sk-", 36, seed="sandbox-watch-n22")
     n = 4
     monkeypatch.setenv("GA_TEST_WATCH_KEY2", key)
     dead_app = llm_openai.make_app(api_keys=[key])

@@ -145,7 +145,7 @@ def test_campaign_ceiling_lets_model_calls_wait_for_a_slow_rate_limit(tmp_path, 
     from geoagent.engine import run_campaign
     from geoagent.sandbox import llm_openai
 
-    key = made_up_key("sk-", 39, seed="sandbox-ratewait-0123456789abcdefghijkl")
+    key = made_up_key("sk-", 39, seed="sandbox-ratewait-n22")
     monkeypatch.setenv("GA_TEST_RATEWAIT_KEY", key)
     app = llm_openai.make_app(api_keys=[key])
 

@@ -77,7 +77,7 @@ def test_dry_run_expected_cost_of_a_reasoning_model_says_reasoning_tokens_count(
     # hidden reasoning tokens are billed as output too: a visible answer's length understated the expected USD
     from geoagent.cli import main
 
-    monkeypatch.setenv("OPENAI_API_KEY", made_up_key("sk-", 21, seed="test-0123456789abcdef"))
+    monkeypatch.setenv("OPENAI_API_KEY", made_up_key("sk-", 21, seed="test-n16"))
     cfg = isolated_roots / "reasoning.toml"
     cfg.write_text(GENERIC, encoding="utf-8")
     assert main(["run", str(cfg), "--simulate", "--no-live"]) == 0

@@ -16,7 +16,7 @@ from geoagent.runtime.stage import BudgetStop, Stage, StageContext
 from geoagent.runtime.worker import StageRunner
 from _made_up_keys import made_up_key
 
-KEY_VAR, KEY_VALUE = "ADV_TODAY_KEY", made_up_key("sk-", 26, seed="adv-today-0123456789abcdef")
+KEY_VAR, KEY_VALUE = "ADV_TODAY_KEY", made_up_key("sk-", 26, seed="adv-today-n16")
 
 
 class _BudgetThenHang(Stage):

@@ -17,7 +17,7 @@ from geoagent.status import describe_reason
 from _made_up_keys import made_up_key
 
 KEY_VAR = "GA_TEST_ATTEMPTS_KEY"
-KEY = made_up_key("sk-", 33, seed="sandbox-attempts-0123456789abcdef")
+KEY = made_up_key("sk-", 33, seed="sandbox-attempts-n16")
 
 
 def _closed_port() -> int:

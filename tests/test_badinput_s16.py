@@ -145,7 +145,7 @@ def test_key_on_an_unparsable_dotenv_line_is_named_by_file_and_line_not_called_u
     from geoagent.secrets import get_secret, lookup_secret, read_dotenv
 
     dotenv = tmp_path / "keys.env"
-    value = made_up_key("sk-", 28, seed="bi16-unterminated-0123456789")
+    value = made_up_key("sk-", 28, seed="bi16-unterminated-n10")
     dotenv.write_text(f'export OTHER=abcdefgh1234\nBI16_KEY="{value}\nthis line is no assignment\n')
     with pytest.raises(ValueError) as exc:
         lookup_secret("BI16_KEY", environ={}, dotenv_path=dotenv)

@@ -25,7 +25,7 @@ from geoagent.sandbox.server import serve
 from _made_up_keys import made_up_key
 
 KEY_VAR = "GA_TEST_BILLING_KEY"
-KEY = made_up_key("sk-", 32, seed="sandbox-billing-0123456789abcdef")
+KEY = made_up_key("sk-", 32, seed="sandbox-billing-n16")
 
 
 async def _wait_for_state(rig: CallerRig, state: str, timeout_s: float = 10.0) -> list[tuple[str, str]]:

@@ -22,8 +22,8 @@ from geoagent.sandbox import llm_openai
 from geoagent.sandbox.server import serve
 from geoagent.workers.model_caller import AUTH_FAILURES_TO_STOP, AuthBreaker
 
-GOOD_KEY = made_up_key("sk-", 33, seed="sandbox-good-0123456789abcdefghij")
-WRONG_KEY = made_up_key("sk-", 33, seed="sandbox-wrong-0123456789abcdefghi")
+GOOD_KEY = made_up_key("sk-", 33, seed="sandbox-good-n20")
+WRONG_KEY = made_up_key("sk-", 33, seed="sandbox-wrong-n19")
 N_REQUESTS = 300
 CONCURRENCY = 8
 

@@ -29,9 +29,9 @@ from geoagent.sandbox.server import serve
 from geoagent.status import campaign_status, format_status
 from _made_up_keys import made_up_key
 
-GOOD_A = made_up_key("sk-", 35, seed="sandbox-good-a-0123456789abcdefghij")
-GOOD_B = made_up_key("sk-", 35, seed="sandbox-good-b-0123456789abcdefghij")
-WRONG = made_up_key("sk-", 35, seed="sandbox-wrong-0123456789abcdefghijk")
+GOOD_A = made_up_key("sk-", 35, seed="sandbox-good-a-n20")
+GOOD_B = made_up_key("sk-", 35, seed="sandbox-good-b-n20")
+WRONG = made_up_key("sk-", 35, seed="sandbox-wrong-n21")
 
 
 def _model(name: str, base: str, env: str, concurrency: int) -> str:

@@ -22,8 +22,8 @@ from geoagent.sandbox import llm_openai
 from geoagent.sandbox.server import serve
 from _made_up_keys import made_up_key
 
-GOOD = made_up_key("sk-", 35, seed="sandbox-good-a-0123456789abcdefghij")
-WRONG = made_up_key("sk-", 35, seed="sandbox-wrong-0123456789abcdefghijk")
+GOOD = made_up_key("sk-", 35, seed="sandbox-good-a-n20")
+WRONG = made_up_key("sk-", 35, seed="sandbox-wrong-n21")
 
 
 def test_key_revoked_after_the_model_answered_dead_letters_nothing(tmp_path: Path, monkeypatch):

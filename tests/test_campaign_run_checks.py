@@ -99,7 +99,7 @@ def test_every_missing_key_is_named_at_once_and_the_dry_run_warns(tmp_path, monk
     assert text.splitlines()[-1] == ("  exit 2: `run` would refuse to start (variables RUNCHK_OPENAI_KEY, "
                                      "RUNCHK_ANTHROPIC_KEY not set; see the warning above)")
     # with one of them set, only the other is named
-    monkeypatch.setenv("RUNCHK_OPENAI_KEY", made_up_key("sk-", 27, seed="runchk-0123456789abcdefghij"))
+    monkeypatch.setenv("RUNCHK_OPENAI_KEY", made_up_key("sk-", 27, seed="runchk-n20"))
     with pytest.raises(SecretNotFound) as ei:
         anyio.run(lambda: run_campaign(cfg, live=False, handle_signals=False, dotenv_path=dotenv))
     assert "RUNCHK_OPENAI_KEY" not in str(ei.value) and "RUNCHK_ANTHROPIC_KEY (models b, c)" in str(ei.value)
@@ -139,7 +139,7 @@ def _dry_lines(cfg) -> list[str]:
 
 
 def test_dry_run_over_the_cap_says_how_many_calls_fit(tmp_path, monkeypatch):
-    monkeypatch.setenv("RUNCHK_KEY", made_up_key("sk-", 27, seed="runchk-0123456789abcdefghij"))
+    monkeypatch.setenv("RUNCHK_KEY", made_up_key("sk-", 27, seed="runchk-n20"))
     n = 40
     # one call's worst case: prompt tokens (chars/3 + 16) x 1.x factor + 512 output tokens at $8/M: about
     # $0.0045, so a $0.05 cap fits about 11 of the 40 calls
@@ -163,7 +163,7 @@ def test_dry_run_over_the_cap_says_how_many_calls_fit(tmp_path, monkeypatch):
 
 
 def test_dry_run_labels_what_expected_cost_and_duration_assume(tmp_path, monkeypatch):
-    monkeypatch.setenv("RUNCHK_KEY", made_up_key("sk-", 27, seed="runchk-0123456789abcdefghij"))
+    monkeypatch.setenv("RUNCHK_KEY", made_up_key("sk-", 27, seed="runchk-n20"))
     cfg = load_config(_write(tmp_path, "labels", _paid("a", "RUNCHK_KEY") + _paid("b", "RUNCHK_KEY", "expected_output_tokens = 64"),
                              cap=50.0, n=10))
     lines = _dry_lines(cfg)

@@ -19,8 +19,8 @@ from geoagent.sandbox.server import serve
 from geoagent.status import campaign_status, format_status
 from _made_up_keys import made_up_key
 
-GOOD_KEY = made_up_key("sk-", 33, seed="sandbox-good-0123456789abcdefghij")
-BAD_KEY = made_up_key("sk-", 34, seed="sandbox-revoked-0123456789abcdefgh")
+GOOD_KEY = made_up_key("sk-", 33, seed="sandbox-good-n20")
+BAD_KEY = made_up_key("sk-", 34, seed="sandbox-revoked-n18")
 
 
 def _write(tmp: Path, name: str, body: str) -> Path:

@@ -34,7 +34,7 @@ from _docs import docs_text
 from _made_up_keys import made_up_key
 
 REPO = Path(__file__).resolve().parents[1]
-KEY = made_up_key("sk-", 30, seed="cli-usability-0123456789abcdef")
+KEY = made_up_key("sk-", 30, seed="cli-usability-n16")
 
 
 def _config(tmp: Path, *, n: int = 5, name: str = "cliu", base_url: str | None = None, rate: int = 2000) -> Path:

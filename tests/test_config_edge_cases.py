@@ -20,7 +20,7 @@ from geoagent.sandbox import llm_openai
 from geoagent.sandbox.server import serve
 from geoagent.secrets import lookup_secret
 
-KEY = made_up_key("sk-", 27, seed="review-cfg-0123456789abcdef")
+KEY = made_up_key("sk-", 27, seed="review-cfg-n16")
 
 
 # -- secrets -----------------------------------------------------------------------------------------------

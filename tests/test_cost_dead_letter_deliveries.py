@@ -19,7 +19,7 @@ from geoagent.sandbox.faults import FaultConfig
 from geoagent.sandbox.server import serve
 from _made_up_keys import made_up_key
 
-KEY = made_up_key("sk-", 33, seed="sandbox-dead-0123456789abcdefghij")
+KEY = made_up_key("sk-", 33, seed="sandbox-dead-n20")
 
 
 def _cfg(tmp: Path, base: str) -> Path:

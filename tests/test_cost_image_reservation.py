@@ -29,7 +29,7 @@ from geoagent.sandbox import llm_gemini, llm_openai
 from geoagent.sandbox.server import serve
 
 KEY_VAR = "RESERVE_TEST_KEY"
-KEY_VALUE = made_up_key("sk-", 28, seed="reservetest-0123456789abcdef")
+KEY_VALUE = made_up_key("sk-", 28, seed="reservetest-n16")
 GEMINI_KEY = made_up_key("AIza", 35, seed="reserve")
 
 

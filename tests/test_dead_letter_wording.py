@@ -20,7 +20,7 @@ from geoagent.sandbox.server import serve
 from geoagent.status import campaign_status, dead_letters, describe_reason, format_status
 from _made_up_keys import made_up_key
 
-KEY = made_up_key("sk-", 33, seed="sandbox-good-0123456789abcdefghij")
+KEY = made_up_key("sk-", 33, seed="sandbox-good-n20")
 N = 3
 HTTP_ATTEMPTS = 2
 

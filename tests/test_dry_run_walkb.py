@@ -21,7 +21,7 @@ from geoagent.sandbox.responders import SIM_IMAGE_TOKENS
 from _made_up_keys import made_up_key
 
 KEY_VAR = "WALKB_TEST_KEY"
-KEY_VALUE = made_up_key("sk-", 26, seed="walkbtest-0123456789abcdef")
+KEY_VALUE = made_up_key("sk-", 26, seed="walkbtest-n16")
 
 
 def _expected_in(lines: list[str], model: str) -> int:

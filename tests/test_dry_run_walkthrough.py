@@ -65,7 +65,7 @@ def test_dry_run_with_a_missing_key_prints_the_report_then_exits_2(no_keys, caps
     assert main(["run", str(cfg), "--no-live"]) == EXIT_CONFIG
     assert "WALK_KEY" in capsys.readouterr().err
     # with the key set, the dry run ends 0 and has no exit line
-    monkeypatch.setenv("WALK_KEY", made_up_key("sk-", 25, seed="walk-0123456789abcdefghij"))
+    monkeypatch.setenv("WALK_KEY", made_up_key("sk-", 25, seed="walk-n20"))
     assert main(["run", str(cfg), "--simulate", "--no-live"]) == EXIT_COMPLETE
     assert "exit 2" not in capsys.readouterr().out
 
@@ -162,9 +162,9 @@ def test_no_base_url_names_the_default_api_and_key_variable(no_keys, capsys, mon
     err = capsys.readouterr().err
     assert "calls https://api.openai.com/v1" in err and "OPENAI_API_KEY (model mini)" in err
     # with the variable set, the provider gets that key
-    monkeypatch.setenv("OPENAI_API_KEY", made_up_key("sk-", 25, seed="walk-0123456789abcdefghij"))
+    monkeypatch.setenv("OPENAI_API_KEY", made_up_key("sk-", 25, seed="walk-n20"))
     settings = provider_settings(load_config(path), "mini")
-    assert settings.api_key is not None and settings.api_key.reveal() == made_up_key("sk-", 25, seed="walk-0123456789abcdefghij")
+    assert settings.api_key is not None and settings.api_key.reveal() == made_up_key("sk-", 25, seed="walk-n20")
 
 
 def test_key_variable_defaults_only_for_the_providers_own_host():

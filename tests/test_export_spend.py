@@ -22,7 +22,7 @@ from geoagent.sandbox.faults import FaultConfig
 from geoagent.sandbox.server import serve
 from _made_up_keys import made_up_key
 
-KEY = made_up_key("sk-", 33, seed="sandbox-good-0123456789abcdefghij")
+KEY = made_up_key("sk-", 33, seed="sandbox-good-n20")
 
 
 def _config(tmp, base: str) -> str:

@@ -27,7 +27,7 @@ from geoagent.sandbox.server import serve
 from _made_up_keys import made_up_key
 
 REPO = Path(__file__).resolve().parents[1]
-KEY = made_up_key("sk-", 32, seed="images-test-0123456789abcdefghij")
+KEY = made_up_key("sk-", 32, seed="images-test-n20")
 
 
 def _trial_rows(release_dir: Path) -> list[dict[str, str]]:

@@ -18,7 +18,7 @@ from geoagent.sandbox.server import serve
 from geoagent.secrets import lookup_secret
 from _made_up_keys import made_up_key
 
-KEY = made_up_key("sk-", 24, seed="latency-0123456789abcdef")
+KEY = made_up_key("sk-", 24, seed="latency-n16")
 
 
 def test_latency_leaves_out_the_wait_for_the_hosts_rate_slot(tmp_path):

@@ -36,7 +36,7 @@ from geoagent.workers.images import blank_gray_jpeg, synthetic_jpeg
 from _made_up_keys import made_up_key
 
 KEY_VAR = "MC_TEST_OPENAI_KEY"
-KEY_VALUE = made_up_key("sk-", 30, seed="mc-test-0123456789abcdefSECRET")
+KEY_VALUE = made_up_key("sk-", 30, seed="mc-test-n22")
 SEED = 4242
 
 

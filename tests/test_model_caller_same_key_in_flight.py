@@ -16,7 +16,7 @@ from geoagent.sandbox.server import serve
 from _made_up_keys import made_up_key
 
 KEY_VAR = "GA_TEST_SAME_KEY"
-KEY = made_up_key("sk-", 32, seed="sandbox-samekey-0123456789abcdef")
+KEY = made_up_key("sk-", 32, seed="sandbox-samekey-n16")
 
 
 def test_same_request_in_flight_twice_in_one_process_is_paid_once(tmp_path, monkeypatch):

@@ -24,7 +24,7 @@ from geoagent.status import campaign_status, format_status
 from geoagent.workers.model_caller import HostBreaker
 from _made_up_keys import made_up_key
 
-KEY = made_up_key("sk-", 35, seed="sandbox-host-0123456789abcdefghijkl")
+KEY = made_up_key("sk-", 35, seed="sandbox-host-n22")
 #: the dead model's HTTP retries: 2 attempts, backoff a few ms (each unreachable request ends in milliseconds)
 FAST_RETRIES = "max_attempts = 2\n"
 

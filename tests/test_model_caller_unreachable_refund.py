@@ -20,7 +20,7 @@ from geoagent.sandbox import llm_openai
 from geoagent.sandbox.server import free_port, serve
 from _made_up_keys import made_up_key
 
-KEY = made_up_key("sk-", 36, seed="sandbox-refund-0123456789abcdefghijk")
+KEY = made_up_key("sk-", 36, seed="sandbox-refund-n21")
 
 
 async def _attempts(cfg) -> dict[str, int]:

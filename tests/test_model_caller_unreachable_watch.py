@@ -28,7 +28,7 @@ from geoagent.sandbox.server import free_port, serve
 from geoagent.status import campaign_status, format_status
 from _made_up_keys import made_up_key
 
-KEY = made_up_key("sk-", 36, seed="sandbox-watch-0123456789abcdefghijkl")
+KEY = made_up_key("sk-", 36, seed="sandbox-watch-n22")
 LOGGER = "geoagent.workers.model_caller"
 
 

@@ -20,7 +20,7 @@ from geoagent.sandbox.server import serve
 from _made_up_keys import made_up_key
 
 KEY_VAR = "PROVREVIEW_OPENAI_KEY"
-KEY_VALUE = made_up_key("sk-", 26, seed="usagetest-0123456789abcdef")
+KEY_VALUE = made_up_key("sk-", 26, seed="usagetest-n16")
 
 
 def _task(key: str, marker: str) -> Task:

@@ -18,7 +18,7 @@ from geoagent.runtime.http import HostPolicy, HttpClient, OutcomeUnknown
 from geoagent.sandbox.server import serve
 from _made_up_keys import made_up_key
 
-KEY = made_up_key("sk-", 23, seed="review-0123456789abcdef")
+KEY = made_up_key("sk-", 23, seed="review-n16")
 FAST = HostPolicy(rate=1000, period_s=1.0, concurrency=4, max_attempts=2, backoff_base_s=0.005, backoff_max_s=0.02,
                   timeout_s=5.0)
 

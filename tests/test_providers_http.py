@@ -25,7 +25,7 @@ from geoagent.sandbox.faults import FAULTS_KEY, FaultConfig
 from geoagent.sandbox.server import serve
 from _made_up_keys import made_up_key
 
-KEY = made_up_key("sk-", 21, seed="test-0123456789abcdef")
+KEY = made_up_key("sk-", 21, seed="test-n16")
 FAST = HostPolicy(rate=1000, period_s=1.0, concurrency=16, max_attempts=6, backoff_base_s=0.005, backoff_max_s=0.02, timeout_s=5.0)
 MODULES = {"openai": llm_openai, "anthropic": llm_anthropic, "gemini": llm_gemini}
 FINISH_STOP = {"openai": "stop", "anthropic": "end_turn", "gemini": "STOP"}

@@ -22,7 +22,7 @@ from geoagent.sandbox import llm_gemini
 from geoagent.sandbox.server import serve
 from _made_up_keys import made_up_key
 
-KEY = made_up_key("sk-", 21, seed="test-0123456789abcdef")
+KEY = made_up_key("sk-", 21, seed="test-n16")
 FAST = HostPolicy(rate=1000, period_s=1.0, concurrency=4, max_attempts=2, backoff_base_s=0.005, backoff_max_s=0.02,
                   timeout_s=5.0)
 

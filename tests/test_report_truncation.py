@@ -35,7 +35,7 @@ from geoagent.scoring.truncation import is_truncated
 from _model_harness import geoverify_replay_toml
 from _made_up_keys import made_up_key
 
-KEY = made_up_key("sk-", 22, seed="trunc-0123456789abcdef")
+KEY = made_up_key("sk-", 22, seed="trunc-n16")
 FAST = HostPolicy(rate=1000, period_s=1.0, concurrency=8, max_attempts=3, backoff_base_s=0.005, backoff_max_s=0.02, timeout_s=10.0)
 FULL = '{"verdict": "yes", "confidence": 0.9, "evidence": ["a tram stop sign"]}'
 CUT_PARSED = '{"verdict": "no", "confidence": 0.7, "evidence": ["the facade looks like a late nineteenth-century bui'

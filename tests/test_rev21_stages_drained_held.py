@@ -14,8 +14,8 @@ from geoagent.sandbox import llm_openai
 from geoagent.sandbox.server import serve
 from _made_up_keys import made_up_key
 
-GOOD_KEY = made_up_key("sk-", 33, seed="sandbox-good-0123456789abcdefghij")
-WRONG_KEY = made_up_key("sk-", 33, seed="sandbox-wrong-0123456789abcdefghi")
+GOOD_KEY = made_up_key("sk-", 33, seed="sandbox-good-n20")
+WRONG_KEY = made_up_key("sk-", 33, seed="sandbox-wrong-n19")
 
 
 def test_held_tasks_of_a_drained_stages_process_are_not_said_to_be_another_process_s(tmp_path, monkeypatch, capsys):

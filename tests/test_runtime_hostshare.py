@@ -269,7 +269,7 @@ def test_two_campaign_processes_share_the_model_hosts_rate(tmp_path):
     from geoagent.sandbox import llm_openai
 
     rate, n = 10, 100
-    key = made_up_key("sk-", 31, seed="hostshare-test-0123456789abcdef")
+    key = made_up_key("sk-", 31, seed="hostshare-test-n16")
     app = llm_openai.make_app(api_keys=[key])
     env = {"HS_RT_KEY": key, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ.get("GEOAGENT_RUNS_INDEX", ""), "PYTHONPATH": str(REPO)}
 

@@ -33,7 +33,7 @@ from geoagent.sandbox.server import serve
 from _made_up_keys import made_up_key
 
 KEY_VAR = "SEND_GATE_TEST_KEY"
-KEY_VALUE = made_up_key("sk-", 26, seed="send-gate-0123456789abcdef")
+KEY_VALUE = made_up_key("sk-", 26, seed="send-gate-n16")
 #: a host allowing one request per 30 s: any request that needed a second rate slot would block for ~33 s
 SLOW = HostPolicy(rate=1, period_s=30.0, concurrency=4, max_attempts=3, backoff_base_s=0.0, backoff_max_s=0.0, timeout_s=5.0)
 

@@ -190,7 +190,7 @@ def test_campaign_task_timeout_cancels_a_model_call_that_never_answers(tmp_path,
     request was sent, so its worst case is booked as unknown-outcome spend (never lost, never paid twice)."""
     from geoagent.sandbox.server import serve
 
-    key = made_up_key("sk-", 38, seed="sandbox-ceiling-0123456789abcdefghijkl")
+    key = made_up_key("sk-", 38, seed="sandbox-ceiling-n22")
     monkeypatch.setenv("GA_TEST_CEILING_KEY", key)
     app = llm_openai.make_app(api_keys=[key], faults={"rate": 1.0, "kinds": ["timeout"], "timeout_delay_s": 60.0})
 

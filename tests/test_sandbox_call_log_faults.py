@@ -19,7 +19,7 @@ from geoagent.sandbox.llm_common import CallLog
 from geoagent.sandbox.server import serve
 from _made_up_keys import made_up_key
 
-KEY = made_up_key("sk-", 24, seed="calllog-0123456789abcdef")
+KEY = made_up_key("sk-", 24, seed="calllog-n16")
 OPENAI_BODY = {"model": "m-log", "messages": [{"role": "user", "content": "where is this?"}], "max_tokens": 16}
 ANTHROPIC_BODY = {"model": "m-log", "max_tokens": 16, "messages": [{"role": "user", "content": "where is this?"}]}
 

@@ -32,7 +32,7 @@ from _docs import docs_text
 from _made_up_keys import made_up_key
 
 REPO = Path(__file__).resolve().parents[1]
-KEY = made_up_key("sk-", 24, seed="by-hand-0123456789abcdef")
+KEY = made_up_key("sk-", 24, seed="by-hand-n16")
 FAST = HostPolicy(rate=1000, period_s=1.0, concurrency=4, max_attempts=2, backoff_base_s=0.01, backoff_max_s=0.02, timeout_s=10.0)
 
 

@@ -39,7 +39,7 @@ from test_runtime_unreachable_host import FAST, Fetch, Sink, _app
 from _made_up_keys import made_up_key
 
 REPO = Path(__file__).resolve().parents[1]
-KEY = made_up_key("sk-", 36, seed="sandbox-waits-0123456789abcdefghijkl")
+KEY = made_up_key("sk-", 36, seed="sandbox-waits-n22")
 COOLDOWN_S = 8.0  # [queue] watch_probe_after_s = watch_probe_max_s
 _MODEL_WAIT = re.compile(
     r"model_caller: model dead waiting for host (?P<host>\S+) \(next probe in (?P<in_s>\d+) s, at "

@@ -22,8 +22,8 @@ from geoagent.sandbox.server import serve
 from geoagent.scoring import sdt
 from _made_up_keys import made_up_key
 
-GOOD_KEY = made_up_key("sk-", 33, seed="sandbox-good-0123456789abcdefghij")
-WRONG_KEY = made_up_key("sk-", 33, seed="sandbox-wrong-0123456789abcdefghi")
+GOOD_KEY = made_up_key("sk-", 33, seed="sandbox-good-n20")
+WRONG_KEY = made_up_key("sk-", 33, seed="sandbox-wrong-n19")
 
 
 def _geoverify_doc(tmp_path, base_url: str, *, cap_usd: float) -> dict:

@@ -22,7 +22,7 @@ from geoagent.sandbox.server import serve
 from geoagent.status import campaign_status, format_status
 from _made_up_keys import made_up_key
 
-GOOD_KEY = made_up_key("sk-", 33, seed="sandbox-good-0123456789abcdefghij")
+GOOD_KEY = made_up_key("sk-", 33, seed="sandbox-good-n20")
 
 
 def _toml(tmp: Path, n: int, base: str) -> Path:

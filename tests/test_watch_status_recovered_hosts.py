@@ -28,7 +28,7 @@ from geoagent.sandbox.server import free_port, serve
 from geoagent.status import campaign_status, format_eta, format_status
 from _made_up_keys import made_up_key
 
-KEY = made_up_key("sk-", 38, seed="sandbox-recover-0123456789abcdefghijkl")
+KEY = made_up_key("sk-", 38, seed="sandbox-recover-n22")
 
 
 def _model(name: str, base: str, rate: int = 5000) -> str:
@@ -270,7 +270,7 @@ def test_a_refused_key_stays_the_last_error_while_its_host_answers_the_other_mod
     another model's calls it stays the ``last error`` and ``status`` keeps saying that authentication failed."""
     n = 10
     monkeypatch.setenv("GA_TEST_RECOVER_KEY", KEY)
-    monkeypatch.setenv("GA_TEST_WRONG_KEY", made_up_key("sk-", 32, seed="wrong-0123456789abcdefghijklmnop"))
+    monkeypatch.setenv("GA_TEST_WRONG_KEY", made_up_key("sk-", 32, seed="wrong-n26"))
     app = llm_openai.make_app(api_keys=[KEY])
     seen: dict[str, object] = {}
 
