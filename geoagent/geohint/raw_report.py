@@ -19,6 +19,7 @@ from geoagent.geohint.raw_import import NOT_GEOCODED, WITHHELD
 from geoagent.geohint.result import GeoHintResult
 from geoagent.scoring.truncation import LEGEND_LINE as TRUNCATION_LEGEND
 from geoagent.textfmt import count_text
+from geoagent.report import import_notes_section
 from geoagent.report.geohint import Table, _atomic_write, table11, table_cutoff
 
 #: parse methods in column order (:attr:`geoagent.geohint.parse.ParsedAnswer.method`)
@@ -78,10 +79,6 @@ def write(agg: GeoHintAggregator, rows: Sequence[GeoHintResult], report: ImportR
         md.append(t.to_markdown())
         _atomic_write(out / f"{t.name}.csv", t.to_csv())
     md += terms_lines("- ") + [""]
-    if report.issues:
-        md += ["## Import notes", "", *[f"- {i}" for i in report.issues[:200]]]
-        if len(report.issues) > 200:
-            md.append(f"- ... {len(report.issues) - 200} more")
-        md.append("")
+    md += import_notes_section(report.issues)
     _atomic_write(out / "report.md", "\n".join(md))
     return tables

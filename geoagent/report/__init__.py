@@ -4,7 +4,7 @@ tables (:func:`write_csv_note`)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 #: the note beside a report's CSV tables (:func:`write_csv_note`): when its answers were replayed or simulated;
 #: a GeoHint report's always (its conditions and echo rule)
@@ -49,3 +49,20 @@ def write_csv_note(out_dir: str | Path, notes: Iterable[str | None], csv_names: 
                       "the Markdown report carries the same line(s), and the figures the interim, replay and simulator "
                       "lines.\n")
     return path
+
+
+#: most import notes a report lists (the rest are counted)
+IMPORT_NOTES_LISTED = 200
+
+
+def import_notes_section(notes: Sequence[object], intro: str | None = None) -> list[str]:
+    """Markdown lines of a report's "Import notes" section: the heading, ``intro`` (a sentence, when given), one
+    bullet per note (the first :data:`IMPORT_NOTES_LISTED`; the rest counted) and a blank line; [] without notes.
+    Shared by the re-score reports and the campaign reports that read release files."""
+    if not notes:
+        return []
+    lines = ["## Import notes", "", *([intro, ""] if intro else []),
+             *[f"- {n}" for n in notes[:IMPORT_NOTES_LISTED]]]
+    if len(notes) > IMPORT_NOTES_LISTED:
+        lines.append(f"- ... {len(notes) - IMPORT_NOTES_LISTED} more")
+    return [*lines, ""]

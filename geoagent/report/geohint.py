@@ -107,6 +107,7 @@ from geoagent.geohint.aggregate import BANDS, CHECKLIST_CONDITIONS, GeoHintAggre
 from geoagent.geohint.echo import describe_echo_rule
 from geoagent.geohint.parse import EVIDENCE_CATEGORIES
 from geoagent.files import atomic_savefig, atomic_write_text
+from geoagent.report import import_notes_section
 from geoagent.report.figure_layout import layout_with_caption, legend_outside
 from geoagent.scoring.sdt import BOOT_MIN_SITES, BOOT_SITES_RULE, boot_site_flag
 from geoagent.scoring.permutation import DEFAULT_N_FLIPS, exact_max_sites, paired_site_permutation_test
@@ -2390,12 +2391,8 @@ def write_report(
                + "; the legend gives the sites and responses per line." + (f" {empty}" if empty else ""),
                "", f"Echo rate per tier and band, {models_pooled_text(agg.models)}; n under each value = "
                f"context answers with an echo verdict.", "", "![echo rate heatmap](fig_echo_heatmap.png)", ""]
-    if import_notes:
-        md += ["## Import notes", "", f"{count_text(len(import_notes), 'import note')} on the files read: rows named here "
-               "are left out of every table.", "", *[f"- {n}" for n in import_notes[:200]]]
-        if len(import_notes) > 200:
-            md.append(f"- ... {len(import_notes) - 200} more")
-        md.append("")
+    md += import_notes_section(import_notes, f"{count_text(len(import_notes), 'import note')} on the files read: rows "
+                                             "named here are left out of every table.")
     _atomic_write(out / "report.md", "\n".join(md))
     return tables
 

@@ -67,6 +67,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from geoagent.files import atomic_savefig, atomic_write_text
+from geoagent.report import import_notes_section
 from geoagent.report.figure_layout import layout_with_caption, legend_outside
 from geoagent.scoring.sdt import (ARM_BLANK, ARM_MAIN, ARM_MISMATCH, BOOT_FEW_SITES, BOOT_MIN_SITES, BOOT_SITES_RULE,
                                   CI_MIN_SITES, DELTA_UNDEFINED,
@@ -1066,9 +1067,8 @@ def write_report(
         paths["failures"] = out / FAILURES_CSV
         _atomic_write(paths["failures"], buf.getvalue())
     if import_notes:
-        md += (f"\n## Import notes\n\n{count_text(len(import_notes), 'note')} on the release files read: rows named "
-               "here are left out.\n\n" + "".join(f"- {n}\n" for n in import_notes[:200])
-               + (f"- ... {len(import_notes) - 200} more\n" if len(import_notes) > 200 else ""))
+        md += "\n" + "\n".join(import_notes_section(import_notes, f"{count_text(len(import_notes), 'note')} on the "
+                                                   "release files read: rows named here are left out."))
     banner = f"**{replay_note}**\n\n" if replay_note else ""
     if interim:
         banner += f"**Interim report: {interim}**\n\n"

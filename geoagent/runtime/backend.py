@@ -240,15 +240,11 @@ def check_server_kind(cfg: Any, *, record: bool = False) -> bool:
     key = state_prefix(cfg.name) + KIND_KEY
     client = _client(url)
     try:
-        # this machine ran the campaign on Redis, and the server has neither the kind its first run recorded nor
-        # the ledger's totals (a campaign of a version before the kind record still has its totals)
-        if record and recorded_backend(cfg) == "redis" and not _holds(client, cfg.name):
-            raise ServerStateLost(server_lost_text(cfg.name, Path(cfg.state_dir())))
+        # a server that lost a campaign this machine ran there is refused before (check_server_holds, called by
+        # geoagent.engine.check_state_matches_queues), so recording the kind anew here starts no lost campaign over
         if record and client.set(key, kind, nx=True):
             return True
         got = client.get(key)
-    except ServerStateLost:
-        raise
     except Exception as exc:  # noqa: BLE001 - re-raised with the URL scrubbed
         raise _scrubbed(exc, url) from None
     finally:
