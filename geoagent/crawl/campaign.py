@@ -70,7 +70,8 @@ class CrawlCampaign(CampaignKind):
         A run (not a dry run) of a crawl that has audited images then rebuilds its image tables from the stored
         audits under these verdicts (:func:`geoagent.crawl.stages.rewrite_image_tables`; no request): verdicts
         added to a finished crawl reach ``images.csv``, ``image_audit.csv``, the agreement files and the
-        export this run writes; the hand-off then builds ``verify_trials.csv`` with them.
+        export this run writes; the hand-off then builds ``verify_trials.csv`` with them. Audits an earlier
+        audit parser read are read again first, from their stored answers (:func:`reread_stored_audits`).
 
         Before that, a run (not a dry run) corrects the capture times its selection records hold from before the
         ``captured_at`` rule (:func:`correct_stored_capture_times`: a value sent in seconds kept as a time in 1970),
@@ -107,6 +108,7 @@ class CrawlCampaign(CampaignKind):
                 and (state_dir / "image_audit").is_dir()):
             from geoagent.crawl.stages import rewrite_image_tables
 
+            reread_stored_audits(state_dir)
             rewrite_image_tables(settings, state_dir, _images_root(cfg))
         if not services.get(C.SERVICE_DRY_RUN) and not services.get(C.SERVICE_READ_ONLY):
             from geoagent.crawl.stages import set_aside_other_auditor_ladders
@@ -484,6 +486,74 @@ def correct_stored_capture_times(state_dir: str | Path) -> dict[str, dict[str, l
                   f"{state_dir / SELECTION_DIR} (each image's captured_at_note), one mapillary_captured_at decision "
                   f"per site in {C.CRAWL_DECISIONS_FILE}", InputWarning, stacklevel=2)
     return fixed
+
+
+def reread_stored_audits(state_dir: str | Path) -> dict[str, list[str]]:
+    """Read again, by the current rules (:data:`geoagent.crawl.image_audit.AUDIT_PARSER_VERSION`), the stored image
+    audits (``image_audit/<site>/<image>.json``) an earlier parser read, from the answer text each keeps
+    (``audit.raw``; no model call, no spend), so a crawl resumed after an upgrade does not mix two parsers' readings
+    in ``image_audit.csv`` and ``images.csv``. The prompt whose example is compared is the current
+    ``crawl_image_audit.txt`` (the one the stage sends).
+
+    A record whose reading is unchanged only gets the current ``parser_version``. One read otherwise keeps its
+    earlier reading as ``audit_before`` (with ``parser_version_before``), gets the new one as ``audit``, and gets one
+    ``crawl_decisions.jsonl`` record (stage ``image_auditor``, ``event`` ``"image_audit_reread"``, the image, whether
+    the audit kept the image before and now, and the new reason), logged before the record is rewritten (a kill
+    between the two repeats the record at the next run). One warning (:class:`geoagent.config.InputWarning`) gives
+    the counts when any reading changed. A record that cannot be read (torn JSON, no ``audit``) is left as it is (the
+    stage redoes a torn one). Returns ``{site: image ids whose reading changed}``; ``{}`` when none did, so a second
+    run says nothing.
+
+    Raises
+    ------
+    OSError
+        A record or the decision log could not be written."""
+    import time
+    import warnings
+
+    from geoagent.config import InputWarning
+    from geoagent.crawl import image_audit as ia
+    from geoagent.files import append_jsonl, atomic_write_bytes
+
+    state_dir = Path(state_dir)
+    root = state_dir / "image_audit"
+    changed: dict[str, list[str]] = {}
+    if not root.is_dir():
+        return changed
+    prompt = ia.load_prompt("crawl_image_audit.txt")
+    n_keeps = 0
+    for path in sorted(root.glob("*/*.json")):
+        try:
+            rec = orjson.loads(path.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            continue
+        if (not isinstance(rec, dict) or not isinstance(rec.get("audit"), dict)
+                or ia.audit_parser_version(rec) >= ia.AUDIT_PARSER_VERSION):
+            continue
+        before = ia.ImageAudit.from_json(rec["audit"])
+        after = ia.parse_image_audit(before.raw, prompt)
+        new = {**rec, "parser_version": ia.AUDIT_PARSER_VERSION}
+        if after.to_json() != before.to_json():
+            site, iid = str(rec.get("site") or path.parent.name), str(rec.get("image_id") or path.stem)
+            keeps_before, keeps_now = before.keeps_image, after.keeps_image
+            n_keeps += keeps_before != keeps_now
+            append_jsonl(state_dir / C.CRAWL_DECISIONS_FILE, [{
+                "ts": round(time.time(), 3), "stage": C.STAGE_IMAGE_AUDITOR, "site": site, "event": "image_audit_reread",
+                "image_id": iid, "parser_version_before": ia.audit_parser_version(rec),
+                "parser_version": ia.AUDIT_PARSER_VERSION, "keeps_image_before": keeps_before,
+                "keeps_image": keeps_now, "reason": after.reason}])
+            new.update(audit=after.to_json(), audit_before=rec["audit"],
+                       parser_version_before=ia.audit_parser_version(rec))
+            changed.setdefault(site, []).append(iid)
+        atomic_write_bytes(path, orjson.dumps(new, option=orjson.OPT_INDENT_2))
+    if changed:
+        n = sum(len(v) for v in changed.values())
+        warnings.warn(f"{count_text(n, 'stored image audit')} of {count_text(len(changed), 'site')} read otherwise by "
+                      f"the current audit rules (version {ia.AUDIT_PARSER_VERSION}) than when stored, from the "
+                      f"answers' kept text (no call): {n_keeps} of them now keep or drop the image otherwise; the "
+                      f"earlier readings are kept as audit_before in {root}, one image_audit_reread decision each in "
+                      f"{C.CRAWL_DECISIONS_FILE}", InputWarning, stacklevel=2)
+    return changed
 
 
 def sandbox_world_note(settings: CrawlSettings) -> str | None:

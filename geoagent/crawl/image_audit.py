@@ -41,6 +41,20 @@ IMAGE_AUDIT_COLUMNS: tuple[str, ...] = (
 )
 HUMAN_VERDICTS = ("keep", "exclude")
 
+#: The rules :func:`parse_image_audit` reads an answer by. Each stored audit record
+#: (``image_audit/<site>/<image>.json``) records the version that read it (``parser_version``; a record without one
+#: was read by version 1); a crawl's run reads an earlier version's records again from their stored text
+#: (:func:`geoagent.crawl.campaign.reread_stored_audits`). Version 2 (session 37) is session 36's rules: the
+#: prompt's example answer is no audit, and cut-off audit objects are compared as far as they go.
+AUDIT_PARSER_VERSION = 2
+
+
+def audit_parser_version(rec: Mapping[str, Any]) -> int:
+    """The parser version that read the stored audit record ``rec``: its ``parser_version``, 1 when it has none (a
+    record stored before session 37) or holds no positive integer (a hand-edited record: read again)."""
+    v = rec.get("parser_version", 1)
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else 1
+
 
 def load_prompt(name: str) -> str:
     """Text of ``geoagent/prompts/<name>`` (packaged template)."""

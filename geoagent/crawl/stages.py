@@ -948,6 +948,7 @@ class ImageAuditorStage(_CrawlStage):
             # provider_kind: what answered, as a fact of this call (the export's simulated column reads it)
             _dump(out, {"image_id": iid, "site": sid, "path": img_file.relative_to(Path(svc.images_root)).as_posix(),
                         "model": svc.settings.image_audit.model, "audit": audit.to_json(),
+                        "parser_version": ia.AUDIT_PARSER_VERSION,
                         "input_tokens": resp.usage.input_tokens, "output_tokens": resp.usage.output_tokens,
                         **({"provider_kind": k} if (k := answer_kind(resp, svc.image_kind)) else {})})
         async with svc.lock("image_audit"):
