@@ -1808,8 +1808,6 @@ async def run_campaign(
         from geoagent.runtime.runs_index import record_run_folder
         from geoagent.secrets import SecretNotFound
 
-        record_run_folder(cfg)  # where this config runs from, for a run of it from another folder (check_run_here)
-
         moved = check_queues_root_as_recorded(cfg)  # refused (ValueError) before anything is created
         if moved:
             print(moved, file=sys.stderr)
@@ -1825,6 +1823,9 @@ async def run_campaign(
                 raise
             raise SecretNotFound(f"{exc}" + "".join(f". Also: {m}" for m in more)
                                  + (". Nothing was run" if more else "") + finished) from None
+        # where this config runs from, for a run of it from another folder (check_run_here); after the refusals above,
+        # so a run refused for a missing key or another queues root leaves no entry (it ran nothing here)
+        record_run_folder(cfg)
         # before the run lock's start-up recovery could hand back live leases; queues that hold work (of a
         # version before the record) get their record now, so a second state folder started meanwhile is refused
         check_queues_state_root(cfg, record=_has_queues(cfg))

@@ -90,3 +90,22 @@ def test_no_home_folder_means_no_index_not_a_traceback(tmp_path, monkeypatch):
     cfg = config_from_dict(tomllib.loads(CONFIG), source=str(tmp_path / "c.toml"))
     runs_index.record_run_folder(cfg)  # nothing, no error
     assert runs_index.run_folders(cfg) == []
+
+
+def test_a_run_refused_for_a_missing_key_records_no_run_folder(tmp_path, monkeypatch, capsys):
+    """Session 36 (noticed): a run refused for a missing API key was still recorded in the runs index, as if the
+    config ran in that folder. The folder is now recorded after the key check."""
+    import os
+    from pathlib import Path
+
+    for var in ("GEOAGENT_QUEUES", "GEOAGENT_STATE", "GEOAGENT_TEST_ABSENT_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)
+    cfg = tmp_path / "k.toml"
+    cfg.write_text(CONFIG.replace('provider = "simulated"', 'provider = "openai"\nbase_url = "https://api.example.invalid/v1"\n'
+                                   'api_key_env = "GEOAGENT_TEST_ABSENT_KEY"'),
+                   encoding="utf-8")
+    index = Path(os.environ["GEOAGENT_RUNS_INDEX"])
+    assert main(["run", str(cfg), "--no-live"]) == 2
+    assert "GEOAGENT_TEST_ABSENT_KEY" in capsys.readouterr().err
+    assert not index.exists() or str(tmp_path) not in index.read_text(encoding="utf-8")
