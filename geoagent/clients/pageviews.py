@@ -3,8 +3,8 @@
 Source: Wikimedia AQS REST docs (``/metrics/pageviews/per-article``).
 URL: ``{base}/metrics/pageviews/per-article/{project}/{access}/{agent}/{article}/{granularity}/{start}/{end}``
 with the title's spaces as underscores and every reserved character (``/`` too) percent-encoded.
-Days with zero views are omitted from ``items``; a 404 means no data in the whole range and is read as
-0 views, not a failure. Policy (``pageviews`` default in the crawl settings): descriptive User-Agent,
+Days with zero views are omitted from ``items``; a 404 with the API's problem JSON (``type`` .../not_found) means
+no data in the whole range and is read as 0 views, not a failure (a 404 without it is no such answer: an error). Policy (``pageviews`` default in the crawl settings): descriptive User-Agent,
 a few requests at once; results for past days never change, so each article and window is asked once per
 client (answers kept in memory, the most recent ``cache_size`` of them). After a stop
 request (:meth:`~geoagent.runtime.http.HttpClient.stop_retries`) no new request is sent: it raises
@@ -38,6 +38,19 @@ NO_DATA_STATUSES = frozenset(NO_DATA_MEANING)
 #: answers a :class:`PageviewsClient` keeps in memory by default (the most recent ones; some 300 bytes each, so
 #: about 30 MB at most however long the crawl): a city's sites share most candidates, which are asked close together
 CACHE_ENTRIES = 100_000
+
+def _is_no_data_body(body: bytes) -> bool:
+    """Whether a 404's ``body`` is the API's "no data in the range" answer: a JSON object (HyperSwitch problem
+    JSON) whose ``type`` names ``not_found`` (api-notes section 4, "Errors": ``{"type":
+    "https://mediawiki.org/wiki/HyperSwitch/errors/not_found", "title": "Not found.", ...}``; only ``type`` is
+    confirmed). Never raises."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    kind = data.get("type") if isinstance(data, dict) else None
+    return isinstance(kind, str) and "not_found" in kind
+
 
 _DATE = re.compile(r"^[0-9]{8}([0-9]{2})?$")
 
@@ -121,9 +134,10 @@ class PageviewsClient:
         ------
         PageviewsError
             On a body that is not the documented ``{"items": [...]}`` shape (each item a ``timestamp`` and a
-            ``views`` count: a non-negative integer).
+            ``views`` count: a non-negative integer), and on a 404 whose body is not the API's no-data problem
+            JSON (a wrong base URL's or a proxy's page).
         geoagent.runtime.http.PermanentHTTPError
-            On 4xx other than 404 (404 is read as 0 views).
+            On 4xx other than 404 (the no-data 404 is read as 0 views).
         geoagent.runtime.http.RetriesStopped
             A stop was requested before the request was sent (also while it waited for its host's limits).
         """
@@ -170,6 +184,13 @@ class PageviewsClient:
         """The total of one answer (``status``, ``body``), fresh or from the cache; raises PageviewsError on a body
         of another shape (see :meth:`total`)."""
         if status in NO_DATA_STATUSES:
+            if not _is_no_data_body(body):
+                # not the API's "no data" problem JSON: a mistyped [crawl.endpoints] pageviews path (a server's
+                # plain 404 page), or a proxy's HTML page, read as 0 views for every candidate (providers37 #4)
+                text = bytes(body[:400]).decode("utf-8", "replace")
+                raise PageviewsError(f"pageviews answered HTTP {status} without the API's no-data answer (a problem "
+                                     "JSON of type .../HyperSwitch/errors/not_found): is [crawl.endpoints] pageviews "
+                                     f"the per-article API's base URL? Body: {text[:200]!r}")
             total = PageviewTotal(title, 0, 0)
         else:
             try:

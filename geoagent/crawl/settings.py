@@ -331,6 +331,9 @@ def _policy(**kw: Any) -> dict[str, Any]:
 #: WDQS: one query at a time, 60 s of query time per minute (tracked by the client) -> concurrency 1.
 #: Pageviews: soft cap ~200 req/s per client -> a polite 20/s, 4 in flight.
 #: Mapillary search API: 10,000 requests/min per app -> 20/s, 8 in flight.
+#: seconds an Overpass answer may take beyond its query's ``[timeout:]`` (sending the result) before the HTTP client's
+#: per-attempt timeout may drop it (:meth:`CrawlSettings.overpass_timeout_note`)
+OVERPASS_TRANSFER_MARGIN_S = 10.0
 DEFAULT_POLICIES: dict[str, dict[str, Any]] = {
     "overpass": _policy(rate=1.0, period_s=10.0, concurrency=2, max_attempts=4, backoff_base_s=5.0, backoff_max_s=120.0, timeout_s=60.0),
     "wdqs": _policy(rate=1.0, period_s=1.0, concurrency=1, max_attempts=4, backoff_base_s=2.0, backoff_max_s=120.0, timeout_s=70.0),
@@ -436,10 +439,15 @@ class CrawlSettings(_Section):
         """Warnings the config loader prints for this section (:func:`geoagent.config.load_config`): one line per
         pair of cities whose centres lie closer than twice ``[crawl.sampler] radius_km`` (haversine, km), so their
         site discs overlap: one place may enter the benchmark as two cities, the same landmark drawn for both
-        (walk31 #5: "Torino" beside "Turin" at the same centre was crawled as a second city without a word). At
-        most 10 lines, then a count of the rest."""
+        (walk31 #5: "Torino" beside "Turin" at the same centre was crawled as a second city without a word), at
+        most 10 lines, then a count of the rest; before them the Overpass timeout note
+        (:meth:`overpass_timeout_note`) when it applies."""
+        out: list[str] = []
+        timeouts = self.overpass_timeout_note()
+        if timeouts:
+            out.append(timeouts)
         if len(self.cities) < 2:
-            return []
+            return out
         import numpy as np
 
         from geoagent.geo import haversine_km_array
@@ -447,7 +455,7 @@ class CrawlSettings(_Section):
         lat = np.array([c.lat for c in self.cities])
         lon = np.array([c.lon for c in self.cities])
         limit = 2.0 * self.sampler.radius_km
-        out: list[str] = []
+        n_timeouts = len(out)
         for j in range(1, len(self.cities)):
             d = haversine_km_array(lat[:j], lon[:j], lat[j], lon[j])
             i = int(np.argmin(d))
@@ -456,7 +464,29 @@ class CrawlSettings(_Section):
                            f"({self.cities[i].city!r}), closer than twice [crawl.sampler] radius_km ({limit:g} km): "
                            "their site discs overlap, so one place may count as two cities of the benchmark (and "
                            "the same landmark be drawn for both); keep one of them, or move a centre")
-        return out if len(out) <= 10 else out[:10] + [f"crawl.cities: {len(out) - 10} more such pair(s)"]
+        pairs = out[n_timeouts:]
+        return out[:n_timeouts] + (pairs if len(pairs) <= 10 else
+                                   pairs[:10] + [f"crawl.cities: {len(pairs) - 10} more such pair(s)"])
+
+    def overpass_timeout_note(self) -> str | None:
+        """A warning when ``[crawl.screener] overpass_timeout_s`` (the ``[timeout:]`` of each query: how long the
+        Overpass server may run it, seconds) leaves less than :data:`OVERPASS_TRANSFER_MARGIN_S` before the HTTP
+        client's per-attempt timeout (``[crawl.policies.overpass] timeout_s``, default 60 s): the client would drop an
+        answer the server is still computing and send the query again (up to ``max_attempts``), while the server goes
+        on running the dropped one in one of the IP's 2 slots (providers37 #6: ``[timeout:180]``, Overpass's own
+        default, against 60 s). None when the attempt outlasts the query."""
+        over = self.policies.get("overpass", {})
+        http_s = over.get("timeout_s", DEFAULT_POLICIES["overpass"]["timeout_s"]) if isinstance(over, Mapping) else None
+        query_s = self.screener.overpass_timeout_s
+        if (not isinstance(http_s, (int, float)) or isinstance(http_s, bool)
+                or query_s + OVERPASS_TRANSFER_MARGIN_S <= http_s):
+            return None
+        given = "" if "timeout_s" in over else " (the default)"
+        return (f"[crawl.screener] overpass_timeout_s = {query_s} (how long the Overpass server may run a query) "
+                f"leaves less than {OVERPASS_TRANSFER_MARGIN_S:g} s before the HTTP timeout, [crawl.policies.overpass] "
+                f"timeout_s = {http_s:g}{given}: a query still running then is dropped and sent again while the server "
+                f"goes on with it; lower overpass_timeout_s or set [crawl.policies.overpass] timeout_s = "
+                f"{query_s + OVERPASS_TRANSFER_MARGIN_S:g} or more")
 
     @property
     def user_agent(self) -> str:

@@ -18,6 +18,10 @@ Wire format (Claude API docs: Messages, Vision, Errors):
   are skipped), ``stop_reason`` (``end_turn``, ``max_tokens``, ``stop_sequence``, ``refusal``, ...),
   ``usage.input_tokens`` / ``usage.output_tokens`` (cache-creation and cache-read input tokens, when
   reported, are added to input tokens), ``model``.
+* ``stop_reason: "refusal"`` with no answer text (the model declined; the Messages reference's stop reasons) is a
+  withheld answer: :class:`~geoagent.providers.errors.ContentBlocked` with the reported usage (not retried), as
+  OpenAI's ``content_filter`` without content and Gemini's ``SAFETY`` without parts are. A refusal after part of an
+  answer keeps that text as the answer, as those providers' partial answers do.
 * An answer without a usable ``usage`` is still an answer (:class:`~geoagent.providers.base.Usage` with
   ``reported = False``, counts 0): ``usage`` left out, ``null`` or not an object, ``input_tokens`` or
   ``output_tokens`` missing, or a count no call can have (not a non-negative integer, above
@@ -37,7 +41,7 @@ from __future__ import annotations
 from typing import Any
 
 from geoagent.providers.base import ModelRequest, ModelResponse, Usage, register
-from geoagent.providers.errors import MalformedResponse, body_excerpt
+from geoagent.providers.errors import ContentBlocked, MalformedResponse, body_excerpt
 from geoagent.providers.http_base import HttpProvider, as_int, b64
 from geoagent.providers.sampling import anthropic_sampling
 
@@ -85,6 +89,15 @@ class AnthropicProvider(HttpProvider):
         if any(not isinstance(t, str) for t in texts):
             raise MalformedResponse(self.kind, "a text block has no text", body_excerpt(raw))
         stop = data.get("stop_reason")
+        if stop == "refusal" and not "".join(texts).strip():  # type: ignore[arg-type]
+            # the model declined before any answer text: a withheld answer, as OpenAI's content_filter with content
+            # null and Gemini's SAFETY without parts are (providers37 #7: it was stored as an empty answer)
+            usage = data.get("usage")
+            try:
+                withheld = self._usage(usage, raw) if isinstance(usage, dict) else None
+            except MalformedResponse:
+                withheld = None
+            raise ContentBlocked(self.kind, "answer withheld: stop_reason refusal", withheld)
         return ModelResponse(
             text="".join(texts),  # type: ignore[arg-type]
             usage=self._answer_usage(data.get("usage"), raw, "".join(texts)),  # type: ignore[arg-type]

@@ -60,7 +60,9 @@ Wire format (OpenAI API reference, "Create chat completion"):
 * ``content: null`` with ``finish_reason: "content_filter"`` (and no refusal text) is a withheld answer:
   :class:`ContentBlocked` with the reported usage (not retried).
 * OpenRouter reports errors that happen after generation started inside an HTTP 200 body
-  (``{"error": {"code": <int>, "message": ...}}``): raised as :class:`MalformedResponse` (retryable).
+  (``{"error": {"code": <int>, "message": ...}}``, or in the choice: ``choices[0].error`` with ``finish_reason:
+  "error"``, beside whatever ``content`` came before it; OpenRouter API reference, "Errors"): raised as
+  :class:`MalformedResponse` (retryable), whatever that content holds.
 """
 
 from __future__ import annotations
@@ -216,8 +218,11 @@ class OpenAICompatProvider(HttpProvider):
         text = message.get("content")
         if text is None and isinstance(message.get("refusal"), str):
             text = message["refusal"]
-        if text is None and isinstance(choice.get("error"), dict):  # OpenRouter mid-generation error
-            raise MalformedResponse(self.kind, f"error in choice: {_error_message(choice['error'])}")
+        if isinstance(choice.get("error"), dict) or finish == "error":
+            # OpenRouter's mid-generation error: whatever content came before it ("", or part of an answer) is no
+            # answer (providers37 #2: such a partial text was stored and scored)
+            what = _error_message(choice["error"]) if isinstance(choice.get("error"), dict) else 'finish_reason "error"'
+            raise MalformedResponse(self.kind, f"error in choice: {what}")
         if text is None and finish == "content_filter":  # withheld: a definite answer, not a bad body
             usage = data.get("usage")
             raise ContentBlocked(self.kind, "answer withheld: finish_reason content_filter",

@@ -79,6 +79,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import datetime
 import email.utils
 import functools
 import itertools
@@ -616,8 +617,23 @@ def parse_retry_after(value: str | None, now_wall_s: float | None = None) -> flo
         return None
     if when is None:
         return None
+    if when.tzinfo is None:  # asctime and "-0000" dates: every HTTP-date is UTC (RFC 9110 section 5.6.7), never local
+        when = when.replace(tzinfo=datetime.timezone.utc)
     now = time.time() if now_wall_s is None else now_wall_s
     return max(0.0, when.timestamp() - now)
+
+
+def is_transient_402(status: int, headers: Mapping[str, str], body: str) -> bool:
+    """Whether an HTTP ``status`` 402 answer is a transient refusal to retry after a wait, not a refusal of the
+    account for billing: it carries a ``Retry-After`` header, or its body names OpenRouter's in-flight spending
+    budget (:data:`TRANSIENT_402_MARKERS`; source: openrouter.ai/docs/use-cases/limits, "In-flight spending budget":
+    "transient, and the response includes a Retry-After header"). False for any other status."""
+    if status != 402:
+        return False
+    if header_value(headers, "Retry-After") is not None or header_value(headers, "retry-after-ms") is not None:
+        return True
+    low = (body or "")[:BODY_KEEP_CHARS].lower()
+    return any(m in low for m in TRANSIENT_402_MARKERS)
 
 
 def header_value(headers: Mapping[str, str], name: str) -> str | None:
@@ -633,9 +649,9 @@ def header_value(headers: Mapping[str, str], name: str) -> str | None:
 
 
 def retry_after_of(headers: Mapping[str, str], now_wall_s: float | None = None) -> float | None:
-    """Seconds a 429/503 answer asks to wait, or None: ``retry-after-ms`` (milliseconds, more precise; sent by Azure
-    OpenAI and read first by Azure's SDKs, e.g. @azure/core-rest-pipeline's throttlingRetryStrategy, which also reads
-    ``x-ms-retry-after-ms``), else ``Retry-After`` (:func:`parse_retry_after`); header names in any letter case.
+    """Seconds a retried answer (429, 503, 529, a transient 402 ...) asks to wait, or None: ``retry-after-ms``
+    (milliseconds, more precise; sent by Azure OpenAI and read first by Azure's SDKs, e.g. @azure/core-rest-pipeline's
+    throttlingRetryStrategy, which also reads ``x-ms-retry-after-ms``), else ``Retry-After`` (:func:`parse_retry_after`); header names in any letter case.
     A negative or unreadable millisecond value (no plain ASCII number: :data:`_HTTP_NUMBER`) is skipped."""
     for name in ("retry-after-ms", "x-ms-retry-after-ms"):
         raw = header_value(headers, name)
@@ -719,6 +735,12 @@ _RETRY_STATUSES = frozenset({408, 425, 429})
 #: ``enforced_spend_limit_reached`` ("not retryable and has no retry-after"; api-notes sections 7 and 8). Such a
 #: 429 fails at once (:class:`PermanentHTTPError`, status and body kept), and pauses nothing
 QUOTA_429_MARKERS = ("insufficient_quota", "enforced_spend_limit_reached")
+#: body marker (lower case) of OpenRouter's transient 402: the paid requests in flight fill the account's in-flight
+#: spending budget (``error.metadata.limit_source``), "transient, and the response includes a Retry-After header"
+#: (openrouter.ai/docs/use-cases/limits, "In-flight spending budget"). Such a 402, and any 402 that carries a
+#: ``Retry-After``, is retried after the wait like a 429 of the request's key; a 402 with neither stays a refusal of
+#: the account for billing (:class:`PermanentHTTPError`)
+TRANSIENT_402_MARKERS = ("openrouter_in_flight_budget",)
 
 _VOID = float("-inf")  # a rate slot given back unsent (_SlidingWindowThrottler.give_back)
 #: ids of unreachable streaks (:attr:`RetriesExhausted.streak_id`): unique in the process, across clients and hosts
@@ -1851,15 +1873,18 @@ class HttpClient:
             host.stats.last_ok_at = time.time()
             return resp
         excerpt = _scrub_head(resp.text, BODY_EXCERPT_CHARS, secrets)
-        if (status in _RETRY_STATUSES or status >= 500) and not (  # the kept body: a proxy may put words first
+        if (status in _RETRY_STATUSES or status >= 500 or is_transient_402(status, resp_headers, resp.text)) and not (
+                # the kept body: a proxy may put words first
                 status == 429 and any(m in resp.text[:BODY_KEEP_CHARS].lower() for m in QUOTA_429_MARKERS)):
-            retry_after = retry_after_of(resp_headers) if status in (429, 503) else None
+            # the wait asked, on any retried status (Anthropic's 529 "overloaded" carries one like a 503)
+            retry_after = retry_after_of(resp_headers)
             if retry_after is None and status in (429, 503):
                 retry_after = body_retry_delay(resp.text)
             if retry_after is not None:
-                # a 429 is the limit of the request's key (providers limit per model): that key waits; a 503
-                # (overloaded, unavailable) is the host's condition: every key on the host waits
-                paused = lim if status == 429 else host
+                # a 429 is the limit of the request's key (providers limit per model): that key waits, as for a
+                # transient 402 (the account's in-flight budget); a 5xx (overloaded, unavailable) or a 408 is the
+                # host's condition: every key on the host waits
+                paused = lim if status in (429, 402) else host
                 asked = retry_after
                 # at most the host's max_retry_after_s (a longer ask: a warning, and the request ends now)
                 retry_after = capped_retry_after(retry_after, paused.key, status, max_s=pol.max_retry_after_s)

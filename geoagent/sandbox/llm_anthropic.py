@@ -24,6 +24,8 @@
   leaves ``usage`` out of every answer and ``usage="null"`` sends ``"usage": null`` (an Anthropic-compatible
   server or gateway that does not pass the count on; the API documents ``usage`` on every Message: "Billing and
   rate-limit usage"); the call is logged as billed either way.
+* :data:`REFUSE_MARKER` in the prompt: the model declines before any text (``content: []``, ``stop_reason:
+  "refusal"``, billed; the Messages reference's stop reasons).
 * Injected faults (``faults=``) answer in this error shape: 429 ``rate_limit_error``, 500 ``api_error``,
   and a 503 fault is sent as 529 ``overloaded_error`` (Anthropic's overload status); ``Retry-After`` kept.
 * ``GET /v1/models``: Anthropic's "List Models" (Claude API docs, Models, "List Models",
@@ -41,6 +43,7 @@ Run standalone with ``python -m geoagent.sandbox.llm_anthropic --port 8002 --log
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import time
@@ -50,6 +53,7 @@ from typing import Any
 from aiohttp import web
 
 from geoagent.sandbox.faults import FaultConfig
+from geoagent.sandbox.responders import SIM_CHARS_PER_TOKEN
 from geoagent.sandbox.llm_common import (
     LOG_EXTRA_KEY,
     answer_and_log,
@@ -68,6 +72,8 @@ from geoagent.sandbox.llm_common import (
 )
 
 API = "anthropic"
+#: Prompt text that makes the fake decline before any text (``content: []``, ``stop_reason: "refusal"``)
+REFUSE_MARKER = "[[sandbox:refuse]]"
 IMAGE_MIME = ("image/jpeg", "image/png", "image/gif", "image/webp")
 #: model ids ``GET /v1/models`` names when ``make_app(models=...)`` is not given (the fake answers any id)
 DEFAULT_MODEL_IDS: tuple[str, ...] = ("sandbox-model",)
@@ -309,6 +315,14 @@ async def messages(request: web.Request) -> web.Response:
         log_call(request, API, 400, error="invalid_request_error", model=body.get("model"))
         return _err(400, "invalid_request_error", str(bad))
 
+    if REFUSE_MARKER in prompt:  # the model declines before any text (billed: the prompt was read)
+        n_in = math.ceil((len(system) + len(prompt)) / SIM_CHARS_PER_TOKEN)
+        log_call(request, API, 200, model=model, input_tokens=n_in, output_tokens=1, finish_reason="refusal")
+        rid = short_id(request.headers.get("X-Request-Key"), time.time_ns())
+        return json_response({"id": f"msg_{rid}", "type": "message", "role": "assistant", "model": model,
+                              "content": [], "stop_reason": "refusal", "stop_sequence": None,
+                              "usage": {"input_tokens": n_in, "output_tokens": 1, "cache_creation_input_tokens": 0,
+                                        "cache_read_input_tokens": 0}}, headers={"request-id": f"req_{rid}"})
     ans = answer_and_log(request, API, model=model, prompt=prompt, system=system, image=image, image_url=image_url,
                          max_output_tokens=max_tokens, finish_reasons=("end_turn", "max_tokens"))
     note_model(request.app[MODEL_IDS_KEY], model)

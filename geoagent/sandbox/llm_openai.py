@@ -51,7 +51,8 @@ in the documented shapes (OpenAI API reference "Create chat completion" and "Err
   "system_fingerprint"}`` plus ``x-request-id`` and ``x-ratelimit-*`` headers.
 * Prompt markers for documented non-answers: :data:`REFUSE_MARKER` -> ``content: null`` with the text in
   ``refusal``; :data:`FILTER_MARKER` -> ``content: null``, ``finish_reason: "content_filter"``, 0 output
-  tokens; :data:`NO_USAGE_MARKER` -> a normal answer without ``usage`` (as some compatible servers send;
+  tokens; :data:`MIDSTREAM_ERROR_MARKER` -> OpenRouter's error during generation (``finish_reason: "error"``,
+  ``choices[0].error``, part of an answer in ``content``); :data:`NO_USAGE_MARKER` -> a normal answer without ``usage`` (as some compatible servers send;
   the call is still logged as billed). ``make_app(usage="omit")`` does that to every answer, ``usage="null"``
   sends ``"usage": null`` instead (what a gateway that reassembles a stream forwards: every chunk but the last
   carries ``usage: null`` under ``stream_options.include_usage``, OpenAI API reference, "Chat Completions",
@@ -116,6 +117,12 @@ REFUSE_MARKER = "[[sandbox:refuse]]"
 REFUSAL_TEXT = "I'm sorry, but I can't help with that request."
 #: Prompt text that makes the fake withhold the answer (``content: null``, ``finish_reason: "content_filter"``).
 FILTER_MARKER = "[[sandbox:content_filter]]"
+#: Prompt text that makes the fake answer as OpenRouter does when the upstream provider fails after generation
+#: started: HTTP 200, ``choices[0].finish_reason: "error"`` and ``choices[0].error: {"code": 502, "message"}`` beside
+#: the part of the answer sent before it (OpenRouter API reference, "Errors": errors during generation come in the
+#: 200 body).
+MIDSTREAM_ERROR_MARKER = "[[sandbox:midstream_error]]"
+MIDSTREAM_PARTIAL_TEXT = '{"answer": "Par'
 #: Prompt text that makes the fake leave ``usage`` out of an otherwise normal answer (still logged as billed).
 NO_USAGE_MARKER = "[[sandbox:no_usage]]"
 #: words (lower case) whose presence in a prompt makes the fake answer OpenRouter's moderation 403
@@ -461,7 +468,7 @@ async def _completion(request: web.Request, deployment: str | None = None) -> we
             "metadata": {"reasons": flagged, "flagged_input": prompt[max(0, start - 20): start + 80],
                          "provider_name": None, "model_slug": model},
         }}, status=403, headers={"x-request-id": "req_" + short_id(time.time_ns())})
-    if REFUSE_MARKER in prompt or FILTER_MARKER in prompt:
+    if REFUSE_MARKER in prompt or FILTER_MARKER in prompt or MIDSTREAM_ERROR_MARKER in prompt:
         return _non_answer(request, model, prompt, system, image, image_url, image_detail)
     if reasoning and max_tokens <= REASONING_TOKENS:
         return _all_reasoning(request, model, prompt, system, image, image_url, image_detail, max_tokens,
@@ -503,14 +510,19 @@ async def _completion(request: web.Request, deployment: str | None = None) -> we
 
 def _non_answer(request: web.Request, model: str, prompt: str, system: str, image: bytes | None,
                 image_url: str | None, image_detail: str | None = None) -> web.Response:
-    """A billed 200 without answer text: a refusal (:data:`REFUSE_MARKER`) or a filtered answer
-    (:data:`FILTER_MARKER`), with the simulation's prompt tokens (chars / 4 + per image 765, or its documented
+    """A billed 200 without answer text: a refusal (:data:`REFUSE_MARKER`), a filtered answer
+    (:data:`FILTER_MARKER`) or an error after part of the answer (:data:`MIDSTREAM_ERROR_MARKER`), with the simulation's prompt tokens (chars / 4 + per image 765, or its documented
     bill under ``image_billing="documented"``: :func:`~geoagent.sandbox.llm_common.billed_image_tokens`)."""
     n_in = math.ceil((len(system) + len(prompt)) / SIM_CHARS_PER_TOKEN) + (
         billed_image_tokens(request, API, model, image, detail=image_detail) if image is not None
         else SIM_IMAGE_TOKENS if image_url is not None else 0)
+    content, error = None, None
     if REFUSE_MARKER in prompt:
         refusal, finish, n_out = REFUSAL_TEXT, "stop", math.ceil(len(REFUSAL_TEXT) / SIM_CHARS_PER_TOKEN)
+    elif MIDSTREAM_ERROR_MARKER in prompt:
+        content, refusal, finish = MIDSTREAM_PARTIAL_TEXT, None, "error"
+        n_out = math.ceil(len(content) / SIM_CHARS_PER_TOKEN)
+        error = {"code": 502, "message": "Provider returned error", "metadata": {"provider_name": "sandbox-upstream"}}
     else:
         refusal, finish, n_out = None, "content_filter", 0
     log_call(request, API, 200, model=model, input_tokens=n_in, output_tokens=n_out,
@@ -518,8 +530,8 @@ def _non_answer(request: web.Request, model: str, prompt: str, system: str, imag
     rid = short_id(request.headers.get("X-Request-Key"), time.time_ns())
     return json_response({
         "id": f"chatcmpl-{rid}", "object": "chat.completion", "created": int(time.time()), "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "refusal": refusal}, "logprobs": None,
-                     "finish_reason": finish}],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content, "refusal": refusal},
+                     "logprobs": None, "finish_reason": finish, **({"error": error} if error else {})}],
         "usage": {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out},
         "system_fingerprint": "fp_sandbox",
     }, headers={"x-request-id": f"req_{rid}"})
