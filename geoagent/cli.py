@@ -27,6 +27,7 @@ from typing import Any
 import anyio
 
 from geoagent import constants as C
+from geoagent.textfmt import one_line_text
 
 
 def _load(path: str) -> Any:
@@ -369,7 +370,7 @@ def _dead(cfg: Any, args: argparse.Namespace) -> int:
     for edge, items in dead_letters(cfg, limit=limit, edge=args.edge).items():
         for d in items:
             n += 1
-            print(f"{edge}\t{d.key}\tdeliveries={d.attempts}\t{describe_reason(d.reason)}")
+            print(f"{edge}\t{one_line_text(d.key)}\tdeliveries={d.attempts}\t{describe_reason(d.reason)}")
     where = f" on edge {args.edge}" if args.edge else ""
     if not n:
         print(f"no dead-lettered work{where} in campaign {cfg.name}", file=sys.stderr)

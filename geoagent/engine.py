@@ -87,7 +87,7 @@ from geoagent import __version__
 from geoagent import constants as C
 from geoagent.files import remove_stale_temp_files
 from geoagent.notes import NotesOnce
-from geoagent.textfmt import count_text
+from geoagent.textfmt import count_text, one_line_text
 from geoagent.runtime.daemon import PipelineRun, open_edge_queues, run_pipeline
 from geoagent.runtime.progress import Progress
 from geoagent.runtime.queue import SUPERSEDED, DeadLetter, QueueCounts
@@ -740,7 +740,7 @@ class Outcome:
 
             for edge, items in self.dead.items():
                 for d in items[:DEAD_LISTED]:
-                    lines.append(f"    {edge}/{_cut(d.key, DEAD_KEY_CHARS)} (deliveries {d.attempts}): "
+                    lines.append(f"    {edge}/{_cut(one_line_text(d.key), DEAD_KEY_CHARS)} (deliveries {d.attempts}): "
                                  f"{_cut(describe_reason(d.reason), DEAD_REASON_CHARS, DEAD_FULL_TEXT)}")
                 # a cut list says how many it left out and where they are (it listed 3 of 4, silently)
                 on_edge = self.counts[edge].dead if edge in self.counts else len(items)

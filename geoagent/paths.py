@@ -211,8 +211,8 @@ def _rel(path: Path, root: Path) -> Path:
 
 
 #: names Windows reserves for devices, with or without an extension (break28 #7): "CON", "nul.txt", "COM1"
-_WINDOWS_RESERVED = frozenset({"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)),
-                               *(f"LPT{i}" for i in range(1, 10))})
+_WINDOWS_RESERVED = frozenset({"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(10)),
+                               *(f"LPT{i}" for i in range(10))})  # COM0 and LPT0 as Microsoft's "Naming Files" lists them
 
 
 def safe_name(value: str, *, what: str = "name") -> str:

@@ -227,12 +227,16 @@ def min_secret_len(*, local: bool) -> int:
 def secret_spellings(value: str) -> set[str]:
     """The ways a key ``value`` can be spelled in the text of an HTTP answer that repeats it: as is, and as a JSON
     string writes it (``"`` and ``\\`` escaped, control and non-ASCII characters as ``\\uXXXX``; also with every
-    ``/`` written ``\\/``, as PHP's ``json_encode`` and some proxies do). A server that echoes a refused key in its
-    error body must not put it, so escaped, in a stored reason, the progress stream or ``status``."""
+    ``/`` written ``\\/``, as PHP's ``json_encode`` and some proxies do), and percent-encoded as a URL's query or
+    path carries it (``urllib.parse.quote`` with nothing safe, and ``quote_plus``; security37 #2: an answer that
+    repeated a base64-style key as ``Zq7%2BWm2%2F...`` was stored and exported; :func:`redact` folds letter case, so
+    ``%2b`` too). A server that echoes a refused key in its error body must not put it, so escaped, in a stored
+    reason, the progress stream or ``status``."""
     import json
+    from urllib.parse import quote, quote_plus
 
     escaped = json.dumps(value)[1:-1]
-    return {value, escaped, escaped.replace("/", "\\/")}
+    return {value, escaped, escaped.replace("/", "\\/"), quote(value, safe=""), quote_plus(value)}
 
 
 #: shortest base64 stretch of a key that :func:`base64_spellings` gives (shorter ones would be common text)
@@ -365,12 +369,17 @@ def read_dotenv(path: str | os.PathLike[str] | None = None, *, report: bool = Tr
     ------
     ValueError
         The file is not UTF-8 text (python-dotenv reads UTF-8): the message names the file and line, never
-        the bytes (the line may hold a key).
+        the bytes (the line may hold a key); or it cannot be read (permissions, an I/O error): the message names
+        the file and the reason.
     """
     p = Path(path) if path is not None else dotenv_path_default()
     if not p.is_file():
         return {}
-    data = p.read_bytes()
+    try:
+        data = p.read_bytes()
+    except OSError as exc:  # security37 #4: a bare EACCES was blamed on [paths] by the CLI's data-root hint
+        raise ValueError(f"{p}: cannot read the .env file ({exc.strerror or type(exc).__name__}); make it readable, "
+                         "or point GEOAGENT_DOTENV at another file") from None
     try:
         text = data.decode("utf-8-sig")  # a byte-order mark (Windows Notepad) would glue onto the first name
     except UnicodeDecodeError as exc:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from geoagent import constants as C
-from geoagent.textfmt import count_text, mapping_text
+from geoagent.textfmt import count_text, mapping_text, one_line_text
 from geoagent.runtime.progress import (did_work, merge_records, read_last_with_work, read_processes, read_runs,
                                        record_as_of, record_counts)
 from geoagent.runtime.procs import pid_alive
@@ -1071,7 +1071,7 @@ def format_status(st: dict[str, Any]) -> str:
                          f"now waits too")
     for edge, items in st.get("dead", {}).items():
         for d in items:
-            lines.append(f"  dead {edge}/{d.key} (deliveries {d.attempts}): {clip_reason(d.reason)}")
+            lines.append(f"  dead {edge}/{one_line_text(d.key)} (deliveries {d.attempts}): {clip_reason(d.reason)}")
     return "\n".join(lines)
 
 

@@ -423,6 +423,25 @@ class CoverageCount:
                 "full_boxes": [b.to_json() for b in self.full_boxes]}
 
 
+def _is_local_url(url: str) -> bool:
+    """Whether ``url`` names a local, private or link-local host (:func:`geoagent.config.is_local_host`); an
+    unreadable URL counts as local (refused where a public host is required)."""
+    from urllib.parse import urlsplit
+
+    from geoagent.config import is_local_host
+
+    try:
+        return is_local_host(urlsplit(url).hostname)
+    except ValueError:
+        return True
+
+
+def _local_thumb_host(url: str, graph_is_local: bool) -> bool:
+    """Whether the thumbnail ``url`` names a local, private or link-local host while the Graph API is on no such host
+    (``graph_is_local`` False): a public API's CDN URL never does."""
+    return not graph_is_local and _is_local_url(url)
+
+
 class MapillaryClient:
     """Async Mapillary Graph API v4 client.
 
@@ -461,6 +480,9 @@ class MapillaryClient:
         self.max_box_deg2 = max_box_deg2
         self.thumb_policy = thumb_policy
         self.host = host_of(self.base_url)
+        #: whether the Graph API is on a local, private or link-local host (the sandbox's fakes): then its thumbnail
+        #: URLs may name such hosts too (:func:`_local_thumb_host`); a public API's never do
+        self.graph_is_local = _is_local_url(self.base_url)
         self.requests_made = 0
         self.splits = 0
         #: boxes found still full at the minimum size (their page kept as a lower bound)
@@ -688,6 +710,12 @@ class MapillaryClient:
         url = data.get(thumb_field)
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ThumbnailUnavailable(f"Mapillary image {image_id} has no {thumb_field} (got {url!r})", kind="no_url")
+        if _local_thumb_host(url, self.graph_is_local):
+            # a public Graph API naming a loopback, private or link-local address (a cloud's metadata service at
+            # 169.254.169.254, an admin console on the LAN) is no CDN: never fetched (security37 #3). The sandbox's
+            # fakes, all local, hand out local URLs of their own
+            raise ThumbnailUnavailable(f"Mapillary image {image_id}: its {thumb_field} names a local or private "
+                                       f"address ({host_of(url)!r}), not a CDN: not fetched", kind="no_url")
         return url
 
     def _thumb_host_policy(self, host: str) -> None:
@@ -753,9 +781,12 @@ class MapillaryClient:
             except PermanentHTTPError as e:
                 if e.status in self.REFRESH_STATUSES and attempt == 1:
                     continue
-                raise ThumbnailUnavailable(f"thumbnail of {image_id} refused: HTTP {e.status} {e.body_excerpt[:80]!r}",
+                # the status only: a CDN's error page is no reason worth keeping, and a page of a host the URL should
+                # not have named must not reach the fetch stage's rejection records (security37 #3)
+                raise ThumbnailUnavailable(f"thumbnail of {image_id} refused: HTTP {e.status}",
                                            status=e.status, kind="refused") from None
             if not resp.body.startswith(b"\xff\xd8"):
-                raise ThumbnailUnavailable(f"thumbnail of {image_id} is not a JPEG ({resp.body[:40]!r})", kind="not_jpeg")
+                raise ThumbnailUnavailable(f"thumbnail of {image_id} is not a JPEG (its first bytes: "
+                                           f"{resp.body[:4].hex(' ') or 'none'})", kind="not_jpeg")
             return resp.body
         raise AssertionError("unreachable")
