@@ -2,7 +2,8 @@
 
 Before: "St Pauls" missed "St Paul's" (the apostrophe split "paul s"), "Barnes and Noble" missed "Barnes & Noble",
 "Saint Paul's" missed "St Paul's", and a modifier-letter apostrophe (U+02BC) stayed inside its word. The release
-sample changes in no row (checked here with an independent matcher), so its echo counts stay 257 of 936.
+sample changes in no row (checked here with an independent matcher), so its echo counts stay 257 of 936 (262 since
+session 37 names a point by its name without a trailing ", <the site's city>" too; given here to both readings).
 """
 
 from __future__ import annotations
@@ -92,11 +93,17 @@ def _echo(area, building, names, variants):
 
 def test_release_sample_rows_unchanged(release_dir):
     ladder = {}
+    with (release_dir / "sites.csv").open(encoding="utf-8") as fh:
+        city = {row["site"]: row["city"] for row in csv.DictReader(fh)}
     for path in (release_dir / "ladders").glob("*.csv"):
         site = path.name.split("_ladder")[0]
         with path.open(encoding="utf-8") as fh:
             for row in csv.DictReader(fh):
-                ladder[(site, row["qid"])] = [row["name_en"], row["label_raw"], row["name_zh"]]
+                names = [row["name_en"], row["label_raw"], row["name_zh"]]
+                head, comma, tail = row["name_en"].rpartition(",")
+                if comma and _words(tail, False) == _words(city[site], False):  # "Akasaka, Tokyo": "Akasaka" too
+                    names.append(head)
+                ladder[(site, row["qid"])] = names
     rows, _ = import_judged(release_dir)
     with (release_dir / "answers_judged_sample.csv").open(encoding="utf-8") as fh:
         raw = list(csv.DictReader(fh))
@@ -112,4 +119,4 @@ def test_release_sample_rows_unchanged(release_dir):
         before += old
         after += new
         changed += old != new
-    assert (n, before, after, changed) == (936, 257, 257, 0)
+    assert (n, before, after, changed) == (936, 262, 262, 0)

@@ -39,7 +39,8 @@ offered, chosen per campaign by ``[geohint] echo_rule`` (:data:`ECHO_RULES`; def
     * whitespace collapsed.
 
     On the release sample none of the session-14 variants changes a verdict: 0 of its 936 context rows under
-    each, alone or together (257 echoes before and after; ``tests/test_echo_spelling_s14.py``). Its answers
+    each, alone or together (257 echoes before and after, before session 37's city qualifier;
+    ``tests/test_echo_spelling_s14.py``). Its answers
     have ``&`` in 12 of those rows, a straight apostrophe in 26, "Saint" in 25 and a curly one in none, but
     where they name the reference point they spell it as the ladder does. The released ladders' names hold the
     variants (among the 6,210 English names and native labels: 62 possessives, 12 ``&``, 83 "and", 36 "St" or
@@ -48,7 +49,8 @@ offered, chosen per campaign by ``[geohint] echo_rule`` (:data:`ECHO_RULES`; def
 
     A field names a reference point when one of the point's names (English name, native label ``label_raw``,
     Chinese name ``name_zh``, Wikidata aliases when given, and each name with its parenthetical qualifier removed, e.g. "Ebisu Station
-    (Tokyo)" -> "Ebisu Station") occurs in the field as a whole-token run. Names written in a script
+    (Tokyo)" -> "Ebisu Station", or a trailing ", <the site's city>" removed, e.g. "Akasaka, Tokyo" -> "Akasaka" at
+    a Tokyo site: :func:`without_city_qualifier`, session 37) occurs in the field as a whole-token run. Names written in a script
     without word spaces (CJK, kana, Thai) are matched as substrings of the space-free text instead.
 
 ``"release_first_word"`` (:func:`is_echo_release_first_word`)
@@ -63,9 +65,10 @@ offered, chosen per campaign by ``[geohint] echo_rule`` (:data:`ECHO_RULES`; def
     paper's echo figures (Tables 1, 2, 4).
 
 On the release sample (``answers_judged_sample.csv``: 966 rows, all permissive schema ``v1``; 936
-context rows whose reference point is in the site's ladder) the ``"name"`` rule finds 257 echoes
-(27.5 %) and the ``"release_first_word"`` rule 371 (39.6 %); ``tests/test_geohint_echo.py`` checks both
-counts.
+context rows whose reference point is in the site's ladder) the ``"name"`` rule finds 262 echoes
+(28.0 %; 257 before session 37, when a name qualified by its site's city, "Saint-Eustache, Paris", was not named by
+"Les Halles / Saint-Eustache") and the ``"release_first_word"`` rule 371 (39.6 %); ``tests/test_geohint_echo.py``
+checks both counts.
 
 The release reads its CSVs with pandas, so a field or name that pandas takes as missing (empty, or
 exactly one of its missing-value spellings: "None", "NA", "N/A", "null", "nan", ...;
@@ -244,7 +247,33 @@ def field_names_reference(field: str | None, names: Iterable[str | None]) -> boo
     return False
 
 
-def is_echo(area: str | None, building: str | None, names: Iterable[str | None]) -> bool:
+def without_city_qualifier(names: Iterable[str | None], cities: Iterable[str | None]) -> list[str]:
+    """The forms of ``names`` without a trailing ``", <city>"`` naming one of ``cities`` (the site's city), where
+    a name has one: "Castro District, San Francisco" -> "Castro District", "Saint-Eustache, Paris" ->
+    "Saint-Eustache" (Wikipedia's way to tell places of one name apart, as brackets are: :func:`name_variants`).
+    Only a qualifier that folds to a given city (:func:`normalize_name`: case, accents) is taken off: a comma inside
+    a name ("Foreign, Commonwealth and Development Office", "City, University of London") is no qualifier, and
+    taking the part before it would make "Foreign" or "City" a name of the point. Session 37 (geohint37 #3): 129 of
+    the 179 comma-qualified English names of the released ladders end in their site's city; the others keep only
+    their whole form. Returns only the new forms (none for a name without such a qualifier)."""
+    folded = {normalize_name(c) for c in cities if c and str(c).strip()}
+    folded.discard("")
+    out: list[str] = []
+    if not folded:
+        return out
+    for n in names:
+        if not n or "," not in str(n):
+            continue
+        head, _, tail = str(n).rpartition(",")
+        if normalize_name(tail) in folded and normalize_tokens(head):
+            head = head.strip()
+            if head not in out:
+                out.append(head)
+    return out
+
+
+def is_echo(area: str | None, building: str | None, names: Iterable[str | None], *,
+            cities: Iterable[str | None] = ()) -> bool:
     """Echo (Sec. 6.2.1): the area or the building field names the reference point.
 
     Parameters
@@ -253,8 +282,12 @@ def is_echo(area: str | None, building: str | None, names: Iterable[str | None])
         Parsed answer fields (``place`` in the release's permissive schema counts as building).
     names : iterable of str
         The reference point's names: English name, native label, Wikidata aliases.
+    cities : iterable of str
+        The site's city (its name as the sites table gives it): a name qualified by it ("Akasaka, Tokyo") is named
+        by its form without the qualifier too (:func:`without_city_qualifier`).
     """
     names = list(names)
+    names += without_city_qualifier(names, cities)
     return field_names_reference(area, names) or field_names_reference(building, names)
 
 
@@ -359,13 +392,15 @@ def echo_by_rule(
     *,
     name_en: str | None,
     name_zh: str | None,
+    cities: Iterable[str | None] = (),
 ) -> dict[str, bool]:
     """The echo verdict of every rule in :data:`ECHO_RULES`, ``{rule: bool}``.
 
-    ``names`` (English name, native label, Chinese name, Wikidata aliases) feed the ``"name"`` rule;
-    ``name_en`` and ``name_zh`` feed the ``"release_first_word"`` rule, which uses only those two.
+    ``names`` (English name, native label, Chinese name, Wikidata aliases) and ``cities`` (the site's city: a name
+    qualified by it is named without it too) feed the ``"name"`` rule; ``name_en`` and ``name_zh`` feed the
+    ``"release_first_word"`` rule, which uses only those two.
     """
     return {
-        ECHO_RULE_NAME: is_echo(area, building, names),
+        ECHO_RULE_NAME: is_echo(area, building, names, cities=cities),
         ECHO_RULE_RELEASE_FIRST_WORD: is_echo_release_first_word(area, building, name_en, name_zh),
     }

@@ -252,7 +252,9 @@ ANSWER_COORDINATES = "answer-coordinates"
 #: changes are versioned here too): a name's last word is never dropped as an article ("Đại La" is no longer "Đại",
 #: which "Đại học", university, named), and a name "The <word>" is named only where the word starts a segment of the
 #: field or follows an article ("Pall Mall" and "a shopping mall" no longer echo "The Mall").
-GEOCODER_RULES_VERSION = 10
+#: 11 (session 37, geohint37 #3): the echo rule ``"name"`` also takes a name without a trailing ", <the site's city>"
+#: ("Akasaka, Tokyo" is named by "Akasaka", as "Akasaka (Tokyo)" was).
+GEOCODER_RULES_VERSION = 11
 
 LEVELS = ("building", "area", "city", "none")
 #: Our level names -> the release's ``resolved_level`` values (``answers_judged*.csv``).

@@ -131,6 +131,7 @@ def iter_judged(
     *,
     aliases: Mapping[str, list[str]] | None = None,
     echo_rule: str = DEFAULT_ECHO_RULE,
+    site_cities: Mapping[str, str] | None = None,
 ) -> Iterator[GeoHintResult]:
     """Yield one :class:`GeoHintResult` per well-formed row of a judged-answers CSV, one per request (module doc:
     a later row of a request is a note, as a malformed row is), in line order.
@@ -147,6 +148,10 @@ def iter_judged(
     echo_rule : str
         Which rule's verdict goes into ``echo`` (:data:`geoagent.geohint.echo.ECHO_RULES`); both are kept
         in ``extra["echo_by_rule"]``.
+    site_cities : mapping site_id -> city, optional
+        The sites' cities (``sites.csv``): a reference point's name qualified by its site's city ("Akasaka, Tokyo")
+        is named by its form without it too (``"name"`` rule only;
+        :func:`geoagent.geohint.echo.without_city_qualifier`).
 
     Raises
     ------
@@ -160,6 +165,7 @@ def iter_judged(
     rep = report if report is not None else ImportReport()
     index = ladder_index(ladders)
     aliases = aliases or {}
+    site_cities = site_cities or {}
     rep.files.append(str(path))
     first_note = len(rep.issues)
     unknown_refs: set[tuple[str, str]] = set()
@@ -176,7 +182,8 @@ def iter_judged(
                 res.ref_name = point.name_en
                 res.dist_km = point.dist_km
                 names = [point.name_en, point.label_raw, point.name_zh, *aliases.get(qid, [])]
-                by_rule = echo_by_rule(res.area, res.building, names, name_en=point.name_en, name_zh=point.name_zh)
+                by_rule = echo_by_rule(res.area, res.building, names, name_en=point.name_en, name_zh=point.name_zh,
+                                       cities=[site_cities.get(site)])
                 res.echo = by_rule[echo_rule]
                 res.extra["echo_rule"] = echo_rule
                 res.extra["echo_by_rule"] = by_rule
@@ -366,7 +373,8 @@ def import_judged(
                 break
         else:
             raise FileNotFoundError(f"no answers_judged*.csv in {root}")
-    rows = list(iter_judged(root / filename, rel.ladders, rel.report, echo_rule=echo_rule))
+    rows = list(iter_judged(root / filename, rel.ladders, rel.report, echo_rule=echo_rule,
+                            site_cities={sid: site.city for sid, site in rel.sites.items()}))
     return rows, rel.report
 
 

@@ -248,7 +248,8 @@ def score_located(key: str, payload: Mapping[str, Any], *, echo_rule: str = DEFA
     by_rule: dict[str, bool] | None = None
     if has_ref and not no_answer:
         names = [*(meta.get("ref_names") or []), meta.get("ref_name"), *(meta.get("ref_aliases") or []), *(loc.get("ref_aliases") or [])]
-        by_rule = echo_by_rule(area, building, names, name_en=meta.get("ref_name"), name_zh=meta.get("ref_name_zh"))
+        by_rule = echo_by_rule(area, building, names, name_en=meta.get("ref_name"), name_zh=meta.get("ref_name_zh"),
+                               cities=[meta.get("site_city")])
         echo = by_rule[echo_rule]
     return GeoHintResult(
         key=key,
