@@ -53,19 +53,25 @@ def test_release_gazetteer_places_ladder_points_at_their_released_distance(relea
         e = gaz.get(r["qid"])
         if e is not None and not e.synthetic:
             assert (e.lat, e.lon) == (float(r["lat"]), float(r["lon"]))
+    ladders_of: Counter[str] = Counter()
+    for path in sorted((release_dir / "ladders").glob("*.csv")):
+        ladders_of.update({row["qid"] for row in _rows(path)})
     checked = 0
     for path in sorted((release_dir / "ladders").glob("*.csv")):
         site = sites[path.name.split("_ladder")[0]]
         for row in _rows(path):
             e = gaz.get(row["qid"])
-            if e is None or not e.synthetic or e.origin != site["site"]:
-                continue  # placed from another site's ladder (first file wins) or a real site entry
+            if e is None or not e.synthetic or ladders_of[row["qid"]] > 1:
+                # a real site entry, or a point of several ladders: placed at its distance from each as far as they
+                # allow (session 37: tests/test_sandbox_gazetteer_release_s37.py)
+                continue
+            assert e.origin == site["site"]
             assert km(float(site["lat"]), float(site["lon"]), e.lat, e.lon) == pytest.approx(float(row["dist_km"]), abs=1e-6)
             checked += 1
-    assert checked > 2000
+    assert checked > 1500
     again = Gazetteer.from_release(release_dir, seed=0)
     other = Gazetteer.from_release(release_dir, seed=1)
-    synth = [e for e in gaz if e.synthetic][:50]
+    synth = [e for e in gaz if e.synthetic and ladders_of[e.qid] == 1][:50]
     assert all((again.get(e.qid).lat, again.get(e.qid).lon) == (e.lat, e.lon) for e in synth)
     assert sum((other.get(e.qid).lat, other.get(e.qid).lon) != (e.lat, e.lon) for e in synth) == len(synth)
 

@@ -13,9 +13,10 @@ Two ways to get one:
   (``sites.csv``, real Wikidata coordinates), the candidate cities (``city_pool.csv``, screening
   centres) and every context-ladder reference point (``ladders/*.csv``). The release gives ladder points
   only a distance ``dist_km`` from their site, so they are placed at exactly that haversine distance on
-  a bearing drawn from a seeded hash of (seed, site, QID). **Those ladder coordinates are SYNTHETIC**:
-  distances to the site are right, directions are invented, so distances between two ladder points mean
-  nothing. Use them only to exercise the pipeline offline, never as data.
+  a bearing drawn from a seeded hash of (seed, site, QID); a point in the ladders of several sites is placed where
+  its distance to each of them is its released one, as far as those distances allow (:func:`place_at_distances`).
+  **Those ladder coordinates are SYNTHETIC**: distances to the sites are right, directions are invented, so
+  distances between two ladder points mean nothing. Use them only to exercise the pipeline offline, never as data.
 """
 
 from __future__ import annotations
@@ -216,6 +217,54 @@ def destination_point(lat_deg: float, lon_deg: float, bearing_deg: float, distan
     return math.degrees(p2), lon2
 
 
+def place_at_distances(start: tuple[float, float], anchors: list[tuple[float, float, float]], *,
+                       iterations: int = 60) -> tuple[float, float]:
+    """The point whose haversine distance to each anchor ``(lat, lon, distance_km)`` is nearest that distance (least
+    squares, km), found by Gauss-Newton steps in latitude and longitude from ``start`` (lat, lon in degrees); the
+    start itself when no step improves on it. With one anchor the start (on its circle) is the answer; with two,
+    the intersection of their circles nearer the start; with more, the least-squares point. Source: the
+    distances are the release's ``dist_km`` of one reference point from several sites (geohint37 #2: placed from
+    the first site only, "Nishi-Nippori Station" lay 11.293 km from tokyo_yanaka, whose ladder gives 0.553 km).
+    """
+    from geoagent.geo import haversine_km
+
+    def residuals(lat: float, lon: float) -> list[float]:
+        return [haversine_km(lat, lon, a_lat, a_lon) - d for a_lat, a_lon, d in anchors]
+
+    def cost(r: list[float]) -> float:
+        return sum(x * x for x in r)
+
+    lat, lon = start
+    r = residuals(lat, lon)
+    best = cost(r)
+    h = 1e-6  # degrees: ~0.1 m, the numeric derivative's step
+    for _ in range(iterations):
+        d_lat = [(a - b) / h for a, b in zip(residuals(lat + h, lon), r)]
+        d_lon = [(a - b) / h for a, b in zip(residuals(lat, lon + h), r)]
+        # normal equations of the 2-parameter least squares, J^T J x = -J^T r, with a little damping
+        a11 = sum(x * x for x in d_lat) + 1e-12
+        a22 = sum(x * x for x in d_lon) + 1e-12
+        a12 = sum(x * y for x, y in zip(d_lat, d_lon))
+        b1 = -sum(x * y for x, y in zip(d_lat, r))
+        b2 = -sum(x * y for x, y in zip(d_lon, r))
+        det = a11 * a22 - a12 * a12
+        if abs(det) < 1e-18:
+            break
+        step_lat, step_lon = (b1 * a22 - b2 * a12) / det, (a11 * b2 - a12 * b1) / det
+        for scale in (1.0, 0.5, 0.25, 0.125):  # a step that overshoots is shortened
+            cand_lat = max(-89.999999, min(89.999999, lat + scale * step_lat))
+            cand_lon = (lon + scale * step_lon + 540.0) % 360.0 - 180.0
+            cand_r = residuals(cand_lat, cand_lon)
+            if cost(cand_r) < best:
+                lat, lon, r, best = cand_lat, cand_lon, cand_r, cost(cand_r)
+                break
+        else:
+            break
+        if abs(step_lat) + abs(step_lon) < 1e-10:
+            break
+    return lat, lon
+
+
 def seeded_bearing_deg(seed: int, *parts: str) -> float:
     """Deterministic bearing in [0, 360) degrees from a SHA-256 of ``seed`` and ``parts``."""
     digest = hashlib.sha256("\x1f".join([str(seed), *parts]).encode()).digest()
@@ -353,8 +402,14 @@ class Gazetteer:
         type is a street, else ``building``). Ladder reference points come from ``ladders/*.csv`` with
         their real QIDs and English/Chinese names; their coordinates are SYNTHETIC (see module docstring):
         ``dist_km`` from the site on :func:`seeded_bearing_deg` ``(seed, site, qid)``. A QID found in
-        several ladders keeps the placement from the alphabetically first site file. Sitelinks (search
-        rank) are the released ``sitelinks`` for sites and ``familiarity`` for ladder points.
+        several ladders is placed at its released distance from each of those sites as far as the distances
+        allow (:func:`place_at_distances`, from the placement of the alphabetically first site file, whose names it
+        keeps); before session 37 it kept that first placement, up to 10.7 km off another site's distance. A
+        ladder point whose English name is a city's of the folder (a site's city or a ``city_pool.csv`` row:
+        "Paris", Q90, in the ladder of paris_pont) is not added: the city's entry answers for it, so an answer
+        naming the city is city level, as Sec. 4.3's fault 4 asks (geohint37 #1: it was a building 0.778 km from
+        the site, an area-level hit). Sitelinks (search rank) are the released ``sitelinks`` for sites and
+        ``familiarity`` for ladder points.
 
         Parameters
         ----------
@@ -443,45 +498,56 @@ class Gazetteer:
                 gaz.add(city_entry(i, city, sum(p[0] for p in pts) / len(pts), sum(p[1] for p in pts) / len(pts), "",
                                    "mean of its sites: the folder has no city_pool.csv"))
         if include_ladders and (root / "ladders").is_dir():
+            city_names = {fold(e.labels.get("en", "")) for e in gaz if e.kind == "city"}
+            city_names |= {fold(city) for _lat, _lon, city in sites.values()}
+            city_names.discard("")
+            points: dict[str, list[tuple[str, dict[str, str], float]]] = {}  # qid -> (site, row, dist_km), file order
             for path in sorted((root / "ladders").glob("*.csv")):
                 site = path.name.split("_ladder")[0]
                 if site not in sites:
                     continue
-                s_lat, s_lon, city = sites[site]
                 with open(path, newline="", encoding="utf-8-sig") as fh:
                     for row in csv.DictReader(fh):
                         qid = (row.get("qid") or "").strip()
                         name_en = (row.get("name_en") or "").strip()
-                        if not is_qid(qid) or not name_en or gaz.get(qid):
+                        if not is_qid(qid) or not name_en or gaz.get(qid) or fold(name_en) in city_names:
                             continue
                         dist_km = num(row, "dist_km")
                         if dist_km is None or dist_km < 0:
                             continue
-                        lat, lon = destination_point(s_lat, s_lon, seeded_bearing_deg(seed, site, qid), dist_km)
-                        labels = {"en": name_en}
-                        if (row.get("name_zh") or "").strip():
-                            labels["zh"] = row["name_zh"].strip()
-                        raw = (row.get("label_raw") or "").strip()
-                        aliases = {"zh": (raw,)} if raw and raw not in labels.values() else {}
-                        try:
-                            fam = int(float(row.get("familiarity") or 0))
-                        except ValueError:
-                            fam = 0
-                        gaz.add(
-                            GazetteerEntry(
-                                qid=qid,
-                                labels=labels,
-                                aliases=aliases,
-                                lat=lat,
-                                lon=lon,
-                                kind="linear" if is_linear_name(name_en) else "building",
-                                city=city,
-                                description=f"reference point near {site} (SYNTHETIC coordinate)",
-                                sitelinks=fam,
-                                synthetic=True,
-                                origin=site,
-                            )
-                        )
+                        points.setdefault(qid, []).append((site, row, dist_km))
+            for qid, seen in points.items():
+                site, row, dist_km = seen[0]
+                s_lat, s_lon, city = sites[site]
+                lat, lon = destination_point(s_lat, s_lon, seeded_bearing_deg(seed, site, qid), dist_km)
+                anchors = sorted({(sites[o][0], sites[o][1], d) for o, _r, d in seen})
+                if len(anchors) > 1:  # in several sites' ladders: at its distance from each, as far as they allow
+                    lat, lon = place_at_distances((lat, lon), anchors)
+                name_en = row["name_en"].strip()
+                labels = {"en": name_en}
+                if (row.get("name_zh") or "").strip():
+                    labels["zh"] = row["name_zh"].strip()
+                raw = (row.get("label_raw") or "").strip()
+                aliases = {"zh": (raw,)} if raw and raw not in labels.values() else {}
+                try:
+                    fam = int(float(row.get("familiarity") or 0))
+                except ValueError:
+                    fam = 0
+                gaz.add(
+                    GazetteerEntry(
+                        qid=qid,
+                        labels=labels,
+                        aliases=aliases,
+                        lat=lat,
+                        lon=lon,
+                        kind="linear" if is_linear_name(name_en) else "building",
+                        city=city,
+                        description=f"reference point near {site} (SYNTHETIC coordinate)",
+                        sitelinks=fam,
+                        synthetic=True,
+                        origin=site,
+                    )
+                )
         return gaz
 
 
