@@ -247,3 +247,13 @@ def test_an_anthropic_refusal_before_any_text_is_a_withheld_answer(marker):
         return
     assert isinstance(got, ContentBlocked) and "stop_reason refusal" in str(got)
     assert got.usage is not None and got.usage.output_tokens == 1
+
+
+def test_a_rule_over_several_crawl_keys_names_the_section_not_an_empty_key():
+    """A model validator's refusal has no key of its own: it read "key 'crawl.': image_audit.model = ..."."""
+    from geoagent.crawl.settings import CrawlConfigError, load_crawl_settings
+
+    with pytest.raises(CrawlConfigError) as e:
+        load_crawl_settings({"contact": "me@example.org", "evaluated_models": ["x"], "image_audit": {"model": "x"}})
+    assert str(e.value) == ("config: [crawl]: image_audit.model = 'x' is also an evaluated model; the auditor must "
+                            "not be one")

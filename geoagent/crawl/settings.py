@@ -542,10 +542,12 @@ def _format_errors(err: ValidationError, where: str) -> str:
             lines.append(f"{where}: key 'crawl.{loc}': unknown key{did_you_mean(e['loc'][-1], valid or ())}")
             continue
         error = (e.get("ctx") or {}).get("error")
+        # a rule over several keys of the section (a model validator) has no location: the section is named
+        key = f"key 'crawl.{loc}'" if loc else "[crawl]"
         if e["type"] == "value_error" and isinstance(error, ConfigProblem):  # a whole sentence (config.py's rule)
-            lines.append(f"{where}: key 'crawl.{loc}': {error}")
+            lines.append(f"{where}: {key}: {error}")
             continue
-        lines.append(f"{where}: key 'crawl.{loc}': {e['msg']} (got {e.get('input')!r})")
+        lines.append(f"{where}: {key}: {e['msg']} (got {e.get('input')!r})")
     return "\n".join(lines)
 
 
