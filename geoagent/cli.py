@@ -156,7 +156,8 @@ def _warn_geocoder_change(cfg: Any, keys: list[str], *, file: Any = None,
                   "rules (no model call is affected).", file=file)
             return
         print(f"info: campaign {cfg.name}: {what}: answers geocoded from now on use the new rules; the {done} "
-              "already geocoded keep the old ones (their geocode_source and trace say how each was located). No "
+              "already geocoded keep the old ones (their geocode_source and trace say how each was located; the "
+              "echo, decided when an answer is scored, follows the new rules for those not scored yet). No "
               "model call is affected; to geocode every answer under one version, run the campaign under a new "
               "[campaign] name (which repeats its model calls).", file=file)
         return

@@ -194,20 +194,34 @@ def test_a_pageviews_404_without_the_apis_no_data_body_is_an_error():
                                   "title": "Not found.", "method": "get", "detail": "no data", "uri": "/x"},
                                  status=404, content_type="application/problem+json")
 
+    async def no_data_aqs2(request: web.Request) -> web.Response:  # the live API's body since AQS 2.0 (review37 #1)
+        return web.json_response({"detail": "The date(s) you used are valid, but we either do not have data for those "
+                                  "date(s), or the project you asked for is not loaded yet. Please check "
+                                  "documentation for more information.", "method": "get", "status": 404,
+                                  "title": "Not Found", "type": "about:blank", "uri": "/x"},
+                                 status=404, content_type="application/problem+json")
+
+    async def html_404(request: web.Request) -> web.Response:  # a proxy's page
+        return web.Response(status=404, text="<html><body>Not Found</body></html>", content_type="text/html")
+
     app = web.Application()
     app.router.add_get("/wrong/{tail:.*}", plain_404)
     app.router.add_get("/right/{tail:.*}", no_data)
+    app.router.add_get("/aqs2/{tail:.*}", no_data_aqs2)
+    app.router.add_get("/proxy/{tail:.*}", html_404)
 
     async def main():
         async with serve(app) as base, HttpClient(default_policy=FAST) as http:
             ua = "geoagent-test/0.1 (contact: mailto:test@example.org)"
-            zero = await PageviewsClient(http, base + "/right", ua).total("Rose Garden", "20240101", "20240107")
-            with pytest.raises(PageviewsError, match="no-data answer"):
-                await PageviewsClient(http, base + "/wrong", ua).total("Rose Garden", "20240101", "20240107")
-            return zero
+            zeros = [await PageviewsClient(http, base + path, ua).total("Rose Garden", "20240101", "20240107")
+                     for path in ("/right", "/aqs2")]
+            for path in ("/wrong", "/proxy"):
+                with pytest.raises(PageviewsError, match="no-data answer"):
+                    await PageviewsClient(http, base + path, ua).total("Rose Garden", "20240101", "20240107")
+            return zeros
 
-    zero = anyio.run(main)
-    assert (zero.views, zero.days_with_data) == (0, 0)
+    for zero in anyio.run(main):
+        assert (zero.views, zero.days_with_data) == (0, 0)
 
 
 def test_an_overpass_query_timeout_above_the_http_timeout_is_warned_of():
@@ -257,3 +271,51 @@ def test_a_rule_over_several_crawl_keys_names_the_section_not_an_empty_key():
         load_crawl_settings({"contact": "me@example.org", "evaluated_models": ["x"], "image_audit": {"model": "x"}})
     assert str(e.value) == ("config: [crawl]: image_audit.model = 'x' is also an evaluated model; the auditor must "
                             "not be one")
+
+
+def test_a_502_wait_of_one_model_does_not_pause_the_hosts_other_models():
+    """review37 #2: with Retry-After read on every retried status, a 502 of one model behind a gateway paused every
+    model of the host (model B waited 1.7 s for model A's 2 s). A 503 or 529 (the host's own condition) still pauses
+    the host; any other wait pauses the request's limit key only."""
+    seen: list[tuple[float, str]] = []
+    t0 = time.monotonic()
+
+    async def chat(request: web.Request) -> web.Response:
+        model = (await request.json())["model"]
+        seen.append((time.monotonic() - t0, model))
+        if model == "a" and len([m for _t, m in seen if m == "a"]) == 1:
+            return web.json_response({"error": {"code": 502, "message": "upstream error"}}, status=502,
+                                     headers={"Retry-After": "2"})
+        return web.json_response({"id": "x", "object": "chat.completion", "model": model, "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+
+    from geoagent.runtime.http import host_key, limit_key
+
+    async def main():
+        async with serve(app) as base:
+            keys = {m: limit_key(host_key(base), m) for m in ("a", "b")}
+            async with HttpClient(default_policy=FAST, model_policies={k: FAST for k in keys.values()}) as http:
+                async def one(model: str, delay: float) -> float:
+                    await anyio.sleep(delay)
+                    start = time.monotonic()
+                    await http.request("POST", base + "/v1/chat/completions", json={"model": model},
+                                       limit=keys[model])
+                    return time.monotonic() - start
+
+                took: dict[str, float] = {}
+
+                async def run(model: str, delay: float) -> None:
+                    took[model] = await one(model, delay)
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(run, "a", 0.0)
+                    tg.start_soon(run, "b", 0.3)
+                return took
+
+    took = anyio.run(main)
+    assert took["a"] >= 1.9  # model a waited as its 502 asked
+    assert took["b"] < 1.0, took  # model b went on (before: 1.71 s)

@@ -75,3 +75,23 @@ def test_place_at_distances_meets_two_circles_and_keeps_one():
     assert haversine_km(lat, lon, *b) == pytest.approx(0.8, abs=1e-6)
     one = place_at_distances(start, [(*a, haversine_km(*start, *a))])
     assert one == start  # already on its only circle
+
+
+def test_a_ladder_point_named_as_another_city_of_the_folder_stays(tmp_path):
+    """review37 #3: the first version left out a ladder point named as ANY city of the folder: London's "Victoria"
+    (a district) went, and an answer naming it geocoded to Victoria, Canada. Only the site's own city is left out."""
+    (tmp_path / "ladders").mkdir()
+    (tmp_path / "sites.csv").write_text(
+        "site,city,country,continent,landmark,qid,wd_type,lat,lon\n"
+        "london_x,London,UK,EU,Somewhere,Q1001,building,51.5,-0.14\n", encoding="utf-8")
+    (tmp_path / "city_pool.csv").write_text(
+        "city,country,continent,lat,lon\nLondon,UK,EU,51.51,-0.13\nVictoria,CA,NA,48.43,-123.37\n", encoding="utf-8")
+    (tmp_path / "ladders" / "london_x_ladder_test.csv").write_text(
+        "band,tier,name_zh,name_en,label_raw,qid,dist_km,familiarity\n"
+        "0-0.5km,high,,Victoria,Victoria,Q216185,0.35,4\n"
+        "0.5-1.5km,high,,London,London,Q84,1.0,5\n", encoding="utf-8")
+    gaz = Gazetteer.from_release(tmp_path, seed=0)
+    victoria = gaz.get("Q216185")
+    assert victoria is not None and victoria.kind == "building"
+    assert haversine_km(51.5, -0.14, victoria.lat, victoria.lon) == pytest.approx(0.35, abs=1e-6)
+    assert gaz.get("Q84") is None  # the site's own city: its city entry answers for it

@@ -3,8 +3,9 @@
 Source: Wikimedia AQS REST docs (``/metrics/pageviews/per-article``).
 URL: ``{base}/metrics/pageviews/per-article/{project}/{access}/{agent}/{article}/{granularity}/{start}/{end}``
 with the title's spaces as underscores and every reserved character (``/`` too) percent-encoded.
-Days with zero views are omitted from ``items``; a 404 with the API's problem JSON (``type`` .../not_found) means
-no data in the whole range and is read as 0 views, not a failure (a 404 without it is no such answer: an error). Policy (``pageviews`` default in the crawl settings): descriptive User-Agent,
+Days with zero views are omitted from ``items``; a 404 with the API's problem JSON (HyperSwitch's or AQS 2.0's) means
+no data in the whole range and is read as 0 views, not a failure (a 404 without a problem-JSON body is no such
+answer: an error). Policy (``pageviews`` default in the crawl settings): descriptive User-Agent,
 a few requests at once; results for past days never change, so each article and window is asked once per
 client (answers kept in memory, the most recent ``cache_size`` of them). After a stop
 request (:meth:`~geoagent.runtime.http.HttpClient.stop_retries`) no new request is sent: it raises
@@ -40,16 +41,18 @@ NO_DATA_STATUSES = frozenset(NO_DATA_MEANING)
 CACHE_ENTRIES = 100_000
 
 def _is_no_data_body(body: bytes) -> bool:
-    """Whether a 404's ``body`` is the API's "no data in the range" answer: a JSON object (HyperSwitch problem
-    JSON) whose ``type`` names ``not_found`` (api-notes section 4, "Errors": ``{"type":
-    "https://mediawiki.org/wiki/HyperSwitch/errors/not_found", "title": "Not found.", ...}``; only ``type`` is
-    confirmed). Never raises."""
+    """Whether a 404's ``body`` is the API's "no data in the range" answer: a problem-JSON object (RFC 9457 fields
+    ``type``, ``title``, ``status``, ``detail``, ``uri``), in either of the forms the API has sent: HyperSwitch's
+    (``"type": "https://mediawiki.org/wiki/HyperSwitch/errors/not_found"``, api-notes section 4) and AQS 2.0's
+    (``"type": "about:blank"``, ``"title": "Not Found"``, ``"status": 404``, ``"detail": "The date(s) you used are
+    valid, but we either do not have data ..."``; review37 #1: the first version of this check refused it). A body that
+    is no JSON object, or one with none of those fields (a web server's or a proxy's 404 page), is not. Never
+    raises."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
         return False
-    kind = data.get("type") if isinstance(data, dict) else None
-    return isinstance(kind, str) and "not_found" in kind
+    return isinstance(data, dict) and any(k in data for k in ("type", "title", "status", "detail"))
 
 
 _DATE = re.compile(r"^[0-9]{8}([0-9]{2})?$")
@@ -189,8 +192,8 @@ class PageviewsClient:
                 # plain 404 page), or a proxy's HTML page, read as 0 views for every candidate (providers37 #4)
                 text = bytes(body[:400]).decode("utf-8", "replace")
                 raise PageviewsError(f"pageviews answered HTTP {status} without the API's no-data answer (a problem "
-                                     "JSON of type .../HyperSwitch/errors/not_found): is [crawl.endpoints] pageviews "
-                                     f"the per-article API's base URL? Body: {text[:200]!r}")
+                                     "JSON object: type, title, status, detail): is [crawl.endpoints] pageviews the "
+                                     f"per-article API's base URL? Body: {text[:200]!r}")
             total = PageviewTotal(title, 0, 0)
         else:
             try:

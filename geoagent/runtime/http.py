@@ -741,6 +741,9 @@ QUOTA_429_MARKERS = ("insufficient_quota", "enforced_spend_limit_reached")
 #: ``Retry-After``, is retried after the wait like a 429 of the request's key; a 402 with neither stays a refusal of
 #: the account for billing (:class:`PermanentHTTPError`)
 TRANSIENT_402_MARKERS = ("openrouter_in_flight_budget",)
+#: retried statuses whose ``Retry-After`` pauses every key of the host (the host's own condition: unavailable,
+#: overloaded); any other status's wait pauses only the request's limit key
+HOST_WIDE_PAUSE_STATUSES = frozenset({503, 529})
 
 _VOID = float("-inf")  # a rate slot given back unsent (_SlidingWindowThrottler.give_back)
 #: ids of unreachable streaks (:attr:`RetriesExhausted.streak_id`): unique in the process, across clients and hosts
@@ -1881,10 +1884,11 @@ class HttpClient:
             if retry_after is None and status in (429, 503):
                 retry_after = body_retry_delay(resp.text)
             if retry_after is not None:
-                # a 429 is the limit of the request's key (providers limit per model): that key waits, as for a
-                # transient 402 (the account's in-flight budget); a 5xx (overloaded, unavailable) or a 408 is the
-                # host's condition: every key on the host waits
-                paused = lim if status in (429, 402) else host
+                # a 503 (unavailable) or a 529 (overloaded) is the host's condition: every key on the host waits; any
+                # other wait asked (a 429 or a transient 402: the limit of the request's key, providers limit per
+                # model; a 500/502 of one model behind a gateway, a 408) is that key's: the host's other models go on
+                # (review37 #2: a 502 of one OpenRouter model paused them all)
+                paused = host if status in HOST_WIDE_PAUSE_STATUSES else lim
                 asked = retry_after
                 # at most the host's max_retry_after_s (a longer ask: a warning, and the request ends now)
                 retry_after = capped_retry_after(retry_after, paused.key, status, max_s=pol.max_retry_after_s)

@@ -405,8 +405,8 @@ class Gazetteer:
         several ladders is placed at its released distance from each of those sites as far as the distances
         allow (:func:`place_at_distances`, from the placement of the alphabetically first site file, whose names it
         keeps); before session 37 it kept that first placement, up to 10.7 km off another site's distance. A
-        ladder point whose English name is a city's of the folder (a site's city or a ``city_pool.csv`` row:
-        "Paris", Q90, in the ladder of paris_pont) is not added: the city's entry answers for it, so an answer
+        ladder point whose English name is its own site's city ("Paris", Q90, in the ladder of paris_pont) is not added:
+        the city's entry answers for it, so an answer
         naming the city is city level, as Sec. 4.3's fault 4 asks (geohint37 #1: it was a building 0.778 km from
         the site, an area-level hit). Sitelinks (search rank) are the released ``sitelinks`` for sites and
         ``familiarity`` for ladder points.
@@ -498,9 +498,6 @@ class Gazetteer:
                 gaz.add(city_entry(i, city, sum(p[0] for p in pts) / len(pts), sum(p[1] for p in pts) / len(pts), "",
                                    "mean of its sites: the folder has no city_pool.csv"))
         if include_ladders and (root / "ladders").is_dir():
-            city_names = {fold(e.labels.get("en", "")) for e in gaz if e.kind == "city"}
-            city_names |= {fold(city) for _lat, _lon, city in sites.values()}
-            city_names.discard("")
             points: dict[str, list[tuple[str, dict[str, str], float]]] = {}  # qid -> (site, row, dist_km), file order
             for path in sorted((root / "ladders").glob("*.csv")):
                 site = path.name.split("_ladder")[0]
@@ -510,7 +507,9 @@ class Gazetteer:
                     for row in csv.DictReader(fh):
                         qid = (row.get("qid") or "").strip()
                         name_en = (row.get("name_en") or "").strip()
-                        if not is_qid(qid) or not name_en or gaz.get(qid) or fold(name_en) in city_names:
+                        # a point named as its own site's city is that city (review37 #3: any city of the folder
+                        # dropped London's "Victoria" for Victoria, Canada)
+                        if not is_qid(qid) or not name_en or gaz.get(qid) or fold(name_en) == fold(sites[site][2]):
                             continue
                         dist_km = num(row, "dist_km")
                         if dist_km is None or dist_km < 0:
