@@ -16,11 +16,11 @@ Before:
 
 from __future__ import annotations
 
-from pathlib import Path
 from urllib.parse import quote, quote_plus
 
 import anyio
 import pytest
+from _model_harness import generic_campaign, model_table
 from aiohttp import web
 
 from geoagent.cli import main
@@ -29,29 +29,11 @@ from geoagent.runtime.sqlite_queue import SQLiteQueue
 from geoagent.secrets import read_dotenv, redact
 from geoagent.sandbox.server import serve
 
-CONFIG = """[campaign]
-name = "sec37"
-kind = "generic"
-seed = 1
-[paths]
-queues = "{root}/queues"
-state = "{root}/state"
-[budget]
-cap_usd = 1.0
-[[models]]
-name = "sim"
-provider = "simulated"
-model = "sim-1"
-max_output_tokens = 20
-[generic]
-n_requests = 2
-"""
 HOSTILE_KEY = "100010003227|main|Indigo Monument\x1b]0;PWNED\x07\x1b[2J\tGarden|sim"
 
 
 def test_task_keys_with_control_characters_are_printed_inert(tmp_path, capsys):
-    cfg = tmp_path / "c.toml"
-    cfg.write_text(CONFIG.format(root=tmp_path), encoding="utf-8")
+    cfg = generic_campaign(tmp_path, name="sec37", n=2, models=model_table("sim"))
     assert main(["run", str(cfg), "--no-live"]) == 0
     q = SQLiteQueue.open(tmp_path / "queues", "sec37", "requests")
     try:  # a task whose key holds a label's escape codes, dead-lettered as a run would
@@ -78,7 +60,9 @@ def test_percent_encoded_keys_are_masked():
     assert redact(text, [key]) == "debug *** / *** / *** / ***"
 
 
-def _graph_app(thumb_url: str, hits: list[str]) -> web.Application:
+def _graph_app(thumb_url: str) -> web.Application:
+    """A Graph API stand-in whose every image names ``thumb_url`` as its thumbnail."""
+
     async def image(request: web.Request) -> web.Response:
         return web.json_response({"id": request.match_info["iid"], "thumb_1024_url": thumb_url})
 
@@ -93,8 +77,7 @@ def test_a_public_graph_api_naming_a_local_thumbnail_host_is_not_fetched(thumb):
     from geoagent.clients.mapillary import MapillaryClient, ThumbnailUnavailable
     from geoagent.runtime.http import HostPolicy, HttpClient
 
-    hits: list[str] = []
-    app = _graph_app(thumb, hits)
+    app = _graph_app(thumb)
 
     async def go():
         async with serve(app) as base, HttpClient(default_policy=HostPolicy(timeout_s=5.0, max_attempts=1)) as http:
