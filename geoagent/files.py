@@ -375,6 +375,23 @@ def atomic_savefig(fig, path: str | Path, **savefig_kwargs: Any) -> Path:
     return Path(path)
 
 
+@contextmanager
+def _append_lock(f: Any) -> Iterator[None]:
+    """An exclusive advisory lock (``fcntl.flock``) on the open file ``f`` for the block, where the platform has one
+    (POSIX); elsewhere nothing. Appenders of one file in several processes (``--stages`` processes writing
+    ``progress.jsonl``) take turns."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no flock; an append is one write there too
+        yield
+        return
+    fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
 def append_jsonl(path: str | Path, records: Any, *, fsync: bool = True) -> None:
     """Append ``records`` (an iterable of JSON-serialisable dicts) to ``path`` as JSON lines.
 
@@ -396,7 +413,9 @@ def append_jsonl(path: str | Path, records: Any, *, fsync: bool = True) -> None:
     if not data:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("ab+") as f:
+    with path.open("ab+") as f, _append_lock(f):
+        # the look at the last byte and the write under one lock: another process appending between them made the
+        # newline added here an empty line (progress37 #5: 195 of 12,000 lines from 4 writers of 20 KB records)
         if f.seek(0, os.SEEK_END) > 0:
             f.seek(-1, os.SEEK_END)
             if f.read(1) != b"\n":

@@ -297,6 +297,8 @@ class Progress:
         stalled = [] if finished or waiting else stalled_stages(stages, counts)
         if waiting or stalled:  # work is held for a host that is down, or a stage with work ready completes
             eta, eta_stage = None, None  # nothing: no measured rate says when it ends (not "0 s", not a stale rate)
+        if run.budget_stopped:  # the rest waits for a higher cap: no time says when it ends (progress37 #3: "ETA
+            eta, eta_stage = None, None  # 23 s" above "BUDGET EXHAUSTED - draining", and 22.5 s in the final record)
         if eta is not None or waiting or stalled:
             estimating = []
         return {
@@ -373,7 +375,7 @@ def live_table(record: dict[str, Any], final: bool):
     narrower) so that each caption line fits on one line of an 80-column terminal."""
     from rich.table import Table
 
-    from geoagent.status import format_eta, format_usd, stop_reason  # status imports this module
+    from geoagent.status import format_eta, stop_reason  # status imports this module
 
     table = Table(title=f"campaign {record['campaign']}  this run: elapsed {record['elapsed_s']:.0f} s", expand=False,
                   min_width=LIVE_MIN_WIDTH)
@@ -389,15 +391,32 @@ def live_table(record: dict[str, Any], final: bool):
     spend = record.get("spend") or {}
     caption = []
     if spend:
-        caption.append(f"spend {format_usd(spend.get('spent_usd'))} / cap {format_usd(spend.get('cap_usd'))}")
-    if not final:
+        caption.append(spend_caption(spend))
+    if not final and not record.get("budget_stopped"):  # after a budget stop only the calls in flight drain
         caption.append(f"ETA {format_eta(record, compact=True)}")
     reason = stop_reason(record)
     if reason:
-        caption.append(reason.upper() + (" - draining" if record.get("budget_stopped") else ""))
+        caption.append(reason.upper() + (" - draining" if record.get("budget_stopped") and not final else ""))
     caption.append("leased: being sent, or waiting for a model's concurrency or rate slot")
     table.caption = "\n".join(caption)
     return table
+
+
+def spend_caption(spend: dict[str, Any]) -> str:
+    """The live display's spend line: everything that counts against the cap, settled spend first, then the
+    unknown-outcome spend and the reservations of calls in flight when there are any (together
+    :attr:`geoagent.runtime.ledger.LedgerSummary.committed_usd`), over the cap: ``"spend $0.0084 + $0.0116
+    unknown-outcome / cap $0.0200"`` (progress37 #2: it showed the settled $0.0084 alone beside "BUDGET EXHAUSTED",
+    as if 42 % of the cap were used). ``spend``: a progress record's ``spend``
+    (:meth:`~geoagent.runtime.ledger.LedgerSummary.to_json`); USD."""
+    from geoagent.status import format_usd  # status imports this module
+
+    line = f"spend {format_usd(spend.get('spent_usd'))}"
+    for key, what in (("unknown_usd", "unknown-outcome"), ("reserved_usd", "reserved")):
+        value = spend.get(key)
+        if isinstance(value, (int, float)) and value > 0:
+            line += f" + {format_usd(value)} {what}"
+    return line + f" / cap {format_usd(spend.get('cap_usd'))}"
 
 
 def stage_host_waits(stage: Any) -> list[dict[str, Any]]:
