@@ -14,12 +14,15 @@ Before:
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
+import random
 from pathlib import Path
 
 import anyio
 import orjson
 from _model_harness import generic_campaign, model_table
+from aiohttp import web
 from rich.console import Console
 
 from geoagent import constants as C
@@ -90,3 +93,76 @@ def test_concurrent_appenders_leave_no_empty_line(tmp_path: Path):
     body = lines[:-1]
     assert len(body) == 3200 and all(body), sum(not ln for ln in body)
     assert sorted((r["w"], r["i"]) for r in map(orjson.loads, body)) == [(w, i) for w in range(4) for i in range(800)]
+
+
+def test_the_eta_is_no_shorter_than_the_rate_limit_allows(tmp_path, monkeypatch):
+    """#1: with a rate limit of a long window (here 10 per 5 s) the stage's capacity, measured up to its last commit,
+    was the burst's rate, and the ETA came out about half the time left (30 per 15 s: "ETA 31 s" with 64 s left).
+    The model caller now says how fast its models' limits allow (``rate_ceiling_per_s``) and the ETA uses no more."""
+    from geoagent.sandbox import llm_openai
+    from geoagent.sandbox.server import serve
+
+    from _made_up_keys import made_up_key
+
+    key = made_up_key("sk-", 40, seed="progress37-eta")
+    monkeypatch.setenv("P37_KEY", key)
+    app = llm_openai.make_app(api_keys=[key])
+    rng = random.Random(37)
+
+    @web.middleware
+    async def model_time(request, handler):  # answers of one burst come back spread over 0.1-0.9 s, as models do
+        await asyncio.sleep(rng.uniform(0.1, 0.9))
+        return await handler(request)
+
+    app.middlewares.insert(0, model_time)
+
+    async def main():
+        async with serve(app) as base:
+            path = generic_campaign(tmp_path, name="eta37", n=40,
+                                    models=model_table("gpt", base_url=base, key_var="P37_KEY", concurrency=16,
+                                                       rate_requests=10))
+            path.write_text(path.read_text(encoding="utf-8").replace(
+                "rate = { requests = 10, period_s = 1.0 }", "rate = { requests = 10, period_s = 5.0 }"), encoding="utf-8")
+            cfg = load_config(path)
+            await run_campaign(cfg, live=False, handle_signals=False, export=False)
+            return cfg
+
+    cfg = anyio.run(main)
+    records = [orjson.loads(line) for line in (cfg.state_dir() / C.PROGRESS_FILE).read_bytes().splitlines() if line]
+    timed = [r for r in records if r.get("eta_s") is not None and not r.get("finished")]
+    assert timed, records
+    for r in timed:
+        left = r["queues"]["requests"]["ready"] + r["queues"]["requests"]["leased"]
+        assert r["eta_s"] >= left / (10 / 5.0) - 0.5, (r["eta_s"], left, r["stages"][0]["capacity_per_s"])
+
+
+def test_rate_ceiling_of_the_model_caller():
+    from geoagent.config import config_from_dict
+    from geoagent.workers.model_caller import _rate_ceiling
+
+    class _Http:  # a provider that sends over HTTP (what the model caller reads of it)
+        supports_before_send = True
+
+        def __init__(self, url: str) -> None:
+            self.base_url = url
+
+    def cfg(models, hosts=None):
+        d = {"campaign": {"name": "c", "kind": "generic"}, "budget": {"cap_usd": 1.0}, "models": models}
+        if hosts:
+            d["hosts"] = hosts
+        return config_from_dict(d)
+
+    priced = {"price_input_usd_per_mtok": 0.15, "price_output_usd_per_mtok": 0.6}
+    a = {"name": "a", "provider": "openai", "model": "ma", "base_url": "https://api.example.org/v1",
+         "rate": {"requests": 30, "period_s": 15.0}, **priced}
+    b = {"name": "b", "provider": "openai", "model": "mb", "base_url": "https://api.example.org/v1",
+         "rate": {"requests": 2, "period_s": 1.0}, **priced}
+    providers = {"a": _Http("https://api.example.org/v1"), "b": _Http("https://api.example.org/v1")}
+    c1 = cfg([a])
+    assert _rate_ceiling(c1, c1.models, providers) == 2.0
+    c2 = cfg([a, b])
+    assert _rate_ceiling(c2, c2.models, providers) == 4.0  # two models, each its own limit key
+    c3 = cfg([a, b], hosts={"api.example.org": {"rate": 3, "period_s": 1.0}})
+    assert _rate_ceiling(c3, c3.models, providers) == 3.0  # the host's ceiling over both
+    sim = cfg([{"name": "s", "provider": "simulated", "model": "sim-1"}])
+    assert _rate_ceiling(sim, sim.models, {}) is None  # answered offline: no limit paces it

@@ -278,6 +278,10 @@ class Progress:
         # a stage not yet measured well enough (right after a start or resume: StageStats.eta_ready) has no rate
         # for it: its work ahead is not timed, and while no stage is, the ETA says "estimating" (eta_estimating)
         rates = {r.stage.name: r.stats.capacity_per_s() if r.stats.eta_ready() else 0.0 for r in run.runners}
+        for r in run.runners:  # never faster than a stage's configured limits allow (the model caller's rate limits)
+            ceiling = _rate_ceiling(r.stage)
+            if ceiling is not None and rates.get(r.stage.name, 0.0) > ceiling:
+                rates[r.stage.name] = ceiling
         estimating = [] if finished else [
             {"stage": sd["stage"], "done": sd["eta_measured_done"], "over_s": sd["eta_measured_s"]}
             for r, sd in zip(run.runners, stages) if not r.stats.eta_ready() and not r.stats.finished]
@@ -400,6 +404,20 @@ def live_table(record: dict[str, Any], final: bool):
     caption.append("leased: being sent, or waiting for a model's concurrency or rate slot")
     table.caption = "\n".join(caption)
     return table
+
+
+def _rate_ceiling(stage: Any) -> float | None:
+    """A stage's ``rate_ceiling_per_s()`` (tasks/s its configured limits allow: the model caller's rate limits,
+    :meth:`geoagent.workers.model_caller.ModelCaller.rate_ceiling_per_s`), or None when it has none or the hook
+    fails (a progress tick never breaks on it)."""
+    hook = getattr(stage, "rate_ceiling_per_s", None)
+    if not callable(hook):
+        return None
+    try:
+        value = hook()
+    except Exception:  # noqa: BLE001 - the progress stream must go on
+        return None
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
 def spend_caption(spend: dict[str, Any]) -> str:

@@ -202,6 +202,7 @@ import hashlib
 import logging
 import math
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -817,6 +818,37 @@ def build_request(cfg: Any, payload: dict[str, Any]) -> tuple[Any, ModelRequest]
     return m, request
 
 
+def _rate_ceiling(cfg: Any, models: list[Any], providers: Mapping[str, Any]) -> float | None:
+    """Calls per second the ``models``' configured limits allow together (:meth:`ModelCaller.rate_ceiling_per_s`): per
+    limit key the rate the HTTP layer paces it by (:func:`geoagent.config.model_time_limit`), once per key, a host's
+    keys together at most its ``[hosts]`` ceiling; None when there is no model or one is not sent over HTTP."""
+    from geoagent.config import model_limit_key, model_time_limit
+
+    if not models or cfg is None:
+        return None
+    per_key: dict[str, tuple[str, float, Any]] = {}
+    for m in models:
+        host = _model_host(m, providers.get(m.name))
+        if host is None:
+            return None  # answered in this process (or replayed): no rate limit paces it
+        try:
+            req, per, _conc, ceiling = model_time_limit(cfg, m)
+        except (AttributeError, TypeError, ValueError):
+            return None
+        key = model_limit_key(m) or host
+        rate = req / per if per > 0 else math.inf
+        if key not in per_key or rate < per_key[key][1]:
+            per_key[key] = (host, rate, ceiling)
+    by_host: dict[str, float] = {}
+    caps: dict[str, float] = {}
+    for host, rate, ceiling in per_key.values():
+        by_host[host] = by_host.get(host, 0.0) + rate
+        if ceiling is not None and getattr(ceiling, "period_s", 0) > 0:
+            caps[host] = ceiling.rate / ceiling.period_s
+    total = sum(min(r, caps.get(h, math.inf)) for h, r in by_host.items())
+    return total if math.isfinite(total) and total > 0 else None
+
+
 def _model_host(m: Any, provider: Any) -> str | None:
     """The host key (:func:`~geoagent.runtime.http.host_key`) ``provider`` sends ``m``'s requests to, or None
     for a provider that sends nothing over HTTP (replay, offline simulated)."""
@@ -1094,6 +1126,8 @@ class ModelCaller(Stage):
         self._lanes: dict[str, Lane] | None = None
         #: the HTTP limit keys of the models sent over HTTP (pace_keys(); set at start)
         self._pace_keys: list[str] = []
+        #: the most calls per second the models' configured rate limits allow (rate_ceiling_per_s(); set at start)
+        self._rate_ceiling: float | None = None
 
     async def start(self, ctx: StageContext) -> None:
         """Size ``concurrency`` from the campaign's models unless it was given (class docstring)."""
@@ -1112,6 +1146,7 @@ class ModelCaller(Stage):
             if host is not None:  # over HTTP: its limit key (its own limits, else its host's) paces it
                 self._pace_keys.append(getattr(providers.get(m.name), "limit_key", None) or host)
         models = list(getattr(cfg, "models", None) or [])
+        self._rate_ceiling = _rate_ceiling(cfg, models, providers)
         total = 0
         lanes: dict[str, Lane] = {}
         # each model's tasks this run has to do (the engine's count at the start; None: a --stages process, a
@@ -1167,6 +1202,14 @@ class ModelCaller(Stage):
         """Watch mode: the held tasks to hand back to the queue now (:meth:`HostBreaker.resumed`: one to probe a
         host after its cool-down, all of a host's once its probe got through)."""
         return self._hosts.resumed() if self._hosts is not None else []
+
+    def rate_ceiling_per_s(self) -> float | None:
+        """The most calls per second the campaign's models may be sent at by their configured rate limits (each limit
+        key's ``requests / period_s``, a ``[hosts]`` ceiling over its host's keys; summed), or None when a model is
+        not paced so (answered offline: simulated, replay). The live ETA times this stage by no more than it
+        (:meth:`geoagent.runtime.progress.Progress.snapshot`): measured up to the last commit, a limit of 30 per 15 s
+        read as the burst's rate, an ETA half the time left (progress37 #1)."""
+        return self._rate_ceiling
 
     def host_waits(self) -> list[dict[str, Any]]:
         """Watch mode: the models waiting for their unreachable host (:meth:`HostBreaker.waiting`); read by the
