@@ -189,6 +189,7 @@ def plan_requests(
     context_conds = [c for c in conditions if c.uses_context]
     baseline_conds = [c for c in conditions if not c.uses_context]
     out: list[PlannedRequest] = []
+    prompt_cache: dict[tuple[str, str | None], str] = {}  # one string per (condition, reference name): shared
 
     def emit(cond: Condition, spec: ModelSpec, site: Site, img: Image, point: ReferencePoint | None, repeat: int) -> None:
         p = dict(base_params)
@@ -215,12 +216,15 @@ def plan_requests(
             "site_city": site.city,
         }
         key = message_key(spec.model, site.site_id, img.image_id, cond.name, _ref_id(point) if point else "none", repeat)
+        prompt = prompt_cache.get((cond.name, ref_name))
+        if prompt is None:
+            prompt = prompt_cache[(cond.name, ref_name)] = book.render(cond, ref_name)
         out.append(
             PlannedRequest(
                 key=key,
                 provider=spec.provider,
                 model=spec.model,
-                prompt=book.render(cond, ref_name),
+                prompt=prompt,
                 image_id=img.image_id,
                 image_ref=_image_ref(img, image_root),
                 params=p,

@@ -88,10 +88,10 @@ def plan_messages(
     """
     reqs, summary = plan_requests(sites, images, ladders, models, conditions, **kw)
     out: list[Message] = []
-    for r in reqs:
-        payload = r.payload()
-        payload.pop("provider", None)
-        out.append((r.key, payload))
+    for i, r in enumerate(reqs):  # each request's dicts handed over (no copy), the request dropped as it goes
+        reqs[i] = None  # type: ignore[call-overload]
+        out.append((r.key, {"model": r.model, "prompt": r.prompt, "image_id": r.image_id, "image_ref": r.image_ref,
+                            "params": r.params, "meta": r.meta}))
     return out, summary
 
 
