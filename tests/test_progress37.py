@@ -47,18 +47,22 @@ def _record(**extra) -> dict:
 
 def test_the_spend_line_counts_unknown_outcome_and_reserved_spend():
     assert spend_caption({"spent_usd": 0.00837, "unknown_usd": 0.01156, "reserved_usd": 0.0, "cap_usd": 0.02}) == (
-        "spend $0.0084 + $0.0116 unknown-outcome / cap $0.0200")
+        "spend $0.0084 settled + $0.0116 unknown-outcome / cap $0.0200")
     assert spend_caption({"spent_usd": 0.01, "unknown_usd": 0.0, "reserved_usd": 0.002, "cap_usd": 0.02}) == (
-        "spend $0.0100 + $0.0020 reserved / cap $0.0200")
-    assert spend_caption({"spent_usd": 0.01, "cap_usd": 0.02}) == "spend $0.0100 / cap $0.0200"
+        "spend $0.0100 settled + $0.0020 reserved / cap $0.0200")
+    assert spend_caption({"spent_usd": 0.01, "cap_usd": 0.02}) == "spend $0.0100 settled / cap $0.0200"
     lines = _render(_record(budget_stopped=True), final=False)
-    assert any("spend $0.0084 + $0.0116 unknown-outcome / cap $0.0200" in ln for ln in lines), lines
+    assert any("spend $0.0084 settled + $0.0116 unknown-outcome / cap $0.0200" in ln for ln in lines), lines
 
 
 def test_no_eta_after_a_budget_stop_and_no_draining_in_the_final_frame():
-    draining = _render(_record(budget_stopped=True, eta_s=22.5, eta_stage="model_caller"), final=False)
+    draining = _render(_record(budget_stopped=True, eta_s=None), final=False)
     assert not any("ETA" in ln for ln in draining), draining
     assert any("BUDGET EXHAUSTED - draining" in ln for ln in draining), draining
+    # another stage's own cap (the geocoder's Nominatim request cap) leaves the model calls going: their ETA stays
+    # (review37b #4: the first version hid it for what could be hours of paid calls)
+    geocoder_cap = _render(_record(budget_stopped=True, eta_s=503.0, eta_stage="model_caller"), final=False)
+    assert any("ETA 503 s" in ln for ln in geocoder_cap), geocoder_cap
     final = _render(_record(budget_stopped=True, finished=True), final=True)
     assert any("BUDGET EXHAUSTED" in ln for ln in final) and not any("draining" in ln for ln in final), final
 
@@ -138,7 +142,10 @@ def test_the_eta_is_no_shorter_than_the_rate_limit_allows(tmp_path, monkeypatch)
 
 def test_rate_ceiling_of_the_model_caller():
     from geoagent.config import config_from_dict
-    from geoagent.workers.model_caller import _rate_ceiling
+    from geoagent.workers.model_caller import _rate_limits
+
+    def _rate_ceiling(cfg, models, providers):
+        return _rate_limits(cfg, models, providers)[0]
 
     class _Http:  # a provider that sends over HTTP (what the model caller reads of it)
         supports_before_send = True
@@ -166,3 +173,48 @@ def test_rate_ceiling_of_the_model_caller():
     assert _rate_ceiling(c3, c3.models, providers) == 3.0  # the host's ceiling over both
     sim = cfg([{"name": "s", "provider": "simulated", "model": "sim-1"}])
     assert _rate_ceiling(sim, sim.models, {}) is None  # answered offline: no limit paces it
+    # review37b #1: models with no rate or concurrency of their own on a host with a [hosts] entry share the host's
+    # one key: 2/s for both, not 2/s each
+    bare = [{k: v for k, v in m.items() if k != "rate"} for m in (a, b)]
+    c4 = cfg(bare, hosts={"api.example.org": {"rate": 10, "period_s": 5.0}})
+    stage, lanes = _rate_limits(c4, c4.models, providers)
+    assert stage == 2.0 and lanes == {"a": 2.0, "b": 2.0}
+    c5 = cfg([a, b])
+    assert _rate_limits(c5, c5.models, providers)[1] == {"a": 2.0, "b": 2.0}  # 30 per 15 s; 2 per 1 s
+    mixed = cfg([a, {"name": "s", "provider": "simulated", "model": "sim-1"}])
+    stage, lanes = _rate_limits(mixed, mixed.models, {"a": providers["a"]})
+    assert stage is None and lanes == {"a": 2.0}  # the offline model is unbounded; the HTTP one keeps its lane cap
+
+
+def test_a_lane_is_timed_by_no_more_than_its_rate_limit():
+    """review37b #2: with a fast model beside it, a lane limited to 10 per 5 s was timed at its burst's 2.85/s."""
+    from geoagent.runtime.progress import lanes_eta
+
+    lanes = {"a": {"done": 60, "dead": 0, "rate_per_s": 900.0}, "b": {"done": 20, "dead": 0, "rate_per_s": 2.852}}
+    start = {"a": 60, "b": 60}
+    assert round(lanes_eta(start, lanes), 1) == round(40 / 2.852, 1)
+    assert lanes_eta(start, lanes, ceilings={"a": 1000.0, "b": 2.0}) == 20.0
+
+
+def test_status_caps_merged_capacities_and_a_stopped_model_caller_has_no_eta():
+    """review37b #3: status merges a --stages run's records; their summed capacities ran past the rate limit, and a
+    budget-stopped model caller still had an ETA there."""
+    import time as _time
+
+    from geoagent.runtime.progress import merge_records
+
+    now = _time.time()
+
+    def rec(pid, cap, stopped=False):
+        return {"t": now, "campaign": "c", "pid": pid, "run_id": f"r{pid}", "elapsed_s": 10.0,
+                "queues": {"requests": {"ready": 20, "leased": 0, "done": 20, "dead": 0}},
+                "stages": [{"stage": "model_caller", "input_edge": "requests", "done": 10, "in_flight": 0,
+                            "failed": 0, "dead": 0, "rate_per_s": cap, "capacity_per_s": cap, "eta_ready": True,
+                            "idle_s": 0.1, "stall_after_s": 30.0, "finished": False, "budget_stopped": stopped,
+                            "rate_ceiling_per_s": 2.0}],
+                "finished": False, "budget_stopped": stopped}
+
+    merged = merge_records([rec(1, 1.6), rec(2, 1.7)], [True, True], now=now)
+    assert merged["eta_s"] == 10.0, merged["eta_s"]  # 20 left at the 2/s limit, not at 3.3/s
+    stopped = merge_records([rec(1, 1.6, stopped=True), rec(2, 1.7)], [True, True], now=now)
+    assert stopped["eta_s"] is None

@@ -81,6 +81,7 @@ from typing import Any
 
 import orjson
 
+from geoagent import constants as C
 from geoagent.files import append_jsonl
 from geoagent.runtime.daemon import PipelineRun
 from geoagent.runtime.queue import QueueCounts
@@ -272,16 +273,19 @@ class Progress:
             cut = _stage_hook(r.stage, "cut_off_holds")  # models stopped for empty answers at their output limit
             if cut:
                 sd["cut_off"] = cut
+            ceiling = _rate_ceiling(r.stage)
+            if ceiling is not None:  # status caps a scale-out run's merged capacities by it (merge_records)
+                sd["rate_ceiling_per_s"] = round(ceiling, 6)
             stages.append(sd)
         # the ETA times each stage by its capacity (its rate while working), not by the display rate, which falls
         # while a stage waits for upstream work: a starved stage is not slower (module docstring, "Rates")
         # a stage not yet measured well enough (right after a start or resume: StageStats.eta_ready) has no rate
         # for it: its work ahead is not timed, and while no stage is, the ETA says "estimating" (eta_estimating)
         rates = {r.stage.name: r.stats.capacity_per_s() if r.stats.eta_ready() else 0.0 for r in run.runners}
-        for r in run.runners:  # never faster than a stage's configured limits allow (the model caller's rate limits)
-            ceiling = _rate_ceiling(r.stage)
-            if ceiling is not None and rates.get(r.stage.name, 0.0) > ceiling:
-                rates[r.stage.name] = ceiling
+        for sd in stages:  # never faster than a stage's configured limits allow (the model caller's rate limits)
+            ceiling = sd.get("rate_ceiling_per_s")
+            if ceiling is not None and rates.get(sd["stage"], 0.0) > ceiling:
+                rates[sd["stage"]] = ceiling
         estimating = [] if finished else [
             {"stage": sd["stage"], "done": sd["eta_measured_done"], "over_s": sd["eta_measured_s"]}
             for r, sd in zip(run.runners, stages) if not r.stats.eta_ready() and not r.stats.finished]
@@ -292,7 +296,7 @@ class Progress:
             start = self.lane_work.get(r.stage.name)
             if start and isinstance(sd.get("lanes"), dict):
                 c = counts.get(r.stage.input_edge, QueueCounts())
-                t = lanes_eta(start, sd["lanes"], pending=c.ready + c.leased)
+                t = lanes_eta(start, sd["lanes"], pending=c.ready + c.leased, ceilings=_lane_ceilings(r.stage))
                 if t is not None:
                     floors[r.stage.name] = t
         topology = self.pipeline or [(r.stage.name, r.stage.input_edge, r.stage.output_edge) for r in run.runners]
@@ -301,8 +305,11 @@ class Progress:
         stalled = [] if finished or waiting else stalled_stages(stages, counts)
         if waiting or stalled:  # work is held for a host that is down, or a stage with work ready completes
             eta, eta_stage = None, None  # nothing: no measured rate says when it ends (not "0 s", not a stale rate)
-        if run.budget_stopped:  # the rest waits for a higher cap: no time says when it ends (progress37 #3: "ETA
-            eta, eta_stage = None, None  # 23 s" above "BUDGET EXHAUSTED - draining", and 22.5 s in the final record)
+        if any(sd.get("budget_stopped") and sd.get("input_edge") == C.EDGE_REQUESTS for sd in stages):
+            # the model calls left wait for a higher cap: no time says when they end (progress37 #3: "ETA 23 s" above
+            # "BUDGET EXHAUSTED - draining", 22.5 s in the final record). Another stage's own cap (the geocoder's
+            # Nominatim request cap) leaves the model calls going: their ETA stays (review37b #4)
+            eta, eta_stage = None, None
         if eta is not None or waiting or stalled:
             estimating = []
         return {
@@ -396,7 +403,8 @@ def live_table(record: dict[str, Any], final: bool):
     caption = []
     if spend:
         caption.append(spend_caption(spend))
-    if not final and not record.get("budget_stopped"):  # after a budget stop only the calls in flight drain
+    if not final and not (record.get("budget_stopped") and record.get("eta_s") is None):
+        # after the cost cap stopped the model calls only the calls in flight drain: no time to give
         caption.append(f"ETA {format_eta(record, compact=True)}")
     reason = stop_reason(record)
     if reason:
@@ -404,6 +412,19 @@ def live_table(record: dict[str, Any], final: bool):
     caption.append("leased: being sent, or waiting for a model's concurrency or rate slot")
     table.caption = "\n".join(caption)
     return table
+
+
+def _lane_ceilings(stage: Any) -> dict[str, float] | None:
+    """A stage's ``lane_ceilings()`` (per lane, tasks/s; the model caller's per-model rate limits), or None when it
+    has none or the hook fails (a progress tick never breaks on it)."""
+    hook = getattr(stage, "lane_ceilings", None)
+    if not callable(hook):
+        return None
+    try:
+        found = hook()
+    except Exception:  # noqa: BLE001 - the progress stream must go on
+        return None
+    return {str(k): float(v) for k, v in (found or {}).items() if isinstance(v, (int, float)) and v > 0} or None
 
 
 def _rate_ceiling(stage: Any) -> float | None:
@@ -423,13 +444,13 @@ def _rate_ceiling(stage: Any) -> float | None:
 def spend_caption(spend: dict[str, Any]) -> str:
     """The live display's spend line: everything that counts against the cap, settled spend first, then the
     unknown-outcome spend and the reservations of calls in flight when there are any (together
-    :attr:`geoagent.runtime.ledger.LedgerSummary.committed_usd`), over the cap: ``"spend $0.0084 + $0.0116
+    :attr:`geoagent.runtime.ledger.LedgerSummary.committed_usd`), over the cap: ``"spend $0.0084 settled + $0.0116
     unknown-outcome / cap $0.0200"`` (progress37 #2: it showed the settled $0.0084 alone beside "BUDGET EXHAUSTED",
     as if 42 % of the cap were used). ``spend``: a progress record's ``spend``
     (:meth:`~geoagent.runtime.ledger.LedgerSummary.to_json`); USD."""
     from geoagent.status import format_usd  # status imports this module
 
-    line = f"spend {format_usd(spend.get('spent_usd'))}"
+    line = f"spend {format_usd(spend.get('spent_usd'))} settled"  # as the run summary and status word it
     for key, what in (("unknown_usd", "unknown-outcome"), ("reserved_usd", "reserved")):
         value = spend.get(key)
         if isinstance(value, (int, float)) and value > 0:
@@ -560,7 +581,8 @@ def record_counts(record: Mapping[str, Any]) -> dict[str, QueueCounts]:
             for e, v in (record.get("queues") or {}).items() if isinstance(v, dict)}
 
 
-def lanes_eta(start: Mapping[str, int], lanes: Mapping[str, Any], *, pending: int | None = None) -> float | None:
+def lanes_eta(start: Mapping[str, int], lanes: Mapping[str, Any], *, pending: int | None = None,
+              ceilings: Mapping[str, float] | None = None) -> float | None:
     """Seconds until every lane of a stage has finished its tasks, each at its own rate; None when unknown.
 
     ``start``: per lane, its tasks left on the stage's input edge when the run started; ``lanes``: the stage
@@ -569,8 +591,11 @@ def lanes_eta(start: Mapping[str, int], lanes: Mapping[str, Any], *, pending: in
     least 0 and at most ``pending`` (the input edge's ready + leased tasks now, when given: a lane never has
     more left than the edge holds). The time is the largest ``left / rate_per_s`` over the lanes with tasks
     left (0.0 when none has any); None when such a lane has no rate yet (the caller falls back to the stage's
-    rate). Lanes ``start`` does not name are not counted (no figure for them). Source: the walkthrough's
-    two-model run (ETA 4 s from the stage's rate while the slow model's 180 tasks took 24 s)."""
+    rate). ``ceilings`` (per lane, tasks/s: its model's configured rate limit,
+    :meth:`geoagent.workers.model_caller.ModelCaller.lane_ceilings`) caps each lane's measured rate (review37b #2: a
+    lane limited to 10 per 5 s was timed at its burst's 2.85/s). Lanes ``start`` does not name are not counted (no
+    figure for them). Source: the walkthrough's two-model run (ETA 4 s from the stage's rate while the slow model's
+    180 tasks took 24 s)."""
     worst = 0.0
     unknown = False
     for lane, n0 in start.items():
@@ -587,6 +612,7 @@ def lanes_eta(start: Mapping[str, int], lanes: Mapping[str, Any], *, pending: in
         if rate <= 0:
             unknown = True
             continue
+        rate = min(rate, float((ceilings or {}).get(lane) or math.inf))  # never faster than its rate limit
         worst = max(worst, left / rate)
     return None if unknown else worst
 
@@ -927,6 +953,9 @@ def merge_records(
                 m[k] += int(sd.get(k) or 0)
             m["pids"].append(pid)
             m["budget_stopped"] = m["budget_stopped"] or bool(sd.get("budget_stopped"))
+            ceiling = sd.get("rate_ceiling_per_s")
+            if isinstance(ceiling, (int, float)) and ceiling > 0:  # the processes share the campaign's limits
+                m["rate_ceiling_per_s"] = min(float(ceiling), m.get("rate_ceiling_per_s", math.inf))
             m["last_errors"] += [e for e in sd.get("last_errors", []) if e not in m["last_errors"]]
             m["budget_refusals"] += [e for e in sd.get("budget_refusals") or [] if e not in m["budget_refusals"]]
             m["budget_refused"] += int(sd.get("budget_refused") or 0)
@@ -989,9 +1018,13 @@ def merge_records(
         labels.update({k: v for k, v in (rec.get("host_labels") or {}).items() if k not in labels})
     merged = sorted(stages.values(), key=lambda m: (order.index(m["stage"]) if m["stage"] in order else len(order)))
     # the ETA: the running processes' capacities (rates while working), as Progress.snapshot times them
-    rates = {m["stage"]: m["capacity_per_s"] for m in merged if m["rate_pids"] and any(running)}
+    # capped by the limits the processes share (review37b #3: their summed capacities ran past the rate limit)
+    rates = {m["stage"]: min(m["capacity_per_s"], m.get("rate_ceiling_per_s", math.inf))
+             for m in merged if m["rate_pids"] and any(running)}
     topology = list(pipeline) if pipeline else [(m["stage"], m["input_edge"], None) for m in merged]
     eta, eta_stage = pipeline_eta([(n, i, o, rates.get(n)) for n, i, o in topology], counts)
+    if any(m["budget_stopped"] and m.get("input_edge") == C.EDGE_REQUESTS for m in merged):
+        eta, eta_stage = None, None  # the model calls wait for a higher cap, as Progress.snapshot says
     waiting = eta_waits([m for m in merged if m["rate_pids"]]) if any(running) else []
     stalled = stalled_stages([m for m in merged if m["rate_pids"]], counts) if any(running) and not waiting else []
     if waiting or stalled:

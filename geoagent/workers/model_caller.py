@@ -818,25 +818,40 @@ def build_request(cfg: Any, payload: dict[str, Any]) -> tuple[Any, ModelRequest]
     return m, request
 
 
-def _rate_ceiling(cfg: Any, models: list[Any], providers: Mapping[str, Any]) -> float | None:
-    """Calls per second the ``models``' configured limits allow together (:meth:`ModelCaller.rate_ceiling_per_s`): per
-    limit key the rate the HTTP layer paces it by (:func:`geoagent.config.model_time_limit`), once per key, a host's
-    keys together at most its ``[hosts]`` ceiling; None when there is no model or one is not sent over HTTP."""
-    from geoagent.config import model_limit_key, model_time_limit
+def _rate_limits(cfg: Any, models: list[Any], providers: Mapping[str, Any]
+                 ) -> tuple[float | None, dict[str, float]]:
+    """The models' configured rate limits as calls per second: ``(stage ceiling, {model: its own ceiling})``.
+
+    A model's own ceiling is the rate its limit key is paced by (:func:`geoagent.config.model_time_limit`; a model
+    with no limit of its own, on a host with a ``[hosts]`` entry, is paced by the host's key and rate, review37b #1);
+    the stage's is the sum over distinct keys, a host's keys together at most its ``[hosts]`` ceiling, or None when a
+    model is not sent over HTTP (answered offline: no limit paces it) or there is none. Only HTTP models get an own
+    ceiling. Source: :meth:`ModelCaller.rate_ceiling_per_s`, :meth:`ModelCaller.lane_ceilings`."""
+    from geoagent.config import model_limit_key, model_limits, model_time_limit
 
     if not models or cfg is None:
-        return None
+        return None, {}
+    try:
+        own_keys = set(model_limits(cfg))
+    except (AttributeError, TypeError, ValueError):
+        return None, {}
     per_key: dict[str, tuple[str, float, Any]] = {}
+    per_model: dict[str, float] = {}
+    offline = False
     for m in models:
         host = _model_host(m, providers.get(m.name))
         if host is None:
-            return None  # answered in this process (or replayed): no rate limit paces it
+            offline = True  # answered in this process (or replayed): no rate limit paces it
+            continue
         try:
             req, per, _conc, ceiling = model_time_limit(cfg, m)
         except (AttributeError, TypeError, ValueError):
-            return None
-        key = model_limit_key(m) or host
+            return None, {}
         rate = req / per if per > 0 else math.inf
+        key = model_limit_key(m)
+        if key not in own_keys:  # paced by its host's [hosts] entry alone: the host's one key and rate
+            key, ceiling = f"host:{host}", None
+        per_model[m.name] = rate
         if key not in per_key or rate < per_key[key][1]:
             per_key[key] = (host, rate, ceiling)
     by_host: dict[str, float] = {}
@@ -846,7 +861,8 @@ def _rate_ceiling(cfg: Any, models: list[Any], providers: Mapping[str, Any]) -> 
         if ceiling is not None and getattr(ceiling, "period_s", 0) > 0:
             caps[host] = ceiling.rate / ceiling.period_s
     total = sum(min(r, caps.get(h, math.inf)) for h, r in by_host.items())
-    return total if math.isfinite(total) and total > 0 else None
+    stage = None if offline or not (math.isfinite(total) and total > 0) else total
+    return stage, {k: v for k, v in per_model.items() if math.isfinite(v) and v > 0}
 
 
 def _model_host(m: Any, provider: Any) -> str | None:
@@ -1128,6 +1144,8 @@ class ModelCaller(Stage):
         self._pace_keys: list[str] = []
         #: the most calls per second the models' configured rate limits allow (rate_ceiling_per_s(); set at start)
         self._rate_ceiling: float | None = None
+        #: the same per model sent over HTTP (lane_ceilings(); set at start)
+        self._lane_ceilings: dict[str, float] = {}
 
     async def start(self, ctx: StageContext) -> None:
         """Size ``concurrency`` from the campaign's models unless it was given (class docstring)."""
@@ -1146,7 +1164,7 @@ class ModelCaller(Stage):
             if host is not None:  # over HTTP: its limit key (its own limits, else its host's) paces it
                 self._pace_keys.append(getattr(providers.get(m.name), "limit_key", None) or host)
         models = list(getattr(cfg, "models", None) or [])
-        self._rate_ceiling = _rate_ceiling(cfg, models, providers)
+        self._rate_ceiling, self._lane_ceilings = _rate_limits(cfg, models, providers)
         total = 0
         lanes: dict[str, Lane] = {}
         # each model's tasks this run has to do (the engine's count at the start; None: a --stages process, a
@@ -1210,6 +1228,12 @@ class ModelCaller(Stage):
         (:meth:`geoagent.runtime.progress.Progress.snapshot`): measured up to the last commit, a limit of 30 per 15 s
         read as the burst's rate, an ETA half the time left (progress37 #1)."""
         return self._rate_ceiling
+
+    def lane_ceilings(self) -> dict[str, float]:
+        """Per model sent over HTTP, the most calls per second its configured rate limit allows (its limit key's
+        ``requests / period_s``); the live ETA times each model's lane by no more (review37b #2: a slow model's lane
+        was timed by its burst rate beside a fast one). Models answered offline are not named."""
+        return dict(self._lane_ceilings)
 
     def host_waits(self) -> list[dict[str, Any]]:
         """Watch mode: the models waiting for their unreachable host (:meth:`HostBreaker.waiting`); read by the
