@@ -414,31 +414,31 @@ def live_table(record: dict[str, Any], final: bool):
     return table
 
 
-def _lane_ceilings(stage: Any) -> dict[str, float] | None:
-    """A stage's ``lane_ceilings()`` (per lane, tasks/s; the model caller's per-model rate limits), or None when it
-    has none or the hook fails (a progress tick never breaks on it)."""
-    hook = getattr(stage, "lane_ceilings", None)
+def _hook_value(stage: Any, name: str) -> Any:
+    """What a stage's optional no-argument hook ``name`` returns, or None when it has none or the hook fails (a
+    progress tick never breaks on it)."""
+    hook = getattr(stage, name, None)
     if not callable(hook):
         return None
     try:
-        found = hook()
+        return hook()
     except Exception:  # noqa: BLE001 - the progress stream must go on
         return None
-    return {str(k): float(v) for k, v in (found or {}).items() if isinstance(v, (int, float)) and v > 0} or None
+
+
+def _lane_ceilings(stage: Any) -> dict[str, float] | None:
+    """A stage's ``lane_ceilings()`` (per lane, tasks/s; the model caller's per-model rate limits), or None."""
+    found = _hook_value(stage, "lane_ceilings")
+    if not isinstance(found, dict):
+        return None
+    return {str(k): float(v) for k, v in found.items() if isinstance(v, (int, float)) and v > 0} or None
 
 
 def _rate_ceiling(stage: Any) -> float | None:
     """A stage's ``rate_ceiling_per_s()`` (tasks/s its configured limits allow: the model caller's rate limits,
-    :meth:`geoagent.workers.model_caller.ModelCaller.rate_ceiling_per_s`), or None when it has none or the hook
-    fails (a progress tick never breaks on it)."""
-    hook = getattr(stage, "rate_ceiling_per_s", None)
-    if not callable(hook):
-        return None
-    try:
-        value = hook()
-    except Exception:  # noqa: BLE001 - the progress stream must go on
-        return None
-    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+    :meth:`geoagent.workers.model_caller.ModelCaller.rate_ceiling_per_s`), or None."""
+    value = _hook_value(stage, "rate_ceiling_per_s")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
 
 
 def spend_caption(spend: dict[str, Any]) -> str:
