@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import math
 from pathlib import Path
-from collections.abc import Iterator
 from typing import Any
 
 from geoagent import constants as C
@@ -163,15 +162,6 @@ def scoring_left_line(outcome: Any) -> str | None:
     return f"{' and '.join(parts)}: left queued by {left_by}; re-run the same command to finish (no new model call)."
 
 
-def _handed_over(plan: Any) -> Iterator[Message]:
-    """The messages of ``plan`` (a :class:`~geoagent.geoverify.plan.CampaignPlan`), which no longer holds them: once the
-    engine has queued the last one nothing keeps the planned payloads (prompts, trial records) alive for the rest of
-    the run (scale37 #1: a 100,000-call campaign held them to its end). What the campaign needs of the plan later
-    (its keys, per-model counts, trials, image tally) is kept apart."""
-    messages, plan.messages = plan.messages, []
-    yield from messages
-
-
 class GeoVerifyCampaign(CampaignKind):
     """GeoVerify (seed 000 Sec. 5): claim verification scored with signal detection theory."""
 
@@ -209,7 +199,7 @@ class GeoVerifyCampaign(CampaignKind):
         return [ModelCaller(), *geoverify_stages(report_interval_s=s.report_interval_s, n_boot=live_boot,
                                                  seed=s.boot_seed)]
 
-    async def plan(self, cfg: Any, ctx: StageContext) -> Iterator[Message]:
+    async def plan(self, cfg: Any, ctx: StageContext) -> list[Message]:
         """The plan of :func:`plan_campaign`, after the image check (:func:`geoagent.image_files.check_missing`:
         trials without image files refuse for a model on a real provider unless ``[images] missing =
         "placeholder"``; otherwise their count is :meth:`plan_warnings`' line)."""
@@ -241,7 +231,11 @@ class GeoVerifyCampaign(CampaignKind):
 
         s = settings_of(cfg)  # seed 000 Sec. 3.3: a crawl's auditor must not be an evaluated model
         self._auditor_warning = auditor_overlap_warning(s.release_dir or cfg.release_dir(), cfg.models)
-        return _handed_over(self._plan)
+        # handed to the engine and no longer held here, as GeoHint's plan (scale37 #1: a 100,000-call campaign held its
+        # prompts and trial records to its end); what the campaign needs later (keys, per-model counts, trials, image
+        # tally) is kept apart
+        messages, self._plan.messages = self._plan.messages, []
+        return messages
 
     def plan_warnings(self, cfg: Any) -> list[str]:
         """The plan's image warnings (images sent as placeholder pixels; planned tasks queued earlier with
