@@ -66,7 +66,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import islice
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 import polars as pl
@@ -262,10 +262,16 @@ def write_frame(df: pl.DataFrame, parquet_path: str | os.PathLike[str], csv_path
                 else:
                     _csv_ready(df).write_csv(tmp)
             except (OSError, pl.exceptions.PolarsError) as exc:
-                errno_exc = _with_errno(exc, tmp)
-                if errno_exc is exc:
-                    raise
-                raise errno_exc from exc
+                _raise_with_errno(exc, tmp)
+
+
+def _raise_with_errno(exc: BaseException, path: Path) -> NoReturn:
+    """Raise ``exc`` (a failed write of ``path``) as :func:`_with_errno` reads it: itself when that gives nothing
+    better, else the ``OSError`` with an errno, chained to it."""
+    errno_exc = _with_errno(exc, path)
+    if errno_exc is exc:
+        raise exc
+    raise errno_exc from exc
 
 
 def _with_errno(exc: BaseException, path: Path) -> BaseException:
@@ -697,10 +703,7 @@ def _write_batched(
     try:
         return _write_parts(batches, parts_dir, parquet_path, csv_path, batch_rows, schema, metadata)
     except (OSError, pl.exceptions.PolarsError) as exc:  # a full disk: one error line, as write_frame's (review36b #2)
-        errno_exc = _with_errno(exc, parquet_path.parent)
-        if errno_exc is exc:
-            raise
-        raise errno_exc from exc
+        _raise_with_errno(exc, parquet_path.parent)
     finally:
         shutil.rmtree(parts_dir, ignore_errors=True)
 
