@@ -718,6 +718,13 @@ class MapillaryClient:
                                        f"address ({host_of(url)!r}), not a CDN: not fetched", kind="no_url")
         return url
 
+    def _thumb_redirect_guard(self, target: str) -> str | None:
+        """Why a thumbnail redirect to ``target`` is not followed (None: followed): a CDN redirecting to a local,
+        private or link-local address, as a thumbnail URL naming one is refused (:func:`_local_thumb_host`)."""
+        if _local_thumb_host(target, self.graph_is_local):
+            return f"redirect to a local or private address ({host_of(target)!r}) not followed: no CDN sends there"
+        return None
+
     def _thumb_host_policy(self, host: str) -> None:
         """Note a thumbnail host (:attr:`thumb_hosts`) and give it the thumbnails policy when it has no policy of
         its own yet: never the Graph API host's, nor another API's host whose usage policy is set (a thumbnail URL
@@ -748,9 +755,10 @@ class MapillaryClient:
         Raises
         ------
         ThumbnailUnavailable
-            No thumbnail URL, the CDN refuses a fresh URL too or redirects without end, the body is not a
-            JPEG, or it is larger than the cap (``kind`` ``"too_large"``) (per image: skip it). Transport failures
-            (429, 5xx, timeouts) propagate as the HTTP layer's errors.
+            No thumbnail URL, the CDN refuses a fresh URL too, redirects without end or to a local or private
+            address (not followed), the body is not a JPEG, or it is larger than the cap (``kind``
+            ``"too_large"``) (per image: skip it). Transport failures (429, 5xx, timeouts) propagate as the HTTP
+            layer's errors.
         """
         import dataclasses
 
@@ -764,7 +772,8 @@ class MapillaryClient:
                 # over the cap is final: the same URL serves the same bytes again, so no attempt more
                 # (by its Content-Length) and no second stream up to the cap (without one)
                 resp = await self.http.request("GET", url, headers={"User-Agent": self.user_agent}, validate=_jpeg_body,
-                                               policy=policy, too_large_final=True)
+                                               policy=policy, too_large_final=True,
+                                               redirect_guard=self._thumb_redirect_guard)
             except RetriesExhausted as e:
                 if "body too large" in e.last:
                     raise ThumbnailUnavailable(
@@ -783,6 +792,9 @@ class MapillaryClient:
                     continue
                 # the status only: a CDN's error page is no reason worth keeping, and a page of a host the URL should
                 # not have named must not reach the fetch stage's rejection records (security37 #3)
+                if 300 <= e.status < 400:  # a redirect not followed: our own words say why
+                    raise ThumbnailUnavailable(f"thumbnail of {image_id} refused: HTTP {e.status}, {e.body_excerpt}",
+                                               status=e.status, kind="refused") from None
                 raise ThumbnailUnavailable(f"thumbnail of {image_id} refused: HTTP {e.status}",
                                            status=e.status, kind="refused") from None
             if not resp.body.startswith(b"\xff\xd8"):

@@ -1097,6 +1097,33 @@ def _on_headers_sent(session: Any, ctx: SimpleNamespace, params: Any) -> Any:
     return _mark()
 
 
+class _RedirectRefused(Exception):
+    """A redirect the request's ``redirect_guard`` refused (raised in aiohttp's redirect hook, before it is followed)."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+def _on_redirect(session: Any, ctx: SimpleNamespace, params: Any) -> Any:
+    """aiohttp trace hook: a 3xx answer is about to be followed. The request's ``redirect_guard`` (kept in its trace
+    context) sees the target's absolute URL first; a reason it returns ends the request there, unfollowed."""
+
+    async def _check() -> None:
+        req_ctx = ctx.trace_request_ctx
+        guard = getattr(req_ctx, "redirect_guard", None)
+        if guard is None:
+            return
+        location = params.response.headers.get("Location") or params.response.headers.get("URI") or ""
+        target = urljoin(str(params.url), location)
+        reason = guard(target)
+        if reason:
+            raise _RedirectRefused(params.response.status, str(reason))
+
+    return _check()
+
+
 class HttpClient:
     """Shared HTTP client: one ``aiohttp.ClientSession``, per-host rate/concurrency limits, retries.
 
@@ -1115,6 +1142,9 @@ class HttpClient:
     ceilings : collection of str, optional
         Host keys whose host policy is also a ceiling over the model keys on that host (every model-keyed
         request passes both); without it a model key is limited by its own policy alone.
+    resolver : aiohttp.abc.AbstractResolver, optional
+        The connector's name resolver (aiohttp's default when None). Tests give public names (a CDN's) a local
+        address with one, so a client judges them as the public hosts they name.
 
     Notes
     -----
@@ -1163,8 +1193,11 @@ class HttpClient:
         user_agent: str = DEFAULT_USER_AGENT,
         model_policies: Mapping[str, HostPolicy] | None = None,
         ceilings: Collection[str] = (),
+        resolver: Any = None,
     ) -> None:
         self._policies: dict[str, HostPolicy] = dict(policies or {})
+        #: the connector's name resolver (an ``aiohttp.abc.AbstractResolver``; None: aiohttp's default)
+        self._resolver = resolver
         self._default = default_policy
         self._user_agent = user_agent
         self._hosts: dict[str, _HostState] = {}
@@ -1192,9 +1225,11 @@ class HttpClient:
 
             trace = aiohttp.TraceConfig()
             trace.on_request_headers_sent.append(_on_headers_sent)
+            trace.on_request_redirect.append(_on_redirect)
             # limit=0: the connector must never queue a request after it took its rate slot
             # (that would compress arrivals at the server); our per-host semaphores bound concurrency.
-            connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300)
+            connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300,
+                                             **({"resolver": self._resolver} if self._resolver is not None else {}))
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 headers={"User-Agent": self._user_agent},
@@ -1464,6 +1499,7 @@ class HttpClient:
         no_retry: Callable[[HttpResponse], bool] | None = None,
         limit: str | None = None,
         too_large_final: bool = False,
+        redirect_guard: Callable[[str], str | None] | None = None,
     ) -> HttpResponse:
         """Send one request with the host's limits and the retry policy; return a 2xx/3xx response.
 
@@ -1525,6 +1561,11 @@ class HttpClient:
             abandoned while streaming alike, instead of being retried like a cut-short body. For a cap that is a
             verdict on the resource (a Mapillary thumbnail over ``[crawl.fetcher] max_thumb_bytes``: the same URL
             serves the same bytes again). Default False (retried, as before).
+        redirect_guard : callable, optional
+            Called with the absolute URL of each redirect's target before it is followed (a request carrying a
+            credential header is never redirected: :class:`PermanentHTTPError`). A reason it returns ends the
+            request at once, unfollowed and not retried, with :class:`PermanentHTTPError` (the redirect's status,
+            the reason as its excerpt). The Mapillary client refuses thumbnail redirects to local addresses so.
 
         Returns
         -------
@@ -1577,7 +1618,7 @@ class HttpClient:
         counter = SimpleNamespace(attempts=0, possibly_billed=0, sent=0, unreached=False)
         try:
             args = (host, lim, pol, method, url, shown_url, secrets, params, data, headers, validate, counter,
-                    expected, no_retry, too_large_final)
+                    expected, no_retry, too_large_final, redirect_guard)
             last: _Retryable | None = None
             # Fast path: the first attempt runs without tenacity's per-call machinery (most calls succeed).
             try:
@@ -1687,6 +1728,7 @@ class HttpClient:
         expected: frozenset[int] = frozenset(),
         no_retry: Callable[[HttpResponse], bool] | None = None,
         too_large_final: bool = False,
+        redirect_guard: Callable[[str], str | None] | None = None,
         before_send: Callable[[], Awaitable[object]] | None = None,
         retry: bool = False,
     ) -> HttpResponse:
@@ -1782,7 +1824,7 @@ class HttpClient:
                 host.unreachable_streak = 0  # the host was reached
                 _mark_sent(when_s, True)
 
-            ctx = SimpleNamespace(sent=False, on_sent=_on_sent)
+            ctx = SimpleNamespace(sent=False, on_sent=_on_sent, redirect_guard=redirect_guard)
             t0 = time.monotonic()
             failure: BaseException | None = None  # raised below, outside the except block, so no
             # aiohttp exception (which may carry request headers) is chained as __context__
@@ -1806,6 +1848,9 @@ class HttpClient:
                     resp_headers = {k: v for k, v in r.headers.items()}
             except aiohttp.InvalidURL:
                 failure = ValueError(f"invalid URL {shown_url}")
+            except _RedirectRefused as exc:  # the caller's guard: a verdict on where the answer points, not retried
+                host.count_error(f"http {exc.status}")
+                failure = PermanentHTTPError(exc.status, shown_url, _scrub_head(exc.reason, BODY_EXCERPT_CHARS, secrets))
             except (TimeoutError, asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
                 timeout = isinstance(exc, (TimeoutError, asyncio.TimeoutError))
                 reason = "timeout" if timeout else "connection"
