@@ -911,7 +911,9 @@ def merge_records(
         waits for a host (``eta_waiting``) or while a stage is stalled in every running process of it
         (``eta_stalled``, :func:`stalled_stages`).
         ``http`` counters are summed per host; ``elapsed_s`` runs from the earliest process's start;
-        ``finished`` is True when every process ended with its final record.
+        ``finished`` is True when every process ended with its final record. A run over sums, per stage, the
+        figures of the processes that ran alongside the last one to end that stage (a run chains processes
+        overlapping one with the next: one that ended before that last one started is left out of its rate).
     """
     newest = max(records, key=lambda r: float(r.get("t") or 0.0))
     now = float(newest.get("t") or 0.0) if now is None else float(now)
@@ -931,7 +933,16 @@ def merge_records(
         counted = [False] * len(records)
     else:
         counted = [True] * len(records)
-    for rec, live, figures_now in zip(records, running, counted):
+    # the run over: per stage, the processes that ran it alongside the last one to end it (a run chains processes
+    # that overlap one with the next: one that had ended before the last one started was not part of its rate)
+    last_span: dict[str, tuple[float, float]] = {}
+    if not any(running) and all(counted):
+        for rec in records:
+            span = record_span(rec)
+            for sd in rec.get("stages", []):
+                if span[1] >= last_span.get(sd.get("stage"), (0.0, -math.inf))[1]:
+                    last_span[sd.get("stage")] = span
+    for rec, live, figures_of_rec in zip(records, running, counted):
         age = max(0.0, now - float(rec.get("t") or now)) if any(running) else 0.0  # the run over: as left
         pid = rec.get("pid")
         started, t = record_span(rec)
@@ -943,6 +954,8 @@ def merge_records(
                                       for sd in rec.get("stages", [])]})
         for sd in rec.get("stages", []):
             name = sd.get("stage")
+            figures_now = figures_of_rec and (name not in last_span or (
+                started <= last_span[name][1] and t >= last_span[name][0]))
             m = stages.setdefault(name, {
                 "stage": name, **{k: 0 for k in _SUMMED + _RUNNING_ONLY}, "rate_per_s": 0.0, "capacity_per_s": 0.0,
                 "idle_s": None, "stall_after_s": None, "finished": True,
