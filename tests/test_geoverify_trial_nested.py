@@ -167,6 +167,7 @@ def test_lowered_plan_sends_nothing_new_and_a_new_builder_is_named(sandbox_crawl
 
     from geoagent.cli import main
     from geoagent.config import load_config
+    from geoagent.geoverify.trials import TRIAL_BUILDER_VERSION
 
     tmp, crawl_dir, images = sandbox_crawl
     monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp / "queues"))
@@ -174,7 +175,7 @@ def test_lowered_plan_sends_nothing_new_and_a_new_builder_is_named(sandbox_crawl
     assert main(["run", str(_gv(tmp, crawl_dir, images, 3)), "--no-live"]) == 0
     capsys.readouterr()
     manifest = load_config(_gv(tmp, crawl_dir, images, 3)).state_dir() / "manifest.json"
-    assert orjson.loads(manifest.read_bytes())["designs"] == {"geoverify.trial_builder": 2}
+    assert orjson.loads(manifest.read_bytes())["designs"] == {"geoverify.trial_builder": TRIAL_BUILDER_VERSION}
     assert main(["run", str(_gv(tmp, crawl_dir, images, 2)), "--no-live"]) == 0
     err = capsys.readouterr().err
     # every trial of the lowered design was answered under n_per_band = 3: nothing new, nothing set aside
@@ -186,9 +187,9 @@ def test_lowered_plan_sends_nothing_new_and_a_new_builder_is_named(sandbox_crawl
     manifest.write_bytes(orjson.dumps(data))
     assert main(["run", str(_gv(tmp, crawl_dir, images, 2)), "--no-live"]) == 0
     err = capsys.readouterr().err
-    assert "the trial builder changed since its last run (geoverify.trial_builder: 1 -> 2: " in err
+    assert f"the trial builder changed since its last run (geoverify.trial_builder: 1 -> {TRIAL_BUILDER_VERSION}: " in err
     assert "this changes which tasks are planned" in err and "would mix" not in err
-    assert orjson.loads(manifest.read_bytes())["designs"] == {"geoverify.trial_builder": 2}
+    assert orjson.loads(manifest.read_bytes())["designs"] == {"geoverify.trial_builder": TRIAL_BUILDER_VERSION}
 
 
 def test_superseded_reason_names_the_trial_builder():

@@ -102,7 +102,11 @@ class ParsedVerdict:
 #: 6: an object under a finality key with a text ``verdict`` of its own (``"revised": {"verdict": "no"}``) beside the
 #: answer's verdict is a conflict too (session 33; "My answer: No" after the answer was one for a while, withdrawn:
 #: sub-questions and accounts of an earlier answer read so, review33 #3).
-VERDICT_PARSER_VERSION = 6
+#: 7: a leading Yes/No followed by a statement that the question cannot be answered ("No, I can't determine that
+#: from this image", "No. I am unable to verify ...", "Yes, it is impossible to tell") is a refusal, where 6 read the
+#: word (geoverify38 #2); a label in Markdown bold or underscores, before or around its colon ("**Confidence:** 85%",
+#: "**Verdict**: Yes"), is read, where 6 lost the confidence (geoverify38 #3).
+VERDICT_PARSER_VERSION = 7
 
 
 # --- field normalisation --------------------------------------------------------------------------
@@ -212,7 +216,7 @@ _NO_VERDICT_PHRASE = (r"(?![ \t\"'`*_]+(?:way|idea|clue|doubt|comment|opinion|de
                       r"(?![ \t\"'`*_]+and[ \t]+(?:yes|no)\b)")
 # "yes/no", "yes or no" are the question, not a verdict, also quoted or in bold ('Verdict: "yes" or "no"?', break26 #1)
 # (on the same line, and only when the other word follows: "Verdict: **No** / **Confidence:** 0.7" is a verdict, rev26)
-_RX_VERDICT = re.compile(r"[\"']?verdict[\"']?\s*[:=][\s\"'*]*(yes|no)\b"
+_RX_VERDICT = re.compile(r"[\"']?verdict[\"'*_]*\s*[:=][\s\"'*]*(yes|no)\b"
                          r"(?![ \t\"'`*_]*(?:/|\bor\b)[ \t\"'`*_]*(?:yes|no)\b)" + _NO_VERDICT_PHRASE, re.I)
 # a verdict stated AFTER the answer (past the last JSON object, or past the labelled verdict of an answer without
 # one) in other words than "verdict:", for the conflict check only (break32 #1: '{"verdict": "yes"}' then "Final
@@ -239,12 +243,22 @@ _RX_FINAL_OBJECT_KEY = re.compile(r"(?:final|revised|corrected|updated)(?:[ _\-]
 # certain": a manner of speaking, rev26 #2)
 _RX_LEAD_ALONE = re.compile(r"^[\s\"'`*_]*(yes|no)\b[\"'`*_]*\.?[ \t\"'`*_]*(?:\r?\n|\Z)", re.I)
 # a decimal comma (``0,85``) is taken with the number, which then reads as no confidence (not 0.0, the digits before it)
-_RX_CONF = re.compile(r"[\"']?confidence[\"']?\s*[:=][\s\"']*([-+]?(?:\d+(?:\.\d*|,\d+)?|\.\d+)\s*%?)", re.I)
+_RX_CONF = re.compile(r"[\"']?confidence[\"']?[*_]*\s*[:=][\s\"'*_]*([-+]?(?:\d+(?:\.\d*|,\d+)?|\.\d+)\s*%?)", re.I)
 # a verdict word standing alone: followed (after quotes/markup on the same line) by the end of the text, a
 # line break or a clause delimiter; "No doubt ...", "no-entry sign ...", "Yes and no" are not verdicts
 _STANDALONE = r"(?=[ \t\"'`*_]*(?:\Z|[\r\n.!,;:)]))"
 _RX_BARE = re.compile(r"^[\s\"'`*_]*(yes|no)\b" + _STANDALONE + r"[\s\"'`*_.!,;:]*", re.I)
 _RX_BARE_WORD = re.compile(r"^[\s\"'`*_]*(yes|no)\b", re.I)
+# what follows a leading verdict word that says the question cannot be answered: "No, I can't determine that from
+# this image", "No. I am unable to verify where this was taken", "Yes, it is impossible to tell" are refusals, not
+# verdicts (geoverify38 #2); evidence in the same words stays a verdict ("No, I can't see a church here")
+_CANNOT = (r"(?:i[ \t]*(?:can[ \t]*no?t|can't|am[ \t]+(?:un|not[ \t]+)able[ \t]+to|'m[ \t]+(?:un|not[ \t]+)able[ \t]+to|"
+           r"do[ \t]*n[o']t[ \t]+know|have[ \t]+no[ \t]+way[ \t]+to)|(?:there[ \t]+is|there's)[ \t]+no[ \t]+way[ \t]+to|"
+           r"unable[ \t]+to|(?:it(?:[ \t]+is|'s)[ \t]+)?(?:not[ \t]+possible|impossible|hard|difficult)[ \t]+to)")
+_RX_CANNOT_TELL = re.compile(
+    _CANNOT + r"(?:[ \t]+(?:really|reliably|accurately|definitively|confidently|fully|exactly))?[ \t]+"
+    r"(?:determine|verify|tell|say|confirm|know|identify|judge|assess|answer|be[ \t]+(?:sure|certain)|pinpoint)\b"
+    r"|i[ \t]+do[ \t]*n[o']t[ \t]+know\b", re.I)
 # the opposite word later in the text: standing alone, or asked ("Yes, or no?" states both; a question mark does
 # not make a leading word standalone, "Yes? Not sure" is no verdict)
 _RX_STANDALONE_WORD = re.compile(r"\b(yes|no)\b(?=[ \t\"'`*_]*(?:\Z|[\r\n.!?,;:)]))", re.I)
@@ -264,7 +278,7 @@ def _bare_verdict(seen: str) -> tuple[re.Match[str] | None, bool]:
     """The bare-text rule on ``seen`` (already :func:`normalize_chars`): the match of a leading standalone verdict
     word (None: none), and whether the opposite word stands alone later in the text (a conflict)."""
     mb = _RX_BARE.match(seen)
-    if not mb:
+    if not mb or _RX_CANNOT_TELL.match(seen, mb.end()):
         return None, False
     word = mb.group(1).lower()
     return mb, any(w.group(1).lower() != word for w in _RX_STANDALONE_WORD.finditer(seen, mb.end()))
@@ -370,7 +384,9 @@ def _parse(raw: str | None) -> ParsedVerdict:
                                  tuple(sorted(rules)), text)
         rules |= {RULE_REGEX_FALLBACK, RULE_PROSE} if seen[mb.end() :].strip() else {RULE_REGEX_FALLBACK}
         return _from_regex(word, seen, rules, text)
-    if _RX_BARE_WORD.match(seen):
+    if (mw := _RX_BARE.match(seen)) and _RX_CANNOT_TELL.match(seen, mw.end()):
+        best_reason = "a leading yes/no followed by a statement that it cannot be told (a refusal, not a verdict)"
+    elif _RX_BARE_WORD.match(seen):
         best_reason = "leading yes/no is not a standalone verdict (part of a phrase)"
     return ParsedVerdict(False, None, None, (), best_reason, tuple(sorted(rules)), text)
 

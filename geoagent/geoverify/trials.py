@@ -69,10 +69,11 @@ from geoagent.data.model import (
 )
 from geoagent.geo import continent_code, haversine_km
 
-#: version of the trial design :func:`build_trials` draws: 2 = nested draws (one stream per band cell, controls
-#: and mismatched images drawn apart from the decoys); 1 = one stream per image (before 2026-12-01). The same
-#: inputs and seed give other trials under another version.
-TRIAL_BUILDER_VERSION = 2
+#: version of the trial design :func:`build_trials` draws: 3 = as 2, and of candidates sharing a name the nearest
+#: to the image is the claim's place (2, before 2026-12-05: the first in pool order); 2 = nested draws (one stream
+#: per band cell, controls and mismatched images drawn apart from the decoys); 1 = one stream per image (before
+#: 2026-12-01). The same inputs and seed give other trials under another version.
+TRIAL_BUILDER_VERSION = 3
 
 
 def label_trial(
@@ -152,7 +153,8 @@ def build_trials(
         ``continents[site_id]``).
     pools : mapping site_id -> iterable of ReferencePoint
         Audited, usable candidates with ``lat``/``lon``; points without coordinates or ``usable=False``
-        are ignored. Names (``name_en``) are what the model sees.
+        are ignored. Names (``name_en``) are what the model sees: of candidates sharing one, the nearest to the
+        image is the claim's place (ties: the smaller QID text), and the others are not drawn.
     seed : int
         Build seed; with the same inputs the same trials come out.
     n_per_band : int or None
@@ -185,12 +187,18 @@ def build_trials(
         cont = _continent_key(im.continent or cont_of.get(im.site_id))
         signal: list[tuple[float, ReferencePoint]] = []
         cells: dict[str, list[tuple[float, ReferencePoint]]] = {b: [] for b in DECOY_BAND_LABELS}
-        seen: set[str] = set()
+        # of candidates sharing a name (the model sees the name alone) the claim is about the nearest: "within
+        # 150 m of St Mary's Church" is true if either is, so the nearest decides the band and the truth (ties: the
+        # smaller QID text, as the ladder's one_per_place); not the first in pool order (geoverify38 #1)
+        nearest: dict[str, tuple[float, str, str | None, ReferencePoint]] = {}
         for p in pools.get(im.site_id, ()):
-            if not p.usable or p.lat is None or p.lon is None or not p.name_en or p.name_en in seen:
+            if not p.usable or p.lat is None or p.lon is None or not p.name_en:
                 continue
-            seen.add(p.name_en)
             d, band, _ = label_trial(im.lat, im.lon, p.lat, p.lon, tau_km)
+            key = (d, p.qid or "", band, p)
+            if p.name_en not in nearest or key[:2] < nearest[p.name_en][:2]:
+                nearest[p.name_en] = key
+        for d, _, band, p in nearest.values():
             if band == BAND_SIGNAL:
                 signal.append((d, p))
             elif band is not None:
