@@ -739,8 +739,8 @@ def close_set_variable(var: str, *, dotenv_path: str | os.PathLike[str] | None =
     """``(NAME, where)`` of a variable that is set (non-empty) in the environment or the ``.env`` file and whose
     name is close to ``var``, which is not (``ANTHROPIC_API_KEY`` in ``.env`` for a config's ``ANTHROPC_API_KEY``:
     walk30 #8, the message named only the misspelt one); None when there is none. Only names that look like a
-    key's (``KEY``, ``TOKEN`` or ``SECRET`` in them) are compared (:func:`difflib.get_close_matches`, ratio >= 0.85);
-    never a value."""
+    key's (``KEY``, ``TOKEN`` or ``SECRET`` in them) are compared, without case (:func:`difflib.get_close_matches`,
+    ratio >= 0.85: ``acme_api_key`` for ``ACME_API_KEY``); never a value."""
     import difflib
 
     env = os.environ if environ is None else environ
@@ -752,8 +752,13 @@ def close_set_variable(var: str, *, dotenv_path: str | os.PathLike[str] | None =
     dot = Path(dotenv_path) if dotenv_path is not None else dotenv_path_default()
     where.update({n: str(dot) for n, v in dotenv.items() if v and v.strip() and n not in where})
     names = sorted(n for n in where if n != var and re.search(r"KEY|TOKEN|SECRET", n, re.IGNORECASE))
-    close = difflib.get_close_matches(var, names, n=1, cutoff=0.85)
-    return (close[0], where[close[0]]) if close else None
+    # compared without case: variable names are case-sensitive, and "acme_api_key" in .env is the likely slip for
+    # a config's ACME_API_KEY (newuser38 #5)
+    by_upper: dict[str, str] = {}
+    for n in names:
+        by_upper.setdefault(n.upper(), n)
+    close = difflib.get_close_matches(var.upper(), list(by_upper), n=1, cutoff=0.85)
+    return (by_upper[close[0]], where[by_upper[close[0]]]) if close else None
 
 
 def unread_dotenv_hint(variables: Iterable[str], config_source: str | None,

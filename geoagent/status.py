@@ -17,6 +17,7 @@ original words ("retries exhausted after 2 attempts", which counts HTTP attempts
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import time
@@ -632,7 +633,8 @@ def budget_resume_hint(spend: dict[str, Any], refused_usd: float | None = None) 
                     f"a worst case of up to {format_usd(refused_usd)} each, were refused while other calls held "
                     "reservations)")
     else:
-        at_least = (f" to at least {format_usd(need)} (billed {format_usd(billed)} + the {format_usd(refused_usd)} "
+        # rounded UP to the shown cent fraction: $0.040029 shown "$0.0400" asked for the cap the run stopped at
+        at_least = (f" to at least {format_usd(math.ceil(need * 1e4 - 1e-6) / 1e4)} (billed {format_usd(billed)} + the {format_usd(refused_usd)} "
                     "worst case of the call it refused)")
     if cfg_cap is not None and stored is not None and float(cfg_cap) > float(stored) + 5e-10:
         if need is not None and float(cfg_cap) < need - 5e-10:

@@ -24,6 +24,7 @@ file as a whole, and a damaged one (an interrupted download cuts its last line) 
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from pathlib import Path
@@ -37,6 +38,8 @@ from geoagent.providers.base import ModelRequest, ModelResponse, Provider, Usage
 from geoagent.providers.errors import ReplayMiss, ReplayRecordedError
 from geoagent.providers.http_base import MAX_USAGE_TOKENS
 from geoagent.providers.settings import ProviderSettings
+
+log = logging.getLogger(__name__)
 
 
 def _not_utf8(data: bytes) -> bool:
@@ -73,7 +76,11 @@ class ReplayIndex:
         self.error_field = error_field
         self._loc: dict[str, tuple[int, int, bool]] = {}  # key -> (offset, length, is_error)
         self.n_lines = 0
+        #: records whose key an earlier record of the file has; of them, those whose text differs from the first's
+        #: (whitespace around the line aside), and the first one's line number and key
         self.n_duplicates = 0
+        self.n_conflicting = 0
+        self.first_duplicate: tuple[int, str] | None = None
         #: every field name some record of the file has (to check a configured field name at start)
         self.fields: set[str] = set()
         self._build()
@@ -105,6 +112,10 @@ class ReplayIndex:
                     old = self._loc.get(key)
                     if old is not None:
                         self.n_duplicates += 1
+                        if self.first_duplicate is None:
+                            self.first_duplicate = (lineno, key)
+                        if os.pread(fh.fileno(), old[1], old[0]).strip() != stripped:
+                            self.n_conflicting += 1
                     # the importer's rule (geoagent.files.later_record_wins): the first answers, a failure gives way
                     if old is None or later_record_wins(old[2], is_error):
                         self._loc[key] = (offset, length, is_error)
@@ -163,6 +174,16 @@ class ReplayProvider(Provider):
             raise FileNotFoundError(f"replay file for {entry} not found: {self.path} (the folder "
                                     f"{shown} {state}); set replay.path of its [[models]] entry")
         index = self.index
+        if index.n_duplicates and index.first_duplicate is not None:
+            from geoagent.textfmt import one_line_text
+
+            line, key = index.first_duplicate
+            differ = (f"{index.n_conflicting} of them differ from the record kept" if index.n_conflicting
+                      else "all of them repeat the record kept")
+            # the release importer's rule and words: the first answers (a recorded failure gives way to an answer)
+            log.warning(f"replay file {self.path}:{line}: {index.n_duplicates} record(s) repeat the key of an earlier "
+                        f"record (the first: {one_line_text(key)[:160]!r}); {differ}; each key is answered by its "
+                        f"first record (a recorded failure gives way to a later answer), for model {model_cfg.model!r}")
         # a text field that no record has is a typo in the config: one error now, not every request
         # dead-lettered as "a recorded failure: field ... is missing" (the usage field may be absent: 0 tokens)
         name = model_cfg.replay_text_field

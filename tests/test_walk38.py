@@ -1,0 +1,55 @@
+"""A new user's walkthrough and the statistics check (session 38: newuser38, stats38).
+
+Before:
+
+* newuser38 #1: after a budget stop ``status`` said "raise [budget] cap_usd in the config to at least $0.0400" under a
+  cap of $0.0400: the need, $0.040029, was rounded to the nearest shown digit, so doing as told stopped again;
+* newuser38 #5: ``acme_api_key=...`` in ``.env`` for a config's ``ACME_API_KEY`` got "not set" with no hint (the
+  close-name check compared with case);
+* stats38 #1: a replay file holding two records of one key (the second a changed verdict) was replayed from the first
+  without a word; the release importer names such a line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from geoagent.providers import ProviderSettings, make_provider
+from geoagent.secrets import SecretNotFound, get_secret
+from geoagent.status import budget_resume_hint
+
+
+def test_the_cap_asked_for_after_a_budget_stop_is_rounded_up():
+    spend = {"spent_usd": 0.039504, "unknown_usd": 0.0, "cap_usd": 0.04, "config_cap_usd": 0.04}
+    hint = budget_resume_hint(spend, 0.000525)  # needs $0.040029
+    assert "to at least $0.0401 (billed $0.0395 + the $0.0005 worst case" in hint, hint
+    exact = {"spent_usd": 0.0395, "unknown_usd": 0.0, "cap_usd": 0.04, "config_cap_usd": 0.04}
+    assert "to at least $0.0402 " in budget_resume_hint(exact, 0.0007)  # an exact need is not raised a step
+
+
+def test_a_lower_case_key_variable_in_dotenv_is_pointed_at(tmp_path):
+    env = tmp_path / ".env"
+    env.write_text("acme_api_key=made-up-value-for-the-test\n", encoding="utf-8")
+    try:
+        get_secret("ACME_API_KEY", dotenv_path=env, environ={})
+    except SecretNotFound as e:
+        text = str(e)
+    assert "did you mean acme_api_key, which is set in" in text and "made-up" not in text
+
+
+def test_a_replay_file_with_a_key_recorded_twice_says_so(tmp_path, caplog):
+    rows = [{"key": "a", "text": "no"}, {"key": "b", "text": "yes"}, {"key": "a", "text": "yes"},
+            {"key": "b", "text": "yes"}]
+    path = tmp_path / "rec.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="geoagent.providers.replay"):
+        prov = make_provider(ProviderSettings(kind="replay", model="m", replay_path=str(path), replay_usage_field=None))
+    assert prov.index.get("a")["text"] == "no"  # the first answers, as the importer keeps the first
+    (msg,) = [r.getMessage() for r in caplog.records]
+    assert f"{path}:3: 2 record(s) repeat the key of an earlier record (the first: 'a')" in msg, msg
+    assert "1 of them differ from the record kept" in msg and "model 'm'" in msg, msg
+    caplog.clear()
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows[:2]), encoding="utf-8")
+    make_provider(ProviderSettings(kind="replay", model="m", replay_path=str(path), replay_usage_field=None))
+    assert not caplog.records
