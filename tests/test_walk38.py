@@ -53,3 +53,23 @@ def test_a_replay_file_with_a_key_recorded_twice_says_so(tmp_path, caplog):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows[:2]), encoding="utf-8")
     make_provider(ProviderSettings(kind="replay", model="m", replay_path=str(path), replay_usage_field=None))
     assert not caplog.records
+
+
+def test_a_false_acceptance_outside_every_scored_band_counts_in_neither_F_nor_its_confidence():
+    """stats38 #2: main-arm decoys of a band not scored (``6.0-12.0km``) were left out of F but their confidences
+    went into the false-acceptance figures (fa_conf_n 10 beside n_false_acceptances 0)."""
+    import polars as pl
+
+    from geoagent.data.model import DECOY_BAND_LABELS
+    from geoagent.scoring import sdt
+
+    schema = {"model": pl.Utf8, "site": pl.Utf8, "arm": pl.Utf8, "band": pl.Utf8, "truth": pl.Utf8,
+              "verdict": pl.Utf8, "conf": pl.Float64}
+    base = ([("m", "s1", "main", "signal", "yes", "yes", 0.9)] * 4
+            + [("m", "s1", "main", DECOY_BAND_LABELS[0], "no", "no", 0.9)] * 3
+            + [("m", "s1", "main", DECOY_BAND_LABELS[0], "no", "yes", 0.6)])
+    odd = [("m", "s1", "main", "6.0-12.0km", "no", "yes", 0.95)] * 10
+    for rows, fa in ((base, 1), (base + odd, 1)):
+        df = pl.DataFrame(rows, schema=schema, orient="row")
+        got = sdt.score(sdt.cells_from_rows(df), sdt.conf_from_rows(df))["m"]
+        assert (got.n_false_acceptances, got.fa_conf_n) == (fa, fa), got

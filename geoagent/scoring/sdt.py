@@ -730,8 +730,9 @@ def _score_one(
         for j, arm in enumerate((ARM_MISMATCH, ARM_BLANK))
     }
     fa = conf.filter(
-        # every main-arm noise trial, one without a band (null or "") included, as F counts them (_matrix)
-        (pl.col("arm") == ARM_MAIN) & (pl.col("band").fill_null("") != BAND_SIGNAL) & (pl.col("verdict") == "yes")
+        # every main-arm noise trial F counts (_matrix): one of the scored bands or one without a band (null or
+        # ""); a band outside ``bands`` is in no column of F, so in no false acceptance either (stats38 #2)
+        (pl.col("arm") == ARM_MAIN) & pl.col("band").fill_null("").is_in([*bands, ""]) & (pl.col("verdict") == "yes")
     )
     fa_vals, fa_n = fa["conf"].to_numpy(), fa["n"].to_numpy()
     fa_total = int(fa_n.sum()) if fa.height else 0
