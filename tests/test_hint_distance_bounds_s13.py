@@ -29,7 +29,13 @@ def _release(tmp: Path, dists: list[str], trial_d_km: str = "0.1368") -> Path:
     root = tmp / "rel"
     (root / "ladders").mkdir(parents=True)
     (root / "sites.csv").write_text(SITES, encoding="utf-8")
-    rows = "".join(f"0.5-1.5km,high,,Place {i},,Q{100 + i},{d},4,,3,1\n" for i, d in enumerate(dists))
+    def band(d: str) -> str:  # a band whose edges hold the distance (session 38 refuses one that does not)
+        try:
+            return "0.5-1.5km" if 0.5 <= float(d) < 1.5 else ""
+        except ValueError:
+            return ""
+
+    rows = "".join(f"{band(d)},high,,Place {i},,Q{100 + i},{d},4,,3,1\n" for i, d in enumerate(dists))
     (root / "ladders" / "s1_ladder_deepseek-en.csv").write_text(LADDER_HEAD + rows, encoding="utf-8")
     (root / "verify_trials_sample.csv").write_text(
         "image_id,site,path,img_lat,img_lon,cand,cand_lat,cand_lon,fam,d_km,band,truth,arm,cont\n"

@@ -73,3 +73,27 @@ def test_a_false_acceptance_outside_every_scored_band_counts_in_neither_F_nor_it
         df = pl.DataFrame(rows, schema=schema, orient="row")
         got = sdt.score(sdt.cells_from_rows(df), sdt.conf_from_rows(df))["m"]
         assert (got.n_false_acceptances, got.fa_conf_n) == (fa, fa), got
+
+
+def test_a_ladder_row_whose_distance_lies_outside_its_band_is_refused(tmp_path):
+    """stats38 #4: a ladder row of 0 km under ``3-6km`` was imported (its band scored it, its distance left it out of
+    the slope); now the row is refused with file, line and both values. Rows at a band's edges, to 3 decimals, pass."""
+    from geoagent.data.importer import import_release
+
+    root = tmp_path / "rel"
+    (root / "ladders").mkdir(parents=True)
+    (root / "sites.csv").write_text("site,city,country,continent,landmark,qid,wd_type,lat,lon\n"
+                                    "s1,Amsterdam,NL,EU,Church,Q1,church,52.37,4.90\n", encoding="utf-8")
+    rows = [("3-6km", "0"), ("0.5-1.5km", "0.5"), ("0.5-1.5km", "1.4999"), ("1.5-3.0km", "1.5"), ("3.0-6.0km", "6.2"),
+            ("near", "0.3")]
+    (root / "ladders" / "s1_ladder_deepseek-en.csv").write_text(
+        "band,tier,name_zh,name_en,label_raw,qid,dist_km,familiarity,pageviews,n_in_cell,n_taken\n"
+        + "".join(f"{b},high,,Place {i},,Q{100 + i},{d},4,,3,1\n" for i, (b, d) in enumerate(rows)), encoding="utf-8")
+    (root / "verify_trials_sample.csv").write_text(
+        "image_id,site,path,img_lat,img_lon,cand,cand_lat,cand_lon,fam,d_km,band,truth,arm,cont\n"
+        "101,s1,x/101.jpg,52.37,4.90,Church,52.37,4.90,4.0,0.1,signal,yes,main,EU\n", encoding="utf-8")
+    rel = import_release(root)
+    assert [p.name_en for p in rel.ladders["s1"].points] == ["Place 1", "Place 2", "Place 3", "Place 5"]
+    issues = [(i.line, i.reason) for i in rel.report.issues if i.file.endswith("s1_ladder_deepseek-en.csv")]
+    assert issues == [(2, "column 'dist_km': 0 km lies outside its band '3-6km' (3 to 6 km)"),
+                      (6, "column 'dist_km': 6.2 km lies outside its band '3.0-6.0km' (3 to 6 km)")], issues

@@ -368,9 +368,28 @@ def _site(row: dict[str, Any]) -> Site:
     )
 
 
+#: a ladder band label with its edges in km: the release's ``0.5-1.5km``, or ``3-6km`` written by hand
+_BAND_KM = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*-\s*(\d+(?:\.\d+)?)\s*km\s*$", re.I)
+#: slack at a band's edges for a distance written to 3 decimals (the crawl bands the distance its row shows)
+_BAND_SLACK_KM = 5e-4
+
+
+def _check_band_distance(band: str | None, dist_km: float | None) -> None:
+    """Refuse a ladder row whose ``dist_km`` lies outside its ``band`` label's edges (``lo <= d < hi``, give or take
+    :data:`_BAND_SLACK_KM`): the band is where the row is scored, the distance what its slope regresses on, and a
+    row with both cannot be right (stats38 #4: 0 km under ``3-6km``). Labels that name no edges pass."""
+    m = _BAND_KM.match(band or "")
+    if m is None or dist_km is None:
+        return
+    lo, hi = float(m.group(1)), float(m.group(2))
+    if not lo - _BAND_SLACK_KM <= dist_km < hi + _BAND_SLACK_KM:
+        raise RowError(f"column 'dist_km': {dist_km:g} km lies outside its band {band!r} ({lo:g} to {hi:g} km)")
+
+
 def _ladder_point(site_id: str) -> Callable[[dict[str, Any]], ReferencePoint]:
     def convert(row: dict[str, Any]) -> ReferencePoint:
         fam = _opt_float(row, "familiarity", lo=0, hi=5)
+        _check_band_distance(_opt(row, "band"), _opt_distance_km(row, "dist_km"))
         name_en = _opt(row, "name_en")
         qid = _opt(row, "qid")
         if name_en is None and qid is None:
