@@ -19,6 +19,7 @@ import orjson
 
 from geoagent import constants as C
 from geoagent.textfmt import count_text, mapping_text
+from geoagent.crawl.image_audit import IMAGE_AUDIT_MAX_ANSWERS
 from geoagent.crawl.settings import CrawlConfigError, CrawlSettings
 from geoagent.crawl.stages import city_messages, crawl_stages, services_from_context
 from geoagent.engine import CampaignKind
@@ -380,7 +381,8 @@ def crawl_counts(state_dir: str | Path, images_root: str | Path) -> dict[str, An
     ``city_pool.csv``; ``admitted``: its rows with ``eligible`` True), ``sites`` (rows of ``sites.csv``) and
     ``images`` (:func:`image_counts`: ``kept``, thumbnails kept by the selection and used; ``examined``, kept +
     ``rejected`` after download; ``rejected`` and ``skipped`` (before download), each reason -> count; ``audited``,
-    rows of ``images.csv``, of which ``usable`` and ``excluded``). A file not written yet counts 0."""
+    rows of ``images.csv``, of which ``usable`` and ``excluded``; ``unreadable``, kept images without a model or
+    human verdict: their audit answers could not be read). A file not written yet counts 0."""
     import csv
 
     folder = Path(state_dir)
@@ -395,7 +397,7 @@ def crawl_counts(state_dir: str | Path, images_root: str | Path) -> dict[str, An
     c = image_counts(folder, images_root)
     images = {"kept": c["kept"], "examined": c["kept"] + sum(c["rejected"].values()),
               "rejected": dict(c["rejected"]), "skipped": dict(c["skipped"]), "audited": c["audited"],
-              "usable": c["usable"], "excluded": c["excluded"]}
+              "usable": c["usable"], "excluded": c["excluded"], "unreadable": c["unreadable"]}
     return {"cities": {"screened": len(pool), "admitted": sum(r.get("eligible") == "True" for r in pool)},
             "sites": len(rows("sites.csv")), "images": images}
 
@@ -628,7 +630,9 @@ def image_counts(state_dir: str | Path, images_root: str | Path) -> dict[str, An
     ``min_separation_m`` of a kept image, no thumbnail), ``rejected`` (category -> count, left out after
     download: too dark, the brightness filter; near-duplicates; ``other``: an unreadable JPEG), ``usable`` and
     ``excluded`` (images.csv rows the audit kept / excluded; a human verdict overrides the model's),
-    ``audited`` (rows of images.csv), ``shared`` (copies of images kept under a farther site too, not counted in
+    ``audited`` (rows of images.csv), ``unreadable`` (kept images not in images.csv whose stored audit answers could
+    not be read, the last of up to :data:`~geoagent.crawl.image_audit.IMAGE_AUDIT_MAX_ANSWERS` asks: no model
+    verdict, and no human verdict yet), ``shared`` (copies of images kept under a farther site too, not counted in
     ``kept``: each is used under the nearest site only, :func:`geoagent.crawl.export.image_owners`) and, when ``image_audit.csv`` is there, ``human`` (images.csv rows decided by
     a human verdict: ``image_audit.csv`` rows with a ``human_verdict`` whose ``image`` is an images.csv ``path``)."""
     import csv
@@ -653,11 +657,27 @@ def image_counts(state_dir: str | Path, images_root: str | Path) -> dict[str, An
             bucket = out["skipped"] if kind[1] else out["rejected"]
             bucket[kind[0]] = bucket.get(kind[0], 0) + 1
     path = Path(state_dir) / "images.csv"
+    listed: set[str] = set()
     if path.is_file():
         with open(path, newline="", encoding="utf-8") as f:
             for row in csv.DictReader(f):
                 out["audited"] += 1
                 out["usable" if row.get("usable") == "True" else "excluded"] += 1
+                listed.add(str(row.get("image_id") or ""))
+    # images whose stored audit answers could not be read, and no human verdict decided (not in images.csv)
+    out["unreadable"] = 0
+    for site, meta in selections.items():
+        for k in meta.get("kept") or []:
+            iid = str(k.get("image_id")) if isinstance(k, dict) else ""
+            if not iid or iid in listed or owners.get(iid, site) != site:
+                continue
+            rec_path = Path(state_dir) / "image_audit" / site / f"{iid}.json"
+            try:
+                rec = orjson.loads(rec_path.read_bytes()) if rec_path.is_file() else None
+            except (OSError, orjson.JSONDecodeError):
+                rec = None
+            if isinstance(rec, dict) and isinstance(rec.get("audit"), dict) and not rec["audit"].get("parsed"):
+                out["unreadable"] += 1
     audits = Path(state_dir) / "image_audit.csv"
     if audits.is_file():
         ids = set()
@@ -713,8 +733,13 @@ def image_counts_line(c: dict[str, Any], downloaded: int | None = None) -> str:
         line += f"; all {n_audited} by a human verdict)"
     else:
         line += f"; {n_human} by a human verdict, {n_audited - n_human} by the model audit alone)"
-    if c["audited"] != c["kept"]:
-        line += f", {c['kept'] - c['audited']} not audited yet"
+    unread = int(c.get("unreadable") or 0)
+    if unread:
+        line += (f", {unread} without a model verdict (the auditor's answers could not be read, up to "
+                 f"{IMAGE_AUDIT_MAX_ANSWERS} asks each; a human verdict in [crawl.image_audit] human_verdicts decides "
+                 "them: image_audit/<site>/<image>.json keeps every answer)")
+    if c["audited"] + unread != c["kept"]:
+        line += f", {c['kept'] - c['audited'] - unread} not audited yet"
     if c.get("shared"):
         line += (f"; {c['shared']} more {'copy' if c['shared'] == 1 else 'copies'} of kept images under a farther site "
                  "too, used (and audited) under the nearest site only")

@@ -48,6 +48,24 @@ HUMAN_VERDICTS = ("keep", "exclude")
 #: prompt's example answer is no audit, and cut-off audit objects are compared as far as they go.
 AUDIT_PARSER_VERSION = 2
 
+#: answers asked of the image auditor per image at most: an answer that cannot be read (``parsed`` False: a refusal,
+#: prose, a quality of 4.5) is asked again, with the reminder :data:`REASK_TEMPLATE` after the prompt, up to this
+#: many answers in all (crawl38 #1: the first unreadable answer was final, and the image was never audited); an
+#: image whose every answer is unreadable has no model verdict, and a human verdict decides it
+IMAGE_AUDIT_MAX_ANSWERS = 3
+#: the reminder appended to the prompt of a re-ask (``geoagent/prompts/``)
+REASK_TEMPLATE = "crawl_image_audit_reask.txt"
+
+
+def reask_prompt(prompt: str, answer: int) -> str:
+    """The prompt of the image audit's ``answer``-th ask (1-based): ``prompt`` for the first, ``prompt`` and the
+    reminder :data:`REASK_TEMPLATE` for a re-ask, its ``{earlier}`` the number of unreadable answers before it (so
+    each ask has a prompt, and a request key, of its own: a re-ask with the first ask's key would get its stored
+    answer back)."""
+    if answer <= 1:
+        return prompt
+    return prompt.rstrip("\n") + "\n" + load_prompt(REASK_TEMPLATE).replace("{earlier}", str(answer - 1))
+
 
 def audit_parser_version(rec: Mapping[str, Any]) -> int:
     """The parser version that read the stored audit record ``rec``: its ``parser_version``, 1 when it has none (a
@@ -214,15 +232,18 @@ def _read_audit(obj: dict[str, Any], raw: str) -> ImageAudit:
 
 
 def build_request(image_id: str, jpeg: bytes, settings: ImageAuditSettings, prompt: str | None = None, *,
-                  provider: str | None = None, model: str | None = None) -> ModelRequest:
+                  provider: str | None = None, model: str | None = None, answer: int = 1) -> ModelRequest:
     """The vision request for one image (prompt from ``crawl_image_audit.txt``); ``provider``/``model``
-    override the section's (the ``[[models]]`` entry's kind and API model id)."""
+    override the section's (the ``[[models]]`` entry's kind and API model id). ``answer``: which ask of the image
+    this is (1-based); a re-ask (2, 3, ...) carries the reminder (:func:`reask_prompt`), so its request key differs
+    from the earlier asks', whose stored answers would otherwise be returned again."""
+    base = prompt or load_prompt("crawl_image_audit.txt")
     return ModelRequest(
         provider=provider or settings.provider, model=model or settings.model,
-        prompt=prompt or load_prompt("crawl_image_audit.txt"),
+        prompt=reask_prompt(base, answer),
         image_id=image_id, image=jpeg, image_mime="image/jpeg",
         params={"max_output_tokens": settings.max_output_tokens, "temperature": settings.temperature, "json_mode": True},
-        meta={"task": "crawl_image_audit"},
+        meta={"task": "crawl_image_audit", **({"answer": answer} if answer > 1 else {})},
     )
 
 

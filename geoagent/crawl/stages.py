@@ -924,7 +924,8 @@ class ImageAuditorStage(_CrawlStage):
         for img in task.payload.get("images", []):
             iid = paths.safe_image_id(img["image_id"])
             out = svc.state_dir / "image_audit" / sid / f"{iid}.json"
-            if _load(out) is not None:
+            stored = _load(out)
+            if stored is not None and not _reask_audit(stored):
                 continue
             if owners is None:  # read once per site, only when something is left to audit
                 from geoagent.crawl.export import image_owners
@@ -942,18 +943,52 @@ class ImageAuditorStage(_CrawlStage):
                 raise PermanentFailure(f"image file {img_file} is missing (fetched images were moved or deleted?)")
             jpeg = img_file.read_bytes()
             kind, model_id = _model_id(svc.image_model_cfg, svc.settings.image_audit)
-            req = ia.build_request(iid, jpeg, svc.settings.image_audit, prompt, provider=kind, model=model_id)
-            resp = await svc.audit_generate("image_audit", req)
-            audit = ia.parse_image_audit(resp.text, prompt)
-            # provider_kind: what answered, as a fact of this call (the export's simulated column reads it)
-            _dump(out, {"image_id": iid, "site": sid, "path": img_file.relative_to(Path(svc.images_root)).as_posix(),
-                        "model": svc.settings.image_audit.model, "audit": audit.to_json(),
-                        "parser_version": ia.AUDIT_PARSER_VERSION,
-                        "input_tokens": resp.usage.input_tokens, "output_tokens": resp.usage.output_tokens,
-                        **({"provider_kind": k} if (k := answer_kind(resp, svc.image_kind)) else {})})
+            # an unreadable answer is asked again (ia.IMAGE_AUDIT_MAX_ANSWERS in all); each answer is stored as it
+            # comes, the earlier unreadable ones kept in the record's ``earlier`` (raw text, reason, tokens)
+            answers = 0 if stored is None else _answers_of(stored)
+            earlier = [] if stored is None else [*(stored.get("earlier") or []), _earlier_answer(stored)]
+            while True:
+                answers += 1
+                req = ia.build_request(iid, jpeg, svc.settings.image_audit, prompt, provider=kind, model=model_id,
+                                       answer=answers)
+                resp = await svc.audit_generate("image_audit", req)
+                audit = ia.parse_image_audit(resp.text, prompt)
+                # provider_kind: what answered, as a fact of this call (the export's simulated column reads it)
+                rec = {"image_id": iid, "site": sid, "path": img_file.relative_to(Path(svc.images_root)).as_posix(),
+                       "model": svc.settings.image_audit.model, "audit": audit.to_json(),
+                       "parser_version": ia.AUDIT_PARSER_VERSION,
+                       "input_tokens": resp.usage.input_tokens, "output_tokens": resp.usage.output_tokens,
+                       **({"provider_kind": k} if (k := answer_kind(resp, svc.image_kind)) else {}),
+                       **({"answers": answers, "earlier": list(earlier)} if answers > 1 else {})}
+                _dump(out, rec)
+                if not _reask_audit(rec):
+                    break
+                earlier.append(_earlier_answer(rec))
         async with svc.lock("image_audit"):
             rewrite_image_audit_csv(svc)
         return [(f"site:{sid}", {"site": site})]
+
+
+def _answers_of(rec: dict[str, Any]) -> int:
+    """How many answers of the image auditor a stored audit record holds (``answers``; 1 when absent)."""
+    n = rec.get("answers")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else 1
+
+
+def _reask_audit(rec: dict[str, Any]) -> bool:
+    """Whether a stored image audit record is to be asked again: its answer could not be read and fewer than
+    :data:`~geoagent.crawl.image_audit.IMAGE_AUDIT_MAX_ANSWERS` answers were asked."""
+    audit = rec.get("audit")
+    unread = not (isinstance(audit, dict) and audit.get("parsed"))
+    return unread and _answers_of(rec) < ia.IMAGE_AUDIT_MAX_ANSWERS
+
+
+def _earlier_answer(rec: dict[str, Any]) -> dict[str, Any]:
+    """What a record keeps of an earlier, unreadable answer: its raw text, why it could not be read, its tokens."""
+    audit = rec.get("audit") if isinstance(rec.get("audit"), dict) else {}
+    return {"raw": audit.get("raw", ""), "reason": audit.get("reason", ""),
+            "input_tokens": rec.get("input_tokens"), "output_tokens": rec.get("output_tokens"),
+            **({"provider_kind": rec["provider_kind"]} if rec.get("provider_kind") else {})}
 
 
 def rewrite_image_audit_csv(svc: CrawlServices) -> Path:
