@@ -1039,7 +1039,15 @@ def check_state_matches_queues(cfg: Any) -> None:
     from geoagent.runtime.sqlite_queue import queue_files
 
     if any(f.stat().st_size > 0 for f in queue_files(qdir)) and (not db.exists() or _blank_state_db(db)):
-        what = "is missing" if not db.exists() else "is empty (no ledger in it: emptied or replaced outside geoagent)"
+        wal = Path(f"{db}-wal")
+        if not db.exists():
+            what = "is missing"
+        elif wal.is_file() and wal.stat().st_size > 0:  # the data lay in the -wal, which SQLite cannot use
+            what = (f"holds no ledger SQLite can read: its data lay in {wal.name} ({wal.stat().st_size:,} bytes), "
+                    "which is damaged or belongs to another copy of the database and is left as it is (keep both "
+                    "files together)")
+        else:
+            what = "is empty (no ledger in it: emptied or replaced outside geoagent)"
         raise ValueError(
             f"campaign {cfg.name}: the queues in {qdir} hold work from an earlier run but its state "
             f"{db} (stored responses, results, spend) {what}; {_state_root_hint(cfg, qdir)}restore the state "
@@ -1052,8 +1060,11 @@ def _blank_state_db(db: Path) -> bool:
     the ledger's totals row (emptied or swapped outside geoagent). A run would otherwise create a new ledger at $0
     and spend the cap again (break25 #1: ``: > campaign.sqlite`` let a budget-stopped campaign bill $0.0184 against a
     $0.01 cap). False for a file that cannot be read as SQLite (the run's own open says it is damaged) and on any
-    other error, and for a file beside a non-empty ``-wal`` (its ledger may be there only). Opens the file as
-    immutable, read-only: nothing is created beside it and a ``-wal`` is left as it is."""
+    other error. Opens the file as immutable, read-only: nothing is created beside it and a ``-wal`` is left as it
+    is; beside a non-empty ``-wal`` (the ledger may be there only) read-only with that ``-wal`` read too, which
+    never writes to it: a ``-wal`` SQLite cannot use (damaged, or another database's) is ignored by every open, and a
+    run's read-write open would then start a new ledger at $0 and overwrite it (runtime38 #1: 158 paid answers and
+    their spend gone, the run "complete")."""
     import sqlite3
 
     try:
@@ -1061,10 +1072,14 @@ def _blank_state_db(db: Path) -> bool:
             return True
         wal = Path(f"{db}-wal")
         if wal.exists() and wal.stat().st_size > 0:
-            return False  # the ledger may be in the WAL only: judged by the run's own open, as before
-        # immutable: no lock, no -shm or -wal made beside it (a read-only open in WAL mode makes both, which a run
-        # refused for another reason must not leave behind); the file holds all there is (no WAL content)
-        conn = sqlite3.connect(f"file:{db}?mode=ro&immutable=1", uri=True, timeout=30.0)
+            # read-only, not immutable: the -wal's frames are read (an -shm is made beside it when missing, as the
+            # run's own open would make it); a -wal SQLite cannot use leaves the file as it is alone
+            uri = f"file:{db}?mode=ro"
+        else:
+            # immutable: no lock, no -shm or -wal made beside it (a read-only open in WAL mode makes both, which a
+            # run refused for another reason must not leave behind); the file holds all there is (no WAL content)
+            uri = f"file:{db}?mode=ro&immutable=1"
+        conn = sqlite3.connect(uri, uri=True, timeout=30.0)
         try:
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if "ledger_totals" not in tables:
