@@ -64,3 +64,98 @@ def test_a_damaged_wal_holding_the_ledger_refuses_the_run_and_keeps_the_file(tmp
     err = capsys.readouterr().err
     assert f"its state {db}" in err and "-wal" in err and "restore the state folder" in err, err
     assert wal.read_bytes() == bytes(data)  # left as it was, for whoever restores it
+
+
+# --- #2: open reservations of a process of another boot, container or pid namespace -------------------------------
+
+def _foreign_owner(db_path: Path, lease: str | None, host: str = "otherbox|boot-x/pidns:1") -> tuple[int, str]:
+    """A ledger owner with one open reservation ($0.10), written as a process elsewhere would leave it (killed):
+    its row names another host (pid namespace) and the lease owner id ``lease``; returns (reservation id, token)."""
+    from geoagent.runtime.ledger import CampaignDB, Ledger
+
+    db = CampaignDB(db_path)
+    try:
+        ledger = Ledger(db, cap_usd=1.0)
+        res = ledger.reserve("req-1", 0.10)
+        with db.transaction() as conn:
+            conn.execute("UPDATE ledger_owners SET host = ?, pid = 999999, lease_owner = ? WHERE token = ?",
+                         (host, lease, ledger.owner))
+        return res.id, ledger.owner
+    finally:
+        db.close()
+
+
+def _reopen(db_path: Path):
+    from geoagent.runtime.ledger import CampaignDB, Ledger
+
+    db = CampaignDB(db_path)
+    return db, Ledger(db, cap_usd=1.0)
+
+
+def test_a_foreign_owner_whose_lock_is_free_or_gone_is_recovered_and_one_holding_it_is_not(tmp_path):
+    import fcntl
+
+    state = tmp_path / "state"
+    locks = state / "leases"
+    locks.mkdir(parents=True)
+    cases = {"freed": "a1a1a1a1a1a1", "held": "b2b2b2b2b2b2", "removed": "c3c3c3c3c3c3", "unrecorded": None}
+    for name, lease in cases.items():
+        db_path = state / f"{name}.sqlite"
+        _foreign_owner(db_path, lease)
+        if name in ("freed", "held"):
+            (locks / f"{lease}.lock").write_bytes(b"1")
+        holder = open(locks / f"{lease}.lock", "rb") if name == "held" else None
+        try:
+            if holder is not None:
+                fcntl.flock(holder, fcntl.LOCK_EX)  # its process alive (another open file: flock conflicts)
+            db, ledger = _reopen(db_path)
+            try:
+                summary = ledger.summary()
+                got = (ledger.recovered, round(summary.unknown_usd, 9), round(summary.reserved_usd, 9))
+            finally:
+                db.close()
+        finally:
+            if holder is not None:
+                holder.close()
+        want = (0, 0.0, 0.1) if name in ("held", "unrecorded") else (1, 0.1, 0.0)
+        assert got == want, (name, got)
+
+
+def test_a_run_records_its_owner_lock_and_an_old_file_gains_the_column(tmp_path):
+    import sqlite3
+
+    from geoagent.engine import run_lock
+    from geoagent.runtime.ledger import CampaignDB, Ledger
+    from geoagent.runtime.sqlite_queue import lease_owner
+    from geoagent.runtime.sqlite_wal import reading_only
+
+    state = tmp_path / "state"
+    with run_lock(state, owner=True):
+        db, ledger = _reopen(state / "campaign.sqlite")
+        try:
+            (lease,) = db.read("SELECT lease_owner FROM ledger_owners WHERE token = ?", (ledger.owner,))[0]
+        finally:
+            db.close()
+    assert lease == lease_owner()
+    # a file written before the column: a look reads it as it is, a run adds the column
+    old = tmp_path / "old.sqlite"
+    db, ledger = _reopen(old)
+    db.close()
+    conn = sqlite3.connect(old)
+    conn.execute("CREATE TABLE lo2 AS SELECT token, host, pid, proc_start, started_at FROM ledger_owners")
+    conn.execute("DROP TABLE ledger_owners")
+    conn.execute("ALTER TABLE lo2 RENAME TO ledger_owners")
+    conn.commit()
+    conn.close()
+    with reading_only():
+        db = CampaignDB(old)
+        try:
+            assert Ledger(db).gone_open() == (0.0, 0)
+        finally:
+            db.close()
+    db, ledger = _reopen(old)
+    try:
+        assert "lease_owner" in {r[1] for r in db.read("PRAGMA table_info(ledger_owners)")}
+        assert ledger.gone_open() == (0.0, 0)
+    finally:
+        db.close()

@@ -15,7 +15,8 @@ threads and processes sharing the file. Afterwards exactly one of these closes t
   have billed it, so it stays counted at the reservation amount as *unknown-outcome spend*.
 
 Crash recovery (conservative, by design): when a :class:`Ledger` opens, reservations still *open* whose
-owning process is gone (same host, pid no longer running or reused) are converted to unknown-outcome
+owning process is gone (same host, pid no longer running or reused; in another pid namespace, container or boot
+of the machine, its run's owner lock file no longer held) are converted to unknown-outcome
 spend at their reservation amount. A crashed process may have sent those calls; we cannot know whether
 the provider billed them, so we count them. Reservations of live processes (other workers on the same
 file) are left alone; ``recover_all=True`` converts every open reservation (use it only when no other
@@ -453,9 +454,47 @@ CREATE TABLE IF NOT EXISTS ledger_owners (
     host TEXT NOT NULL,
     pid INTEGER NOT NULL,
     proc_start TEXT,
-    started_at REAL NOT NULL
+    started_at REAL NOT NULL,
+    lease_owner TEXT
 );
 """
+
+#: the folder of a campaign's owner lock files, beside its ``campaign.sqlite`` (:data:`geoagent.engine.OWNERS_DIR`)
+OWNER_LOCKS_DIR = "leases"
+
+
+def _held_lease_owner(folder: Path) -> str | None:
+    """This process's :func:`~geoagent.runtime.sqlite_queue.lease_owner` id when it holds its owner lock file in
+    ``folder`` (a run's: :func:`geoagent.engine.run_lock` with ``owner``; only this process makes a file of its own
+    random id), else None (a ledger opened outside a run)."""
+    from geoagent.runtime.sqlite_queue import lease_owner
+
+    me = lease_owner()
+    return me if (folder / f"{me}.lock").is_file() else None
+
+
+def _lock_free(path: Path) -> bool:
+    """Whether the owner lock file ``path`` is held by no process: missing (its process ended, or a scan removed
+    it after that process died), or it can be locked now (its process died). Its holder keeps it locked from
+    before it opens the ledger to after it closes it, in every pid namespace and container of the machine
+    (``flock`` is the kernel's)."""
+    import fcntl
+
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False  # cannot tell: alive
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return False
+    finally:
+        fh.close()  # releases the lock if it was taken
+    return True
 
 
 def _owner_host() -> str:
@@ -602,6 +641,12 @@ class Ledger:
         self.db = db
         db.executescript(_SCHEMA)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{_pysecrets.token_hex(6)}"
+        #: the campaign's owner lock files (:func:`_lock_free`), beside its database
+        self.locks_dir = Path(db.path).parent / OWNER_LOCKS_DIR
+        if "lease_owner" not in {r[1] for r in db.read("PRAGMA table_info(ledger_owners)")}:
+            # a file of before session 38: a run adds the column below; a look (read-only) reads NULL for it
+            self._OWNERS_SQL = self._OWNERS_SQL.replace("lease_owner", "NULL")
+            self._OPEN_OWNERS_SQL = self._OPEN_OWNERS_SQL.replace("lease_owner", "NULL", 1)
         #: this process's own cap (nano-USD), None: the campaign's stored cap alone (:meth:`reserve`)
         self.own_cap_nusd = usd_to_nano(cap_usd) if cap_usd is not None else None
         #: opened by a look (`status`, a dry run of a campaign that ran): reads only, registers and retires no owner
@@ -610,12 +655,18 @@ class Ledger:
             self.recovered = 0
             return
         with db.transaction() as conn:
+            if "lease_owner" not in {r[1] for r in conn.execute("PRAGMA table_info(ledger_owners)")}:
+                conn.execute("ALTER TABLE ledger_owners ADD COLUMN lease_owner TEXT")  # a file of before session 38
+                self.__dict__.pop("_OWNERS_SQL", None)  # the class's statements, reading the column
+                self.__dict__.pop("_OPEN_OWNERS_SQL", None)
             before, committed = conn.execute(
                 "SELECT cap_nusd, spent_nusd + unknown_nusd + reserved_nusd FROM ledger_totals WHERE id = 1").fetchone()
-            others = conn.execute("SELECT token, host, pid, proc_start FROM ledger_owners").fetchall()
+            others = conn.execute(self._OWNERS_SQL).fetchall()
             conn.execute(
-                "INSERT INTO ledger_owners (token, host, pid, proc_start, started_at) VALUES (?, ?, ?, ?, ?)",
-                (self.owner, _owner_host(), os.getpid(), proc_start(os.getpid()), time.time()),
+                "INSERT INTO ledger_owners (token, host, pid, proc_start, started_at, lease_owner)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (self.owner, _owner_host(), os.getpid(), proc_start(os.getpid()), time.time(),
+                 _held_lease_owner(self.locks_dir)),
             )
             if self.own_cap_nusd is not None:
                 conn.execute("UPDATE ledger_totals SET cap_nusd = ? WHERE id = 1", (self.own_cap_nusd,))
@@ -632,19 +683,35 @@ class Ledger:
 
     # -- start-up recovery ------------------------------------------------------------------------
 
-    #: the owners holding open reservations (token, host, pid, process start time)
-    _OPEN_OWNERS_SQL = ("SELECT token, host, pid, proc_start FROM ledger_owners"
-                        " WHERE token IN (SELECT DISTINCT owner FROM reservations WHERE state = 'open')")
+    #: every owner (token, host, pid, process start time, lease owner id); a file of before session 38 opened
+    #: read-only has no ``lease_owner`` column (:meth:`__init__` reads NULL for it then)
+    _OWNERS_SQL = "SELECT token, host, pid, proc_start, lease_owner FROM ledger_owners"
+    #: the owners holding open reservations (as :data:`_OWNERS_SQL`)
+    _OPEN_OWNERS_SQL = (_OWNERS_SQL + " WHERE token IN (SELECT DISTINCT owner FROM reservations WHERE state = 'open')")
 
-    def _gone_owners(self, owners: Iterable[tuple[str, str, int, str | None]], *, all_owners: bool = False
-                     ) -> list[str]:
-        """Tokens of the ``(token, host, pid, proc_start)`` owners whose open reservations :meth:`recover` closes:
-        every other owner with ``all_owners``, else the other owners on this host whose process is gone
-        (:func:`_pid_alive`; an owner on another host, or in another pid namespace of this one, is never judged from
-        here: :func:`_owner_host`)."""
+    def _gone_owners(self, owners: Iterable[tuple[str, str, int, str | None, str | None]], *,
+                     all_owners: bool = False) -> list[str]:
+        """Tokens of the ``(token, host, pid, proc_start, lease_owner)`` owners whose open reservations
+        :meth:`recover` closes: every other owner with ``all_owners``, else the other owners whose process is gone:
+        on this host and in this pid namespace by its pid (:func:`_pid_alive`); elsewhere (another boot of this
+        machine, another container or pid namespace, whose pids mean nothing here) by the owner lock file it held
+        while it ran, when it recorded one (:func:`_lock_free`: runtime38 #2, reservations of a process killed
+        before a reboot, or in a container since replaced, held the cap for good); an owner recorded without
+        one (a ledger opened outside a run, or by a version before session 38) on another host is never judged
+        from here."""
         here = {_owner_host(), socket.gethostname()}  # the bare name: rows written before the pid namespace
-        return [token for token, h, pid, ps in owners
-                if token != self.owner and (all_owners or (h in here and not _pid_alive(pid, ps)))]
+        gone = []
+        for token, h, pid, ps, lease in owners:
+            if token == self.owner:
+                continue
+            if all_owners:
+                gone.append(token)
+            elif h in here:
+                if not _pid_alive(pid, ps):
+                    gone.append(token)
+            elif lease and all(c in "0123456789abcdef" for c in lease) and _lock_free(self.locks_dir / f"{lease}.lock"):
+                gone.append(token)
+        return gone
 
     def recover(self, *, all_owners: bool = False) -> int:
         """Turn open reservations of crashed processes into unknown-outcome spend; return how many."""
