@@ -44,6 +44,25 @@ def one_line_text(text: str) -> str:
     return _LINE_BREAKERS.sub(esc, inert_text(text))
 
 
+#: what a name from an API (a Wikidata label, an auditor's English name) may not carry into a table or a prompt: the
+#: C0 and C1 controls and the bidirectional formatting characters (U+202E shows the rest of a line reversed); line
+#: breaks, tabs and the Unicode line/paragraph separators become spaces (:func:`label_text`)
+_LABEL_DROP = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_LABEL_SPACE = re.compile("[\t\n\r\u2028\u2029]")
+
+
+def label_text(text: str | None, *, collapse: bool = True) -> str:
+    """A place's name as data: ``text`` without control characters (NUL, ESC, BEL, ...) and bidirectional
+    formatting characters, line breaks and tabs as spaces, and (``collapse``) runs of whitespace as one space,
+    stripped; ``""`` for None. Letters, marks and the joiners some scripts need (U+200C, U+200D) are kept. For
+    labels and names from APIs and models that become table cells and prompt text (crawl38 #2: ``A\x00B\x1b[31m``
+    reached ``sites.csv`` and a GeoVerify claim)."""
+    if not text:
+        return ""
+    out = _LABEL_SPACE.sub(" ", _LABEL_DROP.sub("", str(text)))
+    return " ".join(out.split()) if collapse else out.strip()
+
+
 def value_text(v: Any) -> str:
     """One value: whole numbers without a decimal point, other floats with 4 significant digits, else ``str``."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):

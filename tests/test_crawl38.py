@@ -83,3 +83,36 @@ def test_an_unreadable_image_audit_is_asked_again_and_an_image_never_read_is_cou
     with contextlib.redirect_stdout(out):
         assert main(["crawl", str(SANDBOX_CRAWL_CONFIG), "--no-live"]) == 0
     assert "this run: 0 new model calls" in out.getvalue(), out.getvalue()
+
+
+HOSTILE = "A\x00B\x1b[31mred\x07 Tower\u202e\n  Gate"
+
+
+def test_labels_and_names_reach_tables_and_prompts_without_control_characters():
+    """crawl38 #2: a Wikidata label or an auditor's name with NUL, ESC, BEL, a bidi override or a line break went
+    into sites.csv, the ladders and the GeoVerify claim as it came."""
+    from geoagent.clients.wdqs import entity_from_binding
+    from geoagent.crawl.ladder import hint_name
+    from geoagent.geoverify.prompt import render_claim
+    from geoagent.textfmt import label_text
+
+    assert label_text(HOSTILE) == "AB[31mred Tower Gate"
+    assert label_text("Nasīm\u200c Bāgh") == "Nasīm\u200c Bāgh"  # a joiner some scripts need stays
+    binding = {"item": {"value": "http://www.wikidata.org/entity/Q42"},
+               "coord": {"value": "Point(2.35 48.85)"}, "itemLabel": {"value": HOSTILE},
+               "title": {"value": "Tower\x1b Gate"}}
+    ent = entity_from_binding(binding)
+    assert ent.label == "AB[31mred Tower Gate" and ent.enwiki_title == "Tower Gate"
+    too_long = entity_from_binding({**binding, "itemLabel": {"value": "x" * 251}})
+    assert too_long.label == "Q42"  # longer than Wikidata allows: no label (the sampler skips an unnamed site)
+    assert hint_name(HOSTILE, "raw", qid="Q1") == "AB[31mred Tower Gate"
+    claim = render_claim(HOSTILE)
+    assert "AB[31mred Tower   Gate" in claim and not any(ord(c) < 32 and c != "\n" for c in claim.replace("\n", ""))
+    assert "\u202e" not in claim and "\x1b" not in claim
+
+
+def test_ratings_in_other_digits_are_no_ratings():
+    """crawl38 #5: float() read a fullwidth or Arabic-Indic 4 as a rating of 4."""
+    from geoagent.crawl.llmjson import as_int_in
+
+    assert [as_int_in(v, 0, 5) for v in ("４", "٤", " 4 ", 4, 4.0, "4.5")] == [None, None, 4, 4, 4, None]

@@ -62,8 +62,8 @@ def test_a_geohint_template_edit_is_drift_only_for_geohint(tmp_path):
     assert config_changes(cfgs["geoverify"], prompts_dir=prompts).calls == ["prompt:geoverify_claim.txt"]
     # the manifest records the hashes of the templates the campaign uses, nothing else
     man = read_manifest(cfgs["crawl"].state_dir())
-    assert set(man["prompt_templates_sha256"]) == {"crawl_image_audit.txt", "crawl_referenceability.txt",
-                                                   "crawl_sensitive.txt"}
+    assert set(man["prompt_templates_sha256"]) == {"crawl_image_audit.txt", "crawl_image_audit_reask.txt",
+                                                   "crawl_referenceability.txt", "crawl_sensitive.txt"}
     assert read_manifest(cfgs["generic"].state_dir())["prompt_templates_sha256"] == {}
 
 

@@ -51,6 +51,7 @@ from geoagent.clients.overpass import _json_body, host_of
 from geoagent.geo import haversine_km
 from geoagent.qid import is_qid
 from geoagent.runtime.errors import PicklableError
+from geoagent.textfmt import label_text
 from geoagent.runtime.http import HostPolicy, PermanentHTTPError, RetriesExhausted, RetriesStopped
 
 #: marker of Blazegraph's query-deadline error in a WDQS answer body
@@ -239,6 +240,10 @@ def parse_point(wkt: str | None) -> tuple[float, float] | None:
     return lat, lon
 
 
+#: the longest label Wikidata stores (characters; Wikibase's default ``string-limits``): a longer one is no label
+WIKIDATA_LABEL_MAX_CHARS = 250
+
+
 def entity_from_binding(b: dict[str, Any]) -> WdEntity | None:
     """Parse one binding of the geo queries below; None if it is not an object or lacks an item or a usable
     coordinate. A ``dist`` or ``links`` value that does not parse as a finite number is left None."""
@@ -250,7 +255,10 @@ def entity_from_binding(b: dict[str, Any]) -> WdEntity | None:
         return None
     dist = _value(b, "dist")
     links = _value(b, "links")
-    label = _value(b, "itemLabel") or qid
+    # a label is data: no control or bidi characters reach a table or a prompt (crawl38 #2); one longer than
+    # Wikidata allows (250 characters) is no label
+    label = label_text(_value(b, "itemLabel"))
+    label = label if label and len(label) <= WIKIDATA_LABEL_MAX_CHARS else qid
     try:
         dist_km = float(dist) if dist is not None else None
     except ValueError:
@@ -261,8 +269,10 @@ def entity_from_binding(b: dict[str, Any]) -> WdEntity | None:
         n_links = int(float(links)) if links is not None else None
     except (ValueError, OverflowError):  # "1e400", "INF": no count
         n_links = None
+    type_label, title = _value(b, "typeLabel"), _value(b, "title")
     return WdEntity(qid, label, pt[0], pt[1], dist_km, n_links, qid_from_uri(_value(b, "type")),
-                    _value(b, "typeLabel"), _value(b, "title"))
+                    label_text(type_label) if type_label is not None else None,
+                    label_text(title, collapse=False) if title is not None else None)
 
 
 Box = tuple[float, float, float, float]

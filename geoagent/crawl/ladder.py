@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from geoagent import constants as C
+from geoagent.textfmt import label_text
 
 #: Columns of a released ladder file (``data/ladders/<site>_ladder_<auditor>-<lang>.csv``), in order.
 LADDER_COLUMNS: tuple[str, ...] = (
@@ -172,16 +173,17 @@ def hint_name(name_en: str | None, label_raw: str | None, name_zh: str | None = 
     ``fill_missing_names`` explains why: the candidates without an English name are almost all low tier, the
     paper's control); ours tries the raw label before the Chinese name because its labels come in English,
     language-neutral, Chinese and local-language order, so the raw label is the name a visitor would read on
-    the spot. Whitespace is collapsed; an empty or whitespace-only name counts as none, and so does an English
+    the spot. Whitespace is collapsed and control and bidirectional formatting characters dropped
+    (:func:`geoagent.textfmt.label_text`); an empty or whitespace-only name counts as none, and so does an English
     name over :data:`NAME_EN_MAX_CHARS` characters or a Chinese one over :data:`NAME_ZH_MAX_CHARS` (a looping
     auditor's; decision logs written before the cap may hold one)."""
-    en = " ".join(str(name_en or "").split())
+    en = label_text(name_en)  # whitespace collapsed, control and bidi characters gone (crawl38 #2)
     if en and len(en) <= NAME_EN_MAX_CHARS:
         return en
-    raw = " ".join(str(label_raw or "").split())
+    raw = label_text(label_raw)
     if raw and raw != qid:
         return raw
-    zh = " ".join(str(name_zh or "").split())
+    zh = label_text(name_zh)
     return zh if zh and len(zh) <= NAME_ZH_MAX_CHARS else None
 
 

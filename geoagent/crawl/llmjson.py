@@ -39,10 +39,14 @@ def as_bool(v: Any) -> bool | None:
 
 
 def as_int_in(v: Any, lo: int, hi: int) -> int | None:
-    """An integer in ``[lo, hi]`` from an int, an integral float or a numeric string; else None."""
+    """An integer in ``[lo, hi]`` from an int, an integral float or a numeric string of ASCII characters; else None
+    (``float`` reads fullwidth and Arabic-Indic digits too, ``"４"`` as 4: crawl38 #5, as :mod:`geoagent.qid`
+    refuses them)."""
     if isinstance(v, bool):
         return None
     if isinstance(v, str):
+        if not v.isascii():
+            return None
         try:
             v = float(v.strip())
         except ValueError:

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from geoagent import constants as C
+from geoagent.textfmt import label_text
 
 DEFAULT_TEMPLATE_PATH = Path(__file__).resolve().parents[1] / "prompts" / "geoverify_claim.txt"
 CONFIG_KEY = "prompt_template"  # under the campaign config's ``geoverify`` section
@@ -85,7 +86,8 @@ def render_claim(candidate: str, template: str | None = None, tau_km: float = C.
     Parameters
     ----------
     candidate : str
-        The candidate's name (e.g. ``"Schreierstoren"``); surrounding whitespace is stripped.
+        The candidate's name (e.g. ``"Schreierstoren"``); surrounding whitespace is stripped, control and
+        bidirectional formatting characters dropped, line breaks and tabs made spaces.
     template : str, optional
         Template text (default: the packaged template).
     tau_km : float
@@ -96,7 +98,9 @@ def render_claim(candidate: str, template: str | None = None, tau_km: float = C.
     ValueError
         Empty candidate name.
     """
-    name = (candidate or "").strip()
+    # no control or bidi character of a hostile label reaches the prompt (crawl38 #2); inner whitespace is kept, so a
+    # name's prompt, and its request key, stay as they were
+    name = label_text(candidate, collapse=False)
     if not name:
         raise ValueError("candidate name is empty")
     text = template if template is not None else load_template()
