@@ -19,6 +19,9 @@ Usage Policy, https://operations.osmfoundation.org/policies/nominatim/):
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,6 +32,12 @@ from geoagent.runtime.http import HostPolicy, HttpClient, HttpResponse, host_key
 
 NOMINATIM_URL = "https://nominatim.openstreetmap.org"
 #: OSMF policy: at most 1 request per second over the whole application, one at a time.
+log = logging.getLogger(__name__)
+
+#: the OSMF's public server, whose usage policy caps every application at 1 request/s, one at a time: a ``[hosts]``
+#: entry for it may slow it down, never speed it up (geocode38 #1)
+PUBLIC_NOMINATIM_HOST = "nominatim.openstreetmap.org"
+
 DEFAULT_NOMINATIM_POLICY = HostPolicy(rate=1.0, period_s=1.0, concurrency=1, max_attempts=4, backoff_base_s=2.0, timeout_s=30.0)
 #: Nominatim caps ``limit`` at 40 (default 10).
 MAX_LIMIT = 40
@@ -206,6 +215,15 @@ class NominatimClient:
         self.requests_sent = 0
         if policy is not None:  # None: keep the policy the HttpClient already has for this host (config)
             http.set_policy(self.host, policy)
+        elif self.host.rsplit(":", 1)[0].lower() == PUBLIC_NOMINATIM_HOST:
+            have = http.policy_for(self.host)
+            if have.rate / have.period_s > 1.0 or have.concurrency > 1:
+                capped = dataclasses.replace(have, rate=min(have.rate, have.period_s), concurrency=1)
+                http.set_policy(self.host, capped)
+                log.warning("[hosts.\"%s\"] asks for %g request(s) per %g s, %d at a time: the public Nominatim's usage "
+                            "policy allows 1 per second, one at a time, so that is used (a server of your own, set "
+                            "as [geohint.geocoder] nominatim_url, may go faster)", PUBLIC_NOMINATIM_HOST, have.rate,
+                            have.period_s, have.concurrency)
 
     async def search(
         self,
@@ -270,22 +288,25 @@ class NominatimClient:
             params["countrycodes"] = ",".join(c.lower() for c in countrycodes)
         url = f"{self.base_url}/search"
         body: Any = None
-        if self.cache is not None:
-            hit = self.cache.get("GET", url, params)
-            if hit is not None:
-                body = hit.json()
-        if body is None:
-            if self.max_requests is not None and self.requests_sent >= self.max_requests:
-                raise NominatimBudgetExceeded(
-                    f"Nominatim request cap reached ({self.max_requests}); the usage policy forbids bulk geocoding"
-                )
-            self.requests_sent += 1
-            resp: HttpResponse = await self.http.request(
-                "GET", url, params=params, headers={"User-Agent": self.user_agent}, validate=_must_be_json_array
-            )
-            body = resp.json()
+        # the same query asked by several tasks at once is sent once: the others wait for its stored answer
+        flight = self.cache.flight("GET", url, params) if self.cache is not None else contextlib.nullcontext()
+        async with flight:
             if self.cache is not None:
-                self.cache.put("GET", url, params, resp.status, resp.body)
+                hit = self.cache.get("GET", url, params)
+                if hit is not None:
+                    body = hit.json()
+            if body is None:
+                if self.max_requests is not None and self.requests_sent >= self.max_requests:
+                    raise NominatimBudgetExceeded(
+                        f"Nominatim request cap reached ({self.max_requests}); the usage policy forbids bulk geocoding"
+                    )
+                self.requests_sent += 1
+                resp: HttpResponse = await self.http.request(
+                    "GET", url, params=params, headers={"User-Agent": self.user_agent}, validate=_must_be_json_array
+                )
+                body = resp.json()
+                if self.cache is not None:
+                    self.cache.put("GET", url, params, resp.status, resp.body)
         places = [parse_place(p) for p in body]
         return [p for p in places if p is not None]
 

@@ -347,13 +347,21 @@ class WikidataClient:
         plaintext-format ``{"errors": [...]}``) is a failed attempt, retried, and never cached: read as an empty
         answer it made a no-match, hence a scored miss, and the cache kept it for every later run (break33 #3)."""
         full = {**params, "format": "json", "maxlag": self.maxlag_s}
-        if self.cache is not None:
+        if self.cache is None:
+            return await self._call_uncached(full, answer)
+        # the same query asked by several tasks at once is sent once: the others wait for its stored answer
+        async with self.cache.flight("GET", self.base_url, full):
             hit = self.cache.get("GET", self.base_url, full)
             if hit is not None:
                 cached = hit.json()
                 if _answer_problem(cached, answer) is None:
                     return cached
                 # a malformed body an earlier version cached: asked again
+            return await self._call_uncached(full, answer)
+
+    async def _call_uncached(self, full: dict[str, Any], answer: tuple[str, type] | None) -> dict[str, Any]:
+        """:meth:`_call`'s request of ``full`` (its parameters, format and maxlag included) past the cache: sent,
+        retried after maxlag and rate-limit refusals, and its answer stored in the cache."""
         refusals = 0
 
         def _validate(resp: HttpResponse) -> None:

@@ -254,7 +254,10 @@ ANSWER_COORDINATES = "answer-coordinates"
 #: field or follows an article ("Pall Mall" and "a shopping mall" no longer echo "The Mall").
 #: 11 (session 37, geohint37 #3): the echo rule ``"name"`` also takes a name without a trailing ", <the site's city>"
 #: ("Akasaka, Tokyo" is named by "Akasaka", as "Akasaka (Tokyo)" was).
-GEOCODER_RULES_VERSION = 11
+#: 12 (session 38, geocode38 #7, #11): an aside in curly brackets, or opened and never closed at the end ("Shibuya
+#: (Miyamasuzaka", an answer cut off), is removed as a closed one is (fault 1); "未知", "不明", "I don't know" and their
+#: kin are no answer, not place names to look up.
+GEOCODER_RULES_VERSION = 12
 
 LEVELS = ("building", "area", "city", "none")
 #: Our level names -> the release's ``resolved_level`` values (``answers_judged*.csv``).

@@ -39,7 +39,7 @@ from geoagent.config import expand_home
 from geoagent.geohint.geocode import (CANDIDATE_RULES, DEFAULT_ANCHOR_RADIUS_KM, DEFAULT_CANDIDATE_RULE, Geocoder,
                                       LocatedAnswer, ParsedAnswer)
 from geoagent.qid import is_qid
-from geoagent.runtime.http import host_key
+from geoagent.runtime.http import PermanentHTTPError, host_key
 from geoagent.runtime.queue import Task
 from geoagent.runtime.stage import BudgetStop, Message, PermanentFailure, Stage, StageContext
 
@@ -51,6 +51,16 @@ class GeocoderCapStop(BudgetStop):
     fix = ("the geocoder's Nominatim request cap ([geohint.geocoder] nominatim_max_requests, per process) was "
            "reached: re-run the same command to geocode on (up to that many more requests; places already found "
            "come from the cache), or raise the cap for a server of your own")
+
+
+class GeocoderRefusedStop(BudgetStop):
+    """Nominatim or Wikidata answered the geocoder with HTTP 403 (a blocked application, or a User-Agent it does not
+    accept): every later request would be refused too, and keep breaking the usage policy, so the geocoder stops and
+    its answers wait, unscored and untouched (geocode38 #2: each was dead-lettered and the requests went on)."""
+
+    fix = ("the geocoder's API refused it (HTTP 403: the application is blocked, or its User-Agent is not accepted): "
+           "check [geohint.geocoder] contact (it goes into the User-Agent), wait until the block is lifted or point "
+           "[geohint.geocoder] nominatim_url / wikidata_url at a server of your own, then re-run the same command")
 
 
 #: Default cache file name under the campaign's state folder.
@@ -347,7 +357,8 @@ class GeocodeStage(Stage):
         PermanentFailure
             No truth coordinate, or a non-retryable Wikidata error (bad request).
         BudgetStop
-            The Nominatim request cap was reached (the usage policy forbids bulk use).
+            The Nominatim request cap was reached (the usage policy forbids bulk use), or Nominatim or Wikidata
+            refused the geocoder with HTTP 403 (:class:`GeocoderRefusedStop`).
         """
         if self.geocoder is None:
             await self.start(ctx)
@@ -361,6 +372,10 @@ class GeocodeStage(Stage):
             aliases = await self._ref_aliases(meta.get("ref_qid")) if use_aliases else []
         except NominatimBudgetExceeded as exc:
             raise GeocoderCapStop(str(exc)) from None
+        except PermanentHTTPError as exc:
+            if exc.status == 403:  # the API refuses this application: stop, the answer released untouched
+                raise GeocoderRefusedStop(f"HTTP 403 from {host_key(exc.url)}: {exc.body_excerpt[:200]}") from None
+            raise
         except WikidataError as exc:
             if exc.code in ("maxlag", "ratelimited"):
                 raise  # transient: nack and retry later

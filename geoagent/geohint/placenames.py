@@ -14,7 +14,10 @@ import unicodedata
 
 #: Answer texts that mean "no answer" (the permissive schema allows "unknown"; models also write these).
 NULL_ANSWERS = frozenset(
-    {"", "unknown", "unk", "n/a", "na", "none", "null", "not visible", "not sure", "unclear", "unsure", "-", "?"}
+    {"", "unknown", "unk", "n/a", "na", "none", "null", "not visible", "not sure", "unclear", "unsure", "-", "?",
+     # the release's own null token and its Japanese and English kin (geocode38 #11: looked up as place names)
+     "未知", "不明", "不详", "i don't know", "i do not know", "don't know", "cannot tell", "can't tell",
+     "cannot determine", "can't determine", "not determinable", "not identifiable"}
 )
 
 # The release's lists (Yifan1209/geocontext, geocontext/geocode.py ``_LINEAR_SUFFIX`` and ``_LINEAR_PREFIX``, lines
@@ -77,8 +80,11 @@ _HOUSE_NUMBER_RE = re.compile(r"^\d+[a-z]?\s", re.IGNORECASE)  # "500 Fifth Aven
 #: which is quadratic in the length of a run of unclosed brackets (break33 #2: 58 s for 32,000 of them)
 MAX_NAME_CHARS = 300
 
-_PAREN_RE = re.compile(r"\s*[\(\[（【][^\)\]）】]*[\)\]）】]")
-_PAREN_CONTENT_RE = re.compile(r"[\(\[（【]([^\)\]）】]*)[\)\]）】]")
+_PAREN_RE = re.compile(r"\s*[\(\[（【{｛][^\)\]）】}｝]*[\)\]）】}｝]")
+_PAREN_CONTENT_RE = re.compile(r"[\(\[（【{｛]([^\)\]）】}｝]*)[\)\]）】}｝]")
+# an aside opened and never closed, to the end of the text: "Shibuya (Miyamasuzaka" (an answer cut off at the token
+# limit, its JSON closed by the lenient reader; geocode38 #7: fault 1 came back there); no bracket after the opening
+_UNCLOSED_RE = re.compile(r"\s*[\(\[（【{｛]([^\(\[（【{｛\)\]）】}｝]*)$")
 _SPLIT_RE = re.compile(
     r"\s*(?:/|;|\||,|\s+or\s+|\s+[—–-]\s+|\s+&\s+|\s+and\s+|\s+near\s+|\s+at\s+"
     # a place placed by another (geocode35 #8): "TGI Fridays across the street", "Shibuya Station on Meiji-dori";
@@ -170,8 +176,9 @@ def fold(text: str | None) -> str:
 
 
 def strip_parentheticals(text: str) -> str:
-    """Remove parenthesised asides: ``"Fire Street (Jinnan 1-chome)"`` -> ``"Fire Street"`` (fault 1)."""
-    return re.sub(r"\s{2,}", " ", _PAREN_RE.sub("", text)).strip()
+    """Remove parenthesised asides: ``"Fire Street (Jinnan 1-chome)"`` -> ``"Fire Street"`` (fault 1), in round,
+    square, curly or CJK brackets, and an aside opened and never closed at the end (``"Shibuya (Miyamasuzaka"``)."""
+    return re.sub(r"\s{2,}", " ", _UNCLOSED_RE.sub("", _PAREN_RE.sub("", text))).strip()
 
 
 def is_linear_name(text: str | None) -> bool:
@@ -254,7 +261,7 @@ def name_variants(text: str | None, *, max_variants: int = 6) -> list[str]:
     for seg in _SPLIT_RE.split(_LEAD_RE.sub("", bare)):
         for cleaned in _clean_segment(seg):
             add(cleaned)
-    for inner in _PAREN_CONTENT_RE.findall(text):
+    for inner in [*_PAREN_CONTENT_RE.findall(text), *_UNCLOSED_RE.findall(_PAREN_RE.sub("", text))]:
         for seg in _SPLIT_RE.split(inner):
             for cleaned in _clean_segment(seg):
                 add(cleaned)
