@@ -140,6 +140,10 @@ DEFAULT_KEY_ENVS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"
 LOCAL_HOST_SUFFIXES = (".localhost", ".invalid", ".test", ".example", ".local", ".home.arpa", ".internal", ".lan")
 
 
+#: one part of an IPv4 address as ``inet_aton`` reads it: decimal, octal (leading 0) or hex (0x)
+_INET_ATON_PART = re.compile(r"0[xX][0-9a-fA-F]*|[0-9]+")
+
+
 @functools.lru_cache(maxsize=256)  # a pure function of the name, asked per call (paid models, key masking)
 def is_local_host(hostname: str | None) -> bool:
     """Whether ``hostname`` (from a URL, no port) names a local server rather than a paid API.
@@ -149,7 +153,8 @@ def is_local_host(hostname: str | None) -> bool:
     :data:`LOCAL_HOST_SUFFIXES` (``*.invalid`` covers the sandbox fakes, ``*.sandbox.invalid``), loopback
     addresses (127.0.0.0/8, ::1), private-network and link-local addresses (10/8, 172.16/12, 192.168/16, fc00::/7, fe80::/10: a vLLM or Ollama box on the LAN)
     and the unspecified address. Every other name (``api.openai.com``, ``openrouter.ai``, a public IP) is not;
-    a dot-less number (``1753672896``, ``0x68120007``) is judged as the IPv4 address the resolver reads in it.
+    a dot-less number (``1753672896``, ``0x68120007``) or dotted numbers in short, octal or hex form (``127.1``,
+    ``0x7f.1``, ``0177.0.0.1``) are judged as the IPv4 address the resolver reads in them.
     """
     import ipaddress
     import socket
@@ -162,12 +167,16 @@ def is_local_host(hostname: str | None) -> bool:
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:
-        if "." in host or ":" in host:
+        if ":" in host:
             return False
-        try:  # a dot-less number (2130706433, 0x7f000001) is an IPv4 address to the resolver (inet_aton)
+        numeric = all(_INET_ATON_PART.fullmatch(part) for part in host.split("."))
+        if "." in host and not numeric:
+            return False
+        try:  # a number or dotted numbers (2130706433, 0x7f000001, 127.1, 0x7f.1, 0177.0.0.1) are an IPv4 address to
+            # the resolver (inet_aton; review38 #1: "0x7f.1" passed for a public name)
             ip = ipaddress.IPv4Address(socket.inet_aton(host))
         except OSError:
-            return True  # a name with no dot is a LAN name (IPv6 literals, which have none either, were parsed above)
+            return not numeric  # a name with no dot is a LAN name; dotted numbers no resolver reads are no host
     return ip.is_loopback or ip.is_private or ip.is_link_local or ip.is_unspecified
 
 

@@ -79,6 +79,10 @@ def test_a_redirect_guard_sees_the_absolute_target_and_its_refusal_ends_the_requ
 
 @pytest.mark.parametrize("to, fetched", [("http://127.0.0.1:{port}/secret", False),
                                          ("http://169.254.169.254:{port}/secret", False),
+                                         # short and hex forms the resolver reads as 127.0.0.1 (review38 #1)
+                                         ("http://127.1:{port}/secret", False),
+                                         ("http://0x7f.1:{port}/secret", False),
+                                         ("http://0177.0.0.1:{port}/secret", False),
                                          ("http://scontent-2.xx.fbcdn.net:{port}/real.jpg", True)])
 def test_a_cdn_redirecting_a_thumbnail_to_a_local_address_is_not_followed(to, fetched):
     from geoagent.clients.mapillary import MapillaryClient, ThumbnailUnavailable
@@ -120,3 +124,12 @@ def _graph_only(handler) -> web.Application:
     app = web.Application()
     app.router.add_get("/{iid}", handler)
     return app
+
+
+@pytest.mark.parametrize("host, local", [("127.1", True), ("0x7f.1", True), ("0177.0.0.1", True), ("10.1", True),
+                                         ("192.168.1", True), ("2130706433", True), ("8.8.8.8", False), ("8.8", False),
+                                         ("0x68120007", False), ("1.2.3.4.5", False), ("api.openai.com", False)])
+def test_dotted_numbers_are_judged_as_the_address_the_resolver_reads(host, local):
+    from geoagent.config import is_local_host
+
+    assert is_local_host(host) is local

@@ -787,6 +787,9 @@ class MapillaryClient:
                     raise ThumbnailUnavailable(f"thumbnail of {image_id} refused: the CDN redirects without end "
                                                f"(TooManyRedirects, {e.attempts} attempts)", kind="refused") from None
                 raise
+            except ValueError as e:  # an address aiohttp cannot use (a CDN's redirect to "http://127.1/"): this image's
+                # condition, not the site's (review38 #1: the site task failed)
+                raise ThumbnailUnavailable(f"thumbnail of {image_id} refused: {e}", kind="refused") from None
             except PermanentHTTPError as e:
                 if e.status in self.REFRESH_STATUSES and attempt == 1:
                     continue
