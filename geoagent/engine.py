@@ -1039,20 +1039,26 @@ def check_state_matches_queues(cfg: Any) -> None:
     from geoagent.runtime.sqlite_queue import queue_files
 
     if any(f.stat().st_size > 0 for f in queue_files(qdir)) and (not db.exists() or _blank_state_db(db)):
-        wal = Path(f"{db}-wal")
-        if not db.exists():
-            what = "is missing"
-        elif wal.is_file() and wal.stat().st_size > 0:  # the data lay in the -wal, which SQLite cannot use
-            what = (f"holds no ledger SQLite can read: its data lay in {wal.name} ({wal.stat().st_size:,} bytes), "
-                    "which is damaged or belongs to another copy of the database and is left as it is (keep both "
-                    "files together)")
-        else:
-            what = "is empty (no ledger in it: emptied or replaced outside geoagent)"
+        what = "is missing" if not db.exists() else blank_state_db_text(db)
         raise ValueError(
             f"campaign {cfg.name}: the queues in {qdir} hold work from an earlier run but its state "
             f"{db} (stored responses, results, spend) {what}; {_state_root_hint(cfg, qdir)}restore the state "
             f"folder, or, to start the campaign over (every request sent and paid again), delete {qdir}"
         )
+
+
+def blank_state_db_text(db: Path) -> str:
+    """What is wrong with a campaign database :func:`_blank_state_db` finds without a ledger, for ``run``'s refusal
+    and ``status``: its data lay in a ``-wal`` SQLite cannot use, or the file is empty."""
+    wal = Path(f"{db}-wal")
+    try:
+        wal_bytes = wal.stat().st_size if wal.is_file() else 0
+    except OSError:
+        wal_bytes = 0
+    if wal_bytes:  # the data lay in the -wal, which SQLite cannot use
+        return (f"holds no ledger SQLite can read: its data lay in {wal.name} ({wal_bytes:,} bytes), which is damaged "
+                "or belongs to another copy of the database and is left as it is (keep both files together)")
+    return "is empty (no ledger in it: emptied or replaced outside geoagent)"
 
 
 def _blank_state_db(db: Path) -> bool:

@@ -249,13 +249,12 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     spend = None
     answered: dict[str, int] = {}
     if state_exists(cfg) and not uses_redis(cfg):
-        from geoagent.engine import _blank_state_db
+        from geoagent.engine import _blank_state_db, blank_state_db_text
 
         db = Path(cfg.state_dir()) / C.CAMPAIGN_DB
         if db.is_file() and _blank_state_db(db):  # the run's own refusal (runtime36 #2: a traceback here)
-            raise ValueError(f"campaign {cfg.name}: its state {db} (stored responses, results, spend) is empty (no "
-                             "ledger in it: emptied or replaced outside geoagent); restore it from a copy ('run' "
-                             "refuses to go on without it)")
+            raise ValueError(f"campaign {cfg.name}: its state {db} (stored responses, results, spend) "
+                             f"{blank_state_db_text(db)}; restore it from a copy ('run' refuses to go on without it)")
     if state_exists(cfg):
         with open_state(cfg, recover=False, make_state_dir=False) as state:  # status only reads
             spend = state.ledger.summary().to_json()

@@ -6,7 +6,7 @@ Before:
   Mary's Church" 0.1 km and 2.0 km from the camera, pool order [far, near] made a 1.5-3 km decoy with truth "no" of
   a claim that is true (the model sees the name alone), and shuffling the pool changed the trial table;
 * #2 "No, I can't determine that from this image." was read as the verdict "no" (a refusal scored as a correct
-  rejection of a decoy or a miss of a signal);
+  rejection of a decoy or a miss of a signal); a hedge ("No, I cannot be certain") stays a verdict (review38 #3);
 * #3 "**Confidence:** 85%" lost its confidence (the verdict was read).
 """
 
@@ -70,10 +70,12 @@ def test_the_trial_table_does_not_depend_on_the_pools_order():
 
 @pytest.mark.parametrize("text", [
     "No, I can't determine that from this image.",
-    "No, I cannot be certain.",
+    "No, I can\u2019t determine that from this image.",  # a curly apostrophe (review38 #2)
+    "No, I really can't tell.",
     "No. I am unable to verify where this photo was taken.",
     "Yes, it is impossible to tell from the image alone.",
     "No, I don't know.",
+    "No, I don\u2019t know.",
     '{"verdict": "No, I cannot determine this"}',
 ])
 def test_a_leading_word_before_a_statement_that_it_cannot_be_told_is_no_verdict(text):
@@ -83,6 +85,10 @@ def test_a_leading_word_before_a_statement_that_it_cannot_be_told_is_no_verdict(
 
 @pytest.mark.parametrize("text, verdict", [
     ("No, I can't see a church here, so the claim is false.", "no"),  # evidence, not a refusal
+    # a hedge is a verdict: the prompt asks for one and puts doubt in the confidence (review38 #3)
+    ("No, I cannot be certain.", "no"),
+    ("Yes, hard to say.", "yes"),
+    ("No, it's difficult to say for sure, but it is not here.", "no"),
     ("No, this is not the place.", "no"),
     ("Yes. The tower on the left is the church's.", "yes"),
 ])

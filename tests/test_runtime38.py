@@ -64,6 +64,10 @@ def test_a_damaged_wal_holding_the_ledger_refuses_the_run_and_keeps_the_file(tmp
     err = capsys.readouterr().err
     assert f"its state {db}" in err and "-wal" in err and "restore the state folder" in err, err
     assert wal.read_bytes() == bytes(data)  # left as it was, for whoever restores it
+    assert main(["status", str(cfgp)]) == 2  # status says the same (review38 #6: it said "is empty")
+    err = capsys.readouterr().err
+    assert "holds no ledger SQLite can read: its data lay in campaign.sqlite-wal" in err, err
+    assert wal.read_bytes() == bytes(data)
 
 
 # --- #2: open reservations of a process of another boot, container or pid namespace -------------------------------

@@ -48,7 +48,7 @@ def test_a_replay_file_with_a_key_recorded_twice_says_so(tmp_path, caplog):
     assert prov.index.get("a")["text"] == "no"  # the first answers, as the importer keeps the first
     (msg,) = [r.getMessage() for r in caplog.records]
     assert f"{path}:3: 2 record(s) repeat the key of an earlier record (the first: 'a')" in msg, msg
-    assert "1 of them differ from the record kept" in msg and "model 'm'" in msg, msg
+    assert "1 of them differ from an earlier record of their key" in msg and "model 'm'" in msg, msg
     caplog.clear()
     path.write_text("".join(json.dumps(r) + "\n" for r in rows[:2]), encoding="utf-8")
     make_provider(ProviderSettings(kind="replay", model="m", replay_path=str(path), replay_usage_field=None))

@@ -735,9 +735,9 @@ def image_counts_line(c: dict[str, Any], downloaded: int | None = None) -> str:
         line += f"; {n_human} by a human verdict, {n_audited - n_human} by the model audit alone)"
     unread = int(c.get("unreadable") or 0)
     if unread:
-        line += (f", {unread} without a model verdict (the auditor's answers could not be read, up to "
-                 f"{IMAGE_AUDIT_MAX_ANSWERS} asks each; a human verdict in [crawl.image_audit] human_verdicts decides "
-                 "them: image_audit/<site>/<image>.json keeps every answer)")
+        line += (f", {unread} without a model verdict (the auditor's answers could not be read: asked up to "
+                 f"{IMAGE_AUDIT_MAX_ANSWERS} times, once for an image audited before session 38; a human verdict in "
+                 "[crawl.image_audit] human_verdicts decides them: image_audit/<site>/<image>.json keeps every answer)")
     if c["audited"] + unread != c["kept"]:
         line += f", {c['kept'] - c['audited'] - unread} not audited yet"
     if c.get("shared"):

@@ -45,8 +45,9 @@ HUMAN_VERDICTS = ("keep", "exclude")
 #: (``image_audit/<site>/<image>.json``) records the version that read it (``parser_version``; a record without one
 #: was read by version 1); a crawl's run reads an earlier version's records again from their stored text
 #: (:func:`geoagent.crawl.campaign.reread_stored_audits`). Version 2 (session 37) is session 36's rules: the
-#: prompt's example answer is no audit, and cut-off audit objects are compared as far as they go.
-AUDIT_PARSER_VERSION = 2
+#: prompt's example answer is no audit, and cut-off audit objects are compared as far as they go. Version 3 (session
+#: 38): a quality written in other than ASCII digits ("４") is no quality (crawl38 #5).
+AUDIT_PARSER_VERSION = 3
 
 #: answers asked of the image auditor per image at most: an answer that cannot be read (``parsed`` False: a refusal,
 #: prose, a quality of 4.5) is asked again, with the reminder :data:`REASK_TEMPLATE` after the prompt, up to this

@@ -925,6 +925,8 @@ class ImageAuditorStage(_CrawlStage):
             iid = paths.safe_image_id(img["image_id"])
             out = svc.state_dir / "image_audit" / sid / f"{iid}.json"
             stored = _load(out)
+            # an unreadable answer is asked again also for an image a human verdict decides: every image is audited
+            # by the model too, for the agreement figures (image_audit_agreement.json)
             if stored is not None and not _reask_audit(stored):
                 continue
             if owners is None:  # read once per site, only when something is left to audit

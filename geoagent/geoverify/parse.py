@@ -103,9 +103,10 @@ class ParsedVerdict:
 #: answer's verdict is a conflict too (session 33; "My answer: No" after the answer was one for a while, withdrawn:
 #: sub-questions and accounts of an earlier answer read so, review33 #3).
 #: 7: a leading Yes/No followed by a statement that the question cannot be answered ("No, I can't determine that
-#: from this image", "No. I am unable to verify ...", "Yes, it is impossible to tell") is a refusal, where 6 read the
-#: word (geoverify38 #2); a label in Markdown bold or underscores, before or around its colon ("**Confidence:** 85%",
-#: "**Verdict**: Yes"), is read, where 6 lost the confidence (geoverify38 #3).
+#: from this image", "No. I am unable to verify ...", "Yes, it is impossible to tell", "No, I don't know"; apostrophes
+#: straight or curly) is a refusal, where 6 read the word (geoverify38 #2, review38 #2); a hedge stays a verdict ("No,
+#: I cannot be certain", "Yes, hard to say"); a label in Markdown bold or underscores, before or around its colon
+#: ("**Confidence:** 85%", "**Verdict**: Yes"), is read, where 6 lost the confidence (geoverify38 #3).
 VERDICT_PARSER_VERSION = 7
 
 
@@ -250,15 +251,19 @@ _STANDALONE = r"(?=[ \t\"'`*_]*(?:\Z|[\r\n.!,;:)]))"
 _RX_BARE = re.compile(r"^[\s\"'`*_]*(yes|no)\b" + _STANDALONE + r"[\s\"'`*_.!,;:]*", re.I)
 _RX_BARE_WORD = re.compile(r"^[\s\"'`*_]*(yes|no)\b", re.I)
 # what follows a leading verdict word that says the question cannot be answered: "No, I can't determine that from
-# this image", "No. I am unable to verify where this was taken", "Yes, it is impossible to tell" are refusals, not
-# verdicts (geoverify38 #2); evidence in the same words stays a verdict ("No, I can't see a church here")
-_CANNOT = (r"(?:i[ \t]*(?:can[ \t]*no?t|can't|am[ \t]+(?:un|not[ \t]+)able[ \t]+to|'m[ \t]+(?:un|not[ \t]+)able[ \t]+to|"
-           r"do[ \t]*n[o']t[ \t]+know|have[ \t]+no[ \t]+way[ \t]+to)|(?:there[ \t]+is|there's)[ \t]+no[ \t]+way[ \t]+to|"
-           r"unable[ \t]+to|(?:it(?:[ \t]+is|'s)[ \t]+)?(?:not[ \t]+possible|impossible|hard|difficult)[ \t]+to)")
+# this image", "No. I am unable to verify where this was taken", "Yes, it is impossible to tell", "No, I don't know"
+# are refusals, not verdicts (geoverify38 #2); evidence in the same words stays a verdict ("No, I can't see a church
+# here"), and so does a verdict with a hedge ("No, I cannot be certain", "Yes, hard to say": the prompt asks for a
+# verdict and puts doubt in the confidence; review38 #3). Apostrophes straight or curly (review38 #2).
+_APO = "['\u2019\u2018]"
+_CANNOT = (r"(?:i[ \t]+(?:(?:really|honestly|just|simply|truly)[ \t]+)?(?:can[ \t]*no?t|can" + _APO + r"t|"
+           r"am[ \t]+(?:un|not[ \t]+)able[ \t]+to|" + _APO + r"m[ \t]+(?:un|not[ \t]+)able[ \t]+to|"
+           r"have[ \t]+no[ \t]+way[ \t]+to)|(?:there[ \t]+is|there" + _APO + r"s)[ \t]+no[ \t]+way[ \t]+to|"
+           r"unable[ \t]+to|(?:it(?:[ \t]+is|" + _APO + r"s)[ \t]+)?(?:not[ \t]+possible|impossible)[ \t]+to)")
 _RX_CANNOT_TELL = re.compile(
     _CANNOT + r"(?:[ \t]+(?:really|reliably|accurately|definitively|confidently|fully|exactly))?[ \t]+"
-    r"(?:determine|verify|tell|say|confirm|know|identify|judge|assess|answer|be[ \t]+(?:sure|certain)|pinpoint)\b"
-    r"|i[ \t]+do[ \t]*n[o']t[ \t]+know\b", re.I)
+    r"(?:determine|verify|tell|say|confirm|know|identify|judge|assess|answer|pinpoint)\b"
+    r"|i[ \t]+(?:(?:really|honestly|just|simply|truly)[ \t]+)?do[ \t]*n(?:o|" + _APO + r")t[ \t]+know\b", re.I)
 # the opposite word later in the text: standing alone, or asked ("Yes, or no?" states both; a question mark does
 # not make a leading word standalone, "Yes? Not sure" is no verdict)
 _RX_STANDALONE_WORD = re.compile(r"\b(yes|no)\b(?=[ \t\"'`*_]*(?:\Z|[\r\n.!?,;:)]))", re.I)

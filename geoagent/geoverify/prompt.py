@@ -98,8 +98,9 @@ def render_claim(candidate: str, template: str | None = None, tau_km: float = C.
     ValueError
         Empty candidate name.
     """
-    # no control or bidi character of a hostile label reaches the prompt (crawl38 #2); inner whitespace is kept, so a
-    # name's prompt, and its request key, stay as they were
+    # no control or bidi character of a hostile label reaches the prompt (crawl38 #2); inner spaces are kept, so the
+    # prompt and request key of a name without such characters stay as they were (one with a tab, a line break or a
+    # control character gets another prompt, and key, than before session 38: review38 #4)
     name = label_text(candidate, collapse=False)
     if not name:
         raise ValueError("candidate name is empty")

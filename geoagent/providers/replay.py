@@ -178,8 +178,8 @@ class ReplayProvider(Provider):
             from geoagent.textfmt import one_line_text
 
             line, key = index.first_duplicate
-            differ = (f"{index.n_conflicting} of them differ from the record kept" if index.n_conflicting
-                      else "all of them repeat the record kept")
+            differ = (f"{index.n_conflicting} of them differ from an earlier record of their key" if index.n_conflicting
+                      else "each repeats an earlier record of its key")
             # the release importer's rule and words: the first answers (a recorded failure gives way to an answer)
             log.warning(f"replay file {self.path}:{line}: {index.n_duplicates} record(s) repeat the key of an earlier "
                         f"record (the first: {one_line_text(key)[:160]!r}); {differ}; each key is answered by its "
