@@ -110,3 +110,25 @@ def test_fault1_an_aside_in_curly_brackets_or_never_closed_is_set_aside(area):
 @pytest.mark.parametrize("text", ["未知", "不明", "I don't know.", "can't tell", "Unknown"])
 def test_stock_no_answer_words_are_no_answer(text):
     assert is_null_answer(text)
+
+
+def test_a_nominatim_place_matches_a_query_in_the_local_script_by_its_names():
+    """#4: the API localises ``name`` to the accept-language ("Jinnan"); an answer naming "神南" was passed over as
+    no match and scored at city level (3 km). Every name of the place (``namedetails``) now counts."""
+    jinnan = {"qid": "Q99000077", "labels": {"en": "Jinnan", "ja": "神南"}, "lat": 35.6630, "lon": 139.6985,
+              "kind": "area", "city": "Tokyo"}
+
+    async def go():
+        gaz = gazetteer_with(jinnan)
+        async with serve(wd_fake.make_app(gazetteer_with())) as wd_url, \
+                serve(nm_fake.make_app(gaz, min_interval_s=0.0)) as nm_url, HttpClient(default_policy=FAST) as http:
+            wd = WikidataClient(http, user_agent=UA, base_url=wd_url + "/w/api.php", policy=FAST, maxlag_min_wait_s=0.05)
+            nm = NominatimClient(http, contact=CONTACT, base_url=nm_url, policy=FAST)
+            raw = await nm.search("神南")
+            loc = await Geocoder(wd, nm).locate(ParsedAnswer(city="Tokyo", area="神南", building="unknown"),
+                                                true_lat=TRUTH_SHIBUYA[0], true_lon=TRUTH_SHIBUYA[1])
+            return raw, loc
+
+    raw, loc = asyncio.run(go())
+    assert raw[0].name == "Jinnan" and "神南" in raw[0].names
+    assert loc.resolved_level == "area" and loc.error_km < 1.0, loc

@@ -92,6 +92,14 @@ class NominatimPlace:
     boundingbox: tuple[float, float, float, float] | None = None
     wikidata: str | None = None
     address: dict[str, str] = field(default_factory=dict)
+    #: every name of the object from ``namedetails`` (``name``, ``name:<lang>``, ``alt_name``, ``official_name``,
+    #: ``short_name``, ``loc_name``; with ``namedetails=1``), ``()`` without them
+    names: tuple[str, ...] = ()
+
+    def has_name(self, key: str, fold: Any) -> bool:
+        """Whether ``name`` or one of :attr:`names`, folded by ``fold`` (:func:`geoagent.geohint.placenames.fold`),
+        is ``key``: "神南" names the place whose ``name`` the API localised to "Jinnan" (geocode38 #4)."""
+        return fold(self.name) == key or any(fold(n) == key for n in self.names)
 
     @property
     def key(self) -> str:
@@ -146,7 +154,29 @@ def parse_place(obj: Any) -> NominatimPlace | None:
         boundingbox=bbox,
         wikidata=str(extratags["wikidata"]) if isinstance(extratags.get("wikidata"), str) else None,
         address={str(k): str(v) for k, v in address.items()},
+        names=_names_of(obj.get("namedetails")),
     )
+
+
+#: the ``namedetails`` keys (and ``name:<lang>`` keys) whose values name the object itself, ``;``-separated lists
+#: allowed (OSM's convention for several names)
+_NAME_KEYS = ("name", "alt_name", "official_name", "short_name", "loc_name", "int_name")
+
+
+def _names_of(details: Any) -> tuple[str, ...]:
+    """The names in a ``namedetails`` object (a value may list several, ``;``-separated), in order, each once."""
+    if not isinstance(details, dict):
+        return ()
+    out: list[str] = []
+    for k, v in details.items():
+        base = str(k).split(":", 1)[0]
+        if base not in _NAME_KEYS or not isinstance(v, str):
+            continue
+        for part in v.split(";"):
+            part = part.strip()
+            if part and part not in out:
+                out.append(part)
+    return tuple(out[:64])
 
 
 def user_agent_for(contact: str, app: str = "geoagent/0.1") -> str:
@@ -235,6 +265,7 @@ class NominatimClient:
         countrycodes: Sequence[str] | None = None,
         extratags: bool = True,
         addressdetails: bool = False,
+        namedetails: bool = True,
     ) -> list[NominatimPlace]:
         """Free-text search.
 
@@ -250,8 +281,10 @@ class NominatimClient:
             Restrict results to ``viewbox``.
         countrycodes : sequence of str, optional
             ISO 3166-1 alpha-2 codes to restrict to.
-        extratags, addressdetails : bool
-            Ask for extra tags (the ``wikidata`` QID) and address parts.
+        extratags, addressdetails, namedetails : bool
+            Ask for extra tags (the ``wikidata`` QID), address parts and every name of each place (``namedetails``:
+            :attr:`NominatimPlace.names`; the ``name`` field is localised by ``accept-language``, so a query in the
+            local script matches a place by its names only).
 
         Returns
         -------
@@ -280,6 +313,8 @@ class NominatimClient:
             params["extratags"] = 1
         if addressdetails:
             params["addressdetails"] = 1
+        if namedetails:
+            params["namedetails"] = 1
         if viewbox is not None:
             params["viewbox"] = ",".join(f"{v:.6f}" for v in viewbox)
             if bounded:

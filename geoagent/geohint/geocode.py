@@ -256,7 +256,8 @@ ANSWER_COORDINATES = "answer-coordinates"
 #: ("Akasaka, Tokyo" is named by "Akasaka", as "Akasaka (Tokyo)" was).
 #: 12 (session 38, geocode38 #7, #11): an aside in curly brackets, or opened and never closed at the end ("Shibuya
 #: (Miyamasuzaka", an answer cut off), is removed as a closed one is (fault 1); "未知", "不明", "I don't know" and their
-#: kin are no answer, not place names to look up.
+#: kin are no answer, not place names to look up; a Nominatim place matches a query by any of its names
+#: (``namedetails``: "神南" finds the place whose localised ``name`` is "Jinnan", geocode38 #4).
 GEOCODER_RULES_VERSION = 12
 
 LEVELS = ("building", "area", "city", "none")
@@ -642,7 +643,7 @@ class Geocoder:
         if self.nominatim is not None:
             for variant in variants[:2]:
                 places = await self.nominatim.search(variant, limit=5)
-                named = [p for p in places if fold(p.name) == fold(variant)]
+                named = [p for p in places if p.has_name(fold(variant), fold)]
                 pick = next((p for p in named if p.category in ("boundary", "place")), named[0] if named else None)
                 if pick is not None:
                     cand = self._from_place(pick)
@@ -962,7 +963,7 @@ class Geocoder:
         box = (anchor.lon - dlon, anchor.lat + dlat, anchor.lon + dlon, anchor.lat - dlat)
         places = await self.nominatim.search(variant, limit=5, viewbox=box, bounded=True)
         key = fold(variant)
-        named = [p for p in places if fold(p.name) == key]
+        named = [p for p in places if p.has_name(key, fold)]
         passed_over = False  # a named place within the radius was a city or coarser or (area level) a linear feature
         chosen: list[tuple[float, Candidate]] = []  # under "nearest": every resolvable place within the radius
         for p in named:
