@@ -28,7 +28,8 @@ authentication failed  5      a model's host refused its API key (HTTP 401/403, 
                               once): that model's tasks were left queued
                               untouched (none dead-lettered, nothing spent), every other model's work
                               ran to the end; set the key variable named in the message (or add credit)
-                              and re-run
+                              and re-run. Also: the crawl's Mapillary token refused, or the GeoHint
+                              geocoder refused by Nominatim or Wikidata (HTTP 403: its answers left queued)
 no usable answers      6      every planned task reached the end, but a model answered and none of its
                               answers parsed (all cut off at the output-token limit, or none readable): its
                               scores would be empty, not low (issue 2 point 10: failures are never answers);
@@ -168,8 +169,8 @@ EXIT_CODES_HELP = (
     f"the summary says so); {EXIT_AUTH} authentication failed (a model's "
     "host answered 401/403 repeatedly, or refused its account for billing: that model's work stays queued while the "
     "other models finish; or the "
-    "Mapillary API refused the crawl's token: the crawl stops; fix the variable named in the summary and "
-    "re-run; no task is lost); "
+    "Mapillary API refused the crawl's token: the crawl stops; or Nominatim or Wikidata refused the GeoHint geocoder "
+    "(HTTP 403): its answers stay queued; fix what the summary names and re-run; no task is lost); "
     f"{EXIT_NO_USABLE_ANSWERS} no usable answers (a model answered but none of its answers parsed, e.g. every "
     "answer cut off at max_output_tokens: the summary names the model and the cause); "
     "130 interrupted (re-run the same command to resume)"
@@ -698,11 +699,12 @@ class Outcome:
             lines.extend(overrun_lines(s))
             lines.extend(over_cap_lines(s))
             lines.extend(unreported_usage_lines(s))
-        if self.status == STATUS_AUTH and C.EDGE_REQUESTS not in self.counts:
-            # no model requests edge (the crawl's refused Mapillary token or auditor key): the stop line above says what
-            # is queued
-            lines.append("  not done: the work above stays queued untouched; set the variable named above (for a billing "
-                         "refusal: add credit or raise the provider's limit) and re-run the same command")
+        if self.status == STATUS_AUTH and (C.EDGE_REQUESTS not in self.counts or not self.remaining()):
+            # no model requests edge (the crawl's refused Mapillary token or auditor key), or none left (GeoHint's
+            # refused geocoder): the stop line above says what is queued and what to do
+            lines.append("  not done: the work above stays queued untouched; do what the line above says (a key "
+                         "variable: set it; a billing refusal: add credit or raise the provider's limit) and re-run the "
+                         "same command")
         elif self.status == STATUS_AUTH:
             lines.append(f"  not dispatched: {count_text(self.remaining(), 'request')} stay queued (those of the model(s) above, "
                          "and any other work left); set the key variable (for a billing refusal: add credit or raise "

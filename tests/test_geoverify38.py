@@ -73,6 +73,8 @@ def test_the_trial_table_does_not_depend_on_the_pools_order():
     "No, I can\u2019t determine that from this image.",  # a curly apostrophe (review38 #2)
     "No, I really can't tell.",
     "No. I am unable to verify where this photo was taken.",
+    "No, I'm unable to verify where this was taken.",  # review38b #1
+    "No, I\u2019m not able to determine that from this image.",
     "Yes, it is impossible to tell from the image alone.",
     "No, I don't know.",
     "No, I don\u2019t know.",

@@ -83,6 +83,7 @@ def test_a_redirect_guard_sees_the_absolute_target_and_its_refusal_ends_the_requ
                                          ("http://127.1:{port}/secret", False),
                                          ("http://0x7f.1:{port}/secret", False),
                                          ("http://0177.0.0.1:{port}/secret", False),
+                                         ("ftp://example.org/secret", False),  # not http(s) (review38b #3)
                                          ("http://scontent-2.xx.fbcdn.net:{port}/real.jpg", True)])
 def test_a_cdn_redirecting_a_thumbnail_to_a_local_address_is_not_followed(to, fetched):
     from geoagent.clients.mapillary import MapillaryClient, ThumbnailUnavailable
@@ -116,7 +117,8 @@ def test_a_cdn_redirecting_a_thumbnail_to_a_local_address_is_not_followed(to, fe
         assert got == JPEG and hits == {"thumb": 1, "real": 1}
     else:
         assert getattr(got, "kind", None) == "refused", got
-        assert "local or private address" in str(got) and "HTTP 302" in str(got)
+        reason = "a ftp address" if to.startswith("ftp:") else "local or private address"
+        assert reason in str(got) and "HTTP 302" in str(got), got
         assert "secret" not in hits and hits["thumb"] == 1  # refused at the first answer: no refresh, no retry
 
 

@@ -12,12 +12,13 @@ be cached). Entries may expire after ``ttl_s`` seconds; ``ttl_s=None`` keeps the
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,22 +134,33 @@ class ResponseCache:
             raise sqlite3.DatabaseError(f"response cache {self.path}: {exc}") from exc
         self.hits = 0
         self.misses = 0
-        self._flights: dict[str, Any] = {}  # cache key -> asyncio.Lock (:meth:`flight`)
+        #: (event loop id, cache key) -> [asyncio.Lock, holders and waiters] (:meth:`flight`)
+        self._flights: dict[tuple[int, str], list[Any]] = {}
 
-    def flight(self, method: str, url: str, params: Mapping[str, Any] | None = None) -> Any:
-        """An ``asyncio.Lock`` of this request (one per cache key, made on first use): a client holds it from its
-        cache look-up to its ``put``, so requests for the same key at the same time are sent once, the others
-        finding the first one's stored answer when their turn comes (geocode38 #3: 4 geocoder tasks naming
-        "Jinnan" sent 4 identical Nominatim queries, 1.1 s apart, against the usage policy's "no repeated
-        query"). Within one process and event loop; processes sharing the file find each other's answers after
-        the first ``put``."""
+    @contextlib.asynccontextmanager
+    async def flight(self, method: str, url: str, params: Mapping[str, Any] | None = None) -> AsyncIterator[None]:
+        """``async with cache.flight(...)``: one caller at a time for this request (its cache key) in this event
+        loop. A client holds it from its cache look-up to its ``put``, so requests for the same key at the same
+        time are sent once, the others finding the first one's stored answer when their turn comes (geocode38 #3:
+        4 geocoder tasks naming "Jinnan" sent 4 identical Nominatim queries, 1.1 s apart, against the usage
+        policy's "no repeated query"). Keys of other requests are not held up. A key's lock lives while someone
+        holds or waits for it (no memory per key asked); locks are per event loop, so threads with loops of their
+        own do not share one (review38b #6). Processes sharing the file find each other's answers after the first
+        ``put``."""
         import asyncio
 
-        k = self.key(method, url, params)
-        lock = self._flights.get(k)
-        if lock is None:
-            lock = self._flights[k] = asyncio.Lock()
-        return lock
+        k = (id(asyncio.get_running_loop()), self.key(method, url, params))
+        entry = self._flights.get(k)
+        if entry is None:
+            entry = self._flights[k] = [asyncio.Lock(), 0]
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0 and self._flights.get(k) is entry:
+                del self._flights[k]
 
     def key(self, method: str, url: str, params: Mapping[str, Any] | None) -> str:
         """The cache key of a request (see :func:`cache_key`); a URL of a sandbox fake served in this process is

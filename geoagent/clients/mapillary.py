@@ -721,6 +721,10 @@ class MapillaryClient:
     def _thumb_redirect_guard(self, target: str) -> str | None:
         """Why a thumbnail redirect to ``target`` is not followed (None: followed): a CDN redirecting to a local,
         private or link-local address, as a thumbnail URL naming one is refused (:func:`_local_thumb_host`)."""
+        from urllib.parse import urlsplit
+
+        if urlsplit(target).scheme.lower() not in ("http", "https"):  # ftp:, file:, data: (review38b #3)
+            return f"redirect to a {urlsplit(target).scheme or 'scheme-less'} address not followed: a thumbnail is http(s)"
         if _local_thumb_host(target, self.graph_is_local):
             return f"redirect to a local or private address ({host_of(target)!r}) not followed: no CDN sends there"
         return None

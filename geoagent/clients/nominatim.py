@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import logging
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -161,6 +162,8 @@ def parse_place(obj: Any) -> NominatimPlace | None:
 #: the ``namedetails`` keys (and ``name:<lang>`` keys) whose values name the object itself, ``;``-separated lists
 #: allowed (OSM's convention for several names)
 _NAME_KEYS = ("name", "alt_name", "official_name", "short_name", "loc_name", "int_name")
+#: the language part of a ``name:<lang>`` key (``en``, ``ja``, ``zh-Hant``, ``sr-Latn``)
+_LANG_SUFFIX = re.compile(r"[a-z]{2,3}(?:-[A-Za-z0-9]{2,8})*")
 
 
 def _names_of(details: Any) -> tuple[str, ...]:
@@ -169,8 +172,9 @@ def _names_of(details: Any) -> tuple[str, ...]:
         return ()
     out: list[str] = []
     for k, v in details.items():
-        base = str(k).split(":", 1)[0]
-        if base not in _NAME_KEYS or not isinstance(v, str):
+        base, _, lang = str(k).partition(":")
+        # name:<language> only (not name:etymology, the namesake's name)
+        if base not in _NAME_KEYS or not isinstance(v, str) or (lang and not _LANG_SUFFIX.fullmatch(lang)):
             continue
         for part in v.split(";"):
             part = part.strip()
@@ -247,8 +251,11 @@ class NominatimClient:
             http.set_policy(self.host, policy)
         elif self.host.rsplit(":", 1)[0].lower() == PUBLIC_NOMINATIM_HOST:
             have = http.policy_for(self.host)
-            if have.rate / have.period_s > 1.0 or have.concurrency > 1:
-                capped = dataclasses.replace(have, rate=min(have.rate, have.period_s), concurrency=1)
+            # the limiter is a sliding window: 60 per 60 s is a burst of 60, so the window may hold 1 request only
+            # (review38b #2), at least 1 s long, and no longer per request than the entry asks
+            if have.rate > 1.0 or have.period_s < 1.0 or have.concurrency > 1:
+                capped = dataclasses.replace(have, rate=1.0, period_s=max(1.0, have.period_s / max(have.rate, 1e-9)),
+                                             concurrency=1)
                 http.set_policy(self.host, capped)
                 log.warning("[hosts.\"%s\"] asks for %g request(s) per %g s, %d at a time: the public Nominatim's usage "
                             "policy allows 1 per second, one at a time, so that is used (a server of your own, set "

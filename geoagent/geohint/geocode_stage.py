@@ -41,7 +41,7 @@ from geoagent.geohint.geocode import (CANDIDATE_RULES, DEFAULT_ANCHOR_RADIUS_KM,
 from geoagent.qid import is_qid
 from geoagent.runtime.http import PermanentHTTPError, host_key
 from geoagent.runtime.queue import Task
-from geoagent.runtime.stage import BudgetStop, Message, PermanentFailure, Stage, StageContext
+from geoagent.runtime.stage import BudgetStop, Held, Message, PermanentFailure, Stage, StageContext
 
 class GeocoderCapStop(BudgetStop):
     """The geocoder reached ``[geohint.geocoder] nominatim_max_requests``, its cap on Nominatim requests per process
@@ -53,14 +53,18 @@ class GeocoderCapStop(BudgetStop):
            "come from the cache), or raise the cap for a server of your own")
 
 
-class GeocoderRefusedStop(BudgetStop):
+class GeocoderRefused(Held):
     """Nominatim or Wikidata answered the geocoder with HTTP 403 (a blocked application, or a User-Agent it does not
-    accept): every later request would be refused too, and keep breaking the usage policy, so the geocoder stops and
-    its answers wait, unscored and untouched (geocode38 #2: each was dead-lettered and the requests went on)."""
+    accept): every later request would be refused too, and keep breaking the usage policy. Like a model's refused
+    key or the crawl's refused Mapillary token, the answer is held untouched (no attempt counted, never
+    dead-lettered), the stage stops leasing (:meth:`GeocodeStage.runnable`) and the engine ends the run
+    ``authentication failed`` (exit 5) with :meth:`GeocodeStage.auth_lines`; the answers wait, queued, for a re-run
+    (geocode38 #2: each was dead-lettered and the requests went on; review38b #5: not a budget stop)."""
 
-    fix = ("the geocoder's API refused it (HTTP 403: the application is blocked, or its User-Agent is not accepted): "
-           "check [geohint.geocoder] contact (it goes into the User-Agent), wait until the block is lifted or point "
-           "[geohint.geocoder] nominatim_url / wikidata_url at a server of your own, then re-run the same command")
+
+#: what to do about a refused geocoder (:class:`GeocoderRefused`)
+GEOCODER_REFUSED_FIX = ("check [geohint.geocoder] contact (it goes into the User-Agent), wait until the block is "
+                        "lifted or point [geohint.geocoder] nominatim_url / wikidata_url at a server of your own")
 
 
 #: Default cache file name under the campaign's state folder.
@@ -295,6 +299,17 @@ class GeocodeStage(Stage):
         self.settings = settings
         self.sites = sites
         self._aliases: dict[str, list[str]] = {}
+        #: why the geocoder's API refused it (HTTP 403), once it did: the stage stops (:class:`GeocoderRefused`)
+        self.refused: str | None = None
+
+    def runnable(self) -> bool:
+        """False once Nominatim or Wikidata refused the geocoder (HTTP 403): the runner stops leasing."""
+        return self.refused is None
+
+    def auth_lines(self) -> list[str]:
+        """One line when the geocoder's API refused it (the engine ends the run ``authentication failed``, exit 5),
+        else []."""
+        return [] if self.refused is None else [f"the geocoder was refused: {self.refused}; {GEOCODER_REFUSED_FIX}"]
 
     async def start(self, ctx: StageContext) -> None:
         if self.sites is None:
@@ -357,9 +372,13 @@ class GeocodeStage(Stage):
         PermanentFailure
             No truth coordinate, or a non-retryable Wikidata error (bad request).
         BudgetStop
-            The Nominatim request cap was reached (the usage policy forbids bulk use), or Nominatim or Wikidata
-            refused the geocoder with HTTP 403 (:class:`GeocoderRefusedStop`).
+            The Nominatim request cap was reached (the usage policy forbids bulk use).
+        GeocoderRefused
+            Nominatim or Wikidata refused the geocoder with HTTP 403 (now or earlier in this process): the task is
+            held untouched.
         """
+        if self.refused is not None:
+            raise GeocoderRefused(self.refused)
         if self.geocoder is None:
             await self.start(ctx)
         assert self.geocoder is not None
@@ -373,8 +392,12 @@ class GeocodeStage(Stage):
         except NominatimBudgetExceeded as exc:
             raise GeocoderCapStop(str(exc)) from None
         except PermanentHTTPError as exc:
-            if exc.status == 403:  # the API refuses this application: stop, the answer released untouched
-                raise GeocoderRefusedStop(f"HTTP 403 from {host_key(exc.url)}: {exc.body_excerpt[:200]}") from None
+            if exc.status == 403:  # the API refuses this application: stop, the answer held untouched
+                body = exc.body_excerpt.strip()
+                said = "" if not body or body.startswith("<") else f": {body[:160]}"  # an HTML page says nothing
+                self.refused = self.refused or (f"HTTP 403 from {host_key(exc.url)} (the application is blocked, or "
+                                                f"its User-Agent is not accepted){said}")
+                raise GeocoderRefused(self.refused) from None
             raise
         except WikidataError as exc:
             if exc.code in ("maxlag", "ratelimited"):

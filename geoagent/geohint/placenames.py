@@ -17,7 +17,8 @@ NULL_ANSWERS = frozenset(
     {"", "unknown", "unk", "n/a", "na", "none", "null", "not visible", "not sure", "unclear", "unsure", "-", "?",
      # the release's own null token and its Japanese and English kin (geocode38 #11: looked up as place names)
      "未知", "不明", "不详", "i don't know", "i do not know", "don't know", "cannot tell", "can't tell",
-     "cannot determine", "can't determine", "not determinable", "not identifiable"}
+     "i cannot tell", "i can't tell", "cannot determine", "can't determine", "i cannot determine", "i can't determine",
+     "not determinable", "not identifiable"}
 )
 
 # The release's lists (Yifan1209/geocontext, geocontext/geocode.py ``_LINEAR_SUFFIX`` and ``_LINEAR_PREFIX``, lines
@@ -127,7 +128,9 @@ def is_null_answer(text: str | None) -> bool:
     """True when ``text`` is empty or a stock "no answer" word (``unknown``, ``n/a``, ...), case-insensitive."""
     if text is None:
         return True
-    return text.strip().strip(".").casefold() in NULL_ANSWERS
+    # curly apostrophes as straight ones, and a full stop of any script ("未知。") off (review38b #4)
+    folded = text.replace("\u2019", "'").replace("\u2018", "'").strip().strip(".。．!！").strip().casefold()
+    return folded in NULL_ANSWERS
 
 
 #: Latin letters without a Unicode decomposition, folded by hand (lower case: applied after casefold)

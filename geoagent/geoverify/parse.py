@@ -104,10 +104,13 @@ class ParsedVerdict:
 #: sub-questions and accounts of an earlier answer read so, review33 #3).
 #: 7: a leading Yes/No followed by a statement that the question cannot be answered ("No, I can't determine that
 #: from this image", "No. I am unable to verify ...", "Yes, it is impossible to tell", "No, I don't know"; apostrophes
-#: straight or curly) is a refusal, where 6 read the word (geoverify38 #2, review38 #2); a hedge stays a verdict ("No,
-#: I cannot be certain", "Yes, hard to say"); a label in Markdown bold or underscores, before or around its colon
-#: ("**Confidence:** 85%", "**Verdict**: Yes"), is read, where 6 lost the confidence (geoverify38 #3).
-VERDICT_PARSER_VERSION = 7
+#: straight or curly) is a refusal, where 6 read the word (geoverify38 #2, review38 #2); a label in Markdown bold or
+#: underscores, before or around its colon ("**Confidence:** 85%", "**Verdict**: Yes"), is read, where 6 lost the
+#: confidence (geoverify38 #3).
+#: 8 (the same session, review38 #3, review38b #1): a hedge after the word is a verdict again ("No, I cannot be
+#: certain", "Yes, hard to say"), as in 6; "I'm unable to" with a straight or curly apostrophe is a refusal, as
+#: every other refusal of 7 (rows read by 7 are read again).
+VERDICT_PARSER_VERSION = 8
 
 
 # --- field normalisation --------------------------------------------------------------------------
@@ -256,14 +259,15 @@ _RX_BARE_WORD = re.compile(r"^[\s\"'`*_]*(yes|no)\b", re.I)
 # here"), and so does a verdict with a hedge ("No, I cannot be certain", "Yes, hard to say": the prompt asks for a
 # verdict and puts doubt in the confidence; review38 #3). Apostrophes straight or curly (review38 #2).
 _APO = "['\u2019\u2018]"
-_CANNOT = (r"(?:i[ \t]+(?:(?:really|honestly|just|simply|truly)[ \t]+)?(?:can[ \t]*no?t|can" + _APO + r"t|"
-           r"am[ \t]+(?:un|not[ \t]+)able[ \t]+to|" + _APO + r"m[ \t]+(?:un|not[ \t]+)able[ \t]+to|"
-           r"have[ \t]+no[ \t]+way[ \t]+to)|(?:there[ \t]+is|there" + _APO + r"s)[ \t]+no[ \t]+way[ \t]+to|"
+_ADVERB = r"(?:(?:really|honestly|just|simply|truly)[ \t]+)?"
+_CANNOT = (r"(?:i[ \t]+" + _ADVERB + r"(?:can[ \t]*no?t|can" + _APO + r"t|am[ \t]+(?:un|not[ \t]+)able[ \t]+to|"
+           r"have[ \t]+no[ \t]+way[ \t]+to)|i" + _APO + r"m[ \t]+" + _ADVERB + r"(?:un|not[ \t]+)able[ \t]+to|"
+           r"(?:there[ \t]+is|there" + _APO + r"s)[ \t]+no[ \t]+way[ \t]+to|"
            r"unable[ \t]+to|(?:it(?:[ \t]+is|" + _APO + r"s)[ \t]+)?(?:not[ \t]+possible|impossible)[ \t]+to)")
 _RX_CANNOT_TELL = re.compile(
     _CANNOT + r"(?:[ \t]+(?:really|reliably|accurately|definitively|confidently|fully|exactly))?[ \t]+"
     r"(?:determine|verify|tell|say|confirm|know|identify|judge|assess|answer|pinpoint)\b"
-    r"|i[ \t]+(?:(?:really|honestly|just|simply|truly)[ \t]+)?do[ \t]*n(?:o|" + _APO + r")t[ \t]+know\b", re.I)
+    r"|i[ \t]+" + _ADVERB + r"do[ \t]*n(?:o|" + _APO + r")t[ \t]+know\b", re.I)
 # the opposite word later in the text: standing alone, or asked ("Yes, or no?" states both; a question mark does
 # not make a leading word standalone, "Yes? Not sure" is no verdict)
 _RX_STANDALONE_WORD = re.compile(r"\b(yes|no)\b(?=[ \t\"'`*_]*(?:\Z|[\r\n.!?,;:)]))", re.I)

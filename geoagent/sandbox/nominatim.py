@@ -65,12 +65,16 @@ class NominatimFakeState:
     requests : list of dict
         One record per ``/search`` request: ``t_mono`` (arrival, ``time.monotonic()`` s), ``q``,
         ``params``, ``user_agent``, ``status``.
+    blocked : bool
+        The application is blocked (the OSMF's answer to one that broke the usage policy): every request gets the
+        403 HTML page, whatever its User-Agent.
     """
 
     min_interval_s: float = 1.0
     tolerance_s: float = 0.05
     retry_after_s: float | None = None
     requests: list[dict[str, Any]] = field(default_factory=list)
+    blocked: bool = False
     _last_arrival: float | None = None
 
     def arrival_gaps_s(self) -> list[float]:
@@ -145,7 +149,7 @@ async def _search(request: web.Request) -> web.Response:
     previous, state._last_arrival = state._last_arrival, now
 
     ua_text = (ua or "").strip()
-    if (not ua_text or _STOCK_UA.match(ua_text)) and not params.get("email"):
+    if state.blocked or ((not ua_text or _STOCK_UA.match(ua_text)) and not params.get("email")):
         rec["status"] = 403
         return web.Response(
             status=403,
