@@ -186,3 +186,15 @@ def test_a_blocked_geocoder_ends_the_run_authentication_failed_with_the_answers_
     text = out.summary()
     assert "the geocoder was refused: HTTP 403" in text and "answers left queued" in text, text
     assert "budget" not in text.split("spend")[0].lower(), text
+
+
+def test_naming_the_city_again_leaves_no_out_of_anchor_entry_in_the_trace():
+    """#10: after Nominatim's ``same-as-city`` the trace also read ``out-of-anchor`` for the same name."""
+    async def go():
+        async with geocode_env() as env:
+            return await env.geocoder.locate(ParsedAnswer(city="Paris", area="Paris", building="unknown"),
+                                             true_lat=48.86, true_lon=2.35)
+
+    loc = asyncio.run(go())
+    nominatim = [t.outcome for t in loc.trace if t.level == "area" and t.source == "nominatim"]
+    assert loc.resolved_level == "city" and "same-as-city" in nominatim and "out-of-anchor" not in nominatim, loc.trace

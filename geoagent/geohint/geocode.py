@@ -969,6 +969,7 @@ class Geocoder:
         for p in named:
             if self._is_anchor_place(p, anchor):
                 trace.append(Lookup(level, variant, "nominatim", "same-as-city", anchor.qid, anchor.label, 0.0))
+                passed_over = True  # no "out-of-anchor" entry after it (geocode38 #10)
                 continue
             d = haversine_km(anchor.lat, anchor.lon, p.lat, p.lon)
             if d <= self.anchor_radius_km:
