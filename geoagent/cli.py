@@ -413,6 +413,18 @@ def _other_campaigns_export(cfg: Any, folder: Path) -> str | None:
             whose = f"campaign {owner!r}'s export" if owner else "a file no export of this campaign wrote"
             return (f"it holds {path.name}, {whose}, which this export's file of the same name would replace; "
                     f"export each campaign to a folder of its own (e.g. {folder / str(cfg.name)})")
+    # a CSV of such a table, or an export note, with no Parquet file of this campaign's export beside it: a file of
+    # someone's own (export38 #2: `my,own,data` in model_responses.csv was replaced without a word)
+    # (a crawl's tables have a check of their own, naming the crawl or release folder: _export_out_refused)
+    ours = {p.stem for p in folder.glob("*.parquet") if p.stem in names}
+    lone = [folder / f"{t}.csv" for t in sorted(names) if t not in ours and (folder / f"{t}.csv").exists()
+            and cfg.campaign.kind != "crawl"]
+    if not ours and (folder / "export_note.txt").exists():
+        lone.append(folder / "export_note.txt")
+    if lone:
+        return (f"it holds {lone[0].name}, a file no export of this campaign wrote (no Parquet file of this campaign "
+                f"beside it), which this export's file of the same name would replace; export to a folder of its own "
+                f"(e.g. {folder / str(cfg.name)})")
     return None
 
 

@@ -2074,7 +2074,9 @@ def hit_by_band_figure(agg: GeoHintAggregator, condition: str = "forced", baseli
     ax.set_ylim(0, 100)
     # the subtitle wrapped to the figure's width (it ran past both edges); report.md's caption has the whole rule
     state = fig2_bars(pts, n_boot)  # each interval from fewer than BOOT_MIN_SITES sites is withheld
-    bars = (f"error bars: 95 % site-bootstrap intervals ({n_boot} resamples); none from fewer than {BOOT_MIN_SITES} "
+    # a point at 0 % or 100 % has the Clopper-Pearson interval of its pooled count (every resample repeats it)
+    cp = "; Clopper-Pearson at 0 % or 100 %" if any(q.get("exact") for p in pts.values() for q in p) else ""
+    bars = (f"error bars: 95 % site-bootstrap intervals ({n_boot} resamples){cp}; none from fewer than {BOOT_MIN_SITES} "
             f"sites, few-cluster from {BOOT_MIN_SITES} to 9" if state == FIG2_BARS_DRAWN
             else f"no error bars: intervals withheld (< {BOOT_MIN_SITES} sites per regime)" if state == FIG2_BARS_WITHHELD
             else f"no error bars: {no_boot_setting(n_boot_source)}" if state == FIG2_BARS_OFF
