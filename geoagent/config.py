@@ -61,8 +61,9 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from geoagent import constants as C
-from geoagent.paths import safe_name
+from geoagent.paths import home_expanded, safe_name
 from geoagent.runtime.errors import PicklableError
+from geoagent.textfmt import one_line_text
 
 PROVIDER_KINDS = ("openai", "anthropic", "gemini", "replay", "simulated")
 CAMPAIGN_KINDS = ("geoverify", "geohint", "crawl", "generic")
@@ -142,6 +143,10 @@ LOCAL_HOST_SUFFIXES = (".localhost", ".invalid", ".test", ".example", ".local", 
 
 #: one part of an IPv4 address as ``inet_aton`` reads it: decimal, octal (leading 0) or hex (0x)
 _INET_ATON_PART = re.compile(r"0[xX][0-9a-fA-F]*|[0-9]+")
+
+
+#: an HTTP field name (RFC 9110 section 5.1: a token)
+_HTTP_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 
 @functools.lru_cache(maxsize=256)  # a pure function of the name, asked per call (paid models, key masking)
@@ -293,7 +298,9 @@ class CampaignSection(_Section):
 
     name: str
     kind: Literal["geoverify", "geohint", "crawl", "generic"] = "generic"
-    seed: int = 0
+    #: an integer >= 0: it seeds numpy generators (the GeoHint bootstrap), which take no negative seed (config38 #1:
+    #: -1 passed the dry run and failed the report after every call was paid)
+    seed: int = Field(0, ge=0)
     description: str = ""
     #: contact (URL or e-mail) put in the HTTP User-Agent; public APIs such as Nominatim ask for one
     contact: str = ""
@@ -302,6 +309,13 @@ class CampaignSection(_Section):
     @classmethod
     def _no_key(cls, v: str) -> str:
         _no_pasted_key(v)  # recorded in the manifest (and the contact in every User-Agent)
+        return v
+
+    @field_validator("contact")
+    @classmethod
+    def _header_safe(cls, v: str) -> str:
+        if not v.isprintable():  # it goes into every User-Agent header (config38 #3)
+            raise ValueError("a control character (line break, tab, NUL) in it: it goes into the HTTP User-Agent")
         return v
 
     @field_validator("name")
@@ -345,7 +359,11 @@ def expand_home(v: str | None) -> str | None:
                              "it would be a folder of that literal name; write the path itself, a leading ~ for "
                              "the home folder, or set GEOAGENT_QUEUES / GEOAGENT_STATE / GEOAGENT_RELEASE for the "
                              "data roots)")
-    return os.path.expanduser(v) if v else v
+    out = os.path.expanduser(v) if v else v
+    if out and out.startswith("~"):  # ~user of no user here: kept as written, and Path.expanduser raises later
+        raise ValueError(f"{out.split('/', 1)[0]} names no home folder on this machine (no such user); write the path "
+                         "in full")
+    return out
 
 
 def _unexpanded_hint(path: str) -> str:
@@ -541,6 +559,13 @@ class ModelConfig(_Section):
         from geoagent.secrets import looks_like_secret
 
         for name, value in v.items():
+            # an HTTP field name is a token, a value has no control character (config38 #3: "\r\n" in one failed
+            # every call inside aiohttp, after the dry run had passed, and each was booked as unknown-outcome)
+            if not _HTTP_TOKEN.fullmatch(name):
+                raise ValueError(f"header name {one_line_text(name)!r} is no HTTP field name (letters, digits and "
+                                 "!#$%&'*+-.^_`|~, no space)")
+            if isinstance(value, str) and not value.isprintable():
+                raise ValueError(f"the value of header {name!r} holds a control character (line break, tab, NUL)")
             if name.lower() in _AUTH_HEADERS or "key" in name.lower() or "token" in name.lower():
                 raise ValueError(f"no credential header ({name!r}): name the key's variable in api_key_env")
             # header values go to the manifest verbatim: a key under an innocuous name must not (never echoed)
@@ -986,11 +1011,15 @@ class CampaignConfig(_Section):
 
     def queues_root(self) -> Path:
         """``$GEOAGENT_QUEUES``, else ``[paths] queues``, else ``queues``; a leading ``~`` is the home folder."""
-        return Path(os.environ.get(C.ENV_QUEUES_ROOT) or self.paths.queues or C.DEFAULT_QUEUES_ROOT).expanduser()
+        env = os.environ.get(C.ENV_QUEUES_ROOT)
+        return home_expanded(env or self.paths.queues or C.DEFAULT_QUEUES_ROOT,
+                             f"${C.ENV_QUEUES_ROOT}" if env else "[paths] queues")
 
     def state_root(self) -> Path:
         """``$GEOAGENT_STATE``, else ``[paths] state``, else ``state``; a leading ``~`` is the home folder."""
-        return Path(os.environ.get(C.ENV_STATE_ROOT) or self.paths.state or C.DEFAULT_STATE_ROOT).expanduser()
+        env = os.environ.get(C.ENV_STATE_ROOT)
+        return home_expanded(env or self.paths.state or C.DEFAULT_STATE_ROOT,
+                             f"${C.ENV_STATE_ROOT}" if env else "[paths] state")
 
     def state_root_source(self) -> str:
         """What set :meth:`state_root`, for messages: ``"$GEOAGENT_STATE"``, ``"[paths] state in <file>"``, or
@@ -1003,7 +1032,9 @@ class CampaignConfig(_Section):
 
     def release_dir(self) -> Path:
         """``$GEOAGENT_RELEASE``, else ``[paths] release_dir``, else the default; a leading ``~`` is the home folder."""
-        return Path(os.environ.get(C.ENV_RELEASE_DIR) or self.paths.release_dir or C.DEFAULT_RELEASE_DIR).expanduser()
+        env = os.environ.get(C.ENV_RELEASE_DIR)
+        return home_expanded(env or self.paths.release_dir or C.DEFAULT_RELEASE_DIR,
+                             f"${C.ENV_RELEASE_DIR}" if env else "[paths] release_dir")
 
     def replay_path(self, model: "ModelConfig | str") -> Path | None:
         """The file the ``replay`` model ``model`` answers from (None for other providers).

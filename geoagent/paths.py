@@ -23,14 +23,32 @@ _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _DIGITS = re.compile(r"[0-9]{1,32}")
 
 
+def home_expanded(value: str | os.PathLike[str], what: str) -> Path:
+    """``value`` as a path with a leading ``~`` or ``~user`` expanded (``Path.expanduser``).
+
+    Raises
+    ------
+    ValueError
+        ``~user`` names no user of this machine (``Path.expanduser`` raises RuntimeError: a traceback before,
+        config38 #6); the message names ``what`` (the key or variable that gave the path)."""
+    try:
+        return Path(value).expanduser()
+    except RuntimeError:
+        head = str(value).split("/", 1)[0]
+        raise ValueError(f"{what} = {str(value)!r}: {head} names no home folder on this machine (no such user); write "
+                         "the path in full") from None
+
+
 def queues_root(configured: str | os.PathLike[str] | None = None) -> Path:
     """Root folder of the durable queues: config value, else ``$GEOAGENT_QUEUES``, else ``queues/`` (``~`` expanded)."""
-    return Path(configured or os.environ.get(C.ENV_QUEUES_ROOT) or C.DEFAULT_QUEUES_ROOT).expanduser()
+    return home_expanded(configured or os.environ.get(C.ENV_QUEUES_ROOT) or C.DEFAULT_QUEUES_ROOT,
+                         "the queues root" if configured else f"${C.ENV_QUEUES_ROOT}")
 
 
 def state_root(configured: str | os.PathLike[str] | None = None) -> Path:
     """Root folder of campaign state: config value, else ``$GEOAGENT_STATE``, else ``state/`` (``~`` expanded)."""
-    return Path(configured or os.environ.get(C.ENV_STATE_ROOT) or C.DEFAULT_STATE_ROOT).expanduser()
+    return home_expanded(configured or os.environ.get(C.ENV_STATE_ROOT) or C.DEFAULT_STATE_ROOT,
+                         "the state root" if configured else f"${C.ENV_STATE_ROOT}")
 
 
 #: the campaign name of `run.py demo`'s crawl (geoagent/configs/demo_crawl.toml): its state folder is the

@@ -217,7 +217,7 @@ class ImageAuditSettings(_Section):
     provider: str = "simulated"
     model: str = "sim-vision-auditor"
     max_output_tokens: int = Field(400, ge=16)
-    temperature: float = 0.0
+    temperature: float = Field(0.0, ge=0.0, le=2.0)  # as [[models]] temperature (config38 #4)
     #: optional CSV of human keep/exclude verdicts (columns image, human_verdict[, human_reason, ...])
     human_verdicts: str | None = None
 
@@ -243,11 +243,32 @@ class ReferenceabilitySettings(_Section):
     provider: str = "simulated"
     model: str = "sim-text-auditor"
     max_output_tokens: int = Field(4000, ge=64)
-    temperature: float = 0.0
+    temperature: float = Field(0.0, ge=0.0, le=2.0)  # as [[models]] temperature (config38 #4)
     sensitive_screen: bool = True
     pageviews: bool = False
     pageviews_start: str = "20240101"
     pageviews_end: str = "20241231"
+
+    @field_validator("pageviews_start", "pageviews_end")
+    @classmethod
+    def _yyyymmdd(cls, v: str) -> str:
+        # the pageviews API's date form, checked at load: a "2024-01-01" or "20241301" failed every site's audit
+        # after the crawl's screening and downloads (config38 #4)
+        import datetime
+
+        try:
+            if not re.fullmatch(r"\d{8}", v):
+                raise ValueError
+            datetime.date(int(v[:4]), int(v[4:6]), int(v[6:]))
+        except ValueError:
+            raise ValueError(f"a date as YYYYMMDD (e.g. 20240101), got {v!r}") from None
+        return v
+
+    @model_validator(mode="after")
+    def _start_before_end(self) -> "ReferenceabilitySettings":
+        if self.pageviews_start > self.pageviews_end:
+            raise ValueError(f"pageviews_start {self.pageviews_start} is after pageviews_end {self.pageviews_end}")
+        return self
     #: a (pageviews, LLM) pair goes to human review when the pageview percentile tier and the LLM tier
     #: differ by at least this many tiers (high/mid/low are 2 apart at most)
     review_tier_gap: int = Field(2, ge=1, le=2)
@@ -370,6 +391,13 @@ class CrawlSettings(_Section):
 
     contact: str = Field(min_length=3)
     tool_name: str = "geoagent-crawl/0.1"
+
+    @field_validator("contact", "tool_name")
+    @classmethod
+    def _header_safe(cls, v: str) -> str:
+        if not v.isprintable():  # both go into every User-Agent header (config38 #3)
+            raise ValueError("a control character (line break, tab, NUL) in it: it goes into the HTTP User-Agent")
+        return v
     seed: int = 0
     watch: bool = False
     cities: tuple[CitySpec, ...] = Field((), strict=False)

@@ -56,8 +56,8 @@ class GeoHintSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)  # as the rest of the config: "6" is no number
 
     conditions: list[str] = Field(default_factory=lambda: list(DEFAULT_CONDITIONS))
-    baseline_repeats: int = Field(1, ge=1)
-    context_repeats: int = Field(1, ge=1)
+    baseline_repeats: int = Field(1, ge=1, le=1000)
+    context_repeats: int = Field(1, ge=1, le=1000)
     images_per_site: int | None = Field(None, ge=1)
     #: plan only these site ids (default: every site of the release)
     sites: list[str] | None = None
@@ -68,13 +68,13 @@ class GeoHintSettings(BaseModel):
     max_output_tokens: int | None = Field(None, gt=0)
     sample_rates: dict[str, float] = Field(default_factory=dict)
     regime_threshold: float = Field(0.5, gt=0, lt=1)
-    n_flips: int = Field(10_000, ge=1)
-    n_splits: int = Field(200, ge=1)
+    n_flips: int = Field(10_000, ge=1, le=1_000_000)
+    n_splits: int = Field(200, ge=1, le=100_000)
     #: site-bootstrap resamples of the report's 95 % intervals (Table 1, Fig. 2; seeded by ``[campaign] seed``;
     #: 0 = no intervals), as ``[geoverify] n_boot``; a scoring setting, recorded in the manifest and named in
     #: the captions. 1000 (as GeoVerify's) since session 22: with 200 a percentile interval's ends moved by up to 5
     #: points between seeds on a 1,332-answer campaign (a walkthrough), more than a citation can carry
-    n_boot: int = Field(1000, ge=0, description="site-bootstrap resamples for the report's 95 % CIs (0 = none)")
+    n_boot: int = Field(1000, ge=0, le=100_000, description="site-bootstrap resamples for the report's 95 % CIs (0 = none)")
     #: seed of those resamples, as ``[geoverify] boot_seed`` (an integer >= 0: numpy's generator takes no negative
     #: seed); None (default) = the ``[campaign] seed``, which seeded them before this key, so results stay the
     #: same. It seeds only the bootstrap (Table 3's splits and Tables 8-10's flips keep the campaign seed); a

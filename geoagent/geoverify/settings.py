@@ -52,11 +52,11 @@ class GeoVerifySettings(BaseModel):
     build_seed: int | None = None
     image_root: str | None = None
     report_interval_s: float = Field(5.0, ge=0)
-    n_boot: int = Field(1000, ge=0, description="site-bootstrap replicates for the final report's 95 % CIs")
+    n_boot: int = Field(1000, ge=0, le=100_000, description="site-bootstrap replicates for the final report's 95 % CIs")
     #: seed of those replicates (recorded in the report); an integer >= 0, as ``[geohint] boot_seed``: numpy's
     #: generator takes no negative seed, so a negative one is refused at load rather than at report time
     boot_seed: int = Field(0, ge=0, description="seed of the site-bootstrap replicates (an integer >= 0)")
-    live_n_boot: int | None = Field(None, ge=0, description="replicates for the live refresh; None = n_boot")
+    live_n_boot: int | None = Field(None, ge=0, le=100_000, description="replicates for the live refresh; None = n_boot")
 
     @field_validator("release_dir", "prompt_template", "image_root")
     @classmethod

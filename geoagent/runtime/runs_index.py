@@ -71,12 +71,30 @@ def record_run_folder(cfg: Any, folder: Path | None = None) -> None:
         return
     here = str((folder or Path.cwd()).resolve())
     line = orjson.dumps({"config": key, "campaign": str(cfg.name), "folder": here}) + b"\n"
+    if not _is_index_file(path, key):  # config38 #8: $GEOAGENT_RUNS_INDEX naming the campaign file was appended to
+        return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "ab") as fh:  # one short write: lines of concurrent runs do not interleave
             fh.write(line)
     except OSError:
         return
+
+
+def _is_index_file(path: Path, config_key: str) -> bool:
+    """Whether ``path`` may take index lines: missing or empty, or a file whose first line is an index record (a
+    JSON object with ``config``); never the campaign file itself. Another file (a config, notes) is left alone."""
+    try:
+        if str(path.expanduser().resolve()) == config_key:
+            return False
+        if not path.exists() or path.stat().st_size == 0:
+            return True
+        with open(path, "rb") as fh:
+            first = fh.readline(65536)
+        rec = orjson.loads(first)
+    except (OSError, RuntimeError, orjson.JSONDecodeError):
+        return False
+    return isinstance(rec, dict) and "config" in rec
 
 
 def _lines(path: Path) -> Iterator[dict[str, Any]]:
