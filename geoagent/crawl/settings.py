@@ -261,13 +261,13 @@ class ReferenceabilitySettings(_Section):
                 raise ValueError
             datetime.date(int(v[:4]), int(v[4:6]), int(v[6:]))
         except ValueError:
-            raise ValueError(f"a date as YYYYMMDD (e.g. 20240101), got {v!r}") from None
+            raise ValueError("a date as YYYYMMDD (e.g. 20240101)") from None
         return v
 
     @model_validator(mode="after")
     def _start_before_end(self) -> "ReferenceabilitySettings":
         if self.pageviews_start > self.pageviews_end:
-            raise ValueError(f"pageviews_start {self.pageviews_start} is after pageviews_end {self.pageviews_end}")
+            raise ConfigProblem(f"pageviews_start ({self.pageviews_start}) is after pageviews_end ({self.pageviews_end})")
         return self
     #: a (pageviews, LLM) pair goes to human review when the pageview percentile tier and the LLM tier
     #: differ by at least this many tiers (high/mid/low are 2 apart at most)
