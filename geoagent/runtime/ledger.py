@@ -657,8 +657,10 @@ class Ledger:
         with db.transaction() as conn:
             if "lease_owner" not in {r[1] for r in conn.execute("PRAGMA table_info(ledger_owners)")}:
                 conn.execute("ALTER TABLE ledger_owners ADD COLUMN lease_owner TEXT")  # a file of before session 38
-                self.__dict__.pop("_OWNERS_SQL", None)  # the class's statements, reading the column
-                self.__dict__.pop("_OPEN_OWNERS_SQL", None)
+            # the column is there now (added here, or by another process since the look above: review38 #8): the
+            # class's statements, reading it
+            self.__dict__.pop("_OWNERS_SQL", None)
+            self.__dict__.pop("_OPEN_OWNERS_SQL", None)
             before, committed = conn.execute(
                 "SELECT cap_nusd, spent_nusd + unknown_nusd + reserved_nusd FROM ledger_totals WHERE id = 1").fetchone()
             others = conn.execute(self._OWNERS_SQL).fetchall()
