@@ -63,6 +63,9 @@ STAGE_LADDER_BUILDER = "ladder_builder"
 
 # --- files under queues/<campaign>/ -------------------------------------------------------------
 QUEUES_STATE_FILE = "state_root.json"  # the state folder these queues belong to (engine.check_queues_state_root)
+#: the folder of a campaign's owner lock files in its state folder, ``leases/<lease owner id>.lock``: each run holds
+#: its own (engine.run_lock), and one free or missing is a process gone (engine's dead-owner scan, the ledger's owners)
+OWNER_LOCKS_DIR = "leases"
 
 # --- files under state/<campaign>/ ------------------------------------------------------------
 CAMPAIGN_DB = "campaign.sqlite"  # response store + ledger (one file so store+settle is one transaction)

@@ -1369,7 +1369,7 @@ def run_lock(state_dir: Path, when_alone: Callable[[], Any] | None = None, *, ow
             fh.close()
 
 
-OWNERS_DIR = "leases"
+OWNERS_DIR = C.OWNER_LOCKS_DIR
 #: a temporary owner file younger than this (s) is left alone by the scan: its process may be between
 #: creating and locking it
 STALE_OWNER_TMP_S = 60.0

@@ -30,6 +30,8 @@ from typing import IO, Any
 
 import orjson
 
+from geoagent import constants as C
+
 TMP_SUFFIX = ".tmp"
 """Suffix of the temporary files (named ``.<target name>.<pid>.<thread>.<random>.tmp``, hidden)."""
 
@@ -296,7 +298,7 @@ def _fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def remove_stale_temp_files(folder: str | Path, *, skip: tuple[str, ...] = ("leases",),
+def remove_stale_temp_files(folder: str | Path, *, skip: tuple[str, ...] = (C.OWNER_LOCKS_DIR,),
                             recursive: bool = True) -> list[Path]:
     """Remove the temporary files that writers killed mid-write left under ``folder`` (recursively).
 

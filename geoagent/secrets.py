@@ -229,7 +229,7 @@ def secret_spellings(value: str) -> set[str]:
     string writes it (``"`` and ``\\`` escaped, control and non-ASCII characters as ``\\uXXXX``; also with every
     ``/`` written ``\\/``, as PHP's ``json_encode`` and some proxies do), and percent-encoded as a URL's query or
     path carries it (``urllib.parse.quote`` with nothing safe, and ``quote_plus``; security37 #2: an answer that
-    repeated a base64-style key as ``Zq7%2BWm2%2F...`` was stored and exported; :func:`redact` folds letter case, so
+    repeated a base64-style key as ``...%2B...%2F...`` was stored and exported; :func:`redact` folds letter case, so
     ``%2b`` too). A server that echoes a refused key in its error body must not put it, so escaped, in a stored
     reason, the progress stream or ``status``."""
     import json
@@ -271,7 +271,7 @@ def entity_spellings(value: str) -> frozenset[str]:
     that echoed the key as ``&#90;&#113;&#55;...`` put it whole in the dead-letter reason, the progress stream and
     ``status``): every character as a decimal reference (``&#90;``) or as a hexadecimal one (``&#x5a;``; the mask
     folds letter case, so ``&#X5A;`` too), only the characters other than ASCII letters and digits so written
-    (``Zq7&#43;Wm2&#47;...``), and HTML escaping of ``& < > " '`` (``&amp;``, ``&quot;``, ``&#x27;`` or ``&#39;``).
+    (``...&#43;...&#47;...``), and HTML escaping of ``& < > " '`` (``&amp;``, ``&quot;``, ``&#x27;`` or ``&#39;``).
     Only spellings that differ from ``value`` are given; :func:`redact` masks them whole."""
     import html
 

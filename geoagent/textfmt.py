@@ -26,7 +26,9 @@ def inert_text(text: str) -> str:
 
 #: what a one-line field must not hold besides :data:`_CONTROLS`: tab and line feed, the Unicode line and paragraph
 #: separators, and the bidirectional formatting characters (U+202E shows the rest of a line reversed)
-_LINE_BREAKERS = re.compile("[\t\n\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+#: the bidirectional formatting characters (ALM, LRM, RLM, the embeddings and overrides, the isolates)
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_LINE_BREAKERS = re.compile("[\t\n\u2028\u2029" + _BIDI + "]")
 
 
 def one_line_text(text: str) -> str:
@@ -47,7 +49,7 @@ def one_line_text(text: str) -> str:
 #: what a name from an API (a Wikidata label, an auditor's English name) may not carry into a table or a prompt: the
 #: C0 and C1 controls and the bidirectional formatting characters (U+202E shows the rest of a line reversed); line
 #: breaks, tabs and the Unicode line/paragraph separators become spaces (:func:`label_text`)
-_LABEL_DROP = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_LABEL_DROP = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f" + _BIDI + "]")
 _LABEL_SPACE = re.compile("[\t\n\r\u2028\u2029]")
 
 

@@ -657,13 +657,15 @@ def image_counts(state_dir: str | Path, images_root: str | Path) -> dict[str, An
             bucket = out["skipped"] if kind[1] else out["rejected"]
             bucket[kind[0]] = bucket.get(kind[0], 0) + 1
     path = Path(state_dir) / "images.csv"
-    listed: set[str] = set()
+    listed: set[str] = set()  # images.csv's image ids
+    listed_paths: set[str] = set()  # and its paths (image_audit.csv names images by path)
     if path.is_file():
         with open(path, newline="", encoding="utf-8") as f:
             for row in csv.DictReader(f):
                 out["audited"] += 1
                 out["usable" if row.get("usable") == "True" else "excluded"] += 1
                 listed.add(str(row.get("image_id") or ""))
+                listed_paths.add(str(row.get("path") or ""))
     # images whose stored audit answers could not be read, and no human verdict decided (not in images.csv)
     out["unreadable"] = 0
     for site, meta in selections.items():
@@ -680,13 +682,9 @@ def image_counts(state_dir: str | Path, images_root: str | Path) -> dict[str, An
                 out["unreadable"] += 1
     audits = Path(state_dir) / "image_audit.csv"
     if audits.is_file():
-        ids = set()
-        if path.is_file():
-            with open(path, newline="", encoding="utf-8") as f:
-                ids = {str(r.get("path") or "") for r in csv.DictReader(f)}
         with open(audits, newline="", encoding="utf-8") as f:
             out["human"] = sum(1 for r in csv.DictReader(f)
-                               if (r.get("human_verdict") or "").strip() and str(r.get("image") or "") in ids)
+                               if (r.get("human_verdict") or "").strip() and str(r.get("image") or "") in listed_paths)
     return out
 
 

@@ -45,6 +45,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from geoagent import constants as C
 from geoagent.runtime.errors import PicklableError
 from geoagent.runtime.procs import boot_id, proc_start, process_alive
 from geoagent.runtime.sqlite_wal import connect, damaged_file_error, enable_wal, is_reading_only
@@ -459,10 +460,6 @@ CREATE TABLE IF NOT EXISTS ledger_owners (
 );
 """
 
-#: the folder of a campaign's owner lock files, beside its ``campaign.sqlite`` (:data:`geoagent.engine.OWNERS_DIR`)
-OWNER_LOCKS_DIR = "leases"
-
-
 def _held_lease_owner(folder: Path) -> str | None:
     """This process's :func:`~geoagent.runtime.sqlite_queue.lease_owner` id when it holds its owner lock file in
     ``folder`` (a run's: :func:`geoagent.engine.run_lock` with ``owner``; only this process makes a file of its own
@@ -642,7 +639,7 @@ class Ledger:
         db.executescript(_SCHEMA)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{_pysecrets.token_hex(6)}"
         #: the campaign's owner lock files (:func:`_lock_free`), beside its database
-        self.locks_dir = Path(db.path).parent / OWNER_LOCKS_DIR
+        self.locks_dir = Path(db.path).parent / C.OWNER_LOCKS_DIR
         if "lease_owner" not in {r[1] for r in db.read("PRAGMA table_info(ledger_owners)")}:
             # a file of before session 38: a run adds the column below; a look (read-only) reads NULL for it
             self._OWNERS_SQL = self._OWNERS_SQL.replace("lease_owner", "NULL")
