@@ -315,7 +315,8 @@ class CampaignSection(_Section):
     @classmethod
     def _header_safe(cls, v: str) -> str:
         if not v.isprintable():  # it goes into every User-Agent header (config38 #3)
-            raise ValueError("a control character (line break, tab, NUL) in it: it goes into the HTTP User-Agent")
+            raise ConfigProblem("holds a control character (line break, tab, NUL); it goes into the HTTP User-Agent, "
+                                "which cannot carry one")
         return v
 
     @field_validator("name")
@@ -562,10 +563,11 @@ class ModelConfig(_Section):
             # an HTTP field name is a token, a value has no control character (config38 #3: "\r\n" in one failed
             # every call inside aiohttp, after the dry run had passed, and each was booked as unknown-outcome)
             if not _HTTP_TOKEN.fullmatch(name):
-                raise ValueError(f"header name {one_line_text(name)!r} is no HTTP field name (letters, digits and "
-                                 "!#$%&'*+-.^_`|~, no space)")
+                raise ConfigProblem(f"header name {one_line_text(name)!r} is no HTTP field name (letters, digits and "
+                                    "!#$%&'*+-.^_`|~, no space)")
             if isinstance(value, str) and not value.isprintable():
-                raise ValueError(f"the value of header {name!r} holds a control character (line break, tab, NUL)")
+                raise ConfigProblem(f"the value of header {name!r} holds a control character (line break, tab, NUL), "
+                                    "which an HTTP header cannot carry")
             if name.lower() in _AUTH_HEADERS or "key" in name.lower() or "token" in name.lower():
                 raise ValueError(f"no credential header ({name!r}): name the key's variable in api_key_env")
             # header values go to the manifest verbatim: a key under an innocuous name must not (never echoed)

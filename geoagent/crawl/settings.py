@@ -396,7 +396,8 @@ class CrawlSettings(_Section):
     @classmethod
     def _header_safe(cls, v: str) -> str:
         if not v.isprintable():  # both go into every User-Agent header (config38 #3)
-            raise ValueError("a control character (line break, tab, NUL) in it: it goes into the HTTP User-Agent")
+            raise ConfigProblem("holds a control character (line break, tab, NUL); it goes into the HTTP User-Agent, "
+                                "which cannot carry one")
         return v
     seed: int = 0
     watch: bool = False
