@@ -91,7 +91,7 @@ from geoagent.notes import NotesOnce
 from geoagent.textfmt import count_text, one_line_text
 from geoagent.runtime.daemon import PipelineRun, open_edge_queues, run_pipeline
 from geoagent.runtime.progress import Progress
-from geoagent.runtime.queue import SUPERSEDED, DeadLetter, QueueCounts
+from geoagent.runtime.queue import FAILED_BEFORE, SUPERSEDED, DeadLetter, QueueCounts
 from geoagent.runtime.scope import (SENT_WHILE_WATCHING, SET_ASIDE, SET_ASIDE_ELSEWHERE, PlanDiff, PlanRecorder,
                                     plan_change_text)
 from geoagent.runtime.stage import BudgetStop, Message, Stage, StageContext, other_budget_fixes
@@ -2146,7 +2146,7 @@ async def _run(
         left_out = check.left_out if check is not None else 0  # before bring_back_planned empties check.back
         back_lines = await bring_back_planned(cfg, plan_q, check) if check is not None else []
         drift = await config_drift_after_plan(cfg, kind, ctx, before, plan_after, left_out=left_out, plan_q=plan_q,
-                                              aside=check.unplanned if check is not None else ())
+                                              aside=(check.unplanned | check.failed) if check is not None else ())
         for ln in back_lines:
             print(ln, file=sys.stderr)
         if check is not None:
@@ -3069,32 +3069,41 @@ class PlanCheck:
     ----------
     unplanned : set of str
         Idle task keys the plan has not held (so far; after planning: the ones to set aside).
+    failed : set of str
+        Keys of tasks a failure dead-lettered that the plan has not held (after planning: the ones to set aside
+        with their failure kept, :meth:`~geoagent.runtime.queue.WorkQueue.set_aside_dead`, so they no longer count
+        as missing work of this plan: export38 #1).
     back : set of str
-        Set-aside (superseded) task keys the plan holds again (to queue again).
+        Set-aside (superseded) task keys the plan holds again (to queue again, or dead again with the failure
+        they had: :meth:`~geoagent.runtime.queue.WorkQueue.restore_failed`).
     """
 
-    __slots__ = ("unplanned", "_aside", "back")
+    __slots__ = ("unplanned", "failed", "_aside", "back")
 
-    def __init__(self, idle: Iterable[str], aside: Iterable[str]) -> None:
+    def __init__(self, idle: Iterable[str], aside: Iterable[str], failed: Iterable[str] = ()) -> None:
         self.unplanned, self._aside, self.back = set(idle), set(aside), set()
+        self.failed = set(failed) - self._aside
 
     @classmethod
     async def of(cls, queue: Any) -> "PlanCheck | None":
         """The check of ``queue`` read now (before planning), or None when the queue holds no idle task and no
-        superseded one (a fresh campaign, or every task done: nothing can be set aside or brought back)."""
+        dead one (a fresh campaign, or every task done: nothing can be set aside or brought back)."""
         idle = await queue.ready_keys()
         aside = await queue.dead_keys(SUPERSEDED) or []
-        return cls(idle, aside) if idle or aside else None
+        failed = set(await queue.dead_keys() or ()) - set(aside)
+        return cls(idle, aside, failed) if idle or aside or failed else None
 
     @property
     def left_out(self) -> int:
         """Earlier tasks of the queue this plan sends none of (after planning): the idle ones it no longer holds
-        (set aside next) and those set aside before that it does not hold again."""
-        return len(self.unplanned) + len(self._aside) - len(self.back)
+        (set aside next), the failed ones it no longer holds, and those set aside before that it does not hold
+        again."""
+        return len(self.unplanned) + len(self.failed) + len(self._aside) - len(self.back)
 
     def see(self, key: str) -> None:
         """Check off one planned task key."""
         self.unplanned.discard(key)
+        self.failed.discard(key)
         if key in self._aside:
             self.back.add(key)
 
@@ -3108,10 +3117,21 @@ async def bring_back_planned(cfg: Any, queue: Any, check: PlanCheck) -> list[str
     nothing, then 7 of its tasks were sent under it next to 3 answers made under the old setting)."""
     if not check.back:
         return []
-    n = await queue.requeue_dead(sorted(check.back))
+    back = sorted(check.back)
+    # a task a failure had dead-lettered before it was set aside gets its failure back (still dead: missing work
+    # of this plan, `dead --requeue` retries it), never a paid retry the researcher did not ask for
+    restored = set(await queue.restore_failed(back) or ()) if hasattr(queue, "restore_failed") else set()
+    n = await queue.requeue_dead([k for k in back if k not in restored]) if len(restored) < len(back) else 0
     check.back.clear()
-    return [f"info: campaign {cfg.name}: {n} task{'s' if n != 1 else ''} set aside by an earlier run as no longer "
-            "planned are in the current plan again: queued again"]
+    lines = [f"info: campaign {cfg.name}: {n} task{'s' if n != 1 else ''} set aside by an earlier run as no longer "
+             "planned are in the current plan again: queued again"] if n else []
+    if restored:
+        m = len(restored)
+        lines.append(f"info: campaign {cfg.name}: {m} task{'s' if m != 1 else ''} of edge {queue.name} that had failed "
+                     "before an earlier run set them aside are in the current plan again: dead-lettered again with "
+                     f"their failure (`run.py dead {getattr(cfg, 'source', None) or 'CONFIG'}` lists them, "
+                     "`--requeue` retries them)")
+    return lines
 
 
 async def set_aside_unplanned(cfg: Any, queue: Any, check: PlanCheck, drift: Any = None) -> list[str]:
@@ -3126,14 +3146,30 @@ async def set_aside_unplanned(cfg: Any, queue: Any, check: PlanCheck, drift: Any
     Now each such task that is still idle (ready, or under an expired lease: never one a live process holds) goes
     to dead with :func:`superseded_reason` through :meth:`~geoagent.runtime.queue.WorkQueue.dead_letter_ready`,
     a compare-and-set per task that other processes leasing meanwhile cannot race; ``run.py dead CONFIG`` lists
-    them, ``--requeue`` brings them back, and a later plan that holds a key again requeues it here. Tasks done or
-    dead for another reason are left as they are.
+    them, ``--requeue`` brings them back, and a later plan that holds a key again requeues it here. Tasks done are
+    left as they are. A task a failure had dead-lettered that the plan no longer holds (``check.failed``) is set
+    aside too (:meth:`~geoagent.runtime.queue.WorkQueue.set_aside_dead`: still dead, its failure kept in the
+    reason after :data:`~geoagent.runtime.queue.FAILED_BEFORE`), so it is no longer missing work that ends the run
+    ``incomplete`` (export38 #1); a later plan that holds it again gives it its failure back
+    (:func:`bring_back_planned`).
     """
     lines = await bring_back_planned(cfg, queue, check)
+    reason = superseded_reason(drift)
+    failed = sorted(check.failed)
+    if failed and hasattr(queue, "set_aside_dead"):
+        relabelled: list[str] = []
+        for i in range(0, len(failed), SET_ASIDE_CHUNK):
+            relabelled += await queue.set_aside_dead(failed[i:i + SET_ASIDE_CHUNK], reason) or []
+        check.failed.clear()
+        if relabelled:
+            m = len(relabelled)
+            lines.append(f"info: campaign {cfg.name}: set aside {m} dead-lettered task{'s' if m != 1 else ''} of edge "
+                         f"{queue.name} that the current plan no longer holds; no longer counted as missing work "
+                         f"({reason}; each keeps its failure after {FAILED_BEFORE.strip()!r}, and a plan that holds "
+                         "it again restores it)")
     unplanned = sorted(check.unplanned)
     if not unplanned:
         return lines
-    reason = superseded_reason(drift)
     # without a recorded config change (e.g. tasks set aside earlier, requeued by hand with `dead --requeue` and
     # still not planned), a task keeps the reason it was set aside with before, not the vaguer generic one
     groups: dict[str, list[str]] = {reason: unplanned}

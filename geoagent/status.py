@@ -908,7 +908,8 @@ def format_status(st: dict[str, Any]) -> str:
     aside = sum((st.get("superseded") or {}).values())
     if aside:
         lines.append(f"  set aside: {aside} task{'s' if aside != 1 else ''} superseded, not in the current plan (the "
-                     "config changed since an earlier run queued them): never sent, not failures; `run.py dead CONFIG` "
+                     "config changed since an earlier run queued them): not missing work (never sent, or failed before they were "
+                     "set aside: the reason keeps that failure); `run.py dead CONFIG` "
                      "lists them, `--requeue` brings them back")
     lines.extend(st.get("kind_lines") or [])
     p = st.get("progress")

@@ -670,6 +670,58 @@ def test_contract_earlier_reasons_finds_the_superseded_reason_of_a_requeued_task
     backend.run(body)
 
 
+def test_contract_set_aside_dead_relabels_only_failed_dead_tasks_and_restore_gives_the_failure_back(backend):
+    """A re-plan that no longer holds tasks a failure had dead-lettered sets them aside (export38 #1): each dead
+    task whose reason is a failure's gets ``superseded: ... | it had failed before: <failure>``, stays dead with
+    its attempts; ready, leased, done, already set-aside and unknown keys are left as they are; a repeat changes
+    nothing; ``restore_failed`` gives back exactly the failure's text (also one holding the marker's words) and
+    leaves a plain set-aside task alone; requeue still retries either kind."""
+    from geoagent.runtime.queue import FAILED_BEFORE
+
+    async def body(open_):
+        q = open_(max_attempts=2)
+        await q.put_many([(k, {"k": k}) for k in "abcdefg"])
+        by_key = {t.key: t for t in await q.lease(7, 60)}
+        await q.dead_letter(by_key["a"], "http 400: bad request")
+        tricky = "http 400: body said ' | it had failed before: ' twice | it had failed before: x"
+        await q.dead_letter(by_key["b"], tricky)
+        assert await q.nack(by_key["c"], "http 500", backoff_s=0) == "ready"
+        await q.ack(by_key["d"])
+        await q.release([by_key["e"], by_key["g"]])
+        assert sorted(await q.dead_letter_ready(["g"], "superseded: plain")) == ["g"]  # g: set aside, no failure
+        (c,) = [t for t in await q.lease(5, 60) if t.key == "c"]
+        assert await q.nack(c, "http 503 again") == "dead"  # c: dead after 2 attempts
+        reason = "superseded: not in the current plan (config changed: geohint.images_per_site: 3 -> 2)"
+        changed = await q.set_aside_dead(list("abcdefg") + ["zz"], reason)
+        assert sorted(changed) == ["a", "b", "c"]
+        dead = {d.key: (d.reason, d.attempts) for d in await q.dead_letters()}
+        assert dead == {"a": (reason + FAILED_BEFORE + "http 400: bad request", 1),
+                        "b": (reason + FAILED_BEFORE + tricky, 1),
+                        "c": (reason + FAILED_BEFORE + "http 503 again", 2),
+                        "g": ("superseded: plain", 0)}
+        assert sorted(await q.dead_keys("superseded:")) == ["a", "b", "c", "g"]
+        assert await q.set_aside_dead(list("abc"), reason) == []  # a repeat changes nothing
+        assert await q.counts() == QueueCounts(leased=2, done=1, dead=4)  # e (leased with c) and f held
+        with pytest.raises(ValueError):
+            await q.set_aside_dead(["a"], "http 500")  # not a set-aside reason
+        with pytest.raises(ValueError):
+            await q.set_aside_dead(["a"], "superseded: x" + FAILED_BEFORE + "y")
+        with pytest.raises(TypeError):
+            await q.set_aside_dead("abc", reason)  # type: ignore[arg-type]
+        assert sorted(await q.restore_failed(list("abcdeg") + ["zz"])) == ["a", "b", "c"]
+        dead = {d.key: (d.reason, d.attempts) for d in await q.dead_letters()}
+        assert dead == {"a": ("http 400: bad request", 1), "b": (tricky, 1), "c": ("http 503 again", 2),
+                        "g": ("superseded: plain", 0)}
+        assert await q.restore_failed(list("abc")) == []
+        with pytest.raises(TypeError):
+            await q.restore_failed("abc")  # type: ignore[arg-type]
+        assert await q.set_aside_dead(["a"], reason) == ["a"]
+        assert await q.requeue_dead(["a", "g"]) == 2
+        assert await q.counts() == QueueCounts(ready=2, leased=2, done=1, dead=2)
+
+    backend.run(body)
+
+
 def test_contract_ready_keys_is_exact_over_many_tasks_in_every_idle_state(backend):
     """``ready_keys`` over more tasks than one chunk of the walk (Redis: ``put_chunk``, here 7): every idle
     task once (ready, waiting out a backoff, under an expired lease), no leased, done or dead one."""

@@ -65,6 +65,11 @@ from typing import Any
 #: (:meth:`WorkQueue.dead_letter_ready`): not a failure, and ``dead --requeue`` brings it back
 SUPERSEDED = "superseded:"
 
+#: joins the reason of a task set aside after a failure had dead-lettered it (:meth:`WorkQueue.set_aside_dead`)
+#: and that failure's own reason, kept after it so a later plan that holds the task again restores the failure
+#: (:meth:`WorkQueue.restore_failed`) rather than sending it again unasked
+FAILED_BEFORE = " | it had failed before: "
+
 #: the reason prefix of a delivery whose process ended while it held the task (killed, out of memory, crashed),
 #: counted when a later process hands the dead process's leases back (:func:`process_ended_reason`)
 PROCESS_ENDED = "ProcessEnded:"
@@ -280,6 +285,14 @@ def check_refunds(refunds: Sequence[Refund]) -> list[Refund]:
     return out
 
 
+def check_aside_reason(reason: object) -> None:
+    """Raise ValueError unless ``reason`` is a text that starts with :data:`SUPERSEDED` and holds no
+    :data:`FAILED_BEFORE` (the reason :meth:`WorkQueue.set_aside_dead` records before a failure's own)."""
+    if not isinstance(reason, str) or not reason.startswith(SUPERSEDED) or FAILED_BEFORE in reason:
+        raise ValueError(f"a set-aside reason must start with {SUPERSEDED!r} and not hold {FAILED_BEFORE!r}; "
+                         f"got {reason!r}")
+
+
 def check_key_sequence(keys: object, op: str) -> None:
     """Raise ``TypeError`` when ``keys``, the keys given to queue operation ``op``, is one string (iterated, it would
     name one task per character) instead of a sequence of keys."""
@@ -432,6 +445,39 @@ class WorkQueue(abc.ABC):
         ``reason_prefix``: key -> that text (e.g. the ``superseded: ...`` reason of a task set aside earlier and
         requeued by hand, so setting it aside again keeps its reason); None when this backend cannot tell (the
         default)."""
+        return None
+
+    async def set_aside_dead(self, keys: Sequence[str], reason: str) -> list[str] | None:
+        """Relabel each of ``keys`` that is dead by a failure (its reason does not start with :data:`SUPERSEDED`)
+        as set aside: its reason becomes ``reason + FAILED_BEFORE + the failure's reason`` (``reason`` starts with
+        :data:`SUPERSEDED`); it stays dead, attempts and charges kept. A compare-and-set per task, atomic per
+        batch: a task not dead, already set aside or unknown is left unchanged; a repeat changes nothing more.
+        Returns the keys relabelled, or None: this backend cannot (the default).
+
+        For a re-plan that no longer holds a task a failure had dead-lettered: it is not missing work of the
+        current plan (a run, ``status`` and the exports leave :data:`SUPERSEDED` tasks out), and
+        :meth:`restore_failed` gives the failure back when a later plan holds it again.
+
+        Raises
+        ------
+        TypeError
+            ``keys`` is a single string.
+        """
+        check_key_sequence(keys, "set_aside_dead")
+        return None
+
+    async def restore_failed(self, keys: Sequence[str]) -> list[str] | None:
+        """Undo :meth:`set_aside_dead`: each of ``keys`` that is dead with a :data:`SUPERSEDED` reason holding
+        :data:`FAILED_BEFORE` gets back the failure's reason (the text after the first :data:`FAILED_BEFORE`) and
+        stays dead (``dead --requeue`` retries it). A compare-and-set per task, atomic per batch; any other task is
+        left unchanged. Returns the keys restored, or None: this backend cannot (the default).
+
+        Raises
+        ------
+        TypeError
+            ``keys`` is a single string.
+        """
+        check_key_sequence(keys, "restore_failed")
         return None
 
     async def dead_keys(self, reason_prefix: str = "") -> list[str] | None:

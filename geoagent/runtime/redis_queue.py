@@ -170,8 +170,9 @@ from geoagent import constants as C
 from geoagent.paths import safe_name
 from geoagent.runtime.procs import boot_id, proc_start, process_alive
 from geoagent.runtime.redis_retry import REPLY_TTL_S, client_defaults, retry_span_s, server_key, window_retry
-from geoagent.runtime.queue import (DeadLetter, QueueCounts, QueueError, Refund, RefundResult, Task, WorkQueue,
-                                    check_key_sequence, check_refunds)
+from geoagent.runtime.queue import (FAILED_BEFORE, SUPERSEDED, DeadLetter, QueueCounts, QueueError, Refund,
+                                    RefundResult, Task, WorkQueue, check_aside_reason, check_key_sequence,
+                                    check_refunds)
 from geoagent.runtime.sqlite_queue import _as_list, _encode, _stale, _take
 
 try:  # optional dependency: pip install 'geoagent[redis]'
@@ -645,6 +646,36 @@ return once(function()
 end)
 """
 
+# ARGV: group, reply ttl ms, superseded prefix, marker, reason ('' to restore), key1, key2, ... -> keys changed
+# (by the first run): set_aside_dead (reason given: a dead task whose reason does not start with the prefix gets
+# reason .. marker .. its reason) or restore_failed (reason '': a dead task whose reason starts with the prefix and
+# holds the marker gets back the text after the marker's first occurrence); the task stays dead either way
+_RELABEL_DEAD = _PRELUDE + """
+return once(function()
+  local prefix, marker, reason = ARGV[3], ARGV[4], ARGV[5]
+  local changed = {}
+  for i = 6, #ARGV do
+    local key = ARGV[i]
+    if redis.call('HGET', ST, key) == 'dead' then
+      local old = redis.call('HGET', ERR, key) or ''
+      local aside = string.sub(old, 1, #prefix) == prefix
+      local new = nil
+      if reason ~= '' and not aside then
+        new = reason .. marker .. old
+      elseif reason == '' and aside then
+        local at = string.find(old, marker, 1, true)
+        if at then new = string.sub(old, at + #marker) end
+      end
+      if new then
+        redis.call('HSET', ERR, key, new)
+        changed[#changed + 1] = key
+      end
+    end
+  end
+  return changed
+end)
+"""
+
 # ARGV: group, phase, cursor, n -> {next cursor, keys}: one chunk of the walk of ready_keys (the idle tasks:
 # state ready, in the stream or in delayed, or leased under an expired lease). Phase 'L' (the lease index, only
 # deadlines passed now) and 'D' (delayed) read one ZSCAN step of about n members (cursor '0' to start; '0' back
@@ -899,6 +930,7 @@ class RedisStreamsQueue(WorkQueue):
         self._forget_script = register(_FORGET_CONSUMER)
         self._refund_script = register(_REFUND)
         self._dead_ready_script = register(_DEAD_READY)
+        self._relabel_dead_script = register(_RELABEL_DEAD)
         self._ready_keys_script = register(_READY_KEYS)
         self._dead_keys_script = register(_DEAD_KEYS)
         self._earlier_reasons_script = register(_EARLIER_REASONS)
@@ -1197,6 +1229,42 @@ class RedisStreamsQueue(WorkQueue):
         while chunk := _take(iterator, self.put_chunk):
             moved += [_text(k) for k in await self._once(self._dead_ready_script, str(reason), *chunk)]
         return moved
+
+    async def set_aside_dead(self, keys: Sequence[str], reason: str) -> list[str]:
+        """Relabel the failed dead tasks of ``keys`` as set aside with ``reason`` (:meth:`WorkQueue.set_aside_dead`);
+        one script per ``put_chunk`` keys, a compare-and-set per key; a retry after a lost reply answers from the
+        reply record. Returns the keys relabelled.
+
+        Raises
+        ------
+        TypeError
+            ``keys`` is a single string.
+        ValueError
+            ``reason`` does not start with ``superseded:``.
+        """
+        check_key_sequence(keys, "set_aside_dead")
+        check_aside_reason(reason)
+        return await self._relabel(keys, str(reason))
+
+    async def restore_failed(self, keys: Sequence[str]) -> list[str]:
+        """Give the tasks of ``keys`` set aside by :meth:`set_aside_dead` their failure's reason back
+        (:meth:`WorkQueue.restore_failed`); one script per ``put_chunk`` keys. Returns the keys restored.
+
+        Raises
+        ------
+        TypeError
+            ``keys`` is a single string.
+        """
+        check_key_sequence(keys, "restore_failed")
+        return await self._relabel(keys, "")
+
+    async def _relabel(self, keys: Sequence[str], reason: str) -> list[str]:
+        changed: list[str] = []
+        iterator = iter(list(keys))
+        while chunk := _take(iterator, self.put_chunk):
+            changed += [_text(k) for k in await self._once(self._relabel_dead_script, SUPERSEDED, FAILED_BEFORE,
+                                                           reason, *chunk)]
+        return changed
 
     async def earlier_reasons(self, keys: Sequence[str], reason_prefix: str) -> dict[str, str]:
         """Of ``keys``, the tasks not dead whose last error (kept by :meth:`requeue_dead`) starts with

@@ -197,6 +197,7 @@ import orjson
 from geoagent import constants as C
 from geoagent.paths import safe_name
 from geoagent.runtime.queue import (
+    FAILED_BEFORE,
     SUPERSEDED,
     DeadLetter,
     QueueCounts,
@@ -206,6 +207,7 @@ from geoagent.runtime.queue import (
     StaleLease,
     Task,
     WorkQueue,
+    check_aside_reason,
     check_key_sequence,
     check_refunds,
     ended_in_a_row,
@@ -1000,6 +1002,30 @@ class SQLiteQueue(WorkQueue):
 
         return _Op(tx, inline=False)
 
+    def _relabel_dead_op(self, keys: list[str], reason: str | None) -> _Op:
+        """:meth:`set_aside_dead` (``reason`` given) or :meth:`restore_failed` (None) of ``keys``: one
+        transaction; returns the keys changed."""
+        def tx(conn: sqlite3.Connection, now: float) -> list[str]:
+            changed: list[str] = []
+            for key in keys:
+                row = conn.execute("SELECT id, last_error FROM tasks WHERE key = ? AND state = ?",
+                                   (key, DEAD)).fetchone()
+                if row is None:
+                    continue
+                row_id, old = row[0], row[1] or ""
+                aside = old.startswith(SUPERSEDED)
+                if reason is not None and not aside:
+                    new = reason + FAILED_BEFORE + old
+                elif reason is None and aside and FAILED_BEFORE in old:
+                    new = old.split(FAILED_BEFORE, 1)[1]
+                else:
+                    continue
+                conn.execute("UPDATE tasks SET last_error = ? WHERE id = ?", (new, row_id))
+                changed.append(key)
+            return changed
+
+        return _Op(tx, inline=False)
+
     def _dead_keys_op(self, reason_prefix: str) -> _Op:
         def tx(conn: sqlite3.Connection, now: float) -> list[str]:
             rows = conn.execute("SELECT key FROM tasks WHERE state = ? AND substr(coalesce(last_error, ''), 1, ?) = ?",
@@ -1419,6 +1445,41 @@ class SQLiteQueue(WorkQueue):
             return out
 
         return await self._async(_Op(tx, write=False))
+
+    async def set_aside_dead(self, keys: Sequence[str], reason: str, *, chunk: int = 500) -> list[str]:
+        """Relabel the failed dead tasks of ``keys`` as set aside with ``reason`` (:meth:`WorkQueue.set_aside_dead`),
+        one transaction per ``chunk`` keys; return the keys relabelled.
+
+        Raises
+        ------
+        TypeError
+            ``keys`` is a single string.
+        ValueError
+            ``reason`` does not start with ``superseded:``.
+        """
+        check_key_sequence(keys, "set_aside_dead")
+        check_aside_reason(reason)
+        changed: list[str] = []
+        iterator = iter(list(keys))
+        while part := _take(iterator, max(1, int(chunk))):
+            changed += await self._async(self._relabel_dead_op(part, str(reason)))
+        return changed
+
+    async def restore_failed(self, keys: Sequence[str], *, chunk: int = 500) -> list[str]:
+        """Give the tasks of ``keys`` set aside by :meth:`set_aside_dead` their failure's reason back
+        (:meth:`WorkQueue.restore_failed`), one transaction per ``chunk`` keys; return the keys restored.
+
+        Raises
+        ------
+        TypeError
+            ``keys`` is a single string.
+        """
+        check_key_sequence(keys, "restore_failed")
+        changed: list[str] = []
+        iterator = iter(list(keys))
+        while part := _take(iterator, max(1, int(chunk))):
+            changed += await self._async(self._relabel_dead_op(part, None))
+        return changed
 
     async def dead_keys(self, reason_prefix: str = "") -> list[str]:
         """Keys of the dead tasks whose reason starts with ``reason_prefix`` (a walk of the dead range)."""
