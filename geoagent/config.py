@@ -198,6 +198,23 @@ class ConfigError(PicklableError, ValueError):
         super().__init__(lines[0] if len(lines) == 1 else "\n".join([f"{source}: {len(lines)} problems"] + lines))
 
 
+def env_var_name(v: str) -> str:
+    """``v`` when it is the NAME of an environment variable (letters, digits, ``_``, not starting with a digit, at
+    most 128 characters) that does not look like a key or token itself (:func:`geoagent.secrets.looks_like_secret`);
+    for ``api_key_env`` and ``[crawl.endpoints] mapillary_token_env``.
+
+    Raises
+    ------
+    ValueError
+        Anything else; the message never repeats the value (a key pasted there by mistake must not reach a log).
+    """
+    from geoagent.secrets import looks_like_secret
+
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", v) or looks_like_secret(v):
+        raise ValueError("the NAME of an environment variable (letters, digits, _), not the key itself")
+    return v
+
+
 def check_model_id(v: str) -> str:
     """``v`` if it can be a provider's model id, else ``ValueError`` naming what is expected (a field check of
     ``[[models]] model`` and the crawl's auditor ``model``). The id is sent as written and is part of every request
@@ -548,11 +565,7 @@ class ModelConfig(_Section):
     @classmethod
     def _env_name(cls, v: str | None) -> str | None:
         # the message never echoes the value: a key pasted here by mistake must not reach a log
-        from geoagent.secrets import looks_like_secret
-
-        if v is not None and (not re.match(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$", v) or looks_like_secret(v)):
-            raise ValueError("the NAME of an environment variable (letters, digits, _), not the key itself")
-        return v
+        return v if v is None else env_var_name(v)
 
     @field_validator("headers")
     @classmethod
@@ -1116,7 +1129,7 @@ _EXPECTED = {
     "missing": "a value (required key is missing)",
     "extra_forbidden": "no such key (unknown key)",
 }
-_NO_ECHO_FIELDS = {"api_key_env", "base_url", "params", "headers", "api_version", "url_env"}  # may hold a pasted key (params: its messages say what they show)
+_NO_ECHO_FIELDS = {"api_key_env", "base_url", "params", "headers", "api_version", "url_env", "mapillary_token_env"}  # may hold a pasted key (params: its messages say what they show)
 
 
 #: ``[images]`` is a registered section: validated at load, absent = its defaults (also in drift checks)

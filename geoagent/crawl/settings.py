@@ -316,6 +316,18 @@ class EndpointSettings(_Section):
     mapillary: str = "https://graph.mapillary.com"
     mapillary_token_env: str = "MAPILLARY_TOKEN"
 
+    @field_validator("mapillary_token_env")
+    @classmethod
+    def _token_env_name(cls, v: str) -> str:
+        """The NAME of the variable holding the token, never the token (config38 #5: ``"MLY|..."`` pasted here
+        went into ``manifest.json`` and the missing-token message); the message never repeats the value."""
+        from geoagent.config import env_var_name
+
+        try:
+            return env_var_name(v)
+        except ValueError as e:  # a whole sentence: the section's error text adds no "(got ...)" to it
+            raise ConfigProblem(f"expected {e}") from None
+
     @field_validator("overpass", "wdqs", "pageviews", "mapillary", "overpass_mirrors")
     @classmethod
     def _plain_urls(cls, v: Any, info: Any) -> Any:
@@ -426,12 +438,21 @@ class CrawlSettings(_Section):
 
     @field_validator("policies")
     @classmethod
-    def _connect_timeouts(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        # checked at load (other policy keys are checked when the policy is built: host_policy)
+    def _policies_valid(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        # every table checked at load, as host_policy builds it (config38 #4: an unknown API name was never
+        # read and a bad key or value failed only when the crawl's first stage process built its clients)
         for api, over in v.items():
-            problem = _connect_timeout_problem(api, over) if isinstance(over, Mapping) else None
-            if problem:
-                raise ConfigProblem(problem)
+            if api not in DEFAULT_POLICIES:
+                import difflib
+
+                close = difflib.get_close_matches(str(api), sorted(DEFAULT_POLICIES), n=1, cutoff=0.6)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ConfigProblem(f"[crawl.policies.{api}]: unknown API{hint}; the crawl's APIs are "
+                                    f"{', '.join(sorted(DEFAULT_POLICIES))}")
+            try:
+                build_host_policy(api, over)
+            except CrawlConfigError as e:
+                raise ConfigProblem(str(e)) from None
         return v
 
     @model_validator(mode="after")
@@ -525,24 +546,40 @@ class CrawlSettings(_Section):
     def host_policy(self, api: str) -> HostPolicy:
         """The :class:`HostPolicy` for ``api`` (``overpass``, ``wdqs``, ``pageviews``, ``mapillary``,
         ``thumbnails``): the default usage policy overlaid with ``[crawl.policies.<api>]``."""
-        base = dict(DEFAULT_POLICIES.get(api, {}))
-        base.update(self.policies.get(api, {}))
-        import dataclasses
-        import difflib
+        return build_host_policy(api, self.policies.get(api, {}))
 
-        known = [f.name for f in dataclasses.fields(HostPolicy)] if dataclasses.is_dataclass(HostPolicy) else []
-        for key in self.policies.get(api, {}):
-            if known and key not in known:
-                close = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.6)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise CrawlConfigError(f"[crawl.policies.{api}] {key}: unknown key{hint}; known: {', '.join(sorted(known))}")
-        problem = _connect_timeout_problem(api, self.policies.get(api, {}))
-        if problem:
-            raise CrawlConfigError(problem)
-        try:
-            return HostPolicy(**base)
-        except (TypeError, ValueError) as e:
-            raise CrawlConfigError(f"[crawl.policies.{api}]: {e}") from None
+
+def build_host_policy(api: str, overrides: Mapping[str, Any]) -> HostPolicy:
+    """The :class:`HostPolicy` of ``api``: :data:`DEFAULT_POLICIES`' entry overlaid with ``overrides`` (a
+    ``[crawl.policies.<api>]`` table).
+
+    Raises
+    ------
+    CrawlConfigError
+        ``overrides`` is not a table, names a key HostPolicy does not take, or gives a value it refuses; the
+        message names the table and the key.
+    """
+    import dataclasses
+    import difflib
+
+    if not isinstance(overrides, Mapping):
+        raise CrawlConfigError(f"[crawl.policies.{api}]: expected a table of HostPolicy keys, got "
+                               f"{type(overrides).__name__}")
+    base = dict(DEFAULT_POLICIES.get(api, {}))
+    base.update(overrides)
+    known = [f.name for f in dataclasses.fields(HostPolicy)] if dataclasses.is_dataclass(HostPolicy) else []
+    for key in overrides:
+        if known and key not in known:
+            close = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise CrawlConfigError(f"[crawl.policies.{api}] {key}: unknown key{hint}; known: {', '.join(sorted(known))}")
+    problem = _connect_timeout_problem(api, overrides)
+    if problem:
+        raise CrawlConfigError(problem)
+    try:
+        return HostPolicy(**base)
+    except (TypeError, ValueError) as e:
+        raise CrawlConfigError(f"[crawl.policies.{api}]: {e}") from None
 
 
 def _connect_timeout_problem(api: str, overrides: Mapping[str, Any]) -> str | None:

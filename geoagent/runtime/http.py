@@ -273,6 +273,25 @@ class HostPolicy:
     max_retry_after_s: float = 86_400.0  # DEFAULT_MAX_RETRY_AFTER_S (below)
 
     def __post_init__(self) -> None:
+        # every field checked where it is made (config38 #4: a [crawl.policies.<api>] rate = -1 passed the load
+        # and the dry run); the message names the field and the value
+        def number(name: str, *, positive: bool, integer: bool = False) -> None:
+            v = getattr(self, name)
+            ok_type = isinstance(v, int) if integer else isinstance(v, (int, float))
+            if isinstance(v, bool) or not ok_type or math.isnan(v) or math.isinf(v) or v < (1 if integer and positive
+                                                                                          else 0) or (positive and v == 0):
+                want = ("a whole number >= 1" if positive else "a whole number >= 0") if integer else (
+                    "a finite number > 0" if positive else "a finite number >= 0")
+                raise ValueError(f"{name} must be {want}, got {v!r}")
+
+        for name in ("rate", "period_s", "timeout_s"):
+            number(name, positive=True)
+        for name in ("backoff_base_s", "backoff_max_s"):
+            number(name, positive=False)
+        for name in ("concurrency", "max_attempts", "max_body_bytes"):
+            number(name, positive=True, integer=True)
+        if not isinstance(self.retry_unknown_outcome, bool):
+            raise ValueError(f"retry_unknown_outcome must be true or false, got {self.retry_unknown_outcome!r}")
         c = self.connect_timeout_s
         if isinstance(c, bool) or not isinstance(c, (int, float)) or not c > 0:
             raise ValueError(f"connect_timeout_s must be a number of seconds > 0, got {c!r}")

@@ -1,0 +1,88 @@
+"""Config checks at load (session 39, config38's leftovers).
+
+Before:
+
+* #4 ``[crawl.policies.overpas]`` (a typo of an API name) was never read, and ``[crawl.policies.overpass] rate = -1``
+  passed the load and the dry run; only a crawl stage process building its clients refused a bad key;
+* #5 ``[crawl.endpoints] mapillary_token_env = "MLY|..."`` (the token pasted where its variable's NAME goes) was
+  accepted, written to ``manifest.json`` and repeated by the missing-token message.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+import geoagent.crawl.settings  # noqa: F401  (registers the [crawl] section, as the CLI does)
+from geoagent.config import ConfigError, load_config
+from geoagent.runtime.http import HostPolicy
+
+SANDBOX = Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "crawl_sandbox.toml"
+PASTED = "MLY|4412345678901234|" + "ab" * 16
+
+
+def _crawl_config(tmp_path: Path, extra: str, replace: tuple[str, str] | None = None) -> Path:
+    text = SANDBOX.read_text(encoding="utf-8")
+    if replace:
+        assert replace[0] in text
+        text = text.replace(*replace)
+    p = tmp_path / "crawl.toml"
+    p.write_text(text + "\n" + extra + "\n", encoding="utf-8")
+    return p
+
+
+@pytest.mark.parametrize("value", [PASTED, "MY TOKEN", "1TOKEN", ""])
+def test_a_token_pasted_where_its_variable_name_goes_is_refused_without_repeating_it(tmp_path, value):
+    path = _crawl_config(tmp_path, "", ('mapillary_token_env = "MAPILLARY_TOKEN"', f'mapillary_token_env = "{value}"'))
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    text = str(e.value)
+    assert "crawl.endpoints.mapillary_token_env" in text and "NAME of an environment variable" in text, text
+    assert PASTED not in text and "4412345678901234" not in text
+
+
+def test_a_variable_name_for_the_token_loads(tmp_path):
+    path = _crawl_config(tmp_path, "", ('mapillary_token_env = "MAPILLARY_TOKEN"', 'mapillary_token_env = "MLY_TOKEN_2"'))
+    from geoagent.crawl.settings import load_crawl_settings
+
+    assert load_config(path).section("crawl").endpoints.mapillary_token_env == "MLY_TOKEN_2"
+    with pytest.raises(ValueError) as e:  # the section's own loader (crawl stages) says it the same way
+        load_crawl_settings({"contact": "a@b.org", "endpoints": {"mapillary_token_env": PASTED}})
+    assert "NAME of an environment variable" in str(e.value) and "4412345678901234" not in str(e.value)
+
+
+@pytest.mark.parametrize("table, needle", [
+    ("[crawl.policies.overpas]\nrate = 1.0", "unknown API (did you mean 'overpass'?)"),
+    ("[crawl.policies.overpass]\nrat = 1.0", "rat: unknown key (did you mean 'rate'?)"),
+    ("[crawl.policies.overpass]\nrate = -1.0", "rate must be a finite number > 0, got -1.0"),
+    ("[crawl.policies.wdqs]\nconcurrency = 0", "concurrency must be a whole number >= 1, got 0"),
+    ("[crawl.policies.pageviews]\nperiod_s = nan", "period_s must be a finite number > 0"),
+    ("[crawl.policies.mapillary]\nmax_attempts = 2.5", "max_attempts must be a whole number >= 1"),
+    ("[crawl.policies.thumbnails]\nbackoff_base_s = -2.0", "backoff_base_s must be a finite number >= 0"),
+    ("[crawl.policies.overpass]\nretry_unknown_outcome = 1", "retry_unknown_outcome must be true or false"),
+])
+def test_crawl_policies_are_checked_at_load(tmp_path, table, needle):
+    with pytest.raises(ConfigError) as e:
+        load_config(_crawl_config(tmp_path, table))
+    assert "crawl.policies" in str(e.value) and needle in str(e.value), str(e.value)
+
+
+def test_valid_crawl_policies_load_and_build(tmp_path):
+    from geoagent.crawl.settings import build_host_policy
+
+    load_config(_crawl_config(tmp_path, "[crawl.policies.overpass]\nrate = 2.0\ntimeout_s = 90.0"))
+    pol = build_host_policy("overpass", {"rate": 2.0, "timeout_s": 90.0})
+    assert (pol.rate, pol.period_s, pol.timeout_s, pol.concurrency) == (2.0, 10.0, 90.0, 2)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("rate", 0), ("rate", math.inf), ("period_s", -1.0), ("timeout_s", 0.0), ("concurrency", 0),
+    ("concurrency", 1.5), ("max_attempts", True), ("max_body_bytes", 0), ("backoff_max_s", math.nan),
+    ("retry_unknown_outcome", "yes"),
+])
+def test_host_policy_refuses_each_bad_field_by_name(field, value):
+    with pytest.raises(ValueError, match=field):
+        HostPolicy(**{field: value})
+    HostPolicy(rate=0.5, period_s=10.0, concurrency=1, max_attempts=1, backoff_base_s=0.0, backoff_max_s=0.0)
