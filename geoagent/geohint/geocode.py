@@ -126,8 +126,10 @@ Protocol (seed 000 Sec. 4.2-4.3, Sec. 7, Appendix B):
    :data:`ANSWER_COORDINATES`, label and trace query the field's text as written, ``qid`` None. The level is the
    field's (``building``/``place`` -> ``building``, ``area`` -> ``area``, ``city`` -> ``city``), so the hit rule
    (finer than city, < 1 km) and the city censoring apply unchanged. City coordinates are the anchor; building or
-   area coordinates need none (nothing to disambiguate), so they are scored even when the city did not resolve, and
-   are never rejected as out-of-anchor. Before, the text went to Wikidata and Nominatim as a place-name query
+   area coordinates need none to be found (nothing to disambiguate), so they are scored even when the city did not
+   resolve. Beside a resolved anchor they must lie within ``anchor_radius_km`` of it, as a name's candidate must
+   (version 13, geohint39 #1): farther, the answer contradicts its own city (a latitude and longitude swapped,
+   a sign lost, another city's point), the level fails (trace ``out-of-anchor``) and the next level decides. Before, the text went to Wikidata and Nominatim as a place-name query
    (with its comma-split segments "48.8584" and "2.2945"). Ambiguous text (one number, out of range, minutes without a
    degree sign, inside prose) is still looked up as a name. The paper's schema asks for names (App. A.1); it says nothing of this case.
 
@@ -258,7 +260,9 @@ ANSWER_COORDINATES = "answer-coordinates"
 #: (Miyamasuzaka", an answer cut off), is removed as a closed one is (fault 1); "未知", "不明", "I don't know" and their
 #: kin are no answer, not place names to look up; a Nominatim place matches a query by any of its names
 #: (``namedetails``: "神南" finds the place whose localised ``name`` is "Jinnan", geocode38 #4).
-GEOCODER_RULES_VERSION = 12
+#: 13 (session 39, geohint39 #1): building or area coordinates farther than ``anchor_radius_km`` from a resolved
+#: anchor fail their level (``out-of-anchor``), as a name's candidates there do (point 7).
+GEOCODER_RULES_VERSION = 13
 
 LEVELS = ("building", "area", "city", "none")
 #: Our level names -> the release's ``resolved_level`` values (``answers_judged*.csv``).
@@ -589,6 +593,24 @@ class Geocoder:
         trace.append(Lookup(level, text, ANSWER_COORDINATES, "resolved", None, text))
         return Candidate(qid=None, label=text, lat=latlon[0], lon=latlon[1], source=ANSWER_COORDINATES)
 
+    def _fine_point(self, text: str | None, level: str, anchor: Candidate,
+                    trace: list[Lookup]) -> tuple[bool, Candidate | None]:
+        """``(is coordinates, point)`` of a building or area field beside a resolved anchor (module doc, point 7):
+        ``(False, None)`` when ``text`` is not plain coordinates (look it up as a name); ``(True, None)`` when they
+        lie farther than ``anchor_radius_km`` from the anchor (the level fails, trace ``out-of-anchor`` with the
+        distance, as a name found only there does: fault 3; geohint39 #1: "40.7233, -74.0030" beside city "Paris",
+        or a latitude and longitude swapped, scored a 5,836 km miss although the answer's area was a hit);
+        ``(True, point)`` otherwise."""
+        point = self._answer_point(text, level, trace)
+        if point is None:
+            return False, None
+        d = haversine_km(anchor.lat, anchor.lon, point.lat, point.lon)
+        if d > self.anchor_radius_km:
+            last = trace.pop()
+            trace.append(Lookup(level, last.query, ANSWER_COORDINATES, "out-of-anchor", None, last.label, round(d, 3)))
+            return True, None
+        return True, point
+
     async def _resolve_city(self, text: str | None, trace: list[Lookup]) -> Candidate | None:
         """The anchor (module doc, point 1)."""
         point = self._answer_point(text, "city", trace)
@@ -819,8 +841,8 @@ class Geocoder:
             trace.append(Lookup("building", text or "", "-", "null"))
             return None
         assert text is not None
-        point = self._answer_point(text, "building", trace)
-        if point is not None:
+        is_point, point = self._fine_point(text, "building", anchor, trace)
+        if is_point:
             return point
         head = primary_name(text)
         if is_linear_name(head) or is_bare_designator(head):  # "Street" alone: a street not named
@@ -839,8 +861,8 @@ class Geocoder:
         (the building level, which then defers it); ``skip_linear``: a linear candidate is passed over (trace
         ``linear-area``) and the next candidate or variant is tried (the area level, module doc point 4). City items
         (point 6) are passed over and added to ``cities``."""
-        point = self._answer_point(text, level, trace)
-        if point is not None:
+        is_point, point = self._fine_point(text, level, anchor, trace)
+        if is_point:
             return point
         variants = name_variants(text, max_variants=self.max_variants)
         if not variants:
