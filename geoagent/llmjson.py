@@ -470,6 +470,36 @@ def decode_string_body(body: str) -> str:
     return _fix_surrogates(_ESCAPE.sub(one, body)) if "\\" in body else body
 
 
+#: a reasoning span some models write into the answer text itself (Qwen3 and DeepSeek-R1 style ``<think>``, served
+#: through an OpenAI-compatible server without a reasoning parser), closed
+_REASONING_BLOCK = re.compile(r"<(think|thinking|reasoning)>.*?</\1\s*>", re.S | re.I)
+_REASONING_CLOSE = re.compile(r"</(?:think|thinking|reasoning)\s*>", re.I)
+_REASONING_OPEN = re.compile(r"<(?:think|thinking|reasoning)>", re.I)
+
+
+def without_reasoning(text: str) -> str:
+    """``text`` without the model's reasoning spans, for reading the answer (the raw text is kept by the caller).
+
+    Removed: each closed ``<think>...</think>`` (also ``<thinking>``, ``<reasoning>``; any case); then everything up to
+    a closing tag left without its opener (chat templates that put ``<think>`` in the prompt, as Qwen3's and
+    DeepSeek-R1's, so the answer text starts inside the reasoning); then everything from an opener left unclosed
+    (an answer cut off while reasoning: its drafts are no answer). Text without those tags comes back unchanged.
+    Drafts inside the reasoning were read as answers: a ``<think>`` draft naming Lyon before the final Paris made a
+    GeoHint answer "conflicting" (geohint39 #2)."""
+    if "<" not in text:
+        return text
+    out = _REASONING_BLOCK.sub(" ", text)
+    close = None
+    for close in _REASONING_CLOSE.finditer(out):
+        pass
+    if close is not None:
+        out = out[close.end():]
+    opener = _REASONING_OPEN.search(out)
+    if opener is not None:
+        out = out[:opener.start()]
+    return out
+
+
 def fenced_blocks(text: str) -> list[str]:
     """Bodies of the Markdown code fences in ``text``, in order (an unterminated last fence runs to the end)."""
     return [m.group(1) for m in FENCE.finditer(text)]

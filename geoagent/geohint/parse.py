@@ -30,7 +30,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from geoagent.geohint.placenames import is_null_answer
-from geoagent.llmjson import MAX_CHARS, Candidate, Percent, decode_string_body, fenced_blocks, iter_candidates
+from geoagent.llmjson import (MAX_CHARS, Candidate, Percent, decode_string_body, fenced_blocks, iter_candidates,
+                              without_reasoning)
 
 SCHEMA_KEYS = frozenset(
     {"city", "area", "building", "place", "country", "confidence", "confidence_area", "confidence_building", "clues", "evidence"}
@@ -282,18 +283,39 @@ def _key_clash(obj: dict[str, Any], repeated: tuple[tuple[str, Any], ...] = ()) 
         if not t:
             continue
         other = seen.setdefault(name, t.casefold())
-        if other != t.casefold():
+        if not same_place_text(other, t.casefold()):
             return f"{name}: {other!r} vs {t.casefold()!r}"
     return None
 
 
+def same_place_text(a: str, b: str) -> bool:
+    """Whether two texts of one answer field name the same place as written: equal after case folding, or after
+    :func:`geoagent.geohint.echo.normalize_name` (diacritics, articles, punctuation: "Marais" / "Le Marais",
+    "Sao Paulo" / "São Paulo"), or one is the other with a qualifier after a comma ("Paris" / "Paris, France").
+    Two qualified texts must agree whole ("Paris, France" / "Paris, Texas" differ). For the clash checks: one
+    place in two spellings is one answer, not two (geohint39 #2: "Marais" then "Le Marais" was a conflict, a miss)."""
+    if a.casefold() == b.casefold():
+        return True
+    from geoagent.geohint.echo import normalize_name
+
+    na, nb = normalize_name(a), normalize_name(b)
+    if na and na == nb:
+        return True
+    if ("," in a) == ("," in b):
+        return False
+    qualified, bare = (a, nb) if "," in a else (b, na)
+    head = normalize_name(qualified.split(",", 1)[0])
+    return bool(head) and head == bare
+
+
 def _clash(places: list[dict[str, str]]) -> str | None:
-    """The first field two candidate objects give different values for (``"city: 'a' vs 'b'"``), or None."""
+    """The first field two candidate objects give different places for (``"city: 'a' vs 'b'"``; one place in two
+    spellings is none: :func:`same_place_text`), or None."""
     seen: dict[str, str] = {}
     for fields in places:
         for name, value in fields.items():
             other = seen.setdefault(name, value)
-            if other != value:
+            if not same_place_text(other, value):
                 return f"{name}: {other!r} vs {value!r}"
     return None
 
@@ -335,8 +357,11 @@ def _score(obj: dict[str, Any]) -> int:
 #: rules can be told apart (the answer text is kept: ``model_responses``). 1: from 2026-12-04 (rows without the
 #: field were parsed before versions were recorded); 2: an object running past the reader's first 200,000
 #: characters is "answer too long", no answer, where 1 parsed it as a truncated one (break32 #5); 3: a ``place``
-#: field stands in for a ``building`` that is a null answer ("N/A"), not only for a missing one (break33 #5).
-ANSWER_PARSER_VERSION = 3
+#: field stands in for a ``building`` that is a null answer ("N/A"), not only for a missing one (break33 #5); 4: the
+#: answer is read outside the model's reasoning spans (``<think>...</think>``, :func:`geoagent.llmjson.without_reasoning`)
+#: and one place in two spellings ("Marais" / "Le Marais", "Paris" / "Paris, France") is no conflict
+#: (:func:`same_place_text`; geohint39 #2).
+ANSWER_PARSER_VERSION = 4
 
 
 def parse_answer(text: str | None) -> ParsedAnswer:
@@ -352,10 +377,16 @@ def parse_answer(text: str | None) -> ParsedAnswer:
     ParsedAnswer
         ``ok`` False (with ``error``) when no schema field could be recovered.
     """
-    raw = "" if text is None else str(text)
-    ans = ParsedAnswer(ok=False, raw=raw)
-    if not raw.strip():
+    kept = "" if text is None else str(text)
+    ans = ParsedAnswer(ok=False, raw=kept)
+    if not kept.strip():
         ans.error = "empty answer"
+        return ans
+    # the answer is read outside the model's reasoning spans (``<think>...</think>``: its drafts are no answer);
+    # ``ans.raw`` keeps the text as it came
+    raw = without_reasoning(kept)
+    if not raw.strip():
+        ans.error = "no answer after the model's reasoning (<think> ... </think>)"
         return ans
     best: tuple[int, dict[str, Any], str, bool] | None = None
     places: list[dict[str, str]] = []

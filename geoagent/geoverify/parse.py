@@ -17,10 +17,11 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from geoagent.llmjson import FENCE, Percent, iter_candidates
+from geoagent.llmjson import FENCE, Percent, iter_candidates, without_reasoning
 from geoagent.llmjson import (  # noqa: F401  (the reader's rule names, reported and re-exported with ours)
     RULE_BARE_WORDS,
     RULE_COMMENTS,
@@ -110,7 +111,9 @@ class ParsedVerdict:
 #: 8 (the same session, review38 #3, review38b #1): a hedge after the word is a verdict again ("No, I cannot be
 #: certain", "Yes, hard to say"), as in 6; "I'm unable to" with a straight or curly apostrophe is a refusal, as
 #: every other refusal of 7 (rows read by 7 are read again).
-VERDICT_PARSER_VERSION = 8
+#: 9 (session 39, geohint39 #2): the answer is read outside the model's reasoning spans (``<think>...</think>``,
+#: :func:`geoagent.llmjson.without_reasoning`).
+VERDICT_PARSER_VERSION = 9
 
 
 # --- field normalisation --------------------------------------------------------------------------
@@ -329,6 +332,14 @@ def parse_verdict(raw: str | None) -> ParsedVerdict:
     that also states the opposite word, or opens with a phrase ("No idea", "yes/no"), is a failure.
     """
     try:
+        if isinstance(raw, str) and raw.strip():
+            # read outside the model's reasoning spans (a "<think>" draft's "No" is no verdict); raw kept as it came
+            read = without_reasoning(raw)
+            if read is not raw:
+                if not read.strip():
+                    return ParsedVerdict(False, None, None, (), "no answer after the model's reasoning "
+                                         "(<think> ... </think>)", (), raw)
+                return dataclasses.replace(_parse(read), raw=raw)
         return _parse(raw)
     except Exception as exc:  # defensive: parsing must never take a worker down
         return ParsedVerdict(False, None, None, (), f"parser error: {type(exc).__name__}: {exc}", (), raw or "")

@@ -1,0 +1,71 @@
+"""Answer parsers (session 39, geohint39 #2).
+
+Before: one place in two spellings was "conflicting answers" (a GeoHint miss): a fenced answer naming "Marais" then a
+summary naming "Le Marais", or "Paris" then "paris, France"; and a ``<think>`` draft naming Lyon before the final
+Paris answer, as Qwen3-style models behind an OpenAI-compatible server write it, made the answer conflicting too
+(GeoVerify read a draft's "No" the same way). Now the answer is read outside the reasoning spans (raw kept as it
+came) and spellings of one place agree.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from geoagent.geohint.parse import ANSWER_PARSER_VERSION, parse_answer, same_place_text
+from geoagent.geoverify.parse import VERDICT_PARSER_VERSION, parse_verdict
+from geoagent.llmjson import without_reasoning
+
+
+@pytest.mark.parametrize("a, b, same", [
+    ("marais", "le marais", True), ("paris", "paris, france", True), ("são paulo", "sao paulo", True),
+    ("shibuya crossing", "Shibuya Crossing", True), ("paris, france", "paris, texas", False),
+    ("paris", "lyon", False), ("paris, texas", "texas", False), ("st mary's", "saint marys", True),
+    ("marais", "marais, paris", True), ("", "x", False),
+])
+def test_same_place_text(a, b, same):
+    assert same_place_text(a, b) is same and same_place_text(b, a) is same
+
+
+@pytest.mark.parametrize("text, city, area", [
+    ('```json\n{"city": "Paris", "area": "Marais", "building": "unknown"}\n```\n'
+     'Summary: {"city": "Paris", "area": "Le Marais"}', "Paris", "Marais"),
+    ('{"city": "Paris", "area": "Marais"} and again {"city": "paris, France", "area": "Marais"}', "Paris", "Marais"),
+    ('<think>Maybe {"city": "Lyon", "area": "Presqu\'île"}? No.</think>\n{"city": "Paris", "area": "Marais"}',
+     "Paris", "Marais"),
+    ('The tower style suggests Lyon {"city": "Lyon"} ... </think>\n{"city": "Paris", "area": "Marais"}', "Paris", "Marais"),
+    ('{"city": "Paris", "area": "Marais"}\n<think>or was it {"city": "Lyon"}', "Paris", "Marais"),
+    ('<THINKING>{"city": "Lyon"}</THINKING> {"city": "Paris", "area": "Marais"}', "Paris", "Marais"),
+])
+def test_spellings_of_one_place_and_reasoning_drafts_are_no_conflict(text, city, area):
+    a = parse_answer(text)
+    assert (a.ok, a.city, a.area) == (True, city, area), a
+    assert a.raw == text  # the text as it came is kept
+
+
+@pytest.mark.parametrize("text, why", [
+    ('{"city": "Paris, France"} then {"city": "Paris, Texas"}', "conflicting answers"),
+    ('{"city": "Paris"} or rather {"city": "Lyon"}', "conflicting answers"),
+    ('{"city": "Paris", "City": "Lyon"}', "conflicting answers"),
+    ('<think>{"city": "Lyon", "area": "x"} and on and on', "no answer after the model's reasoning"),
+])
+def test_real_conflicts_and_reasoning_only_answers_are_still_no_answer(text, why):
+    a = parse_answer(text)
+    assert not a.ok and why in (a.error or ""), a
+    assert a.raw == text
+
+
+def test_geoverify_reads_the_verdict_after_the_reasoning():
+    text = '<think>The sign says no... verdict: no</think>\n{"verdict": "yes", "confidence": 0.8}'
+    v = parse_verdict(text)
+    assert (v.ok, v.verdict, v.confidence, v.raw) == (True, "yes", 0.8, text)
+    v = parse_verdict("I think the answer is no.</think>\nYes")
+    assert (v.ok, v.verdict) == (True, "yes")
+    v = parse_verdict("<think>No, wait")
+    assert not v.ok and "reasoning" in v.reason and v.raw == "<think>No, wait"
+
+
+def test_text_without_tags_is_left_alone_and_versions_name_the_change():
+    for t in ("{\"city\": \"Paris\"}", "a < b and c > d", ""):
+        assert without_reasoning(t) is t or without_reasoning(t) == t
+    assert without_reasoning("x<think>y</think>z") == "x z"
+    assert ANSWER_PARSER_VERSION >= 4 and VERDICT_PARSER_VERSION >= 9
