@@ -1058,13 +1058,22 @@ class CampaignConfig(_Section):
         use: a path that lies under the default ``../shared/reference/geocontext`` (or under ``[paths]
         release_dir`` as written) is taken relative to :meth:`release_dir`, so ``$GEOAGENT_RELEASE`` (or
         ``[paths] release_dir``) moves it along with the other release files. Compared after normalising
-        (``./``, ``..``); any other path, relative to the working directory or absolute, is used as is.
+        (``./``, ``..``); any other path, relative to the working directory or absolute, is used as is. A release
+        folder that is a checkout of the release repository (its files under ``data/``) is read there, as the
+        importer reads it.
         """
         m = self.model(model) if isinstance(model, str) else model
         if m.provider != "replay" or not m.replay.path:
             return None
         rel = self._release_relative(m.replay.path)
-        return Path(m.replay.path) if rel is None else self.release_dir() / rel
+        if rel is None:
+            return Path(m.replay.path)
+        base = self.release_dir()
+        # a checkout of the release repository keeps its files under data/, as the importer finds them
+        # (geoagent.data.importer._data_root; newuser39 #1: the trial tables were found there, the replay file not)
+        if not (base / rel).exists() and (base / "data" / rel).is_file():
+            return base / "data" / rel
+        return base / rel
 
     def replay_in_release(self, model: "ModelConfig | str") -> bool:
         """Whether ``model``'s replay file is taken from the release folder (see :meth:`replay_path`)."""
