@@ -69,3 +69,15 @@ def test_text_without_tags_is_left_alone_and_versions_name_the_change():
         assert without_reasoning(t) is t or without_reasoning(t) == t
     assert without_reasoning("x<think>y</think>z") == "x z"
     assert ANSWER_PARSER_VERSION >= 4 and VERDICT_PARSER_VERSION >= 9
+
+
+def test_the_echo_rule_note_points_to_the_papers_rule_when_another_is_used():
+    """newuser39 #2: the judged release re-scored with the default rule gave 28.0 % echo, the paper's tables
+    39.6 %, and the report never said which rule the paper's figures come from."""
+    from geoagent.geohint.aggregate import GeoHintAggregator
+    from geoagent.report.geohint import echo_rule_note
+
+    note = echo_rule_note(GeoHintAggregator(echo_rule="name"))
+    assert "Tables 1, 2 and 4" in note and 'echo_rule = "release_first_word"' in note, note
+    assert "--echo-rule release_first_word" in note
+    assert "The paper's echo figures" not in echo_rule_note(GeoHintAggregator(echo_rule="release_first_word"))
