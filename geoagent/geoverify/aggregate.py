@@ -193,10 +193,11 @@ class GeoVerifyAggregator:
             out.setdefault(sdt.POOLED, {}).setdefault(arm, TruncationCount()).merge(c)
         return out
 
-    def scores(self, *, n_boot: int = 0, seed: int = 0) -> dict[str, sdt.ModelScores]:
+    def scores(self, *, n_boot: int = 0, seed: int = 0, models: Iterable[str] = ()) -> dict[str, sdt.ModelScores]:
         """Table 12 statistics from the current counts (see :func:`geoagent.scoring.sdt.score`), each with its
-        cut-off counts per arm (``ModelScores.truncation``)."""
-        scores = sdt.score(self.cells, self.conf, n_boot=n_boot, seed=seed)
+        cut-off counts per arm (``ModelScores.truncation``); ``models``: names that get a column even before
+        their first answer."""
+        scores = sdt.score(self.cells, self.conf, n_boot=n_boot, seed=seed, models=models)
         trunc = self.truncation_by_model()
         for name, s in scores.items():
             s.truncation = trunc.get(name, {})

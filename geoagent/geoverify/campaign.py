@@ -330,7 +330,7 @@ class GeoVerifyCampaign(CampaignKind):
         scope = self._scope(ctx)
         agg = aggregate_from_store(ctx.get("store"), scope)
         self._scope_note = scope.note()
-        self._scores = agg.scores(n_boot=s.n_boot, seed=s.boot_seed)
+        self._scores = agg.scores(n_boot=s.n_boot, seed=s.boot_seed, models=_column_models(cfg))
         out = Path(ctx.services.get("state_dir") or cfg.state_dir()) / C.REPORT_DIR
         return list(write_report(self._scores, out, parse_failures=agg.parse_failures(),
                                  interim=outcome.interim_note(),
@@ -437,7 +437,7 @@ class GeoVerifyCampaign(CampaignKind):
         note = getattr(self, "_scope_note", None)
         if scores is None:
             scope = self._scope(ctx)
-            scores = aggregate_from_store(ctx.get("store"), scope).scores()
+            scores = aggregate_from_store(ctx.get("store"), scope).scores(models=_column_models(cfg))
             note = scope.note()
         lines = [f"  warning: {w}" for w in self.plan_warnings(cfg)]
         if note:
@@ -520,6 +520,14 @@ class GeoVerifyCampaign(CampaignKind):
             # the summary prints no 'Intervals' line (the report's table does): the note points there
             lines += [f"  {w}" for w in [small_n_note(scores, intervals_at=f"in the report ({TABLE_MD})"), *small]]
         return [*lines, *left]
+
+
+def _column_models(cfg: Any) -> list[str]:
+    """The report names of the campaign's models that have a column whether or not they answered yet: every
+    ``[[models]]`` entry but a replay one (which reports under the recorded names its file holds:
+    :func:`geoagent.geoverify.plan.check_report_names`). newuser39 #5: a one-model campaign whose host was down
+    reported a lone "pooled" column."""
+    return [m.name for m in cfg.models if m.provider != "replay"]
 
 
 def _simulated(cfg: Any, ctx: StageContext) -> list[str]:

@@ -72,6 +72,7 @@ Choices where the paper leaves room (each checked against the release's ``analys
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -822,6 +823,7 @@ def score(
     seed: int = 0,
     ci_level: float = 0.95,
     pooled: bool = True,
+    models: Iterable[str] = (),
 ) -> dict[str, ModelScores]:
     """Score every model in a cell table, plus ``pooled`` over models (Table 12 columns).
 
@@ -841,6 +843,10 @@ def score(
         the sorted union of the S sites, shared by every column (see module doc).
     ci_level : float
         Central interval mass (0.95 = percentile 2.5-97.5).
+    models : iterable of str
+        Models that get a column even without a row in ``cells`` (every count 0, every statistic undetermined):
+        a campaign's models before their first answer (newuser39 #5: a one-model campaign without answers showed
+        only a "pooled" column).
 
     Returns
     -------
@@ -860,7 +866,7 @@ def score(
         raise ValueError(f"ci_level must lie in (0, 1), got {ci_level}")
     conf = conf if conf is not None else empty_conf()
     out: dict[str, ModelScores] = {}
-    models = sorted(cells["model"].unique().to_list()) if cells.height else []
+    models = sorted(set(cells["model"].unique().to_list() if cells.height else []) | set(models))
     if pooled and POOLED in models:
         raise ValueError(f"a model is named {POOLED!r}, the name of the pooled column: its scores and the pooled "
                          "ones would share one key (the model's column replaced by the pool's); rename the model")

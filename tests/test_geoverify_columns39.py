@@ -1,0 +1,27 @@
+"""A GeoVerify campaign's models have report columns before their first answer (newuser39 #5: a one-model
+campaign whose host was down reported a lone "pooled" column, where a one-model campaign shows the model)."""
+
+from __future__ import annotations
+
+import math
+
+from geoagent.geoverify.aggregate import GeoVerifyAggregator
+from geoagent.report.geoverify import one_model, render_markdown, shown_scores
+from geoagent.scoring.sdt import POOLED, empty_cells, score
+
+
+def test_a_model_without_answers_gets_its_column_and_the_one_model_layout():
+    scores = score(empty_cells(), models=["gpt-4o-mini"])
+    assert list(scores) == ["gpt-4o-mini", POOLED]
+    s = scores["gpt-4o-mini"]
+    assert (s.n_signal, s.n_noise, s.n_hits, s.delta_1) == (0, 0, 0, "undefined") and math.isnan(s.h)
+    assert all(b.d_prime is None or math.isnan(b.d_prime) for b in s.bands)
+    assert one_model(scores) == "gpt-4o-mini" and list(shown_scores(scores)) == ["gpt-4o-mini"]
+    text = render_markdown(scores)
+    assert "gpt-4o-mini" in text and "| pooled" not in text
+
+
+def test_the_aggregator_passes_the_campaigns_models_on():
+    agg = GeoVerifyAggregator()
+    assert list(agg.scores(models=["b", "a"])) == ["a", "b", POOLED]
+    assert list(agg.scores()) == [POOLED]  # without names: as before
