@@ -37,6 +37,7 @@ from geoagent.data.model import (
     ReferencePoint,
     Site,
     VerifyTrial,
+    ladder_band,
     make_trial_id,
     tier_of,
 )
@@ -389,7 +390,21 @@ def _check_band_distance(band: str | None, dist_km: float | None) -> None:
 def _ladder_point(site_id: str) -> Callable[[dict[str, Any]], ReferencePoint]:
     def convert(row: dict[str, Any]) -> ReferencePoint:
         fam = _opt_float(row, "familiarity", lo=0, hi=5)
-        _check_band_distance(_opt(row, "band"), _opt_distance_km(row, "dist_km"))
+        if fam is not None and fam != int(fam):
+            # geohint39 #5: 3.5 gave tier "mid" (tier_of) and referenceability 4, a high-tier score
+            raise RowError(f"column 'familiarity': {_opt(row, 'familiarity')} is not a whole number; the "
+                           "referenceability rating is 0, 1, 2, 3, 4 or 5 (seed 000 Sec. 3.3)")
+        tier = _opt(row, "tier")
+        if tier is not None and fam is not None and tier != tier_of(fam):
+            raise RowError(f"column 'tier': {tier!r} does not match familiarity {fam:g} (tier {tier_of(fam)!r}: 4-5 "
+                           "high, 2-3 mid, 0-1 low, seed 000 Sec. 3.3)")
+        dist_km = _opt_distance_km(row, "dist_km")
+        band = _opt(row, "band")
+        _check_band_distance(band, dist_km)
+        if band is None and dist_km is not None:
+            # a blank band cell is the band of the distance (None outside the bands: never planned, geohint39 #5:
+            # a point 50 m from the site was asked about as "near" and paid, then fell out of every band table)
+            band = ladder_band(dist_km)
         name_en = _opt(row, "name_en")
         qid = _opt(row, "qid")
         if name_en is None and qid is None:
@@ -400,11 +415,11 @@ def _ladder_point(site_id: str) -> Callable[[dict[str, Any]], ReferencePoint]:
             name_zh=_opt(row, "name_zh"),
             lat=_opt_float(row, "lat", lo=-90, hi=90),
             lon=_opt_float(row, "lon", lo=-180, hi=180),
-            dist_km=_opt_distance_km(row, "dist_km"),
-            referenceability=None if fam is None else int(round(fam)),
+            dist_km=dist_km,
+            referenceability=None if fam is None else int(fam),
             usable=True,
-            band=_opt(row, "band"),
-            tier=_opt(row, "tier") or tier_of(fam),
+            band=band,
+            tier=tier or tier_of(fam),
             pageviews=_opt_int(row, "pageviews", lo=0),
             site_id=site_id,
             label_raw=_opt(row, "label_raw"),

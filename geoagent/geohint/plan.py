@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from geoagent.config import is_sampled, plan_rank
-from geoagent.data.model import ContextLadder, Image, ReferencePoint, Site
+from geoagent.data.model import ContextLadder, Image, ReferencePoint, Site, ladder_band
 from geoagent.geohint.conditions import Condition, PromptBook
 
 DEFAULT_MAX_OUTPUT_TOKENS = 1024
@@ -77,6 +77,9 @@ class PlanSummary:
     requests_by_model: dict[str, int] = field(default_factory=dict)
     sites_without_ladder: list[str] = field(default_factory=list)
     sites_without_images: list[str] = field(default_factory=list)
+    #: usable ladder points left out because their distance lies in no band (0.5-6 km, seed 000 Sec. 3.3):
+    #: asked about, they fell out of every band table (geohint39 #5)
+    points_outside_bands: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__slots__}
@@ -245,6 +248,9 @@ def plan_requests(
             imgs = imgs[:images_per_site]
         ladder = ladders.get(site_id)
         points = [p for p in (ladder.points if ladder else ()) if p.name_en and p.dist_km is not None and p.usable]
+        banded = [p for p in points if p.band is not None or ladder_band(p.dist_km) is not None]
+        summary.points_outside_bands += len(points) - len(banded)
+        points = banded
         if context_conds and not points:
             summary.sites_without_ladder.append(site_id)
         for img in imgs:

@@ -1,0 +1,60 @@
+"""Ladder rows (session 39, geohint39 #5).
+
+Before: a blank ``band`` cell planned the point at any distance (a hint 50 m from the site, "I took this photo near
+X", paid and then in no band table), and ``familiarity = 3.5`` gave tier "mid" beside referenceability 4 (a high-tier
+score). Now a blank band is the distance's band (none outside 0.5-6 km: not planned, counted), a familiarity that is
+no whole number and a tier that contradicts it are refused with file, line and column.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from geoagent.data.importer import import_release
+from geoagent.geohint.conditions import conditions_from_config
+from geoagent.geohint.plan import ModelSpec, plan_requests
+
+HEADER = "band,tier,name_zh,name_en,label_raw,qid,dist_km,familiarity,pageviews,n_in_cell,n_taken\n"
+
+
+def _release(tmp: Path, rows: list[str]) -> Path:
+    (tmp / "ladders").mkdir(parents=True)
+    (tmp / "sites.csv").write_text(
+        "site,city,country,continent,landmark,qid,wd_type,lat,lon,sitelinks,sv_perspective,selection_method\n"
+        "paris_x,Paris,FR,EU,Somewhere,Q1,museum,48.8606,2.3522,3,40,algorithm\n", encoding="utf-8")
+    (tmp / "ladders" / "paris_x_ladder.csv").write_text(HEADER + "".join(r + "\n" for r in rows), encoding="utf-8")
+    return tmp
+
+
+def test_blank_bands_take_the_distances_band_and_bad_ratings_are_refused(tmp_path):
+    root = _release(tmp_path, [
+        ",high,,Near Thing,,Q10,0.05,5,,,",        # 50 m: no band
+        ",mid,,Mid Thing,,Q11,2.0,3,,,",           # blank band: 1.5-3.0km
+        "0.5-1.5km,high,,Kept,,Q12,1.0,4,,,",
+        ",,,Half Thing,,Q13,1.0,3.5,,,",           # not a whole number: refused
+        "0.5-1.5km,high,,Wrong Tier,,Q14,1.0,1,,,",  # tier contradicts familiarity: refused
+        ",,,Far Thing,,Q15,7.5,2,,,",              # beyond 6 km: no band
+    ])
+    rel = import_release(root)
+    pts = {p.name_en: p for p in rel.ladders["paris_x"].points}
+    assert set(pts) == {"Near Thing", "Mid Thing", "Kept", "Far Thing"}
+    assert pts["Mid Thing"].band == "1.5-3.0km" and pts["Near Thing"].band is None and pts["Far Thing"].band is None
+    assert (pts["Kept"].referenceability, pts["Kept"].tier) == (4, "high")
+    issues = [(i.line, i.reason) for i in rel.report.issues if i.file.endswith("paris_x_ladder.csv")]
+    assert any(line == 5 and "familiarity" in why and "whole number" in why for line, why in issues), issues
+    assert any(line == 6 and "tier" in why and "'low'" in why for line, why in issues), issues
+
+
+def test_points_in_no_band_are_not_planned_and_are_counted(tmp_path):
+    from geoagent.data.model import Image
+
+    root = _release(tmp_path, [",high,,Near Thing,,Q10,0.05,5,,,", ",mid,,Mid Thing,,Q11,2.0,3,,,",
+                               ",,,Far Thing,,Q15,7.5,2,,,"])
+    rel = import_release(root)
+    img = Image(image_id="123", site_id="paris_x", lat=48.8606, lon=2.3522)
+    conds = conditions_from_config({"geohint": {"conditions": ["baseline", "forced"]}})
+    reqs, summary = plan_requests(rel.sites, [img], rel.ladders, [ModelSpec("m")], conds, seed=1)
+    hinted = [r for r in reqs if "near" in r.prompt]
+    assert len(hinted) == 1 and "Mid Thing" in hinted[0].prompt, [r.prompt[:80] for r in reqs]
+    assert not any("Near Thing" in r.prompt or "Far Thing" in r.prompt for r in reqs)
+    assert summary.points_outside_bands == 2
