@@ -58,3 +58,42 @@ def test_points_in_no_band_are_not_planned_and_are_counted(tmp_path):
     assert len(hinted) == 1 and "Mid Thing" in hinted[0].prompt, [r.prompt[:80] for r in reqs]
     assert not any("Near Thing" in r.prompt or "Far Thing" in r.prompt for r in reqs)
     assert summary.points_outside_bands == 2
+
+
+def test_cell_draw_keeps_at_most_n_per_cell_nested_and_order_free():
+    """geohint39 #3: the paper draws 2 points per band x tier cell (Sec. 3.3); the released ladders hold up to 4."""
+    import random
+    from collections import Counter
+
+    from geoagent.data.model import ReferencePoint
+    from geoagent.geohint.plan import cell_draw
+
+    pts = [ReferencePoint(qid=f"Q{i}", name_en=f"P{i}", dist_km=0.6 + (i % 3) * 1.5, band=None,
+                          tier=("high", "mid", "low")[i // 3 % 3], referenceability=None, usable=True)
+           for i in range(40)]
+    for n in (1, 2, 3):
+        kept = cell_draw(pts, n, seed=7, site_id="s")
+        cells = Counter((p.dist_km, p.tier) for p in kept)
+        assert max(cells.values()) <= n and len(cells) == len(Counter((p.dist_km, p.tier) for p in pts))
+        assert {p.qid for p in cell_draw(pts, n, seed=7, site_id="s")} <= {p.qid for p in cell_draw(pts, n + 1, seed=7, site_id="s")}
+        shuffled = pts[:]
+        random.Random(1).shuffle(shuffled)
+        assert {p.qid for p in cell_draw(shuffled, n, seed=7, site_id="s")} == {p.qid for p in kept}
+    assert [p.qid for p in cell_draw(pts, 2, seed=7, site_id="s")] != [p.qid for p in cell_draw(pts, 2, seed=8, site_id="s")]
+
+
+def test_points_per_cell_on_the_release_ladders(release_dir):
+    from geoagent.data.model import Image
+
+    rel = import_release(release_dir)
+    site = "paris_marais" if "paris_marais" in rel.sites else sorted(rel.ladders)[0]
+    img = Image(image_id="1", site_id=site, lat=rel.sites[site].lat, lon=rel.sites[site].lon)
+    conds = conditions_from_config({"geohint": {"conditions": ["forced"]}})
+    all_reqs, _ = plan_requests(rel.sites, [img], rel.ladders, [ModelSpec("m")], conds, seed=3)
+    two, summary = plan_requests(rel.sites, [img], rel.ladders, [ModelSpec("m")], conds, seed=3, points_per_cell=2)
+    cells = {}
+    for r in two:
+        key = (r.meta["band"], r.meta["tier"])
+        cells[key] = cells.get(key, 0) + 1
+    assert max(cells.values()) <= 2 and len(two) <= 18 and len(two) + summary.points_not_drawn == len(all_reqs)
+    assert {r.key for r in two} <= {r.key for r in all_reqs}  # the same requests, fewer of them

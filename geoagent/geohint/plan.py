@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,6 +82,8 @@ class PlanSummary:
     #: usable ladder points left out because their distance lies in no band (0.5-6 km, seed 000 Sec. 3.3):
     #: asked about, they fell out of every band table (geohint39 #5)
     points_outside_bands: int = 0
+    #: usable ladder points in bands left out by ``points_per_cell`` (:func:`cell_draw`)
+    points_not_drawn: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__slots__}
@@ -98,6 +102,30 @@ def unit_sampled(seed: int, model: str, site_id: str, image_id: str, ref: str, r
 def message_key(model: str, site_id: str, image_id: str, condition: str, ref: str, repeat: int) -> str:
     """Queue idempotency key of one planned request (readable, unique within a campaign)."""
     return f"gh|{model}|{site_id}|{image_id}|{condition}|{ref}|r{repeat}"
+
+
+def cell_draw(points: Sequence[ReferencePoint], per_cell: int, *, seed: int, site_id: str) -> list[ReferencePoint]:
+    """At most ``per_cell`` of ``points`` per ladder cell (band x tier; band from the distance where a point has
+    none), in their given order: within a cell the points with the smallest SHA-256 of ``seed``, ``site_id`` and
+    the point's reference id (:func:`_ref_id`), so the draw of a cell does not depend on the other cells, the
+    points' order or the models, and a larger ``per_cell`` keeps every point a smaller one kept. Seed 000
+    Sec. 3.3: "2 draws per cell gives up to 18 reference points per site".
+
+    Raises
+    ------
+    ValueError
+        ``per_cell`` < 1.
+    """
+    if per_cell < 1:
+        raise ValueError(f"points_per_cell must be >= 1, got {per_cell}")
+    cells: dict[tuple[str | None, str | None], list[tuple[bytes, int]]] = {}
+    for i, p in enumerate(points):
+        band = p.band if p.band is not None or p.dist_km is None else ladder_band(p.dist_km)
+        cell = (band, p.tier)
+        digest = hashlib.sha256(f"{seed}|{site_id}|{_ref_id(p)}".encode("utf-8")).digest()
+        cells.setdefault(cell, []).append((digest, i))
+    keep = {i for members in cells.values() for _, i in sorted(members)[:per_cell]}
+    return [p for i, p in enumerate(points) if i in keep]
 
 
 def _image_ref(img: Image, image_root: str | Path | None) -> str | None:
@@ -124,6 +152,7 @@ def plan_requests(
     params: Mapping[str, Any] | None = None,
     prompts: PromptBook | None = None,
     images_per_site: int | None = None,
+    points_per_cell: int | None = None,
     image_root: str | Path | None = None,
 ) -> tuple[list[PlannedRequest], PlanSummary]:
     """Build the full request plan.
@@ -150,6 +179,11 @@ def plan_requests(
         Template source (packaged templates by default).
     images_per_site : int, optional
         Keep at most this many images per site (in id order), for small demos.
+    points_per_cell : int, optional
+        Keep at most this many reference points per ladder cell (band x referenceability tier) of a site: a
+        seeded draw (:func:`cell_draw`), the same for every image, model and condition of the site, so the
+        conditions stay paired. The paper's design draws 2 per cell, up to 18 per site (seed 000 Sec. 3.3); the
+        released ladders hold up to 4 per cell (3,105 points, 1,688 within 2 per cell). Default: every point.
     image_root : path, optional
         Folder holding images at their ``path``; a file that exists is sent (``image_ref``), otherwise
         ``image_ref`` is None and the model caller attaches deterministic placeholder pixels (the
@@ -251,6 +285,10 @@ def plan_requests(
         banded = [p for p in points if p.band is not None or ladder_band(p.dist_km) is not None]
         summary.points_outside_bands += len(points) - len(banded)
         points = banded
+        if points_per_cell is not None:
+            kept = cell_draw(points, points_per_cell, seed=seed, site_id=site_id)
+            summary.points_not_drawn += len(points) - len(kept)
+            points = kept
         if context_conds and not points:
             summary.sites_without_ladder.append(site_id)
         for img in imgs:

@@ -9,6 +9,9 @@ Example::
     baseline_repeats = 5          # no-context requests per image x model (the paper: a median of 5 per site)
     context_repeats = 1
     images_per_site = 3           # optional cap for small runs
+    points_per_cell = 2           # optional: at most this many reference points per band x tier cell of a
+                                  # site (a seeded draw; the paper's design draws 2, Sec. 3.3; the released
+                                  # ladders hold up to 4); default: every point
     sites = ["tokyo_shibuya"]     # optional subset of the release's site ids
     prompts_dir = "my_prompts"    # optional edited copy of geoagent/prompts/geohint_*.txt
     image_root = "state/images"   # optional folder the trial table's `path` values are relative to (a crawl's
@@ -59,6 +62,9 @@ class GeoHintSettings(BaseModel):
     baseline_repeats: int = Field(1, ge=1, le=1000)
     context_repeats: int = Field(1, ge=1, le=1000)
     images_per_site: int | None = Field(None, ge=1)
+    #: at most this many reference points per ladder cell (band x tier) of a site, a seeded draw
+    #: (:func:`geoagent.geohint.plan.cell_draw`); the paper's design: 2 (Sec. 3.3); default: every point
+    points_per_cell: int | None = Field(None, ge=1, le=1000)
     #: plan only these site ids (default: every site of the release)
     sites: list[str] | None = None
     prompts_dir: str | None = None

@@ -139,6 +139,7 @@ def plan_from_config(
         params={} if sec.max_output_tokens is None else {"max_output_tokens": sec.max_output_tokens},
         prompts=PromptBook(sec.prompts_dir, source=getattr(cfg, "source", None)) if sec.prompts_dir else None,
         images_per_site=sec.images_per_site,
+        points_per_cell=sec.points_per_cell,
         image_root=sec.image_root,
     )
 

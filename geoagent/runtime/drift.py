@@ -71,7 +71,7 @@ _APPLIED_AFTER = re.compile(
 #: model added or removed whole (``models[2]``). New tasks they add are asked like the stored ones: nothing mixes.
 _PLAN_SCOPE = re.compile(
     r"^generic\.n_requests$"
-    r"|^geohint\.(conditions|baseline_repeats|context_repeats|images_per_site|sites|sample_rates)([.\[]|$)"
+    r"|^geohint\.(conditions|baseline_repeats|context_repeats|images_per_site|points_per_cell|sites|sample_rates)([.\[]|$)"
     r"|^geoverify\.(n_per_band|max_signal|n_control|build_seed)$"
     r"|^models\[\d+\](\.sampling_rate)?$"
     r"|^crawl\.(cities|watch)([.\[]|$)"
