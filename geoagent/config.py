@@ -480,6 +480,11 @@ class ReplaySection(_Section):
         return expand_home(v)
 
 
+#: seconds one attempt of a reasoning or thinking model may take when ``timeout_s`` is not set
+#: (:func:`spends_hidden_reasoning`): the 600 s OpenAI's and Anthropic's Python SDKs wait by default
+REASONING_TIMEOUT_S = 600.0
+
+
 def _check_connect_timeout(connect_timeout_s: float | None, timeout_s: float) -> None:
     """``connect_timeout_s`` (when set) must not exceed ``timeout_s`` (the whole attempt's limit), seconds."""
     if connect_timeout_s is not None and connect_timeout_s > timeout_s:
@@ -704,6 +709,16 @@ class ModelConfig(_Section):
                 and _looks_openai(self.openai_rules_id) and not openai_large_patch_model(self.openai_rules_id)):
             raise ConfigProblem(f"params.detail: 'original' is for gpt-5.4 and later models (OpenAI vision guide); "
                                 f"{self.openai_rules_id!r} takes 'low', 'high' or 'auto'")
+        return self
+
+    @model_validator(mode="after")
+    def _reasoning_timeout(self) -> "ModelConfig":
+        # providers39 #1: a reasoning or thinking model may write thousands of hidden tokens before its answer (at
+        # a few tens of tokens/s, minutes); cut at 120 s, the call was billed, counted unknown-outcome and sent
+        # again, up to max_attempts times. Unset, its timeout is REASONING_TIMEOUT_S (the 10 minutes OpenAI's and
+        # Anthropic's own SDKs wait by default); a timeout_s written in the config is kept as written.
+        if "timeout_s" not in self.model_fields_set and spends_hidden_reasoning(self):
+            object.__setattr__(self, "timeout_s", REASONING_TIMEOUT_S)
         return self
 
     @model_validator(mode="after")

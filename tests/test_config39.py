@@ -86,3 +86,26 @@ def test_host_policy_refuses_each_bad_field_by_name(field, value):
     with pytest.raises(ValueError, match=field):
         HostPolicy(**{field: value})
     HostPolicy(rate=0.5, period_s=10.0, concurrency=1, max_attempts=1, backoff_base_s=0.0, backoff_max_s=0.0)
+
+
+@pytest.mark.parametrize("model, provider, extra, want", [
+    ("o3", "openai", {"max_output_tokens": 25000}, 600.0),
+    ("gemini-2.5-pro", "gemini", {"max_output_tokens": 40000}, 600.0),
+    ("gemini-2.5-flash", "gemini", {"params": {"thinking_budget": 0}}, 120.0),  # thinking off
+    ("gpt-4o-mini", "openai", {}, 120.0),
+    ("o3", "openai", {"max_output_tokens": 25000, "timeout_s": 90.0}, 90.0),  # as written
+])
+def test_reasoning_models_get_a_longer_timeout_unless_one_is_written(model, provider, extra, want):
+    """providers39 #1: cut at the 120 s default, a reasoning model's call was billed, counted unknown-outcome and
+    sent again (up to max_attempts times)."""
+    import warnings
+
+    from geoagent.config import config_from_dict
+
+    m = {"name": "m", "provider": provider, "model": model, "api_key_env": "K", "price_input_usd_per_mtok": 1.0,
+         "price_output_usd_per_mtok": 4.0, **extra}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = config_from_dict({"campaign": {"name": "t39"}, "budget": {"cap_usd": 1.0}, "generic": {"n_requests": 1},
+                                "models": [m]})
+    assert cfg.models[0].timeout_s == want
