@@ -3707,7 +3707,8 @@ def _input_assumption(m: Any, mc: Any, photo_basis: str = "") -> str:
     if m.images_sized:
         kinds = getattr(m, "image_tokens_by_kind", None) or {}
         if len(kinds) > 1:  # photos and a generated control image apart: one mean would hide both
-            parts = ", ".join(f"{kind}: about {round(tok / n)} tokens each ({n} image{'' if n == 1 else 's'})"
+            # n counts requests carrying an image, not distinct images (newuser39 #8c: "318 images" of 28)
+            parts = ", ".join(f"{kind}: about {round(tok / n)} tokens each ({n} request{'' if n == 1 else 's'} with one)"
                               for kind, (n, tok) in kinds.items())
             text += f" + per image from its size ({m.image_rule}): {parts}"
         else:

@@ -144,5 +144,6 @@ def test_dry_run_reports_photos_and_the_gray_field_apart(tmp_path):
     # by hand (Anthropic: ceil(w * h / 750)): 64x64 -> ceil(5.46) = 6; 512x512 -> ceil(349.5) = 350
     assert me.image_tokens_by_kind == {"photos": [9, 9 * 6], "gray-field control image": [1, 350]}
     line = next(ln for ln in estimate_lines(est, cfg) if ln.strip().startswith("m:"))
-    assert "photos: about 6 tokens each (9 images), gray-field control image: about 350 tokens each (1 image)" in line
+    assert ("photos: about 6 tokens each (9 requests with one), gray-field control image: about 350 tokens each "
+            "(1 request with one)") in line
     assert "tokens per image" not in line  # no mean over both

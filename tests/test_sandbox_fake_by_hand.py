@@ -177,16 +177,32 @@ def test_the_second_line_gives_the_fakes_settings():
         second = proc.stderr.readline().rstrip("\n")
     finally:
         _stop(proc)
+    # the folder the simulated answers place photos from ends the line when one is found (newuser39 #7)
+    second, _, sites = second.partition("; sites from ")
     assert second == ("settings: no key needed (--no-auth); seed 0; faults on 10% of requests (429, 503; fault seed 0; "
                       "injected 429s carry Retry-After 1 s; the Anthropic fake sends an injected 503 as 529 "
                       "overloaded_error); latency 1500 ms; images billed 765 tokens each"), second
+    assert not sites or sites.endswith(" sites)"), sites
     proc, _ = _start("geoagent.sandbox.llm_openai")
     try:
         plain = proc.stderr.readline().rstrip("\n")
     finally:
         _stop(proc)
+    plain, _, sites = plain.partition("; sites from ")
     assert plain == ("settings: key required (any non-empty); seed 0; no faults; no added latency; images billed 765 "
                      "tokens each"), plain
+    assert not sites or sites.endswith(" sites)"), sites
+
+
+def test_the_settings_line_names_the_release_folder_and_its_sites(tmp_path):
+    """newuser39 #7: a wrong folder makes every simulated GeoHint answer 'Unknown city'; the line names the one read."""
+    (tmp_path / "sites.csv").write_text("site,lat,lon\na,1,2\nb,3,4\n", encoding="utf-8")
+    proc, _ = _start("geoagent.sandbox.llm_openai", "--release-dir", str(tmp_path))
+    try:
+        line = proc.stderr.readline().rstrip("\n")
+    finally:
+        _stop(proc)
+    assert line.endswith(f"; sites from {tmp_path} (2 sites)"), line
 
 
 def test_settings_line_edge_cases():

@@ -822,8 +822,8 @@ def progress_note(cfg: Any) -> str:
                "back" if dead else "")
     if left:
         return (f"Interim export: campaign {cfg.name} is not finished ({what}, when exported): these tables hold only "
-                "the work done so far. Re-run the campaign (after raising [budget] cap_usd if the cap stopped it"
-                f"{requeue}), then export again.")
+                "the work done so far. Let a run still going finish, or re-run the campaign (after raising [budget] "
+                f"cap_usd if the cap stopped it{requeue}), then export again.")
     return (f"Incomplete export: campaign {cfg.name} ended with work dead-lettered ({what}, when exported): these "
             f"tables lack its rows. To complete them, requeue it (`run.py dead CONFIG --requeue`), re-run the "
             "campaign, then export again.")

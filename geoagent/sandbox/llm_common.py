@@ -617,11 +617,12 @@ def cli_main(factory: Callable[..., web.Application], prog: str, argv: Sequence[
         os.environ[C.ENV_RELEASE_DIR] = str(folder)
     from geoagent.geohint.simulate import release_dir_found
 
-    notes = [] if release_dir_found() is not None else [
+    found = release_dir_found()
+    notes = [] if found is not None else [
         f"note: no GeoContext release folder found (${C.ENV_RELEASE_DIR}, ../shared/reference/geocontext): the "
         "simulated GeoHint answers cannot place a photo of a release or crawl site (they say 'Unknown city'); give "
         "--release-dir DIR"]  # printed after the banner, which stays the first line
-    notes.insert(0, settings_line(args, anthropic=prog.endswith("llm_anthropic")))
+    notes.insert(0, settings_line(args, anthropic=prog.endswith("llm_anthropic"), release=found))
     faults = None
     if args.fault_rate > 0 or args.fault_kinds:
         kw: dict[str, Any] = {"rate": args.fault_rate, "seed": args.fault_seed, "retry_after_s": args.fault_retry_after_s}
@@ -644,12 +645,14 @@ def cli_main(factory: Callable[..., web.Application], prog: str, argv: Sequence[
     run_forever(app, args.host, args.port, describe=describe, notes=notes)
 
 
-def settings_line(args: argparse.Namespace, *, anthropic: bool = False) -> str:
+def settings_line(args: argparse.Namespace, *, anthropic: bool = False, release: Path | None = None) -> str:
     """The second line a fake prints at start (after the ``listening on`` banner): the options that change what it
     answers, so a log or a terminal shows which fake ran (walk28: the banner alone did not say that faults were
     on). E.g. ``settings: key required (any non-empty); seed 0; faults on 10% of requests (429, 500, 503, timeout,
     reset, malformed; fault seed 0; injected 429s carry Retry-After 1 s; the Anthropic fake sends an injected 503
-    as 529 overloaded_error); latency 1500 ms; images billed 765 tokens each; log calls.jsonl``."""
+    as 529 overloaded_error); latency 1500 ms; images billed 765 tokens each; log calls.jsonl``. ``release``: the
+    folder the simulated GeoHint answers place photos from, named with its site count (newuser39 #7: a wrong folder
+    gives "Unknown city" answers, and nothing said which folder the fake read)."""
     given = len(set(args.api_key)) if args.api_key else 0
     if args.no_auth:
         auth = "no key needed (--no-auth)" + (f"; a key that is sent must be one of the {given} given" if given else "")
@@ -671,6 +674,13 @@ def settings_line(args: argparse.Namespace, *, anthropic: bool = False) -> str:
                  else "images billed 765 tokens each")
     if args.log:
         parts.append(f"log {args.log}")
+    if release is not None:
+        try:
+            with open(Path(release) / "sites.csv", encoding="utf-8", errors="replace") as fh:
+                n_sites = max(0, sum(1 for line in fh if line.strip()) - 1)
+            parts.append(f"sites from {release} ({n_sites} site{'' if n_sites == 1 else 's'})")
+        except OSError:
+            parts.append(f"sites from {release}")
     return "settings: " + "; ".join(parts)
 
 
