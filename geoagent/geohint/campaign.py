@@ -235,7 +235,10 @@ class GeoHintCampaign(CampaignKind):
             return []
         return [f"  plan: {sum(summary.requests_by_condition.values())} requests by condition "
                 f"({mapping_text(summary.requests_by_condition)}); "
-                f"sampling rates ({mapping_text(summary.sample_rates)}); units kept per model ("
+                f"sampling rates ({mapping_text(summary.sample_rates)}"
+                + "".join(f"; {m} by selection_method: {mapping_text(t)}"
+                          for m, t in sorted(summary.sample_rates_by_selection.items()))
+                + "); units kept per model ("
                 + ", ".join(f"{m} {summary.units_kept.get(m, 0)} of {n}" for m, n in summary.units_total.items())
                 + ")"]
 

@@ -34,10 +34,23 @@ class ModelSpec:
     model: str
     provider: str = "simulated"
     sample_rate: float = 1.0
+    #: ``(selection method, rate)`` pairs: the rate for the sites whose ``selection_method`` (sites.csv) is that
+    #: one, ``sample_rate`` for the others (:meth:`rate_for`). Seed 000 Sec. 6: "claude-opus-5 is sampled at one
+    #: third the rate of the others on the automatic batch" (the 19 hand-picked sites at the full rate)
+    rates_by_selection: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
-        if not 0.0 < float(self.sample_rate) <= 1.0:
-            raise ValueError(f"sample_rate of model {self.model!r} must be in (0, 1], got {self.sample_rate!r}")
+        for what, rate in (("sample_rate", self.sample_rate), *((f"sample rate for {k!r} sites", r)
+                                                                 for k, r in self.rates_by_selection)):
+            if not 0.0 < float(rate) <= 1.0:
+                raise ValueError(f"{what} of model {self.model!r} must be in (0, 1], got {rate!r}")
+
+    def rate_for(self, selection_method: str | None) -> float:
+        """The sampling rate of this model's units at a site selected by ``selection_method`` (None: unknown)."""
+        for method, rate in self.rates_by_selection:
+            if method == selection_method:
+                return float(rate)
+        return float(self.sample_rate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +86,9 @@ class PlanSummary:
     conditions: list[str]
     baseline_repeats: int
     sample_rates: dict[str, float] = field(default_factory=dict)
+    #: per model, the rates of sites by ``selection_method`` where ``[geohint] sample_rates`` gives a table
+    #: (:attr:`ModelSpec.rates_by_selection`); ``sample_rates`` is then the rate of the other sites
+    sample_rates_by_selection: dict[str, dict[str, float]] = field(default_factory=dict)
     units_total: dict[str, int] = field(default_factory=dict)
     units_kept: dict[str, int] = field(default_factory=dict)
     requests_by_condition: dict[str, int] = field(default_factory=dict)
@@ -215,6 +231,8 @@ def plan_requests(
     summary = PlanSummary(seed=seed, conditions=[c.name for c in conditions], baseline_repeats=baseline_repeats)
     for m in models:
         summary.sample_rates[m.model] = float(m.sample_rate)
+        if m.rates_by_selection:
+            summary.sample_rates_by_selection[m.model] = dict(m.rates_by_selection)
         summary.units_total[m.model] = 0
         summary.units_kept[m.model] = 0
         summary.requests_by_model[m.model] = 0
@@ -247,7 +265,7 @@ def plan_requests(
             "tier": point.tier if point else None,
             "dist_km": point.dist_km if point else None,
             "referenceability": point.referenceability if point else None,
-            "sample_rate": float(spec.sample_rate),
+            "sample_rate": spec.rate_for(site.selection_method),
             "site_lat": site.lat,
             "site_lon": site.lon,
             "site_city": site.city,
@@ -300,7 +318,8 @@ def plan_requests(
                 start = len(out)
                 for spec in models:
                     summary.units_total[spec.model] += 1
-                    if not unit_sampled(seed, spec.model, site_id, img.image_id, ref, spec.sample_rate):
+                    if not unit_sampled(seed, spec.model, site_id, img.image_id, ref,
+                                        spec.rate_for(site.selection_method)):
                         continue
                     summary.units_kept[spec.model] += 1
                     for cond in conds:
@@ -352,7 +371,8 @@ def models_from_config(config: Any) -> list[ModelSpec]:
     """Model specs from a campaign config.
 
     Accepts a :class:`geoagent.config.CampaignConfig` (``models[].name``, ``provider``,
-    ``sampling_rate``; ``[geohint] sample_rates`` overrides per model name) or a plain dict with the same
+    ``sampling_rate``; ``[geohint] sample_rates`` overrides per model name, with a rate or a table of rates by the
+    site's ``selection_method``, ``default`` for the other sites) or a plain dict with the same
     keys (``model`` and ``sample_rate`` are accepted as synonyms of ``name`` and ``sampling_rate``). The
     spec's ``model`` is the config's model *name*, which is what request payloads carry.
 
@@ -377,8 +397,14 @@ def models_from_config(config: Any) -> list[ModelSpec]:
         name = get("name") or get("model")
         if not name:
             raise ValueError(f"models[{i}] has no name")
-        rate = rates.get(name, get("sampling_rate", get("sample_rate", 1.0)) or 1.0)
-        out.append(ModelSpec(model=str(name), provider=str(get("provider", "simulated")), sample_rate=float(rate)))
+        own = get("sampling_rate", get("sample_rate", 1.0)) or 1.0
+        rate = rates.get(name, own)
+        by_selection: tuple[tuple[str, float], ...] = ()
+        if isinstance(rate, Mapping):  # { algorithm = 0.3333 }: by the site's selection_method; "default": the rest
+            by_selection = tuple(sorted((str(k), float(v)) for k, v in rate.items() if k != "default"))
+            rate = rate.get("default", own)
+        out.append(ModelSpec(model=str(name), provider=str(get("provider", "simulated")), sample_rate=float(rate),
+                             rates_by_selection=by_selection))
     return out
 
 

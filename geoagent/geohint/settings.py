@@ -18,7 +18,10 @@ Example::
                                   # state/images holds <site>/<id>.jpg; a release copy streetview/<site>/<id>.jpg);
                                   # an image without a file there: see [images] missing (geoagent.image_files)
     max_output_tokens = 1024       # optional override of every model's [[models]] max_output_tokens
-    sample_rates = { "claude-opus-5" = 0.3333 }   # per-model override of models[].sampling_rate
+    sample_rates = { "claude-opus-5" = 0.3333 }   # per-model override of models[].sampling_rate; or by the
+                                  # site's selection_method (sites.csv), the paper's "one third on the automatic
+                                  # batch" (Sec. 6): { "claude-opus-5" = { algorithm = 0.3333 } } ("default" =
+                                  # the other sites; unset: the model's own rate)
     regime_threshold = 0.5        # no-context hit rate that splits legible from illegible sites
     n_flips = 10000               # permutation sign flips (Tables 8-10)
     n_splits = 200                # split-half correction splits (Table 3)
@@ -72,7 +75,9 @@ class GeoHintSettings(BaseModel):
     release_dir: str | None = None
     #: override of every model's ``max_output_tokens`` for this task (default: each model's own)
     max_output_tokens: int | None = Field(None, gt=0)
-    sample_rates: dict[str, float] = Field(default_factory=dict)
+    #: per model name: a rate, or a table of rates by the site's ``selection_method`` (sites.csv; "default": the
+    #: other sites), e.g. { "claude-opus-5" = { algorithm = 0.3333 } } (seed 000 Sec. 6)
+    sample_rates: dict[str, float | dict[str, float]] = Field(default_factory=dict)
     regime_threshold: float = Field(0.5, gt=0, lt=1)
     n_flips: int = Field(10_000, ge=1, le=1_000_000)
     n_splits: int = Field(200, ge=1, le=100_000)
@@ -134,10 +139,15 @@ class GeoHintSettings(BaseModel):
 
     @field_validator("sample_rates")
     @classmethod
-    def _rates(cls, v: dict[str, float]) -> dict[str, float]:
+    def _rates(cls, v: dict[str, float | dict[str, float]]) -> dict[str, float | dict[str, float]]:
         for k, r in v.items():
-            if not 0 < r <= 1:
-                raise ConfigProblem(f"sample_rates[{k!r}] must be in (0, 1], got {r}")
+            table = r if isinstance(r, dict) else {None: r}
+            if isinstance(r, dict) and not r:
+                raise ConfigProblem(f"sample_rates[{k!r}]: an empty table; give a rate, or rates by selection_method")
+            for method, rate in table.items():
+                where = f"sample_rates[{k!r}]" + (f"[{method!r}]" if method is not None else "")
+                if not 0 < rate <= 1:
+                    raise ConfigProblem(f"{where} must be in (0, 1], got {rate}")
         return v
 
 

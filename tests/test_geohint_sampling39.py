@@ -1,0 +1,47 @@
+"""Sampling a model by the site's selection method (geohint39 #4).
+
+Seed 000 Sec. 6: "claude-opus-5 is sampled at one third the rate of the others on the automatic batch"; the
+hand-picked sites ran at the full rate. A per-model rate could only sample every site at 1/3.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from geoagent.data.importer import import_release
+from geoagent.data.model import Image
+from geoagent.geohint.conditions import conditions_from_config
+from geoagent.geohint.plan import ModelSpec, models_from_config, plan_requests
+
+
+def test_rates_by_selection_method_on_the_release(release_dir):
+    rel = import_release(release_dir)
+    methods = Counter(s.selection_method for s in rel.sites.values())
+    assert methods["algorithm"] > 50 and methods["manual"] > 5, methods
+    imgs = [Image(image_id=f"{i}{j}", site_id=s, lat=v.lat, lon=v.lon)
+            for i, (s, v) in enumerate(sorted(rel.sites.items())) for j in range(3)]
+    specs = models_from_config({"models": [{"name": "opus"}, {"name": "other"}],
+                                "geohint": {"sample_rates": {"opus": {"algorithm": 1 / 3}}}})
+    assert specs[0].rates_by_selection == (("algorithm", 1 / 3),) and specs[0].sample_rate == 1.0
+    conds = conditions_from_config({"geohint": {"conditions": ["baseline", "forced"]}})
+    reqs, summary = plan_requests(rel.sites, imgs, rel.ladders, specs, conds, seed=5)
+    n = Counter((r.model, rel.sites[r.meta["site"]].selection_method) for r in reqs)
+    # hand-picked sites: every unit of both models; algorithmic ones: about a third of opus's
+    assert n[("opus", "manual")] == n[("other", "manual")] > 0
+    share = n[("opus", "algorithm")] / n[("other", "algorithm")]
+    assert 0.28 < share < 0.39, share
+    assert {r.meta["sample_rate"] for r in reqs if r.model == "opus"
+            and rel.sites[r.meta["site"]].selection_method == "algorithm"} == {1 / 3}
+    assert {r.meta["sample_rate"] for r in reqs if r.model == "opus"
+            and rel.sites[r.meta["site"]].selection_method == "manual"} == {1.0}
+    assert summary.sample_rates_by_selection == {"opus": {"algorithm": 1 / 3}}
+
+
+def test_a_default_key_sets_the_other_sites_rate():
+    (spec,) = models_from_config({"models": [{"name": "m", "sampling_rate": 0.9}],
+                                  "geohint": {"sample_rates": {"m": {"algorithm": 0.25, "default": 0.5}}}})
+    assert (spec.rate_for("algorithm"), spec.rate_for("manual"), spec.rate_for(None)) == (0.25, 0.5, 0.5)
+    (spec,) = models_from_config({"models": [{"name": "m", "sampling_rate": 0.9}],
+                                  "geohint": {"sample_rates": {"m": {"algorithm": 0.25}}}})
+    assert (spec.rate_for("algorithm"), spec.rate_for("manual")) == (0.25, 0.9)  # the model's own elsewhere
+    assert ModelSpec("x").rate_for("algorithm") == 1.0
