@@ -67,6 +67,7 @@ from urllib.parse import quote
 
 from geoagent.providers.base import ModelRequest, ModelResponse, Usage, register
 from geoagent.providers.errors import ContentBlocked, MalformedResponse, body_excerpt
+from geoagent.image_fit import GEMINI_FIT_EDGE_PX, GEMINI_IMAGE_MIMES, GEMINI_MAX_IMAGE_B64, fitted
 from geoagent.providers.http_base import HttpProvider, as_int, b64
 
 #: finishReason values that mean the answer was withheld rather than completed or cut.
@@ -85,7 +86,9 @@ class GeminiProvider(HttpProvider):
         params = request.params
         parts: list[dict[str, Any]] = []
         if request.image is not None:
-            parts.append({"inlineData": {"mimeType": request.image_mime, "data": b64(request.image)}})
+            img = fitted(self.kind, request, max_b64=GEMINI_MAX_IMAGE_B64, mimes=GEMINI_IMAGE_MIMES,
+                         fit_edge_px=GEMINI_FIT_EDGE_PX)
+            parts.append({"inlineData": {"mimeType": img.mime, "data": b64(img.data)}})
         parts.append({"text": request.prompt})
         gen: dict[str, Any] = {"maxOutputTokens": request.max_output_tokens}
         for name, wire in (("temperature", "temperature"), ("top_p", "topP"), ("seed", "seed")):

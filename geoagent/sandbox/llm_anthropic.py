@@ -75,6 +75,22 @@ API = "anthropic"
 #: Prompt text that makes the fake decline before any text (``content: []``, ``stop_reason: "refusal"``)
 REFUSE_MARKER = "[[sandbox:refuse]]"
 IMAGE_MIME = ("image/jpeg", "image/png", "image/gif", "image/webp")
+#: the API's limit on one image's base64 data (characters) and on an image's side (px)
+MAX_IMAGE_B64 = 5 * 1024 * 1024
+MAX_SIDE_PX = 8000
+
+
+def _largest_side(raw: bytes) -> int | None:
+    """The longer side of an image in px from its header (Pillow), or None when it cannot be read."""
+    import io
+
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(raw)) as img:
+            return max(img.size)
+    except Exception:  # noqa: BLE001 - an unreadable image is the model's problem, not the request's
+        return None
 #: model ids ``GET /v1/models`` names when ``make_app(models=...)`` is not given (the fake answers any id)
 DEFAULT_MODEL_IDS: tuple[str, ...] = ("sandbox-model",)
 #: ``created_at`` of the fake's models (RFC 3339; fixed, so listings are reproducible): Unix 1_700_000_000
@@ -164,6 +180,14 @@ def _parse_messages(messages: Any) -> tuple[str, bytes | None, str | None]:
                         raw = decode_b64(data)
                         if raw is None:
                             raise _Bad(f"{where}.image.source.base64.data: invalid base64 data")
+                        # the API's image limits (vision guide; providers39 #2: the fake took 10 MB and 8200 px)
+                        if len(data) > MAX_IMAGE_B64:
+                            raise _Bad(f"{where}.image.source.base64: image exceeds 5 MB maximum: {len(data)} bytes "
+                                       f"> {MAX_IMAGE_B64} bytes")
+                        side = _largest_side(raw)
+                        if side is not None and side > MAX_SIDE_PX:
+                            raise _Bad(f"{where}.image.source.base64.data: At least one of the image dimensions "
+                                       f"exceed max allowed size: {MAX_SIDE_PX} pixels")
                         if image is None:
                             image = raw
                     elif src.get("type") == "url":
