@@ -6,7 +6,9 @@ With ``[backend] kind = "redis"`` every machine of a campaign shares each host's
 :mod:`geoagent.runtime.hostshare` (read its module docstring); only the storage and the clock differ:
 
 * Storage: keys under ``geoagent:<campaign>::hs:`` (:func:`board_prefix`): ``m:<seq>`` one hash per member row
-  (host, pid, start time, boot, heartbeat, hold, adopted_seq, adopted_at, gone_at), ``h:<host>`` the host's rows
+  (host, pid, start time, boot, heartbeat, hold, adopted_seq, adopted_at, gone_at; a process keeps a row only while
+  its host, pid, start time and boot are its own: a server that lost recent writes hands row numbers out again),
+  ``h:<host>`` the host's rows
   (sorted set by seq), ``seq`` the row counter, ``p:<host>`` a pause's end, ``n:<host>`` the turns' ``next_at``,
   ``t:<host>``/``ti:<host>`` the turn queue (tickets by number, and their member rows), ``tseq`` the ticket counter.
   Every compare-and-set step (tick, turn, release, leave, mark gone) is one Lua script, atomic on the server as
@@ -93,8 +95,12 @@ for _, h in ipairs(hosts) do
   local mk = P .. 'm:' .. seq
   local live = false
   if seq > 0 then
-    local f = redis.call('HMGET', mk, 'heartbeat', 'gone_at', 'adopted_seq')
-    if f[1] and not f[2] then
+    -- the row is this process's only while it names this host, pid, start time and boot (redis39 #2): a server that
+    -- lost recent writes (failover to a replica behind, restart from an older snapshot) counts `seq` again from an
+    -- older value and hands this process's number to another process's new row; sharing it, both would take
+    -- the whole rate. Another's row is left to it, and this process registers a row of its own
+    local f = redis.call('HMGET', mk, 'heartbeat', 'gone_at', 'adopted_seq', 'host', 'pid', 'pstart', 'boot')
+    if f[1] and not f[2] and f[4] == key and f[5] == pid and f[6] == pstart and f[7] == boot then
       live = true
       redis.call('HSET', mk, 'heartbeat', fmt(now))
       if aseq > (tonumber(f[3]) or 0) then
@@ -195,6 +201,13 @@ local next_at = tonumber(redis.call('GET', P .. 'n:' .. key) or '0') or 0
 local ticket = tonumber(redis.call('ZSCORE', tz, token) or '')
 if ticket == nil then
   ticket = redis.call('INCR', P .. 'tseq')
+  -- behind every ticket queued (redis39 #2): after the server lost recent writes `tseq` counts numbers again that
+  -- queued tickets hold; two tickets of one number would both see none ahead and send at once
+  local last = redis.call('ZRANGE', tz, -1, -1, 'WITHSCORES')
+  if #last == 2 and tonumber(last[2]) >= ticket then
+    ticket = tonumber(last[2]) + 1
+    redis.call('SET', P .. 'tseq', ticket)
+  end
   redis.call('ZADD', tz, ticket, token)
   redis.call('HSET', ti, token, member)
 end
