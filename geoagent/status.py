@@ -944,13 +944,18 @@ def format_status(st: dict[str, Any]) -> str:
         elif running is False:
             leased = sum(c.leased for c in st["queues"].values())
             stopped = sum(1 for q in procs if q.get("state") == "stopped")
+            # on Redis the queue's leased count is the whole campaign's: it holds other machines' live leases too
+            # (redis39 #3), so it is not said to be this machine's work that the next run redelivers
+            redelivered = (f"{leased} task{'s are' if leased != 1 else ' is'} leased campaign-wide (processes on "
+                           "other machines may hold some); those of stopped processes are redelivered to the next "
+                           "run here, or to a running one elsewhere once their leases expire" if st.get("redis") else
+                           f"{leased} leased task{'s are' if leased != 1 else ' is'} redelivered on the next run")
             state = ("not running (" + (f"every process of the last run has stopped, {stopped} of {len(procs)} without "
                                         "its final record; " if procs
                                         else "the last run stopped without its final record; ")
-                     + (f"{leased} leased task{'s are' if leased != 1 else ' is'} redelivered on the next run, "
-                        "which passes on any whose answer was stored before the stop without calling again, so "
-                        "calls can exceed done requests until then)"
-                        if leased else "no task is left leased)"))
+                     + (f"{redelivered}, which passes on any whose answer was stored before the stop without "
+                        "calling again, so calls can exceed done requests until then)"
+                        if leased else "no task is left leased" + (" campaign-wide)" if st.get("redis") else ")")))
             eta = ""  # no ETA when no process is running
         elif procs:
             state = f"running: {n_running} of {len(procs)} processes"
