@@ -964,6 +964,12 @@ def _run_command(args: argparse.Namespace) -> int:
                   "wire when the write failed count as unknown-outcome spend): free some space and re-run the same "
                   "command to resume", file=sys.stderr)
             return 3
+        from geoagent.runtime.backend import ServerLostWrites
+
+        lost_writes = next((e for e in _leaves(exc) if isinstance(e, ServerLostWrites)), None)
+        if lost_writes is not None:  # redis39 #1c: incomplete, a re-run resumes (its message says how)
+            print(f"error: {lost_writes}", file=sys.stderr)
+            return 3
         oom = _redis_out_of_memory(exc)
         if oom is not None:  # before the refusal: the server said no for want of memory, not for a permission
             from geoagent.runtime.backend import scrub

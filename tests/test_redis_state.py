@@ -163,7 +163,7 @@ def test_a_retried_reserve_or_put_applies_once(tmp_path, redis_url):
         assert first == again and led.summary().open_reservations == 1
         put = ("tok2", 300_000, "k", '{"model":"m","request_meta":{},"response":{"text":"x"},"reservation_id":1,'
                '"cost_usd":0.01,"created_at":0}', "m", int(first[1]), 10_000_000, 1, 1, time.time())
-        assert st.db.script("PUT_RESPONSE", *put) == 1 and st.db.script("PUT_RESPONSE", *put) == 1
+        assert st.db.script("PUT_RESPONSE", *put) == [1, 0] and st.db.script("PUT_RESPONSE", *put) == [1, 0]
         s = led.summary()
         assert (s.calls, s.spent_usd, s.open_reservations) == (1, pytest.approx(0.01), 0)
 

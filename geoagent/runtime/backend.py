@@ -77,7 +77,24 @@ def redis_url(cfg: Any, *, dotenv_path: str | Path | None = None) -> str | None:
     if parts.scheme not in ("redis", "rediss", "unix"):
         raise BackendError(f"{cfg.source}: [backend] url_env: variable {name} does not hold a redis://, rediss:// "
                            "or unix:// URL (the value is not shown: it may hold a password)")
+    problem = _url_timeouts_problem(url)
+    if problem is not None:  # before anything is recorded on the server (redis39 #4)
+        raise BackendError(f"{cfg.source}: [backend] url_env: the URL in variable {name} cannot be used: {problem} "
+                           "(the value is not shown: it may hold a password)")
     return url
+
+
+def _url_timeouts_problem(url: str) -> str | None:
+    """:func:`geoagent.runtime.redis_retry.url_timeouts_problem` of ``url``'s query; None where redis-py is missing
+    or cannot parse the URL (the client's own open says so) or the retry window variable is bad (likewise)."""
+    try:
+        from redis.connection import parse_url
+
+        from geoagent.runtime.redis_retry import url_timeouts_problem
+
+        return url_timeouts_problem(parse_url(url))
+    except (ImportError, ValueError, TypeError):
+        return None
 
 
 def scrub(text: str, url: str | None) -> str:
@@ -163,6 +180,26 @@ class ServerStateLost(BackendError):
     or its ledger's totals are gone (a server restarted without persistence, flushed, its keys evicted, or another
     server at the URL). Its queues, spend and stored answers there are lost; a run would start over and spend the
     cap again (redis36 #1: a run went on with a cap of $0 and ``status`` said "campaign complete")."""
+
+
+class ServerLostWrites(RuntimeError):
+    """The Redis server lost writes it had acknowledged while this process ran (redis39 #1c): a reservation this
+    process holds is gone from it or its id names another call's, or the server's count of this process's
+    reservations went back. Causes: a failover to a replica that lagged behind the primary, a restart from an older
+    snapshot, ``appendfsync everysec`` losing its last second in a power cut. Not a ValueError: the run stops
+    incomplete (exit 3) and a re-run resumes; its recovery books the open reservations this process leaves as
+    unknown-outcome spend. :func:`lost_writes_text` words it."""
+
+
+def lost_writes_text(name: str, what: str) -> str:
+    """The message of :class:`ServerLostWrites` for campaign ``name``; ``what`` says how it was seen."""
+    return (f"campaign {name}: the Redis server lost recent writes ({what}): a failover to a replica that lagged "
+            "behind, a restart from an older snapshot, or appendfsync everysec in a power cut? Spend of calls whose "
+            "reservations it lost is booked again by the processes that made them, but a call made meanwhile may "
+            "have gone out twice. The run stops before its next call: re-run the same command to resume (its "
+            "recovery books the reservations this run left open as unknown-outcome spend). To avoid it, run the "
+            "server with appendonly yes and appendfsync always, and fail over only to a replica that has every "
+            "write")
 
 
 def _holds(client: Any, name: str) -> bool:

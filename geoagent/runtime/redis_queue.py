@@ -169,7 +169,8 @@ import orjson
 from geoagent import constants as C
 from geoagent.paths import safe_name
 from geoagent.runtime.procs import boot_id, proc_start, process_alive
-from geoagent.runtime.redis_retry import REPLY_TTL_S, client_defaults, retry_span_s, server_key, window_retry
+from geoagent.runtime.redis_retry import (REPLY_TTL_S, client_defaults, retry_span_s, server_key,
+                                         url_timeouts_problem, window_retry)
 from geoagent.runtime.queue import (FAILED_BEFORE, SUPERSEDED, DeadLetter, QueueCounts, QueueError, Refund,
                                     RefundResult, Task, WorkQueue, check_aside_reason, check_key_sequence,
                                     check_refunds)
@@ -1410,6 +1411,10 @@ def open_redis_queue(
         # end within reply_ttl_s (module docstring; geoagent.runtime.redis_retry)
         span_s = retry_span_s({**parse_url(url), **client_options})
         ttl_s = float(options.get("reply_ttl_s", REPLY_TTL_S))
+        problem = None if "reply_ttl_s" in options else url_timeouts_problem(parse_url(url), client_options)
+        if problem is not None:  # the URL's timeouts, said as the URL's fix (redis39 #4)
+            raise ValueError(f"the Redis URL cannot be used: {problem} (the URL is not repeated here: it may hold a "
+                             "password)")
         if not ttl_s > span_s:
             raise ValueError(
                 f"reply_ttl_s={ttl_s:g} s must exceed the {span_s:g} s one call may be retried for (the retry "

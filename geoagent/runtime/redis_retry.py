@@ -84,7 +84,8 @@ from typing import Any
 
 __all__ = [
     "RETRY_WINDOW_S", "RETRY_WINDOW_ENV", "MAX_RETRY_WINDOW_S", "BACKOFF_CAP_S", "SOCKET_TIMEOUT_S",
-    "SOCKET_CONNECT_TIMEOUT_S", "REPLY_TTL_S", "retry_window_s", "retry_span_s", "client_defaults", "ping_once",
+    "SOCKET_CONNECT_TIMEOUT_S", "REPLY_TTL_S", "retry_window_s", "retry_span_s", "url_timeouts_problem",
+    "client_defaults", "ping_once",
     "window_retry", "server_key", "server_lost", "PROBE_TIMEOUT_S", "auth_refused", "AUTH_REFUSED",
 ]
 
@@ -152,6 +153,38 @@ def retry_span_s(options: dict[str, Any], window_s: float | None = None) -> floa
     conn = options.get("socket_connect_timeout")
     conn = sock if conn is None else float(conn)
     return window + 2 * (conn + sock)
+
+
+def url_timeouts_problem(url_options: dict[str, Any], options: dict[str, Any] | None = None, *,
+                         reply_ttl_s: float = REPLY_TTL_S, window_s: float | None = None) -> str | None:
+    """Why the timeouts a URL's query names (``?socket_timeout=``, ``?socket_connect_timeout=``; ``url_options``,
+    redis-py's ``parse_url``), with ``options`` and the defaults of :func:`client_defaults`, cannot be used, or None:
+    one call may then be retried for :func:`retry_span_s` s, not less than the ``reply_ttl_s`` (s) its reply record
+    lives, so a retry could apply a reservation, a store or a queue call twice. Said as the fix in the URL, with
+    the largest value each may have (redis39 #4: it was refused as a ``reply_ttl_s``, not a user setting, after the
+    campaign's keys were written).
+
+    Raises
+    ------
+    ValueError
+        A bad :data:`RETRY_WINDOW_ENV` (``window_s`` None).
+    """
+    import math
+
+    window = retry_window_s() if window_s is None else float(window_s)
+    given = {**url_options, **(options or {})}
+    full = {**given, **client_defaults(url_options, options or {}, window)}
+    span = retry_span_s(full, window)
+    if span < reply_ttl_s:
+        return None
+    sock, conn = float(full["socket_timeout"]), float(full["socket_connect_timeout"])
+    room = (reply_ttl_s - window) / 2  # socket_timeout + socket_connect_timeout must stay below it
+    each = max(0, math.ceil(room / 2) - 1)
+    return (f"its timeouts (socket_timeout {sock:g} s, socket_connect_timeout {conn:g} s) let one call be retried "
+            f"for {span:g} s (the {window:g} s retry window plus twice their sum), not less than the "
+            f"{reply_ttl_s:g} s a call's reply record lives, so a retried call could apply twice: lower "
+            f"?socket_timeout= / ?socket_connect_timeout= in the URL to at most {each} s each (their sum below "
+            f"{room:g} s), or leave them out (defaults {SOCKET_TIMEOUT_S:g} s / {SOCKET_CONNECT_TIMEOUT_S:g} s)")
 
 
 def client_defaults(url_options: dict[str, Any], options: dict[str, Any], window_s: float | None = None

@@ -18,6 +18,13 @@ Money rules (the same as SQLite's, see :mod:`geoagent.runtime.ledger`)
   repeated after a crash or a retry never counts twice.
 * ``release`` / ``mark_unknown`` act only on open reservations (unknown-outcome spend counts each possibly
   billed attempt at the reservation amount).
+* A server that lost its most recent writes (a failover to a replica behind, a restart from an older snapshot)
+  counts again from older values (redis39 #1): reservation ids are the counter followed by six random digits, and
+  ``settle`` / ``put`` / ``release`` / ``mark_unknown`` act on a reservation only when its request key and owner are
+  the caller's. One the server lost (or whose id names another call's) is booked again by its caller (actual cost,
+  or the worst case as unknown-outcome spend; a release books nothing) and logged, and the process's next
+  reservation stops the run (:class:`geoagent.runtime.backend.ServerLostWrites`, exit 3), as it does when the
+  server's count of the owner's reservations (``wseq``) went back.
 * redis-py retries a command after a dropped connection or a timeout for up to the retry window
   (:mod:`geoagent.runtime.redis_retry`: 45 s by default, so a server restart or failover holds a run up instead of
   ending it); the two calls whose repetition would change the outcome (``reserve``: a second reservation;
@@ -45,9 +52,12 @@ suffix                       type    content
 ===========================  ======  ===========================================================================
 ``totals``                   hash    cap/spent/reserved/unknown/overrun nano-USD, calls, unknown_calls,
                                      released_calls, input/output tokens, open_reservations, overrun_calls
-``rid``                      string  last reservation id
+``rid``                      string  reservation counter; an id is the counter followed by 6 random digits
+``rids`` / ``rid_legacy``    zset/s  every reservation id (score = id); the last plain counter id of a campaign
+                                     begun before ids had random digits (redis39 #1b)
 ``r:<id>``                   hash    one reservation: key, model, amount, state, actual, in, out, owner,
                                      attempts, created, closed, note
+``wseq``                     hash    owner -> its reservations so far (a count that goes back: lost writes)
 ``oopen:<owner>``            set     ids of the owner's open reservations
 ``kopen:<request key>``      hash    id -> owner of the key's open reservations
 ``models`` / ``m:<model>``   set/h   model names; per model the same sums as ``totals`` (``spend_by_model``), plus
@@ -61,8 +71,9 @@ suffix                       type    content
 ``reply:<token>``            string  reply record of a ``reserve``/``put`` call (expires)
 ===========================  ======  ===========================================================================
 
-Not shared here: the per-machine host-share board (rate limits, ``hosts.sqlite``) and the run's files in the
-state folder (manifest, plan keys, progress) stay on each machine (docs/campaigns.md, "Scale-out across machines").
+Not kept here: the host-share board (rate limits, turns, pauses) is shared by every machine too, on the same server
+under ``geoagent:<campaign>::hs:`` (:mod:`geoagent.runtime.hostshare_redis`); the run's files in the state folder
+(manifest, plan keys, progress) stay on each machine (docs/campaigns.md, "Scale-out across machines").
 
 Throughput: every operation is one round trip, run in order on the process's one job thread (the order
 :func:`geoagent.engine.settle_pending_ledger_writes` relies on). Measured on the shared 2-core development machine,
@@ -110,7 +121,7 @@ from geoagent.runtime.ledger import (
 )
 from geoagent.runtime.procs import boot_id, proc_start, process_alive
 from geoagent.runtime.redis_retry import REPLY_TTL_S as _REPLY_TTL_S
-from geoagent.runtime.redis_retry import client_defaults, ping_once, server_key, window_retry
+from geoagent.runtime.redis_retry import client_defaults, ping_once, server_key, url_timeouts_problem, window_retry
 from geoagent.runtime.store import (RESCORED_HINT, RESCORED_TABLES, ResponseStore, StoredRowError, _check_table, _dumps,
                                     stored_response)
 
@@ -201,7 +212,9 @@ class RedisStateDB:
         return self.prefix + suffix
 
     def script(self, name: str, *args: Any, client: Any = None) -> Any:
-        """Run script ``name`` with ARGV = (prefix, *args); a refusal (``no reservation``) -> :class:`LedgerError`."""
+        """Run script ``name`` with ARGV = (prefix, *args); a refusal (``no reservation``) -> :class:`LedgerError`,
+        ``lost`` (a caller's reservation and the campaign's totals are gone) ->
+        :class:`geoagent.runtime.backend.ServerStateLost`."""
         if self._closed:
             raise LedgerError(f"campaign state {self.prefix} is closed")
         from redis.exceptions import ResponseError
@@ -209,6 +222,10 @@ class RedisStateDB:
         try:
             return self.scripts[name](keys=[], args=[self.prefix, *args], client=client)
         except ResponseError as exc:
+            if str(exc).startswith("lost"):
+                from geoagent.runtime.backend import ServerStateLost, server_lost_text
+
+                raise ServerStateLost(server_lost_text(self.campaign, None)) from None
             raise LedgerError(f"campaign state {self.prefix}: {exc}") from None
 
     # -- the job thread (the interface of CampaignDB) -------------------------------------------------
@@ -282,6 +299,12 @@ class RedisStateDB:
             self.client.close()
 
 
+def _new_salt() -> int:
+    """A reservation id's random last six digits (0..999999; redis39 #1b, the ``new_id`` of
+    :mod:`geoagent.runtime.redis_state_scripts`)."""
+    return _pysecrets.randbelow(1_000_000)
+
+
 def _unreported_note(usage: Any) -> str:
     """The settle scripts' last argument: :data:`~geoagent.runtime.ledger.USAGE_NOT_REPORTED` for a usage the
     provider did not report (``usage.reported`` False), else ``""``."""
@@ -326,6 +349,12 @@ class RedisLedger:
         #: this process's own cap (nano-USD; None: the campaign's alone): reservations are checked against the lower
         #: of it and the campaign's (the RESERVE script; :class:`geoagent.runtime.ledger.Ledger`)
         self.own_cap_nusd = usd_to_nano(cap_usd) if cap_usd is not None else None
+        #: the server's count of this owner's reservations, as its last reservation answered (None: none yet); a
+        #: lower count later means the server lost writes (redis39 #1c)
+        self._wseq: int | None = None
+        #: how this process saw the server lose writes (a reservation it holds gone or another's), None if it did not:
+        #: the next reservation stops the run (:class:`geoagent.runtime.backend.ServerLostWrites`)
+        self.lost_writes: str | None = None
         if cap_usd is not None:
             self._set_cap(usd_to_nano(cap_usd))
         self.recovered = self.recover(all_owners=recover_all) if (recover or recover_all) else 0
@@ -445,14 +474,26 @@ class RedisLedger:
     # -- the four operations --------------------------------------------------------------------------
 
     def _reserve(self, request_key: str, worst_case_usd: float, model: str | None, guard: bool) -> Any:
+        from geoagent.runtime.backend import ServerLostWrites, lost_writes_text
+
+        if self.lost_writes is not None:  # redis39 #1c: stop before another call goes out
+            raise ServerLostWrites(lost_writes_text(self.db.campaign, self.lost_writes))
         amount = usd_to_nano(worst_case_usd, round_up=True)
         out = self.db.script("RESERVE", uuid.uuid4().hex, round(REPLY_TTL_S * 1000), amount, request_key,
                              model or "", "0" if model is None else "1", self.owner, time.time(),
                              "1" if guard else "0", self._record, self._hb_ms,
-                             "" if self.own_cap_nusd is None else self.own_cap_nusd)
+                             "" if self.own_cap_nusd is None else self.own_cap_nusd, _new_salt(),
+                             "" if self._wseq is None else self._wseq)
         what = _text(out[0])
         if what == "reserved":
-            return Reservation(int(out[1]), request_key, amount, model)
+            if len(out) > 2:  # (a reply record of an older version holds none)
+                self._wseq = max(self._wseq or 0, int(out[2]))
+            return Reservation(int(_text(out[1])), request_key, amount, model)
+        if what == "rolledback":
+            self.lost_writes = (f"it counts {int(out[1])} reservations of this process, which had made "
+                                f"{self._wseq} there")
+            log.error("%s", lost_writes_text(self.db.campaign, self.lost_writes))
+            raise ServerLostWrites(lost_writes_text(self.db.campaign, self.lost_writes))
         if what == "lost":
             from geoagent.runtime.backend import ServerStateLost, server_lost_text
 
@@ -492,23 +533,62 @@ class RedisLedger:
         ``unreported_usd`` (:meth:`spend_by_model`), as the SQLite ledger does (inside the script: atomic with the
         settlement, also when :meth:`RedisResponseStore.put` settles).
 
+        A reservation the server no longer holds, or whose id now names another call's (the server lost recent
+        writes, redis39 #1a), is never confused with that other one: the call is booked at ``actual_usd`` on a record
+        written again (spend stays the sum of billed usage), a warning is logged, and this process's next reservation
+        stops the run (:class:`geoagent.runtime.backend.ServerLostWrites`).
+
         Raises
         ------
-        LedgerError
-            No such reservation.
+        geoagent.runtime.backend.ServerStateLost
+            The reservation is gone and so are the campaign's totals (the server was flushed or restarted empty).
         """
-        self.db.script("SETTLE", reservation.id, usd_to_nano(actual_usd), int(getattr(usage, "input_tokens", 0)),
-                       int(getattr(usage, "output_tokens", 0)), time.time(), _unreported_note(usage))
+        code = self.db.script("SETTLE", reservation.id, usd_to_nano(actual_usd), int(getattr(usage, "input_tokens", 0)),
+                              int(getattr(usage, "output_tokens", 0)), time.time(), _unreported_note(usage),
+                              *self._held(reservation))
+        self._check_lost(int(code), reservation, f"its call's ${actual_usd:.6f} booked as spend")
 
     def release(self, reservation: Reservation, *, note: str | None = None) -> None:
-        """Drop an open reservation: the call was certainly not sent or not billed. No-op if not open."""
-        self.db.script("RELEASE", reservation.id, time.time(), note or "")
+        """Drop an open reservation: the call was certainly not sent or not billed. No-op if not open; one the server
+        lost, or whose id names another call's (redis39 #1a), is left alone: nothing was billed, a warning is
+        logged and the next reservation stops the run."""
+        code = self.db.script("RELEASE", reservation.id, time.time(), note or "", reservation.request_key, self.owner)
+        self._check_lost(int(code), reservation, "nothing booked: the call was not billed")
 
     def mark_unknown(self, reservation: Reservation, *, note: str | None = None, attempts: int = 1) -> None:
         """The call's outcome is unknown: keep it counted at ``attempts`` x the reservation amount. No-op if not open,
         except for one already unknown at fewer attempts (recovery booked one attempt of this process while it
-        stalled past its heartbeat): raised to ``attempts``, so every possibly billed attempt counts."""
-        self.db.script("MARK_UNKNOWN", reservation.id, time.time(), note or "", max(1, int(attempts)))
+        stalled past its heartbeat): raised to ``attempts``, so every possibly billed attempt counts. One the server
+        lost, or whose id names another call's (redis39 #1a), is booked at ``attempts`` x its amount as
+        unknown-outcome spend on a record written again (never on the other call's), with a warning; the next
+        reservation stops the run. Raises :class:`geoagent.runtime.backend.ServerStateLost` as :meth:`settle`."""
+        attempts = max(1, int(attempts))
+        code = self.db.script("MARK_UNKNOWN", reservation.id, time.time(), note or "", attempts,
+                              *self._held(reservation))
+        self._check_lost(int(code), reservation,
+                         f"${nano_to_usd(reservation.amount_nusd * attempts):.6f} booked as unknown-outcome spend")
+
+    def _held(self, reservation: Reservation) -> tuple[Any, ...]:
+        """The reservation as this process holds it, for the scripts' check that the server's is the same
+        (``_HELD`` in :mod:`geoagent.runtime.redis_state_scripts`; redis39 #1a)."""
+        return (reservation.request_key, self.owner, reservation.amount_nusd, reservation.model or "",
+                "0" if reservation.model is None else "1", _new_salt())
+
+    def _check_lost(self, code: int, reservation: Reservation, booked: str) -> None:
+        """After a script: when it answered LOST_MISSING / LOST_OTHER, log a warning naming the reservation and what
+        was booked, and remember that the server lost writes (the next reservation stops the run)."""
+        if code not in (S.LOST_MISSING, S.LOST_OTHER):
+            return
+        how = "is gone from the server" if code == S.LOST_MISSING else "names another call's reservation there"
+        seen = (f"reservation {reservation.id} of this process, for request {reservation.request_key!r}, {how}; "
+                f"{booked}")
+        if self.lost_writes is None:  # the whole story once, then one line per reservation
+            self.lost_writes = seen
+            from geoagent.runtime.backend import lost_writes_text
+
+            log.warning("%s", lost_writes_text(self.db.campaign, seen))
+        else:
+            log.warning("campaign %s: the Redis server lost recent writes: %s", self.db.campaign, seen)
 
     # -- reading --------------------------------------------------------------------------------------
 
@@ -563,17 +643,27 @@ class RedisLedger:
         )
 
     def iter_reservations(self, *, batch: int = 1000) -> Iterator[dict[str, str]]:
-        """Every reservation as a dict of its fields (strings; see the layout table), by id."""
+        """Every reservation as a dict of its fields (strings; see the layout table), by id: those of a campaign
+        begun before redis39 (plain counter ids 1 .. ``rid_legacy``, or .. ``rid`` without an index), then those of
+        the index ``rids``."""
         c = self.db.client
-        last = int(c.get(self.db.key("rid")) or 0)
+        legacy = c.get(self.db.key("rid_legacy"))
+        if legacy is None:
+            legacy = 0 if c.exists(self.db.key("rids")) else c.get(self.db.key("rid"))
+        last = int(legacy or 0)
         for start in range(1, last + 1, batch):
-            pipe = c.pipeline(transaction=False)
-            ids = range(start, min(last, start + batch - 1) + 1)
-            for i in ids:
-                pipe.hgetall(self.db.key(f"r:{i}"))
-            for i, h in zip(ids, pipe.execute()):
-                if h:
-                    yield {"id": str(i), **{_text(k): _text(v) for k, v in h.items()}}
+            yield from self._reservations([str(i) for i in range(start, min(last, start + batch - 1) + 1)])
+        for rows in zpages(c, self.db.key("rids"), batch):
+            yield from self._reservations([_text(m) for m, _ in rows])
+
+    def _reservations(self, ids: list[str]) -> Iterator[dict[str, str]]:
+        """The reservations of ``ids`` that exist, as :meth:`iter_reservations` yields them (one pipeline)."""
+        pipe = self.db.client.pipeline(transaction=False)
+        for i in ids:
+            pipe.hgetall(self.db.key(f"r:{i}"))
+        for i, h in zip(ids, pipe.execute()):
+            if h:
+                yield {"id": i, **{_text(k): _text(v) for k, v in h.items()}}
 
     def check_consistency(self) -> list[str]:
         """Recompute the totals from the reservations; return the mismatches (empty if none). Meant for a
@@ -655,10 +745,14 @@ class RedisResponseStore:
         script; True if stored now, False if a response was stored already (kept; the reservation is still
         settled). Parameters as :meth:`geoagent.runtime.store.ResponseStore.put`.
 
+        A reservation the server no longer holds, or whose id names another call's there (the server lost recent
+        writes), is never confused with that one: the response is stored and the call booked on a record written
+        again (redis39 #1a; :meth:`RedisLedger.settle`).
+
         Raises
         ------
-        LedgerError
-            ``reservation`` does not exist (nothing is stored).
+        geoagent.runtime.backend.ServerStateLost
+            ``reservation`` and the campaign's totals are gone (nothing is stored).
         RuntimeError
             A reservation but no ledger.
         """
@@ -670,12 +764,17 @@ class RedisResponseStore:
                   "reservation_id": reservation.id if reservation is not None else None,
                   "cost_usd": float(cost_usd), "created_at": time.time()}
         usage = response.usage
-        out = self.db.script(
+        # the reservation as held, for the check that the server's is the same (redis39 #1a)
+        held = () if reservation is None else self.ledger._held(reservation)  # type: ignore[union-attr]
+        stored, lost = self.db.script(
             "PUT_RESPONSE", uuid.uuid4().hex, round(REPLY_TTL_S * 1000), key, _dumps(record),
             _NONE_MODEL if model is None else str(model), "" if reservation is None else reservation.id,
             usd_to_nano(cost_usd), int(getattr(usage, "input_tokens", 0)), int(getattr(usage, "output_tokens", 0)),
-            time.time(), _unreported_note(usage))
-        return int(out) == 1
+            time.time(), _unreported_note(usage), *held)
+        if reservation is not None:
+            self.ledger._check_lost(int(lost), reservation,  # type: ignore[union-attr]
+                                    f"its answer stored and its call's ${cost_usd:.6f} booked as spend")
+        return int(stored) == 1
 
     def count_responses(self) -> int:
         return int(self.db.client.hlen(self.db.key("resp")))
@@ -686,18 +785,13 @@ class RedisResponseStore:
         return {("None" if _text(m) == _NONE_MODEL else _text(m)): int(n) for m, n in got.items() if int(n)}
 
     def _iter_records(self, batch: int) -> Iterator[tuple[str, dict[str, Any]]]:
-        """``(key, record)`` of every stored response in the order they were stored."""
-        last = "-inf"
-        while True:
-            rows = self.db.client.zrangebyscore(self.db.key("resp_seq"), last, "+inf", start=0, num=batch,
-                                                withscores=True)
-            if not rows:
-                return
+        """``(key, record)`` of every stored response in the order they were stored (:func:`zpages`: two responses
+        share an insertion number after the server lost recent writes, redis39 #1)."""
+        for rows in zpages(self.db.client, self.db.key("resp_seq"), batch):
             keys = [_text(k) for k, _ in rows]
             for k, rec in zip(keys, self._records(keys)):
                 if rec is not None:
                     yield k, rec
-            last = f"({int(rows[-1][1])}"
 
     def iter_response_meta(self, *, batch: int = 5000) -> Iterator[dict[str, Any]]:
         """Every stored response's ``key``, ``model`` and ``request_meta`` (no answer text)."""
@@ -836,6 +930,23 @@ class RedisResponseStore:
     aget_result = ResponseStore.aget_result
 
 
+def zpages(client: Any, zset: str, batch: int) -> Iterator[list[tuple[Any, float]]]:
+    """Pages of ``(member, score)`` of sorted set ``zset`` in score order, about ``batch`` a page, each member once
+    also where many share a score: the last score of a full page is read whole (``ZRANGEBYSCORE s s``) and the next
+    page starts after it. Paging with an exclusive bound alone skipped the members of a repeated score beyond a page
+    (redis39 #1: after the server lost recent writes, counters such as ``resp_n`` hand out a number again)."""
+    lo = "-inf"
+    while True:
+        rows = client.zrangebyscore(zset, lo, "+inf", start=0, num=batch, withscores=True)
+        if not rows:
+            return
+        top = rows[-1][1]
+        if len(rows) >= batch:  # more members of the last score may lie beyond this page
+            rows = [r for r in rows if r[1] != top] + client.zrangebyscore(zset, top, top, withscores=True)
+        yield rows
+        lo = f"({top!r}" if top != int(top) else f"({int(top)}"
+
+
 @dataclass
 class RedisCampaignState:
     """The Redis campaign state of one process: ``db``, ``ledger``, ``store`` (close with :meth:`close`)."""
@@ -880,7 +991,9 @@ def redis_client(url: str, *, ping: bool = True, **options: Any) -> Any:
     Raises
     ------
     ValueError
-        A malformed URL, or a bad ``GEOAGENT_REDIS_RETRY_S``.
+        A malformed URL, a bad ``GEOAGENT_REDIS_RETRY_S``, or timeouts in the URL's query (or ``options``) so long
+        that a call could be retried after its reply record expired
+        (:func:`~geoagent.runtime.redis_retry.url_timeouts_problem`).
     redis.ConnectionError, redis.TimeoutError
         ``ping`` and the server cannot be reached (the client is closed).
     redis.AuthenticationError
@@ -895,6 +1008,11 @@ def redis_client(url: str, *, ping: bool = True, **options: Any) -> Any:
     except (ValueError, TypeError) as exc:
         raise ValueError(f"not a usable Redis URL ({type(exc).__name__}; the URL is not repeated here: it may "
                          "hold a password)") from None
+    if "retry" not in options:  # our retries: they must end while a call's reply record lives (redis39 #4)
+        problem = url_timeouts_problem(parsed, options)
+        if problem is not None:
+            raise ValueError(f"the Redis URL cannot be used: {problem} (the URL is not repeated here: it may hold a "
+                             "password)")
     options = {**client_defaults(parsed, options), **options}
     if "retry" not in options:  # the probe of a lost server uses the client's URL and options (TLS, AUTH)
         options["retry"] = window_retry(asynchronous=False, server=server_key(url), url=url, options=dict(options))

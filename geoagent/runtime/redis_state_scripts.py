@@ -33,6 +33,14 @@ local function unopen(id, owner, key, model, amount)
   redis.call('HINCRBY', P .. 'm:' .. model, 'reserved_nusd', neg(amount))
   redis.call('HINCRBY', P .. 'm:' .. model, 'open_reservations', -1)
 end
+-- book reservation `id` (not open) as unknown-outcome spend at `attempts` x `amount`
+local function book_unknown(id, model, amount, now, note, attempts)
+  redis.call('HSET', P .. 'r:' .. id, 'state', 'unknown', 'closed', now, 'note', note, 'attempts', attempts)
+  redis.call('HINCRBY', T, 'unknown_nusd', amount * attempts)
+  redis.call('HINCRBY', T, 'unknown_calls', attempts)
+  redis.call('HINCRBY', P .. 'm:' .. model, 'unknown_nusd', amount * attempts)
+  redis.call('HINCRBY', P .. 'm:' .. model, 'unknown_calls', attempts)
+end
 -- open -> unknown at `attempts` x the reservation amount (mark_unknown, recovery)
 local function to_unknown(id, now, note, attempts)
   local r = P .. 'r:' .. id
@@ -41,13 +49,41 @@ local function to_unknown(id, now, note, attempts)
   local amount = tonumber(f[2])
   local model = f[5] or ''
   unopen(id, f[3], f[4], model, amount)
-  redis.call('HSET', r, 'state', 'unknown', 'closed', now, 'note', note, 'attempts', attempts)
-  redis.call('HINCRBY', T, 'unknown_nusd', amount * attempts)
-  redis.call('HINCRBY', T, 'unknown_calls', attempts)
-  redis.call('HINCRBY', P .. 'm:' .. model, 'unknown_nusd', amount * attempts)
-  redis.call('HINCRBY', P .. 'm:' .. model, 'unknown_calls', attempts)
+  book_unknown(id, model, amount, now, note, attempts)
   return 1
 end
+-- a new reservation id (redis39 #1b): the counter `rid` followed by the caller's random 6-digit `salt`, built as a
+-- string (Lua would print a large number in exponent form). A server that lost its most recent writes (a failover
+-- to a replica behind the primary, a restart from an older snapshot) counts `rid` again from an older value; the
+-- salt keeps the ids it hands out again apart from those live processes still hold. Indexed in `rids` (score = id:
+-- exact below 2**53) for iteration; `rid_legacy` keeps the last id of a campaign begun with plain counter ids.
+local function new_id(salt)
+  local n = redis.call('INCR', P .. 'rid')
+  if redis.call('EXISTS', P .. 'rids') == 0 then redis.call('SETNX', P .. 'rid_legacy', n - 1) end
+  local id = n .. string.format('%06d', tonumber(salt))
+  redis.call('ZADD', P .. 'rids', id, id)
+  return id
+end
+-- whether reservation `id` on the server is the caller's (redis39 #1a): 'mine', 'missing' (the server lost it) or
+-- 'other' (its id was handed out again, to another request key or owner). `key` nil: an old caller, not checked.
+local function whose(id, key, owner)
+  local f = redis.call('HMGET', P .. 'r:' .. id, 'key', 'owner')
+  if not f[1] then return 'missing' end
+  if key == nil or (f[1] == key and f[2] == owner) then return 'mine' end
+  return 'other'
+end
+-- a caller's reservation the server lost, written again as record `id` in state 'lost' (closed at once by the
+-- caller's settle or unknown-outcome booking; never counted as open): the call's cost gets a record like any other
+local function rebook(id, key, owner, model, has_model, amount, now, note)
+  local r = P .. 'r:' .. id
+  redis.call('HSET', r, 'key', key, 'amount', amount, 'state', 'lost', 'owner', owner, 'attempts', 1,
+             'created', now, 'note', note)
+  if has_model == '1' then redis.call('HSET', r, 'model', model) end
+  redis.call('SADD', P .. 'models', model)
+  if not redis.call('ZSCORE', P .. 'rids', id) then redis.call('ZADD', P .. 'rids', id, id) end
+end
+-- the note of a rebooked reservation
+local LOST_NOTE = 'the Redis server lost this reservation (it lost recent writes); booked again by its caller'
 -- close reservation `id` with its actual cost; 0 if already settled (idempotent); the caller checked it exists.
 -- `unreported` (a note, '' = the usage was reported): the answer carried no usable usage count, so the call is
 -- booked at no less than its reservation (the worst case), the note kept on the reservation and the call counted
@@ -98,13 +134,20 @@ end
 #: ``owners`` unless there, so that recovery can judge every open reservation, also one made after a recovery
 #: dropped the record of its owner, a live process that had stalled past its heartbeat), heartbeat TTL (ms: the
 #: reservation refreshes the owner's heartbeat, it proves the owner alive), the owner's own cap (nano-USD, '' for
-#: none: the reservation is checked against the lower of it and the campaign's cap; walk25 #1).
-#: Returns {'reserved', id} | {'refused', cap, spent, reserved, unknown} | {'stored'} | {'elsewhere'} | {'lost'} (the
-#: campaign's totals, its cap among them, are gone: redis36 #1 read a missing cap as $0).
+#: none: the reservation is checked against the lower of it and the campaign's cap; walk25 #1), the id's random salt
+#: (0..999999, ``new_id``), the owner's write count the caller saw last ('' = none yet; redis39 #1c).
+#: Returns {'reserved', id (a string of digits), write count} (a retried call: the same) | {'refused', cap, spent,
+#: reserved, unknown} | {'stored'} | {'elsewhere'} | {'lost'} (the campaign's totals, its cap among them, are gone:
+#: redis36 #1 read a missing cap as $0) | {'rolledback', write count} (the server's count of this owner's
+#: reservations is below what it answered before: it lost recent writes; nothing reserved).
 RESERVE = _PRELUDE + r"""
 local rep = P .. 'reply:' .. ARGV[2]
 local prev = redis.call('GET', rep)
-if prev then return {'reserved', tonumber(prev)} end
+if prev then  -- '<id>:<write count>' (a record of an older version: '<id>')
+  local at = string.find(prev, ':', 1, true)
+  if not at then return {'reserved', prev} end
+  return {'reserved', string.sub(prev, 1, at - 1), tonumber(string.sub(prev, at + 1))}
+end
 local amount, key, model, owner = tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[8]
 if ARGV[10] == '1' then
   if redis.call('HEXISTS', P .. 'resp', key) == 1 then return {'stored'} end
@@ -113,13 +156,17 @@ if ARGV[10] == '1' then
 end
 local t = redis.call('HMGET', T, 'cap_nusd', 'spent_nusd', 'reserved_nusd', 'unknown_nusd')
 if not t[1] then return {'lost'} end  -- no cap: the totals are gone (a server restarted without persistence)
+if ARGV[15] and ARGV[15] ~= '' then  -- the owner's count of reservations went back (redis39 #1c)
+  local seen = tonumber(redis.call('HGET', P .. 'wseq', owner) or '0')
+  if seen < tonumber(ARGV[15]) then return {'rolledback', seen} end
+end
 local cap, spent, reserved, unknown = num(t[1]), num(t[2]), num(t[3]), num(t[4])
 local own = tonumber(ARGV[13] or '')
 if own and own < cap then cap = own end
 if spent + unknown + reserved + amount > cap then
   return {'refused', cap, spent, reserved, unknown}
 end
-local id = redis.call('INCR', P .. 'rid')
+local id = new_id(ARGV[14] or '0')
 local r = P .. 'r:' .. id
 redis.call('HSET', r, 'key', key, 'amount', amount, 'state', 'open', 'owner', owner, 'attempts', 1,
            'created', ARGV[9])
@@ -135,22 +182,45 @@ end
 redis.call('SADD', P .. 'models', model)
 redis.call('HINCRBY', P .. 'm:' .. model, 'reserved_nusd', amount)
 redis.call('HINCRBY', P .. 'm:' .. model, 'open_reservations', 1)
-redis.call('SET', rep, id, 'PX', ARGV[3])
-return {'reserved', id}
+local wseq = redis.call('HINCRBY', P .. 'wseq', owner, 1)
+redis.call('SET', rep, id .. ':' .. wseq, 'PX', ARGV[3])
+return {'reserved', id, wseq}
 """
 
-#: ARGV: prefix, reservation id, actual (nano-USD), input tokens, output tokens, now, unreported note ('' or absent:
-#: the usage was reported; else :data:`geoagent.runtime.ledger.USAGE_NOT_REPORTED`). Returns 1, 0 (already
-#: settled) or the error ``no reservation <id>``.
+#: The reservation the caller holds, as it knows it (redis39 #1a; absent: not checked): its request key, owner, amount
+#: (nano-USD), model, has model ('1'/'0'), and a random salt (0..999999) for a new id.
+_HELD = "request key, owner, amount (nano-USD), model, has model ('1'/'0'), salt for a new id (0..999999)"
+
+#: What a script answers when the reservation the caller holds is not on the server (redis39 #1a): LOST_MISSING, it
+#: is gone (booked again under its own id); LOST_OTHER, its id names another caller's reservation (left alone; the
+#: call booked under a new id). Either means the server lost recent writes. ``GONE``: as LOST_MISSING, but the
+#: campaign's totals are gone too (a server flushed or restarted empty): nothing booked, the error ``lost``.
+LOST_MISSING, LOST_OTHER = -1, -2
+
+#: ARGV: prefix, reservation id, actual (nano-USD), input tokens, output tokens, now, unreported note ('' the usage was
+#: reported; else :data:`geoagent.runtime.ledger.USAGE_NOT_REPORTED`), then the reservation as held (``_HELD``).
+#: Returns 1, 0 (already settled), LOST_MISSING / LOST_OTHER (the call settled on a record written again), or the
+#: error ``lost`` (totals gone) / ``no reservation <id>`` (missing, an old caller that did not say what it holds).
 SETTLE = _PRELUDE + r"""
-if redis.call('EXISTS', P .. 'r:' .. ARGV[2]) == 0 then
-  return redis.error_reply('no reservation ' .. ARGV[2])
+local id, key, owner = ARGV[2], ARGV[8], ARGV[9]
+local who = whose(id, key, owner)
+if who ~= 'mine' then
+  if key == nil then return redis.error_reply('no reservation ' .. id) end
+  if redis.call('HEXISTS', T, 'cap_nusd') == 0 then return redis.error_reply('lost') end
+  if who == 'other' then id = new_id(ARGV[13]) end
+  rebook(id, key, owner, ARGV[11], ARGV[12], tonumber(ARGV[10]), ARGV[6], LOST_NOTE)
 end
-return settle(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7])
+local done = settle(id, tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7])
+if who == 'missing' then return -1 elseif who == 'other' then return -2 end
+return done
 """
 
-#: ARGV: prefix, reservation id, now, note. Returns 1 if it was open (now released), else 0.
+#: ARGV: prefix, reservation id, now, note, then the request key and owner of the reservation as held (absent: not
+#: checked). Returns 1 if it was open (now released), 0 if not, LOST_MISSING / LOST_OTHER (nothing changed: the call
+#: was not billed, and another caller's reservation is left alone).
 RELEASE = _PRELUDE + r"""
+local who = whose(ARGV[2], ARGV[5], ARGV[6])
+if who == 'missing' then return -1 elseif who == 'other' then return -2 end
 local r = P .. 'r:' .. ARGV[2]
 local f = redis.call('HMGET', r, 'state', 'amount', 'owner', 'key', 'model')
 if f[1] ~= 'open' then return 0 end
@@ -162,9 +232,25 @@ return 1
 
 #: ARGV: prefix, reservation id, now, note, attempts. Returns 1 if it was open (now unknown), 2 if it was unknown
 #: already at fewer attempts (raised to ``attempts``: recovery booked one attempt of a live process that stalled
-#: past its heartbeat, and that process now reports more possibly billed ones), else 0.
+#: past its heartbeat, and that process now reports more possibly billed ones), else 0; with the reservation as held
+#: (``_HELD``, from ARGV[6]) LOST_MISSING / LOST_OTHER: booked as unknown-outcome spend on a record written again, or
+#: the error ``lost`` (totals gone).
 MARK_UNKNOWN = _PRELUDE + r"""
 local attempts = tonumber(ARGV[5])
+local id, key, owner = ARGV[2], ARGV[6], ARGV[7]
+local who = whose(id, key, owner)
+if who == 'missing' and key == nil then return 0 end
+if who ~= 'mine' then
+  if redis.call('HEXISTS', T, 'cap_nusd') == 0 then return redis.error_reply('lost') end
+  if who == 'other' then id = new_id(ARGV[11]) end
+  local amount = tonumber(ARGV[8])
+  rebook(id, key, owner, ARGV[9], ARGV[10], amount, ARGV[3], LOST_NOTE)
+  local model = ARGV[9]
+  if ARGV[10] ~= '1' then model = '' end
+  book_unknown(id, model, amount, ARGV[3], LOST_NOTE .. ': ' .. ARGV[4], attempts)
+  if who == 'missing' then return -1 end
+  return -2
+end
 if to_unknown(ARGV[2], ARGV[3], ARGV[4], attempts) == 1 then return 1 end
 local r = P .. 'r:' .. ARGV[2]
 local f = redis.call('HMGET', r, 'state', 'amount', 'attempts', 'model')
@@ -204,29 +290,42 @@ RETIRE = _PRELUDE + r"""
 if redis.call('SCARD', P .. 'oopen:' .. ARGV[2]) > 0 then return 0 end
 redis.call('HDEL', P .. 'owners', ARGV[2])
 redis.call('DEL', P .. 'hb:' .. ARGV[2])
+redis.call('HDEL', P .. 'wseq', ARGV[2])
 return 1
 """
 
 #: ARGV: prefix, reply token, reply ttl (ms), key, record (JSON), model field ('\0' = none), reservation id
-#: ('' = none), actual (nano-USD), input tokens, output tokens, now, unreported note (as for ``SETTLE``). Stores the
-#: record unless the key has one and settles the reservation, both or neither. Returns 1 (stored now) or 0 (kept the
-#: earlier one).
+#: ('' = none), actual (nano-USD), input tokens, output tokens, now, unreported note (as for ``SETTLE``), then the
+#: reservation as held (``_HELD``; absent: not checked). Stores the record unless the key has one and settles the
+#: reservation, both or neither. Returns {stored, lost}: stored 1 (stored now) or 0 (kept the earlier one); lost 0,
+#: or LOST_MISSING / LOST_OTHER (the call settled on a record written again, redis39 #1a). Errors: ``lost`` (the
+#: reservation and the campaign's totals are gone: nothing stored), ``no reservation <id>`` (an old caller's
+#: reservation is missing).
 PUT_RESPONSE = _PRELUDE + r"""
 local rep = P .. 'reply:' .. ARGV[2]
 local prev = redis.call('GET', rep)
-if prev then return tonumber(prev) end
-local rid = ARGV[7]
-if rid ~= '' and redis.call('EXISTS', P .. 'r:' .. rid) == 0 then
-  return redis.error_reply('no reservation ' .. rid)
+if prev then return {tonumber(prev), 0} end
+local rid, key, owner = ARGV[7], ARGV[13], ARGV[14]
+local who = 'mine'
+if rid ~= '' then
+  who = whose(rid, key, owner)
+  if who == 'missing' and key == nil then return redis.error_reply('no reservation ' .. rid) end
+  if who ~= 'mine' and redis.call('HEXISTS', T, 'cap_nusd') == 0 then return redis.error_reply('lost') end
 end
 local stored = redis.call('HSETNX', P .. 'resp', ARGV[4], ARGV[5])
 if stored == 1 then
   redis.call('ZADD', P .. 'resp_seq', redis.call('INCR', P .. 'resp_n'), ARGV[4])
   redis.call('HINCRBY', P .. 'resp_models', ARGV[6], 1)
 end
-if rid ~= '' then settle(rid, tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11], ARGV[12]) end
+if rid ~= '' then
+  if who == 'other' then rid = new_id(ARGV[18]) end
+  if who ~= 'mine' then rebook(rid, key, owner, ARGV[16], ARGV[17], tonumber(ARGV[15]), ARGV[11], LOST_NOTE) end
+  settle(rid, tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11], ARGV[12])
+end
 redis.call('SET', rep, stored, 'PX', ARGV[3])
-return stored
+local lost = 0
+if who == 'missing' then lost = -1 elseif who == 'other' then lost = -2 end
+return {stored, lost}
 """
 
 #: ARGV: prefix, table, overwrite ('1'/'0'), then (key, row JSON) pairs. Returns how many rows were written

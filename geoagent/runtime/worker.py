@@ -686,7 +686,13 @@ def refused_by_server(exc: BaseException) -> bool:
     a command refused (redis-py's ``NoPermissionError``, ``NOPERM``). Such a failure ends the run (the CLI: exit 2,
     one line), as it does when a queue call meets it; before session 19 the task was nacked as a failure like any
     other, each delivery counting an attempt until it was dead-lettered, while the queues' own connections, still
-    authenticated, worked on."""
+    authenticated, worked on. The server found to have lost recent writes
+    (:class:`geoagent.runtime.backend.ServerLostWrites`, redis39 #1c) ends the run the same way (exit 3): each
+    retry would meet it again, and dead-letter the task."""
+    from geoagent.runtime.backend import ServerLostWrites
+
+    if isinstance(exc, ServerLostWrites):
+        return True
     try:
         from redis.exceptions import NoPermissionError
     except ImportError:  # redis-py absent: no campaign can use Redis
