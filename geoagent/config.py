@@ -1791,11 +1791,14 @@ def sampling_problems(cfg: "CampaignConfig") -> list[str]:
       ``reasoning_model = true``) with a temperature other than 1 or a ``top_p`` other than 1;
     * a Claude 4.7+ model with a temperature or top_p at all;
     * a Claude Opus 4.1 / 4.5+ model with both temperature and top_p;
-    * Gemini 2.5 Pro with ``params.thinking_budget`` 0 to 127 (it cannot turn thinking off; 128 to 32,768).
+    * Gemini 2.5 Pro with ``params.thinking_budget`` 0 to 127 (it cannot turn thinking off; 128 to 32,768);
+    * any other Anthropic model with a temperature above 1 (the Messages API takes 0 to 1, OpenAI and Gemini up to
+      2; prov39 #6), and so a crawl auditor (``[crawl.image_audit]`` / ``[crawl.referenceability]``
+      ``temperature``) whose ``[[models]]`` entry is an Anthropic one.
     Unset values are simply not sent to these models.
     """
-    from geoagent.providers.sampling import (GEMINI_THINKING_BUDGET_MAX, claude_one_sampler, claude_rejects_sampling,
-                                             gemini_thinking_budget_max)
+    from geoagent.providers.sampling import (ANTHROPIC_TEMPERATURE_MAX, GEMINI_THINKING_BUDGET_MAX, claude_one_sampler,
+                                             claude_rejects_sampling, gemini_thinking_budget_max)
 
     out: list[str] = []
     for i, m in enumerate(cfg.models):
@@ -1824,6 +1827,37 @@ def sampling_problems(cfg: "CampaignConfig") -> list[str]:
             out.append(f"{keys}: {m.model} refuses temperature and top_p in one request (HTTP 400 'cannot both be "
                        f"specified for this model': every request of model {m.name!r} would be dead-lettered); keep "
                        "one of them (with only top_p set, the default temperature is not sent)")
+        # the Messages API's range is 0 to 1 (the field's own check allows OpenAI's and Gemini's 0 to 2; prov39 #6);
+        # a Claude 4.7+ model was named above (it takes no temperature at all)
+        temperature = given.get("temperature")
+        if m.provider == "anthropic" and not claude_rejects_sampling(m.model) and temperature is not None and \
+                temperature[1] > ANTHROPIC_TEMPERATURE_MAX:
+            out.append(f"models[{i}].{temperature[0]}: the Anthropic Messages API takes a temperature from 0 to 1, got "
+                       f"{_fmt_value(temperature[1])} (HTTP 400 invalid_request_error: every request of model "
+                       f"{m.name!r} would be dead-lettered); write a value from 0 to 1 (OpenAI's and Gemini's 0 to 2 "
+                       "range is not Anthropic's)")
+    out += _auditor_temperature_problems(cfg, ANTHROPIC_TEMPERATURE_MAX)
+    return out
+
+
+def _auditor_temperature_problems(cfg: "CampaignConfig", anthropic_max: float) -> list[str]:
+    """One line per crawl auditor table (``[crawl.image_audit]``, ``[crawl.referenceability]``) whose ``temperature``
+    is above ``anthropic_max`` (1) while its ``model`` names an Anthropic ``[[models]]`` entry: every audit call
+    would be refused with HTTP 400 (prov39 #6). A table that does not validate is left to its own error."""
+    crawl = cfg.tasks.get("crawl") or {}
+    if not isinstance(crawl, Mapping):
+        return []
+    by_name = {m.name: m for m in cfg.models}
+    out = []
+    for table in ("image_audit", "referenceability"):
+        sub = crawl.get(table)
+        if not isinstance(sub, Mapping) or not _is_num(sub.get("temperature")):
+            continue
+        m = by_name.get(sub.get("model")) if isinstance(sub.get("model"), str) else None
+        if m is not None and m.provider == "anthropic" and sub["temperature"] > anthropic_max:
+            out.append(f"crawl.{table}.temperature: the auditor's model {m.name!r} is an Anthropic model, whose "
+                       f"Messages API takes a temperature from 0 to 1, got {_fmt_value(sub['temperature'])} (HTTP 400 "
+                       "on every audit call); write a value from 0 to 1")
     return out
 
 

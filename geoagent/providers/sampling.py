@@ -73,6 +73,13 @@ Google Gemini ``generateContent``
       unless asked. Gemini 3 uses ``thinkingLevel`` instead (high by default); its token range is not
       documented, so its cap check uses the Pro figure (:data:`GEMINI_THINKING_BUDGET_MAX`, an assumption).
     * No Gemini model refuses our ``temperature`` / ``topP`` / ``seed`` (none found), so nothing is left out.
+
+Anthropic's temperature range
+    * The Messages API takes ``temperature`` from 0.0 to 1.0 (API reference, "Create a Message": "Defaults to 1.0.
+      Ranges from 0.0 to 1.0"; :data:`ANTHROPIC_TEMPERATURE_MAX`), not OpenAI's and Gemini's 0 to 2: a request with
+      more is refused with HTTP 400 ``invalid_request_error``, so the loader refuses a written temperature above 1
+      for a ``provider = "anthropic"`` model (:func:`geoagent.config.sampling_problems`, prov39 #6). ``top_p`` is
+      0 to 1 on every provider, which the loader checks for all.
 """
 
 from __future__ import annotations
@@ -92,6 +99,9 @@ OPENAI_REASONING_MIN_OUTPUT = 25_000
 #: ``claude-sonnet-4-5``, ``claude-opus-4-7``, ``claude-sonnet-5``); a minor has 1-2 digits, a date 8.
 _CLAUDE_ID = re.compile(r"^(?:anthropic/)?claude-(?P<tier>[a-z]+)-(?P<major>\d+)(?:[-.](?P<minor>\d{1,2}))?(?:[-@.]|$)",
                         re.IGNORECASE)
+#: Highest ``temperature`` the Anthropic Messages API accepts ("Ranges from 0.0 to 1.0", API reference "Create a
+#: Message"; OpenAI and Gemini take up to 2)
+ANTHROPIC_TEMPERATURE_MAX = 1.0
 #: Highest thinking budget a Gemini model may spend under dynamic thinking (tokens): Flash 24,576, Pro 32,768.
 GEMINI_THINKING_BUDGET_MAX = {"flash": 24_576, "pro": 32_768}
 
