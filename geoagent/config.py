@@ -2042,6 +2042,9 @@ def _impossible_campaign(cfg: CampaignConfig) -> list[str]:
       local server, :func:`is_local_host`; no ``base_url`` means the provider's own API) without both
       ``price_*`` keys written: an unset price is $0, so the cap would never count its spend. ``0`` written
       out is accepted (a free tier); local servers keep the default 0.
+    * a ``base_url`` on a provider's own API host with another path than its API root
+      (:func:`geoagent.providers.settings.own_api_path_problem`: ``https://api.openai.com`` without ``/v1``,
+      ``https://api.anthropic.com/v1``): every call would be a 404.
     * a ``[geohint] sample_rates`` key that names no ``[[models]]`` entry: a typo would leave the model it
       meant at its full rate (an expensive model sampled at 1/3 would be asked every request).
     * a GeoHint campaign with neither ``[campaign] contact`` nor ``[geohint.geocoder] contact``, or whose contact
@@ -2052,8 +2055,14 @@ def _impossible_campaign(cfg: CampaignConfig) -> list[str]:
       than ``simulated`` that names no ``[[models]]`` entry: the dry run passed and ``crawl`` then stopped
       with "no provider configured for auditor model ...", naming neither file nor key.
     """
+    from geoagent.providers.settings import own_api_path_problem
+
     out: list[str] = sampling_problems(cfg) + image_problems(cfg) + _other_kind_tables(cfg)
     for i, m in enumerate(cfg.models):
+        # a path mistake on a provider's own host loaded silently, then every call was a 404 (prov39 #7)
+        problem = own_api_path_problem(m.provider, m.base_url) if m.base_url else None
+        if problem:
+            out.append(f"models[{i}].base_url: {problem}")
         # the key goes in a header of every request: over plain http to a host that is not local it would cross
         # the network unencrypted (and a server's redirect to https comes after it was sent)
         parts = urlsplit(m.effective_base_url or "")

@@ -2,13 +2,31 @@
 
 * #6: the Anthropic Messages API takes ``temperature`` 0 to 1 (OpenAI and Gemini 0 to 2); before, 1.5 loaded and every
   request of the Claude model was refused with HTTP 400 and dead-lettered. Refused at load, naming the key.
+* #7: a ``base_url`` with the wrong path on a provider's own host (``https://api.openai.com`` without ``/v1``,
+  ``https://api.anthropic.com/v1``, ``https://generativelanguage.googleapis.com/v1beta``) loaded, then every call was
+  a 404. Refused at load, naming the right root; the OpenAI fake now answers ``/chat/completions`` (no ``/v1``) with
+  api.openai.com's 404 instead of serving it.
+
+Every wire check goes through the real HttpClient to an aiohttp server on 127.0.0.1.
 """
 
 from __future__ import annotations
 
+import asyncio
+import warnings
+
 import pytest
 
 from geoagent.config import ConfigError, config_from_dict
+from geoagent.providers import ModelRequest, ProviderSettings, make_provider
+from geoagent.runtime.http import HostPolicy, HttpClient, PermanentHTTPError
+from geoagent.sandbox import llm_openai
+from geoagent.sandbox.server import serve
+from _made_up_keys import made_up_key
+
+KEY = made_up_key("sk-", 24, seed="prov39")
+FAST = HostPolicy(rate=1000, period_s=1.0, concurrency=4, max_attempts=2, backoff_base_s=0.005, backoff_max_s=2.0,
+                  timeout_s=5.0)
 
 
 def _doc(**model) -> dict:
@@ -51,3 +69,57 @@ def test_a_crawl_auditor_on_an_anthropic_model_is_held_to_0_to_1():
     problems = [p for p in _problems(doc) if "temperature" in p]
     assert problems and problems[0].startswith("crawl.image_audit.temperature: the auditor's model 'm' is an "
                                                "Anthropic model"), problems
+
+
+# -- #7: base_url paths on the providers' own hosts ----------------------------------------------------------------
+
+@pytest.mark.parametrize("provider, model, url, root", [
+    ("openai", "gpt-4o", "https://api.openai.com", "https://api.openai.com/v1"),
+    ("openai", "gpt-4o", "https://api.openai.com/", "https://api.openai.com/v1"),
+    ("openai", "gpt-4o", "https://api.openai.com/v1/chat/completions", "https://api.openai.com/v1"),
+    ("anthropic", "claude-haiku-4-5", "https://api.anthropic.com/v1", "https://api.anthropic.com"),
+    ("anthropic", "claude-haiku-4-5", "https://api.anthropic.com/v1/messages", "https://api.anthropic.com"),
+    ("gemini", "gemini-2.5-flash", "https://generativelanguage.googleapis.com/v1beta",
+     "https://generativelanguage.googleapis.com"),
+])
+def test_a_wrong_path_on_a_providers_own_host_is_refused_naming_the_root(provider, model, url, root):
+    problems = [p for p in _problems(_doc(provider=provider, model=model, base_url=url)) if "base_url" in p]
+    assert len(problems) == 1 and problems[0].startswith("models[0].base_url: "), problems
+    assert f'write base_url = "{root}"' in problems[0] and "404" in problems[0]
+
+
+@pytest.mark.parametrize("provider, model, url", [
+    ("openai", "gpt-4o", "https://api.openai.com/v1"),
+    ("openai", "gpt-4o", "https://api.openai.com/v1/"),
+    ("anthropic", "claude-haiku-4-5", "https://api.anthropic.com/"),
+    ("gemini", "gemini-2.5-flash", "https://generativelanguage.googleapis.com"),
+    # OpenAI-compatible endpoints of the other providers are another provider kind's: not judged by this rule
+    ("openai", "gemini-2.5-flash", "https://generativelanguage.googleapis.com/v1beta/openai"),
+    ("openai", "claude-haiku-4-5", "https://api.anthropic.com/v1"),
+    ("openai", "gpt-4o", "https://openrouter.ai/api/v1"),
+])
+def test_the_right_roots_and_other_hosts_load(provider, model, url):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no api_key_env: a warning, beside the point here
+        cfg = config_from_dict(_doc(provider=provider, model=model, base_url=url, max_output_tokens=40_000))
+    assert cfg.models[0].base_url == url
+
+
+def test_the_openai_fake_answers_a_base_url_without_v1_with_the_real_apis_404():
+    """Before: the fake also served /chat/completions, so a base_url without /v1 worked against it and then 404'd
+    on every call of api.openai.com."""
+
+    async def go():
+        app = llm_openai.make_app(api_keys=(KEY,))
+        async with serve(app) as url, HttpClient(default_policy=FAST) as http:
+            prov = make_provider(ProviderSettings(kind="openai", model="gpt-4o-mini", base_url=url, api_key=KEY), http)
+            try:
+                await prov.generate(ModelRequest(provider="openai", model="gpt-4o-mini", prompt="where?",
+                                                 params={"max_output_tokens": 32}))
+            except PermanentHTTPError as exc:
+                return exc, list(app["calls"])
+        raise AssertionError("the call without /v1 was answered")
+
+    exc, calls = asyncio.run(go())
+    assert exc.status == 404 and "Invalid URL (POST /chat/completions)" in exc.body
+    assert [(c["status"], c["error"], c["output_tokens"]) for c in calls] == [(404, "invalid_url", 0)]

@@ -139,7 +139,7 @@ def test_models_endpoints_speak_the_list_models_shape_and_check_the_key():
                 out["badkey"] = (r.status, await r.json())
             async with s.get(f"{base}/v1/models", headers=auth) as r:
                 out["list"] = (r.status, await r.json())
-            async with s.get(f"{base}/models", headers=auth) as r:  # base_url without /v1 works too
+            async with s.get(f"{base}/models", headers=auth) as r:  # no /v1: a 404, as api.openai.com (prov39 #7)
                 out["list_root"] = (r.status, await r.json())
             async with s.get(f"{base}/v1/models/local-vlm", headers=auth) as r:
                 out["one"] = (r.status, await r.json())
@@ -150,13 +150,15 @@ def test_models_endpoints_speak_the_list_models_shape_and_check_the_key():
     assert out["nokey"][0] == 401 and out["nokey"][1]["error"]["type"] == "invalid_request_error"
     assert out["badkey"][0] == 401 and out["badkey"][1]["error"]["code"] == "invalid_api_key"
     status, listing = out["list"]
-    assert status == 200 and listing == out["list_root"][1]
+    assert status == 200
+    assert out["list_root"] == (404, {"error": {"message": "Invalid URL (GET /models)", "type": "invalid_request_error",
+                                                "param": None, "code": None}})
     assert listing["object"] == "list" and [d["id"] for d in listing["data"]] == ["gpt-4o-mini", "local-vlm"]
     for d in listing["data"]:
         assert d["object"] == "model" and isinstance(d["created"], int) and d["owned_by"] == MODEL_OWNER
     assert out["one"] == (200, {"id": "local-vlm", "object": "model", "created": listing["data"][1]["created"],
                                 "owned_by": MODEL_OWNER})
-    assert out["calls"] == 0  # listing models is not a model call: the call log stays empty
+    assert out["calls"] == 1  # listing models is not a model call: only the 404 of the wrong path is logged
 
 
 def test_readme_tells_how_to_run_the_fake_by_hand():

@@ -26,6 +26,38 @@ DEFAULT_BASE_URLS: dict[str, str] = {
     "gemini": "https://generativelanguage.googleapis.com",
 }
 
+#: The route each provider kind appends to its base URL (what :data:`DEFAULT_BASE_URLS` says above).
+PROVIDER_ROUTES: dict[str, str] = {
+    "openai": "/chat/completions",
+    "anthropic": "/v1/messages",
+    "gemini": "/v1beta/models/<model>:generateContent",
+}
+
+
+def own_api_path_problem(kind: str, base_url: str) -> str | None:
+    """Why ``base_url`` on provider ``kind``'s own API host cannot be its API root, or None (another host, or the
+    root as :data:`DEFAULT_BASE_URLS` writes it, with or without a trailing ``/``).
+
+    The provider appends its route (:data:`PROVIDER_ROUTES`) to ``base_url``; on api.openai.com the root is ``/v1``,
+    on api.anthropic.com and generativelanguage.googleapis.com the host alone (the route carries the version). Any
+    other path there, e.g. ``https://api.openai.com`` without ``/v1`` (``POST /chat/completions``: HTTP 404
+    "Invalid URL (POST /chat/completions)"), ``https://api.anthropic.com/v1`` (``/v1/v1/messages``) or
+    ``https://generativelanguage.googleapis.com/v1beta`` (``/v1beta/v1beta/models/...``), is answered 404 on every
+    call, a permanent failure: each request dead-lettered (prov39 #7). The message shows no part of the URL (it may
+    hold a pasted key)."""
+    from urllib.parse import urlsplit
+
+    root = DEFAULT_BASE_URLS.get(kind)
+    if root is None:
+        return None
+    own, parts = urlsplit(root), urlsplit(base_url)
+    if (parts.hostname or "").lower() != own.hostname or parts.path.rstrip("/") == own.path:
+        return None
+    return (f"{own.hostname}'s API root is {root} (the {kind} provider appends {PROVIDER_ROUTES[kind]} to base_url), "
+            "and this base_url has another path there, so every call would be answered 404 Not Found and each "
+            f"request dead-lettered; write base_url = \"{root}\" or leave base_url out (that is the default)")
+
+
 #: Base URLs of common OpenAI-compatible servers (use with ``kind = "openai"``).
 OPENAI_COMPATIBLE_BASE_URLS: dict[str, str] = {
     "openai": "https://api.openai.com/v1",

@@ -1,8 +1,12 @@
 """Local fake of the OpenAI Chat Completions API (also stands in for OpenRouter, vLLM and Ollama).
 
-``POST /v1/chat/completions`` (and ``/chat/completions``, so both ``http://host:port/v1`` and
-``http://host:port`` work as a provider base URL). It checks the request as the real API does and answers
-in the documented shapes (OpenAI API reference "Create chat completion" and "Error codes"):
+``POST /v1/chat/completions``, so its provider base URL is ``http://host:port/v1`` as OpenAI's, vLLM's and Ollama's
+is. A base URL without ``/v1`` posts to ``/chat/completions``, which is answered as api.openai.com answers an unknown
+path: 404 ``{"error": {"message": "Invalid URL (POST /chat/completions)", "type": "invalid_request_error", "param":
+null, "code": null}}`` (prov39 #7: before, the fake served both paths, so a campaign whose ``base_url`` lacked
+``/v1`` worked here and got a 404 on every call of the real API; ``GET /models`` likewise). It checks the request as
+the real API does and answers in the documented shapes (OpenAI API reference "Create chat completion" and "Error
+codes"):
 
 * ``Authorization: Bearer <key>``: missing -> 401 (``invalid_request_error``, "You didn't provide an API
   key"); unknown -> 401 ``invalid_api_key`` with the key masked in the message, as OpenAI does.
@@ -379,6 +383,14 @@ async def azure_chat_completions(request: web.Request) -> web.Response:
     return await _completion(request, deployment=deployment)
 
 
+async def invalid_url(request: web.Request) -> web.Response:
+    """An API path outside ``/v1`` (``POST /chat/completions``, ``GET /models``: a base URL without ``/v1``): 404
+    ``invalid_request_error`` "Invalid URL (<METHOD> <path>)", api.openai.com's answer to a path it does not serve,
+    logged as a call with ``error = "invalid_url"`` (nothing billed)."""
+    log_call(request, API, 404, error="invalid_url")
+    return _err(404, f"Invalid URL ({request.method} {request.path})", "invalid_request_error")
+
+
 async def chat_completions(request: web.Request) -> web.Response:
     """The ``/v1/chat/completions`` handler."""
     denied = _auth_error(request)
@@ -629,9 +641,10 @@ def make_app(
     aiohttp.web.Application
         Call records in ``app["calls"]`` / ``app[CALLS_KEY]``; fault state in ``app[FAULTS_KEY]``.
     """
-    routes = [("POST", "/v1/chat/completions", chat_completions), ("POST", "/chat/completions", chat_completions),
-              ("GET", "/v1/models", list_models), ("GET", "/models", list_models),
-              ("GET", "/v1/models/{model}", retrieve_model), ("GET", "/models/{model}", retrieve_model),
+    # the paths without /v1 answer 404 as api.openai.com does (a base_url lacking /v1 fails here too; prov39 #7)
+    routes = [("POST", "/v1/chat/completions", chat_completions), ("POST", "/chat/completions", invalid_url),
+              ("GET", "/v1/models", list_models), ("GET", "/models", invalid_url),
+              ("GET", "/v1/models/{model}", retrieve_model), ("GET", "/models/{model}", invalid_url),
               ("POST", AZURE_ROUTE_PREFIX + "{deployment}/chat/completions", azure_chat_completions)]
     app = build_app(
         routes,
