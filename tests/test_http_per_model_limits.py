@@ -5,7 +5,8 @@ models on one provider (gpt-4o and gpt-4o-mini on api.openai.com) shared the low
 ``Retry-After`` on a 429 of one model paused the other. OpenAI, Anthropic and Gemini limit requests per model
 (/work/shared/api-notes.md: OpenAI "per model", Gemini "per project and per model"), so a researcher comparing
 two models was throttled for nothing. Now each model's calls have their own rate, concurrency and 429 pause;
-a 503's ``Retry-After`` (an overloaded service) and the unreachable-host breaker stay host-wide, and a
+a 503's ``Retry-After`` on a provider's own API (an overloaded service; elsewhere one model's, prov39 #9) and the
+unreachable-host breaker stay host-wide, and a
 ``[hosts]`` entry of a model host is a ceiling over all its models.
 
 Everything is checked server-side against the local fakes (geoagent/sandbox): arrival times per model.
@@ -145,9 +146,11 @@ def test_a_429_retry_after_for_one_model_does_not_pause_the_other(tmp_path, monk
     assert len(a) == 2 and a[1] - a[0] >= 2.0, a
 
 
-def test_a_503_retry_after_pauses_every_model_on_the_host(tmp_path, monkeypatch):
-    """A 503 (service unavailable or overloaded) with Retry-After is the host's condition, not one model's
-    limit: it pauses every model on the host (the conservative choice)."""
+def test_a_503_retry_after_of_a_server_of_its_own_pauses_only_that_model(tmp_path, monkeypatch):
+    """A 503 with Retry-After from a host that is not a provider's own API (a gateway, a local server) is one model's
+    condition (OpenRouter's 503: no provider for that model): it pauses that model's key, and the host's other
+    models go on (prov39 #9; before, it paused every model on the host). On the providers' own APIs it still pauses
+    the host (next test)."""
     monkeypatch.setenv("GEM_KEY", KEY)
     app = gemini_app(api_keys=[KEY])
     faults = find_fault_state(app)
@@ -165,6 +168,39 @@ def test_a_503_retry_after_pauses_every_model_on_the_host(tmp_path, monkeypatch)
                     await prov["a"].generate(_request("gem-a", 0))
                 faults.update(rate=0.0)
                 await prov["b"].generate(_request("gem-b", 0))
+
+    anyio.run(go)
+    (t_503,) = _arrivals(app, "gem-a")
+    (t_b,) = _arrivals(app, "gem-b")
+    assert t_b - t_503 < 1.0, t_b - t_503
+
+
+def test_a_503_retry_after_of_a_providers_own_api_pauses_every_model_on_the_host():
+    """A 503 (service unavailable or overloaded) with Retry-After from generativelanguage.googleapis.com (a provider's
+    own API, which serves only its own models) is the host's condition, not one model's limit: it pauses every model
+    on the host. The Gemini fake answers under that name (a resolver maps it to 127.0.0.1; judged by name)."""
+    from geoagent.providers import ProviderSettings, make_provider
+    from geoagent.runtime.http import HostPolicy, host_key, limit_key
+    from test_providers39 import _LocalNames
+
+    app = gemini_app(api_keys=[KEY])
+    faults = find_fault_state(app)
+    pol = HostPolicy(rate=20, period_s=1.0, concurrency=8, max_attempts=1, timeout_s=5.0, retry_unknown_outcome=False)
+
+    async def go():
+        async with serve(app) as local:
+            base = f"http://generativelanguage.googleapis.com:{local.rsplit(':', 1)[1]}"
+            keys = {m: limit_key(host_key(base), m) for m in ("gem-a", "gem-b")}
+            async with HttpClient(default_policy=pol, model_policies={k: pol for k in keys.values()},
+                                  resolver=_LocalNames()) as http:
+                prov = {m: make_provider(ProviderSettings(kind="gemini", model=m, base_url=base, api_key=KEY), http)
+                        for m in keys}
+                faults.update(rate=1.0, kinds=("503",), retry_after_s=1.5, retry_after_kinds=("429", "503"),
+                              only_paths=("/v1beta/models/gem-a:",))
+                with pytest.raises(RetriesExhausted):
+                    await prov["gem-a"].generate(_request("gem-a", 0))
+                faults.update(rate=0.0)
+                await prov["gem-b"].generate(_request("gem-b", 0))
 
     anyio.run(go)
     (t_503,) = _arrivals(app, "gem-a")

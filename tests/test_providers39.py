@@ -6,20 +6,26 @@
   ``https://api.anthropic.com/v1``, ``https://generativelanguage.googleapis.com/v1beta``) loaded, then every call was
   a 404. Refused at load, naming the right root; the OpenAI fake now answers ``/chat/completions`` (no ``/v1``) with
   api.openai.com's 404 instead of serving it.
+* #9: a 503 with ``Retry-After`` paused every model of the host, also on a gateway (openrouter.ai: "no provider for
+  this model" is one model's). Host-wide only on the providers' own APIs; 529 stays host-wide everywhere.
 
-Every wire check goes through the real HttpClient to an aiohttp server on 127.0.0.1.
+Every wire check goes through the real HttpClient to an aiohttp server on 127.0.0.1; public names (api.openai.com,
+openrouter.ai) reach it through a resolver that maps every name to 127.0.0.1, so they are judged by name.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
 import warnings
 
 import pytest
+from aiohttp import web
+from aiohttp.abc import AbstractResolver
 
 from geoagent.config import ConfigError, config_from_dict
 from geoagent.providers import ModelRequest, ProviderSettings, make_provider
-from geoagent.runtime.http import HostPolicy, HttpClient, PermanentHTTPError
+from geoagent.runtime.http import HostPolicy, HttpClient, PermanentHTTPError, host_key, limit_key, pauses_whole_host
 from geoagent.sandbox import llm_openai
 from geoagent.sandbox.server import serve
 from _made_up_keys import made_up_key
@@ -27,6 +33,17 @@ from _made_up_keys import made_up_key
 KEY = made_up_key("sk-", 24, seed="prov39")
 FAST = HostPolicy(rate=1000, period_s=1.0, concurrency=4, max_attempts=2, backoff_base_s=0.005, backoff_max_s=2.0,
                   timeout_s=5.0)
+
+
+class _LocalNames(AbstractResolver):
+    """Resolves every name to 127.0.0.1: a public API name reaches the local test server, judged by its name."""
+
+    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET):
+        return [{"hostname": host, "host": "127.0.0.1", "port": port, "family": socket.AF_INET, "proto": 0,
+                 "flags": socket.AI_NUMERICHOST}]
+
+    async def close(self) -> None:
+        return None
 
 
 def _doc(**model) -> dict:
@@ -123,3 +140,47 @@ def test_the_openai_fake_answers_a_base_url_without_v1_with_the_real_apis_404():
     exc, calls = asyncio.run(go())
     assert exc.status == 404 and "Invalid URL (POST /chat/completions)" in exc.body
     assert [(c["status"], c["error"], c["output_tokens"]) for c in calls] == [(404, "invalid_url", 0)]
+
+
+# -- #9: which 503 pauses the whole host ---------------------------------------------------------------------------
+
+def test_pauses_whole_host_rule():
+    assert pauses_whole_host(503, "api.openai.com") and pauses_whole_host(503, "API.anthropic.com:443")
+    assert pauses_whole_host(503, "generativelanguage.googleapis.com")
+    assert not pauses_whole_host(503, "openrouter.ai") and not pauses_whole_host(503, "127.0.0.1:8000")
+    assert not pauses_whole_host(503, "res.openai.azure.com")  # one deployment's capacity, not the resource's
+    assert pauses_whole_host(529, "openrouter.ai") and pauses_whole_host(529, "127.0.0.1:8000")
+    assert not any(pauses_whole_host(s, "api.openai.com") for s in (429, 500, 502, 504))
+
+
+@pytest.mark.parametrize("name, status, host_wide", [("openrouter.ai", 503, False), ("api.openai.com", 503, True),
+                                                     ("openrouter.ai", 529, True)])
+def test_a_503_wait_pauses_the_host_only_on_a_providers_own_api(name, status, host_wide):
+    """A gateway's 503 ("no provider for this model", OpenRouter) pauses that model's key; api.openai.com's 503
+    and anyone's 529 pause every model of the host."""
+    answered: list[str] = []
+
+    async def chat(request: web.Request) -> web.Response:
+        model = (await request.json())["model"]
+        answered.append(model)
+        if len(answered) == 1:
+            return web.json_response({"error": {"code": status, "message": "unavailable"}}, status=status,
+                                     headers={"Retry-After": "0.2"})
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+
+    async def go():
+        async with serve(app) as local:
+            base = f"http://{name}:{local.rsplit(':', 1)[1]}"
+            host = host_key(base)
+            key = limit_key(host, "a")
+            async with HttpClient(default_policy=FAST, model_policies={key: FAST}, resolver=_LocalNames()) as http:
+                await http.request("POST", base + "/v1/chat/completions", json={"model": "a"}, limit=key)
+                return http.pauses(host), http.pauses(key)
+
+    host_pauses, key_pauses = asyncio.run(go())
+    assert answered == ["a", "a"]  # waited out, then answered
+    assert bool(host_pauses) is host_wide
+    assert key_pauses  # the model's own key waited either way (a host's pause holds its keys too)

@@ -1042,7 +1042,8 @@ def board_pauses(state_dir: str | Path) -> dict[str, float]:
     """The pauses in force on the campaign's board (``<state_dir>/hosts.sqlite``): ``{host or limit key: seconds
     left}``, longest first; read-only (opens nothing for writing, creates nothing; {} without a board).
 
-    A pause is a ``Retry-After`` on a 429 (a model's limit key, ``host/model``) or a 503 (the host), or
+    A pause is a ``Retry-After`` on a 429 (a model's limit key, ``host/model``) or a 503 (the host, on a provider's
+    own API; :func:`geoagent.runtime.http.pauses_whole_host`), or
     :meth:`~geoagent.runtime.http.HttpClient.pause_host`, as a process of the campaign published it; a process of
     the campaign started now waits it out too. Only pauses of this boot count (their ``until`` is this machine's
     ``time.monotonic()``, s). Used by ``status``."""

@@ -56,8 +56,11 @@ slot, pauses and cross-process share (:mod:`geoagent.runtime.hostshare` sees the
 failure says is split by what it is about:
 
 * a ``Retry-After`` on a 429 pauses the request's key only (the provider's limit of that model);
-* a ``Retry-After`` on a 503 pauses the whole host, every key on it (an overloaded or unavailable service is
-  the host's condition; pausing every model is the conservative choice);
+* a ``Retry-After`` on a 503 of a provider's own API (api.openai.com, api.anthropic.com,
+  generativelanguage.googleapis.com: :data:`FIRST_PARTY_MODEL_HOSTS`) or on a 529 anywhere pauses the whole host,
+  every key on it (an overloaded or unavailable service is the host's condition); a 503 elsewhere (a gateway such
+  as openrouter.ai answers 503 when no provider serves one model) pauses the request's key only, as a 500/502 does
+  (:func:`pauses_whole_host`; prov39 #9);
 * either pause lasts at most the host's ``max_retry_after_s`` (:attr:`HostPolicy.max_retry_after_s`, default
   :data:`DEFAULT_MAX_RETRY_AFTER_S` = :data:`RETRY_AFTER_MAX_S`, 1 day: a long pause is waited out as asked); with
   a lower cap configured, a server asking for longer gets a warning line naming the key, the value asked and the
@@ -761,8 +764,26 @@ QUOTA_429_MARKERS = ("insufficient_quota", "enforced_spend_limit_reached")
 #: the account for billing (:class:`PermanentHTTPError`)
 TRANSIENT_402_MARKERS = ("openrouter_in_flight_budget",)
 #: retried statuses whose ``Retry-After`` pauses every key of the host (the host's own condition: unavailable,
-#: overloaded); any other status's wait pauses only the request's limit key
-HOST_WIDE_PAUSE_STATUSES = frozenset({503, 529})
+#: overloaded) on any host: Anthropic's 529 ``overloaded_error``; any other status's wait pauses only the request's
+#: limit key, except a 503 of a :data:`FIRST_PARTY_MODEL_HOSTS` host (:func:`pauses_whole_host`)
+HOST_WIDE_PAUSE_STATUSES = frozenset({529})
+#: model APIs that serve only their own models, where a 503 (service unavailable) is the host's condition, so its
+#: ``Retry-After`` pauses every model of the host. Behind a gateway (openrouter.ai, a LiteLLM proxy) a 503 is one
+#: model's: OpenRouter answers 503 when no provider serves the requested model ("no available model provider that
+#: meets your routing requirements", openrouter.ai/docs/api-reference/errors), so it pauses that model's key only, as
+#: a gateway's 500/502 does (review37 #2; prov39 #9). Azure OpenAI (``*.openai.azure.com``) is not listed: one
+#: resource serves several deployments, each with its own capacity, so a 503 there pauses the deployment's key.
+FIRST_PARTY_MODEL_HOSTS = frozenset({"api.openai.com", "api.anthropic.com", "generativelanguage.googleapis.com"})
+
+
+def pauses_whole_host(status: int, host: str) -> bool:
+    """Whether a retried answer ``status`` from ``host`` (a :func:`host_key`, ``hostname[:port]``) that asks for a
+    wait pauses every limit key of the host, not only the request's: a 529 (Anthropic's overloaded) anywhere, a 503
+    on a :data:`FIRST_PARTY_MODEL_HOSTS` host; anything else (a 429, a gateway's 500/502/503 for one model) pauses
+    only the request's key."""
+    if status in HOST_WIDE_PAUSE_STATUSES:
+        return True
+    return status == 503 and host.rsplit(":", 1)[0].lower() in FIRST_PARTY_MODEL_HOSTS
 
 _VOID = float("-inf")  # a rate slot given back unsent (_SlidingWindowThrottler.give_back)
 #: ids of unreachable streaks (:attr:`RetriesExhausted.streak_id`): unique in the process, across clients and hosts
@@ -1179,7 +1200,8 @@ class HttpClient:
     * concurrency: an ``asyncio.Semaphore(concurrency)``; released while a caller sleeps between retries.
     * ``Retry-After`` on a 429 or 503 (seconds or HTTP-date) pauses the host for every caller (including
       callers already waiting for a slot); with a model limit key (``limit=``, ``model_policies``) a 429's
-      pauses that model's key only, a 503's the whole host (module docstring, "Limit keys"). If it exceeds
+      pauses that model's key only, a 503's the whole host on a provider's own API and the key elsewhere
+      (:func:`pauses_whole_host`; module docstring, "Limit keys"). If it exceeds
       the call's ``backoff_max_s`` the call stops at
       once with :class:`RetriesExhausted` (``retry_after_s`` set) so a queue can nack with that delay.
     * retries on 408/425/429, 5xx, timeouts, connection errors and failed ``validate`` checks, at most
@@ -1571,7 +1593,8 @@ class HttpClient:
             the client has a policy for it (``model_policies``), the request waits for that key's rate,
             concurrency and pauses instead of the host's (and, when the host is one of ``ceilings``, for the
             host's as well), and a ``Retry-After`` on a 429 pauses that key only. Host-wide stay: a
-            ``Retry-After`` on a 503 (the service is overloaded: a host-wide condition), the counters
+            ``Retry-After`` on a provider's own API's 503 or on a 529 (the service is overloaded: a host-wide
+            condition; :func:`pauses_whole_host`), the counters
             (:meth:`stats`) and the unreachable streak. Without a policy for the key (or with ``None``) the
             host's limits apply, as for every other client.
         too_large_final : bool, optional
@@ -1948,11 +1971,12 @@ class HttpClient:
             if retry_after is None and status in (429, 503):
                 retry_after = body_retry_delay(resp.text)
             if retry_after is not None:
-                # a 503 (unavailable) or a 529 (overloaded) is the host's condition: every key on the host waits; any
-                # other wait asked (a 429 or a transient 402: the limit of the request's key, providers limit per
-                # model; a 500/502 of one model behind a gateway, a 408) is that key's: the host's other models go on
-                # (review37 #2: a 502 of one OpenRouter model paused them all)
-                paused = host if status in HOST_WIDE_PAUSE_STATUSES else lim
+                # a 529 (overloaded), or a 503 (unavailable) of a provider's own API, is the host's condition: every
+                # key on the host waits; any other wait asked (a 429 or a transient 402: the limit of the request's
+                # key, providers limit per model; a 500/502/503 of one model behind a gateway, a 408) is that key's:
+                # the host's other models go on (review37 #2: a 502 of one OpenRouter model paused them all;
+                # prov39 #9: so did its 503 "no provider for this model")
+                paused = host if pauses_whole_host(status, host.key) else lim
                 asked = retry_after
                 # at most the host's max_retry_after_s (a longer ask: a warning, and the request ends now)
                 retry_after = capped_retry_after(retry_after, paused.key, status, max_s=pol.max_retry_after_s)
