@@ -8,6 +8,8 @@
   api.openai.com's 404 instead of serving it.
 * #9: a 503 with ``Retry-After`` paused every model of the host, also on a gateway (openrouter.ai: "no provider for
   this model" is one model's). Host-wide only on the providers' own APIs; 529 stays host-wide everywhere.
+* #10: the HTTP layer's scrubbing missed a base64 echo of the key in an error body (PermanentHTTPError text and
+  ``.body``, RetriesExhausted text).
 
 Every wire check goes through the real HttpClient to an aiohttp server on 127.0.0.1; public names (api.openai.com,
 openrouter.ai) reach it through a resolver that maps every name to 127.0.0.1, so they are judged by name.
@@ -16,6 +18,7 @@ openrouter.ai) reach it through a resolver that maps every name to 127.0.0.1, so
 from __future__ import annotations
 
 import asyncio
+import base64
 import socket
 import warnings
 
@@ -25,7 +28,8 @@ from aiohttp.abc import AbstractResolver
 
 from geoagent.config import ConfigError, config_from_dict
 from geoagent.providers import ModelRequest, ProviderSettings, make_provider
-from geoagent.runtime.http import HostPolicy, HttpClient, PermanentHTTPError, host_key, limit_key, pauses_whole_host
+from geoagent.runtime.http import (HostPolicy, HttpClient, PermanentHTTPError, RetriesExhausted, host_key, limit_key,
+                                   pauses_whole_host)
 from geoagent.sandbox import llm_openai
 from geoagent.sandbox.server import serve
 from _made_up_keys import made_up_key
@@ -184,3 +188,61 @@ def test_a_503_wait_pauses_the_host_only_on_a_providers_own_api(name, status, ho
     assert answered == ["a", "a"]  # waited out, then answered
     assert bool(host_pauses) is host_wide
     assert key_pauses  # the model's own key waited either way (a host's pause holds its keys too)
+
+
+# -- #10: a base64 echo of the key in an error body ----------------------------------------------------------------
+
+#: a key whose base64 holds "/" and "+" (written "\/" by the fake's PHP-style JSON), made up for the test
+B64_KEY = "sk-prov39-" + "???>>>" * 4 + made_up_key("", 12, seed="prov39-b64")
+
+
+def _b64_stretches(key: str) -> list[str]:
+    enc = base64.b64encode(key.encode()).decode()
+    core = enc[2:-4]  # well inside the key's bits, whatever the alignment
+    assert "/" in core and "+" in core
+    return [core, core.replace("/", "\\/")]
+
+
+def test_a_base64_echo_of_the_key_in_a_401_never_reaches_the_error():
+    async def go():
+        app = llm_openai.make_app(api_keys=("accepted-key-0123456789",), echo_key="base64")
+        async with serve(app) as url, HttpClient(default_policy=FAST) as http:
+            prov = make_provider(ProviderSettings(kind="openai", model="gpt-4o-mini", base_url=url + "/v1",
+                                                  api_key=B64_KEY), http)
+            try:
+                await prov.generate(ModelRequest(provider="openai", model="gpt-4o-mini", prompt="where?",
+                                                 params={"max_output_tokens": 32}))
+            except PermanentHTTPError as exc:
+                return exc
+        raise AssertionError("the refused key was answered")
+
+    exc = asyncio.run(go())
+    assert exc.status == 401 and "Incorrect API key provided" in exc.body
+    for text in (str(exc), exc.body, exc.body_excerpt):
+        for stretch in _b64_stretches(B64_KEY):
+            assert stretch not in text and stretch.lower() not in text.lower(), text
+    assert "<redacted>" in exc.body
+
+
+def test_a_base64_echo_in_a_retried_error_never_reaches_retries_exhausted():
+    async def err(request: web.Request) -> web.Response:
+        echoed = base64.b64encode(request.headers["Authorization"].encode()).decode()
+        return web.Response(status=500, text=f'{{"error": "upstream refused header {echoed}"}}',
+                            content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", err)
+
+    async def go():
+        async with serve(app) as url, HttpClient(default_policy=FAST) as http:
+            try:
+                await http.request("POST", url + "/v1/chat/completions", json={},
+                                   headers={"Authorization": f"Bearer {B64_KEY}"})
+            except RetriesExhausted as exc:
+                return exc
+        raise AssertionError("the 500 was answered")
+
+    exc = asyncio.run(go())
+    assert "http 500" in str(exc) and "<redacted>" in str(exc)
+    core = base64.b64encode(B64_KEY.encode()).decode()[4:-4]
+    assert not any(core[i:i + 16] in str(exc) for i in range(0, len(core) - 16, 4)), str(exc)

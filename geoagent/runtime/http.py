@@ -100,7 +100,7 @@ from urllib.parse import parse_qsl, quote, quote_plus, urlencode, urljoin, urlsp
 import orjson
 
 from geoagent.runtime.errors import PicklableError
-from geoagent.secrets import mask_values, secret_spellings
+from geoagent.secrets import base64_spellings, mask_values, secret_spellings
 from geoagent.runtime.stage import Abandoned, Deferred
 from geoagent.textfmt import count_text
 
@@ -455,8 +455,13 @@ def _secrets_of(url: str, params: Mapping[str, Any] | None, headers: Mapping[str
     for k, v in pairs:
         if SECRET_PARAM_RE.search(str(k)) and v not in (None, ""):
             out.add(str(v))
+    # a base64 echo of a value (a proxy repeating "Basic base64(user:KEY)" or base64(KEY) in its error body), as
+    # redact() masks it (prov39 #10: it stayed in PermanentHTTPError / RetriesExhausted texts and .body); also with
+    # "/" written "\/" as a JSON encoder may (PHP's json_encode). Of the values as sent only: few strings to look for
+    encoded = {b for s in out for b in base64_spellings(s)}
     out |= {quote_plus(s) for s in out} | {quote(s, safe="") for s in out}  # as they appear inside URLs
     out |= {spelled for s in list(out) if len(s) >= 4 for spelled in secret_spellings(s)}  # as JSON repeats them
+    out |= encoded | {b.replace("/", "\\/") for b in encoded}
     return sorted((s for s in out if len(s) >= 4), key=len, reverse=True)
 
 

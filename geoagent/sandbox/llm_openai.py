@@ -82,6 +82,7 @@ accepts requests without a key, otherwise any non-empty key unless ``--api-key``
 
 from __future__ import annotations
 
+import base64
 import math
 import os
 import re
@@ -185,9 +186,10 @@ USAGE_MODE_KEY: web.AppKey[str] = web.AppKey("llm_usage_mode", str)
 USAGE_MODES = ("report", "omit", "null", "zero_output")
 #: how a refused key is repeated in the 401 body (make_app's echo_key): "" not at all (masked as OpenAI does),
 #: "full" in full in JSON with "/" written "\\/", "upper" upper-cased, "prefix" its first 14 and last 4 characters
+#: (a truncated echo), "base64" as standard base64 of the key (a proxy repeating a header it decoded or encoded)
 ECHO_KEY_KEY: web.AppKey[str] = web.AppKey("llm_echo_key", str)
 #: echo_key modes (:func:`make_app`)
-ECHO_KEY_MODES = ("full", "upper", "prefix")
+ECHO_KEY_MODES = ("full", "upper", "prefix", "base64")
 
 
 def _err(status: int, message: str, type_: str, code: str | None = None, param: str | None = None) -> web.Response:
@@ -312,7 +314,8 @@ def _auth_error(request: web.Request, *, log: bool = True) -> web.Response | Non
             log_call(request, API, 401, error="invalid_api_key")
         if request.app[ECHO_KEY_KEY]:  # a careless proxy: the whole key, "/" escaped as PHP's json_encode does
             shown = {"full": token, "upper": token.upper(),
-                     "prefix": token[:14] + "..." + token[-4:]}[request.app[ECHO_KEY_KEY]]
+                     "prefix": token[:14] + "..." + token[-4:],
+                     "base64": base64.b64encode(token.encode()).decode("ascii")}[request.app[ECHO_KEY_KEY]]
             body = orjson.dumps({"error": {"message": f"Incorrect API key provided: {shown}.",
                                            "type": "invalid_request_error", "code": "invalid_api_key"}})
             return web.Response(status=401, body=body.replace(b"/", b"\\/"), content_type="application/json")
@@ -629,8 +632,9 @@ def make_app(
     echo_key : bool or str
         A careless proxy (default False): the 401 for a refused key repeats the key, in JSON whose every ``/`` is
         written ``\\/`` (as PHP's ``json_encode`` does), instead of OpenAI's masked ``sk-...abcd``: in full (True
-        or ``"full"``), upper-cased (``"upper"``) or as its first 14 and last 4 characters (``"prefix"``, a
-        truncated echo). Raises ValueError for another string.
+        or ``"full"``), upper-cased (``"upper"``), as its first 14 and last 4 characters (``"prefix"``, a
+        truncated echo) or as its standard base64 (``"base64"``, with ``/`` written ``\\/`` too). Raises ValueError
+        for another string.
     usage : str
         ``"report"`` (default: every answer carries ``usage``), ``"omit"`` (no ``usage`` key in any answer) or
         ``"null"`` (``"usage": null``) or ``"zero_output"`` (``completion_tokens: 0`` beside the answer's text: a count no
