@@ -10,6 +10,8 @@
   this model" is one model's). Host-wide only on the providers' own APIs; 529 stays host-wide everywhere.
 * #10: the HTTP layer's scrubbing missed a base64 echo of the key in an error body (PermanentHTTPError text and
   ``.body``, RetriesExhausted text).
+* #11: every model call carried ``X-Request-Key`` / ``X-Image-Id``, also to paid APIs (an image id can name a
+  place). Now only to local servers (the sandbox fakes, which log and answer by them).
 
 Every wire check goes through the real HttpClient to an aiohttp server on 127.0.0.1; public names (api.openai.com,
 openrouter.ai) reach it through a resolver that maps every name to 127.0.0.1, so they are judged by name.
@@ -246,3 +248,32 @@ def test_a_base64_echo_in_a_retried_error_never_reaches_retries_exhausted():
     assert "http 500" in str(exc) and "<redacted>" in str(exc)
     core = base64.b64encode(B64_KEY.encode()).decode()[4:-4]
     assert not any(core[i:i + 16] in str(exc) for i in range(0, len(core) - 16, 4)), str(exc)
+
+
+# -- #11: X-Request-Key / X-Image-Id only to local servers ---------------------------------------------------------
+
+@pytest.mark.parametrize("name, sent", [("api.openai.com", False), ("openrouter.ai", False), ("127.0.0.1", True),
+                                        ("openai.sandbox.invalid", True), ("my-gpu-box", True)])
+def test_request_key_and_image_id_headers_go_only_to_local_servers(name, sent):
+    seen: list[dict] = []
+
+    async def go():
+        app = llm_openai.make_app(api_keys=(KEY,))
+        async with serve(app) as local, HttpClient(default_policy=FAST, resolver=_LocalNames()) as http:
+            base = f"http://{name}:{local.rsplit(':', 1)[1]}/v1"
+            prov = make_provider(ProviderSettings(kind="openai", model="gpt-4o-mini", base_url=base, api_key=KEY),
+                                 http)
+            req = ModelRequest(provider="openai", model="gpt-4o-mini", prompt="where?",
+                               image_id="Zürich-Bahnhofstr-12", image=b"\xff\xd8\xff\xe0" + b"0" * 64,
+                               params={"max_output_tokens": 32})
+            headers = prov.build(req)[2]
+            seen.append(headers)
+            await prov.generate(req)
+            return req.key(), list(app["calls"])
+
+    key, calls = asyncio.run(go())
+    assert ("X-Request-Key" in seen[0]) is sent and ("X-Image-Id" in seen[0]) is sent
+    assert len(calls) == 1 and calls[0]["status"] == 200
+    # the fake's call log keys on the header: the local fakes still see the request key (and answer per image id)
+    assert calls[0]["key"] == (key if sent else None)
+    assert (calls[0]["image_id"] == "Zürich-Bahnhofstr-12") is sent

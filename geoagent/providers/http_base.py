@@ -2,7 +2,8 @@
 
 A subclass builds the wire request (:meth:`HttpProvider.build`) and parses the wire response
 (:meth:`HttpProvider.parse`); this base posts it through the shared :class:`~geoagent.runtime.http.HttpClient`
-(which owns rate limits, retries and ``Retry-After``), adds the ``X-Request-Key`` / ``X-Image-Id`` headers,
+(which owns rate limits, retries and ``Retry-After``), adds the ``X-Request-Key`` / ``X-Image-Id`` headers for a
+local server (the sandbox fakes log and answer by them; a remote API is sent neither),
 measures latency, turns a 2xx body that is not JSON into :class:`~geoagent.providers.errors.MalformedResponse`
 and scrubs the API key out of every error that passes through.
 """
@@ -26,10 +27,10 @@ from geoagent.providers.errors import ContentBlocked, MalformedResponse, body_ex
 from geoagent.providers.settings import ProviderSettings
 from geoagent.runtime.http import header_value
 
-#: Header carrying ``ModelRequest.key()`` on every call (our local servers log calls per key; real APIs
-#: ignore unknown headers).
+#: Header carrying ``ModelRequest.key()`` on every call to a local server (our fakes log calls per key), never to a
+#: remote API (:meth:`HttpProvider.common_headers`).
 REQUEST_KEY_HEADER = "X-Request-Key"
-#: Header carrying ``ModelRequest.image_id`` when set (lets the local fake servers answer per image).
+#: Header carrying ``ModelRequest.image_id`` when set, to a local server only (lets the fakes answer per image).
 IMAGE_ID_HEADER = "X-Image-Id"
 
 _MASK = "***"
@@ -174,12 +175,18 @@ class HttpProvider(Provider, abc.ABC):
         return _base_url_is_local(self.base_url)
 
     def common_headers(self, request: ModelRequest) -> dict[str, str]:
-        """Content type, extra headers from settings, ``X-Request-Key`` and (if set) ``X-Image-Id``."""
+        """Content type, extra headers from settings and, for a local server only (:meth:`_local_host`: this
+        machine, the LAN, the sandbox fakes on ``*.sandbox.invalid``), ``X-Request-Key`` and (if set) ``X-Image-Id``.
+
+        A remote API (api.openai.com, openrouter.ai, ...) is sent neither (prov39 #11): it reads neither, an image
+        id or file stem can name a place (a third party learned it with every call), a non-ASCII id went out as raw
+        bytes and a long one could overflow the server's header limit (a refused call)."""
         headers = {"Content-Type": "application/json"}
         headers.update(dict(self.settings.headers))
-        headers[REQUEST_KEY_HEADER] = request.key()
-        if request.image_id is not None:
-            headers[IMAGE_ID_HEADER] = str(request.image_id)
+        if self._local_host():
+            headers[REQUEST_KEY_HEADER] = request.key()
+            if request.image_id is not None:
+                headers[IMAGE_ID_HEADER] = str(request.image_id)
         return headers
 
     def _call_policy(self, http: Any) -> Any:
