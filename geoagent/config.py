@@ -1490,7 +1490,8 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
     if problems or cfg is None:
         raise ConfigError(source, problems)
     for text in (_unused_host_warnings(cfg) + shared_host_warnings(cfg) + output_room_warnings(cfg)
-                 + reasoning_host_warnings(cfg) + root_override_warnings(cfg) + dotenv_unused_warnings()):
+                 + reasoning_host_warnings(cfg) + gemini_temperature_warnings(cfg) + root_override_warnings(cfg)
+                 + dotenv_unused_warnings()):
         warnings.warn(f"{source}: {text}", ConfigWarning, stacklevel=2)
     for text in system_message_warnings(cfg):
         warnings.warn(f"{source}: {text}", ConfigWarning, stacklevel=2)
@@ -1858,6 +1859,28 @@ def _auditor_temperature_problems(cfg: "CampaignConfig", anthropic_max: float) -
             out.append(f"crawl.{table}.temperature: the auditor's model {m.name!r} is an Anthropic model, whose "
                        f"Messages API takes a temperature from 0 to 1, got {_fmt_value(sub['temperature'])} (HTTP 400 "
                        "on every audit call); write a value from 0 to 1")
+    return out
+
+
+def gemini_temperature_warnings(cfg: "CampaignConfig") -> list[str]:
+    """One line per Gemini 3 ``[[models]]`` entry (:func:`geoagent.providers.sampling.gemini_keeps_default_temperature`)
+    that writes a temperature other than 1 (``temperature`` or ``params.temperature``): such a model is sent no
+    temperature, as Google's Gemini 3 developer guide strongly recommends its default 1.0 (lower values can cause
+    looping or degraded reasoning, which runs to the output cap, billed), so it samples at 1.0, not at the value
+    written (prov39 #3). The default 0.0, not written, is left out without a word, as for Claude 4.7+."""
+    from geoagent.providers.sampling import gemini_keeps_default_temperature
+
+    out = []
+    for i, m in enumerate(cfg.models):
+        temperature = _explicit_sampling(m).get("temperature")
+        if m.provider != "gemini" or temperature is None or temperature[1] == 1 or \
+                not gemini_keeps_default_temperature(m.model):
+            continue
+        why = ("a temperature below 1.0 can cause looping or degraded reasoning, a loop running to "
+               "max_output_tokens, billed" if temperature[1] < 1 else "its reasoning is tuned for 1.0")
+        out.append(f"models[{i}].{temperature[0]}: {m.model} is a Gemini 3 model, which is sent no temperature: "
+                   f"Google's Gemini 3 developer guide strongly recommends keeping its default 1.0 ({why}), so model "
+                   f"{m.name!r} samples at 1.0, not at the {_fmt_value(temperature[1])} written; remove the key")
     return out
 
 

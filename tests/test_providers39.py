@@ -12,6 +12,7 @@
   ``.body``, RetriesExhausted text).
 * #11: every model call carried ``X-Request-Key`` / ``X-Image-Id``, also to paid APIs (an image id can name a
   place). Now only to local servers (the sandbox fakes, which log and answer by them).
+* #3: Gemini 3 is sent no temperature (Google recommends its default 1.0); a written one other than 1 is warned of.
 
 Every wire check goes through the real HttpClient to an aiohttp server on 127.0.0.1; public names (api.openai.com,
 openrouter.ai) reach it through a resolver that maps every name to 127.0.0.1, so they are judged by name.
@@ -28,11 +29,12 @@ import pytest
 from aiohttp import web
 from aiohttp.abc import AbstractResolver
 
-from geoagent.config import ConfigError, config_from_dict
+from geoagent.config import ConfigError, ConfigWarning, config_from_dict
 from geoagent.providers import ModelRequest, ProviderSettings, make_provider
+from geoagent.providers.sampling import gemini_keeps_default_temperature, sampling_record, sent_sampling
 from geoagent.runtime.http import (HostPolicy, HttpClient, PermanentHTTPError, RetriesExhausted, host_key, limit_key,
                                    pauses_whole_host)
-from geoagent.sandbox import llm_openai
+from geoagent.sandbox import llm_gemini, llm_openai
 from geoagent.sandbox.server import serve
 from _made_up_keys import made_up_key
 
@@ -61,6 +63,13 @@ def _problems(doc: dict) -> list[str]:
     with pytest.raises(ConfigError) as e:
         config_from_dict(doc)
     return e.value.problems
+
+
+def _load_warnings(doc: dict) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        config_from_dict(doc)
+    return [str(w.message) for w in caught if issubclass(w.category, ConfigWarning)]
 
 
 # -- #6: Anthropic's temperature range ---------------------------------------------------------------------------
@@ -277,3 +286,49 @@ def test_request_key_and_image_id_headers_go_only_to_local_servers(name, sent):
     # the fake's call log keys on the header: the local fakes still see the request key (and answer per image id)
     assert calls[0]["key"] == (key if sent else None)
     assert (calls[0]["image_id"] == "Zürich-Bahnhofstr-12") is sent
+
+
+# -- #3: Gemini 3 is sent no temperature -----------------------------------------------------------------------
+
+def test_gemini_3_ids():
+    for model in ("gemini-3-pro-preview", "models/gemini-3-flash-preview", "gemini-3.1-pro-preview", "google/gemini-3"):
+        assert gemini_keeps_default_temperature(model), model
+    for model in ("gemini-2.5-pro", "gemini-2.0-flash", "gemini-30x", "gemini-1.5-flash"):
+        assert not gemini_keeps_default_temperature(model), model
+
+
+def test_gemini_3_gets_no_temperature_on_the_wire_and_the_manifest_says_why():
+    async def go(model: str):
+        app = llm_gemini.make_app(api_keys=(KEY,))
+        async with serve(app) as url, HttpClient(default_policy=FAST) as http:
+            prov = make_provider(ProviderSettings(kind="gemini", model=model, base_url=url, api_key=KEY), http)
+            await prov.generate(ModelRequest(provider="gemini", model=model, prompt="where?",
+                                             params={"max_output_tokens": 64, "temperature": 0.0, "top_p": 0.9,
+                                                     "seed": 7}))
+            return app["calls"][0]["sampling"]
+
+    sent3 = asyncio.run(go("gemini-3-pro-preview"))
+    assert "temperature" not in sent3 and sent3["topP"] == 0.9 and sent3["seed"] == 7
+    sent25 = asyncio.run(go("gemini-2.5-flash"))
+    assert sent25["temperature"] == 0.0 and sent25["topP"] == 0.9
+    params = {"temperature": 0.0, "top_p": 0.9}
+    assert sent_sampling("gemini", "gemini-3-pro-preview", params) == {"top_p": 0.9}
+    rec = sampling_record("gemini", "gemini-3-pro-preview", params)
+    assert rec["not_sent"] == {"temperature": 0.0} and "Gemini 3" in rec["why"]
+
+
+@pytest.mark.parametrize("where, key", [({"temperature": 0.2}, "models[0].temperature"),
+                                        ({"params": {"temperature": 1.5}}, "models[0].params.temperature")])
+def test_a_written_temperature_for_gemini_3_is_warned_of_at_load(where, key):
+    doc = _doc(provider="gemini", model="gemini-3-pro-preview", max_output_tokens=40_000, **where)
+    lines = [w for w in _load_warnings(doc) if "Gemini 3" in w]
+    assert len(lines) == 1 and f"{key}: gemini-3-pro-preview is a Gemini 3 model, which is sent no temperature" \
+        in lines[0], lines
+    assert ("looping" in lines[0]) is (key == "models[0].temperature")  # the low value's harm is named
+
+
+@pytest.mark.parametrize("model, extra", [("gemini-3-pro-preview", {}), ("gemini-3-pro-preview", {"temperature": 1}),
+                                          ("gemini-2.5-pro", {"temperature": 0.2})])
+def test_no_warning_for_the_default_for_1_or_for_older_gemini(model, extra):
+    doc = _doc(provider="gemini", model=model, max_output_tokens=40_000, **extra)
+    assert not [w for w in _load_warnings(doc) if "Gemini 3" in w]

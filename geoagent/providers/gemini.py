@@ -8,7 +8,8 @@ Wire format (Gemini API reference ``models.generateContent``):
 * Body (lowerCamelCase, the spelling responses use): ``contents = [{"role": "user", "parts":
   [{"inlineData": {"mimeType": <mime>, "data": <b64>}}, {"text": <prompt>}]}]`` (image first; raw
   base64, no ``data:`` prefix), optional ``systemInstruction = {"parts": [{"text": <params.system>}]}``,
-  ``generationConfig = {"maxOutputTokens", "temperature"?, "topP"?, "seed"?,
+  ``generationConfig = {"maxOutputTokens", "temperature"? (never for Gemini 3: it samples at its default 1.0,
+  :func:`geoagent.providers.sampling.gemini_sampling`), "topP"?, "seed"?,
   "responseMimeType": "application/json" (with params.json_mode), "thinkingConfig": {"thinkingBudget":
   <params.thinking_budget>}?}``. On thinking models (Gemini 2.5 Flash / Pro, Gemini 3) ``maxOutputTokens``
   includes the thinking tokens, which by default (dynamic thinking) may use the whole cap
@@ -69,6 +70,10 @@ from geoagent.providers.base import ModelRequest, ModelResponse, Usage, register
 from geoagent.providers.errors import ContentBlocked, MalformedResponse, body_excerpt
 from geoagent.image_fit import GEMINI_FIT_EDGE_PX, GEMINI_IMAGE_MIMES, GEMINI_MAX_IMAGE_B64, fitted
 from geoagent.providers.http_base import HttpProvider, as_int, b64
+from geoagent.providers.sampling import gemini_sampling
+
+#: generationConfig field of each sampling setting (:data:`geoagent.providers.sampling.SAMPLING_PARAMS`)
+_SAMPLING_WIRE = {"temperature": "temperature", "top_p": "topP", "seed": "seed"}
 
 #: finishReason values that mean the answer was withheld rather than completed or cut.
 BLOCKING_FINISH_REASONS = frozenset(
@@ -91,9 +96,9 @@ class GeminiProvider(HttpProvider):
             parts.append({"inlineData": {"mimeType": img.mime, "data": b64(img.data)}})
         parts.append({"text": request.prompt})
         gen: dict[str, Any] = {"maxOutputTokens": request.max_output_tokens}
-        for name, wire in (("temperature", "temperature"), ("top_p", "topP"), ("seed", "seed")):
-            if params.get(name) is not None:
-                gen[wire] = params[name]
+        # Gemini 3 models get no temperature (they sample at their default 1.0: geoagent.providers.sampling)
+        for name, value in gemini_sampling(params, request.model).items():
+            gen[_SAMPLING_WIRE[name]] = value
         if params.get("json_mode"):
             gen["responseMimeType"] = "application/json"
         if params.get("thinking_budget") is not None:

@@ -72,7 +72,18 @@ Google Gemini ``generateContent``
       mirrored at https://share.apidog.com/apidoc/docs-site/750674/api-16240710). Flash-Lite does not think
       unless asked. Gemini 3 uses ``thinkingLevel`` instead (high by default); its token range is not
       documented, so its cap check uses the Pro figure (:data:`GEMINI_THINKING_BUDGET_MAX`, an assumption).
-    * No Gemini model refuses our ``temperature`` / ``topP`` / ``seed`` (none found), so nothing is left out.
+    * No Gemini model refuses our ``temperature`` / ``topP`` / ``seed`` (none found).
+    * Gemini 3 models (``gemini-3*``: ``gemini-3-pro-preview``, ``gemini-3-flash-preview``, ``gemini-3.1-pro-preview``)
+      are sent no ``temperature`` (:func:`gemini_sampling`; ``topP`` and ``seed`` still go as set). Google AI for
+      Developers, "Gemini 3 developer guide", temperature section (https://ai.google.dev/gemini-api/docs/gemini-3;
+      the Vertex AI "Gemini 3 prompting guide", "Temperature tuning", says the same), paraphrased: Google strongly
+      recommends keeping the temperature at its default 1.0, for which Gemini 3's reasoning is tuned; a temperature
+      below 1.0 may cause unexpected behaviour, looping or degraded performance, above all in complex mathematical
+      or reasoning tasks. A loop runs to ``maxOutputTokens``, billed. Our default temperature 0.0 would be exactly
+      that, so, as for Claude 4.7+, the temperature is left out whatever the config holds (the provider
+      cannot tell the default from a written value; the request key still hashes the configured one), and the
+      loader warns when a ``[[models]]`` entry writes a temperature other than 1 for such a model
+      (:func:`geoagent.config.gemini_temperature_warnings`): it is not sent, the model samples at 1.0 (prov39 #3).
 
 Anthropic's temperature range
     * The Messages API takes ``temperature`` from 0.0 to 1.0 (API reference, "Create a Message": "Defaults to 1.0.
@@ -102,6 +113,9 @@ _CLAUDE_ID = re.compile(r"^(?:anthropic/)?claude-(?P<tier>[a-z]+)-(?P<major>\d+)
 #: Highest ``temperature`` the Anthropic Messages API accepts ("Ranges from 0.0 to 1.0", API reference "Create a
 #: Message"; OpenAI and Gemini take up to 2)
 ANTHROPIC_TEMPERATURE_MAX = 1.0
+#: Gemini 3 ids (``gemini-3-pro-preview``, ``gemini-3-flash-preview``, ``gemini-3.1-pro-preview``), after any
+#: ``models/`` or ``google/`` prefix; not ``gemini-30...`` (no such model; a guard against a prefix match)
+_GEMINI_3 = re.compile(r"^gemini-3(?:[-.]|$)", re.IGNORECASE)
 #: Highest thinking budget a Gemini model may spend under dynamic thinking (tokens): Flash 24,576, Pro 32,768.
 GEMINI_THINKING_BUDGET_MAX = {"flash": 24_576, "pro": 32_768}
 
@@ -296,12 +310,32 @@ def anthropic_sampling(params: dict[str, Any], model: str) -> dict[str, Any]:
 SAMPLING_PARAMS = ("temperature", "top_p", "seed")
 
 
+def gemini_keeps_default_temperature(model: str) -> bool:
+    """Whether a Gemini model is sent no ``temperature``, so that it samples at its default 1.0: the Gemini 3 family
+    (``gemini-3-pro-preview``, ``models/gemini-3-flash-preview``, ``gemini-3.1-pro-preview``; not ``gemini-2.5-pro``),
+    whose developer guide strongly recommends keeping the default (module docstring, prov39 #3)."""
+    mid = model.strip().lower().removeprefix("models/").removeprefix("google/")
+    return bool(_GEMINI_3.match(mid))
+
+
+def gemini_sampling(params: dict[str, Any], model: str) -> dict[str, Any]:
+    """The ``temperature`` / ``top_p`` / ``seed`` settings of ``params`` (under the params' names) that one
+    ``generateContent`` request to ``model`` carries in ``generationConfig`` (as ``temperature``, ``topP``,
+    ``seed``): each one set, except the temperature for a Gemini 3 model (:func:`gemini_keeps_default_temperature`),
+    written or the config's default 0.0 alike, as Claude 4.7+ models get none."""
+    out = {name: params[name] for name in SAMPLING_PARAMS if params.get(name) is not None}
+    if gemini_keeps_default_temperature(model):
+        out.pop("temperature", None)
+    return out
+
+
 def sent_sampling(provider: str, model: str, params: dict[str, Any], *, base_url: str | None = None,
                   reasoning_model: bool | None = None, family: str | None = None) -> dict[str, Any]:
     """The sampling settings of ``params`` (:data:`SAMPLING_PARAMS`) that the provider of kind ``provider`` puts
     in the request body for ``model``, under the names of the params: :func:`openai_sampling` for ``openai``
     (``base_url``, ``reasoning_model``, ``family`` as in :func:`openai_reasoning`), :func:`anthropic_sampling` for
-    ``anthropic`` (the Messages API has no seed), every one set for ``gemini`` and ``simulated``, none for
+    ``anthropic`` (the Messages API has no seed), :func:`gemini_sampling` for ``gemini`` (no temperature for
+    Gemini 3), every one set for ``simulated``, none for
     ``replay`` (its answers are read from a file; no request is sent). The request key hashes the params as
     configured, whatever is sent (:meth:`geoagent.providers.base.ModelRequest.key`)."""
     if provider == "openai":
@@ -309,6 +343,8 @@ def sent_sampling(provider: str, model: str, params: dict[str, Any], *, base_url
                                keep_unit_temperature=openai_keeps_unit_temperature(base_url, reasoning_model, family))
     if provider == "anthropic":
         return anthropic_sampling(params, model)
+    if provider == "gemini":
+        return gemini_sampling(params, model)
     if provider == "replay":
         return {}
     return {name: params[name] for name in SAMPLING_PARAMS if params.get(name) is not None}
@@ -336,6 +372,9 @@ def sampling_record(provider: str, model: str, params: dict[str, Any], *, base_u
             whys.append("this Claude model refuses temperature and top_p together: only top_p is sent")
         if "seed" in not_sent:
             whys.append("the Messages API has no seed")
+    elif provider == "gemini":
+        whys.append("Gemini 3 models are sent no temperature: Google's Gemini 3 developer guide strongly recommends "
+                    "their default 1.0 (lower values can loop or degrade reasoning), so the model samples at 1.0")
     elif provider == "replay":
         whys.append("replayed answers: no request is sent")
     out["why"] = "; ".join(whys)
