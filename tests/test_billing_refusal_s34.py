@@ -154,3 +154,40 @@ def test_gemini_429_wait_is_read_from_the_body_and_honoured():
 ])
 def test_body_retry_delay_reads_a_retry_info_duration(body, seconds):
     assert body_retry_delay(body) == seconds
+
+
+GEMINI_DAILY = ('{"error": {"code": 429, "message": "You exceeded your current quota.", "status": "RESOURCE_EXHAUSTED", '
+                '"details": [{"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{"quotaMetric": '
+                '"generativelanguage.googleapis.com/generate_content_free_tier_requests", "quotaId": '
+                '"GenerateRequestsPerDayPerProjectPerModel-FreeTier"}]}]}}')
+GEMINI_ZERO = ('{"error": {"code": 429, "message": "Quota exceeded for metric: generativelanguage.googleapis.com/'
+               'generate_content_free_tier_requests, limit: 0, model: gemini-2.5-pro", "status": "RESOURCE_EXHAUSTED"}}')
+GEMINI_MINUTE = ('{"error": {"code": 429, "message": "Resource has been exhausted", "status": "RESOURCE_EXHAUSTED", '
+                 '"details": [{"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{"quotaId": '
+                 '"GenerateRequestsPerMinutePerProjectPerModel"}]}, {"@type": "type.googleapis.com/google.rpc.RetryInfo",'
+                 ' "retryDelay": "10s"}]}}')
+
+
+@pytest.mark.parametrize("body, billing", [(GEMINI_DAILY, True), (GEMINI_ZERO, True), (GEMINI_MINUTE, False)])
+def test_gemini_daily_or_zero_quota_is_a_billing_refusal_a_per_minute_one_a_rate_limit(body, billing):
+    """providers39 #5: a used-up daily quota (or none at all for the model) was retried as a rate limit up to
+    max_attempts per task, then every task dead-lettered; it clears only at the reset."""
+    assert is_billing_failure(429, body) is billing
+
+
+def test_gemini_quota_fault_is_not_retried_by_the_http_client():
+    app = llm_gemini.make_app(faults=FaultConfig(rate=1.0, kinds=("quota",)), require_auth=False)
+
+    async def main():
+        from geoagent.runtime.http import PermanentHTTPError
+
+        async with serve(app) as base, HttpClient(default_policy=HostPolicy(max_attempts=4, backoff_base_s=0.01,
+                                                                            backoff_max_s=0.02)) as http:
+            with pytest.raises(PermanentHTTPError) as e:
+                await http.request("POST", base + "/v1beta/models/gemini-2.5-flash:generateContent",
+                                   json={"contents": [{"parts": [{"text": "hi"}]}]})
+            return e.value
+
+    err = anyio.run(main)
+    assert err.status == 429 and "PerDay" in (err.body or "")
+    assert len(app["calls"]) == 1

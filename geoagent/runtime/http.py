@@ -759,9 +759,13 @@ class _Retryable(Exception):
 _RETRY_STATUSES = frozenset({408, 425, 429})
 #: body markers (lower case) of a 429 that is no rate limit but a used-up quota or spend limit: OpenAI's
 #: ``insufficient_quota`` ("Retrying insufficient_quota never helps"), Anthropic's
-#: ``enforced_spend_limit_reached`` ("not retryable and has no retry-after"; api-notes sections 7 and 8). Such a
-#: 429 fails at once (:class:`PermanentHTTPError`, status and body kept), and pauses nothing
-QUOTA_429_MARKERS = ("insufficient_quota", "enforced_spend_limit_reached")
+#: ``enforced_spend_limit_reached`` ("not retryable and has no retry-after"; api-notes sections 7 and 8), and
+#: Gemini's ``RESOURCE_EXHAUSTED`` for a daily quota (a ``QuotaFailure`` whose ``quotaId`` is a ``...PerDay
+#: PerProject...`` one: it clears only at the daily reset) or a quota of zero (a model the project's tier has no quota
+#: for: "Quota exceeded for metric: ..., limit: 0, model: ..."; providers39 #5: each task was retried as a rate limit,
+#: then dead-lettered). Such a 429 fails at once (:class:`PermanentHTTPError`, status and body kept), and pauses
+#: nothing; the model caller then stops that model as refused for billing (re-run after the reset to resume)
+QUOTA_429_MARKERS = ("insufficient_quota", "enforced_spend_limit_reached", "perdayperproject", "limit: 0,")
 #: body marker (lower case) of OpenRouter's transient 402: the paid requests in flight fill the account's in-flight
 #: spending budget (``error.metadata.limit_source``), "transient, and the response includes a Retry-After header"
 #: (openrouter.ai/docs/use-cases/limits, "In-flight spending budget"). Such a 402, and any 402 that carries a

@@ -151,12 +151,14 @@ def _shaped_error(api: str, status: int, message: str, retry_after: str | None) 
         err: dict[str, Any] = {"code": status, "message": message, "status": gstatus}
         details: list[dict[str, Any]] = []
         if status == 429:
+            # a rate limit names a per-minute quota; the injected "quota" fault a used-up daily one (clears at reset)
             details.append({
                 "@type": "type.googleapis.com/google.rpc.QuotaFailure",
                 "violations": [
                     {
                         "quotaMetric": "generativelanguage.googleapis.com/generate_content_requests",
-                        "quotaId": "GenerateRequestsPerMinutePerProjectPerModel",
+                        "quotaId": ("GenerateRequestsPerDayPerProjectPerModel" if quota
+                                    else "GenerateRequestsPerMinutePerProjectPerModel"),
                     }
                 ],
             })
