@@ -2480,6 +2480,19 @@ def render_text(renderable) -> str:
     return console.file.getvalue()  # type: ignore[attr-defined]
 
 
+def _no_figures(t: Table) -> bool:
+    """Whether ``t`` has no row, or only rows whose every number is missing (None, NaN) or a zero count."""
+    def empty(v: Any) -> bool:
+        if v is None or isinstance(v, str):
+            return True
+        if isinstance(v, float):
+            return math.isnan(v)
+        if isinstance(v, (tuple, list)):
+            return all(empty(x) for x in v)
+        return isinstance(v, int) and v == 0
+    return all(empty(v) for row in t.rows for v in row)
+
+
 def print_report(tables: Sequence[Table], console=None, *, legend: bool = True,
                  regime_threshold: float = DEFAULT_THRESHOLD) -> None:
     """Print the tables (and, with ``legend``, the terms of :func:`legend_for` for ``regime_threshold``) with rich.
@@ -2490,6 +2503,13 @@ def print_report(tables: Sequence[Table], console=None, *, legend: bool = True,
     redirected)."""
     console = console or report_console(sys.stdout)
     for t in tables:
+        if t.shown is None and _no_figures(t):
+            # a table with no row or only empty ones (Table 2 and 3 without a regime split: newuser39 #8d printed 10
+            # rows of dashes): its title and notes say why, as report.md's "Withheld:" line does
+            console.print(f"{t.title}: no figures", markup=False)
+            for line in t.notes_lines():
+                console.print(f"  {line}", markup=False, soft_wrap=not console.is_terminal)
+            continue
         console.print(t.to_rich())
     if legend:
         console.print("Terms:", markup=False)
