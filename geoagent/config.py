@@ -2467,16 +2467,22 @@ def shared_host_warnings(cfg: CampaignConfig) -> list[str]:
 def model_call_policy(cfg: CampaignConfig, m: "ModelConfig") -> Any:
     """The per-call policy of model ``m``'s requests (``ProviderSettings.policy``), or None without a host: its
     host's policy (:func:`host_policies`) with ``m``'s own ``max_attempts``, ``timeout_s`` and
-    ``connect_timeout_s`` unless a ``[hosts]`` entry sets the host's; a paid provider also never retries an
+    ``connect_timeout_s``, each unless a ``[hosts]`` entry for the host writes it; a paid provider also never retries an
     unknown outcome (``providers.http_base``). Its rate and concurrency are not what paces the calls: the HTTP
     layer applies the model's own limit key (:func:`model_limit_policies`) and any host-wide ceiling."""
     import dataclasses
 
     pol = host_policies(cfg).get(m.host) if m.host else None
-    if pol is None or m.host in cfg.hosts:
+    if pol is None:
         return pol
-    return dataclasses.replace(pol, max_attempts=m.max_attempts, timeout_s=m.timeout_s,
-                               **({"connect_timeout_s": m.connect_timeout_s} if m.connect_timeout_s is not None else {}))
+    own = {"max_attempts": m.max_attempts, "timeout_s": m.timeout_s,
+           **({"connect_timeout_s": m.connect_timeout_s} if m.connect_timeout_s is not None else {})}
+    entry = cfg.hosts.get(m.host)
+    if entry is not None:
+        # a [hosts] entry's retry fields win only where it writes them (review39a #3: its default timeout_s of 60 s
+        # cut a reasoning model's 600 s calls, which were billed, booked unknown-outcome and sent again)
+        own = {k: v for k, v in own.items() if k not in entry.model_fields_set}
+    return dataclasses.replace(pol, **own) if own else pol
 
 
 def host_policies(cfg: CampaignConfig) -> dict[str, Any]:

@@ -2102,7 +2102,11 @@ async def _run(
         # when this process answers for the plan edge: the tasks an earlier plan left idle or set aside, checked
         # off against the plan as it streams (set_aside_unplanned); None for a fresh queue (nothing to compare)
         whole = plans_whole_edge(cfg, kind, stages, only_stages, watch)
-        check = await PlanCheck.of(plan_q) if plan_q is not None and whole else None
+        # the model-calling kinds key every later edge by the request's key: their failed tasks of requests the plan
+        # no longer holds are set aside too (review39a #1)
+        later = ({e: q for e, q in queues.items() if e != kind.plan_edge} if kind.plan_edge == C.EDGE_REQUESTS
+                 else None)
+        check = await PlanCheck.of(plan_q, later) if plan_q is not None and whole else None
         # what becomes of the tasks the plan no longer holds that are still queued, for the plan-change line: set
         # aside here; sent all the same by a --watch run over a crawl's folder (counted, never set aside); or
         # set aside by the process of the stage that reads the planned edge (a --stages process without it)
@@ -3076,22 +3080,36 @@ class PlanCheck:
     back : set of str
         Set-aside (superseded) task keys the plan holds again (to queue again, or dead again with the failure
         they had: :meth:`~geoagent.runtime.queue.WorkQueue.restore_failed`).
+    downstream : dict of str -> EdgeFailures
+        The later edges of a kind whose every edge is keyed by the request's key (the model-calling kinds: a
+        request's response, answer, ... carry its key): per edge, its failed dead keys the plan has not held and
+        its set-aside ones the plan holds again (review39a #1: a dropped request whose parse or geocoding had
+        failed still ended every run ``incomplete``).
     """
 
-    __slots__ = ("unplanned", "failed", "_aside", "back")
+    __slots__ = ("unplanned", "failed", "_aside", "back", "downstream")
 
-    def __init__(self, idle: Iterable[str], aside: Iterable[str], failed: Iterable[str] = ()) -> None:
+    def __init__(self, idle: Iterable[str], aside: Iterable[str], failed: Iterable[str] = (),
+                 downstream: "dict[str, EdgeFailures] | None" = None) -> None:
         self.unplanned, self._aside, self.back = set(idle), set(aside), set()
         self.failed = set(failed) - self._aside
+        self.downstream = downstream or {}
 
     @classmethod
-    async def of(cls, queue: Any) -> "PlanCheck | None":
+    async def of(cls, queue: Any, downstream: Mapping[str, Any] | None = None) -> "PlanCheck | None":
         """The check of ``queue`` read now (before planning), or None when the queue holds no idle task and no
-        dead one (a fresh campaign, or every task done: nothing can be set aside or brought back)."""
+        dead one, and no edge of ``downstream`` (edge -> queue, keyed as ``queue``) a dead one (a fresh campaign,
+        or every task done: nothing can be set aside or brought back)."""
         idle = await queue.ready_keys()
         aside = await queue.dead_keys(SUPERSEDED) or []
         failed = set(await queue.dead_keys() or ()) - set(aside)
-        return cls(idle, aside, failed) if idle or aside or failed else None
+        later: dict[str, EdgeFailures] = {}
+        for edge, q in (downstream or {}).items():
+            dead = set(await q.dead_keys() or ())
+            if dead:
+                later_aside = set(await q.dead_keys(SUPERSEDED) or ())
+                later[edge] = EdgeFailures(q, dead - later_aside, later_aside)
+        return cls(idle, aside, failed, later) if idle or aside or failed or later else None
 
     @property
     def left_out(self) -> int:
@@ -3106,6 +3124,24 @@ class PlanCheck:
         self.failed.discard(key)
         if key in self._aside:
             self.back.add(key)
+        for edge in self.downstream.values():
+            edge.see(key)
+
+
+class EdgeFailures:
+    """A later edge's part of a :class:`PlanCheck`: ``queue``; ``failed``, its failed dead keys the plan has not held
+    (so far); ``aside``, its set-aside keys; ``back``, those of them the plan holds again."""
+
+    __slots__ = ("queue", "failed", "aside", "back")
+
+    def __init__(self, queue: Any, failed: set[str], aside: set[str]) -> None:
+        self.queue, self.failed, self.aside, self.back = queue, failed, aside, set()
+
+    def see(self, key: str) -> None:
+        """Check off one planned task key."""
+        self.failed.discard(key)
+        if key in self.aside:
+            self.back.add(key)
 
 
 async def bring_back_planned(cfg: Any, queue: Any, check: PlanCheck) -> list[str]:
@@ -3115,16 +3151,17 @@ async def bring_back_planned(cfg: Any, queue: Any, check: PlanCheck) -> list[str
     does this before it judges a config change (:func:`config_drift_after_plan`), so those tasks count as work
     left to send under the new settings (break31 #1: counted after, a model's change was called one that mixes
     nothing, then 7 of its tasks were sent under it next to 3 answers made under the old setting)."""
+    lines = await _restore_downstream(cfg, check)
     if not check.back:
-        return []
+        return lines
     back = sorted(check.back)
     # a task a failure had dead-lettered before it was set aside gets its failure back (still dead: missing work
     # of this plan, `dead --requeue` retries it), never a paid retry the researcher did not ask for
     restored = set(await queue.restore_failed(back) or ()) if hasattr(queue, "restore_failed") else set()
     n = await queue.requeue_dead([k for k in back if k not in restored]) if len(restored) < len(back) else 0
     check.back.clear()
-    lines = [f"info: campaign {cfg.name}: {n} task{'s' if n != 1 else ''} set aside by an earlier run as no longer "
-             "planned are in the current plan again: queued again"] if n else []
+    lines += [f"info: campaign {cfg.name}: {n} task{'s' if n != 1 else ''} set aside by an earlier run as no longer "
+              "planned are in the current plan again: queued again"] if n else []
     if restored:
         m = len(restored)
         lines.append(f"info: campaign {cfg.name}: {m} task{'s' if m != 1 else ''} of edge {queue.name} that had failed "
@@ -3132,6 +3169,41 @@ async def bring_back_planned(cfg: Any, queue: Any, check: PlanCheck) -> list[str
                      f"their failure (`run.py dead {getattr(cfg, 'source', None) or 'CONFIG'}` lists them, "
                      "`--requeue` retries them)")
     return lines
+
+
+async def _restore_downstream(cfg: Any, check: PlanCheck) -> list[str]:
+    """Give the later edges' set-aside tasks the plan holds again their failure back (:attr:`PlanCheck.downstream`,
+    their ``back`` emptied); the lines for stderr."""
+    lines = []
+    for edge, part in check.downstream.items():
+        if not part.back:
+            continue
+        restored = await part.queue.restore_failed(sorted(part.back)) or []
+        part.back.clear()
+        if restored:
+            m = len(restored)
+            lines.append(f"info: campaign {cfg.name}: {m} task{'s' if m != 1 else ''} of edge {edge} that had failed "
+                         "before an earlier run set them aside are in the current plan again: dead-lettered again "
+                         f"with their failure (`run.py dead {getattr(cfg, 'source', None) or 'CONFIG'}` lists them, "
+                         "`--requeue` retries them)")
+    return lines
+
+
+async def _set_aside_failed(cfg: Any, edge: str, queue: Any, keys: Iterable[str], reason: str) -> list[str]:
+    """Relabel the failed dead tasks ``keys`` of ``queue`` as set aside (:meth:`~geoagent.runtime.queue.WorkQueue.
+    set_aside_dead`); the line for stderr (none when none moved)."""
+    keys = sorted(keys)
+    if not keys or not hasattr(queue, "set_aside_dead"):
+        return []
+    relabelled: list[str] = []
+    for i in range(0, len(keys), SET_ASIDE_CHUNK):
+        relabelled += await queue.set_aside_dead(keys[i:i + SET_ASIDE_CHUNK], reason) or []
+    if not relabelled:
+        return []
+    m = len(relabelled)
+    return [f"info: campaign {cfg.name}: set aside {m} dead-lettered task{'s' if m != 1 else ''} of edge {edge} that "
+            f"the current plan no longer holds; no longer counted as missing work ({reason}; each keeps its failure "
+            f"after {FAILED_BEFORE.strip()!r}, and a plan that holds it again restores it)"]
 
 
 async def set_aside_unplanned(cfg: Any, queue: Any, check: PlanCheck, drift: Any = None) -> list[str]:
@@ -3155,18 +3227,11 @@ async def set_aside_unplanned(cfg: Any, queue: Any, check: PlanCheck, drift: Any
     """
     lines = await bring_back_planned(cfg, queue, check)
     reason = superseded_reason(drift)
-    failed = sorted(check.failed)
-    if failed and hasattr(queue, "set_aside_dead"):
-        relabelled: list[str] = []
-        for i in range(0, len(failed), SET_ASIDE_CHUNK):
-            relabelled += await queue.set_aside_dead(failed[i:i + SET_ASIDE_CHUNK], reason) or []
-        check.failed.clear()
-        if relabelled:
-            m = len(relabelled)
-            lines.append(f"info: campaign {cfg.name}: set aside {m} dead-lettered task{'s' if m != 1 else ''} of edge "
-                         f"{queue.name} that the current plan no longer holds; no longer counted as missing work "
-                         f"({reason}; each keeps its failure after {FAILED_BEFORE.strip()!r}, and a plan that holds "
-                         "it again restores it)")
+    lines += await _set_aside_failed(cfg, queue.name, queue, check.failed, reason)
+    check.failed.clear()
+    for edge, part in check.downstream.items():
+        lines += await _set_aside_failed(cfg, edge, part.queue, part.failed, reason)
+        part.failed.clear()
     unplanned = sorted(check.unplanned)
     if not unplanned:
         return lines
@@ -3178,7 +3243,9 @@ async def set_aside_unplanned(cfg: Any, queue: Any, check: PlanCheck, drift: Any
         if earlier:
             groups = {}
             for key in unplanned:
-                groups.setdefault(earlier.get(key, reason), []).append(key)
+                # a failure kept in the earlier reason was cleared by the hand requeue that brought the task back: it
+                # is set aside plain, so a later plan holding it sends it (review39a #5)
+                groups.setdefault(earlier.get(key, reason).split(FAILED_BEFORE, 1)[0], []).append(key)
     moved: list[str] = []
     for why, keys in groups.items():
         for i in range(0, len(keys), SET_ASIDE_CHUNK):

@@ -109,3 +109,25 @@ def test_reasoning_models_get_a_longer_timeout_unless_one_is_written(model, prov
         cfg = config_from_dict({"campaign": {"name": "t39"}, "budget": {"cap_usd": 1.0}, "generic": {"n_requests": 1},
                                 "models": [m]})
     assert cfg.models[0].timeout_s == want
+
+
+@pytest.mark.parametrize("hosts_entry, want_timeout, want_attempts", [
+    ({"rate": 5.0, "concurrency": 2}, 600.0, 5),           # the entry writes neither: the model's own
+    ({"rate": 5.0, "timeout_s": 90.0}, 90.0, 5),           # written: the entry's
+    ({"rate": 5.0, "max_attempts": 2}, 600.0, 2),
+])
+def test_a_hosts_entry_keeps_the_models_timeout_unless_it_writes_one(hosts_entry, want_timeout, want_attempts):
+    """review39a #3: a [hosts] entry used as a rate ceiling gave every call of its host the entry's default 60 s
+    timeout, cutting a reasoning model's 600 s calls (billed, booked unknown-outcome, sent again)."""
+    import warnings
+
+    from geoagent.config import config_from_dict, model_call_policy
+
+    m = {"name": "m", "provider": "openai", "model": "o3", "api_key_env": "K", "price_input_usd_per_mtok": 1.0,
+         "price_output_usd_per_mtok": 4.0, "max_output_tokens": 25000}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = config_from_dict({"campaign": {"name": "t39"}, "budget": {"cap_usd": 1.0}, "generic": {"n_requests": 1},
+                                "models": [m], "hosts": {"api.openai.com": hosts_entry}})
+    pol = model_call_policy(cfg, cfg.models[0])
+    assert (pol.timeout_s, pol.max_attempts) == (want_timeout, want_attempts)

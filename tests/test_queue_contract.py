@@ -722,6 +722,30 @@ def test_contract_set_aside_dead_relabels_only_failed_dead_tasks_and_restore_giv
     backend.run(body)
 
 
+def test_contract_a_charge_refund_gives_a_set_aside_task_its_attempts_back_but_not_its_life(backend):
+    """review39a #2: a refund naming the charge that killed a task revived it even after a re-plan had set it aside
+    (ready again, so the old plan's process could lease and pay for it). Now its attempts come back and it stays
+    set aside, on both backends."""
+    from geoagent.runtime.queue import Refund
+
+    async def body(open_):
+        q = open_(max_attempts=1)
+        if not getattr(q, "supports_charges", False):
+            pytest.skip("backend without charges")
+        await q.put_many([("k", {}), ("j", {})])
+        for t in await q.lease(2, 60):
+            assert await q.nack(t, "host down", charge=f"proc-{t.key}") == "dead"
+        assert await q.set_aside_dead(["k"], "superseded: not in the plan") == ["k"]
+        res = await q.refund_attempts([Refund.of_charges("k", ["proc-k"], "host down"),
+                                       Refund.of_charges("j", ["proc-j"], "host down")])
+        assert res.revived == ["j"] and "k" not in res.revived and res.given.get("k") == 1
+        assert await q.counts() == QueueCounts(ready=1, dead=1)
+        (k,) = [d for d in await q.dead_letters() if d.key == "k"]
+        assert k.reason.startswith("superseded:") and k.attempts == 0
+
+    backend.run(body)
+
+
 def test_contract_ready_keys_is_exact_over_many_tasks_in_every_idle_state(backend):
     """``ready_keys`` over more tasks than one chunk of the walk (Redis: ``put_chunk``, here 7): every idle
     task once (ready, waiting out a backoff, under an expired lease), no leased, done or dead one."""

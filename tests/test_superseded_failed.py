@@ -127,3 +127,87 @@ def test_failed_tasks_a_smaller_plan_drops_are_set_aside_and_a_larger_plan_resto
     assert dead3 == {k: FAILURE for k in failed}
     paid = _paid(app)
     assert len(paid) == 6 and sum(paid.values()) == 6, paid
+
+
+def test_failures_on_later_edges_of_dropped_requests_are_set_aside_and_restored(tmp_path, monkeypatch, capsys):
+    """review39a #1: a dropped request whose response failed later (a parse failure, a geocoder outage: dead on the
+    responses edge, keyed by the request's key) still ended every run incomplete."""
+    monkeypatch.setenv("SHRINKFAIL_KEY", GOOD_KEY)
+    app = llm_openai.make_app(api_keys=[GOOD_KEY])
+    failed = {f"m|{i}" for i in range(6, 10)}
+
+    async def dead_on_responses():
+        q = open_queue(tmp_path / "queues", "shrinkfail", "responses")
+        try:
+            return {d.key: d.reason for d in await q.dead_letters()}, await q.counts()
+        finally:
+            await q.close()
+
+    async def main():
+        async with serve(app) as base:
+            path = _toml(tmp_path, 10, base)
+            await run_campaign(load_config(path), live=False, handle_signals=False, export=False,
+                               only_stages=["model_caller"])
+            q = open_queue(tmp_path / "queues", "shrinkfail", "responses")
+            try:
+                for t in await q.lease(10, 60):
+                    await (q.dead_letter(t, FAILURE) if t.key in failed else q.release(t))
+            finally:
+                await q.close()
+            first = await run_campaign(load_config(path), live=False, handle_signals=False, export=False)
+            _toml(tmp_path, 6, base)
+            capsys.readouterr()
+            second = await run_campaign(load_config(path), live=False, handle_signals=False, export=False)
+            err2 = capsys.readouterr().err
+            aside = await dead_on_responses()
+            _toml(tmp_path, 10, base)
+            third = await run_campaign(load_config(path), live=False, handle_signals=False, export=False)
+            err3 = capsys.readouterr().err
+            return first, second, err2, aside, third, err3, await dead_on_responses()
+
+    first, second, err2, (dead2, counts2), third, err3, (dead3, counts3) = anyio.run(main)
+    assert first.status == "incomplete"
+    assert second.status == "complete", second.summary()
+    assert "set aside 4 dead-lettered tasks of edge responses" in err2, err2
+    assert set(dead2) == failed and all(r.startswith(SUPERSEDED) and r.endswith(FAILED_BEFORE + FAILURE)
+                                        for r in dead2.values())
+    assert counts2.dead == 4 and counts2.done == 6
+    assert "of edge responses that had failed before an earlier run set them aside" in err3, err3
+    assert third.status == "incomplete" and dead3 == {k: FAILURE for k in failed}
+    paid = _paid(app)
+    assert len(paid) == 10 and sum(paid.values()) == 10  # each request paid once, none again
+
+
+def test_a_hand_requeued_failure_set_aside_again_is_sent_when_planned_again(tmp_path):
+    """review39a #5: set aside with its failure, requeued by hand (`dead --requeue`), then not planned: set aside
+    again from its earlier reason, the failure came along, so a later plan restored the failure and never sent the
+    task the researcher had asked to retry. Now the failure the requeue cleared stays cleared."""
+    from types import SimpleNamespace
+
+    from geoagent.engine import PlanCheck, bring_back_planned, set_aside_unplanned
+
+    cfg = SimpleNamespace(name="c", source="c.toml")
+
+    async def main():
+        q = open_queue(tmp_path / "queues", "c", "requests")
+        try:
+            await q.put_many([("a", {}), ("b", {})])
+            for t in await q.lease(2, 60):
+                await q.dead_letter(t, FAILURE)
+            await q.set_aside_dead(["a"], "superseded: not in the current plan (x)")
+            assert await q.requeue_dead(["a"]) == 1  # the researcher retries it by hand
+            check = await PlanCheck.of(q)  # the next plan holds neither a nor b
+            await set_aside_unplanned(cfg, q, check)
+            reasons = {d.key: d.reason for d in await q.dead_letters()}
+            check = await PlanCheck.of(q)  # a later plan holds both again
+            check.see("a")
+            check.see("b")
+            await bring_back_planned(cfg, q, check)
+            return reasons, {d.key: d.reason for d in await q.dead_letters()}, await q.counts()
+        finally:
+            await q.close()
+
+    reasons, after, counts = anyio.run(main)
+    assert reasons["a"] == "superseded: not in the current plan (x)"  # no failure: it was cleared by hand
+    assert reasons["b"].endswith(FAILED_BEFORE + FAILURE)
+    assert after == {"b": FAILURE} and counts == QueueCounts(ready=1, dead=1)  # a queued again, b failed again

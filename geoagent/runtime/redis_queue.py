@@ -211,6 +211,7 @@ local S, PAY, ST, ATT, ERR, LID, ENT, LEASES, DELAYED, DEAD, CNT =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local CHG, KILL = KEYS[12], KEYS[13]
 local GROUP = ARGV[1]
+local SUPERSEDED = '""" + SUPERSEDED + """'
 local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -573,7 +574,9 @@ return once(function()
         if #kept > 0 then redis.call('HSET', CHG, key, cjson.encode(kept)) else redis.call('HDEL', CHG, key) end
         local left = math.max(0, attempts - n)
         local killer = redis.call('HGET', KILL, key)
-        if st == 'dead' and may_revive and killer and named[killer] then
+        -- a task set aside as no longer planned stays aside: attempts back, no revival (review39a #2)
+        local aside = st == 'dead' and string.sub(redis.call('HGET', ERR, key) or '', 1, #SUPERSEDED) == SUPERSEDED
+        if st == 'dead' and may_revive and killer and named[killer] and not aside then
           revive(key, left)
           revived[#revived + 1] = key
         else  -- queued, or dead by a failure not named here (stays dead)

@@ -879,7 +879,10 @@ class SQLiteQueue(WorkQueue):
                         continue
                     left = max(0, attempts - n)
                     stored = orjson.dumps(kept).decode() if kept else None
-                    if state == DEAD and r.dead_reason is not None and dead_charge in named:
+                    # a task set aside as no longer planned stays aside: its attempts come back, its life not
+                    # (review39a #2: revived, the old plan's process could lease and pay for it)
+                    aside = (last_error or "").startswith(SUPERSEDED)
+                    if state == DEAD and r.dead_reason is not None and dead_charge in named and not aside:
                         conn.execute("UPDATE tasks SET state = 0, attempts = ?, not_before = ?, lease_id = NULL, "
                                      "charges = ?, dead_charge = NULL WHERE id = ?", (left, now, stored, row_id))
                         revived += 1
