@@ -1873,7 +1873,7 @@ def gemini_temperature_warnings(cfg: "CampaignConfig") -> list[str]:
     out = []
     for i, m in enumerate(cfg.models):
         temperature = _explicit_sampling(m).get("temperature")
-        if m.provider != "gemini" or temperature is None or temperature[1] == 1 or \
+        if m.provider not in ("gemini", "openai") or temperature is None or temperature[1] == 1 or \
                 not gemini_keeps_default_temperature(m.model):
             continue
         why = ("a temperature below 1.0 can cause looping or degraded reasoning, a loop running to "

@@ -5,8 +5,8 @@ answer different sets of items without a word. Two providers refuse images the o
 
 * Anthropic Messages: an image whose base64 data is longer than 5 MiB (HTTP 400 "image exceeds 5 MB maximum"),
   or with a side over 8000 px (vision guide, "Image size limits"). Claude downsizes any image whose long edge passes
-  1568 px before reading it (same guide), so a fitted image is re-encoded at that long edge: the model sees what it
-  would have seen.
+  the edge it reads at (1568 px; 2576 px from Claude Opus 4.7: :func:`geoagent.config.anthropic_resolution`) before
+  reading it, so a fitted image is re-encoded at that long edge: the model sees what it would have seen.
 * Gemini ``generateContent``: inline image MIME types PNG, JPEG, WEBP, HEIC and HEIF only (GIF: HTTP 400
   "Unsupported MIME type"), and a whole request of at most 20 MB (ai.google.dev, "Image understanding").
 
@@ -24,8 +24,6 @@ from dataclasses import dataclass
 ANTHROPIC_MAX_IMAGE_B64 = 5 * 1024 * 1024
 #: Anthropic's largest image side, px (vision guide)
 ANTHROPIC_MAX_SIDE_PX = 8000
-#: the long edge Claude reads an image at (larger images are downsized server-side), px
-ANTHROPIC_READ_EDGE_PX = 1568
 #: the image MIME types Gemini takes inline
 GEMINI_IMAGE_MIMES = frozenset({"image/png", "image/jpeg", "image/webp", "image/heic", "image/heif"})
 #: room left for one inline image in a Gemini request of at most 20 MB (the prompt and JSON take the rest), chars
@@ -91,10 +89,19 @@ def fit_image(data: bytes, mime: str, *, max_b64: int | None = None, max_side_px
     except Exception as exc:  # noqa: BLE001 - Pillow raises many types for unreadable input
         raise ImageUnfit(f"the image cannot be sent as it is ({'; '.join(why)}) and cannot be re-encoded: "
                          f"{type(exc).__name__}") from None
+    from PIL import ImageOps
+
+    # the pixels upright: the copy keeps no EXIF, so an orientation tag would be lost (review39b #6)
+    frame = ImageOps.exif_transpose(frame) or frame
     if too_big and max(frame.size) > fit_edge_px:  # only a size limit scales the image down
         frame.thumbnail((fit_edge_px, fit_edge_px), Image.Resampling.LANCZOS)
     out, out_mime = _encode(frame, jpeg=mime == "image/jpeg")
     if max_b64 is not None and b64_len(len(out)) > max_b64 and out_mime != "image/jpeg":
+        out, out_mime = _encode(frame, jpeg=True)
+    while max_b64 is not None and b64_len(len(out)) > max_b64 and max(frame.size) > 64:
+        # still too large (a photo of pure noise): a smaller edge until it fits
+        edge = int(max(frame.size) * 0.75)
+        frame.thumbnail((edge, edge), Image.Resampling.LANCZOS)
         out, out_mime = _encode(frame, jpeg=True)
     return FittedImage(out, out_mime, f"image re-encoded as {out_mime}, {frame.size[0]} x {frame.size[1]} px: "
                                       + "; ".join(why))

@@ -470,34 +470,45 @@ def decode_string_body(body: str) -> str:
     return _fix_surrogates(_ESCAPE.sub(one, body)) if "\\" in body else body
 
 
-#: a reasoning span some models write into the answer text itself (Qwen3 and DeepSeek-R1 style ``<think>``, served
-#: through an OpenAI-compatible server without a reasoning parser), closed
-_REASONING_BLOCK = re.compile(r"<(think|thinking|reasoning)>.*?</\1\s*>", re.S | re.I)
-_REASONING_CLOSE = re.compile(r"</(?:think|thinking|reasoning)\s*>", re.I)
-_REASONING_OPEN = re.compile(r"<(?:think|thinking|reasoning)>", re.I)
+#: a reasoning tag some models write into the answer text itself (Qwen3 and DeepSeek-R1 style ``<think>``, served
+#: through an OpenAI-compatible server without a reasoning parser): opener or closer
+_REASONING_TAG = re.compile(r"<(/?)(?:think|thinking|reasoning)\s*>", re.I)
 
 
 def without_reasoning(text: str) -> str:
-    """``text`` without the model's reasoning spans, for reading the answer (the raw text is kept by the caller).
+    """``text`` without the model's reasoning at its start, for reading the answer (the raw text is kept by the
+    caller). One linear scan of the tags (``<think>``, ``<thinking>``, ``<reasoning>``; any case):
 
-    Removed: each closed ``<think>...</think>`` (also ``<thinking>``, ``<reasoning>``; any case); then everything up to
-    a closing tag left without its opener (chat templates that put ``<think>`` in the prompt, as Qwen3's and
-    DeepSeek-R1's, so the answer text starts inside the reasoning); then everything from an opener left unclosed
-    (an answer cut off while reasoning: its drafts are no answer). Text without those tags comes back unchanged.
-    Drafts inside the reasoning were read as answers: a ``<think>`` draft naming Lyon before the final Paris made a
-    GeoHint answer "conflicting" (geohint39 #2)."""
+    * reasoning that opens the text (only whitespace before the tag) runs to its matching closer (nested tags
+      counted) and is removed, again while the rest opens with one; an opener never closed makes the whole rest
+      reasoning (an answer cut off while reasoning: its drafts are no answer) and leaves "";
+    * a closer that comes before any opener (the chat template put the opener in the prompt, as Qwen3's and
+      DeepSeek-R1's do, so the text starts inside the reasoning) ends reasoning that began the text, when no ``{``
+      comes before it or one comes after it (an answer object follows; a JSON string that mentions the tag has its
+      object's end after it, no new one).
+
+    Tags anywhere else are text (a JSON string or prose may mention one: review39b #1). Linear in the text (review39b
+    #2: a regex over the blocks rescanned the text from every unclosed opener). Text without a tag comes back
+    unchanged (the same object). Drafts inside the reasoning were read as answers: a ``<think>`` draft naming Lyon
+    before the final Paris made a GeoHint answer "conflicting" (geohint39 #2)."""
     if "<" not in text:
         return text
-    out = _REASONING_BLOCK.sub(" ", text)
-    close = None
-    for close in _REASONING_CLOSE.finditer(out):
-        pass
-    if close is not None:
-        out = out[close.end():]
-    opener = _REASONING_OPEN.search(out)
-    if opener is not None:
-        out = out[:opener.start()]
-    return out
+    tags = list(_REASONING_TAG.finditer(text))
+    if not tags:
+        return text
+    pos = i = 0
+    first = tags[0]
+    if first.group(1) and ("{" not in text[:first.start()] or "{" in text[first.end():]):
+        pos, i = first.end(), 1  # the template's opener: the text began inside the reasoning
+    while i < len(tags) and not tags[i].group(1) and not text[pos:tags[i].start()].strip():
+        depth, i = 1, i + 1  # reasoning opens the rest of the text: find its matching closer
+        while i < len(tags) and depth:
+            depth += -1 if tags[i].group(1) else 1
+            i += 1
+        if depth:
+            return ""  # never closed
+        pos = tags[i - 1].end()
+    return text[pos:] if pos else text
 
 
 def fenced_blocks(text: str) -> list[str]:

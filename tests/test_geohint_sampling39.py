@@ -45,3 +45,15 @@ def test_a_default_key_sets_the_other_sites_rate():
                                   "geohint": {"sample_rates": {"m": {"algorithm": 0.25}}}})
     assert (spec.rate_for("algorithm"), spec.rate_for("manual")) == (0.25, 0.9)  # the model's own elsewhere
     assert ModelSpec("x").rate_for("algorithm") == 1.0
+
+
+def test_a_selection_method_no_site_has_is_refused_at_plan(release_dir):
+    """review39b #4: {"opus": {"automatic": 1/3}} sampled nothing at 1/3: opus answered every item at full cost."""
+    import pytest
+
+    rel = import_release(release_dir)
+    specs = models_from_config({"models": [{"name": "opus"}],
+                                "geohint": {"sample_rates": {"opus": {"automatic": 1 / 3}}}})
+    conds = conditions_from_config({"geohint": {"conditions": ["baseline"]}})
+    with pytest.raises(ValueError, match=r"selection_method 'automatic' \(the sites' values: 'algorithm', 'manual'\)"):
+        plan_requests(rel.sites, [], rel.ladders, specs, conds)

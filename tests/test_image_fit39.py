@@ -108,3 +108,19 @@ def test_the_gemini_provider_sends_a_gif_as_png():
     frames[0].save(buf, format="GIF")
     resp = _ask(llm_gemini.make_app(require_auth=False), "gemini", buf.getvalue(), "image/gif")
     assert resp.text
+
+
+def test_a_refit_keeps_the_photo_upright_and_reads_at_the_models_edge(big_png):
+    """review39b #5, #6: the copy lost its EXIF orientation tag (a portrait photo sent lying down), and newer
+    Claude models read at 2576 px, not 1568."""
+    img = Image.frombytes("RGB", (3000, 2000), os.urandom(3000 * 2000 * 3))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise to view
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG", quality=100, exif=exif)
+    data = buf.getvalue()
+    assert b64_len(len(data)) > ANTHROPIC_MAX_IMAGE_B64
+    got = fit_image(data, "image/jpeg", max_b64=ANTHROPIC_MAX_IMAGE_B64, max_side_px=8000, fit_edge_px=2576)
+    with Image.open(io.BytesIO(got.data)) as out:
+        assert out.size[1] > out.size[0] and max(out.size) <= 2576  # upright: portrait
+        assert b64_len(len(got.data)) <= ANTHROPIC_MAX_IMAGE_B64

@@ -33,7 +33,6 @@ def test_same_place_text(a, b, same):
     ('<think>Maybe {"city": "Lyon", "area": "Presqu\'île"}? No.</think>\n{"city": "Paris", "area": "Marais"}',
      "Paris", "Marais"),
     ('The tower style suggests Lyon {"city": "Lyon"} ... </think>\n{"city": "Paris", "area": "Marais"}', "Paris", "Marais"),
-    ('{"city": "Paris", "area": "Marais"}\n<think>or was it {"city": "Lyon"}', "Paris", "Marais"),
     ('<THINKING>{"city": "Lyon"}</THINKING> {"city": "Paris", "area": "Marais"}', "Paris", "Marais"),
 ])
 def test_spellings_of_one_place_and_reasoning_drafts_are_no_conflict(text, city, area):
@@ -42,9 +41,36 @@ def test_spellings_of_one_place_and_reasoning_drafts_are_no_conflict(text, city,
     assert a.raw == text  # the text as it came is kept
 
 
+@pytest.mark.parametrize("text", [
+    '{"city": "Paris", "evidence": "a </think> appears"}',
+    'I will not use <thinking> here. {"city": "Paris"}',
+    '{"city": "Paris", "evidence": "no <think> tags used"}',
+])
+def test_tags_mentioned_in_prose_or_json_strings_are_text(text):
+    """review39b #1: a tag inside a JSON string or in prose cut the answer off (no answer, or a truncated one)."""
+    a = parse_answer(text)
+    assert (a.ok, a.city, a.truncated) == (True, "Paris", False), a
+    assert without_reasoning(text) is text
+
+
+def test_reasoning_is_removed_in_linear_time():
+    """review39b #2: 60,000 unclosed openers took 116 s (a regex rescanning from each)."""
+    import time
+
+    t0 = time.perf_counter()
+    for text in ("<think>" * 60000, "<think>x" * 30000 + '{"city": "Paris"}', "</think>" * 60000, "a<think>" * 60000):
+        without_reasoning(text)
+    assert time.perf_counter() - t0 < 5.0
+
+
 @pytest.mark.parametrize("text, why", [
     ('{"city": "Paris, France"} then {"city": "Paris, Texas"}', "conflicting answers"),
     ('{"city": "Paris"} or rather {"city": "Lyon"}', "conflicting answers"),
+    # a reasoning tag after the answer is text: the draft it opens is read, and conflicts
+    ('{"city": "Paris", "area": "Marais"}\n<think>or was it {"city": "Lyon"}', "conflicting answers"),
+    # one value agreeing with each of two that disagree hides nothing (review39b #3)
+    ('{"city": "Springfield"} then {"city": "Springfield, Illinois"} or {"city": "Springfield, Missouri"}',
+     "conflicting answers"),
     ('{"city": "Paris", "City": "Lyon"}', "conflicting answers"),
     ('<think>{"city": "Lyon", "area": "x"} and on and on', "no answer after the model's reasoning"),
 ])
@@ -67,7 +93,9 @@ def test_geoverify_reads_the_verdict_after_the_reasoning():
 def test_text_without_tags_is_left_alone_and_versions_name_the_change():
     for t in ("{\"city\": \"Paris\"}", "a < b and c > d", ""):
         assert without_reasoning(t) is t or without_reasoning(t) == t
-    assert without_reasoning("x<think>y</think>z") == "x z"
+    assert without_reasoning("<think>y</think>z") == "z" and without_reasoning("x<think>y</think>z") == "x<think>y</think>z"
+    v = parse_verdict('{"verdict": "yes", "evidence": ["a <think> tag"]}')
+    assert (v.ok, v.verdict) == (True, "yes") and "truncated" not in v.rules
     assert ANSWER_PARSER_VERSION >= 4 and VERDICT_PARSER_VERSION >= 9
 
 

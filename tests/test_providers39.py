@@ -332,3 +332,33 @@ def test_a_written_temperature_for_gemini_3_is_warned_of_at_load(where, key):
 def test_no_warning_for_the_default_for_1_or_for_older_gemini(model, extra):
     doc = _doc(provider="gemini", model=model, max_output_tokens=40_000, **extra)
     assert not [w for w in _load_warnings(doc) if "Gemini 3" in w]
+
+
+def test_gemini_3_behind_an_openai_compatible_route_is_sent_no_temperature_either():
+    """review39b #7: Gemini's OpenAI-compatible endpoint and OpenRouter's google/gemini-3-* got temperature 0.0."""
+    from geoagent.providers.sampling import gemini_keeps_default_temperature, sent_sampling
+
+    for model, base in (("gemini-3-pro-preview", "https://generativelanguage.googleapis.com/v1beta/openai"),
+                        ("google/gemini-3-pro-preview", "https://openrouter.ai/api/v1")):
+        assert "temperature" not in sent_sampling("openai", model, {"temperature": 0.0, "seed": 3}, base_url=base)
+    assert sent_sampling("openai", "google/gemini-2.5-pro", {"temperature": 0.0},
+                         base_url="https://openrouter.ai/api/v1") == {"temperature": 0.0}
+    assert gemini_keeps_default_temperature("tunedModels/gemini-3-x") and not gemini_keeps_default_temperature("gpt-4o")
+
+
+def test_the_openai_provider_builds_a_gemini_3_request_without_temperature():
+    import anyio as _anyio
+
+    from geoagent.providers import ModelRequest, ProviderSettings, make_provider
+    from geoagent.runtime.http import HttpClient
+
+    async def main():
+        async with HttpClient() as http:
+            prov = make_provider(ProviderSettings(kind="openai", model="google/gemini-3-pro-preview",
+                                                  base_url="https://openrouter.ai/api/v1", api_key="k-test"), http)
+            _, body, _ = prov.build(ModelRequest(provider="openai", model="google/gemini-3-pro-preview", prompt="hi",
+                                                 params={"temperature": 0.0, "max_output_tokens": 10}))
+            return body
+
+    body = _anyio.run(main)
+    assert "temperature" not in body and body["model"] == "google/gemini-3-pro-preview"

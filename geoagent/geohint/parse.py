@@ -274,7 +274,7 @@ def _key_clash(obj: dict[str, Any], repeated: tuple[tuple[str, Any], ...] = ()) 
     same key (``repeated``: the earlier values the reader's dict lost, :attr:`geoagent.llmjson.Candidate.repeated`),
     with different values (``{"city": "Paris", "City": "Lyon"}`` -> ``"city: 'paris' vs 'lyon'"``), else None.
     Read as one field, the last spelling would win without a word."""
-    seen: dict[str, str] = {}
+    seen: dict[str, list[str]] = {}
     for k, v in [*repeated, *obj.items()]:
         name = str(k).strip().lower()
         if name not in ("city", "area", "building", "place"):
@@ -282,9 +282,22 @@ def _key_clash(obj: dict[str, Any], repeated: tuple[tuple[str, Any], ...] = ()) 
         t = _place(v)
         if not t:
             continue
-        other = seen.setdefault(name, t.casefold())
-        if not same_place_text(other, t.casefold()):
-            return f"{name}: {other!r} vs {t.casefold()!r}"
+        clash = _first_other(seen.setdefault(name, []), t.casefold())
+        if clash is not None:
+            return f"{name}: {clash!r} vs {t.casefold()!r}"
+    return None
+
+
+def _first_other(values: list[str], value: str) -> str | None:
+    """The first of ``values`` (one field's texts so far) that names another place than ``value``
+    (:func:`same_place_text`), else None, ``value`` then added: each new text is compared with every earlier one,
+    since "Springfield" agrees with both "Springfield, Illinois" and "Springfield, Missouri", which disagree
+    (review39b #3)."""
+    for other in values:
+        if not same_place_text(other, value):
+            return other
+    if value not in values:
+        values.append(value)
     return None
 
 
@@ -311,11 +324,11 @@ def same_place_text(a: str, b: str) -> bool:
 def _clash(places: list[dict[str, str]]) -> str | None:
     """The first field two candidate objects give different places for (``"city: 'a' vs 'b'"``; one place in two
     spellings is none: :func:`same_place_text`), or None."""
-    seen: dict[str, str] = {}
+    seen: dict[str, list[str]] = {}
     for fields in places:
         for name, value in fields.items():
-            other = seen.setdefault(name, value)
-            if not same_place_text(other, value):
+            other = _first_other(seen.setdefault(name, []), value)
+            if other is not None:
                 return f"{name}: {other!r} vs {value!r}"
     return None
 

@@ -229,9 +229,17 @@ def plan_requests(
     book = prompts or PromptBook()
     base_params = dict(params or {})  # no max_output_tokens here: each model's own applies
     summary = PlanSummary(seed=seed, conditions=[c.name for c in conditions], baseline_repeats=baseline_repeats)
+    methods = {site.selection_method for site in sites.values()}
     for m in models:
         summary.sample_rates[m.model] = float(m.sample_rate)
         if m.rates_by_selection:
+            # a key no site has samples nothing at its rate, the model then answers every item at full cost
+            # (review39b #4: "automatic" for the release's "algorithm")
+            unknown = sorted(k for k, _ in m.rates_by_selection if k not in methods)
+            if unknown:
+                known = ", ".join(repr(x) for x in sorted(x for x in methods if x)) or "none: no site has one"
+                raise ValueError(f"[geohint] sample_rates[{m.model!r}]: no planned site has selection_method "
+                                 f"{', '.join(map(repr, unknown))} (the sites' values: {known})")
             summary.sample_rates_by_selection[m.model] = dict(m.rates_by_selection)
         summary.units_total[m.model] = 0
         summary.units_kept[m.model] = 0

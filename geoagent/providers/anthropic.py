@@ -42,7 +42,7 @@ from typing import Any
 
 from geoagent.providers.base import ModelRequest, ModelResponse, Usage, register
 from geoagent.providers.errors import ContentBlocked, MalformedResponse, body_excerpt
-from geoagent.image_fit import ANTHROPIC_MAX_IMAGE_B64, ANTHROPIC_MAX_SIDE_PX, ANTHROPIC_READ_EDGE_PX, fitted
+from geoagent.image_fit import ANTHROPIC_MAX_IMAGE_B64, ANTHROPIC_MAX_SIDE_PX, fitted
 from geoagent.providers.http_base import HttpProvider, as_int, b64
 from geoagent.providers.sampling import anthropic_sampling
 
@@ -57,8 +57,12 @@ class AnthropicProvider(HttpProvider):
         params = request.params
         content: list[dict[str, Any]] = []
         if request.image is not None:
+            # refitted at the long edge this model reads images at (1568 px, 2576 px from Claude Opus 4.7:
+            # geoagent.config.anthropic_resolution; review39b #5)
+            from geoagent.config import anthropic_resolution
+
             img = fitted(self.kind, request, max_b64=ANTHROPIC_MAX_IMAGE_B64, max_side_px=ANTHROPIC_MAX_SIDE_PX,
-                         fit_edge_px=ANTHROPIC_READ_EDGE_PX)
+                         fit_edge_px=anthropic_resolution(request.model)[0])
             content.append({"type": "image", "source": {"type": "base64", "media_type": img.mime, "data": b64(img.data)}})
         content.append({"type": "text", "text": request.prompt})
         body: dict[str, Any] = {

@@ -73,7 +73,7 @@ from urllib.parse import quote, urlsplit
 from geoagent.providers.base import ModelRequest, ModelResponse, Usage, register
 from geoagent.providers.errors import ContentBlocked, MalformedResponse, UnsupportedRequest, body_excerpt
 from geoagent.providers.http_base import HttpProvider, as_int, b64
-from geoagent.providers.sampling import (azure_deployment_problem, is_openai_reasoning_id,
+from geoagent.providers.sampling import (azure_deployment_problem, gemini_keeps_default_temperature, is_openai_reasoning_id,
                                          openai_keeps_unit_temperature, openai_reasoning, openai_rejects_images, openai_rejects_response_format, openai_rejects_system,
                                          openai_sampling)
 
@@ -184,6 +184,8 @@ class OpenAICompatProvider(HttpProvider):
             body = {"model": request.model, **body}
         body.update(openai_sampling(params, self.reasoning, keep_unit_temperature=openai_keeps_unit_temperature(
             self.base_url, self.settings.reasoning_model, self.settings.model_family)))
+        if gemini_keeps_default_temperature(request.model):
+            body.pop("temperature", None)  # Gemini 3 behind an OpenAI-compatible route (review39b #7)
         if params.get("json_mode") and not openai_rejects_response_format(family):
             # o1-mini / o1-preview refuse response_format (HTTP 400): their JSON is read from the text as usual
             body["response_format"] = {"type": "json_object"}

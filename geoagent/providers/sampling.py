@@ -314,7 +314,7 @@ def gemini_keeps_default_temperature(model: str) -> bool:
     """Whether a Gemini model is sent no ``temperature``, so that it samples at its default 1.0: the Gemini 3 family
     (``gemini-3-pro-preview``, ``models/gemini-3-flash-preview``, ``gemini-3.1-pro-preview``; not ``gemini-2.5-pro``),
     whose developer guide strongly recommends keeping the default (module docstring, prov39 #3)."""
-    mid = model.strip().lower().removeprefix("models/").removeprefix("google/")
+    mid = model.strip().lower().rsplit("/", 1)[-1]  # models/, google/ (OpenRouter), any vendor/ prefix
     return bool(_GEMINI_3.match(mid))
 
 
@@ -339,8 +339,11 @@ def sent_sampling(provider: str, model: str, params: dict[str, Any], *, base_url
     ``replay`` (its answers are read from a file; no request is sent). The request key hashes the params as
     configured, whatever is sent (:meth:`geoagent.providers.base.ModelRequest.key`)."""
     if provider == "openai":
-        return openai_sampling(params, openai_reasoning(model, base_url, reasoning_model, family),
-                               keep_unit_temperature=openai_keeps_unit_temperature(base_url, reasoning_model, family))
+        out = openai_sampling(params, openai_reasoning(model, base_url, reasoning_model, family),
+                              keep_unit_temperature=openai_keeps_unit_temperature(base_url, reasoning_model, family))
+        if gemini_keeps_default_temperature(model):  # Gemini 3 behind an OpenAI-compatible route (review39b #7)
+            out.pop("temperature", None)
+        return out
     if provider == "anthropic":
         return anthropic_sampling(params, model)
     if provider == "gemini":
