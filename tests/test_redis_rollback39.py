@@ -251,3 +251,24 @@ def test_a_long_socket_timeout_in_the_url_is_refused_before_anything_is_written(
     monkeypatch.setenv("GA_ROLLBACK_URL", server.url + "?socket_timeout=60")
     assert redis_url(cfg) == server.url + "?socket_timeout=60"
     assert "\n" not in text  # one error line
+
+
+def test_a_repeated_settle_or_unknown_booking_on_another_callers_id_books_once(machines):
+    """review39a #4: on an id that names another call's reservation (LOST_OTHER), the same SETTLE or MARK_UNKNOWN
+    script sent twice (redis-py re-sends a call whose reply was lost) booked the call under a second new id."""
+    import time
+
+    from geoagent.runtime.ledger import usd_to_nano
+
+    a, b = machines
+    rb = b.ledger.reserve("K2", 0.01, model="m")
+    twin = Reservation(rb.id, "K1", rb.amount_nusd, "m")
+    args = ("SETTLE", twin.id, usd_to_nano(0.004), 5, 5, time.time(), "", *a.ledger._held(twin))
+    assert a.ledger.db.script(*args) == -2 and a.ledger.db.script(*args) == -2
+    s = a.ledger.summary()
+    assert s.calls == 1 and s.spent_usd == pytest.approx(0.004)
+    rb2 = b.ledger.reserve("K4", 0.01, model="m")
+    twin2 = Reservation(rb2.id, "K3", rb2.amount_nusd, "m")
+    args = ("MARK_UNKNOWN", twin2.id, time.time(), "", 1, *a.ledger._held(twin2))
+    assert a.ledger.db.script(*args) == -2 and a.ledger.db.script(*args) == -2
+    assert a.ledger.summary().unknown_calls == 1

@@ -72,6 +72,17 @@ local function whose(id, key, owner)
   if key == nil or (f[1] == key and f[2] == owner) then return 'mine' end
   return 'other'
 end
+-- the id a caller's call is booked under when its reservation id names another caller's (whose = 'other'), and
+-- whether it is new: made once per (id, owner, key) and remembered, so a retry of the same script after a lost reply
+-- books the call on the same record instead of a second one (review39a #4: SETTLE and MARK_UNKNOWN booked twice)
+local function moved_id(id, key, owner, salt)
+  local m = P .. 'moved:' .. id .. ':' .. owner .. ':' .. key
+  local known = redis.call('GET', m)
+  if known then return known, false end
+  local fresh = new_id(salt)
+  redis.call('SET', m, fresh)
+  return fresh, true
+end
 -- a caller's reservation the server lost, written again as record `id` in state 'lost' (closed at once by the
 -- caller's settle or unknown-outcome booking; never counted as open): the call's cost gets a record like any other
 local function rebook(id, key, owner, model, has_model, amount, now, note)
@@ -207,8 +218,9 @@ local who = whose(id, key, owner)
 if who ~= 'mine' then
   if key == nil then return redis.error_reply('no reservation ' .. id) end
   if redis.call('HEXISTS', T, 'cap_nusd') == 0 then return redis.error_reply('lost') end
-  if who == 'other' then id = new_id(ARGV[13]) end
-  rebook(id, key, owner, ARGV[11], ARGV[12], tonumber(ARGV[10]), ARGV[6], LOST_NOTE)
+  local fresh = true
+  if who == 'other' then id, fresh = moved_id(id, key, owner, ARGV[13]) end
+  if fresh then rebook(id, key, owner, ARGV[11], ARGV[12], tonumber(ARGV[10]), ARGV[6], LOST_NOTE) end
 end
 local done = settle(id, tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7])
 if who == 'missing' then return -1 elseif who == 'other' then return -2 end
@@ -242,12 +254,15 @@ local who = whose(id, key, owner)
 if who == 'missing' and key == nil then return 0 end
 if who ~= 'mine' then
   if redis.call('HEXISTS', T, 'cap_nusd') == 0 then return redis.error_reply('lost') end
-  if who == 'other' then id = new_id(ARGV[11]) end
+  local fresh = true
+  if who == 'other' then id, fresh = moved_id(id, key, owner, ARGV[11]) end
   local amount = tonumber(ARGV[8])
-  rebook(id, key, owner, ARGV[9], ARGV[10], amount, ARGV[3], LOST_NOTE)
-  local model = ARGV[9]
-  if ARGV[10] ~= '1' then model = '' end
-  book_unknown(id, model, amount, ARGV[3], LOST_NOTE .. ': ' .. ARGV[4], attempts)
+  if fresh then
+    rebook(id, key, owner, ARGV[9], ARGV[10], amount, ARGV[3], LOST_NOTE)
+    local model = ARGV[9]
+    if ARGV[10] ~= '1' then model = '' end
+    book_unknown(id, model, amount, ARGV[3], LOST_NOTE .. ': ' .. ARGV[4], attempts)
+  end
   if who == 'missing' then return -1 end
   return -2
 end
@@ -318,8 +333,9 @@ if stored == 1 then
   redis.call('HINCRBY', P .. 'resp_models', ARGV[6], 1)
 end
 if rid ~= '' then
-  if who == 'other' then rid = new_id(ARGV[18]) end
-  if who ~= 'mine' then rebook(rid, key, owner, ARGV[16], ARGV[17], tonumber(ARGV[15]), ARGV[11], LOST_NOTE) end
+  local fresh = true
+  if who == 'other' then rid, fresh = moved_id(rid, key, owner, ARGV[18]) end
+  if who ~= 'mine' and fresh then rebook(rid, key, owner, ARGV[16], ARGV[17], tonumber(ARGV[15]), ARGV[11], LOST_NOTE) end
   settle(rid, tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11], ARGV[12])
 end
 redis.call('SET', rep, stored, 'PX', ARGV[3])
