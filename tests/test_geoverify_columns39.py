@@ -25,3 +25,16 @@ def test_the_aggregator_passes_the_campaigns_models_on():
     agg = GeoVerifyAggregator()
     assert list(agg.scores(models=["b", "a"])) == ["a", "b", POOLED]
     assert list(agg.scores()) == [POOLED]  # without names: as before
+
+
+def test_the_live_report_stage_gets_the_campaigns_models():
+    """review39b: the interim report during a run still showed a lone pooled column."""
+    from geoagent.config import config_from_dict
+    from geoagent.geoverify.campaign import GeoVerifyCampaign
+    from geoagent.geoverify.stages import GeoVerifyAggregatorStage
+
+    cfg = config_from_dict({"campaign": {"name": "gv39", "kind": "geoverify"}, "budget": {"cap_usd": 1.0},
+                            "models": [{"name": "solo", "provider": "simulated", "model": "s"}]})
+    (agg,) = [s for s in GeoVerifyCampaign().stages(cfg) if isinstance(s, GeoVerifyAggregatorStage)]
+    assert agg.models == ("solo",)
+    assert list(agg.agg.scores(models=agg.models)) == ["solo", POOLED]

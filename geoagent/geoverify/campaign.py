@@ -197,7 +197,7 @@ class GeoVerifyCampaign(CampaignKind):
         s = settings_of(cfg)
         live_boot = s.n_boot if s.live_n_boot is None else s.live_n_boot
         return [ModelCaller(), *geoverify_stages(report_interval_s=s.report_interval_s, n_boot=live_boot,
-                                                 seed=s.boot_seed)]
+                                                 seed=s.boot_seed, models=_column_models(cfg))]
 
     async def plan(self, cfg: Any, ctx: StageContext) -> list[Message]:
         """The plan of :func:`plan_campaign`, after the image check (:func:`geoagent.image_files.check_missing`:

@@ -416,11 +416,14 @@ class GeoVerifyAggregatorStage(LiveAggregatorStage):
     keep_rejected_batch = True
     final_guarded = False
 
-    def __init__(self, *, report_interval_s: float | None = None, n_boot: int = 0, seed: int = 0) -> None:
+    def __init__(self, *, report_interval_s: float | None = None, n_boot: int = 0, seed: int = 0,
+                 models: Sequence[str] = ()) -> None:
         self.agg = GeoVerifyAggregator()
         super().__init__(report_interval_s=report_interval_s)
         self.n_boot = n_boot
         self.seed = seed
+        #: the campaign's models with a column before their first answer, as in the final report (review39b)
+        self.models = tuple(models)
         self.report_paths: dict[str, Path] = {}
 
     @property
@@ -452,7 +455,8 @@ class GeoVerifyAggregatorStage(LiveAggregatorStage):
         from geoagent.report.geoverify import write_report
 
         self.report_paths = write_report(
-            self.agg.scores(n_boot=self.n_boot, seed=self.seed), out_dir, parse_failures=self.agg.parse_failures(),
+            self.agg.scores(n_boot=self.n_boot, seed=self.seed, models=self.models), out_dir,
+            parse_failures=self.agg.parse_failures(),
             **missing_kw,
         )
         return self.report_paths
