@@ -1,0 +1,187 @@
+"""Fetch the photos of a GeoContext release from Mapillary (newuser39 #3).
+
+The release gives Mapillary image ids and coordinates, not pixels (seed 000, "Reproducibility"), so a GeoVerify or
+GeoHint campaign over it with a real model has no photo to send. This command downloads each image's thumbnail
+through the Mapillary Graph API v4 (``GET /{image_id}?fields=thumb_1024_url``, then the signed CDN URL:
+:meth:`geoagent.clients.mapillary.MapillaryClient.download_thumbnail`, with its redirect guard and size cap) and
+writes it where the release's trial table says (``path``, e.g. ``streetview/<site>/<id>.jpg``) under ``--out``,
+the folder to give as the task's ``image_root``::
+
+    export MAPILLARY_TOKEN=MLY|...            # or put it in .env
+    python -m geoagent.crawl.release_images --out state/release_images
+    # then: [geoverify] image_root = "state/release_images"   (and/or [geohint] image_root)
+
+Re-running fetches only what is missing (a file already there is kept). Mapillary's usage policy applies as in a
+crawl: the ``mapillary`` and ``thumbnails`` host limits of :data:`geoagent.crawl.settings.DEFAULT_POLICIES`.
+Exit 0 when every image has its file, 3 when some could not be fetched (listed, with why), 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from geoagent import constants as C
+
+#: how many images are fetched at once (the host limits pace them further)
+DEFAULT_CONCURRENCY = 8
+
+
+@dataclass
+class FetchReport:
+    """What one fetch did: images written now, already there, and those that could not be fetched
+    (image id -> why)."""
+
+    written: int = 0
+    present: int = 0
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+def target_path(out: Path, path: str | None, site_id: str, image_id: str) -> Path:
+    """Where image ``image_id`` of ``site_id`` goes under ``out``: the trial table's ``path`` (``/``-separated,
+    relative), else ``streetview/<site>/<id>.jpg``.
+
+    Raises
+    ------
+    ValueError
+        An id or site id that is no safe file name, or a ``path`` that leaves ``out`` (absolute, ``..``).
+    """
+    from geoagent.paths import safe_image_id, safe_name
+
+    iid = safe_image_id(image_id)
+    rel = path or f"streetview/{safe_name(site_id, what='site id')}/{iid}.jpg"
+    parts = [p for p in rel.replace("\\", "/").split("/") if p not in ("", ".")]
+    if not parts or rel.startswith(("/", "\\")) or any(p == ".." for p in parts) or ":" in parts[0]:
+        raise ValueError(f"image {image_id}: its path {rel!r} is not a relative path inside the output folder")
+    return out.joinpath(*parts)
+
+
+async def fetch_release_images(images: list[Any], out: Path, mapillary: Any, *,
+                               thumb_field: str = "thumb_1024_url",
+                               concurrency: int = DEFAULT_CONCURRENCY) -> FetchReport:
+    """Download the thumbnail of each of ``images`` (:class:`geoagent.data.model.Image`: ``image_id``, ``site_id``,
+    ``path``) that has no file under ``out`` yet, with ``mapillary`` (a
+    :class:`~geoagent.clients.mapillary.MapillaryClient`); files are written atomically.
+
+    An image Mapillary cannot serve (:class:`~geoagent.clients.mapillary.ThumbnailUnavailable`, a Graph error, an
+    id that is no safe file name, transport failures after the client's retries) is reported, not raised: the others
+    go on. A refused token (:meth:`~geoagent.clients.mapillary.MapillaryClient.token_refused`) stops the fetch.
+    """
+    from geoagent.clients.mapillary import MapillaryError, ThumbnailUnavailable
+    from geoagent.crawl.fetcher import _atomic_write
+    from geoagent.runtime.http import HttpError
+
+    report = FetchReport()
+    todo: list[tuple[Any, Path]] = []
+    for img in images:
+        try:
+            dest = target_path(out, getattr(img, "path", None), img.site_id, img.image_id)
+        except ValueError as exc:
+            report.failed[str(img.image_id)] = str(exc)
+            continue
+        if dest.is_file() and dest.stat().st_size > 0:
+            report.present += 1
+        else:
+            todo.append((img, dest))
+    gate = asyncio.Semaphore(max(1, int(concurrency)))
+    refused: list[str] = []
+
+    async def one(img: Any, dest: Path) -> None:
+        if refused:
+            report.failed[img.image_id] = "not fetched: the token was refused"
+            return
+        async with gate:
+            try:
+                jpeg = await mapillary.download_thumbnail(img.image_id, thumb_field)
+            except (ThumbnailUnavailable, MapillaryError, HttpError) as exc:
+                why = mapillary.token_refused(exc)
+                if why:
+                    refused.append(why)
+                report.failed[img.image_id] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                return
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            _atomic_write(dest, jpeg)
+            report.written += 1
+
+    await asyncio.gather(*(one(img, dest) for img, dest in todo))
+    if refused:
+        raise PermissionError(f"Mapillary refused the token ({refused[0]}): check the variable that holds it")
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line (module docstring); returns the exit code."""
+    ap = argparse.ArgumentParser(prog="python -m geoagent.crawl.release_images",
+                                 description="Fetch the photos of a GeoContext release from Mapillary.")
+    ap.add_argument("--release", default=None,
+                    help=f"release folder (default: ${C.ENV_RELEASE_DIR}, else {C.DEFAULT_RELEASE_DIR})")
+    ap.add_argument("--out", required=True, help="folder to write the photos under (the task's image_root)")
+    ap.add_argument("--token-env", default="MAPILLARY_TOKEN",
+                    help="NAME of the variable holding the Mapillary token (environment or .env)")
+    ap.add_argument("--mapillary", default="https://graph.mapillary.com", help="Graph API base URL")
+    ap.add_argument("--thumb-field", default="thumb_1024_url",
+                    choices=("thumb_256_url", "thumb_1024_url", "thumb_2048_url", "thumb_original_url"))
+    ap.add_argument("--contact", default="", help="e-mail or URL for the User-Agent (courtesy to the API)")
+    ap.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY)
+    args = ap.parse_args(argv)
+    return asyncio.run(_run(args))
+
+
+async def _run(args: argparse.Namespace) -> int:
+    import os
+
+    from geoagent.clients.mapillary import MapillaryClient
+    from geoagent.config import env_var_name
+    from geoagent.crawl.settings import build_host_policy
+    from geoagent.data.importer import import_release
+    from geoagent.runtime.http import HttpClient
+    from geoagent.secrets import lookup_secret
+
+    try:
+        env_var_name(args.token_env)
+    except ValueError as exc:
+        print(f"error: --token-env: {exc}", file=sys.stderr)
+        return 2
+    secret = lookup_secret(args.token_env)
+    if secret is None:
+        print(f"error: the Mapillary token is missing: set the environment variable {args.token_env} (or put it in "
+              ".env); get one at https://www.mapillary.com/dashboard/developers", file=sys.stderr)
+        return 2
+    root = Path(os.path.expanduser(args.release or os.environ.get(C.ENV_RELEASE_DIR) or C.DEFAULT_RELEASE_DIR))
+    try:
+        rel = import_release(root)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    images = sorted(rel.images.values(), key=lambda i: (i.site_id, i.image_id))
+    if not images:
+        print(f"error: {root}: the release's trial table names no image", file=sys.stderr)
+        return 2
+    out = Path(os.path.expanduser(args.out))
+    ua = "geoagent-release-images" + (f" (contact: {args.contact})" if args.contact else "")
+    async with HttpClient() as http:
+        client = MapillaryClient(http, args.mapillary, secret.reveal(), ua,
+                                 policy=build_host_policy("mapillary", {}),
+                                 thumb_policy=build_host_policy("thumbnails", {}))
+        try:
+            report = await fetch_release_images(images, out, client, thumb_field=args.thumb_field,
+                                                concurrency=args.concurrency)
+        except PermissionError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 5
+    print(f"{len(images)} images of {len(rel.sites)} sites: {report.written} fetched now, {report.present} already "
+          f"under {out}, {len(report.failed)} could not be fetched")
+    for iid, why in list(report.failed.items())[:20]:
+        print(f"  {iid}: {why}")
+    if len(report.failed) > 20:
+        print(f"  ... and {len(report.failed) - 20} more")
+    print(f"use it as the task's image_root: image_root = \"{out}\" under [geoverify] or [geohint]")
+    return 3 if report.failed else 0
+
+
+if __name__ == "__main__":  # pragma: no cover - the command line
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""Fetching a release's photos from Mapillary (newuser39 #3: the release ships ids, not pixels, and nothing fetched
+them for a real-model campaign). Real client against the local Mapillary Graph API fake and its CDN."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from geoagent.clients.mapillary import MapillaryClient
+from geoagent.crawl.release_images import fetch_release_images, main, target_path
+from geoagent.runtime.http import HostPolicy, HttpClient
+from geoagent.sandbox import mapillary as mly_fake
+from geoagent.sandbox.server import serve
+
+FAST = HostPolicy(rate=1000, period_s=1.0, concurrency=8, max_attempts=2, backoff_base_s=0.01, backoff_max_s=0.02)
+
+
+def _img(iid: str, site: str = "paris_x", path: str | None = None):
+    return SimpleNamespace(image_id=iid, site_id=site, path=path)
+
+
+def _fetch(images, out: Path, known: list[str], no_thumb: tuple[str, ...] = ()):
+    fakes = [mly_fake.FakeImage(image_id=i, lat=48.86, lon=2.35, has_thumb=i not in no_thumb) for i in known]
+
+    async def go():
+        async with serve(mly_fake.make_app(fakes)) as base, HttpClient(default_policy=FAST) as http:
+            client = MapillaryClient(http, base, "MLY|1|x", "geoagent-test (contact: mailto:t@example.org)",
+                                     policy=FAST, thumb_policy=FAST)
+            return await fetch_release_images(images, out, client)
+
+    return asyncio.run(go())
+
+
+def test_photos_are_written_where_the_trial_table_says_and_a_rerun_fetches_only_the_missing(tmp_path):
+    images = [_img("1001", path="streetview/paris_x/1001.jpg"), _img("1002"), _img("1003"), _img("1004")]
+    rep = _fetch(images, tmp_path, ["1001", "1002", "1004"], no_thumb=("1004",))
+    assert rep.written == 2 and rep.present == 0 and set(rep.failed) == {"1003", "1004"}
+    for iid in ("1001", "1002"):
+        data = (tmp_path / "streetview" / "paris_x" / f"{iid}.jpg").read_bytes()
+        assert data[:3] == b"\xff\xd8\xff"  # a JPEG
+    again = _fetch(images, tmp_path, ["1001", "1002", "1003", "1004"])
+    assert again.written == 2 and again.present == 2 and not again.failed
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "../x.jpg", "streetview/../../x.jpg", "C:/x.jpg"])
+def test_a_path_that_leaves_the_output_folder_is_refused(tmp_path, path):
+    with pytest.raises(ValueError, match="not a relative path inside"):
+        target_path(tmp_path, path, "paris_x", "1001")
+    rep = _fetch([_img("1001", path=path)], tmp_path, ["1001"])
+    assert rep.written == 0 and "1001" in rep.failed
+
+
+def test_the_command_needs_a_token_and_names_its_variable(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("MLY_T39", raising=False)
+    monkeypatch.setenv("GEOAGENT_DOTENV", str(tmp_path / "none.env"))
+    assert main(["--out", str(tmp_path), "--token-env", "MLY_T39"]) == 2
+    assert "set the environment variable MLY_T39" in capsys.readouterr().err
+    assert main(["--out", str(tmp_path), "--token-env", "MLY|123|abc"]) == 2
+    assert "NAME of an environment variable" in capsys.readouterr().err
