@@ -124,3 +124,35 @@ def test_a_refit_keeps_the_photo_upright_and_reads_at_the_models_edge(big_png):
     with Image.open(io.BytesIO(got.data)) as out:
         assert out.size[1] > out.size[0] and max(out.size) <= 2576  # upright: portrait
         assert b64_len(len(got.data)) <= ANTHROPIC_MAX_IMAGE_B64
+
+
+def test_a_photos_location_metadata_is_not_sent():
+    """A JPEG's EXIF (its GPS position), XMP and IPTC segments are cut before the photo is sent: a geolocation
+    benchmark must not hand the model or its provider the answer with the pixels. Pixels untouched; a photo whose
+    EXIF turns it (orientation 6) and one without metadata are sent as they are."""
+    from geoagent.workers.images import load_image
+
+    img = Image.new("RGB", (50, 40), "red")
+    exif = Image.Exif()
+    exif[0x8825] = {2: (48.0, 51.0, 30.0), 4: (2.0, 21.0, 0.0)}  # GPS latitude / longitude
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG", exif=exif)
+    with_gps = buf.getvalue()
+    from tempfile import TemporaryDirectory
+
+    with TemporaryDirectory() as d:
+        f = os.path.join(d, "123.jpg")
+        with open(f, "wb") as fh:
+            fh.write(with_gps)
+        sent = load_image(f, "123").data
+    assert b"Exif" in with_gps and b"Exif" not in sent and len(sent) < len(with_gps)
+    with Image.open(io.BytesIO(sent)) as a, Image.open(io.BytesIO(with_gps)) as b:
+        assert a.convert("RGB").tobytes() == b.convert("RGB").tobytes()
+    from geoagent.workers.images import without_jpeg_metadata
+
+    turned = Image.Exif()
+    turned[0x0112] = 6
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG", exif=turned)
+    assert without_jpeg_metadata(buf.getvalue()) == buf.getvalue()
+    assert without_jpeg_metadata(b"not a jpeg") == b"not a jpeg"

@@ -171,4 +171,69 @@ def load_image(
     mime = sniff_mime(data)
     if mime is None:
         raise ValueError(f"not a JPEG/PNG/WebP/GIF image: {path}")
+    if mime == "image/jpeg":
+        data = without_jpeg_metadata(data)
     return LoadedImage(data, mime, str(image_id or path.stem), "file")
+
+
+#: JPEG markers of the application segments that carry metadata a photo's location can be in: APP1 (EXIF with its
+#: GPS IFD, XMP), APP13 (Photoshop IPTC); the orientation tag goes with EXIF, so a photo with one is kept whole
+_JPEG_METADATA_MARKERS = frozenset({0xE1, 0xED})
+
+
+def without_jpeg_metadata(data: bytes) -> bytes:
+    """``data`` (a JPEG) without its EXIF, XMP and IPTC segments, the pixels untouched (the segments are cut out of
+    the byte stream, nothing is decoded): a photo's GPS position and camera details must not reach the model or its
+    provider with the pixels (a geolocation benchmark whose answer rides along in the file). Returned unchanged
+    when the file has no such segment, when its EXIF sets an orientation other than 1 (cutting it would turn the
+    photo on its side; the re-encode of :mod:`geoagent.image_fit` uprights such a photo when a limit is passed), or
+    when the segment structure cannot be read."""
+    if not data.startswith(b"\xff\xd8"):
+        return data
+    out = [data[:2]]
+    i, cut = 2, False
+    while i + 4 <= len(data):
+        if data[i] != 0xFF:
+            return data  # not a segment where one should start: leave the file as it came
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            out.append(data[i:i + 1])
+            i += 1
+            continue
+        if marker in (0xD9, 0xDA):  # end of image, start of scan: the rest is the picture itself
+            out.append(data[i:])
+            return b"".join(out) if cut else data
+        if 0xD0 <= marker <= 0xD7 or marker == 0x01:  # markers without a length
+            out.append(data[i:i + 2])
+            i += 2
+            continue
+        length = int.from_bytes(data[i + 2:i + 4], "big")
+        if length < 2 or i + 2 + length > len(data):
+            return data
+        segment = data[i:i + 2 + length]
+        if marker in _JPEG_METADATA_MARKERS:
+            if marker == 0xE1 and segment[4:10] == b"Exif\x00\x00" and _exif_orientation(segment[10:]) not in (None, 1):
+                return data
+            cut = True
+        else:
+            out.append(segment)
+        i += 2 + length
+    return data
+
+
+def _exif_orientation(tiff: bytes) -> int | None:
+    """The Orientation tag (0x0112) of the first IFD of an EXIF TIFF block, or None."""
+    if len(tiff) < 8 or tiff[:2] not in (b"II", b"MM"):
+        return None
+    order = "little" if tiff[:2] == b"II" else "big"
+    ifd = int.from_bytes(tiff[4:8], order)
+    if ifd + 2 > len(tiff):
+        return None
+    n = int.from_bytes(tiff[ifd:ifd + 2], order)
+    for k in range(n):
+        e = ifd + 2 + 12 * k
+        if e + 12 > len(tiff):
+            return None
+        if int.from_bytes(tiff[e:e + 2], order) == 0x0112:
+            return int.from_bytes(tiff[e + 8:e + 10], order)
+    return None
