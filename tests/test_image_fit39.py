@@ -129,7 +129,7 @@ def test_a_refit_keeps_the_photo_upright_and_reads_at_the_models_edge(big_png):
 def test_a_photos_location_metadata_is_not_sent():
     """A JPEG's EXIF (its GPS position), XMP and IPTC segments are cut before the photo is sent: a geolocation
     benchmark must not hand the model or its provider the answer with the pixels. Pixels untouched; a photo whose
-    EXIF turns it (orientation 6) and one without metadata are sent as they are."""
+    EXIF turns it (orientation 6) keeps that tag alone; one without metadata is sent as it is."""
     from geoagent.workers.images import load_image
 
     img = Image.new("RGB", (50, 40), "red")
@@ -152,7 +152,15 @@ def test_a_photos_location_metadata_is_not_sent():
 
     turned = Image.Exif()
     turned[0x0112] = 6
+    turned[0x8825] = {2: (48.0, 51.0, 30.0)}
     buf = io.BytesIO()
     img.save(buf, format="JPEG", exif=turned)
-    assert without_jpeg_metadata(buf.getvalue()) == buf.getvalue()
+    kept = without_jpeg_metadata(buf.getvalue())
+    with Image.open(io.BytesIO(kept)) as k:
+        ex = k.getexif()
+        assert ex.get(0x0112) == 6 and 0x8825 not in ex and k.size == (50, 40)  # upright, no GPS
+    plain = io.BytesIO()
+    img.save(plain, format="JPEG")
+    bare = plain.getvalue()
+    assert without_jpeg_metadata(bare) is bare
     assert without_jpeg_metadata(b"not a jpeg") == b"not a jpeg"

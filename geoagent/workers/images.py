@@ -177,17 +177,16 @@ def load_image(
 
 
 #: JPEG markers of the application segments that carry metadata a photo's location can be in: APP1 (EXIF with its
-#: GPS IFD, XMP), APP13 (Photoshop IPTC); the orientation tag goes with EXIF, so a photo with one is kept whole
+#: GPS IFD, XMP), APP13 (Photoshop IPTC)
 _JPEG_METADATA_MARKERS = frozenset({0xE1, 0xED})
 
 
 def without_jpeg_metadata(data: bytes) -> bytes:
     """``data`` (a JPEG) without its EXIF, XMP and IPTC segments, the pixels untouched (the segments are cut out of
     the byte stream, nothing is decoded): a photo's GPS position and camera details must not reach the model or its
-    provider with the pixels (a geolocation benchmark whose answer rides along in the file). Returned unchanged
-    when the file has no such segment, when its EXIF sets an orientation other than 1 (cutting it would turn the
-    photo on its side; the re-encode of :mod:`geoagent.image_fit` uprights such a photo when a limit is passed), or
-    when the segment structure cannot be read."""
+    provider with the pixels (a geolocation benchmark whose answer rides along in the file). An EXIF orientation
+    other than 1 is kept, alone, in a minimal EXIF segment (cutting it would turn the photo on its side). Returned
+    unchanged when the file has no such segment or its segment structure cannot be read."""
     if not data.startswith(b"\xff\xd8"):
         return data
     out = [data[:2]]
@@ -212,13 +211,23 @@ def without_jpeg_metadata(data: bytes) -> bytes:
             return data
         segment = data[i:i + 2 + length]
         if marker in _JPEG_METADATA_MARKERS:
-            if marker == 0xE1 and segment[4:10] == b"Exif\x00\x00" and _exif_orientation(segment[10:]) not in (None, 1):
-                return data
+            turn = _exif_orientation(segment[10:]) if marker == 0xE1 and segment[4:10] == b"Exif\x00\x00" else None
+            if turn not in (None, 1):
+                out.append(_orientation_only_app1(turn))  # keep the photo upright, nothing else of the EXIF
             cut = True
         else:
             out.append(segment)
         i += 2 + length
     return data
+
+
+def _orientation_only_app1(orientation: int) -> bytes:
+    """A JPEG APP1 segment whose EXIF holds the Orientation tag alone (little-endian TIFF, one IFD entry)."""
+    tiff = (b"II*\x00" + (8).to_bytes(4, "little") + (1).to_bytes(2, "little")
+            + (0x0112).to_bytes(2, "little") + (3).to_bytes(2, "little") + (1).to_bytes(4, "little")
+            + int(orientation).to_bytes(2, "little") + b"\x00\x00" + (0).to_bytes(4, "little"))
+    body = b"Exif\x00\x00" + tiff
+    return b"\xff\xe1" + (len(body) + 2).to_bytes(2, "big") + body
 
 
 def _exif_orientation(tiff: bytes) -> int | None:
