@@ -483,9 +483,9 @@ def without_reasoning(text: str) -> str:
       counted) and is removed, again while the rest opens with one; an opener never closed makes the whole rest
       reasoning (an answer cut off while reasoning: its drafts are no answer) and leaves "";
     * a closer that comes before any opener (the chat template put the opener in the prompt, as Qwen3's and
-      DeepSeek-R1's do, so the text starts inside the reasoning) ends reasoning that began the text, when no ``{``
-      comes before it or one comes after it (an answer object follows; a JSON string that mentions the tag has its
-      object's end after it, no new one).
+      DeepSeek-R1's do, so the text starts inside the reasoning) ends reasoning that began the text, unless it
+      stands inside a JSON object (a string of the answer that mentions the tag: :func:`_inside_object`); a draft
+      object before it is reasoning, whatever follows (walk39 #4: a draft's "yes" was read before the final "No.").
 
     Tags anywhere else are text (a JSON string or prose may mention one: review39b #1). Linear in the text (review39b
     #2: a regex over the blocks rescanned the text from every unclosed opener). Text without a tag comes back
@@ -498,7 +498,7 @@ def without_reasoning(text: str) -> str:
         return text
     pos = i = 0
     first = tags[0]
-    if first.group(1) and ("{" not in text[:first.start()] or "{" in text[first.end():]):
+    if first.group(1) and not _inside_object(text, first.start()):
         pos, i = first.end(), 1  # the template's opener: the text began inside the reasoning
     while i < len(tags) and not tags[i].group(1) and not text[pos:tags[i].start()].strip():
         depth, i = 1, i + 1  # reasoning opens the rest of the text: find its matching closer
@@ -509,6 +509,27 @@ def without_reasoning(text: str) -> str:
             return ""  # never closed
         pos = tags[i - 1].end()
     return text[pos:] if pos else text
+
+
+def _inside_object(text: str, at: int) -> bool:
+    """Whether position ``at`` of ``text`` lies inside a ``{...}`` object begun before it (braces in double-quoted
+    strings, with their escapes, not counted): one linear pass over ``text[:at]``."""
+    depth, in_str, esc = 0, False, False
+    for ch in text[:at]:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch == "{":
+            depth += 1
+        elif ch == "}" and depth:
+            depth -= 1
+    return depth > 0
 
 
 def fenced_blocks(text: str) -> list[str]:

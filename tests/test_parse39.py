@@ -109,3 +109,14 @@ def test_the_echo_rule_note_points_to_the_papers_rule_when_another_is_used():
     assert "Tables 1, 2 and 4" in note and 'echo_rule = "release_first_word"' in note, note
     assert "--echo-rule release_first_word" in note
     assert "The paper's echo figures" not in echo_rule_note(GeoHintAggregator(echo_rule="release_first_word"))
+
+
+def test_a_draft_object_before_the_templates_closer_is_reasoning_whatever_follows():
+    """walk39 #4: 'Draft {"verdict": "yes", ...} </think> No.' was read as a confident yes (a false acceptance); the
+    GeoHint equivalent named the draft's city."""
+    v = parse_verdict('Draft {"verdict": "yes", "confidence": 0.9}\n</think>\nNo.')
+    assert (v.ok, v.verdict) == (True, "no")
+    a = parse_answer('Maybe {"city": "Lyon"}\n</think>\nThe photo is in Paris, I cannot say more.')
+    assert a.city != "Lyon"
+    # a closer inside the answer's own object (a string mentioning it) is still text
+    assert parse_answer('{"city": "Paris", "evidence": "a </think> appears"}').city == "Paris"
