@@ -734,7 +734,8 @@ class Outcome:
         aside = sum(self.superseded.values())
         if aside:
             lines.append(f"  set aside: {aside} task{'s' if aside != 1 else ''} superseded, not in the current plan "
-                         "(the config changed since an earlier run queued them): never sent, not counted as missing; "
+                         "(the config changed since an earlier run queued them): never sent, or failed before they "
+                         "were set aside (the reason keeps that failure); not counted as missing; "
                          "`run.py dead CONFIG` lists them, `--requeue` brings them back")
         if self.missing:
             lines.append(f"  missing: {count_text(self.missing, 'task')} dead-lettered (list them with `run.py dead CONFIG`, retry with `--requeue`); scorers exclude them")

@@ -899,7 +899,10 @@ def format_status(st: dict[str, Any]) -> str:
                      "going: it is finishing (writing the report and export) or starting; the files on disk are "
                      "final once it ends")
     elif complete:
-        lines.append("  campaign complete: every queue drained, nothing dead-lettered")
+        aside_n = sum((st.get("superseded") or {}).values())
+        # tasks set aside sit among the dead ones (walk39 #7: "dead 237 (237 superseded)" then "nothing dead-lettered")
+        lines.append("  campaign complete: every queue drained, nothing dead-lettered"
+                     + (f" but the {aside_n} set aside (not in the current plan)" if aside_n else ""))
     if ended == ["failed"] and not st.get("running"):
         # the run's work may have ended, but its end did not: the report and exports on disk are older
         lines.append("  the last run ended in an error (manifest.json records it 'failed'; its console said why): "

@@ -86,3 +86,27 @@ def test_unknown_site_and_geocoder_keys_are_config_errors(release_dir):
     doc["geohint"]["geocoder"]["bogus_key"] = 1
     with pytest.raises(ConfigError, match="bogus_key"):
         config_from_dict(doc).section("geohint")
+
+
+def test_the_plan_line_and_manifest_count_the_points_not_drawn(release_dir, tmp_path, monkeypatch):
+    """walk39 #2: the docs promised `points_not_drawn` in manifest.json; it was computed and written nowhere."""
+    monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
+    monkeypatch.setenv("GEOAGENT_RELEASE", str(release_dir))
+
+    def edit(raw):
+        raw["geohint"]["points_per_cell"] = 1
+        raw["geohint"]["conditions"] = ["forced"]
+
+    out, _ = _run(release_dir, edit)
+    from geoagent.data.importer import import_release
+    from geoagent.runtime.manifest import read_manifest
+
+    rel = import_release(release_dir)
+    n_points = sum(len(rel.ladders[s].points) for s in SITES)
+    summary = read_manifest(tmp_path / "state" / "gh-engine")["runs"][-1]["plan_summary"]
+    assert summary["points_not_drawn"] > 0 and summary["points_outside_bands"] == 0
+    line = next(ln for ln in out.extra_lines if "plan:" in ln and "requests by condition" in ln)
+    assert f"reference points left out: {summary['points_not_drawn']} not drawn" in line, line
+    # sim-a answers every unit: one forced request per drawn point
+    assert summary["units_total"]["sim-a"] == n_points - summary["points_not_drawn"]

@@ -138,7 +138,7 @@ def test_the_export_marks_the_scored_rows_and_superseded_tasks_are_not_missing(s
     # said at the start: the third model's queued tasks are set aside, the second's stored answers not scored
     assert re.search(r"info: campaign gv-design: plan changed since the last run: 0 requests new \(not planned "
                      r"before\), \d+ planned before no longer in the plan \(\d+ still queued: set aside unsent; the "
-                     r"others' stored answers are kept but not scored\)\.", got.err), got.err
+                     r"others' stored answers, where they have one, are kept but not scored\)\.", got.err), got.err
     hk, hn, fk, fn = _h_f_counts(got.out)
     report = state / "gv-design" / "report"
     # superseded tasks are not missing: the run ended complete, the report says nothing is missing

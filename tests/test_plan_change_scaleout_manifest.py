@@ -204,4 +204,4 @@ def test_the_plan_note_speaks_only_for_its_record_and_a_live_sibling(tmp_path):
     assert plan_change_text(2, 30, fate=SET_ASIDE_ELSEWHERE) == (
         "plan changed since the last run: 2 requests new (not planned before), 30 planned before no longer in the "
         "plan (those still queued are set aside unsent by the process that runs the stage reading the planned "
-        "work; the others' stored answers are kept but not scored)")
+        "work; the others' stored answers, where they have one, are kept but not scored)")

@@ -142,12 +142,12 @@ def test_the_plan_diff_counts_against_the_recorded_plan(tmp_path, monkeypatch):
         diff.see(f"k{i}")
     assert (diff.new, diff.dropped) == (31, 50)
     head = "plan changed since the last run: 31 requests new (not planned before), 50 planned before no longer in the plan"
-    assert diff.text() == head + " (their stored answers are kept but not scored)"
+    assert diff.text() == head + " (their stored answers, where they have one, are kept but not scored)"
     assert diff.text(never_queued=31, still_queued=50) == head + " (still queued: set aside unsent)"
     assert diff.text(never_queued=1, still_queued=20) == head.replace(
         "31 requests new (not planned before),",
         "31 requests new to the plan (not in the last run's plan; 1 new task, queued by no earlier run),") + (
-        " (20 still queued: set aside unsent; the others' stored answers are kept but not scored)")
+        " (20 still queued: set aside unsent; the others' stored answers, where they have one, are kept but not scored)")
     # every one queued by an older plan (a condition removed, then restored): before, "31 requests new (not planned
     # before; 0 of them queued by no earlier run)" beside the config-change line's "no new task was planned"
     assert diff.text(never_queued=0, still_queued=50) == head.replace(

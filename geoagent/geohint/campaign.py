@@ -233,6 +233,8 @@ class GeoHintCampaign(CampaignKind):
         summary = getattr(self, "_summary", None)
         if summary is None:
             return []
+        left = [f"{summary.points_not_drawn} not drawn ([geohint] points_per_cell)"] * bool(summary.points_not_drawn) + [
+            f"{summary.points_outside_bands} outside the bands (0.5-6 km)"] * bool(summary.points_outside_bands)
         return [f"  plan: {sum(summary.requests_by_condition.values())} requests by condition "
                 f"({mapping_text(summary.requests_by_condition)}); "
                 f"sampling rates ({mapping_text(summary.sample_rates)}"
@@ -240,7 +242,7 @@ class GeoHintCampaign(CampaignKind):
                           for m, t in sorted(summary.sample_rates_by_selection.items()))
                 + "); units kept per model ("
                 + ", ".join(f"{m} {summary.units_kept.get(m, 0)} of {n}" for m, n in summary.units_total.items())
-                + ")"]
+                + ")" + (f"; reference points left out: {', '.join(left)}" if left else "")]
 
     def dry_run_outline(self, cfg: Any) -> list[str]:
         """The plan's split by condition (as the run's summary prints it: docs/campaigns.md, "plan: 1874 requests by
@@ -280,11 +282,16 @@ class GeoHintCampaign(CampaignKind):
     def manifest_extra(self, cfg: Any) -> dict[str, Any]:
         """The echo rule, the slope p-value reference and the regime threshold this run scores and reports
         with (also when ``[geohint]`` is absent: the defaults); after a plan, the planned images and how many
-        have no file (:meth:`geoagent.image_files.MissingImages.to_json`)."""
+        have no file (:meth:`geoagent.image_files.MissingImages.to_json`), and the plan's summary
+        (:class:`geoagent.geohint.plan.PlanSummary`: requests, units and sampling per model, reference points not
+        drawn or outside the bands)."""
         s = settings_of(cfg)
         images = getattr(self, "_images", None)
+        summary = getattr(self, "_summary", None)
         return {"echo_rule": s.echo_rule, "p_reference": s.p_reference, "regime_threshold": s.regime_threshold,
-                **(images.to_json() if images is not None else {})}
+                **(images.to_json() if images is not None else {}),
+                # the plan's counts: points drawn or left out, sampling by model and selection method (walk39 #2)
+                **({"plan_summary": summary.to_json()} if summary is not None else {})}
 
     def plan_refusals(self, cfg: Any) -> list[str]:
         """The image refusal a real run would stop at, kept by a dry run's plan (see

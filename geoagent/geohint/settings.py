@@ -6,7 +6,8 @@ Example::
 
     [geohint]
     conditions = ["baseline", "forced", "forced_warn", "forced_chain", "v1"]   # order = plan order
-    baseline_repeats = 5          # no-context requests per image x model (the paper: a median of 5 per site)
+    baseline_repeats = 1          # no-context requests per image x model (the paper's median of 5 per site is 1 image x
+                                  # 1 repeat x its 5 models, not 5 repeats)
     context_repeats = 1
     images_per_site = 3           # optional cap for small runs
     points_per_cell = 2           # optional: at most this many reference points per band x tier cell of a

@@ -223,7 +223,7 @@ class PlanDiff:
 
     def text(self, never_queued: int | None = None, still_queued: int = 0, *, fate: str = SET_ASIDE) -> str | None:
         """``"plan changed since the last run: N requests new (not planned before), M planned before no longer in
-        the plan (their stored answers are kept but not scored)"``, None when the plan is the recorded one.
+        the plan (their stored answers, where they have one, are kept but not scored)"``, None when the plan is the recorded one.
 
         ``never_queued``: how many of the planned tasks no earlier run queued (the queue's growth); said when
         fewer than :attr:`new` ("N requests new to the plan (...; K new tasks, queued by no earlier run)", or with
@@ -258,17 +258,19 @@ def plan_change_text(new: int, dropped: int, never_queued: int | None = None, st
         return out
     if fate == SET_ASIDE_ELSEWHERE:
         return out + (" (those still queued are set aside unsent by the process that runs the stage reading the "
-                      "planned work; the others' stored answers are kept but not scored)")
+                      "planned work; the others' stored answers, where they have one, are kept but not scored)")
     if fate == SENT_WHILE_WATCHING and aside:
         still = "still queued" if aside == dropped else f"{aside} still queued"
-        rest = "" if aside == dropped else "; the others' stored answers are kept but not scored"
+        rest = "" if aside == dropped else "; the others' stored answers, where they have one, are kept but not scored"
         return out + (f" ({still}: a --watch run sets none aside, so they are sent all the same and their answers "
                       f"kept but not scored{rest})")
     if aside == dropped:
         return out + " (still queued: set aside unsent)"
     if aside:
-        return out + f" ({aside} still queued: set aside unsent; the others' stored answers are kept but not scored)"
-    return out + " (their stored answers are kept but not scored)"
+        return out + (f" ({aside} still queued: set aside unsent; the others' stored answers, where they have one, "
+                      "are kept but not scored)")
+    # dropped tasks may have failed, not answered (walk39 #7: "their stored answers" for 170 dead-lettered tasks)
+    return out + " (their stored answers, where they have one, are kept but not scored)"
 
 
 #: planned task keys checked against the recorded plan at once (:class:`PlanDiff`)
