@@ -465,6 +465,20 @@ def _export_out_refused(cfg: Any, out_dir: Path) -> str | None:
     return None
 
 
+def _rows_not_scored(parquet: Path) -> int:
+    """Rows of an exported table whose ``scored`` column is false (answers the report does not count); 0 for a
+    table without the column or a file that cannot be read."""
+    import polars as pl
+
+    try:
+        lf = pl.scan_parquet(parquet)
+        if "scored" not in lf.collect_schema().names():
+            return 0
+        return int(lf.filter(~pl.col("scored")).select(pl.len()).collect().item())
+    except Exception:  # noqa: BLE001 - a count for a message, never a reason to fail the export
+        return 0
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     from geoagent.engine import load_kind
     from geoagent.runtime.backend import open_state, state_exists, uses_redis
@@ -528,7 +542,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
         sim = ((own(cfg, state.store) if own is not None else simulated_answer_models(state.store, cfg))
                if tables else [])
     for t in tables:
-        print(f"{t.table}: {t.rows} rows -> {t.parquet}, {t.csv}")
+        left = _rows_not_scored(t.parquet)
+        # walk39 #3: a plan change leaves stored answers the report does not count; a plain mean over the table
+        # would mix them in
+        print(f"{t.table}: {t.rows} rows" + (f" ({left} not scored: filter on the column scored)" if left else "")
+              + f" -> {t.parquet}, {t.csv}")
     if not tables:
         print(f"campaign {cfg.name}: no results to export yet")
     elif any(m.provider == "replay" for m in cfg.models):  # replayed answers: say where the exports say so

@@ -155,3 +155,5 @@ def test_the_export_marks_the_scored_rows_and_superseded_tasks_are_not_missing(s
     assert (signal.filter(pl.col("verdict") == "yes").height, signal.height,
             noise.filter(pl.col("verdict") == "yes").height, noise.height) == (hk, hn, fk, fn)
     assert df.filter(~pl.col("scored")).height > 0
+    # the export's line counts the rows the report leaves out (walk39 #3)
+    assert f"({df.filter(~pl.col('scored')).height} not scored: filter on the column scored)" in capsys.readouterr().out
