@@ -57,3 +57,21 @@ def test_a_selection_method_no_site_has_is_refused_at_plan(release_dir):
     conds = conditions_from_config({"geohint": {"conditions": ["baseline"]}})
     with pytest.raises(ValueError, match=r"selection_method 'automatic' \(the sites' values: 'algorithm', 'manual'\)"):
         plan_requests(rel.sites, [], rel.ladders, specs, conds)
+
+
+def test_the_report_says_which_models_answer_a_share():
+    """walk39 #8: the report never said why one model's n was a third of the others'."""
+    from geoagent.config import config_from_dict
+    from geoagent.geohint.campaign import sampling_note
+
+    cfg = config_from_dict({"campaign": {"name": "s39", "kind": "geohint", "contact": "t@example.org"}, "budget": {"cap_usd": 1.0},
+                            "models": [{"name": "opus", "provider": "simulated", "model": "o"},
+                                       {"name": "half", "provider": "simulated", "model": "h", "sampling_rate": 0.5},
+                                       {"name": "all", "provider": "simulated", "model": "a"}],
+                            "geohint": {"sample_rates": {"opus": {"algorithm": 0.3333}}}})
+    note = sampling_note(cfg)
+    assert note.startswith("Sampling: opus 0.3333 at algorithm sites (1 elsewhere); half 0.5 of the units"), note
+    assert "all" not in note.split("of the units")[0]
+    cfg = config_from_dict({"campaign": {"name": "s39", "kind": "geohint", "contact": "t@example.org"}, "budget": {"cap_usd": 1.0},
+                            "models": [{"name": "all", "provider": "simulated", "model": "a"}]})
+    assert sampling_note(cfg) is None

@@ -448,7 +448,7 @@ class GeoHintCampaign(CampaignKind):
                      image_note=getattr(self, "_image_warning", None),
                      simulated=_simulated(cfg, ctx),
                      config_mix=params_mix_lines(ctx.services.get(C.SERVICE_PARAMS_MIX) or {}, not_sent_of(cfg)),
-                     scope_note=self._scope_note, replay_note=replay_note(cfg))
+                     scope_note=self._scope_note, replay_note=replay_note(cfg), sampling_note=sampling_note(cfg))
         return sorted(p for p in out.iterdir() if p.suffix in {".md", ".csv", ".png"})
 
     def live_missing(self, cfg: Any) -> dict[str, Any]:
@@ -565,6 +565,31 @@ class GeoHintCampaign(CampaignKind):
         lines += [f"  {w}" for w in unresolved_warnings(agg)]
         lines += left
         return lines
+
+
+def sampling_note(cfg: Any) -> str | None:
+    """The report's sentence on the models that answer only a share of the units (``[[models]] sampling_rate``,
+    ``[geohint] sample_rates``, by the site's selection method too), None when every model answers every unit
+    (walk39 #8: the report never said why one model's n was a third of the others'). Seed 000 Sec. 6 samples
+    claude-opus-5 at a third on the automatic batch."""
+    from geoagent.geohint.plan import models_from_config
+
+    try:
+        specs = models_from_config(cfg)
+    except (ValueError, TypeError):
+        return None
+    parts = []
+    for m in specs:
+        if m.rates_by_selection:
+            rates = ", ".join(f"{r:g} at {k} sites" for k, r in m.rates_by_selection)
+            parts.append(f"{m.model} {rates} ({m.sample_rate:g} elsewhere)")
+        elif m.sample_rate < 1:
+            parts.append(f"{m.model} {m.sample_rate:g}")
+    if not parts:
+        return None
+    return ("Sampling: " + "; ".join(parts) + " of the units (site, image, reference point; seeded, every condition "
+            "of a unit together, so comparisons stay paired). Such a model's n is smaller, and its rates are not "
+            "reweighted: sites where it answers every unit weigh more in its rates than in another model's.")
 
 
 def _simulated(cfg: Any, ctx: StageContext) -> list[str]:

@@ -2219,6 +2219,7 @@ def write_report(
     simulated: Sequence[str] = (),
     config_mix: Sequence[str] = (),
     scope_note: str | None = None,
+    sampling_note: str | None = None,
     n_boot: int = DEFAULT_N_BOOT,
     boot_seed: int | None = None,
     replay_note: str | None = None,
@@ -2262,6 +2263,8 @@ def write_report(
     ``config_mix``: one line per model whose answers were made under more than one set of request settings
     (a config changed between runs; :func:`geoagent.runtime.drift.params_mix_lines`), a warning in the header:
     every table pools them.
+    ``sampling_note``: a sentence on the models that answer a share of the units (their n is smaller, the rates
+    are not reweighted; :func:`geoagent.geohint.campaign.sampling_note`).
     ``scope_note``: a sentence on stored answers left out because their requests are no longer in the plan
     (:meth:`geoagent.runtime.scope.ScoredScope.note`), in bold under the title; None when none were.
     ``replay_note``: the line of a campaign with replay models (:func:`geoagent.providers.replay.replay_note`:
@@ -2303,6 +2306,7 @@ def write_report(
         f"{count_text(agg.select().n, 'scored response')}, {count_text(summary['sites'], 'site')}, models: {', '.join(summary['models'])}; "
         f"conditions: {', '.join(summary['conditions'])}. Reported condition: {condition}; no-context condition: {baseline}.",
         "",
+        *([sampling_note, ""] if sampling_note else []),
         counts_line(agg, condition),
         "",
         echo_rule_note(agg),
