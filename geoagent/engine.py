@@ -2256,6 +2256,7 @@ async def _run(
                 stage_ended=functools.partial(manifest.record_stage_ended, run_id),
                 # a second signal ends the process at once: the manifest says so rather than "running"
                 forced_exit=functools.partial(manifest.mark_forced_exit, run_id),
+                grace_s=campaign_stop_grace_s(cfg),
             )
         except BaseException:
             if handoff is not None:
@@ -3061,6 +3062,28 @@ async def count_superseded(queue: Any) -> int:
 
 #: tasks moved to dead per compare-and-set batch when setting aside superseded tasks
 SET_ASIDE_CHUNK = 500
+
+
+def campaign_stop_grace_s(cfg: Any) -> float:
+    """Seconds the calls in flight may finish after a stop request (Ctrl-C, SIGTERM): ``$GEOAGENT_STOP_GRACE_S`` when
+    set (:func:`geoagent.runtime.daemon.stop_grace_s`), else the default 30 s, raised to the longest ``timeout_s`` of
+    the campaign's paid models (at most :data:`geoagent.runtime.daemon.MAX_STOP_GRACE_S`): a paid call cut at the
+    stop was billed, booked unknown-outcome and is sent again on resume (money39 #1: a reasoning model's calls,
+    600 s each, were all cut at 30 s and paid twice). The grace is a ceiling: a stop waits only as long as the calls
+    in flight take.
+
+    Raises
+    ------
+    ValueError
+        ``$GEOAGENT_STOP_GRACE_S`` is not a number of seconds in its range.
+    """
+    from geoagent.runtime.daemon import MAX_STOP_GRACE_S, STOP_GRACE_ENV, STOP_GRACE_S, stop_grace_s
+
+    grace = stop_grace_s()
+    if os.environ.get(STOP_GRACE_ENV, "").strip():
+        return grace
+    paid = [float(m.timeout_s) for m in getattr(cfg, "models", ()) if getattr(m, "paid", False)]
+    return min(MAX_STOP_GRACE_S, max([STOP_GRACE_S, *paid]))
 
 
 class PlanCheck:

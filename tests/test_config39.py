@@ -131,3 +131,27 @@ def test_a_hosts_entry_keeps_the_models_timeout_unless_it_writes_one(hosts_entry
                                 "models": [m], "hosts": {"api.openai.com": hosts_entry}})
     pol = model_call_policy(cfg, cfg.models[0])
     assert (pol.timeout_s, pol.max_attempts) == (want_timeout, want_attempts)
+
+
+def test_the_stop_grace_covers_the_longest_paid_call_unless_set(monkeypatch):
+    """money39 #1: Ctrl-C cut every reasoning call (600 s) at 30 s; each was billed and sent again on resume."""
+    import warnings
+
+    from geoagent.config import config_from_dict
+    from geoagent.engine import campaign_stop_grace_s
+
+    def cfg(*models):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return config_from_dict({"campaign": {"name": "g39"}, "budget": {"cap_usd": 1.0},
+                                     "generic": {"n_requests": 1}, "models": list(models)})
+
+    paid = {"name": "o", "provider": "openai", "model": "o3", "api_key_env": "K", "max_output_tokens": 25000,
+            "price_input_usd_per_mtok": 1.0, "price_output_usd_per_mtok": 4.0}
+    sim = {"name": "s", "provider": "simulated", "model": "s", "timeout_s": 900.0}
+    monkeypatch.delenv("GEOAGENT_STOP_GRACE_S", raising=False)
+    assert campaign_stop_grace_s(cfg(paid, sim)) == 600.0  # the reasoning model's; the simulated one costs nothing
+    assert campaign_stop_grace_s(cfg(sim)) == 30.0
+    assert campaign_stop_grace_s(cfg({**paid, "timeout_s": 7200.0})) == 3600.0
+    monkeypatch.setenv("GEOAGENT_STOP_GRACE_S", "5")
+    assert campaign_stop_grace_s(cfg(paid)) == 5.0
