@@ -717,7 +717,7 @@ class ModelConfig(_Section):
         # a few tens of tokens/s, minutes); cut at 120 s, the call was billed, counted unknown-outcome and sent
         # again, up to max_attempts times. Unset, its timeout is REASONING_TIMEOUT_S (the 10 minutes OpenAI's and
         # Anthropic's own SDKs wait by default); a timeout_s written in the config is kept as written.
-        if "timeout_s" not in self.model_fields_set and spends_hidden_reasoning(self):
+        if "timeout_s" not in self.model_fields_set and may_reason_long(self):
             object.__setattr__(self, "timeout_s", REASONING_TIMEOUT_S)
         return self
 
@@ -1899,6 +1899,25 @@ def spends_hidden_reasoning(m: "ModelConfig") -> bool:
             return budget != 0
         return gemini_thinks_when_asked(m.model) and isinstance(budget, int) and budget > 0
     return False
+
+
+def may_reason_long(m: "ModelConfig") -> bool:
+    """Whether a ``[[models]]`` entry's calls may spend minutes on hidden reasoning, for its default ``timeout_s``
+    (:data:`REASONING_TIMEOUT_S`): :func:`spends_hidden_reasoning`, and also the ids it reads narrowly (money39 #2)
+    behind any provider and host: an OpenAI reasoning id with a ``vendor/`` prefix (OpenRouter's ``openai/o4-mini``),
+    a thinking Gemini id behind an OpenAI-compatible endpoint (``gemini-2.5-pro`` on Google's or a router's), and
+    Gemini's ``-latest`` aliases of Pro and Flash (``gemini-pro-latest``: current thinking models)."""
+    from geoagent.providers.sampling import gemini_thinking_budget_max, is_openai_reasoning_id
+
+    if spends_hidden_reasoning(m):
+        return True
+    if m.provider not in ("openai", "gemini"):
+        return False
+    bare = m.model.strip().lower().rsplit("/", 1)[-1]
+    if m.provider == "gemini" and m.params.get("thinking_budget") == 0:
+        return False
+    return (is_openai_reasoning_id(bare) or gemini_thinking_budget_max(bare) is not None
+            or bool(re.fullmatch(r"gemini-(pro|flash)-latest", bare)))
 
 
 def task_output_caps(cfg: "CampaignConfig") -> dict[str, list[tuple[int, str]]]:

@@ -155,3 +155,26 @@ def test_the_stop_grace_covers_the_longest_paid_call_unless_set(monkeypatch):
     assert campaign_stop_grace_s(cfg({**paid, "timeout_s": 7200.0})) == 3600.0
     monkeypatch.setenv("GEOAGENT_STOP_GRACE_S", "5")
     assert campaign_stop_grace_s(cfg(paid)) == 5.0
+
+
+@pytest.mark.parametrize("provider, model, base, want", [
+    ("openai", "gemini-2.5-pro", "https://generativelanguage.googleapis.com/v1beta/openai", 600.0),
+    ("gemini", "gemini-pro-latest", None, 600.0),
+    ("gemini", "gemini-flash-latest", None, 600.0),
+    ("openai", "openai/o4-mini", "https://openrouter.ai/api/v1", 600.0),
+    ("openai", "openai/gpt-4o-mini", "https://openrouter.ai/api/v1", 120.0),
+    ("gemini", "gemini-2.0-flash", None, 120.0),
+])
+def test_thinking_models_behind_other_routes_get_the_long_timeout(provider, model, base, want):
+    """money39 #2: these thinking models kept 120 s, so a long think was cut, booked unknown and sent again."""
+    import warnings
+
+    from geoagent.config import config_from_dict
+
+    m = {"name": "m", "provider": provider, "model": model, "api_key_env": "K", "price_input_usd_per_mtok": 1.0,
+         "price_output_usd_per_mtok": 4.0, "max_output_tokens": 30000, **({"base_url": base} if base else {})}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = config_from_dict({"campaign": {"name": "t39"}, "budget": {"cap_usd": 1.0}, "generic": {"n_requests": 1},
+                                "models": [m]})
+    assert cfg.models[0].timeout_s == want
