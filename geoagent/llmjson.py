@@ -484,8 +484,9 @@ def without_reasoning(text: str) -> str:
       reasoning (an answer cut off while reasoning: its drafts are no answer) and leaves "";
     * a closer that comes before any opener (the chat template put the opener in the prompt, as Qwen3's and
       DeepSeek-R1's do, so the text starts inside the reasoning) ends reasoning that began the text, unless it
-      stands inside a JSON object (a string of the answer that mentions the tag: :func:`_inside_object`); a draft
-      object before it is reasoning, whatever follows (walk39 #4: a draft's "yes" was read before the final "No.").
+      stands inside a string of a JSON object (an answer that mentions the tag: :func:`_inside_object`); a draft
+      object before it, finished or not, is reasoning, whatever follows (walk39 #4, review39c #1: a draft's "yes"
+      was read before the final "No.").
 
     Tags anywhere else are text (a JSON string or prose may mention one: review39b #1). Linear in the text (review39b
     #2: a regex over the blocks rescanned the text from every unclosed opener). Text without a tag comes back
@@ -512,24 +513,26 @@ def without_reasoning(text: str) -> str:
 
 
 def _inside_object(text: str, at: int) -> bool:
-    """Whether position ``at`` of ``text`` lies inside a ``{...}`` object begun before it (braces in double-quoted
-    strings, with their escapes, not counted): one linear pass over ``text[:at]``."""
-    depth, in_str, esc = 0, False, False
+    """Whether position ``at`` of ``text`` lies inside a string value of a ``{...}`` object begun before it: an
+    object still open there and a double-quoted string (with its escapes; a line break ends it, as no JSON string
+    holds one) open too, one linear pass over ``text[:at]``. A draft object the model abandoned leaves a brace open
+    but no string (review39c #1: its closer of the reasoning was read as text, and the draft's "yes" won)."""
+    depth, quote, esc = 0, "", False
     for ch in text[:at]:
-        if in_str:
+        if quote:
             if esc:
                 esc = False
             elif ch == "\\":
                 esc = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
+            elif ch == quote or ch == "\n":
+                quote = ""
+        elif ch == '"' or (ch == "'" and depth):  # single-quoted strings only inside an object (the lenient reader's)
+            quote = ch
         elif ch == "{":
             depth += 1
         elif ch == "}" and depth:
             depth -= 1
-    return depth > 0
+    return depth > 0 and bool(quote)
 
 
 def fenced_blocks(text: str) -> list[str]:

@@ -120,3 +120,18 @@ def test_a_draft_object_before_the_templates_closer_is_reasoning_whatever_follow
     assert a.city != "Lyon"
     # a closer inside the answer's own object (a string mentioning it) is still text
     assert parse_answer('{"city": "Paris", "evidence": "a </think> appears"}').city == "Paris"
+
+
+@pytest.mark.parametrize("text, verdict", [
+    ('Draft {"verdict": "yes", "confidence": 0.9 ... actually the sign is wrong\n</think>\nNo.', "no"),
+    ('Let me draft: {"verdict": "yes", hmm no wait.\n</think>\n{"verdict": "no", "confidence": 0.7}', "no"),
+])
+def test_an_unfinished_draft_before_the_templates_closer_is_reasoning(text, verdict):
+    """review39c #1: a draft object never closed left a brace open, so its closer of the reasoning was read as text
+    and the draft's "yes" won (or clashed with the final "no")."""
+    v = parse_verdict(text)
+    assert (v.ok, v.verdict) == (True, verdict), v
+
+
+def test_a_closer_inside_a_single_quoted_string_of_the_answer_is_text():
+    assert parse_answer("{'city': 'Paris', 'evidence': 'a } and </think> here'}").city == "Paris"
