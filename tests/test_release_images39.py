@@ -60,3 +60,49 @@ def test_the_command_needs_a_token_and_names_its_variable(tmp_path, monkeypatch,
     assert "set the environment variable MLY_T39" in capsys.readouterr().err
     assert main(["--out", str(tmp_path), "--token-env", "MLY|123|abc"]) == 2
     assert "NAME of an environment variable" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path", ["streetview/C:x.jpg", "a/C:/x.jpg", "x.jpg:ads", "streetview/NUL.jpg", "a/\x00.jpg"])
+def test_windows_drives_streams_and_devices_are_refused_anywhere_in_the_path(tmp_path, path):
+    """review39c #8: a drive letter after the first part landed outside --out on Windows."""
+    with pytest.raises(ValueError, match="not a relative path inside"):
+        target_path(tmp_path, path, "paris_x", "1001")
+
+
+def test_a_refused_token_stops_the_fetch_and_a_write_failure_is_one_images(tmp_path):
+    """review39c #2: every queued image was still sent with the refused token; #6: a folder in the way was a
+    traceback and a write failure was reported as a refused token."""
+    from geoagent.clients.mapillary import MapillaryError
+    from geoagent.crawl.release_images import TokenRefused
+
+    class Refusing:
+        calls = 0
+
+        async def download_thumbnail(self, image_id, thumb_field):
+            Refusing.calls += 1
+            await asyncio.sleep(0.01)
+            raise MapillaryError("Mapillary error 190: Invalid OAuth access token", code=190, status=401)
+
+        def token_refused(self, exc):
+            return "HTTP 401, Mapillary error 190"
+
+    with pytest.raises(TokenRefused, match="refused the token"):
+        asyncio.run(fetch_release_images([_img(str(1000 + i)) for i in range(50)], tmp_path, Refusing(),
+                                         concurrency=4))
+    assert Refusing.calls <= 4  # the ones in flight when the first refusal came back
+
+    (tmp_path / "out" / "streetview").mkdir(parents=True)
+    (tmp_path / "out" / "streetview" / "paris_x").write_text("a file where a folder should be", encoding="utf-8")
+    rep = _fetch([_img("1001"), _img("2002", site="other")], tmp_path / "out", ["1001", "2002"])
+    assert rep.written == 1 and "not written to" in rep.failed["1001"]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--mapillary", "http://graph.mapillary.com"], "unencrypted"),
+    (["--contact", "me@x.org\r\nX-Evil: 1"], "control character"),
+])
+def test_the_command_refuses_a_plain_http_api_and_a_contact_with_a_line_break(tmp_path, monkeypatch, capsys, args,
+                                                                              needle):
+    monkeypatch.setenv("MLY_T39B", "MLY|1|x")
+    assert main(["--out", str(tmp_path), "--token-env", "MLY_T39B", *args]) == 2
+    assert needle in capsys.readouterr().err

@@ -13,7 +13,8 @@ the folder to give as the task's ``image_root``::
 
 Re-running fetches only what is missing (a file already there is kept). Mapillary's usage policy applies as in a
 crawl: the ``mapillary`` and ``thumbnails`` host limits of :data:`geoagent.crawl.settings.DEFAULT_POLICIES`.
-Exit 0 when every image has its file, 3 when some could not be fetched (listed, with why), 2 on bad input.
+Exit 0 when every image has its file, 3 when some could not be fetched or written (listed, with why), 5 when
+Mapillary refuses the token, 2 on bad input.
 """
 
 from __future__ import annotations
@@ -55,9 +56,23 @@ def target_path(out: Path, path: str | None, site_id: str, image_id: str) -> Pat
     iid = safe_image_id(image_id)
     rel = path or f"streetview/{safe_name(site_id, what='site id')}/{iid}.jpg"
     parts = [p for p in rel.replace("\\", "/").split("/") if p not in ("", ".")]
-    if not parts or rel.startswith(("/", "\\")) or any(p == ".." for p in parts) or ":" in parts[0]:
+    # a drive or stream (":") in any part, a reserved Windows device name, a control character: review39c #8
+    bad = (not parts or rel.startswith(("/", "\\")) or any(p == ".." or ":" in p or not p.isprintable()
+                                                              or p.split(".")[0].upper() in _WINDOWS_DEVICES
+                                                              for p in parts))
+    dest = out.joinpath(*parts) if not bad else None
+    if dest is None or not dest.resolve().is_relative_to(out.resolve()):
         raise ValueError(f"image {image_id}: its path {rel!r} is not a relative path inside the output folder")
-    return out.joinpath(*parts)
+    return dest
+
+
+#: names Windows keeps for devices, with any extension (a file named so is the device)
+_WINDOWS_DEVICES = frozenset({"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)),
+                              *(f"LPT{i}" for i in range(1, 10))})
+
+
+class TokenRefused(Exception):
+    """Mapillary refused the access token (the fetch stops: every other request would be refused too)."""
 
 
 async def fetch_release_images(images: list[Any], out: Path, mapillary: Any, *,
@@ -91,10 +106,10 @@ async def fetch_release_images(images: list[Any], out: Path, mapillary: Any, *,
     refused: list[str] = []
 
     async def one(img: Any, dest: Path) -> None:
-        if refused:
-            report.failed[img.image_id] = "not fetched: the token was refused"
-            return
         async with gate:
+            if refused:  # checked once a slot is free: the tasks queued behind the refusal send nothing (review39c #2)
+                report.failed[img.image_id] = "not fetched: the token was refused"
+                return
             try:
                 jpeg = await mapillary.download_thumbnail(img.image_id, thumb_field)
             except (ThumbnailUnavailable, MapillaryError, HttpError) as exc:
@@ -103,13 +118,18 @@ async def fetch_release_images(images: list[Any], out: Path, mapillary: Any, *,
                     refused.append(why)
                 report.failed[img.image_id] = f"{type(exc).__name__}: {str(exc)[:200]}"
                 return
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            _atomic_write(dest, jpeg)
+            try:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                _atomic_write(dest, jpeg)
+            except (OSError, ValueError) as exc:  # a folder in the way, no permission: this image's (review39c #6)
+                report.failed[img.image_id] = f"not written to {dest}: {type(exc).__name__}: {exc}"
+                return
             report.written += 1
 
     await asyncio.gather(*(one(img, dest) for img, dest in todo))
     if refused:
-        raise PermissionError(f"Mapillary refused the token ({refused[0]}): check the variable that holds it")
+        raise TokenRefused(f"Mapillary refused the token ({refused[0]}): check the variable that holds it; "
+                           f"{report.written} photos were written before the refusal")
     return report
 
 
@@ -146,6 +166,10 @@ async def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: --token-env: {exc}", file=sys.stderr)
         return 2
+    problem = _url_or_contact_problem(args.mapillary, args.contact)  # as the crawl checks them (review39c #7)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     secret = lookup_secret(args.token_env)
     if secret is None:
         print(f"error: the Mapillary token is missing: set the environment variable {args.token_env} (or put it in "
@@ -170,7 +194,7 @@ async def _run(args: argparse.Namespace) -> int:
         try:
             report = await fetch_release_images(images, out, client, thumb_field=args.thumb_field,
                                                 concurrency=args.concurrency)
-        except PermissionError as exc:
+        except TokenRefused as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 5
     print(f"{len(images)} images of {len(rel.sites)} sites: {report.written} fetched now, {report.present} already "
@@ -181,6 +205,27 @@ async def _run(args: argparse.Namespace) -> int:
         print(f"  ... and {len(report.failed) - 20} more")
     print(f"use it as the task's image_root: image_root = \"{out}\" under [geoverify] or [geohint]")
     return 3 if report.failed else 0
+
+
+def _url_or_contact_problem(url: str, contact: str) -> str | None:
+    """Why ``--mapillary`` or ``--contact`` cannot be used (the crawl's rules: an http(s) URL without credentials,
+    plain http only to a local host, since the token goes in a header; a contact without control characters, since
+    it goes into the User-Agent), or None."""
+    from urllib.parse import urlsplit
+
+    from geoagent.config import is_local_host, url_problem
+
+    problem = url_problem(url, example="https://graph.mapillary.com",
+                          where_key="put the token in the variable --token-env names")
+    if problem:
+        return f"--mapillary: expected {problem}"
+    parts = urlsplit(url)
+    if parts.scheme == "http" and not is_local_host(parts.hostname):
+        return (f"--mapillary: plain http:// to {parts.hostname}, a host that is not local, would send the Mapillary "
+                "token unencrypted; use https://")
+    if contact and not contact.isprintable():
+        return "--contact: holds a control character (line break, tab); it goes into the HTTP User-Agent"
+    return None
 
 
 if __name__ == "__main__":  # pragma: no cover - the command line
