@@ -164,3 +164,31 @@ def test_a_photos_location_metadata_is_not_sent():
     bare = plain.getvalue()
     assert without_jpeg_metadata(bare) is bare
     assert without_jpeg_metadata(b"not a jpeg") == b"not a jpeg"
+
+
+def test_metadata_is_cut_from_awkward_jpegs_pngs_and_webps():
+    """review39c #3: a stray byte between segments sent the file whole (GPS and all); a phone's secondary image
+    after the end of image, APP11 and comments were kept; PNG and WebP metadata went out untouched."""
+    from geoagent.workers.images import without_jpeg_metadata, without_metadata
+
+    img = Image.new("RGB", (50, 40), "red")
+    exif = Image.Exif()
+    exif[0x8825] = {2: (48.0, 51.0, 30.0)}
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG", exif=exif)
+    jpeg = buf.getvalue()
+    dqt = jpeg.find(b"\xff\xdb")
+    for text in (jpeg[:dqt] + b"\x00" + jpeg[dqt:], jpeg + jpeg,
+                 jpeg[:2] + b"\xff\xfe\x00\x0eGPS 48.8, 2.3" + jpeg[2:]):
+        out = without_jpeg_metadata(text)
+        assert b"Exif" not in out and b"GPS" not in out
+        with Image.open(io.BytesIO(out)) as a, Image.open(io.BytesIO(jpeg)) as b:
+            assert a.convert("RGB").tobytes() == b.convert("RGB").tobytes()
+    for fmt, mime, tag in (("PNG", "image/png", b"eXIf"), ("WEBP", "image/webp", b"EXIF")):
+        buf = io.BytesIO()
+        img.save(buf, format=fmt, exif=exif)
+        out = without_metadata(buf.getvalue(), mime)
+        assert tag in buf.getvalue() and tag not in out
+        with Image.open(io.BytesIO(out)) as a:
+            a.load()
+            assert a.size == (50, 40) and 0x8825 not in a.getexif()

@@ -103,6 +103,7 @@ from geoagent.files import atomic_open, atomic_write_bytes
 from geoagent.runtime.queue import QueueError, Task, WorkQueue
 from geoagent.runtime.stage import Held, Message, PermanentFailure, Stage, StageContext
 from geoagent.workers.billing import OverrunGuard
+from geoagent.workers.images import without_jpeg_metadata
 
 
 def _dump(path: Path, obj: Any) -> None:
@@ -943,7 +944,8 @@ class ImageAuditorStage(_CrawlStage):
                 raise PermanentFailure(f"site {sid}: image {iid}: {e}") from None
             if not img_file.is_file():
                 raise PermanentFailure(f"image file {img_file} is missing (fetched images were moved or deleted?)")
-            jpeg = img_file.read_bytes()
+            # sent as every photo is: without the metadata its location can be in (review39c #3e)
+            jpeg = without_jpeg_metadata(img_file.read_bytes())
             kind, model_id = _model_id(svc.image_model_cfg, svc.settings.image_audit)
             # an unreadable answer is asked again (ia.IMAGE_AUDIT_MAX_ANSWERS in all); each answer is stored as it
             # comes, the earlier unreadable ones kept in the record's ``earlier`` (raw text, reason, tokens)

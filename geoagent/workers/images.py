@@ -171,44 +171,71 @@ def load_image(
     mime = sniff_mime(data)
     if mime is None:
         raise ValueError(f"not a JPEG/PNG/WebP/GIF image: {path}")
-    if mime == "image/jpeg":
-        data = without_jpeg_metadata(data)
+    data = without_metadata(data, mime)
     return LoadedImage(data, mime, str(image_id or path.stem), "file")
 
 
-#: JPEG markers of the application segments that carry metadata a photo's location can be in: APP1 (EXIF with its
-#: GPS IFD, XMP), APP13 (Photoshop IPTC)
-_JPEG_METADATA_MARKERS = frozenset({0xE1, 0xED})
+#: JPEG markers of the segments that carry metadata a photo's location can be in: APP1 (EXIF with its GPS IFD, XMP),
+#: APP11 (JUMBF / C2PA manifests, whose EXIF assertion can hold GPS), APP13 (Photoshop IPTC), COM (comments)
+_JPEG_METADATA_MARKERS = frozenset({0xE1, 0xEB, 0xED, 0xFE})
+#: PNG ancillary chunks that carry metadata (EXIF; text chunks hold XMP and free text)
+_PNG_METADATA_CHUNKS = frozenset({b"eXIf", b"tEXt", b"iTXt", b"zTXt"})
+
+
+def without_metadata(data: bytes, mime: str) -> bytes:
+    """``data`` (an image of type ``mime``) without the metadata a photo's location can be in, the pixels untouched:
+    JPEG (:func:`without_jpeg_metadata`), PNG (its ``eXIf`` and text chunks) and WebP (its ``EXIF`` and ``XMP``
+    chunks); other types unchanged. A photo's GPS position must not reach the model or its provider with the pixels:
+    a geolocation benchmark would hand over its own answer."""
+    if mime == "image/jpeg":
+        return without_jpeg_metadata(data)
+    if mime == "image/png":
+        return _without_png_metadata(data)
+    if mime == "image/webp":
+        return _without_webp_metadata(data)
+    return data
 
 
 def without_jpeg_metadata(data: bytes) -> bytes:
-    """``data`` (a JPEG) without its EXIF, XMP and IPTC segments, the pixels untouched (the segments are cut out of
-    the byte stream, nothing is decoded): a photo's GPS position and camera details must not reach the model or its
-    provider with the pixels (a geolocation benchmark whose answer rides along in the file). An EXIF orientation
-    other than 1 is kept, alone, in a minimal EXIF segment (cutting it would turn the photo on its side). Returned
-    unchanged when the file has no such segment or its segment structure cannot be read."""
+    """``data`` (a JPEG) without its EXIF, XMP, JUMBF, IPTC and comment segments and without what follows its end of
+    image (a phone's secondary images: MPF depth or gain maps, each with its own EXIF), the compressed pixels copied
+    as they are (the segments are cut out of the byte stream, nothing is decoded). An EXIF orientation other than 1 is
+    kept, alone, in a minimal EXIF segment (cutting it would turn the photo on its side). Stray bytes between
+    segments are skipped as decoders skip them. A file whose segments cannot be read is re-encoded without metadata
+    by Pillow (review39c #3: such a file went out whole, GPS and all); one Pillow cannot read either is returned
+    unchanged (no provider will read it)."""
     if not data.startswith(b"\xff\xd8"):
         return data
     out = [data[:2]]
     i, cut = 2, False
     while i + 4 <= len(data):
-        if data[i] != 0xFF:
-            return data  # not a segment where one should start: leave the file as it came
+        if data[i] != 0xFF:  # stray bytes before a marker ("extraneous bytes", as libjpeg says): skipped
+            nxt = data.find(b"\xff", i)
+            if nxt < 0:
+                break
+            i, cut = nxt, True
+            continue
         marker = data[i + 1]
         if marker == 0xFF:  # fill byte
-            out.append(data[i:i + 1])
             i += 1
             continue
-        if marker in (0xD9, 0xDA):  # end of image, start of scan: the rest is the picture itself
-            out.append(data[i:])
-            return b"".join(out) if cut else data
+        if marker == 0xD9:  # end of image: anything after it is not this picture
+            out.append(data[i:i + 2])
+            return b"".join(out) if cut or i + 2 < len(data) else data
+        if marker == 0xDA:  # start of scan: the compressed picture, up to its end of image (0xFFD9 cannot occur in
+            end = data.find(b"\xff\xd9", i)  # the entropy-coded data: a 0xFF there is stuffed or a restart marker)
+            if end < 0:
+                out.append(data[i:])
+                return b"".join(out) if cut else data
+            out.append(data[i:end + 2])
+            return b"".join(out) if cut or end + 2 < len(data) else data
         if 0xD0 <= marker <= 0xD7 or marker == 0x01:  # markers without a length
             out.append(data[i:i + 2])
             i += 2
             continue
         length = int.from_bytes(data[i + 2:i + 4], "big")
         if length < 2 or i + 2 + length > len(data):
-            return data
+            break
         segment = data[i:i + 2 + length]
         if marker in _JPEG_METADATA_MARKERS:
             turn = _exif_orientation(segment[10:]) if marker == 0xE1 and segment[4:10] == b"Exif\x00\x00" else None
@@ -218,7 +245,75 @@ def without_jpeg_metadata(data: bytes) -> bytes:
         else:
             out.append(segment)
         i += 2 + length
-    return data
+    return _reencoded_without_metadata(data)
+
+
+def _reencoded_without_metadata(data: bytes) -> bytes:
+    """``data`` decoded and written again as a JPEG (quality 95) without metadata, upright by its EXIF orientation;
+    ``data`` itself when Pillow cannot read it."""
+    import io as _io
+
+    from PIL import Image, ImageOps
+
+    try:
+        with Image.open(_io.BytesIO(data)) as img:
+            frame = ImageOps.exif_transpose(img) or img
+            buf = _io.BytesIO()
+            frame.convert("RGB").save(buf, format="JPEG", quality=95)
+            return buf.getvalue()
+    except Exception:  # noqa: BLE001 - Pillow raises many types for unreadable input
+        return data
+
+
+def _without_png_metadata(data: bytes) -> bytes:
+    """``data`` (a PNG) without its ``eXIf``, ``tEXt``, ``iTXt`` and ``zTXt`` chunks; unchanged when it has none or
+    its chunks cannot be read."""
+    sig = b"\x89PNG\r\n\x1a\n"
+    if not data.startswith(sig):
+        return data
+    out, i, cut = [sig], len(sig), False
+    while i + 12 <= len(data):
+        length = int.from_bytes(data[i:i + 4], "big")
+        kind = data[i + 4:i + 8]
+        end = i + 12 + length
+        if end > len(data):
+            return data
+        if kind in _PNG_METADATA_CHUNKS:
+            cut = True
+        else:
+            out.append(data[i:end])
+        i = end
+        if kind == b"IEND":
+            break
+    return b"".join(out) if cut else data
+
+
+def _without_webp_metadata(data: bytes) -> bytes:
+    """``data`` (a WebP) without its ``EXIF`` and ``XMP `` chunks (the ``VP8X`` flags that announce them cleared, the
+    RIFF size set again); unchanged when it has none or its chunks cannot be read."""
+    if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WEBP":
+        return data
+    out, i, cut = [], 12, False
+    while i + 8 <= len(data):
+        kind = data[i:i + 4]
+        size = int.from_bytes(data[i + 4:i + 8], "little")
+        end = i + 8 + size + (size & 1)
+        if i + 8 + size > len(data):
+            return data
+        chunk = data[i:min(end, len(data))]
+        if kind in (b"EXIF", b"XMP "):
+            cut = True
+        elif kind == b"VP8X" and size >= 1:
+            flags = chunk[8] & ~0x0C  # EXIF (0x08) and XMP (0x04) flags
+            chunk = chunk[:8] + bytes([flags]) + chunk[9:]
+            out.append(chunk)
+        else:
+            out.append(chunk)
+        i = end
+    if not cut:
+        return data
+    body = b"WEBP" + b"".join(out)
+    return b"RIFF" + len(body).to_bytes(4, "little") + body
 
 
 def _orientation_only_app1(orientation: int) -> bytes:
