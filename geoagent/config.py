@@ -1905,8 +1905,9 @@ def may_reason_long(m: "ModelConfig") -> bool:
     """Whether a ``[[models]]`` entry's calls may spend minutes on hidden reasoning, for its default ``timeout_s``
     (:data:`REASONING_TIMEOUT_S`): :func:`spends_hidden_reasoning`, and also the ids it reads narrowly (money39 #2)
     behind any provider and host: an OpenAI reasoning id with a ``vendor/`` prefix (OpenRouter's ``openai/o4-mini``),
-    a thinking Gemini id behind an OpenAI-compatible endpoint (``gemini-2.5-pro`` on Google's or a router's), and
-    Gemini's ``-latest`` aliases of Pro and Flash (``gemini-pro-latest``: current thinking models)."""
+    a thinking Gemini id behind an OpenAI-compatible endpoint (``gemini-2.5-pro`` on Google's or a router's),
+    Gemini's ``-latest`` aliases of Pro and Flash (``gemini-pro-latest``: current thinking models), and open-weight
+    reasoning models (:data:`_OPEN_REASONING_ID`: ``deepseek-r1``, ``qwq-32b``, ``qwen3-235b-a22b-thinking-2507``)."""
     from geoagent.providers.sampling import gemini_thinking_budget_max, is_openai_reasoning_id
 
     if spends_hidden_reasoning(m):
@@ -1917,7 +1918,12 @@ def may_reason_long(m: "ModelConfig") -> bool:
     if m.provider == "gemini" and m.params.get("thinking_budget") == 0:
         return False
     return (is_openai_reasoning_id(bare) or gemini_thinking_budget_max(bare) is not None
-            or bool(re.fullmatch(r"gemini-(pro|flash)-latest", bare)))
+            or bool(re.fullmatch(r"gemini-(pro|flash)-latest", bare)) or bool(_OPEN_REASONING_ID.search(bare)))
+
+
+#: open-weight reasoning models that write their reasoning before the answer, on any server (review39c #5):
+#: DeepSeek-R1 and its distills, deepseek-reasoner, QwQ, Qwen3 "-thinking" variants, and ids naming a reasoner
+_OPEN_REASONING_ID = re.compile(r"deepseek-r1|deepseek-reasoner|qwq|thinking|reasoner|(?:^|[-_:])r1(?:$|[-_:.])")
 
 
 def task_output_caps(cfg: "CampaignConfig") -> dict[str, list[tuple[int, str]]]:

@@ -3082,7 +3082,14 @@ def campaign_stop_grace_s(cfg: Any) -> float:
     grace = stop_grace_s()
     if os.environ.get(STOP_GRACE_ENV, "").strip():
         return grace
-    paid = [float(m.timeout_s) for m in getattr(cfg, "models", ()) if getattr(m, "paid", False)]
+    from geoagent.config import model_call_policy
+
+    paid = []
+    for m in getattr(cfg, "models", ()):
+        if getattr(m, "paid", False):
+            # the timeout the calls get: a [hosts] entry that writes one wins over the model's (review39c #4)
+            pol = model_call_policy(cfg, m) if getattr(m, "host", None) else None
+            paid.append(float(pol.timeout_s if pol is not None else m.timeout_s))
     return min(MAX_STOP_GRACE_S, max([STOP_GRACE_S, *paid]))
 
 

@@ -164,6 +164,11 @@ def test_the_stop_grace_covers_the_longest_paid_call_unless_set(monkeypatch):
     ("openai", "openai/o4-mini", "https://openrouter.ai/api/v1", 600.0),
     ("openai", "openai/gpt-4o-mini", "https://openrouter.ai/api/v1", 120.0),
     ("gemini", "gemini-2.0-flash", None, 120.0),
+    ("openai", "deepseek/deepseek-r1", "https://openrouter.ai/api/v1", 600.0),
+    ("openai", "deepseek-reasoner", "https://api.deepseek.com/v1", 600.0),
+    ("openai", "qwen/qwen3-235b-a22b-thinking-2507", "https://openrouter.ai/api/v1", 600.0),
+    ("openai", "Qwen/QwQ-32B", "http://127.0.0.1:8000/v1", 600.0),
+    ("openai", "qwen/qwen2.5-vl-72b-instruct", "https://openrouter.ai/api/v1", 120.0),
 ])
 def test_thinking_models_behind_other_routes_get_the_long_timeout(provider, model, base, want):
     """money39 #2: these thinking models kept 120 s, so a long think was cut, booked unknown and sent again."""
@@ -178,3 +183,20 @@ def test_thinking_models_behind_other_routes_get_the_long_timeout(provider, mode
         cfg = config_from_dict({"campaign": {"name": "t39"}, "budget": {"cap_usd": 1.0}, "generic": {"n_requests": 1},
                                 "models": [m]})
     assert cfg.models[0].timeout_s == want
+
+
+def test_the_stop_grace_reads_a_hosts_entrys_timeout(monkeypatch):
+    """review39c #4: a [hosts] timeout_s of 1200 s gave the calls 1200 s and the stop 600 s."""
+    import warnings
+
+    from geoagent.config import config_from_dict
+    from geoagent.engine import campaign_stop_grace_s
+
+    monkeypatch.delenv("GEOAGENT_STOP_GRACE_S", raising=False)
+    m = {"name": "o", "provider": "openai", "model": "o3", "api_key_env": "K", "max_output_tokens": 25000,
+         "price_input_usd_per_mtok": 1.0, "price_output_usd_per_mtok": 4.0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = config_from_dict({"campaign": {"name": "g39"}, "budget": {"cap_usd": 1.0}, "generic": {"n_requests": 1},
+                                "models": [m], "hosts": {"api.openai.com": {"rate": 5.0, "timeout_s": 1200.0}}})
+    assert campaign_stop_grace_s(cfg) == 1200.0

@@ -71,7 +71,22 @@ def test_the_report_says_which_models_answer_a_share():
                             "geohint": {"sample_rates": {"opus": {"algorithm": 0.3333}}}})
     note = sampling_note(cfg)
     assert note.startswith("Sampling: opus 0.3333 at algorithm sites (1 elsewhere); half 0.5 of the units"), note
-    assert "all" not in note.split("of the units")[0]
+    assert "all" not in note.split("of the units")[0] and "not reweighted" in note
     cfg = config_from_dict({"campaign": {"name": "s39", "kind": "geohint", "contact": "t@example.org"}, "budget": {"cap_usd": 1.0},
                             "models": [{"name": "all", "provider": "simulated", "model": "a"}]})
     assert sampling_note(cfg) is None
+
+
+def test_the_sampling_note_leaves_out_models_that_answer_everything_and_uniform_rates_reweight_nothing():
+    """review39c #9."""
+    from geoagent.config import config_from_dict
+    from geoagent.geohint.campaign import sampling_note
+
+    def note(models, rates):
+        return sampling_note(config_from_dict({"campaign": {"name": "s39", "kind": "geohint", "contact": "t@example.org"},
+                                               "budget": {"cap_usd": 1.0}, "models": models,
+                                               "geohint": {"sample_rates": rates}}))
+
+    assert note([{"name": "a", "provider": "simulated", "model": "a"}], {"a": {"algorithm": 1.0, "default": 1.0}}) is None
+    uniform = note([{"name": "a", "provider": "simulated", "model": "a", "sampling_rate": 0.3333}], {})
+    assert uniform.startswith("Sampling: a 0.3333 of the units") and "reweighted" not in uniform

@@ -97,3 +97,14 @@ def test_points_per_cell_on_the_release_ladders(release_dir):
         cells[key] = cells.get(key, 0) + 1
     assert max(cells.values()) <= 2 and len(two) <= 18 and len(two) + summary.points_not_drawn == len(all_reqs)
     assert {r.key for r in two} <= {r.key for r in all_reqs}  # the same requests, fewer of them
+
+
+def test_a_baseline_only_plan_counts_no_point_as_left_out(tmp_path):
+    """review39c #10: a plan asking no reference point said "N outside the bands"."""
+    from geoagent.data.model import Image
+
+    rel = import_release(_release(tmp_path, [",high,,Near Thing,,Q10,0.05,5,,,", ",mid,,Mid Thing,,Q11,2.0,3,,,"]))
+    img = Image(image_id="123", site_id="paris_x", lat=48.8606, lon=2.3522)
+    conds = conditions_from_config({"geohint": {"conditions": ["baseline"]}})
+    _, summary = plan_requests(rel.sites, [img], rel.ladders, [ModelSpec("m")], conds, seed=1, points_per_cell=1)
+    assert (summary.points_outside_bands, summary.points_not_drawn) == (0, 0)

@@ -578,18 +578,23 @@ def sampling_note(cfg: Any) -> str | None:
         specs = models_from_config(cfg)
     except (ValueError, TypeError):
         return None
-    parts = []
+    parts, uneven = [], False
     for m in specs:
-        if m.rates_by_selection:
-            rates = ", ".join(f"{r:g} at {k} sites" for k, r in m.rates_by_selection)
-            parts.append(f"{m.model} {rates} ({m.sample_rate:g} elsewhere)")
-        elif m.sample_rate < 1:
+        rates = {r for _, r in m.rates_by_selection} | {m.sample_rate}
+        if min(rates) >= 1:  # answers every unit (review39c #9: "1 at algorithm sites (1 elsewhere)")
+            continue
+        if len(rates) > 1:
+            uneven = True
+            parts.append(f"{m.model} " + ", ".join(f"{r:g} at {k} sites" for k, r in m.rates_by_selection)
+                         + f" ({m.sample_rate:g} elsewhere)")
+        else:
             parts.append(f"{m.model} {m.sample_rate:g}")
     if not parts:
         return None
     return ("Sampling: " + "; ".join(parts) + " of the units (site, image, reference point; seeded, every condition "
-            "of a unit together, so comparisons stay paired). Such a model's n is smaller, and its rates are not "
-            "reweighted: sites where it answers every unit weigh more in its rates than in another model's.")
+            "of a unit together, so comparisons stay paired). Such a model's n is smaller"
+            + ("; its rates are not reweighted: sites where it answers every unit weigh more in its rates than in "
+               "another model's." if uneven else "."))
 
 
 def _simulated(cfg: Any, ctx: StageContext) -> list[str]:

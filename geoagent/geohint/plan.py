@@ -309,11 +309,13 @@ def plan_requests(
         ladder = ladders.get(site_id)
         points = [p for p in (ladder.points if ladder else ()) if p.name_en and p.dist_km is not None and p.usable]
         banded = [p for p in points if p.band is not None or ladder_band(p.dist_km) is not None]
-        summary.points_outside_bands += len(points) - len(banded)
+        if context_conds:  # a baseline-only plan asks no point: none is "left out" (review39c #10)
+            summary.points_outside_bands += len(points) - len(banded)
         points = banded
         if points_per_cell is not None:
             kept = cell_draw(points, points_per_cell, seed=seed, site_id=site_id)
-            summary.points_not_drawn += len(points) - len(kept)
+            if context_conds:
+                summary.points_not_drawn += len(points) - len(kept)
             points = kept
         if context_conds and not points:
             summary.sites_without_ladder.append(site_id)
