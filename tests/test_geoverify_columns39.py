@@ -38,3 +38,16 @@ def test_the_live_report_stage_gets_the_campaigns_models():
     (agg,) = [s for s in GeoVerifyCampaign().stages(cfg) if isinstance(s, GeoVerifyAggregatorStage)]
     assert agg.models == ("solo",)
     assert list(agg.agg.scores(models=agg.models)) == ["solo", POOLED]
+
+
+def test_a_note_says_when_the_pooled_column_repeats_the_only_model_with_answers():
+    """walk39 #5: with one model's host down, the pooled column repeated the other model's figures without a word."""
+    import polars as pl
+
+    from geoagent.report.geoverify import one_model_note
+
+    cells = pl.DataFrame({"model": ["up"], "site": ["s1"], "arm": ["main"], "band": ["signal"], "truth": ["yes"],
+                          "n_yes": [3], "n_no": [1], "n_fail": [0]}, schema=empty_cells().schema)
+    scores = score(cells, models=["up", "down"])
+    assert one_model_note(scores) == "Only up has answers (down: none yet), so the pooled column repeats up's figures."
+    assert "Only up has answers" in render_markdown(scores)

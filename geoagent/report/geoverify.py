@@ -414,9 +414,17 @@ def shown_scores(scores: Mapping[str, ModelScores]) -> Mapping[str, ModelScores]
 
 def one_model_note(scores: Mapping[str, ModelScores]) -> str:
     """The sentence under the Markdown and terminal tables of a campaign with one model (:func:`one_model`): the
-    pooled column is left out and the CSV keeps it; "" otherwise."""
+    pooled column is left out and the CSV keeps it; of one with several models of which one has answers so far: the
+    pooled column repeats that model's; "" otherwise."""
     m = one_model(scores)
     if m is None:
+        # several model columns, but answers of one model only so far (walk39 #5: a host down, the pooled column
+        # repeated the other model's figures without a word)
+        answered = [k for k, s in scores.items() if k != POOLED and (s.n_signal or s.n_noise)]
+        silent = [k for k in scores if k != POOLED and k not in answered]
+        if len(answered) == 1 and silent and POOLED in scores:
+            return (f"Only {answered[0]} has answers ({', '.join(silent)}: none yet), so the pooled column repeats "
+                    f"{answered[0]}'s figures.")
         return ""
     return (f"One model: the pooled column would repeat {m}'s value for value, so it is left out here ({TABLE_CSV} "
             f"keeps its columns {POOLED}, " + ", ".join(POOLED + x for x in CSV_MODEL_SUFFIXES) + ").")
