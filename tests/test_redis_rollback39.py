@@ -223,6 +223,9 @@ def test_a_host_share_row_number_handed_out_again_is_not_shared(server, monkeypa
         _raw(server).set(board_prefix("hs") + "tseq", 0)
         second = b.turn("api.example", "tb:1", sb, 0.5)
         assert (first["ahead"], second["ahead"]) == (0, 1)
+        # A leaving with its old row number marks nothing of B's gone (review39a #6)
+        a.leave([sa], {}, [], "ta")
+        assert b"gone_at" not in _raw(server).hgetall(board_prefix("hs") + f"m:{sb}")
     finally:
         a.close()
         b.close()

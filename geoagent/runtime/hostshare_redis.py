@@ -172,13 +172,17 @@ for _, r in ipairs(cjson.decode(ARGV[2])) do release(r[1], r[2], r[3]) end
 return 0
 """
 
-# ARGV: P, seqs json, spacings json {key: spacing_s}, releases json, token prefix (with its trailing ':')
+# ARGV: P, seqs json, spacings json {key: spacing_s}, releases json, token prefix (with its trailing ':'), boot,
+# pid, pstart: a row is marked gone only while it names this process (review39a #6: after a server lost recent
+# writes, row numbers handed out again could name another machine's row)
 _LEAVE = _COMMON + r"""
 for _, r in ipairs(cjson.decode(ARGV[4])) do release(r[1], r[2], r[3]) end
 for _, s in ipairs(cjson.decode(ARGV[2])) do
   local mk = P .. 'm:' .. s
-  local f = redis.call('HMGET', mk, 'heartbeat', 'gone_at')
-  if f[1] and not f[2] then mark_gone(mk, now) end
+  local f = redis.call('HMGET', mk, 'heartbeat', 'gone_at', 'pid', 'pstart', 'boot')
+  if f[1] and not f[2] and (ARGV[6] == nil or (f[3] == ARGV[7] and f[4] == ARGV[8] and f[5] == ARGV[6])) then
+    mark_gone(mk, now)
+  end
 end
 local pre = ARGV[5]
 for key, spacing in pairs(cjson.decode(ARGV[3])) do
@@ -381,7 +385,8 @@ class RedisBoard:
             return
         sent = time.monotonic()
         self._scripts["leave"](args=[self.prefix, json.dumps(seqs), json.dumps(spacings or {}),
-                                     self._releases(releases, sent), token_prefix + ":"])
+                                     self._releases(releases, sent), token_prefix + ":", self.boot, str(self.pid),
+                                     self.pstart])
 
     def turn(self, key: str, token: str, member: int, spacing_s: float) -> dict[str, Any]:
         """:meth:`HostShare._turn_db` on Redis: ``now``, ``next_at`` (local monotonic s) and ``ahead``."""
