@@ -198,6 +198,21 @@ class ConfigError(PicklableError, ValueError):
         super().__init__(lines[0] if len(lines) == 1 else "\n".join([f"{source}: {len(lines)} problems"] + lines))
 
 
+def header_safe(v: str) -> str:
+    """``v`` when it holds no control character (a line break, tab, NUL): a text that goes into an HTTP header (the
+    User-Agent's contact and tool name) cannot carry one (config38 #3: every call then failed inside aiohttp).
+
+    Raises
+    ------
+    ConfigProblem
+        Naming the problem; the value is not repeated.
+    """
+    if not v.isprintable():
+        raise ConfigProblem("holds a control character (line break, tab, NUL); it goes into the HTTP User-Agent, "
+                            "which cannot carry one")
+    return v
+
+
 def env_var_name(v: str) -> str:
     """``v`` when it is the NAME of an environment variable (letters, digits, ``_``, not starting with a digit, at
     most 128 characters) that does not look like a key or token itself (:func:`geoagent.secrets.looks_like_secret`);
@@ -331,10 +346,7 @@ class CampaignSection(_Section):
     @field_validator("contact")
     @classmethod
     def _header_safe(cls, v: str) -> str:
-        if not v.isprintable():  # it goes into every User-Agent header (config38 #3)
-            raise ConfigProblem("holds a control character (line break, tab, NUL); it goes into the HTTP User-Agent, "
-                                "which cannot carry one")
-        return v
+        return header_safe(v)  # it goes into every User-Agent header (config38 #3)
 
     @field_validator("name")
     @classmethod

@@ -22,39 +22,15 @@ from geoagent.sandbox import llm_openai
 from geoagent.sandbox.server import serve
 from geoagent.status import campaign_status, format_status
 from _made_up_keys import made_up_key
+from _model_harness import generic_campaign, model_table
 
 GOOD_KEY = made_up_key("sk-", 33, seed="sandbox-good-failed-aside")
 FAILURE = "HTTP 400 from the provider: invalid image (made up for this test)"
 
 
 def _toml(tmp: Path, n: int, base: str) -> Path:
-    p = tmp / "shrinkfail.toml"
-    p.write_text(f"""
-[campaign]
-name = "shrinkfail"
-kind = "generic"
-seed = 5
-[paths]
-queues = "{tmp / 'queues'}"
-state = "{tmp / 'state'}"
-[budget]
-cap_usd = 5.0
-[generic]
-n_requests = {n}
-[[models]]
-name = "m"
-provider = "openai"
-model = "sim-gpt"
-base_url = "{base}/v1"
-api_key_env = "SHRINKFAIL_KEY"
-price_input_usd_per_mtok = 0.15
-price_output_usd_per_mtok = 0.60
-max_output_tokens = 100
-concurrency = 4
-rate = {{ requests = 2000, period_s = 1.0 }}
-timeout_s = 5.0
-""", encoding="utf-8")
-    return p
+    return generic_campaign(tmp, name="shrinkfail", n=n, cap_usd=5.0,
+                            models=model_table("m", base_url=base, key_var="SHRINKFAIL_KEY", model="sim-gpt"))
 
 
 def _paid(app) -> Counter:

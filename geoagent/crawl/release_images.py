@@ -213,7 +213,7 @@ def _url_or_contact_problem(url: str, contact: str) -> str | None:
     it goes into the User-Agent), or None."""
     from urllib.parse import urlsplit
 
-    from geoagent.config import is_local_host, url_problem
+    from geoagent.config import header_safe, is_local_host, url_problem
 
     problem = url_problem(url, example="https://graph.mapillary.com",
                           where_key="put the token in the variable --token-env names")
@@ -223,8 +223,10 @@ def _url_or_contact_problem(url: str, contact: str) -> str | None:
     if parts.scheme == "http" and not is_local_host(parts.hostname):
         return (f"--mapillary: plain http:// to {parts.hostname}, a host that is not local, would send the Mapillary "
                 "token unencrypted; use https://")
-    if contact and not contact.isprintable():
-        return "--contact: holds a control character (line break, tab); it goes into the HTTP User-Agent"
+    try:
+        header_safe(contact)
+    except ValueError as exc:
+        return f"--contact: {exc}"
     return None
 
 

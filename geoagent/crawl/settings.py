@@ -407,10 +407,9 @@ class CrawlSettings(_Section):
     @field_validator("contact", "tool_name")
     @classmethod
     def _header_safe(cls, v: str) -> str:
-        if not v.isprintable():  # both go into every User-Agent header (config38 #3)
-            raise ConfigProblem("holds a control character (line break, tab, NUL); it goes into the HTTP User-Agent, "
-                                "which cannot carry one")
-        return v
+        from geoagent.config import header_safe
+
+        return header_safe(v)  # both go into every User-Agent header (config38 #3)
     seed: int = 0
     watch: bool = False
     cities: tuple[CitySpec, ...] = Field((), strict=False)
