@@ -90,3 +90,39 @@ def test_the_sampling_note_leaves_out_models_that_answer_everything_and_uniform_
     assert note([{"name": "a", "provider": "simulated", "model": "a"}], {"a": {"algorithm": 1.0, "default": 1.0}}) is None
     uniform = note([{"name": "a", "provider": "simulated", "model": "a", "sampling_rate": 0.3333}], {})
     assert uniform.startswith("Sampling: a 0.3333 of the units") and "reweighted" not in uniform
+
+
+def test_a_table_that_covers_every_planned_site_reports_only_the_rates_in_use(release_dir):
+    """walk39 #9: ``{algorithm = 1/3, manual = 1}`` leaves the model's own rate (its ``default``) to no site, yet the
+    plan line and the report named it as the model's rate; a table whose only planned method is at the full rate
+    samples nothing."""
+    from geoagent.config import config_from_dict
+    from geoagent.geohint.campaign import GeoHintCampaign, sampling_note
+
+    rel = import_release(release_dir)
+    imgs = [Image(image_id=f"{i}0", site_id=s, lat=v.lat, lon=v.lon) for i, (s, v) in enumerate(sorted(rel.sites.items()))]
+    models = [{"name": "opus", "provider": "simulated", "model": "o", "sampling_rate": 0.2}]
+    rates = {"opus": {"algorithm": 1 / 4, "manual": 1.0}}
+    specs = models_from_config({"models": models, "geohint": {"sample_rates": rates}})
+    conds = conditions_from_config({"geohint": {"conditions": ["baseline"]}})
+    _, summary = plan_requests(rel.sites, imgs, rel.ladders, specs, conds, seed=5)
+    assert summary.selection_methods == ["algorithm", "manual"]
+    camp = GeoHintCampaign()
+    camp._summary = summary
+    (line,) = camp._plan_lines()
+    assert "sampling rates (opus by selection_method: algorithm 0.25, manual 1)" in line, line
+    assert "opus 0.2" not in line
+    cfg = config_from_dict({"campaign": {"name": "s40", "kind": "geohint", "contact": "t@example.org"},
+                            "budget": {"cap_usd": 1.0}, "models": models, "geohint": {"sample_rates": rates}})
+    note = sampling_note(cfg, summary.selection_methods)
+    assert note.startswith("Sampling: opus 0.25 at algorithm sites, 1 at manual sites of the units"), note
+    assert "elsewhere" not in note and "not reweighted" in note
+    # without the plan, every written rate (the 0.2 default included) is named
+    assert "(0.2 elsewhere)" in sampling_note(cfg)
+    # only manual sites planned: the table samples nothing there, the note says nothing
+    assert sampling_note(cfg, ["manual"]) is None
+    # only algorithmic sites: one rate for every planned site, nothing to reweight
+    only = sampling_note(cfg, ["algorithm"])
+    assert only.startswith("Sampling: opus 0.25 of the units") and "reweighted" not in only, only
+    # a site without a selection method falls under the default
+    assert "(0.2 elsewhere)" in sampling_note(cfg, ["", "algorithm"])

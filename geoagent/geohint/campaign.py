@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import math
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -235,11 +236,17 @@ class GeoHintCampaign(CampaignKind):
             return []
         left = [f"{summary.points_not_drawn} not drawn ([geohint] points_per_cell)"] * bool(summary.points_not_drawn) + [
             f"{summary.points_outside_bands} outside the bands (0.5-6 km)"] * bool(summary.points_outside_bands)
+        # a model with a table shows the rate of each planned site's selection method (a site without one:
+        # "other"), never a default that no site falls under (walk39 #9)
+        tables = {m: {(k or "other"): t.get(k, summary.sample_rates.get(m, 1.0))
+                      for k in (summary.selection_methods or sorted(t))}
+                  for m, t in summary.sample_rates_by_selection.items()}
+        plain = {m: r for m, r in summary.sample_rates.items() if m not in tables}
         return [f"  plan: {sum(summary.requests_by_condition.values())} requests by condition "
                 f"({mapping_text(summary.requests_by_condition)}); "
-                f"sampling rates ({mapping_text(summary.sample_rates)}"
-                + "".join(f"; {m} by selection_method: {mapping_text(t)}"
-                          for m, t in sorted(summary.sample_rates_by_selection.items()))
+                "sampling rates (" + "; ".join(
+                    [mapping_text(plain)] * bool(plain)
+                    + [f"{m} by selection_method: {mapping_text(t)}" for m, t in sorted(tables.items())])
                 + "); units kept per model ("
                 + ", ".join(f"{m} {summary.units_kept.get(m, 0)} of {n}" for m, n in summary.units_total.items())
                 + ")" + (f"; reference points left out: {', '.join(left)}" if left else "")]
@@ -448,7 +455,8 @@ class GeoHintCampaign(CampaignKind):
                      image_note=getattr(self, "_image_warning", None),
                      simulated=_simulated(cfg, ctx),
                      config_mix=params_mix_lines(ctx.services.get(C.SERVICE_PARAMS_MIX) or {}, not_sent_of(cfg)),
-                     scope_note=self._scope_note, replay_note=replay_note(cfg), sampling_note=sampling_note(cfg))
+                     scope_note=self._scope_note, replay_note=replay_note(cfg), sampling_note=sampling_note(
+                         cfg, getattr(getattr(self, "_summary", None), "selection_methods", None)))
         return sorted(p for p in out.iterdir() if p.suffix in {".md", ".csv", ".png"})
 
     def live_missing(self, cfg: Any) -> dict[str, Any]:
@@ -567,11 +575,16 @@ class GeoHintCampaign(CampaignKind):
         return lines
 
 
-def sampling_note(cfg: Any) -> str | None:
+def sampling_note(cfg: Any, selection_methods: Sequence[str] | None = None) -> str | None:
     """The report's sentence on the models that answer only a share of the units (``[[models]] sampling_rate``,
     ``[geohint] sample_rates``, by the site's selection method too), None when every model answers every unit
     (walk39 #8: the report never said why one model's n was a third of the others'). Seed 000 Sec. 6 samples
-    claude-opus-5 at a third on the automatic batch."""
+    claude-opus-5 at a third on the automatic batch.
+
+    ``selection_methods``: the planned sites' ``selection_method`` values (:attr:`PlanSummary.selection_methods`,
+    "" for a site without one) where the plan is known: a table's rates are then those of these sites only, so a
+    ``default`` no site falls under is not named and a table that gives every planned site one rate is that
+    rate (walk39 #9); None: every rate the config writes."""
     from geoagent.geohint.plan import models_from_config
 
     try:
@@ -580,15 +593,21 @@ def sampling_note(cfg: Any) -> str | None:
         return None
     parts, uneven = [], False
     for m in specs:
-        rates = {r for _, r in m.rates_by_selection} | {m.sample_rate}
-        if min(rates) >= 1:  # answers every unit (review39c #9: "1 at algorithm sites (1 elsewhere)")
+        if selection_methods is not None and m.rates_by_selection:
+            in_use = m.rates_in_use(selection_methods)
+            table = [(k, r) for k, r in m.rates_by_selection if k in in_use]
+            other = {r for k, r in in_use.items() if k not in dict(m.rates_by_selection)}
+        else:
+            table, other = list(m.rates_by_selection), {m.sample_rate}
+        rates = {r for _, r in table} | other
+        if not rates or min(rates) >= 1:  # answers every unit (review39c #9: "1 at algorithm sites (1 elsewhere)")
             continue
         if len(rates) > 1:
             uneven = True
-            parts.append(f"{m.model} " + ", ".join(f"{r:g} at {k} sites" for k, r in m.rates_by_selection)
-                         + f" ({m.sample_rate:g} elsewhere)")
+            parts.append(f"{m.model} " + ", ".join(f"{r:g} at {k} sites" for k, r in table)
+                         + "".join(f" ({r:g} elsewhere)" for r in other))
         else:
-            parts.append(f"{m.model} {m.sample_rate:g}")
+            parts.append(f"{m.model} {min(rates):g}")
     if not parts:
         return None
     return ("Sampling: " + "; ".join(parts) + " of the units (site, image, reference point; seeded, every condition "

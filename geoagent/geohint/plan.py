@@ -52,6 +52,11 @@ class ModelSpec:
                 return float(rate)
         return float(self.sample_rate)
 
+    def rates_in_use(self, methods: Iterable[str | None]) -> dict[str | None, float]:
+        """``{selection method: rate}`` for the sites' ``methods`` (None or "" for a site without one): the rates
+        this model is actually sampled at, so a ``default`` no site falls under is not reported (walk39 #9)."""
+        return {m: self.rate_for(m or None) for m in methods}
+
 
 @dataclass(frozen=True, slots=True)
 class PlannedRequest:
@@ -95,6 +100,10 @@ class PlanSummary:
     requests_by_model: dict[str, int] = field(default_factory=dict)
     sites_without_ladder: list[str] = field(default_factory=list)
     sites_without_images: list[str] = field(default_factory=list)
+    #: the ``selection_method`` values of the planned sites ("" for a site without one): which rates of a
+    #: ``[geohint] sample_rates`` table apply to any site (walk39 #9: a ``default`` that covers no site was shown
+    #: as the model's rate)
+    selection_methods: list[str] = field(default_factory=list)
     #: usable ladder points left out because their distance lies in no band (0.5-6 km, seed 000 Sec. 3.3):
     #: asked about, they fell out of every band table (geohint39 #5)
     points_outside_bands: int = 0
@@ -230,6 +239,7 @@ def plan_requests(
     base_params = dict(params or {})  # no max_output_tokens here: each model's own applies
     summary = PlanSummary(seed=seed, conditions=[c.name for c in conditions], baseline_repeats=baseline_repeats)
     methods = {site.selection_method for site in sites.values()}
+    summary.selection_methods = sorted({m or "" for m in methods})
     for m in models:
         summary.sample_rates[m.model] = float(m.sample_rate)
         if m.rates_by_selection:
