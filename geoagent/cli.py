@@ -81,11 +81,12 @@ def _warn_config_drift(cfg: Any, *, simulate: bool = False, file: Any = None) ->
         if changes.call_keys:
             what += f" ({_changed_keys_text(changes.call_keys)})"
         if changes.call_keys and only_plan_scope(changes.calls, changes.call_keys):  # as the run decides (decide)
-            from geoagent.runtime.drift import crawl_city_edit_lines
+            from geoagent.runtime.drift import crawl_city_edit_lines, regime_scope_lines
 
             print(f"info: campaign {cfg.name}: {what}; this changes which tasks are planned, not how any is asked: "
                   "new tasks are asked like the stored ones, so nothing mixes.", file=file)
-            for line in crawl_city_edit_lines(cfg.name, changes.call_keys):
+            for line in (*crawl_city_edit_lines(cfg.name, changes.call_keys),
+                         *regime_scope_lines(cfg.name, changes.call_keys, cfg.campaign.kind)):
                 print(line, file=file)
         else:
             print(f"note: campaign {cfg.name}: {what}; the run says, once it has planned, whether it adds work next "

@@ -168,6 +168,29 @@ def crawl_city_edit_lines(name: str, call_keys: Mapping[str, tuple[Any, Any]]) -
     return lines
 
 
+#: plan-scope keys that change which no-context answers a GeoHint report pools (the models, their sampling, the
+#: sites, images and repeats): the regime split (legible / illegible, seed 000 Sec. 6.1.2) is the pooled
+#: no-context hit rate of every planned model's answers at a site
+_POOLED_BASELINE = re.compile(
+    r"^geohint\.(baseline_repeats|images_per_site|sites|sample_rates)([.\[]|$)|^models\[\d+\](\.sampling_rate)?$")
+
+
+def regime_scope_lines(name: str, call_keys: Iterable[str], kind: str | None) -> list[str]:
+    """An info line for GeoHint campaign ``name`` when a plan-scope change (``call_keys``: the changed config paths)
+    changes the no-context answers its regime split pools: adding or removing a model, its sampling rate, the
+    sites, images or baseline repeats move every model's legible / illegible split, which "nothing mixes" did not
+    say (walk39 #11). [] for other kinds and keys."""
+    if kind != "geohint":
+        return []
+    keys = sorted(k for k in call_keys if _POOLED_BASELINE.match(k))
+    if not keys:
+        return []
+    shown = ", ".join(keys[:4]) + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
+    return [f"info: campaign {name}: the report's regime split pools the no-context answers of every planned model "
+            f"(seed 000 Sec. 6.1.2), so this change ({shown}) can move sites between the legible and illegible "
+            "regime for every model; compare regime tables only between runs with the same models and sampling"]
+
+
 def setting_lines(name: str, changes: Any, keys_text: Callable[[dict[str, tuple[Any, Any]]], str]) -> list[str]:
     """The info lines of campaign ``name`` for changed keys that change no request or no answer already stored
     (:func:`pacing_line`, :func:`price_line`, :func:`unsent_line`, :func:`applied_after_line`), in that order, from
@@ -428,8 +451,8 @@ def decide(name: str, calls: list[str], call_keys: dict[str, tuple[Any, Any]], *
                     "done" if added else "no new task was planned")
         line = (f"info: campaign {name}: {what}; this changes which tasks are planned, not how any is asked: "
                 f"{new_text}, so nothing mixes (stored answers of tasks no longer planned stay stored).")
-        return DriftDecision([line, *crawl_city_edit_lines(name, call_keys)], applied=True, mixed=False,
-                             record=record)
+        return DriftDecision([line, *crawl_city_edit_lines(name, call_keys),
+                              *regime_scope_lines(name, call_keys, kind)], applied=True, mixed=False, record=record)
     if (added or left_before) and only_planning_fixed(calls, call_keys, kind):
         # runtime36 #1: tasks left queued keep the prompt and max_output_tokens they were planned with; only tasks this
         # run planned anew get the new ones (before: "will be sent with the new settings ... results would mix", the
