@@ -183,7 +183,8 @@ def test_the_second_line_gives_the_fakes_settings():
     second, _, sites = second.partition("; sites from ")
     assert second == ("settings: no key needed (--no-auth); seed 0; faults on 10% of requests (429, 503; fault seed 0; "
                       "injected 429s carry Retry-After 1 s; the Anthropic fake sends an injected 503 as 529 "
-                      "overloaded_error); latency 1500 ms; images billed 765 tokens each"), second
+                      "overloaded_error); latency 1500 ms; images billed 765 tokens each"
+                      " (the dry run estimates by the API's documented rule for the size; --image-billing documented bills by it too)"), second
     assert not sites or sites.endswith(" sites)"), sites
     proc, _ = _start("geoagent.sandbox.llm_openai")
     try:
@@ -192,7 +193,7 @@ def test_the_second_line_gives_the_fakes_settings():
         _stop(proc)
     plain, _, sites = plain.partition("; sites from ")
     assert plain == ("settings: key required (any non-empty); seed 0; no faults; no added latency; images billed 765 "
-                     "tokens each"), plain
+                     "tokens each (the dry run estimates by the API's documented rule for the size; --image-billing documented bills by it too)"), plain
     assert not sites or sites.endswith(" sites)"), sites
 
 

@@ -673,7 +673,8 @@ def settings_line(args: argparse.Namespace, *, anthropic: bool = False, release:
         parts.append("no faults" + (" (--fault-kinds without --fault-rate)" if args.fault_kinds else ""))
     parts.append(f"latency {args.latency_ms:g} ms" if args.latency_ms > 0 else "no added latency")
     parts.append("images billed as the API documents" if args.image_billing == "documented"
-                 else "images billed 765 tokens each")
+                 else "images billed 765 tokens each (the dry run estimates by the API's documented rule for the "
+                      "size; --image-billing documented bills by it too)")  # newuser39 #4
     if args.log:
         parts.append(f"log {args.log}")
     if release is not None:
