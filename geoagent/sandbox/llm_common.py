@@ -458,6 +458,7 @@ def answer_and_log(
     max_output_tokens: int,
     finish_reasons: tuple[str, str],
     image_detail: str | None = None,
+    hidden_output_tokens: int = 0,
 ) -> SimulatedAnswer:
     """Answer a validated request through the responders registry and log the billed call (status 200).
 
@@ -477,6 +478,10 @@ def answer_and_log(
         The API's finish reason for a complete answer and for one cut off at the cap.
     image_detail : str, optional
         OpenAI's ``image_url.detail`` of the image (``low`` bills the base tokens under documented billing).
+    hidden_output_tokens : int
+        Reasoning / thinking tokens the model spent before its answer (the caller has taken them off
+        ``max_output_tokens`` already): billed as output, so the returned ``output_tokens`` and the call log
+        count them (providers39 #4: the fakes billed them only when they used up the whole cap).
 
     Returns
     -------
@@ -500,6 +505,7 @@ def answer_and_log(
     if image is not None and request.app.get(IMAGE_BILLING_KEY) == "documented":
         n_in += documented_image_tokens(api, model, image, detail=image_detail) - SIM_IMAGE_TOKENS
     finish = finish_reasons[1] if truncated else finish_reasons[0]
+    n_out += max(0, int(hidden_output_tokens))
     log_call(request, api, 200, model=model, input_tokens=n_in, output_tokens=n_out, image_id=image_id,
              image_sha256=sha256_hex(image), finish_reason=finish)
     return SimulatedAnswer(text, n_in, n_out, finish, short_id(key, time.time_ns()))

@@ -16,7 +16,8 @@ the documented shapes (Gemini API reference ``models.generateContent``, ``Genera
   tokens (or ``thinkingConfig.thinkingBudget`` when lower; 0 turns Flash's thinking off, Pro refuses 0 with
   "Budget 0 is invalid. This model only works in thinking mode.") out of ``maxOutputTokens``: a cap at or
   below that is answered as a candidate without parts, ``finishReason`` ``MAX_TOKENS`` and
-  ``usageMetadata.thoughtsTokenCount`` = the cap (billed). Each call record keeps the ``generationConfig``
+  ``usageMetadata.thoughtsTokenCount`` = the cap (billed); above it, the answer has what is left of the cap and
+  ``thoughtsTokenCount`` is billed beside ``candidatesTokenCount`` (providers39 #4). Each call record keeps the ``generationConfig``
   the request carried (``sampling``).
 * Errors: ``{"error": {"code", "message", "status"[, "details"]}}``.
 * Success: ``{"candidates": [{"content": {"role": "model", "parts": [{"text"}]}, "finishReason":
@@ -422,13 +423,16 @@ async def generate_content(request: web.Request) -> web.Response:
             "modelVersion": model,
             "responseId": short_id(request.headers.get("X-Request-Key"), time.time_ns()),
         }))
+    # thinking spent out of maxOutputTokens before the answer, billed as output (thoughtsTokenCount)
     ans = answer_and_log(request, API, model=model, prompt=prompt, system=system, image=image,
-                         max_output_tokens=max_out, finish_reasons=("STOP", "MAX_TOKENS"))
+                         max_output_tokens=max_out - thoughts, finish_reasons=("STOP", "MAX_TOKENS"),
+                         hidden_output_tokens=thoughts)
     note_model(request.app[MODEL_IDS_KEY], model)
-    n_in, n_out = ans.input_tokens, ans.output_tokens
+    n_in, n_out = ans.input_tokens, ans.output_tokens - thoughts
     payload = {
         "candidates": [{"content": {"role": "model", "parts": [{"text": ans.text}]}, "finishReason": ans.finish_reason, "index": 0}],
-        "usageMetadata": {"promptTokenCount": n_in, "candidatesTokenCount": n_out, "totalTokenCount": n_in + n_out},
+        "usageMetadata": {"promptTokenCount": n_in, "candidatesTokenCount": n_out,
+                          "totalTokenCount": n_in + n_out + thoughts, **({"thoughtsTokenCount": thoughts} if thoughts else {})},
         "modelVersion": model,
         "responseId": ans.response_id,
     }

@@ -23,7 +23,9 @@ codes"):
   ``temperature``); ``top_p``, ``presence_penalty``, ``frequency_penalty``, ``logprobs``, ``top_logprobs``,
   ``logit_bias`` or ``max_tokens`` -> 400 ``unsupported_parameter``. Their cap counts hidden reasoning tokens:
   a cap of at most :data:`REASONING_TOKENS` is spent on reasoning alone, answered as ``content: ""`` with
-  ``finish_reason: "length"`` and ``usage.completion_tokens_details.reasoning_tokens`` = the cap (billed).
+  ``finish_reason: "length"`` and ``usage.completion_tokens_details.reasoning_tokens`` = the cap (billed); a
+  larger cap answers in what is left of it after :data:`REASONING_TOKENS`, billed in ``completion_tokens`` and
+  named in ``completion_tokens_details.reasoning_tokens`` (providers39 #4).
   ``o1-mini`` and ``o1-preview`` (:data:`NO_SYSTEM_ID`, dated snapshots too) take user and assistant messages
   only: a ``system`` or ``developer`` message -> 400 ``unsupported_value`` ("Unsupported value: 'messages[0].role'
   does not support 'system' with this model.", ``param`` ``messages[<i>].role``), as reported for the real API.
@@ -488,8 +490,10 @@ async def _completion(request: web.Request, deployment: str | None = None) -> we
     if reasoning and max_tokens <= REASONING_TOKENS:
         return _all_reasoning(request, model, prompt, system, image, image_url, image_detail, max_tokens,
                               vllm=request.app[REASONING_STYLE_KEY] == "vllm")
+    hidden = REASONING_TOKENS if reasoning else 0  # spent before the answer, billed as completion tokens
     ans = answer_and_log(request, API, model=model, prompt=prompt, system=system, image=image, image_url=image_url,
-                         max_output_tokens=max_tokens, finish_reasons=("stop", "length"), image_detail=image_detail)
+                         max_output_tokens=max_tokens - hidden, finish_reasons=("stop", "length"),
+                         image_detail=image_detail, hidden_output_tokens=hidden)
     n_in, n_out = ans.input_tokens, ans.output_tokens
     payload = {
         "id": f"chatcmpl-{ans.response_id}",
@@ -500,7 +504,8 @@ async def _completion(request: web.Request, deployment: str | None = None) -> we
             {"index": 0, "message": {"role": "assistant", "content": ans.text, "refusal": None}, "logprobs": None,
              "finish_reason": ans.finish_reason}
         ],
-        "usage": {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out},
+        "usage": {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out,
+                  **({"completion_tokens_details": {"reasoning_tokens": hidden}} if hidden else {})},
         "system_fingerprint": "fp_sandbox",
     }
     mode = request.app.get(USAGE_MODE_KEY, "report")
