@@ -1069,6 +1069,11 @@ def format_status(st: dict[str, Any]) -> str:
                 lines.append(f"    http {name}: {count_text(hs.get('requests', 0), 'request')}, {count_text(hs.get('retries', 0), 'retry', 'retries')},"
                              f" error rate {rate:.1%}" + (f" ({mapping_text(hs['errors'])})" if hs.get("errors") else "")
                              + (f"; {answers}" if answers else ""))
+            if running and not ended:
+                # newuser39 #8a: three counts of one run's calls, explained only once it had stopped
+                lines.append("    (while a run goes these counts differ: spend's calls are settled model calls, a "
+                             "queue's done its tasks handed on, http requests every request sent, retries and calls "
+                             "on the wire included)")
     pauses = st.get("pauses") or {}
     if pauses:
         labels = st.get("host_labels") or {}
