@@ -430,7 +430,8 @@ class GeoVerifyCampaign(CampaignKind):
         counts), the pooled read-out with its reasons, legends and warnings. With one model the pooled line and its
         Small n lines are left out (they would repeat the model's; :func:`geoagent.report.geoverify.one_model`) and
         the read-out line names the model."""
-        from geoagent.report.geoverify import (TABLE_MD, readout_text, dprime_text, one_model, shown_scores,
+        from geoagent.report.geoverify import (TABLE_MD, readout_text, dprime_text, one_model, pooled_mean_text,
+                                               shown_scores,
                                                small_n_note, small_n_warnings, summary_counts, truncation_warnings)
 
         scores = getattr(self, "_scores", None)
@@ -504,10 +505,10 @@ class GeoVerifyCampaign(CampaignKind):
             )
         if single:
             lines.append(f"  pre-registered read-out ({single}; one model, so pooled is the same): "
-                         f"{scores[single].readout.verdict}: " + "; ".join(scores[single].readout.reasons))
+                         f"{readout_text(scores[single])}: " + "; ".join(scores[single].readout.reasons))
         elif POOLED in scores:
-            lines.append(f"  pre-registered read-out (pooled): {scores[POOLED].readout.verdict}: "
-                         + "; ".join(scores[POOLED].readout.reasons))
+            lines.append(f"  pre-registered read-out (pooled): {readout_text(scores[POOLED])}: "
+                         + "; ".join(scores[POOLED].readout.reasons) + pooled_mean_text(scores))
         # the range's legend only where a delta_1 cell shows one (none-to-none shows no brackets: _delta_text)
         from geoagent.report.geoverify import delta_none_throughout
 

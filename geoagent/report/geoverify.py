@@ -71,7 +71,8 @@ from geoagent.report import import_notes_section
 from geoagent.report.figure_layout import layout_with_caption, legend_outside
 from geoagent.scoring.sdt import (ARM_BLANK, ARM_MAIN, ARM_MISMATCH, BOOT_FEW_SITES, BOOT_MIN_SITES, BOOT_SITES_RULE,
                                   CI_MIN_SITES, DELTA_UNDEFINED,
-                                  POOLED, SMALL_N_TRIALS, ModelScores, delta_1_small_n, small_n_bands)
+                                  POOLED, SMALL_N_TRIALS, UNCHECKED_MARK, ModelScores, delta_1_small_n,
+                                  mean_model_dprime, small_n_bands)
 from geoagent.scoring.truncation import LEGEND_LINE as TRUNCATION_LEGEND
 from geoagent.scoring.truncation import TruncationCount, total, warning_lines
 from geoagent.textfmt import count_text, fixed_text
@@ -308,8 +309,11 @@ def withheld_lines(scores: Mapping[str, ModelScores]) -> list[str]:
 
 def readout_text(s: ModelScores) -> str:
     """The read-out verdict as the table and the console summary show it, followed by :data:`SMALL_N_MARK` when a
-    control-arm check behind it rests on fewer than SMALL_N_TRIALS trials (``Readout.small_n``): ``invalid †``."""
-    return f"{s.readout.verdict} {SMALL_N_MARK}" if s.readout.small_n else s.readout.verdict
+    control-arm check behind it rests on fewer than SMALL_N_TRIALS trials (``Readout.small_n``): ``invalid †``, and
+    by :data:`~geoagent.scoring.sdt.UNCHECKED_MARK` when no control arm checked its validity (``Readout.unchecked``,
+    stats40 #3: ``informative (validity unchecked: no control arm)``)."""
+    text = f"{s.readout.verdict} {SMALL_N_MARK}" if s.readout.small_n else s.readout.verdict
+    return f"{text} {UNCHECKED_MARK}" if getattr(s.readout, "unchecked", False) else text
 
 
 def _readout_small_n_line(c: str, s: ModelScores) -> str | None:
@@ -410,6 +414,32 @@ def shown_scores(scores: Mapping[str, ModelScores]) -> Mapping[str, ModelScores]
     column where it would repeat the one model's (:func:`one_model`), else ``scores`` itself. The CSV
     (:func:`render_csv`) keeps every column."""
     return {m: s for m, s in scores.items() if m != POOLED} if one_model(scores) else scores
+
+
+def pooled_mean_text(scores: Mapping[str, ModelScores]) -> str:
+    """``"; the models' own d', weighted by trials: nearest 0.41, farthest 1.39 (summed counts lower d' where the
+    models' criteria differ)"`` for the pooled read-out line when a pooled column stands beside two or more models
+    with a d' (:func:`geoagent.scoring.sdt.mean_model_dprime`, stats40 #1), else ""."""
+    if POOLED not in scores:
+        return ""
+    (near, n_near), (far, n_far) = mean_model_dprime(scores, 0), mean_model_dprime(scores, -1)
+    if max(n_near, n_far) < 2:
+        return ""
+    return (f"; the models' own d', weighted by trials: nearest {_num(near)}, farthest {_num(far)} (summed counts "
+            "lower d' where the models' criteria differ)")
+
+
+def pooled_mean_note(scores: Mapping[str, ModelScores]) -> str:
+    """The sentence under Table 12 on what the pooled column is (stats40 #1): the models' counts summed, whose d'
+    falls below the models' own when their criteria c differ, with the trial-weighted mean of the models' own d'
+    in the nearest and farthest bands; "" without a pooled column beside two or more models with a d'."""
+    text = pooled_mean_text(scores)
+    if not text:
+        return ""
+    return ("Pooled sums the models' counts (as the release's script does); where the models' criteria c differ, "
+            "the summed H and F lie on no model's ROC curve and their d' is below the models' own (Macmillan & "
+            "Creelman 2005): " + text[2:].replace(" (summed counts lower d' where the models' criteria differ)", "")
+            + ".")
 
 
 def one_model_note(scores: Mapping[str, ModelScores]) -> str:
@@ -708,7 +738,7 @@ def render_markdown(scores: Mapping[str, ModelScores]) -> str:
             out.append(f"| **{sec}** |" + " |" * len(cols))
             section = sec
         out.append(f"| {label} | " + " | ".join(fmt(scores[c]) for c in cols) + " |")
-    notes = [f"- {c}: {scores[c].readout.verdict} ({'; '.join(scores[c].readout.reasons)})" for c in cols]
+    notes = [f"- {c}: {readout_text(scores[c])} ({'; '.join(scores[c].readout.reasons)})" for c in cols]
     boot = bootstrap_note(scores)
     if boundary_note(scores):
         boot += " " + boundary_note(scores)
@@ -725,6 +755,7 @@ def render_markdown(scores: Mapping[str, ModelScores]) -> str:
     return ("\n".join(out) + "\n\nLog-linear correction applied to d' and c (Hautus 1995): H and F in z() are "
             "(k + 0.5) / (n + 1), so a rate of 0 or 1 has a finite z; the rates shown are the plain k / n."
             + (f" {one}" if one else "") + order
+            + (f" {pooled_mean_note(scores)}" if pooled_mean_note(scores) else "")
             + (f" {boot}" if boot else "") + warn
             + "\n\n" + "\n".join(notes) + "\n\nTerms:\n\n" + "\n".join(legend_lines()) + "\n")
 

@@ -72,7 +72,7 @@ Choices where the paper leaves room (each checked against the release's ``analys
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -282,6 +282,14 @@ class Readout:
     #: True when a control-arm check that made the verdict ``invalid`` rests on fewer than
     #: :data:`SMALL_N_TRIALS` control trials (reporting only; the verdict is unchanged)
     small_n: bool = False
+    #: True when neither control arm has a false-alarm rate (not run, or none of its answers parsed), so an
+    #: ``informative`` / ``uninformative`` / ``inconclusive`` verdict rests on the main arm alone: Sec. 5.4 reads the
+    #: controls first (stats40 #3; :data:`UNCHECKED_MARK` in the tables). The verdict is unchanged
+    unchecked: bool = False
+
+
+#: what the tables and the console add to a read-out whose validity no control arm checked (:attr:`Readout.unchecked`)
+UNCHECKED_MARK = "(validity unchecked: no control arm)"
 
 
 @dataclass
@@ -607,9 +615,10 @@ def readout(
         if f is None or (isinstance(f, float) and math.isnan(f)):
             notes.append(f"{what} control F undefined: none of its {count_text(unparsed, 'answer')} parsed"
                          if unparsed else f"{what} control not run")
+    unchecked = len(notes) == 2  # no control arm has an F: the verdict rests on the main arm alone (stats40 #3)
     if not math.isnan(near_dprime) and near_dprime > UNINFORMATIVE_NEAR_DPRIME:
         return Readout("uninformative", (f"nearest-band d' {_beside(near_dprime, UNINFORMATIVE_NEAR_DPRIME, 2)} > 2",
-                                         *notes))
+                                         *notes), unchecked=unchecked)
     if (
         not math.isnan(near_dprime)
         and not math.isnan(far_dprime)
@@ -617,12 +626,38 @@ def readout(
         and far_dprime > INFORMATIVE_FAR_DPRIME
     ):
         return Readout("informative", (f"nearest-band d' {_beside(near_dprime, INFORMATIVE_NEAR_DPRIME, 2)} < 0.5, "
-                                       f"farthest {_beside(far_dprime, INFORMATIVE_FAR_DPRIME, 2)} > 1.5", *notes))
+                                       f"farthest {_beside(far_dprime, INFORMATIVE_FAR_DPRIME, 2)} > 1.5", *notes),
+                       unchecked=unchecked)
     if math.isnan(near_dprime) and math.isnan(far_dprime):
         return Readout(READOUT_NO_DATA, ("nearest- and farthest-band d' undefined: no (or too few) parsed answers "
                                          "(signal and decoy trials) in the main arm", *notes))
     return Readout("inconclusive", (f"nearest-band d' {_dprime_text(near_dprime)}, farthest-band d' "
-                                    f"{_dprime_text(far_dprime)}", *notes))
+                                    f"{_dprime_text(far_dprime)}", *notes), unchecked=unchecked)
+
+
+def mean_model_dprime(scores: Mapping[str, ModelScores], band_index: int) -> tuple[float, int]:
+    """``(d', models)``: the mean of the models' own d' in band ``band_index`` of ``scores`` (0: the nearest, -1:
+    the farthest), weighted by each model's main-arm trials behind it (its signal trials + that band's decoys), and
+    how many models it averages. The :data:`POOLED` column is left out, and so are models whose d' there is NaN;
+    ``(nan, 0)`` when none has one.
+
+    The pooled column sums the models' counts (as the release's script does, Sec. 5.3); when the models' criteria c
+    differ, the summed H and F lie on no one model's ROC curve and their d' falls below every model's own
+    (Macmillan & Creelman 2005, on collapsing data over observers): stats40 #1, the release's Table 12 pools 0.33 /
+    1.20 where its models' own average 0.41 / 1.39. This mean is the figure to set beside it."""
+    num = den = 0.0
+    used = 0
+    for name, sc in scores.items():
+        if name == POOLED or not sc.bands:
+            continue
+        band = sc.bands[band_index]
+        n = sc.n_signal + band.n
+        if n <= 0 or math.isnan(band.d_prime):
+            continue
+        num += n * band.d_prime
+        den += n
+        used += 1
+    return (num / den, used) if den else (math.nan, 0)
 
 
 def _beside(x: float, threshold: float, decimals: int, *, percent: bool = False) -> str:
