@@ -144,3 +144,23 @@ def test_paired_delta_equals_an_independent_pandas_recomputation_of_the_release_
     for i in np.random.default_rng(0).permutation(len(rows)):
         shuffled.add(rows[int(i)])
     assert _all_sites_treatment_row(shuffled)[7] == pytest.approx(row[7])
+
+
+def test_pooled_rate_columns_and_the_paired_delta_can_disagree_in_sign_and_the_table_says_why():
+    """stats40 #2: three items answered once (forced hit, forced_warn miss) and one answered ten times in each
+    condition (forced all misses, forced_warn all hits). Pooled over answers, forced_warn is far ahead (10/13 vs
+    3/13); averaged over items, it is behind: (3 x -1 + 1) / 4 = -50 points."""
+    from geoagent.report.geohint import PAIRED_RATES_NOTE
+
+    rows = []
+    for i in range(3):
+        rows += [_r(f"f{i}", "forced", True, image=f"1{i}"), _r(f"w{i}", "forced_warn", False, image=f"1{i}")]
+    for k in range(10):
+        rows += [_r(f"F{k}", "forced", False, image="99", repeat=k), _r(f"W{k}", "forced_warn", True, image="99", repeat=k)]
+    agg = GeoHintAggregator()
+    agg.add_many(rows)
+    t8 = table_paired(agg, "forced_warn", "forced", n_flips=100, seed=0)
+    control, treated = [r for r in t8.rows if r[0] == "all sites"]
+    assert control[6] == pytest.approx(3 / 13) and treated[6] == pytest.approx(10 / 13)
+    assert treated[7] == pytest.approx(-50.0)
+    assert PAIRED_RATES_NOTE in t8.notes

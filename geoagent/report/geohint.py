@@ -1450,13 +1450,19 @@ def table_paired(
         ["text", "text", "int", "pct", "pct", "pct", "pct", "pp", "permp", "pct", "pct", "pp", "permp", "f2", "f2", "f2"],
         rows,
         _join_notes(f"{flip_method_note(n_flips, seed, [g for _, g in n_sites])} {echo_rule_ref(agg)}",
-                    few_sites_note(n_sites, n_flips), regime_note(agg, baseline),
+                    PAIRED_RATES_NOTE, few_sites_note(n_sites, n_flips), regime_note(agg, baseline),
                     (UNGEOCODED_NOTE + " A paired delta and its p need both conditions' hit rates.") if ungeocoded else ""),
     )
 
 
 #: with this many sites or fewer, a paired table says how small its permutation p can get
 FEW_FLIP_SITES = 6
+
+#: Tables 8 and 10: why the band and Overall columns and the paired delta can disagree (stats40 #2; the paper's
+#: Table 8 "All sites" reads 37.4 -> 39.3 beside a delta of +2.01)
+PAIRED_RATES_NOTE = ("The band and Overall columns pool answers (hits / answers); the paired delta averages each "
+                     "item's difference of its repeats' means, so the two differ, even in sign, when items have "
+                     "unequal numbers of answers.")
 
 
 def flip_method_note(n_flips: int, seed: int, sites: Sequence[int] | None = None) -> str:
