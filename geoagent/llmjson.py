@@ -470,46 +470,117 @@ def decode_string_body(body: str) -> str:
     return _fix_surrogates(_ESCAPE.sub(one, body)) if "\\" in body else body
 
 
-#: a reasoning tag some models write into the answer text itself (Qwen3 and DeepSeek-R1 style ``<think>``, served
-#: through an OpenAI-compatible server without a reasoning parser): opener or closer
-_REASONING_TAG = re.compile(r"<(/?)(?:think|thinking|reasoning)\s*>", re.I)
+#: a reasoning tag some models write into the answer text itself, opener or closer: ``<think>``, ``<thinking>``,
+#: ``<reasoning>`` (Qwen3 and DeepSeek-R1 style, served through an OpenAI-compatible server without a reasoning parser;
+#: group 1 is "/" in a closer) and Magistral's ``[THINK]`` / ``[/THINK]`` (walk39 #4b; group 2 is "/" in a closer);
+#: any case
+_REASONING_TAG = re.compile(r"<(/?)(?:think|thinking|reasoning)\s*>|\[(/?)think\]", re.I)
+#: the most characters (white space around them aside) a preamble before a reasoning block may have: "Sure.", "Okay,
+#: let me look at the photo." (walk39 #4a); a longer text before a tag is an answer or prose that mentions one
+MAX_PREAMBLE_CHARS = 200
 
 
-def without_reasoning(text: str) -> str:
+def _closer(tag: re.Match[str]) -> bool:
+    return bool(tag.group(1) or tag.group(2))
+
+
+def _angled(tag: re.Match[str]) -> bool:
+    """The tag's family: ``<...>`` (True) or Magistral's ``[...]`` (False); a block is closed by its own family."""
+    return tag.group(0).startswith("<")
+
+
+def _matching_closer(tags: list[re.Match[str]], i: int) -> int | None:
+    """Index in ``tags`` of the closer that ends the reasoning opened by ``tags[i]`` (nested openers of its family
+    counted; the other family's tags are text inside it), or None when it is never closed."""
+    family, depth = _angled(tags[i]), 1
+    for j in range(i + 1, len(tags)):
+        if _angled(tags[j]) is family:
+            depth += -1 if _closer(tags[j]) else 1
+            if not depth:
+                return j
+    return None
+
+
+def _is_preamble(text: str) -> bool:
+    """Whether ``text`` (what comes before a reasoning opener) is a short preamble ("Sure.", "Let me think."): at
+    most :data:`MAX_PREAMBLE_CHARS` characters besides white space and no ``{`` (a JSON object begun before the tag:
+    an answer, or a string of one that mentions the tag)."""
+    body = text.strip()
+    return len(body) <= MAX_PREAMBLE_CHARS and "{" not in body
+
+
+def without_reasoning(text: str, *, finished: bool = False) -> str:
     """``text`` without the model's reasoning at its start, for reading the answer (the raw text is kept by the
-    caller). One linear scan of the tags (``<think>``, ``<thinking>``, ``<reasoning>``; any case):
+    caller). One linear scan of the tags (``<think>``, ``<thinking>``, ``<reasoning>`` and Magistral's ``[THINK]``;
+    any case; a block is closed by a closer of its own family, ``<...>`` or ``[...]``):
 
     * reasoning that opens the text (only whitespace before the tag) runs to its matching closer (nested tags
-      counted) and is removed, again while the rest opens with one; an opener never closed makes the whole rest
-      reasoning (an answer cut off while reasoning: its drafts are no answer) and leaves "";
+      counted) and is removed, again while the rest opens with one;
+    * so is reasoning after a short preamble ("Sure. <think>...</think> {...}", walk39 #4a: at most
+      :data:`MAX_PREAMBLE_CHARS` characters and no ``{`` before the tag), when it is closed; the preamble is kept
+      (a "Yes." there is still read, and still conflicts with a later "no"); an opener after a preamble that is
+      never closed is text, as before (prose that mentions the tag: "I will not use <thinking> here.");
+    * an opener that opens the text and is never closed makes the whole rest reasoning (an answer cut off while
+      reasoning: its drafts are no answer) and leaves "", unless ``finished`` (the provider said the model ended
+      its output itself: finish reason ``stop``, ``end_turn``, ``STOP``; :func:`geoagent.scoring.truncation.is_finished`)
+      and the rest ends with a complete JSON object (a closing code fence and white space after it allowed): then
+      that object, the last one, is the answer (walk39 #4c; a model that forgot its closer). A cut-off answer
+      (``length``) or an unknown finish reason keeps "";
     * a closer that comes before any opener (the chat template put the opener in the prompt, as Qwen3's and
       DeepSeek-R1's do, so the text starts inside the reasoning) ends reasoning that began the text, unless it
       stands inside a string of a JSON object (an answer that mentions the tag: :func:`_inside_object`); a draft
       object before it, finished or not, is reasoning, whatever follows (walk39 #4, review39c #1: a draft's "yes"
       was read before the final "No.").
 
-    Tags anywhere else are text (a JSON string or prose may mention one: review39b #1). Linear in the text (review39b
-    #2: a regex over the blocks rescanned the text from every unclosed opener). Text without a tag comes back
-    unchanged (the same object). Drafts inside the reasoning were read as answers: a ``<think>`` draft naming Lyon
-    before the final Paris made a GeoHint answer "conflicting" (geohint39 #2)."""
-    if "<" not in text:
+    Tags anywhere else are text (a JSON string or prose after the answer may mention one: review39b #1). Linear in
+    the text (review39b #2: a regex over the blocks rescanned the text from every unclosed opener). Text without a
+    tag comes back unchanged (the same object). Drafts inside the reasoning were read as answers: a ``<think>`` draft
+    naming Lyon before the final Paris made a GeoHint answer "conflicting" (geohint39 #2)."""
+    if "<" not in text and "[" not in text:
         return text
     tags = list(_REASONING_TAG.finditer(text))
     if not tags:
         return text
     pos = i = 0
+    kept = ""  # a preamble before the first block, kept as text (walk39 #4a)
     first = tags[0]
-    if first.group(1) and not _inside_object(text, first.start()):
-        pos, i = first.end(), 1  # the template's opener: the text began inside the reasoning
-    while i < len(tags) and not tags[i].group(1) and not text[pos:tags[i].start()].strip():
-        depth, i = 1, i + 1  # reasoning opens the rest of the text: find its matching closer
-        while i < len(tags) and depth:
-            depth += -1 if tags[i].group(1) else 1
-            i += 1
-        if depth:
-            return ""  # never closed
-        pos = tags[i - 1].end()
-    return text[pos:] if pos else text
+    if _closer(first):
+        if not _inside_object(text, first.start()):
+            pos, i = first.end(), 1  # the template's opener: the text began inside the reasoning
+    elif text[: first.start()].strip() and _is_preamble(text[: first.start()]):
+        close = _matching_closer(tags, 0)
+        if close is not None:
+            kept, pos, i = text[: first.start()], tags[close].end(), close + 1
+    while i < len(tags) and not _closer(tags[i]) and not text[pos : tags[i].start()].strip():
+        close = _matching_closer(tags, i)  # reasoning opens the rest of the text
+        if close is None:  # never closed
+            return (_final_object(text, tags[i].end()) or "") if finished else ""
+        pos, i = tags[close].end(), close + 1
+    return kept + text[pos:] if pos else text
+
+
+def _final_object(text: str, start: int) -> str | None:
+    """The complete ``{...}`` object that ends ``text[start:]`` (white space and one closing code fence after it
+    allowed), as its text, else None: the answer of a model that finished without closing its reasoning (walk39
+    #4c). Openers are tried from the end back (the outermost one that closes at the end wins over an object nested
+    in it); at most :data:`MAX_STARTS` of them, within the last :data:`MAX_CHARS` characters and
+    :data:`MAX_READ_CHARS` read in all."""
+    end = len(text.rstrip())
+    if text.endswith("```", start, end):
+        end = len(text[: end - 3].rstrip())
+    if end <= start or text[end - 1] != "}":
+        return None
+    src = text[:end]
+    lo, j, tries, read = max(start, end - MAX_CHARS), end, 0, 0
+    while tries < MAX_STARTS and read < MAX_READ_CHARS:
+        j = src.rfind("{", lo, j)
+        if j < 0:
+            return None
+        cand, n = _read(src, j, True, False, MAX_DEPTH)  # "80%" read as the task parsers read it
+        tries, read = tries + 1, read + max(n, 1)
+        if cand.ok and not cand.truncated and cand.end == end:
+            return text[j:end]
+    return None
 
 
 def _inside_object(text: str, at: int) -> bool:

@@ -335,7 +335,7 @@ def no_json_object(r: GeoHintResult) -> bool:
     if isinstance(method, str) and method:
         return method in NO_OBJECT_METHODS
     if not r.parse_ok and isinstance(extra.get("raw"), str):
-        return parse_answer(extra["raw"]).method in NO_OBJECT_METHODS
+        return parse_answer(extra["raw"], extra.get("finish_reason")).method in NO_OBJECT_METHODS
     if r.parse_ok:
         return str(extra.get("parse_error") or "").startswith(PATTERN_READ_ERROR)
     return r.evidence is None

@@ -32,6 +32,7 @@ from typing import Any
 from geoagent.geohint.placenames import is_null_answer
 from geoagent.llmjson import (MAX_CHARS, Candidate, Percent, decode_string_body, fenced_blocks, iter_candidates,
                               without_reasoning)
+from geoagent.scoring.truncation import is_finished
 
 SCHEMA_KEYS = frozenset(
     {"city", "area", "building", "place", "country", "confidence", "confidence_area", "confidence_building", "clues", "evidence"}
@@ -373,17 +374,24 @@ def _score(obj: dict[str, Any]) -> int:
 #: field stands in for a ``building`` that is a null answer ("N/A"), not only for a missing one (break33 #5); 4: the
 #: answer is read outside the model's reasoning spans (``<think>...</think>``, :func:`geoagent.llmjson.without_reasoning`)
 #: and one place in two spellings ("Marais" / "Le Marais", "Paris" / "Paris, France") is no conflict
-#: (:func:`same_place_text`; geohint39 #2).
-ANSWER_PARSER_VERSION = 4
+#: (:func:`same_place_text`; geohint39 #2); 5 (session 40): reasoning after a short preamble ("Sure. <think>...</think>")
+#: and Magistral's ``[THINK]...[/THINK]`` are cut too, an unclosed reasoning block of an answer the model finished
+#: itself (``finish_reason``: ``stop``, ``end_turn``) is read up to the JSON object it ends with (walk39 #4a-c).
+ANSWER_PARSER_VERSION = 5
 
 
-def parse_answer(text: str | None) -> ParsedAnswer:
+def parse_answer(text: str | None, finish_reason: str | None = None) -> ParsedAnswer:
     """Parse a GeoHint answer; never raises on bad text.
 
     Parameters
     ----------
     text : str or None
         The model's verbatim answer.
+    finish_reason : str or None
+        The provider's finish reason as stored with the answer (None: not recorded). Only a reasoning block the
+        answer opens and never closes depends on it: a finished answer (``stop``, ``end_turn``, ``STOP``:
+        :func:`geoagent.scoring.truncation.is_finished`) is read up to the JSON object it ends with, any other is no
+        answer (:func:`geoagent.llmjson.without_reasoning`; walk39 #4c).
 
     Returns
     -------
@@ -397,9 +405,9 @@ def parse_answer(text: str | None) -> ParsedAnswer:
         return ans
     # the answer is read outside the model's reasoning spans (``<think>...</think>``: its drafts are no answer);
     # ``ans.raw`` keeps the text as it came
-    raw = without_reasoning(kept)
+    raw = without_reasoning(kept, finished=is_finished(finish_reason))
     if not raw.strip():
-        ans.error = "no answer after the model's reasoning (<think> ... </think>)"
+        ans.error = "no answer after the model's reasoning (<think> ... </think> or [THINK] ... [/THINK])"
         return ans
     best: tuple[int, dict[str, Any], str, bool] | None = None
     places: list[dict[str, str]] = []

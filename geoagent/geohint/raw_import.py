@@ -106,7 +106,8 @@ def _row(d: Mapping[str, Any], path: Path, line: int) -> GeoHintResult:
     check_path_site(image_path, site, site_field="location")
     schema = _text_field(d, "schema")
     ctx = parse_context_label(_text_field(d, "context"))
-    ans = parse_answer(raw)
+    finish = _finish_reason(d.get("usage"))
+    ans = parse_answer(raw, finish)
     res = GeoHintResult(
         key=f"release|{path.name}|{line}",
         site=site,
@@ -124,7 +125,7 @@ def _row(d: Mapping[str, Any], path: Path, line: int) -> GeoHintResult:
         evidence=ans.evidence,
         hit=None,
         source="release",
-        extra={"line": line, "lang": release_lang(d.get("lang")), "finish_reason": _finish_reason(d.get("usage")),
+        extra={"line": line, "lang": release_lang(d.get("lang")), "finish_reason": finish,
                "parse_method": ans.method, "parser_version": ANSWER_PARSER_VERSION, "evidence_slots": ans.evidence_slots, "parse_error": ans.error, "truncated": ans.truncated,
                "not_geocoded": NOT_GEOCODED, "light": d.get("condition"), "hour": d.get("hour"), "raw": ans.raw},
     )

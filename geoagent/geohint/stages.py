@@ -167,7 +167,7 @@ class GeoHintParserStage(Stage):
         text = await response_text(p, ctx)
         if text is None:
             raise PermanentFailure("response payload has neither text nor request_key")
-        parsed = parse_answer(text)
+        parsed = parse_answer(text, p.get("finish_reason"))
         answer = {
             "model": p.get("model"),
             "request_key": p.get("request_key"),

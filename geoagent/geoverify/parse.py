@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from geoagent.llmjson import FENCE, Percent, iter_candidates, without_reasoning
+from geoagent.scoring.truncation import is_finished
 from geoagent.llmjson import (  # noqa: F401  (the reader's rule names, reported and re-exported with ours)
     RULE_BARE_WORDS,
     RULE_COMMENTS,
@@ -113,7 +114,10 @@ class ParsedVerdict:
 #: every other refusal of 7 (rows read by 7 are read again).
 #: 9 (session 39, geohint39 #2): the answer is read outside the model's reasoning spans (``<think>...</think>``,
 #: :func:`geoagent.llmjson.without_reasoning`).
-VERDICT_PARSER_VERSION = 9
+#: 10 (session 40, walk39 #4a-c): reasoning after a short preamble ("Sure. <think>...</think>") and Magistral's
+#: ``[THINK]...[/THINK]`` are cut too, and an unclosed reasoning block of an answer the model finished itself
+#: (``finish_reason`` ``stop``, ``end_turn``) is read up to the JSON object it ends with, where 9 read no answer.
+VERDICT_PARSER_VERSION = 10
 
 
 # --- field normalisation --------------------------------------------------------------------------
@@ -296,13 +300,18 @@ def _bare_verdict(seen: str) -> tuple[re.Match[str] | None, bool]:
     return mb, any(w.group(1).lower() != word for w in _RX_STANDALONE_WORD.finditer(seen, mb.end()))
 
 
-def parse_verdict(raw: str | None) -> ParsedVerdict:
+def parse_verdict(raw: str | None, finish_reason: str | None = None) -> ParsedVerdict:
     """Parse one GeoVerify answer; never raises.
 
     Parameters
     ----------
     raw : str or None
         The model's verbatim answer text.
+    finish_reason : str or None
+        The provider's finish reason as stored with the answer (None: not recorded). Only a reasoning block the
+        answer opens and never closes depends on it: a finished answer (``stop``, ``end_turn``, ``STOP``:
+        :func:`geoagent.scoring.truncation.is_finished`) is read up to the JSON object it ends with, any other is no
+        answer (:func:`geoagent.llmjson.without_reasoning`; walk39 #4c).
 
     Returns
     -------
@@ -334,11 +343,11 @@ def parse_verdict(raw: str | None) -> ParsedVerdict:
     try:
         if isinstance(raw, str) and raw.strip():
             # read outside the model's reasoning spans (a "<think>" draft's "No" is no verdict); raw kept as it came
-            read = without_reasoning(raw)
+            read = without_reasoning(raw, finished=is_finished(finish_reason))
             if read is not raw:
                 if not read.strip():
                     return ParsedVerdict(False, None, None, (), "no answer after the model's reasoning "
-                                         "(<think> ... </think>)", (), raw)
+                                         "(<think> ... </think> or [THINK] ... [/THINK])", (), raw)
                 return dataclasses.replace(_parse(read), raw=raw)
         return _parse(raw)
     except Exception as exc:  # defensive: parsing must never take a worker down

@@ -65,7 +65,7 @@ def reparsed_row(row: dict[str, Any], store: Any) -> dict[str, Any] | None:
     else:
         return None
     finish = row.get("finish_reason") if "finish_reason" in row or resp is None else resp.finish_reason
-    new = {**row, **scored_row(row, row["model"], parse_verdict(text), finish_reason=finish)}
+    new = {**row, **scored_row(row, row["model"], parse_verdict(text, finish), finish_reason=finish)}
     if not new["parse_ok"]:
         new["raw"] = text
     return new

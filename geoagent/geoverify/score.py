@@ -114,5 +114,5 @@ def scored_rows_from_release(rel: Release) -> list[dict[str, Any]]:
             "trial_id": r.trial_id, "image_id": r.image_id, "site": r.site_id, "arm": r.arm, "band": r.band,
             "truth": r.truth, "cand": r.cand, "d_km": r.d_km, "referenceability": r.referenceability,
         }
-        rows.append(scored_row(trial, r.model, parse_verdict(r.raw), finish_reason=r.stop_reason))
+        rows.append(scored_row(trial, r.model, parse_verdict(r.raw, r.stop_reason), finish_reason=r.stop_reason))
     return rows

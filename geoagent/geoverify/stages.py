@@ -265,7 +265,7 @@ class GeoVerifyParserStage(Stage):
         p = task.payload
         trial = _trial_of(p)
         text = await response_text(p, ctx)
-        parsed = parse_verdict(text)
+        parsed = parse_verdict(text, p.get("finish_reason"))
         answer = {
             "model": ((p.get("meta") or {}).get("report_model")) or p.get("model"),
             "request_key": p.get("request_key"),
@@ -301,7 +301,7 @@ async def _current_parse(answer: dict[str, Any], ctx: StageContext) -> tuple[Par
     if version >= VERDICT_PARSER_VERSION:
         return _parsed_from_json(answer.get("parsed") or {}), version
     if "raw" in answer:
-        return parse_verdict(answer["raw"]), VERDICT_PARSER_VERSION
+        return parse_verdict(answer["raw"], answer.get("finish_reason")), VERDICT_PARSER_VERSION
     key = answer.get("request_key")
     try:
         text = await response_text({"request_key": key}, ctx) if isinstance(key, str) and key else None
@@ -309,7 +309,7 @@ async def _current_parse(answer: dict[str, Any], ctx: StageContext) -> tuple[Par
         text = None
     if text is None:
         return _parsed_from_json(answer.get("parsed") or {}), version
-    return parse_verdict(text), VERDICT_PARSER_VERSION
+    return parse_verdict(text, answer.get("finish_reason")), VERDICT_PARSER_VERSION
 
 
 class GeoVerifyScorerStage(Stage):

@@ -75,6 +75,12 @@ TRUNCATION_FINISH_REASONS = OUTPUT_LIMIT_FINISH_REASONS | {"model_context_window
 WITHHELD_FINISH_REASONS = frozenset({"safety", "recitation", "blocklist", "prohibited_content", "spii",
                                      "image_safety", "language", "content_filter", "refusal"})
 
+#: finish reasons (compared case-insensitively) meaning the model ended its output itself: OpenAI Chat Completions
+#: ``stop``, Anthropic Messages ``end_turn``, Gemini ``STOP``. Not Anthropic's ``stop_sequence`` (no campaign sends
+#: stop sequences; a text ended by one is not known to be whole). The answer parsers read a reasoning block such an
+#: answer never closed up to the JSON object it ends with (:func:`geoagent.llmjson.without_reasoning`, walk39 #4c)
+FINISHED_FINISH_REASONS = frozenset({"stop", "end_turn"})
+
 #: share of cut-off answers (of one model, or one model and arm/condition) above which reports warn
 WARN_SHARE = 0.01
 
@@ -136,6 +142,13 @@ def is_withheld(finish_reason: object) -> bool:
     """True when ``finish_reason`` (a provider's raw finish/stop reason) says the provider's content filter stopped
     or withheld the answer (:data:`WITHHELD_FINISH_REASONS`); None and non-strings are False."""
     return isinstance(finish_reason, str) and finish_reason.strip().lower() in WITHHELD_FINISH_REASONS
+
+
+def is_finished(finish_reason: object) -> bool:
+    """True when ``finish_reason`` (a provider's raw finish/stop reason) says the model ended its output itself
+    (:data:`FINISHED_FINISH_REASONS`: ``stop``, ``end_turn``, ``STOP``); a cut-off or withheld answer, None (no
+    recorded reason: a row imported without one, an old row) and non-strings are False."""
+    return isinstance(finish_reason, str) and finish_reason.strip().lower() in FINISHED_FINISH_REASONS
 
 
 def is_truncated(finish_reason: object) -> bool:
