@@ -1,4 +1,4 @@
-"""Answer parsers, session 40 (walk39 #4a-c).
+"""Answer parsers, session 40 (walk39 #4a-c, geohint39 #2).
 
 Before:
 * #4a: a short preamble before the reasoning ("Sure. <think>...</think> {...}") left the reasoning in: its draft
@@ -6,6 +6,7 @@ Before:
 * #4b: Magistral's ``[THINK]...[/THINK]`` was not recognised at all (the same conflicts);
 * #4c: a reasoning block the model never closed, its text ending in the JSON answer, with the provider saying the
   model finished (``stop``, ``end_turn``, ``STOP``), was no answer; the finish reason did not reach the parsers;
+* geohint39 #2: "Springfield, IL" then "Springfield, Illinois" was two places ("conflicting answers", a miss).
 
 The texts below are written as the models write them (Qwen3 / DeepSeek-R1 style ``<think>`` through an
 OpenAI-compatible server, Magistral ``[THINK]``), with the tag mentioned in a JSON string or in prose after the answer,
@@ -18,7 +19,7 @@ import json
 
 import pytest
 
-from geoagent.geohint.parse import ANSWER_PARSER_VERSION, parse_answer
+from geoagent.geohint.parse import ANSWER_PARSER_VERSION, parse_answer, same_place_text
 from geoagent.geoverify.parse import VERDICT_PARSER_VERSION, parse_verdict
 from geoagent.llmjson import MAX_PREAMBLE_CHARS, without_reasoning
 from geoagent.scoring.truncation import is_finished
@@ -219,6 +220,42 @@ def test_the_finish_reason_reaches_the_geoverify_scorer(tmp_path):
     done, cut = asyncio.run(main_())
     assert (done["parse_ok"], done["verdict"], done["parser_version"]) == (True, "no", VERDICT_PARSER_VERSION)
     assert cut["parse_ok"] is False and cut["verdict"] is None
+
+
+# --- geohint39 #2 (rest): a qualifier in another spelling ------------------------------------------------------
+@pytest.mark.parametrize("a, b, same", [
+    ("Springfield, IL", "Springfield, Illinois", True),
+    ("Austin, TX, USA", "Austin, Texas, United States", True),
+    ("Washington, D.C.", "Washington, DC", True),
+    ("New Orleans, LA", "New Orleans, Louisiana", True),
+    ("Toronto, ON", "Toronto, Ontario", True),
+    ("Paris, France", "Paris, Ile-de-France, France", True),  # one's qualifiers among the other's
+    ("Springfield, IL", "Springfield, MO", False),
+    ("Springfield, Illinois", "Springfield, Missouri", False),
+    ("Delhi, IN", "Delhi, India", False),  # a two-letter qualifier is a state code, never a country's
+    ("IL", "Illinois", False),  # the name itself is never read as an abbreviation
+    ("Paris", "Paris, Texas", True),  # bare vs qualified: one answer (the docstring says so)
+    ("Paris, France", "Paris, Texas", False),
+])
+def test_qualifiers_in_other_spellings_name_one_place(a, b, same):
+    assert same_place_text(a, b) is same and same_place_text(b, a) is same
+    assert same_place_text(a.casefold(), b.casefold()) is same  # the clash checks compare case-folded texts
+
+
+def test_an_answer_repeating_its_city_with_the_state_spelt_out_is_one_answer():
+    text = ('```json\n{"city": "Springfield, IL", "area": "Downtown", "building": "Old State Capitol", '
+            '"confidence_area": 0.5, "confidence_building": 0.4, "clues": ["Greek Revival dome"]}\n```\n'
+            'Summary: {"city": "Springfield, Illinois", "building": "Old State Capitol"}')
+    a = parse_answer(text, "stop")
+    assert (a.ok, a.city, a.building, a.error) == (True, "Springfield, IL", "Old State Capitol", None), a
+    a = parse_answer('{"city": "Springfield, IL", "City": "Springfield, Illinois", "area": "Downtown"}')
+    assert (a.ok, a.city) == (True, "Springfield, IL"), a
+    a = parse_answer('{"city": "Springfield, IL"} or rather {"city": "Springfield, MO"}')
+    assert not a.ok and "conflicting answers" in a.error, a
+
+
+def test_the_docstring_says_a_bare_name_agrees_with_any_qualified_one():
+    assert '"Paris" and "Paris, Texas" read as\n    one answer' in same_place_text.__doc__
 
 
 # --- the release's raw responses parse as before ---------------------------------------------------------------

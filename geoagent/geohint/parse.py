@@ -29,7 +29,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from geoagent.geohint.placenames import is_null_answer
+from geoagent.geohint.placenames import REGION_ABBREVIATIONS, is_null_answer
 from geoagent.llmjson import (MAX_CHARS, Candidate, Percent, decode_string_body, fenced_blocks, iter_candidates,
                               without_reasoning)
 from geoagent.scoring.truncation import is_finished
@@ -303,11 +303,21 @@ def _first_other(values: list[str], value: str) -> str | None:
 
 
 def same_place_text(a: str, b: str) -> bool:
-    """Whether two texts of one answer field name the same place as written: equal after case folding, or after
-    :func:`geoagent.geohint.echo.normalize_name` (diacritics, articles, punctuation: "Marais" / "Le Marais",
-    "Sao Paulo" / "São Paulo"), or one is the other with a qualifier after a comma ("Paris" / "Paris, France").
-    Two qualified texts must agree whole ("Paris, France" / "Paris, Texas" differ). For the clash checks: one
-    place in two spellings is one answer, not two (geohint39 #2: "Marais" then "Le Marais" was a conflict, a miss)."""
+    """Whether two texts of one answer field name the same place as written, for the clash checks: one place in two
+    spellings is one answer, not two (geohint39 #2: "Marais" then "Le Marais" was a conflict, a miss).
+
+    The same place: equal after case folding, or after :func:`geoagent.geohint.echo.normalize_name` (diacritics,
+    articles, punctuation: "Marais" / "Le Marais", "Sao Paulo" / "São Paulo"), or, cut at commas into a name and its
+    qualifiers, the same name with the qualifiers of one among the other's, in order ("Paris" / "Paris, France",
+    "Paris, France" / "Paris, Ile-de-France, France"). A qualifier is compared by what its abbreviation stands for
+    (:data:`geoagent.geohint.placenames.REGION_ABBREVIATIONS`: "Springfield, IL" / "Springfield, Illinois", "Austin,
+    TX, USA" / "Austin, Texas, United States", "Washington, D.C." / "Washington, DC"); the name itself never is.
+
+    A bare name and a qualified one are the same place whatever the qualifier: "Paris" and "Paris, Texas" read as
+    one answer (the bare name names none of its namesakes in particular; the geocoder finds which). Two qualifiers
+    that differ are two places: "Paris, France" / "Paris, Texas", "Springfield, Illinois" / "Springfield, Missouri"
+    (and a text agreeing with both hides nothing: :func:`_first_other`). A two-letter qualifier is read as a US state
+    or Canadian province code, never a country's ("Delhi, IN" is Indiana, so it and "Delhi, India" differ)."""
     if a.casefold() == b.casefold():
         return True
     from geoagent.geohint.echo import normalize_name
@@ -315,11 +325,35 @@ def same_place_text(a: str, b: str) -> bool:
     na, nb = normalize_name(a), normalize_name(b)
     if na and na == nb:
         return True
-    if ("," in a) == ("," in b):
+    pa, pb = _place_parts(a), _place_parts(b)
+    if not pa or not pb or pa[0] != pb[0]:
         return False
-    qualified, bare = (a, nb) if "," in a else (b, na)
-    head = normalize_name(qualified.split(",", 1)[0])
-    return bool(head) and head == bare
+    short, long_ = (pa, pb) if len(pa) <= len(pb) else (pb, pa)
+    rest = iter(long_[1:])
+    return all(q in rest for q in short[1:])  # short's qualifiers among long's, in order
+
+
+def _place_parts(text: str) -> list[str]:
+    """``text`` cut at commas, blank parts left out: its name (:func:`~geoagent.geohint.echo.normalize_name`) and its
+    qualifiers (their normalised words, articles kept: "IL" and "LA" are codes there, not the Italian and French
+    articles; letters written apart, "U.S.A.", "D.C.", joined; then read through :data:`REGION_ABBREVIATIONS`); []
+    when the name is blank."""
+    from geoagent.geohint.echo import normalize_name, normalize_tokens
+
+    name, *quals = text.split(",")
+    head = normalize_name(name)
+    if not head:
+        return []
+    out = [head]
+    for q in quals:
+        words = normalize_tokens(q, keep_articles=True)
+        if not words:
+            continue
+        q = " ".join(words)
+        if all(len(w) == 1 for w in words):
+            q = "".join(words)
+        out.append(REGION_ABBREVIATIONS.get(q, q))
+    return out
 
 
 def _clash(places: list[dict[str, str]]) -> str | None:
@@ -376,7 +410,9 @@ def _score(obj: dict[str, Any]) -> int:
 #: and one place in two spellings ("Marais" / "Le Marais", "Paris" / "Paris, France") is no conflict
 #: (:func:`same_place_text`; geohint39 #2); 5 (session 40): reasoning after a short preamble ("Sure. <think>...</think>")
 #: and Magistral's ``[THINK]...[/THINK]`` are cut too, an unclosed reasoning block of an answer the model finished
-#: itself (``finish_reason``: ``stop``, ``end_turn``) is read up to the JSON object it ends with (walk39 #4a-c).
+#: itself (``finish_reason``: ``stop``, ``end_turn``) is read up to the JSON object it ends with (walk39 #4a-c), and a
+#: qualifier in another spelling ("Springfield, IL" / "Springfield, Illinois", "Austin, TX, USA") or with more parts
+#: after the same ones is one place (geohint39 #2).
 ANSWER_PARSER_VERSION = 5
 
 

@@ -21,6 +21,29 @@ NULL_ANSWERS = frozenset(
      "not determinable", "not identifiable"}
 )
 
+#: Abbreviations a place qualifier is written with ("Springfield, IL"), by lower-cased abbreviation, and the name each
+#: stands for, for telling two spellings of one answer apart (:func:`geoagent.geohint.parse.same_place_text`,
+#: geohint39 #2): the USPS codes of the 50 US states and DC, the Canada Post codes of the provinces and territories (none
+#: is a US code), and a few country abbreviations. No two-letter country code: CA, DE, IN, GA, PA would read as
+#: California, Delaware, Indiana, Georgia, Pennsylvania as often as Canada, Germany, India, Gabon, Panama.
+REGION_ABBREVIATIONS = {
+    "al": "alabama", "ak": "alaska", "az": "arizona", "ar": "arkansas", "ca": "california", "co": "colorado",
+    "ct": "connecticut", "de": "delaware", "fl": "florida", "ga": "georgia", "hi": "hawaii", "id": "idaho",
+    "il": "illinois", "in": "indiana", "ia": "iowa", "ks": "kansas", "ky": "kentucky", "la": "louisiana",
+    "me": "maine", "md": "maryland", "ma": "massachusetts", "mi": "michigan", "mn": "minnesota",
+    "ms": "mississippi", "mo": "missouri", "mt": "montana", "ne": "nebraska", "nv": "nevada",
+    "nh": "new hampshire", "nj": "new jersey", "nm": "new mexico", "ny": "new york", "nc": "north carolina",
+    "nd": "north dakota", "oh": "ohio", "ok": "oklahoma", "or": "oregon", "pa": "pennsylvania",
+    "ri": "rhode island", "sc": "south carolina", "sd": "south dakota", "tn": "tennessee", "tx": "texas",
+    "ut": "utah", "vt": "vermont", "va": "virginia", "wa": "washington", "wv": "west virginia",
+    "wi": "wisconsin", "wy": "wyoming", "dc": "district of columbia",
+    "ab": "alberta", "bc": "british columbia", "mb": "manitoba", "nb": "new brunswick",
+    "nl": "newfoundland and labrador", "ns": "nova scotia", "nt": "northwest territories", "nu": "nunavut",
+    "on": "ontario", "pe": "prince edward island", "qc": "quebec", "sk": "saskatchewan", "yt": "yukon",
+    "us": "united states", "usa": "united states", "united states of america": "united states",
+    "uk": "united kingdom", "uae": "united arab emirates",
+}
+
 # The release's lists (Yifan1209/geocontext, geocontext/geocode.py ``_LINEAR_SUFFIX`` and ``_LINEAR_PREFIX``, lines
 # 226-235, read by its ``is_linear`` at the place level) are all in ours; ours adds designators of more languages.
 # Street designators that END a linear feature's name ("Canal Street", "Meiji-dori", "Friedrichstraße"); the
