@@ -74,6 +74,9 @@ codes"):
   :data:`DEFAULT_MODEL_IDS`) and then every other id the fake has answered; ``GET /v1/models/{model}`` gives
   one such object for any id (the fake serves any model name). Same key check as chat completions; these
   calls are not model calls and are not logged in the call log.
+* ``unknown_model=`` (walk39 #6): only the ``models=`` ids are served; a chat completion naming another is answered
+  as api.openai.com, vLLM, Ollama, OpenRouter or a LiteLLM proxy answers an unknown model
+  (:func:`unknown_model_error`), not billed.
 
 Answer text comes from :func:`geoagent.sandbox.responders.simulate_answer` (same text and usage as the
 ``simulated`` provider for the same request key and seed). Run standalone with
@@ -192,6 +195,46 @@ USAGE_MODES = ("report", "omit", "null", "zero_output")
 ECHO_KEY_KEY: web.AppKey[str] = web.AppKey("llm_echo_key", str)
 #: echo_key modes (:func:`make_app`)
 ECHO_KEY_MODES = ("full", "upper", "prefix", "base64")
+#: how the fake answers a model id it does not serve (make_app's ``unknown_model``; walk39 #6): as api.openai.com,
+#: vLLM, Ollama, OpenRouter or a LiteLLM proxy does (:func:`unknown_model_error`)
+UNKNOWN_MODEL_STYLES = ("openai", "vllm", "ollama", "openrouter", "litellm")
+#: ``(style, served ids)`` when only some model ids are served (make_app's ``unknown_model``), else None
+SERVED_MODELS_KEY: web.AppKey[tuple[str, frozenset[str]] | None] = web.AppKey("llm_served_models", object)
+
+
+def unknown_model_error(style: str, model: str) -> web.Response:
+    """The answer of a server of ``style`` (:data:`UNKNOWN_MODEL_STYLES`) to a chat completion naming ``model``,
+    an id it does not serve (walk39 #6), with the status and body it is reported to send:
+
+    * ``openai``: 404 ``{"error": {"message": "The model `<id>` does not exist or you do not have access to it.",
+      "type": "invalid_request_error", "param": null, "code": "model_not_found"}}`` (api-notes section 7, "404
+      (unknown model)"; the message as api.openai.com and OpenAI-compatible hosts word it, continuedev/continue#11567);
+    * ``vllm``: 404 ``{"object": "error", "message": "The model `<id>` does not exist.", "type": "NotFoundError",
+      "param": null, "code": 404}`` (vllm-project/vllm#3485, QwenLM/Qwen-Agent#110);
+    * ``ollama``: 404 ``{"error": {"message": "model \"<id>\" not found, try pulling it first", "type":
+      "api_error", "param": null, "code": null}}`` (its OpenAI-compatible endpoint; netease-youdao/QAnything#555);
+    * ``openrouter``: 400 ``{"error": {"message": "<id> is not a valid model ID", "code": 400}, "user_id": ...}``
+      (OpenRouterTeam/openrouter-examples#74; numeric ``code`` as api-notes says of OpenRouter's errors);
+    * ``litellm``: 400 ``{"error": {"message": "/chat/completions: Invalid model name passed in model=<id>. Call
+      `/v1/models` to view available models for your key.", "type": "None", "param": "None", "code": "400"}}``
+      (BerriAI/litellm#9663, #3142).
+    """
+    rid = {"x-request-id": "req_" + short_id(time.time_ns())}
+    if style == "vllm":
+        return json_response({"object": "error", "message": f"The model `{model}` does not exist.",
+                              "type": "NotFoundError", "param": None, "code": 404}, status=404, headers=rid)
+    if style == "ollama":
+        return json_response({"error": {"message": f'model "{model}" not found, try pulling it first',
+                                        "type": "api_error", "param": None, "code": None}}, status=404, headers=rid)
+    if style == "openrouter":
+        return json_response({"error": {"message": f"{model} is not a valid model ID", "code": 400},
+                              "user_id": "user_sandbox"}, status=400, headers=rid)
+    if style == "litellm":
+        return json_response({"error": {"message": f"/chat/completions: Invalid model name passed in model={model}. "
+                                                   "Call `/v1/models` to view available models for your key.",
+                                        "type": "None", "param": "None", "code": "400"}}, status=400, headers=rid)
+    return _err(404, f"The model `{model}` does not exist or you do not have access to it.", "invalid_request_error",
+                "model_not_found")
 
 
 def _err(status: int, message: str, type_: str, code: str | None = None, param: str | None = None) -> web.Response:
@@ -344,10 +387,15 @@ async def list_models(request: web.Request) -> web.Response:
 
 async def retrieve_model(request: web.Request) -> web.Response:
     """``GET /v1/models/{model}``: one model object (``id``, ``object: "model"``, ``created``, ``owned_by``);
-    the fake serves any model id, so every id is found."""
+    the fake serves any model id, so every id is found, unless ``make_app(unknown_model=...)`` limits it to the
+    ``models=`` ids (another: 404 ``model_not_found``)."""
     denied = _auth_error(request, log=False)
     if denied is not None:
         return denied
+    served = request.app[SERVED_MODELS_KEY]
+    if served is not None and request.match_info["model"] not in served[1]:
+        return _err(404, f"The model `{request.match_info['model']}` does not exist or you do not have access to it.",
+                    "invalid_request_error", "model_not_found")
     return json_response(_model_object(request.match_info["model"]),
                          headers={"x-request-id": "req_" + short_id(time.time_ns())})
 
@@ -420,6 +468,11 @@ async def _completion(request: web.Request, deployment: str | None = None) -> we
         prompt, system, image, image_url, mentions_json, image_detail = _parse_messages(body.get("messages"))
         # an Azure OpenAI deployment name is checked as the model it serves (its rules, its echoed id)
         model = request.app[DEPLOYMENTS_KEY].get(model, model)
+        served = request.app[SERVED_MODELS_KEY]
+        if served is not None and model not in served[1]:  # a model id this server does not serve (walk39 #6)
+            log_call(request, API, 404 if served[0] in ("openai", "vllm", "ollama") else 400,
+                     error="model_not_found", model=model)
+            return unknown_model_error(served[0], model)
         if NO_IMAGE_ID.match(model):
             for i, msg in enumerate(body["messages"]):
                 parts = msg.get("content") if isinstance(msg.get("content"), list) else []
@@ -595,6 +648,7 @@ def make_app(
     azure_api_versions: Collection[str] | None = None,
     echo_key: bool | str = False,
     usage: str = "report",
+    unknown_model: str | None = None,
 ) -> web.Application:
     """Build the fake OpenAI Chat Completions app.
 
@@ -644,6 +698,13 @@ def make_app(
         ``"report"`` (default: every answer carries ``usage``), ``"omit"`` (no ``usage`` key in any answer) or
         ``"null"`` (``"usage": null``) or ``"zero_output"`` (``completion_tokens: 0`` beside the answer's text: a count no
         call with text can have); calls are logged as billed either way.
+    unknown_model : str, optional
+        None (default): every model id is served. One of :data:`UNKNOWN_MODEL_STYLES`: only the ids given as
+        ``models=`` (default :data:`DEFAULT_MODEL_IDS`) are served, and a chat completion naming another is answered
+        as that server answers an unknown model (:func:`unknown_model_error`: 404 for ``openai``, ``vllm``,
+        ``ollama``; 400 for ``openrouter``, ``litellm``), logged with ``error = "model_not_found"``, not billed;
+        ``GET /v1/models/{model}`` of another id is 404 ``model_not_found`` too. Raises ValueError for another
+        string.
 
     Returns
     -------
@@ -680,6 +741,10 @@ def make_app(
     app[AZURE_API_VERSIONS_KEY] = frozenset(AZURE_API_VERSIONS if azure_api_versions is None else azure_api_versions)
     app[MODERATION_FLAGS_KEY] = tuple(w.lower() for w in (moderation_flags or ()))
     app[MODEL_IDS_KEY] = list(dict.fromkeys(DEFAULT_MODEL_IDS if models is None else models))
+    if unknown_model is not None and unknown_model not in UNKNOWN_MODEL_STYLES:
+        raise ValueError(f"unknown_model must be None or one of {UNKNOWN_MODEL_STYLES}, got {unknown_model!r}")
+    app[SERVED_MODELS_KEY] = (None if unknown_model is None
+                              else (unknown_model, frozenset(DEFAULT_MODEL_IDS if models is None else models)))
     return app
 
 
