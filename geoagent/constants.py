@@ -47,6 +47,11 @@ EDGE_IMAGES = "images"  # fetcher -> image auditor
 EDGE_SITES_FOR_AUDIT = "sites_for_audit"  # image auditor -> referenceability auditor (one per site)
 EDGE_RATED = "rated"  # referenceability auditor -> ladder builder
 
+#: the words of the model caller's not-found stop (its host does not serve the model's path or id, walk39 #6) that
+#: ``status`` reads in a stage's last errors (:class:`geoagent.workers.model_caller.AuthFailure`,
+#: :func:`geoagent.status.stop_reason`)
+NOT_FOUND_WHAT = "path or model not found"
+
 # --- stage (worker) names ---------------------------------------------------------------------
 STAGE_PLANNER = "planner"
 STAGE_MODEL_CALLER = "model_caller"

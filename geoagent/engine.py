@@ -20,7 +20,12 @@ incomplete             3      some work is missing (dead-lettered: retries exhau
                               "Unreachable-host breaker": that model's tasks left queued, the other
                               models' work ran to the end), or a model's answers came back empty at its
                               output-token limit 10 times in a row (:mod:`geoagent.workers.cutoff_breaker`:
-                              that model's tasks left queued; raise its max_output_tokens and re-run)
+                              that model's tasks left queued; raise its max_output_tokens and re-run), or
+                              a model's host answered 5 times in a row that its path or model does not
+                              exist (HTTP 404/405, or a 400 "model not found": a wrong base_url path or
+                              model id on a local server or gateway, :mod:`geoagent.workers.model_caller`,
+                              "Not-found breaker": that model's tasks left queued, none dead-lettered;
+                              fix the config and re-run)
 budget exhausted       4      the cost cap stopped dispatching; the rest of the work is reported
 authentication failed  5      a model's host refused its API key (HTTP 401/403, or Gemini's 400
                               API_KEY_INVALID, 5 times in a row), or refused its account for billing
@@ -2307,6 +2312,10 @@ async def _run(
         hosts_down = model_hosts is not None and bool(model_hosts.opened)
         # every model stopped, some by an unreachable host: the host lines say what was left queued
         auth_lines = auth.report_lines(None if hosts_down else left) if auth is not None else []
+        # models whose host answered that their path or model does not exist, K times in a row (walk39 #6: their
+        # tasks held, left queued untouched): a config to fix, not a credential, so the run ends incomplete
+        nf_lines = (auth.report_lines(None if hosts_down or auth_lines else left, not_found=True)
+                    if auth is not None else [])
         # other refused credentials a stage reports (the crawl's Mapillary token, an auditor's key or account): one line
         # per stage with work left queued (the first such stage's line when none has). Whether or not its runner saw
         # the refusal before it stopped leasing (review35 #2: a stop, a budget stop or a drained input can end the
@@ -2325,8 +2334,9 @@ async def _run(
         unreachable_lines = model_hosts.report_lines(left) if hosts_down else []
         # models stopped because their answers kept coming back empty at the output-token limit (left queued)
         cutoff = ctx.services.get(CUTOFF_BREAKER_SERVICE)
-        cut_lines = cutoff.report_lines(None if hosts_down or auth_lines else left) if cutoff is not None else []
-        unreachable_lines = cut_lines + unreachable_lines
+        cut_lines = (cutoff.report_lines(None if hosts_down or auth_lines or nf_lines else left)
+                     if cutoff is not None else [])
+        unreachable_lines = nf_lines + cut_lines + unreachable_lines
         unreachable_lines += [ln for r in view.runners for ln in r.unreachable_lines(
             counts[r.stage.input_edge].ready if r.stage.input_edge in counts else None)]
         # every runner of this process drained its input and ended by itself (burst mode): a signal that came as
@@ -2342,7 +2352,7 @@ async def _run(
             status, code = STATUS_AUTH, EXIT_AUTH
         elif view.budget_stopped:
             status, code = "budget exhausted", EXIT_BUDGET
-        elif hosts_down or cut_lines or any(c.dead - superseded.get(e, 0) or ((c.ready or c.leased) and e not in arrived_late)
+        elif hosts_down or nf_lines or cut_lines or any(c.dead - superseded.get(e, 0) or ((c.ready or c.leased) and e not in arrived_late)
                                for e, c in counts.items() if e in judged):
             status, code = "incomplete", EXIT_INCOMPLETE
         elif only_stages and any(c.ready or c.leased for c in counts.values()):

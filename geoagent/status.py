@@ -660,7 +660,9 @@ def stop_reason(progress: dict[str, Any], *, now: float | None = None, running: 
 
     ``"budget exhausted"`` when the cost cap stopped the run; ``"authentication failed (see last error):
     ..."`` when a model's authentication breaker holds its tasks (a stage holds tasks, ``held`` > 0, and its
-    last errors say why; the other models' tasks go on); ``"<stage>: host <host> unreachable (...); its tasks
+    last errors say why; the other models' tasks go on); ``"model M stopped: host H answered HTTP 404 (path or model
+    not found) to 5 requests in a row: ..."`` when it holds them because the host does not serve the model's path or
+    id (:func:`not_found_models`; walk39 #6); ``"<stage>: host <host> unreachable (...); its tasks
     left queued"`` for a stage stopped by its unreachable-host breaker (:mod:`geoagent.runtime.worker`);
     ``"<stage>: waiting for host <host> (next probe in N s, at HH:MM:SS UTC; unreachable since <T> UTC: <cause>;
     K task(s) queued on <edge>)"`` while a watch-mode stage waits for it; ``"model_caller: model <M> waiting for
@@ -691,6 +693,10 @@ def stop_reason(progress: dict[str, Any], *, now: float | None = None, running: 
         reasons.append(("billing refused" if billing else "authentication failed") + " (see last error): " + (
             "that model's tasks were left queued" if progress.get("finished")
             else "that model's tasks are held, the other models' go on"))
+    for what in not_found_models(progress):  # named from data: "last error" may be another model's
+        reasons.append(f"{what}: " + ("its tasks were left queued, re-run to resume once its base_url or model is fixed"
+                                      if progress.get("finished") or running is False
+                                      else "its tasks are held, the other models' go on"))
     if held:  # named here: "last error" may be another model's (walk28 status walkthrough)
         several = len(held) > 1 or any(h.startswith("models ") for h in held)
         those = "those models'" if several else "that model's"
@@ -730,6 +736,26 @@ def stop_reason(progress: dict[str, Any], *, now: float | None = None, running: 
             reasons.append(f"{sd.get('stage')}: host {host} unreachable ({cause}); its tasks left queued, re-run "
                            "to resume" + _which_processes(sd, info.get("pids") or [], waiting=False))
     return "; ".join(reasons) or None
+
+
+def not_found_models(progress: dict[str, Any]) -> list[str]:
+    """``["model b stopped: host 127.0.0.1:8001 (POST /chat/completions) answered HTTP 404 (path or model not found)
+    to 5 requests in a row"]``: one per model the model caller stopped because its host answered that its path or
+    model id does not exist (the stages' ``not_found`` records,
+    :meth:`geoagent.workers.model_caller.AuthBreaker.not_found_stops`; walk39 #6), first-seen order; ``[]`` when
+    none. The body excerpt is left to the last errors and the run's summary (it may be long)."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for sd in progress.get("stages", []):
+        for c in sd.get("not_found") or []:
+            if not isinstance(c, dict) or c.get("model") is None or str(c["model"]) in seen:
+                continue
+            seen.add(str(c["model"]))
+            n = int(c.get("failures") or 0)
+            times = "1 request" if n == 1 else f"{n} requests in a row"
+            out.append(f"model {c['model']} stopped: host {c.get('host') or '?'} answered HTTP {c.get('status')} "
+                       f"({C.NOT_FOUND_WHAT}) to {times}")
+    return out
 
 
 def cut_off_models(progress: dict[str, Any]) -> list[str]:

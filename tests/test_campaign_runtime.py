@@ -66,7 +66,7 @@ max_attempts = 4
 """
 
 
-def test_faults_on_20_percent_complete_and_permanent_failures_are_dead_lettered(tmp_path, monkeypatch):
+def test_faults_on_20_percent_complete_and_a_wrong_path_stops_its_model_with_its_tasks_kept(tmp_path, monkeypatch):
     monkeypatch.setenv("GOOD_KEY", GOOD_KEY)
     monkeypatch.setenv("BAD_KEY", BAD_KEY)
     faults = FaultConfig(rate=0.2, kinds=("429", "500", "503", "timeout", "reset", "malformed"), seed=5,
@@ -95,25 +95,26 @@ def test_faults_on_20_percent_complete_and_permanent_failures_are_dead_lettered(
         summary = st.ledger.summary()
     good = [r for r in rows.values() if r["model"] == "good"]
     assert len(good) == 150
-    # the requests sent to a path the server does not have (404) failed permanently and sit in the
-    # dead-letter queue with their reason (a wrong key is not dead-lettered: it stops the run, see
-    # tests/test_campaign_auth_breaker.py)
+    # the requests sent to a path the server does not have (404) are not dead-lettered one by one any more
+    # (walk39 #6): after 5 in a row the model stops, its tasks left queued for a re-run with the path fixed, and
+    # the run ends incomplete naming the model, the status and the body (tests/test_not_found_breaker_s40.py)
     rejected_planned = outcome.planned - 150
     assert rejected_planned > 0
-    assert outcome.counts["requests"].dead == rejected_planned
+    assert outcome.counts["requests"].dead == 0
+    assert outcome.counts["requests"].ready + outcome.counts["requests"].leased == rejected_planned
     assert outcome.status == "incomplete" and outcome.exit_code == EXIT_INCOMPLETE
-    reasons = [d.reason for d in outcome.dead["requests"]]
-    assert all("404" in r for r in reasons), reasons
-    assert BAD_KEY not in " ".join(reasons) and GOOD_KEY not in " ".join(reasons)
+    said = " ".join(outcome.stop_reasons)
+    assert "model badpath: host " in said and "answered HTTP 404 (path or model not found)" in said, said
+    assert BAD_KEY not in said and GOOD_KEY not in said
     # faults really happened and were retried
     from geoagent.sandbox.faults import find_fault_state
 
     st_f = find_fault_state(app)
     assert sum(st_f.injected.values()) >= 20
     assert len({k for k, v in st_f.injected.items() if v}) >= 5
-    # `status` shows the dead letters and their reasons
+    # `status` says which model stopped and why its tasks were left queued
     text = format_status(campaign_status(cfg))
-    assert "dead requests/" in text and "404" in text
+    assert "model badpath stopped: host " in text and "answered HTTP 404 (path or model not found)" in text
     # settled spend matches the usage of the stored responses
     assert summary.calls >= 150 and summary.spent_usd > 0
     assert len(injected) >= 150
@@ -211,13 +212,16 @@ def test_scale_out_last_process_reports_dead_letters_of_an_earlier_one(tmp_path,
     collector's process, never ``complete`` with work missing (issue 2, "failures are never answers")."""
     monkeypatch.setenv("GOOD_KEY", GOOD_KEY)
     app = llm_openai.make_app(api_keys=[GOOD_KEY])
+    # a second server refuses every prompt as OpenRouter's moderation does (403 flagged): each request's own
+    # permanent failure, dead-lettered (a wrong path would stop the model instead, walk39 #6)
+    flagging = llm_openai.make_app(api_keys=[GOOD_KEY], moderation_flags=["street photo"])
 
     async def main():
-        async with serve(app) as base:
+        async with serve(app) as base, serve(flagging) as flagged_base:
             cfg = load_config(_write(
                 tmp_path, "scaledead", "[budget]\ncap_usd = 10.0\n[generic]\nn_requests = 40\n"
                 + _model("good", base, "GOOD_KEY")
-                + _model("badpath", base + "/no-such-api", "GOOD_KEY", "sampling_rate = 0.25")))
+                + _model("flagged", flagged_base, "GOOD_KEY", "sampling_rate = 0.25")))
             callers = await run_campaign(cfg, live=False, handle_signals=False, only_stages=["model_caller"])
             rest = await run_campaign(cfg, live=False, handle_signals=False, only_stages=["collector"])
             return callers, rest

@@ -46,7 +46,9 @@ model's tasks for the rest of the run instead: a stage with a ``host_holds()`` h
 :meth:`geoagent.workers.model_caller.HostBreaker.holding`) adds those models as ``host_holds`` (``model``,
 ``host``, ``since``, ``held``, ``cause``), the final record included, so ``status`` names them from data
 (:func:`geoagent.status.held_host_models`); likewise ``cut_off``: the models the model caller stopped because their
-answers kept coming back empty at the output-token limit (:meth:`geoagent.workers.cutoff_breaker.CutOffBreaker.stops`).
+answers kept coming back empty at the output-token limit (:meth:`geoagent.workers.cutoff_breaker.CutOffBreaker.stops`),
+and ``not_found``: those it stopped because their host answered that their path or model id does not exist
+(:meth:`geoagent.workers.model_caller.AuthBreaker.not_found_stops`; walk39 #6).
 
 A stage record's ``last_errors`` holds only the errors still open: an error of a host that answered a request
 after it (the HTTP client's ``last_ok_at``, or the stage's breaker closed) moves to ``resolved_errors``
@@ -273,6 +275,9 @@ class Progress:
             cut = _stage_hook(r.stage, "cut_off_holds")  # models stopped for empty answers at their output limit
             if cut:
                 sd["cut_off"] = cut
+            nf = _stage_hook(r.stage, "not_found_holds")  # models whose host does not serve their path or id
+            if nf:
+                sd["not_found"] = nf
             ceiling = _rate_ceiling(r.stage)
             if ceiling is not None:  # status caps a scale-out run's merged capacities by it (merge_records)
                 sd["rate_ceiling_per_s"] = round(ceiling, 6)
@@ -466,8 +471,8 @@ def stage_host_waits(stage: Any) -> list[dict[str, Any]]:
 
 
 def _stage_hook(stage: Any, name: str) -> list[dict[str, Any]]:
-    """The records of a stage's optional hook ``name`` (``host_waits``, ``host_holds``, ``cut_off_holds``: the
-    model caller's), dicts only; ``[]`` for a stage without it, or when it fails (logged: a display must never
+    """The records of a stage's optional hook ``name`` (``host_waits``, ``host_holds``, ``cut_off_holds``,
+    ``not_found_holds``: the model caller's), dicts only; ``[]`` for a stage without it, or when it fails (logged: a display must never
     stop a run)."""
     hook = getattr(stage, name, None)
     if not callable(hook):
@@ -995,7 +1000,7 @@ def merge_records(
                     m["stall_after_s"] = after if m["stall_after_s"] is None else max(m["stall_after_s"], after)
                 for k in _RUNNING_ONLY:
                     m[k] += int(sd.get(k) or 0)
-                for field_name in ("host_waits", "host_holds", "cut_off"):
+                for field_name in ("host_waits", "host_holds", "cut_off", "not_found"):
                     for w in sd.get(field_name) or []:
                         if not isinstance(w, dict):
                             continue

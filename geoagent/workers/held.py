@@ -1,4 +1,4 @@
-"""What a model caller's breaker (authentication, unreachable host, empty answers) holds: per model, the keys of
+"""What a model caller's breaker (authentication, path or model not found, unreachable host, empty answers) holds: per model, the keys of
 the tasks it held unsent because that model's breaker is open (:mod:`geoagent.runtime.worker`, "Held tasks"), for
 the end-of-run lines and the progress stream."""
 

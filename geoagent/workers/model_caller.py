@@ -51,6 +51,9 @@ Failures, and what they do to the reservation and the task:
 provider raised             reservation                         task
 ==========================  ==================================  =========================================
 PermanentHTTPError (4xx)    released (not billed)               ``PermanentFailure`` -> dead letter
+404/405, or a 400 "model    released (not billed)               ``CallFailed`` -> nack (retried); once the
+not found" (see below)                                           breaker is open ``AuthStop`` -> held, then
+                                                                 released untouched
 401/403 (auth, see below)   released (not billed)               ``CallFailed`` -> nack (retried); once the
                                                                  breaker is open ``AuthStop`` -> held, then
                                                                  released untouched
@@ -124,6 +127,24 @@ variable's NAME, never its value) followed by how many of its requests this proc
 (retryable, one attempt counted), not dead-lettered, so re-running with the right key completes every task
 with no ``--requeue``, each request key paid once (the other models' answers are stored); an isolated
 401/403 between successes is retried up to ``max_attempts`` and then dead-lettered with its reason as before.
+
+Not-found breaker (walk39 #6; the authentication breaker's own count, :meth:`AuthBreaker.not_found`): a model whose
+``base_url`` has a wrong path, or whose ``model`` id its server does not serve (a local vLLM/Ollama server, a
+gateway such as OpenRouter or LiteLLM: first-party hosts' paths are checked at config load), is answered the same
+refusal on every call: HTTP 404 or 405, or a 400 whose body says the model is unknown (:func:`is_not_found_failure`).
+Each used to be dead-lettered at once, one by one, a whole plan burnt into dead letters. Now such an answer
+(reservation released: a 4xx is not billed) is nacked like an authentication failure, and after
+:attr:`ModelCaller.not_found_to_stop` (default :data:`NOT_FOUND_TO_STOP`, 5) in a row with no answer of that model
+in between (an answer resets the count), or on a task's last attempt while the model has not answered once in the
+run, the model stops exactly as a refused key stops it: its tasks raise :class:`AuthStop` (held, nothing sent,
+released untouched when the stage ends; the nacked ones keep their counted attempt, none is dead-lettered), the
+other models run to the end, and the engine ends the run ``incomplete`` (exit 3, not 5: a config to fix, not a
+credential) with ``model X: host H (POST /path) answered HTTP 404 (path or model not found) to 5 requests in a row,
+none answered: <body excerpt>; check [[models]] base_url (its path) and model ...; N request(s) of model X not sent
+(left queued)`` (:meth:`AuthBreaker.report_lines` with ``not_found``). Re-running the same command once the config
+is fixed sends them, each request key paid once. Only this stage's calls count, all to the model's own host: a 404
+about one item of a data API (a Mapillary image id in a crawl) never reaches it; an isolated not-found between
+answers of the model is retried and then dead-lettered with its reason.
 
 Unreachable-host breaker (per host, like the authentication breaker): a call none of whose attempts got
 through to its model's host (the HTTP layer's :class:`~geoagent.runtime.http.RetriesExhausted` with
@@ -201,6 +222,7 @@ import dataclasses
 import hashlib
 import logging
 import math
+import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -359,20 +381,65 @@ def credential_refusal(exc: BaseException) -> bool | None:
     return None
 
 
+#: consecutive "not found" answers of one model (:func:`is_not_found_failure`), with no answer of it in between,
+#: that stop it (walk39 #6): a wrong ``base_url`` path or model id on a local server or a gateway is answered so on
+#: every call, and each used to be dead-lettered one by one, a whole campaign's plan burnt into dead letters
+NOT_FOUND_TO_STOP = 5
+#: the statuses a model's host answers a path or model it does not serve with: 404, and 405 (a path that exists
+#: but takes no POST, e.g. a base_url pointing at a web page)
+NOT_FOUND_STATUSES = frozenset({404, 405})
+#: what a 400 says when the MODEL id is unknown (lower-cased body): OpenAI's ``model_not_found`` code and
+#: "The model `x` does not exist", vLLM's "The model `x` does not exist." (vllm-project/vllm#3485), Ollama's 'model
+#: "x" not found, try pulling it first' (netease-youdao/QAnything#555), OpenRouter's 400 "x is not a valid model ID"
+#: (OpenRouterTeam/openrouter-examples#74), LiteLLM's 400 "Invalid model name passed in model=x" (BerriAI/litellm#9663)
+#: and "There is no 'model_name' with this string" (BerriAI/litellm#8886), DeepSeek's "Model Not Exist". Only a
+#: "not found" / "does not exist" NEXT TO the word model counts: a 400 about one request ("'temperature' does not
+#: support 0 with this model", "image_url is only supported by certain models") never does
+MODEL_NOT_FOUND_RE = re.compile(
+    r"model_not_found|not a valid model|invalid model name|no 'model_name'|unknown model|no such model"
+    r"|\bmodels?\b[^.\n]{0,160}?\b(?:does not exist|not exist|not found)\b")
+
+
+def is_not_found_failure(status: int, body: str) -> bool:
+    """Whether a model host's error answer says the path or the model it was asked for does not exist there (walk39
+    #6): HTTP 404 or 405 (:data:`NOT_FOUND_STATUSES`: an unknown path, OpenAI's "Invalid URL (POST
+    /chat/completions)", or an unknown model: OpenAI, vLLM, Ollama, Anthropic ``not_found_error``, Gemini
+    ``NOT_FOUND``), or a 400 whose body names the model unknown (:data:`MODEL_NOT_FOUND_RE`: OpenRouter,
+    LiteLLM). Read only on a MODEL call's answer: every request of the model meets the same refusal, unlike a 404
+    about one item of a data API (a Mapillary image id), which never reaches this check. ``body``: the answer's body
+    (secrets scrubbed)."""
+    if status in NOT_FOUND_STATUSES:
+        return True
+    # a 400 only: a 422 (FastAPI's validation error) may echo the request, a prompt's words with it
+    return status == 400 and MODEL_NOT_FOUND_RE.search((body or "").lower()) is not None
+
+
 @dataclasses.dataclass(slots=True)
 class AuthFailure:
     """The open breaker of one model: its name, the HTTP status that opened it, its key variable's NAME, and
-    whether the provider refused the account for billing (:func:`is_billing_failure`) rather than the key."""
+    whether the provider refused the account for billing (:func:`is_billing_failure`) rather than the key, or
+    (``not_found``) answered that the path or model does not exist (:func:`is_not_found_failure`; walk39 #6: then
+    ``host`` is the model's host key and ``excerpt`` the start of the last answer's body, secrets scrubbed)."""
 
     model: str
     status: int
     api_key_env: str | None
     failures: int
     billing: bool = False
+    not_found: bool = False
+    host: str | None = None
+    excerpt: str = ""
 
     def message(self) -> str:
         """``authentication failed for model X (HTTP 401): check OPENAI_API_KEY`` (never the value), or for a
-        billing refusal ``the provider refused model X for billing (HTTP 429): ...``."""
+        billing refusal ``the provider refused model X for billing (HTTP 429): ...``, or for a path or model not
+        found ``model X: host H answered HTTP 404 (path or model not found) to 5 requests in a row: ...``."""
+        if self.not_found:
+            n = "1 request" if self.failures == 1 else f"{self.failures} requests in a row"
+            return (f"model {self.model}: host {self.host or '?'} answered HTTP {self.status} ({C.NOT_FOUND_WHAT}) to "
+                    f"{n}, none answered: {self.excerpt or '(no body)'}; check [[models]] base_url (its path) and "
+                    f"model (the id the server serves: GET <base_url>/models lists them) of '{self.model}', then re-run "
+                    "the same command: the requests left queued are sent then")
         if self.billing:
             return (f"the provider refused model {self.model} for billing (HTTP {self.status}: quota or credit used "
                     "up, or a spend limit reached): add credit or raise the limit at the provider, then re-run "
@@ -392,18 +459,25 @@ class AuthStop(PicklableError, Held):
 
 
 class AuthBreaker(HeldTasks):
-    """Per-model count of consecutive authentication failures; opens at ``threshold`` (in memory, per run).
+    """Per-model count of consecutive refusals of a model's calls by its host; opens at ``threshold`` (in memory, per
+    run): a refused key (401/403), a refused account (billing: at once), or (walk39 #6) a path or model its host does
+    not serve (:meth:`not_found`, its own count). An open breaker holds the model's tasks (:class:`AuthStop`).
 
     Parameters
     ----------
     threshold : int
         Consecutive 401/403 answers from a model's host, with no success of that model in between, that
         open its breaker (>= 1).
+    not_found_threshold : int
+        Consecutive not-found answers (:func:`is_not_found_failure`), with no success in between, that open it
+        (>= 1; default :data:`NOT_FOUND_TO_STOP`).
     """
 
-    def __init__(self, threshold: int = AUTH_FAILURES_TO_STOP) -> None:
+    def __init__(self, threshold: int = AUTH_FAILURES_TO_STOP, not_found_threshold: int = NOT_FOUND_TO_STOP) -> None:
         self.threshold = max(1, int(threshold))
+        self.not_found_threshold = max(1, int(not_found_threshold))
         self._streak: dict[str, int] = {}
+        self._nf_streak: dict[str, int] = {}
         self._answered: set[str] = set()
         self.opened: dict[str, AuthFailure] = {}
         self._held: dict[str, set[str]] = {}
@@ -413,9 +487,29 @@ class AuthBreaker(HeldTasks):
         return self.opened.get(model)
 
     def success(self, model: str) -> None:
-        """A call of ``model`` succeeded: its streak starts over (an open breaker stays open)."""
+        """A call of ``model`` succeeded: its streaks start over (an open breaker stays open)."""
         self._streak[model] = 0
+        self._nf_streak[model] = 0
         self._answered.add(model)
+
+    def not_found(self, model: str, status: int, host: str | None, excerpt: str, last_attempt: bool = False
+                  ) -> AuthFailure | None:
+        """Count one not-found answer of ``model`` (:func:`is_not_found_failure`: HTTP ``status`` from ``host``, the
+        start of its body ``excerpt``, secrets scrubbed); return the model's :class:`AuthFailure` (``not_found``)
+        once its breaker is open (walk39 #6).
+
+        Opens at ``not_found_threshold`` such answers in a row with no answer of the model in between, or on a
+        task's ``last_attempt`` while the model has not answered once in this run (a re-run still pointing at the
+        wrong path must hold its tasks, never dead-letter them). A model that answered earlier is not stopped by
+        one task's last attempt: an isolated not-found between answers is that request's own failure, retried and
+        then dead-lettered with its reason."""
+        if model in self.opened:
+            return self.opened[model]
+        n = self._nf_streak[model] = self._nf_streak.get(model, 0) + 1
+        if n >= self.not_found_threshold or (last_attempt and model not in self._answered):
+            self.opened[model] = AuthFailure(model, int(status), None, n, not_found=True, host=host, excerpt=excerpt)
+            return self.opened[model]
+        return None
 
     def failure(self, model: str, status: int, api_key_env: str | None, last_attempt: bool = False, *,
                 billing: bool = False) -> AuthFailure | None:
@@ -437,26 +531,41 @@ class AuthBreaker(HeldTasks):
             return self.opened[model]
         return None
 
+    def not_found_stops(self) -> list[dict[str, Any]]:
+        """One record per model stopped because its host does not serve its path or model id (order opened; walk39
+        #6), for the progress stream and ``status`` (:meth:`ModelCaller.not_found_holds`)::
+
+            {"model": "b", "status": 404, "host": "127.0.0.1:8001 (POST /chat/completions)", "failures": 5,
+             "excerpt": "{\"error\": ...}", "held": 35}
+
+        ``held``: tasks of the model this process holds unsent. Cheap: called once per progress tick."""
+        return [{"model": f.model, "status": f.status, "host": f.host, "failures": f.failures, "excerpt": f.excerpt,
+                 "held": self.held(f.model)} for f in self.opened.values() if f.not_found]
+
     def messages(self) -> list[str]:
         """One line per open breaker, in the order they opened."""
         return [f.message() for f in self.opened.values()]
 
-    def report_lines(self, left_queued: int | None = None) -> list[str]:
-        """One line per open breaker (order opened): its :meth:`AuthFailure.message` and the work of that model
-        this process left queued, e.g. ``...: check OPENAI_API_KEY; 40 request(s) of model gpt not sent (left
+    def report_lines(self, left_queued: int | None = None, *, not_found: bool = False) -> list[str]:
+        """One line per open breaker (order opened) of the refusals of one group: refused keys and accounts
+        (default; the run ends ``authentication failed``), or with ``not_found`` the paths or models not found
+        (walk39 #6; the run ends ``incomplete``): its :meth:`AuthFailure.message` and the work of that model this
+        process left queued, e.g. ``...: check OPENAI_API_KEY; 40 request(s) of model gpt not sent (left
         queued)``.
 
-        ``left_queued``: the model caller stopped leasing because every model was refused
+        ``left_queued``: the model caller stopped leasing because every model was stopped
         (:meth:`ModelCaller.runnable`), so the held counts cover only what it had leased; the lines then name
-        the models and the last one says how many requests were left in the queue (all of them the refused
+        the models and the last one says how many requests were left in the queue (all of them the stopped
         models', since no other model remains)."""
+        opened = [f for f in self.opened.values() if f.not_found == not_found]
         if left_queued is None:
             return [f"{f.message()}; {self.held(f.model)} request(s) of model {f.model} not sent (left queued)"
-                    for f in self.opened.values()]
-        lines = [f.message() for f in self.opened.values()]
+                    for f in opened]
+        lines = [f.message() for f in opened]
         if lines:
-            what = ("every model was refused (its key, or its account for billing)"
-                    if any(f.billing for f in self.opened.values()) else "every model's key was refused")
+            what = ("no model can run any more" if not_found else
+                    "every model was refused (its key, or its account for billing)"
+                    if any(f.billing for f in opened) else "every model's key was refused")
             lines[-1] += f"; {what}, so dispatching stopped: {left_queued} request(s) left queued"
         return lines
 
@@ -761,9 +870,32 @@ class _AuthFailed(PicklableError, Exception):
         self.billing = billing
 
 
+class _NotFound(PicklableError, Exception):
+    """A model call was answered that its path or model does not exist (:func:`is_not_found_failure`; reservation
+    already released: a 4xx is not billed); ``handle`` asks the breaker what next (walk39 #6). ``where``: the host
+    and path asked (``127.0.0.1:8001 POST /chat/completions``), ``excerpt``: the body's start, secrets scrubbed.
+    Picklable: the four attributes travel."""
+
+    def __init__(self, status: int, reason: str, host: str | None = None, excerpt: str = "") -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+        self.host = host
+        self.excerpt = excerpt
+
+
 def _excerpt(text: str) -> str:
     text = redact(text)
     return text if len(text) <= EXCERPT_CHARS else text[: EXCERPT_CHARS - 3] + "..."
+
+
+def _asked(url: str) -> str | None:
+    """``host:port POST /path`` of a model call's ``url`` (no query: it may hold a key; secrets scrubbed), for a
+    not-found stop's message; None when ``url`` has no host."""
+    from urllib.parse import urlsplit
+
+    host = host_key(url) if url else None
+    return redact(f"{host} (POST {urlsplit(url).path or '/'})") if host else None
 
 
 def _settings_id(request: ModelRequest) -> str:
@@ -1110,6 +1242,9 @@ class ModelCaller(Stage):
     #: requests in a row that could not reach a model's host before its models stop (module docstring,
     #: "Unreachable-host breaker")
     unreachable_after: int = UNREACHABLE_AFTER
+    #: answers in a row of one model saying its path or model does not exist that stop it (module docstring,
+    #: "Not-found breaker"; walk39 #6)
+    not_found_to_stop: int = NOT_FOUND_TO_STOP
     #: fresh answers in a row of one model that came back empty, cut off at the output-token limit, that stop it
     #: (:mod:`geoagent.workers.cutoff_breaker`)
     cut_off_empty_to_stop: int = CUT_OFF_EMPTY_TO_STOP
@@ -1253,6 +1388,12 @@ class ModelCaller(Stage):
         into the final record, so ``status`` names them (:func:`geoagent.status.cut_off_models`)."""
         return self._cutoff.stops() if self._cutoff is not None else []
 
+    def not_found_holds(self) -> list[dict[str, Any]]:
+        """The models this process stopped because their host answered that their path or model id does not exist
+        (:meth:`AuthBreaker.not_found_stops`; walk39 #6); read by the progress stream at each tick and into the final
+        record, so ``status`` names them (:func:`geoagent.status.not_found_models`)."""
+        return self._auth.not_found_stops() if self._auth is not None else []
+
     def lane_open(self, lane: str) -> bool:
         """Whether model ``lane`` can be sent to now: no breaker of it is open (authentication, empty answers, its
         host unreachable; in watch mode too, while its host is waited for), so its share of its work counts in the
@@ -1321,7 +1462,8 @@ class ModelCaller(Stage):
         """The campaign's :class:`AuthBreaker` (service :data:`AUTH_BREAKER_SERVICE`; made on first use)."""
         breaker = ctx.services.get(AUTH_BREAKER_SERVICE)
         if breaker is None:
-            breaker = ctx.services[AUTH_BREAKER_SERVICE] = AuthBreaker(self.auth_failures_to_stop)
+            breaker = ctx.services[AUTH_BREAKER_SERVICE] = AuthBreaker(self.auth_failures_to_stop,
+                                                                       self.not_found_to_stop)
         return breaker
 
     # -- the job ------------------------------------------------------------------------------------
@@ -1472,6 +1614,14 @@ class ModelCaller(Stage):
                 if opened is not None:
                     raise AuthStop(opened) from None
                 raise CallFailed(exc.reason) from None  # nacked: retried, never dead-lettered by the streak
+            except _NotFound as exc:
+                # a path or model its host does not serve (walk39 #6): counted like a refused key, so the K-th in a
+                # row stops the model and its tasks are held, not dead-lettered one by one
+                last = task.attempts + 1 >= int(getattr(getattr(cfg, "queue", None), "max_attempts", C.DEFAULT_MAX_ATTEMPTS))
+                opened = breaker.not_found(m.name, exc.status, exc.host, exc.excerpt, last_attempt=last)
+                if opened is not None:
+                    raise AuthStop(opened) from None
+                raise CallFailed(exc.reason) from None  # nacked: retried (dead-lettered on its last attempt)
             except _Unreachable as exc:
                 # nothing was billed (reservation released): never a dead letter (module docstring)
                 if probe is not None:  # the half-open probe failed: re-open, cool-down doubled; held again
@@ -1659,6 +1809,10 @@ class ModelCaller(Stage):
             if refusal is not None:  # a refused key (False) or account (True)
                 raise _AuthFailed(exc.status, f"HTTP {exc.status}: {_excerpt(exc.body_excerpt)}",  # type: ignore[attr-defined]
                                   billing=refusal) from None
+            if isinstance(exc, PermanentHTTPError) and is_not_found_failure(exc.status, exc.body or exc.body_excerpt):
+                # the path or model is not served there: every request of the model would meet it (walk39 #6)
+                raise _NotFound(exc.status, f"HTTP {exc.status}: {_excerpt(exc.body_excerpt)}", _asked(exc.url),
+                                _excerpt(exc.body_excerpt)) from None
             if isinstance(exc, PermanentHTTPError):
                 raise PermanentFailure(f"HTTP {exc.status}: {_excerpt(exc.body_excerpt)}") from None
             if (isinstance(exc, RetriesExhausted) and exc.unreachable and exc.host
