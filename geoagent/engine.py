@@ -2295,7 +2295,7 @@ async def _run(
         # finishes the campaign answers for every edge, so work dead-lettered by a process that ended earlier
         # still makes the campaign ``incomplete``
         judged = set(counts) if not only_stages or campaign_drained else {s.input_edge for s in stages}
-        # a --stages process's stage that drained its input (docs/campaigns.md, "Scale-out on one machine") left
+        # a --stages process's stage that drained its input (docs/scale-out.md, "Scale-out on one machine") left
         # nothing there: what another process queued on that edge after it is theirs, not this process's failure
         # (its stage, ready there: waiting for a process to take them; tasks leased there are another's at work)
         arrived_late = {r.stage.input_edge: (r.stage.name, counts[r.stage.input_edge].ready)

@@ -1,7 +1,7 @@
 """The project's documentation as tests read it: README.md, then the docs/ files in a fixed order.
 
 README.md is the front page (what geoagent is, the set-up commands, the first hour, an index); the reference
-text lives in docs/, one file per former README section, in the order those sections had. Tests that check what
+text lives in docs/, one file per topic, in the order README's documentation table lists them. Tests that check what
 the documentation promises read :func:`docs_text` (the whole of it, so a passage can move between files without
 breaking them); tests about the set-up commands read README.md itself (:data:`README`).
 """
@@ -14,9 +14,13 @@ REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 DOCS_DIR = REPO / "docs"
 
-#: the docs/ files in reading order (the order of the README sections they came from)
+#: the docs/ files in reading order (the order of README's documentation table)
 DOC_FILES = (
     "campaigns.md",
+    "crawls.md",
+    "judgement-calls.md",
+    "models.md",
+    "scale-out.md",
     "demo.md",
     "geocontext-release.md",
     "configuration.md",

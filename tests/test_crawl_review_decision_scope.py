@@ -2,7 +2,7 @@
 break19, finding 5, left as is).
 
 Ratings are made once per city (``merge_site_candidates``), but pageview tiers, the review queue and the decisions
-are per site (docs/campaigns.md, the review queue: "one per (site, QID)"; ``review_verdicts`` columns ``site`` and
+are per site (docs/crawls.md, the review queue: "one per (site, QID)"; ``review_verdicts`` columns ``site`` and
 ``qid``). So a place rated 5 and corrected to 1 at the site where it was queued stays in the high tier of another
 ladder of the same city. The reviewer suggested keying decisions by (city, QID) or applying a decision to every
 site of the city; that is a design change, not made here. This test states the behaviour the reviewer expected and
@@ -18,7 +18,7 @@ from geoagent.crawl.ladder import RatedCandidate, build_ladder
 from geoagent.crawl.review import apply_decisions
 
 
-@pytest.mark.xfail(strict=True, reason="design choice: review decisions are per (site, QID), docs/campaigns.md; "
+@pytest.mark.xfail(strict=True, reason="design choice: review decisions are per (site, QID), docs/crawls.md; "
                                        "break19 finding 5")
 def test_a_review_decision_gives_one_place_one_tier_across_a_citys_ladders():
     place_a = RatedCandidate(qid="Q500", label_raw="Curiosity Museum", dist_km=1.0, familiarity=5, name_en="Curiosity Museum")

@@ -120,7 +120,7 @@ def test_geocoding_a_hint_echo_gives_the_hint_distance(release_dir):
 def test_release_sample_streets_named_as_the_area_and_what_our_rules_make_of_them(release_dir):
     """The release scores a street named in the area field at its point (its linearity test runs at place level
     only); ours passes it over when its Wikidata class is a street's and tries the area's next name (module doc of
-    ``geoagent.geohint.geocode``, point 4). The figures docs/campaigns.md ("GeoHint geocoder judgement calls")
+    ``geoagent.geohint.geocode``, point 4). The figures docs/judgement-calls.md ("GeoHint geocoder judgement calls")
     gives, computed from the sample itself: the release's area-level hits whose resolved item is a street by name
     (:func:`is_linear_name`, to find them; our geocoder decides by class), and for each the outcome under our rules
     when the street is a street by class: the area's next name variant that the release itself resolved at that

@@ -1,7 +1,7 @@
 """A ``--stages`` process whose stages drained, while another process's output reached their input just after.
 
 A process without ``--watch`` ends when its own stages' input queues are empty and nothing in them is leased
-(docs/campaigns.md, "Scale-out on one machine"). Work another process queues there after that moment is not
+(docs/scale-out.md, "Scale-out on one machine"). Work another process queues there after that moment is not
 work this process left: before (session 21's CI), the engine counted the queues after its runners had ended
 and called such work its own ("incomplete", exit 3: "left queued untouched because a stage stopped early"),
 so the same split run ended 0 or 3 by a few milliseconds. In CI: ``run --stages collector`` beside a

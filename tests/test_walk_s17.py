@@ -120,11 +120,11 @@ def test_every_pointer_between_the_docs_files_names_a_phrase_of_its_file():
     assert not _pointer_problems(files), "\n".join(_pointer_problems(files))
 
 
-def test_configuration_points_to_the_reasoning_rules_in_campaigns():
+def test_configuration_points_to_the_reasoning_rules_in_models():
     text = _flat((DOCS_DIR / "configuration.md").read_text(encoding="utf-8"))
     assert "no images as above" not in text  # "above" was the old README's Running campaigns section
-    assert '"Reasoning and thinking models" in [Running campaigns](campaigns.md)' in text
-    assert "Reasoning and thinking models:" in _flat((DOCS_DIR / "campaigns.md").read_text(encoding="utf-8"))
+    assert '"Reasoning and thinking models" in [Models and images](models.md)' in text
+    assert "Reasoning and thinking models:" in _flat((DOCS_DIR / "models.md").read_text(encoding="utf-8"))
 
 
 # -- 3. what README's first hour says docs/configuration.md holds -------------------------------------------

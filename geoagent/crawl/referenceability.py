@@ -563,7 +563,7 @@ def pageview_tiers(views: dict[str, int]) -> dict[str, str]:
     of its mean position (e.g. four of six with 0 views occupy positions 0-3, mean 1.5: all ``low``; all equal: the
     middle position, ``mid`` from three candidates up), so a tier never depends on the QIDs. Seed 000 Sec. 3.3 says
     only that disagreement between the auditor and pageviews becomes a review queue; tertiles are this
-    implementation's reading of it (docs/campaigns.md, "review queue"). Before 2026-12-02 ties were ordered by QID
+    implementation's reading of it (docs/crawls.md, "review queue"). Before 2026-12-02 ties were ordered by QID
     and could be split between tiers; items queued then stay in ``audit_review_queue.jsonl`` (the queue is
     append-only)."""
     order = sorted(views, key=lambda q: (views[q], q))

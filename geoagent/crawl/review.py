@@ -305,4 +305,4 @@ def review_counts_line(counts: Mapping[str, int]) -> str | None:
     if counts.get("resolved"):
         return head + f" (decisions in force: {RESOLVED_FILE}; the queue file lists each item as it was queued)"
     return head + (f" (settle them with {REVIEW_VERDICTS_KEY}: a CSV of site,qid,decision; "
-                   "docs/campaigns.md, 'review queue')")
+                   "docs/crawls.md, 'review queue')")

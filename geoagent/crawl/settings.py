@@ -111,7 +111,7 @@ DEFAULT_EXTRA_UNIT_PATTERNS: tuple[str, ...] = (
 #: kanji or digit numeral and 丁目, or beginning "Unidad Habitacional" or "Fraccionamiento". Narrower than the
 #: default (:data:`CHOME_PATTERNS`, :data:`MEXICAN_UNIT_PATTERNS`, :data:`DEFAULT_EXTRA_UNIT_PATTERNS`; the paper,
 #: Sec. 3.1, requires addressing units to be excluded and lists none): set ``addressing_unit_patterns`` to these to
-#: screen exactly as the release did (docs/campaigns.md, "Crawl judgement calls").
+#: screen exactly as the release did (docs/judgement-calls.md, "Crawl judgement calls").
 RELEASE_UNIT_PATTERNS: tuple[str, ...] = (
     r"[一二三四五六七八九十\d]+丁目$",
     r"^Unidad Habitacional",

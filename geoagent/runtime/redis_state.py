@@ -73,7 +73,7 @@ suffix                       type    content
 
 Not kept here: the host-share board (rate limits, turns, pauses) is shared by every machine too, on the same server
 under ``geoagent:<campaign>::hs:`` (:mod:`geoagent.runtime.hostshare_redis`); the run's files in the state folder
-(manifest, plan keys, progress) stay on each machine (docs/campaigns.md, "Scale-out across machines").
+(manifest, plan keys, progress) stay on each machine (docs/scale-out.md, "Scale-out across machines").
 
 Throughput: every operation is one round trip, run in order on the process's one job thread (the order
 :func:`geoagent.engine.settle_pending_ledger_writes` relies on). Measured on the shared 2-core development machine,
