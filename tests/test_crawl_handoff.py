@@ -70,6 +70,9 @@ def crawled(_crawl_once, monkeypatch):
 
     root, pristine, out = _crawl_once
     restore_crawl(root, pristine, monkeypatch)
+    # the campaigns here plan from the crawl's folder: a GEOAGENT_RELEASE in the caller's environment (pointing the
+    # tests at the release) would win over their [paths] release_dir
+    monkeypatch.delenv("GEOAGENT_RELEASE", raising=False)
     return root, out
 
 
@@ -132,8 +135,9 @@ def test_readme_crawl_example_is_what_the_sandbox_crawl_prints(crawled):
     assert m.group(1) in printed, (m.group(1), printed)
 
 
-def test_empty_first_plan_is_a_config_error_and_leaves_no_state(isolated_roots, capsys):
+def test_empty_first_plan_is_a_config_error_and_leaves_no_state(isolated_roots, capsys, monkeypatch):
     root = isolated_roots
+    monkeypatch.delenv("GEOAGENT_RELEASE", raising=False)  # the campaigns plan from their own (empty) folder
     empty = root / "empty"
     empty.mkdir()
     (empty / "sites.csv").write_text("site,city,country,continent,lat,lon,qid,name_en\n", encoding="utf-8")

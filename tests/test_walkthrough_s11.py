@@ -126,11 +126,14 @@ def test_export_with_no_answers_writes_the_declared_results_table_empty(tmp_path
 
 @pytest.mark.parametrize("module", ["judged", "raw_import"])
 def test_release_commands_errors_name_their_own_argument_not_the_campaign_settings(module, tmp_path, capsys,
-                                                                                   release_dir):
+                                                                                   release_dir, monkeypatch):
     # before: a bad RELEASE_DIR advised GEOAGENT_RELEASE / [paths] release_dir (which this command ignores),
     # judged's `--file nope.csv` printed a raw "[Errno 2] ..."
     import importlib
 
+    # without GEOAGENT_RELEASE in the environment (a caller pointing the tests at the release sets it; the message
+    # then names it, on purpose, as the value this command does not use)
+    monkeypatch.delenv("GEOAGENT_RELEASE", raising=False)
     main_fn = importlib.import_module(f"geoagent.geohint.{module}").main
     assert main_fn([str(tmp_path / "nope"), str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
