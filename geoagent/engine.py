@@ -640,9 +640,13 @@ class Outcome:
             return None
         own = self.own_stages
         answered = self.process_answered
-        if answered is None and own:
+        # a crawl process of a --stages split that ran an auditor made model calls without a model caller (crawl40
+        # #6: "no model calls by this process" beside its 29 vision calls): those go the common way below
+        if answered is None and own and not self.process_calls:
+            who = ("the auditors' process reports their calls" if self.plan_unit == "cities"
+                   else "the model caller's process reports its calls")
             return (f"  this run: no model calls by this process (it ran stage{'s' if len(own) != 1 else ''} "
-                    f"{', '.join(own)}; the model caller's process reports its calls)")
+                    f"{', '.join(own)}; {who})")
         settled = int(self.process_calls)
         reused = max(0, (answered or 0) - settled)  # answered None: a campaign kind without a model caller
         new_calls = max(0, settled - sum(self.process_replayed.values()))
