@@ -45,6 +45,7 @@ import difflib
 import functools
 import hashlib
 import math
+import ipaddress
 import types
 import os
 import re
@@ -779,8 +780,9 @@ class ModelConfig(_Section):
         url = self.effective_base_url
         if not url:
             return None
-        parts = urlsplit(url)
-        return f"{parts.hostname}:{parts.port}" if parts.port else parts.hostname
+        from geoagent.runtime.http import host_key
+
+        return host_key(url) or None
 
     @property
     def default_base_url(self) -> str | None:
@@ -843,7 +845,8 @@ class ModelConfig(_Section):
         return params
 
 
-_HOST_KEY_RE = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?)*(?::(?P<port>\d{1,5}))?$")
+_HOST_KEY_RE = re.compile(r"^(?:[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?)*"
+                          r"|\[(?P<v6>[0-9a-f:.]+)\])(?::(?P<port>\d{1,5}))?$")
 
 
 class HostSection(_Section):
@@ -1011,9 +1014,16 @@ class CampaignConfig(_Section):
         out: dict[str, HostSection] = {}
         for key, section in v.items():
             m = _HOST_KEY_RE.match(key.strip().lower())
-            if m is None or (m.group("port") is not None and not 0 < int(m.group("port")) < 65536):
-                raise ValueError(f"hostname or hostname:port as a [hosts] key (no scheme, path or spaces), got {key!r}")
-            norm = m.group(0)
+            bad_v6 = False
+            if m is not None and m.group("v6"):  # an IPv6 address in brackets, compressed as runtime.http.host_key
+                try:
+                    v6 = ipaddress.IPv6Address(m.group("v6")).compressed
+                except ValueError:
+                    bad_v6 = True
+            if m is None or bad_v6 or (m.group("port") is not None and not 0 < int(m.group("port")) < 65536):
+                raise ValueError(f"hostname or hostname:port as a [hosts] key (no scheme, path or spaces; an IPv6 "
+                                 f"address in brackets: [::1]:8001), got {key!r}")
+            norm = m.group(0) if not m.group("v6") else f"[{v6}]" + (f":{m.group('port')}" if m.group("port") else "")
             if norm in out:
                 raise ValueError(f"[hosts] keys that differ in more than case; {key!r} repeats {norm!r}")
             out[norm] = section
@@ -1624,13 +1634,10 @@ def _url_hosts(value: Any) -> list[str]:
     if isinstance(value, str):
         if not value.startswith(("http://", "https://")):
             return []
-        parts = urlsplit(value)
-        try:
-            port = parts.port
-        except ValueError:
-            port = None
-        host = (parts.hostname or "").lower()
-        return [f"{host}:{port}" if port is not None else host] if host else []
+        from geoagent.runtime.http import host_key
+
+        host = host_key(value)
+        return [host] if host else []
     if isinstance(value, Mapping):
         return [h for v in value.values() for h in _url_hosts(v)]
     if isinstance(value, (list, tuple)):
@@ -1767,8 +1774,10 @@ def _unused_host_warnings(cfg: "CampaignConfig") -> list[str]:
     (a typo, or a host of another campaign kind). Names the hosts the campaign does use and the closest one.
     A key without a port also matches that host on any port; a crawl's thumbnail CDN hosts are never named
     in advance (:data:`CRAWL_CDN_SUFFIXES`)."""
+    from geoagent.runtime.http import host_name
+
     used = campaign_hosts(cfg)
-    names = set(used) | {h.rsplit(":", 1)[0] for h in used}
+    names = set(used) | {host_name(h) for h in used}
     out = []
     for key in cfg.hosts:
         if key in names or (cfg.campaign.kind == "crawl" and key.split(":")[0].endswith(CRAWL_CDN_SUFFIXES)):
@@ -2359,9 +2368,11 @@ def hosts_entry(cfg: CampaignConfig, host: str | None) -> "HostSection | None":
     None when there is neither."""
     if not host:
         return None
+    from geoagent.runtime.http import host_name
+
     entry = cfg.hosts.get(host)
-    if entry is None and host.count(":") == 1:
-        entry = cfg.hosts.get(host.rsplit(":", 1)[0])
+    if entry is None and host_name(host) != host:
+        entry = cfg.hosts.get(host_name(host))
     return entry
 
 

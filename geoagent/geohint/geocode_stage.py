@@ -239,7 +239,9 @@ def build_geocoder(
 
     def keep(url: str) -> bool:
         key = host_key(url)
-        return key in configured or key.rsplit(":", 1)[0] in configured
+        from geoagent.runtime.http import host_name
+
+        return key in configured or host_name(key) in configured
 
     ua = f"geoagent/0.1 (+{settings.contact}) GeoContext GeoHint geocoder"
     wd_kw: dict[str, Any] = {"policy": None} if keep(settings.wikidata_url) else {}

@@ -81,6 +81,7 @@ a ceiling takes one semaphore, one rate slot and one turn, as before; only a cei
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import contextvars
 import datetime
 import email.utils
@@ -718,14 +719,29 @@ def body_retry_delay(text: str) -> float | None:
 
 @functools.lru_cache(maxsize=1024)
 def host_key(url: str) -> str:
-    """``"hostname:port"`` when the URL names a port explicitly, else ``"hostname"`` (lower-case)."""
+    """``"hostname:port"`` when the URL names a port explicitly, else ``"hostname"`` (lower-case); an IPv6 address
+    in brackets, compressed (``http://[0:0::1]:8001/v1`` -> ``"[::1]:8001"``), as a ``[hosts]`` key names it
+    (config38 #10: no key could name one)."""
     parts = urlsplit(url)
     host = (parts.hostname or "").lower()
+    if ":" in host:  # an IPv6 literal (urlsplit drops its brackets)
+        try:
+            host = f"[{ipaddress.IPv6Address(host.split('%', 1)[0]).compressed}]"
+        except ValueError:
+            host = f"[{host}]"
     try:
         port = parts.port
     except ValueError:
         port = None
     return f"{host}:{port}" if port is not None else host
+
+
+def host_name(key: str) -> str:
+    """The host of host key ``key`` (:func:`host_key`) without its port: ``"example.org:8001"`` -> ``"example.org"``,
+    ``"[::1]:8001"`` -> ``"[::1]"``; a key without a port as it is. A ``[hosts]`` entry for it covers every port."""
+    if key.startswith("["):
+        return key[: key.index("]") + 1] if "]" in key else key
+    return key.rsplit(":", 1)[0] if key.count(":") == 1 else key
 
 
 def limit_key(host: str, model: str) -> str:
@@ -1335,8 +1351,7 @@ class HttpClient:
         """The host policy for ``"hostname:port"`` or ``"hostname"`` (exact key, then hostname, then default)."""
         if host in self._policies:
             return self._policies[host]
-        name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-        return self._policies.get(name, self._default)
+        return self._policies.get(host_name(host), self._default)
 
     def policies(self) -> list[HostPolicy]:
         """Every policy this client knows now: the default one, then each host's (set at construction or with

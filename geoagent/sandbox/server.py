@@ -123,7 +123,7 @@ async def serve(app: web.Application, host: str = "127.0.0.1", port: int = 0) ->
     sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
     bound = sockets[0].getsockname()[1] if sockets else port
     try:
-        yield f"http://{host}:{bound}"
+        yield f"http://{f'[{host}]' if ':' in host else host}:{bound}"  # an IPv6 address in brackets
     finally:
         await runner.cleanup()
 
