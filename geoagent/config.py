@@ -714,6 +714,21 @@ class ModelConfig(_Section):
         return self
 
     @model_validator(mode="after")
+    def _openai_only_fields(self) -> "ModelConfig":
+        """``max_tokens_field`` and ``reasoning_model`` shape OpenAI-compatible requests only, a ``[models.replay]``
+        table the replay provider only: written on another provider they were accepted and did nothing (config38
+        #9), e.g. ``reasoning_model = true`` on an Anthropic entry read as if it set something."""
+        if self.provider != "openai":
+            for name in ("max_tokens_field", "reasoning_model"):
+                if name in self.model_fields_set and getattr(self, name) is not None:
+                    raise ConfigProblem(f'{name}: only for provider = "openai" (OpenAI-compatible servers), not '
+                                        f"{self.provider!r}, whose requests it does not change; remove it")
+        if self.provider != "replay" and "replay" in self.model_fields_set:
+            raise ConfigProblem(f'replay: only for provider = "replay" (answers read from a recorded file), not '
+                                f"{self.provider!r}; remove the table, or set provider = \"replay\"")
+        return self
+
+    @model_validator(mode="after")
     def _original_detail_model(self) -> "ModelConfig":
         """``params.detail = "original"`` only where OpenAI's vision guide offers it, gpt-5.4 and later
         (:func:`openai_large_patch_model`): an older model answers 400 and every task would be dead-lettered
