@@ -11,6 +11,7 @@ import pytest
 from geoagent import constants as C
 from geoagent.crawl.image_audit import IMAGE_AUDIT_COLUMNS
 from geoagent.crawl.ladder import LADDER_COLUMNS, band_for, tier_for
+from geoagent.crawl.referenceability import REF_PARSER_VERSION
 from geoagent.crawl.sampler import SITES_COLUMNS
 from geoagent.crawl.screener import CITY_POOL_COLUMNS
 from geoagent.crawl.settings import load_crawl_settings
@@ -129,8 +130,11 @@ def test_referenceability_logs_and_ladders(crawled):
     sens = [json.loads(l) for l in (tmp / "state" / C.AUDIT_SENSITIVE_FILE).read_text().splitlines()]
     ok_keys = {"qid", "label", "model", "ok", "familiarity", "name_zh", "name_en", "why", "ts"}
     # the crawl rates per city: the release's keys plus the city key the rating was made for and the version of
-    # the candidate lines it was shown (session 12: 2, with the English Wikipedia title)
-    assert all(set(d) == ok_keys | {"city", "candidate_lines"} or {"error", "raw", "city"} <= set(d) for d in decisions)
+    # the candidate lines it was shown (session 12: 2, with the English Wikipedia title) and the version of the rules
+    # its answer was read by (session 40, crawl40 #1/#2)
+    assert all(set(d) == ok_keys | {"city", "candidate_lines", "parser_version"} or {"error", "raw", "city"} <= set(d)
+               for d in decisions)
+    assert {d.get("parser_version") for d in decisions} == {REF_PARSER_VERSION}
     assert {d.get("candidate_lines") for d in decisions if "error" not in d} == {2}
     assert {d["city"] for d in decisions} == {s["city"].lower().replace(" ", "") for s in sites}  # "Sandbox City" -> sandboxcity
     assert {"qid", "label", "model", "auditor", "sensitive", "why", "ts"} <= set(sens[0])

@@ -51,7 +51,10 @@ class Recording(Provider):
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         self.prompts.append(request.prompt)
-        idx = [int(i) for i in re.findall(r"^(\d+)\. ", request.prompt, re.M)]
+        # the candidate lines only: the rating prompt's numbered instructions ('1. "ok": ...') are no candidates
+        # (answered as idx 1-4 they number past a short batch, an answer set aside whole since crawl40 #2)
+        body = request.prompt.split("Candidates", 1)[-1] if "Candidates" in request.prompt else request.prompt
+        idx = [int(i) for i in re.findall(r"^(\d+)\. ", body, re.M)]
         if "CONTENTIOUS" in request.prompt:
             arr = [{"idx": i, "sensitive": False, "why": "x"} for i in idx]
         else:

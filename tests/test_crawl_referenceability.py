@@ -84,14 +84,18 @@ def test_unparseable_batches_are_split_and_retried(tmp_path):
 
 
 def test_missing_item_is_asked_again_and_hopeless_one_logged_as_failure(tmp_path):
+    from geoagent.crawl.referenceability import AuditorOutputUnreadable
+
     prov = ScriptedProvider(drop_label="Place 4", always_garble="Place 4")
     aud = _auditor(tmp_path, prov, batch_size=6)
-    rated = asyncio.run(aud.audit("s1", _cands(6)))
+    # crawl40 #1: a failed rating fails the step (retryable), it is no longer a decision made quietly
+    with pytest.raises(AuditorOutputUnreadable, match="ratings of 1 of 6 candidates failed") as e:
+        asyncio.run(aud.audit("s1", _cands(6)))
+    assert e.value.failed == 1 and not e.value.gave_up
     d = {x["qid"]: x for x in _lines(tmp_path / C.AUDIT_DECISIONS_FILE)}
-    assert d["Q14"]["ok"] is None and d["Q14"]["error"] == "unparseable answer" and d["Q14"]["raw"]
+    assert d["Q14"]["ok"] is None and d["Q14"]["error"].startswith("unparseable answer") and d["Q14"]["raw"]
     assert [b for b in prov.batches if b == ["Place 4"]]  # asked alone at the end
-    r4 = next(r for r in rated if r.qid == "Q14")
-    assert r4.familiarity is None and not r4.ok  # never guessed
+    assert all(d[q]["familiarity"] is not None for q in d if q != "Q14")  # the others rated, never guessed
 
 
 def test_log_formats_match_release_samples(tmp_path, release_dir):
@@ -153,8 +157,14 @@ def test_parse_ref_batch_defensive():
     # idx 0 rated two ways: left out, asked again (s15-parse; was the first element's rating); 1 and 7 invalid
     assert got == {}
     got = parse_ref_batch('[{"idx": 0, "ok": true, "familiarity": 4}, {"idx": 0, "ok": true, "familiarity": 4, "why": "x"},'
-                          ' {"idx": 1, "ok": "yes", "familiarity": 9}, {"idx": 7, "ok": true, "familiarity": 2}, "junk"]', 3)
-    assert got == {0: {"ok": True, "familiarity": 4, "name_zh": None, "name_en": None, "why": ""}}
+                          ' {"idx": 1, "ok": "yes", "familiarity": 9}, {"idx": 2, "ok": true, "familiarity": 2, "zh": 3}, "junk"]', 3)
+    assert got == {0: {"ok": True, "familiarity": 4, "name_zh": None, "name_en": None, "why": ""},
+                   2: {"ok": True, "familiarity": 2, "name_zh": None, "name_en": None, "why": ""}}
+    # crawl40 #2: an idx outside 0..n-1 (7 of 3) is a shifted numbering: the whole answer is set aside
+    why: list[str] = []
+    assert parse_ref_batch('[{"idx": 0, "ok": true, "familiarity": 4}, {"idx": 7, "ok": true, "familiarity": 2}]', 3,
+                           problems=why) == {}
+    assert why and "7 outside 0..2" in why[0]
 
 
 def test_prompt_states_referenceability_is_not_fame():

@@ -251,9 +251,10 @@ class CrawlCampaign(CampaignKind):
         (:func:`geoagent.crawl.screener.not_admitted_lines`, from the stored screening records); then how many
         referenceability review items are pending and resolved (:func:`geoagent.crawl.review.review_counts_line`,
         from the queue and the resolution table the last run wrote); then how many candidates no ladder draws
-        because their contentious-name screen could not be read (:func:`unscreened_lines`). The cities that got
+        because their contentious-name screen could not be read (:func:`unscreened_lines`), and how many
+        candidates' ratings failed (:func:`rating_failed_lines`, crawl40 #1). The cities that got
         fewer sites than ``sites_per_city`` come after the cities not admitted (:func:`shortfall_lines`)."""
-        from geoagent.crawl.referenceability import unscreened_lines
+        from geoagent.crawl.referenceability import rating_failed_lines, unscreened_lines
         from geoagent.crawl.review import review_counts, review_counts_line
         from geoagent.crawl.screener import not_admitted_lines
 
@@ -266,7 +267,7 @@ class CrawlCampaign(CampaignKind):
         except OSError:
             review = None
         try:
-            unscreened = unscreened_lines(cfg.state_dir())
+            unscreened = rating_failed_lines(cfg.state_dir()) + unscreened_lines(cfg.state_dir())
         except OSError:
             unscreened = []
         try:
@@ -298,7 +299,7 @@ class CrawlCampaign(CampaignKind):
         lines.append("  queue counts are per-site tasks (one task fetches or audits all of a site's images); "
                      + image_counts_line(image_counts(svc.state_dir, svc.images_root),
                                          downloaded=svc.downloads_this_run))
-        from geoagent.crawl.referenceability import not_rated_count, unscreened_lines
+        from geoagent.crawl.referenceability import not_rated_count, rating_failed_lines, unscreened_lines
 
         from geoagent.crawl.review import review_counts, review_counts_line
 
@@ -311,6 +312,7 @@ class CrawlCampaign(CampaignKind):
                          "asked language and no English Wikipedia article (WDQS gave the bare QID, a name the auditor cannot "
                          "rate nor a hint use); "
                          "each is a decision in audit_decisions.jsonl with not_rated = no_label")
+        lines += rating_failed_lines(svc.state_dir)
         lines += unscreened_lines(svc.state_dir)
         from geoagent.crawl.screener import not_admitted_lines
 
@@ -337,11 +339,11 @@ class CrawlCampaign(CampaignKind):
         warning = label_language_warning(svc.state_dir)
         if warning:
             lines.append(f"  {warning}")
-        from geoagent.crawl.referenceability import ref_candidate_lines_warning
+        from geoagent.crawl.referenceability import ref_candidate_lines_warning, ref_parser_warning
 
-        warning = ref_candidate_lines_warning(svc.state_dir)
-        if warning:
-            lines.append(f"  {warning}")
+        for warning in (ref_candidate_lines_warning(svc.state_dir), ref_parser_warning(svc.state_dir)):
+            if warning:
+                lines.append(f"  {warning}")
         return lines
 
 

@@ -7,7 +7,13 @@ coordinate), and sent in batches to a text-only LLM with ``prompts/crawl_referen
 candidate ``ok`` (usable as a reference point), ``familiarity`` (referenceability 0-5: how often people
 use it to say where they are, not fame), ``zh``/``en`` canonical names and a short ``why``. Output that
 cannot be read is never guessed at: the batch is split in halves and each half retried, down to single
-candidates, which are then recorded as failed. Every decision is appended to ``audit_decisions.jsonl``
+candidates, which are then recorded as failed; but when both halves of a split come back unreadable the step stops
+there (crawl40 #1: an auditor whose every answer lacked ``idx`` was asked every candidate alone, ~79 calls a batch).
+An answer numbering a candidate outside 0..n-1, or whose English names are mostly other candidates' labels, is set
+aside whole (crawl40 #2: an answer numbered from 1 put every rating on the next candidate). A failure (``error``
+and the ``raw`` answer in its record) is no decision: the step raises :class:`AuditorOutputUnreadable` (the task
+fails, the crawl ends ``incomplete``) and a re-run asks it again (:meth:`ReferenceabilityAuditor.rate_all`;
+:data:`REF_PARSER_VERSION`, recorded as ``parser_version``). Every decision is appended to ``audit_decisions.jsonl``
 (the release's record shape) and every verbatim answer, with the QIDs it was about, to
 ``audit_raw_answers.jsonl``; decisions already logged for the same auditor model (and city, below) are
 reused, so a restart re-asks nothing. A separate, deliberately narrow screening pass
@@ -101,6 +107,7 @@ from geoagent.crawl.settings import ReferenceabilitySettings
 from geoagent.files import append_jsonl
 from geoagent.geo import haversine_km
 from geoagent.providers.base import ModelRequest
+from geoagent.runtime.errors import PicklableError
 
 REF_MARKER = "REFERENCE-POINT CANDIDATES"
 SENS_MARKER = "CONTENTIOUS-NAME SCREEN"
@@ -240,6 +247,15 @@ def candidate_from_json(d: dict[str, Any]) -> RefCandidate:
 #: (and distance) alone.
 REF_CANDIDATE_LINES = 2
 
+#: Version of the rules the rating and screening answers are read by (:func:`parse_ref_batch`,
+#: :func:`parse_sensitive_batch`, :func:`moved_names_problem`), recorded as ``parser_version`` in every decision
+#: and failure the crawl logs for a city (``audit_decisions.jsonl``, ``audit_sensitive.jsonl``;
+#: :func:`ref_parser_warning`). 2 (session 40): for a batch of one, one element without ``idx`` is its answer
+#: (crawl40 #1); an answer numbering a candidate outside 0..n-1 is set aside whole, and so is a rating answer
+#: whose English names are mostly other candidates' labels (crawl40 #2: a 1-based answer moved every rating and
+#: English name onto the next candidate); a failure is no decision and is asked again. 1 (no field): before.
+REF_PARSER_VERSION = 2
+
 
 def render_candidates(batch: Sequence[RefCandidate], with_distance: bool = True) -> str:
     """Numbered candidate lines for a prompt: ``0. Label (English Wikipedia: Title) (1.23 km)``; the title part
@@ -256,7 +272,8 @@ def render_candidates(batch: Sequence[RefCandidate], with_distance: bool = True)
     return "\n".join(lines)
 
 
-def parse_ref_batch(text: str | None, n: int, prompt: str | None = None) -> dict[int, dict[str, Any]] | None:
+def parse_ref_batch(text: str | None, n: int, prompt: str | None = None, *,
+                    problems: list[str] | None = None) -> dict[int, dict[str, Any]] | None:
     """Read the auditor's JSON array for a batch of ``n`` candidates; ``prompt`` is the prompt it answered, whose
     example array (:func:`~geoagent.crawl.llmjson.prompt_example`; None: the packaged ``crawl_referenceability.txt``)
     is no rating (:func:`_by_idx`). A name written as a placeholder in angle brackets ("<Chinese name>", the
@@ -275,7 +292,9 @@ def parse_ref_batch(text: str | None, n: int, prompt: str | None = None) -> dict
         Wikidata label, :func:`~geoagent.crawl.ladder.hint_name`), the rating is kept, and the element gets
         :data:`NAME_EN_DROPPED` saying so (written to the decision record after ``ts``). A Chinese name over
         :data:`~geoagent.crawl.ladder.NAME_ZH_MAX_CHARS` (also 200) is dropped the same way: ``name_zh`` None (the
-        point has no Chinese name), :data:`NAME_ZH_DROPPED` saying so.
+        point has no Chinese name), :data:`NAME_ZH_DROPPED` saying so. The numbering rules of :func:`_by_idx`
+        (:data:`REF_PARSER_VERSION` 2) apply: for ``n == 1`` one element without ``idx`` is candidate 0, and an answer
+        numbering any element outside 0..n-1 is set aside whole (``{}``; why appended to ``problems`` when given).
     """
     def read(el: dict[str, Any]) -> dict[str, Any] | None:
         ok = as_bool(el.get("ok"))
@@ -295,7 +314,7 @@ def parse_ref_batch(text: str | None, n: int, prompt: str | None = None) -> dict
                                     "not used, the point has no Chinese name")
         return row
 
-    return _by_idx(text, n, read, _example_elements(prompt, "crawl_referenceability.txt"))
+    return _by_idx(text, n, read, _example_elements(prompt, "crawl_referenceability.txt"), problems=problems)
 
 
 def _is_name(v: Any) -> bool:
@@ -313,21 +332,23 @@ def _example_elements(prompt: str | None, template: str) -> list[dict[str, Any]]
     return [el for el in ex or () if isinstance(el, dict)]
 
 
-def parse_sensitive_batch(text: str | None, n: int) -> dict[int, dict[str, Any]] | None:
+def parse_sensitive_batch(text: str | None, n: int, *,
+                          problems: list[str] | None = None) -> dict[int, dict[str, Any]] | None:
     """Read the screening pass's JSON array: idx -> {"sensitive": bool, "why": str} (``why`` text only,
     :func:`~geoagent.crawl.llmjson.as_text`); None if no array. Its prompt's example element (idx 0: not
     sensitive, "ordinary railway station") is not set aside as the rating's is (:func:`parse_ref_batch`): a real
     station at idx 0 may be screened in those very words, and a screen set aside leaves it unscreened, never drawn;
-    an echo of it says only "not sensitive" and invents no name."""
+    an echo of it says only "not sensitive" and invents no name. The numbering rules of :func:`_by_idx` apply (an
+    answer numbering a name outside 0..n-1 is set aside whole: crawl40 #2, the screen reads by the same idx)."""
     def read(el: dict[str, Any]) -> dict[str, Any] | None:
         sens = as_bool(el.get("sensitive"))
         return None if sens is None else {"sensitive": sens, "why": as_text(el.get("why"), 200)}
 
-    return _by_idx(text, n, read)
+    return _by_idx(text, n, read, problems=problems)
 
 
-def _by_idx(text: str | None, n: int, read: Any,
-            example: Sequence[dict[str, Any]] = ()) -> dict[int, dict[str, Any]] | None:
+def _by_idx(text: str | None, n: int, read: Any, example: Sequence[dict[str, Any]] = (), *,
+            problems: list[str] | None = None) -> dict[int, dict[str, Any]] | None:
     """The JSON arrays in ``text`` as idx -> ``read(element)``: elements that are objects with an ``idx`` in
     [0, n) and that ``read`` accepts (not None); None if no complete array at all.
 
@@ -342,11 +363,20 @@ def _by_idx(text: str | None, n: int, read: Any,
     all, so the example alone rates nothing (it gave candidate 0 the example's rating and names); and an idx that
     an array cut off by the end of the answer (``max_output_tokens``) mentions is left out when its complete
     readings disagree with what that array's element says (as far as it goes: a field it holds reads otherwise, or is
-    unreadable): what the model said of it is then unknown."""
+    unreadable): what the model said of it is then unknown.
+
+    Session 40 (:data:`REF_PARSER_VERSION` 2). crawl40 #1: for ``n == 1`` a complete array of one object without an
+    ``idx`` (and no array with one) is candidate 0's answer: there is only one it can be about (it was unreadable,
+    and a batch split down to single candidates was all asked again and logged as failed). crawl40 #2: an answer
+    that numbers any object outside 0..n-1 (``idx`` n or -1: numbered from 1, or otherwise shifted; complete or
+    cut-off arrays alike) is set aside whole, ``{}``: a shifted numbering puts every rating on a neighbour, and the
+    elements in range cannot be told from the shifted ones. Why it was set aside is appended to ``problems``
+    (when given)."""
     if not isinstance(text, str) or not text.strip():
         return None
     arrays: list[list[Any]] = []
     cut: list[list[Any]] = []
+    lone: list[dict[str, Any]] = []  # the one object of a complete array without an idx (n == 1 only)
     found = False
     for src in [*fenced_blocks(text), text]:
         for cand in iter_candidates(src, "["):
@@ -357,8 +387,19 @@ def _by_idx(text: str | None, n: int, read: Any,
                 found = True
                 if any(isinstance(el, dict) and "idx" in el for el in cand.value):
                     arrays.append(cand.value)
+                elif n == 1 and len(cand.value) == 1 and isinstance(cand.value[0], dict) \
+                        and cand.value[0] not in example:
+                    lone.append(cand.value[0])
     if not found:
         return None
+    if not arrays and lone:
+        arrays = [[{**el, "idx": 0}] for el in lone]
+    shifted = _idx_out_of_range([*arrays, *cut], n, example)
+    if shifted is not None:
+        if problems is not None:
+            problems.append(f"answer numbered a candidate {shifted} outside 0..{n - 1} (numbering shifted, e.g. from 1): "
+                            "the whole answer set aside")
+        return {}
     out: dict[int, dict[str, Any]] = {}
     conflicting: set[int] = set()
     for arr in arrays:
@@ -389,6 +430,62 @@ def _by_idx(text: str | None, n: int, read: Any,
     return out
 
 
+def _idx_out_of_range(arrays: Iterable[Sequence[Any]], n: int, example: Sequence[dict[str, Any]]) -> str | None:
+    """The first ``idx`` of an object of ``arrays`` (not one of the prompt's ``example``) that is a whole number
+    outside 0..n-1, as text (a very long one shortened); None when there is none (crawl40 #2, :func:`_by_idx`).
+    An ``idx`` that is no whole number at all ("a", 1.5) is no numbering and stays the element's own problem."""
+    for arr in arrays:
+        for el in arr:
+            if not isinstance(el, dict) or "idx" not in el or el in example:
+                continue
+            v = el["idx"]
+            if isinstance(v, int) and not isinstance(v, bool):
+                if not 0 <= v < n:
+                    t = str(v) if abs(v) < 10**12 else f"{str(v)[:6]}... ({len(str(v))} digits)"
+                    return t
+                continue
+            i = as_int_in(v, -(10**12), 10**12)
+            if i is not None and not 0 <= i < n:
+                return str(i)
+    return None
+
+
+def moved_names_problem(parsed: Mapping[int, Mapping[str, Any]], batch: Sequence[RefCandidate]) -> str | None:
+    """Why a rating answer's English names show its ratings sit on the wrong candidates, or None (crawl40 #2).
+
+    The prompt asks for each candidate's usual English name (``en``) and shows its label and, when it has one, its
+    English Wikipedia title (:func:`render_candidates`), so an ``en`` is often one of them verbatim. A name that
+    equals (whitespace collapsed, case folded) the label or title of another candidate of the batch and not its
+    own says the element speaks of that other candidate. When at least 2 do, and they are most of the names that
+    equal any candidate's label or title, the answer's numbering is off (shifted within range, reordered) and
+    every rating of it is suspect: the caller sets the whole answer aside. ``parsed``: idx -> the rows of
+    :func:`parse_ref_batch` (``name_en``); ``batch``: the candidates in prompt order."""
+    def norm(v: Any) -> str:
+        return " ".join(str(v or "").split()).casefold()
+
+    holders: dict[str, set[int]] = {}
+    for i, c in enumerate(batch):
+        for name in {norm(c.label), norm(c.enwiki_title)} - {""}:
+            holders.setdefault(name, set()).add(i)
+    matched = moved = 0
+    example = ""
+    for i, row in parsed.items():
+        who = holders.get(norm(row.get("name_en")))
+        if not who:
+            continue
+        matched += 1
+        if i not in who:
+            moved += 1
+            if not example:
+                other = min(who)
+                example = (f"candidate {i} ({batch[i].label!r}) named {row.get('name_en')!r}, "
+                           f"the label of candidate {other}")
+    if moved >= 2 and 2 * moved > matched:
+        return (f"{moved} of the {matched} English names that are a candidate's label or title name another candidate "
+                f"(e.g. {example}): numbering shifted, the whole answer set aside")
+    return None
+
+
 def _partial_differs(el: dict[str, Any], row: dict[str, Any], read: Any) -> bool:
     """Whether an element of an array cut off by the end of the answer reads otherwise than ``row`` in a field it
     holds (review36 #8: a cut-off restatement that agreed so far was asked again; its last element may lack the
@@ -408,6 +505,48 @@ def _partial_differs(el: dict[str, Any], row: dict[str, Any], read: Any) -> bool
 def _without_why(row: dict[str, Any]) -> dict[str, Any]:
     """A parsed element's decision fields (its free-text ``why`` left out)."""
     return {k: v for k, v in row.items() if k != "why"}
+
+
+def answer_cut_off(text: str | None) -> bool:
+    """Whether ``text`` holds a JSON array cut off by the end of the answer (the output-token limit): a batch too
+    long for one answer, which a smaller batch can fix, not an answer that cannot be read (:meth:`_settle`)."""
+    if not isinstance(text, str):
+        return False
+    return any(c.ok and c.truncated and isinstance(c.value, list)
+               for src in [*fenced_blocks(text), text] for c in iter_candidates(src, "["))
+
+
+@dataclass(slots=True)
+class _Reading:
+    """What one auditor answer about a batch settled: the candidates it left ``missing`` (prompt order), ``why``
+    nothing of it could be read (None: read in part, or cut off by the end of the output) and its ``raw`` text."""
+
+    missing: list[RefCandidate]
+    why: str | None
+    raw: str
+
+
+class GaveUp(Exception):
+    """Both halves of a split came back unreadable (:meth:`ReferenceabilityAuditor._settle`): ``candidates``
+    failed, ``why`` says of the last answer why it could not be read."""
+
+    def __init__(self, candidates: list[RefCandidate], why: str) -> None:
+        super().__init__(why)
+        self.candidates = candidates
+        self.why = why
+
+
+class AuditorOutputUnreadable(PicklableError):
+    """Some candidates of a rating step could not be rated: the auditor's answers could not be read (crawl40 #1).
+    Retryable (the runner nacks the task; a retry replays the stored answers, no call is paid twice), so the task
+    ends dead-lettered and the crawl ``incomplete`` rather than ``complete`` with ratings missing. ``failed``: how
+    many candidates' ratings failed; ``gave_up``: True when a split was stopped because both halves were
+    unreadable (the candidates after it in the city were not asked). Picklable (message and counts travel)."""
+
+    def __init__(self, message: str, failed: int = 0, gave_up: bool = False) -> None:
+        super().__init__(message)
+        self.failed = failed
+        self.gave_up = gave_up
 
 
 class JsonlLog:
@@ -585,6 +724,13 @@ def pageview_tiers(views: dict[str, int]) -> dict[str, str]:
 _TIER_INDEX = {"low": 0, "mid": 1, "high": 2}
 
 
+def _decided(rec: Mapping[str, Any] | None) -> bool:
+    """Whether a decision record settles its candidate's rating: not missing, not ``not_rated`` (an earlier
+    version's for a label that names nothing, :func:`has_no_label`) and not a failure (``error``: crawl40 #1, a
+    failed rating is asked again)."""
+    return rec is not None and not rec.get("not_rated") and "error" not in rec
+
+
 class ReferenceabilityAuditor:
     """Runs the audit for one site's candidates against a text-only provider.
 
@@ -636,6 +782,8 @@ class ReferenceabilityAuditor:
         self.calls = 0
         self.replayed = 0
         self.splits = 0
+        #: answers that could not be read at all (no array, no usable idx, numbering set aside; crawl40 #1)
+        self.unreadable = 0
         self._generate = generate or provider.generate
         self._kind, self._model_id = request_model or (settings.provider, settings.model)
         #: what answers this auditor (geoagent.crawl.llmcall.auditor_provider_kind), recorded with each raw answer
@@ -688,32 +836,43 @@ class ReferenceabilityAuditor:
         """Append the records whose (model, qid, city) has no record yet (a replayed answer re-derives
         decisions that the crashed run may already have logged), or only a ``not_rated`` one that this record,
         a decision, supersedes (a bare-QID label an earlier version kept out, rated now by its English Wikipedia
-        title: :func:`has_no_label`)."""
+        title: :func:`has_no_label`), or only a failure (``error``) that this record, a decision, supersedes
+        (crawl40 #1: a failure is no decision; a later run asks again). A failure already logged is not logged
+        again when a retry replays the same answers."""
         def new(r: dict[str, Any]) -> bool:
             old = log.get(str(r["model"]), str(r["qid"]), r.get("city"))
-            return old is None or (bool(old.get("not_rated")) and not r.get("not_rated"))
+            if old is None:
+                return True
+            if "error" in r:
+                return bool(old.get("not_rated"))
+            return bool(old.get("not_rated")) or "error" in old
 
         await log.append([r for r in recs if new(r)])
 
     @staticmethod
     def _scoped(rec: dict[str, Any], city: str | None) -> dict[str, Any]:
-        """``rec`` with the city it was made for and the candidate-line version it was made with
-        (:data:`REF_CANDIDATE_LINES`) as its last keys (records without a city keep the release's shape)."""
-        return rec if city is None else {**rec, "city": city, "candidate_lines": REF_CANDIDATE_LINES}
+        """``rec`` with the city it was made for, the candidate-line version it was made with
+        (:data:`REF_CANDIDATE_LINES`) and the version of the rules its answer was read by
+        (:data:`REF_PARSER_VERSION`) as its last keys (records without a city keep the release's shape)."""
+        return rec if city is None else {**rec, "city": city, "candidate_lines": REF_CANDIDATE_LINES,
+                                         "parser_version": REF_PARSER_VERSION}
 
-    async def _rate(self, batch: list[RefCandidate], city: str | None = None) -> list[dict[str, Any]]:
-        """Decisions for ``batch`` (made for ``city``, see :meth:`rate_all`); unparseable output -> split in
-        halves and retry; single failures logged.
-
-        Every answer's decisions are appended to the decision log as soon as it is parsed (before any
-        re-ask), so a stop or failure between the calls of a split loses no paid answer."""
+    async def _rate_answer(self, batch: list[RefCandidate], city: str | None) -> _Reading:
+        """Ask for ``batch``'s ratings once and log the decisions the answer settles (at once: a stop or failure of
+        a later re-ask loses no paid answer). An answer whose numbering is off (:func:`_by_idx`) or whose English
+        names sit on the wrong candidates (:func:`moved_names_problem`) settles nothing (crawl40 #2)."""
         text = await self._ask(self._ref_prompt(batch), "crawl_referenceability", batch)
-        parsed = parse_ref_batch(text, len(batch), self.ref_template) or {}
+        problems: list[str] = []
+        parsed = parse_ref_batch(text, len(batch), self.ref_template, problems=problems)
+        if parsed:
+            moved = moved_names_problem(parsed, batch)
+            if moved is not None:
+                problems.append(moved)
+                parsed = {}
         ts = time.time()
-        out = []
-        missing = []
+        out, missing = [], []
         for i, c in enumerate(batch):
-            d = parsed.get(i)
+            d = (parsed or {}).get(i)
             if d is None:
                 missing.append(c)
                 continue
@@ -721,53 +880,117 @@ class ReferenceabilityAuditor:
             fields = {k: v for k, v in d.items() if k not in note}  # the release's keys first, the notes after ts
             out.append(self._scoped({"qid": c.qid, "label": c.label, "model": self.settings.model, **fields, "ts": ts,
                                      **note}, city))
-        if missing:
-            if len(batch) == 1:
-                c = batch[0]
-                out.append(self._scoped({"qid": c.qid, "label": c.label, "model": self.settings.model, "ok": None,
-                                         "familiarity": None, "name_zh": None, "name_en": None, "why": "", "ts": ts,
-                                         "error": "unparseable answer", "raw": (text or "")[:500]}, city))
-            else:
-                # log what this paid answer settled before asking again: a stop (Abandoned) or a failure of
-                # the re-asks must not lose it, or the next run pays for the same prompt again
-                await self._log_new(self.decisions, out)
-                self.splits += 1
-                half = (len(missing) + 1) // 2
-                for part in (missing[:half], missing[half:]):
-                    if part:
-                        out.extend(await self._rate(part, city))
-                return out
         await self._log_new(self.decisions, out)
+        return self._reading(text, parsed, problems, missing)
+
+    def _reading(self, text: str, parsed: dict[int, Any] | None, problems: list[str],
+                 missing: list[RefCandidate]) -> _Reading:
+        """The :class:`_Reading` of one answer; an unreadable one is counted (``self.unreadable``)."""
+        why = None
+        if not parsed:
+            if problems:
+                why = "; ".join(problems)
+            elif not answer_cut_off(text):
+                why = ("no JSON array in the answer" if parsed is None
+                       else "no element with an idx in range and a readable answer")
+        if why is not None:
+            self.unreadable += 1
+        return _Reading(missing, why, text)
+
+    async def _settle(self, batch: list[RefCandidate], got: _Reading, city: str | None, ask: Any, failed: Any,
+                      log: JsonlLog) -> list[RefCandidate]:
+        """Ask again for the candidates ``got`` (the answer about ``batch``) left unsettled: split in halves, both
+        halves asked before either goes deeper; a candidate asked alone whose answer still settles nothing fails
+        (``failed(candidates, reading)``: its failure records, logged in ``log`` with the raw answer). Returns
+        the candidates that failed.
+
+        crawl40 #1: when BOTH halves of a split come back unreadable (no array, no usable idx, numbering set
+        aside: :meth:`_reading`; an answer cut off by the end of the output is no sign of it and is split on), the
+        fault is the auditor's output, not one candidate's name, and splitting further would ask every candidate
+        alone (about 2n calls for a batch of n, each failing alike): the split stops there, all of the split's
+        candidates fail, and :class:`AuditorOutputUnreadable` is raised with how many (``give_up``)."""
+        if not got.missing:
+            return []
+        if len(batch) == 1:
+            await log.append([r for r in failed(got.missing, got, city) if self._fresh_failure(log, r)])
+            return list(got.missing)
+        self.splits += 1
+        half = (len(got.missing) + 1) // 2
+        parts = [p for p in (got.missing[:half], got.missing[half:]) if p]
+        answers = [await ask(p, city) for p in parts]
+        if len(parts) == 2 and all(a.why is not None for a in answers):
+            lost = [c for a in answers for c in a.missing]
+            await log.append([r for p, a in zip(parts, answers) for r in failed(a.missing, a, city)
+                              if self._fresh_failure(log, r)])
+            raise GaveUp(lost, answers[-1].why or "")
+        out: list[RefCandidate] = []
+        for p, a in zip(parts, answers):
+            out += await self._settle(p, a, city, ask, failed, log)
         return out
 
-    async def _screen(self, batch: list[RefCandidate], city: str | None = None) -> list[dict[str, Any]]:
+    @staticmethod
+    def _fresh_failure(log: JsonlLog, rec: dict[str, Any]) -> bool:
+        """Whether a failure record is to be logged: its key has no record yet, or only a ``not_rated`` one (a
+        retry replaying the same answers logs no second copy; a decision is never overwritten by a failure)."""
+        old = log.get(str(rec["model"]), str(rec["qid"]), rec.get("city"))
+        return old is None or bool(old.get("not_rated"))
+
+    def _rating_failures(self, cands: Sequence[RefCandidate], got: _Reading, city: str | None) -> list[dict[str, Any]]:
+        """Failure records of ``cands`` (their answer ``got`` settled nothing): the release's shape with ``ok`` and
+        ``familiarity`` null, ``error`` (why, beginning "unparseable answer") and ``raw`` (the answer's first 500
+        characters). No decision: :meth:`rate_all` asks them again on a later run (crawl40 #1)."""
+        ts = time.time()
+        why = f"unparseable answer: {got.why or 'cut off by the end of the output, also when asked alone'}"
+        return [self._scoped({"qid": c.qid, "label": c.label, "model": self.settings.model, "ok": None,
+                              "familiarity": None, "name_zh": None, "name_en": None, "why": "", "ts": ts,
+                              "error": why, "raw": (got.raw or "")[:500]}, city) for c in cands]
+
+    def _screen_failures(self, cands: Sequence[RefCandidate], got: _Reading, city: str | None) -> list[dict[str, Any]]:
+        """Failure records of the contentious-name screen (``sensitive`` null: unscreened, drawn into no ladder)."""
+        ts = time.time()
+        why = f"unparseable answer: {got.why or 'cut off by the end of the output, also when asked alone'}"
+        return [self._scoped({"qid": c.qid, "label": c.label, "model": self.sens_model, "auditor": self.settings.model,
+                              "sensitive": None, "why": "", "ts": ts, "error": why, "raw": (got.raw or "")[:500]}, city)
+                for c in cands]
+
+    async def _rate(self, batch: list[RefCandidate], city: str | None = None) -> list[RefCandidate]:
+        """Rate ``batch`` (for ``city``, see :meth:`rate_all`): one answer, then the bounded split-and-retry of
+        :meth:`_settle` for what it left unsettled. Returns the candidates whose rating failed.
+
+        Raises
+        ------
+        GaveUp
+            Both halves of a split were unreadable (their candidates' failures are logged)."""
+        got = await self._rate_answer(batch, city)
+        return await self._settle(batch, got, city, self._rate_answer, self._rating_failures, self.decisions)
+
+    async def _screen_answer(self, batch: list[RefCandidate], city: str | None) -> _Reading:
+        """Ask the contentious-name screen of ``batch`` once and log what its answer settles."""
         text = await self._ask(self._sens_prompt(batch), "crawl_sensitive", batch)
-        parsed = parse_sensitive_batch(text, len(batch)) or {}
+        problems: list[str] = []
+        parsed = parse_sensitive_batch(text, len(batch), problems=problems)
         ts = time.time()
         out, missing = [], []
         for i, c in enumerate(batch):
-            d = parsed.get(i)
+            d = (parsed or {}).get(i)
             if d is None:
                 missing.append(c)
                 continue
             out.append(self._scoped({"qid": c.qid, "label": c.label, "model": self.sens_model,
                                      "auditor": self.settings.model, **d, "ts": ts}, city))
-        if missing:
-            if len(batch) == 1:
-                c = batch[0]
-                out.append(self._scoped({"qid": c.qid, "label": c.label, "model": self.sens_model,
-                                         "auditor": self.settings.model, "sensitive": None, "why": "", "ts": ts,
-                                         "error": "unparseable answer", "raw": (text or "")[:500]}, city))
-            else:
-                await self._log_new(self.sensitive, out)  # kept if a re-ask below is abandoned or fails (see _rate)
-                self.splits += 1
-                half = (len(missing) + 1) // 2
-                for part in (missing[:half], missing[half:]):
-                    if part:
-                        out.extend(await self._screen(part, city))
-                return out
         await self._log_new(self.sensitive, out)
-        return out
+        return self._reading(text, parsed, problems, missing)
+
+    async def _screen(self, batch: list[RefCandidate], city: str | None = None) -> list[RefCandidate]:
+        """Screen ``batch`` as :meth:`_rate` rates it; a split whose halves both come back unreadable stops there
+        too (crawl40 #1), its candidates unscreened (``sensitive`` null, as one that failed alone), and the screen
+        goes on with the next batch (an unscreened candidate is drawn into no ladder, and counted:
+        :func:`unscreened_lines`). Returns the candidates left unscreened."""
+        got = await self._screen_answer(batch, city)
+        try:
+            return await self._settle(batch, got, city, self._screen_answer, self._screen_failures, self.sensitive)
+        except GaveUp as e:
+            return e.candidates
 
     def _ask_whole(self, batch: Sequence[RefCandidate], todo: Sequence[RefCandidate], prompt: Any, task: str) -> bool:
         """Whether ``batch`` is asked whole: nothing in it is decided yet, or the answer to the whole batch
@@ -787,7 +1010,15 @@ class ReferenceabilityAuditor:
         the whole batch is stored (a re-run after a crash in its split-and-retry), the whole batch is asked
         again and replayed, so the re-asks are the same as in the uninterrupted run; otherwise (a site
         rated alone after its city, or a log of an older version) only its undecided candidates are asked,
-        together.
+        together. A failed rating (a record with ``error``) is no decision (crawl40 #1): it is asked again,
+        through the same prompts, so an answer stored for them is replayed (no call) and read by this version's
+        rules (:data:`REF_PARSER_VERSION`).
+
+        Unreadable answers (crawl40 #1): a batch's answer that settles nothing is split in halves and each half
+        asked, but a split whose two halves are both unreadable stops the step (:meth:`_settle`); a candidate
+        whose answer cannot be read even alone fails. Either way every failure is logged (``error``, ``raw``) and
+        :class:`AuditorOutputUnreadable` is raised: at once when a split was stopped (the later batches are not
+        asked: the auditor's output is the fault), after the screen otherwise.
 
         Parameters
         ----------
@@ -805,14 +1036,18 @@ class ReferenceabilityAuditor:
             re-asks included, so ``calls + replayed`` is at least ``asked + screened``), and
             ``not_rated_no_label``: candidates whose label is a bare QID (:func:`has_no_label`), kept out of every
             batch (rating and screening) and logged as decisions with ``not_rated`` = ``"no_label"``; the
-            batches are the fixed ones without them (``batches`` counts those with a candidate left).
+            batches are the fixed ones without them (``batches`` counts those with a candidate left), and
+            ``unreadable``: answers of this call (rating and screening) that could not be read at all.
 
         Raises
         ------
+        AuditorOutputUnreadable
+            Some candidates' ratings failed (above); retryable, the message names how many and where they are
+            logged.
         geoagent.runtime.stage.Abandoned, geoagent.runtime.ledger.BudgetExhausted
             From the metered ``generate`` (a stop request, the cap); what was answered before is logged.
         """
-        calls0, replayed0 = self.calls, self.replayed
+        calls0, replayed0, unreadable0 = self.calls, self.replayed, self.unreadable
         batches = fixed_batches(candidates, self.settings.batch_size)
         unlabeled = [c for c in candidates if has_no_label(c)]
         # logged once; it also supersedes (last record wins) a rating an earlier version paid for such a label
@@ -826,12 +1061,14 @@ class ReferenceabilityAuditor:
         for batch in batches:
             # a not_rated record here is an earlier version's for a label that names nothing (the candidate has an
             # English Wikipedia title now, so it is in a batch: has_no_label): rated like an undecided one
-            todo = [c for c in batch
-                    if (self.decisions.get(self.settings.model, c.qid, city) or {"not_rated": True}).get("not_rated")]
+            todo = [c for c in batch if not _decided(self.decisions.get(self.settings.model, c.qid, city))]
             if todo:
                 asked += 1
-                await self._rate(batch if self._ask_whole(batch, todo, self._ref_prompt, "crawl_referenceability") else todo,
-                                 city)
+                try:
+                    await self._rate(batch if self._ask_whole(batch, todo, self._ref_prompt, "crawl_referenceability")
+                                     else todo, city)
+                except GaveUp as e:  # the auditor's output is the fault: no further batch is asked
+                    raise self._unreadable(candidates, city, e) from None
         screened = 0
         if self.settings.sensitive_screen:
             for batch in batches:
@@ -840,8 +1077,31 @@ class ReferenceabilityAuditor:
                     screened += 1
                     await self._screen(batch if self._ask_whole(batch, todo, self._sens_prompt, "crawl_sensitive") else todo,
                                        city)
+        if self._failed(candidates, city):
+            raise self._unreadable(candidates, city, None)
         return {"batches": len(batches), "asked": asked, "screened": screened, "calls": self.calls - calls0,
-                "replayed": self.replayed - replayed0, "not_rated_no_label": len(unlabeled)}
+                "replayed": self.replayed - replayed0, "not_rated_no_label": len(unlabeled),
+                "unreadable": self.unreadable - unreadable0}
+
+    def _failed(self, candidates: Sequence[RefCandidate], city: str | None) -> list[RefCandidate]:
+        """The candidates whose logged rating for ``city`` is a failure (``error``)."""
+        return [c for c in candidates if "error" in (self.decisions.get(self.settings.model, c.qid, city) or {})]
+
+    def _unreadable(self, candidates: Sequence[RefCandidate], city: str | None,
+                    gave_up: GaveUp | None) -> AuditorOutputUnreadable:
+        """The error of a rating step with failed ratings (:meth:`rate_all`), naming how many failed, why the last
+        answer could not be read and where the failures are logged (crawl40 #1)."""
+        from geoagent import constants as C
+
+        failed = self._failed(candidates, city)
+        where = f"city {city!r}" if city is not None else "these candidates"
+        how = (f"both halves of a split came back unreadable ({gave_up.why}), so it was not split further and the "
+               "later batches were not asked" if gave_up is not None else "asked down to single candidates")
+        return AuditorOutputUnreadable(
+            f"referenceability auditor output unreadable: ratings of {len(failed)} of {len(candidates)} candidates "
+            f"failed for {where}: {how}; each failure is in {C.AUDIT_DECISIONS_FILE} (error, raw) and every answer "
+            f"in {RAW_ANSWERS_FILE}; retrying replays the stored answers (no new spend); a re-run asks the failed "
+            "candidates again", len(failed), gave_up is not None)
 
     def _not_rated(self, c: RefCandidate, city: str | None) -> dict[str, Any]:
         """The decision record of a candidate kept out of rating because it has no label (:func:`has_no_label`):
@@ -977,6 +1237,60 @@ def unscreened_lines(state_dir: str | Path) -> list[str]:
     return [f"  referenceability: {count_text(n, 'candidate')} not screened for contentious names (the screen's "
             "answer could not be read, also when asked alone) and drawn into no ladder (seed 000 Sec. 3.3); each is a "
             "record in audit_sensitive.jsonl with sensitive = null and an error"]
+
+
+def rating_failed_count(state_dir: str | Path) -> int:
+    """Candidates of the crawl at ``state_dir`` whose rating failed (records of ``audit_decisions.jsonl`` with an
+    ``error``: the auditor's answers could not be read, crawl40 #1), one per (auditor model, QID, city), the last
+    record of each key counting (:class:`JsonlLog`; a later decision supersedes a failure). 0 without a log."""
+    from geoagent import constants as C
+
+    log = JsonlLog(Path(state_dir) / C.AUDIT_DECISIONS_FILE)
+    return sum(1 for r in log.records.values() if "error" in r)
+
+
+def rating_failed_lines(state_dir: str | Path) -> list[str]:
+    """The crawl summary's and ``run.py status``'s line counting :func:`rating_failed_count`; ``[]`` when there
+    are none."""
+    n = rating_failed_count(state_dir)
+    if not n:
+        return []
+    from geoagent.textfmt import count_text
+
+    return [f"  referenceability: ratings of {count_text(n, 'candidate')} failed (the auditor's answers could not be "
+            "read: no JSON array, no usable idx, or a shifted numbering) and drawn into no ladder; each is a record in "
+            "audit_decisions.jsonl with an error and the raw answer; their sites' tasks failed (`run.py dead CONFIG`), "
+            "a re-run asks them again (seed 000 Sec. 3.3)"]
+
+
+def ref_parser_warning(state_dir: str | Path) -> str | None:
+    """One line when some cities of a crawl hold rating decisions read by an earlier version of the answer rules
+    than this one (``parser_version`` other than :data:`REF_PARSER_VERSION`; a record without it: version 1), else
+    None. Version 1 read an answer numbered from 1 as ratings of the next candidates (crawl40 #2) and logged a
+    candidate whose answer it could not read as decided (crawl40 #1); a resumed crawl reuses such decisions.
+    Records without a city (a site audited alone, in the release's shape) are not counted."""
+    from geoagent import constants as C
+
+    path = Path(state_dir) / C.AUDIT_DECISIONS_FILE
+    if not path.is_file():
+        return None
+    old: set[str] = set()
+    cities: set[str] = set()
+    for rec in JsonlLog(path).records.values():
+        city = rec.get("city")
+        if city is None or rec.get("not_rated"):
+            continue
+        cities.add(str(city))
+        if rec.get("parser_version", 1) != REF_PARSER_VERSION:
+            old.add(str(city))
+    if not old:
+        return None
+    names = sorted(old)
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return (f"warning: referenceability: {len(old)} of {len(cities)} cities hold ratings read by an earlier version "
+            f"of the answer rules (before session 40: an answer numbered from 1 was read as the next candidates' "
+            f"ratings, and an unreadable one was final): {shown}; a resumed crawl reuses them (audit_decisions.jsonl "
+            "parser_version). Crawl again under a new campaign name for one rule throughout")
 
 
 #: Columns of the release's ``data/candidate_referenceability.csv``.

@@ -56,7 +56,12 @@ minimum box size, whose images were kept as a lower bound, with ``reason`` and `
 * ``n_not_rated_no_label``: candidates kept out of rating because WDQS gave no label in any asked language (the
   bare QID: :func:`geoagent.crawl.referenceability.has_no_label`); each has its decision in
   ``audit_decisions.jsonl`` (``not_rated`` = ``"no_label"``, ``familiarity`` null), and the crawl summary counts
-  them.
+  them;
+* ``n_unreadable_answers``: answers of the step that could not be read at all (no array, no usable idx, a shifted
+  numbering; an answer cut off by the output limit is not counted); a step whose ratings failed
+  (:class:`geoagent.crawl.referenceability.AuditorOutputUnreadable`, crawl40 #1) is logged too, with
+  ``n_rating_failed`` and its ``error``, and without the batch counts; its task then fails (retried, then
+  dead-lettered: the crawl ends ``incomplete``).
 
 Records of older versions carry ``n_shared`` (= ``n_site_listings - n_candidates``, the repeated listings),
 ``batches``, ``asked``, ``calls`` and ``replayed`` (= ``rating_batches``, ``rating_batches_asked``,
@@ -89,6 +94,7 @@ from geoagent.crawl import image_audit as ia
 from geoagent.crawl.llmcall import AuditorBreaker, answer_kind, metered_generate
 from geoagent.crawl.ladder import RatedCandidate, build_ladder, ladder_draw_version, ladder_file_name, write_ladder_csv
 from geoagent.crawl.referenceability import (
+    AuditorOutputUnreadable,
     RefCandidate,
     ReferenceabilityAuditor,
     candidate_from_json,
@@ -1194,7 +1200,6 @@ class ReferenceabilityAuditorStage(_CrawlStage):
                     left_out[s_id] = str(e)[:300]
             merged = merge_site_candidates(per_site)
             aud = svc.ref_auditor
-            stats = await aud.rate_all(merged, city=_rating_city(site))
             listed: dict[str, int] = {}
             for cands in per_site.values():
                 for q in {c.qid for c in cands}:
@@ -1204,10 +1209,22 @@ class ReferenceabilityAuditorStage(_CrawlStage):
                    "left_out": left_out, "n_candidates": len(merged),
                    "n_site_listings": sum(len(v) for v in per_site.values()),
                    "n_shared_candidates": sum(1 for n in listed.values() if n > 1),
-                   "batch_size": aud.settings.batch_size, "rating_batches": stats["batches"],
-                   "rating_batches_asked": stats["asked"], "screening_batches_asked": stats["screened"],
-                   "model_calls": stats["calls"], "answers_replayed": stats["replayed"],
-                   "n_not_rated_no_label": stats["not_rated_no_label"]}
+                   "batch_size": aud.settings.batch_size}
+            calls0, replayed0, unreadable0 = aud.calls, aud.replayed, aud.unreadable
+            try:
+                stats = await aud.rate_all(merged, city=_rating_city(site))
+            except AuditorOutputUnreadable as e:
+                # crawl40 #1: the failed step is logged too (its calls and unreadable answers), then the task fails
+                await svc.decision_logger(self.name)({
+                    **rec, "model_calls": aud.calls - calls0, "answers_replayed": aud.replayed - replayed0,
+                    "n_unreadable_answers": aud.unreadable - unreadable0, "n_rating_failed": e.failed,
+                    "error": str(e)[:500]})
+                raise
+            rec.update({"rating_batches": stats["batches"],
+                        "rating_batches_asked": stats["asked"], "screening_batches_asked": stats["screened"],
+                        "model_calls": stats["calls"], "answers_replayed": stats["replayed"],
+                        "n_not_rated_no_label": stats["not_rated_no_label"],
+                        "n_unreadable_answers": stats["unreadable"]})
             await svc.decision_logger(self.name)(rec)
             if marker is not None:
                 _dump(marker, {**rec, "qids": [c.qid for c in merged]})

@@ -1,0 +1,269 @@
+"""Referenceability auditor: unreadable and misnumbered answers (session 40, crawl40 #1 and #2).
+
+Before (#1): an auditor whose answers carried no ``idx`` (otherwise correct JSON) had every 40-candidate batch halved
+down to single candidates (about 79 calls a batch, 39x the spend of the crawl), every decision logged as "unparseable
+answer", every ladder empty, and the crawl ended ``complete`` (exit 0); a failed rating counted as decided, so a
+re-run never asked it again. Now one element without ``idx`` is the answer for a batch of one; a split whose two halves
+both come back unreadable stops; failures are logged (error, raw) but are no decisions; the step fails (retryable,
+then dead-lettered: ``incomplete``, exit 3) and the summary and ``run.py status`` count "ratings of N candidates
+failed".
+
+Before (#2): an answer numbered 1..N instead of 0..N-1 moved every rating and English name onto the next candidate
+(536 of 550 decisions wrong), without a word. Now an answer numbering any element outside 0..n-1 is set aside whole
+(the screen reads by the same idx), and so is a rating answer whose English names mostly are other candidates'
+labels (a numbering shifted within range).
+
+The auditor asks the local OpenAI-compatible fake (geoagent.sandbox.llm_openai) over HTTP; the answers are switched
+by replacing the fake's ``crawl_referenceability`` responder (as tests/test_crawl38.py switches the image audit's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import re
+from collections.abc import Callable
+
+import orjson
+import pytest
+
+import geoagent.crawl.simulate as sim
+from geoagent import constants as C
+from geoagent.crawl.referenceability import (
+    RAW_ANSWERS_FILE,
+    REF_MARKER,
+    REF_PARSER_VERSION,
+    AuditorOutputUnreadable,
+    RefCandidate,
+    ReferenceabilityAuditor,
+    moved_names_problem,
+    parse_ref_batch,
+    parse_sensitive_batch,
+    rating_failed_count,
+    rating_failed_lines,
+    ref_parser_warning,
+)
+from geoagent.crawl.settings import ReferenceabilitySettings
+from geoagent.sandbox.responders import register_responder
+from tests._crawl_once import SANDBOX_CRAWL_CONFIG, SANDBOX_TOKEN
+
+LABELS = ["Alder Station", "Birch Park", "Cedar Church", "Dove Theatre", "Elm Market", "Fir Bridge", "Gull Museum",
+          "Hazel Square", "Iris Library", "Juniper Gate", "Kestrel Hall", "Linden Fountain"]
+POISON = "Poison Hall"
+_LINE = re.compile(r"^(\d+)\. (.*?)(?: \(English Wikipedia: .*?\))?(?: \([0-9.]+ km\))?$", re.M)
+
+
+def _lines_of(prompt: str) -> list[tuple[int, str]]:
+    return [(int(i), lab) for i, lab in _LINE.findall(prompt.split("Candidates", 1)[-1])]
+
+
+def _ratings(prompt: str) -> list[dict]:
+    """A correct, complete answer: each candidate under its own idx, its label as its English name."""
+    return [{"idx": i, "ok": True, "familiarity": len(lab) % 6, "zh": None, "en": lab, "why": "w"}
+            for i, lab in _lines_of(prompt)]
+
+
+def correct(ctx) -> str:
+    return orjson.dumps(_ratings(ctx.prompt)).decode()
+
+
+def no_idx(ctx) -> str:  # scenario ref_noidx: otherwise correct JSON, no idx
+    return orjson.dumps([{k: v for k, v in el.items() if k != "idx"} for el in _ratings(ctx.prompt)]).decode()
+
+
+def one_based(ctx) -> str:  # scenario ref_onebased: numbered 1..N
+    return orjson.dumps([{**el, "idx": el["idx"] + 1} for el in _ratings(ctx.prompt)]).decode()
+
+
+def rotated(ctx) -> str:  # numbered within range, but each element speaks of the candidate after its idx
+    els = _ratings(ctx.prompt)
+    n = len(els)
+    return orjson.dumps([{**el, "idx": (el["idx"] - 1) % n} for el in els]).decode()
+
+
+def poisoned(ctx) -> str:  # a refusal whenever one name is in the batch; the others answered correctly
+    if any(lab == POISON for _, lab in _lines_of(ctx.prompt)):
+        return "I'm sorry, I cannot rate these places."
+    return correct(ctx)
+
+
+@contextlib.contextmanager
+def answers(fn: Callable):
+    """The fake's rating answers given by ``fn`` for the block, the simulator's own after it."""
+    register_responder("crawl_referenceability", lambda p: REF_MARKER in p, fn)
+    try:
+        yield
+    finally:
+        register_responder("crawl_referenceability", lambda p: REF_MARKER in p, sim.referenceability_answer)
+
+
+def _cands(labels=LABELS) -> list[RefCandidate]:
+    return [RefCandidate(f"Q{100 + i}", lab, 0.5 + i / 10, 0.0, 0.0) for i, lab in enumerate(labels)]
+
+
+def rate(tmp_path, cands, *, batch_size: int, city: str | None = "newtown"):
+    """Rate ``cands`` with an auditor asking the local OpenAI fake; returns (auditor, the error raised or None,
+    rating calls the fake answered)."""
+    from geoagent.providers import ProviderSettings, make_provider
+    from geoagent.runtime.http import HostPolicy, HttpClient
+    from geoagent.sandbox.llm_common import CALLS_KEY
+    from geoagent.sandbox.llm_openai import make_app
+    from geoagent.sandbox.server import serve
+
+    async def main():
+        app = make_app(require_auth=False)
+        async with serve(app) as base:
+            policy = HostPolicy(rate=1000, period_s=1.0, concurrency=2, max_attempts=1, timeout_s=10.0)
+            async with HttpClient(default_policy=policy) as http:
+                prov = make_provider(ProviderSettings(kind="openai", model="aud-1", base_url=base + "/v1"), http)
+                aud = ReferenceabilityAuditor(prov, ReferenceabilitySettings(model="aud-1", batch_size=batch_size,
+                                                                             sensitive_screen=False),
+                                              tmp_path, request_model=("openai", "aud-1"))
+                err = None
+                try:
+                    await aud.rate_all(cands, city=city)
+                except AuditorOutputUnreadable as e:
+                    err = e
+            return aud, err, len(app[CALLS_KEY])
+
+    return asyncio.run(main())
+
+
+def _decisions(tmp_path) -> list[dict]:
+    p = tmp_path / C.AUDIT_DECISIONS_FILE
+    return [json.loads(x) for x in p.read_text(encoding="utf-8").splitlines()] if p.is_file() else []
+
+
+def test_answers_without_idx_stop_after_both_halves_fail_and_are_no_decisions(tmp_path):
+    cands = _cands(LABELS * 4)[:40]
+    cands = [RefCandidate(f"Q{100 + i}", f"{c.label} {i}", c.dist_km, 0.0, 0.0) for i, c in enumerate(cands)]
+    with answers(no_idx):
+        aud, err, calls = rate(tmp_path, cands, batch_size=40)
+    # the whole batch, then its two halves: both unreadable, so no further split (was about 79 calls)
+    assert calls == 3 and aud.unreadable == 3 and aud.splits == 1
+    assert err is not None and err.gave_up and err.failed == 40
+    assert "ratings of 40 of 40 candidates failed for city 'newtown'" in str(err)
+    recs = _decisions(tmp_path)
+    assert len(recs) == 40 and all(r["familiarity"] is None and r["ok"] is None for r in recs)
+    assert all(r["error"].startswith("unparseable answer") and r["raw"].startswith("[{") for r in recs)
+    assert all(r["parser_version"] == REF_PARSER_VERSION and r["city"] == "newtown" for r in recs)
+    assert rating_failed_count(tmp_path) == 40
+    assert "ratings of 40 candidates failed" in rating_failed_lines(tmp_path)[0]
+    # a retry of the task replays the stored answers: no call, no second copy of a failure, the same error
+    with answers(correct):
+        again, err2, calls2 = rate(tmp_path, cands, batch_size=40)
+    assert calls2 == 0 and again.replayed == 3 and err2 is not None and err2.failed == 40
+    assert len(_decisions(tmp_path)) == 40
+
+
+def test_one_element_without_idx_is_the_answer_for_a_batch_of_one(tmp_path):
+    assert parse_ref_batch('[{"ok": true, "familiarity": 4, "en": "Birch Park"}]', 1)[0]["familiarity"] == 4
+    assert parse_ref_batch('[{"ok": true, "familiarity": 4}]', 2) == {}  # which of two: unknown
+    assert parse_ref_batch('[{"ok": true, "familiarity": 4}, {"ok": true, "familiarity": 1}]', 1) == {}
+    with answers(no_idx):
+        aud, err, calls = rate(tmp_path, _cands()[:3], batch_size=1)
+    assert err is None and calls == 3 and aud.unreadable == 0
+    by = {r["qid"]: r for r in _decisions(tmp_path)}
+    assert [by[f"Q{100 + i}"]["name_en"] for i in range(3)] == LABELS[:3]
+    assert by["Q101"]["familiarity"] == len("Birch Park") % 6
+
+
+def test_an_answer_numbered_from_one_moves_no_rating(tmp_path):
+    with answers(one_based):
+        aud, err, calls = rate(tmp_path, _cands(), batch_size=6)
+    assert err is not None and err.gave_up and calls == 3  # the first batch and its halves; the second not asked
+    recs = _decisions(tmp_path)
+    assert recs and all(r["familiarity"] is None and r["name_en"] is None for r in recs)  # no shifted rating kept
+    assert "outside 0..5" in recs[0]["error"] or "outside 0..2" in recs[0]["error"]
+    # Birch Park's rating was given to Alder Station before; no decision of the first batch carries another's name
+    assert not any(r.get("name_en") for r in recs)
+    # the screen reads by the same idx
+    why: list[str] = []
+    assert parse_sensitive_batch('[{"idx": 1, "sensitive": false}, {"idx": 2, "sensitive": true}]', 2,
+                                 problems=why) == {}
+    assert why and "outside 0..1" in why[0]
+
+
+def test_a_numbering_shifted_within_range_is_caught_by_the_english_names(tmp_path):
+    with answers(rotated):
+        aud, err, calls = rate(tmp_path, _cands(), batch_size=6)
+    assert err is not None and calls == 3
+    recs = _decisions(tmp_path)
+    assert all(r["familiarity"] is None for r in recs)
+    assert "English names" in recs[0]["error"] and "numbering shifted" in recs[0]["error"]
+    # the rule itself: names that are the candidates' own, or shared by two candidates, are no shift
+    batch = _cands(["Central Station", "Central Station", "Old Mill"])
+    own = {i: {"name_en": c.label} for i, c in enumerate(batch)}
+    assert moved_names_problem(own, batch) is None
+    assert moved_names_problem({0: {"name_en": "Old Mill"}, 2: {"name_en": "Central Station"}}, batch) is not None
+    # one name that is another candidate's label is no pattern
+    assert moved_names_problem({0: {"name_en": "Old Mill"}, 1: {"name_en": "Central Station"}}, batch) is None
+
+
+def test_one_candidate_that_cannot_be_read_fails_the_step_and_is_not_decided(tmp_path):
+    labels = LABELS[:4] + [POISON] + LABELS[4:11]
+    cands = _cands(labels)
+    with answers(poisoned):
+        aud, err, calls = rate(tmp_path, cands, batch_size=6)
+    # isolated down to the one candidate (the other half of each split was readable), the others rated
+    assert err is not None and not err.gave_up and err.failed == 1
+    by = {r["qid"]: r for r in _decisions(tmp_path)}
+    assert by["Q104"]["error"].startswith("unparseable answer") and "cannot rate" in by["Q104"]["raw"]
+    assert all(by[c.qid]["familiarity"] == len(c.label) % 6 for c in cands if c.label != POISON)
+    assert rating_failed_count(tmp_path) == 1
+    # a re-run asks it again (a failure is no decision) through the same prompts: their stored answers are
+    # replayed (never paid twice), so it fails again until something in the request changes
+    with answers(correct):
+        again, err2, calls2 = rate(tmp_path, cands, batch_size=6)
+    assert calls2 == 0 and again.replayed > 0 and err2 is not None and err2.failed == 1
+
+
+def test_a_failure_logged_by_an_earlier_version_is_read_again_from_its_stored_answer(tmp_path):
+    cands = _cands()[:2]
+    with answers(no_idx):  # each asked alone, answered without idx: read since version 2
+        _, err, calls = rate(tmp_path, cands, batch_size=1)
+    assert err is None and calls == 2
+    # the log as version 1 left it: the answer could not be read, a failure that counted as decided
+    old = [{"qid": c.qid, "label": c.label, "model": "aud-1", "ok": None, "familiarity": None, "name_zh": None,
+            "name_en": None, "why": "", "ts": 1.0, "error": "unparseable answer", "raw": "[...]", "city": "newtown",
+            "candidate_lines": 2} for c in cands]
+    with (tmp_path / C.AUDIT_DECISIONS_FILE).open("a", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in old)
+    assert rating_failed_count(tmp_path) == 2
+    assert "1 of 1 cities hold ratings read by an earlier version" in (ref_parser_warning(tmp_path) or "")
+    with answers(poisoned):  # not asked: the stored answers are replayed and read by this version's rules
+        again, err2, calls2 = rate(tmp_path, cands, batch_size=1)
+    assert err2 is None and calls2 == 0 and again.replayed == 2
+    last = {r["qid"]: r for r in _decisions(tmp_path)}
+    assert [last[c.qid]["name_en"] for c in cands] == LABELS[:2]
+    assert all(last[c.qid]["parser_version"] == REF_PARSER_VERSION for c in cands)
+    assert rating_failed_count(tmp_path) == 0 and ref_parser_warning(tmp_path) is None
+
+
+def test_a_crawl_whose_auditor_drops_idx_ends_incomplete_and_says_so(tmp_path, monkeypatch):
+    from geoagent.cli import main
+
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
+    monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
+    monkeypatch.setenv("MAPILLARY_TOKEN", SANDBOX_TOKEN)
+    out = io.StringIO()
+    with answers(no_idx), contextlib.redirect_stdout(out):
+        code = main(["crawl", str(SANDBOX_CRAWL_CONFIG), "--no-live"])
+    text = out.getvalue()
+    assert code == 3 and "incomplete" in text.splitlines()[0], text
+    state = next(p for p in (tmp_path / "state").iterdir() if (p / RAW_ANSWERS_FILE).is_file())
+    raw = [json.loads(x) for x in (state / RAW_ANSWERS_FILE).read_text(encoding="utf-8").splitlines()]
+    asked = [r for r in raw if r["task"] == "crawl_referenceability"]
+    assert 0 < len(asked) <= 3 * 2, len(asked)  # at most 3 answers for each of the 2 admitted cities
+    n = rating_failed_count(state)
+    assert n > 0 and f"referenceability: ratings of {n} candidates failed" in text, text
+    steps = [json.loads(x) for x in (state / "crawl_decisions.jsonl").read_text(encoding="utf-8").splitlines()]
+    failed = [s for s in steps if s.get("event") == "ref_city_rating" and s.get("n_rating_failed")]
+    assert failed and all(s["n_unreadable_answers"] >= 0 and "unreadable" in s["error"] for s in failed)
+    assert not list(state.glob("ladders/*.csv"))
+    status = io.StringIO()
+    with contextlib.redirect_stdout(status):
+        main(["status", str(SANDBOX_CRAWL_CONFIG)])
+    assert f"ratings of {n} candidates failed" in status.getvalue(), status.getvalue()
