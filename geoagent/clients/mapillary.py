@@ -132,6 +132,16 @@ class ThumbnailUnavailable(MapillaryError):
         self.kind = kind
         super().__init__(message, status=status)
 
+    @property
+    def transient(self) -> bool:
+        """Whether this says nothing of the image, only of this transfer: ``"not_jpeg"`` (an HTML page served with
+        200, a body cut short) and ``"refused"`` with an HTTP error status (the CDN's 403/404/410 on a freshly issued
+        URL too, or another 4xx): asked again later, the CDN may well serve the thumbnail (crawl40 #3). The others are
+        verdicts on the image: ``"no_url"``, ``"gone"`` and ``"not_permitted"`` are the Graph API's word on it,
+        ``"too_large"`` the same bytes again, and a ``"refused"`` redirect (to a local or private address, another
+        scheme, or without end) the CDN's answer that our rule refuses."""
+        return self.kind == "not_jpeg" or (self.kind == "refused" and self.status is not None and self.status >= 400)
+
 
 @dataclass(frozen=True, slots=True)
 class MapillaryImage:

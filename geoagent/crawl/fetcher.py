@@ -34,7 +34,11 @@ pixel; or over Pillow's decompression-bomb limit): it is not decoded and gets th
 downloaded again. An answer that is no complete JPEG (an HTML error page served with status 200, a body cut short;
 :class:`~geoagent.clients.mapillary.ThumbnailUnavailable` ``kind`` ``"not_jpeg"``, after the HTTP layer's retries)
 is a failed transfer, not a verdict on the image: like an image whose thumbnail could not be had at all (no URL,
-gone, not permitted, refused by the CDN), it gets no record, and the next walk asks again. So does a thumbnail
+gone, not permitted, refused by the CDN), it gets no record, and the next walk asks again. A walk that may be
+retried (``retry_transient``: the crawl's fetch stage, but at a site's last delivery) stops at such a failure,
+or at a CDN refusing a fresh URL (:attr:`~geoagent.clients.mapillary.ThumbnailUnavailable.transient`), and stores
+no selection (:class:`ThumbnailTransferFailed`), so the site is walked again instead of keeping another image in
+that one's place for good (crawl40 #3). So does a thumbnail
 whose body passes the download's cap (``[crawl.fetcher] max_thumb_bytes``, by default the size of the ``thumb_field``'s
 thumbnail: :data:`~geoagent.clients.mapillary.THUMB_MAX_BYTES`): refused unread (by its Content-Length) or abandoned
 at the cap (without one), at the first attempt and without a retry, the image rejected with the reason.
@@ -409,6 +413,28 @@ def campaign_selections(state_dir: str | Path, images_root: str | Path) -> dict[
     return dict(sorted(out.items()))
 
 
+class ThumbnailTransferFailed(Exception):
+    """A thumbnail transfer of the walk failed in a way that says nothing of the image
+    (:attr:`~geoagent.clients.mapillary.ThumbnailUnavailable.transient`: an HTML page served with 200, a body cut
+    short, the CDN refusing a fresh URL with a 4xx), and the walk was asked to be retried for it
+    (:func:`fetch_site_images` with ``retry_transient``): the walk stopped there and stored no selection record, so
+    the next walk of the site asks again, reading every thumbnail (and rejection record) this one left on disk
+    (crawl40 #3: the image was rejected for good, another image kept in its place, and the selection reused ever
+    after). Not a :class:`~geoagent.runtime.stage.PermanentFailure`: the site's task is delivered again.
+
+    ``site``, ``image_id``; ``reason``: the transfer's failure; ``downloads``: thumbnails the stopped walk
+    downloaded (on disk now)."""
+
+    def __init__(self, site: str, image_id: str, reason: str, downloads: int) -> None:
+        self.site, self.image_id, self.reason, self.downloads = site, image_id, reason, downloads
+        super().__init__(f"site {site}: the thumbnail of image {image_id} could not be had this time ({reason}); a "
+                         "failed transfer is no verdict on the image: the site is walked again, reading the thumbnails "
+                         "already on disk")
+
+    def __reduce__(self) -> Any:  # with its fields: errors cross processes pickled (tests/test_errors_pickle.py)
+        return (type(self), (self.site, self.image_id, self.reason, self.downloads))
+
+
 @dataclass
 class FetchResult:
     """Kept images (metadata dicts with ``path``, ``brightness``, ``dhash``) and rejections with reasons;
@@ -508,7 +534,8 @@ def _rejection_reason(bright: float, h: int, kept: list[dict[str, Any]], hashes:
 
 
 async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: FetcherSettings,
-                            images_root: str | Path, *, on_note: Any = None) -> FetchResult:
+                            images_root: str | Path, *, on_note: Any = None,
+                            retry_transient: bool = False) -> FetchResult:
     """Fetch, filter and store the images of one site (see module docstring).
 
     Parameters
@@ -526,7 +553,19 @@ async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: Fetc
         Receives a decision-log record (``event`` ``"mapillary_box_full"``) when a search box was still full at
         the minimum box size (the images found there are used; ``full_boxes`` in the record), and one (``event``
         ``"mapillary_captured_at"``, ``converted_from_seconds`` and ``unknown``: image ids) when images sent a
-        ``captured_at`` that was not read as sent (:func:`geoagent.clients.mapillary.read_captured_at`).
+        ``captured_at`` that was not read as sent (:func:`geoagent.clients.mapillary.read_captured_at`), and one
+        (``event`` ``"thumbnail_transfer_failed"``) for each image rejected for a failed transfer while
+        ``retry_transient`` is False.
+    retry_transient : bool
+        True: a thumbnail whose transfer failed in a way that says nothing of the image
+        (:attr:`~geoagent.clients.mapillary.ThumbnailUnavailable.transient`) stops the walk with
+        :class:`ThumbnailTransferFailed`, no selection record written (the caller retries the site). False (the
+        default; the crawl's last delivery of the site): the image is rejected with the reason and the walk goes on.
+
+    Raises
+    ------
+    ThumbnailTransferFailed
+        With ``retry_transient``, at the first transient thumbnail failure.
     """
     sid = safe_name(str(site["site"]), what="site id")
     lat, lon = float(site["lat"]), float(site["lon"])
@@ -592,8 +631,16 @@ async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: Fetc
                                                           max_bytes=settings.thumb_max_bytes)
             except ThumbnailUnavailable as e:  # this image only (no URL, gone, refused, not a JPEG, too large): skip it
                 # no record, not even for "not_jpeg": a body that is no complete JPEG (an HTML page served with 200,
-                # a transfer cut short) says nothing about the image, so the next walk asks again (module doc)
+                # a transfer cut short) says nothing about the image, so the next walk asks again (module doc). Nor
+                # may this walk's selection stand on it (crawl40 #3: stored, it was reused for good): while the caller
+                # can retry the site, the walk stops here unstored
+                if retry_transient and e.transient:
+                    raise ThumbnailTransferFailed(sid, img.image_id, str(e), res.downloads) from None
                 res.rejected.append(meta | {"reason": f"no thumbnail: {e}"})
+                if e.transient and on_note is not None:
+                    await on_note({"event": "thumbnail_transfer_failed", "image_id": img.image_id,
+                                   "reason": (f"no thumbnail: {e}; a failed transfer, not a verdict on the image, "
+                                              "rejected at the site's last delivery ([queue] max_attempts)")})
                 continue
             res.downloads += 1
         try:

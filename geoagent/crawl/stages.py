@@ -178,6 +178,9 @@ class CrawlServices:
     #: thumbnails this process downloaded (the fetcher's ``FetchResult.downloads`` of the sites it fetched; a
     #: reused selection, or a thumbnail already on disk, adds none): the summary's images line
     downloads_this_run: int = 0
+    #: the campaign's ``[queue] max_attempts``: deliveries of a site's task before the fetcher takes a failed thumbnail
+    #: transfer as the image's rejection (:class:`ImageryFetcherStage`)
+    max_deliveries: int = C.DEFAULT_MAX_ATTEMPTS
     #: this process's requests to the crawl's APIs, kept in its tally file as they are sent
     #: (:class:`geoagent.crawl.tally.RequestTally`; set by :func:`services_from_context`, None otherwise)
     tally: Any = None
@@ -454,6 +457,9 @@ def services_from_context(ctx: StageContext) -> CrawlServices:
     if isinstance(listeners, list):
         listeners.append(svc.tally.count)
     svc.ledger = ctx.services.get("ledger")
+    max_attempts = getattr(getattr(cfg, "queue", None), "max_attempts", None)
+    if isinstance(max_attempts, int) and not isinstance(max_attempts, bool):  # the queue's, for the fetcher's retries
+        svc.max_deliveries = max_attempts
     svc.store = ctx.services.get("store")  # a paid answer is stored with its settlement (llmcall.metered_generate)
     budget = getattr(cfg, "budget", None)
     svc.input_estimate_factor = getattr(budget, "input_estimate_factor", None)
@@ -877,6 +883,14 @@ class ImageryFetcherStage(_CrawlStage):
         thumbnails are on disk); else the site is fetched (:func:`geoagent.crawl.fetcher.fetch_site_images`,
         reading thumbnails already on disk). The record used is stored as the campaign's own. A record made
         with other settings (another campaign's, or this one's before its settings changed) is never used.
+
+        A thumbnail transfer that failed in a way that says nothing of the image (an HTML page served with 200, the
+        CDN refusing a fresh URL: :class:`geoagent.crawl.fetcher.ThumbnailTransferFailed`) fails the delivery before
+        any record is stored, so the queue delivers the site again (backoff, ``[queue] max_attempts``) and its walk
+        asks again, reading what the failed walk left on disk (crawl40 #3: a one-off glitch changed the site's images
+        for good). At the last delivery such an image is rejected with the reason and the walk goes on, logged in
+        ``crawl_decisions.jsonl`` (``event`` ``"thumbnail_transfer_failed"``), so a CDN that never serves one image
+        does not hold the site back for ever.
         """
         svc = _svc(ctx)
         site = task.payload["site"]
@@ -896,9 +910,14 @@ class ImageryFetcherStage(_CrawlStage):
                                            images_root=svc.images_root, corrected=corrected)
             if rec is None:
                 self._token_gate(svc)
+                last = task.attempts + 1 >= svc.max_deliveries  # this delivery is the site's last
                 try:
                     res = await fetch_mod.fetch_site_images(site, svc.mapillary, svc.settings.fetcher, svc.images_root,
-                                                            on_note=svc.decision_logger(self.name, site=sid))
+                                                            on_note=svc.decision_logger(self.name, site=sid),
+                                                            retry_transient=not last)
+                except fetch_mod.ThumbnailTransferFailed as e:  # nacked: delivered again, nothing stored
+                    svc.downloads_this_run += e.downloads
+                    raise
                 except Exception as e:
                     self._token_gate(svc, e)
                     raise

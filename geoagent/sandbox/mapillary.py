@@ -12,7 +12,8 @@ over ``max_bbox_deg2`` -> 400; ``GET /{id}`` of an unknown or deleted image -> 4
 code 100, subcode 33 ("Unsupported get request. Object with ID ... does not exist", as the Graph API answers); a "dense" box (more than ``dense_threshold`` images) -> 500 (the client
 must split it); thumbnail URLs carry an expiry (``ttl_s``) and a signature: an expired or forged one
 gets 403 with a text body (``FakeImage.cdn_expired_first`` makes a URL expire before its first uses);
-an image may have no thumbnail (``thumb_*_url`` null), a CDN answer that is not a JPEG, or a CDN URL that
+an image may have no thumbnail (``thumb_*_url`` null), a CDN answer that is not a JPEG (for every request, or the
+first ``FakeImage.cdn_body_times`` only: a one-off glitch), or a CDN URL that
 redirects to itself without end (``FakeImage.cdn_redirect_loop``). Thumbnails are JPEGs rendered on demand whose mean grey level is the image's
 ``brightness`` (so the brightness filter has something real to measure).
 
@@ -111,8 +112,10 @@ class FakeImage:
     pattern_seed: str | None = None  # images sharing one render as near-duplicates
     #: False: the Graph API answers ``null`` for every ``thumb_*_url`` (no thumbnail available)
     has_thumb: bool = True
-    #: served by the CDN instead of the rendered JPEG (e.g. an HTML error page with status 200)
+    #: served by the CDN instead of the rendered JPEG (e.g. an HTML error page with status 200) ...
     cdn_body: bytes | None = None
+    #: ... for the first N CDN requests of the image only (a one-off glitch), then the JPEG (None: every request)
+    cdn_body_times: int | None = None
     #: True: the CDN sends ``cdn_body`` chunked, without a Content-Length (the client learns its size only by
     #: reading it)
     cdn_chunked: bool = False
@@ -329,19 +332,25 @@ async def _cdn(request: web.Request) -> web.Response:
     if img.cdn_expired_first > 0:
         img.cdn_expired_first -= 1
         return web.Response(status=403, text="URL signature expired", content_type="text/plain")
-    if img.cdn_body is not None and img.cdn_chunked:
+    body = img.cdn_body
+    if body is not None and img.cdn_body_times is not None:
+        if img.cdn_body_times <= 0:
+            body = None  # the glitch is over
+        else:
+            img.cdn_body_times -= 1
+    if body is not None and img.cdn_chunked:
         resp = web.StreamResponse(headers={"Content-Type": "image/jpeg"})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
         try:
-            for i in range(0, len(img.cdn_body), 64 * 1024):
-                await resp.write(img.cdn_body[i:i + 64 * 1024])
+            for i in range(0, len(body), 64 * 1024):
+                await resp.write(body[i:i + 64 * 1024])
             await resp.write_eof()
         except (ConnectionResetError, ConnectionError):
             pass  # the client abandoned the body (its cap): nothing more to send
         return resp
-    if img.cdn_body is not None:
-        return web.Response(body=img.cdn_body, content_type="text/html")
+    if body is not None:
+        return web.Response(body=body, content_type="text/html")
     key = f"{iid}:{st.thumb_px}"
     if key not in st._jpeg_cache:
         st._jpeg_cache[key] = render_thumbnail(iid, img.brightness, st.thumb_px, img.pattern_seed)
