@@ -253,7 +253,8 @@ class CrawlCampaign(CampaignKind):
         from the queue and the resolution table the last run wrote); then how many candidates no ladder draws
         because their contentious-name screen could not be read (:func:`unscreened_lines`), and how many
         candidates' ratings failed (:func:`rating_failed_lines`, crawl40 #1). The cities that got
-        fewer sites than ``sites_per_city`` come after the cities not admitted (:func:`shortfall_lines`)."""
+        fewer sites than ``sites_per_city`` come after the cities not admitted (:func:`shortfall_lines`), then the sites
+        left without a usable image (:func:`no_usable_image_lines`)."""
         from geoagent.crawl.referenceability import rating_failed_lines, unscreened_lines
         from geoagent.crawl.review import review_counts, review_counts_line
         from geoagent.crawl.screener import not_admitted_lines
@@ -274,6 +275,10 @@ class CrawlCampaign(CampaignKind):
             short = shortfall_lines(cfg.state_dir(), _settings(cfg))
         except (OSError, CrawlConfigError):
             short = []
+        try:
+            short += no_usable_image_lines(cfg.state_dir(), _images_root(cfg))
+        except OSError:
+            pass
         return self._trials_status_lines(cfg) + rejected + short + ([f"  {review}"] if review else []) + unscreened
 
     def _trials_status_lines(self, cfg: Any) -> list[str]:
@@ -318,6 +323,7 @@ class CrawlCampaign(CampaignKind):
 
         lines += not_admitted_lines(svc.state_dir, svc.settings.screener)
         lines += shortfall_lines(svc.state_dir, svc.settings)
+        lines += no_usable_image_lines(svc.state_dir, svc.images_root)
         note = getattr(self, "_trials_note", None)
         if note:
             lines.append(f"  {note}")
@@ -690,6 +696,108 @@ def image_counts(state_dir: str | Path, images_root: str | Path) -> dict[str, An
     return out
 
 
+def sites_without_usable_images(state_dir: str | Path, images_root: str | Path) -> list[dict[str, Any]]:
+    """The sites of ``sites.csv`` the crawl has finished with that hold no usable image (crawl40 #4: such a site has
+    no row in ``verify_trials.csv`` and no request in a GeoHint plan, and nothing said so), in ``sites.csv`` order.
+
+    A site counts once its selection record is there (:func:`geoagent.crawl.fetcher.campaign_selections`) and each
+    image it uses (kept, and not used under a nearer site: :func:`geoagent.crawl.export.image_owners`) has its audit
+    (a row of ``images.csv``, or a stored audit record whose answers could not be read); a site still being fetched
+    or audited is not listed. Each entry: ``site``, ``city``; ``kept`` (images the site uses), ``excluded`` (of them,
+    ``images.csv`` rows with ``usable`` False: the audit, or a human verdict, excluded them), ``no_verdict`` (kept
+    images whose audit answers could not be read), ``used_elsewhere`` (kept images used under a nearer site),
+    ``rejected`` (the fetcher's rejections and skips, category -> count, as :func:`image_counts`) and ``why`` (one
+    phrase for the summary)."""
+    import csv
+
+    from geoagent.crawl.export import image_owners
+    from geoagent.crawl.fetcher import campaign_selections
+
+    folder = Path(state_dir)
+    if not (folder / "sites.csv").is_file():
+        return []
+    with open(folder / "sites.csv", newline="", encoding="utf-8") as f:
+        sites = [(r.get("site") or "", r.get("city") or "") for r in csv.DictReader(f)]
+    usable: dict[str, int] = {}
+    audited: dict[str, set[str]] = {}
+    excluded: dict[str, int] = {}
+    if (folder / "images.csv").is_file():
+        with open(folder / "images.csv", newline="", encoding="utf-8") as f:
+            for row in csv.DictReader(f):
+                site = row.get("site") or ""
+                audited.setdefault(site, set()).add(str(row.get("image_id") or ""))
+                if row.get("usable") == "True":
+                    usable[site] = usable.get(site, 0) + 1
+                else:
+                    excluded[site] = excluded.get(site, 0) + 1
+    selections = campaign_selections(folder, images_root)
+    owners = image_owners(folder, selections)
+    out: list[dict[str, Any]] = []
+    for site, city in sites:
+        meta = selections.get(site)
+        if meta is None or usable.get(site):
+            continue  # not fetched yet, or it has a usable image
+        kept = [str(k.get("image_id")) for k in meta.get("kept") or [] if isinstance(k, dict)]
+        used = [i for i in kept if owners.get(i, site) == site]
+        no_verdict = 0
+        for iid in used:
+            if iid in audited.get(site, set()):
+                continue
+            rec = _load_json(folder / "image_audit" / site / f"{iid}.json")
+            if not (isinstance(rec, dict) and isinstance(rec.get("audit"), dict) and not rec["audit"].get("parsed")):
+                break  # not audited yet: the site is still on its way
+            no_verdict += 1
+        else:
+            rejected: dict[str, int] = {}
+            for r in meta.get("rejected") or []:
+                reason = str(r.get("reason", "")) if isinstance(r, dict) else ""
+                kind = next((name for start, name, _ in _REJECTION_KINDS if reason.startswith(start)),
+                            "other (unreadable image)")
+                rejected[kind] = rejected.get(kind, 0) + 1
+            n_excl = excluded.get(site, 0)
+            if used:
+                why = ", ".join(part for part in (
+                    f"{n_excl} excluded by the image audit" if n_excl else "",
+                    f"{no_verdict} without a verdict (unreadable audit answers)" if no_verdict else "") if part)
+                why = f"{count_text(len(used), 'image')} kept: {why}"
+            elif kept:
+                why = f"its {count_text(len(kept), 'kept image')} {'is' if len(kept) == 1 else 'are'} used under a nearer site"
+            else:
+                why = ("no image kept by the fetcher"
+                       + (f" ({', '.join(f'{n} {k}' for k, n in rejected.items())})" if rejected else
+                          " (none found within [crawl.fetcher] radius_m)"))
+            out.append({"site": site, "city": city, "kept": len(used), "excluded": n_excl, "no_verdict": no_verdict,
+                        "used_elsewhere": len(kept) - len(used), "rejected": rejected, "why": why})
+    return out
+
+
+def _load_json(path: Path) -> Any:
+    """The JSON in ``path``, or None (missing, unreadable)."""
+    try:
+        return orjson.loads(path.read_bytes()) if path.is_file() else None
+    except (OSError, orjson.JSONDecodeError):
+        return None
+
+
+#: the most sites :func:`no_usable_image_lines` names one per line
+NO_USABLE_IMAGE_LINES = 10
+
+
+def no_usable_image_lines(state_dir: str | Path, images_root: str | Path) -> list[str]:
+    """The summary's and ``run.py status``'s warning per site of ``sites.csv`` left without a usable image
+    (:func:`sites_without_usable_images`): ``  warning: site X (City): usable images: 0 (why); GeoVerify and GeoHint
+    plan nothing for it``, at most :data:`NO_USABLE_IMAGE_LINES` lines, then a count of the rest; ``[]`` when every
+    finished site has one."""
+    sites = sites_without_usable_images(state_dir, images_root)
+    lines = [f"  warning: site {s['site']} ({s['city']}): usable images: 0 ({s['why']}); GeoVerify and GeoHint plan "
+             "nothing for it (it stays in sites.csv; crawl_summary.json sites_without_usable_images)"
+             for s in sites[:NO_USABLE_IMAGE_LINES]]
+    if len(sites) > NO_USABLE_IMAGE_LINES:
+        lines.append(f"  warning: and {len(sites) - NO_USABLE_IMAGE_LINES} more site(s) with usable images: 0 "
+                     "(crawl_summary.json sites_without_usable_images lists them all)")
+    return lines
+
+
 def image_counts_line(c: dict[str, Any], downloaded: int | None = None) -> str:
     """The summary's image line from :func:`image_counts`: ``images kept: 32 of 45 examined (13 rejected
     after download: 10 too dark (brightness filter), 3 near-duplicates; 33 skipped before download: ...);
@@ -896,8 +1004,9 @@ def _write_summary(cfg: Any, svc: Any, status: str, trials: dict[str, Any], *, w
     ``pending``, ``resolved``: :func:`geoagent.crawl.review.review_counts`), ``site_shortfall`` (the cities that
     got fewer sites than ``sites_per_city``, with the walk's skip counts and the site types without a candidate:
     :func:`geoagent.crawl.sampler.site_shortfalls`; ``[]`` when none), ``requests`` (the crawl APIs' requests of
-    this run and of every run of the crawl: :func:`request_counts`; ``api`` has this run's only) and ``counts`` (the
-    crawl's cities, sites and images: :func:`crawl_counts`). Returns its path."""
+    this run and of every run of the crawl: :func:`request_counts`; ``api`` has this run's only), ``counts`` (the
+    crawl's cities, sites and images: :func:`crawl_counts`) and ``sites_without_usable_images`` (the sites of
+    ``sites.csv`` no campaign can use: :func:`sites_without_usable_images`; ``[]`` when none). Returns its path."""
     import time
 
     from geoagent.crawl.review import review_counts
@@ -915,7 +1024,8 @@ def _write_summary(cfg: Any, svc: Any, status: str, trials: dict[str, Any], *, w
                               "cities_by_version": recorded_versions(svc.state_dir / "sampling")},
          "review": review_counts(svc.state_dir),
          "site_shortfall": site_shortfalls(svc.state_dir / "sampling", svc.settings.sampler),
-         "requests": request_counts(svc, api), "counts": crawl_counts(svc.state_dir, svc.images_root)},
+         "requests": request_counts(svc, api), "counts": crawl_counts(svc.state_dir, svc.images_root),
+         "sites_without_usable_images": sites_without_usable_images(svc.state_dir, svc.images_root)},
         option=orjson.OPT_INDENT_2))
 
 

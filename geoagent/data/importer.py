@@ -15,7 +15,7 @@ from __future__ import annotations
 import csv
 import math
 import re
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -649,6 +649,27 @@ def check_plannable(release: Release, *, trials: bool, sites: bool = True) -> No
     if problems:
         raise ValueError("; ".join(problems) + ": nothing to plan from it, so nothing was run (stored answers, "
                          "queues and the last report are kept); fix the file and re-run the same command")
+
+
+def sites_without_images(release: Release, sites: Iterable[str] | None = None) -> list[str]:
+    """The sites of ``release.sites`` (or of ``sites``, ids among them) that no image of the trial table belongs to
+    (``release.images``: its main-arm rows), sorted: a GeoVerify or GeoHint plan has nothing to show for them. From a
+    crawl's folder these are its sites left with no usable image (crawl40 #4: they dropped out of the plans without
+    a word; the crawl's summary names them, ``usable images: 0``)."""
+    with_images = {im.site_id for im in release.images.values()}
+    return sorted(s for s in (release.sites if sites is None else sites) if s not in with_images)
+
+
+def sites_without_images_text(site_ids: list[str], sites_csv: str | Path, *, limit: int = 5) -> str | None:
+    """The plan warning naming ``site_ids`` (:func:`sites_without_images`), the first ``limit`` of them, or None
+    when there are none."""
+    if not site_ids:
+        return None
+    named = ", ".join(site_ids[:limit]) + (f" and {len(site_ids) - limit} more" if len(site_ids) > limit else "")
+    n = len(site_ids)
+    return (f"{n} site{'s' if n != 1 else ''} of {sites_csv} {'have' if n != 1 else 'has'} no image in the trial "
+            f"table, so nothing is planned for {'them' if n != 1 else 'it'}: {named} (from a crawl: sites left with no "
+            "usable image, which its summary names with 'usable images: 0')")
 
 
 def import_release(root: str | Path, *, state_root: str | Path | None = None) -> Release:

@@ -327,14 +327,20 @@ class GeoHintCampaign(CampaignKind):
         left out of the plan; the first five in full, ``file:line: reason``), and the image warnings (images
         sent as placeholder pixels; planned requests queued earlier with placeholder pixels that now have their
         photo, :func:`geoagent.image_files.photos_after_placeholders`), and a model that audited the crawl whose
-        folder the plan reads (:func:`geoagent.integrate.auditor_overlap_warning`, seed 000 Sec. 3.3), when there
-        are any."""
+        folder the plan reads (:func:`geoagent.integrate.auditor_overlap_warning`, seed 000 Sec. 3.3), and the planned
+        sites of ``sites.csv`` without any image to ask about (:attr:`geoagent.geohint.plan.PlanSummary.sites_without_images`:
+        a crawl's sites left with no usable image; crawl40 #4), when there are any."""
         out = []
         issues = getattr(self, "_import_issues", None) or []
         if issues:
             shown = "; ".join(str(i) for i in issues[:5]) + (f"; ... and {len(issues) - 5} more" if len(issues) > 5 else "")
             out.append(f"release import: {len(issues)} problem(s) (a malformed row is left out of the plan): {shown}")
-        return out + [w for w in (getattr(self, "_image_warning", None), getattr(self, "_photo_warning", None),
+        from geoagent.data.importer import sites_without_images_text
+
+        summary = getattr(self, "_summary", None)
+        bare = sites_without_images_text(list(getattr(summary, "sites_without_images", None) or []),
+                                         getattr(self, "_sites_csv", None) or "sites.csv")
+        return out + [w for w in (bare, getattr(self, "_image_warning", None), getattr(self, "_photo_warning", None),
                                   getattr(self, "_auditor_warning", None)) if w]
 
     async def plan(self, cfg: Any, ctx: StageContext) -> list[Message]:
@@ -390,6 +396,7 @@ class GeoHintCampaign(CampaignKind):
         ctx.services[C.SERVICE_LIVE_BANNERS] = LiveBanners(lambda: _simulated(cfg, ctx), replay_note(cfg),
                                                            lambda: getattr(self, "_image_warning", None))
         self._summary: PlanSummary = summary
+        self._sites_csv = release.root / "sites.csv"
         self._images = image_tally(messages, images, s.image_root, s.images)
         self._refusals: list[str] = []
         self._image_warning = check_missing(

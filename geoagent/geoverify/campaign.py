@@ -244,7 +244,9 @@ class GeoVerifyCampaign(CampaignKind):
         (``ctrl_mismatch``; e.g. trials of a crawl whose cities are all on one continent): the read-out cannot
         check that arm. A table without any control arm (the release sample) gets no warning: no control was
         meant. Also a model that audited the crawl whose folder the trials come from
-        (:func:`geoagent.integrate.auditor_overlap_warning`, seed 000 Sec. 3.3)."""
+        (:func:`geoagent.integrate.auditor_overlap_warning`, seed 000 Sec. 3.3), and the sites of ``sites.csv``
+        without an image in the trial table, so without a trial (:func:`geoagent.data.importer.sites_without_images`:
+        a crawl's sites left with no usable image; crawl40 #4)."""
         from geoagent.data.model import ARM_BLANK, ARM_MISMATCH
         from geoagent.scoring.sdt import MISMATCH_F_MAX
 
@@ -252,6 +254,12 @@ class GeoVerifyCampaign(CampaignKind):
                            getattr(self, "_auditor_warning", None)) if w]
         plan = getattr(self, "_plan", None)
         trials = getattr(plan, "trials", None) or []
+        from geoagent.data.importer import sites_without_images_text
+
+        bare = sites_without_images_text(getattr(plan, "sites_without_images", None) or [],
+                                         getattr(plan, "sites_csv", None) or "sites.csv")
+        if bare:
+            out.append(bare)
         arms = {t.arm for t in trials}
         if ARM_BLANK in arms and ARM_MISMATCH not in arms:
             out.append(

@@ -33,7 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from geoagent.data.importer import ImportReport, Release, check_plannable, import_counts_text, import_release
+from geoagent.data.importer import (
+    ImportReport,
+    Release,
+    check_plannable,
+    import_counts_text,
+    import_release,
+    sites_without_images,
+)
 from geoagent.data.model import ARM_MAIN, BAND_SIGNAL, BLANK_IMAGE_REF, VerifyTrial
 from geoagent.data.store import DataStore
 from geoagent.geoverify.prompt import load_template
@@ -66,6 +73,11 @@ class CampaignPlan:
     #: one line per trial whose recorded answers are not replayed or disagree (a refused table row, a record naming
     #: another trial or an unsafe site: :func:`geoagent.geoverify.stages.release_replay_plan`)
     replay_notes: list[str] = field(default_factory=list)
+    #: sites of ``sites.csv`` without an image in the trial table, so without a trial
+    #: (:func:`geoagent.data.importer.sites_without_images`; crawl40 #4)
+    sites_without_images: list[str] = field(default_factory=list)
+    #: the ``sites.csv`` they are listed in
+    sites_csv: Path | None = None
 
 
 #: ``edge`` of an unreplayed trial in ``geoverify_missing.csv`` (never planned, so on no queue edge)
@@ -411,7 +423,8 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
     # replay.path in the release folder; one answering from a recording of its own reads none of them)
     raw_used = s.trials != "build" and any(cfg.replay_in_release(m) for m in cfg.models)
     return CampaignPlan(interleave(kept, cfg.campaign.seed), trials, release.report, build_rep, per_model, notes, images,
-                        import_counts_text(release, raw_used=raw_used), unreplayed, replay_notes)
+                        import_counts_text(release, raw_used=raw_used), unreplayed, replay_notes,
+                        sites_without_images(release), release.root / "sites.csv")
 
 
 #: config key of GeoVerify's image folder (named in messages)
