@@ -39,6 +39,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from geoagent import constants as C
 from geoagent.config import ConfigProblem, check_model_id, expand_home
 from geoagent.qid import is_qid
 from geoagent.runtime.http import HostPolicy
@@ -133,6 +134,16 @@ class ScreenerSettings(_Section):
     l_max_km: float = Field(0.65, gt=0, le=MAX_RADIUS_KM)
     overpass_timeout_s: int = Field(25, gt=0)
 
+    @field_validator("place_values")
+    @classmethod
+    def _some_place_values(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        # none: the screener finds no neighbourhood point, so every city is refused after its requests were sent and
+        # the crawl ended "complete" with 0 sites (crawl40 #7)
+        if not v:
+            raise ConfigProblem("expected at least one OSM place value (the default: neighbourhood, suburb, quarter); "
+                                "with none no city has a neighbourhood point and every city is refused")
+        return v
+
     @field_validator("addressing_unit_patterns")
     @classmethod
     def _compile(cls, v: tuple[str, ...]) -> tuple[str, ...]:
@@ -168,6 +179,9 @@ class SamplerSettings(_Section):
     @field_validator("site_types")
     @classmethod
     def _qids(cls, v: dict[str, str]) -> dict[str, str]:
+        if not v:  # no candidate type: every city gets 0 sites after its requests (crawl40 #7)
+            raise ConfigProblem("expected at least one site type (name = Wikidata class QID, e.g. museum = "
+                                "\"Q33506\"; the default lists the paper's 16): with none no city gets a site")
         for name, qid in v.items():
             if not is_qid(qid):
                 raise ConfigProblem(f"site type {name!r}: {qid!r} is not a Wikidata item id like Q33506")
@@ -229,10 +243,34 @@ class ImageAuditSettings(_Section):
         return expand_home(v)  # a leading "~" is the home folder, as in [paths]
 
 
+#: the farthest distance (km) any band of the benchmark reaches: the context ladders' 3-6 km band (seed 000 Sec. 3.3)
+#: and GeoVerify's 3-6 km decoy band (Sec. 5.2), both drawn from the referenceability candidates: the least
+#: ``[crawl.referenceability] radius_km`` takes (crawl40 #5)
+FARTHEST_BAND_KM = max(C.LADDER_BANDS_KM[-1][1], C.GEOVERIFY_DECOY_BANDS_KM[-1][1])
+
+
+def _band_km(band: tuple[float, float]) -> str:
+    """``(3.0, 6.0)`` -> ``"3-6 km"``."""
+    return f"{band[0]:g}-{band[1]:g} km"
+
+
 class ReferenceabilitySettings(_Section):
     """Text-only referenceability auditor (Sec. 3.3, App. A.3)."""
 
+    #: candidates within this radius of a site; at least :data:`FARTHEST_BAND_KM` (a smaller radius empties the
+    #: farthest ladder and decoy bands), and more only lists and rates candidates no band uses (a load warning)
     radius_km: float = Field(6.0, gt=0, le=MAX_RADIUS_KM)
+
+    @field_validator("radius_km")
+    @classmethod
+    def _reaches_every_band(cls, v: float) -> float:
+        if v < FARTHEST_BAND_KM:  # at 2 km every ladder lost its 3-6 km band and GeoVerify's 3-6 km band had 0 trials
+            raise ConfigProblem(
+                f"expected at least {FARTHEST_BAND_KM:g} km, got {v:g}: the context ladders' farthest band "
+                f"({_band_km(C.LADDER_BANDS_KM[-1])}, seed 000 Sec. 3.3) and GeoVerify's farthest decoy band "
+                f"({_band_km(C.GEOVERIFY_DECOY_BANDS_KM[-1])}, Sec. 5.2) are drawn from these candidates, so a smaller "
+                "radius leaves them empty")
+        return v
     page_size: int = Field(500, ge=10)
     #: an entity query that times out is split into quadrants at most this many times over (0: no split;
     #: :meth:`geoagent.clients.wdqs.WdqsClient.entities_around`)
@@ -490,11 +528,19 @@ class CrawlSettings(_Section):
         site discs overlap: one place may enter the benchmark as two cities, the same landmark drawn for both
         (walk31 #5: "Torino" beside "Turin" at the same centre was crawled as a second city without a word), at
         most 10 lines, then a count of the rest; before them the Overpass timeout note
-        (:meth:`overpass_timeout_note`) when it applies."""
+        (:meth:`overpass_timeout_note`) when it applies, and a note when ``[crawl.referenceability] radius_km`` reaches
+        beyond :data:`FARTHEST_BAND_KM` (candidates rated but never drawn)."""
         out: list[str] = []
         timeouts = self.overpass_timeout_note()
         if timeouts:
             out.append(timeouts)
+        radius = self.referenceability.radius_km
+        if radius > FARTHEST_BAND_KM:  # crawl40 #5: listed and rated (paid), never drawn
+            out.append(f"[crawl.referenceability] radius_km = {radius:g} reaches beyond the farthest band the benchmark "
+                       f"uses ({FARTHEST_BAND_KM:g} km: the ladders' {_band_km(C.LADDER_BANDS_KM[-1])} band, GeoVerify's "
+                       f"{_band_km(C.GEOVERIFY_DECOY_BANDS_KM[-1])} decoys): candidates between {FARTHEST_BAND_KM:g} and "
+                       f"{radius:g} km are queried and rated (paid auditor calls) but no ladder or trial draws them; "
+                       f"the paper's radius is {FARTHEST_BAND_KM:g} km")
         if len(self.cities) < 2:
             return out
         import numpy as np
