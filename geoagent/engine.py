@@ -321,6 +321,12 @@ class CampaignKind(abc.ABC):
         a run creates anything."""
         return []
 
+    def key_value_problem(self, cfg: Any, var: str, value: str) -> str | None:
+        """Why the value of ``var`` (one of :meth:`required_keys`, set) cannot be the key it is for, e.g. the crawl's
+        Mapillary token not starting with ``MLY|``; None (default) when it may be. :func:`check_keys` refuses the run
+        for it before anything is created, the dry run warns. The message names the variable, never the value."""
+        return None
+
     def idle_handoff(self, cfg: Any, ctx: StageContext, *, export: bool, complete: bool,
                      snapshot: Any = None) -> list[str]:
         """Write the tables another campaign reads from this one (its hand-off), called by a ``--watch`` run
@@ -915,7 +921,8 @@ def check_keys(cfg: Any, kind: CampaignKind, *, dotenv_path: str | Path | None =
     geoagent.secrets.SecretNotFound
         One message naming every missing variable and what needs it (never a value); the CLI exits 2.
     ValueError
-        A configured name is not a valid variable name, or a value holds control characters.
+        A configured name is not a valid variable name, a value holds control characters, or a value cannot be the
+        key it is for (:meth:`CampaignKind.key_value_problem`).
     """
     from geoagent.secrets import SecretNotFound
 
@@ -970,7 +977,9 @@ def missing_keys(cfg: Any, kind: CampaignKind, *, dotenv_path: str | Path | None
     Raises
     ------
     ValueError
-        Without ``unreadable``: a configured name is not a valid variable name, or a value holds control characters.
+        Without ``unreadable``: a configured name is not a valid variable name, a value holds control characters, or
+        a value of the kind's own keys cannot be the key (:meth:`CampaignKind.key_value_problem`; with
+        ``unreadable``, its message is collected there too).
     """
     from geoagent.secrets import missing_api_keys, read_or_note
 
@@ -980,6 +989,12 @@ def missing_keys(cfg: Any, kind: CampaignKind, *, dotenv_path: str | Path | None
         readable, found = read_or_note(var, unreadable, dotenv_path=dotenv_path)
         if readable and found is None:
             others.append((var, who))
+        elif found is not None and (problem := kind.key_value_problem(cfg, var, found.reveal())):
+            # a value that cannot be the key (crawl40 #8: a Mapillary token "sandbox"): refused as an unreadable one
+            if unreadable is None:
+                raise ValueError(problem)
+            if problem not in unreadable:
+                unreadable.append(problem)
     return missing, others
 
 
@@ -3442,8 +3457,9 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
         refusals.append(f"{'variables' if n_vars > 1 else 'variable'} {'; '.join(said)}")
         out.exit_code = EXIT_CONFIG
     if unreadable:
-        refusals.append("an API key variable that cannot be read" if len(unreadable) == 1 else
-                        f"{len(unreadable)} API key variables that cannot be read")
+        # "or used": a value that cannot be the key it is for (CampaignKind.key_value_problem) is collected here too
+        refusals.append("an API key variable that cannot be read or used" if len(unreadable) == 1 else
+                        f"{len(unreadable)} API key variables that cannot be read or used")
         out.exit_code = EXIT_CONFIG
     if plan_refusals:
         refusals.append("images without a file for a real model")

@@ -1,6 +1,7 @@
-"""A crawl whose Mapillary token is refused (HTTP 401, Graph error 190: the sandbox fake refuses any token that is
-not ``MLY|...``) stops at the first refusal like a model's refused API key: exit 5 (the code ``run.py --help``
-documents for "authentication failed"), a line naming the variable MAPILLARY_TOKEN (never its value), nothing
+"""A crawl whose Mapillary token is refused (HTTP 401, Graph error 190: the sandbox fake refuses a token beginning
+``MLY|refused``, one of the right form, which the crawl does not refuse itself: a token of another form is refused
+before any request, tests/test_crawl_mapillary_token_format.py) stops at the first refusal like a model's refused
+API key: exit 5 (the code ``run.py --help`` documents for "authentication failed"), a line naming the variable MAPILLARY_TOKEN (never its value), nothing
 dead-lettered, the cities left queued untouched, and no city screened on Overpass again and again
 (geoagent.crawl.stages.MapillaryTokenRefused). A re-run with a good token then completes the screening."""
 
@@ -27,7 +28,7 @@ def _documented_auth_code() -> int:
 def test_a_refused_mapillary_token_stops_the_crawl_with_exit_5_and_keeps_the_cities(isolated_roots, monkeypatch,
                                                                                    capsys):
     monkeypatch.setenv("GEOAGENT_DOTENV", str(isolated_roots / "absent.env"))
-    monkeypatch.setenv("MAPILLARY_TOKEN", "garbage-token-value")
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|refused|garbage-token-value")
     before = dict(request_counts())
     code = main(["crawl", str(CONFIG), "--no-live"])
     out, err = capsys.readouterr()

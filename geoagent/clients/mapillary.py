@@ -452,6 +452,23 @@ def _local_thumb_host(url: str, graph_is_local: bool) -> bool:
     return not graph_is_local and _is_local_url(url)
 
 
+#: how every Mapillary client access token begins: ``MLY|<app id>|<secret>`` (api-notes section 6, "Auth"; the
+#: developer dashboard, https://www.mapillary.com/dashboard/developers, issues them so)
+TOKEN_PREFIX = "MLY|"
+
+
+def token_problem(var: str, value: str) -> str | None:
+    """Why the value of variable ``var`` is no Mapillary client token (it does not start with :data:`TOKEN_PREFIX`),
+    or None when it is one. Checked before any request (crawl40 #8: an ordinary word such as ``sandbox`` was sent,
+    refused by the API, and masked as a secret wherever it occurred in the stored config, ``mapillary.***.invalid``).
+    The message names the variable, never the value."""
+    if value.startswith(TOKEN_PREFIX):
+        return None
+    return (f"the Mapillary token in {var} is not a Mapillary client token: one starts with {TOKEN_PREFIX} "
+            f"({TOKEN_PREFIX}<app id>|<secret>, from https://www.mapillary.com/dashboard/developers); the value is not "
+            "shown")
+
+
 class MapillaryClient:
     """Async Mapillary Graph API v4 client.
 

@@ -35,6 +35,16 @@ def _settings(cfg: Any) -> CrawlSettings:
     return s
 
 
+def _mapillary_is_fake(settings: CrawlSettings) -> bool:
+    """Whether ``[crawl.endpoints] mapillary`` is the sandbox's offline fake (``*.sandbox.invalid``)."""
+    from geoagent.sandbox.launch import fake_name
+
+    try:
+        return fake_name(str(settings.endpoints.mapillary or "")) is not None
+    except ValueError:  # a *.sandbox.invalid host naming no fake: launch refuses it with its own message
+        return False
+
+
 class CrawlCampaign(CampaignKind):
     """Screen cities, sample sites, fetch and audit images, rate reference points, build ladders."""
 
@@ -52,15 +62,23 @@ class CrawlCampaign(CampaignKind):
         settings = _settings(cfg)
         var = settings.endpoints.mapillary_token_env
         what = "the Mapillary token, [crawl.endpoints] mapillary_token_env"
-        from geoagent.sandbox.launch import fake_name
-
-        try:
-            fake = fake_name(str(settings.endpoints.mapillary or "")) is not None
-        except ValueError:  # a *.sandbox.invalid host naming no fake: launch refuses it with its own message
-            fake = False
-        if fake:  # walk24 #6: the hint was only in crawl_sandbox.toml's comments and docs/campaigns.md
+        if _mapillary_is_fake(settings):  # walk24 #6: the hint was only in crawl_sandbox.toml's comments and docs/campaigns.md
             what += f"; the sandbox's Mapillary fake accepts any value of the form MLY|..., e.g. {var}='MLY|sandbox'"
         return [(var, what)]
+
+    def key_value_problem(self, cfg: Any, var: str, value: str) -> str | None:
+        """A Mapillary token (the variable ``[crawl.endpoints] mapillary_token_env`` names) that does not start with
+        ``MLY|`` (:func:`geoagent.clients.mapillary.token_problem`; crawl40 #8), with the sandbox fake's convention
+        when the crawl's Mapillary endpoint is the offline fake; None for any other variable or a token."""
+        from geoagent.clients.mapillary import token_problem
+
+        settings = _settings(cfg)
+        if var != settings.endpoints.mapillary_token_env:
+            return None
+        problem = token_problem(var, value)
+        if problem and _mapillary_is_fake(settings):
+            problem += f"; the offline fake accepts any value of the form MLY|..., e.g. {var}='MLY|sandbox'"
+        return problem
 
     async def plan(self, cfg: Any, ctx: StageContext) -> Iterable[Message]:
         """The cities to screen. A human-verdict CSV (``[crawl.image_audit] human_verdicts``) is read first: the

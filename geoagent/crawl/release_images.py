@@ -175,6 +175,12 @@ async def _run(args: argparse.Namespace) -> int:
         print(f"error: the Mapillary token is missing: set the environment variable {args.token_env} (or put it in "
               ".env); get one at https://www.mapillary.com/dashboard/developers", file=sys.stderr)
         return 2
+    from geoagent.clients.mapillary import token_problem
+
+    problem = token_problem(args.token_env, secret.reveal())  # before any request (crawl40 #8)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     root = Path(os.path.expanduser(args.release or os.environ.get(C.ENV_RELEASE_DIR) or C.DEFAULT_RELEASE_DIR))
     try:
         rel = import_release(root)

@@ -387,7 +387,8 @@ def build_crawl_services(settings: CrawlSettings, http: Any, *, state_dir: str |
     Raises
     ------
     CrawlConfigError
-        When the Mapillary token is missing (names the environment variable) or an auditor has no provider.
+        When the Mapillary token is missing or does not start with ``MLY|`` (names the environment variable, never the
+        value) or an auditor has no provider.
     """
     from geoagent.secrets import lookup_secret
 
@@ -399,6 +400,11 @@ def build_crawl_services(settings: CrawlSettings, http: Any, *, state_dir: str |
     if not token:
         raise CrawlConfigError(f"Mapillary token missing: set the environment variable {ep.mapillary_token_env} "
                                "(or put it in .env)")
+    from geoagent.clients.mapillary import token_problem
+
+    problem = token_problem(ep.mapillary_token_env, token)  # before any request (crawl40 #8)
+    if problem:
+        raise CrawlConfigError(problem)
     ua = settings.user_agent
     configured = set(configured_hosts)
 

@@ -7,7 +7,8 @@ answers ``{"data": [...]}`` holding ONLY the requested fields (``id`` as a digit
 (<= 2,000) results, so a full page means "there may be more". ``GET /{id}?fields=...`` answers the bare
 object. Errors are Graph-style ``{"error": {"message", "type", "code", "error_subcode", "fbtrace_id"}}``.
 
-Failure shapes: no token -> 401 ``OAuthException`` code 190; unknown field, ``limit`` > 2,000 or a bbox
+Failure shapes: no token, one not of the form ``MLY|...``, or one beginning :data:`REFUSED_TOKEN_PREFIX` -> 401
+``OAuthException`` code 190; unknown field, ``limit`` > 2,000 or a bbox
 over ``max_bbox_deg2`` -> 400; ``GET /{id}`` of an unknown or deleted image -> 400 ``GraphMethodException``
 code 100, subcode 33 ("Unsupported get request. Object with ID ... does not exist", as the Graph API answers); a "dense" box (more than ``dense_threshold`` images) -> 500 (the client
 must split it); thumbnail URLs carry an expiry (``ttl_s``) and a signature: an expired or forged one
@@ -209,9 +210,16 @@ def render_thumbnail(image_id: str, brightness: float, px: int = 64, pattern_see
     return buf.getvalue()
 
 
+#: a token of the right form (``MLY|...``) that the fake refuses all the same (401, code 190), as the real API refuses
+#: a revoked or mistyped one: the crawl checks the form before any request (crawl40 #8), so a refusal by the API is
+#: tested with a token such as ``MLY|refused|x``
+REFUSED_TOKEN_PREFIX = "MLY|refused"
+
+
 def _authorised(request: web.Request) -> bool:
     auth = request.headers.get("Authorization", "")
-    return auth.startswith("OAuth MLY|") or request.query.get("access_token", "").startswith("MLY|")
+    token = auth.removeprefix("OAuth ") if auth.startswith("OAuth ") else request.query.get("access_token", "")
+    return token.startswith("MLY|") and not token.startswith(REFUSED_TOKEN_PREFIX)
 
 
 def _sign(st: MapillaryFakeState, image_id: str, size: int, exp: int) -> str:
