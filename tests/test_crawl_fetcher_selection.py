@@ -124,7 +124,7 @@ def test_selection_key_changes_with_every_setting_and_the_site():
     assert base == selection_key(selection_settings({**site, "lat": "48.85"}, FetcherSettings()))  # a CSV string
     changed = {"radius_m": 200.0, "min_separation_m": 30.0, "max_images_per_site": 3, "min_brightness": 80.0,
                "grey_size_px": 16, "thumb_field": "thumb_2048_url", "dedupe_hamming_max": 6,
-               "max_thumb_bytes": 1 << 20}
+               "max_thumb_bytes": 1 << 20, "captured_after": "2024-01-01"}
     assert set(changed) == set(FetcherSettings.model_fields)  # a new setting must be listed here
     keys = {selection_key(selection_settings(site, FetcherSettings(**{k: v}))) for k, v in changed.items()}
     keys.add(selection_key(selection_settings({**site, "lon": 2.36}, FetcherSettings())))

@@ -617,8 +617,13 @@ class MapillaryClient:
 
     async def search_images(self, bbox: tuple[float, float, float, float], *, fields: tuple[str, ...] = SEARCH_FIELDS,
                             is_pano: bool | None = None, thumb_field: str | None = None,
-                            full_boxes: list[FullBox] | None = None) -> list[MapillaryImage]:
+                            full_boxes: list[FullBox] | None = None,
+                            captured_after: str | None = None) -> list[MapillaryImage]:
         """All images in ``bbox`` = ``(west, south, east, north)`` degrees, splitting full or failing boxes.
+
+        ``captured_after`` (ISO date ``YYYY-MM-DD``): only images captured on or after that day (UTC), asked as the
+        search's ``start_captured_at`` filter (``YYYY-MM-DDT00:00:00Z``; api-notes section 6 lists it, unconfirmed
+        in code: a caller that needs the cut checks ``captured_at_ms`` too).
 
         A box reaching past +-180 degrees of longitude is searched as two boxes (see :func:`normalise_bbox`).
         A box still full at ``min_box_deg`` keeps the page it got (the result is then a lower bound of the images
@@ -633,6 +638,8 @@ class MapillaryClient:
         """
         fields = tuple(dict.fromkeys(fields + ((thumb_field,) if thumb_field else ())))
         extra = {} if is_pano is None else {"is_pano": "true" if is_pano else "false"}
+        if captured_after is not None:
+            extra["start_captured_at"] = f"{captured_after}T00:00:00Z"
         seen: dict[str, MapillaryImage] = {}
         stack = normalise_bbox(bbox)  # near the antimeridian: one box on each side
         while stack:
@@ -667,11 +674,12 @@ class MapillaryClient:
 
     async def images_within(self, lat: float, lon: float, radius_m: float, *, thumb_field: str | None = None,
                             is_pano: bool | None = None, full_boxes: list[FullBox] | None = None,
-                            ) -> list[tuple[MapillaryImage, float]]:
+                            captured_after: str | None = None) -> list[tuple[MapillaryImage, float]]:
         """Images whose camera lies within ``radius_m`` of a point, with their haversine distance (m),
-        nearest first. ``full_boxes`` as for :meth:`search_images` (the list may then be incomplete)."""
+        nearest first. ``full_boxes`` and ``captured_after`` as for :meth:`search_images` (the list may then be
+        incomplete)."""
         found = await self.search_images(bbox_around(lat, lon, radius_m), is_pano=is_pano, thumb_field=thumb_field,
-                                         full_boxes=full_boxes)
+                                         full_boxes=full_boxes, captured_after=captured_after)
         out = []
         for img in found:
             d_m = haversine_km(lat, lon, img.lat, img.lon) * 1000.0

@@ -635,7 +635,8 @@ def images_kept(state_dir: str | Path) -> int:
 
 #: why the fetcher left an image out (its selection record's ``rejected[].reason``, :mod:`geoagent.crawl.fetcher`),
 #: by the reason's start: (category, before download?)
-_REJECTION_KINDS = (("panorama", "panoramas", True),
+_REJECTION_KINDS = (("captured before captured_after", "captured before [crawl.fetcher] captured_after", True),
+                    ("panorama", "panoramas", True),
                     ("not a perspective camera", "not perspective (fisheye or another non-perspective camera)", True),
                     ("within ", "within min_separation_m of a kept image", True),
                     ("no thumbnail", "no thumbnail to be had", True),

@@ -206,6 +206,46 @@ class FetcherSettings(_Section):
     #: cap on one thumbnail download's body, bytes; None (default): :data:`geoagent.clients.mapillary.THUMB_MAX_BYTES`
     #: of ``thumb_field`` (8 MiB for ``thumb_1024_url``); a larger body rejects that image only (:attr:`thumb_max_bytes`)
     max_thumb_bytes: int | None = Field(None, ge=1)
+    #: only images captured on or after this day (ISO date, ``YYYY-MM-DD``, UTC): the benchmark regenerated on newer
+    #: imagery (seed 000 Sec. 3, Fig. 1); sent to Mapillary's image search as ``start_captured_at`` and checked
+    #: again on each image's ``captured_at`` (:func:`geoagent.crawl.fetcher.fetch_site_images`); None: any date
+    captured_after: str | None = None
+
+    @field_validator("captured_after", mode="before")
+    @classmethod
+    def _toml_date(cls, v: Any) -> Any:
+        import datetime
+
+        # TOML's own date (captured_after = 2024-01-01, unquoted) is read as a date: the same day
+        if isinstance(v, datetime.date) and not isinstance(v, datetime.datetime):
+            return v.isoformat()
+        return v
+
+    @field_validator("captured_after")
+    @classmethod
+    def _iso_day(cls, v: str | None) -> str | None:
+        import datetime
+
+        if v is None:
+            return v
+        try:
+            if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", v):
+                raise ValueError
+            datetime.date.fromisoformat(v)
+        except ValueError:
+            raise ConfigProblem("expected a date as YYYY-MM-DD (e.g. \"2024-01-01\"): images captured on or after it "
+                                "are used") from None
+        return v
+
+    @property
+    def captured_after_ms(self) -> int | None:
+        """``captured_after`` as epoch milliseconds (its day's start, UTC), or None."""
+        import datetime
+
+        if self.captured_after is None:
+            return None
+        day = datetime.date.fromisoformat(self.captured_after)
+        return int(datetime.datetime(day.year, day.month, day.day, tzinfo=datetime.timezone.utc).timestamp() * 1000)
 
     @property
     def thumb_max_bytes(self) -> int:

@@ -1,7 +1,7 @@
 """Local fake of the Mapillary Graph API v4 (``/images`` bbox search, ``/{id}``, expiring thumbnails).
 
-Wire format per the Mapillary API v4 docs: ``GET /images?fields=...&bbox=west,south,east,north&limit=N``
-answers ``{"data": [...]}`` holding ONLY the requested fields (``id`` as a digit string,
+Wire format per the Mapillary API v4 docs: ``GET /images?fields=...&bbox=west,south,east,north&limit=N`` (and the
+filters ``is_pano`` and ``start_captured_at``, an ISO 8601 time: images captured then or later) answers ``{"data": [...]}`` holding ONLY the requested fields (``id`` as a digit string,
 ``computed_geometry``/``geometry`` GeoJSON points ``[lon, lat]``, ``captured_at`` epoch ms,
 ``compass_angle``, ``is_pano``, ``camera_type``, ``thumb_*_url``); no pagination; at most ``limit``
 (<= 2,000) results, so a full page means "there may be more". ``GET /{id}?fields=...`` answers the bare
@@ -156,6 +156,9 @@ class MapillaryFakeState:
     search_error: GraphErrorShape | None = None
     #: ... the first N times (None: always)
     search_error_times: int | None = None
+    #: True: ``/images`` ignores ``start_captured_at`` (the filter is unconfirmed for the real image search, api-notes
+    #: section 6), as an API that does not know it would
+    ignore_start_captured_at: bool = False
     search_requests: list[str] = field(default_factory=list)
     thumb_requests: list[str] = field(default_factory=list)
     image_requests: list[str] = field(default_factory=list)
@@ -262,6 +265,23 @@ def _fields(request: web.Request) -> list[str] | web.Response:
     return fields
 
 
+def _iso_ms(value: str | None) -> int | None | web.Response:
+    """The ``start_captured_at`` filter (ISO 8601, e.g. ``2024-01-01T00:00:00Z`` or ``2024-01-01``) as epoch ms, None
+    when absent, or the Graph API's 400 for a value that is no such time."""
+    import datetime
+
+    if value is None:
+        return None
+    try:
+        t = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return graph_error(400, "Invalid parameter: start_captured_at must be an ISO 8601 time", 100,
+                           "GraphMethodException")
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=datetime.timezone.utc)
+    return int(t.timestamp() * 1000)
+
+
 async def _images(request: web.Request) -> web.Response:
     st = request.app[MAPILLARY_STATE]
     if not _authorised(request):
@@ -286,8 +306,12 @@ async def _images(request: web.Request) -> web.Response:
     if (e - w) * (n - s) > st.max_bbox_deg2:
         return graph_error(400, "Bounding box too large; split it into smaller tiles", 100, "GraphMethodException")
     pano = request.query.get("is_pano")
+    since = None if st.ignore_start_captured_at else _iso_ms(request.query.get("start_captured_at"))
+    if isinstance(since, web.Response):
+        return since
     hits = [i for i in st.images if w <= i.lon <= e and s <= i.lat <= n
-            and (pano is None or i.is_pano == (pano == "true"))]
+            and (pano is None or i.is_pano == (pano == "true"))
+            and (since is None or i.captured_at_ms >= since)]
     if len(hits) > st.dense_threshold:
         return graph_error(500, "Please reduce the amount of data you're asking for, then retry your request", 1,
                            "OAuthException")
