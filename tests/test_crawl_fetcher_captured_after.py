@@ -110,3 +110,22 @@ def test_a_changed_date_on_a_finished_crawl_is_named_as_a_change(sandbox_crawled
     assert main(["crawl", str(cfg), "--no-live"]) == 0
     err = capsys.readouterr().err
     assert "crawl.fetcher.captured_after: unset -> '2023-01-01'" in err, err
+
+
+def test_a_site_left_without_images_by_the_date_says_why(tmp_path):
+    # crawl40 #4 with #9: the summary's "usable images: 0" names the date, not only the radius
+    import json
+
+    from geoagent.crawl.campaign import sites_without_usable_images
+    from geoagent.crawl.fetcher import SELECTION_DIR
+
+    state = tmp_path / "state"
+    (state / SELECTION_DIR).mkdir(parents=True)
+    (state / "sites.csv").write_text("site,city,lat,lon\nbcn_site,Barcelona,41.39,2.17\n", encoding="utf-8")
+    sel = selection_settings(SITE, FetcherSettings(captured_after="2024-01-01"))
+    (state / SELECTION_DIR / "bcn_site.json").write_text(json.dumps(
+        {"site": "bcn_site", "kept": [], "rejected": [], "selection": sel, "selection_key": selection_key(sel)}))
+    (entry,) = sites_without_usable_images(state, tmp_path / "images")
+    assert entry["site"] == "bcn_site" and entry["kept"] == 0
+    assert entry["why"] == ("no image kept by the fetcher: none found within [crawl.fetcher] radius_m captured on or "
+                            "after captured_after 2024-01-01")

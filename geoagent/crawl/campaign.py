@@ -782,9 +782,12 @@ def sites_without_usable_images(state_dir: str | Path, images_root: str | Path) 
             elif kept:
                 why = f"its {count_text(len(kept), 'kept image')} {'is' if len(kept) == 1 else 'are'} used under a nearer site"
             else:
-                why = ("no image kept by the fetcher"
-                       + (f" ({', '.join(f'{n} {k}' for k, n in rejected.items())})" if rejected else
-                          " (none found within [crawl.fetcher] radius_m)"))
+                fetcher = (meta.get("selection") or {}).get("fetcher") or {}
+                since = fetcher.get("captured_after") if isinstance(fetcher, dict) else None
+                dated = f" captured on or after captured_after {since}" if since else ""
+                why = ("no image kept by the fetcher: "
+                       + (", ".join(f"{n} {k}" for k, n in rejected.items()) if rejected else
+                          f"none found within [crawl.fetcher] radius_m{dated}"))
             out.append({"site": site, "city": city, "kept": len(used), "excluded": n_excl, "no_verdict": no_verdict,
                         "used_elsewhere": len(kept) - len(used), "rejected": rejected, "why": why})
     return out
