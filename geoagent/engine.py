@@ -3432,8 +3432,17 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
     plan_refusals = kind.plan_refusals(cfg)
     photo_px, photo_basis = kind.expected_photo(cfg)
     w, h = photo_px
-    warning += [f"  warning: {r}; `{command}` will refuse to start (exit 2) until this is fixed; the estimate "
-                f"below counts a photo without a file at {w}x{h} ({photo_basis})" for r in plan_refusals]
+    refusals_at = len(warning)  # their lines go here once the estimate says what it counted (newuser40 #1)
+
+    def refusal_lines(counted_photos: bool, counted_placeholders: bool = False) -> list[str]:
+        from geoagent.workers.images import PLACEHOLDER_SIZE_PX
+
+        pw, ph = PLACEHOLDER_SIZE_PX
+        parts = [f"a photo without a file at {w}x{h} ({photo_basis})"] * counted_photos + [
+            f"the {pw}x{ph} placeholder of each image that has no photo at all (a synthetic image: a plan with "
+            "photos, e.g. [geohint] images = \"release\" and an image_root, costs more)"] * counted_placeholders
+        return [f"  warning: {r}; `{command}` will refuse to start (exit 2) until this is fixed; the estimate below "
+                f"counts {', and '.join(parts) or 'the images as the plan holds them'}" for r in plan_refusals]
     if plan_refusals:
         out.exit_code = EXIT_CONFIG
     if not messages and not _has_queues(cfg):  # a real first run refuses it (_refuse_empty_first_plan)
@@ -3466,6 +3475,7 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
     if not messages and not _has_queues(cfg):
         refusals.append("a first run that plans nothing")
     if kind.plan_edge != C.EDGE_REQUESTS:
+        warning[refusals_at:refusals_at] = refusal_lines(True)
         # e.g. the crawl: its model calls (audits) arise along the way, not in the plan
         out.extra_lines = warning + [
             f"  dry run: the plan is {len(messages)} message(s) on edge {kind.plan_edge!r}; this campaign kind makes"
@@ -3487,6 +3497,13 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
                        fake_models=fakes, missing_photos=kind.missing_photos(cfg),
                        photo_models=[m.name for m in written.models if needs_photos(m)], photo_size_px=photo_px)
         est.photo_basis = photo_basis
+        # the clause says what the estimate counted: the expected photo, or (synthetic images, which never get a
+        # photo) the placeholder the plan holds (newuser40 #1: it named 1024x768 beside a 640x480 estimate)
+        from geoagent.config import IMAGE_KIND_PLACEHOLDER
+
+        warning[refusals_at:refusals_at] = refusal_lines(
+            any(me.photos_no_file for me in est.by_model.values()),
+            any(me.image_tokens_by_kind.get(IMAGE_KIND_PLACEHOLDER, [0])[0] for me in est.by_model.values()))
         est.done_earlier, est.dead_earlier, est.queued_earlier, est.superseded_earlier = earlier
         est.config_changed = _calls_changed(written, cfg.state_dir())
         if est.config_changed is True and est.calls and not est.dead_earlier:
