@@ -78,6 +78,8 @@ from geoagent.scoring.truncation import TruncationCount, total, warning_lines
 from geoagent.textfmt import count_text, fixed_text
 
 TABLE_MD = "geoverify_table.md"
+#: the title of geoverify_table.md (seed 000 Table 12)
+TABLE_TITLE = "Table 12: GeoVerify, signal detection by model (H, F, d', c, delta_1 by decoy band)"
 TABLE_CSV = "geoverify_table.csv"
 TABLE_TXT = "geoverify_table.txt"
 PLOT_PNG = "geoverify_dprime.png"
@@ -109,6 +111,13 @@ LEGEND = (
     "unparsed' (no answer: the cap, not the model, ended it; GeoHint leaves such answers out of its rates too, "
     "while an unparsed answer the model finished is a miss there).",
     TRUNCATION_LEGEND,
+    # newuser40 #2: the rule was in no document (seed 000 Sec. 5.4; geoagent.scoring.sdt.readout)
+    "read-out (pre-registered, Sec. 5.4): invalid if the swapped-image control's F exceeds 20 % or the gray-field "
+    "control's F lies within 5 points of the main arm's F; else uninformative if the nearest band's d' exceeds 2; "
+    "else informative if the nearest band's d' is below 0.5 and the farthest band's above 1.5; else inconclusive. "
+    "'validity unchecked' = no control arm has a parsed answer: the controls come first in the rule, so the verdict "
+    "rests on the main arm alone (a trial table built by the crawl's builder, [geoverify] trials = \"build\", holds "
+    "both control arms for [geoverify] n_control candidates per image; the release's trial sample holds none).",
 )
 #: the settings a cut-off warning asks to raise
 TRUNCATION_SETTING = "[geoverify] max_output_tokens (or the model's [[models]] max_output_tokens)"
@@ -1125,7 +1134,9 @@ def write_report(
         banner += f"**Warning: {MIX_WARNING}:**\n\n" + "".join(f"- {ln}\n" for ln in config_mix) + "\n"
     if scope_note:
         banner += f"**{scope_note}**\n\n"
-    _atomic_write(paths["md"], banner + md)
+    # newuser40 #9: the file never said it is the paper's Table 12 (the banner stays first: a replay or simulated
+    # answers line opens every report file)
+    _atomic_write(paths["md"], banner + f"## {TABLE_TITLE}\n\n" + md)
     _atomic_write(paths["csv"], render_csv(scores))
     _atomic_write(paths["txt"], banner.replace("**", "") + render_terminal(scores) + (note.replace("**", "") if missing or unrep else ""))
     from geoagent.report import figure_note, write_csv_note
