@@ -268,6 +268,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                              only_stages=stages, watch=args.watch,
                              accept_config_change=args.accept_config_change, on_planned=notes)
     )
+    _work_ended()
     notes.flush()
     with _signals_ignored():  # the run has ended: a Ctrl-C now would only cut its summary
         print(_summary(outcome, before))
@@ -607,6 +608,7 @@ def _cmd_crawl(args: argparse.Namespace) -> int:
         _note_default_endpoints(cfg)
     outcome = anyio.run(lambda: run_campaign(cfg, simulate=args.simulate, live=False if args.no_live else None,
                                              watch=args.watch, on_planned=notes))
+    _work_ended()
     notes.flush()
     with _signals_ignored():  # the run has ended: a Ctrl-C now would only cut its summary
         print(_summary(outcome, before))
@@ -844,7 +846,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code (see :mod:`geoagent.engine` for campaign codes)."""
-    global _COMMAND
+    global _COMMAND, _WORK_ENDED
+    _WORK_ENDED = False
     args = build_parser().parse_args(argv)
     _COMMAND = args
     handler = logging.StreamHandler()
@@ -1092,10 +1095,25 @@ def _interrupt_on_term(signum: int, frame: Any) -> None:
     """SIGTERM handler outside a run's pipeline (start-up, planning, the other commands): raise
     ``KeyboardInterrupt``, as Python's own SIGINT handler does, so the command ends as at a Ctrl-C
     (:data:`INTERRUPTED_EARLY_TERM`, exit 130). The signal used to kill the process silently (exit -15) while a
-    large plan was being queued."""
+    large plan was being queued. Once a run's work has ended (:func:`_work_ended`: its outcome, report and
+    exports written, the manifest's entry stopped) it is ignored: the command exits as its run ended (resume40 #4:
+    one landing just after the summary was printed read "interrupted before the run started its workers", 130)."""
     global _TERM_RECEIVED
+    if _WORK_ENDED:
+        return
     _TERM_RECEIVED = True
     raise KeyboardInterrupt
+
+
+#: set by :func:`_work_ended` once ``run`` / ``crawl`` has its outcome (reset by each :func:`main`)
+_WORK_ENDED = False
+
+
+def _work_ended() -> None:
+    """Record that the command's run has ended and its end is durable: a SIGTERM from now on is ignored
+    (:func:`_interrupt_on_term`)."""
+    global _WORK_ENDED
+    _WORK_ENDED = True
 
 
 #: file-system errors that mean a data root or input path is unusable (answered with one line, exit 2)

@@ -13,11 +13,12 @@ every stored response is an already-committed SQLite transaction.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,27 @@ def call_before_exit(hook: Callable[[], Any] | None) -> None:
         hook()
     except BaseException:  # noqa: BLE001 - nothing may stop the exit
         pass
+
+
+@contextlib.contextmanager
+def _handlers_kept(*signums: int) -> Iterator[None]:
+    """The Python-level handlers of ``signums`` as they were on entry, put back on exit (main thread only;
+    elsewhere nothing is done). asyncio's ``remove_signal_handler``, which closing :func:`anyio.open_signal_receiver`
+    calls, resets SIGTERM to ``SIG_DFL`` (SIGINT to ``default_int_handler``) rather than to what was there: the CLI's
+    own SIGTERM handler (:func:`geoagent.cli.entry`) was lost, so a SIGTERM just after a complete run printed its
+    summary killed it with exit 143 instead of being ignored (resume40 #4)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {s: signal.getsignal(s) for s in signums}
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            if handler is not None:  # None: set outside Python, which cannot be put back
+                signal.signal(signum, handler)
 
 
 class LateSignals:
@@ -327,7 +349,8 @@ async def run_pipeline(
         r.upstream_done.set()
 
     async def signal_watcher(scope: anyio.CancelScope) -> None:
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        with _handlers_kept(signal.SIGINT, signal.SIGTERM), \
+                anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             count, first, first_at, said_repeat = 0, None, 0.0, False
             async for signum in signals:
                 if count and signum == first and time.monotonic() - first_at < REPEAT_SIGNAL_S and not said_repeat:
