@@ -421,13 +421,25 @@ def _other_campaigns_export(cfg: Any, folder: Path) -> str | None:
     ours = {p.stem for p in folder.glob("*.parquet") if p.stem in names}
     lone = [folder / f"{t}.csv" for t in sorted(names) if t not in ours and (folder / f"{t}.csv").exists()
             and cfg.campaign.kind != "crawl"]
-    if not ours and (folder / "export_note.txt").exists():
+    if not ours and (folder / "export_note.txt").exists() and not _own_unfinished_export(cfg, folder):
         lone.append(folder / "export_note.txt")
     if lone:
         return (f"it holds {lone[0].name}, a file no export of this campaign wrote (no Parquet file of this campaign "
                 f"beside it), which this export's file of the same name would replace; export to a folder of its own "
                 f"(e.g. {folder / str(cfg.name)})")
     return None
+
+
+def _own_unfinished_export(cfg: Any, folder: Path) -> bool:
+    """Whether ``folder``'s ``export_note.txt`` is the in-progress note of an export of ``cfg``'s campaign that was
+    stopped before its end (:func:`geoagent.runtime.export.in_progress_note`): its tables were never renamed into
+    place, so no Parquet file says the folder is this campaign's; exporting there again finishes it (resume40 #2)."""
+    from geoagent.runtime.export import in_progress_note
+
+    try:
+        return (folder / "export_note.txt").read_text(encoding="utf-8") == in_progress_note(str(cfg.name))
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def _export_out_refused(cfg: Any, out_dir: Path) -> str | None:
@@ -530,10 +542,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
         # (--out: that folder only, not the tree under it, which may be anyone's: rev25 #11)
         remove_stale_temp_files(out_dir if out_dir is not None else cfg.state_dir(), recursive=out_dir is None)
         try:
-            tables = kind.export(cfg, state.store, out_dir)  # what the campaign kind calls results
-            from geoagent.runtime.export import with_spend
+            from geoagent.runtime.export import export_together, with_spend
 
-            tables = with_spend(tables, state.ledger, cfg, out_dir)  # the ledger per model, beside them
+            # what the campaign kind calls results, and the ledger per model beside them: renamed into place
+            # together, the note last (resume40 #2)
+            tables = export_together(cfg, lambda: with_spend(kind.export(cfg, state.store, out_dir), state.ledger,
+                                                             cfg, out_dir))
         except BaseException:
             if made and out_dir is not None and not any(out_dir.iterdir()):
                 out_dir.rmdir()  # the folder this export made, left empty by its failure (a damaged stored row)

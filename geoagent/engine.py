@@ -2418,11 +2418,12 @@ async def _run(
         if export:
             # the config as written: a sandbox model fake is known by its *.sandbox.invalid URL (the export's
             # simulated column), which the running copy has replaced by a local port
-            from geoagent.runtime.export import with_spend
+            from geoagent.runtime.export import export_together, with_spend
 
             written = ctx.services.get("config_as_written", cfg)
-            outcome.export_files = [t.parquet for t in with_spend(kind.export(written, ctx.get("store")),
-                                                                  ctx.get("ledger"), written)]
+            # every table renamed into place together, the note last (resume40 #2)
+            outcome.export_files = [t.parquet for t in export_together(written, lambda: with_spend(
+                kind.export(written, ctx.get("store")), ctx.get("ledger"), written))]
         if kind.plan_edge == C.EDGE_REQUESTS:
             # answers made under different request settings (a config changed between runs): the reports and
             # the summary say so, the manifest counts them

@@ -298,6 +298,80 @@ def _fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
+class StagedFiles:
+    """Files written each to a temporary file of its own (locked, as :func:`atomic_temp_path`'s) and renamed over
+    their targets together by :meth:`commit`, so that a set of files (an export's tables) is replaced as one: a
+    process killed before :meth:`commit` leaves every target as it was (and hidden temporary files, which
+    :func:`remove_stale_temp_files` sweeps later); :meth:`discard` removes the temporary files. The renames are
+    separate calls, moments apart, not one atomic step: a caller that must say when the set is whole writes a mark
+    of its own after :meth:`commit` (:func:`geoagent.runtime.export.export_together`). One thread uses an
+    instance; the temporary files' descriptors stay open (their locks held) until :meth:`commit` or :meth:`discard`.
+    """
+
+    def __init__(self) -> None:
+        #: target -> (descriptor, temporary file), in the order first staged
+        self._staged: dict[Path, tuple[int, Path]] = {}
+
+    @contextmanager
+    def temp_path(self, path: str | Path) -> Iterator[Path]:
+        """A new locked temporary file next to ``path`` (created empty) for the caller to write by name; at a clean
+        exit it is ``fsync``-ed and kept for :meth:`commit` (replacing one staged earlier for the same ``path``);
+        on an exception it is removed.
+
+        Raises
+        ------
+        OSError
+            The temporary file cannot be created or written (removed; ``path`` unchanged).
+        """
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = _create_temp(path)
+        kept = False
+        try:
+            yield tmp
+            os.fsync(fd)  # the same inode the caller wrote by name
+            kept = True
+        finally:
+            if not kept:
+                os.close(fd)
+                tmp.unlink(missing_ok=True)
+        earlier = self._staged.pop(path, None)
+        if earlier is not None:
+            os.close(earlier[0])
+            earlier[1].unlink(missing_ok=True)
+        self._staged[path] = (fd, tmp)
+
+    @property
+    def targets(self) -> list[Path]:
+        """The staged targets, in the order first staged."""
+        return list(self._staged)
+
+    def commit(self) -> None:
+        """Rename every staged file over its target (in the order staged), then ``fsync`` their folders.
+
+        Raises
+        ------
+        OSError
+            A rename failed: the files not yet renamed are removed (their targets as they were).
+        """
+        folders = list(dict.fromkeys(p.parent for p in self._staged))
+        try:
+            for path, (_, tmp) in list(self._staged.items()):
+                os.replace(tmp, path)
+                os.close(self._staged.pop(path)[0])
+        finally:
+            self.discard()
+        for folder in folders:
+            _fsync_folder(folder)
+
+    def discard(self) -> None:
+        """Remove the staged temporary files not renamed yet (their targets stay as they were)."""
+        for fd, tmp in self._staged.values():
+            os.close(fd)
+            tmp.unlink(missing_ok=True)
+        self._staged.clear()
+
+
 def remove_stale_temp_files(folder: str | Path, *, skip: tuple[str, ...] = (C.OWNER_LOCKS_DIR,),
                             recursive: bool = True) -> list[Path]:
     """Remove the temporary files that writers killed mid-write left under ``folder`` (recursively).

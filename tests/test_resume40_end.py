@@ -1,5 +1,8 @@
 """The end of a run and of an export, cut short or signalled (resume40).
 
+#2 A killed export left some tables new and others old (a new Parquet file beside an old CSV), with nothing saying
+   so; now every file is renamed into place together at the export's end, ``export_note.txt`` says "Export in
+   progress" until then and ends with an "Export complete" paragraph with each file's rows.
 #4 A SIGTERM just after a complete run printed its summary ended it with exit 143 (asyncio's signal receiver had
    reset SIGTERM to its default), not 0.
 
@@ -82,3 +85,92 @@ def test_a_sigterm_after_a_complete_run_printed_its_summary_exits_0(tmp_path):
                 break
         rest = proc.stdout.read()
         assert proc.wait(timeout=60) == 0, rest
+
+
+_KILLED_EXPORT = """
+import os, signal, sys
+from geoagent.config import load_config
+from geoagent.engine import load_kind
+from geoagent.runtime.backend import open_state
+from geoagent.runtime.export import export_together, with_spend
+
+cfg = load_config(sys.argv[1])
+out = sys.argv[2] if len(sys.argv) > 2 else None
+kind = load_kind(cfg.campaign.kind)
+with open_state(cfg, recover=False) as state:
+    def write():
+        tables = kind.export(cfg, state.store, out)  # every results table and the responses written...
+        os.kill(os.getpid(), signal.SIGKILL)  # ...and the process killed before the spend table and the end
+    export_together(cfg, write)
+"""
+
+
+def test_a_killed_export_leaves_the_earlier_tables_whole_and_says_it_did_not_end(tmp_path):
+    """#2: a kill inside the export renames nothing (each table keeps its earlier file: same inode), and
+    export_note.txt says the export is in progress; `run.py export` then writes the whole set, its note ending
+    with the rows of each file. Into an --out folder the kill left with only that note, the export is not refused
+    as someone else's folder."""
+    cfgp = generic_campaign(tmp_path, name="exp40", n=5, models=model_table())
+    state = tmp_path / "state" / "exp40"
+    assert _cli("run", str(cfgp), "--no-live").returncode == 0
+    files = sorted(p for p in state.iterdir() if p.suffix in (".csv", ".parquet"))
+    assert {p.stem for p in files} >= {"results", "model_responses", "spend"}, files
+    inodes = {p.name: p.stat().st_ino for p in files}
+    killed = subprocess.run([PY, "-c", _KILLED_EXPORT, str(cfgp)], env=_env(), capture_output=True, text=True,
+                            timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert {p.name: p.stat().st_ino for p in files} == inodes  # none replaced
+    assert list(state.glob(".*.tmp"))  # the staged files, never renamed
+    note = (state / "export_note.txt").read_text(encoding="utf-8")
+    assert note.startswith("Export in progress: campaign exp40.")
+    assert not any(par.startswith("Export complete") for par in note.split("\n\n"))
+    done = _cli("export", str(cfgp))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not list(state.glob(".*.tmp"))
+    last = (state / "export_note.txt").read_text(encoding="utf-8").rstrip("\n").split("\n\n")[-1].splitlines()
+    assert last[0].startswith("Export complete: campaign exp40;"), last
+    rows = {ln.split(",")[0].strip(): int(ln.rsplit(": ", 1)[1].split()[0]) for ln in last[1:]}
+    assert rows == {f"{t}.parquet": pl.read_parquet(state / f"{t}.parquet").height
+                    for t in ("results", "model_responses", "spend")}, last
+    assert rows["results.parquet"] == 5 and pl.read_csv(state / "results.csv").height == 5
+
+    out = tmp_path / "out"
+    killed = subprocess.run([PY, "-c", _KILLED_EXPORT, str(cfgp), str(out)], env=_env(), capture_output=True,
+                            text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert not list(out.glob("*.parquet")) and not list(out.glob("*.csv"))
+    assert (out / "export_note.txt").read_text(encoding="utf-8").startswith("Export in progress")
+    again = _cli("export", str(cfgp), "--out", str(out))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert pl.read_csv(out / "results.csv").height == 5 and (out / "spend.parquet").is_file()
+    assert "Export complete: campaign exp40;" in (out / "export_note.txt").read_text(encoding="utf-8")
+
+
+def test_an_export_that_raises_leaves_tables_and_note_as_they_were(tmp_path):
+    """#2: an export that fails part-way (here a stored row its last table refuses, as a damaged one is) removes
+    what it staged and puts the earlier note back: the earlier export stays whole."""
+    from geoagent.config import load_config
+    from geoagent.engine import load_kind
+    from geoagent.runtime.backend import open_state
+    from geoagent.runtime.export import export_together, export_table
+
+    cfgp = generic_campaign(tmp_path, name="raise40", n=3, models=model_table())
+    state = tmp_path / "state" / "raise40"
+    assert _cli("run", str(cfgp), "--no-live").returncode == 0
+    note = (state / "export_note.txt").read_text(encoding="utf-8")
+    inodes = {p.name: p.stat().st_ino for p in state.iterdir() if p.suffix in (".csv", ".parquet")}
+    cfg = load_config(cfgp)
+
+    def refuse(key, row):
+        raise ValueError(f"stored row {key} refused")
+
+    with open_state(cfg, recover=False) as st:
+        def write():
+            tables = load_kind("generic").export(cfg, st.store)
+            return tables + [export_table(st.store, "results", state, stem="again", row_check=refuse)]
+
+        with pytest.raises(ValueError, match="refused"):
+            export_together(cfg, write)
+    assert {p.name: p.stat().st_ino for p in state.iterdir() if p.suffix in (".csv", ".parquet")} == inodes
+    assert (state / "export_note.txt").read_text(encoding="utf-8") == note
+    assert not list(state.glob(".*.tmp"))

@@ -251,10 +251,11 @@ class CrawlCampaign(CampaignKind):
         self._trials_note = trials["note"]
         parts = [trials["note"]]
         if export:  # the config as written: a sandbox auditor fake is known by its *.sandbox.invalid URL
-            from geoagent.runtime.export import with_spend
+            from geoagent.runtime.export import export_together, with_spend
 
             written = ctx.services.get("config_as_written", cfg)  # and the ledger per model beside them (rev24 #5)
-            tables = with_spend(self.export(written, ctx.get("store")), ctx.services.get("ledger"), written)
+            tables = export_together(written, lambda: with_spend(self.export(written, ctx.get("store")),
+                                                                 ctx.services.get("ledger"), written))
             parts.append(f"export: {len(tables)} tables in {Path(cfg.state_dir()) / C.EXPORT_DIR}")
         summary = _write_summary(cfg, svc, status, trials, watching=True, api=snap["api"])
         parts.append(f"summary: {summary}")

@@ -761,7 +761,8 @@ def write_crawl_export_note(out_dir: str | Path, tables: list[Any], cfg: Any,
     (:func:`geoagent.runtime.export.progress_note`; the crawl's own Parquet files carry it too,
     :func:`export_crawl_tables`). Without any of
     them a note left by an earlier export is removed. Returns the note's path, or None when none is written."""
-    from geoagent.runtime.export import EXPORT_NOTE_FILE, _replay_of, progress_note, write_export_note
+    from geoagent.runtime.export import (EXPORT_NOTE_FILE, _replay_of, progress_note, remove_export_note,
+                                         write_export_note)
 
     path = Path(out_dir) / EXPORT_NOTE_FILE
     _, _, sim_note, _ = crawl_simulated(cfg, state_dir)
@@ -769,7 +770,7 @@ def write_crawl_export_note(out_dir: str | Path, tables: list[Any], cfg: Any,
     if progress is None:  # a crawl not finished: its tables hold the cities and sites done so far
         progress = progress_note(cfg)
     if not (sim_note or note or progress or any(getattr(t, "simulated_from_config", 0) for t in tables)):
-        path.unlink(missing_ok=True)
+        remove_export_note(path)
         return None
     if sim_note:
         flagged = [t.table for t in tables if t.table in AUDITOR_TABLES]

@@ -4,7 +4,10 @@ Issue 2 point 8: results are exported for Polars, pandas or DuckDB users. Each t
 store (:meth:`geoagent.runtime.store.ResponseStore.put_result`) becomes ``<table>.parquet`` and
 ``<table>.csv`` with a leading ``key`` column; rows are flattened one level (``{"a": {"b": 1}}`` ->
 column ``a.b``). Parquet keeps lists natively; CSV cannot, so list and dict cells are written as JSON
-text there. Files are written to a temporary name and renamed, so a reader never sees half a file.
+text there. Files are written to a temporary name and renamed, so a reader never sees half a file; an export of a
+campaign (the end of a run, ``run.py export``) renames all its files together at its end, its ``export_note.txt``
+saying "Export in progress" until then and ending with an "Export complete" paragraph after
+(:func:`export_together`), so a kill never leaves a mix of new and old tables unmarked (resume40 #2).
 
 Column types never depend on the data: every table the campaigns write has a declared schema
 (:data:`TABLE_SCHEMAS`: ``geoverify_scored``, ``geohint_scored``, the generic campaign's ``results`` and
@@ -59,10 +62,12 @@ they are simulated.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextvars import ContextVar
 from itertools import islice
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,6 +158,169 @@ class ExportedTable:
     #: rows whose ``simulated`` flag was taken from the current config, not from a provider kind recorded with
     #: their stored response (responses stored before geoagent recorded it; :func:`_with_replayed`)
     simulated_from_config: int = 0
+
+
+# --- an export's files written together (resume40 #2) ---------------------------------------------------------
+#: the first words of ``export_note.txt`` while an export writes the files beside it (:func:`export_together`)
+EXPORT_IN_PROGRESS = "Export in progress"
+#: the first words of the last paragraph of ``export_note.txt`` once every file of the export is in place
+EXPORT_COMPLETE = "Export complete"
+
+
+class _ExportBatch:
+    """The files of one export (:func:`export_together`): the tables staged under temporary names
+    (:class:`geoagent.files.StagedFiles`), the ``export_note.txt`` text of each folder kept in memory (None: the
+    export removes it), and each folder's note as it was before the export (None: there was none)."""
+
+    def __init__(self, campaign: str) -> None:
+        from geoagent.files import StagedFiles
+
+        self.campaign = campaign
+        self.files = StagedFiles()
+        self.notes: dict[Path, str | None] = {}
+        self.before: dict[Path, str | None] = {}
+
+    def mark(self, folder: Path) -> None:
+        """Before the first file of the export in ``folder``: its note becomes :func:`in_progress_note` (written
+        at once, atomically), the note it replaces kept for :meth:`restore`."""
+        if folder in self.before:
+            return
+        from geoagent.files import atomic_write_text
+
+        path = folder / EXPORT_NOTE_FILE
+        try:
+            self.before[folder] = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            self.before[folder] = None
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, in_progress_note(self.campaign))
+
+    def restore(self) -> None:
+        """After an export that raised: each folder's note as it was before (the tables were left as they were)."""
+        from geoagent.files import atomic_write_text
+
+        for folder, text in self.before.items():
+            path = folder / EXPORT_NOTE_FILE
+            if text is None:
+                path.unlink(missing_ok=True)
+            else:
+                atomic_write_text(path, text)
+
+
+_BATCH: ContextVar[_ExportBatch | None] = ContextVar("geoagent_export_batch", default=None)
+
+
+def in_progress_note(campaign: str) -> str:
+    """The text of ``export_note.txt`` while an export of ``campaign`` writes the files beside it
+    (:func:`export_together`): a kill leaves it, so the folder says that its tables may be a mix."""
+    return (f"{EXPORT_IN_PROGRESS}: campaign {campaign}. Its files are written under hidden temporary names and "
+            f"renamed into place together at its end; this note is then replaced by one whose last paragraph begins "
+            f"'{EXPORT_COMPLETE}'. While this line is here and no export or run of the campaign is going, the export "
+            "was stopped before its end (killed): the tables beside this note may be an earlier export's, or partly "
+            "this one's. Export again (`run.py export CONFIG`, or re-run the campaign) for a whole set.\n")
+
+
+def completion_paragraph(campaign: str, tables: Iterable[ExportedTable]) -> str:
+    """The last paragraph of ``export_note.txt`` of a finished export (:func:`export_together`): the campaign and
+    each file with its row count (``tables``: those written in the note's folder)."""
+    lines = [f"{EXPORT_COMPLETE}: campaign {campaign}; every file below was written, then all were renamed into "
+             "place together, and this note was written last. Files and rows:"]
+    lines += [f"  {t.parquet.name}, {t.csv.name}: {t.rows} row{'s' if t.rows != 1 else ''}" for t in tables]
+    return "\n".join(lines) + "\n"
+
+
+@contextlib.contextmanager
+def _table_temp(path: Path) -> Iterator[Path]:
+    """A temporary file for the table file ``path``: inside :func:`export_together`, staged for the export's
+    end (after the in-progress note of its folder is written); else renamed over ``path`` at once
+    (:func:`geoagent.files.atomic_temp_path`)."""
+    batch = _BATCH.get()
+    if batch is None:
+        from geoagent.files import atomic_temp_path
+
+        with atomic_temp_path(path) as tmp:
+            yield tmp
+        return
+    batch.mark(path.parent)
+    with batch.files.temp_path(path) as tmp:
+        yield tmp
+
+
+def read_export_note(path: Path) -> str | None:
+    """The text of the export note ``path`` (UTF-8): inside :func:`export_together`, as the export has set it so
+    far (None when it removed it); else as on disk (None when there is none)."""
+    batch = _BATCH.get()
+    if batch is not None and path.parent in batch.notes:
+        return batch.notes[path.parent]
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+
+
+def set_export_note(path: Path, text: str) -> None:
+    """Write the export note ``path`` (UTF-8): inside :func:`export_together`, kept until the export's end, which
+    writes it last; else at once, atomically."""
+    batch = _BATCH.get()
+    if batch is not None:
+        batch.notes[Path(path).parent] = text
+        return
+    from geoagent.files import atomic_write_text
+
+    atomic_write_text(path, text)
+
+
+def remove_export_note(path: Path) -> None:
+    """Remove the export note ``path`` (an earlier export's, when this one has nothing to say): inside
+    :func:`export_together`, its end writes only the completion paragraph there; else at once."""
+    batch = _BATCH.get()
+    if batch is not None:
+        batch.notes[Path(path).parent] = None
+        return
+    Path(path).unlink(missing_ok=True)
+
+
+def export_together(cfg: Any, write: Callable[[], list[ExportedTable]]) -> list[ExportedTable]:
+    """Run ``write()`` (a campaign kind's export and :func:`with_spend`: every table of one export) with its files
+    written together, and return what it returns. Resume40 #2: each table was renamed into place as it was done
+    (its Parquet file, then its CSV) and the note before the spend table, so a kill left a mix (a new Parquet
+    file beside an old CSV, no spend files, nothing saying so).
+
+    Before the first table of a folder is written, its ``export_note.txt`` becomes :func:`in_progress_note`. Every
+    table file is written under a hidden temporary name (:class:`geoagent.files.StagedFiles`); when ``write()``
+    returns, they are renamed over their targets together, and then, last, each folder's note is written: what
+    the export had to say (:func:`write_export_note`; nothing when it had nothing) followed by
+    :func:`completion_paragraph`. A kill before that leaves the in-progress note (the hidden files are swept by the
+    next run or export, :func:`geoagent.files.remove_stale_temp_files`). When ``write()`` raises, the temporary
+    files are removed, the tables and notes are left as they were, and the error goes on. Not re-entrant: an
+    export inside another writes with the outer one.
+
+    Raises
+    ------
+    Exception
+        What ``write()`` raises; ``OSError`` when a rename or the note cannot be written.
+    """
+    if _BATCH.get() is not None:
+        return write()
+    from geoagent.files import atomic_write_text
+
+    batch = _ExportBatch(str(getattr(cfg, "name", "") or "?"))
+    token = _BATCH.set(batch)
+    try:
+        tables = write()
+    except BaseException:
+        batch.files.discard()
+        batch.restore()
+        raise
+    finally:
+        _BATCH.reset(token)
+    batch.files.commit()
+    for folder in dict.fromkeys([*batch.before, *batch.notes]):
+        text = batch.notes.get(folder)
+        here = [t for t in tables if t.parquet.parent == folder]
+        atomic_write_text(folder / EXPORT_NOTE_FILE, (text.rstrip("\n") + "\n\n" if text else "")
+                          + completion_paragraph(batch.campaign, here))
+    return tables
 
 
 def _flatten(row: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -249,13 +417,12 @@ def write_frame(df: pl.DataFrame, parquet_path: str | os.PathLike[str], csv_path
     """Write ``df`` to Parquet (zstd) and CSV, each atomically: a temporary file of its own (a unique name
     created with ``O_EXCL``, :mod:`geoagent.files`; one named by the process id alone was shared by two writers
     in one process, e.g. a ``--watch`` idle hand-off's thread and the end of the run, which then renamed or
-    lost each other's file), then renamed over the target. A failed write removes its temporary file and
-    leaves the target as it was. ``metadata``: key-value pairs for the Parquet file's metadata (e.g.
+    lost each other's file), then renamed over the target: at once, or, inside :func:`export_together`, with
+    every other file of the export at its end. A failed write removes its temporary file and leaves the target
+    as it was. ``metadata``: key-value pairs for the Parquet file's metadata (e.g.
     :data:`PARQUET_NOTE_KEY`); the CSV holds data only."""
-    from geoagent.files import atomic_temp_path
-
     for path, writer in ((Path(parquet_path), "parquet"), (Path(csv_path), "csv")):
-        with atomic_temp_path(path) as tmp:  # locked while written, fsync-ed, renamed (geoagent.files)
+        with _table_temp(path) as tmp:  # locked while written, fsync-ed, renamed (now, or with the export's others)
             try:
                 if writer == "parquet":
                     df.write_parquet(tmp, compression="zstd", **({"metadata": metadata} if metadata else {}))
@@ -373,11 +540,8 @@ def _note_covers_spend(note_path: Path, spend: ExportedTable, progress: str) -> 
     once the kind's tables were done, was missing from that list (session 24's noticed item). Its paragraphs on
     the ``replayed`` / ``simulated`` columns do not concern the ledger, so the spend files get a paragraph of
     their own, saying whether the interim-export line covers them. UTF-8 text, rewritten atomically."""
-    from geoagent.files import atomic_write_text
-
-    try:
-        text = note_path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    text = read_export_note(note_path)
+    if text is None:
         return
     names = f"{spend.csv.name} / {spend.parquet.name}"
     columns = [c for c in ("replayed", "simulated") if f"the column `{c}`" in text]  # the note's column paragraphs
@@ -387,7 +551,7 @@ def _note_covers_spend(note_path: Path, spend: ExportedTable, progress: str) -> 
             + (f" The note{'s' if len(columns) > 1 else ''} on the column{'s' if len(columns) > 1 else ''} "
                f"{' and '.join(f'`{c}`' for c in columns)} {'do' if len(columns) > 1 else 'does'} not concern them "
                "(the ledger has no such column)." if columns else ""))
-    atomic_write_text(note_path, text.rstrip("\n") + "\n\n" + line + "\n")
+    set_export_note(note_path, text.rstrip("\n") + "\n\n" + line + "\n")
 
 
 def _response_rows(store: Any) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -724,15 +888,13 @@ def _write_parts(batches: Iterator[list[tuple[str, dict[str, Any]]]], parts_dir:
         del df
     schemas = [dict(pl.read_parquet_schema(p)) for p in parts]
     want = _unified_schema(schemas)
-    from geoagent.files import atomic_stream, atomic_temp_path
-
-    with atomic_temp_path(parquet_path) as tmp:  # a temporary file of its own (see write_frame)
+    with _table_temp(parquet_path) as tmp:  # a temporary file of its own (see write_frame)
         # row groups of one batch: the writer then buffers one batch, not ever more of the table
         parts_frame(parts, schemas, want).sink_parquet(tmp, compression="zstd", row_group_size=batch_rows,
                                                        **({"metadata": metadata} if metadata else {}))
-    with atomic_stream(csv_path, "wb") as out:  # appended part by part, renamed whole
+    with _table_temp(csv_path) as tmp, open(tmp, "wb") as out:  # appended part by part, renamed whole
         for i, frame in enumerate(conformed_parts(parts, schemas, want)):
-            _csv_ready(frame).write_csv(out.file, include_header=i == 0)
+            _csv_ready(frame).write_csv(out, include_header=i == 0)
             del frame
     return n
 
@@ -780,7 +942,7 @@ def export_all(store: Any, out_dir: str | os.PathLike[str], *, include_responses
     if note or sim_note or progress or any(t.simulated_from_config for t in out):
         write_export_note(note_path, note, out, simulated_note=sim_note, progress=progress)
     elif cfg is not None:
-        note_path.unlink(missing_ok=True)
+        remove_export_note(note_path)
     return out
 
 
@@ -950,38 +1112,43 @@ def write_export_note(path: str | os.PathLike[str], note: str, tables: Iterable[
     (the replay line, "" for none) and ``simulated_note`` (the simulator's warning, "" for none), the files they
     cover, and how each says it (columns ``replayed`` and ``simulated``, Parquet metadata keys
     :data:`PARQUET_PROGRESS_KEY`, :data:`PARQUET_NOTE_KEY` and
-    :data:`PARQUET_SIMULATED_KEY`). Written atomically (UTF-8 text)."""
-    from geoagent.files import atomic_open
+    :data:`PARQUET_SIMULATED_KEY`). Written atomically (UTF-8 text; :func:`set_export_note`)."""
+    import io
 
-    tables = list(tables)
+    fh = io.StringIO()
+    _note_paragraphs(fh, note, list(tables), simulated_note=simulated_note, progress=progress)
+    set_export_note(path, fh.getvalue())
+
+
+def _note_paragraphs(fh: Any, note: str, tables: list[ExportedTable], *, simulated_note: str, progress: str) -> None:
+    """:func:`write_export_note`'s paragraphs, written to the text file ``fh``."""
     names = ", ".join(f"{t.csv.name} / {t.parquet.name}" for t in tables) or "none"
     guessed = [t for t in tables if t.simulated_from_config]
-    with atomic_open(path, "w") as fh:
-        if progress:  # the files are named once, by the last paragraph that names them
-            fh.write(progress + ("" if (guessed or simulated_note or note) else
-                                 f"\nFiles this note covers (written beside it): {names}.")
-                     + (f" The Parquet files carry this line in their key-value metadata too (key "
-                        f"{PARQUET_PROGRESS_KEY}).") + "\n\n")
-        if guessed:
-            fh.write(f"{simulated_from_config_line(guessed)}\n\n")
-            if not (simulated_note or note):
-                fh.write(f"Files this note covers (written beside it): {names}.\n")
-        if simulated_note:
-            fh.write(
-                f"{simulated_note}\n\n"
-                f"Files this note covers (written beside it): {names}.\n"
-                "In each, the column `simulated` is true on a row whose answer came from geoagent's simulator, false "
-                "on a row of any other model, empty where its model is not known. The Parquet files carry the line "
-                f"above in their key-value metadata too (key {PARQUET_SIMULATED_KEY}: "
-                "polars.read_parquet_metadata(path)).\n" + ("\n" if note else ""))
-        if not note:
-            return
+    if progress:  # the files are named once, by the last paragraph that names them
+        fh.write(progress + ("" if (guessed or simulated_note or note) else
+                             f"\nFiles this note covers (written beside it): {names}.")
+                 + (f" The Parquet files carry this line in their key-value metadata too (key "
+                    f"{PARQUET_PROGRESS_KEY}).") + "\n\n")
+    if guessed:
+        fh.write(f"{simulated_from_config_line(guessed)}\n\n")
+        if not (simulated_note or note):
+            fh.write(f"Files this note covers (written beside it): {names}.\n")
+    if simulated_note:
         fh.write(
-            f"{note}\n\n"
+            f"{simulated_note}\n\n"
             f"Files this note covers (written beside it): {names}.\n"
-            "In each, the column `replayed` is true on a row of a replay model (its answer was read from the recorded "
-            "file named above; no model was called), false on a row of any other model, as recorded with its request "
-            "(else as the config names its model), empty where neither tells, so it is not known (a model the config "
-            "no longer lists, without a stored response). The Parquet files carry the line above in their key-value metadata too "
-            f"(key {PARQUET_NOTE_KEY}: polars.read_parquet_metadata(path)). The CSV files hold no comment or "
-            "banner line, so polars, pandas and DuckDB read them with their default arguments.\n")
+            "In each, the column `simulated` is true on a row whose answer came from geoagent's simulator, false "
+            "on a row of any other model, empty where its model is not known. The Parquet files carry the line "
+            f"above in their key-value metadata too (key {PARQUET_SIMULATED_KEY}: "
+            "polars.read_parquet_metadata(path)).\n" + ("\n" if note else ""))
+    if not note:
+        return
+    fh.write(
+        f"{note}\n\n"
+        f"Files this note covers (written beside it): {names}.\n"
+        "In each, the column `replayed` is true on a row of a replay model (its answer was read from the recorded "
+        "file named above; no model was called), false on a row of any other model, as recorded with its request "
+        "(else as the config names its model), empty where neither tells, so it is not known (a model the config "
+        "no longer lists, without a stored response). The Parquet files carry the line above in their key-value metadata too "
+        f"(key {PARQUET_NOTE_KEY}: polars.read_parquet_metadata(path)). The CSV files hold no comment or "
+        "banner line, so polars, pandas and DuckDB read them with their default arguments.\n")
