@@ -2230,6 +2230,7 @@ async def _run(
     status = "interrupted"
     view: PipelineRun | None = None
     sim: list[str] | None = None  # an evaluation's models whose stored answers came from the simulator (its end)
+    end_written = False  # the exports and report below were written to the end (the manifest's mark is cleared)
     try:
         # rows an earlier version's rules scored, brought up to these rules before any worker runs (no model call);
         # after the run is recorded, so a damaged row met here ends it as "failed", as the workers' would
@@ -2415,6 +2416,10 @@ async def _run(
             outcome.extra_lines.append("  report and export left to the process that finishes the campaign "
                                        "(other stages still have work queued or in flight)")
             return outcome
+        # resume40 #1: the files below are rewritten one by one (each an interim one until this run's are written);
+        # a kill or a forced exit among them must not leave `status` saying "campaign complete" over them: the mark
+        # stays in the manifest until stop_run (end_written) clears it
+        manifest.record_writing_end(run_id)
         if export:
             # the config as written: a sandbox model fake is known by its *.sandbox.invalid URL (the export's
             # simulated column), which the running copy has replaced by a local port
@@ -2471,6 +2476,7 @@ async def _run(
                 outcome.extra_lines.append("  !!! NOTE: " + simulated_note(sim, task=cfg.campaign.kind))
                 if cfg.models and all(m.name in sim for m in cfg.models):
                     outcome.spend_note = SIMULATED_SPEND_NOTE
+        end_written = True
         return outcome
     except BaseException as exc:
         if not isinstance(exc, (KeyboardInterrupt, anyio.get_cancelled_exc_class())):
@@ -2493,7 +2499,7 @@ async def _run(
             ended = None
         manifest.stop_run(run_id, status=status, summary={"planned": n_planned_all, **(
             {"spend": spend_json} if spend_json is not None else {})}, params_mix=params_mix,
-            planned=n_planned_all, config=ended, simulated_answers=sim)
+            planned=n_planned_all, config=ended, simulated_answers=sim, end_written=end_written)
 
 
 class IdleHandoffTick:

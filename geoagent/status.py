@@ -324,6 +324,8 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
             "stages": pipeline_stages(cfg) if not queues else [], "answered_by_model": answered,
             "queues_dir": (Path(cfg.queues_root()) / cfg.name).absolute(),
             "run_outcomes": outcomes, "runs_unended": unended,
+            # the newest run that began writing the campaign's final exports and report did not finish them
+            "end_cut_short": _end_cut_short(Path(cfg.state_dir())),
             # the newest run was started with --watch: drained queues while it runs are it idling, not finishing
             "watching": _last_run_watched(Path(cfg.state_dir())),
             # the Redis backend has no queues folder to be looked for in the wrong place
@@ -541,6 +543,22 @@ def _last_run_watched(state_dir: Path) -> bool:
     last = runs[-1] if isinstance(runs, list) and runs and isinstance(runs[-1], dict) else {}
     return bool(last.get("watch")) or any(isinstance(r, dict) and r.get("watch") and r.get("status") == "running"
                                           for r in runs or [])
+
+
+def _end_cut_short(state_dir: Path) -> str | None:
+    """How the newest run that began writing the campaign's final exports and report ended without finishing them
+    (its manifest.json entry's status: ``"running"`` for one killed outright, ``"forced exit"``, ``"failed"``;
+    :func:`geoagent.runtime.manifest.end_cut_short`), or None: it finished them, or the manifest does not tell (no
+    readable manifest, or one written before the mark existed)."""
+    from geoagent.runtime.manifest import end_cut_short, read_manifest
+
+    try:
+        man = read_manifest(state_dir) or {}
+    except (OSError, ValueError):
+        return None
+    runs = man.get("runs") if isinstance(man, dict) else None
+    run = end_cut_short(runs if isinstance(runs, list) else [])
+    return str(run.get("status") or "running") if run is not None else None
 
 
 def _run_statuses(state_dir: Path) -> tuple[dict[str, str], set[str]]:
@@ -857,6 +875,14 @@ STAGES_LEFT_HINT = ("    no process runs the campaign, and the last one to end r
                     "(no --stages), to finish it and write its report and export")
 
 
+#: the line ``status`` prints for a drained campaign whose last run stopped while it wrote its final exports and
+#: report (:func:`geoagent.runtime.manifest.end_cut_short`)
+END_CUT_SHORT_TEXT = ("campaign work done (every queue drained, nothing dead-lettered), but the last run stopped "
+                      "before writing its final report and export (killed, or a forced exit, while writing them): "
+                      "the report and exports on disk may be interim or partly rewritten; re-run the same command "
+                      "to write them (every task is done: it calls no model)")
+
+
 def _stages_done_status() -> str:
     from geoagent.engine import STATUS_STAGES_DONE
 
@@ -924,6 +950,10 @@ def format_status(st: dict[str, Any]) -> str:
         lines.append("  campaign work done (every queue drained, nothing dead-lettered), but a run of it is still "
                      "going: it is finishing (writing the report and export) or starting; the files on disk are "
                      "final once it ends")
+    elif complete and st.get("end_cut_short") not in (None, "failed") and not st.get("running"):
+        # resume40 #1: the queues drained, but the run writing the final exports and report was killed (or ended
+        # by a second signal) among them: what is on disk may be interim or half rewritten
+        lines.append("  " + END_CUT_SHORT_TEXT)
     elif complete:
         aside_n = sum((st.get("superseded") or {}).values())
         # tasks set aside sit among the dead ones (walk39 #7: "dead 237 (237 superseded)" then "nothing dead-lettered")

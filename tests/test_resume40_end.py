@@ -1,5 +1,8 @@
 """The end of a run and of an export, cut short or signalled (resume40).
 
+#1 A run killed (or ended by a second signal) while it wrote the campaign's final exports and report left
+   ``status`` saying "campaign complete" over interim files; it now says that the last run stopped before writing
+   them and to re-run the same command, which writes them without a model call.
 #2 A killed export left some tables new and others old (a new Parquet file beside an old CSV), with nothing saying
    so; now every file is renamed into place together at the export's end, ``export_note.txt`` says "Export in
    progress" until then and ends with an "Export complete" paragraph with each file's rows.
@@ -174,3 +177,37 @@ def test_an_export_that_raises_leaves_tables_and_note_as_they_were(tmp_path):
     assert {p.name: p.stat().st_ino for p in state.iterdir() if p.suffix in (".csv", ".parquet")} == inodes
     assert (state / "export_note.txt").read_text(encoding="utf-8") == note
     assert not list(state.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM twice"])
+def test_a_run_stopped_while_writing_its_end_is_not_complete_until_rerun(tmp_path, how):
+    """#1: status says the last run stopped before its final report and export, and to re-run; the re-run calls no
+    model (the ledger's calls stay), exits 0, and status then says complete, the note ending 'Export complete'."""
+    cfgp = generic_campaign(tmp_path, name="end40", n=6, models=model_table())
+    state = tmp_path / "state" / "end40"
+    first = _cli("run", str(cfgp), "--no-live")
+    assert first.returncode == 0, first.stdout + first.stderr
+    calls = _cli("status", str(cfgp)).stdout.split("calls ")[1].split()[0]
+    proc = _run_blocked_at_its_end(cfgp, state)
+    if how == "SIGKILL":
+        proc.kill()
+        assert proc.wait(timeout=60) == -signal.SIGKILL
+    else:  # a forced exit: the first signal is taken (after every task ended), the second one exits at once
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.8)  # past the repeat window: a second signal, not the first one delivered twice
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 130, proc.stderr.read()
+        assert _manifest_runs(state)[-1]["status"] == "forced exit"
+    _unblock(state)
+    status = _cli("status", str(cfgp)).stdout
+    assert "campaign complete" not in status, status
+    assert "the last run stopped before writing its final report and export" in status, status
+    assert "re-run the same command to write them" in status, status
+    rerun = _cli("run", str(cfgp), "--no-live")
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    after = _cli("status", str(cfgp)).stdout
+    assert "campaign complete: every queue drained" in after and "stopped before writing" not in after, after
+    assert after.split("calls ")[1].split()[0] == calls  # no model call
+    last = _manifest_runs(state)[-1]
+    assert last["status"] == "complete" and last["end_written"] is True and "writing_end_since" not in last
+    assert (state / "export_note.txt").read_text(encoding="utf-8").split("\n\n")[-1].startswith("Export complete")

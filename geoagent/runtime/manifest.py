@@ -795,6 +795,28 @@ def stages_run_elsewhere(state_dir: str | os.PathLike[str], all_stages: Sequence
     return out
 
 
+#: a run entry's key set while the run writes its final exports and report (:meth:`Manifest.record_writing_end`),
+#: removed once they are written (:meth:`Manifest.stop_run` ``end_written``)
+WRITING_END_KEY = "writing_end_since"
+#: a run entry's key (true) once the run wrote its final exports and report
+END_WRITTEN_KEY = "end_written"
+
+
+def end_cut_short(runs: Sequence[Any]) -> dict[str, Any] | None:
+    """Of the run entries ``runs`` (a manifest's ``runs``, oldest first), the newest that began writing its final
+    exports and report (:data:`WRITING_END_KEY` or :data:`END_WRITTEN_KEY`), when it did not finish them: the mark
+    is still there (killed or a forced exit while writing them, or an error); None when that run finished them, or
+    no run records either key (a manifest written before they existed, or a run that never reached its end)."""
+    for run in reversed(runs):
+        if not isinstance(run, dict):
+            continue
+        if run.get(END_WRITTEN_KEY):
+            return None
+        if run.get(WRITING_END_KEY):
+            return run
+    return None
+
+
 def _close_dead_runs(runs: list[dict[str, Any]], new_run_id: str) -> None:
     """Mark the entries of ``runs`` still ``running`` whose process is gone (this machine only: same host name,
     its pid no longer exists, or holds a process that started after the run: pid reuse, :func:`_run_process_gone`)
@@ -916,7 +938,8 @@ class Manifest:
 
     def stop_run(self, run_id: str, *, status: str = "complete", summary: dict[str, Any] | None = None,
                  params_mix: dict[str, Any] | None = None, planned: int | None = None,
-                 config: Any = None, simulated_answers: list[str] | None = None) -> None:
+                 config: Any = None, simulated_answers: list[str] | None = None,
+                 end_written: bool = False) -> None:
         """Set the stop time, final status (``complete``, ``incomplete``, ``budget_exhausted``, ``interrupted``,
         ``failed``) and an optional summary of run ``run_id``. (A run whose process died without it keeps
         ``running`` until the next run on this machine marks it ``killed``: :meth:`start_run`; one ended at once
@@ -942,6 +965,10 @@ class Manifest:
         models whose stored answers came from geoagent's simulator, a sandbox fake on a port of one's own
         included (``simulated_models`` keeps the config's rule: what the config as written names simulated).
 
+        ``end_written``: the run wrote its report and exports to the end (:meth:`record_writing_end` was called
+        before them): the entry's :data:`WRITING_END_KEY` gives way to ``"end_written": true``. False leaves the
+        mark where it was set (an error while writing them: ``failed``).
+
         Raises
         ------
         KeyError
@@ -956,6 +983,9 @@ class Manifest:
             run["status"] = status
             if summary is not None:
                 run["summary"] = summary
+            if end_written:
+                run.pop(WRITING_END_KEY, None)
+                run[END_WRITTEN_KEY] = True
             self._record_so_far(data, run, planned, config)
             if simulated_answers is not None:
                 data["simulated_answer_models"] = list(simulated_answers)
@@ -965,6 +995,26 @@ class Manifest:
                 data.pop("answers_by_request_params", None)
             data["updated_at"] = _iso(now)
             _write(self.path, data)
+
+    def record_writing_end(self, run_id: str) -> None:
+        """Record, durably, that run ``run_id`` begins writing its end: the final exports and report of the
+        campaign (:data:`WRITING_END_KEY`: the time, UTC). :meth:`stop_run` with ``end_written`` removes it once they
+        are written; a process killed (SIGKILL, a power cut) or ended by a second signal (``forced exit``) while
+        writing them leaves it, and ``status`` then says that the files on disk may be interim and that re-running
+        the same command (which finds every task done and calls no model) writes them (resume40 #1: it said
+        "campaign complete" over an "Interim report" and half-written exports).
+
+        Raises
+        ------
+        KeyError
+            No run ``run_id`` in the manifest.
+        """
+        now = time.time()
+        with _locked(self.path):
+            data = read_manifest(self.state_dir)
+            self._run_entry(data, run_id)[WRITING_END_KEY] = _iso(now)
+            data["updated_at"] = _iso(now)  # type: ignore[index]
+            _write(self.path, data)  # type: ignore[arg-type]
 
     def mark_forced_exit(self, run_id: str) -> bool:
         """Record that run ``run_id`` is being ended at once by a second signal (Ctrl-C twice, ``kill`` twice):
