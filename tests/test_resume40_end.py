@@ -6,6 +6,8 @@
 #2 A killed export left some tables new and others old (a new Parquet file beside an old CSV), with nothing saying
    so; now every file is renamed into place together at the export's end, ``export_note.txt`` says "Export in
    progress" until then and ends with an "Export complete" paragraph with each file's rows.
+#3 Re-running a complete GeoHint campaign rewrote its final report as an "Interim report" at the first live rewrite,
+   though nothing had changed; a kill then left it so.
 #4 A SIGTERM just after a complete run printed its summary ended it with exit 143 (asyncio's signal receiver had
    reset SIGTERM to its default), not 0.
 
@@ -211,3 +213,26 @@ def test_a_run_stopped_while_writing_its_end_is_not_complete_until_rerun(tmp_pat
     last = _manifest_runs(state)[-1]
     assert last["status"] == "complete" and last["end_written"] is True and "writing_end_since" not in last
     assert (state / "export_note.txt").read_text(encoding="utf-8").split("\n\n")[-1].startswith("Export complete")
+
+
+def test_a_rerun_of_a_complete_geohint_campaign_keeps_its_final_report(tmp_path, release_dir):
+    """#3: the re-run's aggregator loads the stored rows the final report already shows and writes no live rewrite
+    of them; killed at its end (as in #1), the report on disk is still the final one, not an 'Interim report'."""
+    cfgp = tmp_path / "gh.toml"
+    cfgp.write_text(geohint_three_sites_toml("gh40", models=SANDBOX_GPT_TOML,
+                                             geohint="n_boot = 0\nreport_interval_s = 0.05",
+                                             tables='[images]\nmissing = "placeholder"\n'), encoding="utf-8")
+    env = _env(GEOAGENT_RELEASE=str(release_dir), GEOAGENT_QUEUES=str(tmp_path / "q"),
+               GEOAGENT_STATE=str(tmp_path / "s"))
+    first = _cli("run", str(cfgp), "--no-live", env=env)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    state = tmp_path / "s" / "gh40"
+    report = state / "report" / "report.md"
+    final = report.read_text(encoding="utf-8")
+    assert "Interim report" not in final
+    proc = _run_blocked_at_its_end(cfgp, state, env)
+    time.sleep(0.5)  # ten live-report intervals: before, the first flush had rewritten it as interim by now
+    proc.kill()
+    proc.wait(timeout=60)
+    _unblock(state)
+    assert report.read_text(encoding="utf-8") == final

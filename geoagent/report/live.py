@@ -131,6 +131,15 @@ def live_report_dir(ctx: Any) -> Path:
     return paths.state_root() / paths.safe_name(ctx.campaign, what="campaign") / C.REPORT_DIR
 
 
+def _report_written(out_dir: Path) -> bool:
+    """Whether the report folder ``out_dir`` holds a file already (a report an earlier run wrote); False when it does
+    not exist or cannot be read."""
+    try:
+        return any(p.is_file() for p in out_dir.iterdir())
+    except OSError:
+        return False
+
+
 class LiveReport:
     """At most one background report rewrite at a time, in a worker thread of its own.
 
@@ -301,6 +310,8 @@ class LiveAggregatorStage(Stage):
     def __init__(self, *, report_interval_s: float | None = None) -> None:
         self.report_interval_s = report_interval_s
         self._last_write = -math.inf
+        #: something the report on disk does not show yet (rows added, a rebuild); :meth:`start` sets it only where
+        #: no report was written yet (resume40 #3)
         self._dirty = True
         self._pending: list[Any] = []  # rows handled, not yet in the aggregator (always so while a rewrite runs)
         self.live = LiveReport(self.what)
@@ -353,6 +364,11 @@ class LiveAggregatorStage(Stage):
 
     async def start(self, ctx: StageContext) -> None:
         self._load(ctx)
+        # resume40 #3: the sums just loaded are those of the stored rows, which the report on disk (the last run's
+        # final one) already shows: rewriting it at the first flush replaced a final report by an "Interim report"
+        # of the same rows, which a kill then left. Only a campaign with no report yet gets one at once (a live
+        # report of 0 rows, session 21); rows added or a rebuild (_drain, _follow_plan) mark it dirty
+        self._dirty = not _report_written(self._report_dir(ctx))
         if self.report_interval_s is None:
             self.report_interval_s = float(ctx.services.get(self.interval_service, 5.0))
 
