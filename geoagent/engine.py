@@ -267,6 +267,14 @@ class CampaignKind(abc.ABC):
         geoagent: the run reopens it (:func:`rescore_lost_rows`)."""
         return None
 
+    def tasks_to_reopen(self, cfg: Any, ctx: StageContext) -> list[tuple[str, list[str], str]]:
+        """``(edge, task keys, why)`` of tasks done by an earlier run that this run is to handle again, though the
+        plan (whose keys are no-ops once done) does not bring them back: a crawl's sites whose candidates' ratings
+        failed alone and are to be asked again (:meth:`geoagent.crawl.campaign.CrawlCampaign.tasks_to_reopen`). The
+        engine moves those done back to ready before the workers start (:func:`reopen_kind_tasks`); called after
+        :meth:`plan`, on real runs only. Default: none."""
+        return []
+
     def refresh_scored_rows(self, cfg: Any, ctx: StageContext) -> list[str]:
         """Bring the stored scored rows up to this code's rules where that needs no model call, before the workers
         start (GeoVerify: answers read by an earlier verdict parser are parsed again from their stored text,
@@ -2186,6 +2194,8 @@ async def _run(
             check = None
         for ln in await rescore_lost_rows(cfg, kind, ctx, queues):
             print(ln, file=sys.stderr)
+        for ln in await reopen_kind_tasks(cfg, kind, ctx, queues):
+            print(ln, file=sys.stderr)
     except BaseException:
         for q in queues.values():
             await q.close()
@@ -3371,6 +3381,23 @@ async def rescore_lost_rows(cfg: Any, kind: CampaignKind, ctx: StageContext, que
     return [f"info: campaign {cfg.name}: {moved} planned {tasks} scored by an earlier run had no row in results table "
             f"{table!r} of {where} (removed outside geoagent): queued on edge {edge} to be scored again from "
             "the answer queued there (no new model call, no spend)"]
+
+
+async def reopen_kind_tasks(cfg: Any, kind: CampaignKind, ctx: StageContext, queues: Mapping[str, Any]) -> list[str]:
+    """Move the done tasks that the kind names (:meth:`CampaignKind.tasks_to_reopen`) back to ready on their edges
+    (:meth:`~geoagent.runtime.queue.WorkQueue.reopen_done`: a compare-and-set; a ready, leased or dead task is left as
+    it is); return one line per edge that moved any, naming how many and why (none when nothing moved)."""
+    lines = []
+    for edge, keys, why in kind.tasks_to_reopen(cfg, ctx):
+        queue = queues.get(edge)
+        if queue is None or not keys:
+            continue
+        moved = await queue.reopen_done(list(keys)) or 0
+        if moved:
+            tasks = "task" if moved == 1 else "tasks"
+            lines.append(f"info: campaign {cfg.name}: {moved} {tasks} done by an earlier run queued again on edge "
+                         f"{edge}: {why}")
+    return lines
 
 
 async def enqueue_plan(plan: Iterable[Message], queue: Any, *, chunk: int = PLAN_CHUNK,

@@ -8,6 +8,12 @@ both come back unreadable stops; failures are logged (error, raw) but are no dec
 then dead-lettered: ``incomplete``, exit 3) and the summary and ``run.py status`` count "ratings of N candidates
 failed".
 
+Before (crawl40b #1, #2): that fix failed a whole city's rating step (no ladder for any of its sites, the crawl
+``incomplete``) for one candidate whose answer could not be read even alone, and a re-run replayed the same stored
+answer, so the failure could never become a rating. Now such an isolated failure is logged (``failure`` isolated),
+the candidate is in no ladder and counted, and the step completes (unless more than 10% of its candidates failed);
+a later run asks it again alone with a reminder after the prompt (a new request key), at most twice across runs.
+
 Before (#2): an answer numbered 1..N instead of 0..N-1 moved every rating and English name onto the next candidate
 (536 of 550 decisions wrong), without a word. Now an answer numbering any element outside 0..n-1 is set aside whole
 (the screen reads by the same idx), and so is a rating answer whose English names mostly are other candidates'
@@ -31,10 +37,15 @@ import pytest
 
 import geoagent.crawl.simulate as sim
 from geoagent import constants as C
+from geoagent.crawl.image_audit import load_prompt
 from geoagent.crawl.referenceability import (
+    FAILURE_ISOLATED,
+    FAILURE_SYSTEMATIC,
     RAW_ANSWERS_FILE,
     REF_MARKER,
+    REF_MAX_REASKS,
     REF_PARSER_VERSION,
+    REF_REASK_TEMPLATE,
     AuditorOutputUnreadable,
     RefCandidate,
     ReferenceabilityAuditor,
@@ -52,6 +63,8 @@ from tests._crawl_once import SANDBOX_CRAWL_CONFIG, SANDBOX_TOKEN
 LABELS = ["Alder Station", "Birch Park", "Cedar Church", "Dove Theatre", "Elm Market", "Fir Bridge", "Gull Museum",
           "Hazel Square", "Iris Library", "Juniper Gate", "Kestrel Hall", "Linden Fountain"]
 POISON = "Poison Hall"
+#: the reminder's words before its count: in the prompt of every re-ask, in no other prompt
+REMINDER = load_prompt(REF_REASK_TEMPLATE).split("{earlier}")[0]
 _LINE = re.compile(r"^(\d+)\. (.*?)(?: \(English Wikipedia: .*?\))?(?: \([0-9.]+ km\))?$", re.M)
 
 
@@ -83,10 +96,14 @@ def rotated(ctx) -> str:  # numbered within range, but each element speaks of th
     return orjson.dumps([{**el, "idx": (el["idx"] - 1) % n} for el in els]).decode()
 
 
-def poisoned(ctx) -> str:  # a refusal whenever one name is in the batch; the others answered correctly
-    if any(lab == POISON for _, lab in _lines_of(ctx.prompt)):
+def poisoned(ctx) -> str:  # a refusal whenever a poisoned name is in the batch; the others answered correctly
+    if any(lab.startswith(POISON) for _, lab in _lines_of(ctx.prompt)):
         return "I'm sorry, I cannot rate these places."
     return correct(ctx)
+
+
+def reminded(ctx) -> str:  # as poisoned, but the reminder after the prompt gets a correct answer
+    return correct(ctx) if REMINDER in ctx.prompt else poisoned(ctx)
 
 
 @contextlib.contextmanager
@@ -103,9 +120,9 @@ def _cands(labels=LABELS) -> list[RefCandidate]:
     return [RefCandidate(f"Q{100 + i}", lab, 0.5 + i / 10, 0.0, 0.0) for i, lab in enumerate(labels)]
 
 
-def rate(tmp_path, cands, *, batch_size: int, city: str | None = "newtown"):
-    """Rate ``cands`` with an auditor asking the local OpenAI fake; returns (auditor, the error raised or None,
-    rating calls the fake answered)."""
+def rate(tmp_path, cands, *, batch_size: int, city: str | None = "newtown", times: int = 1):
+    """Rate ``cands`` with an auditor asking the local OpenAI fake (``times`` over with the same auditor: a task's
+    retries in one run); returns (auditor, the last error raised or None, rating calls the fake answered)."""
     from geoagent.providers import ProviderSettings, make_provider
     from geoagent.runtime.http import HostPolicy, HttpClient
     from geoagent.sandbox.llm_common import CALLS_KEY
@@ -121,11 +138,12 @@ def rate(tmp_path, cands, *, batch_size: int, city: str | None = "newtown"):
                 aud = ReferenceabilityAuditor(prov, ReferenceabilitySettings(model="aud-1", batch_size=batch_size,
                                                                              sensitive_screen=False),
                                               tmp_path, request_model=("openai", "aud-1"))
-                err = None
-                try:
-                    await aud.rate_all(cands, city=city)
-                except AuditorOutputUnreadable as e:
-                    err = e
+                for _ in range(times):
+                    err = None
+                    try:
+                        await aud.rate_all(cands, city=city)
+                    except AuditorOutputUnreadable as e:
+                        err = e
             return aud, err, len(app[CALLS_KEY])
 
     return asyncio.run(main())
@@ -149,12 +167,16 @@ def test_answers_without_idx_stop_after_both_halves_fail_and_are_no_decisions(tm
     assert len(recs) == 40 and all(r["familiarity"] is None and r["ok"] is None for r in recs)
     assert all(r["error"].startswith("unparseable answer") and r["raw"].startswith("[{") for r in recs)
     assert all(r["parser_version"] == REF_PARSER_VERSION and r["city"] == "newtown" for r in recs)
+    assert all(r["failure"] == FAILURE_SYSTEMATIC and r["reasks"] == 0 for r in recs)  # crawl40b #1
     assert rating_failed_count(tmp_path) == 40
-    assert "ratings of 40 candidates failed" in rating_failed_lines(tmp_path)[0]
-    # a retry of the task replays the stored answers: no call, no second copy of a failure, the same error
+    line = rating_failed_lines(tmp_path)[0]
+    assert "ratings of 40 candidates failed" in line and "40 failed with their city's whole rating step" in line
+    # a retry of the task replays the stored answers: no call, no second copy of a failure, the same error; a
+    # systematic failure is never asked alone with the reminder (40 calls of an auditor whose output is broken)
     with answers(correct):
         again, err2, calls2 = rate(tmp_path, cands, batch_size=40)
-    assert calls2 == 0 and again.replayed == 3 and err2 is not None and err2.failed == 40
+    assert calls2 == 0 and again.replayed == 3 and again.reasked == 0 and err2 is not None and err2.failed == 40
+    assert err2.gave_up and "fix the auditor" in str(err2)
     assert len(_decisions(tmp_path)) == 40
 
 
@@ -202,22 +224,82 @@ def test_a_numbering_shifted_within_range_is_caught_by_the_english_names(tmp_pat
     assert moved_names_problem({0: {"name_en": "Old Mill"}, 1: {"name_en": "Central Station"}}, batch) is None
 
 
-def test_one_candidate_that_cannot_be_read_fails_the_step_and_is_not_decided(tmp_path):
+def _raw(tmp_path) -> list[dict]:
+    return [json.loads(x) for x in (tmp_path / RAW_ANSWERS_FILE).read_text(encoding="utf-8").splitlines()]
+
+
+def test_one_candidate_that_cannot_be_read_is_left_out_and_asked_again_alone_with_a_reminder(tmp_path):
     labels = LABELS[:4] + [POISON] + LABELS[4:11]
     cands = _cands(labels)
-    with answers(poisoned):
-        aud, err, calls = rate(tmp_path, cands, batch_size=6)
-    # isolated down to the one candidate (the other half of each split was readable), the others rated
-    assert err is not None and not err.gave_up and err.failed == 1
-    by = {r["qid"]: r for r in _decisions(tmp_path)}
+    with answers(poisoned):  # twice with the same auditor: a retry in the same run asks nothing again
+        aud, err, calls = rate(tmp_path, cands, batch_size=6, times=2)
+    # isolated down to the one candidate (the other half of each split was readable), the others rated, and the
+    # step completes (crawl40b #1: it failed the city before)
+    assert err is None and aud.reasked == 0
+    first = _decisions(tmp_path)
+    by = {r["qid"]: r for r in first}
     assert by["Q104"]["error"].startswith("unparseable answer") and "cannot rate" in by["Q104"]["raw"]
+    assert by["Q104"]["failure"] == FAILURE_ISOLATED and by["Q104"]["reasks"] == 0
+    assert by["Q104"]["familiarity"] is None and by["Q104"]["ok"] is None
     assert all(by[c.qid]["familiarity"] == len(c.label) % 6 for c in cands if c.label != POISON)
     assert rating_failed_count(tmp_path) == 1
-    # a re-run asks it again (a failure is no decision) through the same prompts: their stored answers are
-    # replayed (never paid twice), so it fails again until something in the request changes
-    with answers(correct):
-        again, err2, calls2 = rate(tmp_path, cands, batch_size=6)
-    assert calls2 == 0 and again.replayed > 0 and err2 is not None and err2.failed == 1
+    alone = [r for r in _raw(tmp_path) if r["qids"] == ["Q104"]]
+    assert len(alone) == 1  # asked alone once, without the reminder
+    # a later run (a new auditor) asks it alone once more with the reminder: one call (a new request key), not the
+    # city's batches again; still refused, it is a failure with one re-ask
+    with answers(poisoned):
+        again, err2, calls2 = rate(tmp_path, cands, batch_size=6, times=2)
+    assert err2 is None and calls2 == 1 and again.reasked == 1
+    alone = [r for r in _raw(tmp_path) if r["qids"] == ["Q104"]]
+    assert len(alone) == 2 and alone[0]["key"] != alone[1]["key"]
+    last = {r["qid"]: r for r in _decisions(tmp_path)}["Q104"]
+    assert last["failure"] == FAILURE_ISOLATED and last["reasks"] == 1 and "cannot rate" in last["raw"]
+    # the next run's re-ask is answered: a decision, recording the re-ask that made it
+    prompts: list[str] = []
+
+    def answered(ctx) -> str:
+        prompts.append(ctx.prompt)
+        return correct(ctx)
+
+    with answers(answered):
+        third, err3, calls3 = rate(tmp_path, cands, batch_size=6)
+    assert err3 is None and calls3 == 1 and third.reasked == 1
+    assert [lab for _, lab in _lines_of(prompts[0])] == [POISON] and REMINDER in prompts[0]
+    assert "(2)" in prompts[0]  # two unreadable answers so far: alone, and the first re-ask
+    rec = {r["qid"]: r for r in _decisions(tmp_path)}["Q104"]
+    assert rec["familiarity"] == len(POISON) % 6 and "error" not in rec and rec["reasks"] == 2
+    assert rating_failed_count(tmp_path) == 0 and rating_failed_lines(tmp_path) == []
+    # earlier records stay in the log (every decision and failure is logged)
+    assert [r.get("reasks") for r in _decisions(tmp_path) if r["qid"] == "Q104"] == [0, 1, 2]
+    # nothing is left to ask
+    with answers(answered):
+        _, err4, calls4 = rate(tmp_path, cands, batch_size=6)
+    assert err4 is None and calls4 == 0
+
+
+def test_a_candidate_is_asked_again_at_most_twice(tmp_path):
+    cands = _cands(LABELS[:4] + [POISON] + LABELS[4:11])
+    for run in range(REF_MAX_REASKS + 2):
+        with answers(poisoned):
+            aud, err, calls = rate(tmp_path, cands, batch_size=6)
+        assert err is None
+        assert aud.reasked == (1 if 1 <= run <= REF_MAX_REASKS else 0), run
+    last = {r["qid"]: r for r in _decisions(tmp_path)}["Q104"]
+    assert last["reasks"] == REF_MAX_REASKS and last["failure"] == FAILURE_ISOLATED
+    assert len([r for r in _raw(tmp_path) if r["qids"] == ["Q104"]]) == 1 + REF_MAX_REASKS
+
+
+def test_single_failures_of_more_than_a_tenth_of_the_candidates_fail_the_step(tmp_path):
+    # two poisoned names in different batches: each isolated alone (no split gives up), 2 of 12 > 10%
+    labels = LABELS[:1] + [POISON] + LABELS[1:7] + [POISON + " 2"] + LABELS[7:10]
+    with answers(poisoned):
+        aud, err, calls = rate(tmp_path, _cands(labels), batch_size=6)
+    assert err is not None and not err.gave_up and err.failed == 2 and "more than 10%" in str(err)
+    assert all(r["failure"] == FAILURE_ISOLATED for r in _decisions(tmp_path) if "error" in r)
+    # one of 12 is within the share: the step completes
+    with answers(poisoned):
+        _, err2, _ = rate(tmp_path / "one", _cands(LABELS[:1] + [POISON] + LABELS[1:11]), batch_size=6)
+    assert err2 is None
 
 
 def test_a_failure_logged_by_an_earlier_version_is_read_again_from_its_stored_answer(tmp_path):
@@ -267,3 +349,85 @@ def test_a_crawl_whose_auditor_drops_idx_ends_incomplete_and_says_so(tmp_path, m
     with contextlib.redirect_stdout(status):
         main(["status", str(SANDBOX_CRAWL_CONFIG)])
     assert f"ratings of {n} candidates failed" in status.getvalue(), status.getvalue()
+
+
+def test_a_crawl_with_one_unreadable_candidate_completes_and_a_re_run_rates_it(tmp_path, monkeypatch):
+    from geoagent.cli import main
+
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
+    monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
+    monkeypatch.setenv("MAPILLARY_TOKEN", SANDBOX_TOKEN)
+    poison: dict[str, str] = {}
+
+    def one_refused(ctx) -> str:  # the first name the crawl asks about is refused, unless reminded
+        lines = _lines_of(ctx.prompt)
+        poison.setdefault("label", lines[0][1])
+        if REMINDER not in ctx.prompt and any(lab == poison["label"] for _, lab in lines):
+            return "I'm sorry, I cannot rate these places."
+        return sim.referenceability_answer(ctx)
+
+    def crawl() -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        with answers(one_refused), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(["crawl", str(SANDBOX_CRAWL_CONFIG), "--no-live"])
+        return code, out.getvalue(), err.getvalue()
+
+    def rated_of(p) -> dict[str, dict]:
+        return {r["qid"]: r for r in json.loads(p.read_text(encoding="utf-8"))["rated"]}
+
+    code, text, _ = crawl()
+    # crawl40b #1: the city's step completes without the candidate; the run is complete, with the line
+    assert code == 0 and "complete" in text.splitlines()[0], text
+    state = next(p for p in (tmp_path / "state").iterdir() if (p / RAW_ANSWERS_FILE).is_file())
+    failed = [r for r in _decisions(state) if "error" in r]
+    # the name (the sandbox world has it twice), in each city whose sites list it
+    assert failed and all(r["label"] == poison["label"] and r["failure"] == FAILURE_ISOLATED for r in failed)
+    assert all("cannot rate" in r["raw"] and r["reasks"] == 0 for r in failed)
+    qids = {r["qid"] for r in failed}
+    n = len(failed)
+    line = f"referenceability: ratings of {n} candidate{'s' if n > 1 else ''} failed"
+    assert line in text and "not in any ladder" in text and "by re-running the same `run.py crawl CONFIG`" in text, text
+    status = io.StringIO()
+    with contextlib.redirect_stdout(status):
+        main(["status", str(SANDBOX_CRAWL_CONFIG)])
+    assert line in status.getvalue(), status.getvalue()
+    steps = [json.loads(x) for x in (state / "crawl_decisions.jsonl").read_text(encoding="utf-8").splitlines()]
+    city_steps = [s for s in steps if s.get("event") == "ref_city_rating"]
+    assert city_steps and sum(s["n_rating_failed"] for s in city_steps) == n and not any("error" in s for s in city_steps)
+    ladders = sorted(state.glob("ladders/*.csv"))
+    assert ladders and not any(q in p.read_text(encoding="utf-8") for p in ladders for q in qids)
+    holding = [p for p in sorted(state.glob("rated/*.json")) if qids & set(rated_of(p))]
+    assert holding and all(r["familiarity"] is None for p in holding for q, r in rated_of(p).items() if q in qids)
+
+    # crawl40b #2: the same command again reopens those sites' tasks and asks each alone with the reminder
+    keys_before = {json.loads(x)["key"] for x in (state / RAW_ANSWERS_FILE).read_text(encoding="utf-8").splitlines()}
+    code, text2, err2 = crawl()
+    assert code == 0, text2
+    assert f"{len(holding)} task" in err2 and "queued again on edge sites_for_audit" in err2, err2
+    raw = [json.loads(x) for x in (state / RAW_ANSWERS_FILE).read_text(encoding="utf-8").splitlines()]
+    new = [r for r in raw if r["key"] not in keys_before]
+    # each re-ask a request of its own (new key), about one failed candidate alone
+    assert new and all(r["task"] == "crawl_referenceability" and len(r["qids"]) == 1 and r["qids"][0] in qids
+                       for r in new)
+    last = {(r["qid"], r.get("city")): r for r in _decisions(state)}
+    assert all("error" not in last[(r["qid"], r["city"])] and last[(r["qid"], r["city"])]["reasks"] == 1
+               for r in failed)
+    assert "ratings of" not in text2 and rating_failed_count(state) == 0
+    from geoagent.config import load_config
+    from geoagent.crawl.stages import write_site_ladder
+
+    settings = load_config(SANDBOX_CRAWL_CONFIG).section("crawl")
+    for p in holding:  # every site listing one has its rating now, and its ladder is the one drawn from it
+        assert all(r["familiarity"] is not None for q, r in rated_of(p).items() if q in qids)
+        rec = json.loads(p.read_text(encoding="utf-8"))
+        ladder = next(state.glob(f"ladders/{p.stem}_ladder_*.csv"))
+        drawn = ladder.read_bytes()
+        assert write_site_ladder(settings, state, rec["site"], rec, {}) == ladder and ladder.read_bytes() == drawn
+    steps = [json.loads(x) for x in (state / "crawl_decisions.jsonl").read_text(encoding="utf-8").splitlines()]
+    reasks = [s for s in steps if s.get("event") == "ref_rating_reask"]
+    assert sorted(s["site"] for s in reasks) == sorted(p.stem for p in holding)
+    assert sum(s["model_calls"] for s in reasks) == len(new) and all(s["n_still_failed"] == 0 for s in reasks)
+    # a third run has nothing to ask again
+    code, _, err3 = crawl()
+    assert code == 0 and "queued again" not in err3
+    assert len((state / RAW_ANSWERS_FILE).read_text(encoding="utf-8").splitlines()) == len(raw)

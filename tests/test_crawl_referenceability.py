@@ -84,16 +84,15 @@ def test_unparseable_batches_are_split_and_retried(tmp_path):
 
 
 def test_missing_item_is_asked_again_and_hopeless_one_logged_as_failure(tmp_path):
-    from geoagent.crawl.referenceability import AuditorOutputUnreadable
-
     prov = ScriptedProvider(drop_label="Place 4", always_garble="Place 4")
     aud = _auditor(tmp_path, prov, batch_size=6)
-    # crawl40 #1: a failed rating fails the step (retryable), it is no longer a decision made quietly
-    with pytest.raises(AuditorOutputUnreadable, match="ratings of 1 of 6 candidates failed") as e:
-        asyncio.run(aud.audit("s1", _cands(6)))
-    assert e.value.failed == 1 and not e.value.gave_up
+    # crawl40 #1, crawl40b #1: a failed rating is no decision made quietly; failed alone, it leaves the candidate
+    # unrated (in no ladder) and the others are rated
+    rated = {r.qid: r for r in asyncio.run(aud.audit("s1", _cands(6)))}
+    assert rated["Q14"].familiarity is None
     d = {x["qid"]: x for x in _lines(tmp_path / C.AUDIT_DECISIONS_FILE)}
     assert d["Q14"]["ok"] is None and d["Q14"]["error"].startswith("unparseable answer") and d["Q14"]["raw"]
+    assert d["Q14"]["failure"] == "isolated" and d["Q14"]["reasks"] == 0
     assert [b for b in prov.batches if b == ["Place 4"]]  # asked alone at the end
     assert all(d[q]["familiarity"] is not None for q in d if q != "Q14")  # the others rated, never guessed
 

@@ -140,6 +140,24 @@ class CrawlCampaign(CampaignKind):
             apply_review_verdicts(settings, state_dir)
         return city_messages(settings.cities)
 
+    def tasks_to_reopen(self, cfg: Any, ctx: StageContext) -> list[tuple[str, list[str], str]]:
+        """The referenceability tasks (edge ``sites_for_audit``, key ``site:<id>``) of the sites whose stored
+        ratings hold a candidate whose rating failed alone in an earlier run with a re-ask left
+        (:func:`geoagent.crawl.stages.sites_with_reasks_due`, crawl40b #2): handled again, the stage asks each such
+        candidate alone with a reminder and redraws the site's ladder. None in a dry run or read-only look."""
+        from geoagent.crawl.referenceability import REF_MAX_REASKS
+        from geoagent.crawl.stages import sites_with_reasks_due
+
+        services = getattr(ctx, "services", {}) or {}
+        if services.get(C.SERVICE_DRY_RUN) or services.get(C.SERVICE_READ_ONLY):
+            return []
+        sites = sites_with_reasks_due(_settings(cfg), Path(services.get("state_dir") or cfg.state_dir()))
+        if not sites:
+            return []
+        return [(C.EDGE_SITES_FOR_AUDIT, [f"site:{s}" for s in sites],
+                 "their candidates whose referenceability ratings failed alone are asked again, each alone with a "
+                 f"reminder (at most {REF_MAX_REASKS} times across runs), and their ladders redrawn")]
+
     def config_at_end(self, cfg: Any, ctx: StageContext) -> Any | None:
         """``cfg`` (the config as written) with the ``[[crawl.cities]]`` the run ended with when its ``--watch``
         planned cities added to the config file (:func:`geoagent.crawl.stages.cities_run_with`, in the file's

@@ -425,7 +425,7 @@ def crawl_table_schemas() -> dict[str, dict[str, Any]]:
                     "qid": S, "dist_km": F, "familiarity": I, "pageviews": I, "n_in_cell": I, "n_taken": I},
         "audit_decisions": {"qid": S, "label": S, "model": S, "ok": B, "familiarity": I, "name_zh": S,
                             "name_en": S, "why": S, "ts": F, "city": S, "candidate_lines": I, "parser_version": I,
-                            "error": S, "raw": S},
+                            "error": S, "raw": S, "failure": S, "reasks": I},
         "audit_sensitive": {"qid": S, "label": S, "model": S, "auditor": S, "sensitive": B, "why": S, "ts": F,
                             "city": S, "candidate_lines": I, "parser_version": I, "error": S, "raw": S},
         "audit_review_queue": {"qid": S, "label": S, "model": S, "site": S, "familiarity": I, "tier_llm": S,

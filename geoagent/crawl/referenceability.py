@@ -11,9 +11,13 @@ candidates, which are then recorded as failed; but when both halves of a split c
 there (crawl40 #1: an auditor whose every answer lacked ``idx`` was asked every candidate alone, ~79 calls a batch).
 An answer numbering a candidate outside 0..n-1, or whose English names are mostly other candidates' labels, is set
 aside whole (crawl40 #2: an answer numbered from 1 put every rating on the next candidate). A failure (``error``
-and the ``raw`` answer in its record) is no decision: the step raises :class:`AuditorOutputUnreadable` (the task
-fails, the crawl ends ``incomplete``) and a re-run asks it again (:meth:`ReferenceabilityAuditor.rate_all`;
-:data:`REF_PARSER_VERSION`, recorded as ``parser_version``). Every decision is appended to ``audit_decisions.jsonl``
+and the ``raw`` answer in its record) is no decision. A candidate that failed alone (``failure`` ``isolated``) is left
+out of every ladder and the step goes on; a later run asks it again alone with a reminder (a new request key), at most
+:data:`REF_MAX_REASKS` times (crawl40b #1, #2: one unreadable answer had failed its whole city). A split given up
+(``systematic``), or isolated failures of more than :data:`REF_MAX_FAILED_SHARE` of the candidates, fail the step:
+:class:`AuditorOutputUnreadable` (the task fails, the crawl ends ``incomplete``;
+:meth:`ReferenceabilityAuditor.rate_all`; :data:`REF_PARSER_VERSION`, recorded as ``parser_version``). Every
+decision is appended to ``audit_decisions.jsonl``
 (the release's record shape) and every verbatim answer, with the QIDs it was about, to
 ``audit_raw_answers.jsonl``; decisions already logged for the same auditor model (and city, below) are
 reused, so a restart re-asks nothing. A separate, deliberately narrow screening pass
@@ -114,6 +118,9 @@ SENS_MARKER = "CONTENTIOUS-NAME SCREEN"
 REVIEW_QUEUE_FILE = "audit_review_queue.jsonl"
 #: one line per auditor call: the verbatim answer text and the QIDs of the batch it was asked about
 RAW_ANSWERS_FILE = "audit_raw_answers.jsonl"
+#: the crawl's per-city rating step records (``<state_dir>/ref_cities/<city key>.json``, written when a city's step
+#: completed: :class:`geoagent.crawl.stages.ReferenceabilityAuditorStage`)
+REF_CITIES_DIR = "ref_cities"
 #: keys of one released audit_decisions.jsonl record, in order
 DECISION_KEYS = ("qid", "label", "model", "ok", "familiarity", "name_zh", "name_en", "why", "ts")
 #: key of a decision record whose auditor's English name was too long to use (over
@@ -255,6 +262,28 @@ REF_CANDIDATE_LINES = 2
 #: whose English names are mostly other candidates' labels (crawl40 #2: a 1-based answer moved every rating and
 #: English name onto the next candidate); a failure is no decision and is asked again. 1 (no field): before.
 REF_PARSER_VERSION = 2
+
+#: How a rating failure (a record with ``error``) came about, its ``failure`` field (crawl40b #1). ``isolated``: the
+#: candidate was asked alone (the split narrowed it to one, or its batch-mates were read) and its answer could not be
+#: read: the candidate is left out of every ladder and the step goes on. ``systematic``: both halves of a split came
+#: back unreadable (the auditor's output format is broken): the step fails (:class:`AuditorOutputUnreadable`). A
+#: failure without the field was logged before this rule (session 40's first version, or version 1).
+FAILURE_ISOLATED = "isolated"
+FAILURE_SYSTEMATIC = "systematic"
+
+#: Re-asks of a candidate whose rating failed in isolation, across runs (crawl40b #2): each later run asks it once
+#: more, alone and with the reminder :data:`REF_REASK_TEMPLATE` after the prompt (a request key of its own: the
+#: stored answer to the plain prompt would come back), until it is rated or this many re-asks failed too. Each
+#: failure and each decision records how many re-asks it took (``reasks``).
+REF_MAX_REASKS = 2
+#: the reminder appended to the prompt of a re-ask (``geoagent/prompts/``), ``{earlier}`` the unreadable answers so far
+REF_REASK_TEMPLATE = "crawl_referenceability_reask.txt"
+
+#: A rating step fails as systematic when more than this share of its candidates' ratings failed in isolation (and
+#: more than one did): so many single failures say the auditor's answers, not a few names, are at fault
+#: (crawl40b #1). At or below it the step completes and the failed candidates are in no ladder (counted by
+#: :func:`rating_failed_lines`).
+REF_MAX_FAILED_SHARE = 0.10
 
 
 def render_candidates(batch: Sequence[RefCandidate], with_distance: bool = True) -> str:
@@ -537,11 +566,13 @@ class GaveUp(Exception):
 
 
 class AuditorOutputUnreadable(PicklableError):
-    """Some candidates of a rating step could not be rated: the auditor's answers could not be read (crawl40 #1).
-    Retryable (the runner nacks the task; a retry replays the stored answers, no call is paid twice), so the task
-    ends dead-lettered and the crawl ``incomplete`` rather than ``complete`` with ratings missing. ``failed``: how
-    many candidates' ratings failed; ``gave_up``: True when a split was stopped because both halves were
-    unreadable (the candidates after it in the city were not asked). Picklable (message and counts travel)."""
+    """A rating step whose auditor's answers could not be read systematically (crawl40 #1, crawl40b #1): a split
+    whose both halves were unreadable, or single failures of more than :data:`REF_MAX_FAILED_SHARE` of the
+    candidates (a few single failures do not raise: those candidates are in no ladder). Retryable (the runner nacks
+    the task; a retry replays the stored answers, no call is paid twice), so the task ends dead-lettered and the
+    crawl ``incomplete`` rather than ``complete`` with a city's ratings missing. ``failed``: how many candidates'
+    ratings failed; ``gave_up``: True when a split was stopped because both halves were unreadable (the candidates
+    after it in the city were not asked). Picklable (message and counts travel)."""
 
     def __init__(self, message: str, failed: int = 0, gave_up: bool = False) -> None:
         super().__init__(message)
@@ -731,6 +762,29 @@ def _decided(rec: Mapping[str, Any] | None) -> bool:
     return rec is not None and not rec.get("not_rated") and "error" not in rec
 
 
+def _asked_in_batch(rec: Mapping[str, Any] | None) -> bool:
+    """Whether :meth:`ReferenceabilityAuditor.rate_all` asks a candidate through its batch's prompt: undecided
+    (:func:`_decided`) and not a failure in isolation (crawl40b #2: the batch prompts' stored answers would only
+    give the same failure back; it is asked alone with a reminder instead, :func:`reask_due`). A systematic failure,
+    or one logged before failures were classified (no ``failure``), is asked through the same prompts: their
+    stored answers are replayed and read by this version's rules."""
+    return not _decided(rec) and (rec is None or rec.get("failure") != FAILURE_ISOLATED)
+
+
+def reasks_of(rec: Mapping[str, Any] | None) -> int:
+    """How many re-asks with the reminder a logged rating record took (``reasks``; 0 without the field)."""
+    n = (rec or {}).get("reasks", 0)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else 0
+
+
+def reask_due(rec: Mapping[str, Any] | None) -> bool:
+    """Whether a logged rating record is a failure in isolation (``failure`` = :data:`FAILURE_ISOLATED`) with a
+    re-ask left (fewer than :data:`REF_MAX_REASKS`): a later run asks it again alone, with the reminder
+    (crawl40b #2)."""
+    return (rec is not None and "error" in rec and rec.get("failure") == FAILURE_ISOLATED
+            and reasks_of(rec) < REF_MAX_REASKS)
+
+
 class ReferenceabilityAuditor:
     """Runs the audit for one site's candidates against a text-only provider.
 
@@ -784,6 +838,12 @@ class ReferenceabilityAuditor:
         self.splits = 0
         #: answers that could not be read at all (no array, no usable idx, numbering set aside; crawl40 #1)
         self.unreadable = 0
+        #: re-asks with the reminder sent or replayed (crawl40b #2)
+        self.reasked = 0
+        #: (qid, city) whose rating failed or was re-asked by this auditor: asked again by a later run only (one
+        #: re-ask per candidate and run, so a task's retries in the run replay rather than spend the re-asks)
+        self._tried: set[tuple[str, str | None]] = set()
+        self.reask_template = load_prompt(REF_REASK_TEMPLATE)
         self._generate = generate or provider.generate
         self._kind, self._model_id = request_model or (settings.provider, settings.model)
         #: what answers this auditor (geoagent.crawl.llmcall.auditor_provider_kind), recorded with each raw answer
@@ -800,6 +860,13 @@ class ReferenceabilityAuditor:
 
     def _ref_prompt(self, batch: Sequence[RefCandidate]) -> str:
         return self.ref_template.replace("{candidates}", render_candidates(batch))
+
+    def _reask_prompt(self, c: RefCandidate, reask: int) -> str:
+        """The prompt of the ``reask``-th re-ask (1-based) of candidate ``c`` alone: its prompt as a batch of one and
+        the reminder :data:`REF_REASK_TEMPLATE` after it, ``{earlier}`` the unreadable answers so far (the one to the
+        candidate alone, and the re-asks before), so each re-ask has a request key of its own (crawl40b #2)."""
+        return (self._ref_prompt([c]).rstrip("\n") + "\n\n"
+                + self.reask_template.replace("{earlier}", str(reask)).strip("\n") + "\n")
 
     def _sens_prompt(self, batch: Sequence[RefCandidate]) -> str:
         return self.sens_template.replace("{candidates}", render_candidates(batch, with_distance=False))
@@ -857,11 +924,14 @@ class ReferenceabilityAuditor:
         return rec if city is None else {**rec, "city": city, "candidate_lines": REF_CANDIDATE_LINES,
                                          "parser_version": REF_PARSER_VERSION}
 
-    async def _rate_answer(self, batch: list[RefCandidate], city: str | None) -> _Reading:
+    async def _rate_answer(self, batch: list[RefCandidate], city: str | None, reask: int = 0) -> _Reading:
         """Ask for ``batch``'s ratings once and log the decisions the answer settles (at once: a stop or failure of
         a later re-ask loses no paid answer). An answer whose numbering is off (:func:`_by_idx`) or whose English
-        names sit on the wrong candidates (:func:`moved_names_problem`) settles nothing (crawl40 #2)."""
-        text = await self._ask(self._ref_prompt(batch), "crawl_referenceability", batch)
+        names sit on the wrong candidates (:func:`moved_names_problem`) settles nothing (crawl40 #2). ``reask``
+        (a batch of one): the re-ask with the reminder it is (:meth:`_reask_prompt`), recorded as ``reasks`` in
+        the decision (crawl40b #2)."""
+        prompt = self._reask_prompt(batch[0], reask) if reask else self._ref_prompt(batch)
+        text = await self._ask(prompt, "crawl_referenceability", batch)
         problems: list[str] = []
         parsed = parse_ref_batch(text, len(batch), self.ref_template, problems=problems)
         if parsed:
@@ -879,7 +949,7 @@ class ReferenceabilityAuditor:
             note = {k: d[k] for k in (NAME_EN_DROPPED, NAME_ZH_DROPPED) if k in d}
             fields = {k: v for k, v in d.items() if k not in note}  # the release's keys first, the notes after ts
             out.append(self._scoped({"qid": c.qid, "label": c.label, "model": self.settings.model, **fields, "ts": ts,
-                                     **note}, city))
+                                     **note, **({"reasks": reask} if reask else {})}, city))
         await self._log_new(self.decisions, out)
         return self._reading(text, parsed, problems, missing)
 
@@ -901,8 +971,9 @@ class ReferenceabilityAuditor:
                       log: JsonlLog) -> list[RefCandidate]:
         """Ask again for the candidates ``got`` (the answer about ``batch``) left unsettled: split in halves, both
         halves asked before either goes deeper; a candidate asked alone whose answer still settles nothing fails
-        (``failed(candidates, reading)``: its failure records, logged in ``log`` with the raw answer). Returns
-        the candidates that failed.
+        (``failed(candidates, reading, city, kind)``: their failure records, logged in ``log`` with the raw answer;
+        ``kind`` :data:`FAILURE_ISOLATED` here, :data:`FAILURE_SYSTEMATIC` for a split given up). Returns the
+        candidates that failed.
 
         crawl40 #1: when BOTH halves of a split come back unreadable (no array, no usable idx, numbering set
         aside: :meth:`_reading`; an answer cut off by the end of the output is no sign of it and is split on), the
@@ -912,7 +983,8 @@ class ReferenceabilityAuditor:
         if not got.missing:
             return []
         if len(batch) == 1:
-            await log.append([r for r in failed(got.missing, got, city) if self._fresh_failure(log, r)])
+            await log.append([r for r in failed(got.missing, got, city, FAILURE_ISOLATED)
+                              if self._fresh_failure(log, r)])
             return list(got.missing)
         self.splits += 1
         half = (len(got.missing) + 1) // 2
@@ -920,7 +992,7 @@ class ReferenceabilityAuditor:
         answers = [await ask(p, city) for p in parts]
         if len(parts) == 2 and all(a.why is not None for a in answers):
             lost = [c for a in answers for c in a.missing]
-            await log.append([r for p, a in zip(parts, answers) for r in failed(a.missing, a, city)
+            await log.append([r for p, a in zip(parts, answers) for r in failed(a.missing, a, city, FAILURE_SYSTEMATIC)
                               if self._fresh_failure(log, r)])
             raise GaveUp(lost, answers[-1].why or "")
         out: list[RefCandidate] = []
@@ -930,23 +1002,55 @@ class ReferenceabilityAuditor:
 
     @staticmethod
     def _fresh_failure(log: JsonlLog, rec: dict[str, Any]) -> bool:
-        """Whether a failure record is to be logged: its key has no record yet, or only a ``not_rated`` one (a
-        retry replaying the same answers logs no second copy; a decision is never overwritten by a failure)."""
+        """Whether a failure record is to be logged: its key has no record yet, or only a ``not_rated`` one, or
+        (a rating failure, with ``failure``) a failure logged before failures were classified, of another kind, or
+        after fewer re-asks (crawl40b #2). A retry replaying the same answers logs no second copy; a decision is
+        never overwritten by a failure."""
         old = log.get(str(rec["model"]), str(rec["qid"]), rec.get("city"))
-        return old is None or bool(old.get("not_rated"))
+        if old is None or old.get("not_rated"):
+            return True
+        if "error" not in old or "failure" not in rec:
+            return False
+        return old.get("failure") != rec["failure"] or reasks_of(old) < reasks_of(rec)
 
-    def _rating_failures(self, cands: Sequence[RefCandidate], got: _Reading, city: str | None) -> list[dict[str, Any]]:
+    def _rating_failures(self, cands: Sequence[RefCandidate], got: _Reading, city: str | None,
+                         kind: str = FAILURE_ISOLATED, reasks: int = 0) -> list[dict[str, Any]]:
         """Failure records of ``cands`` (their answer ``got`` settled nothing): the release's shape with ``ok`` and
-        ``familiarity`` null, ``error`` (why, beginning "unparseable answer") and ``raw`` (the answer's first 500
-        characters). No decision: :meth:`rate_all` asks them again on a later run (crawl40 #1)."""
+        ``familiarity`` null, ``error`` (why, beginning "unparseable answer"), ``raw`` (the answer's first 500
+        characters), ``failure`` (``kind``: :data:`FAILURE_ISOLATED` or :data:`FAILURE_SYSTEMATIC`) and
+        ``reasks`` (the re-asks with the reminder made so far). No decision: a later run asks an isolated one again
+        alone (:func:`reask_due`), a systematic one through its batch's prompts (crawl40 #1, crawl40b #2). The
+        candidates are noted as tried by this auditor (no second re-ask in the run)."""
         ts = time.time()
         why = f"unparseable answer: {got.why or 'cut off by the end of the output, also when asked alone'}"
+        self._tried.update((c.qid, city) for c in cands)
         return [self._scoped({"qid": c.qid, "label": c.label, "model": self.settings.model, "ok": None,
                               "familiarity": None, "name_zh": None, "name_en": None, "why": "", "ts": ts,
-                              "error": why, "raw": (got.raw or "")[:500]}, city) for c in cands]
+                              "error": why, "raw": (got.raw or "")[:500], "failure": kind, "reasks": reasks}, city)
+                for c in cands]
 
-    def _screen_failures(self, cands: Sequence[RefCandidate], got: _Reading, city: str | None) -> list[dict[str, Any]]:
-        """Failure records of the contentious-name screen (``sensitive`` null: unscreened, drawn into no ladder)."""
+    async def _reask(self, c: RefCandidate, city: str | None, reask: int) -> bool:
+        """Ask candidate ``c`` alone again with the reminder, as its ``reask``-th re-ask (crawl40b #2); its answer
+        read is a decision (``reasks`` recorded), one that cannot be read a new failure in isolation (``reasks`` =
+        ``reask``; the earlier failure stays in the log before it). True when it was rated."""
+        self.reasked += 1
+        self._tried.add((c.qid, city))
+        got = await self._rate_answer([c], city, reask=reask)
+        if not got.missing:
+            return True
+        await self.decisions.append([r for r in self._rating_failures([c], got, city, FAILURE_ISOLATED, reask)
+                                     if self._fresh_failure(self.decisions, r)])
+        return False
+
+    def reask_due(self, qid: str, city: str | None) -> bool:
+        """Whether this auditor would ask ``qid`` again alone for ``city`` (:func:`reask_due` of its logged record,
+        and not failed or re-asked by this auditor already: one re-ask per run)."""
+        return (qid, city) not in self._tried and reask_due(self.decisions.get(self.settings.model, qid, city))
+
+    def _screen_failures(self, cands: Sequence[RefCandidate], got: _Reading, city: str | None,
+                         kind: str = FAILURE_ISOLATED) -> list[dict[str, Any]]:
+        """Failure records of the contentious-name screen (``sensitive`` null: unscreened, drawn into no ladder);
+        ``kind`` is not recorded (a failed screen is not asked again with a reminder)."""
         ts = time.time()
         why = f"unparseable answer: {got.why or 'cut off by the end of the output, also when asked alone'}"
         return [self._scoped({"qid": c.qid, "label": c.label, "model": self.sens_model, "auditor": self.settings.model,
@@ -997,7 +1101,8 @@ class ReferenceabilityAuditor:
         is logged (a crash inside its split-and-retry: replaying it re-creates the same re-asks)."""
         return len(todo) == len(batch) or self._request(prompt(batch), task).key() in self.raw
 
-    async def rate_all(self, candidates: Sequence[RefCandidate], *, city: str | None = None) -> dict[str, int]:
+    async def rate_all(self, candidates: Sequence[RefCandidate], *, city: str | None = None,
+                       max_failed_share: float | None = REF_MAX_FAILED_SHARE) -> dict[str, int]:
         """Rate (and, with ``sensitive_screen``, screen) every candidate that has no logged decision for
         ``city``, in the fixed batches of :func:`fixed_batches` over ``candidates`` in the given order
         (module docstring).
@@ -1010,15 +1115,21 @@ class ReferenceabilityAuditor:
         the whole batch is stored (a re-run after a crash in its split-and-retry), the whole batch is asked
         again and replayed, so the re-asks are the same as in the uninterrupted run; otherwise (a site
         rated alone after its city, or a log of an older version) only its undecided candidates are asked,
-        together. A failed rating (a record with ``error``) is no decision (crawl40 #1): it is asked again,
-        through the same prompts, so an answer stored for them is replayed (no call) and read by this version's
-        rules (:data:`REF_PARSER_VERSION`).
+        together. A failed rating (a record with ``error``) is no decision (crawl40 #1). A systematic one, or one
+        logged before failures were classified, is asked again through the same prompts, so an answer stored for
+        them is replayed (no call) and read by this version's rules (:data:`REF_PARSER_VERSION`). One that failed
+        in isolation is not (its stored answers would fail it again): after the batches, each with a re-ask left
+        (:func:`reask_due`) that this auditor has not failed or re-asked yet (so once per run) is asked alone with
+        the reminder (:meth:`_reask_prompt`, a new request key), at most :data:`REF_MAX_REASKS` times across runs
+        (crawl40b #2).
 
-        Unreadable answers (crawl40 #1): a batch's answer that settles nothing is split in halves and each half
-        asked, but a split whose two halves are both unreadable stops the step (:meth:`_settle`); a candidate
-        whose answer cannot be read even alone fails. Either way every failure is logged (``error``, ``raw``) and
-        :class:`AuditorOutputUnreadable` is raised: at once when a split was stopped (the later batches are not
-        asked: the auditor's output is the fault), after the screen otherwise.
+        Unreadable answers (crawl40 #1, crawl40b #1): a batch's answer that settles nothing is split in halves and
+        each half asked, but a split whose two halves are both unreadable stops the step (:meth:`_settle`): its
+        candidates fail as ``systematic`` and :class:`AuditorOutputUnreadable` is raised at once (the later batches
+        are not asked: the auditor's output is the fault). A candidate whose answer cannot be read even alone
+        fails in isolation (``isolated``): logged (``error``, ``raw``), left out of every ladder, and the step
+        goes on; only when more than ``max_failed_share`` of the candidates (and more than one) failed, after the
+        re-asks, is :class:`AuditorOutputUnreadable` raised (after the screen).
 
         Parameters
         ----------
@@ -1026,6 +1137,10 @@ class ReferenceabilityAuditor:
             In rating order (the crawl: :func:`merge_site_candidates` of one city).
         city : str, optional
             The city the ratings are made for; stored as the decisions' ``city`` field (none when None).
+        max_failed_share : float, optional
+            Share of the candidates (those asked: not the unlabelled) whose ratings may fail in isolation before
+            the step fails (:data:`REF_MAX_FAILED_SHARE`; None: never, e.g. for a site's candidates after its
+            city's step, :meth:`audit`).
 
         Returns
         -------
@@ -1036,18 +1151,20 @@ class ReferenceabilityAuditor:
             re-asks included, so ``calls + replayed`` is at least ``asked + screened``), and
             ``not_rated_no_label``: candidates whose label is a bare QID (:func:`has_no_label`), kept out of every
             batch (rating and screening) and logged as decisions with ``not_rated`` = ``"no_label"``; the
-            batches are the fixed ones without them (``batches`` counts those with a candidate left), and
-            ``unreadable``: answers of this call (rating and screening) that could not be read at all.
+            batches are the fixed ones without them (``batches`` counts those with a candidate left),
+            ``unreadable``: answers of this call (rating and screening) that could not be read at all, ``reasked``:
+            candidates asked again alone with the reminder, and ``failed``: candidates whose logged rating is a
+            failure after this call (in no ladder).
 
         Raises
         ------
         AuditorOutputUnreadable
-            Some candidates' ratings failed (above); retryable, the message names how many and where they are
-            logged.
+            A split was given up, or more than ``max_failed_share`` of the ratings failed (above); retryable, the
+            message names how many and where they are logged.
         geoagent.runtime.stage.Abandoned, geoagent.runtime.ledger.BudgetExhausted
             From the metered ``generate`` (a stop request, the cap); what was answered before is logged.
         """
-        calls0, replayed0, unreadable0 = self.calls, self.replayed, self.unreadable
+        calls0, replayed0, unreadable0, reasked0 = self.calls, self.replayed, self.unreadable, self.reasked
         batches = fixed_batches(candidates, self.settings.batch_size)
         unlabeled = [c for c in candidates if has_no_label(c)]
         # logged once; it also supersedes (last record wins) a rating an earlier version paid for such a label
@@ -1061,7 +1178,7 @@ class ReferenceabilityAuditor:
         for batch in batches:
             # a not_rated record here is an earlier version's for a label that names nothing (the candidate has an
             # English Wikipedia title now, so it is in a batch: has_no_label): rated like an undecided one
-            todo = [c for c in batch if not _decided(self.decisions.get(self.settings.model, c.qid, city))]
+            todo = [c for c in batch if _asked_in_batch(self.decisions.get(self.settings.model, c.qid, city))]
             if todo:
                 asked += 1
                 try:
@@ -1069,6 +1186,12 @@ class ReferenceabilityAuditor:
                                      else todo, city)
                 except GaveUp as e:  # the auditor's output is the fault: no further batch is asked
                     raise self._unreadable(candidates, city, e) from None
+        # crawl40b #2: a failure in isolation from an earlier run is asked alone once more, with the reminder (its
+        # stored answers would only fail it again); one failed in this run waits for the next
+        for batch in batches:
+            for c in batch:
+                if self.reask_due(c.qid, city):
+                    await self._reask(c, city, reasks_of(self.decisions.get(self.settings.model, c.qid, city)) + 1)
         screened = 0
         if self.settings.sensitive_screen:
             for batch in batches:
@@ -1077,31 +1200,41 @@ class ReferenceabilityAuditor:
                     screened += 1
                     await self._screen(batch if self._ask_whole(batch, todo, self._sens_prompt, "crawl_sensitive") else todo,
                                        city)
-        if self._failed(candidates, city):
-            raise self._unreadable(candidates, city, None)
+        failed = self._failed(candidates, city)
+        n_asked = len(candidates) - len(unlabeled)
+        if max_failed_share is not None and len(failed) > max(1.0, max_failed_share * n_asked):
+            raise self._unreadable(candidates, city, None, share=max_failed_share)
         return {"batches": len(batches), "asked": asked, "screened": screened, "calls": self.calls - calls0,
                 "replayed": self.replayed - replayed0, "not_rated_no_label": len(unlabeled),
-                "unreadable": self.unreadable - unreadable0}
+                "unreadable": self.unreadable - unreadable0, "reasked": self.reasked - reasked0,
+                "failed": len(failed)}
 
     def _failed(self, candidates: Sequence[RefCandidate], city: str | None) -> list[RefCandidate]:
         """The candidates whose logged rating for ``city`` is a failure (``error``)."""
         return [c for c in candidates if "error" in (self.decisions.get(self.settings.model, c.qid, city) or {})]
 
-    def _unreadable(self, candidates: Sequence[RefCandidate], city: str | None,
-                    gave_up: GaveUp | None) -> AuditorOutputUnreadable:
-        """The error of a rating step with failed ratings (:meth:`rate_all`), naming how many failed, why the last
-        answer could not be read and where the failures are logged (crawl40 #1)."""
+    def _unreadable(self, candidates: Sequence[RefCandidate], city: str | None, gave_up: GaveUp | None, *,
+                    share: float | None = None) -> AuditorOutputUnreadable:
+        """The error of a rating step that failed (:meth:`rate_all`): a split given up (``gave_up``), or more than
+        ``share`` of the candidates failed in isolation; it names how many failed, why, where the failures are
+        logged and how to go on (crawl40 #1, crawl40b #1)."""
         from geoagent import constants as C
 
         failed = self._failed(candidates, city)
         where = f"city {city!r}" if city is not None else "these candidates"
-        how = (f"both halves of a split came back unreadable ({gave_up.why}), so it was not split further and the "
-               "later batches were not asked" if gave_up is not None else "asked down to single candidates")
+        if gave_up is not None:
+            how = (f"both halves of a split came back unreadable ({gave_up.why}), so it was not split further and the "
+                   "later batches were not asked: the auditor's output format is at fault; retrying replays the "
+                   "stored answers (no new spend): fix the auditor (or name another), then `run.py dead CONFIG "
+                   "--requeue`")
+        else:
+            how = (f"each asked alone, more than {share or 0:.0%} of the candidates: taken as the auditor's fault, not "
+                   "single names; retrying replays the stored answers (no new spend); `run.py dead CONFIG --requeue` "
+                   f"in a later run asks each again alone with a reminder (at most {REF_MAX_REASKS} times)")
         return AuditorOutputUnreadable(
             f"referenceability auditor output unreadable: ratings of {len(failed)} of {len(candidates)} candidates "
             f"failed for {where}: {how}; each failure is in {C.AUDIT_DECISIONS_FILE} (error, raw) and every answer "
-            f"in {RAW_ANSWERS_FILE}; retrying replays the stored answers (no new spend); a re-run asks the failed "
-            "candidates again", len(failed), gave_up is not None)
+            f"in {RAW_ANSWERS_FILE}", len(failed), gave_up is not None)
 
     def _not_rated(self, c: RefCandidate, city: str | None) -> dict[str, Any]:
         """The decision record of a candidate kept out of rating because it has no label (:func:`has_no_label`):
@@ -1118,6 +1251,8 @@ class ReferenceabilityAuditor:
         candidates already decided for that city, e.g. by the crawl's per-city rating); returns one
         :class:`RatedCandidate` per candidate, carrying the decision made for ``city`` (failed ratings come
         back with ``familiarity=None``, failed screens with ``sensitive=None``: the ladder builder drops both).
+        A rating that failed in isolation in an earlier run is asked again alone with the reminder
+        (:meth:`rate_all`, crawl40b #2); no share of failures fails this call (``max_failed_share`` None).
 
         Raises
         ------
@@ -1129,7 +1264,8 @@ class ReferenceabilityAuditor:
         """
         from geoagent.runtime.stage import Abandoned
 
-        await self.rate_all(candidates, city=city)
+        # no share limit here: the crawl's city step applied it to the city's candidates (a site's few may exceed it)
+        await self.rate_all(candidates, city=city, max_failed_share=None)
         views: dict[str, int] = {}
         if self.settings.pageviews and self.pageviews is not None:
             for c in candidates:
@@ -1239,28 +1375,54 @@ def unscreened_lines(state_dir: str | Path) -> list[str]:
             "record in audit_sensitive.jsonl with sensitive = null and an error"]
 
 
-def rating_failed_count(state_dir: str | Path) -> int:
-    """Candidates of the crawl at ``state_dir`` whose rating failed (records of ``audit_decisions.jsonl`` with an
-    ``error``: the auditor's answers could not be read, crawl40 #1), one per (auditor model, QID, city), the last
-    record of each key counting (:class:`JsonlLog`; a later decision supersedes a failure). 0 without a log."""
+def rating_failures(state_dir: str | Path) -> list[dict[str, Any]]:
+    """The failure records of the crawl at ``state_dir`` (records of ``audit_decisions.jsonl`` with an ``error``:
+    the auditor's answers could not be read, crawl40 #1), one per (auditor model, QID, city), the last record of each
+    key counting (:class:`JsonlLog`; a later decision supersedes a failure). ``[]`` without a log."""
     from geoagent import constants as C
 
     log = JsonlLog(Path(state_dir) / C.AUDIT_DECISIONS_FILE)
-    return sum(1 for r in log.records.values() if "error" in r)
+    return [r for r in log.records.values() if "error" in r]
+
+
+def rating_failed_count(state_dir: str | Path) -> int:
+    """Candidates of the crawl at ``state_dir`` whose rating failed (:func:`rating_failures`); 0 without a log."""
+    return len(rating_failures(state_dir))
 
 
 def rating_failed_lines(state_dir: str | Path) -> list[str]:
-    """The crawl summary's and ``run.py status``'s line counting :func:`rating_failed_count`; ``[]`` when there
-    are none."""
-    n = rating_failed_count(state_dir)
-    if not n:
+    """The crawl summary's and ``run.py status``'s line counting :func:`rating_failures`: they are in no ladder; how
+    many a re-run of the same command asks again alone with the reminder (:func:`reask_due`), how many had their
+    :data:`REF_MAX_REASKS` re-asks, and how many failed with their city's whole step (``systematic``, logged before
+    failures were classified, or of a city with no completed step, :data:`REF_CITIES_DIR`: too many single failures;
+    their task failed; crawl40b #1). ``[]`` when there are none."""
+    recs = rating_failures(state_dir)
+    if not recs:
         return []
     from geoagent.textfmt import count_text
 
-    return [f"  referenceability: ratings of {count_text(n, 'candidate')} failed (the auditor's answers could not be "
-            "read: no JSON array, no usable idx, or a shifted numbering) and drawn into no ladder; each is a record in "
-            "audit_decisions.jsonl with an error and the raw answer; their sites' tasks failed (`run.py dead CONFIG`), "
-            "a re-run asks them again (seed 000 Sec. 3.3)"]
+    def step_done(r: Mapping[str, Any]) -> bool:
+        city = r.get("city")
+        return city is None or (Path(state_dir) / REF_CITIES_DIR / f"{city}.json").is_file()
+
+    alone = [r for r in recs if r.get("failure") == FAILURE_ISOLATED and step_done(r)]
+    due = sum(1 for r in alone if reask_due(r))
+    spent = len(alone) - due
+    step = len(recs) - len(alone)
+    parts = []
+    if due:
+        parts.append(f"{due} will be asked again alone, with a reminder, by re-running the same `run.py crawl CONFIG` "
+                     f"(at most {REF_MAX_REASKS} re-asks each, across runs)")
+    if spent:
+        parts.append(f"{spent} had their {REF_MAX_REASKS} re-asks (a rating now needs another auditor model)")
+    if step:
+        parts.append(f"{step} failed with their city's whole rating step (the auditor's output format: both halves of "
+                     "a split unreadable, or too many single failures): fix the auditor, then `run.py dead CONFIG "
+                     "--requeue`")
+    return [f"  referenceability: ratings of {count_text(len(recs), 'candidate')} failed (the auditor's answers could "
+            "not be read: no JSON array, no usable idx, or a shifted numbering); they are not in any ladder; each is "
+            f"a record in audit_decisions.jsonl with an error and the raw answer; {'; '.join(parts)} (seed 000 "
+            "Sec. 3.3)"]
 
 
 def ref_parser_warning(state_dir: str | Path) -> str | None:

@@ -58,10 +58,17 @@ minimum box size, whose images were kept as a lower bound, with ``reason`` and `
   ``audit_decisions.jsonl`` (``not_rated`` = ``"no_label"``, ``familiarity`` null), and the crawl summary counts
   them;
 * ``n_unreadable_answers``: answers of the step that could not be read at all (no array, no usable idx, a shifted
-  numbering; an answer cut off by the output limit is not counted); a step whose ratings failed
-  (:class:`geoagent.crawl.referenceability.AuditorOutputUnreadable`, crawl40 #1) is logged too, with
+  numbering; an answer cut off by the output limit is not counted); ``n_reasked``: candidates whose rating failed
+  alone in an earlier run, asked again alone with the reminder; ``n_rating_failed``: candidates whose rating failed
+  (after the re-asks; they are in no ladder, crawl40b #1). A step that failed
+  (:class:`geoagent.crawl.referenceability.AuditorOutputUnreadable`, crawl40 #1: a split whose halves were both
+  unreadable, or single failures of more than ``REF_MAX_FAILED_SHARE`` of the candidates) is logged too, with
   ``n_rating_failed`` and its ``error``, and without the batch counts; its task then fails (retried, then
   dead-lettered: the crawl ends ``incomplete``).
+
+One ``"event": "ref_rating_reask"`` record per site task of a later run that asked its candidates whose ratings had
+failed alone again (crawl40b #2: the run reopens those sites' tasks): ``city``, ``site``, ``qids`` (those asked),
+``n_rated`` and ``n_still_failed`` (of them), ``model_calls`` and ``answers_replayed``.
 
 Records of older versions carry ``n_shared`` (= ``n_site_listings - n_candidates``, the repeated listings),
 ``batches``, ``asked``, ``calls`` and ``replayed`` (= ``rating_batches``, ``rating_batches_asked``,
@@ -94,6 +101,7 @@ from geoagent.crawl import image_audit as ia
 from geoagent.crawl.llmcall import AuditorBreaker, answer_kind, metered_generate
 from geoagent.crawl.ladder import RatedCandidate, build_ladder, ladder_draw_version, ladder_file_name, write_ladder_csv
 from geoagent.crawl.referenceability import (
+    REF_CITIES_DIR,
     AuditorOutputUnreadable,
     RefCandidate,
     ReferenceabilityAuditor,
@@ -1070,10 +1078,10 @@ def rewrite_image_tables(settings: CrawlSettings, state_dir: str | Path, images_
     return ia.write_image_audit_csv(rows, state_dir / "image_audit.csv")
 
 
-#: per-site candidate lists (``<state_dir>/ref_candidates/<site>.json``) and per-city rating records
-#: (``<state_dir>/ref_cities/<city key>.json``) of the referenceability auditor
+#: per-site candidate lists (``<state_dir>/ref_candidates/<site>.json``) of the referenceability auditor; its per-city
+#: rating records (``<state_dir>/ref_cities/<city key>.json``) are in ``REF_CITIES_DIR`` (imported above: the
+#: summary's count of failed ratings reads them too)
 REF_CANDIDATES_DIR = "ref_candidates"
-REF_CITIES_DIR = "ref_cities"
 #: the label languages of a candidate list stored before they were recorded (``label_languages`` absent): the
 #: reference-point query asked ``en,mul`` until 2026-12-01 (commit fc5953a)
 OLD_LABEL_LANGUAGES: tuple[str, ...] = ("en", "mul")
@@ -1119,7 +1127,10 @@ class ReferenceabilityAuditorStage(_CrawlStage):
     send no rating call. Ratings are kept per city (decisions' ``city``): a candidate also near another
     city's sites is rated for each city, so no city's calls depend on which city finished first. A site
     not listed by its city's sampling record (or requeued after its city was rated without it) is rated
-    alone, with the same fixed batches over its own candidates (reusing its city's ratings).
+    alone, with the same fixed batches over its own candidates (reusing its city's ratings). A site task a later
+    run reopened (:func:`sites_with_reasks_due`, crawl40b #2) finds its ``rated/<site>.json`` holding candidates
+    whose ratings failed alone: the auditor asks them again alone with the reminder, the record and the site's
+    ladder are written again, and a ``ref_rating_reask`` record is logged.
     """
 
     name = C.STAGE_REF_AUDITOR
@@ -1133,17 +1144,37 @@ class ReferenceabilityAuditorStage(_CrawlStage):
         site = task.payload["site"]
         sid = paths.safe_name(str(site["site"]), what="site id")
         out = svc.state_dir / "rated" / f"{sid}.json"
-        if _load(out) is None:
-            cands = await self._rate_city_of(svc, site, sid)
-            # all decided for the site's city by now: no rating call
-            rated = await svc.ref_auditor.audit(sid, cands, city=_rating_city(site))
+        prev = _load(out)
+        due = qids_to_read_again(svc, prev) if prev is not None else []
+        if prev is None or due:
+            if prev is None:
+                cands = await self._rate_city_of(svc, site, sid)
+            else:  # crawl40b #2: ratings that failed alone in an earlier run, asked again (the city's step is done)
+                cands = await self._site_candidates(svc, site, sid)  # stored: no WDQS query
+            aud = svc.ref_auditor
+            calls0, replayed0 = aud.calls, aud.replayed
+            # all decided for the site's city by now but the re-asks: no other rating call
+            rated = await aud.audit(sid, cands, city=_rating_city(site))
             coords = {c.qid: (c.lat, c.lon) for c in cands}
             # rating_model: the [[models]] name whose ratings these are (the ladder's file name, rated_auditor)
-            _dump(out, {"site": site, "n_candidates": len(cands), "rated": [_rated_json(r) for r in rated],
-                        "coords": {q: list(v) for q, v in coords.items()},
-                        "sitelinks": {c.qid: c.sitelinks for c in cands},
-                        "rating_model": svc.settings.referenceability.model,
-                        "rating_model_id": getattr(svc.ref_model_cfg, "model", None)})
+            rec = {"site": site, "n_candidates": len(cands), "rated": [_rated_json(r) for r in rated],
+                   "coords": {q: list(v) for q, v in coords.items()},
+                   "sitelinks": {c.qid: c.sitelinks for c in cands},
+                   "rating_model": svc.settings.referenceability.model,
+                   "rating_model_id": getattr(svc.ref_model_cfg, "model", None)}
+            _dump(out, rec)
+            if prev is not None:
+                now = {r.qid: r.familiarity for r in rated}
+                await svc.decision_logger(self.name)({
+                    "event": "ref_rating_reask", "city": site.get("city"), "site": sid, "qids": due,
+                    "n_rated": sum(1 for q in due if now.get(q) is not None),
+                    "n_still_failed": sum(1 for q in due if now.get(q) is None),
+                    "model_calls": aud.calls - calls0, "answers_replayed": aud.replayed - replayed0})
+                # the ladder builder's task of the site is done (its put below is a no-op): its ladder is drawn here
+                from geoagent.crawl.review import review_verdicts_of
+
+                write_site_ladder(svc.settings, svc.state_dir, site, rec,
+                                  review_verdicts_of(svc.settings.referenceability.review_verdicts))
         async with svc.lock("candidate_referenceability"):
             write_candidate_referenceability(svc.state_dir)
         return [(f"site:{sid}", {"site": site})]
@@ -1249,11 +1280,57 @@ class ReferenceabilityAuditorStage(_CrawlStage):
                         "rating_batches_asked": stats["asked"], "screening_batches_asked": stats["screened"],
                         "model_calls": stats["calls"], "answers_replayed": stats["replayed"],
                         "n_not_rated_no_label": stats["not_rated_no_label"],
-                        "n_unreadable_answers": stats["unreadable"]})
+                        "n_unreadable_answers": stats["unreadable"], "n_reasked": stats["reasked"],
+                        "n_rating_failed": stats["failed"]})
             await svc.decision_logger(self.name)(rec)
             if marker is not None:
                 _dump(marker, {**rec, "qids": [c.qid for c in merged]})
             return per_site[sid]
+
+
+def qids_to_read_again(svc: CrawlServices, rec: Any) -> list[str]:
+    """The candidates of a stored ``rated/<site>.json`` record ``rec`` without a rating that a reopened task reads
+    again (crawl40b #2), in the record's order: those whose logged rating failed alone with a re-ask left that the
+    crawl's auditor has not made in this run
+    (:meth:`geoagent.crawl.referenceability.ReferenceabilityAuditor.reask_due`), and those rated since the record was
+    written (a candidate near two sites, re-asked for the other site's task). ``[]`` for a record that cannot be
+    read."""
+    if not isinstance(rec, dict) or not isinstance(rec.get("rated"), list) or not isinstance(rec.get("site"), dict):
+        return []
+    city = _rating_city(rec["site"])
+    aud = svc.ref_auditor
+
+    def again(qid: str) -> bool:
+        logged = aud.decisions.get(aud.settings.model, qid, city) or {}
+        return aud.reask_due(qid, city) or ("error" not in logged and logged.get("familiarity") is not None)
+
+    return [str(r["qid"]) for r in rec["rated"]
+            if isinstance(r, dict) and r.get("qid") and r.get("familiarity") is None and again(str(r["qid"]))]
+
+
+def sites_with_reasks_due(settings: CrawlSettings, state_dir: str | Path) -> list[str]:
+    """Site ids of the crawl at ``state_dir`` whose stored ``rated/<site>.json`` holds a candidate without a rating
+    whose logged rating (``audit_decisions.jsonl``, the config's auditor model) failed alone with a re-ask left
+    (:func:`geoagent.crawl.referenceability.reask_due`, crawl40b #2): a re-run handles their referenceability
+    tasks again (:meth:`geoagent.crawl.campaign.CrawlCampaign.tasks_to_reopen`). Sorted; ``[]`` without a log."""
+    from geoagent.crawl.referenceability import JsonlLog, reask_due
+
+    state_dir = Path(state_dir)
+    log_path = state_dir / C.AUDIT_DECISIONS_FILE
+    if not log_path.is_file() or not (state_dir / "rated").is_dir():
+        return []
+    log = JsonlLog(log_path)
+    model = settings.referenceability.model
+    out = []
+    for p in sorted((state_dir / "rated").glob("*.json")):
+        rec = _load(p)
+        if not isinstance(rec, dict) or not isinstance(rec.get("rated"), list) or not isinstance(rec.get("site"), dict):
+            continue
+        city = _rating_city(rec["site"])
+        if any(isinstance(r, dict) and r.get("qid") and r.get("familiarity") is None
+               and reask_due(log.get(model, str(r["qid"]), city)) for r in rec["rated"]):
+            out.append(p.stem)
+    return out
 
 
 def _rating_city(site: dict[str, Any]) -> str | None:

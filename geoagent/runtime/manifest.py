@@ -112,7 +112,8 @@ def used_prompt_files(cfg: Any, prompts_dir: str | os.PathLike[str] = PROMPTS_DI
         if kind == "crawl":
             from geoagent.crawl.campaign import _settings as crawl_settings
 
-            names = {"crawl_image_audit.txt", "crawl_image_audit_reask.txt", "crawl_referenceability.txt"}
+            names = {"crawl_image_audit.txt", "crawl_image_audit_reask.txt", "crawl_referenceability.txt",
+                     "crawl_referenceability_reask.txt"}
             if crawl_settings(cfg).referenceability.sensitive_screen:
                 names.add("crawl_sensitive.txt")
             return {n: root / n for n in names}
