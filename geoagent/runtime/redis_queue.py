@@ -148,7 +148,7 @@ Differences from the SQLite backend (none in the interface semantics but ``tasks
   bytes per done task with a 150-byte payload (427 while ready); size the server for the campaign;
 * ``tasks_by_model`` answers None (the interface's "cannot tell": it would read every payload on the server), so
   a config change confined to some models' own settings is judged from the totals on Redis, not per model
-  (:func:`geoagent.runtime.drift.decide`; docs/geocontext-release.md says so);
+  (:func:`geoagent.runtime.drift.decide`; docs/campaigns.md, "Changing a config between runs", says so);
 * every mutating call leaves a small reply record for ``reply_ttl_s`` (above), so a retried call answers
   as its first run did; SQLite has no lost replies (a local file) and needs none;
 * it needs one Redis server (with replicas or Sentinel if wanted), not Redis Cluster: a queue's keys
