@@ -39,7 +39,8 @@ for stay in the plan. Each draw has a random stream of its own, derived from the
 Each image's draws depend only on the seed and that image, not on the order of images; a redraw depends on
 the draws of the images it collided with, never on their order either. Version 1 (before 2026-12-01) drew
 everything of an image from one stream, so one decoy fewer in a band redrew every later band and the
-controls; a build campaign resumed across that change plans other trials (docs/campaigns.md, "trial builder version 2").
+controls; a build campaign resumed across that change plans other trials (docs/campaigns.md, "The trial builder is
+versioned"; CHANGELOG.md).
 """
 
 from __future__ import annotations
