@@ -53,7 +53,8 @@ def test_missing_api_key_exit_2_leaves_no_folder(isolated_roots, monkeypatch, ca
     assert not (isolated_roots / "queues").exists()
 
 
-def test_plan_failure_exit_2_leaves_no_folder(isolated_roots, capsys):
+def test_plan_failure_exit_2_leaves_no_folder(isolated_roots, capsys, monkeypatch):
+    monkeypatch.delenv("GEOAGENT_RELEASE", raising=False)  # it would win over the missing [paths] release_dir
     cfg = _config(isolated_roots, "badplan", kind="geohint",
                   tail=f'[paths]\nrelease_dir = "{isolated_roots / "no-release"}"\n'
                        '[geohint]\nconditions = ["baseline"]\nimages = "synthetic"\n')
