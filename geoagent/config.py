@@ -723,7 +723,8 @@ class ModelConfig(_Section):
                 if name in self.model_fields_set and getattr(self, name) is not None:
                     raise ConfigProblem(f'{name}: only for provider = "openai" (OpenAI-compatible servers), not '
                                         f"{self.provider!r}, whose requests it does not change; remove it")
-        if self.provider != "replay" and "replay" in self.model_fields_set:
+        # a dumped config (model_dump) writes the default table out: only a table that sets something counts
+        if self.provider != "replay" and "replay" in self.model_fields_set and self.replay != ReplaySection():
             raise ConfigProblem(f'replay: only for provider = "replay" (answers read from a recorded file), not '
                                 f"{self.provider!r}; remove the table, or set provider = \"replay\"")
         return self

@@ -30,3 +30,10 @@ def test_the_fields_load_where_they_apply():
          "max_tokens_field": "max_completion_tokens"},
         {"name": "r", "provider": "replay", "model": "r", "replay": {"path": "x.jsonl"}}]})
     assert cfg.model("o").reasoning_model is True and cfg.model("r").replay.path == "x.jsonl"
+
+
+def test_a_dumped_model_with_the_default_replay_table_loads_again():
+    """A config rebuilt from ``model_dump()`` writes every table out, the default ``replay`` one too."""
+    cfg = config_from_dict({**BASE, "models": [{"name": "s", "provider": "simulated", "model": "s"}]})
+    again = config_from_dict({**BASE, "models": [cfg.model("s").model_dump()]})
+    assert again.model("s").provider == "simulated"

@@ -92,7 +92,7 @@ def test_a_dry_run_reports_in_full_when_a_key_line_of_dotenv_does_not_parse(tmp_
     warning = [ln for ln in text.splitlines() if "warning:" in ln and var in ln]
     assert len(warning) == 1 and "cannot be parsed" in warning[0] and "will refuse to start (exit 2)" in warning[0]
     assert text.splitlines()[-1] == ("  exit 2: `run` would refuse to start (an API key variable that cannot be "
-                                     "read; see the warning above)")
+                                     "read or used; see the warning above)")
     assert "abc" not in text  # never the value
 
 
@@ -308,7 +308,7 @@ max_output_tokens = 256
     assert any(unset in ln and "not set" in ln for ln in text.splitlines() if "warning:" in ln), text
     assert any(bad in ln and "cannot be parsed" in ln for ln in text.splitlines() if "warning:" in ln), text
     assert text.splitlines()[-1] == (f"  exit 2: `run` would refuse to start (variable {unset} not set; an API key "
-                                     "variable that cannot be read; see the warnings above)")
+                                     "variable that cannot be read or used; see the warnings above)")
 
 
 def test_the_close_city_warning_is_only_for_a_crawl_campaign(tmp_path):
