@@ -62,3 +62,26 @@ def test_a_hosts_entry_paces_a_model_on_an_ipv6_loopback_server(tmp_path):
     # all 12 go out within a few ms; the fake shares this test's event loop, so its receipt times of the first
     # burst lag while the campaign starts up: a span, not a per-window count, is what it can show)
     assert sent[-1] - sent[0] >= (n - rate) / rate, sent
+
+
+@pytest.mark.skipif(not _has_ipv6_loopback(), reason="no IPv6 loopback on this machine")
+def test_a_models_own_rate_paces_it_on_an_ipv6_host_under_a_hosts_ceiling(tmp_path):
+    """review40a #2: the provider keyed its calls ``::1:PORT/model`` while the config keyed the model's limits
+    ``[::1]:PORT/model``: the model's own rate was lost and every request went at once."""
+    app = llm_openai.make_app(require_auth=False)
+    n = 6
+
+    async def main():
+        async with serve(app, host="::1") as base:
+            port = base.rsplit(":", 1)[1]
+            models = (f'\n[[models]]\nname = "m"\nprovider = "openai"\nmodel = "sandbox-model"\n'
+                      f'base_url = "{base}/v1"\nprice_input_usd_per_mtok = 1.0\nprice_output_usd_per_mtok = 2.0\n'
+                      f'max_output_tokens = 50\nconcurrency = 1\nrate = {{ requests = 2, period_s = 1.0 }}\n'
+                      f'\n[hosts."[::1]:{port}"]\nrate = 100\nperiod_s = 1.0\n')
+            cfg = load_config(generic_campaign(tmp_path, name="v6m", n=n, models=models))
+            return await run_campaign(cfg, live=False, handle_signals=False, export=False)
+
+    outcome = anyio.run(main)
+    assert outcome.status == "complete"
+    sent = sorted(c["t_wall"] for c in app["calls"] if c.get("status") == 200)
+    assert len(sent) == n and sent[-1] - sent[0] >= (n - 2) / 2, sent  # 2 per second, the model's own rate

@@ -69,10 +69,11 @@ def _json_body(resp: Any) -> None:
 
 def host_of(url: str) -> str:
     """``hostname:port`` when the URL names a port, else ``hostname`` (the HttpClient policy key)."""
-    parts = urlsplit(url)
-    if not parts.hostname:
+    from geoagent.runtime.http import host_key
+
+    if not urlsplit(url).hostname:
         raise ValueError(f"not an absolute URL: {url!r}")
-    return f"{parts.hostname}:{parts.port}" if parts.port else parts.hostname
+    return host_key(url)  # an IPv6 address in brackets, as [hosts] keys name it
 
 
 @dataclass(frozen=True, slots=True)

@@ -156,9 +156,12 @@ class HttpProvider(Provider, abc.ABC):
     # -- transport ------------------------------------------------------------------------------
     @property
     def host(self) -> str:
-        """``hostname:port`` (or ``hostname`` when the URL has no explicit port) of the API."""
-        parts = urlsplit(self.base_url)
-        return f"{parts.hostname}:{parts.port}" if parts.port else str(parts.hostname)
+        """``hostname:port`` (or ``hostname`` when the URL has no explicit port) of the API: its
+        :func:`geoagent.runtime.http.host_key` (an IPv6 address in brackets), as the config keys the model's limits
+        (review40a #2: ``::1:8001`` here beside ``[::1]:8001`` there lost the model's own pacing)."""
+        from geoagent.runtime.http import host_key
+
+        return host_key(self.base_url) or "None"
 
     async def _client(self) -> Any:
         if self._http is not None:
