@@ -159,9 +159,11 @@ def test_the_breaker_counts_not_found_in_a_row_per_model_and_an_answer_resets_it
     opened = b.is_open("a")
     assert opened is not None and opened.not_found and opened.failures == 3
     assert b.report_lines() == [] and len(b.report_lines(not_found=True)) == 1  # incomplete, not an auth failure
-    # a model that never answered in this run stops on a task's last attempt (a re-run still misconfigured)
+    # a model that never answered in this run stops on a task's last attempt (a re-run still misconfigured) once
+    # two tasks met the refusal (one alone may be its own: review40a #3)
     c = AuthBreaker(not_found_threshold=5)
-    assert c.not_found("c", 400, "h:2", "x is not a valid model ID", last_attempt=True) is not None
+    assert c.not_found("c", 400, "h:2", "x is not a valid model ID", key="t1") is None
+    assert c.not_found("c", 400, "h:2", "x is not a valid model ID", last_attempt=True, key="t2") is not None
     d = AuthBreaker(not_found_threshold=5)
     d.success("d")
     assert d.not_found("d", 404, "h:3", "x", last_attempt=True) is None
@@ -190,3 +192,19 @@ def test_the_fake_serves_only_the_listed_ids_under_unknown_model_and_refuses_ano
                              "user_id": "user_sandbox"})
     assert served == 200 and retrieved == 404
     assert [c["error"] for c in app["calls"]] == ["model_not_found", None]  # refused calls are logged, not billed
+
+
+def test_one_tasks_own_not_found_on_its_last_attempt_does_not_stop_the_model():
+    """review40a #3: a gateway's per-request 404 ("No endpoints found that support image input") on one task's last
+    attempt stopped a model that had not answered yet, again in every run (that 404 comes back in milliseconds);
+    the last-attempt rule now needs the streak to hold answers to two different tasks."""
+    from geoagent.workers.model_caller import AuthBreaker, is_not_found_failure
+
+    b = AuthBreaker()
+    assert b.not_found("g", 404, "h", "No endpoints found that support image input", last_attempt=True, key="a") is None
+    assert b.not_found("g", 404, "h", "No endpoints found", last_attempt=True, key="a") is None  # the same task again
+    assert b.not_found("g", 404, "h", "Invalid URL", last_attempt=True, key="b") is not None  # two tasks: the model
+    # a 400 about the request, not the model, is no not-found at all
+    assert not is_not_found_failure(400, "this model does not support image inputs; image_url field not found")
+    assert not is_not_found_failure(400, "provider error: model gpt-4o: tool not found")
+    assert is_not_found_failure(400, 'model "llama9" not found, try pulling it first')

@@ -393,11 +393,13 @@ NOT_FOUND_STATUSES = frozenset({404, 405})
 #: "x" not found, try pulling it first' (netease-youdao/QAnything#555), OpenRouter's 400 "x is not a valid model ID"
 #: (OpenRouterTeam/openrouter-examples#74), LiteLLM's 400 "Invalid model name passed in model=x" (BerriAI/litellm#9663)
 #: and "There is no 'model_name' with this string" (BerriAI/litellm#8886), DeepSeek's "Model Not Exist". Only a
-#: "not found" / "does not exist" NEXT TO the word model counts: a 400 about one request ("'temperature' does not
-#: support 0 with this model", "image_url is only supported by certain models") never does
+#: "not found" / "does not exist" NEXT TO the word model counts (within 60 characters, no "." ";" "," ":" between): a
+#: 400 about one request ("'temperature' does not support 0 with this model", "image_url is only supported by certain
+#: models", "This model does not support image inputs; image_url field not found", "model gpt-4o: tool not found";
+#: review40a #3) never does
 MODEL_NOT_FOUND_RE = re.compile(
     r"model_not_found|not a valid model|invalid model name|no 'model_name'|unknown model|no such model"
-    r"|\bmodels?\b[^.\n]{0,160}?\b(?:does not exist|not exist|not found)\b")
+    r"|\bmodels?\b[^.;,:\n]{0,60}?\b(?:does not exist|not exist|not found)\b")
 
 
 def is_not_found_failure(status: int, body: str) -> bool:
@@ -478,6 +480,7 @@ class AuthBreaker(HeldTasks):
         self.not_found_threshold = max(1, int(not_found_threshold))
         self._streak: dict[str, int] = {}
         self._nf_streak: dict[str, int] = {}
+        self._nf_keys: dict[str, set[str]] = {}  # the task keys behind a model's current not-found streak
         self._answered: set[str] = set()
         self.opened: dict[str, AuthFailure] = {}
         self._held: dict[str, set[str]] = {}
@@ -490,23 +493,29 @@ class AuthBreaker(HeldTasks):
         """A call of ``model`` succeeded: its streaks start over (an open breaker stays open)."""
         self._streak[model] = 0
         self._nf_streak[model] = 0
+        self._nf_keys.pop(model, None)
         self._answered.add(model)
 
-    def not_found(self, model: str, status: int, host: str | None, excerpt: str, last_attempt: bool = False
-                  ) -> AuthFailure | None:
+    def not_found(self, model: str, status: int, host: str | None, excerpt: str, last_attempt: bool = False,
+                  key: str | None = None) -> AuthFailure | None:
         """Count one not-found answer of ``model`` (:func:`is_not_found_failure`: HTTP ``status`` from ``host``, the
         start of its body ``excerpt``, secrets scrubbed); return the model's :class:`AuthFailure` (``not_found``)
         once its breaker is open (walk39 #6).
 
         Opens at ``not_found_threshold`` such answers in a row with no answer of the model in between, or on a
-        task's ``last_attempt`` while the model has not answered once in this run (a re-run still pointing at the
-        wrong path must hold its tasks, never dead-letter them). A model that answered earlier is not stopped by
-        one task's last attempt: an isolated not-found between answers is that request's own failure, retried and
-        then dead-lettered with its reason."""
+        task's ``last_attempt`` while the model has not answered once in this run and the streak holds answers to
+        at least two different tasks (``key``: the task's key; a re-run still pointing at the wrong path must hold
+        its tasks, never dead-letter them). One task's own not-found (a gateway's per-request 404, "No endpoints
+        found that support image input") on its last attempt is not enough: it came back in milliseconds while the
+        other answers took seconds, and stopped the model again in every run (review40a #3). A model that answered
+        earlier is not stopped by one task's last attempt either: an isolated not-found between answers is that
+        request's own failure, retried and then dead-lettered with its reason."""
         if model in self.opened:
             return self.opened[model]
         n = self._nf_streak[model] = self._nf_streak.get(model, 0) + 1
-        if n >= self.not_found_threshold or (last_attempt and model not in self._answered):
+        keys = self._nf_keys.setdefault(model, set())
+        keys.add(key if key is not None else f"#{n}")
+        if n >= self.not_found_threshold or (last_attempt and model not in self._answered and len(keys) >= 2):
             self.opened[model] = AuthFailure(model, int(status), None, n, not_found=True, host=host, excerpt=excerpt)
             return self.opened[model]
         return None
@@ -1618,7 +1627,7 @@ class ModelCaller(Stage):
                 # a path or model its host does not serve (walk39 #6): counted like a refused key, so the K-th in a
                 # row stops the model and its tasks are held, not dead-lettered one by one
                 last = task.attempts + 1 >= int(getattr(getattr(cfg, "queue", None), "max_attempts", C.DEFAULT_MAX_ATTEMPTS))
-                opened = breaker.not_found(m.name, exc.status, exc.host, exc.excerpt, last_attempt=last)
+                opened = breaker.not_found(m.name, exc.status, exc.host, exc.excerpt, last_attempt=last, key=task.key)
                 if opened is not None:
                     raise AuthStop(opened) from None
                 raise CallFailed(exc.reason) from None  # nacked: retried (dead-lettered on its last attempt)
