@@ -878,7 +878,7 @@ STAGES_LEFT_HINT = ("    no process runs the campaign, and the last one to end r
 #: the line ``status`` prints for a drained campaign whose last run stopped while it wrote its final exports and
 #: report (:func:`geoagent.runtime.manifest.end_cut_short`)
 END_CUT_SHORT_TEXT = ("campaign work done (every queue drained, nothing dead-lettered), but the last run stopped "
-                      "before writing its final report and export (killed, or a forced exit, while writing them): "
+                      "before writing its final report and export (killed, or a forced exit, before or while writing them): "
                       "the report and exports on disk may be interim or partly rewritten; re-run the same command "
                       "to write them (every task is done: it calls no model)")
 

@@ -807,7 +807,13 @@ def end_cut_short(runs: Sequence[Any]) -> dict[str, Any] | None:
     """Of the run entries ``runs`` (a manifest's ``runs``, oldest first), the newest that began writing its final
     exports and report (:data:`WRITING_END_KEY` or :data:`END_WRITTEN_KEY`), when it did not finish them: the mark
     is still there (killed or a forced exit while writing them, or an error); None when that run finished them, or
-    no run records either key (a manifest written before they existed, or a run that never reached its end)."""
+    no run records either key (a manifest written before they existed, or a run that never reached its end).
+
+    A newer run that died before it began writing its end (``killed``, ``forced exit``, or still ``running`` while
+    its process on this machine is gone) is returned too: it may have done the last of the work (its last task
+    acknowledged, its exports and report not begun), so the files on disk are an earlier run's (review40a #5: the
+    check skipped it and read the earlier run's ``end_written``, "campaign complete"). A run that ended with any
+    other recorded status before the marks existed counts as having written its end."""
     for run in reversed(runs):
         if not isinstance(run, dict):
             continue
@@ -815,6 +821,12 @@ def end_cut_short(runs: Sequence[Any]) -> dict[str, Any] | None:
             return None
         if run.get(WRITING_END_KEY):
             return run
+        status = run.get("status")
+        if status in ("killed", "forced exit") or (status == "running" and _running_here(run, socket.gethostname())
+                                                    and _run_process_gone(run)):
+            return run
+        if status not in (None, "running"):
+            return None  # ended and recorded it, without the marks: an earlier geoagent, its end written
     return None
 
 
