@@ -79,7 +79,8 @@ codes"):
   (:func:`unknown_model_error`), not billed.
 
 Answer text comes from :func:`geoagent.sandbox.responders.simulate_answer` (same text and usage as the
-``simulated`` provider for the same request key and seed). Run standalone with
+``simulated`` provider for the same request key and seed; a reasoning model id, :data:`REASONING_ID`, answers within
+its cap less :data:`REASONING_TOKENS` and bills those hidden tokens on top). Run standalone with
 ``python -m geoagent.sandbox.llm_openai --port 8001 --log calls.jsonl`` (it prints ``listening on
 http://127.0.0.1:8001 (OpenAI-compatible; base_url http://127.0.0.1:8001/v1)`` on stderr; ``--no-auth``
 accepts requests without a key, otherwise any non-empty key unless ``--api-key`` names the accepted ones).
