@@ -862,6 +862,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code (see :mod:`geoagent.engine` for campaign codes)."""
     global _COMMAND, _WORK_ENDED
     _WORK_ENDED = False
+    from geoagent.runtime.daemon import mark_end_recorded
+
+    mark_end_recorded(False)
     args = build_parser().parse_args(argv)
     _COMMAND = args
     handler = logging.StreamHandler()
@@ -1113,7 +1116,9 @@ def _interrupt_on_term(signum: int, frame: Any) -> None:
     exports written, the manifest's entry stopped) it is ignored: the command exits as its run ended (resume40 #4:
     one landing just after the summary was printed read "interrupted before the run started its workers", 130)."""
     global _TERM_RECEIVED
-    if _WORK_ENDED:
+    from geoagent.runtime.daemon import end_recorded
+
+    if _WORK_ENDED or end_recorded():  # also in the loop's teardown after the run's end (review40a #6)
         return
     _TERM_RECEIVED = True
     raise KeyboardInterrupt

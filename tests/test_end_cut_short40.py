@@ -32,3 +32,25 @@ def test_a_killed_newest_run_without_marks_is_cut_short():
     assert end_cut_short([done, writing]) is writing
     assert end_cut_short([{"status": "complete"}]) is None
     assert end_cut_short([killed, {"status": "complete"}]) is None
+
+
+def test_a_sigterm_after_the_runs_recorded_end_is_ignored_until_a_run_starts():
+    """review40a #6: after the manifest recorded the run's end, the loop's teardown still ran under the command's
+    SIGTERM handler, which read a signal there as an interrupt before the workers started (exit 130)."""
+    import signal
+
+    import pytest
+
+    from geoagent import cli
+    from geoagent.runtime.daemon import end_recorded, mark_end_recorded
+
+    try:
+        mark_end_recorded()
+        assert end_recorded()
+        cli._interrupt_on_term(signal.SIGTERM, None)  # ignored: nothing raised
+        mark_end_recorded(False)  # a run starts
+        with pytest.raises(KeyboardInterrupt):
+            cli._interrupt_on_term(signal.SIGTERM, None)
+    finally:
+        mark_end_recorded(False)
+        cli._TERM_RECEIVED = False
