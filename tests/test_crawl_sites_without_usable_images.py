@@ -11,41 +11,16 @@ through the CLI; human verdicts exclude every image of one site.
 from __future__ import annotations
 
 import collections
-import csv
 import json
 from pathlib import Path
 
 from geoagent.cli import main
+from test_crawl_handoff import _rows  # one copy of the CSV reader and the campaign table
+from test_crawl_handoff import _toml as _campaign
 
 CRAWL_CONFIG = Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "crawl_sandbox.toml"
 
 
-def _rows(path: Path) -> list[dict[str, str]]:
-    with path.open(encoding="utf-8", newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def _campaign(tmp: Path, name: str, kind: str, release_dir: Path, section: str) -> Path:
-    p = tmp / f"{name}.toml"
-    p.write_text(f"""
-[campaign]
-name = "{name}"
-kind = "{kind}"
-seed = 7
-contact = "ops@example.org"
-[paths]
-release_dir = "{release_dir}"
-[budget]
-cap_usd = 1.0
-[[models]]
-name = "sim"
-provider = "simulated"
-model = "sim-1"
-max_output_tokens = 100
-[{kind}]
-{section}
-""", encoding="utf-8")
-    return p
 
 
 def test_a_site_without_a_usable_image_is_named_by_the_crawl_and_by_both_plans(sandbox_crawled, capsys, monkeypatch):
