@@ -109,7 +109,7 @@ def test_a_model_id_the_server_does_not_serve_stops_that_model_only(tmp_path, mo
     first, paid_first, second = anyio.run(main)
     assert first.exit_code == EXIT_INCOMPLETE
     text = first.summary()
-    assert f"model b: host " in text and f"answered HTTP {status} (path or model not found)" in text
+    assert "model b: host " in text and f"answered HTTP {status} (path or model not found)" in text
     assert "no-such-model" in text  # the body excerpt: the server's own words name the id
     assert "model a:" not in text
     c = first.counts["requests"]
