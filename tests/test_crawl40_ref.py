@@ -120,9 +120,11 @@ def _cands(labels=LABELS) -> list[RefCandidate]:
     return [RefCandidate(f"Q{100 + i}", lab, 0.5 + i / 10, 0.0, 0.0) for i, lab in enumerate(labels)]
 
 
-def rate(tmp_path, cands, *, batch_size: int, city: str | None = "newtown", times: int = 1):
+def rate(tmp_path, cands, *, batch_size: int, city: str | None = "newtown", times: int = 1, model: str = "aud-1",
+         sensitive_screen: bool = False):
     """Rate ``cands`` with an auditor asking the local OpenAI fake (``times`` over with the same auditor: a task's
-    retries in one run); returns (auditor, the last error raised or None, rating calls the fake answered)."""
+    retries in one run; ``model``: the auditor model; ``sensitive_screen``: screen them too); returns (auditor, the
+    last error raised or None, calls the fake answered)."""
     from geoagent.providers import ProviderSettings, make_provider
     from geoagent.runtime.http import HostPolicy, HttpClient
     from geoagent.sandbox.llm_common import CALLS_KEY
@@ -134,10 +136,10 @@ def rate(tmp_path, cands, *, batch_size: int, city: str | None = "newtown", time
         async with serve(app) as base:
             policy = HostPolicy(rate=1000, period_s=1.0, concurrency=2, max_attempts=1, timeout_s=10.0)
             async with HttpClient(default_policy=policy) as http:
-                prov = make_provider(ProviderSettings(kind="openai", model="aud-1", base_url=base + "/v1"), http)
-                aud = ReferenceabilityAuditor(prov, ReferenceabilitySettings(model="aud-1", batch_size=batch_size,
-                                                                             sensitive_screen=False),
-                                              tmp_path, request_model=("openai", "aud-1"))
+                prov = make_provider(ProviderSettings(kind="openai", model=model, base_url=base + "/v1"), http)
+                aud = ReferenceabilityAuditor(prov, ReferenceabilitySettings(model=model, batch_size=batch_size,
+                                                                             sensitive_screen=sensitive_screen),
+                                              tmp_path, request_model=("openai", model))
                 for _ in range(times):
                     err = None
                     try:
@@ -176,7 +178,8 @@ def test_answers_without_idx_stop_after_both_halves_fail_and_are_no_decisions(tm
     with answers(correct):
         again, err2, calls2 = rate(tmp_path, cands, batch_size=40)
     assert calls2 == 0 and again.replayed == 3 and again.reasked == 0 and err2 is not None and err2.failed == 40
-    assert err2.gave_up and "fix the auditor" in str(err2)
+    # what gets new answers (review40a #1): a changed auditor or request; an unchanged one replays
+    assert err2.gave_up and "another auditor model" in str(err2) and "a changed request is asked anew" in str(err2)
     assert len(_decisions(tmp_path)) == 40
 
 
@@ -265,7 +268,8 @@ def test_one_candidate_that_cannot_be_read_is_left_out_and_asked_again_alone_wit
         third, err3, calls3 = rate(tmp_path, cands, batch_size=6)
     assert err3 is None and calls3 == 1 and third.reasked == 1
     assert [lab for _, lab in _lines_of(prompts[0])] == [POISON] and REMINDER in prompts[0]
-    assert "(2)" in prompts[0]  # two unreadable answers so far: alone, and the first re-ask
+    # two unreadable answers so far (alone, and the first re-ask), in words (review40a #8c: it read "so far (2)")
+    assert "your 2 earlier replies to it could not be read" in prompts[0]
     rec = {r["qid"]: r for r in _decisions(tmp_path)}["Q104"]
     assert rec["familiarity"] == len(POISON) % 6 and "error" not in rec and rec["reasks"] == 2
     assert rating_failed_count(tmp_path) == 0 and rating_failed_lines(tmp_path) == []

@@ -7,14 +7,18 @@ coordinate), and sent in batches to a text-only LLM with ``prompts/crawl_referen
 candidate ``ok`` (usable as a reference point), ``familiarity`` (referenceability 0-5: how often people
 use it to say where they are, not fame), ``zh``/``en`` canonical names and a short ``why``. Output that
 cannot be read is never guessed at: the batch is split in halves and each half retried, down to single
-candidates, which are then recorded as failed; but when both halves of a split come back unreadable the step stops
-there (crawl40 #1: an auditor whose every answer lacked ``idx`` was asked every candidate alone, ~79 calls a batch).
+candidates, which are then recorded as failed; but when both halves of a split come back with a fault of the answers'
+format (an array with no element read, a numbering set aside) the step stops there (crawl40 #1: an auditor whose every
+answer lacked ``idx`` was asked every candidate alone, ~79 calls a batch). A refusal or prose (no JSON array) is
+driven by the names asked about, so it is split on down to them (review40a #1: two refused names in one batch failed
+their city for good), until more of the city failed alone than :data:`REF_MAX_FAILED_SHARE` allows.
 An answer numbering a candidate outside 0..n-1, or whose English names are mostly other candidates' labels, is set
 aside whole (crawl40 #2: an answer numbered from 1 put every rating on the next candidate). A failure (``error``
 and the ``raw`` answer in its record) is no decision. A candidate that failed alone (``failure`` ``isolated``) is left
 out of every ladder and the step goes on; a later run asks it again alone with a reminder (a new request key), at most
-:data:`REF_MAX_REASKS` times (crawl40b #1, #2: one unreadable answer had failed its whole city). A split given up
-(``systematic``), or isolated failures of more than :data:`REF_MAX_FAILED_SHARE` of the candidates, fail the step:
+:data:`REF_MAX_REASKS` times, before the city's batches (crawl40b #1, #2: one unreadable answer had failed its whole
+city). A split given up (``systematic``: only a changed auditor or request gets new answers, :data:`FIX_THE_FORMAT`),
+or isolated failures of more than :data:`REF_MAX_FAILED_SHARE` of the candidates, fail the step:
 :class:`AuditorOutputUnreadable` (the task fails, the crawl ends ``incomplete``;
 :meth:`ReferenceabilityAuditor.rate_all`; :data:`REF_PARSER_VERSION`, recorded as ``parser_version``). Every
 decision is appended to ``audit_decisions.jsonl``
@@ -266,8 +270,9 @@ REF_PARSER_VERSION = 2
 #: How a rating failure (a record with ``error``) came about, its ``failure`` field (crawl40b #1). ``isolated``: the
 #: candidate was asked alone (the split narrowed it to one, or its batch-mates were read) and its answer could not be
 #: read: the candidate is left out of every ladder and the step goes on. ``systematic``: both halves of a split came
-#: back unreadable (the auditor's output format is broken): the step fails (:class:`AuditorOutputUnreadable`). A
-#: failure without the field was logged before this rule (session 40's first version, or version 1).
+#: back with a fault of the answers' format (:data:`FORMAT_FAULTS`; before review40a #1 any unreadable answer, a
+#: refusal too): the step fails (:class:`AuditorOutputUnreadable`). A failure without the field was logged before
+#: this rule (session 40's first version, or version 1).
 FAILURE_ISOLATED = "isolated"
 FAILURE_SYSTEMATIC = "systematic"
 
@@ -277,7 +282,16 @@ FAILURE_SYSTEMATIC = "systematic"
 #: failure and each decision records how many re-asks it took (``reasks``).
 REF_MAX_REASKS = 2
 #: the reminder appended to the prompt of a re-ask (``geoagent/prompts/``), ``{earlier}`` the unreadable answers so far
+#: in words ("your earlier reply", "your 2 earlier replies": :meth:`ReferenceabilityAuditor._reask_prompt`)
 REF_REASK_TEMPLATE = "crawl_referenceability_reask.txt"
+
+#: What fixes failures that a re-run cannot (review40a #1): a request asked before is answered from
+#: ``audit_raw_answers.jsonl`` (no call), so only a changed request gets a new answer; the stored ones are read again by
+#: each version's rules (:data:`REF_PARSER_VERSION`)
+FIX_THE_FORMAT = ("What gets new answers: another auditor model ([crawl.referenceability] model: its ratings are "
+                  "records of its own), or changed request settings ([crawl.referenceability] temperature, "
+                  "max_output_tokens): a changed request is asked anew, an unchanged one replays its stored answer; "
+                  "then `run.py dead CONFIG --requeue`")
 
 #: A rating step fails as systematic when more than this share of its candidates' ratings failed in isolation (and
 #: more than one did): so many single failures say the auditor's answers, not a few names, are at fault
@@ -545,18 +559,31 @@ def answer_cut_off(text: str | None) -> bool:
                for src in [*fenced_blocks(text), text] for c in iter_candidates(src, "["))
 
 
+#: Kinds of unreadable answer (:attr:`_Reading.fault`, review40a #1). ``no JSON array``: a refusal or prose, driven by
+#: what was asked (a name the model will not rate), so the split goes on to find the names; the other two are faults
+#: of the answer's format, which recur whatever the candidates: an array with no element read (no usable ``idx``,
+#: fields missing or unreadable), and a numbering set aside (outside 0..n-1, or English names on other candidates).
+FAULT_NO_ARRAY = "no JSON array"
+FAULT_NO_ELEMENT = "no element read"
+FAULT_NUMBERING = "numbering off"
+#: the format faults: seen on both halves of a split (:meth:`ReferenceabilityAuditor._settle`) they stop it
+FORMAT_FAULTS = (FAULT_NO_ELEMENT, FAULT_NUMBERING)
+
+
 @dataclass(slots=True)
 class _Reading:
     """What one auditor answer about a batch settled: the candidates it left ``missing`` (prompt order), ``why``
-    nothing of it could be read (None: read in part, or cut off by the end of the output) and its ``raw`` text."""
+    nothing of it could be read (None: read in part, or cut off by the end of the output), its ``raw`` text and the
+    ``fault`` that made it unreadable (one of :data:`FAULT_NO_ARRAY`, :data:`FORMAT_FAULTS`; None when ``why`` is)."""
 
     missing: list[RefCandidate]
     why: str | None
     raw: str
+    fault: str | None = None
 
 
 class GaveUp(Exception):
-    """Both halves of a split came back unreadable (:meth:`ReferenceabilityAuditor._settle`): ``candidates``
+    """Both halves of a split came back with a format fault (:meth:`ReferenceabilityAuditor._settle`): ``candidates``
     failed, ``why`` says of the last answer why it could not be read."""
 
     def __init__(self, candidates: list[RefCandidate], why: str) -> None:
@@ -565,14 +592,20 @@ class GaveUp(Exception):
         self.why = why
 
 
+class _TooManyFailed(Exception):
+    """More candidates of a rating step failed alone than its share allows (:meth:`ReferenceabilityAuditor.rate_all`):
+    the step fails whatever the rest of it reads, so the split stops asking (review40a #1: a refusing or prose-only
+    auditor would otherwise be asked every candidate alone, about 2n calls a batch)."""
+
+
 class AuditorOutputUnreadable(PicklableError):
     """A rating step whose auditor's answers could not be read systematically (crawl40 #1, crawl40b #1): a split
-    whose both halves were unreadable, or single failures of more than :data:`REF_MAX_FAILED_SHARE` of the
-    candidates (a few single failures do not raise: those candidates are in no ladder). Retryable (the runner nacks
-    the task; a retry replays the stored answers, no call is paid twice), so the task ends dead-lettered and the
-    crawl ``incomplete`` rather than ``complete`` with a city's ratings missing. ``failed``: how many candidates'
-    ratings failed; ``gave_up``: True when a split was stopped because both halves were unreadable (the candidates
-    after it in the city were not asked). Picklable (message and counts travel)."""
+    whose both halves had a fault of the answers' format, or single failures of more than
+    :data:`REF_MAX_FAILED_SHARE` of the candidates (a few single failures do not raise: those candidates are in no
+    ladder). Retryable (the runner nacks the task; a retry replays the stored answers, no call is paid twice), so the
+    task ends dead-lettered and the crawl ``incomplete`` rather than ``complete`` with a city's ratings missing.
+    ``failed``: how many candidates' ratings failed; ``gave_up``: True when a split was stopped because both halves
+    had a format fault (the candidates after it in the city were not asked). Picklable (message and counts travel)."""
 
     def __init__(self, message: str, failed: int = 0, gave_up: bool = False) -> None:
         super().__init__(message)
@@ -596,15 +629,27 @@ class JsonlLog:
         self.path = Path(path)
         self._lock = asyncio.Lock()
         self.records: dict[tuple[str, str, str | None], dict[str, Any]] = {}
-        if self.path.is_file():
-            with self.path.open("rb") as f:
-                for line in f:
-                    try:
-                        rec = orjson.loads(line)
-                    except orjson.JSONDecodeError:
-                        continue
-                    if isinstance(rec, dict) and "qid" in rec and "model" in rec:
-                        self.records[self._key(rec)] = rec
+        self._read_to = 0  # bytes of the file read (whole lines only: a line being written is read by a later look)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Read the records appended to the file since it was last read, by this process or another (review40a
+        #7: two processes on one stage each loaded the log before the other appended). Only lines ending in a
+        newline are read; a line another process is still writing is read by a later call."""
+        if not self.path.is_file():
+            return
+        with self.path.open("rb") as f:
+            f.seek(self._read_to)
+            for line in f:
+                whole = line.endswith(b"\n")
+                if whole:  # a last line without one is read again next time (it may be being written)
+                    self._read_to += len(line)
+                try:
+                    rec = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(rec, dict) and "qid" in rec and "model" in rec:
+                    self.records[self._key(rec)] = rec
 
     @staticmethod
     def _key(rec: Mapping[str, Any]) -> tuple[str, str, str | None]:
@@ -660,6 +705,7 @@ class RawAnswerLog:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._offsets: dict[str, int] | None = None  # built on first use
+        self._scanned = 0  # bytes of the file indexed by the last scan
 
     @staticmethod
     def _read(line: bytes) -> tuple[str, str] | None:
@@ -672,17 +718,31 @@ class RawAnswerLog:
             return rec["key"], rec["raw"]
         return None
 
-    def _scan(self) -> dict[str, int]:
-        offsets: dict[str, int] = {}
+    def _scan(self, offsets: dict[str, int] | None = None, start: int = 0) -> dict[str, int]:
+        """``offsets`` (None: a new index) with the keys of the whole lines from byte ``start`` on; the bytes
+        scanned are kept (:meth:`refresh` goes on from there)."""
+        offsets = {} if offsets is None else offsets
+        pos = start
         if self.path.is_file():
             with self.path.open("rb") as f:
-                pos = 0
+                f.seek(start)
                 for line in f:  # one line in memory at a time
                     got = self._read(line)
                     if got is not None:
                         offsets.setdefault(got[0], pos)
+                    if not line.endswith(b"\n"):
+                        break  # torn, or still being written by another process: scanned again next time
                     pos += len(line)
+        self._scanned = pos
         return offsets
+
+    def refresh(self) -> None:
+        """Index the answers appended since the last scan, by this process or another (review40a #7: a re-ask
+        another process of the campaign already paid for is replayed, not paid again)."""
+        if self._offsets is None:
+            self._offsets = self._scan()
+        else:
+            self._scan(self._offsets, self._scanned)
 
     @property
     def offsets(self) -> dict[str, int]:
@@ -863,10 +923,12 @@ class ReferenceabilityAuditor:
 
     def _reask_prompt(self, c: RefCandidate, reask: int) -> str:
         """The prompt of the ``reask``-th re-ask (1-based) of candidate ``c`` alone: its prompt as a batch of one and
-        the reminder :data:`REF_REASK_TEMPLATE` after it, ``{earlier}`` the unreadable answers so far (the one to the
-        candidate alone, and the re-asks before), so each re-ask has a request key of its own (crawl40b #2)."""
+        the reminder :data:`REF_REASK_TEMPLATE` after it, ``{earlier}`` the unreadable answers so far in words (the
+        one to the candidate alone, and the re-asks before: "your earlier reply", "your 2 earlier replies";
+        review40a #8c), so each re-ask has a request key of its own (crawl40b #2)."""
+        earlier = "your earlier reply" if reask == 1 else f"your {reask} earlier replies"
         return (self._ref_prompt([c]).rstrip("\n") + "\n\n"
-                + self.reask_template.replace("{earlier}", str(reask)).strip("\n") + "\n")
+                + self.reask_template.replace("{earlier}", earlier).strip("\n") + "\n")
 
     def _sens_prompt(self, batch: Sequence[RefCandidate]) -> str:
         return self.sens_template.replace("{candidates}", render_candidates(batch, with_distance=False))
@@ -955,50 +1017,69 @@ class ReferenceabilityAuditor:
 
     def _reading(self, text: str, parsed: dict[int, Any] | None, problems: list[str],
                  missing: list[RefCandidate]) -> _Reading:
-        """The :class:`_Reading` of one answer; an unreadable one is counted (``self.unreadable``)."""
-        why = None
+        """The :class:`_Reading` of one answer; an unreadable one is counted (``self.unreadable``) and its fault
+        named (:data:`FAULT_NO_ARRAY`, :data:`FORMAT_FAULTS`)."""
+        why = fault = None
         if not parsed:
             if problems:
-                why = "; ".join(problems)
+                why, fault = "; ".join(problems), FAULT_NUMBERING
             elif not answer_cut_off(text):
-                why = ("no JSON array in the answer" if parsed is None
-                       else "no element with an idx in range and a readable answer")
+                why, fault = (("no JSON array in the answer", FAULT_NO_ARRAY) if parsed is None
+                              else ("no element with an idx in range and a readable answer", FAULT_NO_ELEMENT))
         if why is not None:
             self.unreadable += 1
-        return _Reading(missing, why, text)
+        return _Reading(missing, why, text, fault)
 
     async def _settle(self, batch: list[RefCandidate], got: _Reading, city: str | None, ask: Any, failed: Any,
-                      log: JsonlLog) -> list[RefCandidate]:
+                      log: JsonlLog, too_many: Callable[[], bool] | None = None) -> list[RefCandidate]:
         """Ask again for the candidates ``got`` (the answer about ``batch``) left unsettled: split in halves, both
         halves asked before either goes deeper; a candidate asked alone whose answer still settles nothing fails
         (``failed(candidates, reading, city, kind)``: their failure records, logged in ``log`` with the raw answer;
         ``kind`` :data:`FAILURE_ISOLATED` here, :data:`FAILURE_SYSTEMATIC` for a split given up). Returns the
         candidates that failed.
 
-        crawl40 #1: when BOTH halves of a split come back unreadable (no array, no usable idx, numbering set
-        aside: :meth:`_reading`; an answer cut off by the end of the output is no sign of it and is split on), the
-        fault is the auditor's output, not one candidate's name, and splitting further would ask every candidate
-        alone (about 2n calls for a batch of n, each failing alike): the split stops there, all of the split's
-        candidates fail, and :class:`AuditorOutputUnreadable` is raised with how many (``give_up``)."""
+        A split is given up only for a fault of the answer's format (crawl40 #1, review40a #1): when both halves come
+        back with one of :data:`FORMAT_FAULTS` (an array with no element read, a numbering set aside), the same one
+        on both or the one the split answer had too (two levels in a row), and not both halves are single
+        candidates, splitting further would ask every candidate alone (about 2n calls for a batch of n, each failing
+        alike): all of the split's candidates fail as systematic and :class:`GaveUp` is raised. An answer with no
+        JSON array (a refusal, prose) is driven by what was asked, a name the model will not rate: both halves
+        refusing means a refused name in each (review40a #1: two refused names in one batch failed its city for
+        good), so the split goes on down to them; what bounds its calls is ``too_many`` (None: nothing), asked after
+        each failure logged alone: once it is true, :class:`_TooManyFailed` is raised (the step fails anyway, the
+        rest of the batch is not asked). Two single candidates are two failures in isolation, never systematic. An
+        answer cut off by the end of the output is split on."""
         if not got.missing:
             return []
         if len(batch) == 1:
             await log.append([r for r in failed(got.missing, got, city, FAILURE_ISOLATED)
                               if self._fresh_failure(log, r)])
+            if too_many is not None and too_many():
+                raise _TooManyFailed()
             return list(got.missing)
         self.splits += 1
         half = (len(got.missing) + 1) // 2
         parts = [p for p in (got.missing[:half], got.missing[half:]) if p]
         answers = [await ask(p, city) for p in parts]
-        if len(parts) == 2 and all(a.why is not None for a in answers):
+        if len(parts) == 2 and max(map(len, parts)) > 1 and self._format_fault(got, answers):
             lost = [c for a in answers for c in a.missing]
             await log.append([r for p, a in zip(parts, answers) for r in failed(a.missing, a, city, FAILURE_SYSTEMATIC)
                               if self._fresh_failure(log, r)])
             raise GaveUp(lost, answers[-1].why or "")
         out: list[RefCandidate] = []
         for p, a in zip(parts, answers):
-            out += await self._settle(p, a, city, ask, failed, log)
+            out += await self._settle(p, a, city, ask, failed, log, too_many)
         return out
+
+    @staticmethod
+    def _format_fault(got: _Reading, halves: Sequence[_Reading]) -> bool:
+        """Whether the answers to the two ``halves`` of a split of ``got``'s batch show a fault of the auditor's
+        format (:meth:`_settle`): both halves have one of :data:`FORMAT_FAULTS`, the same one, or ``got`` (the answer
+        split) had one too."""
+        faults = [a.fault for a in halves]
+        if not all(f in FORMAT_FAULTS for f in faults):
+            return False
+        return faults[0] == faults[1] or got.fault in FORMAT_FAULTS
 
     @staticmethod
     def _fresh_failure(log: JsonlLog, rec: dict[str, Any]) -> bool:
@@ -1042,6 +1123,23 @@ class ReferenceabilityAuditor:
                                      if self._fresh_failure(self.decisions, r)])
         return False
 
+    async def _reask_once(self, c: RefCandidate, city: str | None) -> None:
+        """Re-ask ``c`` (:meth:`_reask`, its next re-ask by the log), after reading what other processes appended to
+        the decision and raw-answer logs since this auditor read them (review40a #7: two processes running the
+        referenceability stage each re-asked, and paid for, the same candidate). When its record changed meanwhile
+        (another process rated or re-asked it), that stands: no re-ask by this one in this run. Two processes that
+        re-ask it at the same moment send one request (the same prompt, so the same request key): the campaign's
+        response store answers the second from the first (:func:`geoagent.crawl.llmcall.metered_generate`, a metered
+        ``[[models]]`` auditor; an unmetered one, the simulator, has no store and costs nothing)."""
+        seen = self.decisions.get(self.settings.model, c.qid, city)
+        self.decisions.refresh()
+        self.raw.refresh()
+        now = self.decisions.get(self.settings.model, c.qid, city)
+        if now != seen:
+            self._tried.add((c.qid, city))
+            return
+        await self._reask(c, city, reasks_of(now) + 1)
+
     def reask_due(self, qid: str, city: str | None) -> bool:
         """Whether this auditor would ask ``qid`` again alone for ``city`` (:func:`reask_due` of its logged record,
         and not failed or re-asked by this auditor already: one re-ask per run)."""
@@ -1057,16 +1155,20 @@ class ReferenceabilityAuditor:
                               "sensitive": None, "why": "", "ts": ts, "error": why, "raw": (got.raw or "")[:500]}, city)
                 for c in cands]
 
-    async def _rate(self, batch: list[RefCandidate], city: str | None = None) -> list[RefCandidate]:
+    async def _rate(self, batch: list[RefCandidate], city: str | None = None,
+                    too_many: Callable[[], bool] | None = None) -> list[RefCandidate]:
         """Rate ``batch`` (for ``city``, see :meth:`rate_all`): one answer, then the bounded split-and-retry of
-        :meth:`_settle` for what it left unsettled. Returns the candidates whose rating failed.
+        :meth:`_settle` for what it left unsettled (``too_many``: its bound). Returns the candidates whose rating
+        failed.
 
         Raises
         ------
         GaveUp
-            Both halves of a split were unreadable (their candidates' failures are logged)."""
+            Both halves of a split had a format fault (their candidates' failures are logged).
+        _TooManyFailed
+            ``too_many()`` became true after a failure alone (logged)."""
         got = await self._rate_answer(batch, city)
-        return await self._settle(batch, got, city, self._rate_answer, self._rating_failures, self.decisions)
+        return await self._settle(batch, got, city, self._rate_answer, self._rating_failures, self.decisions, too_many)
 
     async def _screen_answer(self, batch: list[RefCandidate], city: str | None) -> _Reading:
         """Ask the contentious-name screen of ``batch`` once and log what its answer settles."""
@@ -1086,15 +1188,30 @@ class ReferenceabilityAuditor:
         return self._reading(text, parsed, problems, missing)
 
     async def _screen(self, batch: list[RefCandidate], city: str | None = None) -> list[RefCandidate]:
-        """Screen ``batch`` as :meth:`_rate` rates it; a split whose halves both come back unreadable stops there
-        too (crawl40 #1), its candidates unscreened (``sensitive`` null, as one that failed alone), and the screen
-        goes on with the next batch (an unscreened candidate is drawn into no ladder, and counted:
-        :func:`unscreened_lines`). Returns the candidates left unscreened."""
+        """Screen ``batch`` as :meth:`_rate` rates it; a split whose halves both come back with a format fault stops
+        there too (crawl40 #1), its candidates unscreened (``sensitive`` null, as one that failed alone), and the
+        screen goes on with the next batch (an unscreened candidate is drawn into no ladder, and counted:
+        :func:`unscreened_lines`). Refusals are split on down to the names (a contentious name may well be refused,
+        review40a #1) until more of the batch failed alone than :data:`REF_MAX_FAILED_SHARE` of it (and more than
+        one): the rest of the batch is then left unscreened too, unasked (so a screen that never answers in JSON
+        costs a few calls a batch, not about 2n). Returns the candidates left unscreened."""
         got = await self._screen_answer(batch, city)
+
+        def too_many() -> bool:
+            n = sum(1 for c in batch if "error" in (self.sensitive.get(self.sens_model, c.qid, city) or {}))
+            return n > max(1.0, REF_MAX_FAILED_SHARE * len(batch))
+
         try:
-            return await self._settle(batch, got, city, self._screen_answer, self._screen_failures, self.sensitive)
+            return await self._settle(batch, got, city, self._screen_answer, self._screen_failures, self.sensitive,
+                                      too_many)
         except GaveUp as e:
             return e.candidates
+        except _TooManyFailed:
+            rest = [c for c in batch if self.sensitive.get(self.sens_model, c.qid, city) is None]
+            why = (f"not asked: the screen's answers for more than {REF_MAX_FAILED_SHARE:.0%} of its batch could not "
+                   "be read, also asked alone, so the rest of the batch was not split further")
+            await self.sensitive.append(self._screen_failures(rest, _Reading(rest, why, ""), city))
+            return [c for c in batch if "error" in (self.sensitive.get(self.sens_model, c.qid, city) or {})]
 
     def _ask_whole(self, batch: Sequence[RefCandidate], todo: Sequence[RefCandidate], prompt: Any, task: str) -> bool:
         """Whether ``batch`` is asked whole: nothing in it is decided yet, or the answer to the whole batch
@@ -1118,18 +1235,21 @@ class ReferenceabilityAuditor:
         together. A failed rating (a record with ``error``) is no decision (crawl40 #1). A systematic one, or one
         logged before failures were classified, is asked again through the same prompts, so an answer stored for
         them is replayed (no call) and read by this version's rules (:data:`REF_PARSER_VERSION`). One that failed
-        in isolation is not (its stored answers would fail it again): after the batches, each with a re-ask left
-        (:func:`reask_due`) that this auditor has not failed or re-asked yet (so once per run) is asked alone with
-        the reminder (:meth:`_reask_prompt`, a new request key), at most :data:`REF_MAX_REASKS` times across runs
-        (crawl40b #2).
+        in isolation is not (its stored answers would fail it again): before the batches (review40a #1: so a step
+        that failed for too many of them gets further when requeued), each with a re-ask left (:func:`reask_due`)
+        that this auditor has not failed or re-asked yet (so once per run) is asked alone with the reminder
+        (:meth:`_reask_prompt`, a new request key; :meth:`_reask_once` first reads what other processes logged), at
+        most :data:`REF_MAX_REASKS` times across runs (crawl40b #2).
 
-        Unreadable answers (crawl40 #1, crawl40b #1): a batch's answer that settles nothing is split in halves and
-        each half asked, but a split whose two halves are both unreadable stops the step (:meth:`_settle`): its
-        candidates fail as ``systematic`` and :class:`AuditorOutputUnreadable` is raised at once (the later batches
-        are not asked: the auditor's output is the fault). A candidate whose answer cannot be read even alone
-        fails in isolation (``isolated``): logged (``error``, ``raw``), left out of every ladder, and the step
-        goes on; only when more than ``max_failed_share`` of the candidates (and more than one) failed, after the
-        re-asks, is :class:`AuditorOutputUnreadable` raised (after the screen).
+        Unreadable answers (crawl40 #1, crawl40b #1, review40a #1): a batch's answer that settles nothing is split in
+        halves and each half asked, but a split whose two halves both have a fault of the answers' format stops the
+        step (:meth:`_settle`): its candidates fail as ``systematic`` and :class:`AuditorOutputUnreadable` is raised at
+        once (the later batches are not asked: the auditor's output is the fault). Refusals are split on. A
+        candidate whose answer cannot be read even alone fails in isolation (``isolated``): logged (``error``,
+        ``raw``), left out of every ladder, and the step goes on; once more than ``max_failed_share`` of the
+        candidates (and more than one) failed in isolation, the split stops (no further call: the step fails
+        whatever the rest reads) and :class:`AuditorOutputUnreadable` is raised; the share is checked again after
+        the screen.
 
         Parameters
         ----------
@@ -1174,6 +1294,22 @@ class ReferenceabilityAuditor:
         if unlabeled:  # out of their fixed batch: the other batches keep their members (and stored answers)
             skip = {c.qid for c in unlabeled}
             batches = [b for b in ([c for c in batch if c.qid not in skip] for batch in batches) if b]
+        # crawl40b #2: a failure in isolation from an earlier run is asked alone once more, with the reminder (its
+        # stored answers would only fail it again); one failed in this run waits for the next. Before the batches
+        # (review40a #1): a batch whose split stopped at too many failures is replayed up to the same point unless
+        # those failures were rated since, so the re-asks are what lets a requeued step get further
+        for batch in batches:
+            for c in batch:
+                if self.reask_due(c.qid, city):
+                    await self._reask_once(c, city)
+        n_asked = len(candidates) - len(unlabeled)
+        too_many = None
+        if max_failed_share is not None:
+            def too_many() -> bool:
+                # failures in isolation only: one of another kind (an earlier rule's) is being read again now
+                alone = [c for c in self._failed(candidates, city)
+                         if self.decisions.get(self.settings.model, c.qid, city).get("failure") == FAILURE_ISOLATED]
+                return len(alone) > max(1.0, max_failed_share * n_asked)
         asked = 0
         for batch in batches:
             # a not_rated record here is an earlier version's for a label that names nothing (the candidate has an
@@ -1183,15 +1319,11 @@ class ReferenceabilityAuditor:
                 asked += 1
                 try:
                     await self._rate(batch if self._ask_whole(batch, todo, self._ref_prompt, "crawl_referenceability")
-                                     else todo, city)
+                                     else todo, city, too_many)
                 except GaveUp as e:  # the auditor's output is the fault: no further batch is asked
                     raise self._unreadable(candidates, city, e) from None
-        # crawl40b #2: a failure in isolation from an earlier run is asked alone once more, with the reminder (its
-        # stored answers would only fail it again); one failed in this run waits for the next
-        for batch in batches:
-            for c in batch:
-                if self.reask_due(c.qid, city):
-                    await self._reask(c, city, reasks_of(self.decisions.get(self.settings.model, c.qid, city)) + 1)
+                except _TooManyFailed:  # the step fails whatever the rest reads: no further call (review40a #1)
+                    raise self._unreadable(candidates, city, None, share=max_failed_share) from None
         screened = 0
         if self.settings.sensitive_screen:
             for batch in batches:
@@ -1201,8 +1333,7 @@ class ReferenceabilityAuditor:
                     await self._screen(batch if self._ask_whole(batch, todo, self._sens_prompt, "crawl_sensitive") else todo,
                                        city)
         failed = self._failed(candidates, city)
-        n_asked = len(candidates) - len(unlabeled)
-        if max_failed_share is not None and len(failed) > max(1.0, max_failed_share * n_asked):
+        if too_many is not None and too_many():
             raise self._unreadable(candidates, city, None, share=max_failed_share)
         return {"batches": len(batches), "asked": asked, "screened": screened, "calls": self.calls - calls0,
                 "replayed": self.replayed - replayed0, "not_rated_no_label": len(unlabeled),
@@ -1217,20 +1348,35 @@ class ReferenceabilityAuditor:
                     share: float | None = None) -> AuditorOutputUnreadable:
         """The error of a rating step that failed (:meth:`rate_all`): a split given up (``gave_up``), or more than
         ``share`` of the candidates failed in isolation; it names how many failed, why, where the failures are
-        logged and how to go on (crawl40 #1, crawl40b #1)."""
+        logged and what makes a later run get further (crawl40 #1, crawl40b #1, review40a #1, #8b): for a format
+        fault, a changed auditor or request (an unchanged one replays its stored answers); for single failures, the
+        re-asks with the reminder left to them, or, when those are spent, another auditor model."""
         from geoagent import constants as C
 
         failed = self._failed(candidates, city)
         where = f"city {city!r}" if city is not None else "these candidates"
         if gave_up is not None:
-            how = (f"both halves of a split came back unreadable ({gave_up.why}), so it was not split further and the "
-                   "later batches were not asked: the auditor's output format is at fault; retrying replays the "
-                   "stored answers (no new spend): fix the auditor (or name another), then `run.py dead CONFIG "
-                   "--requeue`")
+            how = (f"both halves of a split came back with the same fault of the answer's format ({gave_up.why}), so "
+                   f"it was not split further and the later batches were not asked; retrying replays the stored "
+                   f"answers (no new spend). {FIX_THE_FORMAT}")
         else:
+            recs = [self.decisions.get(self.settings.model, c.qid, city) for c in failed]
+            due = sum(1 for r in recs if reask_due(r))
+            unasked = sum(1 for c in candidates if not has_no_label(c)
+                          and self.decisions.get(self.settings.model, c.qid, city) is None)
             how = (f"each asked alone, more than {share or 0:.0%} of the candidates: taken as the auditor's fault, not "
-                   "single names; retrying replays the stored answers (no new spend); `run.py dead CONFIG --requeue` "
-                   f"in a later run asks each again alone with a reminder (at most {REF_MAX_REASKS} times)")
+                   "single names"
+                   + (f", and the split stopped there ({unasked} of the city's candidates not asked yet)"
+                      if unasked else "")
+                   + "; retrying replays the stored answers (no new spend); ")
+            if due:
+                how += (f"after `run.py dead CONFIG --requeue` the next run asks the {due} with a re-ask left again "
+                        f"alone, with a reminder, before the city's batches (at most {REF_MAX_REASKS} re-asks each, "
+                        "across runs)")
+            if len(failed) > due:
+                how += ("; " if due else "") + (
+                    f"{len(failed) - due} had their {REF_MAX_REASKS} re-asks: a re-run gets no new answer for "
+                    f"them. {FIX_THE_FORMAT}")
         return AuditorOutputUnreadable(
             f"referenceability auditor output unreadable: ratings of {len(failed)} of {len(candidates)} candidates "
             f"failed for {where}: {how}; each failure is in {C.AUDIT_DECISIONS_FILE} (error, raw) and every answer "
@@ -1375,70 +1521,125 @@ def unscreened_lines(state_dir: str | Path) -> list[str]:
             "record in audit_sensitive.jsonl with sensitive = null and an error"]
 
 
-def rating_failures(state_dir: str | Path) -> list[dict[str, Any]]:
-    """The failure records of the crawl at ``state_dir`` (records of ``audit_decisions.jsonl`` with an ``error``:
-    the auditor's answers could not be read, crawl40 #1), one per (auditor model, QID, city), the last record of each
-    key counting (:class:`JsonlLog`; a later decision supersedes a failure). ``[]`` without a log."""
+def current_ratings(state_dir: str | Path, model: str | None = None) -> list[dict[str, Any]]:
+    """The rating records of ``audit_decisions.jsonl`` at ``state_dir`` that stand now, one per (QID, city): with
+    ``model`` (the auditor model, ``[crawl.referenceability] model``) that model's last record of each; without, the
+    last record of each (QID, city) in the file whatever its model (a crawl's auditor writes a record for each
+    candidate it asks, so after a switch of the model the new one's are the later). Records of an auditor model
+    switched away from no longer count (review40a #4: its failures stayed in the summary for good though the new
+    model rated those QIDs). ``[]`` without a log."""
     from geoagent import constants as C
 
-    log = JsonlLog(Path(state_dir) / C.AUDIT_DECISIONS_FILE)
-    return [r for r in log.records.values() if "error" in r]
+    path = Path(state_dir) / C.AUDIT_DECISIONS_FILE
+    if not path.is_file():
+        return []
+    if model is not None:
+        return [r for (m, _, _), r in JsonlLog(path).records.items() if m == model]
+    last: dict[tuple[str, str | None], dict[str, Any]] = {}
+    with path.open("rb") as f:
+        for line in f:
+            try:
+                rec = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(rec, dict) and "qid" in rec and "model" in rec:
+                city = rec.get("city")
+                last[(str(rec["qid"]), None if city is None else str(city))] = rec
+    return list(last.values())
 
 
-def rating_failed_count(state_dir: str | Path) -> int:
+def rating_failures(state_dir: str | Path, model: str | None = None) -> list[dict[str, Any]]:
+    """The failure records of the crawl at ``state_dir`` (records of ``audit_decisions.jsonl`` with an ``error``:
+    the auditor's answers could not be read, crawl40 #1) among those that stand now (:func:`current_ratings` of
+    ``model``: a later decision, of the model or, without ``model``, of any model, supersedes a failure). ``[]``
+    without a log."""
+    return [r for r in current_ratings(state_dir, model) if "error" in r]
+
+
+def rating_failed_count(state_dir: str | Path, model: str | None = None) -> int:
     """Candidates of the crawl at ``state_dir`` whose rating failed (:func:`rating_failures`); 0 without a log."""
-    return len(rating_failures(state_dir))
+    return len(rating_failures(state_dir, model))
 
 
-def rating_failed_lines(state_dir: str | Path) -> list[str]:
-    """The crawl summary's and ``run.py status``'s line counting :func:`rating_failures`: they are in no ladder; how
-    many a re-run of the same command asks again alone with the reminder (:func:`reask_due`), how many had their
-    :data:`REF_MAX_REASKS` re-asks, and how many failed with their city's whole step (``systematic``, logged before
-    failures were classified, or of a city with no completed step, :data:`REF_CITIES_DIR`: too many single failures;
-    their task failed; crawl40b #1). ``[]`` when there are none."""
-    recs = rating_failures(state_dir)
+def _rated_site_keys(state_dir: Path) -> set[tuple[str, str | None]]:
+    """(QID, city key) of every candidate that a stored ``rated/<site>.json`` lists: its site's rating step
+    completed with it (a site rated alone writes no ``ref_cities`` record, review40a #8a)."""
+    from geoagent.crawl.stages import _rating_city
+
+    out: set[tuple[str, str | None]] = set()
+    for p in sorted((state_dir / "rated").glob("*.json")):
+        try:
+            rec = orjson.loads(p.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            continue
+        if not isinstance(rec, dict) or not isinstance(rec.get("site"), dict) or not isinstance(rec.get("rated"), list):
+            continue
+        city = _rating_city(rec["site"])
+        out.update((str(r["qid"]), city) for r in rec["rated"] if isinstance(r, dict) and r.get("qid"))
+    return out
+
+
+def rating_failed_lines(state_dir: str | Path, model: str | None = None) -> list[str]:
+    """The crawl summary's and ``run.py status``'s line counting :func:`rating_failures` (of ``model``, see
+    :func:`current_ratings`): they are in no ladder; how many a re-run of the same command asks again alone with the
+    reminder (:func:`reask_due`; their site's step completed: the city's ``ref_cities`` record, or a stored
+    ``rated/<site>.json`` listing them for a site rated alone, review40a #8a), how many after ``run.py dead
+    --requeue`` (failed alone, but their city's step failed: too many single failures), how many had their
+    :data:`REF_MAX_REASKS` re-asks, and how many failed with their city's whole step for the answers' format
+    (``systematic``, or logged before failures were classified: they need a changed auditor or request; crawl40b
+    #1). ``[]`` when there are none."""
+    recs = rating_failures(state_dir, model)
     if not recs:
         return []
     from geoagent.textfmt import count_text
 
-    def step_done(r: Mapping[str, Any]) -> bool:
-        city = r.get("city")
-        return city is None or (Path(state_dir) / REF_CITIES_DIR / f"{city}.json").is_file()
+    state_dir = Path(state_dir)
+    listed: set[tuple[str, str | None]] | None = None
 
-    alone = [r for r in recs if r.get("failure") == FAILURE_ISOLATED and step_done(r)]
-    due = sum(1 for r in alone if reask_due(r))
-    spent = len(alone) - due
+    def step_done(r: Mapping[str, Any]) -> bool:
+        nonlocal listed
+        city = r.get("city")
+        if city is None or (state_dir / REF_CITIES_DIR / f"{city}.json").is_file():
+            return True
+        if listed is None:
+            listed = _rated_site_keys(state_dir)
+        return (str(r["qid"]), str(city)) in listed
+
+    alone = [r for r in recs if r.get("failure") == FAILURE_ISOLATED]
+    due = [r for r in alone if reask_due(r)]
+    rerun = sum(1 for r in due if step_done(r))
+    requeue = len(due) - rerun
+    spent = len(alone) - len(due)
     step = len(recs) - len(alone)
     parts = []
-    if due:
-        parts.append(f"{due} will be asked again alone, with a reminder, by re-running the same `run.py crawl CONFIG` "
-                     f"(at most {REF_MAX_REASKS} re-asks each, across runs)")
+    if rerun:
+        parts.append(f"{rerun} will be asked again alone, with a reminder, by re-running the same "
+                     f"`run.py crawl CONFIG` (at most {REF_MAX_REASKS} re-asks each, across runs)")
+    if requeue:
+        parts.append(f"{requeue} failed alone, but so many that their city's rating step failed: `run.py dead CONFIG "
+                     "--requeue` and a run ask them again alone, with a reminder, before the city's batches")
     if spent:
         parts.append(f"{spent} had their {REF_MAX_REASKS} re-asks (a rating now needs another auditor model)")
     if step:
-        parts.append(f"{step} failed with their city's whole rating step (the auditor's output format: both halves of "
-                     "a split unreadable, or too many single failures): fix the auditor, then `run.py dead CONFIG "
-                     "--requeue`")
+        parts.append(f"{step} failed with their city's whole rating step (both halves of a split with a fault of "
+                     f"the answers' format, or logged before failures were told apart): {FIX_THE_FORMAT}")
     return [f"  referenceability: ratings of {count_text(len(recs), 'candidate')} failed (the auditor's answers could "
             "not be read: no JSON array, no usable idx, or a shifted numbering); they are not in any ladder; each is "
             f"a record in audit_decisions.jsonl with an error and the raw answer; {'; '.join(parts)} (seed 000 "
             "Sec. 3.3)"]
 
 
-def ref_parser_warning(state_dir: str | Path) -> str | None:
+def ref_parser_warning(state_dir: str | Path, model: str | None = None) -> str | None:
     """One line when some cities of a crawl hold rating decisions read by an earlier version of the answer rules
     than this one (``parser_version`` other than :data:`REF_PARSER_VERSION`; a record without it: version 1), else
     None. Version 1 read an answer numbered from 1 as ratings of the next candidates (crawl40 #2) and logged a
-    candidate whose answer it could not read as decided (crawl40 #1); a resumed crawl reuses such decisions.
-    Records without a city (a site audited alone, in the release's shape) are not counted."""
-    from geoagent import constants as C
-
-    path = Path(state_dir) / C.AUDIT_DECISIONS_FILE
-    if not path.is_file():
-        return None
+    candidate whose answer it could not read as decided (crawl40 #1); a resumed crawl reuses such decisions. Only
+    the records that stand now count (:func:`current_ratings` of ``model``: not those of an auditor model switched
+    away from, review40a #4). Records without a city (a site audited alone, in the release's shape) are not
+    counted."""
     old: set[str] = set()
     cities: set[str] = set()
-    for rec in JsonlLog(path).records.values():
+    for rec in current_ratings(state_dir, model):
         city = rec.get("city")
         if city is None or rec.get("not_rated"):
             continue

@@ -61,8 +61,9 @@ minimum box size, whose images were kept as a lower bound, with ``reason`` and `
   numbering; an answer cut off by the output limit is not counted); ``n_reasked``: candidates whose rating failed
   alone in an earlier run, asked again alone with the reminder; ``n_rating_failed``: candidates whose rating failed
   (after the re-asks; they are in no ladder, crawl40b #1). A step that failed
-  (:class:`geoagent.crawl.referenceability.AuditorOutputUnreadable`, crawl40 #1: a split whose halves were both
-  unreadable, or single failures of more than ``REF_MAX_FAILED_SHARE`` of the candidates) is logged too, with
+  (:class:`geoagent.crawl.referenceability.AuditorOutputUnreadable`, crawl40 #1: a split whose halves both had a
+  fault of the answers' format, or single failures of more than ``REF_MAX_FAILED_SHARE`` of the candidates, the
+  split then stopping there, review40a #1) is logged too, with
   ``n_rating_failed`` and its ``error``, and without the batch counts; its task then fails (retried, then
   dead-lettered: the crawl ends ``incomplete``).
 
