@@ -305,7 +305,11 @@ class CrawlCampaign(CampaignKind):
         except OSError:
             review = None
         try:
-            unscreened = rating_failed_lines(cfg.state_dir()) + unscreened_lines(cfg.state_dir())
+            try:  # the current auditor model's records decide (review40a #4)
+                auditor = _settings(cfg).referenceability.model
+            except CrawlConfigError:
+                auditor = None
+            unscreened = rating_failed_lines(cfg.state_dir(), auditor) + unscreened_lines(cfg.state_dir())
         except OSError:
             unscreened = []
         try:
@@ -354,7 +358,7 @@ class CrawlCampaign(CampaignKind):
                          "asked language and no English Wikipedia article (WDQS gave the bare QID, a name the auditor cannot "
                          "rate nor a hint use); "
                          "each is a decision in audit_decisions.jsonl with not_rated = no_label")
-        lines += rating_failed_lines(svc.state_dir)
+        lines += rating_failed_lines(svc.state_dir, svc.settings.referenceability.model)
         lines += unscreened_lines(svc.state_dir)
         from geoagent.crawl.screener import not_admitted_lines
 
@@ -384,7 +388,8 @@ class CrawlCampaign(CampaignKind):
             lines.append(f"  {warning}")
         from geoagent.crawl.referenceability import ref_candidate_lines_warning, ref_parser_warning
 
-        for warning in (ref_candidate_lines_warning(svc.state_dir), ref_parser_warning(svc.state_dir)):
+        for warning in (ref_candidate_lines_warning(svc.state_dir),
+                        ref_parser_warning(svc.state_dir, svc.settings.referenceability.model)):
             if warning:
                 lines.append(f"  {warning}")
         return lines
