@@ -33,7 +33,6 @@ import re
 from collections.abc import Callable
 
 import orjson
-import pytest
 
 import geoagent.crawl.simulate as sim
 from geoagent import constants as C
