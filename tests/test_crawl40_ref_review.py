@@ -282,3 +282,25 @@ def test_the_reminder_says_how_many_earlier_replies_in_words(tmp_path):
     with contextlib.suppress(StopIteration):
         next(p for p in prompts if REMINDER not in p and "earlier repl" in p)
         raise AssertionError("the reminder's words in a prompt that is no re-ask")
+
+
+def test_names_the_screen_never_asked_are_asked_by_a_later_run(tmp_path):
+    """review40b #2: a screen that stopped splitting at too many failed names logged the rest of its batch, never
+    asked, as failures: they were out of every ladder for good. Now they have no record and a later run asks them;
+    only the refused names stay unscreened."""
+    from geoagent.crawl.referenceability import JsonlLog
+    from geoagent.sandbox.responders import register_responder
+
+    labels = _two_poisoned(LABELS24, at=(1, 4, 7))
+    refused = {c.qid for c in _cands(labels) if POISON in c.label}
+    register_responder("crawl_sensitive", lambda p: SENS_MARKER in p, _screen_refusing)
+    try:
+        with answers(reminded):
+            for _ in range(3):
+                rate(tmp_path, _cands(labels), batch_size=12, sensitive_screen=True)
+    finally:
+        register_responder("crawl_sensitive", lambda p: SENS_MARKER in p, sim.sensitive_answer)
+    sens = JsonlLog(tmp_path / C.AUDIT_SENSITIVE_FILE).records.values()
+    unscreened = {r["qid"] for r in sens if r.get("sensitive") is None}
+    assert unscreened and unscreened <= refused, (unscreened, refused)
+    assert not any("not asked" in (r.get("error") or "") for r in sens)

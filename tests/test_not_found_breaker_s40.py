@@ -208,3 +208,15 @@ def test_one_tasks_own_not_found_on_its_last_attempt_does_not_stop_the_model():
     assert not is_not_found_failure(400, "this model does not support image inputs; image_url field not found")
     assert not is_not_found_failure(400, "provider error: model gpt-4o: tool not found")
     assert is_not_found_failure(400, 'model "llama9" not found, try pulling it first')
+
+
+def test_one_tasks_own_retries_never_reach_the_threshold():
+    """review40b #3: the threshold (5) equals the default max_attempts, so one task retried alone at the end of a
+    run (or after dead --requeue) stopped the model on its own; a quoted Ollama tag with ":" is a model not found."""
+    from geoagent.workers.model_caller import AuthBreaker, is_not_found_failure
+
+    b = AuthBreaker()
+    b.success("g")
+    assert [b.not_found("g", 404, "h", "x", last_attempt=i == 4, key="task-1") for i in range(5)] == [None] * 5
+    assert is_not_found_failure(400, 'model "llava:13b" not found, try pulling it first')
+    assert is_not_found_failure(400, "the model `llama3.1` does not exist")

@@ -1193,8 +1193,9 @@ class ReferenceabilityAuditor:
         screen goes on with the next batch (an unscreened candidate is drawn into no ladder, and counted:
         :func:`unscreened_lines`). Refusals are split on down to the names (a contentious name may well be refused,
         review40a #1) until more of the batch failed alone than :data:`REF_MAX_FAILED_SHARE` of it (and more than
-        one): the rest of the batch is then left unscreened too, unasked (so a screen that never answers in JSON
-        costs a few calls a batch, not about 2n). Returns the candidates left unscreened."""
+        one): the rest of the batch is then left unscreened in this run, unasked and unrecorded, so a later run asks
+        it (review40b #2; a screen that never answers in JSON costs a few calls a batch, not about 2n). Returns the
+        candidates left unscreened."""
         got = await self._screen_answer(batch, city)
 
         def too_many() -> bool:
@@ -1207,11 +1208,11 @@ class ReferenceabilityAuditor:
         except GaveUp as e:
             return e.candidates
         except _TooManyFailed:
+            # the rest of the batch was never asked: no record for it, so a later run asks it (without the names
+            # whose screen failed, which are recorded); logged as failures they were out of every ladder for good
+            # (review40b #2)
             rest = [c for c in batch if self.sensitive.get(self.sens_model, c.qid, city) is None]
-            why = (f"not asked: the screen's answers for more than {REF_MAX_FAILED_SHARE:.0%} of its batch could not "
-                   "be read, also asked alone, so the rest of the batch was not split further")
-            await self.sensitive.append(self._screen_failures(rest, _Reading(rest, why, ""), city))
-            return [c for c in batch if "error" in (self.sensitive.get(self.sens_model, c.qid, city) or {})]
+            return [c for c in batch if "error" in (self.sensitive.get(self.sens_model, c.qid, city) or {})] + rest
 
     def _ask_whole(self, batch: Sequence[RefCandidate], todo: Sequence[RefCandidate], prompt: Any, task: str) -> bool:
         """Whether ``batch`` is asked whole: nothing in it is decided yet, or the answer to the whole batch

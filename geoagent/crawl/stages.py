@@ -419,8 +419,11 @@ def build_crawl_services(settings: CrawlSettings, http: Any, *, state_dir: str |
 
     def pol(api: str, url: str) -> Any:
         from geoagent.clients.overpass import host_of
+        from geoagent.runtime.http import host_name
 
-        return None if host_of(url) in configured else settings.host_policy(api)
+        # a [hosts] entry without a port covers the host on every port (review40b: it was set aside for a URL with one)
+        key = host_of(url)
+        return None if key in configured or host_name(key) in configured else settings.host_policy(api)
 
     pv = None
     if settings.referenceability.pageviews:

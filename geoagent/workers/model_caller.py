@@ -399,7 +399,9 @@ NOT_FOUND_STATUSES = frozenset({404, 405})
 #: review40a #3) never does
 MODEL_NOT_FOUND_RE = re.compile(
     r"model_not_found|not a valid model|invalid model name|no 'model_name'|unknown model|no such model"
-    r"|\bmodels?\b[^.;,:\n]{0,60}?\b(?:does not exist|not exist|not found)\b")
+    r"|\bmodels?\b[^.;,:\n]{0,60}?\b(?:does not exist|not exist|not found)\b"
+    # a quoted id may hold ":" or "." (Ollama's 'model "llava:13b" not found', "llama3.1": review40b #4)
+    r"|\bmodels?\s*[\"'`][^\"'`\n]{1,120}[\"'`]\s*(?:does not exist|not found)")
 
 
 def is_not_found_failure(status: int, body: str) -> bool:
@@ -502,7 +504,8 @@ class AuthBreaker(HeldTasks):
         start of its body ``excerpt``, secrets scrubbed); return the model's :class:`AuthFailure` (``not_found``)
         once its breaker is open (walk39 #6).
 
-        Opens at ``not_found_threshold`` such answers in a row with no answer of the model in between, or on a
+        Opens at ``not_found_threshold`` such answers in a row with no answer of the model in between, to at least
+        two different tasks (one task's own retries are its own failure, review40b #3), or on a
         task's ``last_attempt`` while the model has not answered once in this run and the streak holds answers to
         at least two different tasks (``key``: the task's key; a re-run still pointing at the wrong path must hold
         its tasks, never dead-letter them). One task's own not-found (a gateway's per-request 404, "No endpoints
@@ -515,7 +518,9 @@ class AuthBreaker(HeldTasks):
         n = self._nf_streak[model] = self._nf_streak.get(model, 0) + 1
         keys = self._nf_keys.setdefault(model, set())
         keys.add(key if key is not None else f"#{n}")
-        if n >= self.not_found_threshold or (last_attempt and model not in self._answered and len(keys) >= 2):
+        # two different tasks behind the streak in either case: one task's retries alone (5 attempts = the threshold)
+        # are that request's own failure (review40b #3)
+        if len(keys) >= 2 and (n >= self.not_found_threshold or (last_attempt and model not in self._answered)):
             self.opened[model] = AuthFailure(model, int(status), None, n, not_found=True, host=host, excerpt=excerpt)
             return self.opened[model]
         return None
