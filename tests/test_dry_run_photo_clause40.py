@@ -63,3 +63,16 @@ def test_release_images_without_files_are_estimated_as_photos(isolated_roots, re
     clause = _dry_run(isolated_roots, "rel", f'images = "release"\nimage_root = "{empty}"', capsys,
                       sites='["amsterdam_church", "berlin_alte"]')
     assert clause.startswith("a photo without a file at 1024x768") and "placeholder" not in clause, clause
+
+
+def test_release_images_of_other_sites_name_the_trial_table_read(isolated_roots, release_dir, monkeypatch, capsys):
+    """newuser40 #7: sites the release's trial sample has no image of were blamed on an unfinished crawl."""
+    monkeypatch.setenv("GEOAGENT_RELEASE", str(release_dir))
+    path = isolated_roots / "r7.toml"
+    path.write_text(TOML.format(name="r7", images='images = "release"', sites='["tokyo_shibuya", "paris_marais"]'),
+                    encoding="utf-8")
+    assert main(["run", str(path), "--no-live"]) == 2
+    err = capsys.readouterr().err
+    assert "2 sites but no image (images = 'release'): the trial table " in err and "verify_trials" in err, err
+    assert "none of the planned ones; choose [geohint] sites among them" in err
+    assert "which a crawl writes" not in err

@@ -383,7 +383,11 @@ class GeoHintCampaign(CampaignKind):
             from geoagent.geohint import simulate
 
             simulate.configure(full.sites, full.ladders, [*full.images.values(), *images], merge=True)
-        self._plan_inputs = {"sites": len(sites), "images": len(images), "ladders": len(release.ladders)}
+        self._plan_inputs = {"sites": len(sites), "images": len(images), "ladders": len(release.ladders),
+                             # which trial table the release images came from, and how many sites it covers
+                             # (newuser40 #7: the empty plan's reason blamed an unfinished crawl)
+                             "trials_file": full.trials_file,
+                             "sites_with_images": len({im.site_id for im in full.images.values()})}
         messages, summary = plan_from_config(cfg, sites, images, release.ladders)
         # the report and the live aggregator score exactly this plan's requests (scored_scope)
         ctx.services[SERVICE_PLAN_KEYS] = frozenset(key for key, _ in messages)
@@ -429,9 +433,16 @@ class GeoHintCampaign(CampaignKind):
             from geoagent.integrate import stale_trials_reason
 
             stale = stale_trials_reason(root) if s.images == "release" else None
-            why = (f"{count_text(n_sites, 'site')} but no image (images = {s.images!r}; release images come from "
-                   "verify_trials.csv, which a crawl writes into its state folder when it completes)"
-                   if stale is None else f"{count_text(n_sites, 'site')} but no image (images = {s.images!r}): {stale}")
+            table = st.get("trials_file")
+            if stale is not None:
+                why = f"{count_text(n_sites, 'site')} but no image (images = {s.images!r}): {stale}"
+            elif table is not None:
+                why = (f"{count_text(n_sites, 'site')} but no image (images = {s.images!r}): the trial table "
+                       f"{table} lists images of {count_text(st.get('sites_with_images', 0), 'site')}, none of "
+                       "the planned ones; choose [geohint] sites among them, or images = \"synthetic\"")
+            else:
+                why = (f"{count_text(n_sites, 'site')} but no image (images = {s.images!r}; release images come from "
+                       "verify_trials.csv, which a crawl writes into its state folder when it completes)")
         elif not n_ladders:
             why = f"{count_text(n_sites, 'site')} and {count_text(n_images, 'image')} but no context ladder (ladders/*.csv)"
         else:
