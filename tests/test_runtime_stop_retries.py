@@ -147,10 +147,12 @@ def test_http_client_raises_retries_stopped_between_attempts_with_the_attempt_co
 
     first, woke_after, before_second, second, received = run(main(), timeout_s=60)
     assert isinstance(first, RetriesStopped) and isinstance(first, Abandoned)
-    assert first.attempts == 1 and first.possibly_billed == 0 and "http 500" in first.last
+    # the backoff is jittered ("up to 30 s"): now and then a draw under the 0.2 s the test waits lets a second
+    # attempt out before the stop (a CI run saw 2); what matters is that every attempt made is counted and none
+    # follows the stop
+    assert first.attempts == before_second >= 1 and first.possibly_billed == 0 and "http 500" in first.last
     assert woke_after < 5.0  # the backoff of up to 30 s was cut short
-    assert before_second == 1  # nothing was sent between the stop and the next request
-    assert second.attempts == 1 and received == 2  # its first attempt went out; no retry followed
+    assert second.attempts == 1 and received == before_second + 1  # its first attempt went out; no retry followed
     assert KEY not in str(first) and KEY not in str(second)
 
 
