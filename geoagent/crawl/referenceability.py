@@ -1652,7 +1652,7 @@ def ref_parser_warning(state_dir: str | Path, model: str | None = None) -> str |
     names = sorted(old)
     shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
     return (f"warning: referenceability: {len(old)} of {len(cities)} cities hold ratings read by an earlier version "
-            f"of the answer rules (before session 40: an answer numbered from 1 was read as the next candidates' "
+            f"of the answer rules (parser version 1: an answer numbered from 1 was read as the next candidates' "
             f"ratings, and an unreadable one was final): {shown}; a resumed crawl reuses them (audit_decisions.jsonl "
             "parser_version). Crawl again under a new campaign name for one rule throughout")
 
