@@ -44,7 +44,9 @@ def test_a_sigterm_after_the_runs_recorded_end_is_ignored_until_a_run_starts():
     from geoagent import cli
     from geoagent.runtime.daemon import end_recorded, mark_end_recorded
 
+    ended_before = cli._WORK_ENDED  # an earlier test's command in this worker may have left it set
     try:
+        cli._WORK_ENDED = False
         mark_end_recorded()
         assert end_recorded()
         cli._interrupt_on_term(signal.SIGTERM, None)  # ignored: nothing raised
@@ -54,3 +56,4 @@ def test_a_sigterm_after_the_runs_recorded_end_is_ignored_until_a_run_starts():
     finally:
         mark_end_recorded(False)
         cli._TERM_RECEIVED = False
+        cli._WORK_ENDED = ended_before
