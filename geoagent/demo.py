@@ -407,7 +407,6 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     complete, else the first non-zero campaign code (see :mod:`geoagent.engine`).
     """
     from geoagent.engine import EXIT_INTERRUPTED, run_campaign
-    from geoagent.runtime.daemon import mark_end_recorded
     from geoagent.runtime.manifest import adopt_sandbox_names
     from geoagent.integrate import gazetteer_from_world, write_verify_trials
     from geoagent.config import load_config
@@ -452,7 +451,6 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     say("\n[1/3] crawl of the sandbox world (screen, sample, fetch, audit, rate, ladders) ...")
     with _env({MAPILLARY_TOKEN_ENV: os.environ.get(MAPILLARY_TOKEN_ENV) or SANDBOX_MAPILLARY_TOKEN}):
         crawl = await run_campaign(crawl_cfg, live=live, handle_signals=handle_signals, export=False)
-        mark_end_recorded(False)  # the demo goes on: a SIGTERM now stops it (review40b #1)
     say_summary(crawl)
     outcomes = [("crawl", crawl_cfg, crawl)]
     if crawl.exit_code != 0:
@@ -480,7 +478,6 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     # 2. GeoVerify ----------------------------------------------------------------------------------------
     say("\n[2/3] GeoVerify on the crawled sites (2 models behind the OpenAI-compatible fake) ...")
     gv = await run_campaign(gv_cfg, live=live, handle_signals=handle_signals)
-    mark_end_recorded(False)  # the demo goes on: a SIGTERM now stops it (review40b #1)
     say_summary(gv)
     outcomes.append(("GeoVerify", gv_cfg, gv))
     if gv.exit_code == EXIT_INTERRUPTED or gv.late_signal or gv.stop_signal:
@@ -493,7 +490,6 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     gh_cfg = load_config(gh_path)
     adopt_sandbox_names(gh_cfg)
     gh = await run_campaign(gh_cfg, live=live, handle_signals=handle_signals, gazetteer=gaz)
-    mark_end_recorded(False)  # the demo goes on: a SIGTERM now stops it (review40b #1)
     say_summary(gh)
     outcomes.append(("GeoHint", gh_cfg, gh))
 

@@ -2513,9 +2513,6 @@ async def _run(
         manifest.stop_run(run_id, status=status, summary={"planned": n_planned_all, **(
             {"spend": spend_json} if spend_json is not None else {})}, params_mix=params_mix,
             planned=n_planned_all, config=ended, simulated_answers=sim, end_written=end_written)
-        from geoagent.runtime.daemon import mark_end_recorded
-
-        mark_end_recorded()  # the run's end is durable: a late SIGTERM changes nothing (review40a #6)
 
 
 class IdleHandoffTick:

@@ -7,7 +7,7 @@ whole (``1``, not ``1.0``) and otherwise with up to 4 significant digits (``0.33
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 #: C0 control characters other than tab and line feed, DEL and the C1 controls: ESC (0x1b) starts the
@@ -106,3 +106,10 @@ def count_text(n: int, noun: str, plural: str | None = None) -> str:
     """``n`` and ``noun`` in agreement: ``count_text(1, "attempt")`` -> ``"1 attempt"``, ``(3, "attempt")`` ->
     ``"3 attempts"`` (``plural`` when the plural is not ``noun + "s"``)."""
     return f"{n} {noun if n == 1 else (plural or noun + 's')}"
+
+
+def first_few_text(items: Sequence[Any], limit: int = 5) -> str:
+    """The first ``limit`` of ``items`` joined with ", ", then `` and N more`` for the rest: ``first_few_text(["a",
+    "b", "c"], 2)`` -> ``"a, b and 1 more"`` (the lines that name a few sites, cities or keys of many)."""
+    shown = ", ".join(str(x) for x in items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")

@@ -16,6 +16,7 @@ from geoagent.geohint.aggregate import GeoHintAggregator
 from geoagent.geohint.raw_import import NOT_GEOCODED, import_raw, main, replicate_table11
 from geoagent.report.geohint import table11
 from _docs import docs_text
+from _one_site_release import one_site_release
 
 CATS = ("Infra.", "Veg.", "Arch.", "Script", "Terrain")
 FULL = {"infrastructure": "bollards", "vegetation": "plane trees", "architecture": "Haussmann stone",
@@ -34,12 +35,7 @@ def _line(context: str, raw, *, stop: str | None = "end_turn", model: str = "m",
 @pytest.fixture
 def release(tmp_path):
     """A release folder: one site, a ladder holding Q1 only, and a raw file of 7 lines (one blank)."""
-    root = tmp_path / "rel"
-    (root / "ladders").mkdir(parents=True)
-    (root / "sites.csv").write_text("site,city,lat,lon\ns1,Paris,48.88,2.34\n", encoding="utf-8")
-    (root / "ladders" / "s1_ladder_deepseek-en.csv").write_text(
-        "band,tier,name_zh,name_en,label_raw,qid,dist_km,familiarity,pageviews,n_in_cell,n_taken\n"
-        "1.5-3.0km,high,,Louvre Pyramid,,Q1,2.0,5,,22,4\n", encoding="utf-8")
+    root = one_site_release(tmp_path)
     two_nv = {**FULL, "vegetation": "Not visible", "language": "not visible"}
     lines = [
         # 1: full checklist, plain JSON

@@ -20,6 +20,7 @@ import json
 import pytest
 
 from geoagent.geohint.raw_import import import_raw, main
+from _one_site_release import one_site_release
 
 OK = json.dumps({"city": "Paris", "area": "1er", "building": "shop",
                  "evidence": {"infrastructure": "bollards", "vegetation": "trees", "architecture": "stone",
@@ -36,12 +37,7 @@ def _line(**more) -> str:
 
 @pytest.fixture
 def release(tmp_path):
-    root = tmp_path / "rel"
-    (root / "ladders").mkdir(parents=True)
-    (root / "sites.csv").write_text("site,city,lat,lon\ns1,Paris,48.88,2.34\n", encoding="utf-8")
-    (root / "ladders" / "s1_ladder_deepseek-en.csv").write_text(
-        "band,tier,name_zh,name_en,label_raw,qid,dist_km,familiarity,pageviews,n_in_cell,n_taken\n"
-        "1.5-3.0km,high,,Louvre Pyramid,,Q1,2.0,5,,22,4\n", encoding="utf-8")
+    root = one_site_release(tmp_path)
     return root
 
 

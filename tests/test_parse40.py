@@ -23,6 +23,7 @@ from geoagent.geohint.parse import ANSWER_PARSER_VERSION, parse_answer, same_pla
 from geoagent.geoverify.parse import VERDICT_PARSER_VERSION, parse_verdict
 from geoagent.llmjson import MAX_PREAMBLE_CHARS, without_reasoning
 from geoagent.scoring.truncation import is_finished
+from _one_site_release import one_site_release
 
 PARIS = ('```json\n{"city": "Paris", "area": "Le Marais", "building": "Hôtel de Ville", "confidence_area": 0.6, '
          '"confidence_building": 0.3, "clues": ["Haussmann facades", "French street signs"]}\n```')
@@ -170,12 +171,7 @@ def test_the_finish_reason_reaches_the_geohint_raw_importer(tmp_path):
     """The release importer passes each line's usage.stop_reason: end_turn reads the answer, max_tokens does not."""
     from geoagent.geohint.raw_import import import_raw
 
-    root = tmp_path / "rel"
-    (root / "ladders").mkdir(parents=True)
-    (root / "sites.csv").write_text("site,city,lat,lon\ns1,Paris,48.88,2.34\n", encoding="utf-8")
-    (root / "ladders" / "s1_ladder_deepseek-en.csv").write_text(
-        "band,tier,name_zh,name_en,label_raw,qid,dist_km,familiarity,pageviews,n_in_cell,n_taken\n"
-        "1.5-3.0km,high,,Louvre Pyramid,,Q1,2.0,5,,22,4\n", encoding="utf-8")
+    root = one_site_release(tmp_path)
 
     def line(stop: str, repeat: int) -> str:
         return json.dumps({"path": "streetview\\s1\\111.jpg", "location": "s1", "condition": "day", "hour": 12,

@@ -116,6 +116,7 @@ from geoagent.files import append_jsonl
 from geoagent.geo import haversine_km
 from geoagent.providers.base import ModelRequest
 from geoagent.runtime.errors import PicklableError
+from geoagent.textfmt import first_few_text
 
 REF_MARKER = "REFERENCE-POINT CANDIDATES"
 SENS_MARKER = "CONTENTIOUS-NAME SCREEN"
@@ -1480,7 +1481,7 @@ def ref_candidate_lines_warning(state_dir: str | Path) -> str | None:
     if not old:
         return None
     names = sorted(old)
-    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    shown = first_few_text(names)
     return (f"warning: referenceability: {len(old)} of {len(cities)} cities hold ratings made with the older "
             f"candidate lines (label and distance only, before 2026-12-01; this version adds each candidate's English "
             f"Wikipedia title, as the release's auditor was shown it): {shown}; a resumed crawl reuses them "
@@ -1650,7 +1651,7 @@ def ref_parser_warning(state_dir: str | Path, model: str | None = None) -> str |
     if not old:
         return None
     names = sorted(old)
-    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    shown = first_few_text(names)
     return (f"warning: referenceability: {len(old)} of {len(cities)} cities hold ratings read by an earlier version "
             f"of the answer rules (parser version 1: an answer numbered from 1 was read as the next candidates' "
             f"ratings, and an unreadable one was final): {shown}; a resumed crawl reuses them (audit_decisions.jsonl "

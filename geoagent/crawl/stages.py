@@ -119,6 +119,7 @@ from geoagent.runtime.queue import QueueError, Task, WorkQueue
 from geoagent.runtime.stage import Held, Message, PermanentFailure, Stage, StageContext
 from geoagent.workers.billing import OverrunGuard
 from geoagent.workers.images import without_jpeg_metadata
+from geoagent.textfmt import first_few_text
 
 
 def _dump(path: Path, obj: Any) -> None:
@@ -1111,7 +1112,7 @@ def label_language_warning(state_dir: str | Path) -> str | None:
             old.append(path.stem)
     if not old:
         return None
-    shown = ", ".join(old[:5]) + (f" and {len(old) - 5} more" if len(old) > 5 else "")
+    shown = first_few_text(old)
     return (f"warning: referenceability: {len(old)} of {n} sites' candidates were queried with other label languages "
             f"than this version asks ({','.join(LABEL_LANGUAGES[:3])},...; e.g. {','.join(OLD_LABEL_LANGUAGES)} before "
             f"2026-12-01): {shown}; their places labelled only in Chinese or a local language were not rated "

@@ -41,6 +41,7 @@ from geoagent.data.model import (
     make_trial_id,
     tier_of,
 )
+from geoagent.textfmt import first_few_text
 
 
 class RowError(ValueError):
@@ -668,7 +669,7 @@ def sites_without_images_text(site_ids: list[str], sites_csv: str | Path, *, lim
     when there are none."""
     if not site_ids:
         return None
-    named = ", ".join(site_ids[:limit]) + (f" and {len(site_ids) - limit} more" if len(site_ids) > limit else "")
+    named = first_few_text(site_ids, limit)
     n = len(site_ids)
     return (f"{n} site{'s' if n != 1 else ''} of {sites_csv} {'have' if n != 1 else 'has'} no image in the trial "
             f"table, so nothing is planned for {'them' if n != 1 else 'it'}: {named} (from a crawl: sites left with no "

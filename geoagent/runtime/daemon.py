@@ -181,21 +181,21 @@ STOP_GRACE_ENV = "GEOAGENT_STOP_GRACE_S"
 MAX_STOP_GRACE_S = 3600.0
 
 
-#: set once a run has recorded its end in the manifest (:func:`mark_end_recorded`), cleared when a run starts: a
-#: SIGTERM the command's own handler gets after it changes nothing (:func:`geoagent.cli._interrupt_on_term`)
+#: set once the command's one run has ended (``run`` / ``crawl``: :func:`geoagent.cli._then_ended`), cleared when a run
+#: starts: a SIGTERM the command's own handler gets after it changes nothing (:func:`geoagent.cli._interrupt_on_term`)
 _END_RECORDED = False
 
 
 def mark_end_recorded(recorded: bool = True) -> None:
-    """Note that this process's run recorded its end (its manifest entry stopped: ``True``), or that a run starts
-    (``False``). A SIGTERM between the end and the command's exit (the loop's teardown) used to read as an
-    interrupt before the workers started, exit 130 over a complete run (review40a #6)."""
+    """Note that the command's run has ended (``True``), or that a run starts (``False``). A SIGTERM between the
+    end and the command's exit (the loop's teardown) used to read as an interrupt before the workers started, exit
+    130 over a complete run (review40a #6)."""
     global _END_RECORDED
     _END_RECORDED = recorded
 
 
 def end_recorded() -> bool:
-    """Whether this process's last run recorded its end and no run started since (:func:`mark_end_recorded`)."""
+    """Whether the command's run has ended and no run started since (:func:`mark_end_recorded`)."""
     return _END_RECORDED
 
 

@@ -40,6 +40,8 @@ from typing import Any
 
 import orjson
 
+from geoagent.textfmt import first_few_text
+
 #: config paths that only set limits or pacing: they change when and how often a request is sent, never the
 #: request or its answer (``models[i].rate``, ``concurrency``, timeouts, attempts, the dry run's estimates;
 #: ``[hosts]`` and ``[queue]`` whole; the crawl's ``[crawl.policies.<api>]``, keys as in ``[hosts]``)
@@ -185,7 +187,7 @@ def regime_scope_lines(name: str, call_keys: Iterable[str], kind: str | None) ->
     keys = sorted(k for k in call_keys if _POOLED_BASELINE.match(k))
     if not keys:
         return []
-    shown = ", ".join(keys[:4]) + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
+    shown = first_few_text(keys, 4)
     return [f"info: campaign {name}: the report's regime split pools the no-context answers of every planned model "
             f"(seed 000 Sec. 6.1.2), so this change ({shown}) can move sites between the legible and illegible "
             "regime for every model; compare regime tables only between runs with the same models and sampling"]
