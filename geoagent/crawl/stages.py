@@ -179,6 +179,10 @@ class CrawlServices:
     #: set when the Mapillary API refused the access token (how, e.g. "HTTP 401, Mapillary error 190"):
     #: the stages that call Mapillary hold their tasks and stop (:class:`MapillaryTokenRefused`)
     mapillary_refused: str | None = None
+    #: set when Overpass, WDQS or the pageviews API refused this client with HTTP 403 (what and where, e.g. "HTTP 403
+    #: from query.wikidata.org ([crawl.endpoints] wdqs)"): the stages that call them hold their tasks and stop
+    #: (:class:`OpenDataRefused`)
+    open_data_refused: str | None = None
     #: the auditor models whose host refused their key or account (:class:`geoagent.crawl.llmcall.AuditorBreaker`):
     #: the auditor's stage holds its tasks and stops (:meth:`audit_generate`)
     auditors: AuditorBreaker = field(default_factory=AuditorBreaker)
@@ -507,12 +511,48 @@ class MapillaryTokenRefused(Held):
     for a re-run with the right token."""
 
 
+class OpenDataRefused(Held):
+    """Overpass, the Wikidata Query Service or the pageviews API answered HTTP 403: the service refuses this client (a
+    blocked IP or application, or a User-Agent it does not accept; api-notes: the Wikimedia User-Agent policy, "403 when
+    blocked"). Every later request would be refused too and a client that keeps knocking risks a longer ban, so, as
+    for a refused Mapillary token (:class:`MapillaryTokenRefused`), the first refusal holds the task untouched (no
+    attempt counted, never dead-lettered: before, each city and site was dead-lettered on its own 403 and the crawl
+    went on asking), every stage that calls those services stops leasing, and the engine ends the run
+    ``authentication failed`` (exit 5) with the host, the ``[crawl.endpoints]`` key naming it and what to check
+    (:data:`OPEN_DATA_REFUSED_FIX`); the work stays queued for a re-run."""
+
+
+#: what to do about a refusal of the open-data services (:class:`OpenDataRefused`)
+OPEN_DATA_REFUSED_FIX = ("check [crawl] contact and tool_name (they make the User-Agent), wait until the block is "
+                         "lifted, or point [crawl.endpoints] at a server of your own")
+
+
+def open_data_refusal(svc: CrawlServices, exc: BaseException) -> str | None:
+    """What refused the crawl when ``exc`` is an HTTP 403 from Overpass (or a mirror), WDQS or the pageviews API
+    (``"HTTP 403 from <host> ([crawl.endpoints] <key>)"``), else None: a 403 from any other host (Mapillary's API has
+    its token rule, a thumbnail CDN refuses one image) is not theirs."""
+    from geoagent.runtime.http import PermanentHTTPError, host_key
+
+    if not isinstance(exc, PermanentHTTPError) or exc.status != 403:
+        return None
+    host = host_key(exc.url)
+    ep = svc.settings.endpoints
+    keys = [k for k, url in [("overpass", ep.overpass), *(("overpass_mirrors", m) for m in ep.overpass_mirrors),
+                             ("wdqs", ep.wdqs), ("pageviews", ep.pageviews)] if url and host_key(url) == host]
+    if not keys:
+        return None
+    return f"HTTP 403 from {host} ([crawl.endpoints] {' / '.join(dict.fromkeys(keys))})"
+
+
 class _CrawlStage(Stage):
     """Common start hook: make sure the crawl services exist before the first task."""
 
     _crawl_svc: CrawlServices | None = None
     #: the stage calls the Mapillary API: it stops once the token was refused (:class:`MapillaryTokenRefused`)
     uses_mapillary = False
+    #: the stage calls Overpass, WDQS or the pageviews API: it stops once one of them refused this client
+    #: (:class:`OpenDataRefused`)
+    uses_open_data = False
     #: the auditor the stage calls (``"image_audit"`` / ``"referenceability"``, :meth:`CrawlServices.audit_generate`):
     #: it stops once that model's host refused its key or account (:class:`geoagent.crawl.llmcall.AuditorRefused`)
     uses_auditor: str | None = None
@@ -527,13 +567,17 @@ class _CrawlStage(Stage):
         """False once the Mapillary token was refused, for a stage that calls Mapillary, or once its auditor model
         was refused, for an auditor's stage (the runner stops leasing)."""
         svc = self._crawl_svc
-        return not (self.uses_mapillary and svc is not None and svc.mapillary_refused) and not self._auditor_refusal()
+        return (not (self.uses_mapillary and svc is not None and svc.mapillary_refused)
+                and not (self.uses_open_data and svc is not None and svc.open_data_refused)
+                and not self._auditor_refusal())
 
     def auth_lines(self) -> list[str]:
         """One line when the Mapillary API refused the token, or the stage's auditor model was refused (the engine
         ends the run exit 5 with it), else []."""
         svc = self._crawl_svc
         lines = [_token_message(svc)] if self.uses_mapillary and svc is not None and svc.mapillary_refused else []
+        if self.uses_open_data and svc is not None and svc.open_data_refused:
+            lines.append(_open_data_message(svc))
         refusal = self._auditor_refusal()
         return lines + ([f"auditor [crawl.{self.uses_auditor}]: {refusal}"] if refusal else [])
 
@@ -545,6 +589,15 @@ class _CrawlStage(Stage):
             svc.mapillary_refused = svc.mapillary.token_refused(exc)
         if svc.mapillary_refused:
             raise MapillaryTokenRefused(_token_message(svc))
+
+    @staticmethod
+    def _open_data_gate(svc: CrawlServices, exc: BaseException | None = None) -> None:
+        """Raise :class:`OpenDataRefused` when an open-data service refused this client already, or when ``exc`` is
+        such a refusal (:func:`open_data_refusal`; recorded on ``svc`` for every stage)."""
+        if exc is not None and svc.open_data_refused is None:
+            svc.open_data_refused = open_data_refusal(svc, exc)
+        if svc.open_data_refused:
+            raise OpenDataRefused(_open_data_message(svc))
 
     async def start(self, ctx: StageContext) -> None:
         self._crawl_svc = services_from_context(ctx)
@@ -578,6 +631,10 @@ THUMBNAIL_CDN_LABEL = "Mapillary thumbnail CDN"
 def _token_message(svc: CrawlServices) -> str:
     return (f"the Mapillary API refused the access token ({svc.mapillary_refused}): check "
             f"{svc.settings.endpoints.mapillary_token_env}")
+
+
+def _open_data_message(svc: CrawlServices) -> str:
+    return f"the crawl was refused ({svc.open_data_refused}): {OPEN_DATA_REFUSED_FIX}"
 
 
 def crawl_host_hint(svc: CrawlServices, host: str) -> str | None:
@@ -637,6 +694,7 @@ class CityScreenerStage(_CrawlStage):
     output_edge = C.EDGE_ADMITTED
     concurrency = 2
     uses_mapillary = True
+    uses_open_data = True  # Overpass
     #: a stop cancels screenings in flight at once (released untouched): Overpass and Mapillary requests are
     #: free, and the screening record and city_pool.csv are written atomically once the city is screened, so
     #: a cancelled city leaves nothing half done (Ctrl-C does not wait on a stalled Overpass query or slot)
@@ -711,11 +769,13 @@ class CityScreenerStage(_CrawlStage):
         rec = _load(path)
         if rec is None:
             self._token_gate(svc)
+            self._open_data_gate(svc)
             try:
                 res = await screen_city(city, svc.overpass, svc.mapillary, svc.settings.screener,
                                         on_note=svc.decision_logger(self.name, city=city.city))
             except Exception as e:
                 self._token_gate(svc, e)
+                self._open_data_gate(svc, e)
                 if _permanent(e):
                     raise PermanentFailure(str(e)) from None
                 raise
@@ -747,6 +807,7 @@ class SiteSamplerStage(_CrawlStage):
     output_edge = C.EDGE_SITES
     concurrency = 2
     uses_mapillary = True
+    uses_open_data = True  # WDQS
     #: a stop cancels samplings in flight at once (released untouched): WDQS and Mapillary requests are free
     #: and the sampling record and sites.csv are written atomically at the end (a WDQS split already logged
     #: to crawl_decisions.jsonl is not logged again when the next run repeats the query:
@@ -766,6 +827,7 @@ class SiteSamplerStage(_CrawlStage):
             if rec is None:
                 seed = city_seed(svc.settings.seed, city.city)
                 self._token_gate(svc)
+                self._open_data_gate(svc)
                 try:
                     res = await sample_sites(city, svc.wdqs, svc.mapillary, svc.settings.sampler, seed,
                                              on_split=svc.decision_logger(self.name, city=city.city),
@@ -773,6 +835,7 @@ class SiteSamplerStage(_CrawlStage):
                                              claimed=claimed_sites(svc.state_dir, exclude=key))
                 except Exception as e:
                     self._token_gate(svc, e)
+                    self._open_data_gate(svc, e)
                     if _permanent(e):
                         raise PermanentFailure(str(e)) from None
                     raise
@@ -1143,9 +1206,18 @@ class ReferenceabilityAuditorStage(_CrawlStage):
     output_edge = C.EDGE_RATED
     concurrency = 1  # WDQS allows one query at a time per client anyway
     uses_auditor = "referenceability"
+    uses_open_data = True  # WDQS, pageviews
 
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
         svc = _svc(ctx)
+        self._open_data_gate(svc)
+        try:
+            return await self._handle(task, svc)
+        except Exception as e:
+            self._open_data_gate(svc, e)
+            raise
+
+    async def _handle(self, task: Task, svc: CrawlServices) -> list[Message]:
         site = task.payload["site"]
         sid = paths.safe_name(str(site["site"]), what="site id")
         out = svc.state_dir / "rated" / f"{sid}.json"

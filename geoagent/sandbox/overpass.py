@@ -69,8 +69,17 @@ _SETTINGS = re.compile(r"^\s*\[out:json\](\[timeout:(?P<t>\d+)\])?(\[maxsize:\d+
 _GENERIC_UA = re.compile(r"^(python-requests|python-urllib|aiohttp|curl|wget|Python)/", re.I)
 
 
-def ua_problem(ua: str | None) -> str | None:
-    """Why a User-Agent breaks the descriptive-UA rule (None if it is fine)."""
+#: a User-Agent whose contact names ``<service>-blocked.invalid`` (``overpass``, ``wdqs``, ``pageviews``) is refused by
+#: that fake with HTTP 403 as a blocked client would be (a ``.invalid`` domain: RFC 2606, never a real contact), so
+#: tests can exercise the crawl's stop on a refusal (:class:`geoagent.crawl.stages.OpenDataRefused`)
+BLOCKED_CONTACT_DOMAIN = "{service}-blocked.invalid"
+
+
+def ua_problem(ua: str | None, service: str | None = None) -> str | None:
+    """Why a User-Agent breaks the descriptive-UA rule (None if it is fine); with ``service``, also when its contact
+    names :data:`BLOCKED_CONTACT_DOMAIN` of that service (a blocked client)."""
+    if service is not None and ua and BLOCKED_CONTACT_DOMAIN.format(service=service) in ua:
+        return "this client is blocked (too many requests, or a User-Agent policy breach)"
     if not ua or _GENERIC_UA.match(ua):
         return "a descriptive User-Agent naming the tool and a contact is required"
     # contact details are an e-mail address or a URL (Wikimedia User-Agent policy): the word "contact" is not one
@@ -121,7 +130,7 @@ async def _interpreter(request: web.Request) -> web.Response:
     st = request.app[OVERPASS_STATE]
     ua = request.headers.get("User-Agent")
     st.user_agents.append(ua or "")
-    problem = ua_problem(ua)
+    problem = ua_problem(ua, "overpass")
     if problem:
         return web.Response(status=403, text=f"403 Forbidden: {problem}\n", content_type="text/plain")
     if st.slots_available <= 0 and st.rate_limit != 0:

@@ -50,7 +50,7 @@ def _problem(status: int, kind: str, title: str, detail: str, uri: str) -> web.R
 
 async def _per_article(request: web.Request) -> web.Response:
     st = request.app[PAGEVIEWS_STATE]
-    if ua_problem(request.headers.get("User-Agent")):
+    if ua_problem(request.headers.get("User-Agent"), "pageviews"):
         return web.Response(status=403, text="Please set a user-agent and respect our robot policy", content_type="text/plain")
     m = request.match_info
     raw_path = request.raw_path.split("?")[0]

@@ -247,7 +247,7 @@ def answer(st: WdqsFakeState, query: str) -> tuple[list[str], list[dict[str, Any
 async def _sparql(request: web.Request) -> web.StreamResponse:
     st = request.app[WDQS_STATE]
     ua = request.headers.get("User-Agent", "")
-    problem = ua_problem(ua)
+    problem = ua_problem(ua, "wdqs")
     if problem:
         return web.Response(status=403, text=f"Forbidden. Please comply with the User-Agent policy: {problem}\n",
                             content_type="text/plain")
