@@ -132,6 +132,12 @@ SERVICE_PLANNED_DURING_RUN = "planned_during_run"
 #: records: geoagent.runtime.manifest.Manifest.record_progress); a stage that plans more while the run goes on
 #: (a crawl --watch adding a city) calls it after each addition, so a process killed outright leaves them recorded
 SERVICE_RECORD_RUN_SO_FAR = "record_run_so_far"
+#: ctx service (set by the engine once the run's manifest entry exists): a callable ``() -> None`` that records in
+#: that entry, durably and once, that the run's work began (geoagent.runtime.manifest.Manifest.record_work_began);
+#: called before the run changes anything the final report and exports are made from: a stage runner before it
+#: hands its first leased task to a worker, a kind before it rewrites a stored row, a --watch hand-off before it
+#: rewrites the tables (review40b #5: `status` passes over a run killed before it)
+SERVICE_WORK_BEGAN = "work_began"
 #: ctx service: the stored answers per model and distinct request settings, for the models with more than one
 #: (:func:`geoagent.runtime.drift.params_mix`), set by the engine before the report is written
 SERVICE_PARAMS_MIX = "params_mix"

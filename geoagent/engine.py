@@ -81,6 +81,7 @@ import os
 import secrets
 import sys
 import sqlite3
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -2081,7 +2082,7 @@ async def _run(
     export: bool,
     on_planned: Callable[[], None] | None = None,
 ) -> Outcome:
-    from geoagent.runtime.manifest import Manifest, stages_run_elsewhere
+    from geoagent.runtime.manifest import WORK_BEGAN_KEY, Manifest, stages_run_elsewhere
     from geoagent.status import host_labels
     from geoagent.workers.cutoff_breaker import CUTOFF_BREAKER_SERVICE
     from geoagent.workers.model_caller import AUTH_BREAKER_SERVICE, HOST_BREAKER_SERVICE
@@ -2213,6 +2214,8 @@ async def _run(
     answered_at_start = sum(_answered_by_model(ctx, planned_by_model, cfg, kind.plan_edge).values())
     manifest = Manifest(ctx.services.get("config_as_written", cfg), state_dir=cfg.state_dir())
     run_id = manifest.start_run(command="run", extra={"planned": n_planned, "stages": [s.name for s in stages],
+                                                      # false until the run's work begins (note_work_began)
+                                                      WORK_BEGAN_KEY: False,
                                                       # --watch: `status` reads drained queues as idling, not
                                                       # as the run finishing its report (geoagent.status)
                                                       "watch": bool(watch),
@@ -2240,6 +2243,18 @@ async def _run(
                                  config=kind.config_at_end(ctx.services.get("config_as_written", cfg), ctx))
 
     ctx.services[C.SERVICE_RECORD_RUN_SO_FAR] = record_run_so_far
+    began_lock, began = threading.Lock(), [False]
+
+    def note_work_began() -> None:
+        # review40b #5: once, before the run first changes what its end is made from (a task leased, a stored row
+        # rewritten, a --watch hand-off; a thread of its own may call it): until then a kill left the files on disk
+        # as an earlier run wrote them, and `status` does not call their end unwritten
+        with began_lock:
+            if not began[0]:
+                manifest.record_work_began(run_id)
+                began[0] = True
+
+    ctx.services[C.SERVICE_WORK_BEGAN] = note_work_began
     status = "interrupted"
     view: PipelineRun | None = None
     sim: list[str] | None = None  # an evaluation's models whose stored answers came from the simulator (its end)
@@ -2623,10 +2638,17 @@ def idle_handoff_tick(tick: Any, handoff: Callable[..., list[str]],
 def kind_handoff_tick(kind: CampaignKind, cfg: Any, ctx: StageContext, tick: Any, *, export: bool) -> IdleHandoffTick:
     """The idle hand-off tick of a ``--watch`` run of ``kind`` (what the engine runs): ``tick`` (the progress
     callback), then at each idle drain with new work :meth:`CampaignKind.idle_handoff` in a worker thread
-    (:class:`IdleHandoffTick`). ``export``: the run exports (``run_campaign(export=...)``, True for ``run.py``)."""
-    return idle_handoff_tick(
-        tick, lambda complete, snap: kind.idle_handoff(cfg, ctx, export=export, complete=complete, snapshot=snap),
-        snapshot=lambda: kind.handoff_snapshot(cfg, ctx))
+    (:class:`IdleHandoffTick`). ``export``: the run exports (``run_campaign(export=...)``, True for ``run.py``).
+    Each hand-off first records that the run's work began (``ctx.services[constants.SERVICE_WORK_BEGAN]``, when
+    set): it rewrites the tables and report, so a kill among them leaves them unfinished (review40b #5)."""
+
+    def handoff(complete: bool, snap: Any) -> list[str]:
+        began = ctx.services.get(C.SERVICE_WORK_BEGAN)
+        if callable(began):
+            began()
+        return kind.idle_handoff(cfg, ctx, export=export, complete=complete, snapshot=snap)
+
+    return idle_handoff_tick(tick, handoff, snapshot=lambda: kind.handoff_snapshot(cfg, ctx))
 
 
 @dataclass(frozen=True)

@@ -548,8 +548,9 @@ def _last_run_watched(state_dir: Path) -> bool:
 def _end_cut_short(state_dir: Path) -> str | None:
     """How the newest run that began writing the campaign's final exports and report ended without finishing them
     (its manifest.json entry's status: ``"running"`` for one killed outright, ``"forced exit"``, ``"failed"``;
-    :func:`geoagent.runtime.manifest.end_cut_short`), or None: it finished them, or the manifest does not tell (no
-    readable manifest, or one written before the mark existed)."""
+    :func:`geoagent.runtime.manifest.end_cut_short`, which passes over runs killed before their work began:
+    review40b #5), or None: it finished them, or the manifest does not tell (no readable manifest, or one written
+    before the mark existed)."""
     from geoagent.runtime.manifest import end_cut_short, read_manifest
 
     try:

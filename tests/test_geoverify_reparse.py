@@ -68,8 +68,12 @@ def test_refresh_parses_stale_rows_again_and_leaves_current_ones(tmp_path):
         orphan = {**_version_1_row("k-gone"), "trial_id": "t4"}  # no stored text and no raw: kept
         st.store.put_results(SCORED_TABLE, [("a", stale), ("b", same), ("c", current), ("d", orphan)])
 
-        got = refresh_stored_rows(st.store, SCORED_TABLE)
+        # the run's "work began" hook (review40b #5): called once, while row "a" still has its version-1 reading
+        began: list[object] = []
+        got = refresh_stored_rows(st.store, SCORED_TABLE, before_write=lambda: began.append(
+            dict(st.store.iter_results(SCORED_TABLE))["a"].get("parser_version", "v1")))
         assert (got.stale, got.reparsed, got.changed, got.no_text, got.versions) == (3, 2, 1, 1, (1,))
+        assert began == ["v1"]
         line = got.line("rp")
         assert line == (f"info: campaign rp: 2 stored answers read by an earlier verdict parser (version 1) were parsed "
                         f"again by version {VERDICT_PARSER_VERSION} from the stored text (no model call): 1 changed "
@@ -87,8 +91,9 @@ def test_refresh_parses_stale_rows_again_and_leaves_current_ones(tmp_path):
         assert rows["c"] == current
         assert rows["d"] == orphan  # kept as it was, version 1 by its missing field
 
-        again = refresh_stored_rows(st.store, SCORED_TABLE)  # only the orphan is still stale
-        assert (again.stale, again.reparsed, again.no_text) == (1, 0, 1)
+        again = refresh_stored_rows(st.store, SCORED_TABLE, before_write=lambda: began.append(0))
+        assert (again.stale, again.reparsed, again.no_text) == (1, 0, 1)  # only the orphan is still stale
+        assert began == ["v1"]  # nothing written: not called
 
 
 def test_a_row_that_now_parses_loses_its_raw_and_gets_the_stored_finish_reason(tmp_path):

@@ -188,7 +188,9 @@ class GeoVerifyCampaign(CampaignKind):
         store = ctx.get("store")
         if store is None or not hasattr(store, "iter_results"):
             return []
-        line = refresh_stored_rows(store, SCORED_TABLE).line(cfg.name)
+        # the run's work begins with the first row rewritten (review40b #5)
+        began = ctx.services.get(C.SERVICE_WORK_BEGAN)
+        line = refresh_stored_rows(store, SCORED_TABLE, before_write=began if callable(began) else None).line(cfg.name)
         return [line] if line else []
 
     def stages(self, cfg: Any) -> list[Stage]:

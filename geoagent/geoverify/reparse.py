@@ -18,7 +18,7 @@ reading and version, and is counted as such.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,12 +106,13 @@ class Refreshed:
         return f"info: campaign {campaign}: " + "; ".join(parts) + "."
 
 
-def refresh_stored_rows(store: Any, table: str) -> Refreshed:
+def refresh_stored_rows(store: Any, table: str, *, before_write: Callable[[], None] | None = None) -> Refreshed:
     """Parse again, and write back, every row of results table ``table`` read by an earlier parser.
 
     One pass over the table (``store.iter_results``), rows written back in batches of :data:`BATCH`
-    (``store.put_results``, overwrite). Rows read by the current parser are not written. Returns the
-    :class:`Refreshed` counts.
+    (``store.put_results``, overwrite). Rows read by the current parser are not written. ``before_write`` is
+    called once before the first batch is written (the run's "work began" mark, review40b #5; not called when no
+    row is written). Returns the :class:`Refreshed` counts.
 
     Raises
     ------
@@ -137,12 +138,19 @@ def refresh_stored_rows(store: Any, table: str) -> Refreshed:
         out.changed += _reading(new) != _reading(row)
         batch.append((key, new))
         if len(batch) >= BATCH:
-            store.put_results(table, batch)
-            batch = []
+            _put(store, table, batch, before_write)
+            batch, before_write = [], None  # called before the first batch only
     if batch:
-        store.put_results(table, batch)
+        _put(store, table, batch, before_write)
     out.versions = tuple(sorted(versions))
     return out
+
+
+def _put(store: Any, table: str, batch: list[tuple[str, dict[str, Any]]], first: Callable[[], None] | None) -> None:
+    """Write ``batch`` into results table ``table``, calling ``first`` (when given) before it."""
+    if first is not None:
+        first()
+    store.put_results(table, batch)
 
 
 def reparse_items(items: Iterable[tuple[str, dict[str, Any]]], store: Any) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -801,6 +801,10 @@ def stages_run_elsewhere(state_dir: str | os.PathLike[str], all_stages: Sequence
 WRITING_END_KEY = "writing_end_since"
 #: a run entry's key (true) once the run wrote its final exports and report
 END_WRITTEN_KEY = "end_written"
+#: a run entry's key: false from the run's start (geoagent's engine), the time (UTC) its work began once it did
+#: (:meth:`Manifest.record_work_began`: its first task leased, a stored row rewritten, a --watch hand-off); an entry
+#: without it (an earlier geoagent) counts as having worked
+WORK_BEGAN_KEY = "work_began"
 
 
 def end_cut_short(runs: Sequence[Any]) -> dict[str, Any] | None:
@@ -813,7 +817,11 @@ def end_cut_short(runs: Sequence[Any]) -> dict[str, Any] | None:
     its process on this machine is gone) is returned too: it may have done the last of the work (its last task
     acknowledged, its exports and report not begun), so the files on disk are an earlier run's (review40a #5: the
     check skipped it and read the earlier run's ``end_written``, "campaign complete"). A run that ended with any
-    other recorded status before the marks existed counts as having written its end."""
+    other recorded status before the marks existed counts as having written its end.
+
+    A run that died before its work began (:data:`WORK_BEGAN_KEY` false: killed while its pipeline started over
+    drained queues, before its first lease) changed nothing the files on disk were made from: it is passed over,
+    and the runs before it decide (review40b #5: status said an earlier complete run's end was unwritten)."""
     for run in reversed(runs):
         if not isinstance(run, dict):
             continue
@@ -821,6 +829,8 @@ def end_cut_short(runs: Sequence[Any]) -> dict[str, Any] | None:
             return None
         if run.get(WRITING_END_KEY):
             return run
+        if run.get(WORK_BEGAN_KEY) is False:
+            continue  # no task leased, no row rewritten: whatever it ended as, the earlier runs' files stand
         status = run.get("status")
         if status in ("killed", "forced exit") or (status == "running" and _running_here(run, socket.gethostname())
                                                     and _run_process_gone(run)):
@@ -1026,6 +1036,27 @@ class Manifest:
         with _locked(self.path):
             data = read_manifest(self.state_dir)
             self._run_entry(data, run_id)[WRITING_END_KEY] = _iso(now)
+            data["updated_at"] = _iso(now)  # type: ignore[index]
+            _write(self.path, data)  # type: ignore[arg-type]
+
+    def record_work_began(self, run_id: str) -> None:
+        """Record, durably, that run ``run_id`` began its work (:data:`WORK_BEGAN_KEY`: the time, UTC), before it
+        changes anything its final exports and report are made from; a second call leaves the first time. Until
+        then a run killed outright (or ended by a second signal) changed nothing, and ``status`` does not say that
+        it left the campaign's end unwritten (:func:`end_cut_short`, review40b #5).
+
+        Raises
+        ------
+        KeyError
+            No run ``run_id`` in the manifest.
+        """
+        now = time.time()
+        with _locked(self.path):
+            data = read_manifest(self.state_dir)
+            run = self._run_entry(data, run_id)
+            if run.get(WORK_BEGAN_KEY):
+                return
+            run[WORK_BEGAN_KEY] = _iso(now)
             data["updated_at"] = _iso(now)  # type: ignore[index]
             _write(self.path, data)  # type: ignore[arg-type]
 

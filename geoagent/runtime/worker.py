@@ -827,6 +827,7 @@ class StageRunner:
         self.commit_interval_s = commit_interval_s
         self.grace_s = grace_s
         self.stats = StageStats(stage.name)
+        self._work_noted = False  # the run's "work began" hook was called (_note_work_began)
         self._pace_at = 0.0  # time.monotonic() of the last _note_pace
         self.finished = anyio.Event()
         self._stop = anyio.Event()
@@ -1077,6 +1078,7 @@ class StageRunner:
                         with anyio.move_on_after(min(1.0, self.poll_s * 2 ** min(walks - WALK_LEASES, 10))):
                             await self._lane_room.wait()
                     continue
+            self._note_work_began()
             self.stats.note_leased(len(tasks))
             self._leases.add(tasks)
             for task in tasks:
@@ -1107,6 +1109,7 @@ class StageRunner:
             await self._maybe_commit()
             await self._sleep_or_stop(self.poll_s)
             return
+        self._note_work_began()
         self._probe = tasks[0]
         if self._lanes is not None:
             self._lane_take(tasks[0])
@@ -1114,6 +1117,17 @@ class StageRunner:
         self._leases.add(tasks)  # worked on like any task: a slow probe must not lose its lease mid-request
         send.send_nowait(tasks[0])
         await anyio.sleep(0)
+
+    def _note_work_began(self) -> None:
+        """Before this runner hands its first leased task to a worker: the run's "work began" hook
+        (``ctx.services[constants.SERVICE_WORK_BEGAN]``, set by the engine: it records it in the run's manifest
+        entry), once per runner. A run killed before any runner got here changed nothing (review40b #5)."""
+        if self._work_noted:
+            return
+        self._work_noted = True
+        began = self.ctx.services.get(C.SERVICE_WORK_BEGAN)
+        if callable(began):
+            began()
 
     def _relet(self, tasks: list[Task]) -> list[Task]:
         """The tasks of ``tasks`` (just leased) to hand to workers: those a worker of this runner is still on, their
