@@ -280,7 +280,8 @@ def test_the_crawl_outline_bounds_a_rating_call_of_non_ascii_labels(tmp_path, mo
 
 @pytest.mark.parametrize("kind, section", [("geoverify", 'trials = "release"\nn_boot = 0'),
                                            ("geohint", 'images = "release"\nconditions = ["baseline"]')])
-def test_a_campaign_on_a_crawl_whose_trials_were_moved_aside_says_so(isolated_roots, capsys, kind, section):
+def test_a_campaign_on_a_crawl_whose_trials_were_moved_aside_says_so(isolated_roots, capsys, monkeypatch, kind,
+                                                                     section):
     """A crawl that ends incomplete moves its earlier ``verify_trials.csv`` to ``verify_trials.stale.csv`` (session 8).
     A campaign pointed at that folder then plans nothing; on main GeoVerify blamed the table's rows ("its
     verify_trials.csv gives no image with a signal candidate within tau ... (no usable row)": the stale file matched
@@ -288,6 +289,7 @@ def test_a_campaign_on_a_crawl_whose_trials_were_moved_aside_says_so(isolated_ro
     from geoagent.cli import main
     from tests.test_crawl_handoff import _toml
 
+    monkeypatch.delenv("GEOAGENT_RELEASE", raising=False)  # the campaign plans from its own crawl folder
     root = isolated_roots
     crawl = root / "crawl-out"
     crawl.mkdir()
@@ -321,12 +323,13 @@ def test_a_dead_runs_pid_reused_by_the_new_run_itself_reads_killed(tmp_path):
     assert runs[live]["status"] == "running" and runs[second]["status"] == "running"
 
 
-def test_a_geohint_campaign_whose_only_site_row_is_malformed_names_the_row(isolated_roots, capsys):
+def test_a_geohint_campaign_whose_only_site_row_is_malformed_names_the_row(isolated_roots, capsys, monkeypatch):
     """A sites.csv whose rows are all malformed (here a continent name instead of a code) left the GeoHint plan
     empty with "no site (sites.csv empty or missing)": the file was there and the row was the problem."""
     from geoagent.cli import main
     from tests.test_crawl_handoff import _toml
 
+    monkeypatch.delenv("GEOAGENT_RELEASE", raising=False)  # the campaign plans from its own crawl folder
     root = isolated_roots
     crawl = root / "crawl-out"
     crawl.mkdir()
