@@ -169,6 +169,10 @@ SERVICE_PROVIDER_KINDS = "provider_kinds"
 #: answers for the whole plan edge with several models (geoagent.engine._lane_work); the model caller paces its
 #: lanes by it (geoagent.runtime.worker, "Lanes")
 SERVICE_LANE_WORK = "lane_work"
+#: ctx service set by the engine before the workers start: the names of the stages this process runs (all of the
+#: campaign's, or those ``--stages`` names), so a kind's refresh of stored rows (:meth:`geoagent.engine.CampaignKind.
+#: refresh_scored_rows`) does work of a stage only where that stage runs (GeoHint's re-geocoding: fixreparse41)
+SERVICE_OWN_STAGES = "own_stages"
 #: Response header every sandbox model fake (:mod:`geoagent.sandbox.llm_openai`, ``llm_anthropic``, ``llm_gemini``)
 #: sends with each answer, value ``"1"``; no real API sends it. An HTTP provider that sees it marks the answer
 #: (:attr:`geoagent.providers.base.ModelResponse.sandbox`) and the model caller records it as ``simulated``

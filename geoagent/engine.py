@@ -276,10 +276,12 @@ class CampaignKind(abc.ABC):
         :meth:`plan`, on real runs only. Default: none."""
         return []
 
-    def refresh_scored_rows(self, cfg: Any, ctx: StageContext) -> list[str]:
+    async def refresh_scored_rows(self, cfg: Any, ctx: StageContext) -> list[str]:
         """Bring the stored scored rows up to this code's rules where that needs no model call, before the workers
         start (GeoVerify: answers read by an earlier verdict parser are parsed again from their stored text,
-        :mod:`geoagent.geoverify.reparse`); return the lines for stderr. Default: nothing to do."""
+        :mod:`geoagent.geoverify.reparse`; GeoHint: also geocoded again where the place read changed,
+        :mod:`geoagent.geohint.reparse`, by the process that runs the geocoder: ``ctx.services``
+        :data:`~geoagent.constants.SERVICE_OWN_STAGES`); return the lines for stderr. Default: nothing to do."""
         return []
 
     def manifest_extra(self, cfg: Any) -> dict[str, Any]:
@@ -2262,7 +2264,8 @@ async def _run(
     try:
         # rows an earlier version's rules scored, brought up to these rules before any worker runs (no model call);
         # after the run is recorded, so a damaged row met here ends it as "failed", as the workers' would
-        for ln in kind.refresh_scored_rows(cfg, ctx):
+        ctx.services[C.SERVICE_OWN_STAGES] = frozenset(s.name for s in stages)
+        for ln in await kind.refresh_scored_rows(cfg, ctx):
             print(ln, file=sys.stderr)
         ledger = ctx.get("ledger")
         progress = Progress(

@@ -177,7 +177,7 @@ class GeoVerifyCampaign(CampaignKind):
         scorer = GeoVerifyScorerStage
         return None if keys is None else (SCORED_TABLE, scorer.input_edge, scorer.output_edge, keys)
 
-    def refresh_scored_rows(self, cfg: Any, ctx: StageContext) -> list[str]:
+    async def refresh_scored_rows(self, cfg: Any, ctx: StageContext) -> list[str]:
         """:meth:`CampaignKind.refresh_scored_rows`: the stored answers an earlier verdict parser read are parsed
         and scored again from their stored text (:func:`geoagent.geoverify.reparse.refresh_stored_rows`; no model
         call), so the report never mixes two parsers' readings; one ``info:`` line says how many and how many
