@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 
 from collections.abc import Sequence
 from pathlib import Path
@@ -209,6 +210,35 @@ class GeoHintCampaign(CampaignKind):
         scorer = GeoHintScorerStage
         return None if keys is None else (SCORED_TABLE, scorer.input_edge, scorer.output_edge, keys)
 
+    async def refresh_scored_rows(self, cfg: Any, ctx: StageContext) -> list[str]:
+        """:meth:`CampaignKind.refresh_scored_rows`: the stored answers an earlier answer parser read are read again
+        from their stored text (:func:`geoagent.geohint.reparse.refresh_stored_rows`; no model call), so the report
+        never mixes two parsers' readings: where the place read is unchanged only the parse fields and the version
+        change; where it changed, the answer is geocoded (the campaign's geocoder stage, its rate limits and cache)
+        and scored again, by a process that runs the geocoder, from the request this run's plan holds under its key
+        (:meth:`planned_requests`). One ``info:`` line says how many were read again, changed and geocoded again."""
+        from geoagent.geohint.reparse import Regeocoder, refresh_stored_rows
+
+        store = ctx.services.get("store")
+        if store is None or not hasattr(store, "iter_results"):
+            return []
+        own = ctx.services.get(C.SERVICE_OWN_STAGES)
+        regeocoder = None
+        if own is None or C.STAGE_GEOCODER in own:
+            regeocoder = Regeocoder(ctx, self.planned_requests, echo_rule=settings_of(cfg).echo_rule)
+        line = (await refresh_stored_rows(store, SCORED_TABLE, regeocoder)).line(cfg.name)
+        return [line] if line else []
+
+    def planned_requests(self, keys: set[str]) -> dict[str, dict[str, Any]]:
+        """The ``requests`` payloads (``model, prompt, image_id, image_ref, params, meta``) of the plan :meth:`plan`
+        made last, of those of ``keys`` it holds. The plan is made again from the inputs it was made from (it is
+        deterministic under the campaign's seed; only its messages of ``keys`` are kept): the plan itself streams into
+        the queue and is not held. Empty before :meth:`plan`."""
+        replan = getattr(self, "_replan", None)
+        if replan is None or not keys:
+            return {}
+        return {key: payload for key, payload in replan() if key in keys}
+
     def stages(self, cfg: Any) -> list[Stage]:
         from geoagent.geohint.geocode_stage import GeocodeStage
         from geoagent.workers.model_caller import ModelCaller
@@ -389,6 +419,8 @@ class GeoHintCampaign(CampaignKind):
                              "trials_file": full.trials_file,
                              "sites_with_images": len({im.site_id for im in full.images.values()})}
         messages, summary = plan_from_config(cfg, sites, images, release.ladders)
+        # the same plan made again, for the requests of stored answers to geocode again (planned_requests)
+        self._replan = lambda: plan_from_config(cfg, sites, images, release.ladders)[0]
         # the report and the live aggregator score exactly this plan's requests (scored_scope)
         ctx.services[SERVICE_PLAN_KEYS] = frozenset(key for key, _ in messages)
         # and the live report lists the missing work as it stands at each rewrite, as report() does at the end
@@ -502,14 +534,28 @@ class GeoHintCampaign(CampaignKind):
         Polars' ``mean`` and ``count`` of ``hit`` and ``echo`` skip it as the report does; a context answer whose
         reference point has no hint distance, which the report leaves out of every table, is marked False with
         the reason in ``extra.left_out`` (:func:`geoagent.geohint.stages.export_rows`); answers of sites or
-        models an earlier plan held stay in the export, marked False."""
+        models an earlier plan held stay in the export, marked False. An answer read by an earlier answer parser
+        that no run has read again yet is exported as the current parser reads it where the place it names is
+        unchanged (:func:`geoagent.geohint.reparse.reparse_items`; the store is not written); one naming another
+        place now, or without a stored text, keeps its earlier reading (``extra.parser_version`` says which), and
+        a ``warning:`` line on stderr says how many (the next run geocodes the former again)."""
         from geoagent.runtime.export import export_all
         from geoagent.runtime.scope import read_plan_keys
 
+        from geoagent.geohint.reparse import StaleView
+
         scope = scored_scope(read_plan_keys(cfg.state_dir()))
-        return export_all(store, out_dir or cfg.state_dir(), hooks={SCORED_TABLE: export_rows(scope, store)},
-                          checks={SCORED_TABLE: functools.partial(scope.checked, store)}, cfg=cfg,
-                          tables=self.results_tables)
+        # an answer read by an earlier answer parser and not yet read again by a run: exported as the current parser
+        # reads it where its place is unchanged (the store is not written); one naming another place keeps its
+        # earlier reading until a run geocodes it again, and a warning says how many (fixreparse41)
+        stale = StaleView(store)
+        rows = export_rows(scope, store)
+        tables = export_all(store, out_dir or cfg.state_dir(), hooks={SCORED_TABLE: lambda it: rows(stale.items(it))},
+                            checks={SCORED_TABLE: functools.partial(scope.checked, store)}, cfg=cfg,
+                            tables=self.results_tables)
+        if (line := stale.warning(cfg.name, SCORED_TABLE)) is not None:
+            print(line, file=sys.stderr)
+        return tables
 
     def answer_quality(self, cfg: Any, ctx: StageContext) -> dict[str, Any]:
         """:meth:`CampaignKind.answer_quality` from the aggregate :meth:`report` made: per model, every scored

@@ -38,6 +38,7 @@ from geoagent.clients.wikidata import WIKIDATA_API_URL, WikidataClient, Wikidata
 from geoagent.config import expand_home
 from geoagent.geohint.geocode import (CANDIDATE_RULES, DEFAULT_ANCHOR_RADIUS_KM, DEFAULT_CANDIDATE_RULE, Geocoder,
                                       LocatedAnswer, ParsedAnswer)
+from geoagent.geohint.reparse import current_payload
 from geoagent.qid import is_qid
 from geoagent.runtime.http import PermanentHTTPError, host_key
 from geoagent.runtime.queue import Task
@@ -367,7 +368,9 @@ class GeocodeStage(Stage):
         return self._aliases[ref_qid]
 
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
-        """Geocode one answer and return it on ``located`` under the same key.
+        """Geocode one answer and return it on ``located`` under the same key. An answer queued by an earlier
+        answer parser (``parser_version`` absent or lower) is parsed again from its text first
+        (:func:`geoagent.geohint.reparse.current_payload`), and goes on with the new parse.
 
         Raises
         ------
@@ -385,8 +388,10 @@ class GeocodeStage(Stage):
             await self.start(ctx)
         assert self.geocoder is not None
         true_lat, true_lon = self._truth(task)
-        answer = ParsedAnswer.from_payload(task.payload)
-        meta = task.payload.get("meta") if isinstance(task.payload.get("meta"), Mapping) else {}
+        # an answer queued by an earlier answer parser is geocoded as the current one reads it (fixreparse41)
+        payload = await current_payload(task.payload, ctx, geocoded=False)
+        answer = ParsedAnswer.from_payload(payload)
+        meta = payload.get("meta") if isinstance(payload.get("meta"), Mapping) else {}
         try:
             located = await self.geocoder.locate(answer, true_lat=true_lat, true_lon=true_lon)
             use_aliases = self.settings.ref_aliases if self.settings is not None else True
@@ -405,7 +410,7 @@ class GeocodeStage(Stage):
             if exc.code in ("maxlag", "ratelimited"):
                 raise  # transient: nack and retry later
             raise PermanentFailure(f"answer {task.key}: {exc}") from None
-        return [(task.key, located_payload(task.payload, located, aliases))]
+        return [(task.key, located_payload(payload, located, aliases))]
 
 
 def located_payload(answer_payload: Mapping[str, Any], located: LocatedAnswer, ref_aliases: list[str] | None = None) -> dict[str, Any]:

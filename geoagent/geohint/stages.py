@@ -57,6 +57,7 @@ from geoagent.geohint.conditions import Condition, PromptBook
 from geoagent.geohint.echo import DEFAULT_ECHO_RULE, check_echo_rule, echo_by_rule
 from geoagent.geohint.parse import ANSWER_PARSER_VERSION, parse_answer
 from geoagent.geohint.plan import ModelSpec, PlanSummary, plan_requests
+from geoagent.geohint.reparse import current_payload
 from geoagent.geohint.result import GeoHintResult
 from geoagent.report.live import LiveAggregatorStage
 from geoagent.runtime.queue import Task
@@ -377,7 +378,10 @@ class GeoHintScorerStage(Stage):
         self.echo_rule = check_echo_rule(echo_rule)
 
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
-        row = score_located(task.key, task.payload, echo_rule=self.echo_rule).to_json()
+        # an answer located under an earlier answer parser takes the current parse where its place is unchanged;
+        # one naming another place now keeps its row's earlier version, for the next run's refresh (fixreparse41)
+        payload = await current_payload(task.payload, ctx, geocoded=True)
+        row = score_located(task.key, payload, echo_rule=self.echo_rule).to_json()
         store = ctx.services.get("store")
         if store is not None:
             await store.aput_result(SCORED_TABLE, task.key, row)
