@@ -388,8 +388,9 @@ class CrawlCampaign(CampaignKind):
             lines.append(f"  {warning}")
         from geoagent.crawl.referenceability import ref_candidate_lines_warning, ref_parser_warning
 
-        for warning in (ref_candidate_lines_warning(svc.state_dir),
-                        ref_parser_warning(svc.state_dir, svc.settings.referenceability.model)):
+        auditor = svc.settings.referenceability.model  # its records only: another model's are reused by nothing
+        for warning in (ref_candidate_lines_warning(svc.state_dir, auditor),
+                        ref_parser_warning(svc.state_dir, auditor)):
             if warning:
                 lines.append(f"  {warning}")
         return lines

@@ -1455,23 +1455,26 @@ class ReferenceabilityAuditor:
         return out
 
 
-def ref_candidate_lines_warning(state_dir: str | Path) -> str | None:
+def ref_candidate_lines_warning(state_dir: str | Path, model: str | None = None) -> str | None:
     """One line when some cities of a crawl hold rating or screening decisions (``audit_decisions.jsonl``,
-    ``audit_sensitive.jsonl``; the last record of each model, QID and city) made with other candidate lines than
-    this version sends (``candidate_lines`` other than :data:`REF_CANDIDATE_LINES`; a record without it: version 1,
-    label and distance only), else None. Decisions are reused by a resumed crawl (a candidate decided for a city is
-    not asked again), so a crawl begun before 2026-12-01 keeps its earlier ratings, made without the candidates'
-    English Wikipedia titles, next to later ones made with them. Records without a city (a site audited alone, in
-    the release's shape) are not counted."""
+    ``audit_sensitive.jsonl``) made with other candidate lines than this version sends (``candidate_lines`` other
+    than :data:`REF_CANDIDATE_LINES`; a record without it: version 1, label and distance only), else None. Decisions
+    are reused by a resumed crawl (a candidate decided for a city is not asked again), so a crawl begun before
+    2026-12-01 keeps its earlier ratings, made without the candidates' English Wikipedia titles, next to later ones
+    made with them. Only the records that stand now count (fixref41 #2, as :func:`ref_parser_warning`): with
+    ``model`` (the auditor model, ``[crawl.referenceability] model``) that model's ratings and its screens
+    (``sens|<model>``); without, the last record of each (QID, city) in each file whatever its model. Records of an
+    auditor model switched away from are reused by nothing, so they do not count. Records without a city (a site
+    audited alone, in the release's shape) are not counted."""
     from geoagent import constants as C
 
     old: set[str] = set()
     cities: set[str] = set()
-    for name in (C.AUDIT_DECISIONS_FILE, C.AUDIT_SENSITIVE_FILE):
+    for name, logged in ((C.AUDIT_DECISIONS_FILE, model), (C.AUDIT_SENSITIVE_FILE, model and f"sens|{model}")):
         path = Path(state_dir) / name
         if not path.is_file():
             continue
-        for rec in JsonlLog(path).records.values():
+        for rec in _standing(path, logged):
             city = rec.get("city")
             if city is None:
                 continue
@@ -1532,7 +1535,14 @@ def current_ratings(state_dir: str | Path, model: str | None = None) -> list[dic
     model rated those QIDs). ``[]`` without a log."""
     from geoagent import constants as C
 
-    path = Path(state_dir) / C.AUDIT_DECISIONS_FILE
+    return _standing(Path(state_dir) / C.AUDIT_DECISIONS_FILE, model)
+
+
+def _standing(path: Path, model: str | None) -> list[dict[str, Any]]:
+    """The records of the decision log at ``path`` (``audit_decisions.jsonl`` or ``audit_sensitive.jsonl``) that
+    stand now (:func:`current_ratings`): with ``model`` (as logged: ``sens|<auditor>`` for screens) that model's
+    last record of each (QID, city); without, the last record of each (QID, city) whatever its model. ``[]``
+    without a log."""
     if not path.is_file():
         return []
     if model is not None:
