@@ -237,47 +237,48 @@ def test_one_candidate_that_cannot_be_read_is_left_out_and_asked_again_alone_wit
         aud, err, calls = rate(tmp_path, cands, batch_size=6, times=2)
     # isolated down to the one candidate (the other half of each split was readable), the others rated, and the
     # step completes (crawl40b #1: it failed the city before)
-    assert err is None and aud.reasked == 0
-    first = _decisions(tmp_path)
-    by = {r["qid"]: r for r in first}
+    assert err is None
+    by = {r["qid"]: r for r in _decisions(tmp_path)}
     assert by["Q104"]["error"].startswith("unparseable answer") and "cannot rate" in by["Q104"]["raw"]
-    assert by["Q104"]["failure"] == FAILURE_ISOLATED and by["Q104"]["reasks"] == 0
     assert by["Q104"]["familiarity"] is None and by["Q104"]["ok"] is None
     assert all(by[c.qid]["familiarity"] == len(c.label) % 6 for c in cands if c.label != POISON)
     assert rating_failed_count(tmp_path) == 1
+    # fixref41 #1: asked alone, then at once again alone with the reminder, twice (each a request key of its own),
+    # in the run that failed it (crawl40b #2: one re-ask per later run before); still refused, a failure with its
+    # re-asks spent; the retry replayed them (no second call)
+    assert aud.reasked == 1 and by["Q104"]["failure"] == FAILURE_ISOLATED and by["Q104"]["reasks"] == REF_MAX_REASKS
     alone = [r for r in _raw(tmp_path) if r["qids"] == ["Q104"]]
-    assert len(alone) == 1  # asked alone once, without the reminder
-    # a later run (a new auditor) asks it alone once more with the reminder: one call (a new request key), not the
-    # city's batches again; still refused, it is a failure with one re-ask
+    assert len(alone) == 1 + REF_MAX_REASKS and len({r["key"] for r in alone}) == len(alone)
+    assert [r.get("reasks") for r in _decisions(tmp_path) if r["qid"] == "Q104"] == [0, 1, 2]  # every failure logged
+    # a later run has nothing to ask again
     with answers(poisoned):
-        again, err2, calls2 = rate(tmp_path, cands, batch_size=6, times=2)
-    assert err2 is None and calls2 == 1 and again.reasked == 1
-    alone = [r for r in _raw(tmp_path) if r["qids"] == ["Q104"]]
-    assert len(alone) == 2 and alone[0]["key"] != alone[1]["key"]
-    last = {r["qid"]: r for r in _decisions(tmp_path)}["Q104"]
-    assert last["failure"] == FAILURE_ISOLATED and last["reasks"] == 1 and "cannot rate" in last["raw"]
-    # the next run's re-ask is answered: a decision, recording the re-ask that made it
+        again, err2, calls2 = rate(tmp_path, cands, batch_size=6)
+    assert err2 is None and calls2 == 0 and again.reasked == 0
+
+
+def test_a_reask_that_is_read_rates_the_candidate_in_the_same_run(tmp_path):
     prompts: list[str] = []
 
-    def answered(ctx) -> str:
+    def second_reminder(ctx) -> str:  # read only when reminded of 2 earlier replies
         prompts.append(ctx.prompt)
-        return correct(ctx)
+        return correct(ctx) if "your 2 earlier replies" in ctx.prompt else poisoned(ctx)
 
-    with answers(answered):
-        third, err3, calls3 = rate(tmp_path, cands, batch_size=6)
-    assert err3 is None and calls3 == 1 and third.reasked == 1
-    assert [lab for _, lab in _lines_of(prompts[0])] == [POISON] and REMINDER in prompts[0]
-    # two unreadable answers so far (alone, and the first re-ask), in words (review40a #8c: it read "so far (2)")
-    assert "your 2 earlier replies to it could not be read" in prompts[0]
+    cands = _cands(LABELS[:4] + [POISON] + LABELS[4:11])
+    with answers(second_reminder):
+        aud, err, calls = rate(tmp_path, cands, batch_size=6)
+    assert err is None and aud.reasked == 1
+    reminders = [p for p in prompts if REMINDER in p]
+    assert len(reminders) == 2 and all(_lines_of(p) == [(0, POISON)] for p in reminders)
+    # the unreadable answers so far, in words (review40a #8c: it read "so far (2)")
+    assert "your earlier reply to it could not be read" in reminders[0]
+    assert "your 2 earlier replies to it could not be read" in reminders[1]
     rec = {r["qid"]: r for r in _decisions(tmp_path)}["Q104"]
     assert rec["familiarity"] == len(POISON) % 6 and "error" not in rec and rec["reasks"] == 2
     assert rating_failed_count(tmp_path) == 0 and rating_failed_lines(tmp_path) == []
-    # earlier records stay in the log (every decision and failure is logged)
     assert [r.get("reasks") for r in _decisions(tmp_path) if r["qid"] == "Q104"] == [0, 1, 2]
-    # nothing is left to ask
-    with answers(answered):
-        _, err4, calls4 = rate(tmp_path, cands, batch_size=6)
-    assert err4 is None and calls4 == 0
+    with answers(second_reminder):
+        _, err2, calls2 = rate(tmp_path, cands, batch_size=6)
+    assert err2 is None and calls2 == 0
 
 
 def test_a_candidate_is_asked_again_at_most_twice(tmp_path):
@@ -286,7 +287,7 @@ def test_a_candidate_is_asked_again_at_most_twice(tmp_path):
         with answers(poisoned):
             aud, err, calls = rate(tmp_path, cands, batch_size=6)
         assert err is None
-        assert aud.reasked == (1 if 1 <= run <= REF_MAX_REASKS else 0), run
+        assert aud.reasked == (1 if run == 0 else 0), run  # fixref41 #1: both re-asks in the first run
     last = {r["qid"]: r for r in _decisions(tmp_path)}["Q104"]
     assert last["reasks"] == REF_MAX_REASKS and last["failure"] == FAILURE_ISOLATED
     assert len([r for r in _raw(tmp_path) if r["qids"] == ["Q104"]]) == 1 + REF_MAX_REASKS
@@ -354,24 +355,27 @@ def test_a_crawl_whose_auditor_drops_idx_ends_incomplete_and_says_so(tmp_path, m
     assert f"ratings of {n} candidates failed" in status.getvalue(), status.getvalue()
 
 
-def test_a_crawl_with_one_unreadable_candidate_completes_and_a_re_run_rates_it(tmp_path, monkeypatch):
+def test_a_crawl_with_unreadable_candidates_completes_and_a_re_run_rates_those_left(tmp_path, monkeypatch):
     from geoagent.cli import main
+    from geoagent.crawl.referenceability import REF_MAX_FUTILE_REASKED
 
     monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
     monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
     monkeypatch.setenv("MAPILLARY_TOKEN", SANDBOX_TOKEN)
-    poison: dict[str, str] = {}
+    poison: list[str] = []
+    mode = {"reminded": False}
 
-    def one_refused(ctx) -> str:  # the first name the crawl asks about is refused, unless reminded
+    def refused(ctx) -> str:  # the first 5 names the crawl asks about are refused (with a reminder too, at first)
         lines = _lines_of(ctx.prompt)
-        poison.setdefault("label", lines[0][1])
-        if REMINDER not in ctx.prompt and any(lab == poison["label"] for _, lab in lines):
+        if not poison:
+            poison.extend(lab for _, lab in lines[:5])
+        if not (mode["reminded"] and REMINDER in ctx.prompt) and any(lab in poison for _, lab in lines):
             return "I'm sorry, I cannot rate these places."
         return sim.referenceability_answer(ctx)
 
     def crawl() -> tuple[int, str, str]:
         out, err = io.StringIO(), io.StringIO()
-        with answers(one_refused), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with answers(refused), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             code = main(["crawl", str(SANDBOX_CRAWL_CONFIG), "--no-live"])
         return code, out.getvalue(), err.getvalue()
 
@@ -379,17 +383,26 @@ def test_a_crawl_with_one_unreadable_candidate_completes_and_a_re_run_rates_it(t
         return {r["qid"]: r for r in json.loads(p.read_text(encoding="utf-8"))["rated"]}
 
     code, text, _ = crawl()
-    # crawl40b #1: the city's step completes without the candidate; the run is complete, with the line
+    # crawl40b #1: the city's step completes without the candidates; the run is complete, with the line
     assert code == 0 and "complete" in text.splitlines()[0], text
     state = next(p for p in (tmp_path / "state").iterdir() if (p / RAW_ANSWERS_FILE).is_file())
-    failed = [r for r in _decisions(state) if "error" in r]
-    # the name (the sandbox world has it twice), in each city whose sites list it
-    assert failed and all(r["label"] == poison["label"] and r["failure"] == FAILURE_ISOLATED for r in failed)
-    assert all("cannot rate" in r["raw"] and r["reasks"] == 0 for r in failed)
+    last0 = {(r["qid"], r.get("city")): r for r in _decisions(state)}
+    failed = [r for r in last0.values() if "error" in r]
+    # the names (the sandbox world has some twice), in each city whose sites list them
+    assert failed and all(r["label"] in poison and r["failure"] == FAILURE_ISOLATED for r in failed)
+    assert all("cannot rate" in r["raw"] for r in failed)
+    # fixref41 #1: each re-asked twice with the reminder in this run, until REF_MAX_FUTILE_REASKED of a city had
+    # every re-ask fail: the others keep theirs for a later run
+    spent = [r for r in failed if r["reasks"] == REF_MAX_REASKS]
+    failed = [r for r in failed if r["reasks"] == 0]
+    assert failed and spent and len(spent) + len(failed) == sum(1 for r in last0.values() if "error" in r)
+    per_city = {c: sum(1 for r in spent if r["city"] == c) for c in {r["city"] for r in spent}}
+    assert all(n <= REF_MAX_FUTILE_REASKED for n in per_city.values()) and REF_MAX_FUTILE_REASKED in per_city.values()
     qids = {r["qid"] for r in failed}
-    n = len(failed)
+    n = len(failed) + len(spent)
     line = f"referenceability: ratings of {n} candidate{'s' if n > 1 else ''} failed"
     assert line in text and "not in any ladder" in text and "by re-running the same `run.py crawl CONFIG`" in text, text
+    assert f"{len(spent)} had their {REF_MAX_REASKS} re-asks" in text, text
     status = io.StringIO()
     with contextlib.redirect_stdout(status):
         main(["status", str(SANDBOX_CRAWL_CONFIG)])
@@ -397,10 +410,12 @@ def test_a_crawl_with_one_unreadable_candidate_completes_and_a_re_run_rates_it(t
     steps = [json.loads(x) for x in (state / "crawl_decisions.jsonl").read_text(encoding="utf-8").splitlines()]
     city_steps = [s for s in steps if s.get("event") == "ref_city_rating"]
     assert city_steps and sum(s["n_rating_failed"] for s in city_steps) == n and not any("error" in s for s in city_steps)
+    assert sum(s["n_reasked"] for s in city_steps) == len(spent)
     ladders = sorted(state.glob("ladders/*.csv"))
     assert ladders and not any(q in p.read_text(encoding="utf-8") for p in ladders for q in qids)
     holding = [p for p in sorted(state.glob("rated/*.json")) if qids & set(rated_of(p))]
     assert holding and all(r["familiarity"] is None for p in holding for q, r in rated_of(p).items() if q in qids)
+    mode["reminded"] = True  # the auditor reads a reminder from now on
 
     # crawl40b #2: the same command again reopens those sites' tasks and asks each alone with the reminder
     keys_before = {json.loads(x)["key"] for x in (state / RAW_ANSWERS_FILE).read_text(encoding="utf-8").splitlines()}
@@ -415,7 +430,9 @@ def test_a_crawl_with_one_unreadable_candidate_completes_and_a_re_run_rates_it(t
     last = {(r["qid"], r.get("city")): r for r in _decisions(state)}
     assert all("error" not in last[(r["qid"], r["city"])] and last[(r["qid"], r["city"])]["reasks"] == 1
                for r in failed)
-    assert "ratings of" not in text2 and rating_failed_count(state) == 0
+    # those whose re-asks were spent stay failed (another auditor model would rate them)
+    assert rating_failed_count(state) == len(spent) and f"ratings of {len(spent)} candidate" in text2
+    assert "by re-running" not in text2
     from geoagent.config import load_config
     from geoagent.crawl.stages import write_site_ladder
 

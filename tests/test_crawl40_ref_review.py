@@ -33,6 +33,7 @@ from geoagent import constants as C
 from geoagent.crawl.referenceability import (
     FAILURE_ISOLATED,
     FAILURE_SYSTEMATIC,
+    REF_MAX_FUTILE_REASKED,
     REF_MAX_REASKS,
     SENS_MARKER,
     JsonlLog,
@@ -85,15 +86,16 @@ def test_two_refused_names_in_one_batch_are_two_single_failures_not_the_citys(tm
     assert sorted(q for q, r in recs.items() if "error" in r) == ["Q101", "Q108"]
     assert all(recs[q]["failure"] == FAILURE_ISOLATED for q in ("Q101", "Q108"))
     assert sum(1 for r in recs.values() if r.get("familiarity") is not None) == 10
-    # 2 of 12 is more than the 10% a step may lose: it fails, but as single failures (no split given up) that a
-    # requeued run asks again alone with the reminder
-    assert err is not None and not err.gave_up and err.failed == 2 and calls == 13
-    assert "after `run.py dead CONFIG --requeue` the next run asks the 2 with a re-ask left again alone" in str(err)
-    # the requeued run: each asked alone with the reminder first (2 calls), rated, and the step completes
+    # 2 of 12 is more than the 10% a step may lose, also after each was asked again alone with the reminder twice
+    # (fixref41 #1): it fails, but as single failures (no split given up)
+    assert err is not None and not err.gave_up and err.failed == 2 and calls == 13 + 2 * REF_MAX_REASKS
+    assert f"2 had their {REF_MAX_REASKS} re-asks" in str(err) and "with a re-ask left" not in str(err)
+    # an auditor that reads the reminder rates both in the first run (fixref41 #1: before, the step failed and
+    # `run.py dead --requeue` and another run were needed): one re-ask each, and the step completes
     with answers(reminded):
-        again, err2, calls2 = rate(tmp_path, _cands(labels), batch_size=12)
-    assert err2 is None and calls2 == 2 and again.reasked == 2
-    assert rating_failed_count(tmp_path) == 0
+        again, err2, calls2 = rate(tmp_path / "reminded", _cands(labels), batch_size=12)
+    assert err2 is None and calls2 == 13 + 2 and again.reasked == 2
+    assert rating_failed_count(tmp_path / "reminded") == 0
     # within the share (2 of 24) the step completes in the first run
     with answers(poisoned):
         _, err3, _ = rate(tmp_path / "24", _cands(_two_poisoned(LABELS24)), batch_size=12)
@@ -104,7 +106,7 @@ def test_a_split_into_two_single_candidates_is_two_isolated_failures(tmp_path):
     labels = _two_poisoned(LABELS24, at=(4, 5))
     with answers(poisoned):  # batches of 2: the fixed batch [4, 5] holds both refused names
         aud, err, calls = rate(tmp_path, _cands(labels), batch_size=2)
-    assert err is None and calls == 12 + 2
+    assert err is None and calls == 12 + 2 + 2 * REF_MAX_REASKS  # each also re-asked twice (fixref41 #1)
     failed = {r["qid"]: r["failure"] for r in _decisions(tmp_path) if "error" in r}
     assert failed == {"Q104": FAILURE_ISOLATED, "Q105": FAILURE_ISOLATED}
 
@@ -131,15 +133,19 @@ def test_an_auditor_that_never_answers_in_json_is_stopped_and_its_reasks_are_bou
     with answers(refusing):
         aud, err, calls = rate(tmp_path, cands, batch_size=40)
     # refusals are split on, but only until more than 10% of the city (4 of 40) failed alone: 5 failures, then no
-    # further call (before this fix's split rule, asking every candidate alone: 79 calls)
+    # further call (before this fix's split rule, asking every candidate alone: 79 calls); the first
+    # REF_MAX_FUTILE_REASKED of them were asked again with the reminder, twice each, in vain, and then no more
+    # (fixref41 #1: the re-asks of a broken auditor are bounded)
     assert err is not None and not err.gave_up and err.failed == 5
-    assert calls <= 2 * 5 + 2 * 6, calls
+    assert aud.reasked == REF_MAX_FUTILE_REASKED
+    assert calls <= 2 * 5 + 2 * 6 + REF_MAX_REASKS * REF_MAX_FUTILE_REASKED, calls
     assert "the split stopped there (35 of the city's candidates not asked yet)" in str(err)
-    # each later (requeued) run re-asks the 5 alone with the reminder, then replays: at most REF_MAX_REASKS runs
-    for run in range(REF_MAX_REASKS):
-        with answers(refusing):
-            again, err2, calls2 = rate(tmp_path, cands, batch_size=40)
-        assert err2 is not None and calls2 == 5 and again.reasked == 5, run
+    left = 5 - REF_MAX_FUTILE_REASKED
+    assert f"the next run asks the {left} with a re-ask left again alone" in str(err)
+    # the later (requeued) run re-asks those alone with the reminder, then replays
+    with answers(refusing):
+        again, err2, calls2 = rate(tmp_path, cands, batch_size=40)
+    assert err2 is not None and calls2 == left * REF_MAX_REASKS and again.reasked == left
     with answers(refusing):
         last, err3, calls3 = rate(tmp_path, cands, batch_size=40)
     # re-asks spent: no call, and the error no longer promises a re-ask (#8b)
@@ -207,21 +213,28 @@ def test_the_failed_line_counts_the_current_auditor_models_records(tmp_path):
     assert rating_failed_count(tmp_path, model="aud-1") == 2
 
 
+#: 48 names, four refused ones in different batches of 12: within the 10% (4.8), and one more than the re-asks of a run
+#: are made for (REF_MAX_FUTILE_REASKED): the fourth keeps its re-asks for a later run
+LABELS48 = LABELS24 + [f"{lab} South" for lab in LABELS24]
+FOUR_AT = (1, 13, 25, 37)
+
+
 def test_a_site_rated_alone_reports_its_single_failures_as_re_asked_by_a_re_run(tmp_path):
-    labels = _two_poisoned(LABELS24)
+    labels = _two_poisoned(LABELS48, at=FOUR_AT)
     with answers(poisoned):
         _, err, _ = rate(tmp_path, _cands(labels), batch_size=12)
-    assert err is None
+    assert err is None and rating_failed_count(tmp_path) == 4
     # no ref_cities record (no sampling record: the site was rated alone); before, its failures were reported as
     # "failed with their city's whole rating step ... dead --requeue"
     line = rating_failed_lines(tmp_path)[0]
-    assert "2 failed alone, but so many that their city's rating step failed" in line  # nothing says it completed
+    assert "1 failed alone, but so many that their city's rating step failed" in line  # nothing says it completed
+    assert f"3 had their {REF_MAX_REASKS} re-asks" in line
     (tmp_path / "rated").mkdir()
     site = {"site": "s1", "city": "Newtown", "lat": 0.0, "lon": 0.0}
     rated = [{"qid": c.qid, "familiarity": None if c.label.startswith(POISON) else 1} for c in _cands(labels)]
     (tmp_path / "rated" / "s1.json").write_text(json.dumps({"site": site, "rated": rated}), encoding="utf-8")
     line = rating_failed_lines(tmp_path)[0]
-    assert "2 will be asked again alone, with a reminder, by re-running the same `run.py crawl CONFIG`" in line
+    assert "1 will be asked again alone, with a reminder, by re-running the same `run.py crawl CONFIG`" in line
     assert "whole rating step" not in line and "requeue" not in line
 
 
@@ -232,10 +245,10 @@ def test_a_reask_made_by_another_process_is_not_paid_again(tmp_path):
     from geoagent.sandbox.llm_openai import make_app
     from geoagent.sandbox.server import serve
 
-    labels = LABELS[:4] + [POISON] + LABELS[4:11]
-    with answers(poisoned):
-        _, err, _ = rate(tmp_path, _cands(labels), batch_size=6)
-    assert err is None and rating_failed_count(tmp_path) == 1
+    labels = _two_poisoned(LABELS48, at=FOUR_AT)
+    with answers(poisoned):  # the fourth failure (Q137) keeps its re-asks for a later run (REF_MAX_FUTILE_REASKED)
+        _, err, _ = rate(tmp_path, _cands(labels), batch_size=12)
+    assert err is None and rating_failed_count(tmp_path) == 4
 
     async def main():
         app = make_app(require_auth=False)
@@ -245,7 +258,7 @@ def test_a_reask_made_by_another_process_is_not_paid_again(tmp_path):
                 prov = make_provider(ProviderSettings(kind="openai", model="aud-1", base_url=base + "/v1"), http)
 
                 def auditor():
-                    return ReferenceabilityAuditor(prov, ReferenceabilitySettings(model="aud-1", batch_size=6,
+                    return ReferenceabilityAuditor(prov, ReferenceabilitySettings(model="aud-1", batch_size=12,
                                                                                  sensitive_screen=False),
                                                    tmp_path, request_model=("openai", "aud-1"))
 
@@ -257,10 +270,10 @@ def test_a_reask_made_by_another_process_is_not_paid_again(tmp_path):
 
     with answers(poisoned):
         one, two, after_one, total = asyncio.run(main())
-    assert one.reasked == 1 and after_one == 1
-    assert two.reasked == 0 and total == 1  # before: the second process re-asked (and paid) too
-    assert [r["reasks"] for r in _decisions(tmp_path) if r["qid"] == "Q104"] == [0, 1]
-    assert len([r for r in _raw(tmp_path) if r["qids"] == ["Q104"]]) == 2
+    assert one.reasked == 1 and after_one == REF_MAX_REASKS
+    assert two.reasked == 0 and total == REF_MAX_REASKS  # before: the second process re-asked (and paid) too
+    assert [r["reasks"] for r in _decisions(tmp_path) if r["qid"] == "Q137"] == [0, 1, 2]
+    assert len([r for r in _raw(tmp_path) if r["qids"] == ["Q137"]]) == 1 + REF_MAX_REASKS
 
 
 def test_the_reminder_says_how_many_earlier_replies_in_words(tmp_path):

@@ -64,7 +64,7 @@ def test_a_geohint_template_edit_is_drift_only_for_geohint(tmp_path):
     man = read_manifest(cfgs["crawl"].state_dir())
     assert set(man["prompt_templates_sha256"]) == {"crawl_image_audit.txt", "crawl_image_audit_reask.txt",
                                                    "crawl_referenceability.txt", "crawl_referenceability_reask.txt",
-                                                   "crawl_sensitive.txt"}
+                                                   "crawl_sensitive.txt", "crawl_sensitive_reask.txt"}
     assert read_manifest(cfgs["generic"].state_dir())["prompt_templates_sha256"] == {}
 
 

@@ -14,11 +14,14 @@ driven by the names asked about, so it is split on down to them (review40a #1: t
 their city for good), until more of the city failed alone than :data:`REF_MAX_FAILED_SHARE` allows.
 An answer numbering a candidate outside 0..n-1, or whose English names are mostly other candidates' labels, is set
 aside whole (crawl40 #2: an answer numbered from 1 put every rating on the next candidate). A failure (``error``
-and the ``raw`` answer in its record) is no decision. A candidate that failed alone (``failure`` ``isolated``) is left
-out of every ladder and the step goes on; a later run asks it again alone with a reminder (a new request key), at most
-:data:`REF_MAX_REASKS` times, before the city's batches (crawl40b #1, #2: one unreadable answer had failed its whole
-city). A split given up (``systematic``: only a changed auditor or request gets new answers, :data:`FIX_THE_FORMAT`),
-or isolated failures of more than :data:`REF_MAX_FAILED_SHARE` of the candidates, fail the step:
+and the ``raw`` answer in its record) is no decision. A candidate that failed alone (``failure`` ``isolated``) is asked
+again alone with a reminder (a new request key) at once, up to :data:`REF_MAX_REASKS` times (fixref41 #1: before, one
+re-ask per later run, so a city with a few more flaky answers than its share failed its first run); one that still
+fails is left out of every ladder and the step goes on (crawl40b #1, #2: one unreadable answer had failed its whole
+city). Re-asks that read nothing are bounded (:data:`REF_MAX_FUTILE_REASKED` candidates a city and run); a failure
+whose re-asks were not all made gets them from a later run, before the city's batches. A split given up
+(``systematic``: only a changed auditor or request gets new answers, :data:`FIX_THE_FORMAT`),
+or isolated failures (after their re-asks) of more than :data:`REF_MAX_FAILED_SHARE` of the candidates, fail the step:
 :class:`AuditorOutputUnreadable` (the task fails, the crawl ends ``incomplete``;
 :meth:`ReferenceabilityAuditor.rate_all`; :data:`REF_PARSER_VERSION`, recorded as ``parser_version``). Every
 decision is appended to ``audit_decisions.jsonl``
@@ -26,7 +29,8 @@ decision is appended to ``audit_decisions.jsonl``
 ``audit_raw_answers.jsonl``; decisions already logged for the same auditor model (and city, below) are
 reused, so a restart re-asks nothing. A separate, deliberately narrow screening pass
 (``prompts/crawl_sensitive.txt``) writes ``audit_sensitive.jsonl``. A candidate whose screen could not be read
-even when asked alone (``sensitive`` null, ``error`` set) is unscreened: its :class:`RatedCandidate` carries
+even when asked alone, and again with the screen's reminder as a rating is (:data:`SENS_REASK_TEMPLATE`, fixref41
+#3) (``sensitive`` null, ``error`` set) is unscreened: its :class:`RatedCandidate` carries
 ``sensitive=None`` and no ladder draws it (Sec. 3.3, "Exclusion of contentious names": a name never screened must
 not enter as though it had passed), as a failed rating is dropped; the crawl summary and ``run.py status`` count
 such candidates (:func:`unscreened_count`). Before session 19 it came back ``sensitive=False``, screened clean.
@@ -100,7 +104,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -277,14 +281,28 @@ REF_PARSER_VERSION = 2
 FAILURE_ISOLATED = "isolated"
 FAILURE_SYSTEMATIC = "systematic"
 
-#: Re-asks of a candidate whose rating failed in isolation, across runs (crawl40b #2): each later run asks it once
-#: more, alone and with the reminder :data:`REF_REASK_TEMPLATE` after the prompt (a request key of its own: the
-#: stored answer to the plain prompt would come back), until it is rated or this many re-asks failed too. Each
-#: failure and each decision records how many re-asks it took (``reasks``).
+#: Re-asks of a candidate whose rating (or contentious-name screen) failed in isolation, in all (crawl40b #2): it is
+#: asked again alone with the reminder :data:`REF_REASK_TEMPLATE` (:data:`SENS_REASK_TEMPLATE`) after the prompt (a
+#: request key of its own: the stored answer to the plain prompt would come back) at once, in the run whose answer
+#: failed and before the step's share of failures is judged (fixref41 #1: they came one per LATER run, so a city with
+#: a few more flaky answers than :data:`REF_MAX_FAILED_SHARE` failed its first run), until it is read or this many
+#: re-asks failed too. Each failure and each decision records how many re-asks it took (``reasks``). A failure whose
+#: re-asks were not all made (:data:`REF_MAX_FUTILE_REASKED`, a stop, a log of an earlier version) gets the rest from
+#: a later run, before the city's batches.
 REF_MAX_REASKS = 2
-#: the reminder appended to the prompt of a re-ask (``geoagent/prompts/``), ``{earlier}`` the unreadable answers so far
-#: in words ("your earlier reply", "your 2 earlier replies": :meth:`ReferenceabilityAuditor._reask_prompt`)
+#: the reminder appended to the prompt of a rating's re-ask (``geoagent/prompts/``), ``{earlier}`` the unreadable
+#: answers so far in words ("your earlier reply", "your 2 earlier replies":
+#: :meth:`ReferenceabilityAuditor._reask_prompt`)
 REF_REASK_TEMPLATE = "crawl_referenceability_reask.txt"
+#: the same for a contentious-name screen's re-ask (fixref41 #3: a screen that failed alone was never asked again)
+SENS_REASK_TEMPLATE = "crawl_sensitive_reask.txt"
+#: The bound on re-asks that read nothing (fixref41 #1): once this many candidates of one city (rating step or screen,
+#: each counted apart) had all their :data:`REF_MAX_REASKS` re-asks fail in a run, that run re-asks no further one
+#: of them; they stay failures with their re-asks left (a later run makes them, within the same bound). So an auditor
+#: whose single answers never read (a refusal of everything, a numbering always off in batches of one) costs at most
+#: ``REF_MAX_REASKS * REF_MAX_FUTILE_REASKED`` calls more a city and kind per run than it did without re-asks, while a
+#: few flaky answers are re-asked (and rated) in the run.
+REF_MAX_FUTILE_REASKED = 3
 
 #: What fixes failures that a re-run cannot (review40a #1): a request asked before is answered from
 #: ``audit_raw_answers.jsonl`` (no call), so only a changed request gets a new answer; the stored ones are read again by
@@ -295,9 +313,9 @@ FIX_THE_FORMAT = ("What gets new answers: another auditor model ([crawl.referenc
                   "then `run.py dead CONFIG --requeue`")
 
 #: A rating step fails as systematic when more than this share of its candidates' ratings failed in isolation (and
-#: more than one did): so many single failures say the auditor's answers, not a few names, are at fault
-#: (crawl40b #1). At or below it the step completes and the failed candidates are in no ladder (counted by
-#: :func:`rating_failed_lines`).
+#: more than one did), counted after their re-asks (:data:`REF_MAX_REASKS`, fixref41 #1): so many single failures
+#: say the auditor's answers, not a few names, are at fault (crawl40b #1). At or below it the step completes and the
+#: failed candidates are in no ladder (counted by :func:`rating_failed_lines`).
 REF_MAX_FAILED_SHARE = 0.10
 
 
@@ -840,10 +858,19 @@ def reasks_of(rec: Mapping[str, Any] | None) -> int:
 
 def reask_due(rec: Mapping[str, Any] | None) -> bool:
     """Whether a logged rating record is a failure in isolation (``failure`` = :data:`FAILURE_ISOLATED`) with a
-    re-ask left (fewer than :data:`REF_MAX_REASKS`): a later run asks it again alone, with the reminder
-    (crawl40b #2)."""
+    re-ask left (fewer than :data:`REF_MAX_REASKS`): it is asked again alone, with the reminder (crawl40b #2; where it
+    failed, or, when that run left it, by a later run: fixref41 #1). A screen's record (``audit_sensitive.jsonl``)
+    is read alike (fixref41 #3)."""
     return (rec is not None and "error" in rec and rec.get("failure") == FAILURE_ISOLATED
             and reasks_of(rec) < REF_MAX_REASKS)
+
+
+def _with_reminder(prompt: str, template: str, reask: int) -> str:
+    """``prompt`` (of one candidate) with the reminder ``template`` after it, for the ``reask``-th re-ask (1-based):
+    ``{earlier}`` the unreadable answers so far in words (the one to the candidate alone, and the re-asks before:
+    "your earlier reply", "your 2 earlier replies"; review40a #8c)."""
+    earlier = "your earlier reply" if reask == 1 else f"your {reask} earlier replies"
+    return prompt.rstrip("\n") + "\n\n" + template.replace("{earlier}", earlier).strip("\n") + "\n"
 
 
 class ReferenceabilityAuditor:
@@ -899,12 +926,20 @@ class ReferenceabilityAuditor:
         self.splits = 0
         #: answers that could not be read at all (no array, no usable idx, numbering set aside; crawl40 #1)
         self.unreadable = 0
-        #: re-asks with the reminder sent or replayed (crawl40b #2)
+        #: candidates asked again alone with the reminder (sent or replayed; crawl40b #2): ratings, and screens
         self.reasked = 0
-        #: (qid, city) whose rating failed or was re-asked by this auditor: asked again by a later run only (one
-        #: re-ask per candidate and run, so a task's retries in the run replay rather than spend the re-asks)
+        self.screens_reasked = 0
+        #: (qid, city) whose rating failed or was re-asked by this auditor: the step's re-asks are made where it
+        #: failed (:meth:`_settle`), so the pass before the batches leaves them to a later run (a task's retries in
+        #: the run replay the same calls); the same for screens
         self._tried: set[tuple[str, str | None]] = set()
+        self._tried_screen: set[tuple[str, str | None]] = set()
+        #: (kind, qid, city) whose every re-ask failed in this run (``"rating"`` or ``"screen"``): at
+        #: :data:`REF_MAX_FUTILE_REASKED` of a city and kind, no further re-ask of them in this run (fixref41 #1); kept
+        #: across the auditor's steps, so a task's retries in the run count them too
+        self._futile: set[tuple[str, str, str | None]] = set()
         self.reask_template = load_prompt(REF_REASK_TEMPLATE)
+        self.sens_reask_template = load_prompt(SENS_REASK_TEMPLATE)
         self._generate = generate or provider.generate
         self._kind, self._model_id = request_model or (settings.provider, settings.model)
         #: what answers this auditor (geoagent.crawl.llmcall.auditor_provider_kind), recorded with each raw answer
@@ -927,12 +962,15 @@ class ReferenceabilityAuditor:
         the reminder :data:`REF_REASK_TEMPLATE` after it, ``{earlier}`` the unreadable answers so far in words (the
         one to the candidate alone, and the re-asks before: "your earlier reply", "your 2 earlier replies";
         review40a #8c), so each re-ask has a request key of its own (crawl40b #2)."""
-        earlier = "your earlier reply" if reask == 1 else f"your {reask} earlier replies"
-        return (self._ref_prompt([c]).rstrip("\n") + "\n\n"
-                + self.reask_template.replace("{earlier}", earlier).strip("\n") + "\n")
+        return _with_reminder(self._ref_prompt([c]), self.reask_template, reask)
 
     def _sens_prompt(self, batch: Sequence[RefCandidate]) -> str:
         return self.sens_template.replace("{candidates}", render_candidates(batch, with_distance=False))
+
+    def _sens_reask_prompt(self, c: RefCandidate, reask: int) -> str:
+        """The screen's :meth:`_reask_prompt`: ``c``'s screening prompt alone and :data:`SENS_REASK_TEMPLATE` after it
+        (fixref41 #3)."""
+        return _with_reminder(self._sens_prompt([c]), self.sens_reask_template, reask)
 
     async def _ask(self, prompt: str, task: str, batch: Sequence[RefCandidate]) -> str:
         """One model call; its verbatim answer is appended to ``audit_raw_answers.jsonl`` with the request
@@ -1032,12 +1070,15 @@ class ReferenceabilityAuditor:
         return _Reading(missing, why, text, fault)
 
     async def _settle(self, batch: list[RefCandidate], got: _Reading, city: str | None, ask: Any, failed: Any,
-                      log: JsonlLog, too_many: Callable[[], bool] | None = None) -> list[RefCandidate]:
+                      log: JsonlLog, too_many: Callable[[], bool] | None = None,
+                      reask: Callable[[RefCandidate, str | None], Awaitable[bool]] | None = None) -> list[RefCandidate]:
         """Ask again for the candidates ``got`` (the answer about ``batch``) left unsettled: split in halves, both
         halves asked before either goes deeper; a candidate asked alone whose answer still settles nothing fails
         (``failed(candidates, reading, city, kind)``: their failure records, logged in ``log`` with the raw answer;
-        ``kind`` :data:`FAILURE_ISOLATED` here, :data:`FAILURE_SYSTEMATIC` for a split given up). Returns the
-        candidates that failed.
+        ``kind`` :data:`FAILURE_ISOLATED` here, :data:`FAILURE_SYSTEMATIC` for a split given up) and is then asked
+        again alone with the reminder at once (``reask(candidate, city)``, True when that read it: its re-asks,
+        :meth:`_reask_alone`; fixref41 #1), before ``too_many`` is asked. Returns the candidates that failed (and
+        were not read by a re-ask).
 
         A split is given up only for a fault of the answer's format (crawl40 #1, review40a #1): when both halves come
         back with one of :data:`FORMAT_FAULTS` (an array with no element read, a numbering set aside), the same one
@@ -1047,17 +1088,18 @@ class ReferenceabilityAuditor:
         JSON array (a refusal, prose) is driven by what was asked, a name the model will not rate: both halves
         refusing means a refused name in each (review40a #1: two refused names in one batch failed its city for
         good), so the split goes on down to them; what bounds its calls is ``too_many`` (None: nothing), asked after
-        each failure logged alone: once it is true, :class:`_TooManyFailed` is raised (the step fails anyway, the
-        rest of the batch is not asked). Two single candidates are two failures in isolation, never systematic. An
-        answer cut off by the end of the output is split on."""
+        each failure logged alone and its re-asks: once it is true, :class:`_TooManyFailed` is raised (the step fails
+        anyway, the rest of the batch is not asked). Two single candidates are two failures in isolation, never
+        systematic. An answer cut off by the end of the output is split on."""
         if not got.missing:
             return []
         if len(batch) == 1:
             await log.append([r for r in failed(got.missing, got, city, FAILURE_ISOLATED)
                               if self._fresh_failure(log, r)])
+            lost = [c for c in got.missing if reask is None or not await reask(c, city)]
             if too_many is not None and too_many():
                 raise _TooManyFailed()
-            return list(got.missing)
+            return lost
         self.splits += 1
         half = (len(got.missing) + 1) // 2
         parts = [p for p in (got.missing[:half], got.missing[half:]) if p]
@@ -1069,7 +1111,7 @@ class ReferenceabilityAuditor:
             raise GaveUp(lost, answers[-1].why or "")
         out: list[RefCandidate] = []
         for p, a in zip(parts, answers):
-            out += await self._settle(p, a, city, ask, failed, log, too_many)
+            out += await self._settle(p, a, city, ask, failed, log, too_many, reask)
         return out
 
     @staticmethod
@@ -1100,9 +1142,10 @@ class ReferenceabilityAuditor:
         """Failure records of ``cands`` (their answer ``got`` settled nothing): the release's shape with ``ok`` and
         ``familiarity`` null, ``error`` (why, beginning "unparseable answer"), ``raw`` (the answer's first 500
         characters), ``failure`` (``kind``: :data:`FAILURE_ISOLATED` or :data:`FAILURE_SYSTEMATIC`) and
-        ``reasks`` (the re-asks with the reminder made so far). No decision: a later run asks an isolated one again
-        alone (:func:`reask_due`), a systematic one through its batch's prompts (crawl40 #1, crawl40b #2). The
-        candidates are noted as tried by this auditor (no second re-ask in the run)."""
+        ``reasks`` (the re-asks with the reminder made so far). No decision: an isolated one is asked again alone
+        (:func:`reask_due`, :meth:`_reask_alone`), a systematic one through its batch's prompts by a later run
+        (crawl40 #1, crawl40b #2). The candidates are noted as tried by this auditor (no re-ask before the batches in
+        this run)."""
         ts = time.time()
         why = f"unparseable answer: {got.why or 'cut off by the end of the output, also when asked alone'}"
         self._tried.update((c.qid, city) for c in cands)
@@ -1112,11 +1155,9 @@ class ReferenceabilityAuditor:
                 for c in cands]
 
     async def _reask(self, c: RefCandidate, city: str | None, reask: int) -> bool:
-        """Ask candidate ``c`` alone again with the reminder, as its ``reask``-th re-ask (crawl40b #2); its answer
-        read is a decision (``reasks`` recorded), one that cannot be read a new failure in isolation (``reasks`` =
-        ``reask``; the earlier failure stays in the log before it). True when it was rated."""
-        self.reasked += 1
-        self._tried.add((c.qid, city))
+        """Ask candidate ``c``'s rating alone again with the reminder, as its ``reask``-th re-ask (crawl40b #2); its
+        answer read is a decision (``reasks`` recorded), one that cannot be read a new failure in isolation
+        (``reasks`` = ``reask``; the earlier failure stays in the log before it). True when it was rated."""
         got = await self._rate_answer([c], city, reask=reask)
         if not got.missing:
             return True
@@ -1124,36 +1165,85 @@ class ReferenceabilityAuditor:
                                      if self._fresh_failure(self.decisions, r)])
         return False
 
-    async def _reask_once(self, c: RefCandidate, city: str | None) -> None:
-        """Re-ask ``c`` (:meth:`_reask`, its next re-ask by the log), after reading what other processes appended to
-        the decision and raw-answer logs since this auditor read them (review40a #7: two processes running the
+    async def _screen_reask(self, c: RefCandidate, city: str | None, reask: int) -> bool:
+        """:meth:`_reask` of ``c``'s contentious-name screen (fixref41 #3): True when the answer was read."""
+        got = await self._screen_answer([c], city, reask=reask)
+        if not got.missing:
+            return True
+        await self.sensitive.append([r for r in self._screen_failures([c], got, city, FAILURE_ISOLATED, reask)
+                                     if self._fresh_failure(self.sensitive, r)])
+        return False
+
+    def _reask_parts(self, kind: str) -> tuple[JsonlLog, str, Any, set[tuple[str, str | None]]]:
+        """(log, logged model, one re-ask, the tried set) of ``kind``: ``"rating"`` or ``"screen"``."""
+        if kind == "rating":
+            return self.decisions, self.settings.model, self._reask, self._tried
+        return self.sensitive, self.sens_model, self._screen_reask, self._tried_screen
+
+    async def _reask_alone(self, c: RefCandidate, city: str | None, kind: str = "rating") -> bool:
+        """Ask ``c`` (its rating, or its screen: ``kind``) again alone with the reminder until it is read or its
+        :data:`REF_MAX_REASKS` re-asks (counted by its log's ``reasks``) failed, unless :data:`REF_MAX_FUTILE_REASKED`
+        candidates of ``city`` of this ``kind`` had every re-ask fail in this run (fixref41 #1: then it keeps its
+        failure, and its re-asks, for a later run). Stored answers are replayed (a task's retry in the run sends no
+        call), so a retry comes to the same decisions. True when it is read now (a decision logged)."""
+        log, model, once, tried = self._reask_parts(kind)
+        tried.add((c.qid, city))
+        rec = log.get(model, c.qid, city)
+        asked = False
+        while reask_due(rec):
+            if sum(1 for k, _, town in self._futile if k == kind and town == city) >= REF_MAX_FUTILE_REASKED:
+                return False
+            if not asked:
+                asked = True
+                if kind == "rating":
+                    self.reasked += 1
+                else:
+                    self.screens_reasked += 1
+            if await once(c, city, reasks_of(rec) + 1):
+                return True
+            rec = log.get(model, c.qid, city)
+        if rec is not None and "error" in rec:
+            self._futile.add((kind, c.qid, city))  # its re-asks spent without a reading (made now or before)
+            return False
+        return rec is not None
+
+    async def _reask_once(self, c: RefCandidate, city: str | None, kind: str = "rating") -> None:
+        """Make ``c``'s re-asks left from an earlier run (:meth:`_reask_alone`), after reading what other processes
+        appended to the logs since this auditor read them (review40a #7: two processes running the
         referenceability stage each re-asked, and paid for, the same candidate). When its record changed meanwhile
         (another process rated or re-asked it), that stands: no re-ask by this one in this run. Two processes that
         re-ask it at the same moment send one request (the same prompt, so the same request key): the campaign's
         response store answers the second from the first (:func:`geoagent.crawl.llmcall.metered_generate`, a metered
         ``[[models]]`` auditor; an unmetered one, the simulator, has no store and costs nothing)."""
-        seen = self.decisions.get(self.settings.model, c.qid, city)
-        self.decisions.refresh()
+        log, model, _, tried = self._reask_parts(kind)
+        seen = log.get(model, c.qid, city)
+        log.refresh()
         self.raw.refresh()
-        now = self.decisions.get(self.settings.model, c.qid, city)
-        if now != seen:
-            self._tried.add((c.qid, city))
+        if log.get(model, c.qid, city) != seen:
+            tried.add((c.qid, city))
             return
-        await self._reask(c, city, reasks_of(now) + 1)
+        await self._reask_alone(c, city, kind)
 
-    def reask_due(self, qid: str, city: str | None) -> bool:
-        """Whether this auditor would ask ``qid`` again alone for ``city`` (:func:`reask_due` of its logged record,
-        and not failed or re-asked by this auditor already: one re-ask per run)."""
-        return (qid, city) not in self._tried and reask_due(self.decisions.get(self.settings.model, qid, city))
+    def reask_due(self, qid: str, city: str | None, kind: str = "rating") -> bool:
+        """Whether this auditor would ask ``qid`` (its rating, or its screen: ``kind``) again alone for ``city`` before
+        the batches (:func:`reask_due` of its logged record, and not failed or re-asked by this auditor already:
+        those had their re-asks where they failed, :meth:`_settle`)."""
+        log, model, _, tried = self._reask_parts(kind)
+        return (qid, city) not in tried and reask_due(log.get(model, qid, city))
 
     def _screen_failures(self, cands: Sequence[RefCandidate], got: _Reading, city: str | None,
-                         kind: str = FAILURE_ISOLATED) -> list[dict[str, Any]]:
-        """Failure records of the contentious-name screen (``sensitive`` null: unscreened, drawn into no ladder);
-        ``kind`` is not recorded (a failed screen is not asked again with a reminder)."""
+                         kind: str = FAILURE_ISOLATED, reasks: int = 0) -> list[dict[str, Any]]:
+        """Failure records of the contentious-name screen (``sensitive`` null: unscreened, drawn into no ladder), with
+        ``failure`` (``kind``) and ``reasks`` as a rating's (:meth:`_rating_failures`; fixref41 #3: one that failed in
+        isolation is asked again alone with the screen's reminder, :data:`SENS_REASK_TEMPLATE`; a failure logged
+        before, without ``failure``, is not). The candidates are noted as tried (no re-ask before the batches in
+        this run)."""
         ts = time.time()
         why = f"unparseable answer: {got.why or 'cut off by the end of the output, also when asked alone'}"
+        self._tried_screen.update((c.qid, city) for c in cands)
         return [self._scoped({"qid": c.qid, "label": c.label, "model": self.sens_model, "auditor": self.settings.model,
-                              "sensitive": None, "why": "", "ts": ts, "error": why, "raw": (got.raw or "")[:500]}, city)
+                              "sensitive": None, "why": "", "ts": ts, "error": why, "raw": (got.raw or "")[:500],
+                              "failure": kind, "reasks": reasks}, city)
                 for c in cands]
 
     async def _rate(self, batch: list[RefCandidate], city: str | None = None,
@@ -1169,11 +1259,14 @@ class ReferenceabilityAuditor:
         _TooManyFailed
             ``too_many()`` became true after a failure alone (logged)."""
         got = await self._rate_answer(batch, city)
-        return await self._settle(batch, got, city, self._rate_answer, self._rating_failures, self.decisions, too_many)
+        return await self._settle(batch, got, city, self._rate_answer, self._rating_failures, self.decisions, too_many,
+                                  self._reask_alone)
 
-    async def _screen_answer(self, batch: list[RefCandidate], city: str | None) -> _Reading:
-        """Ask the contentious-name screen of ``batch`` once and log what its answer settles."""
-        text = await self._ask(self._sens_prompt(batch), "crawl_sensitive", batch)
+    async def _screen_answer(self, batch: list[RefCandidate], city: str | None, reask: int = 0) -> _Reading:
+        """Ask the contentious-name screen of ``batch`` once and log what its answer settles; ``reask`` (a batch of
+        one): the re-ask with the screen's reminder it is (:meth:`_sens_reask_prompt`), recorded as ``reasks``."""
+        prompt = self._sens_reask_prompt(batch[0], reask) if reask else self._sens_prompt(batch)
+        text = await self._ask(prompt, "crawl_sensitive", batch)
         problems: list[str] = []
         parsed = parse_sensitive_batch(text, len(batch), problems=problems)
         ts = time.time()
@@ -1184,7 +1277,8 @@ class ReferenceabilityAuditor:
                 missing.append(c)
                 continue
             out.append(self._scoped({"qid": c.qid, "label": c.label, "model": self.sens_model,
-                                     "auditor": self.settings.model, **d, "ts": ts}, city))
+                                     "auditor": self.settings.model, **d, "ts": ts,
+                                     **({"reasks": reask} if reask else {})}, city))
         await self._log_new(self.sensitive, out)
         return self._reading(text, parsed, problems, missing)
 
@@ -1193,10 +1287,11 @@ class ReferenceabilityAuditor:
         there too (crawl40 #1), its candidates unscreened (``sensitive`` null, as one that failed alone), and the
         screen goes on with the next batch (an unscreened candidate is drawn into no ladder, and counted:
         :func:`unscreened_lines`). Refusals are split on down to the names (a contentious name may well be refused,
-        review40a #1) until more of the batch failed alone than :data:`REF_MAX_FAILED_SHARE` of it (and more than
-        one): the rest of the batch is then left unscreened in this run, unasked and unrecorded, so a later run asks
-        it (review40b #2; a screen that never answers in JSON costs a few calls a batch, not about 2n). Returns the
-        candidates left unscreened."""
+        review40a #1); a name whose screen failed alone is asked again alone with the screen's reminder at once, as a
+        rating is (:meth:`_reask_alone`, fixref41 #3), until more of the batch failed alone, after the re-asks, than
+        :data:`REF_MAX_FAILED_SHARE` of it (and more than one): the rest of the batch is then left unscreened in this
+        run, unasked and unrecorded, so a later run asks it (review40b #2; a screen that never answers in JSON costs
+        a few calls a batch, not about 2n). Returns the candidates left unscreened."""
         got = await self._screen_answer(batch, city)
 
         def too_many() -> bool:
@@ -1205,7 +1300,7 @@ class ReferenceabilityAuditor:
 
         try:
             return await self._settle(batch, got, city, self._screen_answer, self._screen_failures, self.sensitive,
-                                      too_many)
+                                      too_many, lambda c, town: self._reask_alone(c, town, "screen"))
         except GaveUp as e:
             return e.candidates
         except _TooManyFailed:
@@ -1237,21 +1332,24 @@ class ReferenceabilityAuditor:
         together. A failed rating (a record with ``error``) is no decision (crawl40 #1). A systematic one, or one
         logged before failures were classified, is asked again through the same prompts, so an answer stored for
         them is replayed (no call) and read by this version's rules (:data:`REF_PARSER_VERSION`). One that failed
-        in isolation is not (its stored answers would fail it again): before the batches (review40a #1: so a step
-        that failed for too many of them gets further when requeued), each with a re-ask left (:func:`reask_due`)
-        that this auditor has not failed or re-asked yet (so once per run) is asked alone with the reminder
-        (:meth:`_reask_prompt`, a new request key; :meth:`_reask_once` first reads what other processes logged), at
-        most :data:`REF_MAX_REASKS` times across runs (crawl40b #2).
+        in isolation is not (its stored answers would fail it again): it is asked alone with the reminder
+        (:meth:`_reask_prompt`, a new request key) where it failed, up to :data:`REF_MAX_REASKS` times in all
+        (crawl40b #2, fixref41 #1: :meth:`_reask_alone`); one with re-asks left from an earlier run (cut off by a stop
+        or by :data:`REF_MAX_FUTILE_REASKED`, or an earlier version's) that this auditor has not failed or re-asked
+        yet gets them before the batches (review40a #1: so a step that failed for too many of them gets further when
+        requeued; :meth:`_reask_once` first reads what other processes logged). The screen's failures alike, with
+        the screen's reminder (fixref41 #3).
 
         Unreadable answers (crawl40 #1, crawl40b #1, review40a #1): a batch's answer that settles nothing is split in
         halves and each half asked, but a split whose two halves both have a fault of the answers' format stops the
         step (:meth:`_settle`): its candidates fail as ``systematic`` and :class:`AuditorOutputUnreadable` is raised at
         once (the later batches are not asked: the auditor's output is the fault). Refusals are split on. A
         candidate whose answer cannot be read even alone fails in isolation (``isolated``): logged (``error``,
-        ``raw``), left out of every ladder, and the step goes on; once more than ``max_failed_share`` of the
-        candidates (and more than one) failed in isolation, the split stops (no further call: the step fails
-        whatever the rest reads) and :class:`AuditorOutputUnreadable` is raised; the share is checked again after
-        the screen.
+        ``raw``) and re-asked (above); one that its re-asks did not rate is left out of every ladder, and the step goes
+        on; once more than ``max_failed_share`` of the candidates (and more than one) failed in isolation after their
+        re-asks (fixref41 #1: a city with a few flaky answers completes in one run), the split stops (no further
+        call: the step fails whatever the rest reads) and :class:`AuditorOutputUnreadable` is raised; the share is
+        checked again after the screen.
 
         Parameters
         ----------
@@ -1274,9 +1372,10 @@ class ReferenceabilityAuditor:
             ``not_rated_no_label``: candidates whose label is a bare QID (:func:`has_no_label`), kept out of every
             batch (rating and screening) and logged as decisions with ``not_rated`` = ``"no_label"``; the
             batches are the fixed ones without them (``batches`` counts those with a candidate left),
-            ``unreadable``: answers of this call (rating and screening) that could not be read at all, ``reasked``:
-            candidates asked again alone with the reminder, and ``failed``: candidates whose logged rating is a
-            failure after this call (in no ladder).
+            ``unreadable``: answers of this call (rating and screening) that could not be read at all, ``reasked``
+            and ``screens_reasked``: candidates whose rating or screen was asked again alone with the reminder (sent
+            or replayed), and ``failed``: candidates whose logged rating is a failure after this call (in no
+            ladder).
 
         Raises
         ------
@@ -1286,7 +1385,8 @@ class ReferenceabilityAuditor:
         geoagent.runtime.stage.Abandoned, geoagent.runtime.ledger.BudgetExhausted
             From the metered ``generate`` (a stop request, the cap); what was answered before is logged.
         """
-        calls0, replayed0, unreadable0, reasked0 = self.calls, self.replayed, self.unreadable, self.reasked
+        calls0, replayed0, unreadable0 = self.calls, self.replayed, self.unreadable
+        reasked0, screens_reasked0 = self.reasked, self.screens_reasked
         batches = fixed_batches(candidates, self.settings.batch_size)
         unlabeled = [c for c in candidates if has_no_label(c)]
         # logged once; it also supersedes (last record wins) a rating an earlier version paid for such a label
@@ -1296,10 +1396,12 @@ class ReferenceabilityAuditor:
         if unlabeled:  # out of their fixed batch: the other batches keep their members (and stored answers)
             skip = {c.qid for c in unlabeled}
             batches = [b for b in ([c for c in batch if c.qid not in skip] for batch in batches) if b]
-        # crawl40b #2: a failure in isolation from an earlier run is asked alone once more, with the reminder (its
-        # stored answers would only fail it again); one failed in this run waits for the next. Before the batches
-        # (review40a #1): a batch whose split stopped at too many failures is replayed up to the same point unless
-        # those failures were rated since, so the re-asks are what lets a requeued step get further
+        # crawl40b #2: a failure in isolation with re-asks left from an earlier run (fixref41 #1: a run makes them
+        # where the answer failed, so these were cut off by a stop or REF_MAX_FUTILE_REASKED, or logged by an earlier
+        # version) is asked alone with the reminder (its stored answers would only fail it again); one failed in this
+        # run had its re-asks where it failed. Before the batches (review40a #1): a batch whose split stopped at too
+        # many failures is replayed up to the same point unless those failures were rated since, so the re-asks are
+        # what lets a requeued step get further
         for batch in batches:
             for c in batch:
                 if self.reask_due(c.qid, city):
@@ -1328,6 +1430,10 @@ class ReferenceabilityAuditor:
                     raise self._unreadable(candidates, city, None, share=max_failed_share) from None
         screened = 0
         if self.settings.sensitive_screen:
+            for batch in batches:  # fixref41 #3: a screen's re-asks left, as a rating's above
+                for c in batch:
+                    if self.reask_due(c.qid, city, "screen"):
+                        await self._reask_once(c, city, "screen")
             for batch in batches:
                 todo = [c for c in batch if self.sensitive.get(self.sens_model, c.qid, city) is None]
                 if todo:
@@ -1340,7 +1446,7 @@ class ReferenceabilityAuditor:
         return {"batches": len(batches), "asked": asked, "screened": screened, "calls": self.calls - calls0,
                 "replayed": self.replayed - replayed0, "not_rated_no_label": len(unlabeled),
                 "unreadable": self.unreadable - unreadable0, "reasked": self.reasked - reasked0,
-                "failed": len(failed)}
+                "screens_reasked": self.screens_reasked - screens_reasked0, "failed": len(failed)}
 
     def _failed(self, candidates: Sequence[RefCandidate], city: str | None) -> list[RefCandidate]:
         """The candidates whose logged rating for ``city`` is a failure (``error``)."""
@@ -1366,15 +1472,16 @@ class ReferenceabilityAuditor:
             due = sum(1 for r in recs if reask_due(r))
             unasked = sum(1 for c in candidates if not has_no_label(c)
                           and self.decisions.get(self.settings.model, c.qid, city) is None)
-            how = (f"each asked alone, more than {share or 0:.0%} of the candidates: taken as the auditor's fault, not "
-                   "single names"
+            how = (f"each asked alone and again alone with a reminder (up to {REF_MAX_REASKS} re-asks each, in this "
+                   f"run, until {REF_MAX_FUTILE_REASKED} had every re-ask fail), more than {share or 0:.0%} of the "
+                   "candidates: taken as the auditor's fault, not single names"
                    + (f", and the split stopped there ({unasked} of the city's candidates not asked yet)"
                       if unasked else "")
                    + "; retrying replays the stored answers (no new spend); ")
             if due:
                 how += (f"after `run.py dead CONFIG --requeue` the next run asks the {due} with a re-ask left again "
                         f"alone, with a reminder, before the city's batches (at most {REF_MAX_REASKS} re-asks each, "
-                        "across runs)")
+                        "in all)")
             if len(failed) > due:
                 how += ("; " if due else "") + (
                     f"{len(failed) - due} had their {REF_MAX_REASKS} re-asks: a re-run gets no new answer for "
@@ -1522,8 +1629,9 @@ def unscreened_lines(state_dir: str | Path) -> list[str]:
     from geoagent.textfmt import count_text
 
     return [f"  referenceability: {count_text(n, 'candidate')} not screened for contentious names (the screen's "
-            "answer could not be read, also when asked alone) and drawn into no ladder (seed 000 Sec. 3.3); each is a "
-            "record in audit_sensitive.jsonl with sensitive = null and an error"]
+            "answer could not be read, also when asked alone, and again with a reminder) and drawn into "
+            "no ladder (seed 000 Sec. 3.3); each is a record in audit_sensitive.jsonl with sensitive = null and an "
+            "error"]
 
 
 def current_ratings(state_dir: str | Path, model: str | None = None) -> list[dict[str, Any]]:
@@ -1626,7 +1734,7 @@ def rating_failed_lines(state_dir: str | Path, model: str | None = None) -> list
     parts = []
     if rerun:
         parts.append(f"{rerun} will be asked again alone, with a reminder, by re-running the same "
-                     f"`run.py crawl CONFIG` (at most {REF_MAX_REASKS} re-asks each, across runs)")
+                     f"`run.py crawl CONFIG` (the re-asks a run left: at most {REF_MAX_REASKS} each, in all)")
     if requeue:
         parts.append(f"{requeue} failed alone, but so many that their city's rating step failed: `run.py dead CONFIG "
                      "--requeue` and a run ask them again alone, with a reminder, before the city's batches")

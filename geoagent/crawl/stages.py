@@ -58,9 +58,10 @@ minimum box size, whose images were kept as a lower bound, with ``reason`` and `
   ``audit_decisions.jsonl`` (``not_rated`` = ``"no_label"``, ``familiarity`` null), and the crawl summary counts
   them;
 * ``n_unreadable_answers``: answers of the step that could not be read at all (no array, no usable idx, a shifted
-  numbering; an answer cut off by the output limit is not counted); ``n_reasked``: candidates whose rating failed
-  alone in an earlier run, asked again alone with the reminder; ``n_rating_failed``: candidates whose rating failed
-  (after the re-asks; they are in no ladder, crawl40b #1). A step that failed
+  numbering; an answer cut off by the output limit is not counted); ``n_reasked`` and ``n_screens_reasked``:
+  candidates whose rating or contentious-name screen failed alone and was asked again alone with the reminder (in the
+  step, where it failed, fixref41 #1 and #3; or re-asks left by an earlier run); ``n_rating_failed``: candidates whose
+  rating failed (after the re-asks; they are in no ladder, crawl40b #1). A step that failed
   (:class:`geoagent.crawl.referenceability.AuditorOutputUnreadable`, crawl40 #1: a split whose halves both had a
   fault of the answers' format, or single failures of more than ``REF_MAX_FAILED_SHARE`` of the candidates, the
   split then stopping there, review40a #1) is logged too, with
@@ -68,8 +69,11 @@ minimum box size, whose images were kept as a lower bound, with ``reason`` and `
   dead-lettered: the crawl ends ``incomplete``).
 
 One ``"event": "ref_rating_reask"`` record per site task of a later run that asked its candidates whose ratings had
-failed alone again (crawl40b #2: the run reopens those sites' tasks): ``city``, ``site``, ``qids`` (those asked),
-``n_rated`` and ``n_still_failed`` (of them), ``model_calls`` and ``answers_replayed``.
+failed alone, with re-asks left, again (crawl40b #2: the run reopens those sites' tasks; since fixref41 #1 a run makes
+a failure's re-asks where it failed, so these are the re-asks a run left:
+:data:`~geoagent.crawl.referenceability.REF_MAX_FUTILE_REASKED`, a stop, an earlier version's log): ``city``,
+``site``, ``qids`` (those asked), ``n_rated`` and ``n_still_failed`` (of them), ``model_calls`` and
+``answers_replayed``.
 
 Records of older versions carry ``n_shared`` (= ``n_site_listings - n_candidates``, the repeated listings),
 ``batches``, ``asked``, ``calls`` and ``replayed`` (= ``rating_batches``, ``rating_batches_asked``,
@@ -1358,7 +1362,7 @@ class ReferenceabilityAuditorStage(_CrawlStage):
                         "model_calls": stats["calls"], "answers_replayed": stats["replayed"],
                         "n_not_rated_no_label": stats["not_rated_no_label"],
                         "n_unreadable_answers": stats["unreadable"], "n_reasked": stats["reasked"],
-                        "n_rating_failed": stats["failed"]})
+                        "n_screens_reasked": stats["screens_reasked"], "n_rating_failed": stats["failed"]})
             await svc.decision_logger(self.name)(rec)
             if marker is not None:
                 _dump(marker, {**rec, "qids": [c.qid for c in merged]})

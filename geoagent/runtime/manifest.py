@@ -115,7 +115,7 @@ def used_prompt_files(cfg: Any, prompts_dir: str | os.PathLike[str] = PROMPTS_DI
             names = {"crawl_image_audit.txt", "crawl_image_audit_reask.txt", "crawl_referenceability.txt",
                      "crawl_referenceability_reask.txt"}
             if crawl_settings(cfg).referenceability.sensitive_screen:
-                names.add("crawl_sensitive.txt")
+                names |= {"crawl_sensitive.txt", "crawl_sensitive_reask.txt"}
             return {n: root / n for n in names}
     except Exception:  # noqa: BLE001 - an invalid section is reported where the plan reads it
         return None
