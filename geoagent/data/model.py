@@ -214,6 +214,28 @@ def make_trial_id(image_id: str, arm: str, cand: str) -> str:
     return f"{image_id}|{arm}|{cand}"
 
 
+#: what a swapped-image control's task id puts before the image it shows (:func:`make_task_id`)
+TASK_SHOWS_TAG = "shows="
+
+
+def make_task_id(trial_id: str, arm: str, image_ref: str | None) -> str:
+    """A trial's task id in a campaign's plan and queues: its release ``trial_id``, and on a swapped-image control
+    (arm ``ctrl_mismatch``) that names the image it shows also ``|shows=<image_ref>``.
+
+    The release trial id ``image_id|arm|cand`` (:func:`make_trial_id`) does not say which image a ``ctrl_mismatch``
+    trial shows (Sec. 5.4: an image of another continent, drawn by the trial builder). A crawl that grows (more
+    sites, a re-run, a review verdict) can redraw that image under the same trial id; keyed by the trial id alone,
+    the queue kept the old task (its put is idempotent by key) and the old answer, about the old image, was
+    scored as the new trial's (fixverify41 #1: 66 of 120 swapped-image answers showed another image than the
+    trial table named). Keyed by the image too, a redrawn image is a new task (a new request) and the old task
+    leaves the plan (its answer is kept, not scored). The trial id itself, which the release's raw responses are
+    keyed by, does not change; neither does the task id of a trial of another arm or of one whose table names no
+    image (the public release's trial table has no ``image_ref``)."""
+    if arm == ARM_MISMATCH and image_ref:
+        return f"{trial_id}|{TASK_SHOWS_TAG}{image_ref}"
+    return trial_id
+
+
 @dataclass(frozen=True, slots=True)
 class VerifyTrial(_Record):
     """One GeoVerify trial: image x candidate x arm (Sec. 5.2, 5.4).
@@ -245,6 +267,12 @@ class VerifyTrial(_Record):
     @property
     def trial_id(self) -> str:
         return make_trial_id(self.image_id, self.arm, self.cand)
+
+    @property
+    def task_id(self) -> str:
+        """The trial's task id in a campaign's plan (:func:`make_task_id`): ``trial_id``, plus the image shown on
+        a swapped-image control."""
+        return make_task_id(self.trial_id, self.arm, self.image_ref)
 
     def key(self) -> str:
         return self.trial_id

@@ -114,7 +114,7 @@ def missing_work(cfg: Any) -> list[dict[str, Any]]:
     """Dead-lettered GeoVerify work of the campaign (every edge): ``model, key, edge, reason`` per task
     (reason worded for display by :func:`geoagent.status.describe_reason`: HTTP attempts named as such).
 
-    Message keys are ``trial_id|model`` on every edge (model names hold no ``|``), so the model is the
+    Message keys are ``task_id|model`` on every edge (model names hold no ``|``), so the model is the
     last field. Read from the queue files, so it covers work dead-lettered by any process or earlier run.
     Tasks set aside because the current plan no longer holds them (reason ``superseded: ...``,
     :func:`geoagent.engine.set_aside_unplanned`) are not missing work: left out (the run's summary and

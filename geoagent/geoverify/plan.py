@@ -86,8 +86,8 @@ NOT_REPLAYED = "not replayed"
 
 def unreplayed_trials(release: Release, trials: Iterable[VerifyTrial], models: Iterable[str]) -> list[dict[str, str]]:
     """The trials of the table that a replay of ``models`` (recorded model names) cannot replay, one dict per
-    (trial, model): ``model, key`` (``trial_id|model``), ``edge`` (:data:`NOT_REPLAYED`), ``trial_id``, ``site_id``
-    and ``reason``: ``recorded API error: <error>`` where the release recorded a failed call for that trial and
+    (trial, model): ``model, key`` (``task_id|model``, as the plan's message keys), ``edge`` (:data:`NOT_REPLAYED`),
+    ``trial_id``, ``site_id`` and ``reason``: ``recorded API error: <error>`` where the release recorded a failed call for that trial and
     model (the paper: "one call failed at the API and is excluded"), else ``no recording in <raw file>``. Such
     trials are never planned, so they enter no statistic; the report lists them beside dead-lettered work.
     Ordered by model, then the table's order."""
@@ -102,7 +102,7 @@ def unreplayed_trials(release: Release, trials: Iterable[VerifyTrial], models: I
             if (t.trial_id, m) in recorded:
                 continue
             err = errors.get((t.trial_id, m))
-            out.append({"model": m, "key": f"{t.trial_id}|{m}", "edge": NOT_REPLAYED, "trial_id": t.trial_id,
+            out.append({"model": m, "key": f"{t.task_id}|{m}", "edge": NOT_REPLAYED, "trial_id": t.trial_id,
                         "site_id": t.site_id,
                         "reason": f"recorded API error: {err}" if err is not None else f"no recording in {where}"})
     return out
@@ -406,7 +406,7 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
             msgs = plan_requests(replay_trials, [m.name], replay_model_of={m.name: rec}, pairs=pairs, **common)
             for key, payload in msgs:
                 if rec != m.name:
-                    key = f"{payload['meta']['trial_id']}|{m.name}|{rec}"
+                    key = f"{key[:-len(m.name) - 1]}|{m.name}|{rec}"  # the task id (message_key's) + both names
                     payload["meta"]["report_model"] = rec
                     # the request key hashes params, not meta: keep one stored answer per recorded model
                     payload["params"]["replay_of"] = rec

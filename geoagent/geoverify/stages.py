@@ -6,8 +6,10 @@ Data flow (constants.EDGE_*)::
         -> GeoVerifyParserStage -> answers -> GeoVerifyScorerStage -> scored -> GeoVerifyAggregatorStage
         -> report
 
-Message keys are ``f"{trial_id}|{model}"`` on every edge (a stable trial x model key, equal to the replay
-key of the release's raw responses, whose ``trial_id`` is ``image_id|arm|cand``).
+Message keys are ``f"{task_id}|{model}"`` on every edge (a stable trial x model key): the task id is the release's
+``trial_id`` (``image_id|arm|cand``, which keys the release's raw responses: the replay key), and on a swapped-image
+control also the image it shows (``...|ctrl_mismatch|cand|shows=<image_ref>``, :func:`geoagent.data.model.
+make_task_id`), so a redrawn image is a new task (fixverify41 #1).
 
 Services read from the :class:`~geoagent.runtime.stage.StageContext` (all optional except where said):
 ``store`` (the campaign's ResponseStore: response text by request key, and the ``geoverify_scored``
@@ -29,7 +31,7 @@ from typing import Any
 from geoagent import constants as C
 from geoagent import paths
 from geoagent.data.importer import Release
-from geoagent.data.model import ARM_BLANK, ARM_MISMATCH, BLANK_IMAGE_REF, VerifyTrial, make_trial_id
+from geoagent.data.model import ARM_BLANK, ARM_MISMATCH, BLANK_IMAGE_REF, TASK_SHOWS_TAG, VerifyTrial, make_trial_id
 from geoagent.geoverify.aggregate import GeoVerifyAggregator, scored_row_problem
 from geoagent.geoverify.parse import VERDICT_PARSER_VERSION, ParsedVerdict, parse_verdict
 from geoagent.geoverify.prompt import render_claim
@@ -50,9 +52,10 @@ DEFAULT_MAX_OUTPUT_TOKENS = 512
 MISMATCH_UNKNOWN_REF = "mismatch:unknown"
 
 
-def message_key(trial_id: str, model: str) -> str:
-    """Stable trial x model key (also the replay key): ``f"{trial_id}|{model}"``."""
-    return f"{trial_id}|{model}"
+def message_key(task_id: str, model: str) -> str:
+    """Stable trial x model key ``f"{task_id}|{model}"``: of a trial's task id (:attr:`VerifyTrial.task_id`) the
+    message key; of its release ``trial_id`` the replay key (the release's raw responses are keyed so)."""
+    return f"{task_id}|{model}"
 
 
 def trial_meta(t: VerifyTrial) -> dict[str, Any]:
@@ -128,7 +131,9 @@ def plan_requests(
     -------
     list of (key, payload)
         Payload: ``model, prompt, image_id, image_ref, params{max_output_tokens}, meta{task, trial_id,
-        replay_key, trial}``; key ``f"{trial_id}|{model}"`` (duplicates dropped).
+        replay_key, trial}``; key ``f"{task_id}|{model}"`` (:attr:`VerifyTrial.task_id`: the trial id, plus the image
+        shown on a swapped-image control; duplicates dropped); ``meta.trial_id`` and ``meta.replay_key`` keep the
+        release trial id.
 
     Raises
     ------
@@ -147,7 +152,9 @@ def plan_requests(
             recorded = (replay_model_of or {}).get(model, model)
             if pairs is not None and (t.trial_id, recorded) not in pairs:
                 continue
-            key = message_key(t.trial_id, model)
+            # the task id, not the trial id: a swapped-image control whose image was redrawn is a new task
+            # (fixverify41 #1), while the replay key keeps the release's trial id
+            key = message_key(t.task_id, model)
             if key in seen:
                 continue
             seen.add(key)
@@ -369,16 +376,70 @@ class ScoredScope(_ScoredScope):
     key and counts the rest. Counted rows get their finish reason from the response store where they lack one
     (:func:`with_stored_finish_reason`).
 
+    A row is never counted for a task that names another image than the row shows (fixverify41 #1): a swapped-image
+    control's task key names the image its trial shows (``...|ctrl_mismatch|cand|shows=<image_ref>|model``,
+    :func:`geoagent.data.model.make_task_id`), and a row stored under such a key whose ``image_shown`` is another
+    image (or none) is left out and counted (:attr:`other_image`). Before the task key named the image, a
+    redrawn image kept its trial's task and the answer about the old image was scored for the new trial.
+
     Parameters
     ----------
     plan_keys : set of str or None
-        The current plan's message keys (``trial_id|model``, the scored table's keys); None counts every row.
+        The current plan's message keys (``task_id|model``, the scored table's keys); None counts every row.
+
+    Attributes
+    ----------
+    other_image : int
+        Rows left out because their key names another image than the row shows (beside the base class's tallies).
     """
 
     def __init__(self, plan_keys: set[str] | frozenset[str] | None) -> None:
         super().__init__(plan_keys, table=SCORED_TABLE, request_key=lambda row: row.get("request_key"),
                          check=scored_row_problem,
                          fill=with_stored_finish_reason, changed="the trial design or the models")
+        self.other_image = 0
+        self.other_image_examples: list[str] = []
+
+    def left_out(self, key: str, row: Mapping[str, Any]) -> str | None:
+        """As the base class's (:meth:`geoagent.runtime.scope.ScoredScope.left_out`), and a row of a planned task
+        whose key names another image than the row shows (:func:`key_image_problem`) is left out, before its
+        request key is registered (so it never stands for another row's request)."""
+        if self.plan_keys is None or key in self.plan_keys:
+            why = key_image_problem(key, row)
+            if why is not None:
+                self.other_image += 1
+                if len(self.other_image_examples) < 5:
+                    self.other_image_examples.append(key)
+                return why
+        return super().left_out(key, row)
+
+    def note(self) -> str | None:
+        """The base class's sentence, and how many rows showed another image than their task names."""
+        base = super().note()
+        if not self.other_image:
+            return base
+        one = self.other_image == 1
+        part = (f"{self.other_image} stored answer{'' if one else 's'} of a swapped-image control "
+                f"show{'s' if one else ''} another image than {'its' if one else 'their'} task names (the trial's "
+                f"image was redrawn) and {'is' if one else 'are'} not scored, e.g. {self.other_image_examples[0]}")
+        return f"{base[:-1]}; {part}." if base else f"Left out of scoring: {part}."
+
+
+def key_image_problem(key: str, row: Mapping[str, Any]) -> str | None:
+    """Why a scored ``row`` stored under ``key`` answers another image than the key's task shows, else None.
+
+    Only a swapped-image control's key names an image (``<trial_id>|shows=<image_ref>|<model>``,
+    :func:`geoagent.data.model.make_task_id`); the row's ``image_shown`` must be that image. A key that names
+    none (another arm, a trial table without ``image_ref``, a key of another shape) is not judged.
+    """
+    tid = row.get("trial_id")
+    if row.get("arm") != ARM_MISMATCH or not isinstance(tid, str) or not key.startswith(f"{tid}|{TASK_SHOWS_TAG}"):
+        return None
+    shown = row.get("image_shown")
+    if shown is not None and key.startswith(f"{tid}|{TASK_SHOWS_TAG}{shown}|"):
+        return None
+    return (f"shows image {shown!r}, not the one its task names: the trial's swapped image was redrawn after it "
+            "was answered")
 
 
 class GeoVerifyAggregatorStage(LiveAggregatorStage):

@@ -89,6 +89,20 @@ DESIGN_KEYS: dict[str, str] = {
 }
 
 
+#: config paths of the request settings the model caller sends with each call (:meth:`geoagent.config.ModelConfig.
+#: default_params`, a task section's ``max_output_tokens``): the stored answers are counted per distinct setting
+#: (:func:`params_mix`) in the summary, the report and the manifest. Other keys that change the requests (a
+#: release folder, a model id, an endpoint) are recorded by the manifest alone (``config_mix``)
+_REQUEST_SETTING = re.compile(
+    r"^models\[\d+\]\.(max_output_tokens|temperature|seed|params(\..+)?)$|^(geoverify|geohint)\.max_output_tokens$")
+
+
+def is_request_setting_key(path: str) -> bool:
+    """Whether config path ``path`` is a request setting whose answers the summary, the report and the manifest count
+    per setting (:data:`_REQUEST_SETTING`: ``models[0].temperature``, ``models[1].params.top_k``, ...)."""
+    return bool(_REQUEST_SETTING.match(path))
+
+
 def design_lines(keys: Iterable[str]) -> list[str]:
     """What each changed design key of ``keys`` (:data:`DESIGN_KEYS`) means, one phrase each."""
     return [DESIGN_KEYS[k] for k in keys if k in DESIGN_KEYS]
@@ -493,8 +507,15 @@ def decide(name: str, calls: list[str], call_keys: dict[str, tuple[Any, Any]], *
                          "flight or dead-lettered will be sent with the new [[models]] settings (only what "
                          "planning fixed stays as planned: the prompt text and a task section's "
                          "max_output_tokens), while the answers already stored keep the old ones")
-        counted = ("the manifest records the mix under config_mix" if crawl_only else
-                   "the summary, the report and the manifest count the answers made under each request setting")
+        # fixverify41 #1: a changed release_dir (or model id, base_url) is no request setting: the summary and the
+        # report count nothing per value of it (the warning promised they did), only the manifest records the mix
+        if crawl_only:
+            counted = "the manifest records the mix under config_mix"
+        elif any(is_request_setting_key(k) for k in call_keys):
+            counted = "the summary, the report and the manifest count the answers made under each request setting"
+        else:
+            counted = ("the manifest records the mix under config_mix; the summary and the report count no answers "
+                       "per value of these keys")
         line = (f"warning: campaign {name}: {what}; {'; '.join(parts)}, so results would mix both versions "
                 f"({counted}). Use a new [campaign] name to apply the change to every "
                 f"{'site' if crawl_only else 'trial'} (raising [budget] cap_usd is fine).")
