@@ -4,6 +4,7 @@ crawl's ladders, trials and resolution table with no model call, ``rated/`` unto
 from __future__ import annotations
 
 import csv
+import io
 import json
 import shutil
 from pathlib import Path
@@ -174,6 +175,13 @@ def test_decisions_added_to_a_finished_crawl_are_applied_by_a_rerun_with_no_new_
     trials = [t for t in _csv(state / "verify_trials.csv") if (t["site"], t["cand_qid"]) == (item["site"], item["qid"])]
     assert all(t["fam"] == str(new_fam) for t in trials), trials  # the trial pool takes the decided rating
     assert (state / "verify_trials.csv").read_bytes() != trials_before  # rebuilt with the decided rating
+    # the summary says how many trials (model requests) the rebuilt table changed (fixverify41 #3)
+    req = lambda rows: {(t["image_id"], t["arm"], t["cand"], t.get("image_ref") or "") for t in rows}  # noqa: E731
+    after = req(_csv(state / "verify_trials.csv"))
+    before = req(csv.DictReader(io.StringIO(trials_before.decode("utf-8"))))
+    assert 0 < len(after - before)
+    assert (f"; {len(after - before)} of {len(after)} trials differ from the previous verify_trials.csv "
+            f"({len(before - after)} of its trials no longer drawn)") in got.out, got.out
     site_ladders = lambda rows: [r for n, rs in rows.items() if n.startswith(item["site"] + "_ladder_") for r in rs]  # noqa: E731
     assert site_ladders(_ladder_rows(state)) != site_ladders(ladder_before)
     assert all(r["familiarity"] == str(new_fam) for r in site_ladders(_ladder_rows(state)) if r["qid"] == item["qid"])

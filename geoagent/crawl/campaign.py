@@ -1084,6 +1084,7 @@ def _write_trials(cfg: Any, svc: Any) -> str:
     Returns the summary line (also when the crawl gave nothing to build trials from)."""
     from geoagent.integrate import write_verify_trials
 
+    before = _trial_requests(Path(svc.state_dir) / "verify_trials.csv")
     try:
         path, build = write_verify_trials(svc.state_dir, svc.images_root, seed=int(cfg.campaign.seed or 0),
                                           n_per_band=2, n_control=2,
@@ -1093,9 +1094,37 @@ def _write_trials(cfg: Any, svc: Any) -> str:
         return f"no GeoVerify trials written: {exc}"
     redrawn = (f"; swapped-image controls (ctrl_mismatch) redrawn {build.mismatch_redrawn}, dropped {build.mismatch_dropped} "
                "(each trial is its own model request)" if build.mismatch_redrawn or build.mismatch_dropped else "")
+    redrawn += _trials_changed_text(before, _trial_requests(Path(path)))
     warning = "; ".join(w for w in (_no_mismatch_warning(svc.state_dir, build), _shared_sites_warning(svc.state_dir, svc.images_root)) if w)
     return (f"GeoVerify trials: {path} (main arm per band {mapping_text(build.per_band())}{redrawn}); use it with release_dir = "
             f"\"{svc.state_dir}\", image_root = \"{svc.images_root}\"" + (f"; warning: {warning}" if warning else ""))
+
+
+def _trial_requests(path: Path) -> set[tuple[str, ...]] | None:
+    """The model requests of a ``verify_trials.csv``: one ``(image_id, arm, cand, image_ref)`` per row (what a GeoVerify
+    campaign over it asks: the image, and the claim; the swapped image too), or None when there is no readable file."""
+    import csv
+
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            return {(r.get("image_id") or "", r.get("arm") or "", r.get("cand") or "", r.get("image_ref") or "")
+                    for r in csv.DictReader(f)}
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+
+
+def _trials_changed_text(before: set[tuple[str, ...]] | None, after: set[tuple[str, ...]] | None) -> str:
+    """``"; 175 of 414 trials differ from the previous verify_trials.csv (...)"`` when the rewritten table asks other
+    requests than the one it replaced, else "" (no earlier table, or the same requests).
+
+    fixverify41 #3: a few review decisions can redraw many trials (the decoys are tier-matched to each image's
+    signal candidates, so re-rating one signal candidate redraws every decoy band of every image of its site: 6
+    decisions moved 175 of 414 trials, 350 new paid calls of a two-model campaign), with no line saying so."""
+    if before is None or after is None or before == after:
+        return ""
+    new, gone = len(after - before), len(before - after)
+    return (f"; {new} of {len(after)} trials differ from the previous verify_trials.csv ({gone} of its trials no longer "
+            "drawn): a GeoVerify campaign over this folder asks the new ones anew, one paid call per model each")
 
 
 def _no_mismatch_warning(state_dir: Path, build: Any) -> str | None:
