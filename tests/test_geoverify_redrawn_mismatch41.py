@@ -157,3 +157,22 @@ def test_a_changed_release_folder_does_not_promise_counts_per_request_setting():
     d = decide("gv", ["models"], {"models[0].temperature": (0.0, 0.5)},
                keys_text="models[0].temperature: 0.0 -> 0.5", **kw)
     assert "count the answers made under each request setting" in d.lines[0]
+
+
+def test_a_tolerance_at_the_nearest_decoy_bands_upper_edge_is_refused_at_load():
+    """fixverify41 #2: tau_m = 300 made the nearest decoy band (0.15-0.3 km) all signal: the band held no decoy trial
+    and every report said its d' was undefined. Refused at load, naming the key; just below the edge loads."""
+    import pytest
+
+    from geoagent.config import ConfigError, config_from_dict
+
+    def cfg(tau_m: float):
+        return config_from_dict({
+            "campaign": {"name": "gv-tau", "kind": "geoverify", "seed": 1}, "budget": {"cap_usd": 1.0},
+            "models": [{"name": "sim", "provider": "simulated", "model": "sim-1"}],
+            "geoverify": {"tau_m": tau_m}})
+
+    with pytest.raises(ConfigError, match=r"geoverify\.tau_m: expected a tolerance below 300 .*nearest decoy band "
+                                          r"\(0\.15-0\.3 km"):
+        cfg(300.0)
+    assert cfg(299.0).section("geoverify").tau_m == 299.0

@@ -30,6 +30,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from geoagent import constants as C
 from geoagent.config import expand_home
 
 
@@ -57,6 +58,20 @@ class GeoVerifySettings(BaseModel):
     #: generator takes no negative seed, so a negative one is refused at load rather than at report time
     boot_seed: int = Field(0, ge=0, description="seed of the site-bootstrap replicates (an integer >= 0)")
     live_n_boot: int | None = Field(None, ge=0, le=100_000, description="replicates for the live refresh; None = n_boot")
+
+    @field_validator("tau_m")
+    @classmethod
+    def _below_first_band_edge(cls, v: float) -> float:
+        # fixverify41 #2: the decoy bands are fixed (Sec. 5.2: 0.15-0.3, ..., 3-6 km) and a candidate nearer than tau is
+        # signal, so a tau at or past the nearest band's upper edge (0.3 km) leaves that band empty of decoys (every
+        # candidate in it is signal), and its d' undefined in every report; refused here, naming the key
+        upper_m = C.GEOVERIFY_DECOY_BANDS_KM[0][1] * 1000
+        if v >= upper_m:
+            raise ValueError(
+                f"a tolerance below {upper_m:g} (metres; the paper's is 150): at or past the upper edge of the nearest "
+                f"decoy band ({C.GEOVERIFY_DECOY_BANDS_KM[0][0]:g}-{C.GEOVERIFY_DECOY_BANDS_KM[0][1]:g} km, Sec. 5.2) "
+                "every candidate of that band is signal, so it would hold no decoy trial")
+        return v
 
     @field_validator("release_dir", "prompt_template", "image_root")
     @classmethod
