@@ -122,7 +122,8 @@ Protocol (seed 000 Sec. 4.2-4.3, Sec. 7, Appendix B):
    ``city="Île-de-France", area="Paris"`` still was (Q90's point lies 0.761 km from the site).
 7. **Coordinates are the point (session 16; degrees-minutes-seconds since session 17).** A field that is plain
    coordinates (:func:`~geoagent.geohint.placenames.plain_coordinates`: "48.8584, 2.2945", "48.8584° N, 2.2945° E",
-   "lat 48.8584 lon 2.2945", "48°51'30\"N 2°17'40\"E") is not a name: it is used as that level's point without a lookup, source
+   "lat 48.8584 lon 2.2945", "48°51'30\"N 2°17'40\"E"; a geo URI, "geo:48.8584,2.2945", and any of these in full-width
+   digits, "４８.８５８４, ２.２９４５", since version 14) is not a name: it is used as that level's point without a lookup, source
    :data:`ANSWER_COORDINATES`, label and trace query the field's text as written, ``qid`` None. The level is the
    field's (``building``/``place`` -> ``building``, ``area`` -> ``area``, ``city`` -> ``city``), so the hit rule
    (finer than city, < 1 km) and the city censoring apply unchanged. City coordinates are the anchor; building or

@@ -141,7 +141,15 @@ _COORD_PART = (
     r"(?:\s*(?P<post{i}>[NSEW])(?![A-Za-z]))?"
 )
 _COORD_PAIR_RE = re.compile(_COORD_PART.format(i=1) + r"(?:\s*[,;/]\s*|\s+)" + _COORD_PART.format(i=2), re.IGNORECASE)
-_BRACKETS = {"(": ")", "[": "]"}
+# a geo URI (RFC 5870, https://www.rfc-editor.org/rfc/rfc5870): "geo:" latitude "," longitude, an optional altitude,
+# then parameters (";u=35", ";crs=wgs84"); a URI's numbers are plain decimals, integers included (geocode38 #11)
+_GEO_URI_RE = re.compile(r"geo:\s*(?P<lat>[+\-]?[0-9]{1,3}(?:\.[0-9]+)?)\s*,\s*(?P<lon>[+\-]?[0-9]{1,3}(?:\.[0-9]+)?)"
+                         r"(?:\s*,\s*[+\-]?[0-9]+(?:\.[0-9]+)?)?(?P<params>(?:;[a-z0-9\-]+(?:=[^;\s]*)?)*)", re.IGNORECASE)
+# full-width forms (U+FF01-U+FF5E: "３５.６６，１３９.７０", "Ｎ", "ｌａｔ", as a Japanese or Chinese input method writes them)
+# and the ideographic space read as their ASCII forms (geocode38 #11). Not NFKC: it would also turn the degree
+# look-alikes "º" and "˚" into a letter and a combining mark
+_FULL_WIDTH = {**{c: c - 0xFEE0 for c in range(0xFF01, 0xFF5F)}, 0x3000: 0x20}
+_BRACKETS = {"(": ")", "[": "]", "<": ">"}
 #: longest text read as coordinates, characters after collapsing whitespace ("Latitude: 33.856812° S, Longitude:
 #: 151.215312° E" is 48); longer text (a looping answer) is no plain pair and is not matched at all
 COORDINATES_MAX_CHARS = 100
@@ -334,6 +342,12 @@ def plain_coordinates(text: str | None) -> tuple[float, float] | None:
     double prime or double quote (``48°51'30"N``, ``48°51′29.6″ N``); minutes and seconds below 60, the seconds'
     minutes whole; the value is degrees + minutes / 60 + seconds / 3600 with the sign or hemisphere of the whole.
 
+    A geo URI (RFC 5870; version 14 of the geocoding rules, geocode38 #11) is read as well: ``geo:48.8584,2.2945``,
+    any case, optionally in angle brackets, with an altitude and parameters after the pair (``;u=35``); its numbers
+    are the URI's own decimals (an integer pair is a point there: the scheme says what they are); a ``crs``
+    parameter other than ``wgs84`` makes it None (another reference system). And full-width forms
+    (``"３５.６６，１３９.７０"``, ``"ｌａｔ ３５.６６"``) and the ideographic space are read as their ASCII forms first.
+
     Ambiguous text is None, so that it is looked up as a name as before: one number, three or more, a number out
     of range, minutes without a degree sign ("48 51' N") or after fractional degrees ("48.5°30'"), minutes or
     seconds of 60 or more, degrees-minutes beside a number without a degree sign ("48° 51' 30.5 N": one latitude
@@ -347,11 +361,14 @@ def plain_coordinates(text: str | None) -> tuple[float, float] | None:
     """
     if text is None:
         return None
-    t = " ".join(str(text).split())  # one space per run: adjacent optional spaces in the pattern stay linear
+    # one space per run: adjacent optional spaces in the pattern stay linear
+    t = " ".join(str(text).translate(_FULL_WIDTH).split())
     if len(t) > COORDINATES_MAX_CHARS:
         return None
     if t[:1] in _BRACKETS and t.endswith(_BRACKETS[t[:1]]):
         t = t[1:-1].strip()
+    if t[:4].casefold() == "geo:":
+        return _geo_uri(t)
     m = _COORD_PAIR_RE.fullmatch(t)
     if m is None:
         return None
@@ -403,4 +420,19 @@ def plain_coordinates(text: str | None) -> tuple[float, float] | None:
         return None
     if lat == 0.0 and lon == 0.0:
         return None  # "0.0, 0.0" ("Null Island") is the usual placeholder for an unknown point, not a guess
+    return lat, lon
+
+
+def _geo_uri(t: str) -> tuple[float, float] | None:
+    """The ``(lat_deg, lon_deg)`` of a whole geo URI ``t`` (RFC 5870, :func:`plain_coordinates`), else None: another
+    ``crs`` than WGS84, a number out of range, (0, 0), or anything after the URI."""
+    m = _GEO_URI_RE.fullmatch(t)
+    if m is None:
+        return None
+    params = {k.casefold(): v.casefold() for k, _, v in (p.partition("=") for p in m.group("params").split(";")[1:])}
+    if params.get("crs", "wgs84") != "wgs84":
+        return None  # another reference system's numbers are not WGS84 degrees
+    lat, lon = float(m.group("lat")), float(m.group("lon"))
+    if not (-90.0 <= lat <= 90.0 and -180.0 <= lon <= 180.0) or (lat == 0.0 and lon == 0.0):
+        return None
     return lat, lon
