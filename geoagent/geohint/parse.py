@@ -317,7 +317,8 @@ def same_place_text(a: str, b: str) -> bool:
     one answer (the bare name names none of its namesakes in particular; the geocoder finds which). Two qualifiers
     that differ are two places: "Paris, France" / "Paris, Texas", "Springfield, Illinois" / "Springfield, Missouri"
     (and a text agreeing with both hides nothing: :func:`_first_other`). A two-letter qualifier is read as a US state
-    or Canadian province code, never a country's ("Delhi, IN" is Indiana, so it and "Delhi, India" differ)."""
+    or Canadian province code, never a country's ("Delhi, IN" is Indiana, so it and "Delhi, India" differ); NSW, VIC, QLD,
+    TAS and ACT as Australia's."""
     if a.casefold() == b.casefold():
         return True
     from geoagent.geohint.echo import normalize_name
@@ -412,8 +413,9 @@ def _score(obj: dict[str, Any]) -> int:
 #: and Magistral's ``[THINK]...[/THINK]`` are cut too, an unclosed reasoning block of an answer the model finished
 #: itself (``finish_reason``: ``stop``, ``end_turn``) is read up to the JSON object it ends with (walk39 #4a-c), and a
 #: qualifier in another spelling ("Springfield, IL" / "Springfield, Illinois", "Austin, TX, USA") or with more parts
-#: after the same ones is one place (geohint39 #2).
-ANSWER_PARSER_VERSION = 5
+#: after the same ones is one place (geohint39 #2); 6 (session 41): the Australian state and territory codes NSW, VIC,
+#: QLD, TAS and ACT are read as qualifiers ("Sydney, NSW" / "Sydney, New South Wales" is one place).
+ANSWER_PARSER_VERSION = 6
 
 
 def parse_answer(text: str | None, finish_reason: str | None = None) -> ParsedAnswer:

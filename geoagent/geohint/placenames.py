@@ -24,8 +24,10 @@ NULL_ANSWERS = frozenset(
 #: Abbreviations a place qualifier is written with ("Springfield, IL"), by lower-cased abbreviation, and the name each
 #: stands for, for telling two spellings of one answer apart (:func:`geoagent.geohint.parse.same_place_text`,
 #: geohint39 #2): the USPS codes of the 50 US states and DC, the Canada Post codes of the provinces and territories (none
-#: is a US code), and a few country abbreviations. No two-letter country code: CA, DE, IN, GA, PA would read as
-#: California, Delaware, Indiana, Georgia, Pennsylvania as often as Canada, Germany, India, Gabon, Panama.
+#: is a US code), the Australian state and territory codes that are neither (NSW, VIC, QLD, TAS, ACT; session 41: not
+#: WA, Washington, nor NT, the Northwest Territories, nor SA, which also stands for South Africa and Saudi Arabia), and a
+#: few country abbreviations. No two-letter country code: CA, DE, IN, GA, PA would read as California, Delaware,
+#: Indiana, Georgia, Pennsylvania as often as Canada, Germany, India, Gabon, Panama.
 REGION_ABBREVIATIONS = {
     "al": "alabama", "ak": "alaska", "az": "arizona", "ar": "arkansas", "ca": "california", "co": "colorado",
     "ct": "connecticut", "de": "delaware", "fl": "florida", "ga": "georgia", "hi": "hawaii", "id": "idaho",
@@ -40,6 +42,8 @@ REGION_ABBREVIATIONS = {
     "ab": "alberta", "bc": "british columbia", "mb": "manitoba", "nb": "new brunswick",
     "nl": "newfoundland and labrador", "ns": "nova scotia", "nt": "northwest territories", "nu": "nunavut",
     "on": "ontario", "pe": "prince edward island", "qc": "quebec", "sk": "saskatchewan", "yt": "yukon",
+    "nsw": "new south wales", "vic": "victoria", "qld": "queensland", "tas": "tasmania",
+    "act": "australian capital territory",
     "us": "united states", "usa": "united states", "united states of america": "united states",
     "uk": "united kingdom", "uae": "united arab emirates",
 }
