@@ -6,6 +6,9 @@ Before:
 * #11 a ``geo:`` URI ("geo:35.6595,139.7005", RFC 5870) and coordinates in full-width digits ("３５.６５９５,
   １３９.７００５", as a Japanese input method writes them) were not read as coordinates: both went to Wikidata and
   Nominatim as place names, found nothing, and the answer fell to the city (censored);
+* #5 a city field with a state code and no comma ("Cambridge MA") located nothing, so the anchor was missing and the
+  finer fields were never tried (level ``none``); with the comma ("Cambridge, MA") the code located nothing either
+  and the search's first Cambridge (England) anchored, so "Harvard Square" was out of anchor (city level, 5,259 km).
 """
 
 from __future__ import annotations
@@ -69,3 +72,64 @@ def test_what_is_still_no_plain_coordinates(text):
     """A geo: URI of another reference system, altitude-and-more, a bare integer pair written in full-width digits
     (ambiguous as its ASCII form is), and coordinates inside other text stay names."""
     assert plain_coordinates(text) is None
+
+
+# ---- #5: a city field with a state code, with or without a comma ----
+
+CAMBRIDGE_UK = {"qid": "Q350", "labels": {"en": "Cambridge"}, "lat": 52.205, "lon": 0.119, "kind": "city",
+                "city": "Cambridge", "description": "city in Cambridgeshire, England", "sitelinks": 200,
+                "country": ["Q145"]}
+CAMBRIDGE_MA = {"qid": "Q49111", "labels": {"en": "Cambridge"}, "lat": 42.3736, "lon": -71.1097, "kind": "city",
+                "city": "Cambridge", "description": "city in Massachusetts, United States", "sitelinks": 150,
+                "classes": ["Q1093829"], "located_in": ["Q771"], "country": ["Q30"]}
+MASSACHUSETTS = {"qid": "Q771", "labels": {"en": "Massachusetts"}, "lat": 42.3, "lon": -71.8, "kind": "area",
+                 "city": "Boston", "description": "state of the United States of America", "sitelinks": 250,
+                 "classes": ["Q35657"], "country": ["Q30"]}
+HARVARD_SQUARE = {"qid": "Q99041001", "labels": {"en": "Harvard Square"}, "lat": 42.3732, "lon": -71.1189,
+                  "kind": "area", "city": "Cambridge", "description": "square in Cambridge, Massachusetts",
+                  "sitelinks": 30}
+TRUTH_HARVARD = (42.3730, -71.1180)
+CAMBRIDGES = (CAMBRIDGE_UK, CAMBRIDGE_MA, MASSACHUSETTS, HARVARD_SQUARE)
+
+
+@pytest.mark.parametrize("city", ["Cambridge MA", "Cambridge, MA", "Cambridge MA, USA"])
+def test_a_state_code_in_the_city_field_anchors_on_the_city_in_that_state(city):
+    loc, queries = _locate(ParsedAnswer(city=city, area="Harvard Square", building="unknown"), TRUTH_HARVARD,
+                           *CAMBRIDGES)
+    assert loc.anchor_qid == "Q49111", loc.trace  # before: none ("Cambridge MA"), Cambridge, England (with a comma)
+    assert loc.resolved_level == "area" and loc.qid == "Q99041001" and loc.hit, loc.trace
+    assert "Massachusetts" in queries  # the code was looked up by the state's name
+    assert any(t.level == "city" and t.outcome == "contains-city" and t.qid == "Q771" for t in loc.trace), loc.trace
+
+
+def test_a_city_field_without_a_code_is_read_as_before():
+    """A bare "Cambridge" keeps the search's first city item (module doc, point 1; no finer field moves it, and the
+    truth never does): Harvard Square lies out of that anchor, city level, censored (geocode38 #9, judged right)."""
+    loc, queries = _locate(ParsedAnswer(city="Cambridge", area="Harvard Square", building="unknown"), TRUTH_HARVARD,
+                           *CAMBRIDGES)
+    assert loc.anchor_qid == "Q350" and loc.resolved_level == "city" and not loc.hit
+    assert "Massachusetts" not in queries
+
+
+def test_an_unknown_city_still_leaves_the_finer_names_unlooked_for():
+    """geocode38 #5, judged right: with no city there is no anchor from the model's own answered city (Sec. 4.2),
+    and a lookup without one is the global fallback fault 3 removed; the truth is never an anchor."""
+    loc, queries = _locate(ParsedAnswer(city="unknown", area="Shibuya", building="Shibuya Station"), TRUTH_SHIBUYA)
+    assert loc.resolved_level == "none" and loc.anchor_qid is None and queries == []
+    assert [t.outcome for t in loc.trace] == ["null", "no-anchor", "no-anchor"]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Cambridge MA", "Cambridge, Massachusetts"), ("Cambridge, MA", "Cambridge, Massachusetts"),
+    ("Cambridge MA, USA", "Cambridge, Massachusetts, USA"), ("Portland OR", "Portland, Oregon"),
+    ("Kingston ON", "Kingston, Ontario"), ("Seattle WA", "Seattle, Washington"),
+    ("St. John's NL", "St. John's, Newfoundland and Labrador"),
+    # not a code as written: lower case, a lone code, a code first, DC (part of the city's own name), a country code
+    ("Cambridge ma", "Cambridge ma"), ("MA", "MA"), ("MA Cambridge", "MA Cambridge"), ("Washington DC", "Washington DC"),
+    ("Hollywood, LA", "Hollywood, LA"), ("London UK", "London UK"), ("Paris", "Paris"),
+    ("", ""),
+])
+def test_with_region_name(text, expected):
+    from geoagent.geohint.placenames import with_region_name
+
+    assert with_region_name(text) == expected

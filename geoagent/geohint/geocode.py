@@ -61,7 +61,10 @@ Protocol (seed 000 Sec. 4.2-4.3, Sec. 7, Appendix B):
    "Clarendon, Virginia" on Virginia, Minnesota; session 19 anchored on the first variant with a city item, whatever
    the other segments named.) Sec. 4.2: the anchor is "derived from
    the model's own answered city", and in "Shibuya, Tokyo" the city is Tokyo, in "Paris, Texas" the Paris in
-   Texas. (Before session 19 the first variant with any located hit anchored, so the ward Shibuya did, and the
+   Texas. A state, province or territory code in the field is looked up by the region's name (version 14,
+   :func:`~geoagent.geohint.placenames.with_region_name`): "Cambridge MA" and "Cambridge, MA" are read as "Cambridge,
+   Massachusetts", whose state contains the Cambridge meant (pass a), where "Cambridge MA" is no item's label and "MA"
+   beside "Cambridge" names nothing that tells the namesakes apart (geocode38 #5). (Before session 19 the first variant with any located hit anchored, so the ward Shibuya did, and the
    area answer "Shibuya" was then the anchor itself, city level and censored.)
 2. **Building -> area -> city.** The building is tried first, then the area; the level that resolved is
    recorded (``building``, ``area``, ``city`` or ``none``).
@@ -92,7 +95,10 @@ Protocol (seed 000 Sec. 4.2-4.3, Sec. 7, Appendix B):
 5. **No global fallback (fault 3).** A candidate farther than ``anchor_radius_km`` from the anchor is
    rejected; if no candidate lies within the radius the level fails (trace outcome
    ``out-of-anchor``). With no anchor (the city did not resolve) nothing finer is tried and the
-   level is ``none``. Among several exact Wikidata matches within the radius, ``candidate_rule`` picks one
+   level is ``none`` (trace ``no-anchor``): Sec. 4.2 disambiguates by "an anchor derived from the model's own answered
+   city, never the ground truth", and a lookup with none is the global most-linked fallback fault 3 removed (the
+   release's code, with no anchor, takes the most-linked hit anywhere: "Chinatown" beside an unknown city would be
+   San Francisco's at any site; geocode38 #5, judged right). Among several exact Wikidata matches within the radius, ``candidate_rule`` picks one
    (:data:`CANDIDATE_RULES`): ``"nearest"`` (default, session 35) the one nearest the anchor, the answer's own city
    (Sec. 4.2: "Ambiguous names are disambiguated using an anchor derived from the model's own answered city": an
    answer "Oakland, Chinatown" is Oakland's Chinatown, not San Francisco's, 12 km away but first in the search's
@@ -150,7 +156,7 @@ from geoagent.clients.nominatim import NominatimClient, NominatimPlace
 from geoagent.clients.wikidata import Entity, WikidataClient
 from geoagent.geo import haversine_km
 from geoagent.geohint.placenames import (fold, is_bare_designator, is_linear_name, is_null_answer, name_variants,
-                                         plain_coordinates, primary_name)
+                                         plain_coordinates, primary_name, with_region_name)
 
 #: Default anchor radius in km. A project choice (the paper gives no value), derived from the release:
 #: sites lie at most 8.6 km from their city's screening centre (tokyo_shimokita, ``city_pool.csv``) and
@@ -263,7 +269,11 @@ ANSWER_COORDINATES = "answer-coordinates"
 #: (``namedetails``: "神南" finds the place whose localised ``name`` is "Jinnan", geocode38 #4).
 #: 13 (session 39, geohint39 #1): building or area coordinates farther than ``anchor_radius_km`` from a resolved
 #: anchor fail their level (``out-of-anchor``), as a name's candidates there do (point 7).
-GEOCODER_RULES_VERSION = 13
+#: 14 (session 41, fixgeo41): a geo URI ("geo:35.66,139.70") and coordinates in full-width digits are the field's point
+#: (point 7; geocode38 #11: looked up as names before); a US state, Canadian province or Australian state code in the
+#: city field ("Cambridge MA", "Cambridge, MA") is looked up by the region's name, so the namesake in that region
+#: anchors (point 1; geocode38 #5: "Cambridge MA" anchored nothing and "Cambridge, MA" the search's first Cambridge).
+GEOCODER_RULES_VERSION = 14
 
 LEVELS = ("building", "area", "city", "none")
 #: Our level names -> the release's ``resolved_level`` values (``answers_judged*.csv``).
@@ -617,7 +627,9 @@ class Geocoder:
         point = self._answer_point(text, "city", trace)
         if point is not None:
             return point
-        variants = name_variants(text, max_variants=self.max_variants)
+        # a state code written out ("Cambridge MA" -> "Cambridge, Massachusetts"): the state is then a segment whose
+        # item contains the Cambridge meant (point 1a; geocode38 #5: "Cambridge MA" located nothing, no anchor)
+        variants = name_variants(with_region_name(text), max_variants=self.max_variants)
         if not variants:
             trace.append(Lookup("city", text or "", "-", "null"))
             return None

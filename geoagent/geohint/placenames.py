@@ -48,6 +48,57 @@ REGION_ABBREVIATIONS = {
     "uk": "united kingdom", "uae": "united arab emirates",
 }
 
+#: Codes of :data:`REGION_ABBREVIATIONS` that :func:`with_region_name` leaves as written in a city field: the country
+#: abbreviations (no state or province), DC (part of the city's own name: "Washington DC") and LA (Los Angeles far more
+#: often than Louisiana after a place name: "Hollywood, LA").
+_NOT_REGION_CODES = frozenset({"us", "usa", "united states of america", "uk", "uae", "dc", "la"})
+# a region code as written: 2 or 3 capital letters, a whole word
+_REGION_CODE_RE = re.compile(r"[A-Z]{2,3}")
+_LOWER_NAME_WORDS = frozenset({"and", "of"})
+
+
+def _region_name(word: str) -> str | None:
+    """The name a state, province or territory code written as ``word`` stands for ("MA" -> "Massachusetts"), in
+    capitals as a name is written, else None (lower case, a country or :data:`_NOT_REGION_CODES`)."""
+    if not _REGION_CODE_RE.fullmatch(word) or word.casefold() in _NOT_REGION_CODES:
+        return None
+    name = REGION_ABBREVIATIONS.get(word.casefold())
+    if name is None:
+        return None
+    return " ".join(w if w in _LOWER_NAME_WORDS else w.capitalize() for w in name.split())
+
+
+def with_region_name(text: str | None) -> str:
+    """A city field with its state, province or territory code written out: ``"Cambridge MA"`` and ``"Cambridge, MA"``
+    -> ``"Cambridge, Massachusetts"``, ``"Cambridge MA, USA"`` -> ``"Cambridge, Massachusetts, USA"`` (geocode38 #5).
+
+    The geocoder looks the field's names up by exact label (:mod:`geoagent.geohint.geocode`, point 1): "Cambridge MA"
+    is no item's label, and "MA" beside "Cambridge" none that says which Cambridge is meant. Written out, the state
+    is a segment whose item contains one of the city's namesakes (``located in``, P131), which then anchors.
+
+    A code is read only where it qualifies a name: the last word of a comma segment after a name ("Cambridge MA"), or a
+    comma segment of its own after the first ("Cambridge, MA"); written in capitals (2 or 3 letters), as codes are
+    ("Cambridge ma" is left as written); one of :data:`REGION_ABBREVIATIONS` other than a country's, DC and LA
+    (:data:`_NOT_REGION_CODES`). Anything else is returned as given (``None`` as ``""``); runs of spaces become one.
+    """
+    if not text:
+        return ""
+    parts = [" ".join(p.split()) for p in str(text)[:MAX_NAME_CHARS].split(",")]
+    out: list[str] = []
+    for i, part in enumerate(parts):
+        words = part.split(" ")
+        name = _region_name(words[-1]) if words else None
+        if name is not None and len(words) > 1:
+            out += [" ".join(words[:-1]), name]  # "Cambridge MA": the name, then its state
+        elif name is not None and i > 0 and len(words) == 1:
+            out.append(name)  # "Cambridge, MA"
+        else:
+            out.append(part)
+    if len(out) == len(parts) and all(a == b for a, b in zip(out, parts)):
+        return str(text)
+    return ", ".join(out)
+
+
 # The release's lists (Yifan1209/geocontext, geocontext/geocode.py ``_LINEAR_SUFFIX`` and ``_LINEAR_PREFIX``, lines
 # 226-235, read by its ``is_linear`` at the place level) are all in ours; ours adds designators of more languages.
 # Street designators that END a linear feature's name ("Canal Street", "Meiji-dori", "Friedrichstraße"); the
