@@ -133,3 +133,28 @@ def test_with_region_name(text, expected):
     from geoagent.geohint.placenames import with_region_name
 
     assert with_region_name(text) == expected
+
+
+# ---- #6 and #8, judged right: no change ----
+
+JAPAN = {"qid": "Q17", "labels": {"en": "Japan"}, "lat": 36.0, "lon": 138.0, "kind": "area", "city": "Japan",
+         "description": "country in East Asia", "sitelinks": 400, "classes": ["Q6256", "Q3624078"]}
+
+
+def test_a_country_in_the_city_field_is_city_level_and_censored():
+    """geocode38 #6: "Japan" is no finer than a city, which is all a censored city level states (Sec. 4.3, fault 4);
+    the release's code scores it the same way (its levels are place, area, city), and a country named at a finer
+    level is city level here too (``COARSE_CLASSES``). Its error_km is kept for reference, never a hit."""
+    loc, _ = _locate(ParsedAnswer(city="Japan", area="unknown", building="unknown"), TRUTH_SHIBUYA, JAPAN)
+    assert (loc.resolved_level, loc.qid, loc.anchor_qid, loc.hit) == ("city", "Q17", "Q17", False)
+    assert loc.as_release_row()["resolved_level"] == "city"
+
+
+def test_a_place_named_as_both_city_and_area_is_city_level():
+    """geocode38 #8: the area repeats the city field's own item, so it adds nothing finer than the city field; which
+    items are finer than a city Wikidata's classes do not say reliably (many cities carry only a national class such
+    as "city of Japan"), and reading the anchor's own item as an area would score those cities' centres as area hits
+    (fault 4)."""
+    loc, _ = _locate(ParsedAnswer(city="Shibuya", area="Shibuya", building="unknown"), TRUTH_SHIBUYA)
+    assert (loc.resolved_level, loc.qid, loc.hit) == ("city", "Q99000001", False)
+    assert any(t.level == "area" and t.outcome == "same-as-city" for t in loc.trace), loc.trace
