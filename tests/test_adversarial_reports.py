@@ -43,7 +43,8 @@ def test_geoverify_report_counts_missing_trials_per_model(tmp_path, release_dir,
     assert "136 trial(s) missing" in (report / "geoverify_table.txt").read_text()
 
 
-def test_complete_geoverify_report_says_none_missing(tmp_path, release_dir, capsys):
+def test_complete_geoverify_report_says_none_missing(tmp_path, release_dir, capsys, monkeypatch):
+    monkeypatch.delenv("GEOAGENT_RELEASE", raising=False)  # the campaign plans from the fixture's release folder
     cfg = tmp_path / "gv.toml"
     cfg.write_text(geoverify_replay_toml(tmp_path, "gv-complete", release_dir))
     assert main(["run", str(cfg), "--no-live"]) == 0

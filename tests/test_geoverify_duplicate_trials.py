@@ -68,9 +68,10 @@ n_boot = 0
     return rel, cfg
 
 
-def test_repeated_requests_are_skipped_named_and_counted_once(isolated_roots, tmp_path, capsys, caplog):
+def test_repeated_requests_are_skipped_named_and_counted_once(isolated_roots, tmp_path, capsys, caplog, monkeypatch):
     from geoagent.runtime.store import open_campaign_state
 
+    monkeypatch.delenv("GEOAGENT_RELEASE", raising=False)  # the campaign plans from its own release folder
     rel, cfg = _release(tmp_path)
     table = rel / "verify_trials.csv"
     with caplog.at_level(logging.WARNING, logger="geoagent.geoverify.plan"):
