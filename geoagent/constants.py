@@ -83,6 +83,9 @@ AUDIT_DECISIONS_FILE = "audit_decisions.jsonl"
 AUDIT_SENSITIVE_FILE = "audit_sensitive.jsonl"
 CRAWL_DECISIONS_FILE = "crawl_decisions.jsonl"  # a crawl's own decisions (e.g. WDQS spatial splits), one JSON per line
 IMAGES_DIR = "images"  # state/images/<site>/<image_id>.jpg
+#: state/<campaign>/state_folder_id: the random id of the one state folder a Redis-backed crawl runs from, the
+#: same id recorded on the server (geoagent.runtime.backend.check_one_state_folder; redis41 #1)
+STATE_FOLDER_ID_FILE = "state_folder_id"
 #: the folder under the state root where ``run.py demo`` writes its filled-in configs (:mod:`geoagent.demo`); no
 #: campaign may take its name
 DEMO_CONFIGS_DIR = "demo-configs"

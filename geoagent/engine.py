@@ -206,6 +206,11 @@ class CampaignKind(abc.ABC):
     plan_edge: str = C.EDGE_REQUESTS
     #: what one message of the plan is, for the summary ("planned 3 cities")
     plan_unit: str = "requests"
+    #: whether the kind keeps records its stages read back in the state folder (a crawl: sampling/, sites.csv,
+    #: images), so that on Redis every process must share one state folder: checked at start
+    #: (:func:`geoagent.runtime.backend.check_one_state_folder`, redis41 #1). An evaluation keeps its answers and
+    #: results on the server; its folder holds this machine's own files only (manifest, plan keys, progress)
+    one_state_folder: bool = False
 
     @abc.abstractmethod
     def stages(self, cfg: Any) -> list[Stage]:
@@ -1908,6 +1913,13 @@ async def run_campaign(
             "note": "no effect: the flag acts on the config recorded on a Redis server ([backend] kind = \"redis\")"})}
     written = cfg  # the manifest records the config as written, not its local sandbox ports
     created = _absent_dirs(Path(cfg.state_dir()))  # folders this run makes (the campaign's, maybe the root)
+    recorded_folder = None
+    if kind.one_state_folder:
+        from geoagent.runtime.backend import check_one_state_folder
+
+        # Redis: a crawl's records and images are in its state folder, so its processes must share that folder
+        # (redis41 #1: a second machine dead-lettered image tasks and each export was a fragment)
+        recorded_folder = check_one_state_folder(cfg, record=not simulate)
     from geoagent.runtime.daemon import LateSignals
 
     # a signal after the pipeline ended (report, export, closing): recorded, cuts nothing short (_run installs it)
@@ -1960,6 +1972,10 @@ async def run_campaign(
             from geoagent.runtime.backend import forget_server_config
 
             forget_server_config(cfg)  # nothing ran: the next first run records its own config
+        if discarded and recorded_folder:
+            from geoagent.runtime.backend import forget_one_state_folder
+
+            forget_one_state_folder(cfg, recorded_folder)  # its marker went with the folder
         raise
     finally:
         if late is not None:

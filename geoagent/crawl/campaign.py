@@ -51,6 +51,9 @@ class CrawlCampaign(CampaignKind):
     kind = "crawl"
     plan_edge = C.EDGE_CITIES
     plan_unit = "cities"
+    #: its records (sampling/, sites.csv, rated/, ladders/) and images are files of the state folder: on Redis every
+    #: process must share that folder (redis41 #1)
+    one_state_folder = True
 
     def stages(self, cfg: Any) -> list[Stage]:
         _settings(cfg)

@@ -884,8 +884,9 @@ async def sampling_lock(svc: CrawlServices) -> AsyncIterator[None]:
 
     Two levels: the process's own ``asyncio.Lock`` (``svc.lock("sampling")``: the stage's concurrent tasks), then an
     exclusive ``fcntl.flock`` on ``<state_dir>/sampling.lock`` (:data:`SAMPLING_LOCK_FILE`) for the processes of one
-    campaign sharing its state folder (``run.py crawl CONFIG --stages ...``; a Redis-backed campaign on several
-    machines shares no folder, so only processes on one machine are serialised). The flock is taken without blocking
+    campaign sharing its state folder (``run.py run CONFIG --stages ...``: ``crawl`` has no ``--stages``; every
+    process of a Redis-backed crawl shares that folder too, as checked at start:
+    :func:`geoagent.runtime.backend.check_one_state_folder`). The flock is taken without blocking
     and retried every :data:`SAMPLING_LOCK_POLL_S` s, so a waiting task stays cancellable (a stop cancels samplings
     in flight) and never blocks the event loop; it is released by closing the file, also when the process dies
     (the kernel drops a dead process's flock). Where the file system has no ``flock`` (``OSError`` other than

@@ -491,6 +491,137 @@ def forget_server_config(cfg: Any) -> None:
     _forget_if_still(cfg, CONFIG_KEY, _record_bytes(server_config_record(cfg)))
 
 
+#: key suffix (after :func:`geoagent.runtime.redis_state.state_prefix`) of the id of the one state folder a campaign
+#: whose records live in its state folder runs from (:func:`check_one_state_folder`)
+STATE_FOLDER_KEY = "state_folder_id"
+
+
+def _read_folder_id(path: Path) -> str | None:
+    """The id in the marker file ``path`` (stripped), or None when there is none (no file, or an empty one)."""
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    return text or None
+
+
+def _create_folder_id(path: Path) -> tuple[str, bool]:
+    """The id of the marker file ``path``, made with a new random id (32 hex digits) when there is none: written
+    to a temporary file and linked into place, so of two processes starting at once in one folder both read the id
+    of the one that linked first. Returns ``(id, made)``: ``made`` when this call wrote the file."""
+    import os
+    import secrets
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    tmp.write_text(secrets.token_hex(16) + "\n", encoding="utf-8")
+    try:
+        os.link(tmp, path)
+        made = True
+    except FileExistsError:
+        made = False
+    finally:
+        tmp.unlink(missing_ok=True)
+    got = _read_folder_id(path)
+    if got is None:  # an empty or unreadable marker (a crash of an older write): say so rather than guess
+        raise BackendError(f"campaign state folder marker {path} is empty: delete it and run again")
+    return got, made
+
+
+def one_state_folder_text(cfg: Any, folder: Path, local: str | None, recorded: str) -> str:
+    """The refusal of :func:`check_one_state_folder`: campaign ``cfg`` whose state folder ``folder`` holds the id
+    ``local`` (None: no marker) while the server records ``recorded``."""
+    holds = (f"holds another one ({local[:8]}...: a crawl of the same name started from it on its own)" if local
+             else "holds none (this machine or folder never ran it)")
+    return (f"campaign {cfg.name}: a crawl keeps its records (sampling/, sites.csv, rated/, ladders/, the image "
+            f"audits) in its state folder and its images in <state root>/{C.IMAGES_DIR}, so every process of a "
+            "Redis-backed crawl must share ONE state folder; the Redis server named by [backend] url_env records "
+            f"the id of the state folder this crawl runs from ({recorded[:8]}...), and {folder} "
+            f"{holds} (its id: {folder / C.STATE_FOLDER_ID_FILE}). A process with a state folder of its own "
+            "would fetch images and write records the other processes never see (their image tasks dead-lettered "
+            "as 'image file ... is missing', each machine's export a fragment). Run it where the crawl's state "
+            "folder is: on that machine (`python run.py run CONFIG --stages ...` beside the others), or with "
+            f"${C.ENV_STATE_ROOT} ([paths] state) pointing at that state root on a shared file system; to crawl "
+            "from this folder anew, give the campaign a new [campaign] name")
+
+
+def check_one_state_folder(cfg: Any, *, record: bool = False) -> str | None:
+    """Refuse a ``kind = "redis"`` campaign run from a state folder other than the one the campaign runs from
+    (redis41 #1). For kinds whose records live in the state folder (a crawl:
+    :attr:`geoagent.engine.CampaignKind.one_state_folder`), which only processes sharing that folder can run
+    together: same machine with ``--stages``, or a state root on a shared file system.
+
+    The folder holds a marker, ``state/<campaign>/state_folder_id`` (:data:`geoagent.constants.STATE_FOLDER_ID_FILE`,
+    a random id), and the server the same id under the campaign's keys (:data:`STATE_FOLDER_KEY`). With ``record``
+    (a run), a folder without a marker gets one when the server holds no id yet (the crawl's first run, or a crawl
+    of a version before this record), and the folder's id is recorded on the server (``SET NX``: of two folders
+    starting at once, the second is refused and its marker removed). Without ``record`` (a dry run) nothing is
+    written; a folder the run would refuse is refused. No-op (None) for SQLite.
+
+    Returns
+    -------
+    str or None
+        The id this call recorded on the server, else None (so :func:`forget_one_state_folder` may drop it when the
+        run queues nothing and its folder is removed).
+
+    Raises
+    ------
+    BackendError
+        :func:`one_state_folder_text`: naming the folder, the marker file and the ways out (exit 2); a connection
+        error with the URL scrubbed.
+    """
+    url = redis_url(cfg)
+    if url is None:
+        return None
+    from geoagent.runtime.redis_state import state_prefix
+
+    folder = Path(cfg.state_dir())
+    marker = folder / C.STATE_FOLDER_ID_FILE
+    key = state_prefix(cfg.name) + STATE_FOLDER_KEY
+    client = _client(url)
+    try:
+        try:
+            got = client.get(key)
+        except Exception as exc:  # noqa: BLE001 - re-raised with the URL scrubbed
+            raise _scrubbed(exc, url) from None
+        recorded = got.decode("utf-8", "replace") if isinstance(got, bytes) else got
+        local = _read_folder_id(marker)
+        if recorded is not None:
+            if local != recorded:
+                raise BackendError(one_state_folder_text(cfg, folder, local, recorded))
+            return None
+        if not record:
+            return None  # the run records this folder's id (a dry run writes nothing)
+        created = [p for p in (folder, folder.parent) if not p.exists()]
+        local, made = _create_folder_id(marker)
+        try:
+            won = bool(client.set(key, local, nx=True))
+            got = None if won else client.get(key)
+        except Exception as exc:  # noqa: BLE001 - re-raised with the URL scrubbed
+            raise _scrubbed(exc, url) from None
+        recorded = got.decode("utf-8", "replace") if isinstance(got, bytes) else got
+        if won or recorded == local:
+            return local if won else None
+        if made:  # another folder's process recorded its id first: leave this folder as it was
+            marker.unlink(missing_ok=True)
+            for p in created:
+                try:
+                    p.rmdir()
+                except OSError:
+                    break
+        raise BackendError(one_state_folder_text(cfg, folder, None if made else local, recorded or "?"))
+    finally:
+        client.close()
+
+
+def forget_one_state_folder(cfg: Any, folder_id: str) -> None:
+    """Drop the state folder id ``folder_id`` :func:`check_one_state_folder` recorded for a run that failed before
+    it queued anything (its folder, marker included, was removed: :func:`geoagent.engine.discard_unstarted_state`),
+    if the server still holds it: a later first run, from any folder, records its own. Best effort (as
+    :func:`forget_server_kind`)."""
+    _forget_if_still(cfg, STATE_FOLDER_KEY, folder_id)
+
+
 # ------------------------------------------------------------------------------------------------
 # campaign state and queues of either backend
 # ------------------------------------------------------------------------------------------------
