@@ -1790,7 +1790,7 @@ async def open_services(
                     "queues_root": cfg.queues_root(),
                     "open_queue": functools.partial(_open_queue, cfg, url),
                     "missing_api_keys": missing,
-                    AUTH_BREAKER_SERVICE: AuthBreaker(),
+                    AUTH_BREAKER_SERVICE: AuthBreaker(config_on_server=url is not None),  # Redis records the config
                 },
             )
             try:
@@ -3082,6 +3082,8 @@ async def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContex
             # per model: its tasks done (answered under the old settings: an answer another model name stored for
             # the same request counts too) and those not done (sent with the new settings)
             counts = await plan_q.tasks_by_model(not_counting=aside)
+            if counts is None:  # a queue that cannot count per model (Redis): the store's answers per model
+                counts = _answers_by_model(ctx, plan_after, len(aside))
             if counts is not None:
                 by_model = {m: counts.get(m, (0, 0)) for m in changed_models}
     decision = decide(cfg.name, changes.calls, changes.call_keys, tasks_before=plan_before.total,
@@ -3092,6 +3094,24 @@ async def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContex
     for ln in decision.lines:
         print(ln, file=sys.stderr)
     return decision
+
+
+def _answers_by_model(ctx: StageContext, plan_after: Any, aside: int) -> dict[str | None, tuple[int, int]] | None:
+    """Per model ``(answers stored, tasks maybe left)`` in the shape of
+    :meth:`~geoagent.runtime.queue.WorkQueue.tasks_by_model`, for a plan queue that cannot count its tasks per
+    model (Redis: it would read every payload on the server): the response store's answers per model (one read,
+    :meth:`count_responses_by_model`) stand for the done tasks, and every model is given the plan edge's unfinished
+    tasks after planning (``plan_after``, less the ``aside`` tasks the run sets aside next) as its own, an upper
+    bound. So a changed model with no answer stored is judged fresh (nothing of it mixes), and one with answers
+    mixes whenever any task is left, as the totals said (redis41 #2: a model the not-found breaker stopped before
+    it answered once, its ``model`` fixed, recorded a config_mix on Redis and not on SQLite). None when the store
+    cannot count (the caller decides from the totals)."""
+    store = ctx.services.get("store")
+    if store is None or not hasattr(store, "count_responses_by_model"):
+        return None
+    answered = store.count_responses_by_model()
+    left = max(0, int(plan_after.total) - int(plan_after.done) - int(aside))
+    return {m: (int(n), left) for m, n in answered.items()}
 
 
 def _plan_note(diff: PlanDiff | None) -> dict[str, Any]:

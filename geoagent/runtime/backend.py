@@ -458,7 +458,8 @@ def check_server_config(cfg: Any, *, record: bool = False, accept_change: bool =
         line = (f"info: campaign {cfg.name}: {ACCEPT_CONFIG_CHANGE}: the config recorded for this campaign on the "
                 f"Redis server {'is' if record else 'would be'} replaced by {source}'s ({what}); machines still "
                 "running the old config are refused at their next start. Work planned from now on uses the new "
-                "config; stored results made with the old one stay and mix with the new ones, as on one machine")
+                "config; stored results made with the old one stay, and the run says, as on one machine, whether "
+                "any model's results mix the two")
         try:
             if record:
                 client.set(key, data)
@@ -476,8 +477,8 @@ def check_server_config(cfg: Any, *, record: bool = False, accept_change: bool =
         "the same config (pacing such as [hosts], rates, concurrency, and [budget] cap_usd may differ), or its "
         "requests mix with the other machines' in the shared queues: copy the campaign's file to this machine, or "
         "give this config its own [campaign] name; to change the config of the whole campaign on purpose, run "
-        f"`geoagent run {ACCEPT_CONFIG_CHANGE}` with the new file once (machines still on the old one are then "
-        "refused at their next start)"
+        f"`python run.py run CONFIG {ACCEPT_CONFIG_CHANGE}` with the new file once (machines still on the old one are "
+        "then refused at their next start)"
     )
 
 

@@ -147,8 +147,9 @@ Differences from the SQLite backend (none in the interface semantics but ``tasks
 * done tasks stay in server memory (as SQLite keeps their rows on disk): measured on Redis 6.2, 311
   bytes per done task with a 150-byte payload (427 while ready); size the server for the campaign;
 * ``tasks_by_model`` answers None (the interface's "cannot tell": it would read every payload on the server), so
-  a config change confined to some models' own settings is judged from the totals on Redis, not per model
-  (:func:`geoagent.runtime.drift.decide`; docs/campaigns.md, "Changing a config between runs", says so);
+  a config change confined to some models' own settings is judged per model from the response store's answers per
+  model instead, with the plan edge's unfinished tasks as an upper bound of each model's
+  (:func:`geoagent.engine._answers_by_model`, redis41 #2; docs/campaigns.md, "Changing a config between runs");
 * every mutating call leaves a small reply record for ``reply_ttl_s`` (above), so a retried call answers
   as its first run did; SQLite has no lost replies (a local file) and needs none;
 * it needs one Redis server (with replicas or Sentinel if wanted), not Redis Cluster: a queue's keys

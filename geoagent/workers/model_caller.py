@@ -433,6 +433,9 @@ class AuthFailure:
     not_found: bool = False
     host: str | None = None
     excerpt: str = ""
+    #: the campaign's config is recorded on a Redis server (:func:`geoagent.runtime.backend.check_server_config`):
+    #: a re-run with a fixed file needs ``--accept-config-change`` (redis41 #2)
+    config_on_server: bool = False
 
     def message(self) -> str:
         """``authentication failed for model X (HTTP 401): check OPENAI_API_KEY`` (never the value), or for a
@@ -442,14 +445,25 @@ class AuthFailure:
             n = "1 request" if self.failures == 1 else f"{self.failures} requests in a row"
             return (f"model {self.model}: host {self.host or '?'} answered HTTP {self.status} ({C.NOT_FOUND_WHAT}) to "
                     f"{n}, none answered: {self.excerpt or '(no body)'}; check [[models]] base_url (its path) and "
-                    f"model (the id the server serves: GET <base_url>/models lists them) of '{self.model}', then re-run "
-                    "the same command: the requests left queued are sent then")
+                    f"model (the id the server serves: GET <base_url>/models lists them) of '{self.model}', then "
+                    f"{self._rerun()}: the requests left queued are sent then")
         if self.billing:
             return (f"the provider refused model {self.model} for billing (HTTP {self.status}: quota or credit used "
                     "up, or a spend limit reached): add credit or raise the limit at the provider, then re-run "
                     "(the key itself was accepted)")
         what = f"check {self.api_key_env}" if self.api_key_env else "check the model's api_key_env and headers"
         return f"authentication failed for model {self.model} (HTTP {self.status}): {what}"
+
+    def _rerun(self) -> str:
+        """How to resume once the config is fixed: the same command; on Redis with ``--accept-config-change``,
+        since the server refuses a file that differs from the config it records (and another machine's stale file
+        must not replace it unasked, so the change is not accepted by itself even for a model that never
+        answered)."""
+        if not self.config_on_server:
+            return "re-run the same command"
+        return ("re-run the same command with --accept-config-change (`python run.py run CONFIG "
+                "--accept-config-change`: the Redis server records the campaign's config and refuses a changed file "
+                "without it; give the other machines the fixed file too)")
 
 
 class AuthStop(PicklableError, Held):
@@ -477,7 +491,9 @@ class AuthBreaker(HeldTasks):
         (>= 1; default :data:`NOT_FOUND_TO_STOP`).
     """
 
-    def __init__(self, threshold: int = AUTH_FAILURES_TO_STOP, not_found_threshold: int = NOT_FOUND_TO_STOP) -> None:
+    def __init__(self, threshold: int = AUTH_FAILURES_TO_STOP, not_found_threshold: int = NOT_FOUND_TO_STOP, *,
+                 config_on_server: bool = False) -> None:
+        self.config_on_server = config_on_server  # :attr:`AuthFailure.config_on_server` of its not-found stops
         self.threshold = max(1, int(threshold))
         self.not_found_threshold = max(1, int(not_found_threshold))
         self._streak: dict[str, int] = {}
@@ -521,7 +537,8 @@ class AuthBreaker(HeldTasks):
         # two different tasks behind the streak in either case: one task's retries alone (5 attempts = the threshold)
         # are that request's own failure (review40b #3)
         if len(keys) >= 2 and (n >= self.not_found_threshold or (last_attempt and model not in self._answered)):
-            self.opened[model] = AuthFailure(model, int(status), None, n, not_found=True, host=host, excerpt=excerpt)
+            self.opened[model] = AuthFailure(model, int(status), None, n, not_found=True, host=host, excerpt=excerpt,
+                                             config_on_server=self.config_on_server)
             return self.opened[model]
         return None
 
@@ -1476,8 +1493,12 @@ class ModelCaller(Stage):
         """The campaign's :class:`AuthBreaker` (service :data:`AUTH_BREAKER_SERVICE`; made on first use)."""
         breaker = ctx.services.get(AUTH_BREAKER_SERVICE)
         if breaker is None:
-            breaker = ctx.services[AUTH_BREAKER_SERVICE] = AuthBreaker(self.auth_failures_to_stop,
-                                                                       self.not_found_to_stop)
+            from geoagent.runtime.backend import uses_redis
+
+            cfg = ctx.services.get("config")
+            breaker = ctx.services[AUTH_BREAKER_SERVICE] = AuthBreaker(
+                self.auth_failures_to_stop, self.not_found_to_stop,
+                config_on_server=cfg is not None and uses_redis(cfg))
         return breaker
 
     # -- the job ------------------------------------------------------------------------------------
