@@ -2270,6 +2270,9 @@ async def _run(
         with began_lock:
             if not began[0]:
                 manifest.record_work_began(run_id)
+                from geoagent.runtime.backend import END_WORKING, mark_end_on_server
+
+                mark_end_on_server(cfg, run_id, END_WORKING)  # Redis: every machine's status reads it (redis41 #3)
                 began[0] = True
 
     ctx.services[C.SERVICE_WORK_BEGAN] = note_work_began
@@ -2467,6 +2470,9 @@ async def _run(
         # a kill or a forced exit among them must not leave `status` saying "campaign complete" over them: the mark
         # stays in the manifest until stop_run (end_written) clears it
         manifest.record_writing_end(run_id)
+        from geoagent.runtime.backend import END_WRITING, mark_end_on_server
+
+        mark_end_on_server(cfg, run_id, END_WRITING)  # Redis: for the other machines' status (redis41 #3)
         if export:
             # the config as written: a sandbox model fake is known by its *.sandbox.invalid URL (the export's
             # simulated column), which the running copy has replaced by a local port
@@ -2524,6 +2530,9 @@ async def _run(
                 if cfg.models and all(m.name in sim for m in cfg.models):
                     outcome.spend_note = SIMULATED_SPEND_NOTE
         end_written = True
+        from geoagent.runtime.backend import END_WRITTEN
+
+        mark_end_on_server(cfg, run_id, END_WRITTEN)  # only over this run's own writing mark (redis41 #3)
         return outcome
     except BaseException as exc:
         if not isinstance(exc, (KeyboardInterrupt, anyio.get_cancelled_exc_class())):

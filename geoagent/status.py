@@ -247,6 +247,7 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
         finally:
             q.close_sync()
     spend = None
+    alive: bool | None = None  # Redis: a process of the campaign runs on some machine (its heartbeat)
     answered: dict[str, int] = {}
     if state_exists(cfg) and not uses_redis(cfg):
         from geoagent.engine import _blank_state_db, blank_state_db_text
@@ -274,6 +275,8 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
                     if name in spend["by_model"]:
                         spend["by_model"][name].update(gone_usd=m_usd, gone_calls=m_n)
             answered = state.store.count_responses_by_model()
+            others_alive = getattr(state.ledger, "others_alive", None)
+            alive = bool(others_alive()) if uses_redis(cfg) and callable(others_alive) else None
     # answers to the current plan's requests only (the recorded plan's tasks done): answers kept from tasks an
     # earlier plan held would overstate a model's share (geoagent.runtime.scope)
     from geoagent.runtime.scope import answered_in_plan
@@ -317,6 +320,9 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     from geoagent.runtime.hostshare import board_pauses
 
     outcomes, unended = _run_statuses(Path(cfg.state_dir()))
+    end_cut, end_mark = _end_cut_short(Path(cfg.state_dir())), None
+    if uses_redis(cfg):  # redis41 #3: the machine that wrote (or was writing) the end may be another one
+        end_cut, end_mark = _server_end(cfg, end_cut, alive)
     return {"campaign": cfg.name, "queues": queues, "spend": spend, "progress": progress, "dead": dead,
             "pauses": _redis_pauses(cfg) if uses_redis(cfg) else board_pauses(cfg.state_dir()),
             "superseded": superseded, "kind_lines": kind_lines, "emptied": emptied,
@@ -325,7 +331,9 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
             "queues_dir": (Path(cfg.queues_root()) / cfg.name).absolute(),
             "run_outcomes": outcomes, "runs_unended": unended,
             # the newest run that began writing the campaign's final exports and report did not finish them
-            "end_cut_short": _end_cut_short(Path(cfg.state_dir())),
+            "end_cut_short": end_cut,
+            # Redis: the end mark on the server, when it decided end_cut_short (its host, state; None otherwise)
+            "end_mark": end_mark,
             # the newest run was started with --watch: drained queues while it runs are it idling, not finishing
             "watching": _last_run_watched(Path(cfg.state_dir())),
             # the Redis backend has no queues folder to be looked for in the wrong place
@@ -560,6 +568,31 @@ def _end_cut_short(state_dir: Path) -> str | None:
     runs = man.get("runs") if isinstance(man, dict) else None
     run = end_cut_short(runs if isinstance(runs, list) else [])
     return str(run.get("status") or "running") if run is not None else None
+
+
+def _server_end(cfg: Any, local: str | None, alive: bool | None) -> tuple[str | None, dict[str, Any] | None]:
+    """``(end_cut_short, end_mark)`` of a Redis campaign: the end mark the runs of every machine keep on the server
+    (:func:`geoagent.runtime.backend.server_end_mark`) decides, since the run that wrote the final report and
+    exports, or was killed writing them, may have run on another machine, whose manifest this one cannot read
+    (redis41 #3: a machine that ran only the model caller said "campaign complete"). ``local``: what this machine's
+    manifest says (:func:`_end_cut_short`), kept when the server holds no mark (a campaign of an earlier version)
+    and for a run of this machine that failed. ``alive``: a process of the campaign runs now on some machine.
+
+    Marks: ``written`` (the last run to begin work, or one after it, wrote the end: None); ``writing`` or
+    ``working`` while a process of the campaign runs (it may still write it: None, and the mark is returned with
+    ``"pending": True`` for the line that says so); ``writing`` or ``working`` with no process left (the end was
+    cut short, or the last run that worked never wrote it): ``local`` when it names a failure of this machine's,
+    else ``"killed"``."""
+    from geoagent.runtime.backend import END_WRITTEN, server_end_mark
+
+    mark = server_end_mark(cfg)
+    if mark is None:
+        return local, None
+    if mark.get("state") == END_WRITTEN:
+        return None, None
+    if alive:
+        return None, {**mark, "pending": True}
+    return (local if local == "failed" else "killed"), mark
 
 
 def _run_statuses(state_dir: Path) -> tuple[dict[str, str], set[str]]:
@@ -884,6 +917,26 @@ END_CUT_SHORT_TEXT = ("campaign work done (every queue drained, nothing dead-let
                       "to write them (every task is done: it calls no model)")
 
 
+#: the line ``status`` prints for a drained Redis campaign whose end the server does not record as written while a
+#: process of the campaign still runs on some machine (:func:`_server_end`, redis41 #3)
+END_PENDING_TEXT = ("campaign work done (every queue drained, nothing dead-lettered), but a process of the campaign "
+                    "still runs (on this or another machine: its heartbeat on the Redis server) and the final report "
+                    "and export are not recorded as written yet: the process that finishes the campaign writes them "
+                    "on its machine when it ends")
+
+
+def end_mark_text(mark: dict[str, Any] | None) -> str:
+    """What :data:`END_CUT_SHORT_TEXT` adds when the Redis server's end mark decided it (:func:`_server_end`):
+    which run, on which host, left the end unwritten; ``""`` otherwise."""
+    if not mark:
+        return ""
+    what = ("began writing them" if mark.get("state") == "writing" else
+            "began work after they were last written and did not write them again")
+    return (f" (the Redis server records that run {mark.get('run_id', '?')} on host {mark.get('host', '?')} "
+            f"{what}, and no process of the campaign runs now; on any machine sharing the campaign the re-run "
+            "writes them into its own state folder)")
+
+
 def _stages_done_status() -> str:
     from geoagent.engine import STATUS_STAGES_DONE
 
@@ -951,10 +1004,13 @@ def format_status(st: dict[str, Any]) -> str:
         lines.append("  campaign work done (every queue drained, nothing dead-lettered), but a run of it is still "
                      "going: it is finishing (writing the report and export) or starting; the files on disk are "
                      "final once it ends")
+    elif complete and (st.get("end_mark") or {}).get("pending") and not st.get("running"):
+        # redis41 #3: another machine's process runs and the server does not record the end as written yet
+        lines.append("  " + END_PENDING_TEXT)
     elif complete and st.get("end_cut_short") not in (None, "failed") and not st.get("running"):
         # resume40 #1: the queues drained, but the run writing the final exports and report was killed (or ended
         # by a second signal) among them: what is on disk may be interim or half rewritten
-        lines.append("  " + END_CUT_SHORT_TEXT)
+        lines.append("  " + END_CUT_SHORT_TEXT + end_mark_text(st.get("end_mark")))
     elif complete:
         aside_n = sum((st.get("superseded") or {}).values())
         # tasks set aside sit among the dead ones (walk39 #7: "dead 237 (237 superseded)" then "nothing dead-lettered")

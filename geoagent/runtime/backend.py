@@ -623,6 +623,84 @@ def forget_one_state_folder(cfg: Any, folder_id: str) -> None:
     _forget_if_still(cfg, STATE_FOLDER_KEY, folder_id)
 
 
+#: key suffix (after :func:`geoagent.runtime.redis_state.state_prefix`) of the campaign's end mark on the server
+#: (:func:`mark_end_on_server`, a hash: ``state``, ``run_id``, ``host``, ``pid``, ``at``)
+END_MARK_KEY = "end_mark"
+#: the states of the end mark, in the order a run sets them: its work began (the report and exports on disk are no
+#: longer the final ones), it began writing them, it wrote them
+END_WORKING, END_WRITING, END_WRITTEN = "working", "writing", "written"
+
+# "written" replaces only the writing mark of the same run: a run whose work began meanwhile (its mark "working")
+# made those files stale again (redis41 #3)
+_MARK_WRITTEN_LUA = """
+if redis.call('HGET', KEYS[1], 'run_id') == ARGV[1] and redis.call('HGET', KEYS[1], 'state') == ARGV[2] then
+  redis.call('HSET', KEYS[1], 'state', ARGV[3], 'at', ARGV[4])
+  return 1
+end
+return 0
+"""
+
+
+def mark_end_on_server(cfg: Any, run_id: str, state: str) -> None:
+    """Record on the Redis server how the campaign's end (its final report and exports) stands, as the run
+    ``run_id`` of this process changes it (redis41 #3): ``state`` :data:`END_WORKING` (its work began, so the files
+    an earlier end wrote are no longer final), :data:`END_WRITING` (it began writing them) or :data:`END_WRITTEN`
+    (it wrote them: only over its own writing mark). The manifest of the machine that writes them records the same
+    (:meth:`geoagent.runtime.manifest.Manifest.record_writing_end`), but another machine's ``status`` reads only
+    its own manifest: a machine that ran only the model caller said "campaign complete" while the machine writing
+    the end had been killed among the files. No-op for SQLite. Best effort: a server that fails here fails the
+    run's next step anyway, and ``status`` then falls back to the manifest."""
+    url = redis_url(cfg)
+    if url is None:
+        return
+    import os
+    import socket
+    import time
+
+    from geoagent.runtime.redis_state import state_prefix
+
+    key = state_prefix(cfg.name) + END_MARK_KEY
+    now = f"{time.time():.3f}"
+    try:
+        client = _client(url)
+    except Exception:  # noqa: BLE001 - best effort (docstring)
+        return
+    try:
+        if state == END_WRITTEN:
+            client.eval(_MARK_WRITTEN_LUA, 1, key, run_id, END_WRITING, END_WRITTEN, now)
+        else:
+            client.hset(key, mapping={"state": state, "run_id": run_id, "host": socket.gethostname(),
+                                      "pid": str(os.getpid()), "at": now})
+    except Exception:  # noqa: BLE001 - best effort (docstring)
+        pass
+    finally:
+        client.close()
+
+
+def server_end_mark(cfg: Any) -> dict[str, str] | None:
+    """The campaign's end mark on the Redis server (:func:`mark_end_on_server`): ``{"state", "run_id", "host",
+    "pid", "at"}`` (text), or None: SQLite, no mark (a campaign of a version before it), or the server cannot be
+    read (``status`` then reads the manifest alone)."""
+    url = redis_url(cfg)
+    if url is None:
+        return None
+    from geoagent.runtime.redis_state import state_prefix
+
+    try:
+        client = _client(url)
+    except Exception:  # noqa: BLE001 - see the docstring
+        return None
+    try:
+        got = client.hgetall(state_prefix(cfg.name) + END_MARK_KEY)
+    except Exception:  # noqa: BLE001 - see the docstring
+        return None
+    finally:
+        client.close()
+    out = {(k.decode("utf-8", "replace") if isinstance(k, bytes) else str(k)):
+           (v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)) for k, v in (got or {}).items()}
+    return out if out.get("state") else None
+
+
 # ------------------------------------------------------------------------------------------------
 # campaign state and queues of either backend
 # ------------------------------------------------------------------------------------------------
