@@ -174,7 +174,10 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
     ``overrun`` (optional): the process's :class:`geoagent.workers.billing.OverrunGuard`, as the model caller's: the
     reservation is the worst case times the guard's factor for the model and kind (with an image or not), and a call
     billed above its reservation raises that factor for the later ones (the crawl services pass one for both
-    auditors).
+    auditors); near the cap, until a bill of the model and kind is known in this process, one such call at a time,
+    the others waiting (unsent, after their store lookup) for its bill
+    (:meth:`~geoagent.workers.billing.OverrunGuard.first_bill`, money39 #3; waived when what is left under the cap is
+    far above the model's ``concurrency`` x the call's worst case: :func:`geoagent.workers.billing.far_from_cap`).
     ``provider_kind`` (optional): what answers this auditor (:func:`auditor_provider_kind`), recorded with the
     stored answer as ``request_meta.provider_kind``; None records the request's provider when it is
     ``"simulated"`` or ``"replay"``, else nothing.
@@ -182,7 +185,8 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
     Raises
     ------
     geoagent.runtime.stage.Abandoned
-        ``stopping()`` was true before the call was sent (nothing sent, no reservation).
+        ``stopping()`` was true before the call was sent, or became true while it waited for its model's first bill
+        (nothing sent, no reservation).
     geoagent.runtime.ledger.BudgetExhausted
         The reservation does not fit under the cap (nothing was sent).
     geoagent.workers.model_caller.CallFailed
@@ -211,12 +215,34 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
             cached = await store.aget(request.key())
             if cached is not None:  # paid and stored by a run killed before its caller kept the answer
                 return cached
+        has_image = request.image is not None or bool(request.image_id)
+        name = getattr(model_cfg, "name", request.model)
+        if overrun is None or overrun.opened(name, has_image):
+            return await send(request, has_image)
+
+        async def far() -> bool:  # asked once per kind: waive the probe when the cap is far (billing.far_from_cap)
+            from geoagent.config import DEFAULT_INPUT_ESTIMATE_FACTOR, reservation_usd
+            from geoagent.workers.billing import far_from_cap
+
+            factor = DEFAULT_INPUT_ESTIMATE_FACTOR if input_estimate_factor is None else float(input_estimate_factor)
+            worst = reservation_usd(model_cfg, request.prompt, request.params, request.max_output_tokens,
+                                    input_estimate_factor=factor, has_image=has_image)
+            return far_from_cap((await ledger.asummary()).remaining_usd, int(getattr(model_cfg, "concurrency", 1)),
+                                worst)
+
+        # money39 #3: near the cap, until a bill of this auditor's model and kind is known in this process, one call
+        # of it at a time (the store was read above, so a stored answer never waits)
+        async with overrun.first_bill(name, has_image, paid=bool(getattr(model_cfg, "paid", True)), stopping=stopping,
+                                      far=far):
+            return await send(request, has_image)
+
+    async def send(request: ModelRequest, has_image: bool) -> ModelResponse:
+        """Reserve, send, and settle (or close the reservation of a failed call): the metered call's paid part."""
         # the model caller's reservation for the same request, [budget] input_estimate_factor included
         from geoagent.config import DEFAULT_INPUT_ESTIMATE_FACTOR, image_size_px, reservation_usd
 
         factor = DEFAULT_INPUT_ESTIMATE_FACTOR if input_estimate_factor is None else float(input_estimate_factor)
         size = image_size_px(None, None, request.image) if request.image is not None else None
-        has_image = request.image is not None or bool(request.image_id)
         base_usd = reservation_usd(model_cfg, request.prompt, request.params, request.max_output_tokens,
                                    input_estimate_factor=factor, has_image=has_image, size_px=size)
         name = getattr(model_cfg, "name", request.model)

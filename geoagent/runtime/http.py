@@ -835,6 +835,13 @@ def unlisten_slot_waits(token: contextvars.Token) -> None:
     _SLOT_WAIT.reset(token)
 
 
+def slot_wait_listener() -> Callable[[int], None] | None:
+    """The slot-wait listener of the current context (:func:`listen_slot_waits`), or None: for a wait of the same
+    kind outside this module, which tells it ``+1`` / ``-1`` the same way (the overrun guard's first-bill turn,
+    :meth:`geoagent.workers.billing.OverrunGuard.first_bill`: a limit of one call in flight, not a hang)."""
+    return _SLOT_WAIT.get()
+
+
 class _SlotWait:
     """``async with _SlotWait(lim.semaphore, ceiling, lim) as waiting``: the limit key's concurrency slot (and, with
     a host-wide ceiling, the host's: taken second, released first), with the current context's slot-wait listener

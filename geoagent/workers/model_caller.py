@@ -22,6 +22,11 @@ Issue 2 points 6, 7 and 10. For each task (payload below) the worker:
    :class:`~geoagent.runtime.stage.BudgetStop` (the runner releases the task and stops dispatching);
 5. when the provider answers, stores the response and settles the reservation in ONE transaction and emits.
 
+Before step 2, a paid model's call of a kind (with an image, or without) that has no bill yet in this process waits,
+when the run is near its cap, for the kind's first call (a probe) to be billed and settled, so calls in flight cannot
+all pass the cap on a reservation that a provider billing above it made too low (money39 #3;
+:meth:`geoagent.workers.billing.OverrunGuard.first_bill`, with when it applies). A stored answer does not wait.
+
 Crash safety (issue 2, "Crash safety"; design choice): the reservation is made at send time, not
 before the request queues behind the host's rate limit or concurrency cap. After a SIGKILL the ledger's
 recovery counts every open reservation of the dead process as unknown-outcome spend; because of the
@@ -251,7 +256,7 @@ from geoagent.runtime.stage import (Abandoned, BudgetStop, Held, Lane, Message, 
 from geoagent.runtime.worker import PAUSED_BY_HOST, PROBE_AFTER_S, PROBE_MAX_S, UNREACHABLE_AFTER
 from geoagent.secrets import redact
 from geoagent.textfmt import count_text
-from geoagent.workers.billing import OverrunGuard, booked_answer, close_failed_call, worst_case_usage
+from geoagent.workers.billing import OverrunGuard, booked_answer, close_failed_call, far_from_cap, worst_case_usage
 from geoagent.workers.cutoff_breaker import (CUT_OFF_EMPTY_TO_STOP, CUT_OFF_RECORD, CUTOFF_BREAKER_SERVICE, CutOffBreaker,
                                              CutOffStop, empty_cut_off, request_settings_id)
 from geoagent.workers.held import HeldTasks
@@ -1302,7 +1307,8 @@ class ModelCaller(Stage):
         #: calls not yet known to be sent: (cancel scope around generate, its gate)
         self._unsent: set[tuple[anyio.CancelScope, _SendGate]] = set()
         self._unreported_said: set[str] = set()  # models whose answer without usage was logged (once each)
-        # overrun guard: per (model, with an image), the factor its worst case is raised by after an overrun
+        # overrun guard: per (model, with an image), the factor its worst case is raised by after an overrun, and
+        # near the cap one call at a time until its first bill (money39 #3)
         self._overrun = OverrunGuard()
         #: one lane per model when the campaign has several (lanes(); set at start), else None
         self._lanes: dict[str, Lane] | None = None
@@ -1523,6 +1529,37 @@ class ModelCaller(Stage):
     async def _handle(self, task: Task, ctx: StageContext) -> list[Message]:
         cfg = ctx.get("config")
         m, request = build_request(cfg, task.payload)
+        # the kind (with an image or not) as the overrun guard counts it
+        has_image = request.image is not None or bool(request.image_id)
+        if self._overrun.opened(m.name, has_image):  # the hot path: one set lookup
+            return await self._handle_settings(task, ctx, cfg, m, request)
+        return await self._handle_first_bill(task, ctx, cfg, m, request, has_image)
+
+    async def _handle_first_bill(self, task: Task, ctx: StageContext, cfg: Any, m: Any, request: ModelRequest,
+                                 has_image: bool) -> list[Message]:
+        """A call of a paid model and kind with no bill yet in this process (money39 #3): near the cap, one such call
+        at a time until its bill is settled (the overrun guard's probe; calls already in flight could not learn its
+        factor): :meth:`~geoagent.workers.billing.OverrunGuard.first_bill`."""
+        if not m.paid:  # replay, simulated: never billed, nothing to wait for (the next call takes the hot path)
+            self._overrun.waive(m.name, has_image)
+            return await self._handle_settings(task, ctx, cfg, m, request)
+        if self._overrun.probing(m.name, has_image):
+            # about to wait for the probe: a stored answer costs nothing, so it does not wait (a read, no reservation)
+            key = request.key()
+            stored = await ctx.get("store").aget(key)
+            if stored is not None:
+                return [self._message(task, key, m, request, stored, cost_usd=None, cached=True)]
+
+        async def far() -> bool:  # asked once per kind: waive the probe when the cap is far (billing.far_from_cap)
+            left = (await ctx.get("ledger").asummary()).remaining_usd
+            return far_from_cap(left, m.concurrency,
+                                _worst_usd(m, request, has_image, None, cfg.budget.input_estimate_factor))
+
+        async with self._overrun.first_bill(m.name, has_image, stopping=self._is_stopping, far=far):
+            return await self._handle_settings(task, ctx, cfg, m, request)
+
+    async def _handle_settings(self, task: Task, ctx: StageContext, cfg: Any, m: Any, request: ModelRequest
+                               ) -> list[Message]:
         cutoff = self._cutoff_breaker(ctx)
         if not cutoff.settings_needed(m.name):
             return await self._handle_built(task, ctx, cfg, m, request)
