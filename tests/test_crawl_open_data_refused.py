@@ -39,7 +39,8 @@ def _counts(root: Path, edge: str):
         q.close_sync()
 
 
-@pytest.mark.parametrize(("service", "edge", "key"), [("overpass", "cities", "overpass"), ("wdqs", "admitted", "wdqs")])
+@pytest.mark.parametrize(("service", "edge", "key"), [("overpass", "cities", "overpass"), ("wdqs", "admitted", "wdqs"),
+                                                      ("pageviews", "sites_for_audit", "pageviews")])
 def test_a_refusing_open_data_service_stops_the_crawl_with_exit_5_and_keeps_the_work(
         isolated_roots, monkeypatch, capsys, service, edge, key):
     monkeypatch.setenv("GEOAGENT_DOTENV", str(isolated_roots / "absent.env"))
@@ -53,11 +54,15 @@ def test_a_refusing_open_data_service_stops_the_crawl_with_exit_5_and_keeps_the_
     assert re.search(rf"the crawl was refused \(HTTP 403 from 127\.0\.0\.1:\d+ \(\[crawl\.endpoints\] {key}\)\): "
                      r"check \[crawl\] contact and tool_name", text), text
     sent = request_counts().get(service, 0) - before.get(service, 0)
-    # the stage has 2 in flight: the first refusal stops it (Overpass: /status and /interpreter per screening)
-    assert 0 < sent <= (4 if service == "overpass" else 2), sent
+    # the screener and sampler have 2 in flight, the referenceability auditor 1: the first refusal stops the stage
+    # (Overpass: /status and /interpreter per screening)
+    assert 0 < sent <= {"overpass": 4, "wdqs": 2, "pageviews": 1}[service], sent
     counts, dead = _counts(isolated_roots, edge)
     assert counts.ready > 0 and (counts.leased, counts.dead, counts.done) == (0, 0, 0) and dead == [], counts
     assert "not done: the work above stays queued untouched" in text
+    if service != "overpass":  # Wikimedia's block is not Overpass's: the screener screened every city
+        cities, _ = _counts(isolated_roots, "cities")
+        assert cities.done > 0 and cities.ready == cities.leased == cities.dead == 0, cities
     # the block lifted (here: a contact the service accepts): the same command goes on and completes the crawl
     code = main(["crawl", str(_config(isolated_roots, "you@example.org")), "--no-live"])
     text = "".join(capsys.readouterr())
@@ -77,7 +82,7 @@ def test_only_a_403_from_the_open_data_hosts_counts():
     settings = CrawlSettings.model_validate(tomllib.loads(CONFIG.read_text(encoding="utf-8"))["crawl"])
     svc = CrawlServices(settings=settings, http=None, state_dir=Path("."), images_root=Path("."), overpass=None,
                         wdqs=None, mapillary=None, pageviews=None, image_provider=None, ref_provider=None)
-    got = [open_data_refusal(svc, e) for e in (
+    got = [(r[1] if (r := open_data_refusal(svc, e)) else None) for e in (
         PermanentHTTPError(403, "http://wdqs.sandbox.invalid/sparql", "Forbidden"),
         PermanentHTTPError(403, "http://pageviews.sandbox.invalid/metrics/pageviews/per-article/x", "no"),
         PermanentHTTPError(403, "http://overpass.sandbox.invalid/api/interpreter", "no"),
@@ -86,6 +91,9 @@ def test_only_a_403_from_the_open_data_hosts_counts():
         PermanentHTTPError(401, "http://wdqs.sandbox.invalid/sparql", "no"),
         ValueError("HTTP 403 from wdqs.sandbox.invalid"),
     )]
+    operators = [(r[0] if (r := open_data_refusal(svc, PermanentHTTPError(403, f"http://{h}.sandbox.invalid/x", "no")))
+                  else None) for h in ("wdqs", "pageviews", "overpass", "mapillary")]
+    assert operators == ["wikimedia", "wikimedia", "overpass", None]  # a block is its operator's
     assert got == ["HTTP 403 from wdqs.sandbox.invalid ([crawl.endpoints] wdqs)",
                    "HTTP 403 from pageviews.sandbox.invalid ([crawl.endpoints] pageviews)",
                    "HTTP 403 from overpass.sandbox.invalid ([crawl.endpoints] overpass)", None, None, None, None]

@@ -183,10 +183,10 @@ class CrawlServices:
     #: set when the Mapillary API refused the access token (how, e.g. "HTTP 401, Mapillary error 190"):
     #: the stages that call Mapillary hold their tasks and stop (:class:`MapillaryTokenRefused`)
     mapillary_refused: str | None = None
-    #: set when Overpass, WDQS or the pageviews API refused this client with HTTP 403 (what and where, e.g. "HTTP 403
-    #: from query.wikidata.org ([crawl.endpoints] wdqs)"): the stages that call them hold their tasks and stop
-    #: (:class:`OpenDataRefused`)
-    open_data_refused: str | None = None
+    #: the open-data services that refused this client with HTTP 403, by operator (``"overpass"``; ``"wikimedia"``:
+    #: WDQS and the pageviews API), with what and where (e.g. "HTTP 403 from query.wikidata.org ([crawl.endpoints]
+    #: wdqs)"): the stages that call that operator's services hold their tasks and stop (:class:`OpenDataRefused`)
+    open_data_refused: dict[str, str] = field(default_factory=dict)
     #: the auditor models whose host refused their key or account (:class:`geoagent.crawl.llmcall.AuditorBreaker`):
     #: the auditor's stage holds its tasks and stops (:meth:`audit_generate`)
     auditors: AuditorBreaker = field(default_factory=AuditorBreaker)
@@ -521,7 +521,7 @@ class OpenDataRefused(Held):
     blocked"). Every later request would be refused too and a client that keeps knocking risks a longer ban, so, as
     for a refused Mapillary token (:class:`MapillaryTokenRefused`), the first refusal holds the task untouched (no
     attempt counted, never dead-lettered: before, each city and site was dead-lettered on its own 403 and the crawl
-    went on asking), every stage that calls those services stops leasing, and the engine ends the run
+    went on asking), every stage that calls that operator's services (:data:`OPEN_DATA_OPERATORS`) stops leasing, and the engine ends the run
     ``authentication failed`` (exit 5) with the host, the ``[crawl.endpoints]`` key naming it and what to check
     (:data:`OPEN_DATA_REFUSED_FIX`); the work stays queued for a re-run."""
 
@@ -531,10 +531,17 @@ OPEN_DATA_REFUSED_FIX = ("check [crawl] contact and tool_name (they make the Use
                          "lifted, or point [crawl.endpoints] at a server of your own")
 
 
-def open_data_refusal(svc: CrawlServices, exc: BaseException) -> str | None:
-    """What refused the crawl when ``exc`` is an HTTP 403 from Overpass (or a mirror), WDQS or the pageviews API
-    (``"HTTP 403 from <host> ([crawl.endpoints] <key>)"``), else None: a 403 from any other host (Mapillary's API has
-    its token rule, a thumbnail CDN refuses one image) is not theirs."""
+#: the operator of each open-data endpoint key (:class:`OpenDataRefused`): a block is the operator's, so a 403 from
+#: WDQS stops the pageviews requests too (Wikimedia's User-Agent policy covers both), not the Overpass screener
+OPEN_DATA_OPERATORS = {"overpass": "overpass", "overpass_mirrors": "overpass", "wdqs": "wikimedia",
+                       "pageviews": "wikimedia"}
+
+
+def open_data_refusal(svc: CrawlServices, exc: BaseException) -> tuple[str, str] | None:
+    """``(operator, what)`` when ``exc`` is an HTTP 403 from Overpass (or a mirror), WDQS or the pageviews API:
+    the operator (:data:`OPEN_DATA_OPERATORS`) and ``"HTTP 403 from <host> ([crawl.endpoints] <key>)"``; else None:
+    a 403 from any other host (Mapillary's API has its token rule, a thumbnail CDN refuses one image) is not
+    theirs."""
     from geoagent.runtime.http import PermanentHTTPError, host_key
 
     if not isinstance(exc, PermanentHTTPError) or exc.status != 403:
@@ -545,7 +552,7 @@ def open_data_refusal(svc: CrawlServices, exc: BaseException) -> str | None:
                              ("wdqs", ep.wdqs), ("pageviews", ep.pageviews)] if url and host_key(url) == host]
     if not keys:
         return None
-    return f"HTTP 403 from {host} ([crawl.endpoints] {' / '.join(dict.fromkeys(keys))})"
+    return OPEN_DATA_OPERATORS[keys[0]], f"HTTP 403 from {host} ([crawl.endpoints] {' / '.join(dict.fromkeys(keys))})"
 
 
 class _CrawlStage(Stage):
@@ -554,9 +561,15 @@ class _CrawlStage(Stage):
     _crawl_svc: CrawlServices | None = None
     #: the stage calls the Mapillary API: it stops once the token was refused (:class:`MapillaryTokenRefused`)
     uses_mapillary = False
-    #: the stage calls Overpass, WDQS or the pageviews API: it stops once one of them refused this client
-    #: (:class:`OpenDataRefused`)
-    uses_open_data = False
+    #: the operators of the open-data services the stage calls (:data:`OPEN_DATA_OPERATORS`): it stops once one of
+    #: them refused this client (:class:`OpenDataRefused`)
+    uses_open_data: tuple[str, ...] = ()
+
+    def _open_data_refusal(self, svc: CrawlServices | None = None) -> str | None:
+        svc = svc if svc is not None else self._crawl_svc
+        if svc is None:
+            return None
+        return next((svc.open_data_refused[op] for op in self.uses_open_data if op in svc.open_data_refused), None)
     #: the auditor the stage calls (``"image_audit"`` / ``"referenceability"``, :meth:`CrawlServices.audit_generate`):
     #: it stops once that model's host refused its key or account (:class:`geoagent.crawl.llmcall.AuditorRefused`)
     uses_auditor: str | None = None
@@ -572,7 +585,7 @@ class _CrawlStage(Stage):
         was refused, for an auditor's stage (the runner stops leasing)."""
         svc = self._crawl_svc
         return (not (self.uses_mapillary and svc is not None and svc.mapillary_refused)
-                and not (self.uses_open_data and svc is not None and svc.open_data_refused)
+                and not self._open_data_refusal()
                 and not self._auditor_refusal())
 
     def auth_lines(self) -> list[str]:
@@ -580,8 +593,8 @@ class _CrawlStage(Stage):
         ends the run exit 5 with it), else []."""
         svc = self._crawl_svc
         lines = [_token_message(svc)] if self.uses_mapillary and svc is not None and svc.mapillary_refused else []
-        if self.uses_open_data and svc is not None and svc.open_data_refused:
-            lines.append(_open_data_message(svc))
+        if (refused := self._open_data_refusal()) is not None:
+            lines.append(_open_data_message(refused))
         refusal = self._auditor_refusal()
         return lines + ([f"auditor [crawl.{self.uses_auditor}]: {refusal}"] if refusal else [])
 
@@ -594,14 +607,14 @@ class _CrawlStage(Stage):
         if svc.mapillary_refused:
             raise MapillaryTokenRefused(_token_message(svc))
 
-    @staticmethod
-    def _open_data_gate(svc: CrawlServices, exc: BaseException | None = None) -> None:
-        """Raise :class:`OpenDataRefused` when an open-data service refused this client already, or when ``exc`` is
-        such a refusal (:func:`open_data_refusal`; recorded on ``svc`` for every stage)."""
-        if exc is not None and svc.open_data_refused is None:
-            svc.open_data_refused = open_data_refusal(svc, exc)
-        if svc.open_data_refused:
-            raise OpenDataRefused(_open_data_message(svc))
+    def _open_data_gate(self, svc: CrawlServices, exc: BaseException | None = None) -> None:
+        """Raise :class:`OpenDataRefused` when the operator of an open-data service this stage calls refused this
+        client already, or when ``exc`` is a refusal (:func:`open_data_refusal`; recorded on ``svc`` for every stage,
+        by operator)."""
+        if exc is not None and (got := open_data_refusal(svc, exc)) is not None:
+            svc.open_data_refused.setdefault(*got)
+        if (refused := self._open_data_refusal(svc)) is not None:
+            raise OpenDataRefused(_open_data_message(refused))
 
     async def start(self, ctx: StageContext) -> None:
         self._crawl_svc = services_from_context(ctx)
@@ -637,8 +650,8 @@ def _token_message(svc: CrawlServices) -> str:
             f"{svc.settings.endpoints.mapillary_token_env}")
 
 
-def _open_data_message(svc: CrawlServices) -> str:
-    return f"the crawl was refused ({svc.open_data_refused}): {OPEN_DATA_REFUSED_FIX}"
+def _open_data_message(refused: str) -> str:
+    return f"the crawl was refused ({refused}): {OPEN_DATA_REFUSED_FIX}"
 
 
 def crawl_host_hint(svc: CrawlServices, host: str) -> str | None:
@@ -698,7 +711,7 @@ class CityScreenerStage(_CrawlStage):
     output_edge = C.EDGE_ADMITTED
     concurrency = 2
     uses_mapillary = True
-    uses_open_data = True  # Overpass
+    uses_open_data = ("overpass",)
     #: a stop cancels screenings in flight at once (released untouched): Overpass and Mapillary requests are
     #: free, and the screening record and city_pool.csv are written atomically once the city is screened, so
     #: a cancelled city leaves nothing half done (Ctrl-C does not wait on a stalled Overpass query or slot)
@@ -811,7 +824,7 @@ class SiteSamplerStage(_CrawlStage):
     output_edge = C.EDGE_SITES
     concurrency = 2
     uses_mapillary = True
-    uses_open_data = True  # WDQS
+    uses_open_data = ("wikimedia",)  # WDQS
     #: a stop cancels samplings in flight at once (released untouched): WDQS and Mapillary requests are free
     #: and the sampling record and sites.csv are written atomically at the end (a WDQS split already logged
     #: to crawl_decisions.jsonl is not logged again when the next run repeats the query:
@@ -1211,7 +1224,7 @@ class ReferenceabilityAuditorStage(_CrawlStage):
     output_edge = C.EDGE_RATED
     concurrency = 1  # WDQS allows one query at a time per client anyway
     uses_auditor = "referenceability"
-    uses_open_data = True  # WDQS, pageviews
+    uses_open_data = ("wikimedia",)  # WDQS, pageviews
 
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
         svc = _svc(ctx)
