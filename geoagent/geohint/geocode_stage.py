@@ -6,7 +6,8 @@ parsed`` with ``parsed.city/area/building`` (model text) and ``meta.site``, ``me
 
 Output payload: the input payload plus flat fields ``resolved_level`` (``building/area/city/none``),
 ``resolved_label`` (= ``label``), ``lat``, ``lon``, ``qid``, ``error_km``, ``anchor_qid``,
-``anchor_label``, ``geocode_source``, ``linear``, ``geocode_trace`` (list of lookups) and
+``anchor_label``, ``geocode_source``, ``geocoder_rules`` (the :data:`~geoagent.geohint.geocode.
+GEOCODER_RULES_VERSION` that located it), ``linear``, ``geocode_trace`` (list of lookups) and
 ``ref_aliases`` (labels and aliases of the reference point ``meta.ref_qid`` from Wikidata, for echo
 matching, issue 4 point 4). The message key is the input key (idempotent on redelivery).
 
@@ -36,8 +37,8 @@ from geoagent.clients.cache import ResponseCache
 from geoagent.clients.nominatim import NOMINATIM_URL, NominatimBudgetExceeded, NominatimClient
 from geoagent.clients.wikidata import WIKIDATA_API_URL, WikidataClient, WikidataError
 from geoagent.config import expand_home
-from geoagent.geohint.geocode import (CANDIDATE_RULES, DEFAULT_ANCHOR_RADIUS_KM, DEFAULT_CANDIDATE_RULE, Geocoder,
-                                      LocatedAnswer, ParsedAnswer)
+from geoagent.geohint.geocode import (CANDIDATE_RULES, DEFAULT_ANCHOR_RADIUS_KM, DEFAULT_CANDIDATE_RULE,
+                                      GEOCODER_RULES_VERSION, Geocoder, LocatedAnswer, ParsedAnswer)
 from geoagent.geohint.reparse import current_payload
 from geoagent.qid import is_qid
 from geoagent.runtime.http import PermanentHTTPError, host_key
@@ -428,6 +429,8 @@ def located_payload(answer_payload: Mapping[str, Any], located: LocatedAnswer, r
             "anchor_qid": located.anchor_qid,
             "anchor_label": located.anchor_label,
             "geocode_source": located.source,
+            # the rules that located it: a campaign resumed across a rules change keeps each answer's (newuser41 #1)
+            "geocoder_rules": GEOCODER_RULES_VERSION,
             "linear": located.linear,
             "geocode_trace": [
                 {k: getattr(t, k) for k in ("level", "query", "source", "outcome", "qid", "label", "anchor_distance_km")}

@@ -287,6 +287,9 @@ def score_located(key: str, payload: Mapping[str, Any], *, echo_rule: str = DEFA
             "qid": loc.get("qid"),
             # how the point was found: wikidata, nominatim, or answer-coordinates (the answer gave it; no lookup)
             "geocode_source": loc.get("geocode_source"),
+            # the geocoding rules that located it (geohint.geocode.GEOCODER_RULES_VERSION); None: located before
+            # it was recorded (newuser41 #1: a campaign resumed across a rules change mixes versions)
+            "geocoder_rules": loc.get("geocoder_rules") if isinstance(loc.get("geocoder_rules"), int) else None,
             "parse_error": parsed.get("error"),
             "parse_method": parsed.get("method"),
             # the parser's rules that read it (geohint.parse.ANSWER_PARSER_VERSION); None: parsed before recorded
