@@ -176,6 +176,16 @@ SERVICE_LANE_WORK = "lane_work"
 #: campaign's, or those ``--stages`` names), so a kind's refresh of stored rows (:meth:`geoagent.engine.CampaignKind.
 #: refresh_scored_rows`) does work of a stage only where that stage runs (GeoHint's re-geocoding: fixreparse41)
 SERVICE_OWN_STAGES = "own_stages"
+#: ctx service: the process's one GeoHint geocoder (:class:`geoagent.geohint.geocode.Geocoder`), built by the first
+#: :class:`~geoagent.geohint.geocode_stage.GeocodeStage` started without one of its own (the run's refresh of stored
+#: rows, then its workers' stage: one Nominatim request cap, one cache, per process; review41a #1)
+SERVICE_GEOCODER = "geocoder"
+#: ctx service: why the process's geocoder was refused (HTTP 403), once it was: every
+#: :class:`~geoagent.geohint.geocode_stage.GeocodeStage` on that geocoder stops (review41a #1)
+SERVICE_GEOCODER_REFUSED = "geocoder_refused"
+#: ctx service: a list of callables ``() -> None`` that :func:`geoagent.engine.open_services` calls, last first,
+#: when it closes the services (what a stage opened for the whole process: the geocode cache; review41a #1)
+SERVICE_CLOSE_AT_END = "close_at_end"
 #: Response header every sandbox model fake (:mod:`geoagent.sandbox.llm_openai`, ``llm_anthropic``, ``llm_gemini``)
 #: sends with each answer, value ``"1"``; no real API sends it. An HTTP provider that sees it marks the answer
 #: (:attr:`geoagent.providers.base.ModelResponse.sandbox`) and the model caller records it as ``simulated``

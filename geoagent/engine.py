@@ -1799,6 +1799,12 @@ async def open_services(
                 for p in providers.values():
                     with contextlib.suppress(Exception):
                         await p.aclose()
+                # what stages opened for the whole process (the geocode cache: review41a #1), last opened first
+                for close in reversed(ctx.services.get(C.SERVICE_CLOSE_AT_END) or []):
+                    try:
+                        close()
+                    except Exception as exc:  # noqa: BLE001 - the others are closed all the same
+                        log.warning("campaign %s: closing %r failed: %s", cfg.name, close, exc)
     finally:
         state.close()
 

@@ -12,9 +12,11 @@ GEOCODER_RULES_VERSION` that located it), ``linear``, ``geocode_trace`` (list of
 matching, issue 4 point 4). The message key is the input key (idempotent on redelivery).
 
 Services (:class:`~geoagent.runtime.stage.StageContext`): ``geocoder`` (a ready
-:class:`~geoagent.geohint.geocode.Geocoder`), else one is built from ``http`` and the config's
-``[geohint.geocoder]`` table (:class:`GeocoderSettings`); ``sites`` (site id -> object or mapping with
-``lat``/``lon``) is a fallback source of the truth; ``state_dir`` holds the default cache file.
+:class:`~geoagent.geohint.geocode.Geocoder`), else one is built there from ``http`` and the config's
+``[geohint.geocoder]`` table (:class:`GeocoderSettings`) by the first stage that starts (:func:`shared_geocoder`:
+one per process, shared by the run's refresh of stored answers and its workers; ``geocoder_refused``: a 403 met by
+either stops both); ``sites`` (site id -> object or mapping with ``lat``/``lon``) is a fallback source of the truth;
+``state_dir`` holds the default cache file.
 
 Failures: a lookup whose retries are exhausted nacks the answer (retried, dead-lettered after the queue's
 ``max_attempts``); an endpoint that cannot be reached at all stops the stage after a few such requests in a
@@ -263,6 +265,37 @@ def build_geocoder(
                     candidate_rule=settings.candidate_rule)
 
 
+def shared_geocoder(ctx: StageContext, settings: GeocoderSettings | None = None) -> Geocoder:
+    """The process's one geocoder: ``ctx.services[`` :data:`~geoagent.constants.SERVICE_GEOCODER` ``]``, built there
+    at the first call (:func:`build_geocoder` from ``settings``, default the context's config ``[geohint.geocoder]``;
+    the context's ``http`` client, ``state_dir`` and the config's ``[hosts]``).
+
+    One geocoder per process means one ``[geohint.geocoder] nominatim_max_requests`` cap (documented per process:
+    the run's refresh of stored answers and its workers count against the same one) and one geocode cache, whose
+    closing is registered with the services (:data:`~geoagent.constants.SERVICE_CLOSE_AT_END`, called by
+    :func:`geoagent.engine.open_services` at its end) (review41a #1).
+
+    Raises
+    ------
+    ValueError
+        No contact configured (:func:`build_geocoder`), or a ``[geohint.geocoder]`` value out of range.
+    """
+    got = ctx.services.get(C.SERVICE_GEOCODER)
+    if got is not None:
+        return got
+    cfg = ctx.services.get("config")
+    if settings is None:
+        settings = GeocoderSettings.from_config(cfg)
+    hosts = list(getattr(cfg, "hosts", None) or {}) if cfg is not None and not isinstance(cfg, Mapping) else []
+    geocoder = build_geocoder(ctx.get("http"), settings, state_dir=ctx.services.get("state_dir"),
+                              configured_hosts=hosts)
+    ctx.services[C.SERVICE_GEOCODER] = geocoder
+    cache = getattr(geocoder.wikidata, "cache", None)
+    if cache is not None:
+        ctx.services.setdefault(C.SERVICE_CLOSE_AT_END, []).append(cache.close)
+    return geocoder
+
+
 def _num(v: Any) -> float | None:
     try:
         f = float(v)
@@ -305,6 +338,8 @@ class GeocodeStage(Stage):
         self._aliases: dict[str, list[str]] = {}
         #: why the geocoder's API refused it (HTTP 403), once it did: the stage stops (:class:`GeocoderRefused`)
         self.refused: str | None = None
+        #: the geocoder is the process's (:func:`shared_geocoder`): a refusal is the process's too
+        self._shared = False
 
     def runnable(self) -> bool:
         """False once Nominatim or Wikidata refused the geocoder (HTTP 403): the runner stops leasing."""
@@ -316,20 +351,20 @@ class GeocodeStage(Stage):
         return [] if self.refused is None else [f"the geocoder was refused: {self.refused}; {GEOCODER_REFUSED_FIX}"]
 
     async def start(self, ctx: StageContext) -> None:
+        """Take the process's geocoder (``ctx.services`` :data:`~geoagent.constants.SERVICE_GEOCODER`), building it
+        there at the first start (:func:`shared_geocoder`), unless this stage was given one; a refusal the process's
+        geocoder met before (the run's refresh of stored rows) stops this stage too."""
         if self.sites is None:
             self.sites = ctx.services.get("sites")
-        if self.geocoder is not None:
-            return
-        if "geocoder" in ctx.services:
-            self.geocoder = ctx.services["geocoder"]
+        if self.geocoder is not None and not self._shared:
             return
         cfg = ctx.services.get("config")
-        if self.settings is None:
+        if self.settings is None:  # also for a geocoder of the context: ref_aliases, the unreachable hint read it
             self.settings = GeocoderSettings.from_config(cfg)
-        hosts = list(getattr(cfg, "hosts", None) or {}) if cfg is not None and not isinstance(cfg, Mapping) else []
-        self.geocoder = build_geocoder(
-            ctx.get("http"), self.settings, state_dir=ctx.services.get("state_dir"), configured_hosts=hosts
-        )
+        # one geocoder per process, whoever starts first (review41a #1: the refresh's own was a second Nominatim
+        # request cap, and a second geocode cache left open)
+        self.geocoder, self._shared = shared_geocoder(ctx, self.settings), True
+        self.refused = self.refused or ctx.services.get(C.SERVICE_GEOCODER_REFUSED)
 
     def unreachable_hint(self, host: str) -> str | None:
         """The ``[geohint.geocoder]`` key whose URL names ``host`` (runner's unreachable-host breaker)."""
@@ -383,10 +418,12 @@ class GeocodeStage(Stage):
             Nominatim or Wikidata refused the geocoder with HTTP 403 (now or earlier in this process): the task is
             held untouched.
         """
-        if self.refused is not None:
-            raise GeocoderRefused(self.refused)
         if self.geocoder is None:
             await self.start(ctx)
+        if self.refused is None and self._shared:  # another stage on the process's geocoder was refused meanwhile
+            self.refused = ctx.services.get(C.SERVICE_GEOCODER_REFUSED)
+        if self.refused is not None:
+            raise GeocoderRefused(self.refused)
         assert self.geocoder is not None
         true_lat, true_lon = self._truth(task)
         # an answer queued by an earlier answer parser is geocoded as the current one reads it (fixreparse41)
@@ -405,6 +442,8 @@ class GeocodeStage(Stage):
                 said = "" if not body or body.startswith("<") else f": {body[:160]}"  # an HTML page says nothing
                 self.refused = self.refused or (f"HTTP 403 from {host_key(exc.url)} (the application is blocked, or "
                                                 f"its User-Agent is not accepted){said}")
+                if self._shared:  # every stage on the process's geocoder stops (review41a #1)
+                    ctx.services.setdefault(C.SERVICE_GEOCODER_REFUSED, self.refused)
                 raise GeocoderRefused(self.refused) from None
             raise
         except WikidataError as exc:

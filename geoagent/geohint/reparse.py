@@ -154,9 +154,11 @@ def _reading(row: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 class Regeocoder:
-    """Geocodes and scores again the answers whose place changed: the campaign's
-    :class:`~geoagent.geohint.geocode_stage.GeocodeStage` (built from the run's context at its first answer: the
-    ``[geohint.geocoder]`` settings, the rate-limited HTTP client, the geocode cache, the Nominatim request cap), then
+    """Geocodes and scores again the answers whose place changed: a
+    :class:`~geoagent.geohint.geocode_stage.GeocodeStage` on the process's one geocoder (started from the run's
+    context at its first answer: :func:`~geoagent.geohint.geocode_stage.shared_geocoder`, the one the workers' stage
+    takes after it: the ``[geohint.geocoder]`` settings, the rate-limited HTTP client, one geocode cache, one
+    Nominatim request cap per process; a refusal met here stops the workers' geocoder too: review41a #1), then
     :func:`geoagent.geohint.stages.score_located` under ``echo_rule``.
 
     ``planned(keys)`` returns the current plan's ``requests`` payloads by key for those of ``keys`` it holds (a row
