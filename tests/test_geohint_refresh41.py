@@ -181,3 +181,88 @@ def test_a_run_whose_refresh_is_refused_ends_authentication_failed(release_dir, 
     with sqlite3.connect(tmp_path / "state" / cfg.name / "campaign.sqlite") as c:
         (row,) = c.execute("SELECT row FROM results WHERE tbl = 'geohint_scored' AND key = ?", (key,)).fetchone()
     assert json.loads(row)["extra"]["parser_version"] == 4  # kept for the run after the block is lifted
+
+
+# -- review41a #2: the run's work-began mark --------------------------------------------------------------------
+
+def test_the_refresh_marks_the_work_begun_once_before_its_first_write(tmp_path):
+    """Before the first batch (a place unchanged) and, with no batch, before the first row geocoded again; never
+    when nothing is written."""
+    from _geocode_env import geocode_env
+    from test_geohint_reparse import MARAIS, META, _row, _store_answer
+
+    from geoagent.geohint.reparse import refresh_stored_rows, row_parser_version
+    from geoagent.geohint.stages import SCORED_TABLE
+    from geoagent.runtime.store import open_campaign_state
+
+    def refresh(st, rows):
+        st.store.put_results(SCORED_TABLE, rows)
+        seen: list[dict[str, int]] = []  # the stored versions each time the hook was called
+
+        def began():
+            seen.append({k: row_parser_version(r) for k, r in st.store.iter_results(SCORED_TABLE)})
+
+        async def go():
+            async with geocode_env() as env:
+                ctx = StageContext("wb41", services={"store": st.store, C.SERVICE_GEOCODER: env.geocoder})
+                regeocoder = Regeocoder(ctx, lambda keys: {k: {"model": "m", "image_id": "1", "meta": META}
+                                                           for k in keys}, echo_rule="name")
+                return await refresh_stored_rows(st.store, SCORED_TABLE, regeocoder, before_write=began)
+
+        return asyncio.run(go()), seen
+
+    with open_campaign_state("wb41", root=tmp_path) as st:
+        _store_answer(st, "k1", MARAIS)
+        same = {**_row("a", "k1", version=4), "confidence_area": 0.1}
+        moved = _row("b", "k1", area="Bastille", version=4)
+        got, seen = refresh(st, [("a", same), ("b", moved)])
+        assert (got.reparsed, got.regeocoded) == (2, 1)
+        assert seen == [{"a": 4, "b": 4}]  # once, before anything was written
+
+        got, seen = refresh(st, [("b", moved)])  # only a row geocoded again
+        assert got.regeocoded == 1 and seen == [{"a": ANSWER_PARSER_VERSION, "b": 4}]
+
+        got, seen = refresh(st, [("c", _row("c", "k-gone", version=4))])  # no text: nothing written
+        assert got.no_text == 1 and seen == []
+
+
+def test_a_run_killed_in_its_refresh_is_not_read_as_complete(release_dir, tmp_path):
+    """A complete GeoHint campaign whose stored answers an earlier parser read, re-run and killed (SIGKILL) after the
+    refresh wrote its batch: the store holds rows the report and export on disk do not reflect, so `status` says
+    the run was cut short before writing them (before: "campaign complete")."""
+    import subprocess
+    import sys
+
+    from _model_harness import geohint_three_sites_toml
+    from test_end_cut_short41 import _KILL_AT, CUT_SHORT, REPO, _runs
+    from test_geohint_reparse import _set_back, _stored
+
+    from geoagent.runtime.manifest import WORK_BEGAN_KEY
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "GEOAGENT_RELEASE": str(release_dir)}
+    for var in ("GEOAGENT_STATE", "GEOAGENT_QUEUES"):
+        env.pop(var, None)
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(REPO / "run.py"), *args], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)
+
+    cfg = tmp_path / "gh.toml"
+    cfg.write_text(geohint_three_sites_toml("gh-kill41", geohint="n_boot = 0"), encoding="utf-8")
+    assert cli("run", str(cfg), "--no-live").returncode == 0
+    state = tmp_path / "state" / "gh-kill41"
+    rows = _stored(state / "campaign.sqlite")[0]
+    keys = sorted(k for k, r in rows.items() if r["area"])
+    _set_back(state / "campaign.sqlite", rows, keys[:2], keys[2:5])
+    # killed where the refresh turns to the answers naming another place: its batch of the others is written
+    proc = subprocess.run([sys.executable, "-c", _KILL_AT, "geoagent.geohint.reparse:_geocode_again",
+                           str(REPO / "run.py"), "run", str(cfg), "--no-live"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert _stored(state / "campaign.sqlite")[0][keys[2]]["extra"]["parser_version"] == ANSWER_PARSER_VERSION
+    last = _runs(state)[-1]
+    assert last["status"] == "running" and isinstance(last[WORK_BEGAN_KEY], str)
+    st = cli("status", str(cfg))
+    assert CUT_SHORT in st.stdout and "campaign complete" not in st.stdout, st.stdout
+    assert cli("run", str(cfg), "--no-live").returncode == 0  # the re-run finishes the refresh and writes the end
+    assert "campaign complete" in cli("status", str(cfg)).stdout

@@ -226,7 +226,10 @@ class GeoHintCampaign(CampaignKind):
         regeocoder = None
         if own is None or C.STAGE_GEOCODER in own:
             regeocoder = Regeocoder(ctx, self.planned_requests, echo_rule=settings_of(cfg).echo_rule)
-        line = (await refresh_stored_rows(store, SCORED_TABLE, regeocoder)).line(cfg.name)
+        # the run's work begins with the first row rewritten (review41a #2, as GeoVerify's: review40b #5)
+        began = ctx.services.get(C.SERVICE_WORK_BEGAN)
+        line = (await refresh_stored_rows(store, SCORED_TABLE, regeocoder,
+                                          before_write=began if callable(began) else None)).line(cfg.name)
         return [line] if line else []
 
     def planned_requests(self, keys: set[str]) -> dict[str, dict[str, Any]]:

@@ -23,7 +23,8 @@ Where this happens:
   :meth:`geoagent.geohint.campaign.GeoHintCampaign.refresh_scored_rows`) and says how many answers were read again,
   how many changed and how many were geocoded again; each row is written only once its new reading is complete
   (the unchanged places in batches, each re-geocoded row on its own), so a run killed midway loses nothing and the
-  next run finishes the refresh;
+  next run finishes the refresh; the run's work-began mark is recorded before the first write, so ``status`` reads
+  a run killed after it as cut short, not complete (review41a #2);
 * ``run.py export`` exports the current reading of a stale row whose place is unchanged without writing the store,
   and says how many rows keep an earlier reading (another place, not geocoded yet; no stored text)
   (:func:`reparse_items`);
@@ -231,7 +232,19 @@ NOT_PLANNED = "their task is not in the current plan, and the report does not co
 GEOCODER_ELSEWHERE = "the geocoder runs in another process of the campaign (--stages), whose run geocodes them"
 
 
-async def refresh_stored_rows(store: Any, table: str, regeocoder: Regeocoder | None) -> Refreshed:
+def _once(hook: Callable[[], None] | None) -> Callable[[], None]:
+    """``hook`` called at the first call only (nothing without one)."""
+    left = [hook] if hook is not None else []
+
+    def call() -> None:
+        while left:
+            left.pop()()
+
+    return call
+
+
+async def refresh_stored_rows(store: Any, table: str, regeocoder: Regeocoder | None, *,
+                              before_write: Callable[[], None] | None = None) -> Refreshed:
     """Read again, and write back, every row of results table ``table`` read by an earlier parser.
 
     One pass over the table (``store.iter_results``): a row whose place is unchanged is written back with its new
@@ -242,7 +255,10 @@ async def refresh_stored_rows(store: Any, table: str, regeocoder: Regeocoder | N
     left as they are. A lookup that stops the geocoder (its Nominatim request cap, a refusal, a failure after its
     retries) leaves the rest as they are, with the reason in :attr:`Refreshed.why`; an answer the geocoder refuses
     for good (:class:`~geoagent.runtime.stage.PermanentFailure`) keeps its row too. Rows read by the current parser
-    are not written. Returns the :class:`Refreshed` counts.
+    are not written. ``before_write`` is called once, before the first row is written (a batch or a row geocoded
+    again; not called when no row is written): the run's "work began" mark (review41a #2, as GeoVerify's refresh,
+    review40b #5: a run killed midway is then read as cut short, its report and export not yet rewritten). Returns
+    the :class:`Refreshed` counts.
 
     Raises
     ------
@@ -253,6 +269,7 @@ async def refresh_stored_rows(store: Any, table: str, regeocoder: Regeocoder | N
     from geoagent.runtime.scope import ScoredScope
 
     out = Refreshed()
+    began = _once(before_write)
     checker = ScoredScope(None, table=table, check=GeoHintResult.row_problem)  # the report's row check and error
     versions: set[int] = set()
     batch: list[tuple[str, dict[str, Any]]] = []
@@ -276,13 +293,15 @@ async def refresh_stored_rows(store: Any, table: str, regeocoder: Regeocoder | N
         out.changed += _reading(new) != _reading(row)
         batch.append((key, new))
         if len(batch) >= BATCH:
+            began()
             store.put_results(table, batch)
             batch = []
     if batch:
+        began()
         store.put_results(table, batch)
     out.versions = tuple(sorted(versions))
     if moved:
-        await _geocode_again(store, table, moved, regeocoder, out)
+        await _geocode_again(store, table, moved, regeocoder, out, began)
     return out
 
 
@@ -297,8 +316,8 @@ _LOOKUP_FAILED = _lookup_failed()
 
 
 async def _geocode_again(store: Any, table: str, moved: list[str], regeocoder: Regeocoder | None,
-                         out: Refreshed) -> None:
-    """Geocode and score again the rows of keys ``moved``, each written once scored."""
+                         out: Refreshed, began: Callable[[], None]) -> None:
+    """Geocode and score again the rows of keys ``moved``, each written once scored (``began`` called before)."""
     if regeocoder is None:
         out.pending += len(moved)
         out.why.append(GEOCODER_ELSEWHERE)
@@ -335,6 +354,7 @@ async def _geocode_again(store: Any, table: str, moved: list[str], regeocoder: R
             return
         if got.from_row:  # the row's raw is the only copy of the text: kept, whatever the new reading
             new["extra"]["raw"] = got.text
+        began()
         store.put_results(table, [(key, new)])
         out.regeocoded += 1
 
