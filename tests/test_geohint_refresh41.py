@@ -266,3 +266,37 @@ def test_a_run_killed_in_its_refresh_is_not_read_as_complete(release_dir, tmp_pa
     assert CUT_SHORT in st.stdout and "campaign complete" not in st.stdout, st.stdout
     assert cli("run", str(cfg), "--no-live").returncode == 0  # the re-run finishes the refresh and writes the end
     assert "campaign complete" in cli("status", str(cfg)).stdout
+
+
+# -- review41a #5: a stale answer of a task no longer planned makes no plan again ------------------------------
+
+def test_a_stale_answer_of_a_task_no_longer_planned_makes_no_plan_again(release_dir, tmp_path, monkeypatch):
+    """Its row stays stale (its request is not known), so it is met at every run: before, each run made its whole
+    plan again to look for it. The plan is made again only for the planned keys."""
+    from test_geohint_campaign import _cfg
+    from test_geohint_reparse import MARAIS, _row, _store_answer
+
+    from geoagent.config import config_from_dict
+    from geoagent.geohint.campaign import GeoHintCampaign
+    from geoagent.geohint.reparse import NOT_PLANNED
+    from geoagent.geohint.stages import SCORED_TABLE
+    from geoagent.runtime.store import open_campaign_state
+
+    monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
+    monkeypatch.setenv("GEOAGENT_RELEASE", str(release_dir))
+    cfg = config_from_dict(_cfg("http://127.0.0.1:9", "http://127.0.0.1:9"))  # no lookup is made
+    kind = GeoHintCampaign()
+    with open_campaign_state(cfg.name, root=tmp_path / "state") as st:
+        ctx = StageContext(cfg.name, services={"config": cfg, "store": st.store})
+        messages = asyncio.run(kind.plan(cfg, ctx))
+        replans = []
+        replan = kind._replan
+        kind._replan = lambda: replans.append(1) or replan()  # counts the plans made again, each made for real
+        _store_answer(st, "k1", MARAIS)
+        st.store.put_results(SCORED_TABLE, [("gone|task", _row("gone|task", "k1", area="Bastille", version=4))])
+        (line,) = asyncio.run(kind.refresh_scored_rows(cfg, ctx))
+        assert f"1 naming another place keeps the earlier reading for now ({NOT_PLANNED})" in line
+        assert replans == []
+        # a planned key still finds its request in the plan made again
+        key = messages[0][0]
+        assert list(kind.planned_requests({key, "gone|task"})) == [key] and replans == [1]

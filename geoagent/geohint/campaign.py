@@ -235,9 +235,14 @@ class GeoHintCampaign(CampaignKind):
     def planned_requests(self, keys: set[str]) -> dict[str, dict[str, Any]]:
         """The ``requests`` payloads (``model, prompt, image_id, image_ref, params, meta``) of the plan :meth:`plan`
         made last, of those of ``keys`` it holds. The plan is made again from the inputs it was made from (it is
-        deterministic under the campaign's seed; only its messages of ``keys`` are kept): the plan itself streams into
-        the queue and is not held. Empty before :meth:`plan`."""
+        deterministic under the campaign's seed; only its messages of ``keys`` are kept): :meth:`plan` hands its
+        messages to the engine, which queues them, and this instance keeps only their keys
+        (``ctx.services[SERVICE_PLAN_KEYS]``), not every request's prompt and meta. A call makes the whole plan
+        again, and only when ``keys`` holds a key of the plan: a stale answer of a task no longer planned stays stale,
+        and asking for it made the whole plan again at every run (review41a #5). ``{}`` with no plan made when none
+        of ``keys`` is planned, or before :meth:`plan`."""
         replan = getattr(self, "_replan", None)
+        keys = keys & getattr(self, "_plan_keys", frozenset())
         if replan is None or not keys:
             return {}
         return {key: payload for key, payload in replan() if key in keys}
@@ -425,7 +430,8 @@ class GeoHintCampaign(CampaignKind):
         # the same plan made again, for the requests of stored answers to geocode again (planned_requests)
         self._replan = lambda: plan_from_config(cfg, sites, images, release.ladders)[0]
         # the report and the live aggregator score exactly this plan's requests (scored_scope)
-        ctx.services[SERVICE_PLAN_KEYS] = frozenset(key for key, _ in messages)
+        # (and planned_requests makes the plan again only for keys it holds)
+        self._plan_keys = ctx.services[SERVICE_PLAN_KEYS] = frozenset(key for key, _ in messages)
         # and the live report lists the missing work as it stands at each rewrite, as report() does at the end
         ctx.services[SERVICE_LIVE_MISSING] = lambda: self.live_missing(cfg)
         # with the header lines the final report has (interim, simulator, replay, placeholder images)
