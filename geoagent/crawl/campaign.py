@@ -146,8 +146,11 @@ class CrawlCampaign(CampaignKind):
     def tasks_to_reopen(self, cfg: Any, ctx: StageContext) -> list[tuple[str, list[str], str]]:
         """The referenceability tasks (edge ``sites_for_audit``, key ``site:<id>``) of the sites whose stored
         ratings hold a candidate whose rating failed alone in an earlier run with a re-ask left
-        (:func:`geoagent.crawl.stages.sites_with_reasks_due`, crawl40b #2): handled again, the stage asks each such
-        candidate alone with a reminder and redraws the site's ladder. None in a dry run or read-only look."""
+        (:func:`geoagent.crawl.stages.sites_with_reasks_due`, crawl40b #2): the re-asks are made in the run that
+        meets the failure (fixref41 #1), so those left are the ones a stop or the bound on re-asks that read nothing
+        (:data:`~geoagent.crawl.referenceability.REF_MAX_FUTILE_REASKED`) kept it from making. Handled again, the
+        stage asks each such candidate alone with a reminder and redraws the site's ladder. None in a dry run or
+        read-only look."""
         from geoagent.crawl.referenceability import REF_MAX_REASKS
         from geoagent.crawl.stages import sites_with_reasks_due
 
@@ -158,8 +161,10 @@ class CrawlCampaign(CampaignKind):
         if not sites:
             return []
         return [(C.EDGE_SITES_FOR_AUDIT, [f"site:{s}" for s in sites],
-                 "their candidates whose referenceability ratings failed alone are asked again, each alone with a "
-                 f"reminder (at most {REF_MAX_REASKS} times across runs), and their ladders redrawn")]
+                 "their candidates whose referenceability ratings failed alone, with re-asks an earlier run left "
+                 f"unmade (a stop, or its bound on re-asks that read nothing; each candidate is re-asked at most "
+                 f"{REF_MAX_REASKS} times in all), are asked again, each alone with a reminder, and their ladders "
+                 "redrawn")]
 
     def config_at_end(self, cfg: Any, ctx: StageContext) -> Any | None:
         """``cfg`` (the config as written) with the ``[[crawl.cities]]`` the run ended with when its ``--watch``
