@@ -122,8 +122,18 @@ def test_an_unknown_city_still_leaves_the_finer_names_unlooked_for():
 @pytest.mark.parametrize("text, expected", [
     ("Cambridge MA", "Cambridge, Massachusetts"), ("Cambridge, MA", "Cambridge, Massachusetts"),
     ("Cambridge MA, USA", "Cambridge, Massachusetts, USA"), ("Portland OR", "Portland, Oregon"),
-    ("Kingston ON", "Kingston, Ontario"), ("Seattle WA", "Seattle, Washington"),
-    ("St. John's NL", "St. John's, Newfoundland and Labrador"),
+    ("Kingston ON", "Kingston, Ontario"), ("Seattle WA, USA", "Seattle, Washington, USA"),
+    ("St. John's NL, Canada", "St. John's, Newfoundland and Labrador, Canada"), ("San Diego CA", "San Diego, California"),
+    ("Sydney NSW, Australia", "Sydney, New South Wales, Australia"), ("Boston, MA, U.S.", "Boston, Massachusetts, U.S."),
+    # review41a #4: a code that also names another region or a country is written out only with its country after it
+    ("Perth WA", "Perth WA"), ("Darwin NT", "Darwin NT"), ("Seattle WA", "Seattle WA"), ("Berlin DE", "Berlin DE"),
+    ("Mumbai IN", "Mumbai IN"), ("Buenos Aires AR", "Buenos Aires AR"), ("Bogota CO", "Bogota CO"),
+    ("Lima, PE", "Lima, PE"), ("Amsterdam NL", "Amsterdam NL"), ("Springfield IL", "Springfield IL"),
+    ("Springfield IL, USA", "Springfield, Illinois, USA"), ("Yellowknife NT, Canada", "Yellowknife, Northwest Territories, Canada"),
+    # ... and no code is when a segment after it names another country, or something else
+    ("Perth WA, Australia", "Perth WA, Australia"), ("Berlin DE, Germany", "Berlin DE, Germany"),
+    ("Cambridge MA, UK", "Cambridge MA, UK"), ("Kingston ON, USA", "Kingston ON, USA"),
+    ("Darwin NT, Australia", "Darwin NT, Australia"), ("Austin TX, Travis County", "Austin TX, Travis County"),
     # not a code as written: lower case, a lone code, a code first, DC (part of the city's own name), a country code
     ("Cambridge ma", "Cambridge ma"), ("MA", "MA"), ("MA Cambridge", "MA Cambridge"), ("Washington DC", "Washington DC"),
     ("Hollywood, LA", "Hollywood, LA"), ("London UK", "London UK"), ("Paris", "Paris"),

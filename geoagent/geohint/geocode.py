@@ -64,7 +64,9 @@ Protocol (seed 000 Sec. 4.2-4.3, Sec. 7, Appendix B):
    Texas. A state, province or territory code in the field is looked up by the region's name (version 14,
    :func:`~geoagent.geohint.placenames.with_region_name`): "Cambridge MA" and "Cambridge, MA" are read as "Cambridge,
    Massachusetts", whose state contains the Cambridge meant (pass a), where "Cambridge MA" is no item's label and "MA"
-   beside "Cambridge" names nothing that tells the namesakes apart (geocode38 #5). (Before session 19 the first variant with any located hit anchored, so the ward Shibuya did, and the
+   beside "Cambridge" names nothing that tells the namesakes apart (geocode38 #5); a code that may name another
+   country's region or a country ("Perth WA", "Berlin DE") only when a segment after it names the region's country
+   (review41a #4). (Before session 19 the first variant with any located hit anchored, so the ward Shibuya did, and the
    area answer "Shibuya" was then the anchor itself, city level and censored.)
 2. **Building -> area -> city.** The building is tried first, then the area; the level that resolved is
    recorded (``building``, ``area``, ``city`` or ``none``).

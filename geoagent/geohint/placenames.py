@@ -52,6 +52,25 @@ REGION_ABBREVIATIONS = {
 #: abbreviations (no state or province), DC (part of the city's own name: "Washington DC") and LA (Los Angeles far more
 #: often than Louisiana after a place name: "Hollywood, LA").
 _NOT_REGION_CODES = frozenset({"us", "usa", "united states of america", "uk", "uae", "dc", "la"})
+#: The codes of Canada's provinces and territories, and of the Australian states and territories, in
+#: :data:`REGION_ABBREVIATIONS` (the rest are US states')
+_CANADA_CODES = frozenset({"ab", "bc", "mb", "nb", "nl", "ns", "nt", "nu", "on", "pe", "qc", "sk", "yt"})
+_AUSTRALIA_CODES = frozenset({"nsw", "vic", "qld", "tas", "act"})
+#: A country segment after a region code, as written (casefolded, dots and spaces dropped), by the country whose
+#: regions the code names
+_COUNTRY_NAMES = {"us": frozenset({"us", "usa", "unitedstates", "unitedstatesofamerica", "america"}),
+                  "ca": frozenset({"canada", "ca"}), "au": frozenset({"australia", "au", "aus"})}
+#: Codes :func:`with_region_name` writes out only when a comma segment after them names the region's country
+#: ("Seattle WA, USA"; review41a #4): WA and NT, which also stand for Western Australia and the Northern Territory
+#: ("Perth WA", "Darwin NT"), and the codes that are also ISO 3166-1 alpha-2 country codes, which a city may be
+#: qualified by as well ("Berlin DE", "Mumbai IN", "Buenos Aires AR", "Lima PE", "Amsterdam NL"). Not CA and MA
+#: (Canada, Morocco): docs/judgement-calls.md says why.
+_CODES_NEEDING_COUNTRY = frozenset({
+    "wa", "nt",
+    "al", "ar", "az", "co", "de", "ga", "id", "il", "in", "ky", "md", "me", "mn", "mo", "ms", "mt", "nc", "ne",
+    "pa", "sc", "sd", "tn", "va",  # US state codes that are also country codes
+    "nl", "nu", "pe", "sk", "yt",  # Canadian ones
+})
 # a region code as written: 2 or 3 capital letters, a whole word
 _REGION_CODE_RE = re.compile(r"[A-Z]{2,3}")
 _LOWER_NAME_WORDS = frozenset({"and", "of"})
@@ -68,6 +87,23 @@ def _region_name(word: str) -> str | None:
     return " ".join(w if w in _LOWER_NAME_WORDS else w.capitalize() for w in name.split())
 
 
+def _country_of(code: str) -> str:
+    """``"us"``, ``"ca"`` or ``"au"``: the country whose region ``code`` (lower case) names."""
+    return "ca" if code in _CANADA_CODES else "au" if code in _AUSTRALIA_CODES else "us"
+
+
+def _read_as_region(code: str, after: list[str]) -> bool:
+    """Whether the code ``code`` (as written) is written out, given the comma segments ``after`` it: the first
+    non-empty one must name the region's country (:data:`_COUNTRY_NAMES`); with none, the code must not be one of
+    :data:`_CODES_NEEDING_COUNTRY`. Any other segment there ("Perth WA, Australia", "Berlin DE, Germany") leaves it
+    as written."""
+    code = code.casefold()
+    nxt = next((a for a in after if a), None)
+    if nxt is None:
+        return code not in _CODES_NEEDING_COUNTRY
+    return nxt.casefold().replace(".", "").replace(" ", "") in _COUNTRY_NAMES[_country_of(code)]
+
+
 def with_region_name(text: str | None) -> str:
     """A city field with its state, province or territory code written out: ``"Cambridge MA"`` and ``"Cambridge, MA"``
     -> ``"Cambridge, Massachusetts"``, ``"Cambridge MA, USA"`` -> ``"Cambridge, Massachusetts, USA"`` (geocode38 #5).
@@ -79,7 +115,11 @@ def with_region_name(text: str | None) -> str:
     A code is read only where it qualifies a name: the last word of a comma segment after a name ("Cambridge MA"), or a
     comma segment of its own after the first ("Cambridge, MA"); written in capitals (2 or 3 letters), as codes are
     ("Cambridge ma" is left as written); one of :data:`REGION_ABBREVIATIONS` other than a country's, DC and LA
-    (:data:`_NOT_REGION_CODES`). Anything else is returned as given (``None`` as ``""``); runs of spaces become one.
+    (:data:`_NOT_REGION_CODES`). And only where nothing after it says another country (review41a #4): a comma segment
+    after the code must name the region's country ("Seattle WA, USA"; "Perth WA, Australia" and "Berlin DE,
+    Germany" are left as written), and a code that also stands for another place, a country (ISO 3166-1) or an
+    Australian state (:data:`_CODES_NEEDING_COUNTRY`: "Berlin DE", "Mumbai IN", "Perth WA", "Darwin NT"), is written
+    out only with that segment. Anything else is returned as given (``None`` as ``""``); runs of spaces become one.
     """
     if not text:
         return ""
@@ -88,6 +128,8 @@ def with_region_name(text: str | None) -> str:
     for i, part in enumerate(parts):
         words = part.split(" ")
         name = _region_name(words[-1]) if words else None
+        if name is not None and not _read_as_region(words[-1], parts[i + 1:]):
+            name = None
         if name is not None and len(words) > 1:
             out += [" ".join(words[:-1]), name]  # "Cambridge MA": the name, then its state
         elif name is not None and i > 0 and len(words) == 1:
