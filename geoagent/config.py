@@ -1111,17 +1111,20 @@ class CampaignConfig(_Section):
         use: a path that lies under the default ``../shared/reference/geocontext`` (or under ``[paths]
         release_dir`` as written) is taken relative to :meth:`release_dir`, so ``$GEOAGENT_RELEASE`` (or
         ``[paths] release_dir``) moves it along with the other release files. Compared after normalising
-        (``./``, ``..``); any other path, relative to the working directory or absolute, is used as is. A release
+        (``./``, ``..``). A path under none of those but under the GeoVerify or GeoHint task section's own
+        ``release_dir`` (the folder the campaign plans from) is in the release too, read there (review41a #6). Any
+        other path, relative to the working directory or absolute, is used as is. A release
         folder that is a checkout of the release repository (its files under ``data/``) is read there, as the
         importer reads it.
         """
         m = self.model(model) if isinstance(model, str) else model
         if m.provider != "replay" or not m.replay.path:
             return None
-        rel = self._release_relative(m.replay.path)
-        if rel is None:
+        found = self._release_relative(m.replay.path)
+        if found is None:
             return Path(m.replay.path)
-        base = self.release_dir()
+        own, rel = found
+        base = own if own is not None else self.release_dir()
         # a checkout of the release repository keeps its files under data/, as the importer finds them
         # (geoagent.data.importer._data_root; newuser39 #1: the trial tables were found there, the replay file not)
         if not (base / rel).exists() and (base / "data" / rel).is_file():
@@ -1130,21 +1133,45 @@ class CampaignConfig(_Section):
 
     def replay_in_release(self, model: "ModelConfig | str") -> bool:
         """Whether ``model``'s replay file is taken from the release folder (see :meth:`replay_path`)."""
-        m = self.model(model) if isinstance(model, str) else model
-        return m.provider == "replay" and bool(m.replay.path) and self._release_relative(m.replay.path) is not None
+        return self.replay_release_dir(model) is not None
 
-    def _release_relative(self, path: str) -> Path | None:
-        """``path`` relative to the release folder it lies under, else None: ``$GEOAGENT_RELEASE`` (compared as
-        absolute paths: the docs' set-up for the full release exports the variable and writes ``replay.path`` as
-        ``<that folder>/verify_raw.jsonl``; read as outside the release, its trials never replayed and its recorded
-        API failures went unlisted, break34 export #1), ``[paths] release_dir`` or the default, as written."""
+    def replay_release_dir(self, model: "ModelConfig | str") -> Path | None:
+        """The release folder ``model``'s replay file is taken from (:meth:`replay_path`): :meth:`release_dir`, or the
+        task section's ``release_dir`` (``[geoverify]``, ``[geohint]``) when the file lies under that folder and under
+        none of the others; None when the file lies in no release folder (or ``model`` replays nothing)."""
+        m = self.model(model) if isinstance(model, str) else model
+        if m.provider != "replay" or not m.replay.path:
+            return None
+        found = self._release_relative(m.replay.path)
+        if found is None:
+            return None
+        return found[0] if found[0] is not None else self.release_dir()
+
+    def _section_release_dir(self) -> Path | None:
+        """The GeoVerify or GeoHint task section's own ``release_dir`` as written (``~`` expanded), else None: the
+        folder such a campaign plans from (``geoagent.sandbox.launch.campaign_release_dir``)."""
+        kind = self.campaign.kind
+        sec = self.tasks.get(kind) if kind in ("geohint", "geoverify") else None
+        own = sec.get("release_dir") if isinstance(sec, Mapping) else None
+        return Path(os.path.expanduser(str(own))) if own else None
+
+    def _release_relative(self, path: str) -> tuple[Path | None, Path] | None:
+        """``(folder, path relative to it)`` for the release folder ``path`` lies under, else None. ``folder`` None
+        stands for :meth:`release_dir` (the file follows it): ``$GEOAGENT_RELEASE`` (compared as absolute paths: the
+        docs' set-up for the full release exports the variable and writes ``replay.path`` as ``<that
+        folder>/verify_raw.jsonl``; read as outside the release, its trials never replayed and its recorded API
+        failures went unlisted, break34 export #1), ``[paths] release_dir`` or the default, as written. Else the task
+        section's own ``release_dir`` (compared as absolute paths), returned as ``folder``: the campaign plans from it
+        whatever the variable says, so a replay file under it is in the release with the variable set or not
+        (review41a #6: with ``$GEOAGENT_RELEASE`` naming the same folder the same config listed the release's trials
+        not replayed, and without it did not)."""
         norm = Path(os.path.normpath(path))
+        absolute = Path(os.path.abspath(os.path.expanduser(path)))
         env = os.environ.get(C.ENV_RELEASE_DIR)
         if env:
             b = Path(os.path.abspath(os.path.expanduser(env)))
-            n = Path(os.path.abspath(os.path.expanduser(path)))
-            if n != b and n.is_relative_to(b):
-                return n.relative_to(b)
+            if absolute != b and absolute.is_relative_to(b):
+                return None, absolute.relative_to(b)
         for base in (self.paths.release_dir, C.DEFAULT_RELEASE_DIR):
             if not base:
                 continue
@@ -1152,9 +1179,14 @@ class CampaignConfig(_Section):
             if b.is_absolute() != norm.is_absolute() or norm == b:
                 continue
             try:
-                return norm.relative_to(b)
+                return None, norm.relative_to(b)
             except ValueError:
                 continue
+        own = self._section_release_dir()
+        if own is not None:
+            b = Path(os.path.abspath(own))
+            if absolute != b and absolute.is_relative_to(b):
+                return own, absolute.relative_to(b)
         return None
 
     def state_dir(self) -> Path:
@@ -1709,7 +1741,9 @@ def _paths_release_dir_read(cfg: "CampaignConfig") -> bool:
     sec = cfg.tasks.get(kind)
     if not (isinstance(sec, Mapping) and sec.get("release_dir")):
         return True
-    return any(cfg.replay_in_release(m) for m in cfg.models)
+    # a replay file under the section's own folder reads that folder, not this one (review41a #6)
+    return any((found := cfg._release_relative(m.replay.path)) is not None and found[0] is None
+               for m in cfg.models if m.provider == "replay" and m.replay.path)
 
 
 def root_override_warnings(cfg: "CampaignConfig") -> list[str]:
@@ -2652,7 +2686,7 @@ def _build_provider_settings(cfg: CampaignConfig, m: ModelConfig, api_key: Any) 
         "api_key": api_key,
         "seed": m.seed if m.seed is not None else cfg.campaign.seed,
         "replay_path": str(p) if (p := cfg.replay_path(m)) is not None else m.replay.path,
-        "replay_release_dir": str(cfg.release_dir()) if cfg.replay_in_release(m) else None,
+        "replay_release_dir": str(d) if (d := cfg.replay_release_dir(m)) is not None else None,
         "replay_key_field": m.replay.key_field,
         "replay_key_fields": tuple(m.replay.record_key_fields),
         "replay_text_field": m.replay.text_field,

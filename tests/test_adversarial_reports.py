@@ -44,14 +44,28 @@ def test_geoverify_report_counts_missing_trials_per_model(tmp_path, release_dir,
 
 
 def test_complete_geoverify_report_says_none_missing(tmp_path, release_dir, capsys, monkeypatch):
-    monkeypatch.delenv("GEOAGENT_RELEASE", raising=False)  # the campaign plans from the fixture's release folder
-    cfg = tmp_path / "gv.toml"
-    cfg.write_text(geoverify_replay_toml(tmp_path, "gv-complete", release_dir))
-    assert main(["run", str(cfg), "--no-live"]) == 0
-    capsys.readouterr()
-    report = Path(tmp_path / "state" / "gv-complete" / "report")
-    assert "Missing trials (dead-lettered): none." in (report / "geoverify_table.md").read_text()
-    assert (report / "geoverify_missing.csv").read_text().strip() == "model,edge,key,reason"
+    """Nothing dead-lettered; the release's trials with no recording in the replay file (which lies in the folder the
+    campaign plans from, its ``[geoverify] release_dir``) are listed as not replayed. The same with
+    ``$GEOAGENT_RELEASE`` set to that folder or unset (review41a #6: unset, the replay file was read as outside the
+    release and the trials not replayed went unlisted)."""
+    written = {}
+    for name, env in (("gv-complete", None), ("gv-complete-env", str(release_dir))):
+        if env is None:
+            monkeypatch.delenv("GEOAGENT_RELEASE", raising=False)
+        else:
+            monkeypatch.setenv("GEOAGENT_RELEASE", env)
+        cfg = tmp_path / f"{name}.toml"
+        cfg.write_text(geoverify_replay_toml(tmp_path, name, release_dir))
+        assert main(["run", str(cfg), "--no-live"]) == 0
+        capsys.readouterr()
+        report = Path(tmp_path / "state" / name / "report")
+        table = (report / "geoverify_table.md").read_text()
+        assert "Missing trials (dead-lettered): none." in table
+        with open(report / "geoverify_missing.csv", newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        assert rows and {r["edge"] for r in rows} == {"not replayed"}, rows[:3]
+        written[name] = (rows, [ln for ln in table.splitlines() if "not replayed" in ln])
+    assert written["gv-complete"] == written["gv-complete-env"]
 
 
 def test_geohint_report_counts_missing_requests_per_model(tmp_path, release_dir, monkeypatch):

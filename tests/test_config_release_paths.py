@@ -96,6 +96,28 @@ def test_an_absolute_replay_path_under_the_env_release_is_in_the_release(monkeyp
     assert not _replay_cfg(str(tmp_path / "gc" / "other.jsonl")).replay_in_release("r")
 
 
+def test_a_replay_file_under_the_task_sections_release_is_in_the_release(monkeypatch, tmp_path, no_release_env):
+    """review41a #6: a GeoVerify campaign plans from its ``[geoverify] release_dir``; a replay file there was read as
+    outside the release unless ``$GEOAGENT_RELEASE`` named the same folder, so one config gave two reports."""
+    own = tmp_path / "crawl"
+    doc = {"campaign": {"name": "rs", "kind": "geoverify"}, "budget": {"cap_usd": 0.0},
+           "models": [{"name": "r", "provider": "replay", "model": "recorded",
+                       "replay": {"path": str(own / "verify_raw.jsonl")}}],
+           "geoverify": {"release_dir": str(own)}}
+    for env in (None, str(own), str(tmp_path / "other")):  # unset, the same folder, another one
+        if env is None:
+            monkeypatch.delenv(C.ENV_RELEASE_DIR, raising=False)
+        else:
+            monkeypatch.setenv(C.ENV_RELEASE_DIR, env)
+        cfg = config_from_dict(doc)
+        assert cfg.replay_in_release("r") and cfg.replay_path("r") == own / "verify_raw.jsonl", env
+        assert provider_settings(cfg, "r").replay_release_dir == str(own)
+        assert resolved_dict(cfg)["paths"]["release_dir"] == str(own)
+    # a file beside the folder is not in it
+    beside = config_from_dict({**doc, "models": [{**doc["models"][0], "replay": {"path": str(tmp_path / "x.jsonl")}}]})
+    assert not beside.replay_in_release("r")
+
+
 def test_replay_campaign_dry_run_from_a_clone_without_shared_beside_it(release_dir, tmp_path):
     """The user's command, from a working directory with no ../shared: exit 0 with the release's 336 trials."""
     work = tmp_path / "clone" / "work"
