@@ -181,7 +181,9 @@ class GeoVerifyCampaign(CampaignKind):
         """:meth:`CampaignKind.refresh_scored_rows`: the stored answers an earlier verdict parser read are parsed
         and scored again from their stored text (:func:`geoagent.geoverify.reparse.refresh_stored_rows`; no model
         call), so the report never mixes two parsers' readings; one ``info:`` line says how many and how many
-        changed."""
+        changed. Before that, swapped-image answers stored under their task's key of before the key named the image
+        shown are moved to the new key (:func:`geoagent.geoverify.rekey.move_swapped_rows`, its own line)."""
+        from geoagent.geoverify.rekey import move_swapped_rows
         from geoagent.geoverify.reparse import refresh_stored_rows
         from geoagent.geoverify.stages import SCORED_TABLE
 
@@ -190,8 +192,14 @@ class GeoVerifyCampaign(CampaignKind):
             return []
         # the run's work begins with the first row rewritten (review40b #5)
         began = ctx.services.get(C.SERVICE_WORK_BEGAN)
-        line = refresh_stored_rows(store, SCORED_TABLE, before_write=began if callable(began) else None).line(cfg.name)
-        return [line] if line else []
+        before = began if callable(began) else None
+        lines = []
+        plan_keys = ctx.services.get(SERVICE_PLAN_KEYS)
+        if plan_keys is not None and hasattr(store, "move_results"):
+            # answers stored under a swapped-image control's key of before the key named the image (review41a #3)
+            lines.append(move_swapped_rows(store, SCORED_TABLE, plan_keys, before_write=before).line(cfg.name))
+        lines.append(refresh_stored_rows(store, SCORED_TABLE, before_write=before).line(cfg.name))
+        return [ln for ln in lines if ln]
 
     def stages(self, cfg: Any) -> list[Stage]:
         from geoagent.workers.model_caller import ModelCaller

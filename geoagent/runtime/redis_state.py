@@ -858,6 +858,20 @@ class RedisResponseStore:
             self.db.script("PUT_RESULTS", table, "1" if overwrite else "0", *flat[i:i + step], client=pipe)
         return sum(int(n) for n in pipe.execute())
 
+    def move_results(self, table: str, items: Iterable[tuple[str, dict[str, Any]]], drop: Iterable[str]) -> None:
+        """Write ``items`` (overwrite) and delete the rows of keys ``drop`` of one table, all or none (one
+        ``MULTI``), as :meth:`geoagent.runtime.store.ResponseStore.move_results`."""
+        _check_table(table)
+        flat = [a for k, r in items for a in (str(k), _dumps(r))]
+        gone = [str(k) for k in drop]
+        pipe = self.db.client.pipeline(transaction=True)
+        if flat:
+            self.db.script("PUT_RESULTS", table, "1", *flat, client=pipe)
+        if gone:
+            pipe.hdel(self.db.key("t:" + table), *gone)
+            pipe.zrem(self.db.key("tk:" + table), *gone)
+        pipe.execute()
+
     def get_result(self, table: str, key: str) -> dict[str, Any] | None:
         v = self.db.client.hget(self.db.key("t:" + _check_table(table)), key)
         return None if v is None else orjson.loads(v)

@@ -334,6 +334,17 @@ class ResponseStore:
                 n += conn.execute(f"{verb} INTO results (tbl, key, row, updated_at) VALUES (?, ?, ?, ?)", params).rowcount
             return n
 
+    def move_results(self, table: str, items: Iterable[tuple[str, dict[str, Any]]], drop: Iterable[str]) -> None:
+        """Write ``items`` (overwrite) and delete the rows of keys ``drop`` of one table, in one transaction (a row
+        moved to another key is never lost nor stored twice, whenever the process dies)."""
+        _check_table(table)
+        now = time.time()
+        payload = [(table, str(k), _dumps(r), now) for k, r in items]
+        gone = [(table, str(k)) for k in drop]
+        with self.db.transaction() as conn:
+            conn.executemany("INSERT OR REPLACE INTO results (tbl, key, row, updated_at) VALUES (?, ?, ?, ?)", payload)
+            conn.executemany("DELETE FROM results WHERE tbl = ? AND key = ?", gone)
+
     def get_result(self, table: str, key: str) -> dict[str, Any] | None:
         rows = self.db.read("SELECT row FROM results WHERE tbl = ? AND key = ?", (_check_table(table), key))
         return self._json(rows[0][0], table, key) if rows else None

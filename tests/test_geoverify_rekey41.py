@@ -1,0 +1,106 @@
+"""Swapped-image answers stored under their task's key of before the key named the image are moved to the new key
+(review41a #3).
+
+Before: a GeoVerify campaign upgraded past fixverify41 #1 (a swapped-image control's task key now names the image it
+shows: ``<trial_id>|shows=<image_ref>|<model>``) answered the new keys from its stored answers (no call) and kept
+the rows under the earlier keys too: every later run said "Left out of scoring: 52 stored answers of tasks the
+current plan no longer holds (an earlier run's plan: the trial design or the models changed)" and every export held
+the rows twice. Now a run moves them before its workers start (:mod:`geoagent.geoverify.rekey`).
+
+Unit cases over both campaign-state backends (SQLite, Redis on a local redis-server); the end-to-end case runs a
+GeoVerify campaign over the session's sandbox crawl through the CLI entry.
+"""
+
+from __future__ import annotations
+
+import pytest
+from _state_backends import KINDS, open_state
+from test_queue_contract import redis_url  # noqa: F401 - the module's redis-server fixture
+
+from geoagent.geoverify.rekey import move_swapped_rows, new_key
+from geoagent.geoverify.stages import SCORED_TABLE
+
+TID = "100|ctrl_mismatch|Juniper Park"
+
+
+def _row(tid: str, shown: str, request_key: str, arm: str = "ctrl_mismatch") -> dict:
+    return {"trial_id": tid, "arm": arm, "image_shown": shown, "model": "m", "verdict": "no",
+            "request_key": request_key}
+
+
+def test_new_key_names_the_image_shown_of_an_earlier_swapped_image_key():
+    assert new_key(f"{TID}|m", _row(TID, "200", "r")) == f"{TID}|shows=200|m"
+    assert new_key(f"{TID}|m|rec", _row(TID, "200", "r")) == f"{TID}|shows=200|m|rec"  # a replay of a recording
+    assert new_key(f"{TID}|shows=200|m", _row(TID, "200", "r")) is None  # already the new key
+    assert new_key("100|main|Juniper Park|m", _row("100|main|Juniper Park", "100", "r", arm="main")) is None
+    assert new_key(f"{TID}|m", {**_row(TID, "200", "r"), "image_shown": None}) is None
+    assert new_key("other|m", _row(TID, "200", "r")) is None  # a key that is not its trial's
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_rows_under_earlier_keys_are_moved_once(tmp_path, kind, request):
+    url = request.getfixturevalue("redis_url") if kind == "redis" else None
+    rows = {
+        f"{TID}|m": _row(TID, "200", "rA"),  # its new key has no row: moved
+        "101|ctrl_mismatch|Loquat Hotel|m": _row("101|ctrl_mismatch|Loquat Hotel", "201", "rB"),  # stored again
+        "101|ctrl_mismatch|Loquat Hotel|shows=201|m": _row("101|ctrl_mismatch|Loquat Hotel", "201", "rB"),
+        "102|ctrl_mismatch|Fig Tower|m": _row("102|ctrl_mismatch|Fig Tower", "202", "rC-old"),  # another answer there
+        "102|ctrl_mismatch|Fig Tower|shows=202|m": _row("102|ctrl_mismatch|Fig Tower", "202", "rC"),
+        "103|ctrl_mismatch|Elm Hall|m": _row("103|ctrl_mismatch|Elm Hall", "299", "rD"),  # image redrawn since
+        "100|main|Juniper Park|m": _row("100|main|Juniper Park", "100", "rE", arm="main"),
+    }
+    plan = {f"{TID}|shows=200|m", "101|ctrl_mismatch|Loquat Hotel|shows=201|m",
+            "102|ctrl_mismatch|Fig Tower|shows=202|m", "103|ctrl_mismatch|Elm Hall|shows=203|m",
+            "100|main|Juniper Park|m"}
+    with open_state(kind, url, "rk41", tmp_path) as st:
+        st.store.put_results(SCORED_TABLE, list(rows.items()))
+        began = []
+        got = move_swapped_rows(st.store, SCORED_TABLE, plan, before_write=lambda: began.append(
+            sorted(k for k, _ in st.store.iter_results(SCORED_TABLE))))
+        assert (got.moved, got.dropped, len(began)) == (1, 1, 1)
+        assert began[0] == sorted(rows)  # the work-began mark before anything was written
+        after = dict(st.store.iter_results(SCORED_TABLE))
+        assert after[f"{TID}|shows=200|m"] == rows[f"{TID}|m"]
+        gone = {f"{TID}|m", "101|ctrl_mismatch|Loquat Hotel|m"}
+        assert set(after) == set(rows) - gone | {f"{TID}|shows=200|m"}
+        assert st.store.get_result(SCORED_TABLE, f"{TID}|m") is None
+        assert "2 stored swapped-image answers" in got.line("rk41") and "(1 moved, 1 already stored" in got.line("rk41")
+        again = move_swapped_rows(st.store, SCORED_TABLE, plan, before_write=lambda: began.append("again"))
+        assert (again.moved, again.dropped, again.line("rk41"), len(began)) == (0, 0, None, 1)
+
+
+def test_an_upgraded_campaign_no_longer_leaves_its_earlier_keys_out_of_scoring(sandbox_crawled, capsys):
+    """The earlier keys' rows (what a campaign run before the key change and re-run after it holds: each answer
+    under both keys) are dropped by the next run: its summary, report and export count each answer once."""
+    import polars as pl
+    from test_geoverify_redrawn_mismatch41 import _config
+
+    from geoagent.cli import main
+    from geoagent.runtime.store import open_campaign_state
+
+    root, _ = sandbox_crawled
+    state = root / "state"
+    p = _config(root, state / "crawl-sandbox", state / "images")
+    capsys.readouterr()
+    assert main(["run", str(p), "--no-live"]) == 0
+    capsys.readouterr()
+    with open_campaign_state("gv-redraw", root=state) as st:
+        rows = dict(st.store.iter_results(SCORED_TABLE))
+        earlier = {f"{r['trial_id']}{k[len(r['trial_id']) + len('|shows=') + len(r['image_shown']):]}": r
+                   for k, r in rows.items() if "|shows=" in k}
+        assert earlier and all(new_key(k, r) in rows for k, r in earlier.items())
+        st.store.put_results(SCORED_TABLE, list(earlier.items()))
+    n = len(earlier)
+
+    assert main(["run", str(p), "--no-live"]) == 0
+    out = capsys.readouterr()
+    assert (f"{n} stored swapped-image answers kept under the task key of an earlier geoagent version" in out.err
+            and f"(0 moved, {n} already stored there again and kept once)" in out.err), out.err[-3000:]
+    assert "Left out of scoring" not in out.out, out.out
+    with open_campaign_state("gv-redraw", root=state) as st:
+        assert dict(st.store.iter_results(SCORED_TABLE)) == rows
+    assert main(["export", str(p)]) == 0
+    df = pl.read_parquet(state / "gv-redraw" / "geoverify_scored.parquet")
+    assert df.height == len(rows) and df["scored"].all()
+    assert main(["run", str(p), "--no-live"]) == 0  # nothing more to move: said once
+    assert "swapped-image answer" not in capsys.readouterr().err
