@@ -3677,12 +3677,11 @@ def simulate_dispatch(cfg: CampaignConfig, est: Estimate) -> dict[str, int]:
     * the model caller handles up to :func:`_caller_window` request tasks at once, taken in queue (plan)
       order; with several models each model has its own lane (:func:`_caller_lanes`, the runner's "Lanes" in
       :mod:`geoagent.runtime.worker`): at most its lane's cap of its tasks are handled at once, a task of a full
-      lane waits unsent, parked in its lane's order, and the next tasks of the other lanes are taken meanwhile, so a
-      model slowed by its own rate limit never holds back a faster one (the replay takes, at each free slot, the
-      earliest queued task of a lane with room: each lane in queue order, as the runner's parked tasks go, walk39
-      #1; the runner's deferral of a lane's tasks beyond its parked ones is not modelled); under ``[queue]
+      lane goes back to the queue unsent and the next tasks of the other lanes are taken meanwhile, so a model
+      slowed by its own rate limit never holds back a faster one (the replay takes, at each free slot, the
+      earliest queued task of a lane with room; a deferred task's delay is not modelled); under ``[queue]
       model_pacing = "plan"`` (the default) a lane whose share of its tasks taken runs ahead of the other lanes'
-      is passed over as the runner holds it back (:func:`_lane_ahead`), so each model reaches the cap at about the
+      is passed over as the runner defers it (:func:`_lane_ahead`), so each model reaches the cap at about the
       same share of its calls; a handled task waits
       for its model's host: ``concurrency`` calls in flight and ``rate`` calls per
       ``period_s`` (sliding window), each call taking ``expected_latency_s`` (no time for replay, offline
@@ -3753,7 +3752,7 @@ def simulate_dispatch(cfg: CampaignConfig, est: Estimate) -> dict[str, int]:
                 waiting[order_model[nxt]].append(nxt)
                 handled += 1
                 nxt += 1
-        else:  # the earliest queued task of a lane with room (a full lane's tasks are parked meanwhile)
+        else:  # the earliest queued task of a lane with room (a full lane's tasks are deferred meanwhile)
             while not stopped and handled < window:
                 best = -1
                 for k in range(len(names)):

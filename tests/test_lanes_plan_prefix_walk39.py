@@ -1,23 +1,28 @@
-"""A stopped multi-model run holds about a prefix of each model's plan (walk39 #1).
+"""A stopped multi-model run should hold about a prefix of each model's plan (walk39 #1, not fixed yet).
 
 A GeoHint plan queues an image's baseline unit before its reference points, so a run stopped at the budget cap with
 one model holds the no-context answer of every context answer it holds (the paired comparisons). With several
-models the model caller's lanes used to defer a task of a full or paced-ahead lane with ``release(delay_s=...)``,
-which put it behind every task ready at that moment (SQLite orders ready tasks by ``not_before``, Redis by stream
-order), and the lease loop meanwhile walked on through the plan: each model's answers at the stop were scattered
-over a stretch of the plan many times their number, and most context answers lacked their image's baseline.
+models the model caller's lanes defer a task of a full or paced-ahead lane with ``release(delay_s=...)``, which
+puts it behind every task ready at that moment (SQLite orders ready tasks by ``not_before``, Redis by stream
+order), and the lease loop meanwhile walks on through the plan: each model's answers at the stop are scattered
+over a stretch of the plan many times their number, and most context answers lack their image's baseline.
 
-Measured on this test's set-up (session 41): one model 0 to 8 of about 60 context answers without their baseline; two models
-of the same host 96 of 128, three 173 of 201. Now such a task is parked (kept leased, in its lane's order) and each
-lane takes its parked tasks first (:mod:`geoagent.runtime.worker`, "Lanes"): two models 0 to 4 of about 58, three
-3 to 7 of about 93 (five runs). What is left unpaired are calls the cap refused or kept waiting for other calls'
-reservations to settle while later ones went (the model caller's own order, not the lanes').
+Measured on this test's set-up (session 41): one model 0 to 8 of about 60 context answers without their baseline
+(the model caller's budget wait near the cap is not first-come first-served); two models of the same host 96 of 128,
+three 173 of 201. Ordering ready tasks by their put position (released tasks keep their place) alone brought three
+models to 60 of 173: the lease loop still admits a lane's later tasks while its earlier ones sit out their deferral.
+Parking such tasks in the runner, still leased (tried in session 41: two models 0 to 4 of 58), was taken back: a
+crash then charged every parked task an attempt (five crashes dead-lettered the parked backlog), a parked task
+whose lease expired was still handled, and parked tasks were hidden from other processes (a paced scale-out could
+hang). The second test is a strict xfail until the runner keeps each lane's order without those costs.
 
 End to end: GeoHint campaigns on the sandbox's OpenAI-compatible fake with prices and a cap that stops them after
 a few dozen calls per model; the stored answers' task keys tell each model's baselines and context answers.
 """
 
 from __future__ import annotations
+
+import pytest
 
 from geoagent.cli import main
 from geoagent.config import load_config
@@ -89,6 +94,8 @@ def test_one_model_stopped_at_the_cap_keeps_its_pairs(tmp_path, release_dir, cap
     assert unpaired <= 8, (unpaired, context)
 
 
+@pytest.mark.xfail(strict=True, reason="walk39 #1 not fixed: lanes defer tasks behind the ready ones and the lease "
+                                       "loop walks on, so a stopped multi-model run is not a prefix per model")
 def test_two_models_stopped_at_the_cap_keep_their_pairs(tmp_path, release_dir, capsys):
     context, unpaired = _unpaired(tmp_path, release_dir, capsys, ("a", "c"), 0.12)
     assert context >= 20, context

@@ -163,39 +163,27 @@ head-of-line blocking (measured: a model at 20/s, concurrency 4, ran at ~6/s nex
 the slow one's pace). A stage that names lanes (:meth:`Stage.lanes`, :meth:`Stage.lane_of`; the model caller: one
 per model when a campaign has several) gets at most a lane's :attr:`~geoagent.runtime.stage.Lane.cap` tasks of it
 at once (in a worker or waiting for one; the model caller sizes its workers as the sum of the caps, so a lane with
-room always finds a worker). A leased task of a full lane is *parked*: kept leased (its lease renewed like a task
-waiting for a worker), unstarted, in its lane's own first-in-first-out line, and the lane takes its parked tasks,
-in order, before any task of it leased later, as soon as it has room; a later task of a lane with tasks parked is
-parked behind them. The lease loop leases only while some lane that can run (:meth:`Stage.lane_open`) has room, is
-not held back by its pacing (below) and has nothing parked (or while the runner has nothing in hand at all), so it
-does not read far ahead into the queue. Each lane thus starts its tasks in queue order, and a run stopped anywhere
-holds about a prefix of each lane's tasks in the queue (walk39 #1: before, such a task was *deferred*, given back
-to the queue with a delay, which put it behind every task ready then, SQLite ordering by ready time and Redis by
-stream order, while the lease loop read on; a multi-model GeoHint run stopped after a few dozen calls per model had
-most of its context answers without their image's baseline). A lane holds at most :data:`PARK_MAX_TASKS` parked;
-a task leased beyond them is deferred as before: given back to the queue unstarted, no attempt counted, nothing
-sent or reserved (:meth:`WorkQueue.release` with a delay), to come back at its lane's next slot, the lane's
-``rate_per_s`` apart (between :data:`DEFER_MIN_S` and :data:`DEFER_MAX_S` from now, rounded up to
-:data:`DEFER_STEP_S`); under the default pacing the planners' interleaved plans keep a lane's parked tasks far
-fewer, so deferrals are for ``model_pacing = "throughput"`` (a slow model's backlog beside a fast one). After :data:`WALK_LEASES`
-leases in a row that left only tasks of full lanes, the lease loop waits for a lane to free a slot (at most ~1 s)
-instead of cycling through them. ``StageStats.parked`` and ``deferred`` count them. Every way the stage ends (the
-input drained, a stop or budget stop, a host that cannot be reached, nothing runnable) and a watch-mode breaker
-opening give the parked tasks back untouched at once (no attempt counted); the drain check counts them as work in
-hand; a crash leaves them leased until their visibility timeout (or the campaign's dead-owner hand-back), as it
-leaves the tasks in flight; deferred tasks stay ready (at most :data:`DEFER_MAX_S` late). The half-open probe
-counts in its lane but is never parked. Batched stages have no lanes. A stage without lanes (every stage but a
-multi-model model caller) runs exactly as before: no per-task cost.
+room always finds a worker). A leased task of a full lane is *deferred*: given back to the queue unstarted, no
+attempt counted, nothing sent or reserved (:meth:`WorkQueue.release` with a delay), to come back at its lane's next
+slot, the lane's ``rate_per_s`` apart (between :data:`DEFER_MIN_S` and :data:`DEFER_MAX_S` from now, rounded up
+to :data:`DEFER_STEP_S` so that one release call gives back a run of them); the lease loop goes on leasing past
+it. A deferred task lines up behind every task that was ready before it (SQLite orders by ready time, Redis by
+stream order), so the fast lanes' queued work comes first and the slow lane's tasks come back about when it can
+take them. After :data:`WALK_LEASES` leases in a row that found only tasks of full lanes, the lease loop waits for
+a lane to free a slot (at most ~1 s) instead of cycling through them. ``StageStats.deferred`` counts deferrals.
+A crash leaves deferred tasks ready (at most :data:`DEFER_MAX_S` late); a stop or budget stop changes nothing for
+them. The half-open probe counts in its lane but is never deferred. Batched stages have no lanes. A stage without
+lanes (every stage but a multi-model model caller) runs exactly as before: no per-task cost.
 
 Pacing. Lanes with room alone would let each model run at its own limits, so a model with fewer planned tasks
 (a ``sampling_rate`` below 1) or a faster host ran far ahead through its share of the plan: a budget stop found it
 81 % done beside another model 16 % done, with few items answered by both (walk32 #4), and a cap meant for an
 expensive sampled model went mostly to it. A lane with :attr:`~geoagent.runtime.stage.Lane.work` (the model
-caller's, under ``[queue] model_pacing = "plan"``, the default) is therefore also held back (its tasks parked;
-beyond :data:`PARK_MAX_TASKS`, deferred for :data:`PACED_DEFER_S`) while its share of its work (tasks finished, dead-lettered, in hand or failed and waiting
+caller's, under ``[queue] model_pacing = "plan"``, the default) is therefore also deferred, for
+:data:`PACED_DEFER_S`, while its share of its work (tasks finished, dead-lettered, in hand or failed and waiting
 for their retry, over its ``work``) is ahead of the lowest share among the other paced lanes that still have work and can run (:meth:`Stage.lane_open`)
 by more than a few tasks (its cap, at most :data:`PACE_SLACK_TASKS`, over its ``work``). The lane at the lowest share is never held back, and
-a lane whose own tasks sit out a pacing deferral with none in hand (none parked either) holds no other lane back meanwhile (it cannot
+a lane whose own tasks sit out a pacing deferral with none in hand holds no other lane back meanwhile (it cannot
 take work until they come back: two lanes of instant answers, the simulated provider or a replay, took turns being
 ahead and the stage sat out each turn's deferral, 1,317 calls in 45 s instead of 1.2 s; break34 config #3), so the
 stage always moves, and a run stopped anywhere holds about the same share of each model's work: the same queue
@@ -249,10 +237,6 @@ DEFER_STEP_S = 0.25
 #: tasks (at most; a lane's cap if lower) a lane may run ahead of the lowest share before it is deferred
 PACED_DEFER_S = 1.0
 PACE_SLACK_TASKS = 8
-#: Lanes (module docstring): the most tasks one lane keeps parked (leased, waiting in its order for its lane to take
-#: them); a task leased beyond them is deferred instead (walk39 #1). With several models paced by their share of the
-#: plan (the planners interleave them item by item) a lane's parked tasks stay far fewer
-PARK_MAX_TASKS = 256
 
 
 def pace_ahead(taken: int, work: int, cap: int, lowest_other: float) -> bool:
@@ -291,12 +275,8 @@ class StageStats:
     released: int = 0
     in_flight: int = 0
     held: int = 0  # tasks held (stage.Held): leased untouched while the stage runs, released at its end
-    #: lanes (module docstring, "Lanes"): tasks a lane could not take when leased, kept leased in its order (parked),
-    #: and tasks given back to the queue unstarted for later instead (deferred: its parked tasks were at
-    #: :data:`PARK_MAX_TASKS`); of both, ``paced``: those of a lane ahead of the others' share of their work
-    parked: int = 0
-    deferred: int = 0
-    paced: int = 0
+    deferred: int = 0  # tasks of a full lane given back to the queue unstarted, for later (module docstring, "Lanes")
+    paced: int = 0  # of those, tasks of a lane ahead of the others' share of their work (module docstring, "Lanes")
     blocked: bool = False  # the stage said nothing more can run here (Stage.runnable): leasing stopped early
     #: burst mode: leasing ended because the input was exhausted (nothing ready or leased, upstream done) and the
     #: stage held no task (held tasks are released to the input at its end: its own): work found on the input
@@ -864,10 +844,6 @@ class StageRunner:
         self._lane_retrying: dict[str, int] = {}
         self._lane_next: dict[str, float] = {}
         self._lane_room = asyncio.Event()
-        #: each lane's parked tasks, in lease (queue) order: leased, renewed, not yet handed to the stage; and
-        #: how many in all (module docstring, "Lanes"; walk39 #1)
-        self._parked: dict[str, deque[Task]] = {}
-        self._n_parked = 0
         self._last_commit = time.monotonic()
         self._commit_lock = anyio.Lock()
         self.flush_interval_s = flush_interval_s
@@ -922,7 +898,6 @@ class StageRunner:
             self._lane_retrying = dict.fromkeys(lanes, 0)
             self.stats.lane_done = dict.fromkeys(lanes, 0)
             self._lane_next = dict.fromkeys(lanes, 0.0)
-            self._parked = {lane: deque() for lane in lanes}
             self._paced_at = dict.fromkeys(lanes, -math.inf)  # when a task of the lane was last deferred by pacing
         send, recv = anyio.create_memory_object_stream[Task](math.inf)
         try:
@@ -952,7 +927,6 @@ class StageRunner:
                     await self._safe(self.inq.release(task))
                     self.stats.released += 1
                 recv.close()
-                await self._release_parked()
                 await self._release_held()
                 await self._commit()
                 await self._flush_refunds(final=True)
@@ -1055,17 +1029,6 @@ class StageRunner:
         work_scope.cancel()
 
     async def _lease_loop(self, send: Any) -> None:
-        """Lease tasks and hand them to the workers until the stage ends; tasks still parked in their lanes when it
-        ends (a stop, a budget stop, a host that cannot be reached, nothing runnable) go back untouched at once
-        (module docstring, "Lanes"), not after the in-flight work's grace period."""
-        try:
-            await self._leasing(send)
-        finally:
-            if self._n_parked:
-                with anyio.CancelScope(shield=True):
-                    await self._release_parked()
-
-    async def _leasing(self, send: Any) -> None:
         # Lease ahead (``lease_ahead=True``): up to ``prefetch`` tasks beyond the concurrency wait (leased)
         # for a free worker, and while every worker is busy a new lease waits until at least
         # ``prefetch // 2`` can be taken, so leases (one queue transaction each) come in batches instead of
@@ -1074,13 +1037,11 @@ class StageRunner:
         lanes = self._lanes is not None
         prefetch = max(0, min(self.stage.lease_batch, self.stage.concurrency)) if self.lease_ahead and not lanes else 0
         min_lease = max(1, prefetch // 2)
-        walks = 0  # leases in a row that left tasks of full or paced lanes behind (parked or deferred)
+        walks = 0  # leases in a row whose every task was of a full lane (deferred)
         while not self._stop.is_set() and not self._budget.is_set():
             if self._held:
                 await self._release_resumed()
             if self.stats.unreachable and not self.burst:
-                if self._n_parked:  # the probe is one task: the parked ones wait in the queue meanwhile
-                    await self._release_parked()
                 await self._half_open(send)  # watch mode (module docstring, "Unreachable hosts")
                 continue
             if self.stats.unreachable or not self.stage.runnable():
@@ -1088,24 +1049,11 @@ class StageRunner:
                 # burn attempts or hold the tasks
                 self.stats.blocked = True
                 return
-            if lanes:
-                # each lane takes its parked tasks first, in their order (walk39 #1) ...
-                if self._n_parked and (ready := self._unpark()):
-                    self._hand_out(send, ready, parked=True)
-                    await anyio.sleep(0)
-                    continue
-                # ... and a new lease waits until a lane could take a task of it: one with room, not held back by
-                # its pacing, with nothing parked (else its tasks would only be parked behind the others)
-                if not self._may_lease():
-                    self._lane_room.clear()
-                    with anyio.move_on_after(self.poll_s):
-                        await self._lane_room.wait()
-                    continue
             free = self.stage.concurrency + prefetch - self.stats.in_flight
             if free <= 0 or (free < min_lease and self.stats.in_flight >= self.stage.concurrency):
                 await anyio.sleep(0.005)
                 continue
-            # after a lease that left tasks of full lanes behind, lease whole batches to get past them quickly
+            # after a lease that deferred tasks of full lanes, lease whole batches to get past them quickly
             n = self.stage.lease_batch if walks else min(free, self.stage.lease_batch)
             tasks = await self.inq.lease(n, self.visibility_timeout_s)
             if tasks and not (tasks := self._relet(tasks)):
@@ -1130,19 +1078,13 @@ class StageRunner:
                         with anyio.move_on_after(min(1.0, self.poll_s * 2 ** min(walks - WALK_LEASES, 10))):
                             await self._lane_room.wait()
                     continue
-            self._hand_out(send, tasks)
+            self._note_work_began()
+            self.stats.note_leased(len(tasks))
+            self._leases.add(tasks)
+            for task in tasks:
+                send.send_nowait(task)
             # let the workers start them before leasing again
             await anyio.sleep(0)
-
-    def _hand_out(self, send: Any, tasks: list[Task], *, parked: bool = False) -> None:
-        """Hand leased ``tasks`` (admitted in their lanes, if any) to the workers; their leases renewed meanwhile
-        (``parked``: renewed since they were parked, a lease taken again meanwhile included: :meth:`_relet`)."""
-        self._note_work_began()
-        self.stats.note_leased(len(tasks))
-        if not parked:
-            self._leases.add(tasks)
-        for task in tasks:
-            send.send_nowait(task)
 
     async def _half_open(self, send: Any) -> None:
         """Watch mode, breaker open: wait out the cool-down (a stop ends it at once) and the tasks still in
@@ -1262,51 +1204,13 @@ class StageRunner:
             self._lane_busy[lane] = busy - 1
             self._lane_room.set()
 
-    def _can_take(self, lane: str, spec: Lane) -> bool:
-        """Whether ``lane`` has room for one task more and is not held back by its pacing (:meth:`_ahead`)."""
-        return self._lane_busy[lane] < spec.cap and not (spec.work and self._ahead(lane, spec))
-
-    def _take(self, lane: str, task: Task) -> None:
-        """Count ``task`` in ``lane`` (handed to the stage from now on)."""
-        self._lane_busy[lane] += 1
-        if task.attempts and self._lane_retrying.get(lane):  # a retry back from its backoff
-            self._lane_retrying[lane] -= 1
-
-    def _unpark(self) -> list[Task]:
-        """The parked tasks each lane can take now, from the front of its parked ones (counted in it), in order."""
-        out: list[Task] = []
-        lanes = self._lanes or {}
-        for lane, fifo in self._parked.items():
-            spec = lanes[lane]
-            while fifo and self._can_take(lane, spec):
-                task = fifo.popleft()
-                self._n_parked -= 1
-                self._take(lane, task)
-                out.append(task)
-        return out
-
-    def _may_lease(self) -> bool:
-        """Whether a lease now may find a task a lane can take (walk39 #1): some lane that can run
-        (:meth:`Stage.lane_open`) has nothing parked, room, and is not held back by its pacing; or this runner has
-        nothing in hand (a lane that cannot run, its tasks held, or one it does not name, must still be leased)."""
-        if not (self.stats.in_flight or self._n_parked):
-            return True
-        open_ = self.stage.lane_open
-        return any(not self._parked[lane] and self._can_take(lane, spec) and open_(lane)
-                   for lane, spec in (self._lanes or {}).items())
-
     async def _admit(self, tasks: list[Task]) -> list[Task]:
-        """The leased ``tasks`` whose lane can take them (counted in it; a task without a lane always), in order.
-        The others are *parked* in their lane's order (still leased, renewed, taken first when their lane can:
-        :meth:`_unpark`), a task of a lane with tasks parked already always behind them, so each lane takes its
-        tasks in queue (plan) order (walk39 #1). Beyond :data:`PARK_MAX_TASKS` parked in its lane a task is deferred
-        instead, given back to the queue unstarted (no attempt counted, :meth:`WorkQueue.release` with a delay): a
-        paced lane's for :data:`PACED_DEFER_S`, a full lane's to its next slot (the lane's ``rate_per_s`` apart,
-        between :data:`DEFER_MIN_S` and :data:`DEFER_MAX_S` from now, rounded up to :data:`DEFER_STEP_S`), grouped
-        by delay."""
+        """The leased ``tasks`` whose lane has room (counted in it; a task without a lane always), in order. The
+        others are given back to the queue unstarted (no attempt counted, :meth:`WorkQueue.release` with a
+        delay): each at its lane's next slot (the lane's ``rate_per_s`` apart, between :data:`DEFER_MIN_S` and
+        :data:`DEFER_MAX_S` from now, rounded up to :data:`DEFER_STEP_S`), grouped by delay."""
         lanes, busy, nxt = self._lanes or {}, self._lane_busy, self._lane_next
         admitted: list[Task] = []
-        parked: list[Task] = []
         later: dict[float, list[Task]] = {}
         now = time.monotonic()
         for task in tasks:
@@ -1314,56 +1218,25 @@ class StageRunner:
             spec = lanes.get(lane) if lane is not None else None
             if spec is None:
                 admitted.append(task)
-                continue
-            fifo = self._parked[lane]
-            full = busy[lane] >= spec.cap
-            paced = not full and bool(spec.work) and self._ahead(lane, spec)
-            if not fifo and not full and not paced:
-                self._take(lane, task)
+            elif busy[lane] < spec.cap and not (spec.work and self._ahead(lane, spec)):
+                busy[lane] += 1
+                if task.attempts and self._lane_retrying.get(lane):  # a retry back from its backoff
+                    self._lane_retrying[lane] -= 1
                 admitted.append(task)
-            elif len(fifo) < PARK_MAX_TASKS:
-                fifo.append(task)
-                self._n_parked += 1
-                parked.append(task)
-                self.stats.paced += paced
-            elif not full:  # beyond its parked tasks, with room: paced (ahead of the others' share) or behind them
-                later.setdefault(PACED_DEFER_S if paced else DEFER_MIN_S, []).append(task)
-                if paced:
-                    self._paced_at[lane] = now
-                    self.stats.paced += 1
+            elif busy[lane] < spec.cap:  # paced: ahead of the other lanes' share of their work
+                later.setdefault(PACED_DEFER_S, []).append(task)
+                self._paced_at[lane] = now
+                self.stats.paced += 1
             else:
                 gap = 1.0 / spec.rate_per_s if spec.rate_per_s > 0 else 0.0
                 slot = min(max(nxt[lane], now) + gap, now + DEFER_MAX_S)
                 nxt[lane] = slot
                 delay = min(DEFER_MAX_S, max(DEFER_MIN_S, math.ceil((slot - now) / DEFER_STEP_S) * DEFER_STEP_S))
                 later.setdefault(delay, []).append(task)
-        if parked:
-            self._leases.add(parked)  # renewed while parked, as a task waiting for a worker is
-            self.stats.parked += len(parked)
         for delay, group in later.items():
             await self._safe(self.inq.release(group, delay_s=delay))
             self.stats.deferred += len(group)
         return admitted
-
-    async def _release_parked(self) -> None:
-        """Give every parked task back to the queue untouched (no attempt counted; module docstring, "Lanes"): the
-        stage ends, or its breaker opened. A lease that expired meanwhile is someone else's now."""
-        if not self._n_parked:
-            return
-        tasks = [t for fifo in self._parked.values() for t in fifo]
-        for fifo in self._parked.values():
-            fifo.clear()
-        self._n_parked = 0
-        self._leases.drop(tasks)
-        stale: list[str] = []
-        try:
-            await self.inq.release(tasks)
-        except StaleLease as exc:
-            stale = list(getattr(exc, "stale_keys", None) or [])
-        except Exception as exc:  # noqa: BLE001 - their leases expire as a crashed worker's would
-            log.warning("stage %s: could not give back %d parked task(s): %s", self.stage.name, len(tasks), exc)
-            return
-        self.stats.released += len(tasks) - len(stale)
 
     def _taken(self, lane: str) -> int:
         """Tasks of ``lane`` this run finished, dead-lettered, holds in hand or failed and will retry after its
@@ -1382,7 +1255,7 @@ class StageRunner:
         for other, o in (self._lanes or {}).items():
             if other == lane or not o.work:
                 continue
-            if not (busy.get(other) or self._parked[other]) and now - paced_at.get(other, -math.inf) < PACED_DEFER_S:
+            if not busy.get(other) and now - paced_at.get(other, -math.inf) < PACED_DEFER_S:
                 continue  # its tasks sit out a pacing deferral, none in hand: it cannot take work now
             share = self._taken(other) / o.work
             if share < 1.0 and share < low and self.stage.lane_open(other):
@@ -1394,7 +1267,7 @@ class StageRunner:
             return False
         if self.upstream_done is not None and not self.upstream_done.is_set():
             return False
-        if self.stats.in_flight or self._pending or self._n_parked:  # parked tasks are work in hand (walk39 #1)
+        if self.stats.in_flight or self._pending:
             return False
         # Each queue is read at its own moment, and work only moves downstream (a stage puts its outputs, then
         # acks its input): read upstream first, the own input last, so a task that moves from a foreign upstream

@@ -1361,8 +1361,7 @@ class ModelCaller(Stage):
     def lanes(self) -> dict[str, Lane] | None:
         """One lane per model when the campaign has several (None with one: nothing to share; the runner's hot
         path is then unchanged). A model's lane holds at most :func:`lane_cap` of its ``concurrency`` tasks at
-        once, its tasks waiting parked meanwhile (beyond the runner's parked ones, deferred to come back at its
-        ``rate``: requests / ``period_s``; unlimited
+        once, and its tasks deferred meanwhile come back at its ``rate`` (requests / ``period_s``; unlimited
         for a provider that sends nothing over HTTP), so a model slowed by its own limits never holds the
         workers the other models need; under ``[queue] model_pacing = "plan"`` (the default) each lane's
         ``work`` is the model's tasks this run has to do (service :data:`geoagent.constants.SERVICE_LANE_WORK`),
