@@ -39,7 +39,7 @@ from geoagent.crawl.referenceability import (
 from geoagent.crawl.stages import city_key
 from geoagent.sandbox.responders import register_responder
 from tests._crawl_once import SANDBOX_CRAWL_CONFIG, SANDBOX_TOKEN
-from tests.test_crawl40_ref import LABELS, REMINDER, _cands, _decisions, _lines_of, answers, one_based, rate
+from tests.test_crawl40_ref import LABELS, _cands, _decisions, _lines_of, answers, one_based, rate
 
 #: words of every reminder (rating and screen) after a prompt, in no first prompt
 REMINDED = "could not be read"
