@@ -314,6 +314,12 @@ class CampaignKind(abc.ABC):
         default."""
         return []
 
+    def plan_headlines(self, cfg: Any) -> list[str]:
+        """Short lines the dry run prints first, under its headline (called after :meth:`plan`): what one of
+        :meth:`plan_refusals` takes to fix, said before an estimate of a plan ``run`` would refuse (GeoHint's
+        synthetic images for a real model, newuser41 #A). Empty by default."""
+        return []
+
     def missing_photos(self, cfg: Any) -> frozenset[str]:
         """Image ids of the plan just made (called after :meth:`plan`) whose photo has no file yet (not
         synthetic placeholders by design, :attr:`geoagent.image_files.MissingImages.photo_ids`): the dry run
@@ -3558,6 +3564,8 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
                 f"counts {', and '.join(parts) or 'the images as the plan holds them'}" for r in plan_refusals]
     if plan_refusals:
         out.exit_code = EXIT_CONFIG
+        # the fix first, in one line, before the plan and estimate `run` refuses (newuser41 #A)
+        out.stop_reasons = [f"`{command}` would refuse this plan (exit 2): {h}" for h in kind.plan_headlines(cfg)]
     if not messages and not _has_queues(cfg):  # a real first run refuses it (_refuse_empty_first_plan)
         warning.append(f"  warning: {kind.empty_plan_reason(cfg)}; `{command}` will refuse to start (exit 2)")
         out.exit_code = EXIT_CONFIG  # the dry run predicts the refusal: it exits as the run would

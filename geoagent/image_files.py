@@ -95,6 +95,11 @@ class MissingImages:
         The setting that planned them, as messages quote it (``geohint.images = 'synthetic'``).
     synthetic_fix : str
         What sends photos instead, for the refusal (e.g. ``set geohint.images = "release" ...``).
+    image_requests : int
+        Planned requests that show an image (every model, a file or not; gray-field controls not counted).
+    synthetic_requests : int
+        Those of them whose image is a synthetic placeholder by design (:attr:`synthetic`): ``image_requests``
+        minus this is what a plan of the trial table's images alone holds of this one (newuser41 #A).
     """
 
     task: str
@@ -106,6 +111,8 @@ class MissingImages:
     synthetic: set[str] = field(default_factory=set)
     synthetic_setting: str = ""
     synthetic_fix: str = ""
+    image_requests: int = 0
+    synthetic_requests: int = 0
 
     @property
     def n_missing(self) -> int:
@@ -216,6 +223,7 @@ def tally(messages: Iterable[tuple[str, Mapping[str, Any]]], describe: Callable[
         if not image_id:
             continue
         image_id = str(image_id)
+        out.image_requests += 1
         if image_id not in seen:
             seen.add(image_id)
             out.n_images += 1
@@ -225,6 +233,8 @@ def tally(messages: Iterable[tuple[str, Mapping[str, Any]]], describe: Callable[
             out.missing[image_id] = describe(p)
             if synthetic is not None and synthetic(p):
                 out.synthetic.add(image_id)
+        if image_id in out.synthetic:
+            out.synthetic_requests += 1
         model = str(p.get("model"))
         out.requests[model] = out.requests.get(model, 0) + 1
     return out
@@ -347,7 +357,8 @@ def check_missing(cfg: Any, found: MissingImages, *, fix: str, refusals: list[st
     if len(sent) < len(found.requests):
         found = MissingImages(task=found.task, key=found.key, image_root=found.image_root, n_images=found.n_images,
                               missing=found.missing, requests=sent, synthetic=found.synthetic,
-                              synthetic_setting=found.synthetic_setting, synthetic_fix=found.synthetic_fix)
+                              synthetic_setting=found.synthetic_setting, synthetic_fix=found.synthetic_fix,
+                              image_requests=found.image_requests, synthetic_requests=found.synthetic_requests)
     real = [name for name in found.requests if name in by_name and needs_photos(by_name[name])]
     if real and mode == "error":
         models = ", ".join(f"{n!r} ({by_name[n].provider})" for n in real)

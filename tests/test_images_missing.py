@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import anyio
@@ -262,6 +263,30 @@ def test_geohint_synthetic_images_with_paid_model_refused(env, release_dir, caps
     assert f"{n_sites} of {n_sites} images" in err and "synthetic placeholder" in err
     # images = "synthetic" plans placeholders by design: the fix is the images mode, not an image folder
     assert 'geohint.images = "release"' in err and "image_root = not set" not in err, err
+
+
+def test_geohint_auto_images_refusal_comes_first_with_the_release_plan_size(env, release_dir, capsys):
+    """newuser41 #A: with images = "auto" and a real model, the dry run's first line after its headline names the
+    refusal and its fix, and how many calls the plan of the trial-table images alone holds: what a dry run of
+    images = "release" plans (its 1,500-character warning and the estimate of the refused plan follow)."""
+    with open(release_dir / "sites.csv", newline="", encoding="utf-8-sig") as f:
+        n_sites = sum(1 for _ in csv.DictReader(f))
+    images = _images(release_dir)
+    cfg = _gh_toml(env, "gh-release", image_root=None, images="release")
+    assert main(["run", str(cfg), "--simulate", "--no-live"]) == 2
+    release_planned = int(re.search(r"planned (\d+) requests", capsys.readouterr().out).group(1))
+    cfg = _gh_toml(env, "gh-auto", image_root=None, images="auto")
+    assert main(["run", str(cfg), "--simulate", "--no-live"]) == 2
+    lines = capsys.readouterr().out.splitlines()
+    planned = int(re.search(r"planned (\d+) requests", "\n".join(lines)).group(1))
+    n_sites_with = len({r["site"] for r in _trial_rows(release_dir)})
+    n_syn = n_sites - n_sites_with
+    assert 0 < release_planned < planned and n_syn > 0
+    assert lines[1] == (f'  `run` would refuse this plan (exit 2): {n_syn} of {n_syn + len(images)} images are synthetic '
+                        'placeholders (images = "auto"), refused for a real model: set [geohint] images = "release" '
+                        f"(its {len(images)} trial-table images: {release_planned} of the {planned} planned calls) and "
+                        f"geohint.image_root to the folder of their photos ({len(images)} without a file now)"), lines[1]
+    assert lines[2].startswith("  planned ") and lines[-1].startswith("  exit 2: ")
 
 
 def test_geohint_release_images_present_dry_run_clean(env, release_dir, capsys):

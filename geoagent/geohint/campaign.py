@@ -124,6 +124,28 @@ def image_tally(messages: list[Message], images: list[Image], image_root: str | 
                                 "geohint.image_root to the folder its paths are relative to"))
 
 
+def synthetic_refusal_line(found: MissingImages, mode: str) -> str | None:
+    """The dry run's first line when ``run`` would refuse the plan's synthetic placeholders for a real model
+    (newuser41 #A: the fix was buried mid-way in a 1,500-character warning, under a headline that totalled a plan
+    ``run`` never makes): ``92 of 109 images are synthetic placeholders (images = "auto"), refused for a real model:
+    set [geohint] images = "release" (its 17 trial-table images: 1918 of the 12638 planned
+    calls)``, with ``and geohint.image_root ...`` when those images have no file either. None when no image of
+    ``found`` (:func:`image_tally`) is a synthetic placeholder. Call it only when the plan was refused."""
+    syn = found.n_synthetic
+    if not syn:
+        return None
+    head = (f"{syn} of {count_text(found.n_images, 'image')} {'is a synthetic placeholder' if syn == 1 else 'are synthetic placeholders'} "
+            f"(images = \"{mode}\"), refused for a real model: set [geohint] images = \"release\"")
+    n_real = found.n_images - syn
+    if mode == "auto":  # the trial table's images are in this plan: what keeping only them plans is known
+        k = found.image_requests - found.synthetic_requests
+        head += (f" (its {count_text(n_real, 'trial-table image')}: {k} of the {found.image_requests} planned calls)"
+                 if n_real else " (no planned site has a trial-table image: choose [geohint] sites that do)")
+    if found.n_no_file:
+        head += f" and {IMAGE_ROOT_KEY} to the folder of their photos ({found.n_no_file} without a file now)"
+    return head
+
+
 def aggregate_from_store(store: Any, *, echo_rule: str = DEFAULT_ECHO_RULE,
                          regime_threshold: float = DEFAULT_THRESHOLD, scope: ScoredScope | None = None
                          ) -> GeoHintAggregator:
@@ -343,6 +365,11 @@ class GeoHintCampaign(CampaignKind):
         :meth:`geoagent.engine.CampaignKind.plan_refusals`)."""
         return list(getattr(self, "_refusals", []))
 
+    def plan_headlines(self, cfg: Any) -> list[str]:
+        """The short line naming the fix for synthetic images refused for a real model
+        (:func:`synthetic_refusal_line`; :meth:`geoagent.engine.CampaignKind.plan_headlines`)."""
+        return list(getattr(self, "_headlines", []))
+
     def expected_photo(self, cfg: Any) -> tuple[tuple[int, int], str]:
         """The photo an image without a file will be sent as (:meth:`geoagent.engine.CampaignKind.expected_photo`):
         the thumbnail of the crawl whose state folder is the release folder (``geohint.release_dir`` or
@@ -450,6 +477,8 @@ class GeoHintCampaign(CampaignKind):
                  "folder, state/images, holds <site>/<image_id>.jpg) or fix geohint.image_root; with images = "
                  "\"release\" only the trial table's images are planned, never synthetic placeholders"),
             refusals=self._refusals if ctx.services.get(C.SERVICE_DRY_RUN) else None)
+        # the dry run's first line names that refusal's fix when synthetic images are what it refuses (newuser41 #A)
+        self._headlines = [line] if self._refusals and (line := synthetic_refusal_line(self._images, s.images)) else []
         # requests queued earlier with placeholder pixels whose photo is there now keep their placeholder request
         self._photo_warning = photos_after_placeholders(cfg, messages, key="geohint.image_root")
         known = ctx.services.get("sites")
