@@ -1468,10 +1468,48 @@ def format_eta(progress: dict[str, Any], *, compact: bool = False) -> str:
     held = [] if progress.get("finished") else held_host_models(progress) + cut_off_models(progress)
     untimed = ("; not timed: the held tasks of " + "; ".join(held) + " (left queued at the end; re-run to resume)"
                if held else "")
+    cap = cap_reached_clause(progress)
     if eta is None:
-        return "unknown (no rate measured yet for a stage with work ahead)" + covers + untimed
+        return "unknown (no rate measured yet for a stage with work ahead)" + covers + untimed + cap
     stage = progress.get("eta_stage")
-    return f"{eta:.0f} s" + (f" (bounded by {stage})" if stage and eta > 0 else "") + covers + untimed
+    return f"{eta:.0f} s" + (f" (bounded by {stage})" if stage and eta > 0 else "") + covers + untimed + cap
+
+
+def cap_reached_clause(progress: dict[str, Any]) -> str:
+    """``"; the cap is reached in about N more calls (~T s); the rest needs about $X more"`` when the budget cap
+    will stop a running run before its plan is done (newuser41 #B: "ETA 138 s" for all 1,918 calls at $0.3069 of a
+    $0.40 cap; the run stopped budget exhausted 268 calls later), else "".
+
+    From a progress record: the cap left (``spend.remaining_usd``: the cap less the settled, unknown-outcome and
+    reserved spend) over the mean cost of a settled call (``spent_usd / calls``) is N; it applies when N is below
+    the model calls left (``queues.requests`` ready + leased). T: N over the model caller's measured capacity
+    (``capacity_per_s`` of the stage reading ``requests``, once ``eta_ready``; left out before). $X: the calls
+    left at that mean cost, less the cap left (what ``[budget] cap_usd`` must rise by to finish). Rough by design
+    (the models' costs differ, and each call reserves its worst case first, so the stop comes a little sooner);
+    "" for a finished record, one with no settled spend yet, or without a requests edge (the crawl)."""
+    spend = progress.get("spend") or {}
+    queue = (progress.get("queues") or {}).get(C.EDGE_REQUESTS) or {}
+    try:
+        calls, spent = int(spend.get("calls") or 0), float(spend.get("spent_usd") or 0.0)
+        cap = float(spend["cap_usd"])
+        left_usd = float(spend["remaining_usd"]) if spend.get("remaining_usd") is not None else cap - float(
+            spend.get("committed_usd") or spent)
+        calls_left = int(queue.get("ready") or 0) + int(queue.get("leased") or 0)
+    except (KeyError, TypeError, ValueError):
+        return ""
+    if progress.get("finished") or progress.get("budget_stopped") or calls <= 0 or spent <= 0 or calls_left <= 0:
+        return ""
+    mean = spent / calls
+    n = max(0, int(left_usd / mean))
+    if n >= calls_left:
+        return ""
+    caller = next((st for st in progress.get("stages") or [] if isinstance(st, dict)
+                   and st.get("input_edge") == C.EDGE_REQUESTS), {})
+    rate = float(caller.get("capacity_per_s") or 0.0) if caller.get("eta_ready") else 0.0
+    when = f" (~{n / rate:.0f} s)" if rate > 0 else ""
+    more = calls_left * mean - max(0.0, left_usd)
+    return (f"; the cap is reached in about {count_text(n, 'more call')}{when} of the {calls_left} left (at "
+            f"{format_usd(mean)} per settled call); the rest needs about {format_usd(more)} more")
 
 
 def superseded_counts(cfg: Any, edge: str | None = None) -> dict[str, int]:

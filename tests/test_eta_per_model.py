@@ -166,3 +166,35 @@ def test_a_two_model_run_s_eta_covers_the_slow_model_s_work(tmp_path, monkeypatc
             assert lanes["slow"]["left"] == slow_left and lanes["fast"]["left"] == 0, lanes
             checked += 1
     assert checked >= 1, [(r.get("eta_s"), [s.get("lanes") for s in r["stages"]]) for r in records][:6]
+
+
+def test_status_eta_says_when_the_budget_cap_stops_the_run_first(tmp_path):
+    """newuser41 #B: at 919 calls and $0.3069 of a $0.40 cap, ``status`` gave "ETA 138 s" for all the calls left;
+    the run stopped budget exhausted 268 calls later. The ETA now says when the cap is reached, from the ledger's
+    own figures (a real SQLite ledger: 919 settled calls) and the real requests queue."""
+    from geoagent.providers.base import Usage
+    from geoagent.runtime.ledger import CampaignDB, Ledger
+
+    db = CampaignDB(tmp_path / "campaign.sqlite")
+    ledger = Ledger(db, 0.40)
+    try:
+        for i in range(919):
+            r = ledger.reserve(f"k{i}", 0.001, model="fake-gpt")
+            ledger.settle(r, Usage(input_tokens=100, output_tokens=10), 0.3069 / 919)
+        spend = ledger.summary().to_json()
+    finally:
+        db.close()
+    rec = _snapshot(tmp_path, None)  # 180 calls queued, the model caller's capacity measured
+    rec_cap = {**rec, "spend": spend}
+    rate = rec["stages"][0]["capacity_per_s"]
+    n = int((0.40 - 0.3069) / (0.3069 / 919))  # 278 calls fit: above the 180 left, so nothing is said
+    assert n > 180 and format_eta(rec_cap) == format_eta(rec)
+    rec_cap["queues"] = {**rec["queues"], "requests": {**rec["queues"]["requests"], "ready": 999}}
+    text = format_eta(rec_cap)
+    more = 999 * 0.3069 / 919 - (0.40 - 0.3069)  # all the calls left at the mean cost, less the cap left
+    assert text.startswith(f"{rec['eta_s']:.0f} s (bounded by model_caller)"), text
+    assert text.endswith(f"; the cap is reached in about {n} more calls (~{n / rate:.0f} s) of the 999 left "
+                         f"(at $0.0003 per settled call); the rest needs about ${more:.4f} more"), text
+    # a finished run, or one the cap has stopped already, gets no such clause
+    assert "cap is reached" not in format_eta({**rec_cap, "finished": True})
+    assert "cap is reached" not in format_eta({**rec_cap, "budget_stopped": True})
