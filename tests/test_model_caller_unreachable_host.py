@@ -172,3 +172,32 @@ def test_host_breaker_opens_per_host_for_every_model_on_it():
         "model c: host h:2 unreachable (connect timeout on 1 request); check [[models]] base_url of 'c' / is the "
         "server running?; 0 request(s) of model c left queued; re-run the same command to resume",
     ]
+
+
+def test_a_model_without_base_url_unreachable_names_network_access_not_a_server(tmp_path, monkeypatch):
+    """newuser41 #C: a model with no base_url calls its provider's own public API (api.openai.com); when that host
+    cannot be reached (no network, DNS, a proxy) the line said "check [[models]] base_url of 'gpt-4o-mini' / is the
+    server running?", a server nobody runs. It now names network access to that host. The provider's own API is
+    pointed at a closed local port here (the provider defaults table, as an offline machine's DNS failure would
+    leave it unreachable); the model beside it, with a base_url, keeps the server hint."""
+    from geoagent.providers import settings
+
+    monkeypatch.setenv("GA_TEST_HOST_KEY", KEY)
+    own, mine = free_port(), free_port()
+    monkeypatch.setitem(settings.DEFAULT_BASE_URLS, "openai", f"http://127.0.0.1:{own}/v1")
+    public = _model("pub", "http://x").replace('base_url = "http://x/v1"\n', "")
+    assert "base_url" not in public
+
+    async def main():
+        cfg = load_config(_config(tmp_path, "pubdown", 20, public + _model("mine", f"http://127.0.0.1:{mine}")))
+        assert cfg.model("pub").base_url is None
+        return await run_campaign(cfg, live=False, handle_signals=False, export=False)
+
+    out = anyio.run(main)
+    assert out.status == "incomplete" and out.exit_code == EXIT_INCOMPLETE
+    line = next(ln for ln in out.stop_reasons if ln.startswith("model pub: "))
+    assert line.startswith(f"model pub: host 127.0.0.1:{own} unreachable (connection refused on "), line
+    assert (f"; check network / DNS / proxy access to 127.0.0.1:{own} ('pub' has no [[models]] base_url: it calls "
+            "its provider's own API); ") in line and "is the server running" not in line, line
+    other = next(ln for ln in out.stop_reasons if ln.startswith("model mine: "))
+    assert "check [[models]] base_url of 'mine' / is the server running?" in other, other

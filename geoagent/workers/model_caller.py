@@ -617,6 +617,9 @@ class HostDown:
     models: list[str]
     #: when the breaker opened (Unix time, s): the host has been unreachable since then
     since: float = dataclasses.field(default_factory=time.time)
+    #: every model on the host has no ``base_url``: the host is its provider's own public API, so the check is
+    #: this machine's network access to it, not a server of one's own (newuser41 #C)
+    public: bool = False
 
     def cause(self) -> str:
         """``connection refused on 5 consecutive requests`` (:func:`geoagent.runtime.worker.unreachable_cause`)."""
@@ -627,12 +630,26 @@ class HostDown:
 
     def message(self) -> str:
         """``model X: host H unreachable (connection refused on 5 consecutive requests); check [[models]]
-        base_url of 'X' / is the server running?`` (several models on the host: ``models X, Y: ...``)."""
+        base_url of 'X' / is the server running?`` (several models on the host: ``models X, Y: ...``); for a
+        provider's own public API (:attr:`public`: no ``base_url`` was set, so there is no server of one's own to
+        start): ``...; check network / DNS / proxy access to api.openai.com ('X' has no [[models]] base_url: it
+        calls its provider's own API)``."""
         names = ", ".join(self.models)
         which = "model" if len(self.models) == 1 else "models"
         quoted = ", ".join(repr(m) for m in self.models)
-        return (f"{which} {names}: host {self.host} unreachable ({self.cause()}); check [[models]] base_url of "
-                f"{quoted} / is the server running?")
+        head = f"{which} {names}: host {self.host} unreachable ({self.cause()}); "
+        if self.public:
+            return head + public_host_hint(self.host, self.models)
+        return head + f"check [[models]] base_url of {quoted} / is the server running?"
+
+
+def public_host_hint(host: str, models: list[str]) -> str:
+    """What to check when ``host`` (a host key), the provider's own API that ``models`` (none of which sets
+    ``base_url``) call, cannot be reached: this machine's way out to it, since there is no server of one's own
+    whose URL or state could be wrong (newuser41 #C)."""
+    quoted = ", ".join(repr(m) for m in models)
+    return (f"check network / DNS / proxy access to {host} ({quoted} {'has' if len(models) == 1 else 'have'} no "
+            "[[models]] base_url: it calls its provider's own API)")
 
 
 class HostStop(PicklableError, Held):
@@ -666,6 +683,7 @@ class HostBreaker(HeldTasks):
     def __init__(self, threshold: int = UNREACHABLE_AFTER) -> None:
         self.threshold = max(1, int(threshold))
         self._host_of: dict[str, str] = {}
+        self._public: set[str] = set()  # models without base_url: they call their provider's own API
         self.opened: dict[str, HostDown] = {}
         self._held: dict[str, set[str]] = {}
         # watch mode (half-open; module docstring): settings, and per open host its cool-down (s), the
@@ -695,13 +713,23 @@ class HostBreaker(HeldTasks):
         self.watch = bool(watch)
         self.probe_after_s, self.probe_max_s = float(probe_after_s), float(probe_max_s)
 
-    def set_host(self, model: str, host: str | None) -> None:
+    def set_host(self, model: str, host: str | None, *, public: bool = False) -> None:
         """Record that ``model`` sends its requests to ``host`` (a :func:`~geoagent.runtime.http.host_key`;
-        None: it sends nothing over HTTP)."""
+        None: it sends nothing over HTTP); ``public``: the model has no ``base_url``, so ``host`` is its provider's
+        own API (the unreachable message then names network access, not a server to start:
+        :attr:`HostDown.public`)."""
         if host:
             self._host_of[model] = host
         else:
             self._host_of.pop(model, None)
+        if public:
+            self._public.add(model)
+        else:
+            self._public.discard(model)
+
+    def is_public(self, models: list[str]) -> bool:
+        """Whether every one of ``models`` calls its provider's own API (no ``base_url``; :meth:`set_host`)."""
+        return bool(models) and all(m in self._public for m in models)
 
     def host_of(self, model: str) -> str | None:
         """The host ``model`` sends its requests to, when known."""
@@ -727,7 +755,9 @@ class HostBreaker(HeldTasks):
             return down
         if int(streak) >= self.threshold or last_attempt:
             models = [m for m, h in self._host_of.items() if h == host]
-            down = self.opened[host] = HostDown(host, max(1, int(streak)), str(last or ""), models or [model])
+            models = models or [model]
+            down = self.opened[host] = HostDown(host, max(1, int(streak)), str(last or ""), models,
+                                                public=self.is_public(models))
             if self.watch:
                 self._cooldown_s[host] = self.probe_after_s
                 self.next_probe_at[host] = time.monotonic() + self.probe_after_s
@@ -1332,7 +1362,7 @@ class ModelCaller(Stage):
         self._pace_keys.clear()
         for m in getattr(cfg, "models", None) or []:
             host = _model_host(m, providers.get(m.name))
-            self._hosts.set_host(m.name, host)
+            self._hosts.set_host(m.name, host, public=bool(getattr(m, "default_base_url", None)))
             if host is not None:  # over HTTP: its limit key (its own limits, else its host's) paces it
                 self._pace_keys.append(getattr(providers.get(m.name), "limit_key", None) or host)
         models = list(getattr(cfg, "models", None) or [])
@@ -1456,8 +1486,12 @@ class ModelCaller(Stage):
         return not all(self._stopped(m, host_down=not watch) for m in self._models)
 
     def unreachable_hint(self, host: str) -> str | None:
-        """``[[models]] base_url of 'X'`` for the model(s) whose requests go to ``host``, else None."""
+        """``[[models]] base_url of 'X'`` for the model(s) whose requests go to ``host``, else None; for a
+        provider's own API (no ``base_url`` set) network access to it (:func:`public_host_hint`, newuser41 #C)."""
         models = [m for m in self._models if self._hosts is not None and self._hosts.host_of(m) == host]
+        if models and self._hosts is not None and self._hosts.is_public(models):
+            quoted = ", ".join(repr(m) for m in models)
+            return f"access to {host}, the provider's own API of {quoted} (no [[models]] base_url set)"
         return f"[[models]] base_url of {', '.join(repr(m) for m in models)}" if models else None
 
     def stop_requested(self) -> None:
