@@ -637,8 +637,9 @@ EXIT_CODES_EPILOG = """exit codes:
        --stages also when this process's stages finished while other stages still have work (it says so)
   1    nothing to export (the campaign has not run yet); output pipe closed early
   2    config error, bad argument or unusable path; also a --simulate dry run that predicts `run` would
-       refuse to start (missing API key variables or MAPILLARY_TOKEN, a first run that plans nothing): it
-       prints its whole report first, then a last line `exit 2: ...` saying why
+       refuse to start (missing API key variables or MAPILLARY_TOKEN, images without a file for a real
+       model, a first run that plans nothing): it prints its whole report first, then a last line
+       `exit 2: ...` saying why
   3    incomplete: some work dead-lettered (list it with `dead CONFIG`, retry with `dead CONFIG --requeue`),
        or left queued untouched because a stage stopped early, e.g. a host could not be reached (the
        summary names it; re-run the same command to resume), or the [backend] Redis server went away or
@@ -680,8 +681,8 @@ COMMAND_EXIT_CODES: dict[str, dict[int, str]] = {
            "       process's stages finished while other stages still have work (it says so)",
         1: _PIPE,
         2: _CONFIG_ERR + "; also a --simulate dry run that predicts `run` would refuse to\n"
-           "       start (missing API key variables, a first run that plans nothing): it prints its whole report\n"
-           "       first, then a last line `exit 2: ...` saying why",
+           "       start (missing API key variables, images without a file for a real model, a first run that\n"
+           "       plans nothing): it prints its whole report first, then a last line `exit 2: ...` saying why",
         3: _INCOMPLETE,
         4: _BUDGET,
         5: "authentication failed: a model's host answered 401/403 repeatedly, or refused its account for billing\n"

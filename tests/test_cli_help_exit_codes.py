@@ -39,3 +39,14 @@ def test_each_subcommand_shows_its_own_exit_codes():
     assert _codes(export) == {0, 1, 2, 3, 130} and "nothing to export" in export
     assert "nothing to export" not in _help("run")
     assert _codes(_help("demo")) == {0, 1, 2, 3, 130}
+
+
+def test_exit_2_names_every_dry_run_refusal_of_run():
+    """newuser41 #D: the dry run also exits 2 for images without a file for a real model (its last line
+    `exit 2: ... images without a file for a real model ...`); the top-level table and `run --help` said only
+    missing keys and an empty first plan."""
+    for text in (build_parser("geoagent").format_help(), _help("run")):
+        two = re.search(r"(?ms)^  2 (.*?)^  3 ", text.split("exit codes:", 1)[1]).group(1)
+        flat = " ".join(two.split())
+        assert "images without a file for a real model" in flat and "a first run that plans nothing" in flat, flat
+        assert "missing API key variables" in flat, flat
