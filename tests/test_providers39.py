@@ -120,6 +120,26 @@ def test_a_wrong_path_on_a_providers_own_host_is_refused_naming_the_root(provide
     assert f'write base_url = "{root}"' in problems[0] and "404" in problems[0]
 
 
+def test_the_wrong_gemini_path_refusal_says_the_model_would_stop_with_tasks_kept(tmp_path, monkeypatch, capsys):
+    """newuser41 #E: the load-time refusal said "every call would be answered 404 ... and each request
+    dead-lettered", but the not-found breaker stops such a model after a few calls and keeps its tasks queued
+    (docs/campaigns.md "Dead letters"). Through the CLI, as a user meets it."""
+    from geoagent.cli import main
+
+    monkeypatch.setenv("GEMINI_TEST_KEY", KEY)
+    cfg = tmp_path / "g.toml"
+    cfg.write_text('[campaign]\nname = "g"\nkind = "generic"\nseed = 1\n[budget]\ncap_usd = 1.0\n'
+                   '[[models]]\nname = "gem"\nprovider = "gemini"\nmodel = "gemini-2.5-flash"\n'
+                   'base_url = "https://generativelanguage.googleapis.com/v1beta"\napi_key_env = "GEMINI_TEST_KEY"\n'
+                   "price_input_usd_per_mtok = 0.3\nprice_output_usd_per_mtok = 2.5\nmax_output_tokens = 100\n",
+                   encoding="utf-8")
+    assert main(["run", str(cfg), "--simulate", "--no-live"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "every call would be answered 404 Not Found: the model would stop after its first few calls with none " \
+           "answered, its tasks left queued" in err, err
+    assert "dead-lettered" not in err and 'write base_url = "https://generativelanguage.googleapis.com"' in err, err
+
+
 @pytest.mark.parametrize("provider, model, url", [
     ("openai", "gpt-4o", "https://api.openai.com/v1"),
     ("openai", "gpt-4o", "https://api.openai.com/v1/"),

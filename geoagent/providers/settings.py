@@ -43,8 +43,9 @@ def own_api_path_problem(kind: str, base_url: str) -> str | None:
     other path there, e.g. ``https://api.openai.com`` without ``/v1`` (``POST /chat/completions``: HTTP 404
     "Invalid URL (POST /chat/completions)"), ``https://api.anthropic.com/v1`` (``/v1/v1/messages``) or
     ``https://generativelanguage.googleapis.com/v1beta`` (``/v1beta/v1beta/models/...``), is answered 404 on every
-    call, a permanent failure: each request dead-lettered (prov39 #7). The message shows no part of the URL (it may
-    hold a pasted key)."""
+    call (prov39 #7): the model caller's not-found breaker would stop the model after a few such calls, its tasks
+    left queued unanswered (:class:`geoagent.workers.model_caller.AuthBreaker`; the message said each request
+    was dead-lettered, newuser41 #E). The message shows no part of the URL (it may hold a pasted key)."""
     from urllib.parse import urlsplit
 
     root = DEFAULT_BASE_URLS.get(kind)
@@ -54,8 +55,9 @@ def own_api_path_problem(kind: str, base_url: str) -> str | None:
     if (parts.hostname or "").lower() != own.hostname or parts.path.rstrip("/") == own.path:
         return None
     return (f"{own.hostname}'s API root is {root} (the {kind} provider appends {PROVIDER_ROUTES[kind]} to base_url), "
-            "and this base_url has another path there, so every call would be answered 404 Not Found and each "
-            f"request dead-lettered; write base_url = \"{root}\" or leave base_url out (that is the default)")
+            "and this base_url has another path there, so every call would be answered 404 Not Found: the model "
+            "would stop after its first few calls with none answered, its tasks left queued; write "
+            f"base_url = \"{root}\" or leave base_url out (that is the default)")
 
 
 #: Base URLs of common OpenAI-compatible servers (use with ``kind = "openai"``).
