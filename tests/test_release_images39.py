@@ -106,3 +106,57 @@ def test_the_command_refuses_a_plain_http_api_and_a_contact_with_a_line_break(tm
     monkeypatch.setenv("MLY_T39B", "MLY|1|x")
     assert main(["--out", str(tmp_path), "--token-env", "MLY_T39B", *args]) == 2
     assert needle in capsys.readouterr().err
+
+
+def _release_ids(release_dir: Path) -> tuple[int, int]:
+    """(images, sites with an image) of the release's trial table, read as a user would (csv)."""
+    import csv
+
+    from geoagent.data.importer import import_release
+
+    rel = import_release(release_dir)
+    with open(release_dir / "sites.csv", newline="", encoding="utf-8-sig") as f:
+        assert len(rel.sites) == sum(1 for _ in csv.DictReader(f))
+    return len(rel.images), len({i.site_id for i in rel.images.values()})
+
+
+def test_a_fetch_with_no_host_counts_the_images_sites_stops_early_and_names_no_image_root(
+        release_dir, tmp_path, monkeypatch, capsys):
+    """newuser41 #F: with no network the command said "17 images of 109 sites" (every site of the release) and
+    ended "use it as the task's image_root: image_root = ..." for a folder it never created; every image waited
+    out its own retries. Now: the sites those images show, a stop after 5 images in a row whose host could not be
+    reached (the rest not tried), and no image_root line until a photo is on disk. A closed local port stands in
+    for the unreachable Mapillary host; then the Mapillary fake serves them all and the hint comes."""
+    from geoagent.crawl.release_images import UNREACHABLE_STOP_AFTER
+    from geoagent.sandbox.server import free_port
+
+    n_images, n_sites = _release_ids(release_dir)
+    assert n_images > UNREACHABLE_STOP_AFTER + 8  # more than a stop and the images in flight at it
+    monkeypatch.setenv("MLY_T41", "MLY|1|x")
+    out = tmp_path / "photos"
+    argv = ["--release", str(release_dir), "--out", str(out), "--token-env", "MLY_T41", "--concurrency", "1"]
+    assert main([*argv, "--mapillary", f"http://127.0.0.1:{free_port()}"]) == 3
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    assert text.endswith("\n")
+    assert lines[0] == (f"{n_images} images of {n_sites} sites: 0 fetched now, 0 already under {out}, {n_images} "
+                        "could not be fetched"), lines[0]
+    not_tried = [ln for ln in lines if ": not tried: host 127.0.0.1:" in ln]
+    assert len(not_tried) == min(20, n_images - UNREACHABLE_STOP_AFTER), text
+    assert any(ln.startswith("stopped early: host 127.0.0.1:") and "(connection refused on 5 images in a row)" in ln
+               for ln in lines), text
+    assert "image_root = " not in text and lines[-1] == f"no photo is under {out} yet: nothing to use as an image_root"
+    assert not out.exists()
+
+    from geoagent.data.importer import import_release
+
+    fakes = [mly_fake.FakeImage(image_id=i, lat=48.86, lon=2.35) for i in import_release(release_dir).images]
+
+    async def served():
+        async with serve(mly_fake.make_app(fakes)) as base:
+            return await asyncio.to_thread(main, [*argv, "--mapillary", base])
+
+    assert asyncio.run(served()) == 0
+    text = capsys.readouterr().out
+    assert text.splitlines()[0].startswith(f"{n_images} images of {n_sites} sites: {n_images} fetched now, 0 already")
+    assert text.endswith(f'use it as the task\'s image_root: image_root = "{out}" under [geoverify] or [geohint]\n')

@@ -13,8 +13,9 @@ the folder to give as the task's ``image_root``::
 
 Re-running fetches only what is missing (a file already there is kept). Mapillary's usage policy applies as in a
 crawl: the ``mapillary`` and ``thumbnails`` host limits of :data:`geoagent.crawl.settings.DEFAULT_POLICIES`.
-Exit 0 when every image has its file, 3 when some could not be fetched or written (listed, with why), 5 when
-Mapillary refuses the token, 2 on bad input.
+Exit 0 when every image has its file, 3 when some could not be fetched or written (listed, with why; after
+:data:`UNREACHABLE_STOP_AFTER` images in a row whose host could not be reached the rest are not tried), 5 when
+Mapillary refuses the token, 2 on bad input. The ``image_root`` line is printed only once a photo is on disk.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from geoagent import constants as C
 
 #: how many images are fetched at once (the host limits pace them further)
 DEFAULT_CONCURRENCY = 8
+#: images in a row whose host could not be reached (each after the HTTP client's retries) that stop the fetch, as
+#: the model caller's unreachable-host breaker stops a model (:data:`geoagent.workers.model_caller.UNREACHABLE_AFTER`)
+UNREACHABLE_STOP_AFTER = 5
 
 
 @dataclass
@@ -40,6 +44,10 @@ class FetchReport:
     written: int = 0
     present: int = 0
     failed: dict[str, str] = field(default_factory=dict)
+    #: why the fetch stopped early: :data:`UNREACHABLE_STOP_AFTER` images in a row could not reach their host
+    #: (``"host H unreachable (DNS lookup failed on 5 images in a row)"``); the images not tried then are in
+    #: ``failed`` as ``not tried: ...``; "" when it did not stop
+    stopped: str = ""
 
 
 def target_path(out: Path, path: str | None, site_id: str, image_id: str) -> Path:
@@ -104,11 +112,15 @@ async def fetch_release_images(images: list[Any], out: Path, mapillary: Any, *,
             todo.append((img, dest))
     gate = asyncio.Semaphore(max(1, int(concurrency)))
     refused: list[str] = []
+    unreached = [0]  # images in a row whose host could not be reached (newuser41 #F)
 
     async def one(img: Any, dest: Path) -> None:
         async with gate:
             if refused:  # checked once a slot is free: the tasks queued behind the refusal send nothing (review39c #2)
                 report.failed[img.image_id] = "not fetched: the token was refused"
+                return
+            if report.stopped:  # the host is down: the rest would fail the same way, one retry cycle each
+                report.failed[img.image_id] = f"not tried: {report.stopped}"
                 return
             try:
                 jpeg = await mapillary.download_thumbnail(img.image_id, thumb_field)
@@ -117,7 +129,9 @@ async def fetch_release_images(images: list[Any], out: Path, mapillary: Any, *,
                 if why:
                     refused.append(why)
                 report.failed[img.image_id] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                _count_unreached(exc)
                 return
+            unreached[0] = 0
             try:
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 _atomic_write(dest, jpeg)
@@ -125,6 +139,18 @@ async def fetch_release_images(images: list[Any], out: Path, mapillary: Any, *,
                 report.failed[img.image_id] = f"not written to {dest}: {type(exc).__name__}: {exc}"
                 return
             report.written += 1
+
+    def _count_unreached(exc: BaseException) -> None:
+        from geoagent.runtime.http import RetriesExhausted
+        from geoagent.runtime.worker import unreachable_cause
+
+        if not (isinstance(exc, RetriesExhausted) and exc.unreachable):
+            unreached[0] = 0  # the host answered (an error of this image's own)
+            return
+        unreached[0] += 1
+        if unreached[0] >= UNREACHABLE_STOP_AFTER and not report.stopped:
+            report.stopped = (f"host {exc.host} unreachable ({unreachable_cause(exc.last)} on {unreached[0]} images "
+                              "in a row)")
 
     await asyncio.gather(*(one(img, dest) for img, dest in todo))
     if refused:
@@ -203,14 +229,32 @@ async def _run(args: argparse.Namespace) -> int:
         except TokenRefused as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 5
-    print(f"{len(images)} images of {len(rel.sites)} sites: {report.written} fetched now, {report.present} already "
-          f"under {out}, {len(report.failed)} could not be fetched")
-    for iid, why in list(report.failed.items())[:20]:
-        print(f"  {iid}: {why}")
-    if len(report.failed) > 20:
-        print(f"  ... and {len(report.failed) - 20} more")
-    print(f"use it as the task's image_root: image_root = \"{out}\" under [geoverify] or [geohint]")
+    print(summary_lines(images, out, report), end="")
     return 3 if report.failed else 0
+
+
+def summary_lines(images: list[Any], out: Path, report: FetchReport) -> str:
+    """The command's report, each line ending with a newline: ``17 images of 17 sites: ...`` (the sites those
+    images show, not every site of the release: newuser41 #F read "17 images of 109 sites"), the first 20 images
+    not fetched and why, why the fetch stopped early (an unreachable host), and, only when at least one photo is
+    on disk under ``out``, the ``image_root`` line to use it (a fetch that wrote nothing named a folder it never
+    created)."""
+    from geoagent.textfmt import count_text
+
+    n_sites = len({i.site_id for i in images})
+    lines = [f"{count_text(len(images), 'image')} of {count_text(n_sites, 'site')}: {report.written} fetched now, "
+             f"{report.present} already under {out}, {len(report.failed)} could not be fetched"]
+    lines += [f"  {iid}: {why}" for iid, why in list(report.failed.items())[:20]]
+    if len(report.failed) > 20:
+        lines.append(f"  ... and {len(report.failed) - 20} more")
+    if report.stopped:
+        lines.append(f"stopped early: {report.stopped}; check network / DNS / proxy access to it, then run the same "
+                     "command again (it fetches only what is missing)")
+    if report.written + report.present:
+        lines.append(f"use it as the task's image_root: image_root = \"{out}\" under [geoverify] or [geohint]")
+    else:
+        lines.append(f"no photo is under {out} yet: nothing to use as an image_root")
+    return "".join(line + "\n" for line in lines)
 
 
 def _url_or_contact_problem(url: str, contact: str) -> str | None:
