@@ -97,3 +97,26 @@ def test_only_a_403_from_the_open_data_hosts_counts():
     assert got == ["HTTP 403 from wdqs.sandbox.invalid ([crawl.endpoints] wdqs)",
                    "HTTP 403 from pageviews.sandbox.invalid ([crawl.endpoints] pageviews)",
                    "HTTP 403 from overpass.sandbox.invalid ([crawl.endpoints] overpass)", None, None, None, None]
+
+
+def test_an_unreachable_auditor_without_base_url_names_the_network_not_a_server():
+    """newuser41 #C for the crawl: an auditor model with no ``base_url`` calls its provider's own API, so the
+    unreachable line names this machine's access to it, not a ``base_url`` to fix or a server to start."""
+    import tomllib
+
+    from geoagent.config import load_config
+    from geoagent.crawl.settings import CrawlSettings
+    from geoagent.crawl.stages import CrawlServices, crawl_host_hint
+
+    cfg = load_config(CONFIG)
+    local = next(m for m in cfg.models if m.name == "sandbox-vision-auditor")
+    public = local.model_copy(update={"base_url": None})
+    settings = CrawlSettings.model_validate(tomllib.loads(CONFIG.read_text(encoding="utf-8"))["crawl"])
+    svc = CrawlServices(settings=settings, http=None, state_dir=Path("."), images_root=Path("."), overpass=None,
+                        wdqs=None, mapillary=None, pageviews=None, image_provider=None, ref_provider=None,
+                        image_model_cfg=public, ref_model_cfg=next(m for m in cfg.models if m.name == "sandbox-text-auditor"))
+    assert crawl_host_hint(svc, "api.openai.com") == (
+        "network / DNS / proxy access to api.openai.com ('sandbox-vision-auditor', the [crawl.image_audit] model, "
+        "has no [[models]] base_url: it calls its provider's own API)")
+    assert crawl_host_hint(svc, local.host) == ("[[models]] base_url of 'sandbox-text-auditor' (the [crawl.referenceability] "
+                                                "model)")

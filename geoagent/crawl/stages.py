@@ -672,6 +672,9 @@ def crawl_host_hint(svc: CrawlServices, host: str) -> str | None:
                 f"{svc.settings.fetcher.thumb_field} ([crawl.fetcher] thumb_field)")
     for what, m in (("image_audit", svc.image_model_cfg), ("referenceability", svc.ref_model_cfg)):
         if m is not None and getattr(m, "host", None) and str(m.host).lower() == host:
+            if getattr(m, "default_base_url", None):  # no base_url: its provider's own API (newuser41 #C)
+                return (f"network / DNS / proxy access to {host} ({m.name!r}, the [crawl.{what}] "
+                        "model, has no [[models]] base_url: it calls its provider's own API)")
             return f"[[models]] base_url of {m.name!r} (the [crawl.{what}] model)"
     return None
 
