@@ -138,6 +138,9 @@ def test_an_unknown_city_still_leaves_the_finer_names_unlooked_for():
     ("Cambridge ma", "Cambridge ma"), ("MA", "MA"), ("MA Cambridge", "MA Cambridge"), ("Washington DC", "Washington DC"),
     ("Hollywood, LA", "Hollywood, LA"), ("London UK", "London UK"), ("Paris", "Paris"),
     ("", ""),
+    # review41c #2: the segment that named a code's country is never read as a code itself (CA is also California)
+    ("Toronto ON, CA", "Toronto, Ontario, CA"), ("Vancouver, BC, CA", "Vancouver, British Columbia, CA"),
+    ("Los Angeles, CA, US", "Los Angeles, California, US"),
 ])
 def test_with_region_name(text, expected):
     from geoagent.geohint.placenames import with_region_name

@@ -11,6 +11,7 @@ import json
 import sqlite3
 
 import orjson
+import polars as pl
 
 from _model_harness import geohint_three_sites_toml
 from geoagent.cli import main
@@ -33,6 +34,21 @@ def test_rows_name_their_geocoding_rules_and_a_resume_under_other_rules_warns(re
         rows = [json.loads(r) for (r,) in c.execute("SELECT row FROM results WHERE tbl = ?", (SCORED_TABLE,))]
     located = [r for r in rows if r.get("resolved_level") is not None]
     assert located and all(r["extra"]["geocoder_rules"] == GEOCODER_RULES_VERSION for r in located)
+    # the export's column is an integer, also for rows located before it was recorded (review41c #1: a batch of such
+    # rows alone made it text, and an empty campaign had no column)
+    with sqlite3.connect(tmp_path / "state" / name / "campaign.sqlite") as c:
+        first = c.execute("SELECT key, row FROM results WHERE tbl = ? ORDER BY key LIMIT 1", (SCORED_TABLE,)).fetchone()
+        old = json.loads(first[1])
+        old["extra"].pop("geocoder_rules", None)
+        c.execute("UPDATE results SET row = ? WHERE tbl = ? AND key = ?", (json.dumps(old), SCORED_TABLE, first[0]))
+    assert main(["export", str(cfg)]) == 0
+    capsys.readouterr()
+    frame = pl.read_parquet(tmp_path / "state" / name / f"{SCORED_TABLE}.parquet")
+    assert frame.schema["extra.geocoder_rules"] == pl.Int64
+    assert frame["extra.geocoder_rules"].null_count() == 1
+    from geoagent.runtime.export import TABLE_SCHEMAS, rows_to_frame
+
+    assert rows_to_frame([], TABLE_SCHEMAS[SCORED_TABLE]).schema["extra.geocoder_rules"] == pl.Int64
 
     manifest = tmp_path / "state" / name / "manifest.json"
     data = orjson.loads(manifest.read_bytes())

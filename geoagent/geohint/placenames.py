@@ -125,11 +125,18 @@ def with_region_name(text: str | None) -> str:
         return ""
     parts = [" ".join(p.split()) for p in str(text)[:MAX_NAME_CHARS].split(",")]
     out: list[str] = []
+    country_segments: set[int] = set()  # segments read as the country of a code before them: never a code themselves
     for i, part in enumerate(parts):
         words = part.split(" ")
-        name = _region_name(words[-1]) if words else None
+        name = _region_name(words[-1]) if words and i not in country_segments else None
         if name is not None and not _read_as_region(words[-1], parts[i + 1:]):
             name = None
+        if name is not None:
+            # the segment that named the code's country ("Toronto ON, CA": Canada) stays as written, not California
+            # (review41c #2)
+            nxt = next((j for j in range(i + 1, len(parts)) if parts[j]), None)
+            if nxt is not None:
+                country_segments.add(nxt)
         if name is not None and len(words) > 1:
             out += [" ".join(words[:-1]), name]  # "Cambridge MA": the name, then its state
         elif name is not None and i > 0 and len(words) == 1:

@@ -120,7 +120,7 @@ TABLE_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
         "error_km": pl.Float64, "hit": pl.Boolean, "echo": pl.Boolean, "source": pl.String,
         "extra.request_key": pl.String, "extra.sample_rate": pl.Float64, "extra.qid": pl.String,
         "extra.geocode_source": pl.String, "extra.parse_error": pl.String, "extra.parse_method": pl.String,
-        "extra.parser_version": pl.Int64, "extra.evidence_slots": pl.String,
+        "extra.parser_version": pl.Int64, "extra.geocoder_rules": pl.Int64, "extra.evidence_slots": pl.String,
         "extra.raw": pl.String, "extra.finish_reason": pl.String,
         "extra.echo_rule": pl.String, "extra.echo_by_rule": pl.String, "extra.no_answer": pl.String,
         "extra.left_out": pl.String, "scored": pl.Boolean, "replayed": pl.Boolean, "simulated": pl.Boolean,
