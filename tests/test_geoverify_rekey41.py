@@ -104,3 +104,27 @@ def test_an_upgraded_campaign_no_longer_leaves_its_earlier_keys_out_of_scoring(s
     assert df.height == len(rows) and df["scored"].all()
     assert main(["run", str(p), "--no-live"]) == 0  # nothing more to move: said once
     assert "swapped-image answer" not in capsys.readouterr().err
+
+
+def test_a_redis_move_stopped_half_way_loses_no_row(tmp_path, redis_url):  # noqa: F811 - the fixture
+    """review41c #4: the Redis move was one MULTI of the rows' write script and the deletes of the earlier keys;
+    Redis transactions do not roll back, so when the script failed (a write refused when the server is out of
+    memory) the deletes still ran and the moved rows were gone from both keys. Now one script writes every row
+    before it deletes any. Staged here by a script error at its first row's key index entry (the table's index key
+    holds a string), after that row's write, before the second's: both rows are still stored."""
+    import redis
+
+    rows = {f"{TID}|m": _row(TID, "200", "rA"), "101|ctrl_mismatch|Loquat Hotel|m":
+            _row("101|ctrl_mismatch|Loquat Hotel", "201", "rB")}
+    with open_state("redis", redis_url, "rk41half", tmp_path) as st:
+        st.store.put_results(SCORED_TABLE, list(rows.items()))
+        client = redis.Redis.from_url(redis_url)
+        index = st.store.db.key("tk:" + SCORED_TABLE)
+        client.delete(index)
+        client.set(index, "not a sorted set")
+        moves = [(new_key(k, r), r) for k, r in rows.items()]
+        with pytest.raises(Exception, match="WRONGTYPE"):
+            st.store.move_results(SCORED_TABLE, moves, list(rows))
+        for key, row in rows.items():  # each answer under its earlier key, or its new one, or both
+            assert row in (st.store.get_result(SCORED_TABLE, key), st.store.get_result(SCORED_TABLE, new_key(key, row)))
+        client.close()

@@ -202,7 +202,7 @@ class RedisStateDB:
         reg = client.register_script
         self.scripts = {name: reg(getattr(S, name)) for name in
                         ("RESERVE", "SETTLE", "RELEASE", "MARK_UNKNOWN", "RECOVER", "RETIRE", "PUT_RESPONSE",
-                         "PUT_RESULTS")}
+                         "PUT_RESULTS", "MOVE_RESULTS")}
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._closed = False
@@ -859,18 +859,16 @@ class RedisResponseStore:
         return sum(int(n) for n in pipe.execute())
 
     def move_results(self, table: str, items: Iterable[tuple[str, dict[str, Any]]], drop: Iterable[str]) -> None:
-        """Write ``items`` (overwrite) and delete the rows of keys ``drop`` of one table, all or none (one
-        ``MULTI``), as :meth:`geoagent.runtime.store.ResponseStore.move_results`."""
+        """Write ``items`` (overwrite) and delete the rows of keys ``drop`` of one table, as
+        :meth:`geoagent.runtime.store.ResponseStore.move_results`, in one script (``MOVE_RESULTS``) that writes
+        every row before it deletes any: a script stopped half-way (an error, e.g. a write refused when the server
+        is out of memory) has deleted nothing, so a moved row is never lost; at worst it is kept under both keys
+        until the next move (Redis does not roll back a script's writes; review41c #4)."""
         _check_table(table)
         flat = [a for k, r in items for a in (str(k), _dumps(r))]
         gone = [str(k) for k in drop]
-        pipe = self.db.client.pipeline(transaction=True)
-        if flat:
-            self.db.script("PUT_RESULTS", table, "1", *flat, client=pipe)
-        if gone:
-            pipe.hdel(self.db.key("t:" + table), *gone)
-            pipe.zrem(self.db.key("tk:" + table), *gone)
-        pipe.execute()
+        if flat or gone:
+            self.db.script("MOVE_RESULTS", table, str(len(flat) // 2), *flat, *gone)
 
     def get_result(self, table: str, key: str) -> dict[str, Any] | None:
         v = self.db.client.hget(self.db.key("t:" + _check_table(table)), key)

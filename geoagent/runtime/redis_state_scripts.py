@@ -361,3 +361,23 @@ end
 if n > 0 then redis.call('SADD', P .. 'tables', ARGV[2]) end
 return n
 """
+
+#: ARGV: prefix, table, n (the number of rows written), then n (key, row JSON) pairs, then the keys to drop.
+#: Writes every row (and its key index entry) first and only then deletes the dropped keys: a script stopped
+#: half-way (an error, e.g. the server refusing a write when out of memory) has dropped nothing, so a row moved
+#: to another key is never lost, at worst kept under both keys (review41c #4: a MULTI of PUT_RESULTS + HDEL +
+#: ZREM ran the deletes even when the script failed, since Redis transactions do not roll back). Returns nil.
+MOVE_RESULTS = _PRELUDE + r"""
+local H, Z = P .. 't:' .. ARGV[2], P .. 'tk:' .. ARGV[2]
+local last = 3 + 2 * tonumber(ARGV[3])
+for i = 4, last, 2 do
+  redis.call('HSET', H, ARGV[i], ARGV[i + 1])
+  redis.call('ZADD', Z, 0, ARGV[i])
+end
+if last > 3 then redis.call('SADD', P .. 'tables', ARGV[2]) end
+for i = last + 1, #ARGV do
+  redis.call('HDEL', H, ARGV[i])
+  redis.call('ZREM', Z, ARGV[i])
+end
+return nil
+"""
