@@ -122,9 +122,48 @@ def test_a_redis_move_stopped_half_way_loses_no_row(tmp_path, redis_url):  # noq
         index = st.store.db.key("tk:" + SCORED_TABLE)
         client.delete(index)
         client.set(index, "not a sorted set")
-        moves = [(new_key(k, r), r) for k, r in rows.items()]
+        moves = [(k, new_key(k, r), r) for k, r in rows.items()]
         with pytest.raises(Exception, match="WRONGTYPE"):
-            st.store.move_results(SCORED_TABLE, moves, list(rows))
+            st.store.move_results(SCORED_TABLE, moves)
         for key, row in rows.items():  # each answer under its earlier key, or its new one, or both
             assert row in (st.store.get_result(SCORED_TABLE, key), st.store.get_result(SCORED_TABLE, new_key(key, row)))
         client.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_row_stored_under_the_new_key_after_the_read_is_kept(tmp_path, kind, request):
+    """review41c #3: a row was moved "because the new key had none" by a look outside the write: a row another
+    process's scorer (a ``--stages`` run) stored under the new key between that look and the write was overwritten
+    by the earlier answer. The write now decides (insert-if-absent; the earlier key is dropped only when the new key
+    holds its answer). The other writer acts here at the run's work-began mark, called after the look and before
+    the write (another open handle of the same campaign state)."""
+    url = request.getfixturevalue("redis_url") if kind == "redis" else None
+    a, b, c, d = (f"{n}|ctrl_mismatch|{s}" for n, s in
+                  [("100", "Juniper Park"), ("101", "Loquat Hotel"), ("102", "Fig Tower"), ("104", "Elm Hall")])
+    rows = {f"{a}|m": _row(a, "200", "rA-old"),  # the scorer stores another answer under its new key meanwhile
+            f"{b}|m": _row(b, "201", "rB"),  # the scorer stores the same answer (parsed anew) there meanwhile
+            f"{c}|m": _row(c, "202", ""),  # no request key under either key: not the same answer (review41c #7)
+            f"{c}|shows=202|m": {**_row(c, "202", ""), "verdict": "yes"},
+            f"{d}|m": _row(d, "204", "rD")}  # nobody writes there: moved
+    fresh = {f"{a}|shows=200|m": _row(a, "200", "rA-new") | {"verdict": "yes"},
+             f"{b}|shows=201|m": _row(b, "201", "rB") | {"verdict": "yes"}}
+    plan = {f"{a}|shows=200|m", f"{b}|shows=201|m", f"{c}|shows=202|m", f"{d}|shows=204|m"}
+    with open_state(kind, url, "rk41race", tmp_path) as st, open_state(kind, url, "rk41race", tmp_path) as other:
+        st.store.put_results(SCORED_TABLE, list(rows.items()))
+        got = move_swapped_rows(st.store, SCORED_TABLE, plan,
+                                before_write=lambda: other.store.put_results(SCORED_TABLE, list(fresh.items())))
+        after = dict(st.store.iter_results(SCORED_TABLE))
+        assert after[f"{a}|shows=200|m"] == fresh[f"{a}|shows=200|m"]  # was overwritten by rA-old
+        assert after[f"{a}|m"] == rows[f"{a}|m"]  # another answer: stays under its earlier key
+        assert after[f"{b}|shows=201|m"] == fresh[f"{b}|shows=201|m"] and f"{b}|m" not in after
+        assert after[f"{c}|m"] == rows[f"{c}|m"] and after[f"{c}|shows=202|m"] == rows[f"{c}|shows=202|m"]
+        assert after[f"{d}|shows=204|m"] == rows[f"{d}|m"] and f"{d}|m" not in after
+        assert (got.moved, got.dropped) == (1, 1)
+        assert len(after) == 6 and st.store.count_results(SCORED_TABLE) == 6
+        # the store's own decision, without the first look: a same-JSON row counts as the same answer
+        moved = st.store.move_results(SCORED_TABLE, [(f"{a}|m", f"{a}|shows=200|m", rows[f"{a}|m"]),
+                                                     (f"{c}|m", f"{c}|shows=202|m", rows[f"{c}|m"])])
+        assert moved == (0, 0) and st.store.count_results(SCORED_TABLE) == 6
+        st.store.put_results(SCORED_TABLE, [(f"{c}|x|m", rows[f"{c}|m"])])
+        assert st.store.move_results(SCORED_TABLE, [(f"{c}|x|m", f"{c}|m", rows[f"{c}|m"])]) == (0, 1)
+        assert st.store.get_result(SCORED_TABLE, f"{c}|x|m") is None

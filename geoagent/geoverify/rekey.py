@@ -15,13 +15,18 @@ the image of a planned new key ``<trial_id>|shows=<image_shown>|<rest>`` is
 
 * moved to the new key when that key has no row yet (the answer is about the image the task shows: what the scorer
   would have stored there; the task is still queued, and the scorer writes its row again when it is answered);
-* dropped when the new key's row is the same answer (the same ``request_key``: the scorer stored it again there);
+* dropped when the new key's row is the same answer (the same ``request_key``, in both rows and not empty: the
+  scorer stored it again there; rows without a request key never count as the same answer, review41c #7);
 * left as it is when the new key holds another answer (another request: the earlier answer stays out of scoring,
   as any answer of a task no longer planned).
 
-A row whose image is not the one a planned key names (the trial's image was redrawn) is left as it is too. Each
-write moves and drops in one transaction (``store.move_results``), so a run killed midway leaves every row under
-one key, and the next run finishes; a store with nothing to move is only read.
+A row whose image is not the one a planned key names (the trial's image was redrawn) is left as it is too. The
+store decides between the three at the write (``store.move_results``): a row is written only under a new key that
+has none then, and its earlier key dropped only when the new key holds its answer, so a row a scorer of another
+process (a ``--stages`` run) stored under the new key after this run read it is kept, never overwritten by the
+earlier answer (review41c #3). Each batch is one SQLite transaction or one Redis script that writes before it
+deletes, so a run killed midway loses no row (at worst a row is under both keys, and the next run drops the
+earlier one); a store with nothing to move is only read.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from geoagent.data.model import ARM_MISMATCH, TASK_SHOWS_TAG
+from geoagent.runtime.store import same_answer
 
 #: rows moved or dropped per transaction
 BATCH = 1000
@@ -74,18 +80,19 @@ def move_swapped_rows(store: Any, table: str, plan_keys: Collection[str], *,
     key of the plan (module docstring); ``plan_keys``: the current plan's task keys. ``before_write`` is called
     once before the first write (the run's work-began mark). Returns the counts."""
     out = Moved()
-    puts: list[tuple[str, dict[str, Any]]] = []
-    drops: list[str] = []
+    moves: list[tuple[str, str, dict[str, Any]]] = []
 
     def flush() -> None:
-        nonlocal before_write, puts, drops
-        if not drops:
+        nonlocal before_write, moves
+        if not moves:
             return
         if before_write is not None:
             before_write()
             before_write = None
-        store.move_results(table, puts, drops)
-        puts, drops = [], []
+        moved, dropped = store.move_results(table, moves)
+        out.moved += moved
+        out.dropped += dropped
+        moves = []
 
     for key, row in store.iter_results(table):
         if not isinstance(row, dict):
@@ -93,19 +100,15 @@ def move_swapped_rows(store: Any, table: str, plan_keys: Collection[str], *,
         new = new_key(key, row)
         if new is None or new not in plan_keys:
             continue
+        # a first look, so that a store holding other answers under the new keys is only read; the store decides
+        # again at the write, since a scorer may store under the new key meanwhile (review41c #3)
         there = store.get_result(table, new)
-        if there is None:
-            puts.append((new, row))
-            out.moved += 1
-        elif isinstance(there, dict) and there.get("request_key") == row.get("request_key"):
-            out.dropped += 1
-        else:  # another answer under the new key: this one stays out of scoring, as any of an earlier plan
-            continue
-        drops.append(key)
-        if len(drops) >= BATCH:
+        if there is not None and there != row and not same_answer(there, row):
+            continue  # another answer under the new key: this one stays out of scoring, as any of an earlier plan
+        moves.append((key, new, row))
+        if len(moves) >= BATCH:
             flush()
     flush()
     return out
-
 
 __all__ = ["BATCH", "Moved", "move_swapped_rows", "new_key"]

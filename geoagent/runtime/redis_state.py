@@ -858,17 +858,22 @@ class RedisResponseStore:
             self.db.script("PUT_RESULTS", table, "1" if overwrite else "0", *flat[i:i + step], client=pipe)
         return sum(int(n) for n in pipe.execute())
 
-    def move_results(self, table: str, items: Iterable[tuple[str, dict[str, Any]]], drop: Iterable[str]) -> None:
-        """Write ``items`` (overwrite) and delete the rows of keys ``drop`` of one table, as
-        :meth:`geoagent.runtime.store.ResponseStore.move_results`, in one script (``MOVE_RESULTS``) that writes
-        every row before it deletes any: a script stopped half-way (an error, e.g. a write refused when the server
-        is out of memory) has deleted nothing, so a moved row is never lost; at worst it is kept under both keys
-        until the next move (Redis does not roll back a script's writes; review41c #4)."""
+    def move_results(self, table: str, moves: Iterable[tuple[str, str, dict[str, Any]]]) -> tuple[int, int]:
+        """Move rows of one table to other keys, as :meth:`geoagent.runtime.store.ResponseStore.move_results`
+        (``moves``: ``(old_key, new_key, row)``; returns ``(moved, dropped)``; a row is written only under a new key
+        with none, an old key deleted only when its answer is under the new key), in one script
+        (``MOVE_RESULTS``) that writes every row before it deletes any: a script stopped half-way (an error, e.g. a
+        write refused when the server is out of memory) has deleted nothing, so a moved row is never lost; at worst
+        it is kept under both keys until the next move (Redis does not roll back a script's writes; review41c #4)."""
         _check_table(table)
-        flat = [a for k, r in items for a in (str(k), _dumps(r))]
-        gone = [str(k) for k in drop]
-        if flat or gone:
-            self.db.script("MOVE_RESULTS", table, str(len(flat) // 2), *flat, *gone)
+        args = []
+        for old, new, row in moves:
+            rk = row.get("request_key")
+            args += [str(old), str(new), _dumps(row), rk if isinstance(rk, str) else ""]
+        if not args:
+            return 0, 0
+        moved, dropped = self.db.script("MOVE_RESULTS", table, *args)
+        return int(moved), int(dropped)
 
     def get_result(self, table: str, key: str) -> dict[str, Any] | None:
         v = self.db.client.hget(self.db.key("t:" + _check_table(table)), key)

@@ -362,22 +362,38 @@ if n > 0 then redis.call('SADD', P .. 'tables', ARGV[2]) end
 return n
 """
 
-#: ARGV: prefix, table, n (the number of rows written), then n (key, row JSON) pairs, then the keys to drop.
-#: Writes every row (and its key index entry) first and only then deletes the dropped keys: a script stopped
-#: half-way (an error, e.g. the server refusing a write when out of memory) has dropped nothing, so a row moved
-#: to another key is never lost, at worst kept under both keys (review41c #4: a MULTI of PUT_RESULTS + HDEL +
-#: ZREM ran the deletes even when the script failed, since Redis transactions do not roll back). Returns nil.
+#: ARGV: prefix, table, then (old key, new key, row JSON, request key or '') quads: each row is written under its new
+#: key only when that key has no row (HSETNX: a row another process stored there since the row was read is kept;
+#: review41c #3), and its old key is deleted only when the new key then holds this answer: the row written here, the
+#: same JSON, or a row of the same non-empty request key. Every write comes first and the deletes after: a script
+#: stopped half-way (an error, e.g. the server refusing a write when out of memory) has deleted nothing, so a moved
+#: row is never lost, at worst kept under both keys until the next move drops the old one (review41c #4: a MULTI of
+#: PUT_RESULTS + HDEL + ZREM ran the deletes even when the script failed; Redis does not roll back). Returns
+#: {moved, dropped}.
 MOVE_RESULTS = _PRELUDE + r"""
 local H, Z = P .. 't:' .. ARGV[2], P .. 'tk:' .. ARGV[2]
-local last = 3 + 2 * tonumber(ARGV[3])
-for i = 4, last, 2 do
-  redis.call('HSET', H, ARGV[i], ARGV[i + 1])
-  redis.call('ZADD', Z, 0, ARGV[i])
+local function request_of(text)
+  local ok, row = pcall(cjson.decode, text)
+  if ok and type(row) == 'table' and type(row.request_key) == 'string' then return row.request_key end
+  return nil
 end
-if last > 3 then redis.call('SADD', P .. 'tables', ARGV[2]) end
-for i = last + 1, #ARGV do
-  redis.call('HDEL', H, ARGV[i])
-  redis.call('ZREM', Z, ARGV[i])
+local gone, moved = {}, 0
+for i = 3, #ARGV, 4 do
+  if redis.call('HSETNX', H, ARGV[i + 1], ARGV[i + 2]) == 1 then
+    redis.call('ZADD', Z, 0, ARGV[i + 1])
+    moved = moved + 1
+    gone[#gone + 1] = ARGV[i]
+  else
+    local there = redis.call('HGET', H, ARGV[i + 1])
+    if there == ARGV[i + 2] or (ARGV[i + 3] ~= '' and request_of(there) == ARGV[i + 3]) then
+      gone[#gone + 1] = ARGV[i]
+    end
+  end
 end
-return nil
+if moved > 0 then redis.call('SADD', P .. 'tables', ARGV[2]) end
+for _, key in ipairs(gone) do
+  redis.call('HDEL', H, key)
+  redis.call('ZREM', Z, key)
+end
+return {moved, #gone - moved}
 """

@@ -62,6 +62,23 @@ def _dumps(obj: Any) -> str:
     return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY).decode()
 
 
+def _loads_or_none(text: Any) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def same_answer(a: Any, b: Any) -> bool:
+    """Whether results rows ``a`` and ``b`` (dicts; anything else is no row) hold the answer of one request: the same
+    ``request_key``, a non-empty string in both. Rows without one (an error row, a row of before request keys)
+    never count as the same answer (review41c #7)."""
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return False
+    key = a.get("request_key")
+    return isinstance(key, str) and key != "" and key == b.get("request_key")
+
+
 def request_meta_source(meta: Any) -> tuple[str | None, str | None]:
     """``(provider, provider_kind)`` recorded in a stored response's ``request_meta`` (each None when absent or
     not a string; a ``provider_kind`` outside :data:`geoagent.constants.PROVIDER_KINDS` reads as None)."""
@@ -334,16 +351,31 @@ class ResponseStore:
                 n += conn.execute(f"{verb} INTO results (tbl, key, row, updated_at) VALUES (?, ?, ?, ?)", params).rowcount
             return n
 
-    def move_results(self, table: str, items: Iterable[tuple[str, dict[str, Any]]], drop: Iterable[str]) -> None:
-        """Write ``items`` (overwrite) and delete the rows of keys ``drop`` of one table, in one transaction (a row
-        moved to another key is never lost nor stored twice, whenever the process dies)."""
+    def move_results(self, table: str, moves: Iterable[tuple[str, str, dict[str, Any]]]) -> tuple[int, int]:
+        """Move rows of one table to other keys, in one transaction; ``moves``: ``(old_key, new_key, row)`` with
+        ``row`` the row read under ``old_key``. Returns ``(moved, dropped)``.
+
+        ``row`` is written under ``new_key`` only when that key has no row (``INSERT OR IGNORE``: a row another
+        process stored there since ``row`` was read is kept; review41c #3), and ``old_key``'s row is deleted only
+        when ``new_key`` now holds this answer: ``row`` as written here (moved), or a row of the same request
+        (:func:`same_answer`, or the same JSON; dropped). Otherwise both rows stay. A row moved to another key is
+        never lost nor stored twice, whenever the process dies."""
         _check_table(table)
         now = time.time()
-        payload = [(table, str(k), _dumps(r), now) for k, r in items]
-        gone = [(table, str(k)) for k in drop]
+        payload = [(str(old), str(new), _dumps(r), r) for old, new, r in moves]
+        moved, gone = 0, []
         with self.db.transaction() as conn:
-            conn.executemany("INSERT OR REPLACE INTO results (tbl, key, row, updated_at) VALUES (?, ?, ?, ?)", payload)
+            for old, new, text, row in payload:
+                if conn.execute("INSERT OR IGNORE INTO results (tbl, key, row, updated_at) VALUES (?, ?, ?, ?)",
+                                (table, new, text, now)).rowcount:
+                    moved += 1
+                    gone.append((table, old))
+                    continue
+                there = conn.execute("SELECT row FROM results WHERE tbl = ? AND key = ?", (table, new)).fetchone()
+                if there is not None and (there[0] == text or same_answer(_loads_or_none(there[0]), row)):
+                    gone.append((table, old))
             conn.executemany("DELETE FROM results WHERE tbl = ? AND key = ?", gone)
+        return moved, len(gone) - moved
 
     def get_result(self, table: str, key: str) -> dict[str, Any] | None:
         rows = self.db.read("SELECT row FROM results WHERE tbl = ? AND key = ?", (_check_table(table), key))
