@@ -167,3 +167,48 @@ def test_a_row_stored_under_the_new_key_after_the_read_is_kept(tmp_path, kind, r
         st.store.put_results(SCORED_TABLE, [(f"{c}|x|m", rows[f"{c}|m"])])
         assert st.store.move_results(SCORED_TABLE, [(f"{c}|x|m", f"{c}|m", rows[f"{c}|m"])]) == (0, 1)
         assert st.store.get_result(SCORED_TABLE, f"{c}|x|m") is None
+
+
+def test_an_upgraded_campaign_moves_its_earlier_keys_rows_with_no_model_call(sandbox_crawled, capsys):
+    """review41c #6, the moved path end to end: a campaign that holds its swapped-image answers only under the
+    earlier keys (as one last run before the key change left it) has them moved to the new keys by the next run,
+    which answers every task from the store: the sandbox fake serves no request and the ledger books no call, and
+    the summary, report and export count each answer once, under its new key."""
+    import polars as pl
+    from test_geoverify_redrawn_mismatch41 import _config
+
+    from geoagent.cli import main
+    from geoagent.runtime.store import open_campaign_state
+    from geoagent.sandbox.launch import request_counts
+
+    root, _ = sandbox_crawled
+    state = root / "state"
+    p = _config(root, state / "crawl-sandbox", state / "images")
+    capsys.readouterr()
+    assert main(["run", str(p), "--no-live"]) == 0
+    capsys.readouterr()
+    with open_campaign_state("gv-redraw", root=state) as st:
+        rows = dict(st.store.iter_results(SCORED_TABLE))
+        earlier = [(k, f"{r['trial_id']}{k[len(r['trial_id']) + len('|shows=') + len(r['image_shown']):]}", r)
+                   for k, r in rows.items() if "|shows=" in k]
+        assert earlier and all(new_key(old, r) == k for k, old, r in earlier)
+        # the store as a run before the key change left it: each swapped-image answer under its earlier key only
+        assert st.store.move_results(SCORED_TABLE, earlier) == (len(earlier), 0)
+        assert not any("|shows=" in k for k, _ in st.store.iter_results(SCORED_TABLE))
+        calls = st.ledger.summary().calls
+    served = request_counts().get("openai", 0)
+    assert served >= calls > 0  # the first run called the fake (this process's count)
+    n = len(earlier)
+
+    assert main(["run", str(p), "--no-live"]) == 0
+    out = capsys.readouterr()
+    assert (f"{n} stored swapped-image answers kept under the task key of an earlier geoagent version" in out.err
+            and f"({n} moved, 0 already stored there again and kept once)" in out.err), out.err[-3000:]
+    assert "Left out of scoring" not in out.out, out.out
+    assert request_counts().get("openai", 0) == served  # no model call: every task answered from the store
+    with open_campaign_state("gv-redraw", root=state) as st:
+        assert st.ledger.summary().calls == calls
+        assert dict(st.store.iter_results(SCORED_TABLE)) == rows
+    assert main(["export", str(p)]) == 0
+    df = pl.read_parquet(state / "gv-redraw" / "geoverify_scored.parquet")
+    assert df.height == len(rows) and df["scored"].all()
