@@ -1480,20 +1480,24 @@ def cap_reached_clause(progress: dict[str, Any]) -> str:
     will stop a running run before its plan is done (newuser41 #B: "ETA 138 s" for all 1,918 calls at $0.3069 of a
     $0.40 cap; the run stopped budget exhausted 268 calls later), else "".
 
-    From a progress record: the cap left (``spend.remaining_usd``: the cap less the settled, unknown-outcome and
-    reserved spend) over the mean cost of a settled call (``spent_usd / calls``) is N; it applies when N is below
-    the model calls left (``queues.requests`` ready + leased). T: N over the model caller's measured capacity
-    (``capacity_per_s`` of the stage reading ``requests``, once ``eta_ready``; left out before). $X: the calls
-    left at that mean cost, less the cap left (what ``[budget] cap_usd`` must rise by to finish). Rough by design
-    (the models' costs differ, and each call reserves its worst case first, so the stop comes a little sooner);
-    "" for a finished record, one with no settled spend yet, or without a requests edge (the crawl)."""
+    From a progress record: the cap left after the settled and unknown-outcome spend (``cap_usd - total_usd``; the
+    calls in flight are counted at the mean cost below, not at their worst-case reservations: review41c #5, with 16
+    calls in flight reserving $0.003 each at a mean of $0.0003 it said "135 more calls" for about 278) over the mean
+    cost of a settled call (``spent_usd / calls``) is N, counted from now with the calls in flight among them; it
+    applies when N is below the model calls left (``queues.requests`` ready + leased). T: N over the model caller's
+    measured capacity (``capacity_per_s`` of the stage reading ``requests``, once ``eta_ready``; left out before).
+    $X: the calls left at that mean cost, less the cap left (what ``[budget] cap_usd`` must rise by to finish).
+    Rough by design (the models' costs differ, and each call reserves its worst case first, so a call is refused
+    once the cap left is below that: the stop comes a little sooner); "" for a finished record, one with no settled
+    spend yet, or without a requests edge (the crawl). The live display's caption shows the same clause."""
     spend = progress.get("spend") or {}
     queue = (progress.get("queues") or {}).get(C.EDGE_REQUESTS) or {}
     try:
         calls, spent = int(spend.get("calls") or 0), float(spend.get("spent_usd") or 0.0)
         cap = float(spend["cap_usd"])
-        left_usd = float(spend["remaining_usd"]) if spend.get("remaining_usd") is not None else cap - float(
-            spend.get("committed_usd") or spent)
+        # settled + unknown outcome; the open reservations are the calls in flight, counted at the mean below
+        total = spend.get("total_usd")
+        left_usd = cap - (float(total) if total is not None else spent + float(spend.get("unknown_usd") or 0.0))
         calls_left = int(queue.get("ready") or 0) + int(queue.get("leased") or 0)
     except (KeyError, TypeError, ValueError):
         return ""

@@ -198,3 +198,39 @@ def test_status_eta_says_when_the_budget_cap_stops_the_run_first(tmp_path):
     # a finished run, or one the cap has stopped already, gets no such clause
     assert "cap is reached" not in format_eta({**rec_cap, "finished": True})
     assert "cap is reached" not in format_eta({**rec_cap, "budget_stopped": True})
+
+
+def test_the_cap_clause_counts_calls_in_flight_at_the_mean_cost(tmp_path):
+    """review41c #5: the cap left had the calls in flight's worst-case reservations taken off while the calls left
+    still counted those calls at the mean cost: with 16 calls in flight reserving $0.003 each (a real SQLite ledger)
+    at a mean of $0.0003 per settled call, the clause said "about 135 more calls ... the rest needs about $0.2885
+    more" for about 278 calls and $0.2405. The calls in flight are now counted at the mean cost, among the N; the
+    live display's caption shows the same clause."""
+    from geoagent.providers.base import Usage
+    from geoagent.runtime.ledger import CampaignDB, Ledger
+    from geoagent.runtime.progress import live_table
+
+    db = CampaignDB(tmp_path / "campaign.sqlite")
+    ledger = Ledger(db, 0.40)
+    try:
+        for i in range(919):
+            r = ledger.reserve(f"k{i}", 0.001, model="fake-gpt")
+            ledger.settle(r, Usage(input_tokens=100, output_tokens=10), 0.3069 / 919)
+        for i in range(16):  # in flight
+            ledger.reserve(f"f{i}", 0.003, model="fake-gpt")
+        spend = ledger.summary().to_json()
+    finally:
+        db.close()
+    assert spend["open_reservations"] == 16 and abs(spend["remaining_usd"] - (0.40 - 0.3069 - 0.048)) < 1e-6
+    rec = _snapshot(tmp_path, None)
+    rec_cap = {**rec, "spend": spend,
+               "queues": {**rec["queues"], "requests": {**rec["queues"]["requests"], "ready": 983, "leased": 16}}}
+    mean = 0.3069 / 919
+    n = int((0.40 - 0.3069) / mean)
+    assert n == 278
+    clause = (f"; the cap is reached in about {n} more calls (~{n / rec['stages'][0]['capacity_per_s']:.0f} s) of "
+              f"the 999 left (at $0.0003 per settled call); the rest needs about ${999 * mean - (0.40 - 0.3069):.4f} "
+              "more")
+    assert clause.endswith("$0.2405 more")
+    assert format_eta(rec_cap).endswith(clause), format_eta(rec_cap)
+    assert clause in str(live_table(rec_cap, False).caption)  # the live display's caption
