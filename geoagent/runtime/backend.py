@@ -435,6 +435,24 @@ def check_server_config(cfg: Any, *, record: bool = False, accept_change: bool =
             client.close()
             return ServerConfigCheck(False, None, same)  # only pacing, the cap or scoring differ
         changes = config_changes_against(old, cfg)
+        code_only = _geocoder_rules_only(changes)
+        if code_only is not None:  # the same file, another geoagent (upgrade41 #1): no setting to copy or accept
+            older, newer = code_only
+            if newer >= older:
+                try:
+                    if record:
+                        client.set(key, data)  # this machine's newer rules: the campaign's from now on
+                except Exception as exc:  # noqa: BLE001 - re-raised with the URL scrubbed
+                    raise _scrubbed(exc, url) from None
+                finally:
+                    client.close()
+                # the run's own drift check says what the rules change does to its located answers (a warning)
+                return ServerConfigCheck(False, None, same)
+            client.close()
+            raise BackendError(
+                f"campaign {cfg.name}: the Redis server records this campaign's geocoding rules as version {older} "
+                f"(a machine running a newer geoagent ran it), and this machine's geoagent has version {newer}: "
+                "upgrade geoagent on this machine (its answers would be located by older rules)")
         names = ([*changes.call_keys] + [f"prompt template {c.split(':', 1)[1]}" for c in changes.calls
                                           if c.startswith("prompt:")] + [f"geocoder {k}" for k in changes.geocoder])
         parts = ([changed_keys_text(changes.call_keys)] if changes.call_keys else []) + [
@@ -480,6 +498,21 @@ def check_server_config(cfg: Any, *, record: bool = False, accept_change: bool =
         f"`python run.py run CONFIG {ACCEPT_CONFIG_CHANGE}` with the new file once (machines still on the old one are "
         "then refused at their next start)"
     )
+
+
+def _geocoder_rules_only(changes: Any) -> tuple[int, int] | None:
+    """``(recorded, this code's)`` geocoding rules versions when the only difference between the server's config
+    record and this machine's is geoagent's GeoHint geocoding rules (:data:`geoagent.geohint.geocode.
+    GEOCODER_RULES_VERSION`, recorded in the record's designs): the same file run by another geoagent, which no
+    config copy or ``--accept-config-change`` is about; else None."""
+    if changes.call_keys or any(c.startswith("prompt:") for c in changes.calls) or set(changes.geocoder) != {
+            "rules_version"}:
+        return None
+    pair = changes.geocoder["rules_version"]
+    try:
+        return int(pair[0]), int(pair[1])
+    except (TypeError, ValueError, IndexError):
+        return None
 
 
 def forget_server_config(cfg: Any) -> None:
