@@ -72,7 +72,7 @@ def test_dry_run_with_a_missing_key_prints_the_report_then_exits_2(no_keys, caps
 
 def test_help_says_the_dry_run_exits_2_after_the_report():
     text = build_parser(prog="run.py").format_help()
-    assert "prints its whole report first, then a last line `exit 2: ...`" in text
+    assert "prints its whole report first, then a last line `exit 2: ...`" in " ".join(text.split())
     run_help = build_parser(prog="run.py")._subparsers._group_actions[0].choices["run"].format_help()
     assert "exits 2 (after the report)" in " ".join(run_help.split())
 
