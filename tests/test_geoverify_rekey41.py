@@ -212,3 +212,54 @@ def test_an_upgraded_campaign_moves_its_earlier_keys_rows_with_no_model_call(san
     assert main(["export", str(p)]) == 0
     df = pl.read_parquet(state / "gv-redraw" / "geoverify_scored.parquet")
     assert df.height == len(rows) and df["scored"].all()
+
+
+def test_earlier_keys_tasks_still_queued_are_scored_under_the_new_keys(sandbox_crawled, capsys):
+    """upgrade41 A: a campaign stopped under the earlier geoagent version with its swapped-image tasks queued under
+    their earlier keys on the ``responses`` edge: the run with this version moves the stored rows before its workers
+    start, and the scorer stored the rows of those tasks under the earlier keys: the run's report said "Left out of
+    scoring: N stored answers of tasks the current plan no longer holds" until the next run moved them. The scorer
+    now stores them under the new key the plan holds. Staged by a ``--stages model_caller`` run (every answer on
+    the responses edge, nothing scored), its swapped-image tasks then queued again under their earlier keys only."""
+    import anyio
+    from test_geoverify_redrawn_mismatch41 import _config
+
+    from geoagent import constants as C
+    from geoagent.cli import main
+    from geoagent.config import load_config
+    from geoagent.runtime.queue import open_queue
+    from geoagent.runtime.store import open_campaign_state
+
+    root, _ = sandbox_crawled
+    state = root / "state"
+    p = _config(root, state / "crawl-sandbox", state / "images")
+    capsys.readouterr()
+    assert main(["run", str(p), "--stages", "model_caller", "--no-live"]) == 0
+    capsys.readouterr()
+
+    async def to_earlier_keys() -> dict[str, str]:
+        q = open_queue(load_config(p).queues_root(), "gv-redraw", C.EDGE_RESPONSES)
+        try:
+            tasks = await q.lease(10_000, 300.0)
+            swapped = [t for t in tasks if "|shows=" in t.key]
+            earlier = {f"{t.key.split('|shows=')[0]}|{t.key.split('|shows=')[1].split('|', 1)[1]}": t.key
+                       for t in swapped}
+            assert len(earlier) == len(swapped)
+            await q.put_many([(old, t.payload) for old, t in zip(earlier, swapped, strict=True)])
+            await q.ack(swapped)  # gone from the queue, as under the earlier version, which never queued them
+            await q.release([t for t in tasks if "|shows=" not in t.key])
+            return earlier
+        finally:
+            await q.close()
+
+    earlier = anyio.run(to_earlier_keys)
+    assert earlier
+
+    assert main(["run", str(p), "--no-live"]) == 0
+    out = capsys.readouterr()
+    assert "Left out of scoring" not in out.out, out.out
+    with open_campaign_state("gv-redraw", root=state) as st:
+        rows = dict(st.store.iter_results(SCORED_TABLE))
+    assert not set(earlier) & set(rows)  # no row under an earlier key
+    assert set(earlier.values()) <= set(rows)
+    assert all(rows[new]["image_shown"] in new for new in earlier.values())
