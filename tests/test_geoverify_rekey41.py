@@ -263,3 +263,71 @@ def test_earlier_keys_tasks_still_queued_are_scored_under_the_new_keys(sandbox_c
     assert not set(earlier) & set(rows)  # no row under an earlier key
     assert set(earlier.values()) <= set(rows)
     assert all(rows[new]["image_shown"] in new for new in earlier.values())
+
+
+def test_a_plan_changed_only_by_the_key_form_is_no_plan_change():
+    """upgrade41 B: the first run after the upgrade said "plan changed since the last run: 104 requests new (not
+    planned before), 104 planned before no longer in the plan (their stored answers ... are kept but not scored)"
+    and then "104 ... moved ...; none is left out of scoring". A planned key whose earlier form the recorded plan
+    held is neither new nor dropped now; a truly new task still is."""
+    from geoagent.data.model import earlier_task_id
+    from geoagent.runtime.scope import PlanDiff
+
+    assert earlier_task_id(f"{TID}|shows=200|m") == f"{TID}|m"
+    assert earlier_task_id(f"{TID}|shows=200|m|rec") == f"{TID}|m|rec"
+    assert earlier_task_id("100|main|Juniper Park|m") is None
+    old = [f"{TID}|m", "100|main|Juniper Park|m", "101|ctrl_mismatch|Fig Tower|m"]
+    diff = PlanDiff(old)
+    for key in (f"{TID}|shows=200|m", "100|main|Juniper Park|m", "102|ctrl_mismatch|Elm Hall|shows=9|m"):
+        diff.see(key)
+    assert (diff.new, diff.dropped) == (1, 1)  # Elm Hall new, Fig Tower dropped; Juniper Park's control the same
+    same = PlanDiff(old)
+    list(same.wrap([(f"{TID}|shows=200|m", {}), ("100|main|Juniper Park|m", {}),
+                    ("101|ctrl_mismatch|Fig Tower|shows=7|m", {})]))
+    assert (same.new, same.dropped, same.text()) == (0, 0, None)
+
+
+def test_a_row_under_an_earlier_key_has_its_own_left_out_reason():
+    """upgrade41 B: a row under a swapped-image control's earlier key that the move left (its new key holds another
+    answer) was left out "(the config changed since)"; nothing in the config changed. Its reason now says why."""
+    from geoagent.geoverify.stages import ScoredScope
+    from geoagent.runtime.scope import NOT_IN_PLAN, NOT_IN_PLAN_EARLIER_KEY
+
+    scope = ScoredScope({f"{TID}|shows=200|m"})
+    assert scope.left_out(f"{TID}|m", _row(TID, "200", "rA-old")) == NOT_IN_PLAN_EARLIER_KEY
+    assert "earlier geoagent version" in NOT_IN_PLAN_EARLIER_KEY
+    assert scope.left_out(f"{TID}|m", _row(TID, "299", "rA-old")) == NOT_IN_PLAN  # another image: its new key unplanned
+    assert scope.left_out("101|ctrl_mismatch|Fig Tower|m", _row("101|ctrl_mismatch|Fig Tower", "1", "r")) == NOT_IN_PLAN
+    assert scope.not_planned == 3
+
+
+def test_the_upgrade_run_says_no_plan_change(sandbox_crawled, capsys):
+    """upgrade41 B end to end: the plan record of a run before the key change (each swapped-image key in its
+    earlier form) and its rows under the earlier keys: the next run moves them and prints no plan-change line."""
+    from test_geoverify_redrawn_mismatch41 import _config
+
+    from geoagent.cli import main
+    from geoagent.data.model import earlier_task_id
+    from geoagent.runtime.scope import plan_keys_path
+    from geoagent.runtime.store import open_campaign_state
+
+    root, _ = sandbox_crawled
+    state = root / "state"
+    p = _config(root, state / "crawl-sandbox", state / "images")
+    capsys.readouterr()
+    assert main(["run", str(p), "--no-live"]) == 0
+    capsys.readouterr()
+    with open_campaign_state("gv-redraw", root=state) as st:
+        moves = [(k, earlier_task_id(k), r) for k, r in st.store.iter_results(SCORED_TABLE) if "|shows=" in k]
+        assert moves and st.store.move_results(SCORED_TABLE, moves) == (len(moves), 0)
+    record = plan_keys_path(state / "gv-redraw")
+    lines = record.read_text(encoding="utf-8").splitlines()
+    old = [f"{m}\t{earlier_task_id(k) or k}" for m, _, k in (ln.partition("\t") for ln in lines)]
+    assert old != lines
+    record.write_text("".join(f"{ln}\n" for ln in old), encoding="utf-8")
+
+    assert main(["run", str(p), "--no-live"]) == 0
+    out = capsys.readouterr()
+    assert f"({len(moves)} moved, 0 already stored" in out.err, out.err[-3000:]
+    assert "plan changed since the last run" not in out.err + out.out, out.err[-3000:]
+    assert "Left out of scoring" not in out.out

@@ -236,6 +236,18 @@ def make_task_id(trial_id: str, arm: str, image_ref: str | None) -> str:
     return trial_id
 
 
+def earlier_task_id(task_key: str) -> str | None:
+    """The key a task of key ``task_key`` had before a swapped-image control's task id named the image it shows
+    (:func:`make_task_id`, fixverify41 #1): ``<trial_id>|<rest>`` for ``<trial_id>|shows=<image_ref>|<rest>``; None
+    for a key that names no image shown. Used to tell a plan changed only by the key's form from a changed plan
+    (upgrade41 B); :func:`geoagent.geoverify.rekey.new_key` maps the other way, from a stored row."""
+    head, tag, tail = task_key.partition(f"|{TASK_SHOWS_TAG}")
+    if not tag:
+        return None
+    _, sep, rest = tail.partition("|")
+    return f"{head}|{rest}" if sep else head
+
+
 @dataclass(frozen=True, slots=True)
 class VerifyTrial(_Record):
     """One GeoVerify trial: image x candidate x arm (Sec. 5.2, 5.4).

@@ -435,6 +435,14 @@ class ScoredScope(_ScoredScope):
                 return why
         return super().left_out(key, row)
 
+    def _earlier_key_of_planned(self, key: str, row: Mapping[str, Any]) -> bool:
+        """A swapped-image row under its task's key of before the key named the image shown, whose new key
+        (:func:`geoagent.geoverify.rekey.new_key`) the plan holds (upgrade41 B)."""
+        from geoagent.geoverify.rekey import new_key
+
+        new = new_key(key, dict(row))
+        return new is not None and self.plan_keys is not None and new in self.plan_keys
+
     def note(self) -> str | None:
         """The base class's sentence, and how many rows showed another image than their task names."""
         base = super().note()

@@ -37,6 +37,11 @@ PLAN_ABOUT_FILE = "plan_keys.json"
 #: why a stored scored row is not scored because its task is not in the current plan (:meth:`ScoredScope.left_out`;
 #: the scored exports' reason column: GeoVerify's ``left_out``, GeoHint's ``extra.left_out``)
 NOT_IN_PLAN = "not in the current plan: a task an earlier run's plan held (the config changed since)"
+#: ... a row under a task key of an earlier geoagent version, whose task the plan holds under its new key
+#: (:func:`geoagent.data.model.earlier_task_id`; upgrade41 B): not a config change
+NOT_IN_PLAN_EARLIER_KEY = ("not in the current plan under this key: the task key of an earlier geoagent version "
+                           "(before a swapped-image control's key named the image it shows); the plan holds the task "
+                           "under its new key")
 
 
 #: :meth:`PlanDiff.text` ``fate``: the dropped tasks still queued are set aside now, unsent
@@ -124,7 +129,7 @@ class PlanDiff:
     name their task). Time: about 2 s for two plans of 10^6 tasks (the record itself takes longer to write).
     """
 
-    __slots__ = ("_old", "_seen", "_buf", "_new", "note")
+    __slots__ = ("_old", "_seen", "_buf", "_earlier", "_new", "note")
 
     def __init__(self, old_keys: Iterable[str]) -> None:
         import numpy as np
@@ -133,6 +138,8 @@ class PlanDiff:
         self._old = old[np.concatenate(([True], old[1:] != old[:-1]))] if len(old) else old  # each key once
         self._seen = np.zeros(len(self._old), dtype=bool)
         self._buf: list[int] = []
+        #: hash of a buffered key -> hash of its key of an earlier geoagent version (upgrade41 B), this chunk's only
+        self._earlier: dict[int, int] = {}
         self._new = 0
         #: :data:`PLAN_ABOUT_FILE` when it speaks of the record read (:meth:`of`), else None
         self.note: dict[str, Any] | None = None
@@ -181,7 +188,16 @@ class PlanDiff:
 
     def see(self, key: str) -> None:
         """Check one planned task key against the recorded plan."""
-        self._buf.append(hash(key))
+        self._note(key)
+
+    def _note(self, key: str) -> None:
+        from geoagent.data.model import earlier_task_id
+
+        h = hash(key)
+        self._buf.append(h)
+        earlier = earlier_task_id(key)
+        if earlier is not None:
+            self._earlier[h] = hash(earlier)
         if len(self._buf) >= PLAN_DIFF_CHUNK:
             self._flush()
 
@@ -189,9 +205,7 @@ class PlanDiff:
         """``plan`` unchanged (lazily), each message's key (``msg[0]``) checked with :meth:`see`."""
         for msg in plan:
             if isinstance(msg, tuple) and msg and isinstance(msg[0], str):
-                self._buf.append(hash(msg[0]))
-                if len(self._buf) >= PLAN_DIFF_CHUNK:
-                    self._flush()
+                self._note(msg[0])
             yield msg
 
     def _flush(self) -> None:
@@ -200,14 +214,26 @@ class PlanDiff:
         if not self._buf:
             return
         got = np.sort(np.asarray(self._buf, dtype=np.int64))  # sorted: the look-ups walk the record in order
-        self._buf = []
+        earlier, self._buf, self._earlier = self._earlier, [], {}
         if not len(self._old):
             self._new += len(got)
             return
         at = np.minimum(np.searchsorted(self._old, got), len(self._old) - 1)
         hit = self._old[at] == got
-        self._new += int((~hit).sum())
         self._seen[at[hit]] = True
+        missed = got[~hit]
+        # a task the recorded plan held under its key of an earlier geoagent version is neither new nor dropped: the
+        # run moves its stored answer to the new key (geoagent.geoverify.rekey; upgrade41 B: "104 requests new, 104
+        # planned before no longer in the plan", then "104 moved ...; none is left out of scoring")
+        alt = [earlier[int(h)] for h in missed if int(h) in earlier] if earlier else []
+        if alt:
+            alt_h = np.sort(np.asarray(alt, dtype=np.int64))
+            at2 = np.minimum(np.searchsorted(self._old, alt_h), len(self._old) - 1)
+            hit2 = (self._old[at2] == alt_h) & ~self._seen[at2]
+            self._seen[at2[hit2]] = True
+            self._new += len(missed) - int(hit2.sum())
+        else:
+            self._new += len(missed)
 
     @property
     def new(self) -> int:
@@ -467,6 +493,11 @@ class ScoredScope:
         raise (make(self.table, key, problem) if callable(make)
                else StoredRowError(f"table {self.table!r}, row {key!r}: {problem}"))
 
+    def _earlier_key_of_planned(self, key: str, row: Mapping[str, Any]) -> bool:
+        """Whether ``key`` (not planned) is the key of an earlier geoagent version of a task the plan holds under
+        another key (:data:`NOT_IN_PLAN_EARLIER_KEY`); no kind's keys changed but GeoVerify's, whose scope says."""
+        return False
+
     def keep(self, key: str, row: Mapping[str, Any]) -> bool:
         """Whether the scored row ``row`` stored under ``key`` is counted (updates the tallies)."""
         return self.left_out(key, row) is None
@@ -477,7 +508,7 @@ class ScoredScope:
         counted once)"``. The scored exports' reason column (:meth:`mark`)."""
         if self.plan_keys is not None and key not in self.plan_keys:
             self.not_planned += 1
-            return NOT_IN_PLAN
+            return NOT_IN_PLAN_EARLIER_KEY if self._earlier_key_of_planned(key, row) else NOT_IN_PLAN
         rk = self._request_key(row) if self._request_key is not None else None
         if isinstance(rk, str) and rk:
             first = self._by_request.get(rk)
