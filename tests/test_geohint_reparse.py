@@ -91,6 +91,8 @@ def test_refresh_reads_stale_rows_again_and_leaves_current_ones(tmp_path):
             "changed their reading, 0 of them naming another place geocoded and scored again; 1 naming another place "
             f"keeps the earlier reading for now ({GEOCODER_ELSEWHERE}); 1 stored answer read by an earlier answer "
             "parser has no stored text and keeps that reading (its extra.parser_version in the export says so).")
+        # upgrade41 C: what geocodes them is a run that runs the geocoder, not a re-run of this --stages command
+        assert "the next run of the campaign whose stages include geocoder" in GEOCODER_ELSEWHERE
 
         rows = dict(st.store.iter_results(SCORED_TABLE))
         a = rows["a"]
@@ -148,7 +150,8 @@ def test_the_export_view_reads_again_without_writing_and_counts_what_it_keeps(tm
         assert view.warning("rp3", SCORED_TABLE) == (
             "warning: campaign rp3: 2 rows of geohint_scored keep the reading of an earlier answer parser "
             f"(extra.parser_version below {ANSWER_PARSER_VERSION}): 1 names another place by version "
-            f"{ANSWER_PARSER_VERSION} and is geocoded again by the next `run.py run` of the campaign (no model call); "
+            f"{ANSWER_PARSER_VERSION} and is geocoded again by the next run of the campaign whose stages include "
+            "geocoder (a plain `run.py run`; a --stages run without it never does; no model call); "
             "1 has no stored answer text")
         assert StaleView(st.store).warning("rp3", SCORED_TABLE) is None  # nothing read: nothing to say
         assert list(reparse_items([("c", _row("c", "k1"))], st.store)) == [("c", _row("c", "k1"))]

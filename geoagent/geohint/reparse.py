@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from geoagent import constants as C
 from geoagent.geohint.geocode import ParsedAnswer as Place
 from geoagent.geohint.parse import ANSWER_PARSER_VERSION, ParsedAnswer, parse_answer
 from geoagent.geohint.result import GeoHintResult
@@ -229,7 +230,9 @@ class Refreshed:
 #: :attr:`Refreshed.why` of answers not geocoded again because their task is not in the current plan
 NOT_PLANNED = "their task is not in the current plan, and the report does not count them"
 #: :attr:`Refreshed.why` when this process does not run the geocoder (a ``--stages`` run without it)
-GEOCODER_ELSEWHERE = "the geocoder runs in another process of the campaign (--stages), whose run geocodes them"
+#: (upgrade41 C: "whose run geocodes them" read as though re-running this command would; it never does)
+GEOCODER_ELSEWHERE = ("this process does not run the geocoder (its --stages leave it out): the next run of the "
+                      f"campaign whose stages include {C.STAGE_GEOCODER} (a plain `run.py run`) geocodes them")
 
 
 def _once(hook: Callable[[], None] | None) -> Callable[[], None]:
@@ -381,7 +384,8 @@ class StaleView:
         if self.pending:
             why.append(f"{self.pending} name{'s' if self.pending == 1 else ''} another place by version "
                        f"{ANSWER_PARSER_VERSION} and {'is' if self.pending == 1 else 'are'} geocoded again by the next "
-                       "`run.py run` of the campaign (no model call)")
+                       f"run of the campaign whose stages include {C.STAGE_GEOCODER} (a plain `run.py run`; a "
+                       "--stages run without it never does; no model call)")  # upgrade41 C
         if self.no_text:
             why.append(f"{self.no_text} {'has' if self.no_text == 1 else 'have'} no stored answer text")
         return (f"warning: campaign {campaign}: {n} row{'' if n == 1 else 's'} of {table} keep the reading of an "
