@@ -70,7 +70,8 @@ def _settle_review_items(root: Path, crawl_dir: Path) -> None:
 
 
 @pytest.mark.parametrize("kind", ["geoverify", "geohint"])
-def test_a_rerun_over_a_changed_crawl_says_at_start_how_the_plan_changed(sandbox_crawled, capsys, kind):
+def test_a_rerun_over_a_changed_crawl_says_at_start_how_the_plan_changed(sandbox_crawled, capsys, monkeypatch, kind):
+    monkeypatch.delenv("GEOAGENT_RELEASE", raising=False)  # the campaign plans from the crawl's folder
     root, _ = sandbox_crawled  # the finished shipped crawl (run once per session, tests/_crawl_once.py)
     crawl_dir = root / "state" / "crawl-sandbox"
     cfg = _campaign(root, crawl_dir, kind)
