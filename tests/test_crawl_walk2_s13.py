@@ -158,6 +158,8 @@ def test_an_evaluated_model_that_audited_the_crawl_is_named_by_a_campaign_over_i
     # must not be an evaluated model, else the benchmark sets its own exam"); the crawl checks only its own
     # [crawl] evaluated_models list
     from tests.test_crawl_human_verdicts_applied import CRAWL_CONFIG
+
+    monkeypatch.delenv("GEOAGENT_RELEASE", raising=False)  # the campaign plans from the crawl's folder
     from geoagent.cli import main
 
     monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
