@@ -17,6 +17,7 @@ import pytest
 from _state_backends import KINDS, open_state
 from test_queue_contract import redis_url  # noqa: F401 - the module's redis-server fixture
 
+from geoagent.data.model import earlier_task_id
 from geoagent.geoverify.rekey import move_swapped_rows, new_key
 from geoagent.geoverify.stages import SCORED_TABLE
 
@@ -26,6 +27,22 @@ TID = "100|ctrl_mismatch|Juniper Park"
 def _row(tid: str, shown: str, request_key: str, arm: str = "ctrl_mismatch") -> dict:
     return {"trial_id": tid, "arm": arm, "image_shown": shown, "model": "m", "verdict": "no",
             "request_key": request_key}
+
+
+def _sandbox_campaign(sandbox_crawled, capsys, *args: str):
+    """The swapped-image campaign over the session's sandbox crawl, run once with ``args`` (e.g. ``--stages ...``):
+    (its config path, the state root)."""
+    from test_geoverify_redrawn_mismatch41 import _config
+
+    from geoagent.cli import main
+
+    root, _ = sandbox_crawled
+    state = root / "state"
+    p = _config(root, state / "crawl-sandbox", state / "images")
+    capsys.readouterr()
+    assert main(["run", str(p), *args, "--no-live"]) == 0
+    capsys.readouterr()
+    return p, state
 
 
 def test_new_key_names_the_image_shown_of_an_earlier_swapped_image_key():
@@ -73,21 +90,14 @@ def test_an_upgraded_campaign_no_longer_leaves_its_earlier_keys_out_of_scoring(s
     """The earlier keys' rows (what a campaign run before the key change and re-run after it holds: each answer
     under both keys) are dropped by the next run: its summary, report and export count each answer once."""
     import polars as pl
-    from test_geoverify_redrawn_mismatch41 import _config
 
     from geoagent.cli import main
     from geoagent.runtime.store import open_campaign_state
 
-    root, _ = sandbox_crawled
-    state = root / "state"
-    p = _config(root, state / "crawl-sandbox", state / "images")
-    capsys.readouterr()
-    assert main(["run", str(p), "--no-live"]) == 0
-    capsys.readouterr()
+    p, state = _sandbox_campaign(sandbox_crawled, capsys)
     with open_campaign_state("gv-redraw", root=state) as st:
         rows = dict(st.store.iter_results(SCORED_TABLE))
-        earlier = {f"{r['trial_id']}{k[len(r['trial_id']) + len('|shows=') + len(r['image_shown']):]}": r
-                   for k, r in rows.items() if "|shows=" in k}
+        earlier = {earlier_task_id(k): r for k, r in rows.items() if "|shows=" in k}
         assert earlier and all(new_key(k, r) in rows for k, r in earlier.items())
         st.store.put_results(SCORED_TABLE, list(earlier.items()))
     n = len(earlier)
@@ -175,22 +185,15 @@ def test_an_upgraded_campaign_moves_its_earlier_keys_rows_with_no_model_call(san
     which answers every task from the store: the sandbox fake serves no request and the ledger books no call, and
     the summary, report and export count each answer once, under its new key."""
     import polars as pl
-    from test_geoverify_redrawn_mismatch41 import _config
 
     from geoagent.cli import main
     from geoagent.runtime.store import open_campaign_state
     from geoagent.sandbox.launch import request_counts
 
-    root, _ = sandbox_crawled
-    state = root / "state"
-    p = _config(root, state / "crawl-sandbox", state / "images")
-    capsys.readouterr()
-    assert main(["run", str(p), "--no-live"]) == 0
-    capsys.readouterr()
+    p, state = _sandbox_campaign(sandbox_crawled, capsys)
     with open_campaign_state("gv-redraw", root=state) as st:
         rows = dict(st.store.iter_results(SCORED_TABLE))
-        earlier = [(k, f"{r['trial_id']}{k[len(r['trial_id']) + len('|shows=') + len(r['image_shown']):]}", r)
-                   for k, r in rows.items() if "|shows=" in k]
+        earlier = [(k, earlier_task_id(k), r) for k, r in rows.items() if "|shows=" in k]
         assert earlier and all(new_key(old, r) == k for k, old, r in earlier)
         # the store as a run before the key change left it: each swapped-image answer under its earlier key only
         assert st.store.move_results(SCORED_TABLE, earlier) == (len(earlier), 0)
@@ -222,7 +225,6 @@ def test_earlier_keys_tasks_still_queued_are_scored_under_the_new_keys(sandbox_c
     now stores them under the new key the plan holds. Staged by a ``--stages model_caller`` run (every answer on
     the responses edge, nothing scored), its swapped-image tasks then queued again under their earlier keys only."""
     import anyio
-    from test_geoverify_redrawn_mismatch41 import _config
 
     from geoagent import constants as C
     from geoagent.cli import main
@@ -230,20 +232,14 @@ def test_earlier_keys_tasks_still_queued_are_scored_under_the_new_keys(sandbox_c
     from geoagent.runtime.queue import open_queue
     from geoagent.runtime.store import open_campaign_state
 
-    root, _ = sandbox_crawled
-    state = root / "state"
-    p = _config(root, state / "crawl-sandbox", state / "images")
-    capsys.readouterr()
-    assert main(["run", str(p), "--stages", "model_caller", "--no-live"]) == 0
-    capsys.readouterr()
+    p, state = _sandbox_campaign(sandbox_crawled, capsys, "--stages", "model_caller")
 
     async def to_earlier_keys() -> dict[str, str]:
         q = open_queue(load_config(p).queues_root(), "gv-redraw", C.EDGE_RESPONSES)
         try:
             tasks = await q.lease(10_000, 300.0)
             swapped = [t for t in tasks if "|shows=" in t.key]
-            earlier = {f"{t.key.split('|shows=')[0]}|{t.key.split('|shows=')[1].split('|', 1)[1]}": t.key
-                       for t in swapped}
+            earlier = {earlier_task_id(t.key): t.key for t in swapped}
             assert len(earlier) == len(swapped)
             await q.put_many([(old, t.payload) for old, t in zip(earlier, swapped, strict=True)])
             await q.ack(swapped)  # gone from the queue, as under the earlier version, which never queued them
@@ -304,19 +300,13 @@ def test_a_row_under_an_earlier_key_has_its_own_left_out_reason():
 def test_the_upgrade_run_says_no_plan_change(sandbox_crawled, capsys):
     """upgrade41 B end to end: the plan record of a run before the key change (each swapped-image key in its
     earlier form) and its rows under the earlier keys: the next run moves them and prints no plan-change line."""
-    from test_geoverify_redrawn_mismatch41 import _config
 
     from geoagent.cli import main
     from geoagent.data.model import earlier_task_id
     from geoagent.runtime.scope import plan_keys_path
     from geoagent.runtime.store import open_campaign_state
 
-    root, _ = sandbox_crawled
-    state = root / "state"
-    p = _config(root, state / "crawl-sandbox", state / "images")
-    capsys.readouterr()
-    assert main(["run", str(p), "--no-live"]) == 0
-    capsys.readouterr()
+    p, state = _sandbox_campaign(sandbox_crawled, capsys)
     with open_campaign_state("gv-redraw", root=state) as st:
         moves = [(k, earlier_task_id(k), r) for k, r in st.store.iter_results(SCORED_TABLE) if "|shows=" in k]
         assert moves and st.store.move_results(SCORED_TABLE, moves) == (len(moves), 0)
