@@ -168,10 +168,9 @@ def test_a_two_model_run_s_eta_covers_the_slow_model_s_work(tmp_path, monkeypatc
     assert checked >= 1, [(r.get("eta_s"), [s.get("lanes") for s in r["stages"]]) for r in records][:6]
 
 
-def test_status_eta_says_when_the_budget_cap_stops_the_run_first(tmp_path):
-    """newuser41 #B: at 919 calls and $0.3069 of a $0.40 cap, ``status`` gave "ETA 138 s" for all the calls left;
-    the run stopped budget exhausted 268 calls later. The ETA now says when the cap is reached, from the ledger's
-    own figures (a real SQLite ledger: 919 settled calls) and the real requests queue."""
+def _ledger_spend(tmp_path, in_flight: int = 0) -> dict:
+    """The spend record of a real SQLite ledger with a $0.40 cap: 919 calls settled at $0.3069 in all, and
+    ``in_flight`` calls open, each reserving $0.003."""
     from geoagent.providers.base import Usage
     from geoagent.runtime.ledger import CampaignDB, Ledger
 
@@ -181,9 +180,18 @@ def test_status_eta_says_when_the_budget_cap_stops_the_run_first(tmp_path):
         for i in range(919):
             r = ledger.reserve(f"k{i}", 0.001, model="fake-gpt")
             ledger.settle(r, Usage(input_tokens=100, output_tokens=10), 0.3069 / 919)
-        spend = ledger.summary().to_json()
+        for i in range(in_flight):
+            ledger.reserve(f"f{i}", 0.003, model="fake-gpt")
+        return ledger.summary().to_json()
     finally:
         db.close()
+
+
+def test_status_eta_says_when_the_budget_cap_stops_the_run_first(tmp_path):
+    """newuser41 #B: at 919 calls and $0.3069 of a $0.40 cap, ``status`` gave "ETA 138 s" for all the calls left;
+    the run stopped budget exhausted 268 calls later. The ETA now says when the cap is reached, from the ledger's
+    own figures (a real SQLite ledger: 919 settled calls) and the real requests queue."""
+    spend = _ledger_spend(tmp_path)
     rec = _snapshot(tmp_path, None)  # 180 calls queued, the model caller's capacity measured
     rec_cap = {**rec, "spend": spend}
     rate = rec["stages"][0]["capacity_per_s"]
@@ -206,21 +214,9 @@ def test_the_cap_clause_counts_calls_in_flight_at_the_mean_cost(tmp_path):
     at a mean of $0.0003 per settled call, the clause said "about 135 more calls ... the rest needs about $0.2885
     more" for about 278 calls and $0.2405. The calls in flight are now counted at the mean cost, among the N; the
     live display's caption shows the same clause."""
-    from geoagent.providers.base import Usage
-    from geoagent.runtime.ledger import CampaignDB, Ledger
     from geoagent.runtime.progress import live_table
 
-    db = CampaignDB(tmp_path / "campaign.sqlite")
-    ledger = Ledger(db, 0.40)
-    try:
-        for i in range(919):
-            r = ledger.reserve(f"k{i}", 0.001, model="fake-gpt")
-            ledger.settle(r, Usage(input_tokens=100, output_tokens=10), 0.3069 / 919)
-        for i in range(16):  # in flight
-            ledger.reserve(f"f{i}", 0.003, model="fake-gpt")
-        spend = ledger.summary().to_json()
-    finally:
-        db.close()
+    spend = _ledger_spend(tmp_path, in_flight=16)
     assert spend["open_reservations"] == 16 and abs(spend["remaining_usd"] - (0.40 - 0.3069 - 0.048)) < 1e-6
     rec = _snapshot(tmp_path, None)
     rec_cap = {**rec, "spend": spend,
