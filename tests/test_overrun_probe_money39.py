@@ -102,15 +102,21 @@ def _reserved_and_cost(rig) -> list[tuple[float, float]]:
     return [(a / 1e9, (c or 0) / 1e9) for a, c in rows]
 
 
+def _gateway(tmp_path, monkeypatch, seed: str, **in_flight):
+    """A test's set-up: a made-up key in ``KEY_VAR`` (``seed``), the photo, and the OpenAI fake (seed 5) behind an
+    :class:`InFlight` middleware (``in_flight``: its arguments): ``(photo, middleware, app)``."""
+    monkeypatch.setenv(KEY_VAR, made_up_key("sk-", 40, seed=seed))
+    mw = InFlight(**in_flight)
+    app = make_app(seed=5)
+    app.middlewares.insert(0, mw.middleware())
+    return _photo(tmp_path), mw, app
+
+
 def test_spend_stays_within_the_cap_plus_one_calls_overrun_at_concurrency_20(tmp_path, monkeypatch):
     """40 photo tasks at once, concurrency 20, a cap of 25 worst cases: before the fix 20 calls went out on
     the low reservation and the provider billed ~10x the cap; now the first call goes alone, its bill sets the
     guard's factor, and the later calls reserve that, so the bill passes the cap by at most one call's overrun."""
-    monkeypatch.setenv(KEY_VAR, made_up_key("sk-", 40, seed="probe39"))
-    photo = _photo(tmp_path)
-    mw = InFlight()
-    app = make_app(seed=5)
-    app.middlewares.insert(0, mw.middleware())
+    photo, mw, app = _gateway(tmp_path, monkeypatch, "probe39")
 
     async def main():
         async with serve(app) as base, HttpClient() as http:
@@ -142,11 +148,7 @@ def test_spend_stays_within_the_cap_plus_one_calls_overrun_at_concurrency_20(tmp
 def test_full_concurrency_after_the_first_bill_and_a_failed_probe_passes_its_turn(tmp_path, monkeypatch):
     """The first call is refused (HTTP 400: released, not billed): the next waiting call becomes the probe (no
     deadlock), and once it is billed the others go at the model's full concurrency."""
-    monkeypatch.setenv(KEY_VAR, made_up_key("sk-", 40, seed="probe39b"))
-    photo = _photo(tmp_path)
-    mw = InFlight(delay_s=0.5, fail_first=True)
-    app = make_app(seed=5)
-    app.middlewares.insert(0, mw.middleware())
+    photo, mw, app = _gateway(tmp_path, monkeypatch, "probe39b", delay_s=0.5, fail_first=True)
 
     async def main():
         async with serve(app) as base, HttpClient() as http:
@@ -166,11 +168,7 @@ def test_full_concurrency_after_the_first_bill_and_a_failed_probe_passes_its_tur
 def test_a_stored_answer_does_not_wait_for_the_probe_and_a_new_process_probes_again(tmp_path, monkeypatch):
     """A task whose answer is stored is answered while the kind's probe is still on the wire (no paid call, no wait);
     a new process over the same state (a resumed run) knows no bill, so its first call probes again."""
-    monkeypatch.setenv(KEY_VAR, made_up_key("sk-", 40, seed="probe39c"))
-    photo = _photo(tmp_path)
-    mw = InFlight(delay_s=0.0)
-    app = make_app(seed=5)
-    app.middlewares.insert(0, mw.middleware())
+    photo, mw, app = _gateway(tmp_path, monkeypatch, "probe39c", delay_s=0.0)
 
     async def main():
         async with serve(app) as base, HttpClient() as http:
@@ -244,11 +242,7 @@ def test_the_auditors_probe_first_and_reserve_the_bill_after_it(tmp_path):
 def test_far_from_the_cap_the_first_call_does_not_probe(tmp_path, monkeypatch):
     """With far more left under the cap than 100 x concurrency x worst case (billing.PROBE_HEADROOM) even a first wave
     billing 100x its worst case fits, so the run starts at full concurrency: no start-up time lost."""
-    monkeypatch.setenv(KEY_VAR, made_up_key("sk-", 40, seed="probe39d"))
-    photo = _photo(tmp_path)
-    mw = InFlight(delay_s=0.3)
-    app = make_app(seed=5)
-    app.middlewares.insert(0, mw.middleware())
+    photo, mw, app = _gateway(tmp_path, monkeypatch, "probe39d", delay_s=0.3)
 
     async def main():
         async with serve(app) as base, HttpClient() as http:
@@ -265,11 +259,7 @@ def test_a_stop_abandons_the_calls_waiting_for_the_probe(tmp_path, monkeypatch):
     reserved), within the guard's poll (billing.PROBE_POLL_S), not after the probe's answer."""
     from geoagent.runtime.stage import Abandoned
 
-    monkeypatch.setenv(KEY_VAR, made_up_key("sk-", 40, seed="probe39e"))
-    photo = _photo(tmp_path)
-    mw = InFlight(delay_s=0.0)
-    app = make_app(seed=5)
-    app.middlewares.insert(0, mw.middleware())
+    photo, mw, app = _gateway(tmp_path, monkeypatch, "probe39e", delay_s=0.0)
 
     async def main():
         async with serve(app) as base, HttpClient() as http:
