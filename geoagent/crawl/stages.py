@@ -616,6 +616,12 @@ class _CrawlStage(Stage):
         if (refused := self._open_data_refusal(svc)) is not None:
             raise OpenDataRefused(_open_data_message(refused))
 
+    def _api_gates(self, svc: CrawlServices, exc: BaseException | None = None) -> None:
+        """Both refusal gates of a stage calling Mapillary and an open-data service: :meth:`_token_gate`, then
+        :meth:`_open_data_gate` (``exc``: the call's failure, or None before the call)."""
+        self._token_gate(svc, exc)
+        self._open_data_gate(svc, exc)
+
     async def start(self, ctx: StageContext) -> None:
         self._crawl_svc = services_from_context(ctx)
 
@@ -788,14 +794,12 @@ class CityScreenerStage(_CrawlStage):
         path = svc.state_dir / "screening" / f"{key}.json"
         rec = _load(path)
         if rec is None:
-            self._token_gate(svc)
-            self._open_data_gate(svc)
+            self._api_gates(svc)
             try:
                 res = await screen_city(city, svc.overpass, svc.mapillary, svc.settings.screener,
                                         on_note=svc.decision_logger(self.name, city=city.city))
             except Exception as e:
-                self._token_gate(svc, e)
-                self._open_data_gate(svc, e)
+                self._api_gates(svc, e)
                 if _permanent(e):
                     raise PermanentFailure(str(e)) from None
                 raise
@@ -846,16 +850,14 @@ class SiteSamplerStage(_CrawlStage):
             rec = _load(path)
             if rec is None:
                 seed = city_seed(svc.settings.seed, city.city)
-                self._token_gate(svc)
-                self._open_data_gate(svc)
+                self._api_gates(svc)
                 try:
                     res = await sample_sites(city, svc.wdqs, svc.mapillary, svc.settings.sampler, seed,
                                              on_split=svc.decision_logger(self.name, city=city.city),
                                              on_note=svc.decision_logger(self.name, city=city.city),
                                              claimed=claimed_sites(svc.state_dir, exclude=key))
                 except Exception as e:
-                    self._token_gate(svc, e)
-                    self._open_data_gate(svc, e)
+                    self._api_gates(svc, e)
                     if _permanent(e):
                         raise PermanentFailure(str(e)) from None
                     raise
