@@ -791,6 +791,42 @@ def _non_negative_int(text: str) -> int:
 _non_negative_int.__name__ = "whole number"
 
 
+def version_text() -> str:
+    """One line: the package version and each versioned rule set a stored result depends on (newuser41).
+
+    The rule versions are the ones ``CHANGELOG.md`` lists and manifests / crawl records store, so a user can tell
+    which rules a fresh run of this install applies, e.g. ``geoagent 0.1.0 (geocoder rules 14, ...)``.
+    """
+    from geoagent import __version__
+    from geoagent.crawl.image_audit import AUDIT_PARSER_VERSION
+    from geoagent.crawl.referenceability import REF_PARSER_VERSION
+    from geoagent.crawl.sampler import SAMPLER_VERSION
+    from geoagent.geohint.geocode import GEOCODER_RULES_VERSION
+    from geoagent.geohint.parse import ANSWER_PARSER_VERSION
+    from geoagent.geoverify.parse import VERDICT_PARSER_VERSION
+    from geoagent.geoverify.trials import TRIAL_BUILDER_VERSION
+    from geoagent.runtime.sqlite_queue import SCHEMA_VERSION
+
+    rules = [("GeoHint geocoder rules", GEOCODER_RULES_VERSION), ("answer parser", ANSWER_PARSER_VERSION),
+             ("GeoVerify verdict parser", VERDICT_PARSER_VERSION), ("trial builder", TRIAL_BUILDER_VERSION),
+             ("crawl sampler", SAMPLER_VERSION), ("referenceability parser", REF_PARSER_VERSION),
+             ("image audit parser", AUDIT_PARSER_VERSION), ("queue schema", SCHEMA_VERSION)]
+    return f"geoagent {__version__} (" + ", ".join(f"{name} {v}" for name, v in rules) + ")"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: print :func:`version_text` and exit 0; the rule modules are imported only when asked."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, default: str = argparse.SUPPRESS,
+                 help: str | None = None) -> None:
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        sys.stdout.write(version_text() + "\n")  # stdout, as argparse's own version action
+        parser.exit()
+
+
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     """The command-line parser; ``prog`` defaults to the invoked program's name (:func:`_prog`)."""
     p = argparse.ArgumentParser(
@@ -801,6 +837,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         allow_abbrev=False,  # cli36 #8: "dead CONFIG --re" requeued (a write) as an abbreviation of --requeue
     )
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.add_argument("--version", action=_VersionAction,
+                   help="print geoagent's version and the versions of its scoring and data rules (CHANGELOG.md), and exit")
     sub = p.add_subparsers(dest="command", required=True)
     def kw(command: str) -> dict[str, Any]:
         return {"epilog": command_exit_codes_epilog(command) + SUBCOMMAND_ENV_EPILOG,
