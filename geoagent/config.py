@@ -2330,6 +2330,12 @@ def resolved_dict(cfg: CampaignConfig) -> dict[str, Any]:
     campaign whose task section names its own ``release_dir`` and reads nothing under the other one
     (:func:`_paths_release_dir_read`): that section's folder, whatever ``$GEOAGENT_RELEASE`` says.
     """
+    if any(name not in _SECTIONS for name in cfg.tasks):
+        # a task section whose module is not imported yet would be dumped as written, without its defaults, and a
+        # manifest compared with it would list spurious "unset -> default" changes (session 41's note)
+        from geoagent.campaigns import register_all_sections
+
+        register_all_sections()
     data = cfg.model_dump(mode="json", exclude={"tasks", "source"})
     release = cfg.release_dir()
     if not _paths_release_dir_read(cfg):  # the task section's own folder is what it plans from
