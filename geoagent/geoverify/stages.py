@@ -348,29 +348,33 @@ class GeoVerifyScorerStage(Stage):
         store = ctx.services.get("store")
         key = task.key
         if store is not None:
-            key = await _scored_key(task.key, row, store, ctx)
-            await store.aput_result(SCORED_TABLE, key, row)
+            key = await _store_scored(task.key, row, store, ctx)
         return [(key, row)]
 
 
-async def _scored_key(key: str, row: dict[str, Any], store: Any, ctx: StageContext) -> str:
-    """The results key the scorer stores ``row`` (the scored row of task ``key``) under: ``key``, or, for a
-    swapped-image control's task queued under its key of before the key named the image shown (a campaign stopped
-    under an earlier geoagent version and run with this one), the new key :func:`geoagent.geoverify.rekey.new_key`
-    names, when the current plan holds it (ctx service :data:`SERVICE_PLAN_KEYS`; any new key when the process has no
-    plan) and it holds no other answer (none, or one of the same request). The run's move of the stored rows
-    (:func:`geoagent.geoverify.rekey.move_swapped_rows`) runs before the workers start, so a row this scorer stored
-    under the earlier key stayed there, left out of scoring until the next run moved it (upgrade41 A)."""
+async def _store_scored(key: str, row: dict[str, Any], store: Any, ctx: StageContext) -> str:
+    """Store ``row`` (the scored row of task ``key``) in the results table and return the key it is stored under:
+    ``key``, or, for a swapped-image control's task queued under its key of before the key named the image shown (a
+    campaign stopped under an earlier geoagent version and run with this one), the new key
+    :func:`geoagent.geoverify.rekey.new_key` names, when the current plan holds it (ctx service
+    :data:`SERVICE_PLAN_KEYS`; any new key when the process has no plan) and it holds no other answer (none, or one
+    of the same request). The run's move of the stored rows (:func:`geoagent.geoverify.rekey.move_swapped_rows`)
+    runs before the workers start, so a row this scorer stored under the earlier key stayed there, left out of
+    scoring until the next run moved it (upgrade41 A).
+
+    The store decides between the new key and ``key`` inside its write (``store.put_result_unless_other``: one
+    SQLite transaction or one Redis script): a look before the write let another process's scorer store another
+    answer under the new key in between, which this write then overwrote (fixgeohint42 #3). Another answer under
+    the new key stays, and this one is stored under ``key``, left out of scoring, as the move leaves it (review41c
+    #3)."""
     from geoagent.geoverify.rekey import new_key
-    from geoagent.runtime.store import same_answer
 
     new = new_key(key, row)
     plan = ctx.services.get(SERVICE_PLAN_KEYS)
     if new is None or (plan is not None and new not in plan):
+        await store.aput_result(SCORED_TABLE, key, row)
         return key
-    there = await store.aget_result(SCORED_TABLE, new)
-    # another answer under the new key stays: this one is left out of scoring, as the move leaves it (review41c #3)
-    return new if there is None or same_answer(there, row) else key
+    return await store.aput_result_unless_other(SCORED_TABLE, new, row, key)
 
 
 #: ctx service: the message keys of the campaign's current plan (set by the campaign kind when it plans), so the

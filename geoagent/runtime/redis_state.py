@@ -202,7 +202,7 @@ class RedisStateDB:
         reg = client.register_script
         self.scripts = {name: reg(getattr(S, name)) for name in
                         ("RESERVE", "SETTLE", "RELEASE", "MARK_UNKNOWN", "RECOVER", "RETIRE", "PUT_RESPONSE",
-                         "PUT_RESULTS", "MOVE_RESULTS")}
+                         "PUT_RESULTS", "MOVE_RESULTS", "PUT_RESULT_UNLESS_OTHER")}
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._closed = False
@@ -875,6 +875,16 @@ class RedisResponseStore:
         moved, dropped = self.db.script("MOVE_RESULTS", table, *args)
         return int(moved), int(dropped)
 
+    def put_result_unless_other(self, table: str, key: str, row: dict[str, Any], fallback_key: str) -> str:
+        """Write ``row`` under ``key`` unless that key holds another answer, else under ``fallback_key``, as
+        :meth:`geoagent.runtime.store.ResponseStore.put_result_unless_other`, in one script
+        (``PUT_RESULT_UNLESS_OTHER``: the decision and the write are atomic on the server); returns the key
+        written."""
+        _check_table(table)
+        rk = row.get("request_key")
+        return _text(self.db.script("PUT_RESULT_UNLESS_OTHER", table, str(key), str(fallback_key), _dumps(row),
+                                    rk if isinstance(rk, str) else ""))
+
     def get_result(self, table: str, key: str) -> dict[str, Any] | None:
         v = self.db.client.hget(self.db.key("t:" + _check_table(table)), key)
         return None if v is None else orjson.loads(v)
@@ -945,6 +955,7 @@ class RedisResponseStore:
     aput_result = ResponseStore.aput_result
     aput_results = ResponseStore.aput_results
     aget_result = ResponseStore.aget_result
+    aput_result_unless_other = ResponseStore.aput_result_unless_other
 
 
 def zpages(client: Any, zset: str, batch: int) -> Iterator[list[tuple[Any, float]]]:

@@ -397,3 +397,21 @@ for _, key in ipairs(gone) do
 end
 return {moved, #gone - moved}
 """
+
+#: ARGV: prefix, table, key, fallback key, row JSON, request key or '': the row is written under the key when it has
+#: none (HSETNX) or holds a row of the same non-empty request key (HSET), else under the fallback key (HSET); the
+#: decision and the write are one script, so a row another process stores under the key meanwhile is never
+#: overwritten by another answer (fixgeohint42 #3: the scorer's write of a swapped-image task queued under its
+#: earlier key, as MOVE_RESULTS). Returns the key written.
+PUT_RESULT_UNLESS_OTHER = _PRELUDE + r"""
+local H, Z = P .. 't:' .. ARGV[2], P .. 'tk:' .. ARGV[2]
+local at = ARGV[3]
+if redis.call('HSETNX', H, at, ARGV[5]) == 0 then
+  local ok, there = pcall(cjson.decode, redis.call('HGET', H, at))
+  if not (ARGV[6] ~= '' and ok and type(there) == 'table' and there.request_key == ARGV[6]) then at = ARGV[4] end
+  redis.call('HSET', H, at, ARGV[5])
+end
+redis.call('ZADD', Z, 0, at)
+redis.call('SADD', P .. 'tables', ARGV[2])
+return at
+"""

@@ -377,6 +377,28 @@ class ResponseStore:
             conn.executemany("DELETE FROM results WHERE tbl = ? AND key = ?", gone)
         return moved, len(gone) - moved
 
+    def put_result_unless_other(self, table: str, key: str, row: dict[str, Any], fallback_key: str) -> str:
+        """Write ``row`` under ``key`` unless that key holds another answer, else under ``fallback_key``, deciding
+        inside ONE transaction; returns the key written.
+
+        ``key`` gets ``row`` when it has no row (``INSERT OR IGNORE``) or holds a row of the same request
+        (:func:`same_answer`: overwritten, as a redelivered task overwrites its own row); a row of another answer
+        stored there is kept, and ``row`` is written under ``fallback_key`` (overwrite). The scorer's write of a
+        swapped-image task queued under its earlier key (:func:`geoagent.geoverify.stages._store_scored`): a look
+        outside the write let another process's row stored between the look and the write be overwritten (fixgeohint42
+        #3; as :meth:`move_results`, review41c #3)."""
+        _check_table(table)
+        text, now = _dumps(row), time.time()
+        with self.db.transaction() as conn:
+            if conn.execute("INSERT OR IGNORE INTO results (tbl, key, row, updated_at) VALUES (?, ?, ?, ?)",
+                            (table, str(key), text, now)).rowcount:
+                return str(key)
+            there = conn.execute("SELECT row FROM results WHERE tbl = ? AND key = ?", (table, str(key))).fetchone()
+            at = str(key) if there is not None and same_answer(_loads_or_none(there[0]), row) else str(fallback_key)
+            conn.execute("INSERT OR REPLACE INTO results (tbl, key, row, updated_at) VALUES (?, ?, ?, ?)",
+                         (table, at, text, now))
+            return at
+
     def get_result(self, table: str, key: str) -> dict[str, Any] | None:
         rows = self.db.read("SELECT row FROM results WHERE tbl = ? AND key = ?", (_check_table(table), key))
         return self._json(rows[0][0], table, key) if rows else None
@@ -467,6 +489,9 @@ class ResponseStore:
 
     async def aget_result(self, table: str, key: str) -> dict[str, Any] | None:
         return await self.db.run(self.get_result, table, key)
+
+    async def aput_result_unless_other(self, table: str, key: str, row: dict[str, Any], fallback_key: str) -> str:
+        return await self.db.run(self.put_result_unless_other, table, key, row, fallback_key)
 
 
 @dataclass
