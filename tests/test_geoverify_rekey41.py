@@ -13,6 +13,8 @@ GeoVerify campaign over the session's sandbox crawl through the CLI entry.
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 from _state_backends import KINDS, open_state
 from test_queue_contract import redis_url  # noqa: F401 - the module's redis-server fixture
@@ -195,10 +197,15 @@ def test_an_upgraded_campaign_moves_its_earlier_keys_rows_with_no_model_call(san
         rows = dict(st.store.iter_results(SCORED_TABLE))
         earlier = [(k, earlier_task_id(k), r) for k, r in rows.items() if "|shows=" in k]
         assert earlier and all(new_key(old, r) == k for k, old, r in earlier)
-        # the store as a run before the key change left it: each swapped-image answer under its earlier key only
+        # the store as a run before the key change left it: each swapped-image answer under its earlier key only,
+        # its response recording that key as the task that asked (request_meta.task_key)
         assert st.store.move_results(SCORED_TABLE, earlier) == (len(earlier), 0)
         assert not any("|shows=" in k for k, _ in st.store.iter_results(SCORED_TABLE))
         calls = st.ledger.summary().calls
+    asked_as = {r["request_key"]: old for _, old, r in earlier}
+    with sqlite3.connect(state / "gv-redraw" / "campaign.sqlite") as db:
+        db.executemany("UPDATE responses SET request_meta = json_set(request_meta, '$.task_key', ?) WHERE key = ?",
+                       [(old, rk) for rk, old in asked_as.items()])
     served = request_counts().get("openai", 0)
     assert served >= calls > 0  # the first run called the fake (this process's count)
     n = len(earlier)
@@ -215,6 +222,15 @@ def test_an_upgraded_campaign_moves_its_earlier_keys_rows_with_no_model_call(san
     assert main(["export", str(p)]) == 0
     df = pl.read_parquet(state / "gv-redraw" / "geoverify_scored.parquet")
     assert df.height == len(rows) and df["scored"].all()
+    # fixgeohint42 #4: the responses keep the task key their call was made under (provenance, not rewritten by the
+    # move), and every scored row joins its response by request key, the moved ones under their new key
+    resp = pl.read_parquet(state / "gv-redraw" / "model_responses.parquet")
+    task_of = dict(zip(resp["key"].to_list(), resp["request_meta.task_key"].to_list(), strict=True))
+    assert all(task_of[rk] == old for rk, old in asked_as.items())
+    joined = df.join(resp.select("key", "request_meta.task_key"), left_on="request_key", right_on="key", how="inner")
+    assert joined.height == df.height
+    moved = joined.filter(pl.col("request_key").is_in(list(asked_as)))
+    assert moved.height == n and all("|shows=" in k for k in moved["key"].to_list())
 
 
 def test_earlier_keys_tasks_still_queued_are_scored_under_the_new_keys(sandbox_crawled, capsys):

@@ -1766,6 +1766,9 @@ class ModelCaller(Stage):
                 "prompt_sha256": hashlib.sha256(request.prompt.encode("utf-8")).hexdigest(),
                 "prompt_chars": len(request.prompt),
                 "reserved_usd": reservation.amount_usd,
+                # provenance: the task whose call this was, keyed as now; never rewritten (a later key change, e.g.
+                # a swapped-image control's geoverify.rekey move, leaves it), and no reader matches on it: scored rows
+                # join their response by request key (fixgeohint42 #4)
                 "task_key": task.key,
             }
             kind = provider_kind(m, ctx.services.get(C.SERVICE_PROVIDER_KINDS))
