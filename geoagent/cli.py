@@ -156,12 +156,18 @@ def _warn_geocoder_change(cfg: Any, keys: list[str], *, file: Any = None,
             print(f"info: campaign {cfg.name}: {what}; no answer was geocoded yet, so every answer uses the new "
                   "rules (no model call is affected).", file=file)
             return
+        # the count is of before this run: its refresh may geocode some of them again (answers an earlier parser
+        # read that now name another place), and the run's summary counts, from the stored rows, those that keep
+        # other rules, at every run while any remain (fixgeohint42 #2)
         print(f"warning: campaign {cfg.name}: {what}: answers geocoded from now on use the new rules; the {done} "
-              "already geocoded keep the old ones, so located answers (hits, error km, unresolved) would mix both "
-              "(each scored row's extra.geocoder_rules names the version that located it; rows located before "
-              "that field existed have none; the echo, decided when an answer is scored, follows the new rules "
-              "for those not scored yet). No model call is affected; to geocode every answer under one version, "
-              "run the campaign under a new [campaign] name (which repeats its model calls).", file=file)
+              "geocoded before this run keep the old ones (except any this run's refresh geocodes again: answers "
+              "an earlier answer parser read that now name another place), so located answers (hits, error km, "
+              "unresolved) would mix both (each scored row's extra.geocoder_rules names the version that located "
+              "it; rows located before that field existed have none; the echo, decided when an answer is scored, "
+              "follows the new rules for those not scored yet). The run's summary says how many of the answers its "
+              "report counts keep other rules, at every run while any do. No model call is affected; to geocode "
+              "every answer under one version, run the campaign under a new [campaign] name (which repeats its "
+              "model calls).", file=file)
         return
     keys = [k for k in keys if k != "rules_version"]
     what = f"geocoder settings changed since its last run ([geohint.geocoder] {', '.join(keys)})"

@@ -36,7 +36,9 @@ sums are kept per site:
 * ``without_ladder_cells[(model, condition)]`` -> :class:`Cell` of the context answers left out for want of a
   hint distance (row rules below), kept for Table 11 only;
 * ``no_answer_cells[(model, condition)]`` -> :class:`Cell` of those no answers (row rules below), kept for
-  Table 11 only (which reads the checklist conditions').
+  Table 11 only (which reads the checklist conditions');
+* ``geocoder_rules[version]`` -> answers the tables count per geocoding rules version that located them (a row's
+  ``extra["geocoder_rules"]``; None: none recorded), which the report and the run's summary name when they mix.
 
 Adding the same result key twice is a no-op (redelivered queue messages are harmless).
 
@@ -517,6 +519,10 @@ class GeoHintAggregator:
         #: (site, model, condition, fine_only) -> context answers left out of the slope fits (Tables 6-7) because
         #: their hint distance is 0 km (module doc)
         self.zero_dref: dict[tuple[str, str, str, bool], int] = {}
+        #: geocoding rules version (a row's ``extra.geocoder_rules``; None: none recorded, located before version 14
+        #: or read from a release) -> answers the tables count that it located: a campaign resumed across a rules
+        #: change mixes versions (fixgeohint42 #1, #2: the report and the run's summary say how many each)
+        self.geocoder_rules: dict[int | None, int] = {}
 
     # --- updating ---------------------------------------------------------------------------
     def _echo_of(self, r: GeoHintResult) -> tuple[bool | None, str | None]:
@@ -564,6 +570,9 @@ class GeoHintAggregator:
             self.n_without_ladder_point += 1  # not in the site's ladder: out of every table but 11 (module doc)
             self.without_ladder_cells.setdefault(tk, Cell()).add(r)
             return True
+        rules = r.extra.get("geocoder_rules") if isinstance(r.extra, dict) else None
+        rules = rules if isinstance(rules, int) and not isinstance(rules, bool) else None
+        self.geocoder_rules[rules] = self.geocoder_rules.get(rules, 0) + 1
         echo, rule = self._echo_of(r)
         if echo != r.echo:
             r = dataclasses.replace(r, echo=echo)  # the caller's object stays as it was

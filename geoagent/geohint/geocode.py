@@ -276,6 +276,9 @@ ANSWER_COORDINATES = "answer-coordinates"
 #: city field ("Cambridge MA", "Cambridge, MA") is looked up by the region's name, so the namesake in that region
 #: anchors (point 1; geocode38 #5: "Cambridge MA" anchored nothing and "Cambridge, MA" the search's first Cambridge).
 GEOCODER_RULES_VERSION = 14
+#: the first version each located answer records (``extra.geocoder_rules`` of a scored row, newuser41 #1): a row
+#: without it was located by an earlier version (or read from a release, which records none)
+GEOCODER_RULES_RECORDED_FROM = 14
 
 LEVELS = ("building", "area", "city", "none")
 #: Our level names -> the release's ``resolved_level`` values (``answers_judged*.csv``).

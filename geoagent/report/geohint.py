@@ -2188,6 +2188,56 @@ def unresolved_line(agg: GeoHintAggregator) -> str:
             + "; per model and condition in the table 'unresolved' (unresolved.csv).")
 
 
+def geocoder_rules_text(counts: Mapping[int | None, int]) -> str:
+    """``counts`` (geocoding rules version -> answers it located, :attr:`GeoHintAggregator.geocoder_rules`) in words,
+    newest version first, the answers that record none last: ``"120 by version 14, 30 by version 13, 4 with none
+    recorded (located before version 14)"``."""
+    from geoagent.geohint.geocode import GEOCODER_RULES_RECORDED_FROM
+
+    parts = [f"{counts[v]} by version {v}" for v in sorted((v for v in counts if v is not None), reverse=True)]
+    if counts.get(None):
+        parts.append(f"{counts[None]} with none recorded (located before version {GEOCODER_RULES_RECORDED_FROM})")
+    return ", ".join(parts)
+
+
+def geocoder_rules_line(agg: GeoHintAggregator) -> str | None:
+    """``report.md``'s sentence on the geocoding rules that located the answers the tables count, when they are more
+    than one version (a campaign resumed across a rules change: fixgeohint42 #1); None when every answer shares one
+    (or none is counted). Per row: ``extra.geocoder_rules`` in the export."""
+    counts = {v: n for v, n in agg.geocoder_rules.items() if n}
+    if len(counts) < 2:
+        return None
+    return (f"Geocoding rules: the {sum(counts.values())} answers the tables count were located by more than one "
+            f"version: {geocoder_rules_text(counts)}; hits, error km and unresolved counts pool them (per row: "
+            "extra.geocoder_rules; CHANGELOG.md, GeoHint geocoding rules).")
+
+
+def geocoder_rules_warning(agg: GeoHintAggregator, campaign: str | None, current: int | None = None) -> str | None:
+    """The run summary's ``warning:`` while any answer the tables count was located by other geocoding rules than
+    ``current`` (default this geoagent's, :data:`geoagent.geohint.geocode.GEOCODER_RULES_VERSION`), read from the
+    stored rows at every run (the aggregate the summary already builds: no extra pass), so a re-run, a second
+    ``--stages`` process or another machine of the campaign says it too, and it is gone once no such answer is left
+    (fixgeohint42 #2, upgrade41 #6: the rules-change warning was printed once, by the first upgraded run, counting
+    answers that run's refresh geocoded again). ``campaign``: named in the line (None: not named). None when there
+    is none."""
+    from geoagent.geohint.geocode import GEOCODER_RULES_VERSION
+
+    current = GEOCODER_RULES_VERSION if current is None else current
+    other = {v: n for v, n in agg.geocoder_rules.items() if n and v != current}
+    if not other:
+        return None
+    n, total_n = sum(other.values()), sum(agg.geocoder_rules.values())
+    how_many = f"{n} of the {total_n} answers" if n < total_n else f"all {n} answer{'s' if n != 1 else ''}"
+    mix = ("located answers (hits, error km, unresolved) mix versions" if n < total_n else
+           "answers the campaign adds would mix versions")
+    named = f"campaign {campaign}: " if campaign else ""
+    return (f"warning: {named}{how_many} the report counts {'was' if n == 1 else 'were'} located by "
+            f"other geocoding rules than this geoagent's (version {current}): {geocoder_rules_text(other)}; they keep "
+            f"them, and answers geocoded from now on use version {current}, so {mix} (per row: extra.geocoder_rules)."
+            " No model call is affected; to locate every answer under one version, run the campaign under a new "
+            "[campaign] name (which repeats its model calls).")
+
+
 def unparsed_line(agg: GeoHintAggregator) -> str:
     """One sentence: how many scored answers (all conditions) were unparsed (no city, area or building read:
     ``parse_ok`` False; each a response and a miss, Terms' 'unparsed'), per model; GeoVerify's table counts its
@@ -2331,6 +2381,7 @@ def write_report(
         *[x for w in truncation_warnings(agg) for x in (f"**{w}**", "")],
         unresolved_line(agg),
         "",
+        *([rules_line, ""] if (rules_line := geocoder_rules_line(agg)) else []),
         unparsed_line(agg),
         "",
         *[x for w in unresolved_warnings(agg) for x in (f"**{w}**", "")],
