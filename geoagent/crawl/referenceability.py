@@ -938,6 +938,9 @@ class ReferenceabilityAuditor:
         #: :data:`REF_MAX_FUTILE_REASKED` of a city and kind, no further re-ask of them in this run (fixref41 #1); kept
         #: across the auditor's steps, so a task's retries in the run count them too
         self._futile: set[tuple[str, str, str | None]] = set()
+        #: (qid, city) -> the site's own line of a candidate whose re-ask shows its city's line instead (redis41 #4):
+        #: the request key its re-asks had before that fix, replayed when stored (:meth:`_rate_answer`)
+        self._site_lines: dict[tuple[str, str | None], RefCandidate] = {}
         self.reask_template = load_prompt(REF_REASK_TEMPLATE)
         self.sens_reask_template = load_prompt(SENS_REASK_TEMPLATE)
         self._generate = generate or provider.generate
@@ -961,7 +964,9 @@ class ReferenceabilityAuditor:
         """The prompt of the ``reask``-th re-ask (1-based) of candidate ``c`` alone: its prompt as a batch of one and
         the reminder :data:`REF_REASK_TEMPLATE` after it, ``{earlier}`` the unreadable answers so far in words (the
         one to the candidate alone, and the re-asks before: "your earlier reply", "your 2 earlier replies";
-        review40a #8c), so each re-ask has a request key of its own (crawl40b #2)."""
+        review40a #8c), so each re-ask has a request key of its own (crawl40b #2). ``c`` is the candidate as its
+        city's step showed it (``city_lines`` of :meth:`rate_all`, redis41 #4), so the re-ask is the question asked
+        before and its key is the same for every site of the city."""
         return _with_reminder(self._ref_prompt([c]), self.reask_template, reask)
 
     def _sens_prompt(self, batch: Sequence[RefCandidate]) -> str:
@@ -972,14 +977,18 @@ class ReferenceabilityAuditor:
         (fixref41 #3)."""
         return _with_reminder(self._sens_prompt([c]), self.sens_reask_template, reask)
 
-    async def _ask(self, prompt: str, task: str, batch: Sequence[RefCandidate]) -> str:
+    async def _ask(self, prompt: str, task: str, batch: Sequence[RefCandidate], earlier: str | None = None) -> str:
         """One model call; its verbatim answer is appended to ``audit_raw_answers.jsonl`` with the request
         key and the batch's QIDs (in prompt order: element ``idx`` of the answer speaks about ``qids[idx]``)
         before any parsing. A request whose key is already logged is answered from the log (no call, no
-        spend; counted in ``replayed``): a re-run after a crash takes the same path as the first run."""
+        spend; counted in ``replayed``): a re-run after a crash takes the same path as the first run.
+        ``earlier``: the prompt an earlier version sent for the same question (redis41 #4: a re-ask showed the
+        site's distance); its stored answer is replayed when ``prompt`` has none."""
         req = self._request(prompt, task)
         key = req.key()
         stored = self.raw.get(key)
+        if stored is None and earlier is not None and earlier != prompt:
+            stored = self.raw.get(self._request(earlier, task).key())
         if stored is not None:
             self.replayed += 1
             return stored
@@ -1032,7 +1041,9 @@ class ReferenceabilityAuditor:
         (a batch of one): the re-ask with the reminder it is (:meth:`_reask_prompt`), recorded as ``reasks`` in
         the decision (crawl40b #2)."""
         prompt = self._reask_prompt(batch[0], reask) if reask else self._ref_prompt(batch)
-        text = await self._ask(prompt, "crawl_referenceability", batch)
+        site_line = self._site_lines.get((batch[0].qid, city)) if reask else None
+        text = await self._ask(prompt, "crawl_referenceability", batch,
+                               None if site_line is None else self._reask_prompt(site_line, reask))
         problems: list[str] = []
         parsed = parse_ref_batch(text, len(batch), self.ref_template, problems=problems)
         if parsed:
@@ -1212,7 +1223,8 @@ class ReferenceabilityAuditor:
         appended to the logs since this auditor read them (review40a #7: two processes running the
         referenceability stage each re-asked, and paid for, the same candidate). When its record changed meanwhile
         (another process rated or re-asked it), that stands: no re-ask by this one in this run. Two processes that
-        re-ask it at the same moment send one request (the same prompt, so the same request key): the campaign's
+        re-ask it at the same moment, for two sites of its city too, send one request (the same prompt, ``c`` as its
+        city's step showed it: redis41 #4, so the same request key): the campaign's
         response store answers the second from the first (:func:`geoagent.crawl.llmcall.metered_generate`, a metered
         ``[[models]]`` auditor; an unmetered one, the simulator, has no store and costs nothing)."""
         log, model, _, tried = self._reask_parts(kind)
@@ -1316,7 +1328,8 @@ class ReferenceabilityAuditor:
         return len(todo) == len(batch) or self._request(prompt(batch), task).key() in self.raw
 
     async def rate_all(self, candidates: Sequence[RefCandidate], *, city: str | None = None,
-                       max_failed_share: float | None = REF_MAX_FAILED_SHARE) -> dict[str, int]:
+                       max_failed_share: float | None = REF_MAX_FAILED_SHARE,
+                       city_lines: Mapping[str, RefCandidate] | None = None) -> dict[str, int]:
         """Rate (and, with ``sensitive_screen``, screen) every candidate that has no logged decision for
         ``city``, in the fixed batches of :func:`fixed_batches` over ``candidates`` in the given order
         (module docstring).
@@ -1338,7 +1351,12 @@ class ReferenceabilityAuditor:
         or by :data:`REF_MAX_FUTILE_REASKED`, or an earlier version's) that this auditor has not failed or re-asked
         yet gets them before the batches (review40a #1: so a step that failed for too many of them gets further when
         requeued; :meth:`_reask_once` first reads what other processes logged). The screen's failures alike, with
-        the screen's reminder (fixref41 #3).
+        the screen's reminder (fixref41 #3). A re-ask shows the candidate as its city's step did (``city_lines``), so
+        two sites of a city re-ask it with one request key (redis41 #4).
+
+        The logs are read again first (redis41 #4): this auditor lives as long as its process, and a city another
+        process of the crawl rated since would otherwise look unrated here, its candidates asked again in the
+        site's own batches (the site's distances: other request keys, so paid twice).
 
         Unreadable answers (crawl40 #1, crawl40b #1, review40a #1): a batch's answer that settles nothing is split in
         halves and each half asked, but a split whose two halves both have a fault of the answers' format stops the
@@ -1361,6 +1379,12 @@ class ReferenceabilityAuditor:
             Share of the candidates (those asked: not the unlabelled) whose ratings may fail in isolation before
             the step fails (:data:`REF_MAX_FAILED_SHARE`; None: never, e.g. for a site's candidates after its
             city's step, :meth:`audit`).
+        city_lines : mapping, optional
+            QID -> the candidate as its city's rating step showed it (:func:`merge_site_candidates` of the city's
+            sites: the distance from the nearest of them); a candidate of ``candidates`` listed here is re-asked
+            with this line rather than its own (a site's, whose distance is that site's: redis41 #4), its
+            re-asks' earlier keys (the site's line) replayed when stored. None: each candidate as given (the
+            city's step itself, or a site rated alone).
 
         Returns
         -------
@@ -1385,6 +1409,8 @@ class ReferenceabilityAuditor:
         geoagent.runtime.stage.Abandoned, geoagent.runtime.ledger.BudgetExhausted
             From the metered ``generate`` (a stop request, the cap); what was answered before is logged.
         """
+        for log in (self.decisions, self.sensitive, self.raw):  # redis41 #4: what other processes logged since
+            log.refresh()
         calls0, replayed0, unreadable0 = self.calls, self.replayed, self.unreadable
         reasked0, screens_reasked0 = self.reasked, self.screens_reasked
         batches = fixed_batches(candidates, self.settings.batch_size)
@@ -1405,7 +1431,7 @@ class ReferenceabilityAuditor:
         for batch in batches:
             for c in batch:
                 if self.reask_due(c.qid, city):
-                    await self._reask_once(c, city)
+                    await self._reask_once(self._city_line(c, city, city_lines), city)
         n_asked = len(candidates) - len(unlabeled)
         too_many = None
         if max_failed_share is not None:
@@ -1447,6 +1473,15 @@ class ReferenceabilityAuditor:
                 "replayed": self.replayed - replayed0, "not_rated_no_label": len(unlabeled),
                 "unreadable": self.unreadable - unreadable0, "reasked": self.reasked - reasked0,
                 "screens_reasked": self.screens_reasked - screens_reasked0, "failed": len(failed)}
+
+    def _city_line(self, c: RefCandidate, city: str | None, city_lines: Mapping[str, RefCandidate] | None) -> RefCandidate:
+        """``c`` as its city's step showed it (``city_lines``, :meth:`rate_all`), else ``c``; where the two differ,
+        ``c`` (its re-asks' request keys before redis41 #4) is remembered for :meth:`_rate_answer`."""
+        shown = (city_lines or {}).get(c.qid)
+        if shown is None or shown == c:
+            return c
+        self._site_lines[(c.qid, city)] = c
+        return shown
 
     def _failed(self, candidates: Sequence[RefCandidate], city: str | None) -> list[RefCandidate]:
         """The candidates whose logged rating for ``city`` is a failure (``error``)."""
@@ -1501,13 +1536,15 @@ class ReferenceabilityAuditor:
                              "ts": time.time(),
                              "not_rated": NOT_RATED_NO_LABEL}, city)
 
-    async def audit(self, site: str, candidates: Sequence[RefCandidate], *, city: str | None = None) -> list[RatedCandidate]:
+    async def audit(self, site: str, candidates: Sequence[RefCandidate], *, city: str | None = None,
+                    city_lines: Mapping[str, RefCandidate] | None = None) -> list[RatedCandidate]:
         """Rate (and screen) ``candidates`` of ``site`` for ``city`` (:meth:`rate_all`: nothing is asked for
         candidates already decided for that city, e.g. by the crawl's per-city rating); returns one
         :class:`RatedCandidate` per candidate, carrying the decision made for ``city`` (failed ratings come
         back with ``familiarity=None``, failed screens with ``sensitive=None``: the ladder builder drops both).
         A rating that failed in isolation in an earlier run is asked again alone with the reminder
-        (:meth:`rate_all`, crawl40b #2); no share of failures fails this call (``max_failed_share`` None).
+        (:meth:`rate_all`, crawl40b #2), showing it as its city's step did (``city_lines``: redis41 #4); no share of
+        failures fails this call (``max_failed_share`` None).
 
         Raises
         ------
@@ -1520,7 +1557,7 @@ class ReferenceabilityAuditor:
         from geoagent.runtime.stage import Abandoned
 
         # no share limit here: the crawl's city step applied it to the city's candidates (a site's few may exceed it)
-        await self.rate_all(candidates, city=city, max_failed_share=None)
+        await self.rate_all(candidates, city=city, max_failed_share=None, city_lines=city_lines)
         views: dict[str, int] = {}
         if self.settings.pageviews and self.pageviews is not None:
             for c in candidates:

@@ -1253,8 +1253,9 @@ class ReferenceabilityAuditorStage(_CrawlStage):
                 cands = await self._site_candidates(svc, site, sid)  # stored: no WDQS query
             aud = svc.ref_auditor
             calls0, replayed0 = aud.calls, aud.replayed
-            # all decided for the site's city by now but the re-asks: no other rating call
-            rated = await aud.audit(sid, cands, city=_rating_city(site))
+            # all decided for the site's city by now but the re-asks: no other rating call; a re-ask shows the
+            # candidate as the city's step did, so every site of the city asks it with one request key (redis41 #4)
+            rated = await aud.audit(sid, cands, city=_rating_city(site), city_lines=city_lines(svc.state_dir, site))
             coords = {c.qid: (c.lat, c.lon) for c in cands}
             # rating_model: the [[models]] name whose ratings these are (the ladder's file name, rated_auditor)
             rec = {"site": site, "n_candidates": len(cands), "rated": [_rated_json(r) for r in rated],
@@ -1386,6 +1387,33 @@ class ReferenceabilityAuditorStage(_CrawlStage):
             if marker is not None:
                 _dump(marker, {**rec, "qids": [c.qid for c in merged]})
             return per_site[sid]
+
+
+def city_lines(state_dir: str | Path, site: dict[str, Any]) -> dict[str, RefCandidate]:
+    """QID -> the candidate as ``site``'s city's rating step showed it to the auditor: :func:`merge_site_candidates`
+    of the stored candidate lists (``ref_candidates/<site>.json``) of the sites its record
+    (``ref_cities/<city key>.json``, ``sites``) lists, so the distance from the nearest of them (redis41 #4: a
+    re-ask made for one site showed that site's distance, so two sites' re-asks of one candidate had two request
+    keys and were paid twice). ``{}`` when the city has no such record (not rated as a city yet, or the site's city
+    has no key) or a listed site's candidates are not stored (no WDQS query is made here): its candidates are then
+    re-asked as the site lists them, as before."""
+    try:
+        key = city_key(str(site.get("city", "")))
+    except ValueError:
+        return {}
+    state_dir = Path(state_dir)
+    rec = _load(state_dir / REF_CITIES_DIR / f"{key}.json")
+    sites = rec.get("sites") if isinstance(rec, dict) else None
+    if not isinstance(sites, list):
+        return {}
+    per_site: dict[str, list[RefCandidate]] = {}
+    for s_id in sites:
+        try:
+            stored = _load(state_dir / REF_CANDIDATES_DIR / f"{paths.safe_name(str(s_id), what='site id')}.json")
+            per_site[str(s_id)] = [candidate_from_json(c) for c in stored["candidates"]]
+        except (KeyError, TypeError, ValueError):
+            return {}
+    return {c.qid: c for c in merge_site_candidates(per_site)}
 
 
 def qids_to_read_again(svc: CrawlServices, rec: Any) -> list[str]:
