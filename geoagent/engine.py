@@ -2477,6 +2477,17 @@ async def _run(
                 for edge, (name, n) in arrived_late.items() if n]
             outcome.extra_lines.append("  report and export left to the process that finishes the campaign "
                                        "(other stages still have work queued or in flight)")
+            # redis41 #5: the last line says what waits for which stage and what takes it (a model caller's answers
+            # waiting for a collector that stopped read as finished, or lost)
+            from geoagent.runtime.manifest import stages_run_elsewhere
+
+            every = kind.stages(cfg)
+            others_alive = getattr(ledger, "others_alive", None)
+            outcome.extra_lines += waiting_lines(
+                every, [s.name for s in stages], counts,
+                elsewhere=stages_run_elsewhere(cfg.state_dir(), [s.name for s in every]),
+                others_alive=bool(others_alive()) if callable(others_alive) else None,
+                config=getattr(cfg, "source", None) or "CONFIG")
             return outcome
         # resume40 #1: the files below are rewritten one by one (each an interim one until this run's are written);
         # a kill or a forced exit among them must not leave `status` saying "campaign complete" over them: the mark
@@ -2898,6 +2909,59 @@ def stages_drained(all_stages: Sequence[Stage], own: Sequence[str], counts: dict
     last = max((i for i, s in enumerate(all_stages) if s.name in own_set), default=-1)
     edges = {s.input_edge for s in all_stages[: last + 1]}
     return all(not (counts[e].ready or counts[e].leased) for e in edges if e in counts)
+
+
+def waiting_lines(all_stages: Sequence[Stage], own: Sequence[str], counts: dict[str, QueueCounts], *,
+                  elsewhere: set[str], others_alive: bool | None, config: str) -> list[str]:
+    """The closing lines of a ``--stages`` process that ends while other stages have work (redis41 #5): one per
+    stage this process does not run whose input edge holds tasks (ready or leased), saying how many wait there,
+    that answers on :data:`~geoagent.constants.EDGE_RESPONSES` are stored (kept in the response store: no model call
+    is made for them again) and what takes them: a process running that stage now, or the command to run.
+
+    Parameters
+    ----------
+    all_stages : sequence of Stage
+        The campaign's pipeline in data-flow order.
+    own : sequence of str
+        The stages this process ran.
+    counts : dict
+        Queue counts by edge (:class:`geoagent.runtime.queue.QueueCounts`).
+    elsewhere : set of str
+        Stages other live processes of the campaign run on this machine
+        (:func:`geoagent.runtime.manifest.stages_run_elsewhere`).
+    others_alive : bool or None
+        Whether another process of the campaign is alive on any machine (Redis: the ledger's ``others_alive``,
+        whose records do not name stages); None where that is not known (SQLite: ``elsewhere`` says it).
+    config : str
+        The config path as given (``CONFIG`` when unknown), for the command named.
+
+    Returns
+    -------
+    list of str
+        In pipeline order; ``[]`` when no other stage's input holds work.
+    """
+    out = []
+    for st in all_stages:
+        c = counts.get(st.input_edge)
+        n = (c.ready + c.leased) if c is not None else 0
+        if st.name in own or not n:
+            continue
+        what = (f"{n} answer{'s' if n != 1 else ''} stored (kept in the response store: no model call is made "
+                f"for them again), "
+                f"waiting on {st.input_edge} for stage {st.name}" if st.input_edge == C.EDGE_RESPONSES
+                else f"{n} task{'s' if n != 1 else ''} waiting on {st.input_edge} for stage {st.name}")
+        cmd = f"`run.py run {config} --stages {st.name}` (or `run.py run {config}`, every stage)"
+        if st.name in elsewhere:
+            who = f"another process of the campaign on this machine runs stage {st.name} and takes them"
+        elif c is not None and c.leased:
+            who = (f"{c.leased} of them leased by a process of the campaign now; if it stops, {cmd} takes the rest")
+        elif others_alive:
+            who = (f"another process of the campaign is running (on some machine; which stages it runs is not "
+                   f"recorded on the server): if none runs stage {st.name}, {cmd} takes them")
+        else:
+            who = f"no process of the campaign runs stage {st.name} now: {cmd} takes them"
+        out.append(f"  {what}; {who}")
+    return out
 
 
 def _refuse_empty_first_plan(cfg: Any, kind: CampaignKind, plan: Iterable[Message]) -> Iterable[Message]:
