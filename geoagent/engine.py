@@ -2274,6 +2274,8 @@ async def _run(
 
     ctx.services[C.SERVICE_RECORD_RUN_SO_FAR] = record_run_so_far
     began_lock, began = threading.Lock(), [False]
+    # the run-start refresh of stored rows: "on" while it runs, "wrote" once it wrote a row (upgrade41 #4)
+    refreshing: list[str | None] = [None]
 
     def note_work_began() -> None:
         # review40b #5: once, before the run first changes what its end is made from (a task leased, a stored row
@@ -2286,6 +2288,9 @@ async def _run(
 
                 mark_end_on_server(cfg, run_id, END_WORKING)  # Redis: every machine's status reads it (redis41 #3)
                 began[0] = True
+            if refreshing[0] == "on":  # the refresh's first write: `status` names a refresh a kill cut short
+                manifest.record_refresh(run_id, done=False)
+                refreshing[0] = "wrote"
 
     ctx.services[C.SERVICE_WORK_BEGAN] = note_work_began
     status = "interrupted"
@@ -2296,8 +2301,16 @@ async def _run(
         # rows an earlier version's rules scored, brought up to these rules before any worker runs (no model call);
         # after the run is recorded, so a damaged row met here ends it as "failed", as the workers' would
         ctx.services[C.SERVICE_OWN_STAGES] = frozenset(s.name for s in stages)
+        # upgrade41 #4: the refresh's writes (through the work-began hook) and its end are marked in the manifest,
+        # so `status` after a kill inside it says that the next run finishes it (kinds without one mark nothing)
+        refreshes = type(kind).refresh_scored_rows is not CampaignKind.refresh_scored_rows
+        refreshing[0] = "on" if refreshes else None
         for ln in await kind.refresh_scored_rows(cfg, ctx):
             print(ln, file=sys.stderr)
+        with began_lock:
+            refreshing[0] = None
+        if refreshes:
+            manifest.record_refresh(run_id, done=True)
         ledger = ctx.get("ledger")
         progress = Progress(
             cfg.state_dir() / C.PROGRESS_FILE,

@@ -247,6 +247,7 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
         finally:
             q.close_sync()
     spend = None
+    ready_stored: tuple[int, int] | None = None  # (stored, queued) of the idle requests (_ready_stored)
     alive: bool | None = None  # Redis: a process of the campaign runs on some machine (its heartbeat)
     answered: dict[str, int] = {}
     if state_exists(cfg) and not uses_redis(cfg):
@@ -275,6 +276,7 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
                     if name in spend["by_model"]:
                         spend["by_model"][name].update(gone_usd=m_usd, gone_calls=m_n)
             answered = state.store.count_responses_by_model()
+            ready_stored = _ready_stored(cfg, state.store, queues)
             others_alive = getattr(state.ledger, "others_alive", None)
             alive = bool(others_alive()) if uses_redis(cfg) and callable(others_alive) else None
     # answers to the current plan's requests only (the recorded plan's tasks done): answers kept from tasks an
@@ -332,6 +334,10 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
             "run_outcomes": outcomes, "runs_unended": unended,
             # the newest run that began writing the campaign's final exports and report did not finish them
             "end_cut_short": end_cut,
+            # the newest run that began its start-up refresh of stored rows and did not finish it (upgrade41 #4)
+            "refresh_cut_short": _refresh_cut_short(Path(cfg.state_dir())),
+            # (stored, queued): the idle requests that have an answer stored, when no process runs (upgrade41 #4)
+            "ready_stored": ready_stored,
             # Redis: the end mark on the server, when it decided end_cut_short (its host, state; None otherwise)
             "end_mark": end_mark,
             # the newest run was started with --watch: drained queues while it runs are it idling, not finishing
@@ -568,6 +574,93 @@ def _end_cut_short(state_dir: Path) -> str | None:
     runs = man.get("runs") if isinstance(man, dict) else None
     run = end_cut_short(runs if isinstance(runs, list) else [])
     return str(run.get("status") or "running") if run is not None else None
+
+
+def _refresh_cut_short(state_dir: Path) -> dict[str, Any] | None:
+    """The manifest entry of the newest run that began its start-up refresh of stored rows and stopped before
+    finishing it, when no later run finished one (:func:`geoagent.runtime.manifest.refresh_cut_short`, upgrade41
+    #4), or None (no readable manifest too)."""
+    from geoagent.runtime.manifest import read_manifest, refresh_cut_short
+
+    try:
+        man = read_manifest(state_dir) or {}
+    except (OSError, ValueError):
+        return None
+    runs = man.get("runs") if isinstance(man, dict) else None
+    return refresh_cut_short(runs if isinstance(runs, list) else [])
+
+
+#: ``status`` counts the stored answers among at most this many idle requests (:func:`_ready_stored`): a request key
+#: is a hash of its payload, so a larger queue would make ``status`` slow
+READY_STORED_MAX = 20_000
+
+
+def _ready_stored(cfg: Any, store: Any, queues: dict[str, QueueCounts]) -> tuple[int, int] | None:
+    """``(stored, queued)``: of the requests idle in the campaign's ``requests`` queue (ready, or under an expired
+    lease), how many have an answer in the response store under their request key (the model caller's lookup:
+    :func:`geoagent.workers.model_caller.build_request`), so the next run takes them with no model call
+    (upgrade41 #4: after a killed upgrade run, ``status`` showed them as work left to pay for). Only when no process
+    holds the campaign on this machine; None on Redis (the payloads are on the server), with none idle, more than
+    :data:`READY_STORED_MAX`, or a queue that cannot be read."""
+    from geoagent.engine import run_lock_held
+    from geoagent.runtime.backend import uses_redis
+
+    idle = queues.get(C.EDGE_REQUESTS)
+    if (uses_redis(cfg) or idle is None or not idle.ready + idle.leased or idle.ready > READY_STORED_MAX
+            or not hasattr(store, "has") or run_lock_held(Path(cfg.state_dir())) is not False):
+        return None
+    path = next((f for f in _queue_files(cfg) if getattr(f, "stem", None) == C.EDGE_REQUESTS), None)
+    if path is None:
+        return None
+    from geoagent.providers.base import request_key
+    from geoagent.runtime.stage import PermanentFailure
+    from geoagent.workers.model_caller import build_request
+
+    q = _open(cfg, path)
+    try:
+        payloads = q.ready_payloads_sync(READY_STORED_MAX)
+    except Exception:  # noqa: BLE001 - a status display shows what it can
+        return None
+    finally:
+        q.close_sync()
+    if not payloads:
+        return None
+    stored = 0
+    for payload in payloads:
+        try:
+            _, req = build_request(cfg, payload)
+        except PermanentFailure:  # a model no longer configured, no prompt: its task fails, nothing stored counts
+            continue
+        # a placeholder request's answer stored before pixel_source entered the key, as the model caller finds it
+        if store.has(req.key()) or (req.pixel_source is not None and store.has(request_key(
+                req.provider, req.model, req.prompt, req.image_id, req.params))):
+            stored += 1
+    return stored, len(payloads)
+
+
+def refresh_cut_text(run: dict[str, Any]) -> str:
+    """The ``status`` line of a start-up refresh of stored rows a stop cut short (:func:`_refresh_cut_short`,
+    upgrade41 #4)."""
+    how = {"running": "killed", "failed": "it failed"}.get(str(run.get("status") or "running"),
+                                                             str(run.get("status")))
+    return (f"the last run stopped inside its start-up refresh of the stored rows (run {run.get('run_id', '?')} on "
+            f"host {run.get('host', '?')}, {how}; it began rewriting rows at {run.get('refresh_began', '?')}): rows "
+            "an earlier geoagent version stored are being brought up to this version's rules (moved to their "
+            "current task keys, or read again from their stored answers: no model call), and the rest are not yet; "
+            "the next `run.py run CONFIG` finishes that first, before any task, and the report and export on disk "
+            "are an earlier run's until a run ends")
+
+
+def ready_stored_text(stored: int, queued: int) -> str | None:
+    """The ``status`` line of the queued requests that have an answer stored (:func:`_ready_stored`), or None when
+    none has."""
+    if not stored:
+        return None
+    if stored == queued:
+        return (f"all {queued} requests queued have an answer stored: the next run takes those answers (no model "
+                "call, no spend for them)")
+    return (f"{stored} of the {queued} requests queued have an answer stored: the next run takes those answers (no "
+            f"model call for them); {queued - stored} need a call")
 
 
 def _server_end(cfg: Any, local: str | None, alive: bool | None) -> tuple[str | None, dict[str, Any] | None]:
@@ -1021,6 +1114,12 @@ def format_status(st: dict[str, Any]) -> str:
         lines.append("  the last run ended in an error (manifest.json records it 'failed'; its console said why): "
                      "the report and exports were not rewritten by it, the files on disk may be older than the "
                      "queues: fix the cause and re-run the same command")
+    if st.get("refresh_cut_short") and not st.get("running"):  # upgrade41 #4
+        lines.append("  " + refresh_cut_text(st["refresh_cut_short"]))
+    if st.get("ready_stored") and not st.get("running"):  # upgrade41 #4: queued is not "to be paid for"
+        text = ready_stored_text(*st["ready_stored"])
+        if text:
+            lines.append("  " + text)
     aside = sum((st.get("superseded") or {}).values())
     if aside:
         lines.append(f"  set aside: {aside} task{'s' if aside != 1 else ''} superseded, not in the current plan (the "

@@ -805,6 +805,31 @@ END_WRITTEN_KEY = "end_written"
 #: (:meth:`Manifest.record_work_began`: its first task leased, a stored row rewritten, a --watch hand-off); an entry
 #: without it (an earlier geoagent) counts as having worked
 WORK_BEGAN_KEY = "work_began"
+#: a run entry's keys of the run-start refresh of stored rows (upgrade41 #4; GeoVerify's re-keying and re-parsing,
+#: GeoHint's re-parsing and geocoding again: :meth:`geoagent.engine.CampaignKind.refresh_scored_rows`): the time
+#: (UTC) the refresh first wrote a row (:meth:`Manifest.record_refresh`), and the time it returned; a run entry with
+#: the first and not the second stopped (killed, failed) inside its refresh
+REFRESH_BEGAN_KEY = "refresh_began"
+REFRESH_DONE_KEY = "refresh_done"
+
+
+def refresh_cut_short(runs: Sequence[Any]) -> dict[str, Any] | None:
+    """Of the run entries ``runs`` (a manifest's ``runs``, oldest first), the newest that began its run-start refresh
+    of stored rows (:data:`REFRESH_BEGAN_KEY`) and did not finish it (no :data:`REFRESH_DONE_KEY`), when no later
+    run finished a refresh since (upgrade41 #4); None otherwise. A run still ``running`` whose process on this
+    machine is alive is passed over (its refresh may go on); a run with neither key (it wrote nothing in its
+    refresh, was stopped before it, or an earlier geoagent's) leaves the question to the runs before it."""
+    for run in reversed(runs):
+        if not isinstance(run, dict):
+            continue
+        if run.get(REFRESH_DONE_KEY):
+            return None
+        if not run.get(REFRESH_BEGAN_KEY):
+            continue
+        if run.get("status") == "running" and run.get("host") == socket.gethostname() and not _run_process_gone(run):
+            continue
+        return run
+    return None
 
 
 def end_cut_short(runs: Sequence[Any]) -> dict[str, Any] | None:
@@ -1057,6 +1082,27 @@ class Manifest:
             if run.get(WORK_BEGAN_KEY):
                 return
             run[WORK_BEGAN_KEY] = _iso(now)
+            data["updated_at"] = _iso(now)  # type: ignore[index]
+            _write(self.path, data)  # type: ignore[arg-type]
+
+    def record_refresh(self, run_id: str, *, done: bool) -> None:
+        """Record, durably, that run ``run_id``'s run-start refresh of stored rows first wrote a row (``done`` False:
+        :data:`REFRESH_BEGAN_KEY`, once) or returned (``done`` True: :data:`REFRESH_DONE_KEY`), both times UTC, so
+        ``status`` can name a refresh a kill or an error cut short (:func:`refresh_cut_short`, upgrade41 #4).
+
+        Raises
+        ------
+        KeyError
+            No run ``run_id`` in the manifest.
+        """
+        now = time.time()
+        key = REFRESH_DONE_KEY if done else REFRESH_BEGAN_KEY
+        with _locked(self.path):
+            data = read_manifest(self.state_dir)
+            run = self._run_entry(data, run_id)
+            if run.get(key):
+                return
+            run[key] = _iso(now)
             data["updated_at"] = _iso(now)  # type: ignore[index]
             _write(self.path, data)  # type: ignore[arg-type]
 

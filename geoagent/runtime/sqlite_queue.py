@@ -1144,6 +1144,30 @@ class SQLiteQueue(WorkQueue):
         """Synchronous :meth:`requeue_dead`."""
         return self._sync(self._requeue_op(keys))
 
+    def ready_payloads_sync(self, limit: int) -> list[dict[str, Any]] | None:
+        """The payloads of the tasks idle now (ready, also waiting out a backoff, or leased under an expired lease,
+        as :meth:`ready_keys`), read only, a snapshot; None when there are more than ``limit`` (the caller looks no
+        further: ``status`` counts the stored answers among them, upgrade41 #4). A payload that is not a JSON object
+        is left out."""
+        def tx(conn: sqlite3.Connection, now: float) -> list[bytes] | None:
+            rows = conn.execute("SELECT payload FROM tasks WHERE state = ? LIMIT ?", (READY, limit + 1)).fetchall()
+            rows += conn.execute("SELECT payload FROM tasks WHERE state = ? AND not_before <= ? LIMIT ?",
+                                 (LEASED, now, limit + 1)).fetchall()
+            return None if len(rows) > limit else [r for (r,) in rows]
+
+        raw = self._sync(_Op(tx, write=False, inline=False))
+        if raw is None:
+            return None
+        out = []
+        for blob in raw:
+            try:
+                payload = orjson.loads(blob)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(payload, dict):
+                out.append(payload)
+        return out
+
     def dead_keys_sync(self, reason_prefix: str = "") -> list[str]:
         """Synchronous :meth:`dead_keys` (``status`` counts the superseded tasks with it)."""
         return self._sync(self._dead_keys_op(str(reason_prefix)))
