@@ -3697,7 +3697,8 @@ def simulate_dispatch(cfg: CampaignConfig, est: Estimate) -> dict[str, int]:
       counts it against the cap);
     * at its send gate a call reserves its worst case (the ledger's reservation) if settled spend + open
       reservations + it fits the cap; if it does not fit only because of open reservations, it waits for a
-      call to settle (other models' calls that fit go on meanwhile); once settled spend + its worst case
+      call to settle, and its model's later calls wait behind it (first come first served, as the model
+      caller's budget-wait line; other models' calls that fit go on meanwhile); once settled spend + its worst case
       exceeds the cap by itself, the run stops dispatching (exit 4) and only calls in flight finish;
     * a finished call settles at its expected cost (:func:`estimate`'s expected USD).
 

@@ -17,7 +17,9 @@ Issue 2 points 6, 7 and 10. For each task (payload below) the worker:
    for its size, read from the loaded image's header): :func:`geoagent.config.reserved_input_tokens`) and
    lets the request go. If the cap is only reached because
    of other calls' open reservations, the request is abandoned unsent and the task waits for them to
-   settle (they usually cost far less than their worst case), then tries again; once
+   settle (they usually cost far less than their worst case), then tries again; the waits of one model are
+   first come first served (fifo42: a later call of the model queues behind a waiting one instead of taking
+   the room it waits for, :class:`_BudgetLines`); once
    spent + unknown + this worst case exceeds the cap by itself, it raises
    :class:`~geoagent.runtime.stage.BudgetStop` (the runner releases the task and stops dispatching);
 5. when the provider answers, stores the response and settles the reservation in ONE transaction and emits.
@@ -908,17 +910,20 @@ class _Unreachable(PicklableError, Exception):
 
 class _NotSent(PicklableError, Exception):
     """Raised by a :class:`_SendGate` to abandon a request unsent: ``cached`` (the stored response),
-    ``refusal`` (the ledger's :class:`BudgetExhausted`) or ``elsewhere`` (the same request key is in
-    flight in another process of the campaign) is set. Picklable: the three attributes travel as set
+    ``refusal`` (the ledger's :class:`BudgetExhausted`), ``elsewhere`` (the same request key is in
+    flight in another process of the campaign) or ``queued`` (an earlier call of the model waits for room
+    under the cap: :class:`_BudgetLines`) is set. Picklable: the four attributes travel as set
     (re-running ``__init__`` with the message put it in ``cached``)."""
 
     def __init__(self, cached: ModelResponse | None = None, refusal: BudgetExhausted | None = None,
-                 elsewhere: bool = False) -> None:
+                 elsewhere: bool = False, queued: bool = False) -> None:
         super().__init__("stored response found" if cached is not None else
-                         "in flight in another process" if elsewhere else "reservation refused")
+                         "in flight in another process" if elsewhere else
+                         "queued behind a budget wait" if queued else "reservation refused")
         self.cached = cached
         self.refusal = refusal
         self.elsewhere = elsewhere
+        self.queued = queued
 
 
 #: what the gate's database job returns when another live process holds an open reservation for the key
@@ -1170,9 +1175,13 @@ class _SendGate:
     tokens : (int, int), optional
         The worst-case (input, output) token counts ``worst_usd`` was priced from: kept with the reservation
         (:func:`geoagent.runtime.ledger.with_worst_tokens`) for a withheld answer's booking.
+    lines : _BudgetLines, optional
+        The model caller's budget-wait lines: while an earlier call of the model waits for room under the cap and
+        this gate does not head its line, the gate reserves nothing and raises :class:`_NotSent` ``queued`` (a
+        stored response still answers it); once it reserved, it leaves the line (fifo42).
     """
 
-    __slots__ = ("_args", "reservation", "breaker", "stopping", "hosts", "tokens", "cutoff")
+    __slots__ = ("_args", "reservation", "breaker", "stopping", "hosts", "tokens", "cutoff", "lines", "in_line")
 
     #: the HTTP layer raises :class:`~geoagent.runtime.http.PausedUnsent` (nothing sent) instead of waiting out a
     #: host pause longer than the call's backoff that arrives after this gate reserved: the reservation is released
@@ -1181,8 +1190,11 @@ class _SendGate:
 
     def __init__(self, store: Any, ledger: Any, key: str, worst_usd: float, model_name: str,
                  breaker: "AuthBreaker | None" = None, stopping: Any = None, hosts: "HostBreaker | None" = None,
-                 tokens: tuple[int, int] | None = None, cutoff: CutOffBreaker | None = None) -> None:
+                 tokens: tuple[int, int] | None = None, cutoff: CutOffBreaker | None = None,
+                 lines: "_BudgetLines | None" = None) -> None:
         self._args = (store, ledger, key, worst_usd, model_name)
+        self.lines = lines
+        self.in_line = False  # in its model's budget-wait line (_BudgetLines.join / leave)
         self.tokens = tokens
         self.cutoff = cutoff
         self.reservation: Any = None
@@ -1205,6 +1217,11 @@ class _SendGate:
         cut = self.cutoff.is_open(self._args[4]) if self.cutoff is not None else None
         if cut is not None:
             raise CutOffStop(cut)
+        if self.lines is not None and self.lines.must_queue(self._args[4], self):
+            # fifo42: an earlier call of this model waits for room under the cap; this one queues behind it rather
+            # than take that room. A read only: a stored response still answers the task at once
+            cached = await self._args[0].aget(self._args[2])
+            raise _NotSent(cached=cached) if cached is not None else _NotSent(queued=True)
         cached, reservation = await _lookup_or_reserve(*self._args)
         if cached is not None:
             raise _NotSent(cached=cached)
@@ -1222,6 +1239,8 @@ class _SendGate:
             ledger.db.submit(ledger.release, reservation)
             raise Abandoned(STOP_NOT_SENT)
         self.reservation = reservation if self.tokens is None else with_worst_tokens(reservation, *self.tokens)
+        if self.in_line:  # reserved: the next call in its line may try at once (fifo42)
+            self.lines.leave(self._args[4], self)  # type: ignore[union-attr]
 
     async def before_wait(self) -> None:
         """Awaited by the HTTP layer once, when the request would wait for its host (a concurrency or rate slot, a
@@ -1276,6 +1295,91 @@ class _KeyTurn:
             self._leave()
 
 
+class _BudgetLines:
+    """Per model, this process's calls waiting for room under the budget cap, first come first served (fifo42).
+
+    A call whose reservation the ledger refused only because of other calls' open reservations waits for them to
+    settle (:meth:`ModelCaller._send`). Polling alone let a call that came later (or whose poll fired first) take
+    the room an earlier one waited for: a GeoHint run stopped at the cap then held context answers whose image's
+    baseline, queued before them in the plan, was never sent. So the first refused call *joins* its model's line;
+    while the line is not empty, a send gate of that model that does not head it reserves nothing (the gate raises
+    :class:`_NotSent` ``queued``) and its call joins the line's end. Only the head polls the ledger; it leaves the
+    line once it reserved (or was answered from the store, or gave up: a final refusal, the wait's time limit, a
+    stop, an error, cancellation), and the next call is woken at once to try. A call whose key turned out to be in
+    flight in another process leaves the line (that wait is not for budget room and must not hold the line up).
+
+    One line per model, not one for the campaign's cap: what must stay in order is each model's plan (its baseline
+    before its context units), and a head waits for its own host's slots and rate before its gate (a paused or slow
+    host): one global line would let a model held up by its host stall every other model's calls, against the lanes'
+    design (:meth:`ModelCaller.lanes`). Another model's calls that fit go on meanwhile, as the dry run's schedule
+    assumes (:func:`geoagent.config.simulate_dispatch`); they can fill the room a head waits for, which then waits
+    up to ``budget_wait_s`` as before. In this process only (calls of other processes reserve as they come).
+
+    ``waiting`` maps a model name to ``{gate: its wake-up event}`` in arrival order (a dict keeps it); it is empty
+    whenever no call waits, so a gate's check (:meth:`must_queue`) costs one dict lookup on the hot path.
+    """
+
+    __slots__ = ("waiting", "_refusals")
+
+    def __init__(self) -> None:
+        self.waiting: dict[str, dict[_SendGate, asyncio.Event]] = {}
+        #: model name -> the latest refusal one of its waiting calls met (the text of a waiter that times out)
+        self._refusals: dict[str, BudgetExhausted] = {}
+
+    def must_queue(self, model: str, gate: "_SendGate") -> bool:
+        """Whether an earlier call of ``model`` waits for room and ``gate`` is not it: ``gate`` must not reserve."""
+        line = self.waiting.get(model)
+        return line is not None and next(iter(line)) is not gate
+
+    def leads(self, model: str, gate: "_SendGate") -> bool:
+        """Whether ``gate`` heads ``model``'s line."""
+        line = self.waiting.get(model)
+        return line is not None and next(iter(line)) is gate
+
+    def join(self, model: str, gate: "_SendGate", refusal: BudgetExhausted | None = None) -> None:
+        """Put ``gate`` at the end of ``model``'s line (where it is, if it is in it); keep ``refusal``, if given."""
+        if refusal is not None:
+            self._refusals[model] = refusal
+        line = self.waiting.setdefault(model, {})
+        if gate not in line:
+            line[gate] = asyncio.Event()
+            gate.in_line = True
+
+    def leave(self, model: str, gate: "_SendGate") -> None:
+        """Take ``gate`` out of ``model``'s line (nothing if it is not in it); the next call is woken if it headed."""
+        line = self.waiting.get(model)
+        if line is None or gate not in line:
+            return
+        head = next(iter(line)) is gate
+        del line[gate]
+        gate.in_line = False
+        if not line:
+            del self.waiting[model]
+            self._refusals.pop(model, None)
+        elif head:
+            next(iter(line.values())).set()
+
+    async def turn(self, model: str, gate: "_SendGate", timeout_s: float) -> None:
+        """Wait until ``gate`` heads ``model``'s line, :meth:`wake_all` was called, or ``timeout_s`` s passed."""
+        with anyio.move_on_after(max(0.0, timeout_s)):
+            await self.waiting[model][gate].wait()
+
+    def wake_all(self) -> None:
+        """Wake every waiting call (a stop request: each then sees the stop and gives up unsent)."""
+        for line in self.waiting.values():
+            for event in line.values():
+                event.set()
+
+    def refusal_text(self, model: str, wait_s: float) -> str:
+        """Why a call of ``model`` that waited ``wait_s`` s in the line gives up: the latest refusal its line met (the
+        ledger's text, which ``status`` merges with the other refusals at the cap), else a sentence saying so."""
+        refusal = self._refusals.get(model)
+        if refusal is not None:
+            return str(refusal)
+        return (f"budget exhausted: waited {wait_s:g} s behind earlier calls of model {model!r} for room under "
+                f"the cap")
+
+
 class ModelCaller(Stage):
     """The stage that turns request tasks into stored, paid-for-once responses (see module docstring).
 
@@ -1325,6 +1429,8 @@ class ModelCaller(Stage):
         self._sized = concurrency is not None or (config is not None and bool(getattr(config, "models", None)))
         self._key_locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._stopping = False
+        #: per model, the calls waiting for room under the budget cap, first come first served (fifo42)
+        self._budget_lines = _BudgetLines()
         self._models: list[str] = []  # the campaign's model names (start), for runnable()
         self._auth: AuthBreaker | None = None
         self._hosts: HostBreaker | None = None
@@ -1500,6 +1606,7 @@ class ModelCaller(Stage):
         for scope, gate in list(self._unsent):
             if gate.reservation is None:  # not through the gate: nothing sent, safe to cancel
                 scope.cancel()
+        self._budget_lines.wake_all()  # calls waiting in a budget-wait line see the stop at once
 
     def _is_stopping(self) -> bool:
         return self._stopping
@@ -1677,7 +1784,8 @@ class ModelCaller(Stage):
             size: tuple[int, int] | None = None  # the loaded image's size, when read (the reservation counts it)
             # store lookup and reservation happen in the gate, at send time (module docstring: crash safety)
             gate = _SendGate(store, ledger, key, worst_usd, m.name, breaker, self._is_stopping, gate_hosts,
-                             tokens=_worst_tokens(m, request, has_image, None, factor), cutoff=self._cutoff)
+                             tokens=_worst_tokens(m, request, has_image, None, factor), cutoff=self._cutoff,
+                             lines=self._budget_lines)
             if probe is not None:
                 probe.append(gate)
 
@@ -1703,7 +1811,8 @@ class ModelCaller(Stage):
                     size = image_size_px(None, None, img.data) if m.provider != "replay" else None
                     base_usd, worst_usd = self._reservation_usd(m, request, True, size, factor, known_usd)
                     gate = _SendGate(store, ledger, key, worst_usd, m.name, breaker, self._is_stopping, gate_hosts,
-                                     tokens=_worst_tokens(m, request, True, size, factor), cutoff=self._cutoff)
+                                     tokens=_worst_tokens(m, request, True, size, factor), cutoff=self._cutoff,
+                                     lines=self._budget_lines)
                     if probe is not None:
                         probe.append(gate)
 
@@ -1814,54 +1923,80 @@ class ModelCaller(Stage):
         When another process of the campaign has the same request key in flight (a redelivered task),
         the request was abandoned unsent and the task waits the same way until that call's response is
         stored or its reservation closed, then looks again (no second paid call). When the gate refuses
-        the reservation only because of other calls' open reservations, the request was abandoned unsent; in-flight calls hold their worst case, and most settle far below
-        it, so the refusal is usually temporary: the task waits (polling with backoff up to 0.25 s, for
-        at most ``budget_wait_s`` s) and sends again, instead of stopping the campaign with budget left.
-        Meanwhile the ledger's crash recovery runs every 5 s, so reservations of a dead process cannot
-        block the wait for ever.
+        the reservation only because of other calls' open reservations, the request was abandoned unsent;
+        in-flight calls hold their worst case, and most settle far below it, so the refusal is usually
+        temporary: the task waits (for at most ``budget_wait_s`` s) and sends again, instead of stopping the
+        campaign with budget left. The waits of one model are first come first served (:class:`_BudgetLines`,
+        fifo42): the first refused call heads its model's line and polls (backoff up to 0.25 s); a call of the
+        model that reaches its gate while the line is not empty queues at its end without reserving, and is woken
+        when it heads the line. Meanwhile the head runs the ledger's crash recovery every 5 s, so reservations of
+        a dead process cannot block the wait for ever.
 
         Raises
         ------
         BudgetStop
             spent + unknown-outcome spend + this call's worst case exceeds the cap by itself (no
             settlement can make room), or the wait timed out.
+        Abandoned
+            A stop was requested before the request was sent (a budget wait included).
         PermanentFailure, Missing, CallFailed
             From :meth:`_call` (see the module table).
         """
         loop = asyncio.get_running_loop()
         deadline = next_recover = 0.0
         delay_s = 0.01
-        while True:
-            if self._stopping:
-                raise Abandoned(STOP_NOT_SENT)
-            try:
-                response = await self._call(provider, request, ledger, gate, m)
-            except _NotSent as stop:
-                if stop.cached is not None:
-                    return stop.cached, None
-                exc = stop.refusal
-                elsewhere = stop.elsewhere
-            else:
-                if gate.reservation is None:  # a provider that claims to call the gate but did not
-                    raise RuntimeError(f"{type(provider).__name__} answered without awaiting request.before_send")
-                return None, response
-            if not deadline:
-                deadline, next_recover = loop.time() + self.budget_wait_s, loop.time() + 5.0
-            if elsewhere:
-                # wait for the other process's call: its stored response (or its failure) ends the wait;
-                # recovery below turns a dead owner's reservation into unknown spend, then we send
-                if loop.time() >= deadline:
-                    raise CallFailed("the same request stayed in flight in another process") from None
-            else:
-                assert exc is not None
-                final = exc.reserved_usd <= 0 or exc.spent_usd + exc.unknown_usd + exc.requested_usd > exc.cap_usd
-                if final or loop.time() >= deadline:
-                    raise BudgetStop(str(exc)) from None
-            await asyncio.sleep(delay_s)
-            delay_s = min(delay_s * 2, 0.25)
-            if loop.time() >= next_recover:
-                await ledger.db.run(ledger.recover)
-                next_recover = loop.time() + 5.0
+        lines = self._budget_lines
+        try:
+            while True:
+                if self._stopping:
+                    raise Abandoned(STOP_NOT_SENT)
+                try:
+                    response = await self._call(provider, request, ledger, gate, m)
+                except _NotSent as stop:
+                    if stop.cached is not None:
+                        return stop.cached, None
+                    exc = stop.refusal
+                    elsewhere = stop.elsewhere
+                else:
+                    if gate.reservation is None:  # a provider that claims to call the gate but did not
+                        raise RuntimeError(f"{type(provider).__name__} answered without awaiting request.before_send")
+                    return None, response
+                if not deadline:
+                    deadline, next_recover = loop.time() + self.budget_wait_s, loop.time() + 5.0
+                if elsewhere:
+                    # wait for the other process's call: its stored response (or its failure) ends the wait;
+                    # recovery below turns a dead owner's reservation into unknown spend, then we send. Not a wait
+                    # for budget room: it holds no place in its model's line (fifo42)
+                    lines.leave(m.name, gate)
+                    if loop.time() >= deadline:
+                        raise CallFailed("the same request stayed in flight in another process") from None
+                else:
+                    if exc is not None:  # refused by the ledger (else queued at the gate behind an earlier call)
+                        final = (exc.reserved_usd <= 0
+                                 or exc.spent_usd + exc.unknown_usd + exc.requested_usd > exc.cap_usd)
+                        if final or loop.time() >= deadline:
+                            raise BudgetStop(str(exc)) from None
+                    lines.join(m.name, gate, exc)
+                    if not lines.leads(m.name, gate):
+                        # an earlier call of the model waits for room: this one tries once that one is through.
+                        # A stop that came while its gate ran found it outside the line (not woken): checked here
+                        if self._stopping:
+                            raise Abandoned(STOP_NOT_SENT)
+                        await lines.turn(m.name, gate, deadline - loop.time())
+                        if not self._stopping and not lines.leads(m.name, gate):
+                            raise BudgetStop(lines.refusal_text(m.name, self.budget_wait_s)) from None
+                        delay_s = 0.01
+                        continue
+                    if exc is None:  # queued, and the line went ahead meanwhile: its head now, it asks at once
+                        continue
+                await asyncio.sleep(delay_s)
+                delay_s = min(delay_s * 2, 0.25)
+                if loop.time() >= next_recover:
+                    await ledger.db.run(ledger.recover)
+                    next_recover = loop.time() + 5.0
+        finally:
+            if gate.in_line:  # gave up or answered from the store: the next call in the line may try
+                lines.leave(m.name, gate)
 
     async def _call(self, provider: Any, request: ModelRequest, ledger: Any, gate: _SendGate, m: Any) -> ModelResponse:
         """Call the provider and close the gate's reservation on every failure path (see the module table).
