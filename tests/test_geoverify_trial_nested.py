@@ -167,7 +167,10 @@ def test_lowered_plan_sends_nothing_new_and_a_new_builder_is_named(sandbox_crawl
 
     from geoagent.cli import main
     from geoagent.config import load_config
-    from geoagent.geoverify.trials import TRIAL_BUILDER_VERSION
+    from geoagent.geoverify.trials import trial_builder_version
+
+    # the version recorded at the paper's tau: 4 changed only designs with tau below 150 m (fixverify42 #1)
+    TRIAL_BUILDER_VERSION = trial_builder_version(0.15)
 
     tmp, crawl_dir, images = sandbox_crawl
     monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp / "queues"))

@@ -14,5 +14,7 @@ from geoagent.data.model import (  # noqa: F401
     Site,
     VerifyTrial,
     tier_of,
+    decoy_band_labels,
+    decoy_bands_km,
     verify_band,
 )

@@ -37,6 +37,7 @@ from geoagent.data.model import (
     ReferencePoint,
     Site,
     VerifyTrial,
+    is_decoy_band_label,
     ladder_band,
     make_trial_id,
     tier_of,
@@ -435,7 +436,8 @@ def _check_arm_band(arm: str, band: str | None) -> None:
     """Refuse a trial row whose ``arm`` or ``band`` the scorer cannot place (break26 #5: such trials were asked and
     paid for, then fell out of every rate): ``arm`` one of :data:`~geoagent.data.model.ARMS`; on the main arm
     ``band`` is ``signal``, a decoy band label (:data:`~geoagent.data.model.DECOY_BAND_LABELS`; seed 000
-    Sec. 5.2) or empty (an optional column: a signal trial, truth "yes", enters H; a decoy enters F and no band's F,
+    Sec. 5.2; or, in a table built with a tau below 150 m, a nearest band starting at tau such as ``0.1-0.3km``:
+    :func:`~geoagent.data.model.is_decoy_band_label`, fixverify42 #1) or empty (an optional column: a signal trial, truth "yes", enters H; a decoy enters F and no band's F,
     d' or c: :func:`geoagent.scoring.sdt.placed_rows`); a control arm's band
     is free (the band of its main trial, or empty). Whether the band agrees with
     the truth label is the planner's check (:func:`geoagent.geoverify.plan.check_band_truth`), which refuses the
@@ -448,9 +450,10 @@ def _check_arm_band(arm: str, band: str | None) -> None:
     """
     if arm not in ARMS:
         raise RowError(f"column 'arm': expected one of {', '.join(ARMS)}, got {arm!r}")
-    if arm == ARM_MAIN and band and band != BAND_SIGNAL and band not in DECOY_BAND_LABELS:
+    if arm == ARM_MAIN and band and band != BAND_SIGNAL and not is_decoy_band_label(band):
         raise RowError(f"column 'band': a main-arm trial's band is {BAND_SIGNAL}, one of "
-                       f"{', '.join(DECOY_BAND_LABELS)} or empty, got {band!r}")
+                       f"{', '.join(DECOY_BAND_LABELS)} (a table built with a tau below 150 m: its nearest band "
+                       f"starts at tau, e.g. 0.1-0.3km) or empty, got {band!r}")
 
 
 def _trial(row: dict[str, Any]) -> VerifyTrial:

@@ -38,8 +38,64 @@ def band_label(lo_km: float, hi_km: float) -> str:
     return f"{float(lo_km)}-{float(hi_km)}km"
 
 
+#: the paper's decoy band labels (tau = 150 m, Sec. 5.2); for another tau: :func:`decoy_band_labels`
 DECOY_BAND_LABELS = tuple(band_label(lo, hi) for lo, hi in C.GEOVERIFY_DECOY_BANDS_KM)
 LADDER_BAND_LABELS = tuple(band_label(lo, hi) for lo, hi in C.LADDER_BANDS_KM)
+
+#: decimals (km) of a first-band lower edge that starts at tau: 1e-6 km = 1 mm, so a tau in whole (or tenths
+#: of) metres keeps its value in the label (99.9 m -> ``0.0999-0.3km``) without float noise (0.09990000000000002)
+_EDGE_DECIMALS = 6
+
+
+@functools.lru_cache(maxsize=64)
+def decoy_bands_km(tau_km: float = C.GEOVERIFY_TAU_KM) -> tuple[tuple[float, float], ...]:
+    """GeoVerify decoy bands ``((lo, hi), ...)`` in km, nearest first, for the claim tolerance ``tau_km``.
+
+    Seed 000 Sec. 5.2: "The nearest band starts immediately above tau on purpose" (tau = 150 m there, the bands
+    :data:`geoagent.constants.GEOVERIFY_DECOY_BANDS_KM`). With a tau below 150 m the nearest band starts at tau
+    (``tau_km = 0.1``: ``(0.1, 0.3), (0.3, 0.7), ...``), so the distances between tau and 150 m are probed too
+    (fixverify42 #1: they fell in no band and were never drawn as decoys). From 150 m up (the settings refuse
+    300 m or more) the bands are the paper's: a candidate nearer than tau is signal, so the nearest band's decoys
+    lie in [tau, 0.3) whatever its label says, and its label stays the paper's ``0.15-0.3km`` (docs/judgement-
+    calls.md, "The nearest decoy band starts at tau").
+    """
+    (lo, hi), *rest = C.GEOVERIFY_DECOY_BANDS_KM
+    if tau_km < lo:
+        lo = round(float(tau_km), _EDGE_DECIMALS)
+    return ((lo, hi), *rest)
+
+
+@functools.lru_cache(maxsize=64)
+def decoy_band_labels(tau_km: float = C.GEOVERIFY_TAU_KM) -> tuple[str, ...]:
+    """Labels of :func:`decoy_bands_km` (``tau_km = 0.1``: ``("0.1-0.3km", "0.3-0.7km", ...)``); the paper's
+    :data:`DECOY_BAND_LABELS` for tau = 150 m."""
+    return tuple(band_label(lo, hi) for lo, hi in decoy_bands_km(tau_km))
+
+
+def band_edges(label: str | None) -> tuple[float, float] | None:
+    """``(lo_km, hi_km)`` of a band label in the release spelling (``"0.15-0.3km"`` -> ``(0.15, 0.3)``), or None
+    for anything else (``signal``, empty, a malformed label)."""
+    if not label or not label.endswith("km"):
+        return None
+    lo, sep, hi = label[:-2].partition("-")
+    try:
+        out = (float(lo), float(hi))
+    except ValueError:
+        return None
+    return out if sep and 0.0 <= out[0] < out[1] else None
+
+
+def is_decoy_band_label(label: str | None) -> bool:
+    """Whether ``label`` is a decoy band of some tolerance tau >= 1 m (:func:`decoy_band_labels`): one of the
+    paper's :data:`DECOY_BAND_LABELS`, or a nearest band that starts at a tau below 150 m (``0.1-0.3km``).
+    Which tau a trial table's bands belong to is the planner's check
+    (:func:`geoagent.geoverify.plan.check_bands`)."""
+    if label in DECOY_BAND_LABELS:
+        return True
+    edges = band_edges(label)
+    (lo, hi), *_ = C.GEOVERIFY_DECOY_BANDS_KM
+    return (edges is not None and edges[1] == hi and 0.001 <= edges[0] < lo
+            and label == band_label(round(edges[0], _EDGE_DECIMALS), hi))
 
 
 def tier_of(referenceability: int | float | None) -> str | None:
@@ -66,13 +122,14 @@ def verify_band(d_km: float, tau_km: float = C.GEOVERIFY_TAU_KM) -> str | None:
     """GeoVerify band of a camera-candidate distance (Sec. 5.2).
 
     Returns ``"signal"`` when ``d_km < tau_km``, the decoy band label (``"0.15-0.3km"`` ...) when
-    ``lo <= d_km < hi`` for one of ``constants.GEOVERIFY_DECOY_BANDS_KM``, else None (farther than
-    the last band). Units: km.
+    ``lo <= d_km < hi`` for one of :func:`decoy_bands_km` ``(tau_km)`` (the nearest starts at tau when tau is
+    below 150 m: ``"0.1-0.3km"`` for 0.1), else None (farther than the last band). Units: km.
     """
     if d_km < tau_km:
         return BAND_SIGNAL
-    for (lo, hi), label in zip(C.GEOVERIFY_DECOY_BANDS_KM, DECOY_BAND_LABELS):
-        if lo <= d_km < hi:
+    for i, ((lo, hi), label) in enumerate(zip(decoy_bands_km(tau_km), decoy_band_labels(tau_km))):
+        # the nearest band holds every distance from tau on (its label's edge is tau rounded to 1 mm)
+        if (i == 0 or lo <= d_km) and d_km < hi:
             return label
     return None
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import polars as pl
 
+from geoagent import constants as C
 from geoagent.files import atomic_open
 from geoagent.scoring import sdt
 from geoagent.scoring.truncation import TruncationCount
@@ -193,11 +194,13 @@ class GeoVerifyAggregator:
             out.setdefault(sdt.POOLED, {}).setdefault(arm, TruncationCount()).merge(c)
         return out
 
-    def scores(self, *, n_boot: int = 0, seed: int = 0, models: Iterable[str] = ()) -> dict[str, sdt.ModelScores]:
+    def scores(self, *, n_boot: int = 0, seed: int = 0, models: Iterable[str] = (),
+               tau_km: float = C.GEOVERIFY_TAU_KM) -> dict[str, sdt.ModelScores]:
         """Table 12 statistics from the current counts (see :func:`geoagent.scoring.sdt.score`), each with its
         cut-off counts per arm (``ModelScores.truncation``); ``models``: names that get a column even before
-        their first answer."""
-        scores = sdt.score(self.cells, self.conf, n_boot=n_boot, seed=seed, models=models)
+        their first answer; ``tau_km``: the campaign's claim tolerance in km (``[geoverify] tau_m`` / 1000), which
+        sets the decoy bands scored (the nearest starts at tau below 150 m) and is named in the report."""
+        scores = sdt.score(self.cells, self.conf, n_boot=n_boot, seed=seed, models=models, tau_km=tau_km)
         trunc = self.truncation_by_model()
         for name, s in scores.items():
             s.truncation = trunc.get(name, {})

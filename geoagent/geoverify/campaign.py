@@ -207,7 +207,7 @@ class GeoVerifyCampaign(CampaignKind):
         s = settings_of(cfg)
         live_boot = s.n_boot if s.live_n_boot is None else s.live_n_boot
         return [ModelCaller(), *geoverify_stages(report_interval_s=s.report_interval_s, n_boot=live_boot,
-                                                 seed=s.boot_seed, models=_column_models(cfg))]
+                                                 seed=s.boot_seed, models=_column_models(cfg), tau_km=s.tau_m / 1000.0)]
 
     async def plan(self, cfg: Any, ctx: StageContext) -> list[Message]:
         """The plan of :func:`plan_campaign`, after the image check (:func:`geoagent.image_files.check_missing`:
@@ -348,7 +348,7 @@ class GeoVerifyCampaign(CampaignKind):
         scope = self._scope(ctx)
         agg = aggregate_from_store(ctx.get("store"), scope)
         self._scope_note = scope.note()
-        self._scores = agg.scores(n_boot=s.n_boot, seed=s.boot_seed, models=_column_models(cfg))
+        self._scores = agg.scores(n_boot=s.n_boot, seed=s.boot_seed, models=_column_models(cfg), tau_km=s.tau_m / 1000.0)
         out = Path(ctx.services.get("state_dir") or cfg.state_dir()) / C.REPORT_DIR
         return list(write_report(self._scores, out, parse_failures=agg.parse_failures(),
                                  interim=outcome.interim_note(),
@@ -456,7 +456,8 @@ class GeoVerifyCampaign(CampaignKind):
         note = getattr(self, "_scope_note", None)
         if scores is None:
             scope = self._scope(ctx)
-            scores = aggregate_from_store(ctx.get("store"), scope).scores(models=_column_models(cfg))
+            scores = aggregate_from_store(ctx.get("store"), scope).scores(models=_column_models(cfg),
+                                                                          tau_km=settings_of(cfg).tau_m / 1000.0)
             note = scope.note()
         lines = [f"  warning: {w}" for w in self.plan_warnings(cfg)]
         if note:

@@ -41,7 +41,7 @@ from geoagent.data.importer import (
     import_release,
     sites_without_images,
 )
-from geoagent.data.model import ARM_MAIN, BAND_SIGNAL, BLANK_IMAGE_REF, VerifyTrial
+from geoagent.data.model import ARM_MAIN, BAND_SIGNAL, BLANK_IMAGE_REF, VerifyTrial, decoy_band_labels
 from geoagent.data.store import DataStore
 from geoagent.geoverify.prompt import load_template
 from geoagent.geoverify.settings import GeoVerifySettings
@@ -223,6 +223,40 @@ def check_band_truth(trials: Iterable[VerifyTrial], *, source: str = "the trial 
             "([geoverify] trials = \"build\")")
 
 
+def check_bands(trials: Iterable[VerifyTrial], tau_km: float, *, source: str = "the trial table") -> None:
+    """Raise ValueError when a main-arm decoy trial's band lies in none of the decoy bands scored at the configured
+    tolerance (:func:`geoagent.data.model.decoy_band_labels` of ``tau_km``; a band inside one of them counts in it,
+    :func:`geoagent.scoring.sdt.fold_bands`), fixverify42 #1.
+
+    With a tau below 150 m the nearest band starts at tau (``0.1-0.3km`` for 100 m). A table built at a smaller tau
+    than the configured one (``0.1-0.3km`` under tau_m = 150) holds decoys nearer than the nearest band scored: its
+    decoys of that band would count in F but in no band's F, d' or delta_1. Empty bands and ``signal`` are judged by
+    :func:`check_band_truth` and :func:`check_tolerance`.
+
+    Raises
+    ------
+    ValueError
+        Naming ``source``, the first such trial and band, how many there are, the bands scored and the fix.
+    """
+    from geoagent.scoring.sdt import fold_bands
+
+    bands = decoy_band_labels(tau_km)
+    labels = sorted({t.band for t in trials if t.arm == ARM_MAIN and t.band and t.band != BAND_SIGNAL})
+    if not labels:
+        return
+    import polars as pl
+
+    folded = fold_bands(pl.DataFrame({"band": labels}), bands)["band"].to_list()
+    bad = [lab for lab, f in zip(labels, folded) if f not in bands]
+    if bad:
+        n = sum(1 for t in trials if t.arm == ARM_MAIN and t.band in bad)
+        raise ValueError(
+            f"{source}: {n} main-arm decoy trial(s) in a band outside those scored at [geoverify] tau_m = "
+            f"{tau_km * 1000:g} m ({', '.join(bands)}), e.g. band {bad[0]!r}: a table built with another tolerance "
+            "(below 150 m the nearest band starts at tau). Set tau_m to the table's, or rebuild the trials "
+            "([geoverify] trials = \"build\")")
+
+
 def check_report_names(models: Iterable[Any], recorded: Iterable[str]) -> None:
     """Refuse two ``[[models]]`` entries whose answers the report would count under one model name, an entry
     reporting under ``"pooled"`` (:data:`geoagent.scoring.sdt.POOLED`, the pooled column's name), under a name
@@ -324,8 +358,9 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
         The release folder has no ``sites.csv``.
     ValueError
         A trial table (with ``trials = "build"``, also a ``sites.csv``) none of whose rows can be read
-        (:func:`geoagent.data.importer.check_plannable`); with ``trials = "release"``, a ``tau_m`` the table's truth labels disagree with (:func:`check_tolerance`), or a
-        truth label its arm and band contradict (:func:`check_band_truth`);
+        (:func:`geoagent.data.importer.check_plannable`); with ``trials = "release"``, a ``tau_m`` the table's truth labels disagree with (:func:`check_tolerance`), a
+        truth label its arm and band contradict (:func:`check_band_truth`), or a decoy band outside those scored at
+        ``tau_m`` (:func:`check_bands`);
         two ``[[models]]`` entries the report would count under one model name, or one reporting under a name the
         report cannot hold (``pooled``, one with ``|``, a CSV column's name: :func:`check_report_names`), or
         two that ask identical requests (:func:`check_twin_models`).
@@ -363,6 +398,7 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
         lines = release.trial_lines
         check_tolerance(release.trials, tau_km, source=str(release.trials_file or "the release's trial table"))
         check_band_truth(release.trials, source=str(release.trials_file or "the release's trial table"))
+        check_bands(release.trials, tau_km, source=str(release.trials_file or "the release's trial table"))
         trials, notes = unique_trials(release.trials, source=release.trials_file, lines=lines)
         replay_trials, pairs, recorded = release_replay_plan(release, replay_notes)
         for note in replay_notes:
@@ -371,6 +407,7 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
         # (tau_m's since session 36, reports36 #3: a "signal" record 4.2 km away labelled yes was scored)
         check_band_truth(replay_trials, source="the trials of the recorded raw GeoVerify answers")
         check_tolerance(replay_trials, tau_km, source="the trials of the recorded raw GeoVerify answers")
+        check_bands(replay_trials, tau_km, source="the trials of the recorded raw GeoVerify answers")
         # the same check on the replayed trials (the table's, in file order, then any rebuilt from raw records)
         by_line = sorted(replay_trials, key=lambda t: (lines.get(t.trial_id, float("inf")), t.trial_id))
         kept_replay, more = unique_trials(by_line, source=release.trials_file, lines=lines)

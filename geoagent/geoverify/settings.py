@@ -45,7 +45,7 @@ class GeoVerifySettings(BaseModel):
     #: override of every model's ``max_output_tokens`` for this task (default: each model's own)
     max_output_tokens: int | None = Field(None, gt=0)
     #: claim tolerance in metres (paper: 150); at least 1 m, so kilometres typed here (0.15) are refused
-    #: rather than rendered as "within 0 metres"
+    #: rather than rendered as "within 0 metres"; below 150 the nearest decoy band starts at it (``0.1-0.3km`` for 100)
     tau_m: float = Field(150.0, ge=1.0, description="claim tolerance tau in metres (Sec. 5.2: 150)")
     n_per_band: int | None = Field(2, ge=0)
     max_signal: int | None = Field(None, ge=0)
@@ -62,8 +62,8 @@ class GeoVerifySettings(BaseModel):
     @field_validator("tau_m")
     @classmethod
     def _below_first_band_edge(cls, v: float) -> float:
-        # fixverify41 #2: the decoy bands are fixed (Sec. 5.2: 0.15-0.3, ..., 3-6 km) and a candidate nearer than tau is
-        # signal, so a tau at or past the nearest band's upper edge (0.3 km) leaves that band empty of decoys (every
+        # fixverify41 #2: the decoy bands are the paper's (Sec. 5.2: 0.15-0.3, ..., 3-6 km; below 150 m the nearest starts
+        # at tau, fixverify42 #1: geoagent.data.model.decoy_bands_km) and a candidate nearer than tau is signal, so a tau at or past the nearest band's upper edge (0.3 km) leaves that band empty of decoys (every
         # candidate in it is signal), and its d' undefined in every report; refused here, naming the key
         upper_m = C.GEOVERIFY_DECOY_BANDS_KM[0][1] * 1000
         if v >= upper_m:

@@ -512,11 +512,13 @@ class GeoVerifyAggregatorStage(LiveAggregatorStage):
     final_guarded = False
 
     def __init__(self, *, report_interval_s: float | None = None, n_boot: int = 0, seed: int = 0,
-                 models: Sequence[str] = ()) -> None:
+                 models: Sequence[str] = (), tau_km: float = C.GEOVERIFY_TAU_KM) -> None:
         self.agg = GeoVerifyAggregator()
         super().__init__(report_interval_s=report_interval_s)
         self.n_boot = n_boot
         self.seed = seed
+        #: the campaign's claim tolerance (km): the decoy bands scored and the tau the report's terms name
+        self.tau_km = tau_km
         #: the campaign's models with a column before their first answer, as in the final report (review39b)
         self.models = tuple(models)
         self.report_paths: dict[str, Path] = {}
@@ -550,7 +552,7 @@ class GeoVerifyAggregatorStage(LiveAggregatorStage):
         from geoagent.report.geoverify import write_report
 
         self.report_paths = write_report(
-            self.agg.scores(n_boot=self.n_boot, seed=self.seed, models=self.models), out_dir,
+            self.agg.scores(n_boot=self.n_boot, seed=self.seed, models=self.models, tau_km=self.tau_km), out_dir,
             parse_failures=self.agg.parse_failures(),
             **missing_kw,
         )

@@ -4,7 +4,8 @@ Per image:
 
 * **signal** trials: every pool candidate with haversine distance < tau (150 m) from the camera, truth yes;
 * **noise** trials: up to ``n_per_band`` candidates from each decoy band (0.15-0.3, 0.3-0.7, 0.7-1.5,
-  1.5-3 and 3-6 km), truth no, matched on referenceability to the image's signal candidates: draws prefer
+  1.5-3 and 3-6 km; with a tau below 150 m the nearest band starts at tau, e.g. 0.1-0.3 km:
+  :func:`geoagent.data.model.decoy_bands_km`), truth no, matched on referenceability to the image's signal candidates: draws prefer
   the same tier, then a tier one step away, and fall back to any tier only where the cell has nothing
   closer (counted as *unmatched*);
 * **control arms** on ``n_control`` of the image's main-arm candidates: ``ctrl_mismatch`` (same candidate,
@@ -58,23 +59,39 @@ from geoagent.data.model import (
     ARM_MISMATCH,
     BAND_SIGNAL,
     BLANK_IMAGE_REF,
-    DECOY_BAND_LABELS,
     TIERS,
     TRUTH_NO,
     TRUTH_YES,
     Image,
     ReferencePoint,
     VerifyTrial,
+    decoy_band_labels,
     tier_of,
     verify_band,
 )
 from geoagent.geo import continent_code, haversine_km
 
-#: version of the trial design :func:`build_trials` draws: 3 = as 2, and of candidates sharing a name the nearest
-#: to the image is the claim's place (2, before 2026-12-05: the first in pool order); 2 = nested draws (one stream
-#: per band cell, controls and mismatched images drawn apart from the decoys); 1 = one stream per image (before
-#: 2026-12-01). The same inputs and seed give other trials under another version.
-TRIAL_BUILDER_VERSION = 3
+#: version of the trial design :func:`build_trials` draws: 4 = as 3, and with a tau below 150 m the nearest decoy
+#: band starts at tau (3, before 2026-12-06: at 150 m whatever tau, so the distances between tau and 150 m were
+#: never drawn; fixverify42 #1); 3 = as 2, and of candidates sharing a name the nearest to the image is the claim's
+#: place (2, before 2026-12-05: the first in pool order); 2 = nested draws (one stream per band cell, controls and
+#: mismatched images drawn apart from the decoys); 1 = one stream per image (before 2026-12-01). The same inputs
+#: and seed give other trials under another version.
+TRIAL_BUILDER_VERSION = 4
+
+
+def trial_builder_version(tau_km: float = C.GEOVERIFY_TAU_KM) -> int:
+    """The trial builder version a campaign with claim tolerance ``tau_km`` (km) records
+    (:func:`geoagent.runtime.manifest.design_versions`): the newest version that changed the trials of such a
+    campaign. Version 4 changed only designs with tau below 150 m (the nearest band starts at tau), so a campaign
+    at tau >= 150 m records 3: the same trials, and no "trial builder changed" warning (nor, on a Redis campaign,
+    a refusal) for a change that plans nothing new. A campaign at tau < 150 m planned under version 3 is told of
+    the change (:func:`geoagent.runtime.manifest.config_changes`), and its tasks the new plan no longer holds are
+    set aside, never silently re-used."""
+    # a version 5 that changes every design returns 5 here for every tau
+    if TRIAL_BUILDER_VERSION == 4 and tau_km >= C.GEOVERIFY_DECOY_BANDS_KM[0][0]:
+        return 3
+    return TRIAL_BUILDER_VERSION
 
 
 def label_trial(
@@ -87,9 +104,11 @@ def label_trial(
 
 @dataclass
 class BuildReport:
-    """Counts from one build: trials per (arm, band), images without signal, unmatched decoys, short cells."""
+    """Counts from one build: trials per (arm, band), images without signal, unmatched decoys, short cells;
+    ``bands``: the decoy band labels of the build's tau (:func:`geoagent.data.model.decoy_band_labels`)."""
 
     counts: Counter = field(default_factory=Counter)
+    bands: tuple[str, ...] = field(default_factory=decoy_band_labels)
     n_images: int = 0
     images_without_signal: int = 0
     unmatched_decoys: int = 0
@@ -101,7 +120,7 @@ class BuildReport:
     mismatch_dropped: int = 0
 
     def per_band(self, arm: str = ARM_MAIN) -> dict[str, int]:
-        return {b: self.counts.get((arm, b), 0) for b in (BAND_SIGNAL, *DECOY_BAND_LABELS)}
+        return {b: self.counts.get((arm, b), 0) for b in (BAND_SIGNAL, *self.bands)}
 
 
 def _tier_index(p: ReferencePoint) -> int | None:
@@ -167,14 +186,16 @@ def build_trials(
         Main-arm candidates per image that also get the two control arms (0 = no controls): the first
         ``n_control`` in draw-depth order (module docstring), so they do not depend on ``n_per_band``.
     tau_km : float
-        Claim tolerance in km (150 m).
+        Claim tolerance in km (the paper's 150 m: 0.15); below 0.15 the nearest decoy band starts at tau
+        (:func:`geoagent.data.model.decoy_bands_km`, band labels such as ``0.1-0.3km``).
     continents : mapping site_id -> continent, optional
 
     Returns
     -------
     (trials, report) : list of VerifyTrial, BuildReport
     """
-    rep = BuildReport()
+    bands = decoy_band_labels(tau_km)
+    rep = BuildReport(bands=bands)
     trials: list[VerifyTrial] = []
     cont_of = dict(continents or {})
     by_continent: dict[str, list[Image]] = {}
@@ -187,7 +208,7 @@ def build_trials(
         rep.n_images += 1
         cont = _continent_key(im.continent or cont_of.get(im.site_id))
         signal: list[tuple[float, ReferencePoint]] = []
-        cells: dict[str, list[tuple[float, ReferencePoint]]] = {b: [] for b in DECOY_BAND_LABELS}
+        cells: dict[str, list[tuple[float, ReferencePoint]]] = {b: [] for b in bands}
         # of candidates sharing a name (the model sees the name alone) the claim is about the nearest: "within
         # 150 m of St Mary's Church" is true if either is, so the nearest decides the band and the truth (ties: the
         # smaller QID text, as the ladder's one_per_place); not the first in pool order (geoverify38 #1)
@@ -226,7 +247,7 @@ def build_trials(
             main.append(mk(p, d, BAND_SIGNAL, TRUTH_YES))
             depth[p.name_en or ""] = j
         targets = [_tier_index(p) for _, p in signal]
-        for band in DECOY_BAND_LABELS:
+        for band in bands:
             cell = sorted(cells[band], key=lambda x: x[1].name_en or "")
             for _, p in cell:
                 dist[p.name_en] = next(d for d, q in cell if q is p)

@@ -492,8 +492,9 @@ GEOCODER_RULES_KEY = "geohint.geocoder_rules"
 
 def design_versions(cfg: Any) -> dict[str, int]:
     """Versions of the code that turns the config and its inputs into planned tasks, where a new version plans
-    other tasks from the same config and seed: ``{"geoverify.trial_builder": 2}`` for a GeoVerify campaign
-    with ``[geoverify] trials = "build"`` (:data:`geoagent.geoverify.trials.TRIAL_BUILDER_VERSION`); and of the
+    other tasks from the same config and seed: ``{"geoverify.trial_builder": 3}`` for a GeoVerify campaign
+    with ``[geoverify] trials = "build"`` (:func:`geoagent.geoverify.trials.trial_builder_version` of its tau: 4
+    below 150 m, 3 from 150 m up, where version 4 changed nothing); and of the
     code that locates a GeoHint campaign's answers, ``{"geohint.geocoder_rules": 2}``
     (:data:`geoagent.geohint.geocode.GEOCODER_RULES_VERSION`: it changes no model call, only how answers not yet
     geocoded are located); else ``{}``. Recorded in the manifest as ``designs`` and compared by
@@ -507,12 +508,13 @@ def design_versions(cfg: Any) -> dict[str, int]:
         return {}
     try:
         from geoagent.geoverify.plan import settings_of
-        from geoagent.geoverify.trials import TRIAL_BUILDER_VERSION
+        from geoagent.geoverify.trials import trial_builder_version
 
-        trials = settings_of(cfg).trials
+        s = settings_of(cfg)
     except Exception:  # noqa: BLE001 - an invalid section is reported where the plan reads it
         return {}
-    return {TRIAL_BUILDER_KEY: TRIAL_BUILDER_VERSION} if trials == "build" else {}
+    # the version that last changed the trials of this tau (fixverify42 #1: version 4 changed those below 150 m only)
+    return {TRIAL_BUILDER_KEY: trial_builder_version(s.tau_m / 1000.0)} if s.trials == "build" else {}
 
 
 def _recorded_designs(old: dict[str, Any]) -> dict[str, Any]:

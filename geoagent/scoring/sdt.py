@@ -79,7 +79,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from geoagent.data.model import ARM_BLANK, ARM_MAIN, ARM_MISMATCH, BAND_SIGNAL, DECOY_BAND_LABELS
+from geoagent import constants as C
+from geoagent.data.model import ARM_BLANK, ARM_MAIN, ARM_MISMATCH, BAND_SIGNAL, band_edges, decoy_band_labels
+from geoagent.data.model import DECOY_BAND_LABELS  # noqa: F401 - the paper's bands, read as sdt.DECOY_BAND_LABELS
 from geoagent.textfmt import count_text, fixed_text
 
 POOLED = "pooled"
@@ -340,6 +342,8 @@ class ModelScores:
     #: ``n_false_acceptances - fa_conf_n`` answered yes without one and are left out of both (none when -1: not
     #: counted, a ``ModelScores`` made elsewhere)
     fa_conf_n: int = -1
+    #: the claim tolerance tau (km) the trials were labelled with, which the report names (:func:`score`)
+    tau_km: float = C.GEOVERIFY_TAU_KM
 
     @property
     def fa_conf_missing(self) -> int:
@@ -849,11 +853,36 @@ def _score_one(
     )
 
 
+def fold_bands(df: pl.DataFrame, bands: tuple[str, ...] | list[str]) -> pl.DataFrame:
+    """``df`` (a cell or confidence table) with each ``band`` label that is not one of ``bands`` but lies inside
+    one of them (by its edges, :func:`geoagent.data.model.band_edges`) relabelled to that band.
+
+    A campaign at a tau below 150 m planned before the nearest decoy band started at tau (trial builder 3) stored
+    its nearest decoys as ``0.15-0.3km``; they lie inside the band ``<tau>-0.3km`` its trials are scored in now
+    (fixverify42 #1), so they count there instead of in no band's F. A label inside none of ``bands`` (or
+    ``signal``, empty, null) stays as it is."""
+    if df.height == 0 or "band" not in df.columns:
+        return df
+    spans = [(b, band_edges(b)) for b in bands]
+    mapping = {}
+    for label in df["band"].drop_nulls().unique().to_list():
+        edges = band_edges(label)
+        if label in bands or edges is None:
+            continue
+        into = next((b for b, e in spans if e is not None and e[0] <= edges[0] and edges[1] <= e[1]), None)
+        if into is not None:
+            mapping[label] = into
+    if not mapping:
+        return df
+    return df.with_columns(pl.col("band").replace(mapping))
+
+
 def score(
     cells: pl.DataFrame,
     conf: pl.DataFrame | None = None,
     *,
-    bands: tuple[str, ...] = DECOY_BAND_LABELS,
+    bands: tuple[str, ...] | None = None,
+    tau_km: float = C.GEOVERIFY_TAU_KM,
     n_boot: int = 0,
     seed: int = 0,
     ci_level: float = 0.95,
@@ -869,8 +898,13 @@ def score(
         carry any band; they are pooled per arm.
     conf : polars.DataFrame, optional
         Columns ``model, arm, band, verdict, conf, n``: counts of stated confidences.
-    bands : tuple of str
-        Decoy band labels, nearest first.
+    bands : tuple of str, optional
+        Decoy band labels, nearest first; default :func:`geoagent.data.model.decoy_band_labels` of ``tau_km``
+        (the paper's for 0.15; below it the nearest band starts at tau). A cell whose band lies inside one of
+        them is counted in it (:func:`fold_bands`).
+    tau_km : float
+        The claim tolerance tau in km the trials were labelled with (Eq. 1; the paper's 0.15): it sets the default
+        ``bands`` and is kept in ``ModelScores.tau_km`` for the report's terms.
     n_boot : int
         Bootstrap replicates resampling sites (0 = no CIs). The same seed gives the same CIs.
     seed : int
@@ -900,6 +934,8 @@ def score(
     if not 0.0 < ci_level < 1.0:
         raise ValueError(f"ci_level must lie in (0, 1), got {ci_level}")
     conf = conf if conf is not None else empty_conf()
+    bands = tuple(bands) if bands is not None else decoy_band_labels(tau_km)
+    cells, conf = fold_bands(cells, bands), fold_bands(conf, bands)
     out: dict[str, ModelScores] = {}
     models = sorted(set(cells["model"].unique().to_list() if cells.height else []) | set(models))
     if pooled and POOLED in models:
@@ -914,4 +950,6 @@ def score(
         )
     if pooled:
         out[POOLED] = _score_one(POOLED, cells, conf, list(bands), boot_idx, ci_level, sites, seed)
+    for sc in out.values():
+        sc.tau_km = float(tau_km)
     return out
