@@ -6,6 +6,7 @@ immediately above tau on purpose". Now the nearest band starts at tau (``0.1-0.3
 the builder, the importer, the planner's checks, ``sdt.score`` (delta_1 names it) and the report. A build campaign
 planned before (trial builder 3) is told its trials change (trial builder 4; on Redis refused without
 ``--accept-config-change``); one at the paper's tau records 3 and hears nothing.
+#2 The report's terms name the tau used, in metres, where they define H and F.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from geoagent.data.model import (DECOY_BAND_LABELS, Image, ReferencePoint, Verif
 from geoagent.geoverify.aggregate import GeoVerifyAggregator
 from geoagent.geoverify.plan import check_bands
 from geoagent.geoverify.trials import TRIAL_BUILDER_VERSION, build_trials, trial_builder_version
+from geoagent.report.geoverify import render_markdown, render_terminal
 from geoagent.scoring import sdt
 from test_queue_contract import redis_url  # noqa: F401 - the fixture
 
@@ -161,6 +163,25 @@ def test_score_uses_the_bands_of_tau_and_counts_old_nearest_labels_in_the_new_ba
     assert agg.scores(tau_km=TAU_100)["m"].band("0.1-0.3km").n == 50
 
 
+# --- #2 the terms name tau ---------------------------------------------------------------------------------------
+
+
+def test_terms_state_the_tau_used_where_they_define_hit_and_false_alarm():
+    cells = _cells([("main", "signal", "yes", 40, 10, 0), ("main", "0.1-0.3km", "no", 5, 45, 0)])
+    md = render_markdown(sdt.score(cells, tau_km=TAU_100))
+    terms = md[md.index("Terms:"):]
+    assert ("- H (hit rate): share of signal trials (the named place lies less than tau = 100 m from the photo, "
+            "Eq. 1; the paper's tau is 150 m) answered yes.") in terms
+    assert ("- F (false-alarm rate): share of decoy trials (the named place lies tau = 100 m or farther from the "
+            "photo, in the given distance band; the nearest band, 0.1–0.3 km, starts at tau) answered yes") in terms
+    assert "tau = 100 m" in render_terminal(sdt.score(cells, tau_km=TAU_100)).split("Terms:")[1]
+    paper = render_markdown(sdt.score(cells))
+    assert ("- H (hit rate): share of signal trials (the named place lies less than tau = 150 m from the photo, "
+            "Eq. 1) answered yes.") in paper
+    assert "tau = 150 m or farther from the photo, in the given distance band) answered yes" in paper
+    assert "the paper's tau" not in paper
+
+
 # --- #1 campaigns planned with the old band edges ------------------------------------------------------------------
 
 
@@ -215,7 +236,7 @@ def test_a_run_planned_under_the_old_edges_names_the_change(tmp_path, release_di
     assert "the trial builder changed since its last run (geoverify.trial_builder: 3 -> 4: " in err, err
     assert "this changes which tasks are planned" in err
     md = (cfg.state_dir() / "report" / "geoverify_table.md").read_text(encoding="utf-8")
-    assert "| F 0.1–0.3 km |" in md
+    assert "| F 0.1–0.3 km |" in md and "tau = 100 m" in md
 
 
 def test_a_campaign_planned_under_the_old_edges_is_told_its_trials_change(tmp_path, release_dir):

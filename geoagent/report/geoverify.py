@@ -26,7 +26,8 @@ The CSV is for machines: rates are fractions and band labels are the data's ASCI
 as in the scored results and the delta_1 value); Markdown and the terminal text (``.txt``) show bands as
 ``0.7–1.5 km``.
 
-Both the Markdown and the terminal table end with a legend of the terms (:data:`LEGEND`).
+Both the Markdown and the terminal table end with a legend of the terms (:func:`legend_for`), naming the claim
+tolerance tau the scores were computed at (``ModelScores.tau_km``) where H and F are defined.
 
 The section "Cut off at the output-token limit" counts answers the provider stopped at ``max_output_tokens``
 (``ModelScores.truncation``, per arm; :mod:`geoagent.scoring.truncation`): over all arms and, when control
@@ -66,6 +67,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from geoagent import constants as C
+from geoagent.data.model import decoy_band_labels
 from geoagent.files import atomic_savefig, atomic_write_text
 from geoagent.report import import_notes_section
 from geoagent.report.figure_layout import layout_with_caption, legend_outside
@@ -88,46 +91,78 @@ MISSING_CSV = "geoverify_missing.csv"
 #: console width for the terminal text: rich tables keep their natural width, so nothing is cut or wrapped
 UNBOUNDED_WIDTH = 10_000
 
-#: one line per term of the table (seed 000 Sec. 5.3, Eq. 2-4, in our words)
-LEGEND = (
-    "H (hit rate): share of signal trials (the named place lies within tau = 150 m of the photo) answered yes.",
-    "F (false-alarm rate): share of decoy trials (the named place lies farther away, in the given distance band) "
-    "answered yes; the control rows give F with the photo swapped for one from another continent "
-    "('control: swapped image' is arm ctrl_mismatch in the CSV files and scored rows), or replaced by a plain "
-    "gray field ('control: gray field' is arm ctrl_noimage).",
-    "d' (sensitivity): z(H) - z(F), after the log-linear correction; 0 = signal and decoys cannot be told apart, "
-    "1 = conventional discriminability.",
-    "c (criterion): -(z(H) + z(F)) / 2; negative = the model leans towards accepting claims, positive = towards "
-    "rejecting them.",
-    "delta_1 (discrimination radius): the nearest decoy band whose d' reaches 1; 'none' = no band does. "
-    "Its brackets give the range of delta_1 over the site-bootstrap resamples (the same resamples as the other "
-    "brackets): bands ordered nearest to farthest with 'none' beyond the farthest, the 2.5th to 97.5th "
-    "percentile of that order (resamples where delta_1 is undefined are left out).",
-    "(k/n) after a rate: k trials answered yes out of the n parsed trials the rate is computed from (H: signal "
-    "trials; F: decoy trials of all bands (decoys recorded without a band included), of one band, or of a control arm).",
-    "parse failures: answers without a verdict, outside H and F (neither a yes nor a no; the paper had none: "
-    "'Every returned response parsed', Sec. 6.4), listed with their reason in geoverify_parse_failures.csv. An "
-    "answer cut off at the output-token limit with nothing parsed is among them and also counted in 'cut off and "
-    "unparsed' (no answer: the cap, not the model, ended it; GeoHint leaves such answers out of its rates too, "
-    "while an unparsed answer the model finished is a miss there).",
-    TRUNCATION_LEGEND,
-    # newuser40 #2: the rule was in no document (seed 000 Sec. 5.4; geoagent.scoring.sdt.readout)
-    "read-out (pre-registered, Sec. 5.4): invalid if the swapped-image control's F exceeds 20 % or the gray-field "
-    "control's F lies within 5 points of the main arm's F; else uninformative if the nearest band's d' exceeds 2; "
-    "else informative if the nearest band's d' is below 0.5 and the farthest band's above 1.5; else inconclusive. "
-    "'validity unchecked' = no control arm has a parsed answer: the controls come first in the rule, so the verdict "
-    "rests on the main arm alone (a trial table built by the crawl's builder, [geoverify] trials = \"build\", holds "
-    "both control arms for [geoverify] n_control candidates per image; the release's trial sample holds none).",
-)
+def _band_title(label: str) -> str:
+    return label.replace("km", " km").replace("-", "–")
+
+
+def _tau_m_text(tau_km: float) -> str:
+    """The tolerance ``tau_km`` (km) in metres, as the report writes it: ``150 m``, ``99.9 m``."""
+    return f"{round(float(tau_km) * 1000.0, 3):g} m"
+
+
+def legend_for(tau_km: float = C.GEOVERIFY_TAU_KM) -> tuple[str, ...]:
+    """One line per term of the table (seed 000 Sec. 5.3, Eq. 2-4, in our words), naming the claim tolerance
+    ``tau_km`` (km; ``[geoverify] tau_m`` / 1000) in metres where H and F are defined (fixverify42 #2)."""
+    tau = f"tau = {_tau_m_text(tau_km)}"
+    paper = ("" if math.isclose(tau_km, C.GEOVERIFY_TAU_KM) else
+             f"; the paper's tau is {_tau_m_text(C.GEOVERIFY_TAU_KM)}")
+    first = _band_title(decoy_band_labels(tau_km)[0])
+    # below 150 m the nearest band starts at tau; above it keeps the paper's label while a candidate nearer than tau
+    # is signal, so its decoys start at tau too (geoagent.data.model.decoy_bands_km)
+    nearest = ("" if math.isclose(tau_km, C.GEOVERIFY_TAU_KM) else f"; the nearest band, {first}, starts at tau"
+               if tau_km < C.GEOVERIFY_DECOY_BANDS_KM[0][0] else f"; the nearest band, {first}, holds decoys from tau on")
+    return (
+        f"H (hit rate): share of signal trials (the named place lies less than {tau} from the photo, Eq. 1"
+        f"{paper}) answered yes.",
+        f"F (false-alarm rate): share of decoy trials (the named place lies {tau} or farther from the photo, in the "
+        f"given distance band{nearest}) answered yes; the control rows give F with the photo swapped for one from "
+        "another continent "
+        "('control: swapped image' is arm ctrl_mismatch in the CSV files and scored rows), or replaced by a plain "
+        "gray field ('control: gray field' is arm ctrl_noimage).",
+        "d' (sensitivity): z(H) - z(F), after the log-linear correction; 0 = signal and decoys cannot be told apart, "
+        "1 = conventional discriminability.",
+        "c (criterion): -(z(H) + z(F)) / 2; negative = the model leans towards accepting claims, positive = towards "
+        "rejecting them.",
+        "delta_1 (discrimination radius): the nearest decoy band whose d' reaches 1; 'none' = no band does. "
+        "Its brackets give the range of delta_1 over the site-bootstrap resamples (the same resamples as the other "
+        "brackets): bands ordered nearest to farthest with 'none' beyond the farthest, the 2.5th to 97.5th "
+        "percentile of that order (resamples where delta_1 is undefined are left out).",
+        "(k/n) after a rate: k trials answered yes out of the n parsed trials the rate is computed from (H: signal "
+        "trials; F: decoy trials of all bands (decoys recorded without a band included), of one band, or of a control arm).",
+        "parse failures: answers without a verdict, outside H and F (neither a yes nor a no; the paper had none: "
+        "'Every returned response parsed', Sec. 6.4), listed with their reason in geoverify_parse_failures.csv. An "
+        "answer cut off at the output-token limit with nothing parsed is among them and also counted in 'cut off and "
+        "unparsed' (no answer: the cap, not the model, ended it; GeoHint leaves such answers out of its rates too, "
+        "while an unparsed answer the model finished is a miss there).",
+        TRUNCATION_LEGEND,
+        # newuser40 #2: the rule was in no document (seed 000 Sec. 5.4; geoagent.scoring.sdt.readout)
+        "read-out (pre-registered, Sec. 5.4): invalid if the swapped-image control's F exceeds 20 % or the gray-field "
+        "control's F lies within 5 points of the main arm's F; else uninformative if the nearest band's d' exceeds 2; "
+        "else informative if the nearest band's d' is below 0.5 and the farthest band's above 1.5; else inconclusive. "
+        "'validity unchecked' = no control arm has a parsed answer: the controls come first in the rule, so the verdict "
+        "rests on the main arm alone (a trial table built by the crawl's builder, [geoverify] trials = \"build\", holds "
+        "both control arms for [geoverify] n_control candidates per image; the release's trial sample holds none).",
+    )
+
+
+#: the terms at the paper's tau (150 m); a report names its own tau (:func:`legend_for`)
+LEGEND = legend_for()
 #: the settings a cut-off warning asks to raise
 TRUNCATION_SETTING = "[geoverify] max_output_tokens (or the model's [[models]] max_output_tokens)"
 #: arm -> row label of its cut-off share
 _ARM_LABELS = ((ARM_MAIN, "main arm"), (ARM_MISMATCH, "control: swapped image"), (ARM_BLANK, "control: gray field"))
 
 
-def legend_lines() -> list[str]:
-    """The legend as ``- term: meaning`` lines (Markdown list items; plain text in the terminal)."""
-    return [f"- {line}" for line in LEGEND]
+def legend_lines(tau_km: float = C.GEOVERIFY_TAU_KM) -> list[str]:
+    """The legend (:func:`legend_for` of ``tau_km``) as ``- term: meaning`` lines (Markdown list items; plain text
+    in the terminal)."""
+    return [f"- {line}" for line in legend_for(tau_km)]
+
+
+def report_tau_km(scores: Mapping[str, ModelScores]) -> float:
+    """The claim tolerance (km) the scores were computed at (``ModelScores.tau_km``, one for every column); the
+    paper's 0.15 without scores."""
+    return next((s.tau_km for s in scores.values()), C.GEOVERIFY_TAU_KM)
 
 
 def _pct(x: float) -> str:
@@ -391,10 +426,6 @@ def _with_ci(text: str, s: ModelScores, key: str | None, *, pct: bool = False, s
         mark = BOUNDARY_MARK if key in s.ci_exact else ""
         return f"{text} [{fixed_text(100 * lo, 1)}, {fixed_text(100 * hi, 1)}]{mark}{few}"
     return f"{text} [{fixed_text(lo, 2, signed=signed)}, {fixed_text(hi, 2, signed=signed)}]{few}"
-
-
-def _band_title(label: str) -> str:
-    return label.replace("km", " km").replace("-", "–")
 
 
 #: how the model columns are ordered (said under the table): the paper's Table 12 order follows this rule
@@ -766,7 +797,7 @@ def render_markdown(scores: Mapping[str, ModelScores]) -> str:
             + (f" {one}" if one else "") + order
             + (f" {pooled_mean_note(scores)}" if pooled_mean_note(scores) else "")
             + (f" {boot}" if boot else "") + warn
-            + "\n\n" + "\n".join(notes) + "\n\nTerms:\n\n" + "\n".join(legend_lines()) + "\n")
+            + "\n\n" + "\n".join(notes) + "\n\nTerms:\n\n" + "\n".join(legend_lines(report_tau_km(scores))) + "\n")
 
 
 #: geoverify_table.csv's own columns (:func:`render_csv`); a model named like one is refused at plan time
@@ -893,7 +924,7 @@ def render_terminal(scores: Mapping[str, ModelScores], *, width: int | None = No
             console.print(w, markup=False, soft_wrap=True)
     for w in withheld_lines(scores):
         console.print(w, markup=False, soft_wrap=True)
-    legend = "Terms:\n" + "".join(f"  {line[2:]}\n" for line in legend_lines())
+    legend = "Terms:\n" + "".join(f"  {line[2:]}\n" for line in legend_lines(report_tau_km(scores)))
     return console.file.getvalue() + legend  # type: ignore[attr-defined]
 
 
