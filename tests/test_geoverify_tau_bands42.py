@@ -7,6 +7,8 @@ the builder, the importer, the planner's checks, ``sdt.score`` (delta_1 names it
 planned before (trial builder 3) is told its trials change (trial builder 4; on Redis refused without
 ``--accept-config-change``); one at the paper's tau records 3 and hears nothing.
 #2 The report's terms name the tau used, in metres, where they define H and F.
+#3 The read-out "no data" said "no (or too few) parsed answers" both where no main-arm trial had an answer and
+where the trials were answered but no answer parsed; now its reason says which (and names a missing side).
 """
 
 from __future__ import annotations
@@ -180,6 +182,32 @@ def test_terms_state_the_tau_used_where_they_define_hit_and_false_alarm():
             "Eq. 1) answered yes.") in paper
     assert "tau = 150 m or farther from the photo, in the given distance band) answered yes" in paper
     assert "the paper's tau" not in paper
+
+
+# --- #3 read-out: no answers vs answers none of which parsed ---------------------------------------------------
+
+
+def test_readout_tells_no_answers_from_answers_that_did_not_parse():
+    unparsed = _cells([("main", "signal", "yes", 0, 0, 3), ("main", "0.15-0.3km", "no", 0, 0, 2)])
+    s = sdt.score(unparsed, pooled=False)["m"]
+    assert s.readout.verdict == sdt.READOUT_NO_DATA
+    (why,) = s.readout.reasons[:1]
+    assert why == ("nearest- and farthest-band d' undefined: the main arm's trials were answered (5 answers) but "
+                   "none parsed: every answer is a parse failure (no verdict), so there is no H or F")
+    assert f"- m: no data ({why};" in render_markdown(sdt.score(unparsed, pooled=False))
+    none = sdt.score(sdt.empty_cells(), models=["m"], pooled=False)["m"]
+    assert none.readout.verdict == sdt.READOUT_NO_DATA
+    assert none.readout.reasons[0] == ("nearest- and farthest-band d' undefined: no main-arm trial has an answer "
+                                       "yet (none answered, or every call failed: missing work, not an answer)")
+    # parsed decoys, but no parsed signal answer: the missing side is named
+    no_signal = sdt.score(_cells([("main", "signal", "yes", 0, 0, 2), ("main", "0.15-0.3km", "no", 1, 4, 0)]),
+                          pooled=False)["m"]
+    assert no_signal.readout.reasons[0] == ("nearest- and farthest-band d' undefined: no parsed answer of a signal "
+                                            "trial (no H); 2 main-arm answers did not parse")
+    no_decoy = sdt.score(_cells([("main", "signal", "yes", 3, 1, 0), ("main", "0.7-1.5km", "no", 1, 4, 0)]),
+                         pooled=False)["m"]
+    assert no_decoy.readout.reasons[0] == ("nearest- and farthest-band d' undefined: no parsed answer of a decoy "
+                                           "trial in the nearest or the farthest band")
 
 
 # --- #1 campaigns planned with the old band edges ------------------------------------------------------------------

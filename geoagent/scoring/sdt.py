@@ -18,7 +18,8 @@ Formulas (per model and pooled over models):
 * pre-registered read-out (Sec. 5.4): ``invalid`` if mismatched-image F > 20 % or blank-image F within
   5 points of the main arm's F; else ``uninformative`` if nearest-band d' > 2; else ``informative`` if
   nearest-band d' < 0.5 and farthest-band d' > 1.5; else ``no data`` when neither the nearest- nor the
-  farthest-band d' is defined (no, or too few, parsed answers: no signal or no decoy trials there); else
+  farthest-band d' is defined (its reason tells no main-arm answer yet from answers none of which parsed, and
+  those from a missing signal or decoy side); else
   ``inconclusive``;
 * bootstrap confidence intervals resample *sites* with replacement (seeded), recomputing every statistic;
 * small-n flag (reporting only, never changes a statistic): a band's d' is flagged when its decoy trials or
@@ -574,12 +575,19 @@ def readout(
     near_dprime: float, far_dprime: float, f_main: float, f_mismatch: float | None, f_blank: float | None,
     *, n_mismatch: int | None = None, n_blank: int | None = None,
     unparsed_mismatch: int = 0, unparsed_blank: int = 0,
+    n_main: int | None = None, n_signal: int | None = None, unparsed_main: int = 0,
 ) -> Readout:
     """Pre-registered read-out of Sec. 5.4 (thresholds as module constants). Control F None (or NaN): no parsed
     answer of that arm, read as "not run" unless ``unparsed_mismatch`` / ``unparsed_blank`` (answers of the arm
     that did not parse) is positive: then the note says the arm ran and its F is undefined, with that count.
     ``no data`` (not ``inconclusive``) when both d' are NaN: nothing to read the outcome from. A reason naming a
     d' that is NaN (one band unmeasured) says ``undefined (no parsed answers)``, never ``nan``.
+
+    ``n_main`` (parsed main-arm answers), ``n_signal`` (parsed signal answers) and ``unparsed_main`` (main-arm
+    answers that did not parse) say why a ``no data`` has nothing to read (fixverify42 #3): no main-arm answer at
+    all (none answered yet, or every call failed: missing work, not an answer), answers that all failed to parse
+    (trials answered, no verdict among them), no parsed signal answer, or no parsed decoy answer in the nearest
+    and the farthest band. None (not given): the reason names the possibilities.
 
     Numbers in a reason are printed with enough decimals to show the side of the threshold they are on (two for
     d', one for a percentage, more when that rounds onto the threshold: "d' 2.004 > 2", not "2.00 > 2"), and
@@ -633,10 +641,27 @@ def readout(
                                        f"farthest {_beside(far_dprime, INFORMATIVE_FAR_DPRIME, 2)} > 1.5", *notes),
                        unchecked=unchecked)
     if math.isnan(near_dprime) and math.isnan(far_dprime):
-        return Readout(READOUT_NO_DATA, ("nearest- and farthest-band d' undefined: no (or too few) parsed answers "
-                                         "(signal and decoy trials) in the main arm", *notes))
+        return Readout(READOUT_NO_DATA, (_no_data_reason(n_main, n_signal, unparsed_main), *notes))
     return Readout("inconclusive", (f"nearest-band d' {_dprime_text(near_dprime)}, farthest-band d' "
                                     f"{_dprime_text(far_dprime)}", *notes), unchecked=unchecked)
+
+
+def _no_data_reason(n_main: int | None, n_signal: int | None, unparsed_main: int) -> str:
+    """Why neither the nearest- nor the farthest-band d' is defined (:func:`readout`'s ``no data``): trials with
+    no answer at all are another case than trials answered without a parsed verdict (fixverify42 #3)."""
+    undefined = "nearest- and farthest-band d' undefined"
+    if n_main == 0 and unparsed_main:
+        return (f"{undefined}: the main arm's trials were answered ({count_text(unparsed_main, 'answer')}) but "
+                "none parsed: every answer is a parse failure (no verdict), so there is no H or F")
+    if n_main == 0:
+        return (f"{undefined}: no main-arm trial has an answer yet (none answered, or every call failed: missing "
+                "work, not an answer)")
+    if n_signal == 0:
+        return (f"{undefined}: no parsed answer of a signal trial (no H)"
+                + (f"; {count_text(unparsed_main, 'main-arm answer')} did not parse" if unparsed_main else ""))
+    if n_main is not None:
+        return f"{undefined}: no parsed answer of a decoy trial in the nearest or the farthest band"
+    return f"{undefined}: no (or too few) parsed answers (signal and decoy trials) in the main arm"
 
 
 def mean_model_dprime(scores: Mapping[str, ModelScores], band_index: int) -> tuple[float, int]:
@@ -789,6 +814,9 @@ def _score_one(
         n_blank=controls[ARM_BLANK][0],
         unparsed_mismatch=_unparsed(cells, ARM_MISMATCH),
         unparsed_blank=_unparsed(cells, ARM_BLANK),
+        n_main=int(tot_n[0]) + int(_noise(tot_n, k).sum()),
+        n_signal=int(tot_n[0]),
+        unparsed_main=int(cells.filter(pl.col("arm") == ARM_MAIN)["n_fail"].sum()) if cells.height else 0,
     )
     ci: dict[str, tuple[float, float]] = {}
     ci_n: dict[str, int] = {}
