@@ -90,12 +90,16 @@ def test_a_model_none_of_whose_answers_geocoded_has_no_difference_not_zero(tmp_p
     rows = {(r[0], r[1]): r for r in t3.rows}
     for regime in ("legible", "illegible"):
         assert all(math.isnan(v) for v in rows[(regime, "u")][2:6]), rows[(regime, "u")]
-    # the geocoded model's row keeps its value; the regimes pool every model's no-context answers (u's count
-    # as misses), so by hand: s1 2 of 4 (legible), s2 1 of 4, s3 0 of 4, s4 1 of 4 (illegible); m's near-band
-    # minus no-context in the illegible sites s2-s4: 3/6 - 2/6
-    m_ill = rows[("illegible", "m")]
-    assert m_ill[2] == pytest.approx(100 * (3 / 6 - 2 / 6))
-    assert math.isfinite(m_ill[3])
+    # the geocoded model's row keeps its value; the regimes pool the no-context answers of the models whose
+    # no-context rate is determined, so u's, undetermined, assign nothing (stats42 #1; before, counted as misses,
+    # they made s2 and s4 illegible): by hand from m's alone, s1 2 of 2, s2 1 of 2, s4 1 of 2 legible, s3 0 of 2
+    # illegible; m's near-band minus no-context in the legible sites: 5/6 - 4/6, in the illegible s3: 0/2 - 0/2
+    m_ill, m_leg = rows[("illegible", "m")], rows[("legible", "m")]
+    assert m_leg[2] == pytest.approx(100 * (5 / 6 - 4 / 6))
+    assert m_ill[2] == pytest.approx(0.0)
+    assert math.isfinite(m_ill[3]) and math.isfinite(m_leg[3])
+    # m's rows, corrected values included, are those of m alone: u's answers are in no split's half either
+    assert [r for r in t3.rows if r[1] == "m"] == GH.table3(alone, "forced", "baseline", n_splits=30).rows
     assert "no answer of one side geocoded" in t3.notes
     GH.write_report(agg, tmp_path, n_flips=10, n_splits=30, figures=False)
     block = (tmp_path / "report.md").read_text(encoding="utf-8").split("### Table 3")[1].split("### ")[0]

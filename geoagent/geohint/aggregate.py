@@ -97,6 +97,10 @@ pooled no-context hit rate is at least the threshold. The report reads the thres
 regime split (Tables 2, 3, 5, 7, 8, 9, Fig. 2) and names it. A site none of whose no-context answers
 geocoded, every one of them parsed, has no regime (:meth:`GeoHintAggregator.undetermined_sites`,
 :mod:`geoagent.scoring.regime`; an unparsed answer is a miss of the model's own making: :func:`hit_decided`).
+The pooled rate leaves out the no-context answers of a model whose no-context hit rate is undetermined by Table 1's
+rule (none of them geocoded, every one parsed: :meth:`GeoHintAggregator.regime_left_out_models`), in the full
+assignment and in the split-half correction's halves alike (stats42 #1: counted as misses, such a model's answers
+moved every other model's split, 27 legible / 12 illegible sites becoming 14 / 25 on a synthetic campaign).
 """
 
 from __future__ import annotations
@@ -747,18 +751,35 @@ class GeoHintAggregator:
                 out[site] = out.get(site, 0) + cell.n_decided
         return out
 
+    def regime_left_out_models(self, condition: str | None = None) -> list[str]:
+        """Models (sorted) whose no-context answers (``condition``, default :attr:`baseline_condition`) are left out
+        of the regime assignment and of the split-half correction's halves: their no-context hit rate, pooled over
+        every site, is undetermined by Table 1's rule (:attr:`Cell.geocoded_hit_rate` NaN: every answer parsed and
+        none geocoded). Counting them as misses would pull every site toward illegible and move the split for every
+        other model (stats42 #1); the other models' answers assign the sites as if this model had not answered. A
+        model with one decided no-context answer anywhere is kept, its unresolved answers counted as misses."""
+        cond = condition or self.baseline_condition
+        return [m for m in self.models
+                if (c := self.select(model=m, condition=cond)).n and math.isnan(c.geocoded_hit_rate)]
+
     def _assigned(self, threshold: float | None, condition: str | None) -> dict[str, str]:
         threshold = self.regime_threshold if threshold is None else check_threshold(threshold)
+        left_out = set(self.regime_left_out_models(condition))  # stats42 #1: Table 1's undetermined rates
+        counts = self.baseline_counts(condition)
         pooled = {
-            s: (sum(k for k, _ in per.values()), sum(n for _, n in per.values()))
-            for s, per in self.baseline_counts(condition).items()
+            s: (sum(k for m, (k, _) in per.items() if m not in left_out),
+                sum(n for m, (_, n) in per.items() if m not in left_out))
+            for s, per in counts.items()
         }
-        return assign_regimes(pooled, threshold=threshold, geocoded=self.baseline_geocoded(condition))
+        out = assign_regimes(pooled, threshold=threshold, geocoded=self.baseline_geocoded(condition))
+        # a site answered by left-out models only: every no-context answer parsed and none geocoded, so undetermined
+        # as before (assign_regimes skips it for want of counted answers)
+        return {s: out.get(s, UNDETERMINED) for s in counts}
 
     def regimes(self, *, threshold: float | None = None, condition: str | None = None) -> dict[str, str]:
-        """site -> ``legible``/``illegible`` from the pooled no-context hit rate; ``threshold`` defaults to
-        :attr:`regime_threshold`. Sites without a baseline are absent, and so are sites none of whose
-        no-context answers geocoded (:meth:`undetermined_sites`)."""
+        """site -> ``legible``/``illegible`` from the pooled no-context hit rate (over every model but those of
+        :meth:`regime_left_out_models`); ``threshold`` defaults to :attr:`regime_threshold`. Sites without a
+        baseline are absent, and so are sites none of whose no-context answers geocoded (:meth:`undetermined_sites`)."""
         return {s: r for s, r in self._assigned(threshold, condition).items() if r != UNDETERMINED}
 
     def undetermined_sites(self, condition: str | None = None) -> list[str]:
@@ -882,13 +903,19 @@ class GeoHintAggregator:
         """No-context responses as per-response arrays (site, model, hit), rebuilt from counts (the order
         within a (site, model) group carries no information, so a random split of these equals a random
         split of the responses). Sites whose regime is undetermined (:meth:`undetermined_sites`) are left
-        out: a split must not assign them a regime either."""
+        out: a split must not assign them a regime either. So are the answers of the models left out of the regime
+        assignment (:meth:`regime_left_out_models`, stats42 #1): in neither half, so no split's half A assigns by
+        them and the other models' splits are those of a campaign without them (their own no-context rate is
+        undetermined in every half B alike)."""
         s_out, m_out, h_out = [], [], []
         undetermined = set(self.undetermined_sites(condition))
+        left_out = set(self.regime_left_out_models(condition))
         for site, per in sorted(self.baseline_counts(condition).items()):
             if site in undetermined:
                 continue
             for model, (k, n) in sorted(per.items()):
+                if model in left_out:
+                    continue
                 s_out += [site] * n
                 m_out += [model] * n
                 h_out += [1] * k + [0] * (n - k)
@@ -905,10 +932,13 @@ class GeoHintAggregator:
                 geocoded[(site, model)] = geocoded.get((site, model), 0) + cell.n_decided
         out: list[bool] = []
         undetermined = set(self.undetermined_sites(condition))
+        left_out = set(self.regime_left_out_models(condition))
         for site, per in sorted(self.baseline_counts(condition).items()):
             if site in undetermined:
                 continue
             for model, (k, n) in sorted(per.items()):
+                if model in left_out:
+                    continue
                 g = min(n, max(k, geocoded.get((site, model), 0)))
                 out += [True] * g + [False] * (n - g)
         return out

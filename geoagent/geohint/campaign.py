@@ -651,6 +651,10 @@ class GeoHintCampaign(CampaignKind):
                      + f" (threshold {threshold_text(agg.regime_threshold)} no-context hit rate)")
         if left_out_text(agg):  # the responses above are the answers the tables count (report header)
             lines.append(f"  {left_out_text(agg)}")
+        regime_left_out = agg.regime_left_out_models(baseline)
+        if regime_left_out:  # stats42 #1: their undetermined no-context rate assigns no site
+            lines.append(f"  regimes assigned without the no-context answers of {', '.join(regime_left_out)} (none "
+                         "geocoded: hit rate undetermined, not 0)")
         n_no_regime = len(agg.sites) - len(regimes) - n_undetermined
         if n_no_regime:
             lines.append(f"  {n_no_regime} site{'' if n_no_regime == 1 else 's'} without a no-context answer "

@@ -52,7 +52,9 @@ withheld (an em dash; empty CSV cells), and one from 5 to 9 sites is given but f
 (:func:`geoagent.scoring.sdt.boot_site_flag`): Table 1's ``CI flag`` column (Markdown, CSV, terminal) says which
 and why, the notes and the legend state the rule (Cameron and Miller 2015, as for Table 6's p-values), and Fig. 2
 names the withheld or flagged lines in its legend.
-A hit rate none of whose answers geocoded is undetermined and prints as an em dash (Tables 1, 2, 8-10).
+A hit rate none of whose answers geocoded is undetermined and prints as an em dash (Tables 1, 2, 8-10). A model
+whose no-context hit rate is so undetermined is left out of the regime assignment, and the header and Tables 2-3 name
+it (:func:`regime_left_out_note`, :func:`regime_left_out_ref`; stats42 #1).
 
 Comparisons with the no-context baseline paired by image (when the data hold no-context answers, after Table 7):
 ``nocontext_near`` (Sec. 6.1.3: per model, near-band minus no-context hit rate; :func:`table_nocontext_near`) and
@@ -607,11 +609,15 @@ def scoring_left_note(located: int, scored: int, *, left_by: str | None) -> str 
             "call or lookup).")
 
 
-def regime_threshold_note(agg: GeoHintAggregator) -> str:
+def regime_threshold_note(agg: GeoHintAggregator, baseline: str | None = None) -> str:
     """One sentence naming the regime threshold every regime split of the report uses; the no-context hit rate is
-    that of all models pooled, or with one model that model's (:func:`_pooled_words`)."""
+    that of all models pooled, or with one model that model's (:func:`_pooled_words`); with ``baseline`` (the
+    no-context condition) it names the models left out of that pool (:func:`regime_left_out_note`, stats42 #1)."""
     t = agg.regime_threshold
     who = "all models pooled" if len(agg.models) != 1 else _pooled_words(agg.models)
+    left_out = agg.regime_left_out_models(baseline) if baseline is not None else []
+    if left_out:
+        who = f"models pooled but {', '.join(left_out)}: see below"
     return (f"Regimes: a site is legible when its no-context hit rate ({who}) is at least "
             f"{threshold_text(t)}, illegible below ([geohint] regime_threshold = {t:g}"
             + ("; the paper's 50 %)." if t == DEFAULT_THRESHOLD else "; the paper uses 50 %)."))
@@ -636,6 +642,32 @@ def echo_rule_note(agg: GeoHintAggregator) -> str:
                  + f" (scored before every rule's verdict was stored); {agg.echo_rule_counts.get(agg.echo_rule, 0)} use "
                  f"{agg.echo_rule!r}.")
     return note
+
+
+def regime_left_out_note(agg: GeoHintAggregator, baseline: str) -> str:
+    """The notes' sentence naming the models whose no-context answers are left out of the regime assignment
+    (:meth:`GeoHintAggregator.regime_left_out_models`: none of them geocoded, every one parsed, so their no-context
+    hit rate is undetermined, Table 1's em dash), and why; "" when there are none (stats42 #1). report.md's header;
+    Tables 2 and 3 refer to it (:func:`regime_left_out_ref`)."""
+    left_out = agg.regime_left_out_models(baseline)
+    if not left_out:
+        return ""
+    one = len(left_out) == 1
+    return (f"Left out of the regime assignment: the no-context answers (condition {baseline!r}) of "
+            f"{', '.join(left_out)}. None of them geocoded, every one parsed, so {'its' if one else 'their'} "
+            f"no-context hit rate is undetermined ({DASH}, as in Table 1); counted as misses they would pull every "
+            "site toward illegible and move the split for every other model. Sites are legible or illegible by the "
+            "other models' no-context answers, and the split-half correction (Table 3) splits those alone.")
+
+
+def regime_left_out_ref(agg: GeoHintAggregator, baseline: str) -> str:
+    """Tables 2 and 3's short form of :func:`regime_left_out_note` (said in full once, in report.md's header): the
+    models whose no-context answers assign no site, and why in a few words; "" when there are none."""
+    left_out = agg.regime_left_out_models(baseline)
+    if not left_out:
+        return ""
+    return (f"Regimes assigned without the no-context answers of {', '.join(left_out)}: none of them geocoded, so "
+            f"that hit rate is undetermined ({DASH}), not 0 (see report.md's header).")
 
 
 def echo_rule_ref(agg: GeoHintAggregator) -> str:
@@ -845,7 +877,8 @@ def table2(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
         ["Regime", "Model", "n", "No context", "With context", *BANDS, "Echo rate", "n no context"],
         ["text", "text", "int", "pct", "pct", "pct", "pct", "pct", "pct", "int"],
         rows,
-        _join_notes(echo_rule_ref(agg), regime_note(agg, baseline), UNGEOCODED_NOTE if undetermined else ""),
+        _join_notes(echo_rule_ref(agg), regime_note(agg, baseline), regime_left_out_ref(agg, baseline),
+                    UNGEOCODED_NOTE if undetermined else ""),
     )
 
 
@@ -887,7 +920,9 @@ def table3(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
             sites = groups.get(r.regime, [])
             undetermined |= _ungeocoded(agg.select(sites=sites, model=r.model, condition=baseline),
                                         agg.select(sites=sites, model=r.model, condition=condition, band=BANDS[0]))
-        per_site = {site: sum(n for _k, n in per.values()) for site, per in agg.baseline_counts(baseline).items()}
+        left_out = set(agg.regime_left_out_models(baseline))  # in no split (baseline_arrays; stats42 #1)
+        per_site = {site: n for site, per in agg.baseline_counts(baseline).items()
+                    if (n := sum(n for m, (_k, n) in per.items() if m not in left_out))}
         single = sum(n == 1 for n in per_site.values())
         if single == len(per_site):
             notes = (f"Corrected, SD and Shift are empty ({DASH}): every site has a single no-context answer "
@@ -912,7 +947,8 @@ def table3(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
         ["Regime", "Model", "Uncorrected", "Corrected", "SD", "Shift"],
         ["text", "text", "pp", "pp", "pps", "pp"],
         rows,
-        _join_notes(notes, regime_note(agg, baseline), TABLE3_UNGEOCODED_NOTE if undetermined else ""),
+        _join_notes(notes, regime_note(agg, baseline), regime_left_out_ref(agg, baseline),
+                    TABLE3_UNGEOCODED_NOTE if undetermined else ""),
     )
 
 
@@ -2367,7 +2403,7 @@ def write_report(
         "",
         echo_rule_note(agg),
         "",
-        regime_threshold_note(agg),
+        regime_threshold_note(agg, baseline),
         "",
         f"Slope p-values (Tables 6-7): {p_reference} reference"
         + (" (Student's t with G - 1 df, G = site clusters)." if p_reference == "t" else " (statsmodels' default)."),
@@ -2389,6 +2425,7 @@ def write_report(
                                                answers_queued, left_by=answers_left_by)] if w
           for x in (f"**{w}**", "")],
         *([no_regime_note(agg, baseline), ""] if no_regime_note(agg, baseline) else []),
+        *([left_out_models, ""] if (left_out_models := regime_left_out_note(agg, baseline)) else []),
         *([f"**{withheld}**", ""] if (withheld := withheld_tables(agg, tables, condition, baseline)) else []),
         "Terms:",
         "",

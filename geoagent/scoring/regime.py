@@ -39,6 +39,14 @@ Here an answer that did not parse counts as geocoded (decided): the model's own 
 whatever the geocoder does (seed 000 Sec. 4.1: no post-hoc filtering; the release's judged answers keep such rows
 with ``hit`` False), so only answers that parsed and failed to geocode leave a rate undetermined
 (:func:`geoagent.geohint.aggregate.hit_decided` feeds ``geocoded`` and the flags).
+
+Undetermined model (stats42 #1): the pooled counts, and the responses split, leave out the no-context answers of a
+model whose no-context hit rate over all sites is undetermined by the same rule (Table 1's em dash, every answer
+parsed and none geocoded): counted as misses they would pull every site toward illegible and move the split for every
+other model. The caller leaves them out (:meth:`geoagent.geohint.aggregate.GeoHintAggregator.regime_left_out_models`,
+where Table 1's rule lives), so the functions here see the other models' answers only: :func:`assign_regimes`' pooled
+counts, and both halves of :func:`split_half_correction` (half A assigns by the others alone; the model's own
+no-context rate would be undetermined in every half B anyway). A site answered by such models only is undetermined.
 """
 
 from __future__ import annotations
@@ -96,6 +104,9 @@ def assign_regimes(
     geocoded: dict[Hashable, int] | None = None,
 ) -> dict[Hashable, str]:
     """Assign each site a regime from its pooled no-context ``(hits, n)``; sites with n = 0 are left out.
+
+    ``baseline_hits`` pools the models whose no-context hit rate is determined: the caller leaves out those of
+    :meth:`geoagent.geohint.aggregate.GeoHintAggregator.regime_left_out_models` (module docstring, stats42 #1).
 
     ``geocoded``: per site, how many of those n answers geocoded (resolved level other than ``none``); a
     site with none (absent counts as 0) is :data:`UNDETERMINED` instead of being assigned by a hit rate of
@@ -211,7 +222,9 @@ def split_half_correction(
     Parameters
     ----------
     baseline_sites, baseline_models, baseline_hits : sequences of length n_b
-        The no-context (baseline) responses: site, model, hit (0/1).
+        The no-context (baseline) responses: site, model, hit (0/1); without those of a model whose no-context hit
+        rate is undetermined (module docstring: they would enter half A's assignment; the report's caller passes
+        :meth:`geoagent.geohint.aggregate.GeoHintAggregator.baseline_arrays`, which leaves them out).
     near_sites, near_models, near_hits : sequences of length n_c
         Context-condition responses in the nearest band (0.5-1.5 km).
     threshold : float
