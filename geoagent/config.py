@@ -156,13 +156,16 @@ def is_local_host(hostname: str | None) -> bool:
 
     Local: ``localhost``, single-label names without a dot (``my-gpu-box``: such a name resolves only on
     the LAN, through the hosts file, a search domain or mDNS, never to a public API), the reserved names of
-    :data:`LOCAL_HOST_SUFFIXES` (``*.invalid`` covers the sandbox fakes, ``*.sandbox.invalid``), loopback
-    addresses (127.0.0.0/8, ::1), private-network and link-local addresses (10/8, 172.16/12, 192.168/16, fc00::/7, fe80::/10: a vLLM or Ollama box on the LAN)
-    and the unspecified address. Every other name (``api.openai.com``, ``openrouter.ai``, a public IP) is not;
-    a dot-less number (``1753672896``, ``0x68120007``) or dotted numbers in short, octal or hex form (``127.1``,
-    ``0x7f.1``, ``0177.0.0.1``) are judged as the IPv4 address the resolver reads in them.
+    :data:`LOCAL_HOST_SUFFIXES` (``*.invalid`` covers the sandbox fakes, ``*.sandbox.invalid``), and every address
+    that is not public (:func:`is_public_address`): loopback (127.0.0.0/8, ::1), private-network and link-local
+    addresses (10/8, 172.16/12, 192.168/16, fc00::/7, fe80::/10: a vLLM or Ollama box on the LAN), shared CGNAT
+    addresses (100.64.0.0/10: a Tailscale peer, a cloud's metadata service; security42 #1), reserved and
+    documentation ranges and the unspecified address. Every other name (``api.openai.com``, ``openrouter.ai``, a
+    public IP) is not; a dot-less number (``1753672896``, ``0x68120007``) or dotted numbers in short, octal or hex
+    form (``127.1``, ``0x7f.1``, ``0177.0.0.1``) are judged as the IPv4 address the resolver reads in them. A name is
+    judged by its text only: a public name may still resolve to a private address (where that matters, judge the
+    address connected to: :mod:`geoagent.runtime.public_net`).
     """
-    import ipaddress
     import socket
 
     host = (hostname or "").strip().lower().rstrip(".").strip("[]")
@@ -183,7 +186,27 @@ def is_local_host(hostname: str | None) -> bool:
             ip = ipaddress.IPv4Address(socket.inet_aton(host))
         except OSError:
             return not numeric  # a name with no dot is a LAN name; dotted numbers no resolver reads are no host
-    return ip.is_loopback or ip.is_private or ip.is_link_local or ip.is_unspecified
+    return not is_public_address(ip)
+
+
+#: NAT64's well-known prefix (RFC 6052): ``64:ff9b::a.b.c.d`` reaches the IPv4 address ``a.b.c.d`` through the gateway
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+def is_public_address(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether ``ip`` is a public unicast address (Python's ``ipaddress`` ``is_global``, from IANA's special-purpose
+    registries, and not multicast): False for loopback, private, link-local, shared (CGNAT, 100.64.0.0/10: Alibaba
+    Cloud's metadata service is 100.100.100.200; security42 #1), reserved, documentation and unspecified addresses.
+    An IPv6 address carrying an IPv4 one (IPv4-mapped ``::ffff:a.b.c.d``, 6to4, Teredo, NAT64 ``64:ff9b::/96``) is
+    public only when that IPv4 address is too."""
+    if ip.version == 6:
+        v6 = ipaddress.IPv6Address(ip)
+        inner = v6.ipv4_mapped or v6.sixtofour or (v6.teredo[1] if v6.teredo else None)
+        if inner is None and v6 in _NAT64:
+            inner = ipaddress.IPv4Address(int(v6) & 0xFFFFFFFF)
+        if inner is not None and not is_public_address(inner):
+            return False
+    return ip.is_global and not ip.is_multicast
 
 
 class ConfigError(PicklableError, ValueError):

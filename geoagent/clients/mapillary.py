@@ -43,7 +43,7 @@ from geoagent.clients.overpass import _json_body, host_of
 from geoagent import constants as C
 from geoagent.geo import haversine_km
 from geoagent.paths import safe_image_id
-from geoagent.runtime.http import HostPolicy, PermanentHTTPError, RetriesExhausted, RetriesStopped
+from geoagent.runtime.http import AddressNotPublic, HostPolicy, PermanentHTTPError, RetriesExhausted, RetriesStopped
 
 MAX_LIMIT = 2000
 #: default cap on one thumbnail download's body, bytes, per ``thumb_*_url`` field (``[crawl.fetcher]
@@ -139,7 +139,8 @@ class ThumbnailUnavailable(MapillaryError):
         URL too, or another 4xx): asked again later, the CDN may well serve the thumbnail (crawl40 #3). The others are
         verdicts on the image: ``"no_url"``, ``"gone"`` and ``"not_permitted"`` are the Graph API's word on it,
         ``"too_large"`` the same bytes again, and a ``"refused"`` redirect (to a local or private address, another
-        scheme, or without end) the CDN's answer that our rule refuses."""
+        scheme, or without end) the CDN's answer that our rule refuses, as is a host that resolves to no public
+        address (security42 #1)."""
         return self.kind == "not_jpeg" or (self.kind == "refused" and self.status is not None and self.status >= 400)
 
 
@@ -510,6 +511,13 @@ class MapillaryClient:
         #: whether the Graph API is on a local, private or link-local host (the sandbox's fakes): then its thumbnail
         #: URLs may name such hosts too (:func:`_local_thumb_host`); a public API's never do
         self.graph_is_local = _is_local_url(self.base_url)
+        #: whether thumbnail downloads (and their redirects) connect to public addresses only, judged on the
+        #: addresses their names resolve to when connecting (``HttpClient.request(public_only=True)``; security42
+        #: #1: a public name such as ``169.254.169.254.nip.io`` may resolve to a metadata service). The same
+        #: allowance as the URL checks: off exactly when the Graph API is itself local (the sandbox's fakes serve
+        #: thumbnails from 127.0.0.1). Tests whose resolver sends every name to 127.0.0.1 turn it off to exercise
+        #: the URL checks alone
+        self.thumbs_public_only = not self.graph_is_local
         self.requests_made = 0
         self.splits = 0
         #: boxes found still full at the minimum size (their page kept as a lower bound)
@@ -795,9 +803,10 @@ class MapillaryClient:
         ------
         ThumbnailUnavailable
             No thumbnail URL, the CDN refuses a fresh URL too, redirects without end or to a local or private
-            address (not followed), the body is not a JPEG, or it is larger than the cap (``kind``
-            ``"too_large"``) (per image: skip it). Transport failures (429, 5xx, timeouts) propagate as the HTTP
-            layer's errors.
+            address (not followed), its host (or a redirect's) resolves to no public address while the Graph API is
+            public (:attr:`thumbs_public_only`; not connected, ``kind`` ``"refused"``), the body is not a JPEG, or
+            it is larger than the cap (``kind`` ``"too_large"``) (per image: skip it). Transport failures (429, 5xx,
+            timeouts) propagate as the HTTP layer's errors.
         """
         import dataclasses
 
@@ -812,7 +821,10 @@ class MapillaryClient:
                 # (by its Content-Length) and no second stream up to the cap (without one)
                 resp = await self.http.request("GET", url, headers={"User-Agent": self.user_agent}, validate=_jpeg_body,
                                                policy=policy, too_large_final=True,
-                                               redirect_guard=self._thumb_redirect_guard)
+                                               redirect_guard=self._thumb_redirect_guard,
+                                               public_only=self.thumbs_public_only)
+            except AddressNotPublic as e:  # a name resolving to a local or private address: no CDN (security42 #1)
+                raise ThumbnailUnavailable(f"thumbnail of {image_id} refused: {e.detail}", kind="refused") from None
             except RetriesExhausted as e:
                 if "body too large" in e.last:
                     raise ThumbnailUnavailable(

@@ -217,6 +217,18 @@ class OutcomeUnknown(HttpError):
         super().__init__(f"outcome unknown for {url}: {detail}")
 
 
+class AddressNotPublic(HttpError):
+    """A request that may reach public addresses only (``public_only``) was not connected: its host, or a redirect's,
+    is an address that is not public or a name that resolves to none (:mod:`geoagent.runtime.public_net`;
+    security42 #1). Final: not retried (the name resolves so again; the host was not reached, so it does not count as
+    unreachable either). ``url`` is the request's (redacted), ``detail`` names the refused host and its addresses."""
+
+    def __init__(self, url: str, detail: str) -> None:
+        self.url = url
+        self.detail = detail
+        super().__init__(f"{url}: not connected: {detail}")
+
+
 #: default :attr:`HostPolicy.connect_timeout_s` (seconds): a reachable host opens a connection in well under a
 #: second, a slow TLS handshake across the world in a few; 10 s keeps a black-holed host from holding each
 #: attempt for the whole ``timeout_s`` (120 s by default) before it counts as unreachable
@@ -905,6 +917,16 @@ def _unreached(exc: _Retryable) -> bool:
     return not exc.maybe_processed and exc.reason in ("connection", "timeout")
 
 
+def _not_public_refusal(exc: BaseException) -> str | None:
+    """The reason a ``public_only`` request's connection was refused (its resolver's
+    :class:`~geoagent.runtime.public_net.NotPublicAddress`, which aiohttp wraps in a ``ClientConnectorDNSError``),
+    or None for any other failure."""
+    from geoagent.runtime.public_net import NotPublicAddress
+
+    cause = getattr(exc, "os_error", None) if not isinstance(exc, NotPublicAddress) else exc
+    return str(cause) if isinstance(cause, NotPublicAddress) else None
+
+
 def _host_down(host: _HostState, exc: _Retryable) -> bool:
     """Fail fast: ``exc`` did not reach a host whose unreachable streak is already running (an earlier request
     exhausted its retries without reaching it), so this request makes no further attempt (module docstring)."""
@@ -1190,6 +1212,12 @@ def _on_redirect(session: Any, ctx: SimpleNamespace, params: Any) -> Any:
         location = params.response.headers.get("Location") or params.response.headers.get("URI") or ""
         target = urljoin(str(params.url), location)
         reason = guard(target)
+        if not reason and getattr(req_ctx, "public_only", False):
+            # a literal address is connected without the resolver that judges names (security42 #1)
+            from geoagent.runtime.public_net import literal_not_public
+
+            if (address := literal_not_public(urlsplit(target).hostname)) is not None:
+                reason = f"redirect to a non-public address ({address}) not followed"
         if reason:
             raise _RedirectRefused(params.response.status, str(reason))
 
@@ -1281,6 +1309,10 @@ class HttpClient:
         #: the state each ``limit=`` key resolves to (a model's own, or its host's when it has none), cached
         self._limits: dict[str, _HostState] = {}
         self._session: Any = None  # aiohttp.ClientSession, created in start()
+        #: the session of ``public_only`` requests (its connector's resolver keeps public addresses only:
+        #: :class:`geoagent.runtime.public_net.PublicAddressResolver`), made at the first such request
+        self._public_session: Any = None
+        self._public_resolver: Any = None
         self._host_listener: Any = None  # see set_host_listener
         #: called with the host's key (``"hostname[:port]"``) each time an attempt is counted in the host's
         #: ``requests`` (:meth:`stats`), as it is counted: a caller that must keep the count durably (the crawl's
@@ -1294,28 +1326,47 @@ class HttpClient:
     async def start(self) -> HttpClient:
         """Create the ``aiohttp.ClientSession`` (idempotent). ``async with`` calls it for you."""
         if self._session is None:
-            import aiohttp
-
-            trace = aiohttp.TraceConfig()
-            trace.on_request_headers_sent.append(_on_headers_sent)
-            trace.on_request_redirect.append(_on_redirect)
-            # limit=0: the connector must never queue a request after it took its rate slot
-            # (that would compress arrivals at the server); our per-host semaphores bound concurrency.
-            connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300,
-                                             **({"resolver": self._resolver} if self._resolver is not None else {}))
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                headers={"User-Agent": self._user_agent},
-                trace_configs=[trace],
-                raise_for_status=False,
-            )
-            # aiohttp silently re-sends an idempotent request once when the connection drops
-            # (aio-libs/aiohttp#10790, no public switch; aiohttp's own test_utils sets this flag).
-            # That hidden attempt would bypass the rate limiter and hide unknown outcomes, so our
-            # tenacity loop is the only retry.
-            if hasattr(self._session, "_retry_connection"):
-                self._session._retry_connection = False
+            self._session = self._new_session(self._resolver)
         return self
+
+    def _new_session(self, resolver: Any) -> Any:
+        """A new ``aiohttp.ClientSession`` with this client's trace hooks, whose connector asks ``resolver``
+        (aiohttp's default when None)."""
+        import aiohttp
+
+        trace = aiohttp.TraceConfig()
+        trace.on_request_headers_sent.append(_on_headers_sent)
+        trace.on_request_redirect.append(_on_redirect)
+        # limit=0: the connector must never queue a request after it took its rate slot
+        # (that would compress arrivals at the server); our per-host semaphores bound concurrency.
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300,
+                                         **({"resolver": resolver} if resolver is not None else {}))
+        session = aiohttp.ClientSession(
+            connector=connector,
+            headers={"User-Agent": self._user_agent},
+            trace_configs=[trace],
+            raise_for_status=False,
+        )
+        # aiohttp silently re-sends an idempotent request once when the connection drops
+        # (aio-libs/aiohttp#10790, no public switch; aiohttp's own test_utils sets this flag).
+        # That hidden attempt would bypass the rate limiter and hide unknown outcomes, so our
+        # tenacity loop is the only retry.
+        if hasattr(session, "_retry_connection"):
+            session._retry_connection = False
+        return session
+
+    def _session_for(self, public_only: bool) -> Any:
+        """The session of a request: the shared one, or for ``public_only`` the one whose resolver hands its
+        connector public addresses only (made here the first time; its own connection pool and DNS cache, so no
+        connection or cached address of another request is reused; security42 #1)."""
+        if not public_only:
+            return self._session
+        if self._public_session is None:
+            from geoagent.runtime.public_net import PublicAddressResolver
+
+            self._public_resolver = PublicAddressResolver(self._resolver)
+            self._public_session = self._new_session(self._public_resolver)
+        return self._public_session
 
     def stop_retries(self) -> None:
         """A stop was requested: from now on no request of this client makes another attempt (module
@@ -1342,10 +1393,14 @@ class HttpClient:
             pass
 
     async def close(self) -> None:
-        """Close the session (idempotent)."""
+        """Close the sessions (idempotent)."""
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._public_session is not None:
+            await self._public_session.close()
+            await self._public_resolver.close()  # given to the connector, so not closed by it
+            self._public_session = self._public_resolver = None
 
     async def __aenter__(self) -> HttpClient:
         return await self.start()
@@ -1572,6 +1627,7 @@ class HttpClient:
         limit: str | None = None,
         too_large_final: bool = False,
         redirect_guard: Callable[[str], str | None] | None = None,
+        public_only: bool = False,
     ) -> HttpResponse:
         """Send one request with the host's limits and the retry policy; return a 2xx/3xx response.
 
@@ -1639,6 +1695,14 @@ class HttpClient:
             credential header is never redirected: :class:`PermanentHTTPError`). A reason it returns ends the
             request at once, unfollowed and not retried, with :class:`PermanentHTTPError` (the redirect's status,
             the reason as its excerpt). The Mapillary client refuses thumbnail redirects to local addresses so.
+        public_only : bool, optional
+            True: the request and each of its redirects connect to public addresses only
+            (:func:`geoagent.config.is_public_address`), judged on the addresses the names resolve to, at the
+            moment of connecting (:mod:`geoagent.runtime.public_net`; its own connection pool). A host that is, or
+            resolves only to, a loopback, private, link-local, CGNAT or other non-public address is not connected:
+            :class:`AddressNotPublic` (for a redirect to a literal address: :class:`PermanentHTTPError` with the
+            redirect's status, as ``redirect_guard``'s refusals). For URLs an untrusted answer names (Mapillary
+            thumbnails: security42 #1). Default False.
 
         Returns
         -------
@@ -1660,6 +1724,8 @@ class HttpClient:
             Timeout or dropped connection after sending, with ``policy.retry_unknown_outcome=False``.
         RuntimeError
             If the client was not started.
+        AddressNotPublic
+            ``public_only`` and the host (or a redirect's) is no public address, nor resolves to one.
         ValueError
             ``expected_status`` names a status that is not a permanent 4xx (408/425/429 and 5xx are
             retried and pause the host; they cannot be declared answers).
@@ -1671,6 +1737,14 @@ class HttpClient:
         expected = frozenset(expected_status)
         if any(not 400 <= st < 500 or st in _RETRY_STATUSES for st in expected):
             raise ValueError(f"expected_status may only name permanent 4xx statuses, got {sorted(expected)}")
+        if public_only:
+            from geoagent.runtime.public_net import literal_not_public
+
+            # aiohttp connects to a literal address without asking the resolver that judges names
+            if (address := literal_not_public(urlsplit(url).hostname)) is not None:
+                failure = AddressNotPublic(redact_url(url), f"{address} is not a public address")
+                setattr(failure, _NEVER_SENT_ATTR, True)
+                raise failure
         key = host_key(url)
         host = self._state(key)
         # the limit key's state: one cached lookup (a model's own limits, or the host's)
@@ -1691,7 +1765,7 @@ class HttpClient:
         counter = SimpleNamespace(attempts=0, possibly_billed=0, sent=0, unreached=False)
         try:
             args = (host, lim, pol, method, url, shown_url, secrets, params, data, headers, validate, counter,
-                    expected, no_retry, too_large_final, redirect_guard)
+                    expected, no_retry, too_large_final, redirect_guard, public_only)
             last: _Retryable | None = None
             # Fast path: the first attempt runs without tenacity's per-call machinery (most calls succeed).
             try:
@@ -1802,6 +1876,7 @@ class HttpClient:
         no_retry: Callable[[HttpResponse], bool] | None = None,
         too_large_final: bool = False,
         redirect_guard: Callable[[str], str | None] | None = None,
+        public_only: bool = False,
         before_send: Callable[[], Awaitable[object]] | None = None,
         retry: bool = False,
     ) -> HttpResponse:
@@ -1897,7 +1972,7 @@ class HttpClient:
                 host.unreachable_streak = 0  # the host was reached
                 _mark_sent(when_s, True)
 
-            ctx = SimpleNamespace(sent=False, on_sent=_on_sent, redirect_guard=redirect_guard)
+            ctx = SimpleNamespace(sent=False, on_sent=_on_sent, redirect_guard=redirect_guard, public_only=public_only)
             t0 = time.monotonic()
             failure: BaseException | None = None  # raised below, outside the except block, so no
             # aiohttp exception (which may carry request headers) is chained as __context__
@@ -1905,7 +1980,7 @@ class HttpClient:
             # Authorization on a redirect to another host and would send x-api-key / x-goog-api-key there
             follow = not _has_secret_header(headers)
             try:
-                async with self._session.request(
+                async with self._session_for(public_only).request(
                     method,
                     url,
                     params=params,
@@ -1925,11 +2000,15 @@ class HttpClient:
                 host.count_error(f"http {exc.status}")
                 failure = PermanentHTTPError(exc.status, shown_url, _scrub_head(exc.reason, BODY_EXCERPT_CHARS, secrets))
             except (TimeoutError, asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
+                refused = _not_public_refusal(exc) if public_only else None
                 timeout = isinstance(exc, (TimeoutError, asyncio.TimeoutError))
                 reason = "timeout" if timeout else "connection"
                 hint = _timeout_hint(pol, bool(ctx.sent)) if timeout else None
                 detail = _scrub_head(exception_text(exc, hint=hint), 300, secrets)
-                if ctx.sent and not pol.retry_unknown_outcome:
+                if refused is not None:  # the resolver found no public address: a verdict, not a failure to retry
+                    host.count_error("address not public")
+                    failure = AddressNotPublic(shown_url, _scrub_head(refused, 300, secrets))
+                elif ctx.sent and not pol.retry_unknown_outcome:
                     host.count_error("outcome unknown")
                     failure = OutcomeUnknown(shown_url, f"{reason} after the request was sent ({detail})")
                     failure.possibly_billed = counter.possibly_billed + 1  # type: ignore[attr-defined]
@@ -1940,7 +2019,7 @@ class HttpClient:
                     counter.unreached = _unreached(failure)
             finally:
                 if not ctx.sent:  # never reached the socket: free the slot's +inf stamp (and the turn)
-                    if isinstance(failure, _Retryable) and _unreached(failure):
+                    if isinstance(failure, _Retryable) and _unreached(failure) or isinstance(failure, AddressNotPublic):
                         # the host could not be reached (refused, DNS failure, connect timeout): no request arrived
                         # there, so the attempt takes no rate slot (its retries are spaced by the backoff, and
                         # fail fast bounds the requests after it)

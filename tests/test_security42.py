@@ -1,0 +1,186 @@
+"""Security review, session 42 (sec42).
+
+#1 The Mapillary thumbnail guard judged URL text only: a public NAME resolving to a private address
+   (``169.254.169.254.nip.io``, an attacker's DNS, a rebinding name) was fetched, and the CGNAT range (100.64.0.0/10,
+   Alibaba Cloud's metadata service at 100.100.100.200) was not "local" at all. Now thumbnail requests connect to
+   public addresses only, judged on what the names resolve to when connecting, unless the Graph API is itself local
+   (the sandbox); every non-public address counts as local.
+#2 ``python -m geoagent.crawl.release_images`` printed Mapillary error bodies raw (ESC, CR, NUL, RLO).
+#3 A thumbnail of up to ~89 megapixels was decoded in full to measure it; now one far over its field's size is
+   refused from its header.
+#4 release_images' own Windows device list lacked COM0/LPT0 and let names ending in a dot or space through;
+   ``city_key("東京")`` said the name "has no letters or digits".
+
+Real code against local aiohttp servers; the resolvers below stand in for DNS servers (what a name resolves to).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import socket
+
+import anyio
+import orjson
+import pytest
+from aiohttp import web
+from aiohttp.abc import AbstractResolver
+from PIL import Image
+
+from geoagent.clients.mapillary import MapillaryClient, ThumbnailUnavailable
+from geoagent.runtime.http import AddressNotPublic, HostPolicy, HttpClient, never_sent
+from geoagent.sandbox.server import serve
+
+JPEG = b"\xff\xd8\xff\xe0" + b"\x00" * 64 + b"\xff\xd9"
+UA = "geoagent-test/0.1 (mailto:t@example.org)"
+ONE_TRY = HostPolicy(timeout_s=5.0, max_attempts=1)
+
+
+def _answer(host: str, address: str, port: int) -> dict:
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    return {"hostname": host, "host": address, "port": port, "family": family, "proto": 0,
+            "flags": socket.AI_NUMERICHOST}
+
+
+class _Dns(AbstractResolver):
+    """A DNS server's answers: ``answers[name]`` is a list of address lists, one per lookup (the last one repeats);
+    any other name resolves to 127.0.0.1. ``asked`` records the names looked up."""
+
+    def __init__(self, answers: dict[str, list[list[str]]] | None = None) -> None:
+        self.answers = answers or {}
+        self.asked: list[str] = []
+
+    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET):
+        self.asked.append(host)
+        seq = self.answers.get(host) or [["127.0.0.1"]]
+        addresses = seq.pop(0) if len(seq) > 1 else seq[0]
+        return [_answer(host, a, port) for a in addresses]
+
+    async def close(self) -> None:
+        return None
+
+
+def _private_app(hits: list[str]) -> web.Application:
+    """A private service (a cloud's metadata endpoint) that also serves a JPEG; ``hits`` records its paths."""
+
+    async def secret(request: web.Request) -> web.Response:
+        hits.append(request.path)
+        return web.Response(body=JPEG, content_type="image/jpeg")
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", secret)
+    return app
+
+
+def _graph_app(box: dict[str, str]) -> web.Application:
+    async def graph(request: web.Request) -> web.Response:
+        return web.json_response({"id": request.match_info["iid"], "thumb_1024_url": box["thumb"]})
+
+    app = web.Application()
+    app.router.add_get("/{iid}", graph)
+    return app
+
+
+def _download(thumb: str, *, graph_public: bool = True, dns: AbstractResolver | None = None):
+    """(the thumbnail's bytes or the ThumbnailUnavailable, the private service's hits, the client) for a Graph API
+    answer naming ``thumb`` (``{port}``: the private service's port). ``graph_public``: the client is made for the
+    public Graph API (its requests go to the local stand-in)."""
+    hits: list[str] = []
+    box: dict[str, object] = {}
+
+    async def go():
+        async with serve(_private_app(hits)) as private, serve(_graph_app(box)) as graph, HttpClient(
+                default_policy=ONE_TRY, resolver=dns or _Dns()) as http:
+            box["thumb"] = thumb.format(port=private.rsplit(":", 1)[1])
+            client = MapillaryClient(http, "https://graph.mapillary.com" if graph_public else graph, "MLY|x|y", UA)
+            client.base_url = graph
+            box["client"] = client
+            try:
+                return await client.download_thumbnail("123")
+            except ThumbnailUnavailable as e:
+                return e
+
+    got = anyio.run(go)
+    return got, hits, box["client"]
+
+
+# ---- #1: addresses, not names ------------------------------------------------------------------------------------
+def test_a_public_name_resolving_to_a_private_address_is_not_connected():
+    got, hits, client = _download("http://169.254.169.254.nip.io:{port}/latest/meta-data/iam")
+    assert client.thumbs_public_only
+    assert isinstance(got, ThumbnailUnavailable) and got.kind == "refused", got
+    assert "169.254.169.254.nip.io resolves to no public address (127.0.0.1): not connected" in str(got)
+    assert hits == []  # the private service was never asked
+
+
+def test_the_resolver_keeps_the_public_addresses_of_a_mixed_answer_and_refuses_a_rebound_one():
+    """DNS rebinding: a name that resolved to a public address may resolve to a private one at the next lookup; each
+    lookup a connection makes is judged, not an earlier one."""
+    from geoagent.runtime.public_net import NotPublicAddress, PublicAddressResolver
+
+    dns = _Dns({"mixed.example.net": [["10.0.0.5", "93.184.216.34", "fe80::1", "2606:2800:220:1::1"]],
+                "rebind.example.net": [["93.184.216.34"], ["100.100.100.200"]]})
+
+    async def go():
+        r = PublicAddressResolver(dns)
+        mixed = await r.resolve("mixed.example.net", 443, socket.AF_UNSPEC)
+        first = await r.resolve("rebind.example.net", 80)
+        with pytest.raises(NotPublicAddress, match=r"rebind.example.net resolves to no public address "
+                                                   r"\(100.100.100.200\)"):
+            await r.resolve("rebind.example.net", 80)
+        await r.close()
+        return mixed, first
+
+    mixed, first = anyio.run(go)
+    assert [a["host"] for a in mixed] == ["93.184.216.34", "2606:2800:220:1::1"]
+    assert [a["host"] for a in first] == ["93.184.216.34"]
+
+
+def test_a_public_only_request_reuses_no_address_or_connection_of_the_shared_session_and_is_not_retried():
+    hits: list[str] = []
+
+    async def go():
+        policy = HostPolicy(timeout_s=5.0, max_attempts=3, backoff_base_s=0.01, backoff_max_s=0.02)
+        async with serve(_private_app(hits)) as private, HttpClient(default_policy=policy, resolver=_Dns()) as http:
+            url = f"http://intranet.example.com:{private.rsplit(':', 1)[1]}/admin"
+            plain = await http.request("GET", url)  # the shared session: names are not judged there
+            with pytest.raises(AddressNotPublic) as refused:
+                await http.request("GET", url, public_only=True)
+            key = url.split("/")[2]
+            return plain, refused.value, http.stats()[key], http.unreachable_streak(key)
+
+    plain, err, stats, streak = anyio.run(go)
+    assert plain.status == 200 and hits == ["/admin"]  # the public_only request reached nothing
+    assert "intranet.example.com resolves to no public address (127.0.0.1)" in str(err)
+    assert never_sent(err) and streak == (0, "")  # refused, not an unreachable host
+    assert stats.requests == 2 and stats.retries == 0  # one attempt each: the refusal is not retried
+    assert stats.errors == {"address not public": 1}
+
+
+@pytest.mark.parametrize("address", ["100.100.100.200", "100.64.0.1", "169.254.169.254", "[::ffff:127.0.0.1]",
+                                     "[64:ff9b::a9fe:a9fe]", "0.0.0.0", "224.0.0.1"])
+def test_cgnat_mapped_and_other_non_public_literals_are_local(address):
+    from geoagent.config import is_local_host
+
+    assert is_local_host(address)
+    client = MapillaryClient(None, "https://graph.mapillary.com", "MLY|x|y", UA)
+    assert "local or private address" in (client._thumb_redirect_guard(f"http://{address}/latest/meta-data/") or "")
+
+
+def test_a_literal_non_public_address_is_refused_before_any_connection():
+    async def go():
+        async with HttpClient(default_policy=ONE_TRY) as http:
+            with pytest.raises(AddressNotPublic, match=r"100.100.100.200 is not a public address") as e:
+                await http.request("GET", "http://100.100.100.200:9/latest/meta-data/", public_only=True)
+            return e.value, http.stats()
+
+    err, stats = anyio.run(go)
+    assert never_sent(err) and stats == {}  # no host state made, no attempt counted
+
+
+def test_the_sandbox_allowance_stays_a_local_graph_api_gets_thumbnails_from_local_addresses():
+    got, hits, client = _download("http://scontent.xx.fbcdn.net:{port}/thumb.jpg", graph_public=False)
+    assert client.graph_is_local and not client.thumbs_public_only
+    assert got == JPEG and hits == ["/thumb.jpg"]
+
+
