@@ -184,3 +184,56 @@ def test_the_sandbox_allowance_stays_a_local_graph_api_gets_thumbnails_from_loca
     assert got == JPEG and hits == ["/thumb.jpg"]
 
 
+# ---- #2: error bodies printed inert ---------------------------------------------------------------------------------
+NASTY = "\x1b]0;PWNED\x07\x1b[2J\x1b[31mRED\x1b[0m\rOVERWRITE\u202eREVERSED\x00"
+
+
+def _nasty_graph() -> web.Application:
+    async def refuse(request: web.Request) -> web.Response:
+        return web.Response(text=NASTY, status=400)
+
+    app = web.Application()
+    app.router.add_get("/{iid}", refuse)
+    return app
+
+
+def _inert(text: str) -> bool:
+    return not any(c in text for c in "\x1b\x07\r\x00\u202e")
+
+
+def test_release_images_prints_error_bodies_inert(tmp_path):
+    from types import SimpleNamespace
+
+    from geoagent.crawl.release_images import fetch_release_images, summary_lines
+
+    images = [SimpleNamespace(image_id="1001", site_id="paris_x", path=None)]
+
+    async def go():
+        async with serve(_nasty_graph()) as base, HttpClient(default_policy=ONE_TRY) as http:
+            client = MapillaryClient(http, base, "MLY|1|x", UA, policy=ONE_TRY, thumb_policy=ONE_TRY)
+            return await fetch_release_images(images, tmp_path, client)
+
+    report = anyio.run(go)
+    assert "\x1b" in report.failed["1001"]  # kept as the API said it...
+    text = summary_lines(images, tmp_path, report)
+    assert _inert(text), repr(text)  # ...printed inert
+    line = text.splitlines()[1]
+    assert line.startswith("  1001: PermanentHTTPError: HTTP 400") and "\\x1b]0;PWNED\\x07" in line
+    assert "\\u202eREVERSED" in line and len(text.splitlines()) == 3
+
+
+def test_the_release_images_command_prints_no_control_character(release_dir, tmp_path, monkeypatch, capsys):
+    from geoagent.crawl.release_images import main
+
+    monkeypatch.setenv("MLY_T42", "MLY|1|x")
+
+    async def run():
+        async with serve(_nasty_graph()) as base:
+            return await asyncio.to_thread(main, ["--release", str(release_dir), "--out", str(tmp_path / "o"),
+                                                  "--token-env", "MLY_T42", "--mapillary", base, "--concurrency", "2"])
+
+    assert asyncio.run(run()) == 3
+    out = capsys.readouterr().out
+    assert _inert(out) and "\\x1b[2J" in out
+
+

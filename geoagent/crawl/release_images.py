@@ -227,7 +227,9 @@ async def _run(args: argparse.Namespace) -> int:
             report = await fetch_release_images(images, out, client, thumb_field=args.thumb_field,
                                                 concurrency=args.concurrency)
         except TokenRefused as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            from geoagent.textfmt import one_line_text
+
+            print(f"error: {one_line_text(str(exc))}", file=sys.stderr)  # names a Graph error code (security42 #2)
             return 5
     print(summary_lines(images, out, report), end="")
     return 3 if report.failed else 0
@@ -238,18 +240,20 @@ def summary_lines(images: list[Any], out: Path, report: FetchReport) -> str:
     images show, not every site of the release: newuser41 #F read "17 images of 109 sites"), the first 20 images
     not fetched and why, why the fetch stopped early (an unreachable host), and, only when at least one photo is
     on disk under ``out``, the ``image_root`` line to use it (a fetch that wrote nothing named a folder it never
-    created)."""
-    from geoagent.textfmt import count_text
+    created). The reasons quote the API's error bodies, so they are printed inert, on one line each
+    (:func:`geoagent.textfmt.one_line_text`: control, line-breaking and bidirectional characters as escapes;
+    security42 #2: an error body's ESC sequences retitled and cleared the terminal)."""
+    from geoagent.textfmt import count_text, one_line_text
 
     n_sites = len({i.site_id for i in images})
     lines = [f"{count_text(len(images), 'image')} of {count_text(n_sites, 'site')}: {report.written} fetched now, "
              f"{report.present} already under {out}, {len(report.failed)} could not be fetched"]
-    lines += [f"  {iid}: {why}" for iid, why in list(report.failed.items())[:20]]
+    lines += [f"  {one_line_text(iid)}: {one_line_text(why)}" for iid, why in list(report.failed.items())[:20]]
     if len(report.failed) > 20:
         lines.append(f"  ... and {len(report.failed) - 20} more")
     if report.stopped:
-        lines.append(f"stopped early: {report.stopped}; check network / DNS / proxy access to it, then run the same "
-                     "command again (it fetches only what is missing)")
+        lines.append(f"stopped early: {one_line_text(report.stopped)}; check network / DNS / proxy access to it, then "
+                     "run the same command again (it fetches only what is missing)")
     if report.written + report.present:
         lines.append(f"use it as the task's image_root: image_root = \"{out}\" under [geoverify] or [geohint]")
     else:
