@@ -237,3 +237,52 @@ def test_the_release_images_command_prints_no_control_character(release_dir, tmp
     assert _inert(out) and "\\x1b[2J" in out
 
 
+# ---- #3: oversized thumbnails are not decoded -----------------------------------------------------------------------
+def _jpeg(w: int, h: int, level: int = 150) -> bytes:
+    buf = io.BytesIO()
+    Image.new("L", (w, h), level).save(buf, format="JPEG", quality=90)
+    return buf.getvalue()
+
+
+def test_a_thumbnail_far_over_its_fields_size_is_refused_from_its_header(tmp_path):
+    from geoagent.crawl.fetcher import fetch_site_images, image_path, rejection_path
+    from geoagent.crawl.settings import FetcherSettings
+    from geoagent.sandbox import mapillary as fake_mly
+
+    lat, lon = 41.39, 2.17
+    portrait = _jpeg(1024, 1820, 160)
+    imgs = [fake_mly.FakeImage("800000000001", lat, lon, cdn_body=portrait),
+            fake_mly.FakeImage("800000000002", lat + 0.00042, lon, cdn_body=_jpeg(6000, 4000))]  # 24 MP, < 89 MP
+
+    async def go():
+        fast = HostPolicy(rate=1000, period_s=1.0, concurrency=8, max_attempts=2, backoff_base_s=0.01,
+                          backoff_max_s=0.05, timeout_s=5)
+        async with serve(fake_mly.make_app(state=fake_mly.MapillaryFakeState(images=imgs))) as base, HttpClient(
+                default_policy=fast) as http:
+            m = MapillaryClient(http, base, "MLY|1|tok", UA)
+            return await fetch_site_images({"site": "bcn_site", "lat": lat, "lon": lon}, m, FetcherSettings(), tmp_path)
+
+    res = anyio.run(go)
+    assert [k["image_id"] for k in res.kept] == ["800000000001"]  # a 1:2 portrait thumbnail is a thumbnail
+    (rej,) = res.rejected
+    assert rej["reason"] == ("not a usable image: too large for a thumb_1024_url thumbnail (6000x4000 px, over "
+                             "16777216 pixels: 16 times a 1024 x 1024 square; not decoded)")
+    rec = orjson.loads(rejection_path(image_path(tmp_path, "bcn_site", "800000000002")).read_bytes())
+    assert rec["unreadable"] is True and rec["reason"] == rej["reason"]
+
+
+def test_the_size_bound_leaves_normal_thumbnails_and_their_measurements_alone():
+    from geoagent.crawl.fetcher import mean_brightness, size_problem
+
+    assert size_problem((4096, 4096), "thumb_1024_url") is None
+    assert "too large for a thumb_1024_url" in size_problem((4097, 4097), "thumb_1024_url")
+    assert "too large for a thumb_256_url" in size_problem((1025, 1025), "thumb_256_url")
+    assert size_problem((6000, 4000), "thumb_original_url") is None  # the camera's own size: only the bomb limit
+    assert size_problem((6000, 4000)) is None
+    for w, h in ((1024, 768), (1024, 1820), (768, 1024)):
+        jpeg = _jpeg(w, h, 97)
+        # the bound only refuses: a thumbnail under it is measured exactly as before (same decode, same resize)
+        assert mean_brightness(jpeg, 32, "thumb_1024_url") == mean_brightness(jpeg, 32)
+        assert abs(mean_brightness(jpeg, 32, "thumb_1024_url") - 97) < 1.0
+
+

@@ -31,7 +31,8 @@ that PIL cannot decode gets the same kind of record (:func:`record_unreadable`: 
 reason, no measurements), and a later walk rejects it from the record, with the same reason, under any settings
 (:func:`load_unreadable`): the verdict depends on the image's bytes alone. So does a complete JPEG whose size,
 read from its header before any decoding, is no thumbnail's (:func:`size_problem`: an edge under 16 px, a tracking
-pixel; or over Pillow's decompression-bomb limit): it is not decoded and gets the same record. Remove the ``.rejected.json`` to have it
+pixel; more than 16 times the pixels of a square of the field's nominal edge, 16.8 megapixels for ``thumb_1024_url``;
+or over Pillow's decompression-bomb limit): it is not decoded and gets the same record. Remove the ``.rejected.json`` to have it
 downloaded again. An answer that is no complete JPEG (an HTML error page served with status 200, a body cut short;
 :class:`~geoagent.clients.mapillary.ThumbnailUnavailable` ``kind`` ``"not_jpeg"``, after the HTTP layer's retries)
 is a failed transfer, not a verdict on the image: like an image whose thumbnail could not be had at all (no URL,
@@ -95,13 +96,30 @@ CAPTURED_BEFORE = "captured before captured_after"
 MIN_THUMB_EDGE_PX = 16
 
 
-def size_problem(size: tuple[int, int]) -> str | None:
+#: the nominal edge (px) of each Mapillary thumbnail field: the number in its name is the thumbnail's width (Mapillary
+#: Graph API v4, api-notes section 6); ``thumb_original_url`` is the camera's own size, with no nominal edge
+THUMB_NOMINAL_EDGE_PX = {"thumb_256_url": 256, "thumb_1024_url": 1024, "thumb_2048_url": 2048}
+#: a thumbnail of a field with a nominal edge N is refused undecoded above (OVERSIZE_EDGE_FACTOR * N)^2 pixels (16 N^2:
+#: 16.8 megapixels for ``thumb_1024_url``): N wide, a real one holds N x 2N at most (a 1:2 portrait frame), so only a
+#: CDN answer that is no such thumbnail is refused, never a real one; its decoding would cost up to Pillow's bomb
+#: limit, 89 megapixels (about 270 MB as RGB; security42 #3)
+OVERSIZE_EDGE_FACTOR = 4
+
+
+def size_problem(size: tuple[int, int], thumb_field: str | None = None) -> str | None:
     """Why an image of ``size`` = ``(width, height)`` px is no usable thumbnail, or None: an edge under
-    :data:`MIN_THUMB_EDGE_PX`, or more pixels than Pillow's decompression-bomb limit (``Image.MAX_IMAGE_PIXELS``,
+    :data:`MIN_THUMB_EDGE_PX`; more pixels than a thumbnail of ``thumb_field`` can have (16 times its nominal edge
+    squared: :data:`OVERSIZE_EDGE_FACTOR`, :data:`THUMB_NOMINAL_EDGE_PX`; no such bound for ``thumb_original_url``,
+    an unknown field or None); or more pixels than Pillow's decompression-bomb limit (``Image.MAX_IMAGE_PIXELS``,
     about 89 megapixels; Pillow only warns up to twice that, and a JPEG of that size can be a few hundred KB)."""
     w, h = size
     if min(w, h) < MIN_THUMB_EDGE_PX:
         return f"not a usable image: too small ({w}x{h} px, an edge under {MIN_THUMB_EDGE_PX} px)"
+    nominal = THUMB_NOMINAL_EDGE_PX.get(thumb_field or "")
+    if nominal is not None and w * h > (OVERSIZE_EDGE_FACTOR * nominal) ** 2:
+        return (f"not a usable image: too large for a {thumb_field} thumbnail ({w}x{h} px, over "
+                f"{(OVERSIZE_EDGE_FACTOR * nominal) ** 2} pixels: {OVERSIZE_EDGE_FACTOR ** 2} times a {nominal} x "
+                f"{nominal} square; not decoded)")
     limit = Image.MAX_IMAGE_PIXELS
     if limit is not None and w * h > limit:
         return f"not a usable image: too large ({w}x{h} px, over {limit} pixels: a decompression bomb)"
@@ -133,21 +151,22 @@ def truncation_problem(im: "Image.Image") -> str | None:
     return None
 
 
-def mean_brightness(jpeg: bytes, size_px: int = 32) -> float:
+def mean_brightness(jpeg: bytes, size_px: int = 32, thumb_field: str | None = None) -> float:
     """Mean grey level (0-255) of a ``size_px`` x ``size_px`` greyscale copy of the image.
 
     Raises
     ------
     ValueError
         When the bytes are not a readable image, its size (read from the header, before any decoding) is no
-        thumbnail's (:func:`size_problem`), or its scan data was cut short (:func:`truncation_problem`).
+        thumbnail's, of ``thumb_field`` when given (:func:`size_problem`), or its scan data was cut short
+        (:func:`truncation_problem`).
     """
     try:
         with warnings.catch_warnings():  # above the bomb limit: refused below, before decoding
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             im = Image.open(io.BytesIO(jpeg))
         with im:
-            problem = size_problem(im.size)
+            problem = size_problem(im.size, thumb_field)
             if problem is None:
                 im.load()
                 problem = truncation_problem(im)
@@ -658,7 +677,7 @@ async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: Fetc
                 continue
             res.downloads += 1
         try:
-            bright = mean_brightness(jpeg, settings.grey_size_px)
+            bright = mean_brightness(jpeg, settings.grey_size_px, settings.thumb_field)  # size checked first
             h = dhash64(jpeg)
         except MemoryError:  # the machine, not the image: no verdict, no record (the next walk measures it again)
             raise
