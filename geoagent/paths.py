@@ -228,9 +228,18 @@ def _rel(path: Path, root: Path) -> Path:
         return path
 
 
-#: names Windows reserves for devices, with or without an extension (break28 #7): "CON", "nul.txt", "COM1"
-_WINDOWS_RESERVED = frozenset({"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(10)),
-                               *(f"LPT{i}" for i in range(10))})  # COM0 and LPT0 as Microsoft's "Naming Files" lists them
+#: names Windows reserves for devices, with or without an extension (break28 #7): "CON", "nul.txt", "COM1"; COM0,
+#: LPT0 and the superscript-digit forms (COM¹, LPT³) as Microsoft's "Naming Files" lists them
+_WINDOWS_RESERVED = frozenset({"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in (*range(10), *"¹²³")),
+                               *(f"LPT{i}" for i in (*range(10), *"¹²³"))})
+
+
+def windows_reserved(part: str) -> bool:
+    """Whether Windows cannot hold a file or folder named ``part`` (one path component) as that name: a device name
+    it reserves (:data:`_WINDOWS_RESERVED`: ``CON``, ``nul.txt``, ``COM0``, ``LPT1.jpg``, ``CON .txt``), with or
+    without an extension, or a name ending with a dot or a space (Windows drops them: ``a.`` is ``a``). The rule of
+    :func:`safe_name`, shared by every check of a name from outside (security42 #4)."""
+    return part.endswith((".", " ")) or part.split(".")[0].rstrip(" ").upper() in _WINDOWS_RESERVED
 
 
 def safe_name(value: str, *, what: str = "name") -> str:
@@ -242,7 +251,7 @@ def safe_name(value: str, *, what: str = "name") -> str:
     """
     if not isinstance(value, str) or not _SAFE_NAME.fullmatch(value) or ".." in value:
         raise ValueError(f"unsafe {what} for a file name: {value!r}")
-    if value.endswith(".") or value.split(".")[0].upper() in _WINDOWS_RESERVED:
+    if windows_reserved(value):
         raise ValueError(f"unsafe {what} for a file name: {value!r} (Windows cannot hold a file named so: a name it "
                          "reserves for a device, or one ending with a dot; a state folder copied there would lose it)")
     return value

@@ -286,3 +286,29 @@ def test_the_size_bound_leaves_normal_thumbnails_and_their_measurements_alone():
         assert abs(mean_brightness(jpeg, 32, "thumb_1024_url") - 97) < 1.0
 
 
+# ---- #4: one rule for names Windows cannot hold; city keys ---------------------------------------------------------
+@pytest.mark.parametrize("path", ["streetview/COM0.jpg", "streetview/lpt0/1001.jpg", "streetview/x./1001.jpg",
+                                  "streetview/x /1001.jpg", "streetview/1001.jpg.", "streetview/CON .jpg"])
+def test_release_paths_windows_cannot_hold_are_refused(tmp_path, path):
+    from geoagent.crawl.release_images import target_path
+
+    with pytest.raises(ValueError, match="not a relative path inside"):
+        target_path(tmp_path, path, "paris_x", "1001")
+
+
+def test_release_paths_and_safe_name_share_the_rule():
+    from geoagent.paths import safe_name, windows_reserved
+
+    for name in ("COM0", "lpt0.txt", "nul", "a.", "COM¹"):
+        assert windows_reserved(name)
+    with pytest.raises(ValueError, match="Windows cannot hold"):
+        safe_name("COM0")
+    assert not windows_reserved("console.jpg") and safe_name("com10") == "com10"
+
+
+def test_a_city_name_in_another_script_is_told_apart_from_one_without_letters():
+    from geoagent.crawl.stages import city_key
+
+    with pytest.raises(ValueError, match=r"'東京' has no ASCII letters or digits .*Latin script"):
+        city_key("東京")
+    assert city_key("Łódź") == "odz"  # accents dropped, non-ASCII letters left out (the release's keys)

@@ -57,26 +57,23 @@ def target_path(out: Path, path: str | None, site_id: str, image_id: str) -> Pat
     Raises
     ------
     ValueError
-        An id or site id that is no safe file name, or a ``path`` that leaves ``out`` (absolute, ``..``).
+        An id or site id that is no safe file name, or a ``path`` that leaves ``out`` (absolute, ``..``) or names a
+        file Windows cannot hold (a device name, a name ending with a dot or a space:
+        :func:`geoagent.paths.windows_reserved`).
     """
-    from geoagent.paths import safe_image_id, safe_name
+    from geoagent.paths import safe_image_id, safe_name, windows_reserved
 
     iid = safe_image_id(image_id)
     rel = path or f"streetview/{safe_name(site_id, what='site id')}/{iid}.jpg"
     parts = [p for p in rel.replace("\\", "/").split("/") if p not in ("", ".")]
-    # a drive or stream (":") in any part, a reserved Windows device name, a control character: review39c #8
+    # a drive or stream (":") in any part, a control character: review39c #8; a name Windows reserves or drops the
+    # end of (COM0, "x.", "x "), by paths.safe_name's rule (security42 #4)
     bad = (not parts or rel.startswith(("/", "\\")) or any(p == ".." or ":" in p or not p.isprintable()
-                                                              or p.split(".")[0].upper() in _WINDOWS_DEVICES
-                                                              for p in parts))
+                                                              or windows_reserved(p) for p in parts))
     dest = out.joinpath(*parts) if not bad else None
     if dest is None or not dest.resolve().is_relative_to(out.resolve()):
         raise ValueError(f"image {image_id}: its path {rel!r} is not a relative path inside the output folder")
     return dest
-
-
-#: names Windows keeps for devices, with any extension (a file named so is the device)
-_WINDOWS_DEVICES = frozenset({"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)),
-                              *(f"LPT{i}" for i in range(1, 10))})
 
 
 class TokenRefused(Exception):

@@ -140,10 +140,19 @@ def _load(path: Path) -> Any | None:
 
 
 def city_key(city: str) -> str:
-    """Queue key and file stem of a city (``"Mexico City"`` -> ``mexicocity``)."""
+    """Queue key and file stem of a city: the ASCII letters and digits of its name, lower-cased (``"Mexico City"`` ->
+    ``mexicocity``; :func:`geoagent.crawl.sampler.slug`, accents dropped, as the release names its files).
+
+    Raises
+    ------
+    ValueError
+        A name with no ASCII letter or digit (``"東京"``: written in another script), or a key that is no safe file
+        name (:func:`geoagent.paths.safe_name`)."""
     s = slug(city)
     if not s:
-        raise ValueError(f"city name {city!r} has no letters or digits")
+        # "no letters" was wrong for a name in another script (security42 #4): its letters are not Latin
+        raise ValueError(f"city name {city!r} has no ASCII letters or digits (the crawl keys a city by them): write "
+                         "the name in Latin script, e.g. 'Tokyo'")
     return paths.safe_name(s, what="city key")
 
 
