@@ -285,12 +285,27 @@ def entity_spellings(value: str) -> frozenset[str]:
     return frozenset(out)
 
 
+@functools.lru_cache(maxsize=64)
+def unicode_escape_spellings(value: str) -> frozenset[str]:
+    """The key ``value`` with every character written as a JSON ``\\uXXXX`` escape (``\\u0073\\u006b...``;
+    characters past U+FFFF as their UTF-16 surrogate pair), as a hand-written or hostile JSON error body may repeat
+    it (sec42 #1: ``key was \\u0073\\u006b\\u002d...`` reached the dead-letter reason, ``run.py dead`` and the
+    queue, since :func:`secret_spellings` gives only the escapes a JSON encoder makes). Lower-case hex only:
+    :func:`mask_values` folds ASCII letter case, so ``\\u004B`` (and a mix of cases) is matched by ``\\u004b``.
+    :func:`redact` masks it whole: its runs of 8 characters stand for one or two characters of the key, and
+    searching each of them (six times the key's length) on every log line would cost more than the echo is worth.
+    """
+    units = value.encode("utf-16-be")
+    return frozenset({"".join(f"\\u{int.from_bytes(units[i:i + 2], 'big'):04x}" for i in range(0, len(units), 2))})
+
+
 def _remember(value: str, *, local: bool = False, whole_only: bool = False) -> None:
     if len(value) >= min_secret_len(local=local):
         with _known_lock:
             (_known_whole if whole_only else _known_values).update(secret_spellings(value))
             _known_whole.update(base64_spellings(value))  # a base64 echo of it, masked whole
             _known_whole.update(entity_spellings(value))  # an HTML page's character references of it, whole
+            _known_whole.update(unicode_escape_spellings(value))  # every character a JSON \u escape, whole (sec42 #1)
 
 
 def dotenv_where(dotenv_path: str | os.PathLike[str] | None = None) -> str:
@@ -628,8 +643,8 @@ def redact(text: str, extra: list[str | Secret] | tuple[str | Secret, ...] = ())
     masked in any case of its letters, and so is any run of 8+ of its characters that does not read as words
     (a truncated or cut echo of the key: :func:`mask_values`); a base64 echo of a key (``Basic base64("user:KEY")``)
     is masked where it holds the key whole (:func:`base64_spellings`), and so is one written with HTML character
-    references (:func:`entity_spellings`).
-    """
+    references (:func:`entity_spellings`) or with every character a JSON ``\\uXXXX`` escape
+    (:func:`unicode_escape_spellings`)."""
     if not text:
         return text
     with _known_lock:
@@ -641,7 +656,7 @@ def redact(text: str, extra: list[str | Secret] | tuple[str | Secret, ...] = ())
         value = item.reveal() if isinstance(item, Secret) else item
         if value and len(value) >= MIN_PAID_SECRET_LEN:  # a shorter one is never masked, nor its spellings
             values.update(secret_spellings(value))
-            encoded.update(base64_spellings(value) | entity_spellings(value))
+            encoded.update(base64_spellings(value) | entity_spellings(value) | unicode_escape_spellings(value))
     if encoded - whole_values:  # an extra key's base64 or HTML echo (the known keys' are among whole_values)
         text = mask_values(text, encoded - whole_values, fragments=False)
     return mask_values(text, (v for v in values if v and len(v) >= MIN_PAID_SECRET_LEN))

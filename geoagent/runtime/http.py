@@ -101,7 +101,7 @@ from urllib.parse import parse_qsl, quote, quote_plus, urlencode, urljoin, urlsp
 import orjson
 
 from geoagent.runtime.errors import PicklableError
-from geoagent.secrets import base64_spellings, mask_values, secret_spellings
+from geoagent.secrets import base64_spellings, mask_values, secret_spellings, unicode_escape_spellings
 from geoagent.runtime.stage import Abandoned, Deferred
 from geoagent.textfmt import count_text
 
@@ -472,6 +472,9 @@ def _secrets_of(url: str, params: Mapping[str, Any] | None, headers: Mapping[str
     # redact() masks it (prov39 #10: it stayed in PermanentHTTPError / RetriesExhausted texts and .body); also with
     # "/" written "\/" as a JSON encoder may (PHP's json_encode). Of the values as sent only: few strings to look for
     encoded = {b for s in out for b in base64_spellings(s)}
+    # sec42 #1: a JSON body that writes every character of the key as a \uXXXX escape (any case of the hex: the
+    # scrub folds it); only the values as sent, as for base64
+    encoded |= {u for s in out for u in unicode_escape_spellings(s)}
     out |= {quote_plus(s) for s in out} | {quote(s, safe="") for s in out}  # as they appear inside URLs
     out |= {spelled for s in list(out) if len(s) >= 4 for spelled in secret_spellings(s)}  # as JSON repeats them
     out |= encoded | {b.replace("/", "\\/") for b in encoded}
