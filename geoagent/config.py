@@ -2618,11 +2618,12 @@ def host_policies(cfg: CampaignConfig) -> dict[str, Any]:
     A model host's policy takes its models' lowest ``rate``/``concurrency`` (:func:`shared_host_limit`; it paces
     only requests to the host that carry no model limit key: the model calls are paced by their own keys,
     :func:`model_limit_policies`, and by a ``[hosts]`` entry as a ceiling), the longest ``timeout_s`` and the
-    most ``max_attempts`` of them; a host
+    most ``max_attempts`` of them, and a body limit of :data:`geoagent.runtime.http.MODEL_MAX_BODY_BYTES` (16 MiB;
+    other hosts 64 MiB); a host
     any paid model calls never retries a request whose outcome is unknown (it may have been billed). Where a
-    host appears in both, ``[hosts]`` wins.
+    host appears in both, ``[hosts]`` wins (its ``max_body_bytes`` where it writes it).
     """
-    from geoagent.runtime.http import HostPolicy
+    from geoagent.runtime.http import MODEL_MAX_BODY_BYTES, HostPolicy
 
     out: dict[str, Any] = {}
     for host, models in models_by_host(cfg).items():
@@ -2635,6 +2636,7 @@ def host_policies(cfg: CampaignConfig) -> dict[str, Any]:
             max_attempts=max(m.max_attempts for m in models),
             timeout_s=max(m.timeout_s for m in models),
             retry_unknown_outcome=not any(m.paid for m in models),
+            max_body_bytes=MODEL_MAX_BODY_BYTES,  # sec42 #2: an answer is far smaller than the generic 64 MiB
             **({"connect_timeout_s": max(connect)} if connect else {}),
         )
     sharing = models_by_host(cfg)
@@ -2650,7 +2652,9 @@ def host_policies(cfg: CampaignConfig) -> dict[str, Any]:
             timeout_s=h.timeout_s,
             # a model host's entry sets its limits; a paid model's sent request is still never retried
             retry_unknown_outcome=not any(m.paid for m in models),
-            max_body_bytes=h.max_body_bytes,
+            # a model host's entry that does not write max_body_bytes keeps the model hosts' 16 MiB (sec42 #2)
+            max_body_bytes=(MODEL_MAX_BODY_BYTES if models and "max_body_bytes" not in h.model_fields_set
+                            else h.max_body_bytes),
             max_retry_after_s=h.max_retry_after_s,
             **({"connect_timeout_s": h.connect_timeout_s} if h.connect_timeout_s is not None else {}),
         )

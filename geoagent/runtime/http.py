@@ -86,6 +86,7 @@ import contextvars
 import datetime
 import email.utils
 import functools
+import io
 import itertools
 import logging
 import math
@@ -233,6 +234,12 @@ class AddressNotPublic(HttpError):
 #: second, a slow TLS handshake across the world in a few; 10 s keeps a black-holed host from holding each
 #: attempt for the whole ``timeout_s`` (120 s by default) before it counts as unreachable
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
+#: largest response body of a model endpoint (a host that a ``[[models]]`` entry calls; :func:`geoagent.config.
+#: host_policies`), bytes: 16 MiB. An answer is bounded by ``max_output_tokens`` (a reasoning model's long answer,
+#: 100k tokens, is well under 1 MiB of JSON) and images are sent, never received, so the generic 64 MiB default
+#: (:attr:`HostPolicy.max_body_bytes`) only let a hostile or broken endpoint hold 64 MiB per request in flight
+#: (sec42 #2). A ``[hosts."name"]`` entry for the host that writes ``max_body_bytes`` sets another
+MODEL_MAX_BODY_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,8 +277,9 @@ class HostPolicy:
         Whether a connection dropped after sending may be retried (True for free GET APIs, False for paid
         model endpoints, where it raises OutcomeUnknown instead).
     max_body_bytes : int
-        Largest response body read, in bytes (default 64 MiB: a model answer is a few kB, a Mapillary
-        thumbnail well under 1 MB), counted after decompression (a gzip body's inflated size). A longer
+        Largest response body read, in bytes (default 64 MiB: a Mapillary thumbnail is well under 1 MB; a model
+        host's policy from the config gets :data:`MODEL_MAX_BODY_BYTES`, 16 MiB), counted after decompression (a
+        gzip body's inflated size). The body is read into one buffer (:func:`_read_body`). A longer
         body (by its Content-Length, or while streaming a chunked or compressed one) is not kept in memory: the attempt fails with reason ``"body too large"`` (retried like an
         invalid body; on paid endpoints it is an :class:`OutcomeUnknown`, since the call may be billed).
     """
@@ -512,26 +520,39 @@ class _BodyTooLarge(Exception):
     """A response body longer than the policy's ``max_body_bytes`` (nothing of it is kept)."""
 
 
+#: a declared Content-Length up to this many bytes (of an uncompressed body) is read with aiohttp's ``read()`` in
+#: one go; a longer body is streamed into one buffer (:func:`_read_body`)
+_READ_AT_ONCE_BYTES = 1 << 20
+
+
 async def _read_body(r: Any, limit: int) -> bytes | _BodyTooLarge:
     """The body of aiohttp response ``r``, or a :class:`_BodyTooLarge` marker when it exceeds ``limit`` bytes.
 
     The limit bounds the body as held in memory, i.e. after aiohttp decompressed it. A declared
-    Content-Length within the limit of an uncompressed body is read in one go (the common case: no
-    per-chunk loop); a longer one is refused before reading. A body without a length, or a compressed one
-    (``Content-Encoding`` gzip/deflate/br: its Content-Length counts the compressed bytes, and 1 KB of gzip
-    can inflate to 1 MB), is streamed decompressed and abandoned as soon as it passes the limit."""
+    Content-Length within the limit of an uncompressed body of up to 1 MiB (:data:`_READ_AT_ONCE_BYTES`) is read
+    in one go (the common case: no per-chunk loop); a longer one is refused before reading. A body without a
+    length, or a compressed one (``Content-Encoding`` gzip/deflate/br: its Content-Length counts the compressed
+    bytes, and 1 KB of gzip can inflate to 1 MB), is streamed decompressed and abandoned as soon as it passes the
+    limit; so is a declared length over 1 MiB.
+
+    Streamed bodies go into one ``io.BytesIO`` whose ``getvalue()`` hands its buffer over as the ``bytes`` result
+    (sec42 #2: a list of chunks and then their join, as aiohttp's own ``read()`` does, held each body twice at its
+    end; a ``bytearray`` would too, when copied to ``bytes``): a body of N bytes peaks at about N."""
     length = r.content_length
     encoded = r.headers.get("Content-Encoding", "identity").strip().lower() not in ("", "identity")
     if length is not None and not encoded:
-        return await r.read() if length <= limit else _BodyTooLarge(f"Content-Length {length} > {limit} bytes")
-    chunks, size = [], 0
+        if length > limit:
+            return _BodyTooLarge(f"Content-Length {length} > {limit} bytes")
+        if length <= _READ_AT_ONCE_BYTES:
+            return await r.read()
+    buf, size = io.BytesIO(), 0
     async for chunk in r.content.iter_chunked(1 << 16):
         size += len(chunk)
         if size > limit:
             what = "decompressed" if encoded else "no Content-Length"
             return _BodyTooLarge(f"more than {limit} bytes ({what})")
-        chunks.append(chunk)
-    return b"".join(chunks)
+        buf.write(chunk)
+    return buf.getvalue()
 
 
 def exception_text(exc: BaseException, *, hint: str | None = None) -> str:
