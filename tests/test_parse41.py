@@ -40,4 +40,4 @@ def test_no_australian_code_collides_with_another_reading():
 
 
 def test_the_parser_version_names_the_change():
-    assert ANSWER_PARSER_VERSION == 6
+    assert ANSWER_PARSER_VERSION >= 6  # 6 brought the codes; later versions keep them (7: sec42 #3)

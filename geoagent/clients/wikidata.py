@@ -32,6 +32,7 @@ from typing import Any
 from geoagent.clients.cache import ResponseCache
 from geoagent.runtime.errors import PicklableError
 from geoagent.runtime.http import HostPolicy, HttpClient, HttpResponse, host_key
+from geoagent.textfmt import label_text
 
 WIKIDATA_API_URL = "https://www.wikidata.org/w/api.php"
 #: Maximum ids per ``wbgetentities`` request for a client without the bot flag.
@@ -177,7 +178,9 @@ def _best_statements(claims: Any, prop: str) -> list[dict[str, Any]]:
 def parse_entity(qid: str, obj: Any) -> Entity:
     """Parse one value of a ``wbgetentities`` ``entities`` object (formatversion 1) into an :class:`Entity`.
 
-    Unknown keys are ignored; a ``missing`` marker (``""`` or ``true``) gives ``missing=True``.
+    Unknown keys are ignored; a ``missing`` marker (``""`` or ``true``) gives ``missing=True``. Labels, aliases
+    and the description are cleaned (:func:`_term`: no control or bidirectional formatting characters; a term
+    blank once cleaned is absent).
     Coordinates are taken from the first usable P625 statement (see :class:`Entity`); values that are
     not finite numbers within [-90, 90] x [-180, 180] are skipped. P131 and P17 give the QIDs their non-deprecated
     statements name (:func:`_item_values`). Parts of another shape than the API's (``labels``
@@ -191,9 +194,9 @@ def parse_entity(qid: str, obj: Any) -> Entity:
         v = obj.get(key)
         return v if isinstance(v, dict) else {}
 
-    def text(v: Any) -> str | None:  # a term's ``value``: non-empty text, else none
+    def text(v: Any) -> str | None:  # a term's ``value``: non-empty text once cleaned (sec42 #3), else none
         value = v.get("value") if isinstance(v, dict) else None
-        return value if isinstance(value, str) and value else None
+        return (_term(value) or None) if isinstance(value, str) else None
 
     labels = {str(lang): t for lang, v in mapping("labels").items() if (t := text(v)) is not None}
     aliases: dict[str, tuple[str, ...]] = {}
@@ -250,8 +253,17 @@ def _item_values(claims: Any, prop: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
+def _term(value: Any) -> str:
+    """A label, alias, description or matched text of the API as data (:func:`geoagent.textfmt.label_text`; sec42 #3:
+    control and bidirectional formatting characters of an entity's terms reached ``geohint_scored.csv``'s
+    ``resolved_label``): those characters dropped, line breaks, tabs and runs of spaces one space (Wikibase itself
+    saves terms so, trimmed and with whitespace collapsed); ``""`` for None."""
+    return label_text(str(value)) if value is not None else ""
+
+
 def parse_search_hit(obj: Any) -> SearchHit | None:
-    """Parse one element of a ``wbsearchentities`` ``search`` list (None if it has no id)."""
+    """Parse one element of a ``wbsearchentities`` ``search`` list (None if it has no id). Its texts are cleaned as
+    labels (:func:`_term`: no control or bidirectional formatting characters)."""
     if not isinstance(obj, dict) or not isinstance(obj.get("id"), str):
         return None
     match = obj.get("match") if isinstance(obj.get("match"), dict) else {}
@@ -262,11 +274,11 @@ def parse_search_hit(obj: Any) -> SearchHit | None:
     aliases = obj.get("aliases") if isinstance(obj.get("aliases"), list) else []
     return SearchHit(
         qid=obj["id"],
-        label=label,
-        description=str(obj.get("description") or ""),
+        label=_term(label),
+        description=_term(obj.get("description") or ""),
         match_type=str(match.get("type") or "label"),
-        match_text=str(match.get("text") or ""),
-        aliases=tuple(str(a) for a in aliases if isinstance(a, str)),
+        match_text=_term(match.get("text") or ""),
+        aliases=tuple(t for a in aliases if isinstance(a, str) and (t := _term(a))),
     )
 
 

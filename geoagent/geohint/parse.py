@@ -33,6 +33,7 @@ from geoagent.geohint.placenames import REGION_ABBREVIATIONS, is_null_answer
 from geoagent.llmjson import (MAX_CHARS, Candidate, Percent, decode_string_body, fenced_blocks, iter_candidates,
                               without_reasoning)
 from geoagent.scoring.truncation import is_finished
+from geoagent.textfmt import label_text
 
 SCHEMA_KEYS = frozenset(
     {"city", "area", "building", "place", "country", "confidence", "confidence_area", "confidence_building", "clues", "evidence"}
@@ -148,20 +149,25 @@ def _candidates(text: str) -> list[Candidate]:
 def _text(v: Any) -> str | None:
     """Free text (an evidence slot): a JSON string; anything else (a number, NaN or Infinity, true/false, null, a
     list, an object) is no text (a list's items joined could read ``["not visible"]`` as a declined slot, which the
-    release's ``analysis/chain_compliance.py`` counts as an answered one)."""
+    release's ``analysis/chain_compliance.py`` counts as an answered one). Cleaned as a label
+    (:func:`geoagent.textfmt.label_text`): no control or bidirectional formatting character reaches a table cell,
+    and line breaks, tabs and runs of spaces are one space (sec42 #3); the answer's text keeps them (``raw``)."""
     if not isinstance(v, str):
         return None
-    return v.strip() or None
+    return label_text(v) or None
 
 
 def _place(v: Any) -> str | None:
     """A place name (city, area, building, country): a JSON string that is not blank, else None (no answer
     for that level). The schema asks for a string: a number (also NaN, Infinity, 1e999: read as the city
     "NaN" or "inf" they reached the geocoders), true/false (a "don't know"), null, a list (several guesses,
-    never joined into one query) or an object names no place."""
+    never joined into one query) or an object names no place. Cleaned as a label (:func:`geoagent.textfmt.
+    label_text`): control characters (ESC, CR, NUL) and bidirectional formatting characters (U+202E) are dropped,
+    and line breaks, tabs and runs of spaces are one space, so none reaches ``geohint_scored.csv`` or a geocoder
+    query (sec42 #3; a name of only such characters is blank, no place); the answer's text keeps them (``raw``)."""
     if not isinstance(v, str):
         return None
-    return v.strip() or None
+    return label_text(v) or None
 
 
 def _conf(v: Any) -> float | None:
@@ -414,8 +420,11 @@ def _score(obj: dict[str, Any]) -> int:
 #: itself (``finish_reason``: ``stop``, ``end_turn``) is read up to the JSON object it ends with (walk39 #4a-c), and a
 #: qualifier in another spelling ("Springfield, IL" / "Springfield, Illinois", "Austin, TX, USA") or with more parts
 #: after the same ones is one place (geohint39 #2); 6 (session 41): the Australian state and territory codes NSW, VIC,
-#: QLD, TAS and ACT are read as qualifiers ("Sydney, NSW" / "Sydney, New South Wales" is one place).
-ANSWER_PARSER_VERSION = 6
+#: QLD, TAS and ACT are read as qualifiers ("Sydney, NSW" / "Sydney, New South Wales" is one place); 7 (session 42):
+#: place fields and evidence texts lose control and bidirectional formatting characters, and line breaks, tabs and
+#: runs of spaces are one space (:func:`geoagent.textfmt.label_text`; sec42 #3: ESC, CR and U+202E reached
+#: ``geohint_scored.csv`` and the Wikidata search).
+ANSWER_PARSER_VERSION = 7
 
 
 def parse_answer(text: str | None, finish_reason: str | None = None) -> ParsedAnswer:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from geoagent.providers.base import ModelRequest, ModelResponse, Usage, register
+from geoagent.providers.base import ModelRequest, ModelResponse, Usage, provider_model_text, register
 from geoagent.providers.errors import ContentBlocked, MalformedResponse, body_excerpt
 from geoagent.image_fit import ANTHROPIC_MAX_IMAGE_B64, ANTHROPIC_MAX_SIDE_PX, fitted
 from geoagent.providers.http_base import HttpProvider, as_int, b64
@@ -107,7 +107,7 @@ class AnthropicProvider(HttpProvider):
             text="".join(texts),  # type: ignore[arg-type]
             usage=self._answer_usage(data.get("usage"), raw, "".join(texts)),  # type: ignore[arg-type]
             finish_reason=stop if isinstance(stop, str) else None,
-            provider_model=data.get("model") if isinstance(data.get("model"), str) else None,
+            provider_model=provider_model_text(data.get("model")),  # cleaned and capped (sec42 #3)
         )
 
     def _answer_usage(self, usage: Any, raw: bytes, text: str = "") -> Usage:

@@ -144,7 +144,7 @@ class ModelResponse:
     finish_reason : str or None
         Provider's stop reason (``stop``, ``length``, ``end_turn``, ``MAX_TOKENS``, ...).
     provider_model : str or None
-        Model name echoed by the provider, if any.
+        Model name echoed by the provider, if any (:func:`provider_model_text`: cleaned, at most 200 characters).
     sandbox : bool
         True when the answer came from one of geoagent's sandbox model fakes (its response carried
         :data:`geoagent.constants.SANDBOX_ANSWER_HEADER`), wherever it was served: the model caller then records
@@ -186,6 +186,28 @@ class ModelResponse:
             finish_reason=d.get("finish_reason"),
             provider_model=d.get("provider_model"),
         )
+
+
+#: longest model name echoed by a provider that an answer keeps (``provider_model``), characters: real ids are under
+#: 100 (``claude-sonnet-4-5-20250929``, ``models/gemini-2.5-pro-preview-06-05``); sec42 #3: a 5,000-character
+#: ``model`` field with control characters was stored and exported as it came
+MAX_PROVIDER_MODEL_CHARS = 200
+
+
+def provider_model_text(value: Any) -> str | None:
+    """The model name a provider's answer echoes (OpenAI's and Anthropic's ``model``, Gemini's ``modelVersion``, a
+    replay record's ``model``) as an answer keeps it in ``provider_model``: a string cleaned as a label
+    (:func:`geoagent.textfmt.label_text`: no control or bidirectional formatting characters, whitespace one space)
+    and cut to :data:`MAX_PROVIDER_MODEL_CHARS` characters (the last one ``…`` when cut); None for a value that is
+    not a string or is blank once cleaned (untrusted text from the server: sec42 #3)."""
+    from geoagent.textfmt import label_text
+
+    if not isinstance(value, str):
+        return None
+    text = label_text(value)
+    if len(text) > MAX_PROVIDER_MODEL_CHARS:
+        text = text[:MAX_PROVIDER_MODEL_CHARS - 1] + "\u2026"
+    return text or None
 
 
 class ProviderError(PicklableError, RuntimeError):

@@ -66,7 +66,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from geoagent.providers.base import ModelRequest, ModelResponse, Usage, register
+from geoagent.providers.base import ModelRequest, ModelResponse, Usage, provider_model_text, register
 from geoagent.providers.errors import ContentBlocked, MalformedResponse, body_excerpt
 from geoagent.image_fit import GEMINI_FIT_EDGE_PX, GEMINI_IMAGE_MIMES, GEMINI_MAX_IMAGE_B64, fitted
 from geoagent.providers.http_base import HttpProvider, as_int, b64
@@ -215,5 +215,5 @@ class GeminiProvider(HttpProvider):
             text="".join(texts),
             usage=usage,
             finish_reason=finish,
-            provider_model=data.get("modelVersion") if isinstance(data.get("modelVersion"), str) else None,
+            provider_model=provider_model_text(data.get("modelVersion")),  # cleaned and capped (sec42 #3)
         )

@@ -70,7 +70,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from geoagent.providers.base import ModelRequest, ModelResponse, Usage, register
+from geoagent.providers.base import ModelRequest, ModelResponse, Usage, provider_model_text, register
 from geoagent.providers.errors import ContentBlocked, MalformedResponse, UnsupportedRequest, body_excerpt
 from geoagent.providers.http_base import HttpProvider, as_int, b64
 from geoagent.providers.sampling import (azure_deployment_problem, gemini_keeps_default_temperature, is_openai_reasoning_id,
@@ -243,7 +243,7 @@ class OpenAICompatProvider(HttpProvider):
             text=text,
             usage=self._answer_usage(data.get("usage"), text, raw),
             finish_reason=finish,
-            provider_model=data.get("model") if isinstance(data.get("model"), str) else None,
+            provider_model=provider_model_text(data.get("model")),  # cleaned and capped (sec42 #3)
         )
 
     def _answer_usage(self, usage: Any, text: str, raw: bytes) -> Usage:

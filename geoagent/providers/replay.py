@@ -34,7 +34,7 @@ import orjson
 
 from geoagent.files import later_record_wins, loads_record, recorded_error
 from geoagent.paths import missing_release_error
-from geoagent.providers.base import ModelRequest, ModelResponse, Provider, Usage, register
+from geoagent.providers.base import ModelRequest, ModelResponse, Provider, Usage, provider_model_text, register
 from geoagent.providers.errors import ReplayMiss, ReplayRecordedError
 from geoagent.providers.http_base import MAX_USAGE_TOKENS
 from geoagent.providers.settings import ProviderSettings
@@ -280,7 +280,8 @@ class ReplayProvider(Provider):
             usage=Usage(counts[0], counts[1]),
             latency_s=0.0,
             finish_reason=str(finish) if finish is not None else None,
-            provider_model=str(rec["model"]) if rec.get("model") is not None else request.model,
+            # a recorded name cleaned and capped as a provider's echo is (sec42 #3)
+            provider_model=provider_model_text(str(rec["model"])) if rec.get("model") is not None else request.model,
         )
 
 
