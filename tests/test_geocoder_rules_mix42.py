@@ -66,7 +66,7 @@ def test_one_version_gives_no_report_line_and_warns_only_when_it_is_not_this_geo
     older.add_many([_result("a", V - 1), _result("b", V - 1)])
     assert geocoder_rules_line(older) is None  # nothing mixes in the report
     warning = geocoder_rules_warning(older, "c1")
-    assert warning is not None and f"all 2 answers the report counts were located by other geocoding rules" in warning
+    assert warning is not None and "all 2 answers the report counts were located by other geocoding rules" in warning
     assert "answers the campaign adds would mix versions" in warning
     assert geocoder_rules_line(GeoHintAggregator()) is None and geocoder_rules_warning(GeoHintAggregator(), "c") is None
     release = GeoHintAggregator()  # rows read from a release record no version: one "version", no line
