@@ -113,7 +113,8 @@ class Lane:
     work : int
         The lane's tasks this run has to do (its tasks ready or leased when the run started); > 0: the lane is
         paced by its share of that work against the other paced lanes' (:mod:`geoagent.runtime.worker`, "Lanes":
-        a lane ahead of the others is deferred like a full one); 0 (default): not paced.
+        a lane ahead of the others is deferred like a full one; a lane with no task left here to take, its work
+        done or held by another process, paces nobody); 0 (default): not paced.
     """
 
     cap: int

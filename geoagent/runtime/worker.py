@@ -185,13 +185,30 @@ for their retry, over its ``work``) is ahead of the lowest share among the other
 by more than a few tasks (its cap, at most :data:`PACE_SLACK_TASKS`, over its ``work``). The lane at the lowest share is never held back, and
 a lane whose own tasks sit out a pacing deferral with none in hand holds no other lane back meanwhile (it cannot
 take work until they come back: two lanes of instant answers, the simulated provider or a replay, took turns being
-ahead and the stage sat out each turn's deferral, 1,317 calls in 45 s instead of 1.2 s; break34 config #3), so the
-stage always moves, and a run stopped anywhere holds about the same share of each model's work: the same queue
-prefix, so mostly the same items. With steady paces the run takes as long as before (the slowest model's work
+ahead and the stage sat out each turn's deferral, 1,317 calls in 45 s instead of 1.2 s; break34 config #3), nor
+does a lane that ran dry (below), so the stage always moves, and a run stopped anywhere holds about the same share
+of each model's work: the same queue prefix, so mostly the same items. With steady paces the run takes as long as before (the slowest model's work
 decides it); a model slowed for a while (a slow spell of its host, retries inside its requests) holds the others
 back meanwhile, and a rate-limited one cannot make that up later, so the run can take longer (break32b #3: +34 %
 when one model answered 80 times slower for its first 30 s). ``model_pacing = "throughput"`` keeps each lane at its
 own pace (the shortest run; a stop then holds uneven shares).
+
+Dry lanes. A lane's ``work`` is its tasks left on the input edge when *this* process started, and its share counts
+the tasks this runner took; with another process at work on the same queue (a second ``run``, a ``--stages
+model_caller`` beside it, one of them killed), part of a lane's work is done there, so its share here never reaches
+1, and once its last task was gone the other lanes were deferred every second for ever: the run never ended
+(aggr42: 2 of 3 tries with a SIGKILLed second process). A lane that ran *dry* therefore paces nobody (fixpace42 #1):
+none of its tasks is in hand here, none that this runner deferred is still due back (a full lane's slot, a pacing
+deferral), and a whole walk of the input queue passed without leasing one (:data:`DRY_WALKS`). A walk ends when a
+lease finds nothing to lease, or once this runner has leased as many tasks as the input held ready at the walk's
+start (:meth:`WorkQueue.counts`, read at most every :data:`DRY_CHECK_S` s and only once pacing deferred a task:
+no per-lane count on either backend, Redis keeps none per payload field). Its tasks left, if any, are leased by
+another process or wait out a delay set elsewhere; the first of them this runner leases makes it a paced lane
+again. Each record's ``lanes`` mark a dry lane ``dry`` (its ``left`` is then 0:
+:func:`geoagent.runtime.progress.lanes_eta`). A safety net under that rule: after :data:`PACE_STUCK_S` s in which
+leases found only tasks held back by pacing, nothing was admitted and no task of a lane was in hand, the runner
+turns pacing off for the rest of its run and says so once (a warning naming each lane's tasks taken / work). A
+stage without paced lanes never reads the counts nor keeps walks: its cost is unchanged.
 """
 
 from __future__ import annotations
@@ -237,6 +254,14 @@ DEFER_STEP_S = 0.25
 #: tasks (at most; a lane's cap if lower) a lane may run ahead of the lowest share before it is deferred
 PACED_DEFER_S = 1.0
 PACE_SLACK_TASKS = 8
+#: Pacing, dry lanes (module docstring, "Lanes"; fixpace42 #1): the walks of the input queue that must pass without
+#: meeting a task of a lane (nothing of it in hand, none deferred by this runner) before it counts as dry; and the
+#: most often (s) the runner reads the input's counts to start a walk
+DRY_WALKS = 1
+DRY_CHECK_S = 1.0
+#: Pacing, the safety net: seconds of paced deferrals alone (nothing admitted, nothing of a lane in hand) after which
+#: the runner drops pacing for the rest of its run (logged once)
+PACE_STUCK_S = 30.0
 
 
 def pace_ahead(taken: int, work: int, cap: int, lowest_other: float) -> bool:
@@ -318,6 +343,9 @@ class StageStats:
     lane_done: dict[str, int] = field(default_factory=dict)
     #: lanes: tasks dead-lettered per lane (with ``lane_done``, what a lane has finished with: its tasks left)
     lane_dead: dict[str, int] = field(default_factory=dict)
+    #: paced lanes: those that ran dry (module docstring, "Lanes": no task of them left here to take), as of the
+    #: runner's latest lease
+    lane_dry: frozenset[str] = frozenset()
     #: the slowest configured rate window of the HTTP keys pacing the stage (:meth:`Stage.pace_keys`), s
     #: (:meth:`geoagent.runtime.http.HttpClient.pace_s`, set by the runner): it may complete nothing that long by
     #: its limits alone (:meth:`stall_after_s`)
@@ -471,10 +499,12 @@ class StageStats:
         :meth:`capacity_per_s`); ``idle_s`` since the last commit (None before the first), ``stall_after_s``
         (:meth:`stall_after_s`); ``eta_ready``, ``eta_measured_done`` and ``eta_measured_s`` (:meth:`eta_ready`:
         whether the capacity times the ETA yet, and the tasks and seconds it is measured over); with lanes, ``lanes``: per lane (the model caller: per model) ``done``, ``dead``
-        (dead-lettered) and ``rate_per_s`` (:meth:`lane_rates`)."""
+        (dead-lettered) and ``rate_per_s`` (:meth:`lane_rates`), and ``dry: true`` for a paced lane that ran dry
+        (``lane_dry``)."""
         now = time.monotonic() if now is None else float(now)
         idle = self.idle_s(now)
-        lanes = ({"lanes": {k: {"done": self.lane_done[k], "dead": self.lane_dead.get(k, 0), "rate_per_s": round(r, 3)}
+        lanes = ({"lanes": {k: {"done": self.lane_done[k], "dead": self.lane_dead.get(k, 0), "rate_per_s": round(r, 3),
+                                **({"dry": True} if k in self.lane_dry else {})}
                             for k, r in self.lane_rates(now).items()}} if self.lane_done else {})
         return {
             "stage": self.name,
@@ -844,6 +874,19 @@ class StageRunner:
         self._lane_retrying: dict[str, int] = {}
         self._lane_next: dict[str, float] = {}
         self._lane_room = asyncio.Event()
+        #: pacing (module docstring, "Lanes"): whether any lane is paced (false for good once the safety net,
+        #: _pace_stuck, turned pacing off); dry lanes: the walk of the input queue in progress (its number, where it
+        #: started in the count of tasks leased, how many it needs: the input's ready count at its start, None until
+        #: read, when that was read), tasks leased in all, and per lane the walk in which a task of it was last
+        #: leased; since when only paced deferrals happened (the safety net)
+        self._pacing = False
+        self._walk = 0
+        self._walk_from = 0
+        self._walk_need: int | None = None
+        self._walk_read_at = -math.inf
+        self._walked = 0
+        self._lane_seen: dict[str, int] = {}
+        self._stuck_since: float | None = None
         self._last_commit = time.monotonic()
         self._commit_lock = anyio.Lock()
         self.flush_interval_s = flush_interval_s
@@ -899,6 +942,7 @@ class StageRunner:
             self.stats.lane_done = dict.fromkeys(lanes, 0)
             self._lane_next = dict.fromkeys(lanes, 0.0)
             self._paced_at = dict.fromkeys(lanes, -math.inf)  # when a task of the lane was last deferred by pacing
+            self._pacing = any(spec.work for spec in lanes.values())
         send, recv = anyio.create_memory_object_stream[Task](math.inf)
         try:
             async with anyio.create_task_group() as tg:
@@ -1060,6 +1104,8 @@ class StageRunner:
                 continue  # only tasks this runner is still on, leased again: lease on
             if not tasks:
                 walks = 0
+                if self._pacing:  # nothing to lease: a lane with nothing here is dry (module docstring, "Lanes")
+                    self._walk_end()
                 if await self._input_exhausted():
                     # tasks it holds (held tasks, module docstring) go back to the input at its end: this
                     # process's own work, not "queued by another process" after the drain
@@ -1070,6 +1116,8 @@ class StageRunner:
                 continue
             if lanes:
                 n = len(tasks)
+                if self._pacing:
+                    await self._walk_step(n)
                 tasks = await self._admit(tasks)
                 walks = 0 if len(tasks) == n else walks + 1
                 if not tasks:
@@ -1213,12 +1261,17 @@ class StageRunner:
         admitted: list[Task] = []
         later: dict[float, list[Task]] = {}
         now = time.monotonic()
+        pacing, seen, walk = self._pacing, self._lane_seen, self._walk
+        paced = False
         for task in tasks:
             lane = self.stage.lane_of(task)
             spec = lanes.get(lane) if lane is not None else None
             if spec is None:
                 admitted.append(task)
-            elif busy[lane] < spec.cap and not (spec.work and self._ahead(lane, spec)):
+                continue
+            if pacing:
+                seen[lane] = walk  # met in this walk of the queue: not dry
+            if busy[lane] < spec.cap and not (pacing and spec.work and self._ahead(lane, spec)):
                 busy[lane] += 1
                 if task.attempts and self._lane_retrying.get(lane):  # a retry back from its backoff
                     self._lane_retrying[lane] -= 1
@@ -1227,6 +1280,7 @@ class StageRunner:
                 later.setdefault(PACED_DEFER_S, []).append(task)
                 self._paced_at[lane] = now
                 self.stats.paced += 1
+                paced = True
             else:
                 gap = 1.0 / spec.rate_per_s if spec.rate_per_s > 0 else 0.0
                 slot = min(max(nxt[lane], now) + gap, now + DEFER_MAX_S)
@@ -1236,7 +1290,69 @@ class StageRunner:
         for delay, group in later.items():
             await self._safe(self.inq.release(group, delay_s=delay))
             self.stats.deferred += len(group)
+        if pacing:
+            if self.stats.lane_dry:  # a dry lane met again is not dry
+                self.stats.lane_dry = frozenset(k for k in self.stats.lane_dry if seen.get(k) != walk)
+            self._pace_stuck(now, admitted, paced)
         return admitted
+
+    def _pace_stuck(self, now: float, admitted: list[Task], paced: bool) -> None:
+        """The safety net of pacing (module docstring, "Lanes"; fixpace42 #1): after :data:`PACE_STUCK_S` s in which
+        leases found only tasks deferred by pacing (``paced``: this lease deferred some), nothing was admitted
+        (``admitted``: this lease's) and no task of a lane was in hand, pacing is off for the rest of the run
+        (logged once): a lane whose share stays behind with no task of it to take, where the dry-lane rule did not
+        see it so, must not hold the others back for ever."""
+        if admitted or any(self._lane_busy.values()):
+            self._stuck_since = None
+            return
+        if not paced:
+            return
+        if self._stuck_since is None:
+            self._stuck_since = now
+        elif now - self._stuck_since >= PACE_STUCK_S:
+            self._pacing = False
+            self.stats.lane_dry = frozenset()
+            shares = ", ".join(f"{k} {self._taken(k)}/{v.work}" for k, v in (self._lanes or {}).items() if v.work)
+            log.warning("stage %s: for %g s every task leased was held back by the pacing rule and none was in hand "
+                        "(tasks taken by this process / its work at the start: %s); pacing by each model's share of "
+                        "its work is off for the rest of this run, each model now runs at its own limits",
+                        self.stage.name, round(now - self._stuck_since, 1), shares)
+
+    async def _walk_step(self, n: int) -> None:
+        """After a lease of ``n`` tasks with pacing on (module docstring, "Lanes", dry lanes): count them in the walk
+        of the input queue in progress, which ends once it has leased as many tasks as the input held ready at its
+        start (:meth:`_walk_end`); a new walk starts at most every :data:`DRY_CHECK_S` s, and only once a task was
+        deferred by pacing (one :meth:`WorkQueue.counts` read each)."""
+        self._walked += n
+        need = self._walk_need
+        if need is not None:
+            if self._walked - self._walk_from >= need:
+                self._walk_end()
+            return
+        now = time.monotonic()
+        if not self.stats.paced or now - self._walk_read_at < DRY_CHECK_S:
+            return
+        self._walk_read_at = now
+        counts = await self.inq.counts()
+        self._walk_from, self._walk_need = self._walked, max(0, int(counts.ready))
+
+    def _walk_end(self) -> None:
+        """A walk of the input queue ended: this runner leased as many tasks as it held ready at the walk's start, or
+        a lease found nothing to lease. The next walk starts at the next :meth:`_walk_step` (its count read then);
+        ``stats.lane_dry`` says which lanes are dry now (:meth:`_dry`)."""
+        self._walk += 1
+        self._walk_need = None
+        now = time.monotonic()
+        self.stats.lane_dry = frozenset(k for k, v in (self._lanes or {}).items() if v.work and self._dry(k, now))
+
+    def _dry(self, lane: str, now: float) -> bool:
+        """Whether paced ``lane`` ran dry (module docstring, "Lanes"; fixpace42 #1): none of its tasks in hand here,
+        none deferred by this runner still due back (a full lane's slot, a pacing deferral), and :data:`DRY_WALKS`
+        whole walks of the input queue passed without leasing one. Its tasks left, if any, are leased by another
+        process or wait out a delay set elsewhere: this runner cannot take them, so the lane paces no other."""
+        return (not self._lane_busy.get(lane) and self._walk - self._lane_seen.get(lane, -1) > DRY_WALKS
+                and now >= self._lane_next.get(lane, 0.0) + DEFER_STEP_S
+                and now - self._paced_at.get(lane, -math.inf) >= PACED_DEFER_S + DEFER_STEP_S)
 
     def _taken(self, lane: str) -> int:
         """Tasks of ``lane`` this run finished, dead-lettered, holds in hand or failed and will retry after its
@@ -1257,6 +1373,8 @@ class StageRunner:
                 continue
             if not busy.get(other) and now - paced_at.get(other, -math.inf) < PACED_DEFER_S:
                 continue  # its tasks sit out a pacing deferral, none in hand: it cannot take work now
+            if self._dry(other, now):
+                continue  # no task of it left here to take (done or leased elsewhere): it paces nobody
             share = self._taken(other) / o.work
             if share < 1.0 and share < low and self.stage.lane_open(other):
                 low = share

@@ -1,0 +1,194 @@
+"""Pacing never holds a lane back for a lane that has no task left to take (fixpace42 #1).
+
+The pacing rule (:mod:`geoagent.runtime.worker`, "Lanes") compares each model's share of its ``work``: its tasks
+left on the input edge when THIS process started, over the tasks this process took. With a second model caller at
+work on the same queue, part of a lane's work is done by the other process, so that lane's share here never reaches
+1; once its last task is gone (done elsewhere), the other lanes were deferred by the pacing rule every second for
+ever, and the run never finished (aggr42: two plain ``run`` processes, one SIGKILLed, 2 of 3 tries). Now a lane with
+nothing in hand here whose tasks the queue had none of ready to lease paces nobody ("dry"), and a stage that only
+deferred paced tasks for :data:`~geoagent.runtime.worker.PACE_STUCK_S` with nothing in hand drops pacing.
+
+Real processes: a paced ``run`` (two models: a fast, b limited to 4 calls/s) and beside it a ``--stages
+model_caller`` process (no pacing: it runs each model at its own limits), which takes model a's tasks as fast as
+they go and is SIGKILLed once a is done.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import anyio
+import orjson
+
+from geoagent.config import load_config
+from geoagent.runtime.daemon import open_edge_queues, run_pipeline
+from geoagent.runtime.stage import Lane, Stage, StageContext
+from geoagent.status import campaign_status
+from tests._model_harness import generic_campaign
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _model(name: str, base: str, model: str, *, rate: int, concurrency: int) -> str:
+    return (f'\n[[models]]\nname = "{name}"\nprovider = "openai"\nmodel = "{model}"\nbase_url = "{base}/v1"\n'
+            f'api_key_env = "DRY_KEY"\nprice_input_usd_per_mtok = 0.15\nprice_output_usd_per_mtok = 0.60\n'
+            f'max_output_tokens = 20\nconcurrency = {concurrency}\nrate = {{ requests = {rate}, period_s = 1.0 }}\n'
+            f'timeout_s = 10.0\n')
+
+
+def _calls(log: Path) -> Counter[str]:
+    if not log.exists():
+        return Counter()
+    out: Counter[str] = Counter()
+    for line in log.read_bytes().splitlines():
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError:  # a line being written
+            continue
+        if rec.get("status") == 200:
+            out[str(rec.get("model"))] += 1
+    return out
+
+
+def test_a_paced_run_finishes_after_another_model_caller_did_one_models_work_and_was_killed(tmp_path):
+    """The paced run counted 40 tasks of each model at its start; the unpaced caller beside it answers most of model
+    a's, then is SIGKILLed (its leases handed back by the run's dead-owner sweep). Before, the run took about as many
+    of b's tasks as its own share of a allowed (plus a few), then deferred b's last ones every second for ever (this
+    test's 60 s limit). Now it ends ``complete`` with every request answered, a's dry lane pacing b no more (the
+    dry-lane rule, not the safety net, which says so in a warning)."""
+    from geoagent.sandbox.server import free_port, wait_ready
+
+    key = "sk-" "dry-lane-e2e"
+    port = free_port("127.0.0.1")
+    log = tmp_path / "calls.jsonl"
+    server = subprocess.Popen([sys.executable, "-m", "geoagent.sandbox.llm_openai", "--port", str(port),
+                               "--latency-ms", "100", "--api-key", key, "--log", str(log)], cwd=REPO,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs: list[subprocess.Popen] = []
+    env = {"DRY_KEY": key, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ.get("GEOAGENT_RUNS_INDEX", "")}
+
+    def start(*args: str) -> subprocess.Popen:
+        p = subprocess.Popen([sys.executable, str(REPO / "run.py"), "run", str(cfgp), "--no-live", *args], cwd=REPO,
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(p)
+        return p
+
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_ready(base)
+        n = 40
+        cfgp = generic_campaign(tmp_path, name="dry", n=n, cap_usd=5.0,
+                                models=_model("a", base, "gpt-a", rate=200, concurrency=4)
+                                + _model("b", base, "gpt-b", rate=4, concurrency=2))
+        cfg = load_config(cfgp)
+        paced = start()
+        deadline = time.monotonic() + 60
+        while sum(_calls(log).values()) < 2:  # the paced run counted its work and is at it
+            assert time.monotonic() < deadline and paced.poll() is None, "the paced run made no call in 60 s"
+            time.sleep(0.05)
+        rusher = start("--stages", "model_caller")
+        while _calls(log)["gpt-a"] < n:  # both take a's tasks; the unpaced caller most of them
+            assert time.monotonic() < deadline and rusher.poll() is None, "model a's calls did not end in 60 s"
+            time.sleep(0.05)
+        rusher.send_signal(signal.SIGKILL)
+        rusher.wait(10)
+        try:
+            out, err = paced.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the paced run did not end within 60 s of the kill: model b's last tasks were "
+                                 "deferred by the pacing rule for a model with no task left") from None
+        assert paced.returncode == 0, err[-2000:]
+        assert "complete" in out + err, (out[-1000:], err[-2000:])
+        req = campaign_status(cfg)["queues"]["requests"]
+        assert (req.done, req.ready, req.leased, req.dead) == (2 * n, 0, 0, 0), req
+        calls = _calls(log)
+        # a's were all answered before the kill; b's calls on the wire when the unpaced caller was killed (at most its
+        # concurrency, 2) had no stored answer and were made again
+        assert calls["gpt-a"] == n and n <= calls["gpt-b"] <= n + 2, calls
+        assert "pacing by each model's share of its work is off" not in err, err[-2000:]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+        server.kill()
+        server.wait(10)
+
+
+class _Paced(Stage):
+    """Two paced lanes whose ``work`` counts more tasks than the queue holds for lane a (another process did them)."""
+
+    name = "paced"
+    input_edge = "in"
+    output_edge = None
+    concurrency = 4
+
+    def __init__(self, lanes):
+        self._lanes = lanes
+        self.done: Counter[str] = Counter()
+
+    def lanes(self):
+        return dict(self._lanes)
+
+    def lane_of(self, task):
+        return task.payload.get("lane")
+
+    async def handle(self, task, ctx):
+        await anyio.sleep(0.005)
+        self.done[task.payload["lane"]] += 1
+        return []
+
+
+def _drain(tmp_path, stage: Stage, items, limit_s: float):
+    async def main():
+        queues = open_edge_queues(tmp_path / "q", "t", [stage])
+        await queues["in"].put_many(items)
+        t0 = anyio.current_time()
+        with anyio.move_on_after(limit_s):
+            await run_pipeline("t", [stage], queues, StageContext("t"), handle_signals=False, tick_interval_s=0.1,
+                               grace_s=0.5)
+        counts = await queues["in"].counts()
+        await queues["in"].close()
+        return counts, anyio.current_time() - t0
+
+    return anyio.run(main)
+
+
+def test_a_lane_with_no_task_left_in_the_queue_paces_nobody(tmp_path):
+    """In one process: lane a's work says 20 but the queue holds 2 of its tasks (the other 18 done elsewhere), lane
+    b's 20 are all there. b used to stop at a's share plus its slack (2/20 + 2/20: 4 tasks) and wait for ever; now a
+    runs dry once the queue has none of its tasks ready, and b runs through in well under a second or two."""
+    stage = _Paced({"a": Lane(cap=2, work=20), "b": Lane(cap=2, work=20)})
+    items = [(f"a{i}", {"lane": "a"}) for i in range(2)] + [(f"b{i}", {"lane": "b"}) for i in range(20)]
+    counts, took = _drain(tmp_path, stage, items, limit_s=20.0)
+    assert stage.done == Counter({"a": 2, "b": 20}), stage.done
+    assert (counts.ready, counts.leased, counts.done) == (0, 0, 22), counts
+    assert took < 10.0, took
+
+
+def test_pacing_is_dropped_after_paced_deferrals_alone_for_a_while(tmp_path, monkeypatch, caplog):
+    """The safety net, with the dry-lane rule blinded (:data:`~geoagent.runtime.worker.DRY_WALKS` out of reach) and
+    :data:`~geoagent.runtime.worker.PACE_STUCK_S` at 1.5 s: the same queue as above. b stops at 4 tasks, every lease
+    then finds only b's tasks held back by pacing with nothing in hand; 1.5 s later the runner turns pacing off, says
+    so once, and b runs through."""
+    import logging
+
+    import geoagent.runtime.worker as worker
+
+    monkeypatch.setattr(worker, "DRY_WALKS", 10**9)
+    monkeypatch.setattr(worker, "PACE_STUCK_S", 1.5)
+    stage = _Paced({"a": Lane(cap=2, work=20), "b": Lane(cap=2, work=20)})
+    items = [(f"a{i}", {"lane": "a"}) for i in range(2)] + [(f"b{i}", {"lane": "b"}) for i in range(20)]
+    with caplog.at_level(logging.WARNING, logger="geoagent.runtime.worker"):
+        counts, took = _drain(tmp_path, stage, items, limit_s=20.0)
+    assert stage.done == Counter({"a": 2, "b": 20}), stage.done
+    assert (counts.ready, counts.leased, counts.done) == (0, 0, 22), counts
+    assert 1.5 <= took < 10.0, took
+    said = [r.getMessage() for r in caplog.records if "pacing by each model's share of its work is off" in r.getMessage()]
+    assert len(said) == 1 and "a 2/20, b 4/20" in said[0], said
