@@ -192,3 +192,23 @@ def test_pacing_is_dropped_after_paced_deferrals_alone_for_a_while(tmp_path, mon
     assert 1.5 <= took < 10.0, took
     said = [r.getMessage() for r in caplog.records if "pacing by each model's share of its work is off" in r.getMessage()]
     assert len(said) == 1 and "a 2/20, b 4/20" in said[0], said
+
+
+def test_each_lanes_left_is_its_share_of_the_edge_and_a_dry_lane_has_none_left():
+    """fixpace42 #2: with another model caller at work, the tasks counted at this process's start include those the
+    other one does; each lane's ``left`` was clamped to the whole edge's ready + leased alone (two lanes of 60 left
+    each beside an edge of 40: 40 each, the ETA twice too long). Now the lanes share the edge by their counts, and a
+    lane that ran dry has none left."""
+    from geoagent.runtime.progress import lanes_eta
+
+    start = {"a": 100, "b": 100}
+    lanes = {"a": {"done": 40, "dead": 0, "rate_per_s": 2.0}, "b": {"done": 40, "dead": 0, "rate_per_s": 4.0}}
+    assert lanes_eta(start, lanes, pending=40) == 10.0  # a: 20 of the 40 left, at 2/s (before: 40 at 2/s, 20 s)
+    assert (lanes["a"]["left"], lanes["b"]["left"]) == (20, 20)
+    lanes = {"a": {"done": 40, "dead": 0, "rate_per_s": 2.0, "dry": True},
+             "b": {"done": 40, "dead": 0, "rate_per_s": 4.0}}
+    assert lanes_eta(start, lanes, pending=40) == 10.0  # b: all 40, at 4/s
+    assert (lanes["a"]["left"], lanes["b"]["left"]) == (0, 40)
+    lanes = {"a": {"done": 95, "dead": 0, "rate_per_s": 2.0}, "b": {"done": 1, "dead": 2, "rate_per_s": 4.0}}
+    assert lanes_eta(start, lanes, pending=500) == 97 / 4.0  # fewer left than the edge holds: as counted
+    assert (lanes["a"]["left"], lanes["b"]["left"]) == (5, 97)

@@ -593,23 +593,32 @@ def lanes_eta(start: Mapping[str, int], lanes: Mapping[str, Any], *, pending: in
     ``start``: per lane, its tasks left on the stage's input edge when the run started; ``lanes``: the stage
     record's ``lanes`` (per lane ``done``, ``dead`` since the run started and ``rate_per_s``,
     :meth:`geoagent.runtime.worker.StageStats.as_dict`), each given ``left`` here: ``start - done - dead``, at
-    least 0 and at most ``pending`` (the input edge's ready + leased tasks now, when given: a lane never has
-    more left than the edge holds). The time is the largest ``left / rate_per_s`` over the lanes with tasks
-    left (0.0 when none has any); None when such a lane has no rate yet (the caller falls back to the stage's
-    rate). ``ceilings`` (per lane, tasks/s: its model's configured rate limit,
+    least 0; 0 for a lane that ran dry (``dry``: no task of it left in the queue for this process, the rest done or
+    leased by another process); and where these add up to more than ``pending`` (the input edge's ready + leased
+    tasks now, when given: another process of the campaign did some of them, fixpace42 #2), each lane's share of
+    ``pending`` (rounded up), so the lanes never have more left between them than the edge holds. The time is the
+    largest ``left / rate_per_s`` over the lanes with tasks left (0.0 when none has any); None when such a lane has
+    no rate yet (the caller falls back to the stage's rate). ``ceilings`` (per lane, tasks/s: its model's configured rate limit,
     :meth:`geoagent.workers.model_caller.ModelCaller.lane_ceilings`) caps each lane's measured rate (review37b #2: a
     lane limited to 10 per 5 s was timed at its burst's 2.85/s). Lanes ``start`` does not name are not counted (no
     figure for them). Source: the walkthrough's two-model run (ETA 4 s from the stage's rate while the slow model's
     180 tasks took 24 s)."""
     worst = 0.0
     unknown = False
+    lefts: dict[str, int] = {}
     for lane, n0 in start.items():
         info = lanes.get(lane)
-        if not isinstance(info, dict):
-            continue
-        left = max(0, int(n0) - int(info.get("done") or 0) - int(info.get("dead") or 0))
-        if pending is not None:
-            left = min(left, max(0, int(pending)))
+        if isinstance(info, dict):
+            done = int(info.get("done") or 0) + int(info.get("dead") or 0)
+            lefts[lane] = 0 if info.get("dry") else max(0, int(n0) - done)
+    total = sum(lefts.values())
+    if pending is not None and total > max(0, int(pending)):
+        # each lane's share of the edge's tasks: with another model caller at work, those counted at the start that
+        # it did are not left here (each lane clamped to the whole edge alone: N processes, N times the time)
+        p = max(0, int(pending))
+        lefts = {lane: -(-n * p // total) for lane, n in lefts.items()}
+    for lane, left in lefts.items():
+        info = lanes[lane]
         info["left"] = left
         if left <= 0:
             continue
