@@ -121,6 +121,12 @@ SERVICE_CAMPAIGN_WRITES_REPORT = "campaign_writes_report"
 #: campaign; ``simulated``, ``replay_note``, ``image_note``: as the final report says them), so a live report, and one
 #: a killed run leaves behind, never reads as final or as a real model's (:class:`geoagent.report.live.LiveBanners`)
 SERVICE_LIVE_BANNERS = "live_report_banners"
+#: stage-context service set by the campaign engine: a callable ``() -> bool``, whether another live process of the
+#: campaign may run the aggregator stage now (this machine's manifest: :func:`geoagent.runtime.manifest.
+#: stages_run_elsewhere`; Redis: any other process of the campaign alive on the server, which does not record stages),
+#: called in the report thread before each live rewrite. True: the rewrite rebuilds the sums from the store first,
+#: since each such process counts only the scored rows it leased (live42 #1; :mod:`geoagent.report.live`)
+SERVICE_AGGREGATED_ELSEWHERE = "aggregated_elsewhere"
 
 #: ``run --watch``: seconds a stage whose unreachable-host breaker opened waits before probing the host with one
 #: task, and the most it waits (the wait doubles after each failed probe); ``[queue] watch_probe_after_s`` /

@@ -2301,6 +2301,10 @@ async def _run(
         # rows an earlier version's rules scored, brought up to these rules before any worker runs (no model call);
         # after the run is recorded, so a damaged row met here ends it as "failed", as the workers' would
         ctx.services[C.SERVICE_OWN_STAGES] = frozenset(s.name for s in stages)
+        # live42 #1: every live aggregator of the campaign rebuilds from the store before its live rewrite, not only
+        # from the rows it leased, while another process may run that stage too
+        ctx.services[C.SERVICE_AGGREGATED_ELSEWHERE] = functools.partial(
+            aggregated_elsewhere, cfg.state_dir(), [s.name for s in all_stages], ctx.services.get("ledger"))
         # upgrade41 #4: the refresh's writes (through the work-began hook) and its end are marked in the manifest,
         # so `status` after a kill inside it says that the next run finishes it (kinds without one mark nothing)
         refreshes = type(kind).refresh_scored_rows is not CampaignKind.refresh_scored_rows
@@ -3774,6 +3778,23 @@ def booked_usd(ledger: Any) -> float:
     if ledger is None:
         return 0.0
     return float(ledger.summary().total_usd) + gone_reservations(ledger)[0]
+
+
+def aggregated_elsewhere(state_dir: str | os.PathLike[str], all_stages: Sequence[str], ledger: Any = None) -> bool:
+    """Whether another live process of the campaign may run the aggregator stage now (live42 #1): one this machine's
+    manifest in ``state_dir`` records as running it (:func:`geoagent.runtime.manifest.stages_run_elsewhere`;
+    ``all_stages``: the campaign's stage names, for a run recording none), or, on Redis (``ledger`` with
+    ``others_alive``), any other process of the campaign alive on the server, on any machine: the server does not
+    record which stages a process runs, so that one is taken to run it. The ctx service
+    :data:`geoagent.constants.SERVICE_AGGREGATED_ELSEWHERE` (:mod:`geoagent.report.live`: each live rewrite then
+    rebuilds from the store). Reads the manifest (and a Redis ledger's owner records); raises what the server's
+    client raises when it cannot be reached."""
+    from geoagent.runtime.manifest import stages_run_elsewhere
+
+    if C.STAGE_AGGREGATOR in stages_run_elsewhere(state_dir, all_stages):
+        return True
+    others_alive = getattr(ledger, "others_alive", None)
+    return bool(others_alive()) if callable(others_alive) else False
 
 
 def gone_reservations_by_model(ledger: Any) -> dict[str, tuple[float, int]]:
