@@ -2383,6 +2383,20 @@ def write_report(
     # Fig. 2's points once: the figure, its caption and the Terms line say what it draws (fig2_bars)
     fig2_points = hit_by_band_points(agg, condition, baseline, n_boot=n_boot, seed=bseed) if figures else None
     fig2 = fig2_bars(fig2_points, n_boot) if fig2_points is not None else None
+    from geoagent.report import figure_note, write_csv_note
+    from geoagent.sandbox.launch import simulated_note
+
+    sim_note = _simulated_note(simulated) if simulated else ""
+    csv_names = [f"{t.name}.csv" for t in tables] + (["missing.csv"] if missing is not None else [])
+    # what every table is of, for a reader of the CSVs alone (walk27b #2: two echo rules gave CSVs alike but for
+    # their numbers, and only report.md named the rule and the condition)
+    design = (f"These tables: reported condition {condition}, no-context condition {baseline}. "
+              f"{echo_rule_note(agg)}")
+    if interim:
+        # live42 #2: the interim line before any CSV, so a kill among the files below leaves no CSV of partial sums
+        # without a word that it is one (the note was written after the CSVs: a kill in the first live rewrite left
+        # them with no report.md and no report_note.txt)
+        write_csv_note(out, [source_note, replay_note, sim_note, design], csv_names, interim=interim)
     md = [
         "# GeoHint report",
         "",
@@ -2462,15 +2476,6 @@ def write_report(
         # a table an earlier report wrote here and this one does not build (its condition is no longer in the
         # plan, e.g. forced_warn removed from the config): its CSV would state figures of another design
         (out / f"{name}.csv").unlink(missing_ok=True)
-    from geoagent.report import figure_note, write_csv_note
-    from geoagent.sandbox.launch import simulated_note
-
-    sim_note = _simulated_note(simulated) if simulated else ""
-    csv_names = [f"{t.name}.csv" for t in tables] + (["missing.csv"] if missing is not None else [])
-    # what every table is of, for a reader of the CSVs alone (walk27b #2: two echo rules gave CSVs alike but for
-    # their numbers, and only report.md named the rule and the condition)
-    design = (f"These tables: reported condition {condition}, no-context condition {baseline}. "
-              f"{echo_rule_note(agg)}")
     write_csv_note(out, [source_note, replay_note, sim_note, design], csv_names, interim=interim)
     if figures:
         # the figures' caption: the simulator's warning without GeoHint's echo paragraph (report.md has it)

@@ -1120,6 +1120,20 @@ def write_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"md": out / TABLE_MD, "csv": out / TABLE_CSV, "txt": out / TABLE_TXT}
+    sim_note = ""
+    if simulated:
+        from geoagent.sandbox.launch import simulated_note
+
+        sim_note = simulated_note(list(simulated), task="geoverify")
+    from geoagent.report import figure_note, write_csv_note
+
+    csv_names = [TABLE_CSV, *([FAILURES_CSV] if parse_failures is not None else []),
+                 *([MISSING_CSV] if missing is not None or unreplayed else [])]
+    if interim:
+        # live42 #2: the interim line before any CSV, so a kill among the files below leaves no CSV of partial sums
+        # without a word that it is one (the note was written last: a kill in the first live rewrite left the CSVs
+        # alone, with no report.md and no report_note.txt)
+        write_csv_note(out, [replay_note, sim_note], csv_names, interim=interim)
     # said above the tables: answers made under different request settings pooled (config_mix, one line per
     # model, geoagent.runtime.drift.params_mix_lines), stored answers of trials the plan no longer holds
     # (scope_note)
@@ -1153,11 +1167,7 @@ def write_report(
         banner += f"**Interim report: {interim}**\n\n"
     if image_note:
         banner += f"**Placeholder images: {image_note}**\n\n"
-    sim_note = ""
-    if simulated:
-        from geoagent.sandbox.launch import simulated_note
-
-        sim_note = simulated_note(list(simulated), task="geoverify")
+    if sim_note:
         banner += f"**{sim_note}**\n\n"
     if config_mix:
         from geoagent.runtime.drift import MIX_WARNING
@@ -1170,9 +1180,6 @@ def write_report(
     _atomic_write(paths["md"], banner + f"## {TABLE_TITLE}\n\n" + md)
     _atomic_write(paths["csv"], render_csv(scores))
     _atomic_write(paths["txt"], banner.replace("**", "") + render_terminal(scores) + (note.replace("**", "") if missing or unrep else ""))
-    from geoagent.report import figure_note, write_csv_note
-
-    csv_names = [p.name for k, p in paths.items() if k in ("csv", "failures", "missing")]
     if note_path := write_csv_note(out, [replay_note, sim_note], csv_names, interim=interim):
         paths["csv_note"] = note_path
     if plot and scores:
