@@ -833,9 +833,12 @@ def spend_detail_lines(spend: Mapping[str, Any]) -> list[str]:
     ``spend["gone_usd"]`` / ``spend["gone_calls"]`` (USD, count; ``status`` sets them,
     :func:`geoagent.status.campaign_status`): the open reservations whose holder process is gone
     (:func:`gone_reservations`, e.g. after a forced exit); a line says the next run books them as
-    unknown-outcome spend. Per model, a ``by_model`` entry's ``gone_usd`` / ``gone_calls`` (``status`` sets them,
-    :func:`gone_reservations_by_model`) split its open reservations: ``+ $X reserved by N calls still open`` for those
-    of live processes and ``+ $Y reserved by K calls of a process that is gone`` for the others. Without per-model
+    unknown-outcome spend, or, with ``spend["gone_booked_by"]`` (pids of the campaign's processes still running with
+    the model caller, :func:`geoagent.status.campaign_status`), that those book them once their model caller takes up
+    one of those requests again, else the next run does (live42 #3). Per model, a ``by_model`` entry's ``gone_usd``
+    / ``gone_calls`` (``status`` sets them, :func:`gone_reservations_by_model`) split its open reservations:
+    ``+ $X reserved by N calls still open`` for those of live processes and ``+ $Y reserved by K calls of a process
+    that is gone`` for the others. Without per-model
     figures (an older record), every model's open reservations read "of a process that is gone" where every open
     reservation is such, else "still open"."""
     out: list[str] = []
@@ -869,9 +872,23 @@ def spend_detail_lines(spend: Mapping[str, Any]) -> list[str]:
     if n_gone:
         reserved = float(spend.get("reserved_usd") or 0.0)
         share = "" if all_gone else f" of the {usd(reserved)} reserved"
-        out.append(f"  reserved by a process that is gone: {usd(spend.get('gone_usd'))}{share} ({_calls(n_gone)}; "
-                   "stopped without closing them: a forced exit or a kill); the next run of the campaign books them as "
-                   "unknown-outcome spend at their reservations (they already count against the cap)")
+        head = (f"  reserved by a process that is gone: {usd(spend.get('gone_usd'))}{share} ({_calls(n_gone)}; "
+                "stopped without closing them: a forced exit or a kill); ")
+        bookers = [str(p) for p in spend.get("gone_booked_by") or []]
+        if bookers:
+            # live42 #3: "the next run" read as if the processes still running would leave them alone; their model
+            # caller books them (ledger recovery) once one of those requests comes back to it
+            who = (f"process {bookers[0]}" if len(bookers) == 1
+                   else "processes " + ", ".join(bookers[:-1]) + f" and {bookers[-1]}")
+            one = len(bookers) == 1
+            caller = "its model caller takes" if one else "a model caller of theirs takes"
+            out.append(head + f"{who} of the campaign, still running, {'books' if one else 'book'} them as "
+                       f"unknown-outcome spend at their reservations once {caller} up one of their requests again "
+                       "(the gone process's leased tasks are handed back to the queue) or waits for budget room, else "
+                       "the next run of the campaign does at its start (they already count against the cap)")
+        else:
+            out.append(head + "the next run of the campaign books them as unknown-outcome spend at their "
+                       "reservations (they already count against the cap)")
     return out
 
 

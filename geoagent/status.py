@@ -313,6 +313,8 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
         kind_lines = load_kind(cfg.campaign.kind).status_lines(cfg)
     except Exception:  # noqa: BLE001 - a status display shows what it can
         kind_lines = []
+    if spend is not None and spend.get("gone_calls") and (bookers := _gone_bookers(progress, running)):
+        spend["gone_booked_by"] = bookers  # live42 #3: a surviving process books them, not only the next run
     run_cap = ((progress or {}).get("spend") or {}).get("cap_usd")
     if spend is not None and isinstance(run_cap, (int, float)):
         # the cap the last (or running) run reserved against, as its own progress record says: the lower of its
@@ -1419,6 +1421,28 @@ def _utc(t: Any) -> str:
 #: one of a scale-out run whose latest record is older than this is not counted as running, s
 SILENT_AFTER_S = 15.0
 
+
+
+def _gone_bookers(progress: dict[str, Any] | None, running: bool | None) -> list[int]:
+    """The pids of the campaign's processes on this machine that are running now and run the model caller, from
+    ``progress`` (the record ``status`` shows: a scale-out run's merged one, whose ``processes`` carry their
+    :func:`process_state`, or one process's) and ``running`` (:func:`geoagent.engine.run_lock_held`); [] when none is
+    known. Such a process books the open reservations of a process that is gone as unknown-outcome spend while it
+    runs: its model caller runs the ledger's recovery every 5 s while one of their requests, handed back to the queue,
+    waits on the gone process's reservation, or while it waits for budget room
+    (:meth:`geoagent.workers.model_caller.ModelCaller` budget wait; live42 #3)."""
+    if not progress:
+        return []
+    procs = progress.get("processes")
+    if procs:
+        return [int(p["pid"]) for p in procs if p.get("state") == "running" and isinstance(p.get("pid"), int)
+                and C.STAGE_MODEL_CALLER in (p.get("stages") or [])]
+    pid = progress.get("pid")
+    names = [f.get("stage") for f in progress.get("stages") or [] if isinstance(f, dict)]
+    if (running and not progress.get("finished") and isinstance(pid, int) and pid_alive(pid) is not False
+            and C.STAGE_MODEL_CALLER in names):
+        return [pid]
+    return []
 
 
 def process_state(record: dict[str, Any], running: bool | None, now: float) -> str:
