@@ -41,7 +41,10 @@ class PipelineRun:
     campaign: str
     runners: list[StageRunner]
     queues: dict[str, WorkQueue]
+    #: when the pipeline started: wall clock (Unix time, s; read once: the progress records' ``started``) and
+    #: :func:`time.monotonic` (their ``elapsed_s``), so a step of the wall clock while it runs moves neither (live42 #4)
     started_at: float = field(default_factory=time.time)
+    started_mono: float = field(default_factory=time.monotonic)
     stopped_by_signal: bool = False
     finished_at: float | None = None
     #: name of the signal that asked the pipeline to stop (``"SIGINT"``, ``"SIGTERM"``), or None

@@ -2,7 +2,7 @@
 
 Each tick appends one JSON object per line (another process can ``tail -f`` it)::
 
-    {"t": 1764500000.1, "campaign": "demo", "elapsed_s": 12.3,
+    {"t": 1764500000.1, "campaign": "demo", "elapsed_s": 12.3, "started": 1764499987.8,
      "stages": [{"stage": "model_caller", "done": 120, "rate_per_s": 9.8, ...}, ...],
      "queues": {"requests": {"ready": 80, "leased": 8, "done": 120, "dead": 0}, ...},
      "spend": {"spent_usd": 0.12, "cap_usd": 5.0, ...}, "eta_s": 8.2, "eta_stage": "geocoder"}
@@ -320,7 +320,11 @@ class Progress:
         return {
             "t": round(time.time(), 3),
             "campaign": run.campaign,
-            "elapsed_s": round(time.time() - run.started_at, 3),
+            # live42 #4: the monotonic clock's seconds since the pipeline started, and that start on the wall clock
+            # as read then: a step of the wall clock (NTP, by hand) changes neither, so a record's span stays its
+            # process's (record_span; t - elapsed_s went before the start after a step back)
+            "elapsed_s": round(time.monotonic() - run.started_mono, 3),
+            "started": round(run.started_at, 3),
             "stages": stages,
             "queues": {k: asdict(v) for k, v in counts.items()},
             "spend": self.spend() if self.spend else None,
@@ -800,9 +804,16 @@ ORDER_SLACK_S = 30.0
 
 def record_span(record: Mapping[str, Any]) -> tuple[float, float]:
     """``(started, last)``: when a record's process started its pipeline and when it wrote the record (Unix time,
-    s; ``t - elapsed_s`` and ``t``)."""
+    s): its ``started`` (the wall clock read once at the start) and ``started + elapsed_s`` (``elapsed_s`` from the
+    monotonic clock), so a step of the wall clock while the process runs moves neither and the span never ends
+    before it starts (live42 #4: after a step back of an hour, ``t - elapsed_s`` put the start after ``t``).
+    A record of an earlier version, without ``started``: ``t - elapsed_s`` and ``t``."""
+    elapsed = float(record.get("elapsed_s") or 0.0)
+    started = record.get("started")
+    if isinstance(started, (int, float)) and not isinstance(started, bool):
+        return float(started), float(started) + max(0.0, elapsed)
     t = float(record.get("t") or 0.0)
-    return t - float(record.get("elapsed_s") or 0.0), t
+    return t - elapsed, t
 
 
 def read_runs(path: Path, max_bytes: int = 8 * 1024 * 1024, *, first_only: bool = False) -> list[list[dict[str, Any]]]:
@@ -811,7 +822,7 @@ def read_runs(path: Path, max_bytes: int = 8 * 1024 * 1024, *, first_only: bool 
 
     Several processes of one campaign (``run --stages`` scale-out) append their records to the same stream,
     each naming itself (``run_id``, ``pid``; records of older versions, without ``run_id``, count as one
-    process). A run is a set of processes whose spans (from a process's start, ``t - elapsed_s``, to its latest
+    process). A run is a set of processes whose spans (:func:`record_span`: from a process's start to its latest
     record) overlap, one with the next: processes that ran at the same time, whether they ended, were killed or
     still run. A process started after every other had ended starts a run of its own, so a campaign run by one
     process at a time has runs of one record each. Searches back at most ``max_bytes`` bytes from the end (a
@@ -906,7 +917,7 @@ def merge_records(
     -------
     dict
         A record shaped as :meth:`Progress.snapshot` writes one, plus ``processes``: per record
-        ``{"pid", "run_id", "stages", "figures", "running", "finished", "t", "started"}`` (Unix times, s;
+        ``{"pid", "run_id", "stages", "figures", "running", "finished", "t", "started", "last"}`` (Unix times, s;
         ``figures``: the process's own ``stage``, ``rate_per_s`` and ``done`` per stage). Per stage:
         ``done``, ``failed``, ``dead``, ``missing``, ``released`` summed over every process (each counts its own
         work since it started); ``rate_per_s`` (each carried on to ``now``), ``capacity_per_s`` (of the
@@ -929,7 +940,9 @@ def merge_records(
         figures of the processes that ran alongside the last one to end that stage (a run chains processes
         overlapping one with the next: one that ended before that last one started is left out of its rate).
     """
-    newest = max(records, key=lambda r: float(r.get("t") or 0.0))
+    # the newest by its span's end (record_span), not by t: a record written before a step back of the wall clock
+    # has a later t than one written after it (live42 #4)
+    newest = max(records, key=lambda r: record_span(r)[1])
     now = float(newest.get("t") or 0.0) if now is None else float(now)
     if counts is None:
         counts = record_counts(newest)
@@ -961,7 +974,10 @@ def merge_records(
         pid = rec.get("pid")
         started, t = record_span(rec)
         processes.append({"pid": pid, "run_id": rec.get("run_id"), "running": bool(live),
-                          "finished": bool(rec.get("finished")), "t": t, "started": started,
+                          # "t": the record's wall time as written (the ages status counts to now); "last": its
+                          # span's end (record_span), in the frame of its start
+                          "finished": bool(rec.get("finished")), "t": float(rec.get("t") or t), "last": t,
+                          "started": started,
                           "stages": [sd.get("stage") for sd in rec.get("stages", [])],
                           "figures": [{"stage": sd.get("stage"), "done": sd.get("done"),
                                        "rate_per_s": round(rate_as_of(sd, age), 3) if live else sd.get("rate_per_s")}
@@ -1066,7 +1082,7 @@ def merge_records(
     return {
         "t": newest.get("t"),
         "campaign": newest.get("campaign"),
-        "elapsed_s": round(float(newest.get("t") or 0.0) - min(p["started"] for p in processes), 3),
+        "elapsed_s": round(max(p["last"] for p in processes) - min(p["started"] for p in processes), 3),
         "stages": merged,
         "queues": newest.get("queues"),
         "spend": newest.get("spend"),
