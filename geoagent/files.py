@@ -468,6 +468,41 @@ def _append_lock(f: Any) -> Iterator[None]:
         fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
+def rotated_jsonl_path(path: str | Path) -> Path:
+    """Where :func:`rotate_jsonl` moves ``path``: the same name with ``.1`` added (``progress.jsonl.1``)."""
+    path = Path(path)
+    return path.with_name(path.name + ".1")
+
+
+def rotate_jsonl(path: str | Path, max_bytes: int) -> bool:
+    """Rename the JSONL file ``path`` to :func:`rotated_jsonl_path` (replacing the one there) once it holds
+    ``max_bytes`` bytes or more; the next :func:`append_jsonl` starts a new file. Returns whether it rotated.
+
+    Safe with several appending processes: the size is judged again under the appenders' lock on the file still
+    at ``path`` (a process that rotated it meanwhile leaves a new, small file there, which stays). A record another
+    process appended to the file just before the rename is in the rotated file, still readable. Made for streams
+    that a long-running process appends to for ever (the progress stream: about 1-4 KB a second per process,
+    idle or not), so one keeps at most about twice ``max_bytes`` on disk.
+
+    Raises
+    ------
+    OSError
+        The file cannot be opened or renamed (a missing file is no error: nothing to rotate).
+    """
+    path = Path(path)
+    try:
+        if path.stat().st_size < max_bytes:
+            return False
+        with path.open("ab") as f, _append_lock(f):
+            held, there = os.fstat(f.fileno()), path.stat()
+            if (held.st_dev, held.st_ino) != (there.st_dev, there.st_ino) or held.st_size < max_bytes:
+                return False  # another process rotated it between the look and the lock
+            os.replace(path, rotated_jsonl_path(path))
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def append_jsonl(path: str | Path, records: Any, *, fsync: bool = True) -> None:
     """Append ``records`` (an iterable of JSON-serialisable dicts) to ``path`` as JSON lines.
 

@@ -22,6 +22,14 @@ its first commit and :data:`~geoagent.runtime.worker.ETA_MIN_WINDOW_S` seconds (
 first commit never counts); while no stage with work ahead is, ``eta_s`` is null and ``eta_estimating`` lists the
 stages with what they have measured (``status``: "ETA estimating ...").
 
+Rotation: the stream grows by about 1-4 KB a second per running process, idle or not (a ``--watch`` daemon:
+roughly 300 MB a day). Every :data:`ROTATE_CHECK_TICKS` records a writer looks at its size; from
+:data:`ROTATE_BYTES` on it renames it to ``progress.jsonl.1`` (replacing the one before: :func:`geoagent.files.
+rotate_jsonl`, safe with several writers) and the next record starts a new file, so a campaign keeps at most about
+twice that. The readers here (``status``) read back across both files; ``tail -F`` follows the new file. Older
+records are gone after two rotations: ``status`` after a re-run that did nothing names the last run that worked only
+while its records are still there.
+
 Each record names the process that wrote it (``pid``, and ``run_id``: the run manifest's id), so that ``status``
 can merge the records of the processes of a scaled-out run (:func:`read_runs`, :func:`merge_records`).
 
@@ -84,7 +92,7 @@ from typing import Any
 import orjson
 
 from geoagent import constants as C
-from geoagent.files import append_jsonl
+from geoagent.files import append_jsonl, rotate_jsonl, rotated_jsonl_path
 from geoagent.runtime.daemon import PipelineRun
 from geoagent.runtime.queue import QueueCounts
 from geoagent.runtime.worker import STALL_MIN_S, eta_s, split_resolved_errors
@@ -98,6 +106,11 @@ log = logging.getLogger(__name__)
 #: a pause in force this long (s) gets its first console line, then one per this many seconds while it lasts;
 #: a shorter pause none (module docstring, "Pauses on the console")
 PAUSE_NOTICE_S = 60.0
+
+#: rotation (module docstring): the stream is renamed to ``progress.jsonl.1`` once it reaches this size, bytes; a
+#: writer checks the size every :data:`ROTATE_CHECK_TICKS` records
+ROTATE_BYTES = 64 * 1024 * 1024
+ROTATE_CHECK_TICKS = 60
 
 
 class PauseNotices:
@@ -244,10 +257,19 @@ class Progress:
         self.live_enabled = sys.stdout.isatty() if live is None else live
         self._live: Any = None
         self._t0 = time.time()
+        self._ticks = 0
+        #: the stream is rotated at this size (:data:`ROTATE_BYTES`; module docstring, "Rotation")
+        self.rotate_bytes = ROTATE_BYTES
 
     async def __call__(self, run: PipelineRun) -> None:
         record = await self.snapshot(run)
         append_jsonl(self.path, [record], fsync=False)  # a torn line from a crash never swallows this one
+        self._ticks += 1
+        if self._ticks % ROTATE_CHECK_TICKS == 0:  # a stat every minute or so, not every tick
+            try:
+                rotate_jsonl(self.path, self.rotate_bytes)
+            except OSError as exc:  # the stream is a display aid: a refused rename must not stop the run
+                log.warning("progress stream %s not rotated: %s", self.path, exc)
         if self.pause_notices is not None and run.finished_at is None:
             self._run = run
             self.pause_notices.tick()
@@ -767,8 +789,23 @@ def did_work(record: dict[str, Any]) -> bool:
 
 def _records_backwards(path: Path, max_bytes: int) -> Iterator[dict[str, Any]]:
     """The records of a progress stream from the last to the first, searching back at most ``max_bytes`` bytes
-    from the end (torn or unparsable lines skipped)."""
+    from the end (torn or unparsable lines skipped), into the rotated file (``progress.jsonl.1``: module docstring,
+    "Rotation") once the current one is read whole."""
     path = Path(path)
+    budget = max_bytes
+    for part in (path, rotated_jsonl_path(path)):
+        if budget <= 0:
+            return
+        try:
+            size = part.stat().st_size
+        except OSError:  # none (never rotated), or gone
+            continue
+        yield from _file_records_backwards(part, budget)
+        budget -= size
+
+
+def _file_records_backwards(path: Path, max_bytes: int) -> Iterator[dict[str, Any]]:
+    """:func:`_records_backwards` of one file."""
     if not path.is_file():
         return
     chunk = 256 * 1024
@@ -859,10 +896,9 @@ def read_processes(path: Path, max_bytes: int = 8 * 1024 * 1024) -> list[dict[st
 
 
 def read_last(path: Path) -> dict[str, Any] | None:
-    """The last complete record of a progress stream, or None if there is none (for ``status``)."""
-    path = Path(path)
-    if not path.is_file():
-        return None
+    """The last complete record of a progress stream (in its last 64 KiB; in the rotated file when the current one
+    holds none yet), or None if there is none (for ``status``)."""
+    return next(_records_backwards(Path(path), 65536), None)
     with path.open("rb") as fh:
         fh.seek(0, 2)
         size = fh.tell()
