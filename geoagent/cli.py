@@ -810,14 +810,21 @@ def version_text() -> str:
     from geoagent.geohint.geocode import GEOCODER_RULES_VERSION
     from geoagent.geohint.parse import ANSWER_PARSER_VERSION
     from geoagent.geoverify.parse import VERDICT_PARSER_VERSION
-    from geoagent.geoverify.trials import TRIAL_BUILDER_VERSION
+    from geoagent.geoverify.trials import TRIAL_BUILDER_VERSION, trial_builder_version
     from geoagent.runtime.sqlite_queue import SCHEMA_VERSION
 
     rules = [("GeoHint geocoder rules", GEOCODER_RULES_VERSION), ("answer parser", ANSWER_PARSER_VERSION),
-             ("GeoVerify verdict parser", VERDICT_PARSER_VERSION), ("trial builder", TRIAL_BUILDER_VERSION),
+             ("GeoVerify verdict parser", VERDICT_PARSER_VERSION), ("trial builder", _trial_builder_text(
+                 TRIAL_BUILDER_VERSION, trial_builder_version(C.GEOVERIFY_TAU_KM))),
              ("crawl sampler", SAMPLER_VERSION), ("referenceability parser", REF_PARSER_VERSION),
              ("image audit parser", AUDIT_PARSER_VERSION), ("queue schema", SCHEMA_VERSION)]
     return f"geoagent {__version__} (" + ", ".join(f"{name} {v}" for name, v in rules) + ")"
+
+
+def _trial_builder_text(newest: int, at_paper_tau: int) -> str:
+    """The trial builder's version as ``--version`` prints it: the newest, and the one a campaign at the paper's tau
+    (150 m) and above records when that is older (a version that changed only designs below 150 m; review42a #6)."""
+    return str(newest) if newest == at_paper_tau else f"{newest} ({at_paper_tau} at tau_m >= 150 m)"
 
 
 class _VersionAction(argparse.Action):

@@ -63,3 +63,35 @@ def test_version_runs_from_the_command_line_without_a_config():
                           timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert re.fullmatch(r"geoagent \S+ \(GeoHint geocoder rules \d+, .*queue schema \d+\)\n", done.stdout), done.stdout
+
+
+def test_the_trial_builder_version_shown_for_the_paper_s_tau_is_the_one_a_build_campaign_records(tmp_path, capsys):
+    from geoagent.config import load_config
+    from geoagent.runtime.manifest import TRIAL_BUILDER_KEY, design_versions
+
+    line = _version_line(capsys)
+    shown = re.search(r"trial builder (\d+)(?: \((\d+) at tau_m >= 150 m\))?", line)
+    recorded = {}
+    for tau_m in (100, 150):
+        cfg = tmp_path / f"gv{tau_m}.toml"
+        cfg.write_text(f"""
+[campaign]
+name = "gv{tau_m}"
+kind = "geoverify"
+[paths]
+queues = "{tmp_path.as_posix()}/queues"
+state = "{tmp_path.as_posix()}/state"
+[budget]
+cap_usd = 1.0
+[[models]]
+name = "sim"
+provider = "simulated"
+model = "sim-1"
+[geoverify]
+release_dir = "{tmp_path.as_posix()}/release"
+trials = "build"
+tau_m = {tau_m}
+""", encoding="utf-8")
+        recorded[tau_m] = design_versions(load_config(cfg))[TRIAL_BUILDER_KEY]
+    assert recorded[100] == int(shown.group(1))  # below 150 m: the newest
+    assert recorded[150] == int(shown.group(2) or shown.group(1)), (line, recorded)
