@@ -150,22 +150,12 @@ _INET_ATON_PART = re.compile(r"0[xX][0-9a-fA-F]*|[0-9]+")
 _HTTP_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 
-@functools.lru_cache(maxsize=256)  # a pure function of the name, asked per call (paid models, key masking)
-def is_local_host(hostname: str | None) -> bool:
-    """Whether ``hostname`` (from a URL, no port) names a local server rather than a paid API.
-
-    Local: ``localhost``, single-label names without a dot (``my-gpu-box``: such a name resolves only on
-    the LAN, through the hosts file, a search domain or mDNS, never to a public API), the reserved names of
-    :data:`LOCAL_HOST_SUFFIXES` (``*.invalid`` covers the sandbox fakes, ``*.sandbox.invalid``), and every address
-    that is not public (:func:`is_public_address`): loopback (127.0.0.0/8, ::1), private-network and link-local
-    addresses (10/8, 172.16/12, 192.168/16, fc00::/7, fe80::/10: a vLLM or Ollama box on the LAN), shared CGNAT
-    addresses (100.64.0.0/10: a Tailscale peer, a cloud's metadata service; security42 #1), reserved and
-    documentation ranges and the unspecified address. Every other name (``api.openai.com``, ``openrouter.ai``, a
-    public IP) is not; a dot-less number (``1753672896``, ``0x68120007``) or dotted numbers in short, octal or hex
-    form (``127.1``, ``0x7f.1``, ``0177.0.0.1``) are judged as the IPv4 address the resolver reads in them. A name is
-    judged by its text only: a public name may still resolve to a private address (where that matters, judge the
-    address connected to: :mod:`geoagent.runtime.public_net`).
-    """
+def _host_address(hostname: str | None) -> bool | ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """How :func:`is_local_host` and :func:`is_non_public_host` read a URL's host name (no port): True for a name
+    that is local by its text (``localhost``, :data:`LOCAL_HOST_SUFFIXES`, a single-label LAN name), False for an
+    empty one, a public-looking name or dotted numbers no resolver reads, else the IP address it spells (a literal,
+    or a dot-less number / dotted numbers in short, octal or hex form read as ``inet_aton`` reads them: review38
+    #1, ``0x7f.1`` passed for a public name)."""
     import socket
 
     host = (hostname or "").strip().lower().rstrip(".").strip("[]")
@@ -174,7 +164,7 @@ def is_local_host(hostname: str | None) -> bool:
     if host == "localhost" or host.endswith(LOCAL_HOST_SUFFIXES):
         return True
     try:
-        ip = ipaddress.ip_address(host)
+        return ipaddress.ip_address(host)
     except ValueError:
         if ":" in host:
             return False
@@ -182,11 +172,55 @@ def is_local_host(hostname: str | None) -> bool:
         if "." in host and not numeric:
             return False
         try:  # a number or dotted numbers (2130706433, 0x7f000001, 127.1, 0x7f.1, 0177.0.0.1) are an IPv4 address to
-            # the resolver (inet_aton; review38 #1: "0x7f.1" passed for a public name)
-            ip = ipaddress.IPv4Address(socket.inet_aton(host))
+            # the resolver
+            return ipaddress.IPv4Address(socket.inet_aton(host))
         except OSError:
             return not numeric  # a name with no dot is a LAN name; dotted numbers no resolver reads are no host
-    return not is_public_address(ip)
+
+
+@functools.lru_cache(maxsize=256)  # a pure function of the name, asked per call (paid models, key masking)
+def is_local_host(hostname: str | None) -> bool:
+    """Whether ``hostname`` (from a URL, no port) names a local server rather than a paid API: the rule for a MODEL's
+    ``base_url`` (no prices required, its key may be short, plain http allowed) and for the hosts a token may reach
+    over plain http.
+
+    Local: ``localhost``, single-label names without a dot (``my-gpu-box``: such a name resolves only on
+    the LAN, through the hosts file, a search domain or mDNS, never to a public API), the reserved names of
+    :data:`LOCAL_HOST_SUFFIXES` (``*.invalid`` covers the sandbox fakes, ``*.sandbox.invalid``), loopback
+    addresses (127.0.0.0/8, ::1), private-network and link-local addresses (10/8, 172.16/12, 192.168/16,
+    fc00::/7, fe80::/10: a vLLM or Ollama box on the LAN; Python's ``is_private``, which also holds the
+    documentation and reserved ranges) and the unspecified address. Every other name (``api.openai.com``,
+    ``openrouter.ai``, a public IP) is not, and neither are shared CGNAT addresses (100.64.0.0/10) nor multicast: a
+    paid gateway may sit on a carrier's or a VPN's shared address, so a model there must write its prices (fixrev42
+    #2). A dot-less number (``1753672896``,
+    ``0x68120007``) or dotted numbers in short, octal or hex form (``127.1``, ``0x7f.1``, ``0177.0.0.1``) are
+    judged as the IPv4 address the resolver reads in them.
+
+    Where a CONNECTION must not reach a non-public address (thumbnail URLs an API's answer names), the rule is
+    :func:`is_non_public_host`, which counts every non-public address.
+    """
+    found = _host_address(hostname)
+    if isinstance(found, bool):
+        return found
+    return found.is_loopback or found.is_private or found.is_link_local or found.is_unspecified
+
+
+@functools.lru_cache(maxsize=256)
+def is_non_public_host(hostname: str | None) -> bool:
+    """Whether ``hostname`` (from a URL, no port) names a host a connection to untrusted URLs must not reach: every
+    name :func:`is_local_host` counts local, and every address that is not public (:func:`is_public_address`):
+    besides loopback, private-network, link-local and unspecified, shared CGNAT addresses (100.64.0.0/10: a
+    Tailscale peer, Alibaba Cloud's metadata service 100.100.100.200; security42 #1), reserved, documentation and
+    multicast ranges, and IPv6 forms carrying such an IPv4 address. The rule for thumbnail URLs and their redirects
+    (:mod:`geoagent.clients.mapillary`) and for whether the Graph API itself is local.
+
+    A name is judged by its text only: a public name may still resolve to a private address (where that matters,
+    judge the address connected to: :mod:`geoagent.runtime.public_net`).
+    """
+    found = _host_address(hostname)
+    if isinstance(found, bool):
+        return found
+    return not is_public_address(found)
 
 
 #: NAT64's well-known prefix (RFC 6052): ``64:ff9b::a.b.c.d`` reaches the IPv4 address ``a.b.c.d`` through the gateway

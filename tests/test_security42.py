@@ -160,9 +160,9 @@ def test_a_public_only_request_reuses_no_address_or_connection_of_the_shared_ses
 @pytest.mark.parametrize("address", ["100.100.100.200", "100.64.0.1", "169.254.169.254", "[::ffff:127.0.0.1]",
                                      "[64:ff9b::a9fe:a9fe]", "0.0.0.0", "224.0.0.1"])
 def test_cgnat_mapped_and_other_non_public_literals_are_local(address):
-    from geoagent.config import is_local_host
+    from geoagent.config import is_non_public_host
 
-    assert is_local_host(address)
+    assert is_non_public_host(address)
     client = MapillaryClient(None, "https://graph.mapillary.com", "MLY|x|y", UA)
     assert "local or private address" in (client._thumb_redirect_guard(f"http://{address}/latest/meta-data/") or "")
 

@@ -435,14 +435,16 @@ class CoverageCount:
 
 
 def _is_local_url(url: str) -> bool:
-    """Whether ``url`` names a local, private or link-local host (:func:`geoagent.config.is_local_host`); an
-    unreadable URL counts as local (refused where a public host is required)."""
+    """Whether ``url`` names a local, private, link-local or other non-public host
+    (:func:`geoagent.config.is_non_public_host`: CGNAT 100.64.0.0/10 included, security42 #1; not the model rule
+    :func:`~geoagent.config.is_local_host`, fixrev42 #2); an unreadable URL counts as local (refused where a public
+    host is required)."""
     from urllib.parse import urlsplit
 
-    from geoagent.config import is_local_host
+    from geoagent.config import is_non_public_host
 
     try:
-        return is_local_host(urlsplit(url).hostname)
+        return is_non_public_host(urlsplit(url).hostname)
     except ValueError:
         return True
 

@@ -1,0 +1,110 @@
+"""Review of session 42's security commits (fixrev42).
+
+#1 A ``public_only`` request without a ``redirect_guard`` followed a redirect to an IP literal (``127.0.0.1``,
+   ``[::1]``): the literal check sat behind the guard's ``None`` test, and aiohttp connects a literal without the
+   resolver that judges names. Now the literal is judged whenever the request is ``public_only``.
+#2 ``is_local_host`` had become "not a public address", so a model ``base_url`` on CGNAT (100.64.0.0/10) counted as a
+   free local server: no prices required, no missing-key warning, plain http allowed. The model rule is back to
+   loopback, private, link-local and unspecified; ``is_non_public_host`` is the connection-target rule (thumbnails).
+#5 A thumbnail host that resolved to no public address was recorded as the image's verdict ("refused") and the
+   selection stored without it for good; what a name resolves to is the local network's DNS answer (split-horizon
+   DNS), so the walk now stops, storing nothing, at every delivery.
+
+Real code against local aiohttp servers; the resolvers stand in for DNS servers (tests/test_security42.py).
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import anyio
+import pytest
+from aiohttp import web
+
+from geoagent.clients.mapillary import MapillaryClient, ThumbnailUnavailable
+from geoagent.config import ConfigError, config_from_dict, is_local_host, is_non_public_host
+from geoagent.runtime.http import AddressNotPublic, HostPolicy, HttpClient
+from geoagent.runtime.public_net import PublicAddressResolver
+from geoagent.sandbox.server import serve
+from tests.test_security42 import UA, _Dns
+
+#: the name the tests' "DNS" resolves to the local test server, standing for a public CDN host
+CDN = "cdn.example.net"
+
+
+@pytest.fixture
+def cdn_is_public(monkeypatch):
+    """The network stand-in: :data:`CDN` resolves (through the client's resolver, a :class:`_Dns`) to the local test
+    server's address and is handed to the connector as the public CDN address it stands for. Every other name, and
+    every IP literal, is judged by the real rule."""
+    real = PublicAddressResolver.resolve
+
+    async def resolve(self, host, port=0, family=0):
+        if host == CDN:
+            return await self._inner.resolve(host, port, family)
+        return await real(self, host, port, family)
+
+    monkeypatch.setattr(PublicAddressResolver, "resolve", resolve)
+
+
+def _redirector(hits: list[str]) -> web.Application:
+    async def target(request: web.Request) -> web.Response:
+        hits.append(request.path)
+        return web.Response(body=b"secret")
+
+    async def redirect(request: web.Request) -> web.Response:
+        raise web.HTTPFound(request.query["to"])
+
+    app = web.Application()
+    app.router.add_get("/x", target)
+    app.router.add_get("/r", redirect)
+    return app
+
+
+# ---- #2: a model host is free only on loopback, private, link-local addresses ---------------------------------------
+def _doc(base_url: str, **extra) -> dict:
+    return {"campaign": {"name": "cgnat", "kind": "generic", "seed": 1}, "budget": {"cap_usd": 1.0},
+            "generic": {"n_requests": 2},
+            "models": [{"name": "gw", "provider": "openai", "model": "gpt-4o", "base_url": base_url,
+                        "api_key_env": "GW_KEY", **extra}]}
+
+
+@pytest.mark.parametrize("host", ["100.64.1.2", "100.100.100.200", "100.127.255.254"])
+def test_a_model_on_a_cgnat_address_must_write_its_prices(host):
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(_doc(f"https://{host}/v1"), source="cgnat.toml")
+    assert [p.split(":")[0] for p in info.value.problems] == ["models[0].price_input_usd_per_mtok",
+                                                             "models[0].price_output_usd_per_mtok"]
+    assert f"required for a model on a paid host ({host})" in info.value.problems[0]
+
+
+def test_a_priced_model_on_cgnat_is_a_paid_host_and_may_not_use_plain_http():
+    priced = {"price_input_usd_per_mtok": 1.0, "price_output_usd_per_mtok": 2.0}
+    assert config_from_dict(_doc("https://100.64.1.2/v1", **priced)).models[0].on_paid_host
+    with pytest.raises(ConfigError, match=r"plain http:// to 100.64.1.2, a host that is not local"):
+        config_from_dict(_doc("http://100.64.1.2/v1", **priced))
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8000/v1", "http://10.1.2.3:8000/v1", "http://192.168.1.20/v1",
+                                 "http://[fd00::5]:8000/v1", "http://my-gpu-box:8000/v1"])
+def test_loopback_and_lan_model_servers_still_count_as_local(url):
+    m = config_from_dict(_doc(url)).models[0]
+    assert not m.on_paid_host and (m.price_input_usd_per_mtok, m.price_output_usd_per_mtok) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("host, local_server, non_public", [
+    ("127.0.0.1", True, True), ("10.0.0.5", True, True), ("169.254.169.254", True, True), ("[::1]", True, True),
+    ("0x7f.1", True, True), ("my-gpu-box", True, True), ("x.sandbox.invalid", True, True),
+    ("100.64.1.2", False, True), ("100.100.100.200", False, True),
+    ("224.0.0.1", False, True), ("[::ffff:127.0.0.1]", True, True), ("[64:ff9b::a9fe:a9fe]", False, True),
+    ("8.8.8.8", False, False), ("api.openai.com", False, False), ("", False, False),
+])
+def test_the_model_rule_and_the_connection_rule(host, local_server, non_public):
+    assert is_local_host(host) is local_server
+    assert is_non_public_host(host) is non_public
+
+
+def test_mapillary_still_refuses_a_cgnat_thumbnail_url_and_a_cgnat_graph_api_is_local():
+    public = MapillaryClient(None, "https://graph.mapillary.com", "MLY|x|y", UA)
+    assert "local or private address" in (public._thumb_redirect_guard("http://100.100.100.200/latest/") or "")
+    assert MapillaryClient(None, "https://100.64.0.9", "MLY|x|y", UA).graph_is_local
