@@ -61,6 +61,43 @@ def _redirector(hits: list[str]) -> web.Application:
     return app
 
 
+# ---- #1: a redirect to a literal non-public address, no guard -------------------------------------------------------
+@pytest.mark.parametrize("literal", ["127.0.0.1", "[::1]"])
+def test_a_public_only_redirect_to_a_loopback_literal_is_refused_without_a_guard(cdn_is_public, literal):
+    hits: list[str] = []
+
+    async def go():
+        policy = HostPolicy(timeout_s=5.0, max_attempts=3, backoff_base_s=0.01, backoff_max_s=0.02)
+        async with serve(_redirector(hits)) as base, HttpClient(default_policy=policy, resolver=_Dns()) as http:
+            port = base.rsplit(":", 1)[1]
+            first = await http.request("GET", f"http://{CDN}:{port}/x", public_only=True)  # the stand-in works
+            with pytest.raises(AddressNotPublic) as refused:
+                await http.request("GET", f"http://{CDN}:{port}/r", params={"to": f"http://{literal}:{port}/x"},
+                                   public_only=True)
+            return first, refused.value, http.stats()[f"{CDN}:{port}"]
+
+    first, err, stats = anyio.run(go)
+    assert first.status == 200 and hits == ["/x"]  # the redirect's target was never asked
+    shown = literal.strip("[]")
+    assert f"redirect (302) to {shown}, not a public address: not followed" in str(err)
+    assert err.by_dns is False  # the answer spelled the address: a verdict on the URL, not on this network's DNS
+    assert stats.errors == {"address not public": 1} and stats.retries == 0  # final: not retried
+
+
+def test_a_redirect_is_still_followed_where_public_only_is_off():
+    """The literal check belongs to ``public_only`` requests alone: a plain request (a model's local server, the
+    sandbox) follows a redirect to a loopback address as before."""
+    hits: list[str] = []
+
+    async def go():
+        async with serve(_redirector(hits)) as base, HttpClient(default_policy=HostPolicy(timeout_s=5.0)) as http:
+            port = base.rsplit(":", 1)[1]
+            return await http.request("GET", f"{base}/r", params={"to": f"http://127.0.0.1:{port}/x"})
+
+    got = anyio.run(go)
+    assert got.status == 200 and got.body == b"secret" and hits == ["/x"]
+
+
 # ---- #2: a model host is free only on loopback, private, link-local addresses ---------------------------------------
 def _doc(base_url: str, **extra) -> dict:
     return {"campaign": {"name": "cgnat", "kind": "generic", "seed": 1}, "budget": {"cap_usd": 1.0},

@@ -222,11 +222,16 @@ class AddressNotPublic(HttpError):
     """A request that may reach public addresses only (``public_only``) was not connected: its host, or a redirect's,
     is an address that is not public or a name that resolves to none (:mod:`geoagent.runtime.public_net`;
     security42 #1). Final: not retried (the name resolves so again; the host was not reached, so it does not count as
-    unreachable either). ``url`` is the request's (redacted), ``detail`` names the refused host and its addresses."""
+    unreachable either). ``url`` is the request's (redacted), ``detail`` names the refused host and its addresses.
 
-    def __init__(self, url: str, detail: str) -> None:
+    ``by_dns``: True when the verdict rests on what a NAME resolved to here (the local network's DNS answer, which
+    may differ on another network: split-horizon DNS), False when the URL or its redirect spelled the non-public
+    address itself (a verdict on the URL alone; fixrev42 #5)."""
+
+    def __init__(self, url: str, detail: str, by_dns: bool = True) -> None:
         self.url = url
         self.detail = detail
+        self.by_dns = by_dns
         super().__init__(f"{url}: not connected: {detail}")
 
 
@@ -1216,34 +1221,43 @@ def _on_headers_sent(session: Any, ctx: SimpleNamespace, params: Any) -> Any:
 
 
 class _RedirectRefused(Exception):
-    """A redirect the request's ``redirect_guard`` refused (raised in aiohttp's redirect hook, before it is followed)."""
+    """A redirect refused before it is followed (raised in aiohttp's redirect hook): by the request's
+    ``redirect_guard`` (``not_public`` None), or, for a ``public_only`` request, because its target is an IP literal
+    that is not public (``not_public``: that address)."""
 
-    def __init__(self, status: int, reason: str) -> None:
+    def __init__(self, status: int, reason: str, not_public: str | None = None) -> None:
         super().__init__(reason)
         self.status = status
         self.reason = reason
+        self.not_public = not_public
 
 
 def _on_redirect(session: Any, ctx: SimpleNamespace, params: Any) -> Any:
     """aiohttp trace hook: a 3xx answer is about to be followed. The request's ``redirect_guard`` (kept in its trace
-    context) sees the target's absolute URL first; a reason it returns ends the request there, unfollowed."""
+    context) sees the target's absolute URL first; a reason it returns ends the request there, unfollowed. A
+    ``public_only`` request's redirect to an IP literal that is not public ends it too, guard or no guard."""
 
     async def _check() -> None:
         req_ctx = ctx.trace_request_ctx
         guard = getattr(req_ctx, "redirect_guard", None)
-        if guard is None:
+        public_only = getattr(req_ctx, "public_only", False)
+        if guard is None and not public_only:
             return
         location = params.response.headers.get("Location") or params.response.headers.get("URI") or ""
         target = urljoin(str(params.url), location)
-        reason = guard(target)
-        if not reason and getattr(req_ctx, "public_only", False):
-            # a literal address is connected without the resolver that judges names (security42 #1)
+        reason = guard(target) if guard is not None else None
+        if reason:
+            raise _RedirectRefused(params.response.status, str(reason))
+        if public_only:
+            # a literal address is connected without the resolver that judges names (security42 #1), so it is
+            # judged here whether or not the caller gave a guard (fixrev42 #1: without one, a redirect to
+            # http://127.0.0.1/ was followed)
             from geoagent.runtime.public_net import literal_not_public
 
             if (address := literal_not_public(urlsplit(target).hostname)) is not None:
-                reason = f"redirect to a non-public address ({address}) not followed"
-        if reason:
-            raise _RedirectRefused(params.response.status, str(reason))
+                raise _RedirectRefused(params.response.status,
+                                       f"redirect ({params.response.status}) to {address}, not a public address: "
+                                       "not followed", not_public=address)
 
     return _check()
 
@@ -1724,9 +1738,9 @@ class HttpClient:
             (:func:`geoagent.config.is_public_address`), judged on the addresses the names resolve to, at the
             moment of connecting (:mod:`geoagent.runtime.public_net`; its own connection pool). A host that is, or
             resolves only to, a loopback, private, link-local, CGNAT or other non-public address is not connected:
-            :class:`AddressNotPublic` (for a redirect to a literal address: :class:`PermanentHTTPError` with the
-            redirect's status, as ``redirect_guard``'s refusals). For URLs an untrusted answer names (Mapillary
-            thumbnails: security42 #1). Default False.
+            :class:`AddressNotPublic` (a redirect to such a literal address too, with or without
+            ``redirect_guard``: fixrev42 #1). For URLs an untrusted answer names (Mapillary thumbnails: security42
+            #1). Default False.
 
         Returns
         -------
@@ -1766,7 +1780,7 @@ class HttpClient:
 
             # aiohttp connects to a literal address without asking the resolver that judges names
             if (address := literal_not_public(urlsplit(url).hostname)) is not None:
-                failure = AddressNotPublic(redact_url(url), f"{address} is not a public address")
+                failure = AddressNotPublic(redact_url(url), f"{address} is not a public address", by_dns=False)
                 setattr(failure, _NEVER_SENT_ATTR, True)
                 raise failure
         key = host_key(url)
@@ -2020,9 +2034,14 @@ class HttpClient:
                     resp_headers = {k: v for k, v in r.headers.items()}
             except aiohttp.InvalidURL:
                 failure = ValueError(f"invalid URL {shown_url}")
-            except _RedirectRefused as exc:  # the caller's guard: a verdict on where the answer points, not retried
-                host.count_error(f"http {exc.status}")
-                failure = PermanentHTTPError(exc.status, shown_url, _scrub_head(exc.reason, BODY_EXCERPT_CHARS, secrets))
+            except _RedirectRefused as exc:  # a verdict on where the answer points, not retried
+                if exc.not_public is not None:  # public_only: a redirect to a literal non-public address
+                    host.count_error("address not public")
+                    failure = AddressNotPublic(shown_url, _scrub_head(exc.reason, 300, secrets), by_dns=False)
+                else:  # the caller's guard
+                    host.count_error(f"http {exc.status}")
+                    failure = PermanentHTTPError(exc.status, shown_url,
+                                                 _scrub_head(exc.reason, BODY_EXCERPT_CHARS, secrets))
             except (TimeoutError, asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
                 refused = _not_public_refusal(exc) if public_only else None
                 timeout = isinstance(exc, (TimeoutError, asyncio.TimeoutError))
@@ -2031,7 +2050,7 @@ class HttpClient:
                 detail = _scrub_head(exception_text(exc, hint=hint), 300, secrets)
                 if refused is not None:  # the resolver found no public address: a verdict, not a failure to retry
                     host.count_error("address not public")
-                    failure = AddressNotPublic(shown_url, _scrub_head(refused, 300, secrets))
+                    failure = AddressNotPublic(shown_url, _scrub_head(refused, 300, secrets), by_dns=True)
                 elif ctx.sent and not pol.retry_unknown_outcome:
                     host.count_error("outcome unknown")
                     failure = OutcomeUnknown(shown_url, f"{reason} after the request was sent ({detail})")
