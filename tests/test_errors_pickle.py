@@ -13,6 +13,7 @@ from geoagent.clients.overpass import OverpassQueryError, OverpassRuntimeError
 from geoagent.clients.wdqs import WdqsAreaTooDense, WdqsThrottled
 from geoagent.clients.wikidata import WikidataError
 from geoagent.runtime.http import (
+    AddressNotPublic,
     HostPolicy,
     HttpClient,
     OutcomeUnknown,
@@ -50,6 +51,8 @@ def _roundtrip(exc: BaseException) -> BaseException:
     WikidataError("maxlag", "Waiting for a server", "https://www.wikidata.org/w/api.php"),
     MapillaryError("bad", code=190, status=400),
     ThumbnailUnavailable("gone", status=404),
+    ThumbnailUnavailable("not fetched", kind="not_public", host="cdn.example.net"),
+    AddressNotPublic("https://h/x", "h resolves to no public address (10.0.0.5): not connected", by_dns=True),
 ], ids=lambda e: type(e).__name__)
 def test_error_pickle_roundtrip(exc):
     back = _roundtrip(exc)

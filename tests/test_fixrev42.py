@@ -145,3 +145,68 @@ def test_mapillary_still_refuses_a_cgnat_thumbnail_url_and_a_cgnat_graph_api_is_
     public = MapillaryClient(None, "https://graph.mapillary.com", "MLY|x|y", UA)
     assert "local or private address" in (public._thumb_redirect_guard("http://100.100.100.200/latest/") or "")
     assert MapillaryClient(None, "https://100.64.0.9", "MLY|x|y", UA).graph_is_local
+
+
+# ---- #5: a name resolving to no public address is the network's word, not the image's -----------------------------
+def _fetch(tmp_path, *, retry_transient: bool, dns: _Dns):
+    from geoagent.crawl.fetcher import fetch_site_images
+    from geoagent.crawl.settings import FetcherSettings
+    from geoagent.sandbox import mapillary as fake_mly
+
+    lat, lon = 41.39, 2.17
+    imgs = [fake_mly.FakeImage("800000000011", lat, lon), fake_mly.FakeImage("800000000012", lat + 0.0005, lon)]
+    state = fake_mly.MapillaryFakeState(images=imgs)
+
+    async def go():
+        fast = HostPolicy(rate=1000, period_s=1.0, concurrency=8, max_attempts=2, backoff_base_s=0.01,
+                          backoff_max_s=0.05, timeout_s=5)
+        async with serve(fake_mly.make_app(state=state)) as base, HttpClient(default_policy=fast, resolver=dns) as http:
+            state.cdn_base = f"http://{CDN}:{base.rsplit(':', 1)[1]}"  # the CDN on a name of its own
+            m = MapillaryClient(http, "https://graph.mapillary.com", "MLY|1|tok", UA)  # a public Graph API...
+            m.base_url = base  # ...answering from the local stand-in
+            assert m.thumbs_public_only
+            return await fetch_site_images({"site": "bcn_site", "lat": lat, "lon": lon}, m, FetcherSettings(),
+                                           tmp_path, retry_transient=retry_transient)
+
+    return anyio.run(go)
+
+
+@pytest.mark.parametrize("retry_transient", [True, False], ids=["retried", "last_delivery"])
+def test_a_cdn_name_resolving_privately_stops_the_walk_and_stores_no_selection(tmp_path, retry_transient):
+    from geoagent.crawl.fetcher import ThumbnailHostNotPublic, ThumbnailTransferFailed
+
+    dns = _Dns({CDN: [["10.20.30.40"]]})  # split-horizon DNS: this network's answer for the CDN is private
+    with pytest.raises(ThumbnailHostNotPublic) as stopped:
+        _fetch(tmp_path, retry_transient=retry_transient, dns=dns)
+    err = stopped.value
+    assert isinstance(err, ThumbnailTransferFailed)  # the crawl stage fails the delivery: nothing stored
+    assert err.host == CDN and err.image_id == "800000000011" and err.downloads == 0
+    assert f"thumbnail host {CDN} not connected" in str(err) and "(10.20.30.40)" in str(err)
+    assert "split-horizon" in str(err)
+    assert not list(tmp_path.rglob("images-*.json"))  # no selection record: the next walk asks again
+    assert not list(tmp_path.rglob("*.rejected.json"))  # and no record on the image
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is ThumbnailHostNotPublic and str(back) == str(err) and back.host == CDN
+
+
+def test_a_not_public_thumbnail_is_its_own_kind_and_says_nothing_of_the_image():
+    async def go():
+        async with serve(_redirector([])) as base, HttpClient(default_policy=HostPolicy(timeout_s=5.0, max_attempts=1),
+                                                               resolver=_Dns({CDN: [["192.168.7.7"]]})) as http:
+            port = base.rsplit(":", 1)[1]
+
+            async def graph(request: web.Request) -> web.Response:
+                return web.json_response({"id": "1", "thumb_1024_url": f"http://{CDN}:{port}/x"})
+
+            app = web.Application()
+            app.router.add_get("/{iid}", graph)
+            async with serve(app) as g:
+                m = MapillaryClient(http, "https://graph.mapillary.com", "MLY|1|tok", UA)
+                m.base_url = g
+                with pytest.raises(ThumbnailUnavailable) as e:
+                    await m.download_thumbnail("1")
+                return e.value
+
+    err = anyio.run(go)
+    assert err.kind == "not_public" and err.transient and err.host == CDN
+    assert f"{CDN} resolves to no public address (192.168.7.7)" in str(err)

@@ -125,23 +125,29 @@ class ThumbnailUnavailable(MapillaryError):
     condition, not an API outage: callers skip the image (``status`` is the HTTP status when there was one).
 
     ``kind`` says which: ``"no_url"``, ``"gone"``, ``"not_permitted"``, ``"refused"`` (the CDN),
-    ``"not_jpeg"`` (the downloaded bytes are not a JPEG) or ``"too_large"`` (the body passed the download's cap,
-    :data:`THUMB_MAX_BYTES`)."""
+    ``"not_jpeg"`` (the downloaded bytes are not a JPEG), ``"too_large"`` (the body passed the download's cap,
+    :data:`THUMB_MAX_BYTES`) or ``"not_public"`` (the thumbnail's host, or a redirect's, resolved to no public
+    address on THIS network: not connected, security42 #1; a word on the network's DNS, not on the image, fixrev42
+    #5). ``host`` names the refused host for ``"not_public"`` (else None)."""
 
-    def __init__(self, message: str, *, status: int | None = None, kind: str | None = None) -> None:
+    def __init__(self, message: str, *, status: int | None = None, kind: str | None = None,
+                 host: str | None = None) -> None:
         self.kind = kind
+        self.host = host
         super().__init__(message, status=status)
 
     @property
     def transient(self) -> bool:
         """Whether this says nothing of the image, only of this transfer: ``"not_jpeg"`` (an HTML page served with
-        200, a body cut short) and ``"refused"`` with an HTTP error status (the CDN's 403/404/410 on a freshly issued
-        URL too, or another 4xx): asked again later, the CDN may well serve the thumbnail (crawl40 #3). The others are
+        200, a body cut short), ``"refused"`` with an HTTP error status (the CDN's 403/404/410 on a freshly issued
+        URL too, or another 4xx): asked again later, the CDN may well serve the thumbnail (crawl40 #3), and
+        ``"not_public"`` (what the CDN's name resolves to depends on the network's DNS, split-horizon DNS among
+        others: fixrev42 #5; the fetcher stops the site's walk for it, :mod:`geoagent.crawl.fetcher`). The others are
         verdicts on the image: ``"no_url"``, ``"gone"`` and ``"not_permitted"`` are the Graph API's word on it,
         ``"too_large"`` the same bytes again, and a ``"refused"`` redirect (to a local or private address, another
-        scheme, or without end) the CDN's answer that our rule refuses, as is a host that resolves to no public
-        address (security42 #1)."""
-        return self.kind == "not_jpeg" or (self.kind == "refused" and self.status is not None and self.status >= 400)
+        scheme, or without end) the CDN's answer that our rule refuses."""
+        return (self.kind in ("not_jpeg", "not_public")
+                or (self.kind == "refused" and self.status is not None and self.status >= 400))
 
 
 @dataclass(frozen=True, slots=True)
@@ -447,6 +453,13 @@ def _is_local_url(url: str) -> bool:
         return is_non_public_host(urlsplit(url).hostname)
     except ValueError:
         return True
+
+
+def _refused_host(detail: str) -> str | None:
+    """The host name a :class:`~geoagent.runtime.public_net.NotPublicAddress` message names (``"<host> resolves to
+    no public address (...)"``: a redirect's host may differ from the thumbnail URL's), or None."""
+    head, sep, _ = detail.partition(" resolves to no public address")
+    return (head.strip() or None) if sep else None
 
 
 def _local_thumb_host(url: str, graph_is_local: bool) -> bool:
@@ -806,7 +819,8 @@ class MapillaryClient:
         ThumbnailUnavailable
             No thumbnail URL, the CDN refuses a fresh URL too, redirects without end or to a local or private
             address (not followed), its host (or a redirect's) resolves to no public address while the Graph API is
-            public (:attr:`thumbs_public_only`; not connected, ``kind`` ``"refused"``), the body is not a JPEG, or
+            public (:attr:`thumbs_public_only`; not connected, ``kind`` ``"not_public"``, ``host`` the name
+            refused), the body is not a JPEG, or
             it is larger than the cap (``kind`` ``"too_large"``) (per image: skip it). Transport failures (429, 5xx,
             timeouts) propagate as the HTTP layer's errors.
         """
@@ -825,7 +839,11 @@ class MapillaryClient:
                                                policy=policy, too_large_final=True,
                                                redirect_guard=self._thumb_redirect_guard,
                                                public_only=self.thumbs_public_only)
-            except AddressNotPublic as e:  # a name resolving to a local or private address: no CDN (security42 #1)
+            except AddressNotPublic as e:  # not connected: no public address (security42 #1)
+                if e.by_dns:  # what a name resolved to HERE: the network's DNS, not the image (fixrev42 #5)
+                    raise ThumbnailUnavailable(f"thumbnail of {image_id} not fetched: {e.detail}", kind="not_public",
+                                               host=_refused_host(e.detail) or host) from None
+                # the URL (or its redirect) spelled a non-public address itself: the answer's verdict on this image
                 raise ThumbnailUnavailable(f"thumbnail of {image_id} refused: {e.detail}", kind="refused") from None
             except RetriesExhausted as e:
                 if "body too large" in e.last:

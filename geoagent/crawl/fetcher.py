@@ -43,7 +43,10 @@ no selection (:class:`ThumbnailTransferFailed`), so the site is walked again ins
 that one's place for good (crawl40 #3). So does a thumbnail
 whose body passes the download's cap (``[crawl.fetcher] max_thumb_bytes``, by default the size of the ``thumb_field``'s
 thumbnail: :data:`~geoagent.clients.mapillary.THUMB_MAX_BYTES`): refused unread (by its Content-Length) or abandoned
-at the cap (without one), at the first attempt and without a retry, the image rejected with the reason.
+at the cap (without one), at the first attempt and without a retry, the image rejected with the reason. A thumbnail
+host that resolves to no public address on this network (split-horizon DNS: a word on the network, not the image)
+stops the walk at every delivery, the last one included, storing no selection (:class:`ThumbnailHostNotPublic`;
+fixrev42 #5).
 
 Selections are per settings. The images root is shared by every campaign under a state root, so a
 selection record says what made it: ``selection`` holds the site's coordinates and every
@@ -460,6 +463,28 @@ class ThumbnailTransferFailed(Exception):
         return (type(self), (self.site, self.image_id, self.reason, self.downloads))
 
 
+class ThumbnailHostNotPublic(ThumbnailTransferFailed):
+    """A thumbnail's host (or its redirect's) resolved to no public address on this network, so it was not connected
+    (:class:`~geoagent.clients.mapillary.ThumbnailUnavailable` ``kind`` ``"not_public"``; security42 #1). What a CDN's
+    name resolves to depends on the network's DNS (split-horizon DNS, a resolver that rewrites answers), not on the
+    image, so it is no verdict on the image: the walk stops there at EVERY delivery, the site's last included, and
+    stores no selection (fixrev42 #5: it was rejected as "refused" and the selection without it stored for good).
+    The site's task fails its delivery: delivered again, dead-lettered after ``[queue] max_attempts`` with this
+    message, which names the host and the addresses it resolved to; ``dead --requeue`` once the network resolves it
+    publicly. ``host``: the refused host name (None when not known)."""
+
+    def __init__(self, site: str, image_id: str, reason: str, downloads: int, host: str | None = None) -> None:
+        super().__init__(site, image_id, reason, downloads)
+        self.host = host
+        self.args = (f"site {site}: thumbnail host {host or '(unknown)'} not connected ({reason}); what the name "
+                     "resolves to is this network's DNS answer (split-horizon DNS?), not the image's fault: no "
+                     "selection stored, the site is delivered again (dead-lettered after [queue] max_attempts: "
+                     "`dead --requeue` once the name resolves to a public address)",)
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.site, self.image_id, self.reason, self.downloads, self.host))
+
+
 @dataclass
 class FetchResult:
     """Kept images (metadata dicts with ``path``, ``brightness``, ``dhash``) and rejections with reasons;
@@ -591,6 +616,9 @@ async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: Fetc
     ------
     ThumbnailTransferFailed
         With ``retry_transient``, at the first transient thumbnail failure.
+    ThumbnailHostNotPublic
+        At the first thumbnail whose host resolved to no public address (``retry_transient`` or not): no
+        selection stored.
     """
     sid = safe_name(str(site["site"]), what="site id")
     lat, lon = float(site["lat"]), float(site["lon"])
@@ -667,6 +695,9 @@ async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: Fetc
                 # a transfer cut short) says nothing about the image, so the next walk asks again (module doc). Nor
                 # may this walk's selection stand on it (crawl40 #3: stored, it was reused for good): while the caller
                 # can retry the site, the walk stops here unstored
+                if e.kind == "not_public":  # the network's DNS answer, not the image: never stored (fixrev42 #5)
+                    raise ThumbnailHostNotPublic(sid, img.image_id, str(e), res.downloads,
+                                                 getattr(e, "host", None)) from None
                 if retry_transient and e.transient:
                     raise ThumbnailTransferFailed(sid, img.image_id, str(e), res.downloads) from None
                 res.rejected.append(meta | {"reason": f"no thumbnail: {e}"})

@@ -1004,7 +1004,9 @@ class ImageryFetcherStage(_CrawlStage):
         asks again, reading what the failed walk left on disk (crawl40 #3: a one-off glitch changed the site's images
         for good). At the last delivery such an image is rejected with the reason and the walk goes on, logged in
         ``crawl_decisions.jsonl`` (``event`` ``"thumbnail_transfer_failed"``), so a CDN that never serves one image
-        does not hold the site back for ever.
+        does not hold the site back for ever. A thumbnail host that resolves to no public address on this network
+        (:class:`geoagent.crawl.fetcher.ThumbnailHostNotPublic`: its DNS answer, not the image) fails every delivery,
+        the last one included, so no selection is stored without that image (fixrev42 #5).
         """
         svc = _svc(ctx)
         site = task.payload["site"]
