@@ -5,7 +5,9 @@ data files and geocoder queries. Now:
   ESC, CR and U+202E never reach ``geohint_scored.csv`` or a Wikidata search, while the answer's text keeps them;
 * the model name a provider echoes (``provider_model``) is cleaned and cut to 200 characters (OpenAI-compatible,
   Anthropic, Gemini, replay);
-* Wikidata search hits' and entities' labels, aliases and descriptions are cleaned.
+* Wikidata search hits' and entities' labels, aliases and descriptions are cleaned;
+* Nominatim places' names, display names, address parts and ``namedetails`` names too (fixrev42 #3), so neither
+  geocoder's label reaches ``resolved_label`` with such characters.
 
 Against the real parser, providers, Wikidata client and geocoder, with the local fakes.
 """
@@ -13,6 +15,7 @@ Against the real parser, providers, Wikidata client and geocoder, with the local
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 
 import pytest
@@ -159,3 +162,45 @@ def test_wikidata_search_hits_and_entities_are_cleaned():
     assert e.labels["en"] == "Mirror Bay[31m" and e.labels["ar"] == "خليج" and e.description == "a bay]0;PWNED"
     assert e.aliases["en"] == ("Bay of Mirrors",)  # an alias of nothing but such characters is none
     assert all(_clean(t) for t in (*e.labels.values(), *e.aliases["en"], e.description))
+
+
+# -- Nominatim names (fixrev42 #3) -----------------------------------------------------------------------------
+
+
+def _nominatim_app(places: list[dict]) -> web.Application:
+    async def search(request: web.Request) -> web.Response:
+        return web.json_response(places)
+
+    app = web.Application()
+    app.router.add_get("/search", search)
+    return app
+
+
+def test_nominatim_names_are_cleaned_and_reach_resolved_label_clean():
+    from geoagent.clients.nominatim import NominatimClient
+    from geoagent.geohint.geocode import Geocoder
+
+    dirty = {"osm_type": "way", "osm_id": 42, "lat": "48.86", "lon": "2.35", "category": "place", "type": "square",
+             "addresstype": "square", "name": "Place\u202e des\r\nVosges\x1b[31m",
+             "display_name": "Place des Vosges\x07, Le\u2066 Marais, Paris",
+             "address": {"city": "Pa\x00ris\u202e"}, "extratags": {"wikidata": "Q99042002"},
+             "namedetails": {"name": "Place des Vosges", "alt_name": "Place\x1b Royale;\u202e\r\n",
+                             "name:fr": "Place des\tVosges"}}
+    blank = {"osm_type": "node", "osm_id": 43, "lat": "48.0", "lon": "2.0", "category": "place", "type": "square",
+             "name": "\x1b\u202e\r\n", "display_name": "Square\x1b d'Anvers, Paris"}
+
+    async def go():
+        async with serve(_nominatim_app([dirty, blank])) as base, HttpClient(default_policy=FAST) as http:
+            client = NominatimClient(http, contact="t@example.org", base_url=base, policy=FAST)
+            return await client.search("Place des Vosges")
+
+    places = asyncio.run(go())
+    p, q = places
+    assert p.name == "Place des Vosges[31m" and p.display_name == "Place des Vosges, Le Marais, Paris", p
+    assert p.names == ("Place des Vosges", "Place Royale") and p.address == {"city": "Paris"}, p
+    assert q.name == "Square d'Anvers"  # a name of nothing but such characters falls back to display_name's first part
+    assert all(_clean(t) for t in (p.name, p.display_name, *p.names, *p.address.values(), q.name))
+    # the label a geocoded answer's resolved_label takes (geohint_scored.csv)
+    assert Geocoder._from_place(p).label == "Place des Vosges[31m"
+    raw = dataclasses.replace(p, name="Vosges\x1b\u202e\r")  # a place built without parse_place is cleaned too
+    assert Geocoder._from_place(raw).label == "Vosges"

@@ -30,6 +30,7 @@ from typing import Any
 
 from geoagent.clients.cache import ResponseCache
 from geoagent.runtime.http import HostPolicy, HttpClient, HttpResponse, host_key
+from geoagent.textfmt import label_text
 
 NOMINATIM_URL = "https://nominatim.openstreetmap.org"
 #: OSMF policy: at most 1 request per second over the whole application, one at a time.
@@ -116,7 +117,10 @@ class NominatimPlace:
 def parse_place(obj: Any) -> NominatimPlace | None:
     """Parse one element of a ``/search`` array; None if it lacks a usable coordinate or OSM id.
 
-    Strings or numbers are accepted for ``lat``/``lon``/``place_id``/``osm_id``; unknown keys ignored.
+    Strings or numbers are accepted for ``lat``/``lon``/``place_id``/``osm_id``; unknown keys ignored. ``name``,
+    ``display_name``, the address parts and the ``namedetails`` names are cleaned as labels
+    (:func:`geoagent.textfmt.label_text`: no control or bidirectional formatting characters, whitespace one space;
+    fixrev42 #3); a ``name`` blank once cleaned falls back to ``display_name``'s first part.
     """
     if not isinstance(obj, dict):
         return None
@@ -135,7 +139,9 @@ def parse_place(obj: Any) -> NominatimPlace | None:
             bbox = (b[0], b[1], b[2], b[3])
         except (TypeError, ValueError):
             bbox = None
-    display = str(obj.get("display_name") or "")
+    # the API's names as data (fixrev42 #3, as Wikidata's terms since sec42 #3): no control or bidirectional
+    # formatting characters reach a candidate's label (geohint_scored.csv resolved_label) or a name comparison
+    display = label_text(str(obj.get("display_name") or ""))
     extratags = obj.get("extratags") if isinstance(obj.get("extratags"), dict) else {}
     address = obj.get("address") if isinstance(obj.get("address"), dict) else {}
     rank = obj.get("place_rank")
@@ -145,7 +151,7 @@ def parse_place(obj: Any) -> NominatimPlace | None:
         osm_id=osm_id,
         lat=lat,
         lon=lon,
-        name=str(obj.get("name") or display.split(",")[0].strip()),
+        name=label_text(str(obj.get("name") or "")) or display.split(",")[0].strip(),
         display_name=display,
         category=str(obj.get("category") or obj.get("class") or ""),
         type=str(obj.get("type") or ""),
@@ -154,7 +160,7 @@ def parse_place(obj: Any) -> NominatimPlace | None:
         importance=float(imp) if isinstance(imp, (int, float)) else None,
         boundingbox=bbox,
         wikidata=str(extratags["wikidata"]) if isinstance(extratags.get("wikidata"), str) else None,
-        address={str(k): str(v) for k, v in address.items()},
+        address={str(k): label_text(str(v)) for k, v in address.items()},
         names=_names_of(obj.get("namedetails")),
     )
 
@@ -167,7 +173,8 @@ _LANG_SUFFIX = re.compile(r"[a-z]{2,3}(?:-[A-Za-z0-9]{2,8})*")
 
 
 def _names_of(details: Any) -> tuple[str, ...]:
-    """The names in a ``namedetails`` object (a value may list several, ``;``-separated), in order, each once."""
+    """The names in a ``namedetails`` object (a value may list several, ``;``-separated), in order, each once, cleaned
+    as labels (:func:`geoagent.textfmt.label_text`; a name of nothing but control characters is none)."""
     if not isinstance(details, dict):
         return ()
     out: list[str] = []
@@ -177,7 +184,7 @@ def _names_of(details: Any) -> tuple[str, ...]:
         if base not in _NAME_KEYS or not isinstance(v, str) or (lang and not _LANG_SUFFIX.fullmatch(lang)):
             continue
         for part in v.split(";"):
-            part = part.strip()
+            part = label_text(part)
             if part and part not in out:
                 out.append(part)
     return tuple(out[:64])

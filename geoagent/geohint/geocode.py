@@ -159,6 +159,7 @@ from geoagent.clients.wikidata import Entity, WikidataClient
 from geoagent.geo import haversine_km
 from geoagent.geohint.placenames import (fold, is_bare_designator, is_linear_name, is_null_answer, name_variants,
                                          plain_coordinates, primary_name, with_region_name)
+from geoagent.textfmt import label_text
 
 #: Default anchor radius in km. A project choice (the paper gives no value), derived from the release:
 #: sites lie at most 8.6 km from their city's screening centre (tokyo_shimokita, ``city_pool.csv``) and
@@ -1077,7 +1078,7 @@ class Geocoder:
     def _from_place(p: NominatimPlace) -> Candidate:
         return Candidate(
             qid=p.wikidata or f"osm:{p.key}",
-            label=p.name,
+            label=label_text(p.name),  # parse_place cleans it; a place built elsewhere too (fixrev42 #3)
             lat=p.lat,
             lon=p.lon,
             source="nominatim",
