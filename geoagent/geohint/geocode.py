@@ -276,7 +276,10 @@ ANSWER_COORDINATES = "answer-coordinates"
 #: (point 7; geocode38 #11: looked up as names before); a US state, Canadian province or Australian state code in the
 #: city field ("Cambridge MA", "Cambridge, MA") is looked up by the region's name, so the namesake in that region
 #: anchors (point 1; geocode38 #5: "Cambridge MA" anchored nothing and "Cambridge, MA" the search's first Cambridge).
-GEOCODER_RULES_VERSION = 14
+#: 15 (session 42, sec42 #3 and fixrev42 #3, #4): the names the geocoder matches and labels with are cleaned of control
+#: and bidirectional formatting characters, whitespace runs one space (:func:`geoagent.textfmt.label_text`): Wikidata
+#: labels, aliases, descriptions and matched texts, Nominatim names, display names, address parts and ``namedetails``.
+GEOCODER_RULES_VERSION = 15
 #: the first version each located answer records (``extra.geocoder_rules`` of a scored row, newuser41 #1): a row
 #: without it was located by an earlier version (or read from a release, which records none)
 GEOCODER_RULES_RECORDED_FROM = 14
