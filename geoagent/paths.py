@@ -253,7 +253,8 @@ def safe_name(value: str, *, what: str = "name") -> str:
         raise ValueError(f"unsafe {what} for a file name: {value!r}")
     if windows_reserved(value):
         raise ValueError(f"unsafe {what} for a file name: {value!r} (Windows cannot hold a file named so: a name it "
-                         "reserves for a device, or one ending with a dot; a state folder copied there would lose it)")
+                         "reserves for a device, or one ending with a dot or a space; a state folder copied there "
+                         "would lose it)")
     return value
 
 

@@ -210,3 +210,28 @@ def test_a_not_public_thumbnail_is_its_own_kind_and_says_nothing_of_the_image():
     err = anyio.run(go)
     assert err.kind == "not_public" and err.transient and err.host == CDN
     assert f"{CDN} resolves to no public address (192.168.7.7)" in str(err)
+
+
+# ---- #6: wording ----------------------------------------------------------------------------------------------------
+def test_safe_names_refusal_names_both_endings_windows_drops():
+    from geoagent.paths import safe_name, windows_reserved
+
+    assert windows_reserved("a ") and windows_reserved("a.")
+    with pytest.raises(ValueError, match="a name it reserves for a device, or one ending with a dot or a space"):
+        safe_name("COM0")
+
+
+def test_a_short_ipv4_form_is_refused_by_aiohttp_before_any_lookup():
+    """public_net's note: aiohttp refuses ``127.1`` as an invalid URL (only a hex form such as ``0x7f.1`` reaches the
+    resolver, which judges what it resolves to)."""
+    dns = _Dns()
+
+    async def go():
+        async with HttpClient(default_policy=HostPolicy(timeout_s=5.0, max_attempts=1), resolver=dns) as http:
+            with pytest.raises(ValueError, match="invalid URL"):
+                await http.request("GET", "http://127.1:9/x", public_only=True)
+            with pytest.raises(AddressNotPublic, match=r"0x7f.1 resolves to no public address \(127.0.0.1\)"):
+                await http.request("GET", "http://0x7f.1:9/x", public_only=True)
+
+    anyio.run(go)
+    assert dns.asked == ["0x7f.1"]

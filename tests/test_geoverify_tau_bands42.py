@@ -214,7 +214,12 @@ def test_readout_tells_no_answers_from_answers_that_did_not_parse():
 
 
 def test_trial_builder_version_changes_only_below_150_m():
+    from geoagent.geoverify.trials import TRIAL_BUILDER_CHANGES
+
     assert TRIAL_BUILDER_VERSION == 4
+    # every version has its row, the newest last (the module refuses to import otherwise: fixrev42 #6)
+    assert [v for v, _ in TRIAL_BUILDER_CHANGES] == list(range(1, TRIAL_BUILDER_VERSION + 1))
+    assert TRIAL_BUILDER_CHANGES[-1] == (4, 0.15)
     assert trial_builder_version(TAU_100) == 4 and trial_builder_version(0.1499) == 4
     assert trial_builder_version(0.15) == trial_builder_version(0.25) == 3
 

@@ -80,18 +80,33 @@ from geoagent.geo import continent_code, haversine_km
 TRIAL_BUILDER_VERSION = 4
 
 
+#: what each trial builder version changed, oldest first: ``(version, below_km)``, the version's change reaching the
+#: trials of every tau (``below_km`` None) or only of a tau below ``below_km`` (km). :func:`trial_builder_version` reads
+#: it; a new version adds its row here (checked at import: the last row is :data:`TRIAL_BUILDER_VERSION`).
+TRIAL_BUILDER_CHANGES: tuple[tuple[int, float | None], ...] = (
+    (1, None),  # one stream per image
+    (2, None),  # nested draws: one stream per band cell
+    (3, None),  # of candidates sharing a name, the nearest to the image is the claim's place
+    (4, C.GEOVERIFY_DECOY_BANDS_KM[0][0]),  # the nearest band starts at tau: only a tau below 150 m draws otherwise
+)
+if TRIAL_BUILDER_CHANGES[-1][0] != TRIAL_BUILDER_VERSION:  # not an assert: it must fail under python -O too
+    raise RuntimeError(f"geoagent.geoverify.trials: TRIAL_BUILDER_VERSION is {TRIAL_BUILDER_VERSION} but "
+                       f"TRIAL_BUILDER_CHANGES ends at {TRIAL_BUILDER_CHANGES[-1][0]}: add the new version's row "
+                       "(the taus it changes)")
+
+
 def trial_builder_version(tau_km: float = C.GEOVERIFY_TAU_KM) -> int:
     """The trial builder version a campaign with claim tolerance ``tau_km`` (km) records
     (:func:`geoagent.runtime.manifest.design_versions`): the newest version that changed the trials of such a
-    campaign. Version 4 changed only designs with tau below 150 m (the nearest band starts at tau), so a campaign
-    at tau >= 150 m records 3: the same trials, and no "trial builder changed" warning (nor, on a Redis campaign,
-    a refusal) for a change that plans nothing new. A campaign at tau < 150 m planned under version 3 is told of
-    the change (:func:`geoagent.runtime.manifest.config_changes`), and its tasks the new plan no longer holds are
-    set aside, never silently re-used."""
-    # a version 5 that changes every design returns 5 here for every tau
-    if TRIAL_BUILDER_VERSION == 4 and tau_km >= C.GEOVERIFY_DECOY_BANDS_KM[0][0]:
-        return 3
-    return TRIAL_BUILDER_VERSION
+    campaign (:data:`TRIAL_BUILDER_CHANGES`). Version 4 changed only designs with tau below 150 m (the nearest band
+    starts at tau), so a campaign at tau >= 150 m records 3: the same trials, and no "trial builder changed" warning
+    (nor, on a Redis campaign, a refusal) for a change that plans nothing new. A campaign at tau < 150 m planned under
+    version 3 is told of the change (:func:`geoagent.runtime.manifest.config_changes`), and its tasks the new plan no
+    longer holds are set aside, never silently re-used."""
+    for version, below_km in reversed(TRIAL_BUILDER_CHANGES):
+        if below_km is None or tau_km < below_km:
+            return version
+    return TRIAL_BUILDER_CHANGES[0][0]
 
 
 def label_trial(

@@ -40,8 +40,9 @@ def _public(address: str) -> bool:
 def literal_not_public(host: str | None) -> str | None:
     """The address ``host`` (a URL's host name, IPv6 in brackets or not) spells when it is an IP literal that is not
     public, else None (a name, or a public address). aiohttp opens such a literal without asking the resolver, so
-    it is judged here; a name (and a short or hex form such as ``127.1``, which aiohttp hands to the resolver) is
-    judged by :class:`PublicAddressResolver` on what it resolves to."""
+    it is judged here; a name (and a hex form such as ``0x7f.1``, which aiohttp hands to the resolver) is judged by
+    :class:`PublicAddressResolver` on what it resolves to. (aiohttp refuses a short form such as ``127.1`` as an
+    invalid URL: the request raises ``ValueError`` before anything is resolved or connected.)"""
     text = (host or "").strip("[]")
     try:
         ip = ipaddress.ip_address(text)
@@ -68,6 +69,23 @@ class PublicAddressResolver(AbstractResolver):
         self._inner = inner if inner is not None else DefaultResolver()
 
     async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET) -> list[Any]:
+        """The public addresses ``inner`` resolves ``host`` to, for ``port`` and ``family`` (aiohttp's resolver
+        protocol).
+
+        Returns
+        -------
+        list of dict
+            ``inner``'s answers (aiohttp's ``ResolveResult``: ``hostname``, ``host``, ``port``, ``family``,
+            ``proto``, ``flags``) whose ``host`` is a public address (:func:`geoagent.config.is_public_address`),
+            in ``inner``'s order.
+
+        Raises
+        ------
+        NotPublicAddress
+            None of the answers is public (the message names ``host`` and every address it resolved to).
+        OSError
+            Whatever ``inner`` raised (a failed lookup: aiohttp reports it as a DNS error).
+        """
         found = await self._inner.resolve(host, port, family)
         kept = [r for r in found if _public(str(r["host"]))]
         if not kept:

@@ -879,7 +879,14 @@ class RedisResponseStore:
         """Write ``row`` under ``key`` unless that key holds another answer, else under ``fallback_key``, as
         :meth:`geoagent.runtime.store.ResponseStore.put_result_unless_other`, in one script
         (``PUT_RESULT_UNLESS_OTHER``: the decision and the write are atomic on the server); returns the key
-        written."""
+        written.
+
+        Raises
+        ------
+        ValueError
+            ``table`` is no results table name (letters, digits and ``_``, at most 64: ``_check_table``), before
+            anything is written.
+        """
         _check_table(table)
         rk = row.get("request_key")
         return _text(self.db.script("PUT_RESULT_UNLESS_OTHER", table, str(key), str(fallback_key), _dumps(row),

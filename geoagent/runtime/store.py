@@ -386,7 +386,14 @@ class ResponseStore:
         stored there is kept, and ``row`` is written under ``fallback_key`` (overwrite). The scorer's write of a
         swapped-image task queued under its earlier key (:func:`geoagent.geoverify.stages._store_scored`): a look
         outside the write let another process's row stored between the look and the write be overwritten (fixgeohint42
-        #3; as :meth:`move_results`, review41c #3)."""
+        #3; as :meth:`move_results`, review41c #3).
+
+        Raises
+        ------
+        ValueError
+            ``table`` is no results table name (letters, digits and ``_``, at most 64: ``_check_table``), before
+            anything is written.
+        """
         _check_table(table)
         text, now = _dumps(row), time.time()
         with self.db.transaction() as conn:
