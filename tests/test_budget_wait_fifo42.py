@@ -5,7 +5,9 @@ polled the ledger on its own, and a call that came later could reserve the room 
 run stopped at the cap held context answers whose image's baseline (queued before them) was never sent
 (tests/test_lanes_plan_prefix_walk39.py). Now the calls of one model waiting for room form a line in the process
 (``geoagent.workers.model_caller._BudgetLines``): a later call of the model queues behind it, even one small enough
-to fit now; a waiter that is cancelled or stopped leaves the line; another model's calls are not held by it.
+to fit now; a waiter that is cancelled or stopped leaves the line; another model's calls are not held by it; a
+queued waiter whose own wait runs out stops with the line's refusal; a head whose key is in flight in another
+process leaves the line, and the next call goes (fixrev42 #7).
 
 Set-up: the local OpenAI fake (geoagent/sandbox/llm_openai) behind a middleware that holds the answers while its
 ``hold`` event is clear. Prices: input free, output $100 per 1M tokens, so a call's worst case is its
@@ -220,3 +222,76 @@ def test_a_waiter_of_one_model_does_not_hold_up_another_model(tmp_path, fake):
             return order
 
     assert anyio.run(main) == ["X", "N", "A"]
+
+
+def test_a_queued_waiter_that_times_out_stops_with_the_lines_refusal(tmp_path, fake):
+    """B queues behind A, the head; B's own wait (``budget_wait_s``, counted from its first try) ends while A still
+    heads the line: B stops with BudgetStop and the ledger's refusal the line met (what ``status`` merges with the
+    other refusals at the cap), unsent and unreserved; A keeps its place and is sent once X settles (fixrev42 #7)."""
+    from geoagent.runtime.stage import BudgetStop
+
+    mw, app = fake
+
+    async def main():
+        async with serve(app) as base, HttpClient() as http:
+            rig, x = await _x_in_flight(tmp_path, base, http, mw)
+            a = asyncio.create_task(rig.handle(_task("A", 500)))  # its wait: the default 600 s
+            await _until(lambda: _line(rig) == 1, "A in the line")
+            rig.stage.budget_wait_s = 0.3  # B's wait, read when B starts waiting, ends long before A's
+            t0 = time.monotonic()
+            b = asyncio.create_task(rig.handle(_task("B", 100)))
+            got = await asyncio.wait_for(asyncio.gather(b, return_exceptions=True), 5.0)
+            took_s = time.monotonic() - t0
+            line, a_done, arrived = _line(rig), a.done(), len(mw.arrived)
+            mw.hold.set()
+            outs = await asyncio.wait_for(asyncio.gather(x, a), 10.0)
+            states = [s for _key, s in rig.reservations()]
+            rig.state.close()
+            return got[0], took_s, line, a_done, arrived, outs, states
+
+    stop, took_s, line, a_done, arrived, outs, states = anyio.run(main)
+    assert isinstance(stop, BudgetStop) and not isinstance(stop, Abandoned), stop
+    # the line's refusal: A's ($0.05 this call beside X's $0.05), not a sentence about B's own $0.01
+    assert str(stop).startswith("budget exhausted: spent $") and "reserved $0.050000 + this call $0.050000 > cap " \
+        "$0.080000" in str(stop), stop
+    assert 0.3 <= took_s < 2.0  # B's own limit, not A's
+    assert line == 1 and not a_done and arrived == 2  # A still heads the line; B sent nothing
+    assert [o[0][0] for o in outs] == ["X", "A"]
+    assert states == ["settled"] * 3  # W, X, A: B reserved nothing
+
+
+def test_a_head_whose_key_is_in_flight_elsewhere_leaves_the_line_and_the_next_goes(tmp_path, fake):
+    """A heads the line; then another process of the campaign holds A's request key in flight (its own reservation:
+    a redelivered task). A's wait is then for that call, not for budget room, so A leaves the line and B, queued
+    behind it, is woken and sent at once beside X (it fits); A tries again once the other call is over (fixrev42 #7).
+    """
+    from geoagent.runtime.ledger import Ledger
+
+    mw, app = fake
+
+    async def main():
+        async with serve(app) as base, HttpClient() as http:
+            rig, x = await _x_in_flight(tmp_path, base, http, mw)
+            a = asyncio.create_task(rig.handle(_task("A", 500)))
+            await _until(lambda: _line(rig) == 1, "A in the line")
+            b = asyncio.create_task(rig.handle(_task("B", 100)))
+            await _until(lambda: _line(rig) == 2, "B queued behind A")
+            a_key = next(iter(rig.stage._budget_lines.waiting["m"]))._args[2]  # the head's request key
+            # another process's ledger on the campaign's file (an owner of its own), holding A's key in flight
+            other = Ledger(rig.state.db, cap_usd=CAP_USD, recover=False)
+            held = other.reserve(a_key, 0.001, model="m")
+            await _until(lambda: len(mw.arrived) == 3, "B at the fake")  # B went while X is still held
+            assert "photo B" in mw.arrived[-1] and not a.done() and _line(rig) == 0  # A waits outside the line
+            other.release(held)  # the other call ended unsent: A looks again
+            mw.hold.set()
+            outs = await asyncio.wait_for(asyncio.gather(x, a, b), 10.0)
+            order = _reserved_in_order(rig, dict(zip("XAB", outs)))
+            states = [s for _key, s in rig.reservations()]
+            rig.state.close()
+            return order, outs, states
+
+    order, outs, states = anyio.run(main)
+    # the other process's reservation of A's key (released), then B, reserved and sent before A's own
+    assert order == ["X", "A", "B", "A"], order
+    assert states == ["settled", "settled", "released", "settled", "settled"]  # W, X, A elsewhere, B, A
+    assert [o[0][0] for o in outs] == ["X", "A", "B"]
