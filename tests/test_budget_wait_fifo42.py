@@ -113,6 +113,16 @@ def fake(monkeypatch):
     return mw, app
 
 
+async def _a_then_b_in_line(rig: CallerRig) -> tuple[asyncio.Task, asyncio.Task]:
+    """Start A (500 tokens: waits for room beside X) and then B (100: would fit beside X); return their tasks once A
+    heads the model's line and B is queued behind it."""
+    a = asyncio.create_task(rig.handle(_task("A", 500)))
+    await _until(lambda: _line(rig) == 1, "A in the line")
+    b = asyncio.create_task(rig.handle(_task("B", 100)))
+    await _until(lambda: _line(rig) == 2, "B queued behind A")
+    return a, b
+
+
 def _reserved_in_order(rig: CallerRig, answers: dict[str, list]) -> list[str]:
     """The task names in the order the ledger made their reservations."""
     by_key = {out[0][1]["request_key"]: name for name, out in answers.items()}
@@ -127,10 +137,7 @@ def test_a_later_call_that_fits_waits_behind_an_earlier_one(tmp_path, fake):
     async def main():
         async with serve(app) as base, HttpClient() as http:
             rig, x = await _x_in_flight(tmp_path, base, http, mw)
-            a = asyncio.create_task(rig.handle(_task("A", 500)))
-            await _until(lambda: _line(rig) == 1, "A in the line")
-            b = asyncio.create_task(rig.handle(_task("B", 100)))
-            await _until(lambda: _line(rig) == 2, "B queued behind A")
+            a, b = await _a_then_b_in_line(rig)
             assert len(mw.arrived) == 2  # neither was sent while X holds the room
             mw.hold.set()
             order = _reserved_in_order(rig, dict(zip("XAB", await asyncio.wait_for(asyncio.gather(x, a, b), 10.0))))
@@ -151,10 +158,7 @@ def test_a_cancelled_waiter_leaves_the_line(tmp_path, fake):
     async def main():
         async with serve(app) as base, HttpClient() as http:
             rig, x = await _x_in_flight(tmp_path, base, http, mw)
-            a = asyncio.create_task(rig.handle(_task("A", 500)))
-            await _until(lambda: _line(rig) == 1, "A in the line")
-            b = asyncio.create_task(rig.handle(_task("B", 100)))
-            await _until(lambda: _line(rig) == 2, "B queued behind A")
+            a, b = await _a_then_b_in_line(rig)
             a.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await a
@@ -179,10 +183,7 @@ def test_a_stop_request_gives_every_waiter_up_unsent(tmp_path, fake):
     async def main():
         async with serve(app) as base, HttpClient() as http:
             rig, x = await _x_in_flight(tmp_path, base, http, mw)
-            a = asyncio.create_task(rig.handle(_task("A", 500)))
-            await _until(lambda: _line(rig) == 1, "A in the line")
-            b = asyncio.create_task(rig.handle(_task("B", 100)))
-            await _until(lambda: _line(rig) == 2, "B queued behind A")
+            a, b = await _a_then_b_in_line(rig)
             t0 = time.monotonic()
             rig.stage.stop_requested()
             got = await asyncio.wait_for(asyncio.gather(a, b, return_exceptions=True), 5.0)
@@ -272,10 +273,7 @@ def test_a_head_whose_key_is_in_flight_elsewhere_leaves_the_line_and_the_next_go
     async def main():
         async with serve(app) as base, HttpClient() as http:
             rig, x = await _x_in_flight(tmp_path, base, http, mw)
-            a = asyncio.create_task(rig.handle(_task("A", 500)))
-            await _until(lambda: _line(rig) == 1, "A in the line")
-            b = asyncio.create_task(rig.handle(_task("B", 100)))
-            await _until(lambda: _line(rig) == 2, "B queued behind A")
+            a, b = await _a_then_b_in_line(rig)
             a_key = next(iter(rig.stage._budget_lines.waiting["m"]))._args[2]  # the head's request key
             # another process's ledger on the campaign's file (an owner of its own), holding A's key in flight
             other = Ledger(rig.state.db, cap_usd=CAP_USD, recover=False)
