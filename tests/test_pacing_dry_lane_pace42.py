@@ -212,3 +212,71 @@ def test_each_lanes_left_is_its_share_of_the_edge_and_a_dry_lane_has_none_left()
     lanes = {"a": {"done": 95, "dead": 0, "rate_per_s": 2.0}, "b": {"done": 1, "dead": 2, "rate_per_s": 4.0}}
     assert lanes_eta(start, lanes, pending=500) == 97 / 4.0  # fewer left than the edge holds: as counted
     assert (lanes["a"]["left"], lanes["b"]["left"]) == (5, 97)
+
+
+def test_two_paced_runs_side_by_side_stay_paced(tmp_path):
+    """review42b #1: two plain ``run`` processes on the same campaign (model a fast, b limited to 10 calls/s). Each
+    defers b's tasks it cannot start yet (b's full slots, its pacing deferrals), so the other one's polls often find
+    nothing ready for a moment; an empty poll ends a walk, and b counted as dry there after a fraction of a second:
+    that process stopped pacing and ran a's calls through (the reviewer's demo: 311 of a beside 142 of b; here,
+    before the fix, 189 beside 92). Now a lane is dry only after :data:`~geoagent.runtime.worker.DRY_MIN_S` s without
+    a task of it, so sampled while both run, a's answers stay within both processes' pacing slack of b's (observed:
+    at most 21 ahead) and no progress record marks b dry."""
+    from geoagent.runtime.worker import PACE_SLACK_TASKS
+    from geoagent.sandbox.server import free_port, wait_ready
+
+    key = "sk-" "two-paced-runs"
+    port = free_port("127.0.0.1")
+    log = tmp_path / "calls.jsonl"
+    server = subprocess.Popen([sys.executable, "-m", "geoagent.sandbox.llm_openai", "--port", str(port),
+                               "--latency-ms", "50", "--api-key", key, "--log", str(log)], cwd=REPO,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs: list[subprocess.Popen] = []
+    env = {"DRY_KEY": key, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ.get("GEOAGENT_RUNS_INDEX", "")}
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_ready(base)
+        n = 200
+        cfgp = generic_campaign(tmp_path, name="two", n=n, cap_usd=5.0,
+                                models=_model("a", base, "gpt-a", rate=400, concurrency=16)
+                                + _model("b", base, "gpt-b", rate=10, concurrency=4))
+
+        def start() -> subprocess.Popen:
+            p = subprocess.Popen([sys.executable, str(REPO / "run.py"), "run", str(cfgp), "--no-live"], cwd=REPO,
+                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            procs.append(p)
+            return p
+
+        first = start()
+        deadline = time.monotonic() + 60
+        while sum(_calls(log).values()) < 2:  # the first run counted its work and is at it
+            assert time.monotonic() < deadline and first.poll() is None, "the first run made no call in 60 s"
+            time.sleep(0.05)
+        second = start()
+        # each process lets a lane run at most its slack (and one more) ahead of the other's share; calls in hand
+        # (b's concurrency, 4, in each) are taken but not yet answered
+        bound = 2 * (PACE_SLACK_TASKS + 1 + 4)
+        gaps = []
+        until = time.monotonic() + 18
+        while time.monotonic() < until:
+            calls = _calls(log)
+            gaps.append((round(time.monotonic() - until + 18, 1), calls["gpt-a"], calls["gpt-b"]))
+            assert first.poll() is None and second.poll() is None, "a run ended while b had calls left"
+            time.sleep(0.5)
+        assert gaps[-1][2] >= 30, gaps  # both at work: b well under way
+        worst = max(gaps, key=lambda g: g[1] - g[2])
+        assert worst[1] - worst[2] <= bound, (bound, gaps)
+        # neither process ever took b for a dry lane: its tasks were in the queue all along
+        dry = []
+        for line in (tmp_path / "state" / "two" / "progress.jsonl").read_bytes().splitlines():
+            rec = orjson.loads(line)
+            for st in rec.get("stages", []):
+                dry += [(rec.get("pid"), k) for k, v in (st.get("lanes") or {}).items() if v.get("dry")]
+        assert not dry, Counter(dry)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+        server.kill()
+        server.wait(10)

@@ -199,8 +199,11 @@ model_caller`` beside it, one of them killed), part of a lane's work is done the
 1, and once its last task was gone the other lanes were deferred every second for ever: the run never ended
 (aggr42: 2 of 3 tries with a SIGKILLed second process). A lane that ran *dry* therefore paces nobody (fixpace42 #1):
 none of its tasks is in hand here, none that this runner deferred is still due back (a full lane's slot, a pacing
-deferral), and a whole walk of the input queue passed without leasing one (:data:`DRY_WALKS`). A walk ends when a
-lease finds nothing to lease, or once this runner has leased as many tasks as the input held ready at the walk's
+deferral), none it failed still waits out its backoff, and a whole walk of the input queue passed without leasing
+one (:data:`DRY_WALKS`), and at least :data:`DRY_MIN_S` s since it last leased one (or since it started; review42b
+#1: an empty poll ends a walk, and while another process defers a lane's tasks for a moment, its full-lane slots or
+pacing deferrals, polls find nothing every ``poll_s``, so two paced processes side by side lost pacing). A walk
+ends when a lease finds nothing to lease, or once this runner has leased as many tasks as the input held ready at the walk's
 start (:meth:`WorkQueue.counts`, read at most every :data:`DRY_CHECK_S` s and only once pacing deferred a task:
 no per-lane count on either backend, Redis keeps none per payload field). Its tasks left, if any, are leased by
 another process or wait out a delay set elsewhere; the first of them this runner leases makes it a paced lane
@@ -259,6 +262,10 @@ PACE_SLACK_TASKS = 8
 #: most often (s) the runner reads the input's counts to start a walk
 DRY_WALKS = 1
 DRY_CHECK_S = 1.0
+#: ... and the least time (s) since this runner last leased a task of the lane (review42b #1): empty polls every
+#: ``poll_s`` end walks fast, so a lane whose tasks another process deferred for a moment (a full lane's slot there, a
+#: pacing deferral) would count as dry after a fraction of a second, and two paced processes side by side lost pacing
+DRY_MIN_S = 3.0
 #: Pacing, the safety net: seconds of paced deferrals alone (nothing admitted, nothing of a lane in hand) after which
 #: the runner drops pacing for the rest of its run (logged once)
 PACE_STUCK_S = 30.0
@@ -886,6 +893,7 @@ class StageRunner:
         self._walk_read_at = -math.inf
         self._walked = 0
         self._lane_seen: dict[str, int] = {}
+        self._lane_seen_at: dict[str, float] = {}  # per lane, when (monotonic s) a task of it was last leased
         self._stuck_since: float | None = None
         self._last_commit = time.monotonic()
         self._commit_lock = anyio.Lock()
@@ -942,6 +950,9 @@ class StageRunner:
             self.stats.lane_done = dict.fromkeys(lanes, 0)
             self._lane_next = dict.fromkeys(lanes, 0.0)
             self._paced_at = dict.fromkeys(lanes, -math.inf)  # when a task of the lane was last deferred by pacing
+            # the run's start counts as a sighting (review42b #1): a second process that starts while the first holds
+            # or deferred a lane's tasks must not find that lane dry after its first empty poll
+            self._lane_seen_at = dict.fromkeys(lanes, time.monotonic())
             self._pacing = any(spec.work for spec in lanes.values())
         send, recv = anyio.create_memory_object_stream[Task](math.inf)
         try:
@@ -1271,6 +1282,7 @@ class StageRunner:
                 continue
             if pacing:
                 seen[lane] = walk  # met in this walk of the queue: not dry
+                self._lane_seen_at[lane] = now  # ... nor for DRY_MIN_S s (review42b #1)
             if busy[lane] < spec.cap and not (pacing and spec.work and self._ahead(lane, spec)):
                 busy[lane] += 1
                 if task.attempts and self._lane_retrying.get(lane):  # a retry back from its backoff
@@ -1347,10 +1359,15 @@ class StageRunner:
 
     def _dry(self, lane: str, now: float) -> bool:
         """Whether paced ``lane`` ran dry (module docstring, "Lanes"; fixpace42 #1): none of its tasks in hand here,
-        none deferred by this runner still due back (a full lane's slot, a pacing deferral), and :data:`DRY_WALKS`
-        whole walks of the input queue passed without leasing one. Its tasks left, if any, are leased by another
-        process or wait out a delay set elsewhere: this runner cannot take them, so the lane paces no other."""
-        return (not self._lane_busy.get(lane) and self._walk - self._lane_seen.get(lane, -1) > DRY_WALKS
+        none deferred by this runner still due back (a full lane's slot, a pacing deferral), none it failed still
+        waiting out its backoff, and :data:`DRY_WALKS` whole walks of the input queue and at least :data:`DRY_MIN_S`
+        s passed without leasing one (review42b #1: the time floor, since empty polls end walks within a fraction of
+        a second while another process defers the lane's tasks for a moment). Its tasks left, if any, are leased by
+        another process or wait out a delay set elsewhere: this runner cannot take them, so the lane paces no
+        other."""
+        return (not self._lane_busy.get(lane) and not self._lane_retrying.get(lane)  # review42b #4: its own retries
+                and self._walk - self._lane_seen.get(lane, -1) > DRY_WALKS
+                and now - self._lane_seen_at.get(lane, -math.inf) >= DRY_MIN_S
                 and now >= self._lane_next.get(lane, 0.0) + DEFER_STEP_S
                 and now - self._paced_at.get(lane, -math.inf) >= PACED_DEFER_S + DEFER_STEP_S)
 
