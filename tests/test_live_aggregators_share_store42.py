@@ -120,7 +120,8 @@ def test_each_live_rewrite_covers_the_store_while_another_process_aggregates(tmp
     third = len(items) // 3
     # every live rewrite: the rows stored by then (a third + 40 per round), not this process's share of them
     assert live == [third + 40 * (i + 1) for i in range(4)], (live, stored)
-    assert stage.store_rebuilds == 4
+    # each live rewrite, and the final report at stop (no campaign engine here; review42b #2)
+    assert stage.store_rebuilds == 5
     # the other process gone: no rebuild any more (a process alone counts every row itself)
     assert not aggregated_elsewhere(cfg.state_dir(), [C.STAGE_AGGREGATOR])
 
@@ -169,5 +170,59 @@ def test_rows_handled_during_a_rebuilding_rewrite_are_counted_once_after_it(tmp_
             await stage.stop(ctx)
 
         anyio.run(main)
-    assert stage._held == [] and stage.store_rebuilds == 1
+    # the live rewrite, and the final report at stop (no campaign engine here; review42b #2)
+    assert stage._held == [] and stage.store_rebuilds == 2
     assert stage.agg.scores() and _pooled_answers(report) == 50
+
+
+def test_after_the_other_aggregator_ends_the_next_rewrite_rebuilds_once_more(tmp_path, release_dir):
+    """review42b #2: the other process is killed after it handled its half of round 3. The survivor went back to its
+    incremental sums at once: the last rebuild plus its own rows, without the other's rows of round 3 (and every
+    rewrite after). Now the first rewrite after ``aggregated_elsewhere()`` turns false rebuilds once more, and every
+    rewrite covers the store; after that one the survivor counts its own rows again, as a process alone does."""
+    cfg_path, cfg, items = _campaign(tmp_path, release_dir)
+    report = tmp_path / "report"
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    other = subprocess.Popen([sys.executable, "-c", OTHER_PROCESS, str(cfg_path)], stdout=subprocess.PIPE,
+                             text=True, env=env)
+    seen: list[tuple[int, int]] = []
+    stage = GeoVerifyAggregatorStage(report_interval_s=0.0)
+    try:
+        assert other.stdout.readline().strip() == "recorded"
+        with open_state(cfg) as state:
+            third = len(items) // 3
+            state.store.put_results(SCORED_TABLE, items[:third])
+            ctx = StageContext(cfg.name, {"store": state.store, "report_dir": report,
+                                          C.SERVICE_AGGREGATED_ELSEWHERE: functools.partial(
+                                              aggregated_elsewhere, cfg.state_dir(), [C.STAGE_AGGREGATOR],
+                                              state.ledger)})
+
+            async def main() -> None:
+                await stage.start(ctx)
+                at = third
+                for rnd in range(5):
+                    batch = items[at:at + 40]
+                    at += 40
+                    state.store.put_results(SCORED_TABLE, batch)
+                    if rnd == 2:  # the other process handled its half of this round, then was killed
+                        other.kill()
+                        other.wait()
+                    # half of each round while the other process lives; every row once it is gone (redelivered)
+                    for key, row in batch[::2] if rnd <= 2 else batch:
+                        await stage.handle(Task(key, row, 0, "l"), ctx)
+                    stage.live.last_duration_s = 0.0
+                    await stage.flush(ctx)
+                    await stage.live.wait()
+                    seen.append((state.store.count_results(SCORED_TABLE), _pooled_answers(report)))
+                state.store.put_results(SCORED_TABLE, items[at:at + 10])  # handed to no process before stop
+                await stage.stop(ctx)
+                seen.append((state.store.count_results(SCORED_TABLE), _pooled_answers(report)))
+
+            anyio.run(main)
+    finally:
+        other.kill()
+        other.wait()
+    assert all(stored == pooled for stored, pooled in seen[:5]), seen
+    # rounds 1-2 rebuilt (the other alive), round 3 once more (it just ended), rounds 4-5 counted their own rows
+    assert stage.store_rebuilds == 3, stage.store_rebuilds
+    assert seen[5][1] == seen[4][1], seen  # alone at stop: its own sums, no rebuild (the 10 were never handed to it)

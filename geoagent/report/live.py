@@ -341,6 +341,9 @@ class LiveAggregatorStage(Stage):
         self._held: list[tuple[str, Any, Any]] = []
         #: live rewrites that rebuilt the sums from the store first (another process aggregates too; live42 #1)
         self.store_rebuilds = 0
+        #: the last live rewrite rebuilt from the store because another process aggregated (review42b #2): the first
+        #: rewrite after that process is gone rebuilds once more, for the rows it handled since that rebuild
+        self._shared_last = False
 
     # --- the kind's hooks ---------------------------------------------------------------------------
     def _new_aggregator(self) -> Any:
@@ -544,11 +547,16 @@ class LiveAggregatorStage(Stage):
         :data:`geoagent.constants.SERVICE_AGGREGATED_ELSEWHERE`) says another live process of the campaign may run the
         aggregator stage, the sums are first rebuilt from the store (:meth:`_load`), so the report covers every
         stored row, not this process's share of them (live42 #1; module docstring); then :meth:`_write`. Raises
-        what those raise (logged by :class:`LiveReport`; the next flush tries again)."""
+        what those raise (logged by :class:`LiveReport`; the next flush tries again). Once the other process is gone
+        (``elsewhere()`` turns false), the first rewrite after rebuilds once more (review42b #2): the sums of the last
+        rebuild plus this process's own rows since would miss the rows the other one handled in between; after that
+        one, this process alone counts every row itself."""
         try:
-            if elsewhere is not None and elsewhere():
+            shared = elsewhere is not None and elsewhere()
+            if shared or self._shared_last:
                 self._load(ctx)
                 self.store_rebuilds += 1
+            self._shared_last = shared  # only once the rebuild succeeded: a failed one is tried again
         except BaseException:
             self._dirty = True
             raise
@@ -566,7 +574,12 @@ class LiveAggregatorStage(Stage):
                 out_dir = self._report_dir(ctx)
                 self._live_missing = ctx.services.get(self.live_missing_service)
                 self._live_banners = None  # the final report of a stage run without the campaign engine
-                await self.live.run(lambda: self._write(out_dir), guarded=self.final_guarded)
+                # from the store where another process aggregates or did at the last rewrite (review42b #2): its own
+                # sums would overwrite the live report with this process's share
+                elsewhere = ctx.services.get(C.SERVICE_AGGREGATED_ELSEWHERE)
+                if not callable(elsewhere) or not hasattr(ctx.services.get("store"), "iter_results"):
+                    elsewhere = None
+                await self.live.run(lambda: self._live_write(ctx, out_dir, elsewhere), guarded=self.final_guarded)
         finally:
             self.live.close()
 
