@@ -115,3 +115,29 @@ def test_status_shows_both_running_processes_and_a_positive_elapsed_time_after_a
     assert "running: 2 of 2 processes" in text, text  # before: "running: 1 of 1", elapsed -3401 s
     m = re.search(r"elapsed (-?\d+) s", text)
     assert m and int(m.group(1)) == 200, text
+
+
+def test_elapsed_time_counts_a_suspend_of_the_machine(tmp_path):
+    """review42b #3: on Linux ``CLOCK_MONOTONIC`` stops while the machine is suspended, so ``started + elapsed_s``
+    ended a suspend's seconds early and :func:`read_runs` could split one process's records. ``elapsed_s`` is now
+    read on :func:`~geoagent.runtime.daemon.elapsed_clock` (``CLOCK_BOOTTIME`` where there is one), which counts a
+    suspend: a pipeline whose start that clock puts 120 s back records 120 s elapsed and a span of 120 s."""
+    from geoagent.runtime.daemon import elapsed_clock
+
+    if hasattr(time, "CLOCK_BOOTTIME"):
+        a = elapsed_clock()
+        boot = time.clock_gettime(time.CLOCK_BOOTTIME)
+        assert a <= boot <= elapsed_clock()  # the suspend-counting clock itself, not the monotonic one
+        assert boot >= time.monotonic() - 1.0  # it runs ahead of CLOCK_MONOTONIC by the suspended time, if any
+
+    async def snap() -> dict:
+        run = PipelineRun("c", [], {})
+        assert abs(run.started_mono - elapsed_clock()) < 5.0  # the start is read on the same clock
+        run.started_mono -= 120.0  # the pipeline started 120 s ago on that clock (a suspend included)
+        run.started_at -= 120.0
+        return await Progress(tmp_path / "progress.jsonl", live=False).snapshot(run)
+
+    rec = anyio.run(snap)
+    started, last = record_span(rec)
+    assert 120.0 <= rec["elapsed_s"] < 180.0 and last - started == rec["elapsed_s"]
+    assert abs(last - rec["t"]) < 60.0  # the span ends at the record's own time, not a suspend's seconds before

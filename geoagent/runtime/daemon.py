@@ -31,6 +31,18 @@ from geoagent.runtime.worker import StageRunner, StageStats
 
 log = logging.getLogger(__name__)
 
+
+def elapsed_clock() -> float:
+    """Seconds on a clock that a wall-clock step never moves and that keeps counting while the machine is suspended
+    (review42b #3): ``CLOCK_BOOTTIME`` where the platform has it (Linux); :func:`time.monotonic` elsewhere (on Linux
+    ``CLOCK_MONOTONIC`` stops across a suspend, so a progress record's span, ``started + elapsed_s``, ended that many
+    seconds early and ``status`` could split one process's records in two runs). Only differences of two readings in
+    one process mean anything."""
+    return time.clock_gettime(_BOOTTIME) if _BOOTTIME is not None else time.monotonic()
+
+
+_BOOTTIME: int | None = getattr(time, "CLOCK_BOOTTIME", None)
+
 Tick = Callable[["PipelineRun"], Awaitable[None]]
 
 
@@ -42,9 +54,9 @@ class PipelineRun:
     runners: list[StageRunner]
     queues: dict[str, WorkQueue]
     #: when the pipeline started: wall clock (Unix time, s; read once: the progress records' ``started``) and
-    #: :func:`time.monotonic` (their ``elapsed_s``), so a step of the wall clock while it runs moves neither (live42 #4)
+    #: :func:`elapsed_clock` (their ``elapsed_s``), so a step of the wall clock while it runs moves neither (live42 #4)
     started_at: float = field(default_factory=time.time)
-    started_mono: float = field(default_factory=time.monotonic)
+    started_mono: float = field(default_factory=lambda: elapsed_clock())
     stopped_by_signal: bool = False
     finished_at: float | None = None
     #: name of the signal that asked the pipeline to stop (``"SIGINT"``, ``"SIGTERM"``), or None

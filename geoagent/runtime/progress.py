@@ -93,7 +93,7 @@ import orjson
 
 from geoagent import constants as C
 from geoagent.files import append_jsonl, rotate_jsonl, rotated_jsonl_path
-from geoagent.runtime.daemon import PipelineRun
+from geoagent.runtime.daemon import PipelineRun, elapsed_clock
 from geoagent.runtime.queue import QueueCounts
 from geoagent.runtime.worker import STALL_MIN_S, eta_s, split_resolved_errors
 
@@ -344,8 +344,9 @@ class Progress:
             "campaign": run.campaign,
             # live42 #4: the monotonic clock's seconds since the pipeline started, and that start on the wall clock
             # as read then: a step of the wall clock (NTP, by hand) changes neither, so a record's span stays its
-            # process's (record_span; t - elapsed_s went before the start after a step back)
-            "elapsed_s": round(time.monotonic() - run.started_mono, 3),
+            # process's (record_span; t - elapsed_s went before the start after a step back); a clock that counts
+            # a suspend of the machine too (review42b #3: elapsed_clock)
+            "elapsed_s": round(elapsed_clock() - run.started_mono, 3),
             "started": round(run.started_at, 3),
             "stages": stages,
             "queues": {k: asdict(v) for k, v in counts.items()},
@@ -841,8 +842,8 @@ ORDER_SLACK_S = 30.0
 
 def record_span(record: Mapping[str, Any]) -> tuple[float, float]:
     """``(started, last)``: when a record's process started its pipeline and when it wrote the record (Unix time,
-    s): its ``started`` (the wall clock read once at the start) and ``started + elapsed_s`` (``elapsed_s`` from the
-    monotonic clock), so a step of the wall clock while the process runs moves neither and the span never ends
+    s): its ``started`` (the wall clock read once at the start) and ``started + elapsed_s`` (``elapsed_s`` from
+    :func:`geoagent.runtime.daemon.elapsed_clock`, which counts a suspend of the machine too), so a step of the wall clock while the process runs moves neither and the span never ends
     before it starts (live42 #4: after a step back of an hour, ``t - elapsed_s`` put the start after ``t``).
     A record of an earlier version, without ``started``: ``t - elapsed_s`` and ``t``."""
     elapsed = float(record.get("elapsed_s") or 0.0)
