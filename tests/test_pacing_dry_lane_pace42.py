@@ -254,8 +254,10 @@ def test_two_paced_runs_side_by_side_stay_paced(tmp_path):
             time.sleep(0.05)
         second = start()
         # each process lets a lane run at most its slack (and one more) ahead of the other's share; calls in hand
-        # (b's concurrency, 4, in each) are taken but not yet answered
-        bound = 2 * (PACE_SLACK_TASKS + 1 + 4)
+        # (b's concurrency, 4, in each) are taken but not yet answered: 2 x (slack + 1 + 4) by the rule, 21 seen at
+        # most on an idle machine; half as much again for a loaded one (the suite's other worker), far under the 97
+        # that two processes reached when b's tasks, deferred by the other, made it a dry lane (review42b #1)
+        bound = 3 * (PACE_SLACK_TASKS + 1 + 4)
         gaps = []
         until = time.monotonic() + 18
         while time.monotonic() < until:
