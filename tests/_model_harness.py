@@ -446,3 +446,16 @@ images_per_site = 1
 {geohint}
 
 {SANDBOX_GEOCODER_TOML}"""
+
+
+def progress_record(pid: int, run_id: str, t: float, elapsed_s: float, **extra: Any) -> dict[str, Any]:
+    """A progress record as :meth:`geoagent.runtime.progress.Progress.snapshot` writes it (the fields ``status``
+    reads): one ``model_caller`` stage with 5 done, its ``requests`` queue 3 ready / 1 leased / 5 done; ``t`` and
+    ``elapsed_s`` in s, ``extra`` keys added (``started``, ``finished``, ...)."""
+    stage = {"stage": "model_caller", "done": 5, "failed": 0, "dead": 0, "missing": 0, "released": 0, "in_flight": 0,
+             "held": 0, "rate_per_s": 1.0, "finished": False, "budget_stopped": False, "last_errors": [],
+             "unreachable": {}, "resolved_errors": [], "input_edge": "requests"}
+    return {"t": t, "campaign": "c", "elapsed_s": elapsed_s, "stages": [stage],
+            "queues": {"requests": {"ready": 3, "leased": 1, "done": 5, "dead": 0}}, "spend": None, "eta_s": None,
+            "eta_stage": None, "eta_scope": None, "http": None, "host_labels": None, "budget_stopped": False,
+            "finished": False, "pid": pid, "run_id": run_id, **extra}

@@ -26,20 +26,7 @@ from geoagent.files import append_jsonl
 from geoagent.runtime.daemon import PipelineRun
 from geoagent.runtime.progress import Progress, merge_records, read_processes, read_runs, record_span
 from geoagent.status import campaign_status, format_status
-from tests._model_harness import generic_campaign, model_table
-
-def _stage(name: str, done: int) -> dict:
-    return {"stage": name, "done": done, "failed": 0, "dead": 0, "missing": 0, "released": 0, "in_flight": 0,
-            "held": 0, "rate_per_s": 1.0, "finished": False, "budget_stopped": False, "last_errors": [],
-            "unreachable": {}, "resolved_errors": [], "input_edge": "requests"}
-
-
-def _record(pid: int, run_id: str, t: float, elapsed_s: float, **extra) -> dict:
-    """A progress record as :meth:`Progress.snapshot` writes it (the fields ``status`` reads)."""
-    return {"t": t, "campaign": "c", "elapsed_s": elapsed_s, "stages": [_stage("model_caller", 5)],
-            "queues": {"requests": {"ready": 3, "leased": 1, "done": 5, "dead": 0}}, "spend": None, "eta_s": None,
-            "eta_stage": None, "eta_scope": None, "http": None, "host_labels": None, "budget_stopped": False,
-            "finished": False, "pid": pid, "run_id": run_id, **extra}
+from tests._model_harness import generic_campaign, model_table, progress_record as _record
 
 
 def test_a_snapshot_records_its_start_and_a_monotonic_elapsed_time(tmp_path):

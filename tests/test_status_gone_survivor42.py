@@ -23,7 +23,7 @@ from geoagent.config import load_config
 from geoagent.engine import run_lock, spend_detail_lines
 from geoagent.files import append_jsonl
 from geoagent.status import campaign_status, format_status
-from tests._model_harness import generic_campaign, model_table
+from tests._model_harness import generic_campaign, model_table, progress_record as _record
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,20 +38,6 @@ state.ledger.reserve("req-1", 0.25, model="m")
 print("reserved", flush=True)
 time.sleep(120)
 """
-
-
-def _stage(name: str, done: int) -> dict:
-    return {"stage": name, "done": done, "failed": 0, "dead": 0, "missing": 0, "released": 0, "in_flight": 0,
-            "held": 0, "rate_per_s": 1.0, "finished": False, "budget_stopped": False, "last_errors": [],
-            "unreachable": {}, "resolved_errors": [], "input_edge": "requests"}
-
-
-def _record(pid: int, run_id: str, t: float, elapsed_s: float, **extra) -> dict:
-    """A progress record as :meth:`Progress.snapshot` writes it (the fields ``status`` reads)."""
-    return {"t": t, "campaign": "c", "elapsed_s": elapsed_s, "stages": [_stage("model_caller", 5)],
-            "queues": {"requests": {"ready": 3, "leased": 1, "done": 5, "dead": 0}}, "spend": None, "eta_s": None,
-            "eta_stage": None, "eta_scope": None, "http": None, "host_labels": None, "budget_stopped": False,
-            "finished": False, "pid": pid, "run_id": run_id, **extra}
 
 
 def _env() -> dict[str, str]:
