@@ -801,7 +801,7 @@ def version_text() -> str:
     """One line: the package version and each versioned rule set a stored result depends on (newuser41).
 
     The rule versions are the ones ``CHANGELOG.md`` lists and manifests / crawl records store, so a user can tell
-    which rules a fresh run of this install applies, e.g. ``geoagent 0.1.0 (geocoder rules 14, ...)``.
+    which rules a fresh run of this install applies, e.g. ``geoagent 0.1.0 (GeoHint geocoder rules N, ...)``.
     """
     from geoagent import __version__
     from geoagent.crawl.image_audit import AUDIT_PARSER_VERSION

@@ -66,3 +66,21 @@ def test_a_run_that_rotates_its_stream_every_tick_still_reads_complete(tmp_path,
     assert main(["status", str(cfgp)]) == 0
     out = capsys.readouterr().out
     assert "complete" in out and "30" in out, out
+
+
+def test_a_rotation_while_a_reader_reads_neither_hides_nor_repeats_records(tmp_path):
+    """review42c #2: the reader judged each file by the name's size and opened it after; a rotation in between hid the
+    rotated file (its budget spent on the old size) or had the reader read the same file twice."""
+    from geoagent.runtime.progress import _records_backwards
+
+    path = tmp_path / "progress.jsonl"
+    append_jsonl(path, [_rec("a", 100.0 + i, 0.0, i) for i in range(4)], fsync=False)
+    reader = _records_backwards(path, 8 * 1024 * 1024)
+    first = next(reader)  # both files are opened now
+    assert rotate_jsonl(path, 1)  # the file being read becomes progress.jsonl.1
+    append_jsonl(path, [_rec("b", 200.0, 150.0, 9)], fsync=False)
+    rest = list(reader)
+    assert [r["stages"][0]["done"] for r in [first, *rest]] == [3, 2, 1, 0]  # each once, none twice
+    # a reader starting now finds both: the new file's record, then the rotated file's
+    assert [(r["run_id"], r["stages"][0]["done"]) for r in _records_backwards(path, 8 * 1024 * 1024)] == [
+        ("b", 9), ("a", 3), ("a", 2), ("a", 1), ("a", 0)]

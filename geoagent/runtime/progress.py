@@ -791,42 +791,54 @@ def did_work(record: dict[str, Any]) -> bool:
 def _records_backwards(path: Path, max_bytes: int) -> Iterator[dict[str, Any]]:
     """The records of a progress stream from the last to the first, searching back at most ``max_bytes`` bytes
     from the end (torn or unparsable lines skipped), into the rotated file (``progress.jsonl.1``: module docstring,
-    "Rotation") once the current one is read whole."""
+    "Rotation") once the current one is read whole.
+
+    Both files are opened before either is read, and each is judged by its open descriptor, so a rotation while the
+    reader looks (review42c #2) neither hides the rotated file (its budget was spent on the name's size before the
+    rename) nor reads one file twice (the file just read is now the rotated one: same inode, skipped)."""
     path = Path(path)
-    budget = max_bytes
-    for part in (path, rotated_jsonl_path(path)):
-        if budget <= 0:
-            return
-        try:
-            size = part.stat().st_size
-        except OSError:  # none (never rotated), or gone
-            continue
-        yield from _file_records_backwards(part, budget)
-        budget -= size
+    handles = []
+    try:
+        for part in (path, rotated_jsonl_path(path)):
+            try:
+                fh = part.open("rb")
+            except OSError:  # none (never rotated), or gone
+                continue
+            st = os.fstat(fh.fileno())
+            if any((st.st_dev, st.st_ino) == (s.st_dev, s.st_ino) for _, s in handles):
+                fh.close()  # rotated between the two opens: the file already opened under the current name
+                continue
+            handles.append((fh, st))
+        budget = max_bytes
+        for fh, st in handles:
+            if budget <= 0:
+                return
+            yield from _file_records_backwards(fh, budget)
+            budget -= st.st_size
+    finally:
+        for fh, _ in handles:
+            fh.close()
 
 
-def _file_records_backwards(path: Path, max_bytes: int) -> Iterator[dict[str, Any]]:
-    """:func:`_records_backwards` of one file."""
-    if not path.is_file():
-        return
+def _file_records_backwards(fh: Any, max_bytes: int) -> Iterator[dict[str, Any]]:
+    """:func:`_records_backwards` of one open file (binary)."""
     chunk = 256 * 1024
-    with path.open("rb") as fh:
-        end = fh.seek(0, 2)
-        pos, tail = end, b""
-        while pos > 0 and end - pos < max_bytes:
-            start = max(0, pos - chunk)
-            fh.seek(start)
-            data = fh.read(pos - start) + tail
-            pos = start
-            lines = data.split(b"\n")
-            tail = lines.pop(0) if pos > 0 else b""  # maybe a partial line: completed by the next chunk
-            for line in reversed(lines):
-                try:
-                    rec = orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    continue
-                if isinstance(rec, dict):
-                    yield rec
+    end = fh.seek(0, 2)
+    pos, tail = end, b""
+    while pos > 0 and end - pos < max_bytes:
+        start = max(0, pos - chunk)
+        fh.seek(start)
+        data = fh.read(pos - start) + tail
+        pos = start
+        lines = data.split(b"\n")
+        tail = lines.pop(0) if pos > 0 else b""  # maybe a partial line: completed by the next chunk
+        for line in reversed(lines):
+            try:
+                rec = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(rec, dict):
+                yield rec
 
 
 def read_last_with_work(path: Path, max_bytes: int = 8 * 1024 * 1024) -> dict[str, Any] | None:
@@ -900,17 +912,6 @@ def read_last(path: Path) -> dict[str, Any] | None:
     """The last complete record of a progress stream (in its last 64 KiB; in the rotated file when the current one
     holds none yet), or None if there is none (for ``status``)."""
     return next(_records_backwards(Path(path), 65536), None)
-    with path.open("rb") as fh:
-        fh.seek(0, 2)
-        size = fh.tell()
-        fh.seek(max(0, size - 65536))
-        lines = fh.read().splitlines()
-    for line in reversed(lines):
-        try:
-            return orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
-    return None
 
 
 #: per-stage counters summed over every process of a run (each counts its own work since it started)
