@@ -199,7 +199,8 @@ model_caller`` beside it, one of them killed), part of a lane's work is done the
 1, and once its last task was gone the other lanes were deferred every second for ever: the run never ended
 (aggr42: 2 of 3 tries with a SIGKILLed second process). A lane that ran *dry* therefore paces nobody (fixpace42 #1):
 none of its tasks is in hand here, none that this runner deferred is still due back (a full lane's slot, a pacing
-deferral), none it failed still waits out its backoff, and a whole walk of the input queue passed without leasing
+deferral), none it failed still waits out its backoff (one due back :data:`DRY_MIN_S` s ago that did not come back
+here was taken by another process: review42c #1), and a whole walk of the input queue passed without leasing
 one (:data:`DRY_WALKS`), and at least :data:`DRY_MIN_S` s since it last leased one (or since it started; review42b
 #1: an empty poll ends a walk, and while another process defers a lane's tasks for a moment, its full-lane slots or
 pacing deferrals, polls find nothing every ``poll_s``, so two paced processes side by side lost pacing). A walk
@@ -225,7 +226,7 @@ import os
 import re
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -877,8 +878,11 @@ class StageRunner:
         #: and not finished, each lane's next deferral slot (monotonic s); set when a full lane frees a slot
         self._lanes: dict[str, Lane] | None = None
         self._lane_busy: dict[str, int] = {}
-        #: pacing: tasks of each lane this runner nacked for a retry that have not come back yet
+        #: pacing: tasks of each lane this runner nacked for a retry that have not come back yet, and when the last of
+        #: them is due back at the latest (monotonic s): past that by DRY_MIN_S, the ones not back here were taken by
+        #: another process (review42c #1: the count never fell, so the lane was never dry)
         self._lane_retrying: dict[str, int] = {}
+        self._lane_retry_due: dict[str, float] = {}
         self._lane_next: dict[str, float] = {}
         self._lane_room = asyncio.Event()
         #: pacing (module docstring, "Lanes"): whether any lane is paced (false for good once the safety net,
@@ -1365,11 +1369,34 @@ class StageRunner:
         a second while another process defers the lane's tasks for a moment). Its tasks left, if any, are leased by
         another process or wait out a delay set elsewhere: this runner cannot take them, so the lane paces no
         other."""
-        return (not self._lane_busy.get(lane) and not self._lane_retrying.get(lane)  # review42b #4: its own retries
+        return (not self._lane_busy.get(lane) and self._retries_settled(lane, now)  # review42b #4: its own retries
                 and self._walk - self._lane_seen.get(lane, -1) > DRY_WALKS
                 and now - self._lane_seen_at.get(lane, -math.inf) >= DRY_MIN_S
                 and now >= self._lane_next.get(lane, 0.0) + DEFER_STEP_S
                 and now - self._paced_at.get(lane, -math.inf) >= PACED_DEFER_S + DEFER_STEP_S)
+
+    def _retries_settled(self, lane: str, now: float) -> bool:
+        """Whether no task of ``lane`` this runner nacked still waits out its backoff (review42b #4). Once the last of
+        them was due back :data:`DRY_MIN_S` s ago, those not back here were leased by another process (which then
+        finishes or dead-letters them): they are no longer counted (review42c #1: a count that only this runner's
+        own lease of the retry decreased kept the lane from ever running dry, and a paced run stalled 30 s until the
+        safety net turned pacing off)."""
+        if not self._lane_retrying.get(lane):
+            return True
+        if now < self._lane_retry_due.get(lane, math.inf) + DRY_MIN_S:
+            return False
+        self._lane_retrying[lane] = 0
+        return True
+
+    def _retry_delay_bound(self, task: Task, backoff: Mapping[str, float]) -> float:
+        """The longest a task nacked now waits before it is ready again, s: the given ``backoff_s``, else the input
+        queue's backoff after this failure (equal jitter: at most ``min(backoff_max_s, backoff_base_s *
+        2**(attempts - 1))``; the queue defaults where it names none)."""
+        if "backoff_s" in backoff:
+            return float(backoff["backoff_s"])
+        base = float(getattr(self.inq, "backoff_base_s", C.DEFAULT_BACKOFF_BASE_S))
+        top = float(getattr(self.inq, "backoff_max_s", C.DEFAULT_BACKOFF_MAX_S))
+        return min(top, base * 2.0 ** min(max(int(task.attempts), 0), 60))
 
     def _taken(self, lane: str) -> int:
         """Tasks of ``lane`` this run finished, dead-lettered, holds in hand or failed and will retry after its
@@ -1668,6 +1695,8 @@ class StageRunner:
                 lane = self.stage.lane_of(task)
                 if lane in self._lane_retrying:
                     self._lane_retrying[lane] += 1
+                    self._lane_retry_due[lane] = max(self._lane_retry_due.get(lane, -math.inf),
+                                                     time.monotonic() + self._retry_delay_bound(task, backoff))
             self._note_error(reason, exc, dead=state == "dead")
             log.debug("stage %s: task %s failed: %s", self.stage.name, task.key, reason)
             if streak is not None and state is not None and self._charge(streak, task, reason, state == "dead",
