@@ -1077,15 +1077,7 @@ class Manifest:
         KeyError
             No run ``run_id`` in the manifest.
         """
-        now = time.time()
-        with _locked(self.path):
-            data = read_manifest(self.state_dir)
-            run = self._run_entry(data, run_id)
-            if run.get(WORK_BEGAN_KEY):
-                return
-            run[WORK_BEGAN_KEY] = _iso(now)
-            data["updated_at"] = _iso(now)  # type: ignore[index]
-            _write(self.path, data)  # type: ignore[arg-type]
+        self._mark_once(run_id, WORK_BEGAN_KEY)
 
     def record_refresh(self, run_id: str, *, done: bool) -> None:
         """Record, durably, that run ``run_id``'s run-start refresh of stored rows first wrote a row (``done`` False:
@@ -1097,8 +1089,12 @@ class Manifest:
         KeyError
             No run ``run_id`` in the manifest.
         """
+        self._mark_once(run_id, REFRESH_DONE_KEY if done else REFRESH_BEGAN_KEY)
+
+    def _mark_once(self, run_id: str, key: str) -> None:
+        """Set ``key`` of run ``run_id``'s entry to now (UTC) under the manifest's lock, unless it is set already (the
+        first time stays). Raises KeyError for no run ``run_id``."""
         now = time.time()
-        key = REFRESH_DONE_KEY if done else REFRESH_BEGAN_KEY
         with _locked(self.path):
             data = read_manifest(self.state_dir)
             run = self._run_entry(data, run_id)
