@@ -56,22 +56,31 @@ def _calls(log: Path) -> Counter[str]:
     return out
 
 
+def _fake_and_env(key: str, latency_ms: int, log: Path) -> tuple[subprocess.Popen, str, dict[str, str]]:
+    """Start the sandbox's OpenAI-compatible fake (key ``key``, ``latency_ms`` per answer, its calls logged to ``log``)
+    on a free local port; return its process, its root URL and the environment for ``run.py`` processes using it
+    (``DRY_KEY``: the key variable of :func:`_model`)."""
+    from geoagent.sandbox.server import free_port
+
+    port = free_port("127.0.0.1")
+    server = subprocess.Popen([sys.executable, "-m", "geoagent.sandbox.llm_openai", "--port", str(port),
+                               "--latency-ms", str(latency_ms), "--api-key", key, "--log", str(log)], cwd=REPO,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {"DRY_KEY": key, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ.get("GEOAGENT_RUNS_INDEX", "")}
+    return server, f"http://127.0.0.1:{port}", env
+
+
 def test_a_paced_run_finishes_after_another_model_caller_did_one_models_work_and_was_killed(tmp_path):
     """The paced run counted 40 tasks of each model at its start; the unpaced caller beside it answers most of model
     a's, then is SIGKILLed (its leases handed back by the run's dead-owner sweep). Before, the run took about as many
     of b's tasks as its own share of a allowed (plus a few), then deferred b's last ones every second for ever (this
     test's 60 s limit). Now it ends ``complete`` with every request answered, a's dry lane pacing b no more (the
     dry-lane rule, not the safety net, which says so in a warning)."""
-    from geoagent.sandbox.server import free_port, wait_ready
+    from geoagent.sandbox.server import wait_ready
 
-    key = "sk-" "dry-lane-e2e"
-    port = free_port("127.0.0.1")
     log = tmp_path / "calls.jsonl"
-    server = subprocess.Popen([sys.executable, "-m", "geoagent.sandbox.llm_openai", "--port", str(port),
-                               "--latency-ms", "100", "--api-key", key, "--log", str(log)], cwd=REPO,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server, base, env = _fake_and_env("sk-" "dry-lane-e2e", 100, log)
     procs: list[subprocess.Popen] = []
-    env = {"DRY_KEY": key, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ.get("GEOAGENT_RUNS_INDEX", "")}
 
     def start(*args: str) -> subprocess.Popen:
         p = subprocess.Popen([sys.executable, str(REPO / "run.py"), "run", str(cfgp), "--no-live", *args], cwd=REPO,
@@ -80,7 +89,6 @@ def test_a_paced_run_finishes_after_another_model_caller_did_one_models_work_and
         return p
 
     try:
-        base = f"http://127.0.0.1:{port}"
         wait_ready(base)
         n = 40
         cfgp = generic_campaign(tmp_path, name="dry", n=n, cap_usd=5.0,
@@ -223,18 +231,12 @@ def test_two_paced_runs_side_by_side_stay_paced(tmp_path):
     a task of it, so sampled while both run, a's answers stay within both processes' pacing slack of b's (observed:
     at most 21 ahead) and no progress record marks b dry."""
     from geoagent.runtime.worker import PACE_SLACK_TASKS
-    from geoagent.sandbox.server import free_port, wait_ready
+    from geoagent.sandbox.server import wait_ready
 
-    key = "sk-" "two-paced-runs"
-    port = free_port("127.0.0.1")
     log = tmp_path / "calls.jsonl"
-    server = subprocess.Popen([sys.executable, "-m", "geoagent.sandbox.llm_openai", "--port", str(port),
-                               "--latency-ms", "50", "--api-key", key, "--log", str(log)], cwd=REPO,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server, base, env = _fake_and_env("sk-" "two-paced-runs", 50, log)
     procs: list[subprocess.Popen] = []
-    env = {"DRY_KEY": key, "PATH": "/usr/bin:/bin", "GEOAGENT_RUNS_INDEX": os.environ.get("GEOAGENT_RUNS_INDEX", "")}
     try:
-        base = f"http://127.0.0.1:{port}"
         wait_ready(base)
         n = 200
         cfgp = generic_campaign(tmp_path, name="two", n=n, cap_usd=5.0,
