@@ -306,6 +306,18 @@ _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _NOTHING = object()
 
 
+def _idle_rows(conn: sqlite3.Connection, now: float, column: str, limit: int | None = None) -> list[tuple[Any]]:
+    """``column`` (``key`` or ``payload``) of the tasks idle now: every ready task (also one waiting out a backoff),
+    then the leased ones whose lease expired; two range probes of the (state, not_before) index, each of at most
+    ``limit`` rows when given."""
+    if column not in ("key", "payload"):  # written into the statement: never anything else
+        raise ValueError(f"column must be key or payload, got {column!r}")
+    cap = "" if limit is None else f" LIMIT {int(limit)}"
+    rows = conn.execute(f"SELECT {column} FROM tasks WHERE state = ?{cap}", (READY,)).fetchall()
+    rows += conn.execute(f"SELECT {column} FROM tasks WHERE state = ? AND not_before <= ?{cap}", (LEASED, now)).fetchall()
+    return rows
+
+
 class QueueFileError(QueueError, DatabaseFileError):
     """A queue file that is not a SQLite database, or a damaged one: a :class:`QueueError` for the queue's
     callers and a :class:`~geoagent.runtime.sqlite_wal.DatabaseFileError` (``ValueError``) for the CLI, which
@@ -974,10 +986,7 @@ class SQLiteQueue(WorkQueue):
 
     def _ready_keys_op(self) -> _Op:
         def tx(conn: sqlite3.Connection, now: float) -> list[str]:
-            # two range probes of the (state, not_before) index: every ready task, and expired leases
-            rows = conn.execute("SELECT key FROM tasks WHERE state = ?", (READY,)).fetchall()
-            rows += conn.execute("SELECT key FROM tasks WHERE state = ? AND not_before <= ?", (LEASED, now)).fetchall()
-            return [k for (k,) in rows]
+            return [k for (k,) in _idle_rows(conn, now, "key")]
 
         return _Op(tx, write=False, inline=False)
 
@@ -1150,9 +1159,7 @@ class SQLiteQueue(WorkQueue):
         further: ``status`` counts the stored answers among them, upgrade41 #4). A payload that is not a JSON object
         is left out."""
         def tx(conn: sqlite3.Connection, now: float) -> list[bytes] | None:
-            rows = conn.execute("SELECT payload FROM tasks WHERE state = ? LIMIT ?", (READY, limit + 1)).fetchall()
-            rows += conn.execute("SELECT payload FROM tasks WHERE state = ? AND not_before <= ? LIMIT ?",
-                                 (LEASED, now, limit + 1)).fetchall()
+            rows = _idle_rows(conn, now, "payload", limit + 1)
             return None if len(rows) > limit else [r for (r,) in rows]
 
         raw = self._sync(_Op(tx, write=False, inline=False))
