@@ -1377,6 +1377,8 @@ class HttpClient:
         trace.on_request_redirect.append(_on_redirect)
         # limit=0: the connector must never queue a request after it took its rate slot
         # (that would compress arrivals at the server); our per-host semaphores bound concurrency.
+        # limit=0: the connector must never queue a request after it took its rate slot
+        # (that would compress arrivals at the server); our per-host semaphores bound concurrency.
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300,
                                          **({"resolver": resolver} if resolver is not None else {}))
         session = aiohttp.ClientSession(
@@ -1385,6 +1387,10 @@ class HttpClient:
             trace_configs=[trace],
             raise_for_status=False,
         )
+        # aiohttp silently re-sends an idempotent request once when the connection drops
+        # (aio-libs/aiohttp#10790, no public switch; aiohttp's own test_utils sets this flag).
+        # That hidden attempt would bypass the rate limiter and hide unknown outcomes, so our
+        # tenacity loop is the only retry.
         # aiohttp silently re-sends an idempotent request once when the connection drops
         # (aio-libs/aiohttp#10790, no public switch; aiohttp's own test_utils sets this flag).
         # That hidden attempt would bypass the rate limiter and hide unknown outcomes, so our
