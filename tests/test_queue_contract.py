@@ -565,6 +565,34 @@ def test_contract_reopen_done_moves_only_done_tasks_back_to_ready(backend):
     backend.run(body)
 
 
+def test_contract_count_left_and_done_per_group_of_a_plan(backend):
+    """redispace43: ``count_left`` / ``count_done`` count a plan's ``(group, key)`` entries by the tasks' states,
+    the same on both backends (the engine paces each model by its work left through them on Redis, which has no
+    queue file): ready (also in backoff, or under an expired lease) and leased are left; done is done; dead
+    (dead-lettered or set aside) and keys the queue does not hold are neither; every group gets a count, also one
+    with none; chunked (a chunk of 2 keys here on SQLite, 2 keys per ``HMGET`` on Redis) without changing the
+    result; read-only."""
+    async def body(open_):
+        q = open_(backoff_base_s=30.0, backoff_max_s=30.0, **({"put_chunk": 2} if backend.kind == "redis" else {}))
+        await q.put_many([(k, {"k": k}) for k in ("a1", "a2", "a3", "a4", "a5", "b1", "b2", "b3")])
+        by_key = {t.key: t for t in await q.lease(6, 60)}  # a1..a5, b1 leased
+        await q.ack([by_key["a1"], by_key["b1"]])           # done
+        await q.dead_letter(by_key["a2"], "http 400")       # dead: no work left, no answer
+        assert await q.nack(by_key["a3"], "http 500") == "ready"  # ready, waiting out its backoff: left
+        await q.release(by_key["a4"])                       # ready: left; a5 leased: left; b2, b3 ready: left
+        assert await q.dead_letter_ready(["b3"], "superseded: not in the plan") == ["b3"]  # set aside: not left
+        plan = [("a", f"a{i}") for i in range(1, 6)] + [("b", f"b{i}") for i in range(1, 4)] + [("c", "zz")]
+        before = await q.counts()
+        kw = {"chunk": 2} if backend.kind == "sqlite" else {}
+        assert await q.count_left(iter(plan), **kw) == {"a": 3, "b": 1, "c": 0}
+        assert await q.count_done(iter(plan), **kw) == {"a": 1, "b": 1, "c": 0}
+        assert await q.count_left([]) == {} and await q.counts() == before  # nothing changed
+        if backend.kind == "redis":  # a queue no task was ever put on: None, as a missing SQLite file
+            assert await open_("never").count_left(iter(plan)) is None
+
+    backend.run(body)
+
+
 def test_contract_dead_letter_ready_moves_only_idle_tasks_and_requeue_brings_them_back(backend):
     """The compare-and-set behind "superseded" tasks: ready (also in backoff) and expired-lease tasks move to
     dead with the reason and no attempt counted; a live lease, a done, a dead and an unknown key stay as they

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
@@ -835,6 +835,18 @@ def redis_edges(cfg: Any, edges: Sequence[str]) -> list[str]:
         client.close()
 
 
+def plan_edge_reader(cfg: Any, edge: str) -> "SyncRedisQueue | None":
+    """The synchronous reader of ``edge``'s queue that :func:`geoagent.runtime.scope.left_in_plan` and
+    :func:`~geoagent.runtime.scope.answered_in_plan` count a ``[backend] kind = "redis"`` campaign's plan through
+    (:class:`SyncRedisQueue`: its queues live on the server, there is no queue file to read; redispace43); None for
+    a SQLite campaign (they read its queue file). Connects to nothing until a count is asked. Raises
+    :class:`BackendError` like :func:`redis_url`."""
+    url = redis_url(cfg)
+    if url is None:
+        return None
+    return SyncRedisQueue(url, cfg.name, edge, **cfg.queue_options())
+
+
 class SyncRedisQueue:
     """The synchronous look of :class:`geoagent.runtime.sqlite_queue.SQLiteQueue` that ``status`` and ``dead`` use
     (``counts_sync``, ``dead_letters_sync``, ``dead_keys_sync``, ``requeue_dead_sync``, ``close_sync``), for a
@@ -892,6 +904,14 @@ class SyncRedisQueue:
 
     def requeue_dead_sync(self, keys: Sequence[str] | None = None) -> int:
         return self._call(lambda q: q.requeue_dead(keys))
+
+    def count_left_sync(self, entries: Iterable[tuple[str, str]]) -> dict[str, int] | None:
+        """:meth:`geoagent.runtime.redis_queue.RedisStreamsQueue.count_left` (read-only; None: no task was ever put)."""
+        return self._call(lambda q: q.count_left(entries))
+
+    def count_done_sync(self, entries: Iterable[tuple[str, str]]) -> dict[str, int] | None:
+        """:meth:`geoagent.runtime.redis_queue.RedisStreamsQueue.count_done` (read-only; None: no task was ever put)."""
+        return self._call(lambda q: q.count_done(entries))
 
     def hand_back_gone_local_sync(self) -> int:
         """:meth:`geoagent.runtime.redis_queue.RedisStreamsQueue.hand_back_gone_local`: the leases of this machine's

@@ -421,6 +421,22 @@ class WorkQueue(abc.ABC):
         None: this backend cannot tell (the default)."""
         return None
 
+    async def count_left(self, entries: Iterable[tuple[str, str]]) -> dict[str, int] | None:
+        """Per group, how many of ``entries`` (``(group, key)`` pairs, e.g. ``(model, task key)`` of a recorded plan:
+        :func:`geoagent.runtime.scope.left_in_plan`) are still to do here: ready (also waiting out a backoff, or
+        leased under an expired lease) or leased. Every group of ``entries`` gets a count (0 for none); a key the
+        queue does not hold, or holds done or dead (dead-lettered, set aside), counts for nothing. Read only, in
+        chunks (memory: one chunk); each chunk a snapshot. None: this backend cannot tell (the default), or (Redis)
+        no task was ever put on this queue, as the SQLite readers of a missing file
+        (:func:`geoagent.runtime.sqlite_queue.count_left`) answer. redispace43: the engine counts each model's work
+        left (its pacing, the per-model ETA) through it on a Redis campaign, which has no queue file."""
+        return None
+
+    async def count_done(self, entries: Iterable[tuple[str, str]]) -> dict[str, int] | None:
+        """As :meth:`count_left`, counting the tasks of ``entries`` that are done (for the plan edge: the model
+        caller stored their answer; :func:`geoagent.runtime.scope.answered_in_plan`)."""
+        return None
+
     async def reopen_done(self, keys: Sequence[str]) -> int | None:
         """Move each of ``keys`` that is done back to ready, attempts reset to 0 and its payload unchanged, so the
         stage reading this edge handles it again; a compare-and-set per task, atomic per batch: a ready, leased,

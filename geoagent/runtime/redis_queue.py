@@ -197,6 +197,9 @@ KEY_SUFFIXES = (
     "stream", "payload", "state", "attempts", "error", "lease", "entry", "leases", "delayed", "dead", "counts",
     "charges", "killer",
 )
+#: ``HMGET`` calls (of ``put_chunk`` keys each) sent per round trip by the read-only plan counts
+#: (:meth:`RedisStreamsQueue.count_left`, ``count_done``; redispace43)
+COUNT_PIPELINE = 8
 #: suffix of the reply record of one mutating call: ``<prefix>reply:<call token>`` (KEYS[14] of its script)
 REPLY_SUFFIX = "reply:"
 #: suffix of the hash consumer -> JSON {host, boot_id, pid, proc_start} of the process that leased under that name
@@ -1180,6 +1183,48 @@ class RedisStreamsQueue(WorkQueue):
             states = await self._client.hmget(self.prefix + "state", part)
             done += [k for k, st in zip(part, states) if st is not None and _text(st) == "done"]
         return done
+
+    async def count_left(self, entries: Iterable[tuple[str, str]]) -> dict[str, int] | None:
+        """:meth:`WorkQueue.count_left`: the tasks of ``entries`` whose ``state`` is ``ready`` or ``leased`` (an
+        expired lease is still ``leased`` there: left either way), per group; read-only (:meth:`_count_states`).
+        None when no task was ever put on this queue."""
+        return await self._count_states(entries, ("ready", "leased"))
+
+    async def count_done(self, entries: Iterable[tuple[str, str]]) -> dict[str, int] | None:
+        """:meth:`WorkQueue.count_done`: as :meth:`count_left`, the tasks whose ``state`` is ``done``."""
+        return await self._count_states(entries, ("done",))
+
+    async def _count_states(self, entries: Iterable[tuple[str, str]], states: Sequence[str]
+                            ) -> dict[str, int] | None:
+        """Per group of ``entries`` (``(group, key)``), its keys whose ``state`` is one of ``states``: ``HMGET``s of
+        the state hash, ``put_chunk`` keys each, :data:`COUNT_PIPELINE` of them per round trip (a pipeline, no
+        transaction: plain reads, each its own snapshot; memory: one round trip's entries). A plan of a million
+        tasks is about 125 round trips. None when the queue's ``payload`` hash does not exist (no task was ever
+        put; :func:`geoagent.runtime.backend.redis_edges` tells edges apart by the same key).
+
+        Raises
+        ------
+        QueueError
+            The queue is closed.
+        """
+        if self._closed:
+            raise QueueError(f"queue {self.name!r} ({self.prefix}) is closed")
+        if not await self._client.exists(self.prefix + "payload"):
+            return None
+        wanted = {s.encode() for s in states}
+        out: dict[str, int] = {}
+        items = iter(entries)
+        while part := _take(items, self.put_chunk * COUNT_PIPELINE):
+            chunks = [part[i:i + self.put_chunk] for i in range(0, len(part), self.put_chunk)]
+            pipe = self._client.pipeline(transaction=False)
+            for c in chunks:
+                pipe.hmget(self.prefix + "state", [k for _, k in c])
+            for c, got in zip(chunks, await pipe.execute()):
+                for (group, _), st in zip(c, got):
+                    n = out.setdefault(group, 0)
+                    if st is not None and (st if isinstance(st, bytes) else str(st).encode()) in wanted:
+                        out[group] = n + 1
+        return out
 
     async def reopen_done(self, keys: Sequence[str]) -> int:
         """:meth:`WorkQueue.reopen_done`: done tasks of ``keys`` back to ready (attempts 0, payload kept, a fresh

@@ -1420,6 +1420,15 @@ class SQLiteQueue(WorkQueue):
 
         return await self._async(_Op(tx, write=False, inline=False))
 
+    async def count_left(self, entries: Iterable[tuple[str, str]], *, chunk: int = 500) -> dict[str, int]:
+        """:meth:`WorkQueue.count_left`: ready or leased tasks of ``entries`` per group, one read-only query per
+        ``chunk`` keys in one snapshot of the file (as :func:`count_left` reads a file without opening a queue)."""
+        return await self._async(_Op(_count_tx(entries, (READY, LEASED), chunk), write=False, inline=False))
+
+    async def count_done(self, entries: Iterable[tuple[str, str]], *, chunk: int = 500) -> dict[str, int]:
+        """:meth:`WorkQueue.count_done`: as :meth:`count_left`, the done tasks."""
+        return await self._async(_Op(_count_tx(entries, (DONE,), chunk), write=False, inline=False))
+
     async def reopen_done(self, keys: Sequence[str]) -> int:
         """:meth:`WorkQueue.reopen_done`: done tasks of ``keys`` back to ready (attempts 0, payload kept), in one
         transaction; return the number moved.
@@ -1677,6 +1686,14 @@ def count_in_states(root: str | os.PathLike[str], campaign: str, edge: str, entr
     ValueError
         Unsafe ``campaign`` or ``edge``.
     """
+    got = _read_only(root, campaign, edge, _count_tx(entries, states, chunk))
+    return None if got is _MISSING else got
+
+
+def _count_tx(entries: Iterable[tuple[str, str]], states: Sequence[int], chunk: int
+              ) -> Callable[[sqlite3.Connection, float], dict[str, int]]:
+    """The read transaction of :func:`count_in_states` (and :meth:`SQLiteQueue.count_left` / ``count_done``): per
+    group of ``entries``, its keys in one of ``states``, one query per ``chunk`` keys."""
     items = iter(entries)
 
     def tx(conn: sqlite3.Connection, now: float) -> dict[str, int]:
@@ -1695,8 +1712,7 @@ def count_in_states(root: str | os.PathLike[str], campaign: str, edge: str, entr
             for (k,) in rows:
                 out[group_of[k]] += 1
 
-    got = _read_only(root, campaign, edge, tx)
-    return None if got is _MISSING else got
+    return tx
 
 
 def read_payloads(root: str | os.PathLike[str], campaign: str, edge: str, keys: Iterable[str], *,
