@@ -3050,31 +3050,52 @@ def _lane_work(cfg: Any, kind: Any, planned_by_model: Mapping[str, int],
     or leased, per model (:func:`geoagent.runtime.scope.left_in_plan`, one read-only pass over the plan record).
     None (the ETA takes the stage's rate alone) for a plan of one model (no lanes), for a plan edge other than
     ``requests``, for a ``--stages`` process (another process's model caller may finish some of them), and
-    when the record or the queue file cannot be read."""
+    when the record or the queue cannot be read. A Redis campaign counts on the server (redispace43: it had no
+    queue file, so no count: its models were never paced)."""
     if only_stages or kind.plan_edge != C.EDGE_REQUESTS or len(planned_by_model) < 2:
         return None
+    from geoagent.runtime.backend import plan_edge_reader
     from geoagent.runtime.scope import left_in_plan
 
     try:
-        left = left_in_plan(cfg.state_dir(), cfg.queues_root(), cfg.name, C.EDGE_REQUESTS)
-    except (OSError, ValueError, sqlite3.Error):
+        left = left_in_plan(cfg.state_dir(), cfg.queues_root(), cfg.name, C.EDGE_REQUESTS,
+                            queue=plan_edge_reader(cfg, C.EDGE_REQUESTS))
+    except _plan_count_errors(cfg):
         return None
     return {C.STAGE_MODEL_CALLER: dict(left)} if left else None
+
+
+def _plan_count_errors(cfg: Any) -> tuple[type[BaseException], ...]:
+    """What a count over the recorded plan (:func:`_lane_work`, :func:`_answered_by_model`) may raise when the queue
+    cannot be read, and is then done without: a file's errors, and for a Redis campaign also the queue's and
+    redis-py's (redispace43; a server that fails here fails the run's workers next, with their own message)."""
+    from geoagent.runtime.backend import uses_redis
+
+    if not uses_redis(cfg):
+        return (OSError, ValueError, sqlite3.Error)
+    from redis.exceptions import RedisError
+
+    from geoagent.runtime.queue import QueueError
+
+    return (OSError, ValueError, sqlite3.Error, QueueError, RedisError)
 
 
 def _answered_by_model(ctx: StageContext, planned: dict[str, int], cfg: Any = None,
                        plan_edge: str = C.EDGE_REQUESTS) -> dict[str, int]:
     """Answers per planned model to the current plan's requests: the recorded plan's tasks done on the plan
     edge (:func:`geoagent.runtime.scope.answered_in_plan`; answers kept from tasks an earlier plan held are not
-    counted), or {}. Without a record or queue (or ``cfg``): the response store's count, cumulative over runs."""
+    counted), or {}; a Redis campaign's counted on the server (redispace43). Without a record or queue (or
+    ``cfg``): the response store's count, cumulative over runs."""
     if not planned:
         return {}
     if cfg is not None:
+        from geoagent.runtime.backend import plan_edge_reader
         from geoagent.runtime.scope import answered_in_plan
 
         try:
-            got = answered_in_plan(cfg.state_dir(), cfg.queues_root(), cfg.name, plan_edge)
-        except (OSError, ValueError, sqlite3.Error):
+            got = answered_in_plan(cfg.state_dir(), cfg.queues_root(), cfg.name, plan_edge,
+                                   queue=plan_edge_reader(cfg, plan_edge))
+        except _plan_count_errors(cfg):
             got = None
         if got is not None:
             return {name: got.get(name, 0) for name in planned}

@@ -281,9 +281,12 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
             alive = bool(others_alive()) if uses_redis(cfg) and callable(others_alive) else None
     # answers to the current plan's requests only (the recorded plan's tasks done): answers kept from tasks an
     # earlier plan held would overstate a model's share (geoagent.runtime.scope)
+    from geoagent.runtime.backend import plan_edge_reader
     from geoagent.runtime.scope import answered_in_plan
 
-    in_plan = answered_in_plan(cfg.state_dir(), cfg.queues_root(), cfg.name, C.EDGE_REQUESTS)
+    # on Redis counted on the server (redispace43: before, every stored answer, also an earlier plan's)
+    in_plan = answered_in_plan(cfg.state_dir(), cfg.queues_root(), cfg.name, C.EDGE_REQUESTS,
+                               queue=plan_edge_reader(cfg, C.EDGE_REQUESTS))
     if in_plan is not None:
         answered = in_plan
     from geoagent.engine import dead_owner_pids, run_lock_held

@@ -326,30 +326,43 @@ def read_plan_keys(state_dir: str | os.PathLike[str]) -> frozenset[str] | None:
 
 
 def answered_in_plan(state_dir: str | os.PathLike[str], queues_root: str | os.PathLike[str], campaign: str,
-                     edge: str, *, chunk: int = 500) -> dict[str, int] | None:
+                     edge: str, *, chunk: int = 500, queue: Any = None) -> dict[str, int] | None:
     """Per model, how many tasks of the recorded plan are done on the plan edge ``edge`` (answered: the model
-    caller stored their answer), read-only; None without a record or a queue file (callers then fall back to
-    the response store's count)."""
-    from geoagent.runtime.sqlite_queue import count_done
-
+    caller stored their answer, on this machine or any other sharing the queue), read-only; None without a record
+    or a queue (callers then fall back to the response store's count, cumulative over every plan). ``queue``: the
+    edge's reader on a Redis campaign (:func:`geoagent.runtime.backend.plan_edge_reader`, ``count_done_sync``),
+    which has no queue file under ``queues_root`` (redispace43: its shares used to count every stored answer,
+    also those of tasks an earlier plan held); None: the SQLite file is read."""
     entries = iter_plan_entries(state_dir)
     if entries is None:
         return None
+    if queue is not None:
+        return queue.count_done_sync(entries)
+    from geoagent.runtime.sqlite_queue import count_done
+
     return count_done(queues_root, campaign, edge, entries, chunk=chunk)
 
 
 def left_in_plan(state_dir: str | os.PathLike[str], queues_root: str | os.PathLike[str], campaign: str,
-                 edge: str, *, chunk: int = 500) -> dict[str, int] | None:
+                 edge: str, *, chunk: int = 500, queue: Any = None) -> dict[str, int] | None:
     """Per model, how many tasks of the recorded plan are still to do on the plan edge ``edge`` (ready, also
-    waiting for a retry, or leased), read-only; None without a record or a queue file. One pass over the plan
+    waiting for a retry, or leased), read-only; None without a record or a queue. One pass over the plan
     record (chunked: memory one chunk), made once when a run starts: the progress record then counts each
     model's tasks left as the run finishes them (:class:`geoagent.runtime.progress.Progress`, ``lane_work``),
-    so no refresh of ``status`` or of the live display reads the queue per model."""
-    from geoagent.runtime.sqlite_queue import count_left
+    so no refresh of ``status`` or of the live display reads the queue per model. ``queue``: as for
+    :func:`answered_in_plan` (``count_left_sync``; redispace43: a Redis campaign had no count, so no pacing).
 
+    The queue's state is the count, not the stored answers against the plan: a task dead-lettered (or set aside)
+    is no work left, though it has no answer; one done by another process or machine is none either (Redis keeps
+    one state per task for every machine); a task reopened after its result was lost is work left, though its
+    answer is stored."""
     entries = iter_plan_entries(state_dir)
     if entries is None:
         return None
+    if queue is not None:
+        return queue.count_left_sync(entries)
+    from geoagent.runtime.sqlite_queue import count_left
+
     return count_left(queues_root, campaign, edge, entries, chunk=chunk)
 
 
