@@ -46,7 +46,7 @@ thumbnail: :data:`~geoagent.clients.mapillary.THUMB_MAX_BYTES`): refused unread 
 at the cap (without one), at the first attempt and without a retry, the image rejected with the reason. A thumbnail
 host that resolves to no public address on this network (split-horizon DNS: a word on the network, not the image)
 stops the walk at every delivery, the last one included, storing no selection (:class:`ThumbnailHostNotPublic`;
-fixrev42 #5).
+fixrev42 #5); after a few such walks in a row the crawl's fetch stage stops, its sites left queued (crawl43 #1).
 
 Selections are per settings. The images root is shared by every campaign under a state root, so a
 selection record says what made it: ``selection`` holds the site's coordinates and every
@@ -469,20 +469,43 @@ class ThumbnailHostNotPublic(ThumbnailTransferFailed):
     name resolves to depends on the network's DNS (split-horizon DNS, a resolver that rewrites answers), not on the
     image, so it is no verdict on the image: the walk stops there at EVERY delivery, the site's last included, and
     stores no selection (fixrev42 #5: it was rejected as "refused" and the selection without it stored for good).
-    The site's task fails its delivery: delivered again, dead-lettered after ``[queue] max_attempts`` with this
-    message, which names the host and the addresses it resolved to; ``dead --requeue`` once the network resolves it
-    publicly. ``host``: the refused host name (None when not known)."""
+    The site's task fails its delivery and is delivered again. The fetch stage counts such failures per host
+    (:class:`geoagent.crawl.not_public.NotPublicHosts`, which sets ``streak`` and ``streak_id``): once the stage
+    runner's unreachable-host threshold of them came in a row (5), the stage stops asking the Graph API for sites
+    whose thumbnails it could not fetch, leaves its sites queued and gives back the attempts those failures counted
+    (:mod:`geoagent.runtime.worker`, "Unreachable hosts"; crawl43 #1). ``host``: the refused host name (None when
+    not known).
 
-    def __init__(self, site: str, image_id: str, reason: str, downloads: int, host: str | None = None) -> None:
+    To that runner the exception reads as an unreachable request (the attributes of
+    :class:`~geoagent.runtime.http.RetriesExhausted` it looks at: ``unreachable``, ``host``, ``streak``,
+    ``streak_id``, ``last``) once counted; before that (``streak`` 0) as an ordinary failure."""
+
+    def __init__(self, site: str, image_id: str, reason: str, downloads: int, host: str | None = None,
+                 streak: int = 0, streak_id: int = 0) -> None:
         super().__init__(site, image_id, reason, downloads)
         self.host = host
+        #: this failure's place in the host's run of such failures, and that run's id (set by the fetch stage;
+        #: 0: not counted)
+        self.streak, self.streak_id = streak, streak_id
         self.args = (f"site {site}: thumbnail host {host or '(unknown)'} not connected ({reason}); what the name "
                      "resolves to is this network's DNS answer (split-horizon DNS?), not the image's fault: no "
-                     "selection stored, the site is delivered again (dead-lettered after [queue] max_attempts: "
-                     "`dead --requeue` once the name resolves to a public address)",)
+                     "selection stored, the site is delivered again, and the fetch stage stops after a few such "
+                     "failures in a row, its sites left queued: re-run once the name resolves to a public address",)
+
+    @property
+    def unreachable(self) -> bool:
+        """Whether the fetch stage counted it in its host's run (the stage runner's breaker then counts it too)."""
+        return self.streak > 0 and bool(self.host)
+
+    @property
+    def last(self) -> str:
+        """The refusal, as :attr:`~geoagent.runtime.http.RetriesExhausted.last` gives the last failure: its words
+        (``resolves to no public address``) are what :func:`geoagent.runtime.worker.unreachable_cause` reads."""
+        return self.reason
 
     def __reduce__(self) -> Any:
-        return (type(self), (self.site, self.image_id, self.reason, self.downloads, self.host))
+        return (type(self), (self.site, self.image_id, self.reason, self.downloads, self.host, self.streak,
+                             self.streak_id))
 
 
 @dataclass

@@ -105,6 +105,7 @@ from geoagent.crawl import fetcher as fetch_mod
 from geoagent.crawl import image_audit as ia
 from geoagent.crawl.llmcall import AuditorBreaker, answer_kind, metered_generate
 from geoagent.crawl.ladder import RatedCandidate, build_ladder, ladder_draw_version, ladder_file_name, write_ladder_csv
+from geoagent.crawl.not_public import NotPublicHosts
 from geoagent.crawl.referenceability import (
     REF_CITIES_DIR,
     AuditorOutputUnreadable,
@@ -199,6 +200,9 @@ class CrawlServices:
     #: the auditor models whose host refused their key or account (:class:`geoagent.crawl.llmcall.AuditorBreaker`):
     #: the auditor's stage holds its tasks and stops (:meth:`audit_generate`)
     auditors: AuditorBreaker = field(default_factory=AuditorBreaker)
+    #: thumbnail hosts that resolved to no public address, counted in a row per host (crawl43 #1): the failures
+    #: it marks open the fetch stage's unreachable-host breaker (:mod:`geoagent.crawl.not_public`)
+    not_public: NotPublicHosts = field(default_factory=NotPublicHosts)
     #: the auditors' overrun guard (:class:`geoagent.workers.billing.OverrunGuard`): after a call billed above its
     #: reservation, that auditor's later calls of the kind reserve what it showed it can bill
     overrun: OverrunGuard = field(default_factory=OverrunGuard)
@@ -642,8 +646,12 @@ class _CrawlStage(Stage):
 
     def unreachable_hint(self, host: str) -> str | None:
         """The config key whose URL names ``host`` (:func:`crawl_host_hint`), for the stop line of the
-        runner's unreachable-host breaker; None before the stage started or for a host no key names."""
-        return crawl_host_hint(self._crawl_svc, host) if self._crawl_svc is not None else None
+        runner's unreachable-host breaker, or for a thumbnail host that resolved to no public address, the DNS
+        answer to check (:meth:`geoagent.crawl.not_public.NotPublicHosts.hint`); None before the stage started or
+        for a host no key names."""
+        if self._crawl_svc is None:
+            return None
+        return self._crawl_svc.not_public.hint(host) or crawl_host_hint(self._crawl_svc, host)
 
     def host_labels(self) -> dict[str, str]:
         """Readable names of the hosts this run found that no config key names (``{host: label}``, for
@@ -1006,7 +1014,9 @@ class ImageryFetcherStage(_CrawlStage):
         ``crawl_decisions.jsonl`` (``event`` ``"thumbnail_transfer_failed"``), so a CDN that never serves one image
         does not hold the site back for ever. A thumbnail host that resolves to no public address on this network
         (:class:`geoagent.crawl.fetcher.ThumbnailHostNotPublic`: its DNS answer, not the image) fails every delivery,
-        the last one included, so no selection is stored without that image (fixrev42 #5).
+        the last one included, so no selection is stored without that image (fixrev42 #5); such failures are
+        counted per host (:class:`geoagent.crawl.not_public.NotPublicHosts`), and a few in a row stop the stage as
+        an unreachable host does, its sites left queued (crawl43 #1).
         """
         svc = _svc(ctx)
         site = task.payload["site"]
@@ -1033,6 +1043,9 @@ class ImageryFetcherStage(_CrawlStage):
                                                             retry_transient=not last)
                 except fetch_mod.ThumbnailTransferFailed as e:  # nacked: delivered again, nothing stored
                     svc.downloads_this_run += e.downloads
+                    if isinstance(e, fetch_mod.ThumbnailHostNotPublic):
+                        # counted per host: a few in a row stop the stage, not every site's walk (crawl43 #1)
+                        svc.not_public.count(e, svc.http)
                     raise
                 except Exception as e:
                     self._token_gate(svc, e)

@@ -856,6 +856,15 @@ _VOID = float("-inf")  # a rate slot given back unsent (_SlidingWindowThrottler.
 _STREAK_IDS = itertools.count(1)
 
 
+def new_streak_id() -> int:
+    """A fresh id (> 0, unique in the process, increasing) for a run of failures to reach a host that a stage counts
+    itself (the fetch stage's thumbnail hosts that resolve to no public address, :mod:`geoagent.crawl.not_public`),
+    from the same counter as :attr:`RetriesExhausted.streak_id`: the stage runner keeps each host's latest streak by
+    the larger id and refunds the attempts of a streak that opened its breaker (:mod:`geoagent.runtime.worker`,
+    "Refunds"), so the ids of both sources never collide."""
+    return next(_STREAK_IDS)
+
+
 #: the slot-wait listener of the current context (:func:`listen_slot_waits`), or None
 _SLOT_WAIT: contextvars.ContextVar[Callable[[int], None] | None] = contextvars.ContextVar(
     "geoagent_http_slot_wait", default=None)

@@ -594,7 +594,10 @@ PROBE_MAX_S = C.DEFAULT_WATCH_PROBE_MAX_S
 
 def _unreachable_error(exc: BaseException) -> Any:
     """The :class:`~geoagent.runtime.http.RetriesExhausted` with ``unreachable`` behind ``exc`` (itself, or
-    what it was raised from / during, two levels deep; not behind ``raise ... from None``), or None."""
+    what it was raised from / during, two levels deep; not behind ``raise ... from None``), or None. A stage's own
+    exception with the same attributes (``unreachable`` True, ``host``, ``streak``, ``streak_id``, ``last``) counts
+    as one: the fetch stage's thumbnail host that resolved to no public address
+    (:class:`geoagent.crawl.fetcher.ThumbnailHostNotPublic`, counted by :mod:`geoagent.crawl.not_public`)."""
     seen: BaseException | None = exc
     for _ in range(3):
         if seen is None:
@@ -622,8 +625,13 @@ def _charged_streak(exc: BaseException) -> tuple[str, int] | None:
 
 def unreachable_cause(last: str) -> str:
     """A few words for why a host could not be reached, from a ``RetriesExhausted.last`` text:
-    ``"DNS lookup failed"``, ``"connect timeout"``, ``"connection refused"`` or ``"connection failed"``."""
+    ``"DNS lookup failed"``, ``"connect timeout"``, ``"connection refused"`` or ``"connection failed"``; for a name
+    that resolved to no public address (a request limited to public addresses, not connected:
+    :class:`geoagent.runtime.public_net.NotPublicAddress`), ``"no public address in this network's DNS answer"``
+    (crawl43 #1)."""
     low = last.lower()
+    if "resolves to no public address" in low:  # before "dns": the lookup answered, with private addresses only
+        return "no public address in this network's DNS answer"
     if "dns" in low or "name or service not known" in low or "name resolution" in low or "nodename" in low:
         return "DNS lookup failed"
     if low.startswith("timeout") or "timeout" in low:
