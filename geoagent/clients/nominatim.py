@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from geoagent.clients.cache import ResponseCache
+from geoagent.qid import is_qid
 from geoagent.runtime.http import HostPolicy, HttpClient, HttpResponse, host_key
 from geoagent.textfmt import label_text
 
@@ -75,7 +76,10 @@ class NominatimPlace:
     boundingbox : tuple of 4 float or None
         ``(min_lat, max_lat, min_lon, max_lon)`` in degrees (the API's order).
     wikidata : str or None
-        The ``wikidata`` extratag (QID), when extratags were requested and present.
+        The ``wikidata`` extratag, when extratags were requested and it is a Wikidata item id
+        (:func:`geoagent.qid.is_qid` once surrounding whitespace is taken off: ``"Q42"``); None when absent or
+        anything else (OSM tag values are free text: ``"Q1;Q2"``, ``"q42"``, a URL, control characters), so the
+        place counts as one without an item (crawl43 #2; :func:`wikidata_tag`).
     address : dict of str to str
         Address parts, with ``addressdetails=1``.
     """
@@ -159,10 +163,23 @@ def parse_place(obj: Any) -> NominatimPlace | None:
         place_rank=int(rank) if isinstance(rank, (int, float)) else None,
         importance=float(imp) if isinstance(imp, (int, float)) else None,
         boundingbox=bbox,
-        wikidata=str(extratags["wikidata"]) if isinstance(extratags.get("wikidata"), str) else None,
+        wikidata=wikidata_tag(extratags.get("wikidata")),
         address={str(k): label_text(str(v)) for k, v in address.items()},
         names=_names_of(obj.get("namedetails")),
     )
+
+
+def wikidata_tag(value: Any) -> str | None:
+    """The Wikidata item id a place's ``wikidata`` extratag names (``"Q42"``, also with surrounding whitespace, which
+    is taken off), or None: no tag, a value that is no string, or one that is no single item id
+    (:func:`geoagent.qid.is_qid`: ``"Q1;Q2"``, OSM's list form; ``"q42"``; ``"Q042"``; a URL; a value carrying control
+    or bidirectional formatting characters). OSM tag values are free text; this one becomes a located answer's
+    ``qid`` (a scored row's ``extra.qid``) and is compared with item ids, so only an id is taken
+    (crawl43 #2); the place is then one without an item (its ``osm:<type>/<id>`` key stands in)."""
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    return text if is_qid(text) else None
 
 
 #: the ``namedetails`` keys (and ``name:<lang>`` keys) whose values name the object itself, ``;``-separated lists

@@ -279,7 +279,10 @@ ANSWER_COORDINATES = "answer-coordinates"
 #: 15 (session 42, sec42 #3 and fixrev42 #3, #4): the names the geocoder matches and labels with are cleaned of control
 #: and bidirectional formatting characters, whitespace runs one space (:func:`geoagent.textfmt.label_text`): Wikidata
 #: labels, aliases, descriptions and matched texts, Nominatim names, display names, address parts and ``namedetails``.
-GEOCODER_RULES_VERSION = 15
+#: 16 (session 43, crawl43 #2): a Nominatim place's ``wikidata`` tag is its item only when it is a Wikidata item id
+#: (:func:`geoagent.clients.nominatim.wikidata_tag`); any other value (``"Q1;Q2"``, a URL, control characters) is no
+#: tag, so an answer located at such a place records its ``osm:<type>/<id>`` key as ``qid``, not the tag's text.
+GEOCODER_RULES_VERSION = 16
 #: the first version each located answer records (``extra.geocoder_rules`` of a scored row, newuser41 #1): a row
 #: without it was located by an earlier version (or read from a release, which records none)
 GEOCODER_RULES_RECORDED_FROM = 14

@@ -68,6 +68,10 @@ class NominatimFakeState:
     blocked : bool
         The application is blocked (the OSMF's answer to one that broke the usage policy): every request gets the
         403 HTML page, whatever its User-Agent.
+    wikidata_tags : dict of str to any
+        The ``wikidata`` extratag sent for an entry, by the entry's QID, instead of that QID: OSM tag values are
+        free text, so a place may carry ``"Q1;Q2"``, ``"q42"``, a URL, control characters, or (in a broken answer)
+        no string at all (crawl43 #2).
     """
 
     min_interval_s: float = 1.0
@@ -75,6 +79,7 @@ class NominatimFakeState:
     retry_after_s: float | None = None
     requests: list[dict[str, Any]] = field(default_factory=list)
     blocked: bool = False
+    wikidata_tags: dict[str, Any] = field(default_factory=dict)
     _last_arrival: float | None = None
 
     def arrival_gaps_s(self) -> list[float]:
@@ -95,8 +100,10 @@ def _osm_id(qid: str) -> int:
     return int.from_bytes(hashlib.sha256(qid.encode()).digest()[:5], "big")
 
 
-def place_json(entry: GazetteerEntry, *, jsonv2: bool, address: bool, extratags: bool, namedetails: bool) -> dict[str, Any]:
-    """One Nominatim place object for a gazetteer entry (strings for coordinates, as the real API)."""
+def place_json(entry: GazetteerEntry, *, jsonv2: bool, address: bool, extratags: bool, namedetails: bool,
+               wikidata: Any = None) -> dict[str, Any]:
+    """One Nominatim place object for a gazetteer entry (strings for coordinates, as the real API); ``wikidata``:
+    the ``wikidata`` extratag's value when it is not the entry's QID (None: the QID)."""
     osm = _KIND_OSM[entry.kind]
     h = osm["half_deg"]
     name = entry.label_en
@@ -126,7 +133,7 @@ def place_json(entry: GazetteerEntry, *, jsonv2: bool, address: bool, extratags:
         addr["city"] = entry.city
         out["address"] = addr
     if extratags:
-        out["extratags"] = {"wikidata": entry.qid}
+        out["extratags"] = {"wikidata": entry.qid if wikidata is None else wikidata}
     if namedetails:
         nd = {"name": name}
         nd.update({f"name:{lang}": text for lang, text in entry.labels.items()})
@@ -199,7 +206,8 @@ async def _search(request: web.Request) -> web.Response:
     found.sort(key=lambda e: -e.sitelinks)
     flags = {k: params.get(k) in ("1", "true") for k in ("addressdetails", "extratags", "namedetails")}
     body = [
-        place_json(e, jsonv2=fmt == "jsonv2", address=flags["addressdetails"], extratags=flags["extratags"], namedetails=flags["namedetails"])
+        place_json(e, jsonv2=fmt == "jsonv2", address=flags["addressdetails"], extratags=flags["extratags"],
+                   namedetails=flags["namedetails"], wikidata=state.wikidata_tags.get(e.qid))
         for e in found[:limit]
     ]
     return web.json_response(body)
