@@ -70,6 +70,8 @@ class ParsedAnswer:
     confidence_area, confidence_building : float or None
         Confidences in [0, 1] (v1's single ``confidence`` fills both).
     clues : list of str
+        The answer's clues, text items only, each cleaned as a place field (:func:`geoagent.textfmt.label_text`;
+        blank ones dropped).
     evidence : dict or None
         Checklist answers by canonical category (:data:`EVIDENCE_CATEGORIES`), when an ``evidence``
         object was present.
@@ -215,10 +217,10 @@ def _fill(ans: ParsedAnswer, obj: dict[str, Any]) -> None:
     ans.confidence_area = _conf(low.get("confidence_area", conf))
     ans.confidence_building = _conf(low.get("confidence_building", conf))
     clues = low.get("clues")
-    if isinstance(clues, list):  # text items only: a number or NaN is no clue
-        ans.clues = [c for c in clues if isinstance(c, str)]
-    elif isinstance(clues, str):
-        ans.clues = [clues]
+    # text items only (a number or NaN is no clue), cleaned as the place fields are (crawl43 #3): the answer's
+    # text keeps them; a clue of nothing but such characters is none
+    items = clues if isinstance(clues, list) else [clues] if isinstance(clues, str) else []
+    ans.clues = [t for c in items if (t := _text(c))]
     ans.evidence = _evidence(low)
     ans.evidence_slots = evidence_slot_counts(low.get("evidence"))
 
@@ -423,8 +425,21 @@ def _score(obj: dict[str, Any]) -> int:
 #: QLD, TAS and ACT are read as qualifiers ("Sydney, NSW" / "Sydney, New South Wales" is one place); 7 (session 42):
 #: place fields and evidence texts lose control and bidirectional formatting characters, and line breaks, tabs and
 #: runs of spaces are one space (:func:`geoagent.textfmt.label_text`; sec42 #3: ESC, CR and U+202E reached
-#: ``geohint_scored.csv`` and the Wikidata search).
-ANSWER_PARSER_VERSION = 7
+#: ``geohint_scored.csv`` and the Wikidata search); 8 (session 43, crawl43 #3): the finish reason is read, and stored
+#: with the answer (``extra.finish_reason``), cleaned the same way (:func:`finish_reason_text`), so a reason such as
+#: ``"stop\x1b[0m"`` is ``stop`` (a finished answer) where 7 read it as no known reason, and the clues (kept on the
+#: queue with the parsed fields, in no row) are cleaned too.
+ANSWER_PARSER_VERSION = 8
+
+
+def finish_reason_text(value: Any) -> str | None:
+    """A provider's finish reason as GeoHint reads and stores it (``extra.finish_reason``): a string cleaned as a
+    place field is (:func:`geoagent.textfmt.label_text`: no control or bidirectional formatting characters,
+    whitespace runs one space, stripped), None for anything else or a blank one. Providers send ``stop``,
+    ``length``, ``MAX_TOKENS`` ...; a server's reason is text it chose, and it reaches the ``geohint_scored``
+    export and the cut-off counts (crawl43 #3). The response store keeps the reason as the provider sent it, as it
+    keeps the answer's text."""
+    return (label_text(value) or None) if isinstance(value, str) else None
 
 
 def parse_answer(text: str | None, finish_reason: str | None = None) -> ParsedAnswer:
@@ -435,10 +450,11 @@ def parse_answer(text: str | None, finish_reason: str | None = None) -> ParsedAn
     text : str or None
         The model's verbatim answer.
     finish_reason : str or None
-        The provider's finish reason as stored with the answer (None: not recorded). Only a reasoning block the
-        answer opens and never closes depends on it: a finished answer (``stop``, ``end_turn``, ``STOP``:
-        :func:`geoagent.scoring.truncation.is_finished`) is read up to the JSON object it ends with, any other is no
-        answer (:func:`geoagent.llmjson.without_reasoning`; walk39 #4c).
+        The provider's finish reason as stored with the answer (None: not recorded), read as
+        :func:`finish_reason_text` cleans it. Only a reasoning block the answer opens and never closes depends on
+        it: a finished answer (``stop``, ``end_turn``, ``STOP``: :func:`geoagent.scoring.truncation.is_finished`) is
+        read up to the JSON object it ends with, any other is no answer (:func:`geoagent.llmjson.without_reasoning`;
+        walk39 #4c).
 
     Returns
     -------
@@ -452,7 +468,7 @@ def parse_answer(text: str | None, finish_reason: str | None = None) -> ParsedAn
         return ans
     # the answer is read outside the model's reasoning spans (``<think>...</think>``: its drafts are no answer);
     # ``ans.raw`` keeps the text as it came
-    raw = without_reasoning(kept, finished=is_finished(finish_reason))
+    raw = without_reasoning(kept, finished=is_finished(finish_reason_text(finish_reason)))
     if not raw.strip():
         ans.error = "no answer after the model's reasoning (<think> ... </think> or [THINK] ... [/THINK])"
         return ans

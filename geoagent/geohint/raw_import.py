@@ -51,7 +51,7 @@ from geoagent.data.model import ContextLadder
 from geoagent.geohint.aggregate import CHECKLIST_CONDITIONS
 from geoagent.geohint.judged import (image_id_from_path, ladder_index, out_dir_error, parse_context_label,
                                      print_import_notes, release_condition, rescore_parser)
-from geoagent.geohint.parse import ANSWER_PARSER_VERSION, parse_answer
+from geoagent.geohint.parse import ANSWER_PARSER_VERSION, finish_reason_text, parse_answer
 from geoagent.geohint.release_rows import (check_model_name, check_path_site, one_per_request, read_repeat, release_lang,
                                            unreadable_repeat)
 from geoagent.geohint.result import GeoHintResult
@@ -84,10 +84,11 @@ def _text_field(d: Mapping[str, Any], name: str) -> str:
 
 
 def _finish_reason(usage: Any) -> str | None:
+    """The line's ``usage.stop_reason`` (or ``finish_reason``), cleaned as the parser reads and stores it
+    (:func:`geoagent.geohint.parse.finish_reason_text`; crawl43 #3), None when absent or no text."""
     if not isinstance(usage, dict):
         return None
-    v = usage.get("stop_reason", usage.get("finish_reason"))
-    return v if isinstance(v, str) else None
+    return finish_reason_text(usage.get("stop_reason", usage.get("finish_reason")))
 
 
 def _row(d: Mapping[str, Any], path: Path, line: int) -> GeoHintResult:

@@ -43,7 +43,7 @@ from typing import Any
 
 from geoagent import constants as C
 from geoagent.geohint.geocode import ParsedAnswer as Place
-from geoagent.geohint.parse import ANSWER_PARSER_VERSION, ParsedAnswer, parse_answer
+from geoagent.geohint.parse import ANSWER_PARSER_VERSION, ParsedAnswer, finish_reason_text, parse_answer
 from geoagent.geohint.result import GeoHintResult
 from geoagent.runtime.stage import BudgetStop, Held, PermanentFailure
 from geoagent.scoring.truncation import is_no_answer
@@ -111,12 +111,15 @@ def reread(row: Mapping[str, Any], store: Any) -> Reread | None:
         text, from_row = extra["raw"], True
     else:
         return None
-    finish = extra.get("finish_reason")
-    if finish is None and resp is not None:
-        finish = resp.finish_reason
+    stored = extra.get("finish_reason")
+    if stored is None and resp is not None:
+        stored = resp.finish_reason
+    # read and stored cleaned from answer parser 8 on (crawl43 #3); the row's no-answer status was judged on the
+    # reason as it was stored, so a reason that reads otherwise cleaned is no same reading
+    finish = finish_reason_text(stored)
     parsed = parse_answer(text, finish)
     same = (place_of(parsed.to_json()) == place_of(row)
-            and is_no_answer(finish, parsed.ok) == is_no_answer(finish, bool(row.get("parse_ok"))))
+            and is_no_answer(finish, parsed.ok) == is_no_answer(stored, bool(row.get("parse_ok"))))
     return Reread(parsed, finish, text, from_row, same)
 
 
@@ -432,15 +435,15 @@ async def current_payload(payload: Mapping[str, Any], ctx: Any, *, geocoded: boo
         text = resp.text if resp is not None and isinstance(resp.text, str) else None
     if text is None:
         return payload
-    finish = payload.get("finish_reason")
+    finish = finish_reason_text(payload.get("finish_reason"))  # cleaned from answer parser 8 on (crawl43 #3)
     parsed = parse_answer(text, finish)
-    if geocoded and (place_of(parsed.to_json()) != place_of(old)
-                     or is_no_answer(finish, parsed.ok) != is_no_answer(finish, bool(old.get("ok")))):
+    if geocoded and (place_of(parsed.to_json()) != place_of(old) or is_no_answer(finish, parsed.ok)
+                     != is_no_answer(payload.get("finish_reason"), bool(old.get("ok")))):
         return payload
     new = {k: v for k, v in parsed.to_json().items() if k != "raw"}
     if not parsed.ok and "raw" in old:
         new["raw"] = text  # it came with the payload: the only copy on the queue
-    return {**payload, "parsed": new, "parser_version": ANSWER_PARSER_VERSION}
+    return {**payload, "parsed": new, "parser_version": ANSWER_PARSER_VERSION, "finish_reason": finish}
 
 
 __all__ = [

@@ -55,7 +55,7 @@ from geoagent.geohint.aggregate import (CHECKLIST_CONDITIONS, NO_HINT_DISTANCE, 
                                        without_hint_distance)
 from geoagent.geohint.conditions import Condition, PromptBook
 from geoagent.geohint.echo import DEFAULT_ECHO_RULE, check_echo_rule, echo_by_rule
-from geoagent.geohint.parse import ANSWER_PARSER_VERSION, parse_answer
+from geoagent.geohint.parse import ANSWER_PARSER_VERSION, finish_reason_text, parse_answer
 from geoagent.geohint.plan import ModelSpec, PlanSummary, plan_requests
 from geoagent.geohint.reparse import current_payload
 from geoagent.geohint.result import GeoHintResult
@@ -168,7 +168,8 @@ class GeoHintParserStage(Stage):
         text = await response_text(p, ctx)
         if text is None:
             raise PermanentFailure("response payload has neither text nor request_key")
-        parsed = parse_answer(text, p.get("finish_reason"))
+        finish = finish_reason_text(p.get("finish_reason"))  # cleaned as the parsed fields are (crawl43 #3)
+        parsed = parse_answer(text, finish)
         answer = {
             "model": p.get("model"),
             "request_key": p.get("request_key"),
@@ -180,7 +181,7 @@ class GeoHintParserStage(Stage):
             "parser_version": ANSWER_PARSER_VERSION,
             "input_tokens": p.get("input_tokens"),
             "output_tokens": p.get("output_tokens"),
-            "finish_reason": p.get("finish_reason"),
+            "finish_reason": finish,
         }
         return [(task.key, answer)]
 
@@ -245,7 +246,9 @@ def score_located(key: str, payload: Mapping[str, Any], *, echo_rule: str = DEFA
     parsed = payload.get("parsed") if isinstance(payload.get("parsed"), Mapping) else {}
     area, building = parsed.get("area"), parsed.get("building")
     has_ref = bool(meta.get("ref_qid") or meta.get("ref_name"))
-    no_answer = is_no_answer(payload.get("finish_reason"), bool(parsed.get("ok")))
+    # a payload queued by an earlier parser may carry the reason uncleaned: stored and judged cleaned (crawl43 #3)
+    finish = finish_reason_text(payload.get("finish_reason"))
+    no_answer = is_no_answer(finish, bool(parsed.get("ok")))
     echo = None
     by_rule: dict[str, bool] | None = None
     if has_ref and not no_answer:
@@ -298,9 +301,9 @@ def score_located(key: str, payload: Mapping[str, Any], *, echo_rule: str = DEFA
             # an answer queued before the parser left its text out keeps it here; the export fills it in from the
             # response store otherwise (geoagent.runtime.export: extra.raw of every row)
             "raw": parsed.get("raw") if not parsed.get("ok") else None,
-            "finish_reason": payload.get("finish_reason"),
+            "finish_reason": finish,
             **({"echo_rule": echo_rule, "echo_by_rule": by_rule} if by_rule is not None else {}),
-            **({"no_answer": no_answer_reason(payload.get("finish_reason"))} if no_answer else {}),
+            **({"no_answer": no_answer_reason(finish)} if no_answer else {}),
         },
     )
 

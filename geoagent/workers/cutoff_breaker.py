@@ -56,6 +56,7 @@ from geoagent.files import atomic_write_bytes
 from geoagent.runtime.errors import PicklableError
 from geoagent.runtime.stage import Held
 from geoagent.scoring.truncation import OUTPUT_LIMIT_FINISH_REASONS
+from geoagent.textfmt import label_text
 from geoagent.workers.held import HeldTasks
 
 #: answers in a row of one model that came back empty and cut off at the output-token limit that stop it
@@ -254,6 +255,9 @@ class CutOffBreaker(HeldTasks):
         if model in self.opened:
             return self.opened[model]
         empty = empty_cut_off(text, finish_reason)
+        # printed in the run's summary and status, written to the record: the provider's text as data, without
+        # control or bidirectional formatting characters (str.strip() let "length\x1f" count as "length"; crawl43 #3)
+        reason = label_text(str(finish_reason))
         limit = max_output_tokens if isinstance(max_output_tokens, int) and not isinstance(max_output_tokens, bool) \
             else None
         if not empty:
@@ -269,7 +273,7 @@ class CutOffBreaker(HeldTasks):
             self._reload()  # a sibling process may have recorded it meanwhile (one stat)
             if self.on_probation(model, settings):
                 rec = self.recorded[model][settings]  # type: ignore[index]
-                self.opened[model] = CutOff(model, 1, 1, limit, str(finish_reason), key,
+                self.opened[model] = CutOff(model, 1, 1, limit, reason, key,
                                             earlier_at=str(rec.get("opened_at") or "?"))
                 return self.opened[model]
         recent = self._recent.setdefault(model, deque(maxlen=self.window))
@@ -284,11 +288,11 @@ class CutOffBreaker(HeldTasks):
             empty_n, of = in_window, len(recent)
         else:
             return None
-        self.opened[model] = CutOff(model, empty_n, of, limit, str(finish_reason), key)
+        self.opened[model] = CutOff(model, empty_n, of, limit, reason, key)
         if settings is not None:
             opened_at = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
             self.recorded.setdefault(model, {})[settings] = {
-                "max_output_tokens": limit, "key": key, "finish_reason": str(finish_reason), "empty": empty_n,
+                "max_output_tokens": limit, "key": key, "finish_reason": reason, "empty": empty_n,
                 "of": of, "opened_at": opened_at}
             self._write()
         return self.opened[model]
