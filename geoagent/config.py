@@ -178,6 +178,37 @@ def _host_address(hostname: str | None) -> bool | ipaddress.IPv4Address | ipaddr
             return not numeric  # a name with no dot is a LAN name; dotted numbers no resolver reads are no host
 
 
+#: the address blocks of a local server for :func:`is_local_host`: this machine or its LAN, each with the RFC that
+#: reserves it. Named here rather than read from Python's ``ipaddress`` ``is_private``, whose list changed between
+#: patch releases (3.11.7 counts ``192.0.0.0/29`` and ``2001:10::/28``; 3.13 ``192.0.0.0/24`` but 192.0.0.9 and
+#: 192.0.0.10, ``2002::/16`` and ``64:ff9b:1::/48``), so the same config was a paid or a free model by the
+#: interpreter (crawl43 #4). Documentation, benchmarking, reserved and protocol-assignment blocks (RFC 5737, 2544,
+#: 1112, 6890, 3849, 2928), shared CGNAT addresses (RFC 6598), multicast, 6to4 and NAT64 prefixes are no LAN server's:
+#: a model there writes its prices
+LOCAL_NETWORKS: tuple[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str], ...] = tuple(
+    (ipaddress.ip_network(net), why) for net, why in (
+        ("0.0.0.0/8", "this host on this network (RFC 1122 section 3.2.1.3; 0.0.0.0 the unspecified address)"),
+        ("10.0.0.0/8", "private use (RFC 1918)"),
+        ("127.0.0.0/8", "loopback (RFC 1122 section 3.2.1.3)"),
+        ("169.254.0.0/16", "link-local (RFC 3927)"),
+        ("172.16.0.0/12", "private use (RFC 1918)"),
+        ("192.168.0.0/16", "private use (RFC 1918)"),
+        ("::/128", "the unspecified address (RFC 4291 section 2.5.2)"),
+        ("::1/128", "loopback (RFC 4291 section 2.5.3)"),
+        ("fc00::/7", "unique local (RFC 4193)"),
+        ("fe80::/10", "link-local unicast (RFC 4291 section 2.5.6)"),
+    ))
+
+
+def local_address(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether ``ip`` lies in one of :data:`LOCAL_NETWORKS`; an IPv4-mapped IPv6 address (``::ffff:a.b.c.d``, RFC 4291
+    section 2.5.5.2: a dual-stack socket connects to ``a.b.c.d``) is judged by the IPv4 address it carries. The same
+    answer under every Python version (crawl43 #4)."""
+    if ip.version == 6 and (mapped := ipaddress.IPv6Address(ip).ipv4_mapped) is not None:
+        ip = mapped
+    return any(ip in net for net, _ in LOCAL_NETWORKS if net.version == ip.version)
+
+
 @functools.lru_cache(maxsize=256)  # a pure function of the name, asked per call (paid models, key masking)
 def is_local_host(hostname: str | None) -> bool:
     """Whether ``hostname`` (from a URL, no port) names a local server rather than a paid API: the rule for a MODEL's
@@ -186,13 +217,16 @@ def is_local_host(hostname: str | None) -> bool:
 
     Local: ``localhost``, single-label names without a dot (``my-gpu-box``: such a name resolves only on
     the LAN, through the hosts file, a search domain or mDNS, never to a public API), the reserved names of
-    :data:`LOCAL_HOST_SUFFIXES` (``*.invalid`` covers the sandbox fakes, ``*.sandbox.invalid``), loopback
-    addresses (127.0.0.0/8, ::1), private-network and link-local addresses (10/8, 172.16/12, 192.168/16,
-    fc00::/7, fe80::/10: a vLLM or Ollama box on the LAN; Python's ``is_private``, which also holds the
-    documentation and reserved ranges) and the unspecified address. Every other name (``api.openai.com``,
-    ``openrouter.ai``, a public IP) is not, and neither are shared CGNAT addresses (100.64.0.0/10) nor multicast: a
-    paid gateway may sit on a carrier's or a VPN's shared address, so a model there must write its prices (fixrev42
-    #2). A dot-less number (``1753672896``,
+    :data:`LOCAL_HOST_SUFFIXES` (``*.invalid`` covers the sandbox fakes, ``*.sandbox.invalid``), and the addresses of
+    :data:`LOCAL_NETWORKS` (:func:`local_address`): loopback (127.0.0.0/8, ::1), private use and link-local (10/8,
+    172.16/12, 192.168/16, 169.254/16, fc00::/7, fe80::/10: a vLLM or Ollama box on the LAN), 0.0.0.0/8 and the
+    unspecified address, an IPv4-mapped address by the IPv4 address it carries. Every other name
+    (``api.openai.com``, ``openrouter.ai``, a public IP) is not, and neither are shared CGNAT addresses
+    (100.64.0.0/10), the documentation, benchmarking and reserved blocks, multicast, 6to4 or NAT64 addresses: a paid
+    gateway may sit on a carrier's or a VPN's shared address (fixrev42 #2), or on a proxy's fake-IP block
+    (198.18.0.0/15), so a model there must write its prices. The list is the module's own, not Python's
+    ``is_private``, so the answer does not depend on the interpreter's patch release (crawl43 #4). A dot-less number
+    (``1753672896``,
     ``0x68120007``) or dotted numbers in short, octal or hex form (``127.1``, ``0x7f.1``, ``0177.0.0.1``) are
     judged as the IPv4 address the resolver reads in them.
 
@@ -202,7 +236,7 @@ def is_local_host(hostname: str | None) -> bool:
     found = _host_address(hostname)
     if isinstance(found, bool):
         return found
-    return found.is_loopback or found.is_private or found.is_link_local or found.is_unspecified
+    return local_address(found)
 
 
 @functools.lru_cache(maxsize=256)
