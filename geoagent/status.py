@@ -656,6 +656,24 @@ def refresh_cut_text(run: dict[str, Any]) -> str:
             "are an earlier run's until a run ends")
 
 
+#: added to ``last progress (...)`` when its figures are a run's before the one cut short inside its start-up refresh
+#: (fixstatus43 #2: they read "run ended: complete" under the line saying the last run was cut short)
+BEFORE_REFRESH_TEXT = ("; not of the last run, which was cut short inside its start-up refresh and wrote no progress "
+                       "record")
+
+
+def refresh_cut_before(cut: dict[str, Any] | None, record: dict[str, Any]) -> bool:
+    """Whether progress record ``record`` (a merged one: any of its ``processes``) is of a run other than ``cut``, the
+    manifest entry of a start-up refresh cut short (:func:`_refresh_cut_short`), i.e. of a run before it: a run
+    writes its first progress record only once its refresh is done (:func:`geoagent.engine` starts the
+    :class:`~geoagent.runtime.progress.Progress` after it), so the cut run has none (fixstatus43 #2). False for
+    ``cut`` None."""
+    if not cut:
+        return False
+    ids = {str(q.get("run_id")) for q in record.get("processes") or []} or {str(record.get("run_id"))}
+    return str(cut.get("run_id")) not in ids
+
+
 def ready_stored_text(stored: int, queued: int) -> str | None:
     """The ``status`` line of the queued requests that have an answer stored (:func:`_ready_stored`), or None when
     none has."""
@@ -1152,13 +1170,16 @@ def format_status(st: dict[str, Any]) -> str:
         procs = p.get("processes") or []  # a scale-out run's processes (merged record), else []
         n_running = sum(1 for q in procs if q.get("state") == "running")
         outcome = None  # as manifest.json recorded the end of the run these figures are of (read when it ended)
+        # fixstatus43 #2: a run killed inside its start-up refresh wrote no progress record (its pipeline had not
+        # begun), so these figures are a run's before it, not the last run's, whose end the line above names
+        before_refresh = (not earlier and not st.get("running") and refresh_cut_before(st.get("refresh_cut_short"), p))
         if ended:
             outcomes = st.get("run_outcomes") or {}
             outcome = outcomes.get(str(p.get("run_id"))) if not procs else None
             # a newer run ended without a progress record of its own (it failed while starting): these figures
             # are an earlier run's
             older = bool(outcome) and not earlier and str(p.get("run_id")) != list(outcomes)[-1]
-            state, eta = (("of an earlier run, which ended" if older else "run ended")
+            state, eta = (("of an earlier run, which ended" if older or before_refresh else "run ended")
                           + (f": all {len(procs)} processes" if procs else "")
                           + (f": {outcome}, as manifest.json recorded" if outcome else "")), ""
         elif running is False:
@@ -1186,6 +1207,8 @@ def format_status(st: dict[str, Any]) -> str:
         if eta and st.get("redis"):  # the progress records are this machine's; the queue counts the campaign's
             eta += (" [from this machine's rate: processes on other machines are not counted, the queue counts "
                     "are the whole campaign's]")
+        if before_refresh:
+            state += BEFORE_REFRESH_TEXT
         lines.append(f"  last progress ({state}), elapsed {p.get('elapsed_s', 0):.0f} s{eta}")
         # how the run that wrote these figures ended: a scale-out run's record is its processes' (the manifest's
         # newest ended run stands for them); None: the manifest holds no end for it, and when it records the run as
@@ -1209,8 +1232,8 @@ def format_status(st: dict[str, Any]) -> str:
                        else "last error")
         over = ended or running is False  # the figures are as the run left them: no idle time, no live rate
         # running None: no run.lock to tell ("running, or killed before its last record")
-        which = ("last run that did work" if earlier else "last run" if over
-                 else "this run" if running or procs else "this or the last run")
+        which = ("last run that did work" if earlier else "earlier run" if before_refresh
+                 else "last run" if over else "this run" if running or procs else "this or the last run")
         if p.get("stages") and running is False and not ended:
             # no final record: the figures are the last record's, not the run's end
             lines.append(f"    stages, {which} only, as of its last progress record ({_utc(p.get('t'))}): work it "

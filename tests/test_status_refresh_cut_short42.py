@@ -8,6 +8,9 @@ those 52 requests all had stored answers, so the re-run makes no model call. Now
 when its refresh first wrote a row and when it returned (``refresh_began``, ``refresh_done``), ``status`` names a
 refresh cut short, and counts the queued requests that have a stored answer.
 
+fixstatus43 #2: below the "cut short" line, the earlier run's figures read "last progress (run ended: complete, ...)",
+as if the last run had ended complete; they now say they are an earlier run's, not the cut one's (it wrote none).
+
 End to end over the session's sandbox crawl (a real ``run.py`` killed where the re-parse begins, as
 tests/test_end_cut_short41.py kills its runs), and :func:`geoagent.runtime.manifest.refresh_cut_short` over manifest
 entries.
@@ -80,6 +83,11 @@ def test_status_names_a_refresh_a_kill_cut_short_and_the_stored_answers_queued(s
     assert "the next `run.py run CONFIG` finishes that first, before any task" in out
     assert f"all {len(keys)} requests queued have an answer stored: the next run takes those answers (no model call" \
         in out, out
+    # fixstatus43 #2: the figures below are the run's before the cut one (which wrote no progress record); they read
+    # "run ended: complete" under the line saying the last run was cut short
+    assert ("last progress (of an earlier run, which ended: complete, as manifest.json recorded; not of the last run, "
+            "which was cut short inside its start-up refresh and wrote no progress record)") in out, out
+    assert "stages, earlier run only" in out and "last progress (run ended" not in out, out
 
     # the re-run finishes the refresh and takes the stored answers: no call; status has neither line
     assert main(["run", str(p), "--no-live"]) == 0
@@ -90,6 +98,7 @@ def test_status_names_a_refresh_a_kill_cut_short_and_the_stored_answers_queued(s
     assert main(["status", str(p)]) == 0
     out = capsys.readouterr().out
     assert CUT not in out and "have an answer stored" not in out and "campaign complete" in out, out
+    assert "last progress (run ended: complete, as manifest.json recorded)" in out and "not of the last run" not in out
 
 
 def _calls(main, p, capsys) -> int:
