@@ -293,7 +293,9 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
 
     progress_file = Path(cfg.state_dir()) / C.PROGRESS_FILE
     running = run_lock_held(Path(cfg.state_dir()))
-    records = read_processes(progress_file)
+    # fixstatus43 #3: the processes manifest.json records here, so one whose records other processes' pushed out of
+    # the window read is still found
+    records = read_processes(progress_file, known=_local_processes(Path(cfg.state_dir())))
     progress = (_merged(cfg, records, running, queues, dead_owner_pids(Path(cfg.state_dir())))
                 if len(records) > 1 else (records[0] if records else None))
     if len(records) == 1 and running is not False and not records[0].get("finished"):
@@ -579,6 +581,19 @@ def _end_cut_short(state_dir: Path) -> str | None:
     runs = man.get("runs") if isinstance(man, dict) else None
     run = end_cut_short(runs if isinstance(runs, list) else [])
     return str(run.get("status") or "running") if run is not None else None
+
+
+def _local_processes(state_dir: Path) -> list[dict[str, Any]]:
+    """The campaign's processes ``manifest.json`` records on this machine
+    (:func:`geoagent.runtime.manifest.local_run_processes`); ``[]`` without a readable manifest."""
+    from geoagent.runtime.manifest import local_run_processes, read_manifest
+
+    try:
+        man = read_manifest(state_dir) or {}
+    except (OSError, ValueError):
+        return []
+    runs = man.get("runs") if isinstance(man, dict) else None
+    return local_run_processes(runs if isinstance(runs, list) else [])
 
 
 def _refresh_cut_short(state_dir: Path) -> dict[str, Any] | None:

@@ -798,6 +798,27 @@ def stages_run_elsewhere(state_dir: str | os.PathLike[str], all_stages: Sequence
     return out
 
 
+def local_run_processes(runs: Sequence[Any]) -> list[dict[str, Any]]:
+    """The processes of the run entries ``runs`` (a manifest's ``runs``) recorded on this machine (same host name) by
+    ``run``, as :func:`geoagent.runtime.progress.read_processes` ``known`` takes them: ``{"run_id", "started"`` (Unix
+    s), ``"alive"`` (recorded ``running`` and its process still there, :func:`_run_process_gone`), ``"ended"`` (Unix s:
+    start + ``duration_s`` of one that recorded its end; None otherwise)``}``. ``status`` finds with them a process
+    whose progress records lie further back than it reads (fixstatus43 #3); an entry without a run id or a start time
+    is left out."""
+    here, out = socket.gethostname(), []
+    for run in runs:
+        if not isinstance(run, dict) or run.get("host") != here or run.get("command", "run") != "run":
+            continue
+        run_id, started, took = run.get("run_id"), run.get("started_unix"), run.get("duration_s")
+        if not isinstance(run_id, str) or not isinstance(started, (int, float)) or isinstance(started, bool):
+            continue
+        ended = (float(started) + float(took) if run.get("status") != "running" and isinstance(took, (int, float))
+                 and not isinstance(took, bool) else None)
+        out.append({"run_id": run_id, "started": float(started), "ended": ended,
+                    "alive": run.get("status") == "running" and not _run_process_gone(run)})
+    return out
+
+
 #: a run entry's key set while the run writes its final exports and report (:meth:`Manifest.record_writing_end`),
 #: removed once they are written (:meth:`Manifest.stop_run` ``end_written``)
 WRITING_END_KEY = "writing_end_since"

@@ -26,7 +26,8 @@ Rotation: the stream grows by about 1-4 KB a second per running process, idle or
 roughly 300 MB a day). Every :data:`ROTATE_CHECK_TICKS` records a writer looks at its size; from
 :data:`ROTATE_BYTES` on it renames it to ``progress.jsonl.1`` (replacing the one before: :func:`geoagent.files.
 rotate_jsonl`, safe with several writers) and the next record starts a new file, so a campaign keeps at most about
-twice that. The readers here (``status``) read back across both files; ``tail -F`` follows the new file. Older
+twice that. The readers here (``status``) read back across both files, the last :data:`READ_WINDOW_BYTES` of them, and
+further back only for the processes the caller names (:func:`read_processes` ``known``); ``tail -F`` follows the new file. Older
 records are gone after two rotations: ``status`` after a re-run that did nothing names the last run that worked only
 while its records are still there.
 
@@ -841,7 +842,13 @@ def _file_records_backwards(fh: Any, max_bytes: int) -> Iterator[dict[str, Any]]
                 yield rec
 
 
-def read_last_with_work(path: Path, max_bytes: int = 8 * 1024 * 1024) -> dict[str, Any] | None:
+#: how far back from the stream's end (across ``progress.jsonl.1`` too) the readers here look, bytes: a few thousand
+#: records, so ``status`` never reads the whole 128 MiB a rotated stream may hold; processes known to be of the latest
+#: run are looked for further back (:func:`read_processes` ``known``, fixstatus43 #3)
+READ_WINDOW_BYTES = 8 * 1024 * 1024
+
+
+def read_last_with_work(path: Path, max_bytes: int = READ_WINDOW_BYTES) -> dict[str, Any] | None:
     """The last record of a progress stream whose run did some work (:func:`did_work`), searching back at most
     ``max_bytes`` bytes from the end; None if there is none there (for ``status`` after a no-op re-run)."""
     return next((rec for rec in _records_backwards(path, max_bytes) if did_work(rec)), None)
@@ -866,7 +873,7 @@ def record_span(record: Mapping[str, Any]) -> tuple[float, float]:
     return t - elapsed, t
 
 
-def read_runs(path: Path, max_bytes: int = 8 * 1024 * 1024, *, first_only: bool = False) -> list[list[dict[str, Any]]]:
+def read_runs(path: Path, max_bytes: int = READ_WINDOW_BYTES, *, first_only: bool = False) -> list[list[dict[str, Any]]]:
     """The runs of a campaign in its progress stream, newest first: per run, the latest record of each of its
     processes, newest first; ``[]`` for no stream.
 
@@ -879,10 +886,18 @@ def read_runs(path: Path, max_bytes: int = 8 * 1024 * 1024, *, first_only: bool 
     process whose last record lies further back is not found); ``first_only``: only the newest run, searching
     no further than :data:`ORDER_SLACK_S` before the start of its earliest process.
     """
+    return _scan_runs(path, max_bytes, first_only)[0]
+
+
+def _scan_runs(path: Path, max_bytes: int, first_only: bool) -> tuple[list[list[dict[str, Any]]], float | None]:
+    """:func:`read_runs`, and the time (``t``) of the oldest record it read (None: it read none): every record
+    written more than :data:`ORDER_SLACK_S` after that lies in what it read."""
     seen: set[Any] = set()
     runs: list[list[tuple[float, float, dict[str, Any]]]] = []
+    oldest: float | None = None
     for rec in _records_backwards(path, max_bytes):
         started, t = record_span(rec)
+        oldest = float(rec.get("t") or 0.0) if oldest is None else min(oldest, float(rec.get("t") or 0.0))
         if first_only and runs and t < min(s for s, _, _ in runs[0]) - ORDER_SLACK_S:
             break  # no process that ends this early overlaps one of the run
         key = rec.get("run_id") or None
@@ -898,14 +913,116 @@ def read_runs(path: Path, max_bytes: int = 8 * 1024 * 1024, *, first_only: bool 
         else:
             if not (first_only and runs):
                 runs.append([(started, t, rec)])
-    return [[rec for _, _, rec in run] for run in runs]
+    return [[rec for _, _, rec in run] for run in runs], oldest
 
 
-def read_processes(path: Path, max_bytes: int = 8 * 1024 * 1024) -> list[dict[str, Any]]:
+def read_processes(path: Path, max_bytes: int = READ_WINDOW_BYTES, *,
+                   known: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
     """The latest record of each process of a campaign's latest run (:func:`read_runs`), newest first; ``[]``
-    for no stream. A campaign run by one process at a time gives one record, the last (as :func:`read_last`)."""
-    runs = read_runs(path, max_bytes, first_only=True)
-    return runs[0] if runs else []
+    for no stream. A campaign run by one process at a time gives one record, the last (as :func:`read_last`).
+
+    ``known``: the processes of the campaign the caller knows of from elsewhere (``status``: the run entries
+    ``manifest.json`` records on this machine, :func:`geoagent.runtime.manifest.local_run_processes`), each
+    ``{"run_id", "started": Unix s, "alive": bool, "ended": Unix s or None}``. The search back stops after
+    ``max_bytes``, where the other processes' records can bury one that wrote nothing for a while (a stalled
+    process beside a busy one, or one that ended long before them: fixstatus43 #3, which status then left out or
+    showed as the whole run). So each known process that is alive now (so beside the run found, however long ago it
+    last wrote), or that ended while a process of the run found ran (the entry's span overlapping theirs) with its
+    last record past what was read, is looked for in the rest of the stream and its rotated file
+    (:func:`latest_records_of`), and its latest record joins the run, after the others. Only one that started before the oldest record read is looked
+    for (every record of one that started later lies in the window: none there, none at all), so a status call
+    reads past the window only while such a process exists. One whose every record is gone with the rotations is
+    still left out."""
+    runs, oldest = _scan_runs(path, max_bytes, True)
+    found = runs[0] if runs else []
+    if not found or oldest is None:
+        return found
+    have = {r.get("run_id") for r in found}
+    spans = [record_span(r) for r in found]
+    first, last = min(s for s, _ in spans), max(t for _, t in spans)
+    alive, ended_beside = [], []
+    for proc in known:
+        run_id, started, ended = proc.get("run_id"), proc.get("started"), proc.get("ended")
+        if not isinstance(run_id, str) or not run_id or run_id in have or not isinstance(started, (int, float)):
+            continue
+        if started > oldest + ORDER_SLACK_S:
+            continue  # all of its records would lie in the window read: it wrote none yet
+        if proc.get("alive"):  # running now, so beside the run found, however long ago it last wrote
+            alive.append(run_id)
+        elif isinstance(ended, (int, float)) and ended > first and started < last:
+            # its run entry's span overlaps the run's (a run before, ended before this one began, never does)
+            ended_beside.append(run_id)
+    more = latest_records_of(path, alive + ended_beside) if alive or ended_beside else {}
+    # an ended one counts only when its last record lies past what was read: one read there was judged by its span
+    extra = [r for rid, r in more.items() if rid in alive or float(r.get("t") or 0.0) < oldest]
+    return found + sorted(extra, key=lambda r: -record_span(r)[1])
+
+
+def latest_records_of(path: Path, run_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``{run_id: its latest record}`` for the processes ``run_ids`` in a progress stream and its rotated file
+    (searched back from the end, to the first record if need be, stopping once every one is found; one not found is
+    left out). A chunk is parsed only where it holds one of their ``"run_id":"<id>"`` texts (a byte search, as
+    orjson writes the records), so the whole 128 MiB of a rotated stream takes well under a second
+    (fixstatus43 #3)."""
+    needles = {rid: orjson.dumps({"run_id": rid})[1:-1] for rid in dict.fromkeys(run_ids)}
+    out: dict[str, dict[str, Any]] = {}
+    if not needles:
+        return out
+    for data in _chunks_backwards(path):
+        hits = [rid for rid, n in needles.items() if rid not in out and n in data]
+        if not hits:
+            continue
+        for line in reversed(data.split(b"\n")):
+            for rid in hits:
+                if rid in out or needles[rid] not in line:
+                    continue
+                try:
+                    rec = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(rec, dict) and rec.get("run_id") == rid:
+                    out[rid] = rec
+        if len(out) == len(needles):
+            break
+    return out
+
+
+def _chunks_backwards(path: Path, chunk: int = 4 * 1024 * 1024) -> Iterator[bytes]:
+    """Whole lines of a progress stream, then of its rotated file, in chunks of about ``chunk`` bytes from the end
+    back to the start (each chunk's lines in file order; a line split across a chunk boundary comes whole with the
+    earlier chunk). Files opened as :func:`_records_backwards` opens them (a rotation meanwhile: each file once)."""
+    path = Path(path)
+    handles = []
+    try:
+        for part in (path, rotated_jsonl_path(path)):
+            try:
+                fh = part.open("rb")
+            except OSError:
+                continue
+            st = os.fstat(fh.fileno())
+            if any((st.st_dev, st.st_ino) == (s.st_dev, s.st_ino) for _, s in handles):
+                fh.close()
+                continue
+            handles.append((fh, st))
+        for fh, _ in handles:
+            pos, tail = fh.seek(0, 2), b""
+            while pos > 0:
+                start = max(0, pos - chunk)
+                fh.seek(start)
+                data = fh.read(pos - start) + tail
+                pos = start
+                if pos == 0:
+                    yield data
+                    break
+                # the bytes before the first newline may be the end of a line that begins in the earlier chunk
+                tail, sep, body = data.partition(b"\n")
+                if not sep:
+                    tail = data  # no line ends in this chunk: it joins the earlier one
+                    continue
+                yield body
+    finally:
+        for fh, _ in handles:
+            fh.close()
 
 
 def read_last(path: Path) -> dict[str, Any] | None:
