@@ -276,9 +276,9 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
                     if name in spend["by_model"]:
                         spend["by_model"][name].update(gone_usd=m_usd, gone_calls=m_n)
             answered = state.store.count_responses_by_model()
-            ready_stored = _ready_stored(cfg, state.store, queues)
             others_alive = getattr(state.ledger, "others_alive", None)
             alive = bool(others_alive()) if uses_redis(cfg) and callable(others_alive) else None
+            ready_stored = _ready_stored(cfg, state.store, queues, alive)
     # answers to the current plan's requests only (the recorded plan's tasks done): answers kept from tasks an
     # earlier plan held would overstate a model's share (geoagent.runtime.scope)
     from geoagent.runtime.backend import plan_edge_reader
@@ -615,19 +615,29 @@ def _refresh_cut_short(state_dir: Path) -> dict[str, Any] | None:
 READY_STORED_MAX = 20_000
 
 
-def _ready_stored(cfg: Any, store: Any, queues: dict[str, QueueCounts]) -> tuple[int, int] | None:
+def _ready_stored(cfg: Any, store: Any, queues: dict[str, QueueCounts], alive: bool | None) -> tuple[int, int] | None:
     """``(stored, queued)``: of the requests idle in the campaign's ``requests`` queue (ready, or under an expired
     lease), how many have an answer in the response store under their request key (the model caller's lookup:
     :func:`geoagent.workers.model_caller.build_request`), so the next run takes them with no model call
     (upgrade41 #4: after a killed upgrade run, ``status`` showed them as work left to pay for). Only when no process
-    holds the campaign on this machine; None on Redis (the payloads are on the server), with none idle, more than
-    :data:`READY_STORED_MAX`, or a queue that cannot be read."""
+    of the campaign runs: none holds it on this machine, and on Redis none on any machine (``alive``: the ledger's
+    heartbeats, :meth:`geoagent.runtime.redis_state.RedisLedger.others_alive`). None with none idle, more than
+    :data:`READY_STORED_MAX`, or a queue that cannot be read.
+
+    Read only on both backends, and bounded alike (fixstatus43 #1: on Redis it counted nothing): the payloads come
+    from the queue's own snapshot read (SQLite: one query; Redis: the chunked walk of
+    :meth:`geoagent.runtime.redis_queue.RedisStreamsQueue.ready_payloads` and one ``HMGET`` per chunk) and the
+    lookups are batched (``has_many``: on Redis one pipelined round trip per 1,000 keys), so 20,000 queued requests
+    cost a few dozen round trips, not 40,000."""
     from geoagent.engine import run_lock_held
     from geoagent.runtime.backend import uses_redis
 
     idle = queues.get(C.EDGE_REQUESTS)
-    if (uses_redis(cfg) or idle is None or not idle.ready + idle.leased or idle.ready > READY_STORED_MAX
-            or not hasattr(store, "has") or run_lock_held(Path(cfg.state_dir())) is not False):
+    if idle is None or not idle.ready + idle.leased or idle.ready > READY_STORED_MAX or not hasattr(store, "has_many"):
+        return None
+    here = run_lock_held(Path(cfg.state_dir()))
+    # on Redis a machine without the campaign's state folder has no run.lock to ask (None): the heartbeats decide
+    if alive or here or (here is None and not uses_redis(cfg)):
         return None
     path = next((f for f in _queue_files(cfg) if getattr(f, "stem", None) == C.EDGE_REQUESTS), None)
     if path is None:
@@ -645,16 +655,23 @@ def _ready_stored(cfg: Any, store: Any, queues: dict[str, QueueCounts]) -> tuple
         q.close_sync()
     if not payloads:
         return None
-    stored = 0
+    wanted: list[list[str]] = []  # per payload, the keys its answer may be stored under
     for payload in payloads:
         try:
             _, req = build_request(cfg, payload)
         except PermanentFailure:  # a model no longer configured, no prompt: its task fails, nothing stored counts
             continue
         # a placeholder request's answer stored before pixel_source entered the key, as the model caller finds it
-        if store.has(req.key()) or (req.pixel_source is not None and store.has(request_key(
-                req.provider, req.model, req.prompt, req.image_id, req.params))):
-            stored += 1
+        wanted.append([req.key()] + ([request_key(req.provider, req.model, req.prompt, req.image_id, req.params)]
+                                     if req.pixel_source is not None else []))
+    try:
+        found = store.has_many([k for keys in wanted for k in keys])
+    except Exception:  # noqa: BLE001 - a status display shows what it can
+        return None
+    stored, at = 0, 0
+    for keys in wanted:
+        stored += any(found[at:at + len(keys)])
+        at += len(keys)
     return stored, len(payloads)
 
 

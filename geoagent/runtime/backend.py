@@ -902,6 +902,10 @@ class SyncRedisQueue:
     def dead_keys_sync(self, reason_prefix: str = "") -> Any:
         return self._call(lambda q: q.dead_keys(reason_prefix))
 
+    def ready_payloads_sync(self, limit: int) -> list[dict[str, Any]] | None:
+        """:meth:`geoagent.runtime.redis_queue.RedisStreamsQueue.ready_payloads` (``status``, fixstatus43 #1)."""
+        return self._call(lambda q: q.ready_payloads(limit))
+
     def requeue_dead_sync(self, keys: Sequence[str] | None = None) -> int:
         return self._call(lambda q: q.requeue_dead(keys))
 

@@ -1262,6 +1262,27 @@ class RedisStreamsQueue(WorkQueue):
                     break
         return list(out)
 
+    async def ready_payloads(self, limit: int) -> list[dict[str, Any]] | None:
+        """The payloads of the tasks idle now (:meth:`ready_keys`), read only, a snapshot; None when there are more
+        than ``limit`` (the caller looks no further: ``status`` counts the stored answers among them, as
+        :meth:`geoagent.runtime.sqlite_queue.SQLiteQueue.ready_payloads_sync` gives them on SQLite; fixstatus43 #1).
+        The keys come from :meth:`ready_keys`'s chunked walk, the payloads from one ``HMGET`` per ``put_chunk`` keys
+        (https://redis.io/commands/hmget/), so neither blocks the server for long. A payload that is not a JSON object
+        is left out."""
+        keys = await self.ready_keys()
+        if len(keys) > int(limit):
+            return None
+        out: list[dict[str, Any]] = []
+        for i in range(0, len(keys), self.put_chunk):
+            for blob in await self._client.hmget(self.prefix + "payload", keys[i:i + self.put_chunk]):
+                try:
+                    payload = orjson.loads(blob) if blob is not None else None
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(payload, dict):
+                    out.append(payload)
+        return out
+
     async def dead_letter_ready(self, keys: Sequence[str], reason: str) -> list[str]:
         """Send each of ``keys`` still idle to dead with ``reason`` (no attempt counted); one script per
         ``put_chunk`` keys, each a compare-and-set per key that no other command interleaves

@@ -97,7 +97,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -728,6 +728,18 @@ class RedisResponseStore:
     def has(self, key: str) -> bool:
         """Whether a response for request ``key`` is stored."""
         return bool(self.db.client.hexists(self.db.key("resp"), key))
+
+    def has_many(self, keys: Sequence[str], chunk: int = 1000) -> list[bool]:
+        """:meth:`has` of each of ``keys``, in order: one pipelined round trip of ``HEXISTS`` per ``chunk`` keys, no
+        transaction (read only; ``status`` checks thousands of queued requests, fixstatus43 #1)."""
+        out: list[bool] = []
+        keys = list(keys)
+        for i in range(0, len(keys), chunk):
+            pipe = self.db.client.pipeline(transaction=False)
+            for key in keys[i:i + chunk]:
+                pipe.hexists(self.db.key("resp"), key)
+            out.extend(bool(x) for x in pipe.execute())
+        return out
 
     def get(self, key: str) -> ModelResponse | None:
         """The stored response for request ``key``, or None."""

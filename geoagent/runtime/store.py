@@ -17,7 +17,7 @@ import dataclasses
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -160,6 +160,11 @@ class ResponseStore:
     def has(self, key: str) -> bool:
         """Whether a response for request ``key`` is stored."""
         return bool(self.db.read("SELECT 1 FROM responses WHERE key = ?", (key,)))
+
+    def has_many(self, keys: Sequence[str]) -> list[bool]:
+        """:meth:`has` of each of ``keys``, in order (the shape of
+        :meth:`geoagent.runtime.redis_state.RedisResponseStore.has_many`, which batches its round trips)."""
+        return [self.has(k) for k in keys]
 
     def get(self, key: str) -> ModelResponse | None:
         """The stored response for request ``key``, or None."""
