@@ -62,6 +62,8 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from geoagent import constants as C
+# the address rules live in geoagent.addresses; named here too, where callers and tests have long imported them
+from geoagent.addresses import LOCAL_NETWORKS, is_public_address, local_address  # noqa: F401
 from geoagent.paths import home_expanded, safe_name
 from geoagent.runtime.errors import PicklableError
 from geoagent.textfmt import one_line_text
@@ -178,37 +180,6 @@ def _host_address(hostname: str | None) -> bool | ipaddress.IPv4Address | ipaddr
             return not numeric  # a name with no dot is a LAN name; dotted numbers no resolver reads are no host
 
 
-#: the address blocks of a local server for :func:`is_local_host`: this machine or its LAN, each with the RFC that
-#: reserves it. Named here rather than read from Python's ``ipaddress`` ``is_private``, whose list changed between
-#: patch releases (3.11.7 counts ``192.0.0.0/29`` and ``2001:10::/28``; 3.13 ``192.0.0.0/24`` but 192.0.0.9 and
-#: 192.0.0.10, ``2002::/16`` and ``64:ff9b:1::/48``), so the same config was a paid or a free model by the
-#: interpreter (crawl43 #4). Documentation, benchmarking, reserved and protocol-assignment blocks (RFC 5737, 2544,
-#: 1112, 6890, 3849, 2928), shared CGNAT addresses (RFC 6598), multicast, 6to4 and NAT64 prefixes are no LAN server's:
-#: a model there writes its prices
-LOCAL_NETWORKS: tuple[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str], ...] = tuple(
-    (ipaddress.ip_network(net), why) for net, why in (
-        ("0.0.0.0/8", "this host on this network (RFC 1122 section 3.2.1.3; 0.0.0.0 the unspecified address)"),
-        ("10.0.0.0/8", "private use (RFC 1918)"),
-        ("127.0.0.0/8", "loopback (RFC 1122 section 3.2.1.3)"),
-        ("169.254.0.0/16", "link-local (RFC 3927)"),
-        ("172.16.0.0/12", "private use (RFC 1918)"),
-        ("192.168.0.0/16", "private use (RFC 1918)"),
-        ("::/128", "the unspecified address (RFC 4291 section 2.5.2)"),
-        ("::1/128", "loopback (RFC 4291 section 2.5.3)"),
-        ("fc00::/7", "unique local (RFC 4193)"),
-        ("fe80::/10", "link-local unicast (RFC 4291 section 2.5.6)"),
-    ))
-
-
-def local_address(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """Whether ``ip`` lies in one of :data:`LOCAL_NETWORKS`; an IPv4-mapped IPv6 address (``::ffff:a.b.c.d``, RFC 4291
-    section 2.5.5.2: a dual-stack socket connects to ``a.b.c.d``) is judged by the IPv4 address it carries. The same
-    answer under every Python version (crawl43 #4)."""
-    if ip.version == 6 and (mapped := ipaddress.IPv6Address(ip).ipv4_mapped) is not None:
-        ip = mapped
-    return any(ip in net for net, _ in LOCAL_NETWORKS if net.version == ip.version)
-
-
 @functools.lru_cache(maxsize=256)  # a pure function of the name, asked per call (paid models, key masking)
 def is_local_host(hostname: str | None) -> bool:
     """Whether ``hostname`` (from a URL, no port) names a local server rather than a paid API: the rule for a MODEL's
@@ -218,13 +189,13 @@ def is_local_host(hostname: str | None) -> bool:
     Local: ``localhost``, single-label names without a dot (``my-gpu-box``: such a name resolves only on
     the LAN, through the hosts file, a search domain or mDNS, never to a public API), the reserved names of
     :data:`LOCAL_HOST_SUFFIXES` (``*.invalid`` covers the sandbox fakes, ``*.sandbox.invalid``), and the addresses of
-    :data:`LOCAL_NETWORKS` (:func:`local_address`): loopback (127.0.0.0/8, ::1), private use and link-local (10/8,
-    172.16/12, 192.168/16, 169.254/16, fc00::/7, fe80::/10: a vLLM or Ollama box on the LAN), 0.0.0.0/8 and the
-    unspecified address, an IPv4-mapped address by the IPv4 address it carries. Every other name
-    (``api.openai.com``, ``openrouter.ai``, a public IP) is not, and neither are shared CGNAT addresses
+    :data:`geoagent.addresses.LOCAL_NETWORKS` (:func:`~geoagent.addresses.local_address`): loopback (127.0.0.0/8,
+    ::1), private use and link-local (10/8, 172.16/12, 192.168/16, 169.254/16, fc00::/7, fe80::/10: a vLLM or Ollama
+    box on the LAN), 0.0.0.0/8 and the unspecified address, an IPv4-mapped address by the IPv4 address it carries.
+    Every other name (``api.openai.com``, ``openrouter.ai``, a public IP) is not, and neither are shared CGNAT addresses
     (100.64.0.0/10), the documentation, benchmarking and reserved blocks, multicast, 6to4 or NAT64 addresses: a paid
     gateway may sit on a carrier's or a VPN's shared address (fixrev42 #2), or on a proxy's fake-IP block
-    (198.18.0.0/15), so a model there must write its prices. The list is the module's own, not Python's
+    (198.18.0.0/15), so a model there must write its prices. The list is geoagent's own, not Python's
     ``is_private``, so the answer does not depend on the interpreter's patch release (crawl43 #4). A dot-less number
     (``1753672896``,
     ``0x68120007``) or dotted numbers in short, octal or hex form (``127.1``, ``0x7f.1``, ``0177.0.0.1``) are
@@ -242,11 +213,12 @@ def is_local_host(hostname: str | None) -> bool:
 @functools.lru_cache(maxsize=256)
 def is_non_public_host(hostname: str | None) -> bool:
     """Whether ``hostname`` (from a URL, no port) names a host a connection to untrusted URLs must not reach: every
-    name :func:`is_local_host` counts local, and every address that is not public (:func:`is_public_address`):
-    besides loopback, private-network, link-local and unspecified, shared CGNAT addresses (100.64.0.0/10: a
-    Tailscale peer, Alibaba Cloud's metadata service 100.100.100.200; security42 #1), reserved, documentation and
-    multicast ranges, and IPv6 forms carrying such an IPv4 address. The rule for thumbnail URLs and their redirects
-    (:mod:`geoagent.clients.mapillary`) and for whether the Graph API itself is local.
+    name :func:`is_local_host` counts local, and every address that is not public
+    (:func:`geoagent.addresses.is_public_address`): besides loopback, private-network, link-local and unspecified,
+    shared CGNAT addresses (100.64.0.0/10: a Tailscale peer, Alibaba Cloud's metadata service 100.100.100.200;
+    security42 #1), reserved, documentation and multicast ranges, and IPv6 forms carrying such an IPv4 address. The
+    rule for thumbnail URLs and their redirects (:mod:`geoagent.clients.mapillary`) and for whether the Graph API
+    itself is local.
 
     A name is judged by its text only: a public name may still resolve to a private address (where that matters,
     judge the address connected to: :mod:`geoagent.runtime.public_net`).
@@ -255,26 +227,6 @@ def is_non_public_host(hostname: str | None) -> bool:
     if isinstance(found, bool):
         return found
     return not is_public_address(found)
-
-
-#: NAT64's well-known prefix (RFC 6052): ``64:ff9b::a.b.c.d`` reaches the IPv4 address ``a.b.c.d`` through the gateway
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
-
-
-def is_public_address(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """Whether ``ip`` is a public unicast address (Python's ``ipaddress`` ``is_global``, from IANA's special-purpose
-    registries, and not multicast): False for loopback, private, link-local, shared (CGNAT, 100.64.0.0/10: Alibaba
-    Cloud's metadata service is 100.100.100.200; security42 #1), reserved, documentation and unspecified addresses.
-    An IPv6 address carrying an IPv4 one (IPv4-mapped ``::ffff:a.b.c.d``, 6to4, Teredo, NAT64 ``64:ff9b::/96``) is
-    public only when that IPv4 address is too."""
-    if ip.version == 6:
-        v6 = ipaddress.IPv6Address(ip)
-        inner = v6.ipv4_mapped or v6.sixtofour or (v6.teredo[1] if v6.teredo else None)
-        if inner is None and v6 in _NAT64:
-            inner = ipaddress.IPv4Address(int(v6) & 0xFFFFFFFF)
-        if inner is not None and not is_public_address(inner):
-            return False
-    return ip.is_global and not ip.is_multicast
 
 
 class ConfigError(PicklableError, ValueError):

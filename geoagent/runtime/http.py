@@ -1750,7 +1750,7 @@ class HttpClient:
             the reason as its excerpt). The Mapillary client refuses thumbnail redirects to local addresses so.
         public_only : bool, optional
             True: the request and each of its redirects connect to public addresses only
-            (:func:`geoagent.config.is_public_address`), judged on the addresses the names resolve to, at the
+            (:func:`geoagent.addresses.is_public_address`), judged on the addresses the names resolve to, at the
             moment of connecting (:mod:`geoagent.runtime.public_net`; its own connection pool). A host that is, or
             resolves only to, a loopback, private, link-local, CGNAT or other non-public address is not connected:
             :class:`AddressNotPublic` (a redirect to such a literal address too, with or without

@@ -4,7 +4,7 @@ A URL's text says little about where its request goes: a public name (``169.254.
 domain) may resolve to a loopback, private, link-local or CGNAT address, and may resolve to a public one when a
 guard looks and to a private one when the client connects (DNS rebinding). The only address worth judging is the
 one the connection is opened to. :class:`PublicAddressResolver` wraps the connector's resolver and hands the
-connector only public addresses (:func:`geoagent.config.is_public_address`); a name with none is refused with
+connector only public addresses (:func:`geoagent.addresses.is_public_address`); a name with none is refused with
 :class:`NotPublicAddress` before any connection is opened. The HTTP client uses it for the requests that ask for it
 (``public_only``: Mapillary thumbnails, whose URLs the Graph API's answer names): every redirect of such a request
 is resolved by it too. aiohttp skips the resolver for IP literals, so the client judges a literal host by its text
@@ -20,7 +20,7 @@ from typing import Any
 from aiohttp.abc import AbstractResolver
 from aiohttp.resolver import DefaultResolver
 
-from geoagent.config import is_public_address
+from geoagent.addresses import is_public_address
 
 
 class NotPublicAddress(OSError):
@@ -76,7 +76,7 @@ class PublicAddressResolver(AbstractResolver):
         -------
         list of dict
             ``inner``'s answers (aiohttp's ``ResolveResult``: ``hostname``, ``host``, ``port``, ``family``,
-            ``proto``, ``flags``) whose ``host`` is a public address (:func:`geoagent.config.is_public_address`),
+            ``proto``, ``flags``) whose ``host`` is a public address (:func:`geoagent.addresses.is_public_address`),
             in ``inner``'s order.
 
         Raises
