@@ -214,11 +214,14 @@ def is_local_host(hostname: str | None) -> bool:
 def is_non_public_host(hostname: str | None) -> bool:
     """Whether ``hostname`` (from a URL, no port) names a host a connection to untrusted URLs must not reach: every
     name :func:`is_local_host` counts local, and every address that is not public
-    (:func:`geoagent.addresses.is_public_address`): besides loopback, private-network, link-local and unspecified,
-    shared CGNAT addresses (100.64.0.0/10: a Tailscale peer, Alibaba Cloud's metadata service 100.100.100.200;
-    security42 #1), reserved, documentation and multicast ranges, and IPv6 forms carrying such an IPv4 address. The
-    rule for thumbnail URLs and their redirects (:mod:`geoagent.clients.mapillary`) and for whether the Graph API
-    itself is local.
+    (:func:`geoagent.addresses.is_public_address`, by geoagent's own table
+    :data:`~geoagent.addresses.NON_PUBLIC_NETWORKS`, the same under every Python version; fixnet43): besides
+    loopback, private-network, link-local and unspecified, shared CGNAT addresses (100.64.0.0/10: a Tailscale peer,
+    Alibaba Cloud's metadata service 100.100.100.200; security42 #1), protocol-assignment, reserved, documentation,
+    benchmarking and multicast ranges, IPv6 outside 2000::/3, an IPv4-mapped or well-known-prefix NAT64 address
+    carrying such an IPv4 address, and every IPv4-compatible, local-use NAT64, 6to4 or Teredo address. The rule for
+    thumbnail URLs and their redirects (:mod:`geoagent.clients.mapillary`) and for whether the Graph API itself is
+    local.
 
     A name is judged by its text only: a public name may still resolve to a private address (where that matters,
     judge the address connected to: :mod:`geoagent.runtime.public_net`).

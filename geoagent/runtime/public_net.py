@@ -4,7 +4,8 @@ A URL's text says little about where its request goes: a public name (``169.254.
 domain) may resolve to a loopback, private, link-local or CGNAT address, and may resolve to a public one when a
 guard looks and to a private one when the client connects (DNS rebinding). The only address worth judging is the
 one the connection is opened to. :class:`PublicAddressResolver` wraps the connector's resolver and hands the
-connector only public addresses (:func:`geoagent.addresses.is_public_address`); a name with none is refused with
+connector only public addresses (:func:`geoagent.addresses.is_public_address`: geoagent's own table of non-public
+networks, not the interpreter's ``is_global``, fixnet43); a name with none is refused with
 :class:`NotPublicAddress` before any connection is opened. The HTTP client uses it for the requests that ask for it
 (``public_only``: Mapillary thumbnails, whose URLs the Graph API's answer names): every redirect of such a request
 is resolved by it too. aiohttp skips the resolver for IP literals, so the client judges a literal host by its text
