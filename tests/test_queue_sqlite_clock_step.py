@@ -266,9 +266,9 @@ def test_a_version_2_file_is_read_as_it_is_then_migrated_and_keeps_its_tasks_rea
     assert _version_and_counts_rows(path) == (2, [(0, 2), (1, 0), (2, 1), (3, 0)])
     queue = SQLiteQueue(path, clock=clock)  # the first writer migrates (the mark starts at its clock)
     try:
-        assert queue.schema_version == SCHEMA_VERSION == 3
+        assert queue.schema_version == SCHEMA_VERSION == 4
         version, rows = _version_and_counts_rows(path)
-        assert version == 3 and rows[1:] == [(0, 2), (1, 0), (2, 1), (3, 0)] and rows[0][0] < 0
+        assert version == 4 and rows[1:] == [(0, 2), (1, 0), (2, 1), (3, 0)] and rows[0][0] < 0
         clock.now = T0 - STEP_S
         assert queue.counts_sync() == QueueCounts(ready=2, done=1)
         assert [t.key for t in queue.lease_sync(10, 60)] == ["r1", "r2"]

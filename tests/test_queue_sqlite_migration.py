@@ -103,7 +103,7 @@ def test_the_first_writer_migrates_a_version_1_file_and_every_task_survives(tmp_
     async def main():
         q = open_queue(tmp_path, "old", "a", max_attempts=3, backoff_base_s=0.0, backoff_max_s=0.0)
         try:
-            assert q.schema_version == SCHEMA_VERSION == 3
+            assert q.schema_version == SCHEMA_VERSION == 4  # version 4 (walk39 #1) adds the lane column
             assert await q.counts() == OLD_COUNTS
             assert await q.put("d", {}) is False  # still the idempotency record
             got = {t.key: t for t in await q.lease(10, 60)}
@@ -124,11 +124,11 @@ def test_the_first_writer_migrates_a_version_1_file_and_every_task_survives(tmp_
             await q.close()
 
     anyio.run(main)
-    assert _version_and_columns(path) == (3, [*V1_COLUMNS, "charges", "dead_charge"])
+    assert _version_and_columns(path) == (4, [*V1_COLUMNS, "charges", "dead_charge", "lane"])
     # a read-only look at the migrated file works the same, and a writer's reopen changes nothing more
     assert read_counts(tmp_path, "old", "a") == QueueCounts(leased=3, done=1)
     SQLiteQueue(path).close_sync()
-    assert _version_and_columns(path) == (3, [*V1_COLUMNS, "charges", "dead_charge"])
+    assert _version_and_columns(path) == (4, [*V1_COLUMNS, "charges", "dead_charge", "lane"])
 
 
 def test_a_newer_schema_version_is_refused_by_name(tmp_path):

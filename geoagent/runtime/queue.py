@@ -41,6 +41,12 @@ JSON-serialisable ``payload`` (dict). Semantics every backend must honour:
   lease that has expired: held by nobody, the task ``lease`` would hand out next) moves; a task held by a live
   lease, done, dead or unknown is left unchanged, so it is safe while other processes lease from the queue.
   The attempt count is kept.
+* ``lease_lanes(n, visibility_timeout_s, lanes)`` (optional, backends with ``supports_lane_lease``: SQLite) leases
+  like ``lease`` but at most ``lanes[L]`` tasks of each lane ``L`` it names (0: none), in the same order within each
+  lane; tasks of a lane it does not name, or without one, as ``lease`` would. A task's *lane* is its payload's
+  :data:`LANE_FIELD` (``model``) when that is a text, fixed at put. Tasks passed over stay ready where they are:
+  no attempt, no delay, visible to every process. The stage runner asks only for the lanes with room
+  (:mod:`geoagent.runtime.worker`, "Lanes"; walk39 #1).
 * ``extend(tasks, visibility_timeout_s)`` (optional) renews leases still held: each becomes leased for
   ``visibility_timeout_s`` from now; returns the keys whose lease is no longer held (unchanged), or None when
   the backend cannot extend leases (the default). A stage runner calls it while it works on a task
@@ -56,10 +62,14 @@ from __future__ import annotations
 
 import abc
 import re
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+
+#: the payload field whose text value is a task's lane (:meth:`WorkQueue.lease_lanes`): the model caller's lanes are
+#: its models (:meth:`geoagent.workers.model_caller.ModelCaller.lane_of` reads the same field)
+LANE_FIELD = "model"
 
 #: the reason prefix of a task set aside because the current plan no longer holds it
 #: (:meth:`WorkQueue.dead_letter_ready`): not a failure, and ``dead --requeue`` brings it back
@@ -306,6 +316,9 @@ class WorkQueue(abc.ABC):
     name: str
     #: whether ``nack`` records charge ids and ``refund_attempts`` takes refunds by charge ids (:class:`Refund`)
     supports_charges: bool = False
+    #: whether :meth:`lease_lanes` leases by lane (walk39 #1); False: it returns None and the caller leases with
+    #: :meth:`lease` (the Redis backend: one stream holds every lane)
+    supports_lane_lease: bool = False
 
     @abc.abstractmethod
     async def put(self, key: str, payload: dict[str, Any]) -> bool:
@@ -345,6 +358,21 @@ class WorkQueue(abc.ABC):
         ``delay_s`` (seconds, >= 0): the tasks are not leased again before that long from now (a backoff with
         no attempt counted; the stage runner's deferral of a task whose lane is full, :mod:`geoagent.runtime.worker`,
         "Lanes"). 0 (default): leasable at once. Raises ``ValueError`` for a negative ``delay_s``."""
+
+    async def lease_lanes(self, n: int, visibility_timeout_s: float, lanes: Mapping[str, int]) -> list[Task] | None:
+        """Lease up to ``n`` tasks as :meth:`lease` does (expired leases first, then ready tasks in lease order), but
+        at most ``lanes[L]`` of each lane ``L`` named in ``lanes`` (0 or less: none of it); tasks of a lane not named,
+        or without a lane, are leased as :meth:`lease` would. A task's lane is its payload's :data:`LANE_FIELD` when
+        a text. The tasks passed over are not touched: they stay ready in their place (no attempt counted, no delay),
+        for this caller's next lease or another process's. Returned in lease order. None: this backend cannot lease
+        by lane (the default; see :attr:`supports_lane_lease`).
+
+        Raises
+        ------
+        ValueError
+            ``visibility_timeout_s`` not > 0.
+        """
+        return None
 
     async def extend(self, tasks: Sequence[Task], visibility_timeout_s: float) -> list[str] | None:
         """Renew the leases of ``tasks`` for ``visibility_timeout_s`` seconds from now (module docstring); return

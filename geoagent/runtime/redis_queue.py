@@ -991,7 +991,7 @@ class RedisStreamsQueue(WorkQueue):
         while chunk := _take(iterator, self.put_chunk):
             args: list[Any] = []
             for key, payload in chunk:
-                args.extend(_encode(key, payload))
+                args.extend(_encode(key, payload)[:2])  # key and payload: no lane kept here (no lane lease)
             added += int(await self._once(self._put_script, *args))
         return added
 
