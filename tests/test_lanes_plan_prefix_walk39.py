@@ -1,4 +1,4 @@
-"""A stopped multi-model run should hold about a prefix of each model's plan (walk39 #1, not fixed yet).
+"""A stopped multi-model run holds a prefix of each model's plan, but for the calls in flight at the stop (walk39 #1).
 
 A GeoHint plan queues an image's baseline unit before its reference points, so a run stopped at the budget cap with
 one model holds the no-context answer of every context answer it holds (the paired comparisons). With several
@@ -16,15 +16,19 @@ ones sit out their deferral.
 Parking such tasks in the runner, still leased (tried in session 41: two models 0 to 4 of 58), was taken back: a
 crash then charged every parked task an attempt (five crashes dead-lettered the parked backlog), a parked task
 whose lease expired was still handled, and parked tasks were hidden from other processes (a paced scale-out could
-hang). The second test is a strict xfail until the runner keeps each lane's order without those costs.
+hang).
+Fixed in session 43 by leasing by lane in the queue (:meth:`geoagent.runtime.queue.WorkQueue.lease_lanes`; SQLite
+keeps each task's lane, its payload's ``model``, in a column of its own, schema version 4): the runner asks only for
+tasks of the lanes with room and not ahead, so a full lane's tasks stay ready in plan order, untouched (no attempt,
+visible to every process, nothing deferred). Measured after the fix: two models 0 of 59-60 context answers without
+their baseline in five runs. Redis keeps one stream for every lane and still defers (docs/scale-out.md): this test
+runs on SQLite, the default.
 
 End to end: GeoHint campaigns on the sandbox's OpenAI-compatible fake with prices and a cap that stops them after
 a few dozen calls per model; the stored answers' task keys tell each model's baselines and context answers.
 """
 
 from __future__ import annotations
-
-import pytest
 
 from geoagent.cli import main
 from geoagent.config import load_config
@@ -97,10 +101,16 @@ def test_one_model_stopped_at_the_cap_keeps_its_pairs(tmp_path, release_dir, cap
     assert unpaired <= 4, (unpaired, context)
 
 
-@pytest.mark.xfail(strict=True, reason="walk39 #1 not fixed: lanes defer tasks behind the ready ones and the lease "
-                                       "loop walks on, so a stopped multi-model run is not a prefix per model")
 def test_two_models_stopped_at_the_cap_keep_their_pairs(tmp_path, release_dir, capsys):
     context, unpaired = _unpaired(tmp_path, release_dir, capsys, ("a", "c"), 0.12)
     assert context >= 20, context
-    # as nearly as concurrency allows: the calls in flight at the stop (4 per model) may leave a few unpaired
+    # each model's calls are leased in plan order, so only the calls in flight at the stop (at most each model's
+    # concurrency, 4, so 8) can leave a context answer without its baseline; five runs after the fix: 0 each time
     assert unpaired <= 8, (unpaired, context)
+
+
+def test_three_models_stopped_at_the_cap_keep_their_pairs(tmp_path, release_dir, capsys):
+    """Three models (before the fix: 173 of 201 context answers without their baseline)."""
+    context, unpaired = _unpaired(tmp_path, release_dir, capsys, ("a", "b", "c"), 0.18)
+    assert context >= 30, context
+    assert unpaired <= 12, (unpaired, context)  # in flight at the stop: at most 4 per model

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import anyio
 import orjson
+import pytest
 
 from geoagent.config import load_config
 from geoagent.runtime.daemon import open_edge_queues, run_pipeline
@@ -153,6 +154,24 @@ class _Paced(Stage):
         return []
 
 
+class _QueuePaced(_Paced):
+    """:class:`_Paced` whose lanes are the queue's own (a task's payload ``model``, as the model caller's), so the runner
+    leases by lane on SQLite (walk39 #1): the dry-lane rule and the safety net then count the leases that asked for a
+    lane's tasks and found none ready."""
+
+    queue_lanes = True
+
+    def lane_of(self, task):
+        return task.payload.get("model")
+
+
+def _stage_and_items(by_lane: bool, lanes, n_a: int, n_b: int):
+    stage = (_QueuePaced if by_lane else _Paced)(lanes)
+    items = ([(f"a{i}", {"lane": "a", "model": "a"}) for i in range(n_a)]
+             + [(f"b{i}", {"lane": "b", "model": "b"}) for i in range(n_b)])
+    return stage, items
+
+
 def _drain(tmp_path, stage: Stage, items, limit_s: float):
     async def main():
         queues = open_edge_queues(tmp_path / "q", "t", [stage])
@@ -168,19 +187,20 @@ def _drain(tmp_path, stage: Stage, items, limit_s: float):
     return anyio.run(main)
 
 
-def test_a_lane_with_no_task_left_in_the_queue_paces_nobody(tmp_path):
+@pytest.mark.parametrize("by_lane", [False, True], ids=["deferring", "leasing-by-lane"])
+def test_a_lane_with_no_task_left_in_the_queue_paces_nobody(tmp_path, by_lane):
     """In one process: lane a's work says 20 but the queue holds 2 of its tasks (the other 18 done elsewhere), lane
     b's 20 are all there. b used to stop at a's share plus its slack (2/20 + 2/20: 4 tasks) and wait for ever; now a
     runs dry once the queue has none of its tasks ready, and b runs through in well under a second or two."""
-    stage = _Paced({"a": Lane(cap=2, work=20), "b": Lane(cap=2, work=20)})
-    items = [(f"a{i}", {"lane": "a"}) for i in range(2)] + [(f"b{i}", {"lane": "b"}) for i in range(20)]
+    stage, items = _stage_and_items(by_lane, {"a": Lane(cap=2, work=20), "b": Lane(cap=2, work=20)}, 2, 20)
     counts, took = _drain(tmp_path, stage, items, limit_s=20.0)
     assert stage.done == Counter({"a": 2, "b": 20}), stage.done
     assert (counts.ready, counts.leased, counts.done) == (0, 0, 22), counts
     assert took < 10.0, took
 
 
-def test_pacing_is_dropped_after_paced_deferrals_alone_for_a_while(tmp_path, monkeypatch, caplog):
+@pytest.mark.parametrize("by_lane", [False, True], ids=["deferring", "leasing-by-lane"])
+def test_pacing_is_dropped_after_paced_deferrals_alone_for_a_while(tmp_path, monkeypatch, caplog, by_lane):
     """The safety net, with the dry-lane rule blinded (:data:`~geoagent.runtime.worker.DRY_WALKS` out of reach) and
     :data:`~geoagent.runtime.worker.PACE_STUCK_S` at 1.5 s: the same queue as above. b stops at 4 tasks, every lease
     then finds only b's tasks held back by pacing with nothing in hand; 1.5 s later the runner turns pacing off, says
@@ -191,8 +211,7 @@ def test_pacing_is_dropped_after_paced_deferrals_alone_for_a_while(tmp_path, mon
 
     monkeypatch.setattr(worker, "DRY_WALKS", 10**9)
     monkeypatch.setattr(worker, "PACE_STUCK_S", 1.5)
-    stage = _Paced({"a": Lane(cap=2, work=20), "b": Lane(cap=2, work=20)})
-    items = [(f"a{i}", {"lane": "a"}) for i in range(2)] + [(f"b{i}", {"lane": "b"}) for i in range(20)]
+    stage, items = _stage_and_items(by_lane, {"a": Lane(cap=2, work=20), "b": Lane(cap=2, work=20)}, 2, 20)
     with caplog.at_level(logging.WARNING, logger="geoagent.runtime.worker"):
         counts, took = _drain(tmp_path, stage, items, limit_s=20.0)
     assert stage.done == Counter({"a": 2, "b": 20}), stage.done

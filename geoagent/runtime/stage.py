@@ -146,6 +146,12 @@ class Stage(abc.ABC):
     #: False: the stage sends no HTTP request (parsers, scorers, aggregators), so no configured rate paces it
     #: (:meth:`pace_keys` is empty); True (default): :meth:`pace_keys` says which keys pace it
     sends_http: bool = True
+    #: True: :meth:`lane_of` is the queue's own lane of a task (its payload's
+    #: :data:`~geoagent.runtime.queue.LANE_FIELD` text, the model caller's model), so on a queue that leases by lane
+    #: (:attr:`~geoagent.runtime.queue.WorkQueue.supports_lane_lease`) the runner leases only tasks of lanes with room
+    #: and a full lane's tasks stay queued in their place (:mod:`geoagent.runtime.worker`, "Lanes"; walk39 #1).
+    #: False (default): a full lane's tasks are leased and deferred
+    queue_lanes: bool = False
 
     def runner_mode(self, *, watch: bool, probe_after_s: float, probe_max_s: float) -> None:  # noqa: B027
         """Called once by the runner before :meth:`start`: whether it runs the stage in watch mode (``watch``:

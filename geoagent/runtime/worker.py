@@ -175,6 +175,20 @@ A crash leaves deferred tasks ready (at most :data:`DEFER_MAX_S` late); a stop o
 them. The half-open probe counts in its lane but is never deferred. Batched stages have no lanes. A stage without
 lanes (every stage but a multi-model model caller) runs exactly as before: no per-task cost.
 
+Leasing by lane (walk39 #1). Deferral scatters each lane's work: a deferred task goes behind the tasks ready then
+while the lease loop walks on through the plan, so a run stopped at the budget cap held each model's answers spread
+over a stretch of the plan many times their number (GeoHint: 96 of 128 context answers of two models without their
+image's baseline). Where the stage's lanes are the queue's own (:attr:`Stage.queue_lanes`: the model caller, whose
+lane is the payload's ``model``) and the queue leases by lane (:attr:`WorkQueue.supports_lane_lease`: SQLite, not
+Redis), the lease loop asks instead for at most each lane's quota (:meth:`StageRunner._lane_quota`: its room, and
+under pacing no more tasks than keep it from running ahead, task by task as above) with
+:meth:`WorkQueue.lease_lanes`: a full or paced lane's tasks stay ready in their place, untouched (no attempt, no
+delay, visible to every other process; a crash changes nothing for them), and each lane is leased in plan order. A
+task of a lane the stage does not name, or without one, is leased as before. While every lane is full or held back
+the loop waits for a task to end (at most ``poll_s``) before it leases again. Nothing is deferred then
+(``deferred`` stays 0) and pacing defers nothing either; a lane is dry (below) after more than :data:`DRY_WALKS`
+leases in a row that asked for its tasks and found fewer than asked (none ready), the other dry conditions alike.
+
 Pacing. Lanes with room alone would let each model run at its own limits, so a model with fewer planned tasks
 (a ``sampling_rate`` below 1) or a faster host ran far ahead through its share of the plan: a budget stop found it
 81 % done beside another model 16 % done, with few items answered by both (walk32 #4), and a cap meant for an
@@ -907,6 +921,11 @@ class StageRunner:
         self._lane_seen: dict[str, int] = {}
         self._lane_seen_at: dict[str, float] = {}  # per lane, when (monotonic s) a task of it was last leased
         self._stuck_since: float | None = None
+        #: leasing by lane (module docstring, "Lanes"; walk39 #1): whether the lease loop asks the queue for tasks of
+        #: the lanes with room only, and per lane the leases in a row that asked for some of its tasks and found fewer
+        #: (none ready to take: with pacing, a lane runs dry after more than DRY_WALKS of them)
+        self._lane_lease = False
+        self._lane_short: dict[str, int] = {}
         self._last_commit = time.monotonic()
         self._commit_lock = anyio.Lock()
         self.flush_interval_s = flush_interval_s
@@ -966,6 +985,10 @@ class StageRunner:
             # or deferred a lane's tasks must not find that lane dry after its first empty poll
             self._lane_seen_at = dict.fromkeys(lanes, time.monotonic())
             self._pacing = any(spec.work for spec in lanes.values())
+            # lease by lane where the queue can and the stage's lanes are the queue's (module docstring, "Lanes")
+            self._lane_lease = bool(getattr(self.stage, "queue_lanes", False)
+                                    and getattr(self.inq, "supports_lane_lease", False))
+            self._lane_short = dict.fromkeys(lanes, 0)
         send, recv = anyio.create_memory_object_stream[Task](math.inf)
         try:
             async with anyio.create_task_group() as tg:
@@ -1122,13 +1145,21 @@ class StageRunner:
                 continue
             # after a lease that deferred tasks of full lanes, lease whole batches to get past them quickly
             n = self.stage.lease_batch if walks else min(free, self.stage.lease_batch)
-            tasks = await self.inq.lease(n, self.visibility_timeout_s)
+            if self._lane_lease:  # only tasks of lanes with room; the others stay queued in place (walk39 #1)
+                quota, held_back = await self._lane_quota()
+                if self._stop.is_set() or self._budget.is_set():
+                    continue  # stopped while every lane was full
+                tasks = await self.inq.lease_lanes(n, self.visibility_timeout_s, quota)
+                if self._pacing:
+                    self._lane_asked(quota, tasks, n, held_back)
+            else:
+                tasks = await self.inq.lease(n, self.visibility_timeout_s)
             if tasks and not (tasks := self._relet(tasks)):
                 continue  # only tasks this runner is still on, leased again: lease on
             if not tasks:
                 walks = 0
-                if self._pacing:  # nothing to lease: a lane with nothing here is dry (module docstring, "Lanes")
-                    self._walk_end()
+                if self._pacing and not self._lane_lease:  # nothing to lease: a lane with nothing here is dry
+                    self._walk_end()  # (module docstring, "Lanes")
                 if await self._input_exhausted():
                     # tasks it holds (held tasks, module docstring) go back to the input at its end: this
                     # process's own work, not "queued by another process" after the drain
@@ -1139,7 +1170,7 @@ class StageRunner:
                 continue
             if lanes:
                 n = len(tasks)
-                if self._pacing:
+                if self._pacing and not self._lane_lease:
                     await self._walk_step(n)
                 tasks = await self._admit(tasks)
                 walks = 0 if len(tasks) == n else walks + 1
@@ -1285,6 +1316,7 @@ class StageRunner:
         later: dict[float, list[Task]] = {}
         now = time.monotonic()
         pacing, seen, walk = self._pacing, self._lane_seen, self._walk
+        by_lane = self._lane_lease
         paced = False
         for task in tasks:
             lane = self.stage.lane_of(task)
@@ -1295,7 +1327,8 @@ class StageRunner:
             if pacing:
                 seen[lane] = walk  # met in this walk of the queue: not dry
                 self._lane_seen_at[lane] = now  # ... nor for DRY_MIN_S s (review42b #1)
-            if busy[lane] < spec.cap and not (pacing and spec.work and self._ahead(lane, spec)):
+            # leased by lane, the quota already kept the lane from running ahead (_lane_quota)
+            if busy[lane] < spec.cap and not (pacing and spec.work and not by_lane and self._ahead(lane, spec)):
                 busy[lane] += 1
                 if task.attempts and self._lane_retrying.get(lane):  # a retry back from its backoff
                     self._lane_retrying[lane] -= 1
@@ -1314,11 +1347,59 @@ class StageRunner:
         for delay, group in later.items():
             await self._safe(self.inq.release(group, delay_s=delay))
             self.stats.deferred += len(group)
-        if pacing:
+        if pacing and not by_lane:  # leased by lane: _lane_asked did both
             if self.stats.lane_dry:  # a dry lane met again is not dry
                 self.stats.lane_dry = frozenset(k for k in self.stats.lane_dry if seen.get(k) != walk)
             self._pace_stuck(now, admitted, paced)
         return admitted
+
+    async def _lane_quota(self) -> tuple[dict[str, int], bool]:
+        """Leasing by lane (module docstring, "Lanes"; walk39 #1): per lane, how many of its tasks the next lease may
+        take (its room: cap less the tasks in hand; with pacing, no more than keep it from running ahead of the
+        lowest share among the other lanes: :func:`pace_ahead`, task by task as :meth:`_admit` would), and whether
+        pacing held back a lane that had room. Every lane full or held back: waits up to ``poll_s`` for a task to
+        end first (a lane frees a slot), so the loop does not poll the queue for nothing."""
+        quota, held_back = self._quota_now()
+        if not any(quota.values()):
+            self._lane_room.clear()
+            with anyio.move_on_after(self.poll_s):
+                await self._lane_room.wait()
+            quota, held_back = self._quota_now()
+        return quota, held_back
+
+    def _quota_now(self) -> tuple[dict[str, int], bool]:
+        """:meth:`_lane_quota` as things are now."""
+        quota: dict[str, int] = {}
+        held_back = False
+        now = time.monotonic()
+        for lane, spec in (self._lanes or {}).items():
+            k = max(0, spec.cap - self._lane_busy.get(lane, 0))
+            if k and self._pacing and spec.work:
+                low = self._lowest_other(lane, now)
+                if low != math.inf:
+                    taken, room = self._taken(lane), k
+                    k = 0
+                    while k < room and not pace_ahead(taken + k, spec.work, spec.cap, low):
+                        k += 1
+                    held_back = held_back or k == 0
+            quota[lane] = k
+        return quota, held_back
+
+    def _lane_asked(self, quota: Mapping[str, int], tasks: Sequence[Task], n: int, held_back: bool) -> None:
+        """After a lease by lane with pacing on (module docstring, "Lanes", dry lanes): a lane asked for tasks that
+        got fewer, in a lease not cut at ``n``, had none more ready to take; a lane that got one was met. Updates
+        ``stats.lane_dry`` and the safety net (``held_back``: pacing held back a lane with room)."""
+        now = time.monotonic()
+        got = Counter(self.stage.lane_of(t) for t in tasks)
+        short = self._lane_short
+        for lane, k in quota.items():
+            if got.get(lane):
+                short[lane] = 0
+                self._lane_seen_at[lane] = now
+            elif k > 0 and len(tasks) < n:
+                short[lane] = short.get(lane, 0) + 1
+        self.stats.lane_dry = frozenset(k for k, v in (self._lanes or {}).items() if v.work and self._dry(k, now))
+        self._pace_stuck(now, list(tasks), held_back)
 
     def _pace_stuck(self, now: float, admitted: list[Task], paced: bool) -> None:
         """The safety net of pacing (module docstring, "Lanes"; fixpace42 #1): after :data:`PACE_STUCK_S` s in which
@@ -1377,8 +1458,9 @@ class StageRunner:
         a second while another process defers the lane's tasks for a moment). Its tasks left, if any, are leased by
         another process or wait out a delay set elsewhere: this runner cannot take them, so the lane paces no
         other."""
+        walks = self._lane_short.get(lane, 0) if self._lane_lease else self._walk - self._lane_seen.get(lane, -1)
         return (not self._lane_busy.get(lane) and self._retries_settled(lane, now)  # review42b #4: its own retries
-                and self._walk - self._lane_seen.get(lane, -1) > DRY_WALKS
+                and walks > DRY_WALKS
                 and now - self._lane_seen_at.get(lane, -math.inf) >= DRY_MIN_S
                 and now >= self._lane_next.get(lane, 0.0) + DEFER_STEP_S
                 and now - self._paced_at.get(lane, -math.inf) >= PACED_DEFER_S + DEFER_STEP_S)
@@ -1417,9 +1499,14 @@ class StageRunner:
         """Whether a paced ``lane`` is ahead of the other paced lanes that still have work and can run
         (:func:`pace_ahead`); a lane whose tasks were deferred by pacing less than :data:`PACED_DEFER_S` ago and
         that has none in hand cannot run until they come back, so it holds no one back meanwhile."""
+        low = self._lowest_other(lane, time.monotonic())
+        return low != math.inf and pace_ahead(self._taken(lane), spec.work, spec.cap, low)
+
+    def _lowest_other(self, lane: str, now: float) -> float:
+        """The lowest share of its work among the paced lanes other than ``lane`` that still have work and can run
+        (:meth:`_ahead`); ``math.inf`` when there is none."""
         low = math.inf
         busy, paced_at = self._lane_busy, self._paced_at
-        now = time.monotonic()
         for other, o in (self._lanes or {}).items():
             if other == lane or not o.work:
                 continue
@@ -1430,7 +1517,7 @@ class StageRunner:
             share = self._taken(other) / o.work
             if share < 1.0 and share < low and self.stage.lane_open(other):
                 low = share
-        return low != math.inf and pace_ahead(self._taken(lane), spec.work, spec.cap, low)
+        return low
 
     async def _input_exhausted(self) -> bool:
         if not self.burst:

@@ -252,7 +252,7 @@ from geoagent.runtime.http import (
 )
 from geoagent.runtime.errors import PicklableError
 from geoagent.runtime.ledger import BudgetExhausted, with_worst_tokens
-from geoagent.runtime.queue import Task
+from geoagent.runtime.queue import LANE_FIELD, Task
 from geoagent.runtime.stage import (Abandoned, BudgetStop, Held, Lane, Message, Missing, PermanentFailure, Stage,
                                     StageContext)
 from geoagent.runtime.worker import PAUSED_BY_HOST, PROBE_AFTER_S, PROBE_MAX_S, UNREACHABLE_AFTER
@@ -1405,6 +1405,9 @@ class ModelCaller(Stage):
     input_edge = C.EDGE_REQUESTS
     output_edge = C.EDGE_RESPONSES
     concurrency = 64
+    #: a task's lane (:meth:`lane_of`: its model) is the queue's own lane, so a queue that leases by lane hands out
+    #: only tasks of models with room, each model's in plan order (:attr:`Stage.queue_lanes`; walk39 #1)
+    queue_lanes = True
     #: longest wait (s) for in-flight calls to settle when the budget is only held by their reservations
     budget_wait_s: float = 600.0
     #: consecutive 401/403 answers of one model that stop dispatching (module docstring: circuit breaker)
@@ -1514,7 +1517,7 @@ class ModelCaller(Stage):
     def lane_of(self, task: Task) -> str | None:
         """The task's model name (its lane), or None for a payload without one (it fails in :meth:`handle`)."""
         payload = task.payload
-        model = payload.get("model") if type(payload) is dict else None
+        model = payload.get(LANE_FIELD) if type(payload) is dict else None
         return model if type(model) is str else None
 
     def runner_mode(self, *, watch: bool, probe_after_s: float, probe_max_s: float) -> None:
