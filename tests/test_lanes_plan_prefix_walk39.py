@@ -21,7 +21,7 @@ Fixed in session 43 by leasing by lane in the queue (:meth:`geoagent.runtime.que
 keeps each task's lane, its payload's ``model``, in a column of its own, schema version 4): the runner asks only for
 tasks of the lanes with room and not ahead, so a full lane's tasks stay ready in plan order, untouched (no attempt,
 visible to every process, nothing deferred). Measured after the fix: two models 0 of 59-60 context answers without
-their baseline in five runs. Redis keeps one stream for every lane and still defers (docs/scale-out.md): this test
+their baseline in five runs, three models 0 of 93 and 1 of 94. Redis keeps one stream for every lane and still defers (docs/scale-out.md): this test
 runs on SQLite, the default.
 
 End to end: GeoHint campaigns on the sandbox's OpenAI-compatible fake with prices and a cap that stops them after

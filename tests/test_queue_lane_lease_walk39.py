@@ -100,7 +100,7 @@ def test_a_version_3_file_is_read_as_it_is_then_migrated_with_every_lane_filled(
     q = SQLiteQueue(path)  # the first writer migrates
     try:
         assert q.schema_version == SCHEMA_VERSION == 4 and q.supports_lane_lease
-        assert _version_and_indexes(path) == (4, ["tasks_state_lane_time", "tasks_state_time"])
+        assert _version_and_indexes(path) == (4, ["tasks_state_time"])  # the lane index comes with the first lane lease
         rows = _rows(path)
         assert {k: v[3] for k, v in rows.items()} == {**{f"{m}{i}": m for i in range(4) for m in "ab"},
                                                       "none": None, "d": "a"}
@@ -108,6 +108,7 @@ def test_a_version_3_file_is_read_as_it_is_then_migrated_with_every_lane_filled(
         # b full: a's first task, the one without a model, and none of b's
         got = q.lease_lanes_sync(10, 60, {"a": 1, "b": 0})
         assert [t.key for t in got] == ["a0", "none"]
+        assert _version_and_indexes(path) == (4, ["tasks_state_lane_time", "tasks_state_time"])
         # b's tasks untouched: ready, at their put time, no attempt
         assert all(_rows(path)[f"b{i}"][:3] == (0, t0, 0) for i in range(4))
         assert [t.key for t in q.lease_lanes_sync(10, 60, {"a": 2, "b": 3})] == ["b0", "a1", "b1", "a2", "b2"]

@@ -24,7 +24,8 @@ Schema (``PRAGMA user_version = 4``)
         lane       TEXT                   -- the payload's ``model`` when a text, else NULL (set at put); version 4
     );
     CREATE INDEX tasks_state_time ON tasks (state, not_before);
-    CREATE INDEX tasks_state_lane_time ON tasks (state, lane, not_before) WHERE state < 2;  -- version 4
+    CREATE INDEX tasks_state_lane_time ON tasks (state, lane, not_before) WHERE state < 2;
+        -- version 4, made by the first lease_lanes of the file (a queue never leased by lane does without it)
     CREATE TABLE counts (state INTEGER PRIMARY KEY, n INTEGER NOT NULL);  -- rows per stored state, and
         -- row state = -1 (CLOCK_MARK): n = the queue clock's mark, unix s (REAL); version 3, see "Time"
     CREATE TABLE queue_identity (id INTEGER PRIMARY KEY CHECK (id = 1), campaign TEXT NOT NULL, edge TEXT NOT NULL);
@@ -35,8 +36,8 @@ Version 1 (sessions up to 8) had neither ``charges`` nor ``dead_charge``; versio
 mark; version 3 (sessions 17-42) had no ``lane``. The first open of an older file by a writer (``migrate=True``, the
 default) adds what it lacks (``ALTER TABLE ... ADD COLUMN``; the mark row, set to the opener's clock or the newest
 time the file records if later: "Time"; the lane of every row already there, read from its payload by SQLite's
-JSON functions, or by ``orjson`` where they cannot read one, and the lane index: one pass over the table, the only
-migration step that rewrites rows) and sets version 4, in one ``BEGIN IMMEDIATE`` transaction. A read-only look
+JSON functions, or by ``orjson`` where they cannot read one: one pass over the table, the only migration step that
+rewrites rows) and sets version 4, in one ``BEGIN IMMEDIATE`` transaction. A read-only look
 (:func:`read_counts`, :func:`read_planned`, ``status``: ``migrate=False``) reads a version-1, 2 or 3 file as it is
 and changes nothing (a version 1 or 2 file on the wall clock, as that version did; such a handle cannot lease by
 lane: ``lease_lanes`` raises :class:`~geoagent.runtime.queue.QueueError`); on a version-1 handle the operations that need the charge columns (``refund_attempts``,
@@ -59,11 +60,13 @@ an uncharged nack that dead-letters a task leaves it NULL without writing it).
 * dead   -> time of the failure (``DeadLetter.failed_at``).
 
 So ``lease`` is two index range probes (expired leases first, then ready tasks in ``not_before`` order)
-with ``LIMIT n``: O(log N + n), no scan (the same statements as version 3: the lane index is only written, one
-entry more per put and state change, never read by it); ``lease_lanes`` (walk39 #1: the stage runner's lease of the
+with ``LIMIT n``: O(log N + n), no scan (the same statements and index writes as version 3, on a queue never leased by
+lane: put stores one column more; where the lane index exists, each put and state change of a ready or leased task
+writes one entry more); ``lease_lanes`` (walk39 #1: the stage runner's lease of the
 lanes with room) walks the lane index instead: for each state, the lanes present (one seek each), each lane's first
 tasks in ``not_before`` order up to its count (one range each), merged by ``(not_before, id)``, then one ``UPDATE`` of
-the chosen rows; O(lanes * log N + n), and a task passed over is not written; ``dead_letters`` walks the ``state = 3`` range backwards; ack,
+the chosen rows; O(lanes * log N + n), and a task passed over is not written (the first one of a file makes the lane
+index, on the worker thread: O(R log R) for R tasks ready or leased, once); ``dead_letters`` walks the ``state = 3`` range backwards; ack,
 nack, release and dead-letter address rows by the rowid carried inside the lease id. ``counts`` reads the
 four-row ``counts`` table (each transaction adds its own state changes to it, so it is exact at every
 commit; :meth:`SQLiteQueue.recount_sync` rebuilds it from ``tasks``) plus a range probe for expired leases,
@@ -236,7 +239,9 @@ STATE_NAMES = {READY: "ready", LEASED: "leased", DONE: "done", DEAD: "dead"}
 SUFFIX = ".sqlite"
 
 #: the lane lease's index (:meth:`SQLiteQueue.lease_lanes`; version 4): per state and lane in lease order, ready and
-#: leased tasks only (a done or dead task is never leased, so the index does not grow with the finished work)
+#: leased tasks only (a done or dead task is never leased, so the index does not grow with the finished work). Made by
+#: the first lane lease of a file, not at its creation: a queue never leased by lane (one model, every other edge)
+#: keeps one index, and its put, lease and ack cost what they cost in version 3
 _LANE_INDEX_SQL = ("CREATE INDEX IF NOT EXISTS tasks_state_lane_time ON tasks (state, lane, not_before) "
                    f"WHERE state < {DONE}")
 _SCHEMA = (
@@ -255,7 +260,6 @@ _SCHEMA = (
         lane       TEXT
     )""",
     "CREATE INDEX IF NOT EXISTS tasks_state_time ON tasks (state, not_before)",
-    _LANE_INDEX_SQL,
     "CREATE TABLE IF NOT EXISTS counts (state INTEGER PRIMARY KEY, n INTEGER NOT NULL)",
     "INSERT OR IGNORE INTO counts (state, n) VALUES (0, 0), (1, 0), (2, 0), (3, 0)",
 )
@@ -558,6 +562,8 @@ class SQLiteQueue(WorkQueue):
         self._has_mark = self.schema_version >= 3
         #: the file has the lane column (version 4): :meth:`lease_lanes` leases by lane (walk39 #1)
         self.supports_lane_lease = self.schema_version >= 4
+        #: this handle's lane leases found the lane index made (:data:`_LANE_INDEX_SQL`; the first one makes it)
+        self._lane_index = False
 
     @classmethod
     def open(cls, root: str | os.PathLike[str], campaign: str, edge: str, **options: Any) -> "SQLiteQueue":
@@ -651,7 +657,6 @@ class SQLiteQueue(WorkQueue):
                         for statement in _MIGRATE_3_4:
                             conn.execute(statement)
                         _fill_lanes(conn)
-                        conn.execute(_LANE_INDEX_SQL)
                     else:
                         conn.execute(_ADD_MARK_SQL, (self._start_mark(conn, self._clock()),))
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -863,6 +868,7 @@ class SQLiteQueue(WorkQueue):
                              f"has version {self.schema_version} and was opened read-only (migrate=False)")
         token = f"{lease_owner()}-{os.urandom(8).hex()}"
         quota = {str(lane): int(k) for lane, k in lanes.items()}
+        indexed = self._lane_index  # made by the first lane lease (_LANE_INDEX_SQL): on the worker thread
 
         def lanes_of(conn: sqlite3.Connection, state: int) -> Iterator[str | None]:
             yield None  # the tasks without a lane
@@ -872,6 +878,8 @@ class SQLiteQueue(WorkQueue):
                 row = conn.execute(_NEXT_LANE_SQL, (state, row[0])).fetchone()
 
         def tx(conn: sqlite3.Connection, now: float) -> list[tuple[Any, ...]]:
+            if not indexed:
+                conn.execute(_LANE_INDEX_SQL)  # IF NOT EXISTS: once per file (another process may have made it)
             left = dict(quota)
             picked: list[int] = []
             fresh = 0
@@ -905,7 +913,11 @@ class SQLiteQueue(WorkQueue):
             _bump(conn, {READY: -fresh, LEASED: fresh})
             return [leased[row_id] for row_id in picked]
 
-        return _Op(tx, post=_tasks_of_rows, inline=n <= self.inline_max_items)
+        def post(rows: list[tuple[Any, ...]]) -> list[Task]:
+            self._lane_index = True
+            return _tasks_of_rows(rows)
+
+        return _Op(tx, post=post, inline=indexed and n <= self.inline_max_items)
 
     def _finish_op(self, what: str, tasks: Sequence[Task], sql: str, to_state: int, *extra: Any) -> _Op:
         """Apply ``sql`` (params ``now, *extra, id, lease_id, key``) to each leased task; stale ones raise after. The
