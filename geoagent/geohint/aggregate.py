@@ -101,13 +101,21 @@ The pooled rate leaves out the no-context answers of a model whose no-context hi
 rule (none of them geocoded, every one parsed: :meth:`GeoHintAggregator.regime_left_out_models`), in the full
 assignment and in the split-half correction's halves alike (stats42 #1: counted as misses, such a model's answers
 moved every other model's split, 27 legible / 12 illegible sites becoming 14 / 25 on a synthetic campaign).
+
+Pooled rates without a regime split by model (stats43 #1): the comparisons that pool every model's answers of a
+condition (the strictly paired Tables 8 and 10, the image-paired ``building_vs_nocontext``, Fig. 2's points) leave out
+the models whose hit rate in a condition they compare is undetermined by the same rule
+(:meth:`GeoHintAggregator.undetermined_models`): such a model had no chance to hit or to resolve at building level,
+so its answers counted as misses pulled the pooled rates toward 0. :meth:`GeoHintAggregator.paired`,
+:meth:`GeoHintAggregator.image_paired`, :meth:`GeoHintAggregator.select` and :meth:`GeoHintAggregator.site_cells`
+take the models to leave out (``without``); the report names them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -701,14 +709,15 @@ class GeoHintAggregator:
         return out
 
     def site_cells(self, *, condition: str, model: str | None = None, band: str | None = None,
-                   tier: str | None = None, sites: set[str] | None = None) -> dict[str, Cell]:
-        """site -> sum of that site's cells of ``condition`` matching the other fields (None = any); sites without
-        a matching cell are absent. One pass over the condition's cells (the per-site counts a site bootstrap
-        resamples, :func:`geoagent.report.geohint.site_bootstrap_interval`)."""
+                   tier: str | None = None, sites: set[str] | None = None,
+                   without: Collection[str] = ()) -> dict[str, Cell]:
+        """site -> sum of that site's cells of ``condition`` matching the other fields (None = any), less the
+        models of ``without``; sites without a matching cell are absent. One pass over the condition's cells (the
+        per-site counts a site bootstrap resamples, :func:`geoagent.report.geohint.site_bootstrap_interval`)."""
         out: dict[str, Cell] = {}
         for (s, m, _c, b, t), cell in self._by_condition.get(condition, {}).items():
             if ((model is None or m == model) and (band is None or b == band) and (tier is None or t == tier)
-                    and (sites is None or s in sites)):
+                    and (sites is None or s in sites) and m not in without):
                 out.setdefault(s, Cell()).merge(cell)
         return out
 
@@ -720,11 +729,14 @@ class GeoHintAggregator:
         condition: str | None = None,
         band: str | None = None,
         tier: str | None = None,
+        without: Collection[str] = (),
     ) -> Cell:
-        """Sum of cells matching the given fields (None = any)."""
+        """Sum of cells matching the given fields (None = any), less the cells of the models in ``without`` (the
+        pooled rates' :meth:`undetermined_models`)."""
         return self.cell(
             lambda k: (sites is None or k[0] in sites)
             and (model is None or k[1] == model)
+            and k[1] not in without
             and (condition is None or k[2] == condition)
             and (band is None or k[3] == band)
             and (tier is None or k[4] == tier),
@@ -758,9 +770,25 @@ class GeoHintAggregator:
         none geocoded). Counting them as misses would pull every site toward illegible and move the split for every
         other model (stats42 #1); the other models' answers assign the sites as if this model had not answered. A
         model with one decided no-context answer anywhere is kept, its unresolved answers counted as misses."""
-        cond = condition or self.baseline_condition
-        return [m for m in self.models
-                if (c := self.select(model=m, condition=cond)).n and math.isnan(c.geocoded_hit_rate)]
+        return self.undetermined_models(condition or self.baseline_condition)
+
+    def undetermined_models(self, *conditions: str) -> list[str]:
+        """Models (sorted) whose hit rate in one of ``conditions``, pooled over every site, band and tier, is
+        undetermined by Table 1's rule (:attr:`Cell.geocoded_hit_rate` NaN: the model answered in that condition,
+        every answer parsed and none geocoded, so 0 % would measure the geocoder, not the model).
+
+        The comparisons that pool models leave them out (stats42 #1 for the regime assignment,
+        :meth:`regime_left_out_models`; stats43 #1 for Tables 8 and 10, ``building_vs_nocontext`` and Fig. 2):
+        counted as misses, answers that never had a chance to hit (or to resolve at building level) pull a pooled
+        rate toward 0 by the geocoder's doing. A model with one decided answer in a condition (geocoded, or
+        unparsed: a miss of its own making, :func:`hit_decided`) is kept there, its unresolved answers counting as
+        misses. No conditions: no model."""
+        out = []
+        for m in self.models:
+            cells = (self.select(model=m, condition=cond) for cond in conditions)
+            if any(c.n and math.isnan(c.geocoded_hit_rate) for c in cells):
+                out.append(m)
+        return out
 
     def _assigned(self, threshold: float | None, condition: str | None) -> dict[str, str]:
         threshold = self.regime_threshold if threshold is None else check_threshold(threshold)
@@ -819,11 +847,13 @@ class GeoHintAggregator:
                    if c == condition and f == fine_only and (ms is None or m in ms) and (sites is None or s in sites))
 
     def paired(
-        self, treatment: str, control: str, *, sites: set[str] | None = None, model: str | None = None
+        self, treatment: str, control: str, *, sites: set[str] | None = None, model: str | None = None,
+        without: Collection[str] = (),
     ) -> list[tuple[str, PairMean, PairMean]]:
         """Strictly paired items (same site, image, model, language, reference point) observed under both
         conditions: list of ``(site, treatment, control)``, each a :class:`PairMean` of the item's repeats under
-        that condition, in a deterministic order. One entry per item, whatever its repeat counts.
+        that condition, in a deterministic order. One entry per item, whatever its repeat counts. ``without``:
+        models whose items are left out (the report's :meth:`undetermined_models`, stats43 #1).
 
         Pairing unit and repeats, decided from the paper and the release (seed 000 Sec. 6.3.1: "strictly paired
         observations - same site, same image, same model, same language, same reference point - giving 8215
@@ -839,59 +869,63 @@ class GeoHintAggregator:
           item whose repeat indices did not overlap had no pair at all; it also counted each repeat as a pair."""
         return [(site, PairMean.of(conds[treatment][k] for k in sorted(conds[treatment])),
                  PairMean.of(conds[control][k] for k in sorted(conds[control])))
-                for site, _, conds in self._paired_items(treatment, control, sites, model)]
+                for site, _, conds in self._paired_items(treatment, control, sites, model, without)]
 
-    def _paired_items(self, treatment: str, control: str, sites: set[str] | None, model: str | None
-                      ) -> Iterator[tuple[str, tuple, dict]]:
+    def _paired_items(self, treatment: str, control: str, sites: set[str] | None, model: str | None,
+                      without: Collection[str] = ()) -> Iterator[tuple[str, tuple, dict]]:
         """``(site, item key, its answers by condition)`` of each item :meth:`paired` pairs, in its order."""
         for site in sorted(self.pairs):
             if sites is not None and site not in sites:
                 continue
             for pk in sorted(self.pairs[site]):
-                if model is not None and pk[0] != model:
+                if (model is not None and pk[0] != model) or pk[0] in without:
                     continue
                 conds = self.pairs[site][pk]
                 if conds.get(treatment) and conds.get(control):
                     yield site, pk, conds
 
     def paired_models(
-        self, treatment: str, control: str, *, sites: set[str] | None = None, model: str | None = None
+        self, treatment: str, control: str, *, sites: set[str] | None = None, model: str | None = None,
+        without: Collection[str] = (),
     ) -> list[str]:
         """The models (sorted) of the items :meth:`paired` returns for the same arguments: whose answers a test on
         those pairs holds (the report labels its site-flip tests by them)."""
-        return sorted({pk[0] for _, pk, _ in self._paired_items(treatment, control, sites, model)})
+        return sorted({pk[0] for _, pk, _ in self._paired_items(treatment, control, sites, model, without)})
 
     def image_paired_models(
-        self, treatment: str, control: str, *, band: str, model: str | None = None, sites: set[str] | None = None
+        self, treatment: str, control: str, *, band: str, model: str | None = None, sites: set[str] | None = None,
+        without: Collection[str] = (),
     ) -> list[str]:
         """The models (sorted) whose responses :meth:`image_paired` pools into its pairs for the same arguments:
         a model with an answer to a paired image under ``treatment`` in ``band`` or under ``control``."""
-        t, c = self._image_pools(treatment, control, band, model, sites)
+        t, c = self._image_pools(treatment, control, band, model, sites, without)
         return sorted({m for key in t.keys() & c.keys() for m in t[key][1] | c[key][1]})
 
     def image_paired(
-        self, treatment: str, control: str, *, band: str, model: str | None = None, sites: set[str] | None = None
+        self, treatment: str, control: str, *, band: str, model: str | None = None, sites: set[str] | None = None,
+        without: Collection[str] = (),
     ) -> list[tuple[str, str, ImageCount, ImageCount]]:
         """Images answered under both ``treatment`` in ``band`` and the no-context ``control``: list of
         ``(site, image, treatment counts, control counts)`` sorted by (site, image), each :class:`ImageCount`
         pooling that image's responses over languages, repeats and reference points, and over models unless
-        ``model`` is given (None = all models pooled). ``sites``: restrict to these (None = all).
+        ``model`` is given (None = all models pooled). ``sites``: restrict to these (None = all). ``without``: models
+        whose responses are left out of both conditions' pools (the report's :meth:`undetermined_models`, stats43 #1).
 
         This is the unit of the comparisons "paired by image" of seed 000 Sec. 6.1.3 (no context vs near band,
         per model) and Sec. 6.3.1 (building-level share, context vs no context, per band), as the release
         computes the latter (``analysis/cluster_inference.py``, "CONTEXT VS BASELINE": ``groupby("path")`` mean
         of each condition, inner join on the image, all models, languages and repeats of the image pooled)."""
-        t, c = self._image_pools(treatment, control, band, model, sites)
+        t, c = self._image_pools(treatment, control, band, model, sites, without)
         return [(s, img, t[(s, img)][0], c[(s, img)][0]) for s, img in sorted(t.keys() & c.keys())]
 
-    def _image_pools(self, treatment: str, control: str, band: str, model: str | None, sites: set[str] | None
-                     ) -> tuple[dict[tuple[str, str], tuple[ImageCount, set[str]]], ...]:
+    def _image_pools(self, treatment: str, control: str, band: str, model: str | None, sites: set[str] | None,
+                     without: Collection[str] = ()) -> tuple[dict[tuple[str, str], tuple[ImageCount, set[str]]], ...]:
         """Per ``(site, image)``: the pooled counts and the models pooled into them, under ``treatment`` in
         ``band`` and under the no-context ``control`` (:meth:`image_paired`)."""
         def pooled(cond: str, b: str | None) -> dict[tuple[str, str], tuple[ImageCount, set[str]]]:
             acc: dict[tuple[str, str], tuple[ImageCount, set[str]]] = {}
             for (s, img, m, bb), c in self.image_counts.get(cond, {}).items():
-                if bb == b and (model is None or m == model) and (sites is None or s in sites):
+                if bb == b and (model is None or m == model) and (sites is None or s in sites) and m not in without:
                     count, models = acc.setdefault((s, img), (ImageCount(), set()))
                     count.merge(c)
                     models.add(m)

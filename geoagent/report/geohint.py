@@ -54,7 +54,9 @@ and why, the notes and the legend state the rule (Cameron and Miller 2015, as fo
 names the withheld or flagged lines in its legend.
 A hit rate none of whose answers geocoded is undetermined and prints as an em dash (Tables 1, 2, 8-10). A model
 whose no-context hit rate is so undetermined is left out of the regime assignment, and the header and Tables 2-3 name
-it (:func:`regime_left_out_note`, :func:`regime_left_out_ref`; stats42 #1).
+it (:func:`regime_left_out_note`, :func:`regime_left_out_ref`; stats42 #1). So are the comparisons that pool models
+without a row per model: Tables 8 and 10, ``building_vs_nocontext`` and Fig. 2's points leave out every answer of a
+model whose hit rate in a condition they compare is undetermined, and say so (:func:`pooled_left_out_note`; stats43 #1).
 
 Comparisons with the no-context baseline paired by image (when the data hold no-context answers, after Table 7):
 ``nocontext_near`` (Sec. 6.1.3: per model, near-band minus no-context hit rate; :func:`table_nocontext_near`) and
@@ -95,7 +97,7 @@ import csv
 import io
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -668,6 +670,22 @@ def regime_left_out_ref(agg: GeoHintAggregator, baseline: str) -> str:
         return ""
     return (f"Regimes assigned without the no-context answers of {', '.join(left_out)}: none of them geocoded, so "
             f"that hit rate is undetermined ({DASH}), not 0 (see report.md's header).")
+
+
+def pooled_left_out_note(agg: GeoHintAggregator, *conditions: str) -> str:
+    """The notes' sentence of a comparison that pools models without splitting them (Tables 8 and 10,
+    ``building_vs_nocontext``, Fig. 2's caption) naming the models it leaves out: those whose hit rate in one of
+    ``conditions`` is undetermined (:meth:`GeoHintAggregator.undetermined_models`, Table 1's rule), and why; "" when
+    there are none (stats43 #1, the rule of stats42 #1's regime assignment)."""
+    left_out = agg.undetermined_models(*conditions)
+    if not left_out:
+        return ""
+    one = len(left_out) == 1
+    return (f"Left out: every answer of {', '.join(left_out)}, whose hit rate in {' or '.join(conditions)} is "
+            f"undetermined ({DASH}: none of {'its' if one else 'their'} answers there geocoded, every one parsed). "
+            "Counted as misses, answers that never had a chance to hit or to resolve at building level would pull "
+            "the pooled rates toward 0 (a measure of the geocoder, not the models); the rates here pool the other "
+            "models' answers, as the regime assignment does.")
 
 
 def echo_rule_ref(agg: GeoHintAggregator) -> str:
@@ -1391,14 +1409,16 @@ def _flip_label(unit: str, measure: str, treatment: str, control: str, models: S
             f"|sites {','.join(sorted(set(pair_sites)))}")
 
 
-def _paired_block(agg, treatment, control, sites, model, n_flips, seed):
+def _paired_block(agg, treatment, control, sites, model, n_flips, seed, without: Collection[str] = ()):
     """Tables 8-10's numbers for one group of strictly paired items (:meth:`GeoHintAggregator.paired`: same site,
     image, model, language and reference point, repeats averaged per item). The paired deltas are the mean over
     items of (treatment mean - control mean) with a site-flip p; the rate columns pool every response of the
     paired items (hits / responses, echoes / verdicts, building-level / responses, the median of every ratio), as
     the release's raw-count rows of these tables (``analysis/mitigation_results.py``, ``chain_results.py``).
-    Each of its two tests (hit, building level) draws its flips from ``seed`` and its own label (:func:`_flip_label`)."""
-    pairs = agg.paired(treatment, control, sites=sites, model=model)
+    Each of its two tests (hit, building level) draws its flips from ``seed`` and its own label (:func:`_flip_label`).
+    ``without``: models whose items are left out (Tables 8 and 10 pass the models whose hit rate in either condition
+    is undetermined, :meth:`GeoHintAggregator.undetermined_models`; stats43 #1)."""
+    pairs = agg.paired(treatment, control, sites=sites, model=model, without=without)
     out = {"n": len(pairs)}
     def hit_rate(sel: list, i: int) -> float:
         # undetermined (NaN) when none of the answers geocoded: 0 % would measure the geocoder (UNGEOCODED_NOTE)
@@ -1426,7 +1446,7 @@ def _paired_block(agg, treatment, control, sites, model, n_flips, seed):
         }
     if pairs and not out["ungeocoded"]:
         pair_sites = [p[0] for p in pairs]
-        models = agg.paired_models(treatment, control, sites=sites, model=model)  # whose answers the pairs hold
+        models = agg.paired_models(treatment, control, sites=sites, model=model, without=without)  # whose answers the pairs hold
         res = paired_site_permutation_test(
             pair_sites, [p[1].hit for p in pairs], [p[2].hit for p in pairs], n_flips=n_flips, seed=seed,
             label=_flip_label("item", "hit", treatment, control, models, pair_sites),
@@ -1456,13 +1476,20 @@ def table_paired(
 ) -> Table:
     """Tables 8 and 10: hit rate (%) by regime and band for two conditions on strictly paired items,
     the paired difference (points) with a site-flip permutation p-value, echo rate, building-level share
-    and the median err/d_ref ratio per band (finer than city)."""
+    and the median err/d_ref ratio per band (finer than city).
+
+    Every model's items pooled, but those of a model whose hit rate in ``treatment`` or ``control`` is undetermined
+    (:meth:`GeoHintAggregator.undetermined_models`: every answer there parsed, none geocoded), whose pairs are left
+    out of every column and named in the notes (:func:`pooled_left_out_note`; stats43 #1: counted as misses they
+    pulled the pooled hit rates and building-level shares toward 0 and the paired delta toward 0; Table 9 gives
+    such a model's own row an em dash)."""
     groups = _regime_sites(agg, baseline)
     rows = []
     n_sites: list[tuple[str, int]] = []
     ungeocoded = False
+    left_out = agg.undetermined_models(treatment, control)
     for label, sites in ((ILLEGIBLE, groups[ILLEGIBLE]), (LEGIBLE, groups[LEGIBLE]), ("all sites", None)):
-        blk = _paired_block(agg, treatment, control, sites, None, n_flips, seed)
+        blk = _paired_block(agg, treatment, control, sites, None, n_flips, seed, without=left_out)
         n_sites.append((label, blk["n_sites"]))
         for cond in (control, treatment):
             d = blk[cond]
@@ -1487,6 +1514,7 @@ def table_paired(
         rows,
         _join_notes(f"{flip_method_note(n_flips, seed, [g for _, g in n_sites])} {echo_rule_ref(agg)}",
                     PAIRED_RATES_NOTE, few_sites_note(n_sites, n_flips), regime_note(agg, baseline),
+                    pooled_left_out_note(agg, treatment, control),
                     (UNGEOCODED_NOTE + " A paired delta and its p need both conditions' hit rates.") if ungeocoded else ""),
     )
 
@@ -1614,7 +1642,8 @@ class ImagePairedDifference:
 
 
 def image_paired_difference(agg: GeoHintAggregator, treatment: str, control: str, *, band: str, measure: str,
-                            model: str | None = None, n_flips: int = DEFAULT_N_FLIPS, seed: int = 0) -> ImagePairedDifference:
+                            model: str | None = None, n_flips: int = DEFAULT_N_FLIPS, seed: int = 0,
+                            without: Collection[str] = ()) -> ImagePairedDifference:
     """A rate under ``treatment`` in ``band`` against the no-context ``control``, paired by image.
 
     Unit: the image (:meth:`GeoHintAggregator.image_paired`): each image answered under both conditions gives one
@@ -1629,10 +1658,11 @@ def image_paired_difference(agg: GeoHintAggregator, treatment: str, control: str
     ``measure``: ``"hit"`` (Sec. 4.2's hit; an answer that did not geocode is a miss, as in the release) or
     ``"building"`` (resolved at building level; the release's ``resolved_level == "place"``; unparsed and unresolved
     answers count as not building). Raises ValueError for another measure. The test draws its flips from ``seed``
-    and its own label (:func:`_flip_label`), independently of the report's other tests."""
+    and its own label (:func:`_flip_label`), independently of the report's other tests. ``without``: models whose
+    responses are left out of both conditions (:meth:`GeoHintAggregator.image_paired`; stats43 #1)."""
     if measure not in ("hit", "building"):
         raise ValueError(f"measure must be 'hit' or 'building', got {measure!r}")
-    pairs = agg.image_paired(treatment, control, band=band, model=model)
+    pairs = agg.image_paired(treatment, control, band=band, model=model, without=without)
     nan = float("nan")
     if not pairs:
         return ImagePairedDifference(0, 0, nan, nan, nan, nan)
@@ -1644,7 +1674,8 @@ def image_paired_difference(agg: GeoHintAggregator, treatment: str, control: str
         return ImagePairedDifference(len(pairs), n_sites, nan, nan, nan, nan)
     pair_sites = [p[0] for p in pairs]
     label = _flip_label("image", f"{measure} in band {band}", treatment, control,
-                        agg.image_paired_models(treatment, control, band=band, model=model), pair_sites)
+                        agg.image_paired_models(treatment, control, band=band, model=model, without=without),
+                        pair_sites)
     res = paired_site_permutation_test(pair_sites, t, c, n_flips=n_flips, seed=seed, label=label)
     return ImagePairedDifference(len(pairs), n_sites, float(t.mean()), float(c.mean()), res.delta, perm_p(res))
 
@@ -1700,11 +1731,18 @@ def table_building_vs_nocontext(agg: GeoHintAggregator, condition: str = "forced
     band"): for each band, per image (``path``) the mean of ``resolved_level == "place"`` over every forced answer in
     that band and over every no-context answer (all models, languages and repeats pooled), inner join on the image,
     ``diff = (ctx - base) * 100``, mean over images, two-sided site-level sign-flip p. Here
-    :func:`image_paired_difference` with ``measure="building"`` and models pooled, one row per band."""
+    :func:`image_paired_difference` with ``measure="building"`` and models pooled, one row per band.
+
+    Pooled over every model but those whose hit rate in ``condition`` or ``baseline`` is undetermined
+    (:meth:`GeoHintAggregator.undetermined_models`: every answer there parsed, none geocoded, so none could resolve
+    at building level), which are left out and named in the notes (:func:`pooled_left_out_note`; stats43 #1: their
+    answers pulled a side's share toward 0, and so moved the difference). The release has no such model."""
     rows = []
     n_sites: list[tuple[str, int]] = []
+    left_out = agg.undetermined_models(condition, baseline)
     for b in BANDS:
-        d = image_paired_difference(agg, condition, baseline, band=b, measure="building", n_flips=n_flips, seed=seed)
+        d = image_paired_difference(agg, condition, baseline, band=b, measure="building", n_flips=n_flips, seed=seed,
+                                    without=left_out)
         n_sites.append((band_title(b), d.n_sites))
         rows.append([b, d.n_images, d.n_sites, d.control, d.treatment, 100 * d.delta, d.p_value])
     return Table(
@@ -1718,7 +1756,8 @@ def table_building_vs_nocontext(agg: GeoHintAggregator, condition: str = "forced
             "context and with a hint in the band, the share of its answers resolved at building level with the hint "
             "minus without (every model, language, repeat and reference point of the image pooled; unparsed and "
             "unresolved answers count as not building); the columns are means over those images.",
-            flip_method_note(n_flips, seed, [g for _, g in n_sites]), few_sites_note(n_sites, n_flips)),
+            flip_method_note(n_flips, seed, [g for _, g in n_sites]), few_sites_note(n_sites, n_flips),
+            pooled_left_out_note(agg, condition, baseline)),
     )
 
 
@@ -1983,16 +2022,19 @@ def hit_by_band_points(agg: GeoHintAggregator, condition: str = "forced", baseli
     fraction; NaN when nothing geocoded), ``lo``/``hi`` (95 % site-bootstrap interval over the regime's sites,
     :func:`site_bootstrap_interval`; NaN without one), ``exact`` (Clopper-Pearson at 0 or 1), ``n`` (responses)
     ``n_sites`` (sites with responses) and ``ci_flag`` (:func:`geoagent.scoring.sdt.boot_site_flag` of
-    ``n_sites`` when a bootstrap was drawn: withheld below 5 sites, few-cluster from 5 to 9; "" otherwise). Draws: ``n_boot`` resamples of the regime's sorted sites, seed ``seed``."""
+    ``n_sites`` when a bootstrap was drawn: withheld below 5 sites, few-cluster from 5 to 9; "" otherwise). Draws: ``n_boot`` resamples of the regime's sorted sites, seed ``seed``.
+    The models whose hit rate in ``condition`` is undetermined (:meth:`GeoHintAggregator.undetermined_models`) are
+    left out of every point, as from Tables 8 and 10 (stats43 #1; the caption names them)."""
     groups = _regime_sites(agg, baseline)
+    without = agg.undetermined_models(condition)
     out: dict[str, list[dict[str, Any]]] = {}
     for regime in (LEGIBLE, ILLEGIBLE):
         sites = sorted(groups[regime])
         idx = _draws(sites, n_boot, seed)
         pts = []
         for b in BANDS:
-            by_site = agg.site_cells(condition=condition, band=b, sites=set(sites))
-            c = agg.select(sites=set(sites), condition=condition, band=b)
+            by_site = agg.site_cells(condition=condition, band=b, sites=set(sites), without=without)
+            c = agg.select(sites=set(sites), condition=condition, band=b, without=without)
             iv, exact = (None, False)
             if idx is not None and not math.isnan(c.geocoded_hit_rate):
                 iv, exact = site_bootstrap_interval({s: (x.hits, x.n) for s, x in by_site.items()}, sites, idx)
@@ -2044,15 +2086,24 @@ def fig2_sites_note(agg: GeoHintAggregator, condition: str = "forced", baseline:
     """The Fig. 2 caption's few-site clause (report.md): ``"; none from fewer than 5 sites, few-cluster from 5 to 9
     (here legible: withheld: 3 sites (< 5))"`` naming each regime line whose points are withheld or flagged
     (:func:`geoagent.scoring.sdt.boot_site_flag` of the regime's sites with answers in ``condition``); the rule
-    alone when none is."""
+    alone when none is. Sites with answers of the models Fig. 2 pools (:func:`fig2_models`)."""
     groups = _regime_sites(agg, baseline)
     flagged = []
+    without = agg.undetermined_models(condition)
     for regime in (LEGIBLE, ILLEGIBLE):
-        n = sum(1 for x in agg.site_cells(condition=condition, sites=set(groups[regime])).values() if x.n)
+        n = sum(1 for x in agg.site_cells(condition=condition, sites=set(groups[regime]), without=without).values()
+                if x.n)
         if n and (flag := boot_site_flag(n)):
             flagged.append(f"{regime}: {flag}")
     text = f"; none from fewer than {BOOT_MIN_SITES} sites, few-cluster from {BOOT_MIN_SITES} to 9"
     return text + (f" (here {'; '.join(flagged)})" if flagged else "")
+
+
+def fig2_models(agg: GeoHintAggregator, condition: str = "forced") -> list[str]:
+    """The models whose answers Fig. 2's points pool (:func:`hit_by_band_points`): every model but those whose hit
+    rate in ``condition`` is undetermined (:meth:`GeoHintAggregator.undetermined_models`, stats43 #1)."""
+    left_out = set(agg.undetermined_models(condition))
+    return [m for m in agg.models if m not in left_out]
 
 
 def models_pooled_text(models: Sequence[str]) -> str:
@@ -2128,7 +2179,8 @@ def hit_by_band_figure(agg: GeoHintAggregator, condition: str = "forced", baseli
             else f"no error bars: intervals withheld (< {BOOT_MIN_SITES} sites per regime)" if state == FIG2_BARS_WITHHELD
             else f"no error bars: {no_boot_setting(n_boot_source)}" if state == FIG2_BARS_OFF
             else "no line: no site has a regime")
-    _fit_title(ax, [f"Hit rate by band, {condition}, {models_pooled_text(agg.models)}", f"({bars})"], width_chars=70)
+    _fit_title(ax, [f"Hit rate by band, {condition}, {models_pooled_text(fig2_models(agg, condition))}", f"({bars})"],
+               width_chars=70)
     # right of the axes, as Fig. 4's: placed by matplotlib ("best") it covered the demo's top-right point once the
     # caption was laid out as drawn (session 18)
     legend_outside(ax, fontsize=7)
@@ -2486,7 +2538,8 @@ def write_report(
                            note="\n".join(x for x in (fig_note, empty) if x) or None, n_boot_source=n_boot_source,
                            points=fig2_points)
         figure_echo_heatmap(agg, out / "fig_echo_heatmap.png", condition, note=fig_note)
-        pooled = models_pooled_text(agg.models)
+        pooled = models_pooled_text(fig2_models(agg, condition))
+        fig2_left_out = pooled_left_out_note(agg, condition)  # stats43 #1
         md += ["![hit rate by band](fig_hit_by_band.png)", "",
                ((f"Hit rate by band per regime, {pooled}; error bars are 95 % percentile intervals from "
                  f"{n_boot} resamples of the regime's sites (seed {bseed}; a point at 0 % or 100 % gets the "
@@ -2498,7 +2551,8 @@ def write_report(
                 else f"Hit rate by band per regime, {pooled}; no error bars ({no_boot_setting(n_boot_source)})"
                 if fig2 == FIG2_BARS_OFF
                 else f"Hit rate by band per regime, {pooled}; no line and no error bar")
-               + "; the legend gives the sites and responses per line." + (f" {empty}" if empty else ""),
+               + "; the legend gives the sites and responses per line." + (f" {empty}" if empty else "")
+               + (f" {fig2_left_out}" if fig2_left_out else ""),
                "", f"Echo rate per tier and band, {models_pooled_text(agg.models)}; n under each value = "
                f"context answers with an echo verdict.", "", "![echo rate heatmap](fig_echo_heatmap.png)", ""]
     md += import_notes_section(import_notes, f"{count_text(len(import_notes), 'import note')} on the files read: rows "
