@@ -282,9 +282,13 @@ def test_geohint_boot_seed_seeds_the_bootstrap_only_and_its_default_keeps_the_re
     kw = dict(n_flips=50, n_splits=5, seed=1, figures=False, n_boot=40)
     same = {t.name: t for t in GH.write_report(agg, tmp_path / "a", **kw)}
     before = GH.table1(agg, "forced", n_boot=40, seed=1)
-    assert same["table1"].rows == before.rows
+
+    def cells(t):  # NaN as None, so rows compare cell by cell (the synthetic results carry no release_first_word
+        return [[None if isinstance(v, float) and v != v else v for v in r] for r in t.rows]  # verdict: NaN)
+
+    assert cells(same["table1"]) == cells(before)
     other = {t.name: t for t in GH.write_report(agg, tmp_path / "b", boot_seed=9, **kw)}
-    assert other["table1"].rows == GH.table1(agg, "forced", n_boot=40, seed=9).rows != before.rows
+    assert cells(other["table1"]) == cells(GH.table1(agg, "forced", n_boot=40, seed=9)) != cells(before)
     assert any("seed 9" in n for n in other["table1"].notes_lines())
     for name in ("table3", "table8", "table10"):
         assert other[name].rows == same[name].rows and other[name].notes_lines() == same[name].notes_lines()

@@ -27,7 +27,8 @@ def test_paper_table_shapes(agg):
     assert set(tables) >= {"table1", "table2", "table3", "table4", "table5", "table6", "table7", "table8", "table9", "table10", "table11"}
     t1 = tables["table1"]
     assert t1.columns == ["Model", "n", "Hit rate", "0.5-1.5km", "1.5-3.0km", "3.0-6.0km", "Echo rate",
-                          "Hit rate 95 % CI", "Echo rate 95 % CI", "sites", "CI flag"]
+                          "Hit rate 95 % CI", "Echo rate 95 % CI", "sites", "CI flag",
+                          "Echo rate (release_first_word)"]  # stats43 #2: the paper's rule's echo rate, last
     assert len(t1.rows) == len(agg.models)
     assert [r[0] for r in tables["table4"].rows] == ["High (4-5)", "Mid (2-3)", "Low (0-1)", "Pooled: All"]
     assert len(tables["table4"].columns) == 5

@@ -89,7 +89,10 @@ Row rules (checked against the paper and the release's analysis scripts):
   is counted under that rule, whatever rule it was scored with; an older result without it keeps its
   ``echo`` and the rule it was scored with (``extra["echo_rule"]``, else ``"name"``, the only rule there
   was). :attr:`GeoHintAggregator.echo_rule_counts` says how many counted echoes came from each rule, so
-  a report can say when they are mixed.
+  a report can say when they are mixed. Each cell also counts the verdicts of the release scripts' rule
+  (``release_first_word``, behind the paper's echo figures) whatever ``echo_rule`` is
+  (:attr:`Cell.release_echo_rate`; from ``extra["echo_by_rule"]``, or ``echo`` of a result scored with that rule),
+  so Table 1 shows both rules side by side (stats43 #2).
 
 Regimes (:meth:`GeoHintAggregator.regimes`) split sites at the aggregator's ``regime_threshold``
 (``[geohint] regime_threshold``, default 0.5 as in the paper, Sec. 6.1.2): a site is legible when its
@@ -123,7 +126,7 @@ import numpy as np
 
 from geoagent import constants as C
 from geoagent.data.model import LADDER_BAND_LABELS
-from geoagent.geohint.echo import DEFAULT_ECHO_RULE, ECHO_RULE_NAME, check_echo_rule
+from geoagent.geohint.echo import DEFAULT_ECHO_RULE, ECHO_RULE_NAME, ECHO_RULE_RELEASE_FIRST_WORD, check_echo_rule
 from geoagent.geohint.parse import EVIDENCE_CATEGORIES, NOT_VISIBLE, PATTERN_READ_ERROR, parse_answer
 from geoagent.geohint.result import GeoHintResult
 from geoagent.geohint.release_rows import release_lang
@@ -176,6 +179,11 @@ class Cell:
     hits: int = 0
     echo_n: int = 0
     echoes: int = 0
+    #: echo verdicts (and echoes) under the release scripts' rule ``release_first_word``, whatever the aggregator's
+    #: ``echo_rule`` (:meth:`GeoHintAggregator.add`): Table 1's column beside the paper's echo figures (stats43 #2);
+    #: fewer than :attr:`echo_n` where results scored before both verdicts were kept carry the other rule's only
+    release_echo_n: int = 0
+    release_echoes: int = 0
     n_building: int = 0
     n_fine: int = 0
     n_city: int = 0
@@ -206,12 +214,16 @@ class Cell:
     #: is computed from the others (:attr:`n_text_read`) and the checklist counts above are theirs alone
     n_text_unread: int = 0
 
-    def add(self, r: GeoHintResult) -> None:
+    def add(self, r: GeoHintResult, release_echo: bool | None = None) -> None:
+        """Count ``r``; ``release_echo``: its verdict under the ``release_first_word`` rule (None: none)."""
         self.n += 1
         self.hits += bool(r.hit)
         if r.echo is not None:
             self.echo_n += 1
             self.echoes += bool(r.echo)
+        if release_echo is not None:
+            self.release_echo_n += 1
+            self.release_echoes += bool(release_echo)
         level = r.resolved_level
         self.n_building += level == "building"
         self.n_city += level == "city"
@@ -245,7 +257,7 @@ class Cell:
                     self.slots_not_visible[cat] = self.slots_not_visible.get(cat, 0) + n_nv
 
     def merge(self, o: "Cell") -> "Cell":
-        for name in ("n", "hits", "echo_n", "echoes", "n_building", "n_fine", "n_city", "n_none", "n_none_unparsed", "n_parse_fail",
+        for name in ("n", "hits", "echo_n", "echoes", "release_echo_n", "release_echoes", "n_building", "n_fine", "n_city", "n_none", "n_none_unparsed", "n_parse_fail",
                      "n_zero_err", "n_zero_dref", "fine_dref_n", "fine_log_dref", "fine_log_err", "evidence_present", "evidence_parsed",
                      "n_unparseable", "n_text_unread"):
             setattr(self, name, getattr(self, name) + getattr(o, name))
@@ -285,6 +297,12 @@ class Cell:
     @property
     def echo_rate(self) -> float:
         return self.echoes / self.echo_n if self.echo_n else float("nan")
+
+    @property
+    def release_echo_rate(self) -> float:
+        """Echo rate (fraction) under the release scripts' rule ``release_first_word``, the rule of the paper's echo
+        figures, whatever the aggregator's ``echo_rule`` (:attr:`release_echo_n` verdicts); NaN without any."""
+        return self.release_echoes / self.release_echo_n if self.release_echo_n else float("nan")
 
     @property
     def unresolved_share(self) -> float:
@@ -548,6 +566,20 @@ class GeoHintAggregator:
         rule = r.extra.get("echo_rule") if isinstance(r.extra, dict) else None
         return r.echo, str(rule or ECHO_RULE_NAME)
 
+    @staticmethod
+    def _release_echo_of(r: GeoHintResult) -> bool | None:
+        """``r``'s echo verdict under ``release_first_word`` (stats43 #2: Table 1 gives it beside the chosen rule's):
+        from ``extra["echo_by_rule"]``, else ``echo`` where ``r`` was scored with that rule; None otherwise (no
+        verdict, or a result scored with the other rule alone, before both were kept)."""
+        extra = r.extra if isinstance(r.extra, dict) else {}
+        by_rule = extra.get("echo_by_rule")
+        if isinstance(by_rule, dict) and ECHO_RULE_RELEASE_FIRST_WORD in by_rule:
+            v = by_rule[ECHO_RULE_RELEASE_FIRST_WORD]
+            return None if v is None else bool(v)
+        if r.echo is not None and extra.get("echo_rule") == ECHO_RULE_RELEASE_FIRST_WORD:
+            return bool(r.echo)
+        return None
+
     def add(self, r: GeoHintResult) -> bool:
         """Add one scored result; returns False (and changes nothing) for an already-seen key.
 
@@ -586,6 +618,7 @@ class GeoHintAggregator:
         rules = rules if isinstance(rules, int) and not isinstance(rules, bool) else None
         self.geocoder_rules[rules] = self.geocoder_rules.get(rules, 0) + 1
         echo, rule = self._echo_of(r)
+        release_echo = self._release_echo_of(r)  # before echo is replaced: r.echo is still the scored rule's
         if echo != r.echo:
             r = dataclasses.replace(r, echo=echo)  # the caller's object stays as it was
         if rule is not None:
@@ -597,7 +630,7 @@ class GeoHintAggregator:
         if cell is None:
             cell = self.cells[ck] = Cell()
             self._by_condition.setdefault(r.condition, {})[ck] = cell
-        cell.add(r)
+        cell.add(r, release_echo)
         if r.has_context and usable_for_slope(r.error_km, r.dist_km) and float(r.dist_km) > 0:
             x = (1.0, float(r.dist_km))
             y = math.log10(float(r.error_km))

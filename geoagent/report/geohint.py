@@ -807,6 +807,29 @@ def bootstrap_caption(n_boot: int, seed: int, n_sites: int, exact: bool, what: s
     return text
 
 
+#: Table 1's last column (stats43 #2): each model's echo rate under the release scripts' rule, the rule of the paper's
+#: echo figures, whatever the report's ``echo_rule``; at the end, so the columns before keep their names and places
+RELEASE_ECHO_COLUMN = f"Echo rate ({ECHO_RULE_RELEASE_FIRST_WORD})"
+
+
+def release_echo_note(agg: GeoHintAggregator, condition: str) -> str:
+    """Table 1's sentence on :data:`RELEASE_ECHO_COLUMN` (stats43 #2): what it is and why it is there (the report's
+    rule is ``name`` by default, which reads up to 16 points below the paper's figures), and how many answers with
+    an echo verdict have none under that rule (results scored before both rules' verdicts were kept), if any."""
+    c = agg.select(condition=condition)
+    same = agg.echo_rule == ECHO_RULE_RELEASE_FIRST_WORD
+    note = (f"{RELEASE_ECHO_COLUMN}: the same answers' echo rate under the release scripts' rule "
+            f"{ECHO_RULE_RELEASE_FIRST_WORD!r}, which produced the paper's echo figures (its Tables 1, 2 and 4), "
+            + ("here the report's rule too, so it repeats Echo rate." if same else
+               f"beside Echo rate under this report's rule {agg.echo_rule!r}: compare this column with the paper."))
+    missing = c.echo_n - c.release_echo_n
+    if missing > 0:
+        note += (f" {count_text(missing, 'answer')} with an echo verdict {'carry' if missing != 1 else 'carries'} "
+                 f"none under {ECHO_RULE_RELEASE_FIRST_WORD!r} (scored before every rule's verdict was stored): that "
+                 f"column counts the others ({DASH} where none is left).")
+    return note
+
+
 def table1(agg: GeoHintAggregator, condition: str = "forced", *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0,
            n_boot_source: str = N_BOOT_KEY) -> Table:
     """Table 1: per model, context condition only: n, sites, hit rate with its site-bootstrap 95 % interval, hit
@@ -815,7 +838,9 @@ def table1(agg: GeoHintAggregator, condition: str = "forced", *, n_boot: int = D
     setting, :func:`no_boot_note`), and ``CI flag``: why the intervals are
     withheld (fewer than 5 sites) or flagged few-cluster (5-9 sites), "" otherwise
     (:func:`geoagent.scoring.sdt.boot_site_flag`). A hit rate of answers none of which
-    geocoded is undetermined (NaN, an em dash; :attr:`Cell.geocoded_hit_rate`), and so is its interval."""
+    geocoded is undetermined (NaN, an em dash; :attr:`Cell.geocoded_hit_rate`), and so is its interval. Last,
+    :data:`RELEASE_ECHO_COLUMN`: the echo rate under the paper's rule (:attr:`Cell.release_echo_rate`), whatever the
+    report's echo rule, so a reader compares with the paper without re-running (stats43 #2; no interval)."""
     rows = []
     undetermined = exact_any = False
     sites = agg.sites
@@ -836,17 +861,19 @@ def table1(agg: GeoHintAggregator, condition: str = "forced", *, n_boot: int = D
         n_sites = sum(1 for x in by_site.values() if x.n)
         flag = boot_site_flag(n_sites) if idx is not None and c.n else ""
         rows.append([m, c.n, c.geocoded_hit_rate, *[x.geocoded_hit_rate for x in per_band], c.echo_rate,
-                     hit_ci, echo_ci, n_sites, flag])
+                     hit_ci, echo_ci, n_sites, flag, c.release_echo_rate])
     boot = (bootstrap_caption(n_boot, seed, len(sites), exact_any, "n = the model's responses, sites = the sites they "
                               "come from; echo rates over the responses with an echo verdict")
             if idx is not None else (no_boot_note(n_boot_source) if n_boot == 0 else ""))
     return Table(
         "table1",
         f"Table 1: per-model results, condition {condition} (baselines excluded); hit rate and echo rate in %",
-        ["Model", "n", "Hit rate", *BANDS, "Echo rate", "Hit rate 95 % CI", "Echo rate 95 % CI", "sites", "CI flag"],
-        ["text", "int", "pct", "pct", "pct", "pct", "pct", "pctci", "pctci", "int", "text"],
+        ["Model", "n", "Hit rate", *BANDS, "Echo rate", "Hit rate 95 % CI", "Echo rate 95 % CI", "sites", "CI flag",
+         RELEASE_ECHO_COLUMN],
+        ["text", "int", "pct", "pct", "pct", "pct", "pct", "pctci", "pctci", "int", "text", "pct"],
         rows,
-        _join_notes(boot, echo_rule_ref(agg), UNGEOCODED_NOTE if undetermined else "", no_answer_note(agg, condition)),
+        _join_notes(boot, echo_rule_ref(agg), release_echo_note(agg, condition), UNGEOCODED_NOTE if undetermined else "",
+                    no_answer_note(agg, condition)),
     )
 
 
