@@ -169,3 +169,26 @@ def test_a_model_with_one_unparsed_answer_is_kept():
     t8 = GH.table_paired(agg, "forced_warn", "forced", n_flips=N_FLIPS)
     assert "Left out" not in t8.notes
     assert t8.rows[-1][2] > GH.table_paired(_agg(rows), "forced_warn", "forced", n_flips=N_FLIPS).rows[-1][2]
+
+
+def test_report_md_says_a_never_parsing_model_stays_in_the_regime_split_as_misses(tmp_path):
+    """stats43 #3: a model whose answers never parse is kept in the regime assignment (unparsed is its own miss, the
+    release's rule, unchanged) and moves the split; report.md's header says so and names it. A model whose answers
+    parsed but never geocoded gets the stats42 #1 note instead, not this one."""
+    rows = synth_results(seed=6, n_sites=10)
+    never_parsed = [dataclasses.replace(r, parse_ok=False, city=None, area=None, building=None)
+                    for r in _never_geocoded(rows, model="u")]
+    agg = _agg(rows + never_parsed)
+    assert agg.regime_left_out_models() == [] and agg.undetermined_models("forced", "baseline") == []
+    # the rule is unchanged: u's misses count, so the split differs from the one without u
+    assert agg.regimes() != _agg(rows).regimes()
+    GH.write_report(agg, tmp_path, n_flips=N_FLIPS, n_splits=10, n_boot=0, figures=False)
+    header = (tmp_path / "report.md").read_text(encoding="utf-8").split("### ")[0]
+    n = sum(1 for r in never_parsed if r.condition == "baseline")
+    assert (f"Kept in the regime assignment as misses: the no-context answers (condition 'baseline') of u ({n} of {n} "
+            "unparsed).") in header
+    assert "Left out of the regime assignment" not in header
+    # the parsed-but-never-geocoded model: left out (stats42 #1), and this note stays silent
+    z_agg = _agg(rows + _never_geocoded(rows))
+    assert GH.regime_unparsed_note(z_agg, "baseline") == ""
+    assert GH.regime_left_out_note(z_agg, "baseline").startswith("Left out of the regime assignment")

@@ -57,6 +57,8 @@ whose no-context hit rate is so undetermined is left out of the regime assignmen
 it (:func:`regime_left_out_note`, :func:`regime_left_out_ref`; stats42 #1). So are the comparisons that pool models
 without a row per model: Tables 8 and 10, ``building_vs_nocontext`` and Fig. 2's points leave out every answer of a
 model whose hit rate in a condition they compare is undetermined, and say so (:func:`pooled_left_out_note`; stats43 #1).
+A model whose no-context answers mostly did not parse stays in the regime assignment (unparsed is the model's own
+miss, the release's rule), and the header says so (:func:`regime_unparsed_note`; stats43 #3).
 
 Comparisons with the no-context baseline paired by image (when the data hold no-context answers, after Table 7):
 ``nocontext_near`` (Sec. 6.1.3: per model, near-band minus no-context hit rate; :func:`table_nocontext_near`) and
@@ -660,6 +662,29 @@ def regime_left_out_note(agg: GeoHintAggregator, baseline: str) -> str:
             f"no-context hit rate is undetermined ({DASH}, as in Table 1); counted as misses they would pull every "
             "site toward illegible and move the split for every other model. Sites are legible or illegible by the "
             "other models' no-context answers, and the split-half correction (Table 3) splits those alone.")
+
+
+def regime_unparsed_note(agg: GeoHintAggregator, baseline: str) -> str:
+    """The header's sentence naming the models more than :data:`UNRESOLVED_WARN_SHARE` of whose no-context answers
+    (``baseline``) did not parse, with their counts, and saying that they stay in the regime assignment as misses;
+    "" when there are none (stats43 #3). The rule is the release's and is kept (an unparsed answer is a miss of the
+    model's own making, :func:`geoagent.geohint.aggregate.hit_decided`), but such a model pulls every site toward
+    illegible and moves the split for the others, unlike one whose answers parsed and never geocoded
+    (:func:`regime_left_out_note`), so the reader is told."""
+    cells = [(m, c) for m in agg.models
+             if (c := agg.select(model=m, condition=baseline)).n and c.n_parse_fail / c.n > UNRESOLVED_WARN_SHARE]
+    if not cells:
+        return ""
+    one = len(cells) == 1
+    named = ", ".join(f"{m} ({c.n_parse_fail} of {c.n} unparsed)" for m, c in cells)
+    return (f"Kept in the regime assignment as misses: the no-context answers (condition {baseline!r}) of "
+            f"{named}. An unparsed answer names no place, a miss of the model's "
+            "own making (seed 000 Sec. 4.1, no post-hoc filtering; the release's judged answers keep such rows with "
+            f"hit False), so {'its' if one else 'their'} no-context hit rate is decided, and low, and pulls every "
+            "site's pooled rate toward illegible, moving the split for the other models too. That is the release's "
+            "rule and is kept; a model whose answers parsed but never geocoded is left out instead (its rate is "
+            "undetermined). The warning on answers that did not geocode counts unparsed answers too, but their "
+            "misses are the model's, not the geocoder's.")
 
 
 def regime_left_out_ref(agg: GeoHintAggregator, baseline: str) -> str:
@@ -2519,6 +2544,7 @@ def write_report(
           for x in (f"**{w}**", "")],
         *([no_regime_note(agg, baseline), ""] if no_regime_note(agg, baseline) else []),
         *([left_out_models, ""] if (left_out_models := regime_left_out_note(agg, baseline)) else []),
+        *([kept_unparsed, ""] if (kept_unparsed := regime_unparsed_note(agg, baseline)) else []),  # stats43 #3
         *([f"**{withheld}**", ""] if (withheld := withheld_tables(agg, tables, condition, baseline)) else []),
         "Terms:",
         "",
