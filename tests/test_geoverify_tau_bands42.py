@@ -44,8 +44,10 @@ def test_band_edges_start_at_tau_below_150_m():
     assert decoy_band_labels(0.12) == ("0.12-0.3km", *DECOY_BAND_LABELS[1:])
     assert decoy_band_labels(0.0999)[0] == "0.0999-0.3km"  # 99.9 m: no float noise in the label
     assert decoy_band_labels(0.001)[0] == "0.001-0.3km"  # tau_m's floor, 1 m
-    # at and above the paper's tau the labels are the paper's (a candidate nearer than tau is signal anyway)
-    assert decoy_band_labels(0.15) == decoy_band_labels(0.2) == DECOY_BAND_LABELS
+    # at the paper's tau the labels are the paper's; above it the nearest band starts at tau too (fixverify43 #1,
+    # tests/test_geoverify_tau_above_150_43.py)
+    assert decoy_band_labels(0.15) == DECOY_BAND_LABELS
+    assert decoy_band_labels(0.2) == ("0.2-0.3km", *DECOY_BAND_LABELS[1:])
 
 
 @pytest.mark.parametrize(("d_km", "tau_km", "band"), [
@@ -59,8 +61,8 @@ def test_band_edges_start_at_tau_below_150_m():
     (6.0, 0.1, None),
     (0.1499, 0.15, "signal"),     # the paper's tau: as before
     (0.15, 0.15, "0.15-0.3km"),
-    (0.1999, 0.2, "signal"),      # tau 200 m: signal below it, the paper's label from it on
-    (0.2, 0.2, "0.15-0.3km"),
+    (0.1999, 0.2, "signal"),      # tau 200 m: signal below it, the nearest band from it on (fixverify43 #1)
+    (0.2, 0.2, "0.2-0.3km"),
 ])
 def test_verify_band_at_tau(d_km, tau_km, band):
     assert verify_band(d_km, tau_km) == band
@@ -114,12 +116,13 @@ def _release(tmp_path, bands: list[str]):
 
 def test_importer_takes_a_nearest_band_from_tau_and_refuses_other_spellings(tmp_path):
     assert is_decoy_band_label("0.1-0.3km") and is_decoy_band_label("0.15-0.3km")
-    for bad in ("0.10-0.3km", "0.2-0.3km", "0.1-0.7km", "0.0005-0.3km", "signal", ""):
+    assert is_decoy_band_label("0.2-0.3km")  # a tau above 150 m (fixverify43 #1)
+    for bad in ("0.10-0.3km", "0.20-0.3km", "0.3-0.3km", "0.1-0.7km", "0.0005-0.3km", "signal", ""):
         assert not is_decoy_band_label(bad), bad
-    rel = import_release(_release(tmp_path, ["0.1-0.3km", "0.2-0.3km"]))
+    rel = import_release(_release(tmp_path, ["0.1-0.3km", "0.20-0.3km"]))
     assert [t.band for t in rel.trials] == ["0.1-0.3km"]
     (issue,) = rel.report.issues
-    assert "verify_trials.csv:3:" in str(issue) and "got '0.2-0.3km'" in str(issue)
+    assert "verify_trials.csv:3:" in str(issue) and "got '0.20-0.3km'" in str(issue)
 
 
 def _trial(band: str) -> VerifyTrial:

@@ -436,8 +436,8 @@ def _check_arm_band(arm: str, band: str | None) -> None:
     """Refuse a trial row whose ``arm`` or ``band`` the scorer cannot place (break26 #5: such trials were asked and
     paid for, then fell out of every rate): ``arm`` one of :data:`~geoagent.data.model.ARMS`; on the main arm
     ``band`` is ``signal``, a decoy band label (:data:`~geoagent.data.model.DECOY_BAND_LABELS`; seed 000
-    Sec. 5.2; or, in a table built with a tau below 150 m, a nearest band starting at tau such as ``0.1-0.3km``:
-    :func:`~geoagent.data.model.is_decoy_band_label`, fixverify42 #1) or empty (an optional column: a signal trial, truth "yes", enters H; a decoy enters F and no band's F,
+    Sec. 5.2; or, in a table built with another tau, a nearest band starting at tau such as ``0.1-0.3km`` or
+    ``0.2-0.3km``: :func:`~geoagent.data.model.is_decoy_band_label`, fixverify42 #1, fixverify43 #1) or empty (an optional column: a signal trial, truth "yes", enters H; a decoy enters F and no band's F,
     d' or c: :func:`geoagent.scoring.sdt.placed_rows`); a control arm's band
     is free (the band of its main trial, or empty). Whether the band agrees with
     the truth label is the planner's check (:func:`geoagent.geoverify.plan.check_band_truth`), which refuses the
@@ -452,8 +452,8 @@ def _check_arm_band(arm: str, band: str | None) -> None:
         raise RowError(f"column 'arm': expected one of {', '.join(ARMS)}, got {arm!r}")
     if arm == ARM_MAIN and band and band != BAND_SIGNAL and not is_decoy_band_label(band):
         raise RowError(f"column 'band': a main-arm trial's band is {BAND_SIGNAL}, one of "
-                       f"{', '.join(DECOY_BAND_LABELS)} (a table built with a tau below 150 m: its nearest band "
-                       f"starts at tau, e.g. 0.1-0.3km) or empty, got {band!r}")
+                       f"{', '.join(DECOY_BAND_LABELS)} (a table built with another tau: its nearest band "
+                       f"starts at tau, e.g. 0.1-0.3km or 0.2-0.3km) or empty, got {band!r}")
 
 
 def _trial(row: dict[str, Any]) -> VerifyTrial:

@@ -52,15 +52,17 @@ def decoy_bands_km(tau_km: float = C.GEOVERIFY_TAU_KM) -> tuple[tuple[float, flo
     """GeoVerify decoy bands ``((lo, hi), ...)`` in km, nearest first, for the claim tolerance ``tau_km``.
 
     Seed 000 Sec. 5.2: "The nearest band starts immediately above tau on purpose" (tau = 150 m there, the bands
-    :data:`geoagent.constants.GEOVERIFY_DECOY_BANDS_KM`). With a tau below 150 m the nearest band starts at tau
-    (``tau_km = 0.1``: ``(0.1, 0.3), (0.3, 0.7), ...``), so the distances between tau and 150 m are probed too
-    (fixverify42 #1: they fell in no band and were never drawn as decoys). From 150 m up (the settings refuse
-    300 m or more) the bands are the paper's: a candidate nearer than tau is signal, so the nearest band's decoys
-    lie in [tau, 0.3) whatever its label says, and its label stays the paper's ``0.15-0.3km`` (docs/judgement-
-    calls.md, "The nearest decoy band starts at tau").
+    :data:`geoagent.constants.GEOVERIFY_DECOY_BANDS_KM`). For any other tau below the nearest band's upper edge
+    (0.3 km; the settings refuse 300 m or more) the nearest band starts at tau: ``tau_km = 0.1`` gives
+    ``(0.1, 0.3), (0.3, 0.7), ...``, so the distances between tau and 150 m are probed too (fixverify42 #1: they fell
+    in no band and were never drawn as decoys), and ``tau_km = 0.2`` gives ``(0.2, 0.3), ...`` (fixverify43 #1: a
+    candidate nearer than tau is signal, so the decoys of that band always lay in [0.2, 0.3), but the band was
+    labelled ``0.15-0.3km``, edges it did not have). At the paper's 150 m the bands and labels are the paper's
+    (docs/judgement-calls.md, "The nearest decoy band starts at tau"). ``tau_km`` at or past 0.3 (refused by the
+    settings) keeps the paper's bands.
     """
     (lo, hi), *rest = C.GEOVERIFY_DECOY_BANDS_KM
-    if tau_km < lo:
+    if tau_km < hi:
         lo = round(float(tau_km), _EDGE_DECIMALS)
     return ((lo, hi), *rest)
 
@@ -87,14 +89,14 @@ def band_edges(label: str | None) -> tuple[float, float] | None:
 
 def is_decoy_band_label(label: str | None) -> bool:
     """Whether ``label`` is a decoy band of some tolerance tau >= 1 m (:func:`decoy_band_labels`): one of the
-    paper's :data:`DECOY_BAND_LABELS`, or a nearest band that starts at a tau below 150 m (``0.1-0.3km``).
-    Which tau a trial table's bands belong to is the planner's check
+    paper's :data:`DECOY_BAND_LABELS`, or a nearest band that starts at another tau below 300 m (``0.1-0.3km``,
+    ``0.2-0.3km``: fixverify42 #1, fixverify43 #1). Which tau a trial table's bands belong to is the planner's check
     (:func:`geoagent.geoverify.plan.check_bands`)."""
     if label in DECOY_BAND_LABELS:
         return True
     edges = band_edges(label)
-    (lo, hi), *_ = C.GEOVERIFY_DECOY_BANDS_KM
-    return (edges is not None and edges[1] == hi and 0.001 <= edges[0] < lo
+    _, hi = C.GEOVERIFY_DECOY_BANDS_KM[0]
+    return (edges is not None and edges[1] == hi and 0.001 <= edges[0] < hi
             and label == band_label(round(edges[0], _EDGE_DECIMALS), hi))
 
 
@@ -122,8 +124,8 @@ def verify_band(d_km: float, tau_km: float = C.GEOVERIFY_TAU_KM) -> str | None:
     """GeoVerify band of a camera-candidate distance (Sec. 5.2).
 
     Returns ``"signal"`` when ``d_km < tau_km``, the decoy band label (``"0.15-0.3km"`` ...) when
-    ``lo <= d_km < hi`` for one of :func:`decoy_bands_km` ``(tau_km)`` (the nearest starts at tau when tau is
-    below 150 m: ``"0.1-0.3km"`` for 0.1), else None (farther than the last band). Units: km.
+    ``lo <= d_km < hi`` for one of :func:`decoy_bands_km` ``(tau_km)`` (the nearest starts at tau: ``"0.1-0.3km"``
+    for 0.1, ``"0.2-0.3km"`` for 0.2), else None (farther than the last band). Units: km.
     """
     if d_km < tau_km:
         return BAND_SIGNAL

@@ -199,7 +199,8 @@ class GeoVerifyAggregator:
         """Table 12 statistics from the current counts (see :func:`geoagent.scoring.sdt.score`), each with its
         cut-off counts per arm (``ModelScores.truncation``); ``models``: names that get a column even before
         their first answer; ``tau_km``: the campaign's claim tolerance in km (``[geoverify] tau_m`` / 1000), which
-        sets the decoy bands scored (the nearest starts at tau below 150 m) and is named in the report."""
+        sets the decoy bands scored (the nearest starts at tau: ``0.1-0.3km``, ``0.2-0.3km``) and is named in the
+        report."""
         scores = sdt.score(self.cells, self.conf, n_boot=n_boot, seed=seed, models=models, tau_km=tau_km)
         trunc = self.truncation_by_model()
         for name, s in scores.items():

@@ -41,7 +41,7 @@ from geoagent.data.importer import (
     import_release,
     sites_without_images,
 )
-from geoagent.data.model import ARM_MAIN, BAND_SIGNAL, BLANK_IMAGE_REF, VerifyTrial, decoy_band_labels
+from geoagent.data.model import ARM_MAIN, BAND_SIGNAL, BLANK_IMAGE_REF, VerifyTrial, band_edges, decoy_band_labels
 from geoagent.data.store import DataStore
 from geoagent.geoverify.prompt import load_template
 from geoagent.geoverify.settings import GeoVerifySettings
@@ -225,36 +225,52 @@ def check_band_truth(trials: Iterable[VerifyTrial], *, source: str = "the trial 
 
 def check_bands(trials: Iterable[VerifyTrial], tau_km: float, *, source: str = "the trial table") -> None:
     """Raise ValueError when a main-arm decoy trial's band lies in none of the decoy bands scored at the configured
-    tolerance (:func:`geoagent.data.model.decoy_band_labels` of ``tau_km``; a band inside one of them counts in it,
-    :func:`geoagent.scoring.sdt.fold_bands`), fixverify42 #1.
+    tolerance (:func:`geoagent.data.model.decoy_band_labels` of ``tau_km``; a band that belongs to one of them
+    counts in it, :func:`geoagent.scoring.sdt.band_folds`), fixverify42 #1.
 
-    With a tau below 150 m the nearest band starts at tau (``0.1-0.3km`` for 100 m). A table built at a smaller tau
-    than the configured one (``0.1-0.3km`` under tau_m = 150) holds decoys nearer than the nearest band scored: its
-    decoys of that band would count in F but in no band's F, d' or delta_1. Empty bands and ``signal`` are judged by
-    :func:`check_band_truth` and :func:`check_tolerance`.
+    With a tau other than 150 m the nearest band starts at tau (``0.1-0.3km`` for 100 m, ``0.2-0.3km`` for 200 m). A
+    table built at a smaller tau than the configured one (``0.1-0.3km`` under tau_m = 150) holds decoys nearer than
+    the nearest band scored: its decoys of that band would count in F but in no band's F, d' or delta_1. A table
+    labelled at 150 m (``0.15-0.3km``) scored at a tau above it counts that band in ``<tau>-0.3km`` only when each
+    such trial's ``d_km`` is known and not below tau (fixverify43 #1): a decoy nearer than tau lies inside the claim
+    radius (the claim is true: a noise trial that is really a signal trial). Empty bands and ``signal`` are judged by :func:`check_band_truth` and :func:`check_tolerance`.
 
     Raises
     ------
     ValueError
         Naming ``source``, the first such trial and band, how many there are, the bands scored and the fix.
     """
-    from geoagent.scoring.sdt import fold_bands
+    from geoagent.scoring.sdt import band_folds
 
+    trials = list(trials)
     bands = decoy_band_labels(tau_km)
     labels = sorted({t.band for t in trials if t.arm == ARM_MAIN and t.band and t.band != BAND_SIGNAL})
     if not labels:
         return
-    import polars as pl
-
-    folded = fold_bands(pl.DataFrame({"band": labels}), bands)["band"].to_list()
-    bad = [lab for lab, f in zip(labels, folded) if f not in bands]
+    folds = band_folds(labels, bands)
+    bad = [lab for lab in labels if lab not in bands and lab not in folds]
     if bad:
         n = sum(1 for t in trials if t.arm == ARM_MAIN and t.band in bad)
         raise ValueError(
             f"{source}: {n} main-arm decoy trial(s) in a band outside those scored at [geoverify] tau_m = "
             f"{tau_km * 1000:g} m ({', '.join(bands)}), e.g. band {bad[0]!r}: a table built with another tolerance "
-            "(below 150 m the nearest band starts at tau). Set tau_m to the table's, or rebuild the trials "
+            "(with another tau the nearest band starts at tau). Set tau_m to the table's, or rebuild the trials "
             "([geoverify] trials = \"build\")")
+    # the paper's 0.15-0.3km counted in a nearest band that starts above it (tau > 150 m): only decoys known to lie
+    # from tau on; check_tolerance refuses those labelled no nearer than tau, this those without a distance
+    # (fixverify43 #1)
+    widened = {lab for lab, into in folds.items()
+               if (e := band_edges(lab)) and (b := band_edges(into)) and e[0] < b[0]}
+    near = [t for t in trials if t.arm == ARM_MAIN and t.band in widened
+            and (t.d_km is None or t.d_km < tau_km - TAU_ROUNDING_KM)]
+    if near:
+        t = near[0]
+        raise ValueError(
+            f"{source}: {len(near)} main-arm decoy trial(s) of band {t.band!r} with no distance (d_km) or one below "
+            f"[geoverify] tau_m = {tau_km * 1000:g} m, e.g. {t.trial_id!r} (d_km = {t.d_km}): scored at this tau its "
+            f"band is {bands[0]!r}, and a decoy nearer than tau lies inside the claim radius (the claim is true). "
+            "Give the table's d_km, set tau_m to the table's (150), or rebuild the trials ([geoverify] trials = "
+            "\"build\")")
 
 
 def check_report_names(models: Iterable[Any], recorded: Iterable[str]) -> None:

@@ -62,8 +62,8 @@ class GeoVerifySettings(BaseModel):
     @field_validator("tau_m")
     @classmethod
     def _below_first_band_edge(cls, v: float) -> float:
-        # fixverify41 #2: the decoy bands are the paper's (Sec. 5.2: 0.15-0.3, ..., 3-6 km; below 150 m the nearest starts
-        # at tau, fixverify42 #1: geoagent.data.model.decoy_bands_km) and a candidate nearer than tau is signal, so a tau at or past the nearest band's upper edge (0.3 km) leaves that band empty of decoys (every
+        # fixverify41 #2: the decoy bands are the paper's (Sec. 5.2: 0.15-0.3, ..., 3-6 km; with another tau the nearest
+        # starts at tau, fixverify42 #1, fixverify43 #1: geoagent.data.model.decoy_bands_km) and a candidate nearer than tau is signal, so a tau at or past the nearest band's upper edge (0.3 km) leaves that band empty of decoys (every
         # candidate in it is signal), and its d' undefined in every report; refused here, naming the key
         upper_m = C.GEOVERIFY_DECOY_BANDS_KM[0][1] * 1000
         if v >= upper_m:

@@ -4,7 +4,7 @@ Per image:
 
 * **signal** trials: every pool candidate with haversine distance < tau (150 m) from the camera, truth yes;
 * **noise** trials: up to ``n_per_band`` candidates from each decoy band (0.15-0.3, 0.3-0.7, 0.7-1.5,
-  1.5-3 and 3-6 km; with a tau below 150 m the nearest band starts at tau, e.g. 0.1-0.3 km:
+  1.5-3 and 3-6 km; with another tau the nearest band starts at tau, e.g. 0.1-0.3 km or 0.2-0.3 km:
   :func:`geoagent.data.model.decoy_bands_km`), truth no, matched on referenceability to the image's signal candidates: draws prefer
   the same tier, then a tier one step away, and fall back to any tier only where the cell has nothing
   closer (counted as *unmatched*);
@@ -26,7 +26,9 @@ Designs are **nested** (design version :data:`TRIAL_BUILDER_VERSION`): for a fix
 for stay in the plan. Each draw has a random stream of its own, derived from the seed and the draw's identity:
 
 * decoys of one (image, band) cell: ``random.Random(f"{seed}|{image_id}|{band}")``, drawn one after another
-  (the tier matching above), so the cell's ``k`` draws are the first ``k`` of its ``k + 1``;
+  (the tier matching above), so the cell's ``k`` draws are the first ``k`` of its ``k + 1``; from a tau of 150 m
+  up the nearest band's stream keeps the paper's name ``0.15-0.3km`` whatever the band's label
+  (:func:`_cell_stream_band`);
 * control candidates: the image's main-arm candidates ordered by their place in their cell's draw order
   (signal candidates by distance, decoys by draw), ties by a key from
   ``random.Random(f"{seed}|{image_id}|control|{cand}")``; the first ``n_control`` get the two control arms.
@@ -59,6 +61,7 @@ from geoagent.data.model import (
     ARM_MISMATCH,
     BAND_SIGNAL,
     BLANK_IMAGE_REF,
+    DECOY_BAND_LABELS,
     TIERS,
     TRUTH_NO,
     TRUTH_YES,
@@ -71,12 +74,13 @@ from geoagent.data.model import (
 )
 from geoagent.geo import continent_code, haversine_km
 
-#: version of the trial design :func:`build_trials` draws: 4 = as 3, and with a tau below 150 m the nearest decoy
-#: band starts at tau (3, before 2026-12-06: at 150 m whatever tau, so the distances between tau and 150 m were
-#: never drawn; fixverify42 #1); 3 = as 2, and of candidates sharing a name the nearest to the image is the claim's
-#: place (2, before 2026-12-05: the first in pool order); 2 = nested draws (one stream per band cell, controls and
-#: mismatched images drawn apart from the decoys); 1 = one stream per image (before 2026-12-01). The same inputs
-#: and seed give other trials under another version.
+#: version of the trial design :func:`build_trials` draws (labelling the nearest band of a tau above 150 m by its real
+#: lower edge, ``0.2-0.3km`` for 200 m, fixverify43 #1, drew the same trials: no version): 4 = as 3, and with a tau
+#: below 150 m the nearest decoy band starts at tau (3, before 2026-12-06: at 150 m whatever tau, so the distances
+#: between tau and 150 m were never drawn; fixverify42 #1); 3 = as 2, and of candidates sharing a name the nearest to
+#: the image is the claim's place (2, before 2026-12-05: the first in pool order); 2 = nested draws (one stream per band
+#: cell, controls and mismatched images drawn apart from the decoys); 1 = one stream per image (before 2026-12-01). The
+#: same inputs and seed give other trials under another version.
 TRIAL_BUILDER_VERSION = 4
 
 
@@ -201,8 +205,9 @@ def build_trials(
         Main-arm candidates per image that also get the two control arms (0 = no controls): the first
         ``n_control`` in draw-depth order (module docstring), so they do not depend on ``n_per_band``.
     tau_km : float
-        Claim tolerance in km (the paper's 150 m: 0.15); below 0.15 the nearest decoy band starts at tau
-        (:func:`geoagent.data.model.decoy_bands_km`, band labels such as ``0.1-0.3km``).
+        Claim tolerance in km (the paper's 150 m: 0.15); with another tau the nearest decoy band starts at tau
+        (:func:`geoagent.data.model.decoy_bands_km`, band labels such as ``0.1-0.3km`` or ``0.2-0.3km``). A candidate
+        nearer than tau is always signal, never a decoy (Eq. 1).
     continents : mapping site_id -> continent, optional
 
     Returns
@@ -262,7 +267,7 @@ def build_trials(
             main.append(mk(p, d, BAND_SIGNAL, TRUTH_YES))
             depth[p.name_en or ""] = j
         targets = [_tier_index(p) for _, p in signal]
-        for band in bands:
+        for i, band in enumerate(bands):
             cell = sorted(cells[band], key=lambda x: x[1].name_en or "")
             for _, p in cell:
                 dist[p.name_en] = next(d for d, q in cell if q is p)
@@ -270,7 +275,8 @@ def build_trials(
             if len(cell) < k:
                 rep.short_cells += 1
             # the cell's own stream: its k draws are the first k of its k + 1 draws (nested designs)
-            chosen, unmatched = _pick_decoys(random.Random(f"{seed}|{im.image_id}|{band}"), [p for _, p in cell],
+            stream = _cell_stream_band(i, band, tau_km)
+            chosen, unmatched = _pick_decoys(random.Random(f"{seed}|{im.image_id}|{stream}"), [p for _, p in cell],
                                              targets, k)
             rep.unmatched_decoys += unmatched
             for j, p in enumerate(chosen):
@@ -294,6 +300,17 @@ def build_trials(
     for t in trials:
         rep.counts[(t.arm, t.band)] += 1
     return trials, rep
+
+
+def _cell_stream_band(i: int, band: str, tau_km: float) -> str:
+    """The band name in the seed of the decoy stream of band ``i`` (0 = nearest) labelled ``band``, at tolerance
+    ``tau_km`` (km): the label, except for the nearest band of a tau from 150 m up, whose stream keeps the paper's
+    label ``0.15-0.3km``. Until fixverify43 #1 that band was labelled ``0.15-0.3km`` whatever such a tau (its decoys
+    already started at tau: nearer candidates are signal); keeping the stream's name keeps its draws, so giving it
+    its real label (``0.2-0.3km`` for 200 m) plans no new trial, needs no new trial builder version, and sets no
+    paid answer aside. Below 150 m the stream is named by the label since trial builder 4 (fixverify42 #1)."""
+    (paper_lo, _), *_ = C.GEOVERIFY_DECOY_BANDS_KM
+    return DECOY_BAND_LABELS[0] if i == 0 and tau_km >= paper_lo else band
 
 
 def _control_key(seed: int, image_id: str, cand: str) -> float:

@@ -107,10 +107,9 @@ def legend_for(tau_km: float = C.GEOVERIFY_TAU_KM) -> tuple[str, ...]:
     paper = ("" if math.isclose(tau_km, C.GEOVERIFY_TAU_KM) else
              f"; the paper's tau is {_tau_m_text(C.GEOVERIFY_TAU_KM)}")
     first = _band_title(decoy_band_labels(tau_km)[0])
-    # below 150 m the nearest band starts at tau; above it keeps the paper's label while a candidate nearer than tau
-    # is signal, so its decoys start at tau too (geoagent.data.model.decoy_bands_km)
-    nearest = ("" if math.isclose(tau_km, C.GEOVERIFY_TAU_KM) else f"; the nearest band, {first}, starts at tau"
-               if tau_km < C.GEOVERIFY_DECOY_BANDS_KM[0][0] else f"; the nearest band, {first}, holds decoys from tau on")
+    # with another tau than the paper's the nearest band starts at tau (geoagent.data.model.decoy_bands_km, its label
+    # says so: 0.1-0.3 km, 0.2-0.3 km; fixverify42 #1, fixverify43 #1)
+    nearest = "" if math.isclose(tau_km, C.GEOVERIFY_TAU_KM) else f"; the nearest band, {first}, starts at tau"
     return (
         f"H (hit rate): share of signal trials (the named place lies less than {tau} from the photo, Eq. 1"
         f"{paper}) answered yes.",

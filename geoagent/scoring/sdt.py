@@ -82,7 +82,7 @@ import polars as pl
 
 from geoagent import constants as C
 from geoagent.data.model import ARM_BLANK, ARM_MAIN, ARM_MISMATCH, BAND_SIGNAL, band_edges, decoy_band_labels
-from geoagent.data.model import DECOY_BAND_LABELS  # noqa: F401 - the paper's bands, read as sdt.DECOY_BAND_LABELS
+from geoagent.data.model import DECOY_BAND_LABELS  # also read as sdt.DECOY_BAND_LABELS: the paper's bands
 from geoagent.textfmt import count_text, fixed_text
 
 POOLED = "pooled"
@@ -881,25 +881,45 @@ def _score_one(
     )
 
 
-def fold_bands(df: pl.DataFrame, bands: tuple[str, ...] | list[str]) -> pl.DataFrame:
-    """``df`` (a cell or confidence table) with each ``band`` label that is not one of ``bands`` but lies inside
-    one of them (by its edges, :func:`geoagent.data.model.band_edges`) relabelled to that band.
+def band_folds(labels: Iterable[str | None], bands: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """Which of ``labels`` (band labels of stored trials) :func:`fold_bands` counts in which of ``bands`` (decoy
+    band labels, nearest first): ``{label: band}`` for each label not in ``bands`` that
 
-    A campaign at a tau below 150 m planned before the nearest decoy band started at tau (trial builder 3) stored
-    its nearest decoys as ``0.15-0.3km``; they lie inside the band ``<tau>-0.3km`` its trials are scored in now
-    (fixverify42 #1), so they count there instead of in no band's F. A label inside none of ``bands`` (or
-    ``signal``, empty, null) stays as it is."""
-    if df.height == 0 or "band" not in df.columns:
-        return df
+    * lies inside one of them by its edges (:func:`geoagent.data.model.band_edges`): a campaign at a tau below 150 m
+      planned before the nearest band started at tau (trial builder 3) stored its nearest decoys as ``0.15-0.3km``,
+      inside the band ``<tau>-0.3km`` scored now (fixverify42 #1); or
+    * is the paper's nearest band ``0.15-0.3km`` while the nearest of ``bands`` has its upper edge and starts above
+      150 m (``0.2-0.3km``, tau = 200 m): before fixverify43 #1 every tau from 150 m up labelled its nearest band
+      ``0.15-0.3km``, its decoys lying from tau on (a nearer candidate is signal, Eq. 1), so they are that band's.
+      (A release table labelled at 150 m holding decoys between 150 m and tau is refused at plan time:
+      :func:`geoagent.geoverify.plan.check_tolerance`, :func:`geoagent.geoverify.plan.check_bands`.)
+
+    A label inside none of ``bands`` (or ``signal``, empty, None) is not in the result."""
     spans = [(b, band_edges(b)) for b in bands]
-    mapping = {}
-    for label in df["band"].drop_nulls().unique().to_list():
+    near = spans[0][1] if spans else None
+    paper = band_edges(DECOY_BAND_LABELS[0])
+    out: dict[str, str] = {}
+    for label in set(labels):
         edges = band_edges(label)
         if label in bands or edges is None:
             continue
         into = next((b for b, e in spans if e is not None and e[0] <= edges[0] and edges[1] <= e[1]), None)
+        if into is None and label == DECOY_BAND_LABELS[0] and near is not None and near[1] == paper[1] \
+                and near[0] > paper[0]:
+            into = spans[0][0]
         if into is not None:
-            mapping[label] = into
+            out[label] = into
+    return out
+
+
+def fold_bands(df: pl.DataFrame, bands: tuple[str, ...] | list[str]) -> pl.DataFrame:
+    """``df`` (a cell or confidence table) with each ``band`` label that is not one of ``bands`` but belongs to one
+    of them (:func:`band_folds`: inside it by its edges, or the paper's ``0.15-0.3km`` of a tau above 150 m)
+    relabelled to that band, so its trials count in that band's F instead of in no band's. A label :func:`band_folds`
+    places in no band (or ``signal``, empty, null) stays as it is."""
+    if df.height == 0 or "band" not in df.columns:
+        return df
+    mapping = band_folds(df["band"].drop_nulls().unique().to_list(), bands)
     if not mapping:
         return df
     return df.with_columns(pl.col("band").replace(mapping))
@@ -928,8 +948,8 @@ def score(
         Columns ``model, arm, band, verdict, conf, n``: counts of stated confidences.
     bands : tuple of str, optional
         Decoy band labels, nearest first; default :func:`geoagent.data.model.decoy_band_labels` of ``tau_km``
-        (the paper's for 0.15; below it the nearest band starts at tau). A cell whose band lies inside one of
-        them is counted in it (:func:`fold_bands`).
+        (the paper's for 0.15; for another tau the nearest band starts at tau). A cell whose band belongs to
+        one of them is counted in it (:func:`fold_bands`).
     tau_km : float
         The claim tolerance tau in km the trials were labelled with (Eq. 1; the paper's 0.15): it sets the default
         ``bands`` and is kept in ``ModelScores.tau_km`` for the report's terms.

@@ -1,0 +1,242 @@
+"""GeoVerify decoy bands at a claim tolerance other than 150 m, part 2 (fixverify43).
+
+#1 With tau between 150 and 300 m the builder already started the nearest band at tau (a candidate nearer than tau is
+signal, Eq. 1: no decoy ever fell inside the claim radius), but labelled it ``0.15-0.3km``, edges it did not have.
+Now it is labelled by its real edges (``0.2-0.3km`` for 200 m; the paper's 150 m keeps ``0.15-0.3km``), with the same
+draws (no new trial builder version), and answers stored under the old label count in the new band. A table labelled
+at 150 m whose ``0.15-0.3km`` decoys lack a distance, or lie nearer than tau, is refused at plan time.
+#3 d', delta_1 and the read-out under it (hand-computed).
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+
+import polars as pl
+import pytest
+from scipy.stats import norm
+
+from geoagent.data.model import (DECOY_BAND_LABELS, Image, ReferencePoint, VerifyTrial, decoy_band_labels,
+                                 decoy_bands_km, tier_of, verify_band)
+from geoagent.geoverify.aggregate import GeoVerifyAggregator
+from geoagent.geoverify.plan import check_bands, check_tolerance
+from geoagent.geoverify.trials import TRIAL_BUILDER_VERSION, build_trials, trial_builder_version
+from geoagent.report.geoverify import render_markdown
+from geoagent.scoring import sdt
+
+TAU_200 = 0.2  # km
+TAU_100 = 0.1
+
+
+def _offset(lat: float, d_km: float) -> float:
+    """The latitude ``d_km`` due north of ``lat`` on the project's sphere (R = 6371.0088 km)."""
+    return lat + math.degrees(d_km / 6371.0088)
+
+
+def _pool(spec: list[tuple[str, float, int]]) -> list[ReferencePoint]:
+    return [ReferencePoint(qid=None, name_en=name, lat=_offset(48.0, d), lon=2.0, referenceability=r, tier=tier_of(r),
+                           site_id="site_a") for name, d, r in spec]
+
+
+# --- #1 the builder at tau = 200 m ---------------------------------------------------------------------------------
+
+
+def test_no_decoy_falls_inside_tau_and_the_nearest_band_says_where_it_starts():
+    # the reproduction: candidates 160-199 m away are signal at tau = 200 m (truth yes), never decoys
+    img = Image("101", "site_a", 48.0, 2.0, continent="EU")
+    pool = {"site_a": _pool([("s050", 0.05, 3), ("c160", 0.16, 3), ("c199", 0.199, 3), ("c250", 0.25, 3),
+                             ("c290", 0.29, 3), ("c500", 0.5, 3)])}
+    trials, rep = build_trials([img], pool, n_per_band=None, n_control=0, tau_km=TAU_200)
+    got = {t.cand: (t.band, t.truth) for t in trials}
+    assert got == {"s050": ("signal", "yes"), "c160": ("signal", "yes"), "c199": ("signal", "yes"),
+                   "c250": ("0.2-0.3km", "no"), "c290": ("0.2-0.3km", "no"), "c500": ("0.3-0.7km", "no")}
+    assert all(t.d_km >= TAU_200 for t in trials if t.truth == "no")
+    assert rep.bands == ("0.2-0.3km", *DECOY_BAND_LABELS[1:])
+    check_tolerance(trials, TAU_200)
+    check_bands(trials, TAU_200)
+    # the paper's tau keeps the paper's label; 250 m starts at 250 m
+    assert decoy_bands_km(0.15)[0] == (0.15, 0.3) and decoy_band_labels(0.15) == DECOY_BAND_LABELS
+    assert decoy_band_labels(0.25)[0] == "0.25-0.3km" and decoy_band_labels(0.2999)[0] == "0.2999-0.3km"
+    assert verify_band(0.2, TAU_200) == "0.2-0.3km" and verify_band(0.1999, TAU_200) == "signal"
+    assert verify_band(0.3, TAU_200) == "0.3-0.7km"
+
+
+def _two_images_pool():
+    imgs = [Image("101", "site_a", 48.0, 2.0, continent="EU"), Image("202", "site_a", 48.0, 2.0, continent="AS")]
+    spec = [("s050", 0.05, 3), ("n210", 0.21, 1), ("n220", 0.22, 3), ("n230", 0.23, 4), ("n240", 0.24, 2),
+            ("n260", 0.26, 3), ("n270", 0.27, 5), ("n280", 0.28, 3), ("n290", 0.29, 0),
+            *[(f"m{i}", 0.3 + 0.05 * i, 3) for i in range(6)]]
+    return imgs, {"site_a": _pool(spec)}
+
+
+def test_relabelling_draws_the_same_trials_so_the_builder_version_is_unchanged():
+    # the draws of these inputs at seed 7 before fixverify43 (recorded with the code of 7f1d7373, where the band was
+    # labelled 0.15-0.3km): the nearest band's stream keeps its name, so the same candidates are drawn
+    imgs, pool = _two_images_pool()
+    trials, _ = build_trials(imgs, pool, seed=7, n_per_band=2, n_control=2, tau_km=TAU_200)
+    got = sorted((t.image_id, t.arm, t.cand, t.image_ref, t.band) for t in trials)
+    assert got == [
+        ("101", "ctrl_mismatch", "m1", "202", "0.3-0.7km"), ("101", "ctrl_noimage", "m0", "blank:gray", "0.2-0.3km"),
+        ("101", "ctrl_noimage", "m1", "blank:gray", "0.3-0.7km"), ("101", "main", "m0", "101", "0.2-0.3km"),
+        ("101", "main", "m1", "101", "0.3-0.7km"), ("101", "main", "m4", "101", "0.3-0.7km"),
+        ("101", "main", "n280", "101", "0.2-0.3km"), ("101", "main", "s050", "101", "signal"),
+        ("202", "ctrl_mismatch", "m2", "101", "0.3-0.7km"), ("202", "ctrl_noimage", "m2", "blank:gray", "0.3-0.7km"),
+        ("202", "ctrl_noimage", "s050", "blank:gray", "signal"), ("202", "main", "m0", "202", "0.2-0.3km"),
+        ("202", "main", "m2", "202", "0.3-0.7km"), ("202", "main", "m3", "202", "0.3-0.7km"),
+        ("202", "main", "n240", "202", "0.2-0.3km"), ("202", "main", "s050", "202", "signal")]
+    # so a campaign at 150 m or more still records trial builder 3 (nothing it planned changed), below 150 m 4
+    assert TRIAL_BUILDER_VERSION == 4
+    assert trial_builder_version(0.15) == trial_builder_version(TAU_200) == trial_builder_version(0.2999) == 3
+    assert trial_builder_version(TAU_100) == 4
+
+
+# --- #1 stored answers and tables labelled 0.15-0.3km, scored at 200 m --------------------------------------------
+
+
+def _cells(rows: list[tuple[str, str, str, int, int]]) -> pl.DataFrame:
+    """(arm, band, truth, n_yes, n_no) rows of model "m" at one site each (sites s0, s1, ...)."""
+    return pl.DataFrame([dict(model="m", site=f"s{i}", arm=arm, band=band, truth=truth, n_yes=y, n_no=n, n_fail=0)
+                         for i, (arm, band, truth, y, n) in enumerate(rows)])
+
+
+def _z(k: int, n: int) -> float:
+    return float(norm.ppf((k + 0.5) / (n + 1)))  # log-linear correction (Hautus 1995)
+
+
+def test_answers_stored_as_0_15_0_3km_count_in_the_nearest_band_at_200_m():
+    # hand-computed: H = 40/50; nearest band 6/20 stored under the old label + 4/20 under the new one = 10/40;
+    # 0.3-0.7 km 2/40; the other bands 0/40. d'(nearest) = z(40.5/51) - z(10.5/41) = 0.8208 - (-0.6554) = 1.4762
+    cells = _cells([("main", "signal", "yes", 40, 10), ("main", "0.15-0.3km", "no", 6, 14),
+                    ("main", "0.2-0.3km", "no", 4, 16), ("main", "0.3-0.7km", "no", 2, 38),
+                    ("main", "0.7-1.5km", "no", 0, 40), ("main", "1.5-3.0km", "no", 0, 40),
+                    ("main", "3.0-6.0km", "no", 0, 40)])
+    s = sdt.score(cells, tau_km=TAU_200, pooled=False)["m"]
+    assert [b.band for b in s.bands] == ["0.2-0.3km", *DECOY_BAND_LABELS[1:]]
+    near = s.band("0.2-0.3km")
+    assert (near.n, near.n_yes) == (40, 10)
+    assert near.d_prime == pytest.approx(_z(40, 50) - _z(10, 40)) and near.d_prime == pytest.approx(1.4762, abs=1e-4)
+    assert s.delta_1 == "0.2-0.3km"  # the nearest band whose d' reaches 1: no interpolation, a band
+    assert s.f == pytest.approx(12 / 200)
+    # the read-out reads the nearest band's d' (1.48: neither > 2 nor < 0.5) and the farthest's
+    far = _z(40, 50) - _z(0, 40)
+    assert s.bands[-1].d_prime == pytest.approx(far)
+    assert s.readout.verdict == "inconclusive"
+    md = render_markdown({"m": s})
+    assert "| F 0.2–0.3 km | 25.0 % (10/40) |" in md and "0.15–0.3 km" not in md
+    assert "the nearest band, 0.2–0.3 km, starts at tau" in md.split("Terms:")[1]
+    # the aggregator, as a campaign's report reads it
+    agg = GeoVerifyAggregator()
+    agg.cells = cells
+    assert agg.scores(tau_km=TAU_200)["m"].band("0.2-0.3km").n == 40
+
+
+def test_at_the_paper_tau_nothing_folds_and_a_smaller_taus_band_stays_refused():
+    assert sdt.band_folds(["0.15-0.3km", "0.1-0.3km", "0.3-0.7km"], DECOY_BAND_LABELS) == {}
+    assert sdt.band_folds(["0.15-0.3km", "0.12-0.3km", "signal"], decoy_band_labels(TAU_200)) == {
+        "0.15-0.3km": "0.2-0.3km"}  # a table built at 120 m holds decoys inside 200 m: not counted
+
+
+def _trial(band: str, d_km: float | None, cand: str = "c") -> VerifyTrial:
+    return VerifyTrial(image_id="1", site_id="s1", arm="main", cand=f"{cand} {band} {d_km}", img_lat=0.0, img_lon=0.0,
+                       cand_lat=None, cand_lon=None, referenceability=None, d_km=d_km, band=band, truth="no")
+
+
+def test_plan_refuses_a_150_m_table_with_decoys_inside_or_without_distance_at_200_m():
+    ok = [_trial("0.15-0.3km", 0.25), _trial("0.3-0.7km", 0.5)]
+    check_bands(ok, TAU_200, source="t.csv")
+    # a decoy 180 m away labelled at 150 m is inside a 200 m claim radius: the claim is true
+    inside = [*ok, _trial("0.15-0.3km", 0.18)]
+    with pytest.raises(ValueError, match=r"tau_m = 200 m disagrees"):
+        check_tolerance(inside, TAU_200, source="t.csv")
+    with pytest.raises(ValueError, match=r"t\.csv: 1 main-arm decoy trial\(s\) of band '0\.15-0\.3km' with no distance "
+                                         r"\(d_km\) or one below \[geoverify\] tau_m = 200 m.*inside the claim radius"):
+        check_bands(inside, TAU_200, source="t.csv")
+    # without d_km check_tolerance cannot judge it; check_bands refuses it
+    no_d = [*ok, _trial("0.15-0.3km", None)]
+    check_tolerance(no_d, TAU_200)
+    with pytest.raises(ValueError, match=r"d_km = None"):
+        check_bands(no_d, TAU_200, source="t.csv")
+    # a table built at 120 m scored at 200 m: its band lies outside those scored
+    with pytest.raises(ValueError, match=r"e\.g\. band '0\.12-0\.3km'"):
+        check_bands([_trial("0.12-0.3km", 0.25)], TAU_200, source="t.csv")
+
+
+def test_a_release_table_at_200_m_is_refused_for_its_decoys_between_150_and_200_m(release_dir):
+    from geoagent.data.importer import import_release
+
+    rel = import_release(release_dir)
+    inside = [t for t in rel.trials if t.arm == "main" and t.band == "0.15-0.3km" and t.d_km < TAU_200]
+    assert inside  # the release sample holds decoys 150-200 m away
+    with pytest.raises(ValueError, match=r"tau_m = 200 m disagrees with the truth labels"):
+        check_tolerance(rel.trials, TAU_200, source="verify_trials.csv")
+    with pytest.raises(ValueError, match=r"of band '0\.15-0\.3km' with no distance \(d_km\) or one below"):
+        check_bands(rel.trials, TAU_200, source="verify_trials.csv")
+
+
+# --- end to end: a build campaign at 200 m, its stored answers relabelled as a run before the fix stored them -----
+
+
+def _gv_toml(tmp_path, release_dir, tau_m: float):
+    from geoagent.config import load_config
+
+    p = tmp_path / f"gv{tau_m:g}.toml"
+    p.write_text(f"""
+[campaign]
+name = "gv43-tau{tau_m:g}"
+kind = "geoverify"
+seed = 7
+[budget]
+cap_usd = 1.0
+[[models]]
+name = "sim"
+provider = "simulated"
+model = "sim-1"
+max_output_tokens = 100
+[geoverify]
+trials = "build"
+release_dir = "{release_dir}"
+tau_m = {tau_m}
+n_boot = 0
+""", encoding="utf-8")
+    return load_config(p)
+
+
+def test_a_build_campaign_at_200_m_reports_its_band_and_keeps_answers_stored_under_the_old_label(
+        tmp_path, release_dir, monkeypatch, capsys):
+    import orjson
+
+    from geoagent.cli import main
+
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
+    monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
+    cfg = _gv_toml(tmp_path, release_dir, 200)
+    assert main(["run", str(cfg.source), "--no-live"]) == 0
+    capsys.readouterr()
+    assert orjson.loads((cfg.state_dir() / "manifest.json").read_bytes())["designs"] == {"geoverify.trial_builder": 3}
+    md_path = cfg.state_dir() / "report" / "geoverify_table.md"
+    md = md_path.read_text(encoding="utf-8")
+    row = next(line for line in md.splitlines() if line.startswith("| F 0.2–0.3 km |"))
+    assert "0.15–0.3 km" not in md and "Band gap" not in md
+    # the stored answers as a run before fixverify43 stored them (band 0.15-0.3km); the re-run plans the same trials
+    # (no "trial builder changed"), re-asks nothing, and counts them in 0.2-0.3 km: the same row
+    dbs = [p for p in cfg.state_dir().rglob("*.sqlite") if "results" in _tables(p)]
+    assert dbs
+    n = 0
+    for db in dbs:
+        with sqlite3.connect(db) as con:
+            n += con.execute("UPDATE results SET row = replace(row, '\"0.2-0.3km\"', '\"0.15-0.3km\"') "
+                            "WHERE tbl = 'geoverify_scored'").rowcount
+    assert n > 0
+    assert main(["run", str(cfg.source), "--no-live"]) == 0
+    err = capsys.readouterr().err
+    assert "trial builder changed" not in err
+    md2 = md_path.read_text(encoding="utf-8")
+    assert next(line for line in md2.splitlines() if line.startswith("| F 0.2–0.3 km |")) == row
+    assert "0.15–0.3 km" not in md2
+
+
+def _tables(db) -> set[str]:
+    with sqlite3.connect(db) as con:
+        return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
