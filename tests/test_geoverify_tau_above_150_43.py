@@ -5,7 +5,9 @@ signal, Eq. 1: no decoy ever fell inside the claim radius), but labelled it ``0.
 Now it is labelled by its real edges (``0.2-0.3km`` for 200 m; the paper's 150 m keeps ``0.15-0.3km``), with the same
 draws (no new trial builder version), and answers stored under the old label count in the new band. A table labelled
 at 150 m whose ``0.15-0.3km`` decoys lack a distance, or lie nearer than tau, is refused at plan time.
-#3 d', delta_1 and the read-out under it (hand-computed).
+#2 A table built at 150 m scored at a tau below it counts its ``0.15-0.3km`` decoys in ``<tau>-0.3km`` (fixverify42
+#1), which then holds no decoy between tau and 150 m: the plan, the report, the terms and the summary say so.
+#3 d', delta_1 and the read-out under both (hand-computed).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from geoagent.data.model import (DECOY_BAND_LABELS, Image, ReferencePoint, Verif
 from geoagent.geoverify.aggregate import GeoVerifyAggregator
 from geoagent.geoverify.plan import check_bands, check_tolerance
 from geoagent.geoverify.trials import TRIAL_BUILDER_VERSION, build_trials, trial_builder_version
-from geoagent.report.geoverify import render_markdown
+from geoagent.report.geoverify import band_gap_lines, render_markdown, render_terminal
 from geoagent.scoring import sdt
 
 TAU_200 = 0.2  # km
@@ -54,7 +56,7 @@ def test_no_decoy_falls_inside_tau_and_the_nearest_band_says_where_it_starts():
     assert all(t.d_km >= TAU_200 for t in trials if t.truth == "no")
     assert rep.bands == ("0.2-0.3km", *DECOY_BAND_LABELS[1:])
     check_tolerance(trials, TAU_200)
-    check_bands(trials, TAU_200)
+    assert check_bands(trials, TAU_200) == []
     # the paper's tau keeps the paper's label; 250 m starts at 250 m
     assert decoy_bands_km(0.15)[0] == (0.15, 0.3) and decoy_band_labels(0.15) == DECOY_BAND_LABELS
     assert decoy_band_labels(0.25)[0] == "0.25-0.3km" and decoy_band_labels(0.2999)[0] == "0.2999-0.3km"
@@ -117,6 +119,7 @@ def test_answers_stored_as_0_15_0_3km_count_in_the_nearest_band_at_200_m():
     assert (near.n, near.n_yes) == (40, 10)
     assert near.d_prime == pytest.approx(_z(40, 50) - _z(10, 40)) and near.d_prime == pytest.approx(1.4762, abs=1e-4)
     assert s.delta_1 == "0.2-0.3km"  # the nearest band whose d' reaches 1: no interpolation, a band
+    assert s.band_gaps == {}  # the old label reaches below tau: no gap
     assert s.f == pytest.approx(12 / 200)
     # the read-out reads the nearest band's d' (1.48: neither > 2 nor < 0.5) and the farthest's
     far = _z(40, 50) - _z(0, 40)
@@ -144,7 +147,7 @@ def _trial(band: str, d_km: float | None, cand: str = "c") -> VerifyTrial:
 
 def test_plan_refuses_a_150_m_table_with_decoys_inside_or_without_distance_at_200_m():
     ok = [_trial("0.15-0.3km", 0.25), _trial("0.3-0.7km", 0.5)]
-    check_bands(ok, TAU_200, source="t.csv")
+    assert check_bands(ok, TAU_200, source="t.csv") == []
     # a decoy 180 m away labelled at 150 m is inside a 200 m claim radius: the claim is true
     inside = [*ok, _trial("0.15-0.3km", 0.18)]
     with pytest.raises(ValueError, match=r"tau_m = 200 m disagrees"):
@@ -172,6 +175,43 @@ def test_a_release_table_at_200_m_is_refused_for_its_decoys_between_150_and_200_
         check_tolerance(rel.trials, TAU_200, source="verify_trials.csv")
     with pytest.raises(ValueError, match=r"of band '0\.15-0\.3km' with no distance \(d_km\) or one below"):
         check_bands(rel.trials, TAU_200, source="verify_trials.csv")
+
+
+# --- #2 a table built at 150 m scored below it: the gap between tau and 150 m is named ----------------------------
+
+
+def test_a_150_m_table_scored_at_100_m_names_the_gap_in_report_terms_and_plan():
+    # hand-computed: H = 8/10 -> z(8.5/11) = 0.7479; nearest 6/10 -> z(6.5/11) = 0.2299, d' = 0.5180;
+    # 0.3-0.7 km 2/10 -> z(2.5/11) = -0.7479, d' = 1.4957: delta_1 = 0.3-0.7km whether or not the band has a gap
+    cells = _cells([("main", "signal", "yes", 8, 2), ("main", "0.15-0.3km", "no", 6, 4),
+                    ("main", "0.3-0.7km", "no", 2, 8), ("main", "0.7-1.5km", "no", 1, 9),
+                    ("main", "1.5-3.0km", "no", 1, 9), ("main", "3.0-6.0km", "no", 0, 10)])
+    scores = sdt.score(cells, tau_km=TAU_100, pooled=False)
+    s = scores["m"]
+    assert s.band_gaps == {"0.1-0.3km": 0.15}
+    assert s.band("0.1-0.3km").n == 10
+    assert s.band("0.1-0.3km").d_prime == pytest.approx(0.5180, abs=1e-4)
+    assert s.band("0.3-0.7km").d_prime == pytest.approx(1.4957, abs=1e-4)
+    assert s.delta_1 == "0.3-0.7km" and s.readout.verdict == "inconclusive"
+    (line,) = band_gap_lines(scores)
+    assert line == ("Band gap (0.1–0.3 km): these trials hold no decoy between 100 m and 150 m: the band's decoys are "
+                    "labelled from 150 m on (a trial table built at tau = 150 m, e.g. the release's, scored at tau = "
+                    "100 m), so its F, d' and delta_1 describe decoys from 150 m on, not from tau. Build the trials "
+                    "at this tau ([geoverify] trials = \"build\") to probe 100 m to 150 m.")
+    md = render_markdown(scores)
+    assert f"**{line}**" in md
+    assert ("these trials hold decoys of the band 0.1–0.3 km from 150 m on only (a table built at that tau: see the "
+            "band gap warning)") in md.split("Terms:")[1]
+    assert line in render_terminal(scores)
+    # the plan says it too (logged as a warning), naming the file
+    notes = check_bands([_trial("0.15-0.3km", 0.2), _trial("0.3-0.7km", 0.5)], TAU_100, source="t.csv")
+    assert notes == ["t.csv: " + line]
+    # stored answers of both labels (a build campaign re-planned at 100 m, fixverify42 #1): decoys from 100 m exist
+    both = cells.vstack(_cells([("main", "0.1-0.3km", "no", 1, 4)]).with_columns(pl.lit("s9").alias("site")))
+    assert sdt.score(both, tau_km=TAU_100, pooled=False)["m"].band_gaps == {}
+    assert band_gap_lines(sdt.score(both, tau_km=TAU_100)) == []
+    # the paper's tau: no gap, no line
+    assert band_gap_lines(sdt.score(cells)) == [] and "Band gap" not in render_markdown(sdt.score(cells))
 
 
 # --- end to end: a build campaign at 200 m, its stored answers relabelled as a run before the fix stored them -----
@@ -240,3 +280,58 @@ def _tables(db) -> set[str]:
     with sqlite3.connect(db) as con:
         return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
+
+def test_the_release_table_scored_at_100_m_warns_of_its_gap_in_plan_summary_and_report(
+        tmp_path, release_dir, monkeypatch, capsys, caplog):
+    """The release's table (labelled at 150 m) without its signal trials 100-150 m away (which tau = 100 m would
+    refuse, check_tolerance), run with trials = "release" at tau_m = 100: its 0.15-0.3km decoys count in 0.1-0.3 km,
+    and the plan's warning, the console summary, the report and its terms say the band holds none from 100 to 150 m."""
+    import csv
+    import shutil
+
+    from geoagent.cli import main
+    from geoagent.config import load_config
+
+    rel = tmp_path / "rel"
+    rel.mkdir()
+    shutil.copy(release_dir / "sites.csv", rel / "sites.csv")
+    with open(release_dir / "verify_trials_sample.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    kept = [r for r in rows if not (r["band"] == "signal" and float(r["d_km"]) >= TAU_100)]
+    assert len(kept) < len(rows) and any(r["band"] == "0.15-0.3km" for r in kept)
+    with open(rel / "verify_trials.csv", "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(kept)
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
+    monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
+    p = tmp_path / "gv.toml"
+    p.write_text(f"""
+[campaign]
+name = "gv43-release100"
+kind = "geoverify"
+seed = 7
+[budget]
+cap_usd = 1.0
+[[models]]
+name = "sim"
+provider = "simulated"
+model = "sim-1"
+max_output_tokens = 100
+[geoverify]
+trials = "release"
+release_dir = "{rel}"
+tau_m = 100
+n_boot = 0
+""", encoding="utf-8")
+    cfg = load_config(p)
+    assert main(["run", str(p), "--no-live"]) == 0
+    out = capsys.readouterr()
+    said = out.out + out.err
+    gap = ("Band gap (0.1–0.3 km): these trials hold no decoy between 100 m and 150 m: the band's decoys are labelled "
+           "from 150 m on")
+    assert f"GeoVerify: {rel / 'verify_trials.csv'}: {gap}" in caplog.text  # the plan's warning names the file
+    assert f"  {gap}" in said  # the summary's line
+    md = (cfg.state_dir() / "report" / "geoverify_table.md").read_text(encoding="utf-8")
+    assert f"**{gap}" in md and "| F 0.1–0.3 km |" in md
+    assert "decoys of the band 0.1–0.3 km from 150 m on only" in md.split("Terms:")[1]

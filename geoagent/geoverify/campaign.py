@@ -449,7 +449,7 @@ class GeoVerifyCampaign(CampaignKind):
         Small n lines are left out (they would repeat the model's; :func:`geoagent.report.geoverify.one_model`) and
         the read-out line names the model."""
         from geoagent.report.geoverify import (TABLE_MD, readout_text, dprime_text, one_model, pooled_mean_text,
-                                               shown_scores,
+                                               band_gap_lines, shown_scores,
                                                small_n_note, small_n_warnings, summary_counts, truncation_warnings)
 
         scores = getattr(self, "_scores", None)
@@ -534,7 +534,7 @@ class GeoVerifyCampaign(CampaignKind):
         ranged = any(sc.delta_1_ci and not delta_none_throughout(sc) for sc in scores.values())
         lines.append("  " + SUMMARY_LEGEND + (SUMMARY_LEGEND_RANGE if ranged else ""))
         lines.append("  " + TRUNCATION_LEGEND)
-        lines += [f"  {w}" for w in truncation_warnings(scores)]
+        lines += [f"  {w}" for w in [*band_gap_lines(scores), *truncation_warnings(scores)]]
         small = small_n_warnings(scores)
         if small:
             # the summary prints no 'Intervals' line (the report's table does): the note points there

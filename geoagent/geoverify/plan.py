@@ -223,30 +223,42 @@ def check_band_truth(trials: Iterable[VerifyTrial], *, source: str = "the trial 
             "([geoverify] trials = \"build\")")
 
 
-def check_bands(trials: Iterable[VerifyTrial], tau_km: float, *, source: str = "the trial table") -> None:
+def check_bands(trials: Iterable[VerifyTrial], tau_km: float, *, source: str = "the trial table") -> list[str]:
     """Raise ValueError when a main-arm decoy trial's band lies in none of the decoy bands scored at the configured
     tolerance (:func:`geoagent.data.model.decoy_band_labels` of ``tau_km``; a band that belongs to one of them
-    counts in it, :func:`geoagent.scoring.sdt.band_folds`), fixverify42 #1.
+    counts in it, :func:`geoagent.scoring.sdt.band_folds`), fixverify42 #1; return the notes of bands the table
+    covers only from above their lower edge (fixverify43 #2).
 
     With a tau other than 150 m the nearest band starts at tau (``0.1-0.3km`` for 100 m, ``0.2-0.3km`` for 200 m). A
     table built at a smaller tau than the configured one (``0.1-0.3km`` under tau_m = 150) holds decoys nearer than
     the nearest band scored: its decoys of that band would count in F but in no band's F, d' or delta_1. A table
     labelled at 150 m (``0.15-0.3km``) scored at a tau above it counts that band in ``<tau>-0.3km`` only when each
     such trial's ``d_km`` is known and not below tau (fixverify43 #1): a decoy nearer than tau lies inside the claim
-    radius (the claim is true: a noise trial that is really a signal trial). Empty bands and ``signal`` are judged by :func:`check_band_truth` and :func:`check_tolerance`.
+    radius (the claim is true: a noise trial that is really a signal trial). Scored at a tau below 150 m, its
+    ``0.15-0.3km`` decoys count in ``<tau>-0.3km``, which then holds none between tau and 150 m: a note says so.
+    Empty bands and ``signal`` are judged by :func:`check_band_truth` and :func:`check_tolerance`.
+
+    Returns
+    -------
+    list of str
+        One note per band the table's decoys cover only from above its lower edge
+        (:func:`geoagent.scoring.sdt.band_gaps`), naming ``source``; [] when none.
 
     Raises
     ------
     ValueError
         Naming ``source``, the first such trial and band, how many there are, the bands scored and the fix.
     """
-    from geoagent.scoring.sdt import band_folds
+    import polars as pl
+
+    from geoagent.report.geoverify import band_gap_text
+    from geoagent.scoring.sdt import band_folds, band_gaps
 
     trials = list(trials)
     bands = decoy_band_labels(tau_km)
     labels = sorted({t.band for t in trials if t.arm == ARM_MAIN and t.band and t.band != BAND_SIGNAL})
     if not labels:
-        return
+        return []
     folds = band_folds(labels, bands)
     bad = [lab for lab in labels if lab not in bands and lab not in folds]
     if bad:
@@ -271,6 +283,8 @@ def check_bands(trials: Iterable[VerifyTrial], tau_km: float, *, source: str = "
             f"band is {bands[0]!r}, and a decoy nearer than tau lies inside the claim radius (the claim is true). "
             "Give the table's d_km, set tau_m to the table's (150), or rebuild the trials ([geoverify] trials = "
             "\"build\")")
+    gaps = band_gaps(pl.DataFrame({"band": labels, "arm": [ARM_MAIN] * len(labels)}), bands)
+    return [band_gap_text(band, lo, tau_km, source=source) for band, lo in gaps.items()]
 
 
 def check_report_names(models: Iterable[Any], recorded: Iterable[str]) -> None:
@@ -414,7 +428,10 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
         lines = release.trial_lines
         check_tolerance(release.trials, tau_km, source=str(release.trials_file or "the release's trial table"))
         check_band_truth(release.trials, source=str(release.trials_file or "the release's trial table"))
-        check_bands(release.trials, tau_km, source=str(release.trials_file or "the release's trial table"))
+        # a table labelled at 150 m scored below it: its nearest band holds no decoy between tau and 150 m (the
+        # report and summary say so from the scores too, fixverify43 #2)
+        for note in check_bands(release.trials, tau_km, source=str(release.trials_file or "the release's trial table")):
+            log.warning("GeoVerify: %s", note)
         trials, notes = unique_trials(release.trials, source=release.trials_file, lines=lines)
         replay_trials, pairs, recorded = release_replay_plan(release, replay_notes)
         for note in replay_notes:

@@ -68,7 +68,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from geoagent import constants as C
-from geoagent.data.model import decoy_band_labels
+from geoagent.data.model import band_edges, decoy_band_labels
 from geoagent.files import atomic_savefig, atomic_write_text
 from geoagent.report import import_notes_section
 from geoagent.report.figure_layout import layout_with_caption, legend_outside
@@ -100,9 +100,36 @@ def _tau_m_text(tau_km: float) -> str:
     return f"{round(float(tau_km) * 1000.0, 3):g} m"
 
 
-def legend_for(tau_km: float = C.GEOVERIFY_TAU_KM) -> tuple[str, ...]:
+def band_gap_text(band: str, lo_km: float, tau_km: float, *, source: str | None = None) -> str:
+    """The warning on a decoy ``band`` whose trials start at ``lo_km`` (km), above the band's lower edge
+    (:func:`geoagent.scoring.sdt.band_gaps`, fixverify43 #2), at the claim tolerance ``tau_km`` (km); ``source``
+    (a file) names where the trials come from, if given."""
+    edges = band_edges(band)
+    edge, start = _tau_m_text(edges[0] if edges else tau_km), _tau_m_text(lo_km)
+    return (f"{source + ': ' if source else ''}Band gap ({_band_title(band)}): these trials hold no decoy between "
+            f"{edge} and {start}: the band's decoys are labelled from {start} on (a trial table built at tau = "
+            f"{start}, e.g. the release's, scored at tau = {_tau_m_text(tau_km)}), so its F, d' and delta_1 describe "
+            f"decoys from {start} on, not from tau. Build the trials at this tau ([geoverify] trials = \"build\") to "
+            f"probe {edge} to {start}.")
+
+
+def report_band_gaps(scores: Mapping[str, ModelScores]) -> dict[str, float]:
+    """The bands the scored trials cover only from above their lower edge (``ModelScores.band_gaps``, the same for
+    every column of one scoring), ``{band: lo_km}``; {} without scores."""
+    return next((dict(s.band_gaps) for s in scores.values()), {})
+
+
+def band_gap_lines(scores: Mapping[str, ModelScores]) -> list[str]:
+    """One warning per band with a gap (:func:`band_gap_text`), shown above the report's tables and in the console
+    summary; [] when none."""
+    tau = report_tau_km(scores)
+    return [band_gap_text(b, lo, tau) for b, lo in report_band_gaps(scores).items()]
+
+
+def legend_for(tau_km: float = C.GEOVERIFY_TAU_KM, gaps: Mapping[str, float] | None = None) -> tuple[str, ...]:
     """One line per term of the table (seed 000 Sec. 5.3, Eq. 2-4, in our words), naming the claim tolerance
-    ``tau_km`` (km; ``[geoverify] tau_m`` / 1000) in metres where H and F are defined (fixverify42 #2)."""
+    ``tau_km`` (km; ``[geoverify] tau_m`` / 1000) in metres where H and F are defined (fixverify42 #2), and where a
+    band's trials start above its edge (``gaps``, :func:`report_band_gaps`: fixverify43 #2)."""
     tau = f"tau = {_tau_m_text(tau_km)}"
     paper = ("" if math.isclose(tau_km, C.GEOVERIFY_TAU_KM) else
              f"; the paper's tau is {_tau_m_text(C.GEOVERIFY_TAU_KM)}")
@@ -110,6 +137,8 @@ def legend_for(tau_km: float = C.GEOVERIFY_TAU_KM) -> tuple[str, ...]:
     # with another tau than the paper's the nearest band starts at tau (geoagent.data.model.decoy_bands_km, its label
     # says so: 0.1-0.3 km, 0.2-0.3 km; fixverify42 #1, fixverify43 #1)
     nearest = "" if math.isclose(tau_km, C.GEOVERIFY_TAU_KM) else f"; the nearest band, {first}, starts at tau"
+    nearest += "".join(f"; these trials hold decoys of the band {_band_title(b)} from {_tau_m_text(lo)} on only (a "
+                       "table built at that tau: see the band gap warning)" for b, lo in (gaps or {}).items())
     return (
         f"H (hit rate): share of signal trials (the named place lies less than {tau} from the photo, Eq. 1"
         f"{paper}) answered yes.",
@@ -152,10 +181,10 @@ TRUNCATION_SETTING = "[geoverify] max_output_tokens (or the model's [[models]] m
 _ARM_LABELS = ((ARM_MAIN, "main arm"), (ARM_MISMATCH, "control: swapped image"), (ARM_BLANK, "control: gray field"))
 
 
-def legend_lines(tau_km: float = C.GEOVERIFY_TAU_KM) -> list[str]:
-    """The legend (:func:`legend_for` of ``tau_km``) as ``- term: meaning`` lines (Markdown list items; plain text
-    in the terminal)."""
-    return [f"- {line}" for line in legend_for(tau_km)]
+def legend_lines(tau_km: float = C.GEOVERIFY_TAU_KM, gaps: Mapping[str, float] | None = None) -> list[str]:
+    """The legend (:func:`legend_for` of ``tau_km`` and ``gaps``) as ``- term: meaning`` lines (Markdown list items;
+    plain text in the terminal)."""
+    return [f"- {line}" for line in legend_for(tau_km, gaps)]
 
 
 def report_tau_km(scores: Mapping[str, ModelScores]) -> float:
@@ -781,7 +810,7 @@ def render_markdown(scores: Mapping[str, ModelScores]) -> str:
     boot = bootstrap_note(scores)
     if boundary_note(scores):
         boot += " " + boundary_note(scores)
-    warn = "".join(f"\n\n**{w}**" for w in truncation_warnings(scores))
+    warn = "".join(f"\n\n**{w}**" for w in [*band_gap_lines(scores), *truncation_warnings(scores)])
     small = small_n_warnings(scores)
     if small:
         warn += "\n\n" + small_n_note(scores) + "".join(f"\n\n**{w}**" for w in small)
@@ -796,7 +825,8 @@ def render_markdown(scores: Mapping[str, ModelScores]) -> str:
             + (f" {one}" if one else "") + order
             + (f" {pooled_mean_note(scores)}" if pooled_mean_note(scores) else "")
             + (f" {boot}" if boot else "") + warn
-            + "\n\n" + "\n".join(notes) + "\n\nTerms:\n\n" + "\n".join(legend_lines(report_tau_km(scores))) + "\n")
+            + "\n\n" + "\n".join(notes) + "\n\nTerms:\n\n"
+            + "\n".join(legend_lines(report_tau_km(scores), report_band_gaps(scores))) + "\n")
 
 
 #: geoverify_table.csv's own columns (:func:`render_csv`); a model named like one is refused at plan time
@@ -915,7 +945,7 @@ def render_terminal(scores: Mapping[str, ModelScores], *, width: int | None = No
         width = UNBOUNDED_WIDTH
     console = Console(file=io.StringIO(), width=width, force_terminal=False, color_system=None)
     console.print(table)
-    for w in truncation_warnings(scores):
+    for w in [*band_gap_lines(scores), *truncation_warnings(scores)]:
         console.print(w, markup=False, soft_wrap=True)
     small = small_n_warnings(scores)
     if small:
@@ -923,7 +953,8 @@ def render_terminal(scores: Mapping[str, ModelScores], *, width: int | None = No
             console.print(w, markup=False, soft_wrap=True)
     for w in withheld_lines(scores):
         console.print(w, markup=False, soft_wrap=True)
-    legend = "Terms:\n" + "".join(f"  {line[2:]}\n" for line in legend_lines(report_tau_km(scores)))
+    terms = legend_lines(report_tau_km(scores), report_band_gaps(scores))
+    legend = "Terms:\n" + "".join(f"  {line[2:]}\n" for line in terms)
     return console.file.getvalue() + legend  # type: ignore[attr-defined]
 
 

@@ -345,6 +345,10 @@ class ModelScores:
     fa_conf_n: int = -1
     #: the claim tolerance tau (km) the trials were labelled with, which the report names (:func:`score`)
     tau_km: float = C.GEOVERIFY_TAU_KM
+    #: decoy bands whose main-arm trials all carry a label starting above the band's lower edge, band -> where the
+    #: nearest of those labels starts (km): the band holds no decoy between its edge and there (:func:`band_gaps`;
+    #: a table built at 150 m scored at a tau below it, fixverify43 #2); the same for every column of one scoring
+    band_gaps: dict[str, float] = field(default_factory=dict)
 
     @property
     def fa_conf_missing(self) -> int:
@@ -925,6 +929,31 @@ def fold_bands(df: pl.DataFrame, bands: tuple[str, ...] | list[str]) -> pl.DataF
     return df.with_columns(pl.col("band").replace(mapping))
 
 
+def band_gaps(cells: pl.DataFrame, bands: tuple[str, ...] | list[str]) -> dict[str, float]:
+    """Decoy bands of ``bands`` that the main-arm decoy trials of ``cells`` (a cell table, before
+    :func:`fold_bands`) cover only from above their lower edge: ``{band: lo_km}``, ``lo_km`` the lowest lower edge
+    (km) among the labels counted in that band (:func:`band_folds`; the band's own label counts with its own edge).
+
+    fixverify43 #2: a trial table built at the paper's 150 m (the release's) scored at a tau below it has its
+    nearest decoys labelled ``0.15-0.3km``; they count in the band ``<tau>-0.3km`` (fixverify42 #1), which then holds
+    no decoy between tau and 150 m: its F, d' and delta_1 describe decoys from 150 m on, and the report says so
+    (:func:`geoagent.report.geoverify.band_gap_lines`). {} when every band with trials has one labelled from its
+    own edge, or when ``cells`` has no main-arm decoy rows."""
+    if cells.height == 0 or "band" not in cells.columns:
+        return {}
+    rows = cells.filter(pl.col("arm") == ARM_MAIN) if "arm" in cells.columns else cells
+    labels = [b for b in rows["band"].drop_nulls().unique().to_list() if b and b != BAND_SIGNAL]
+    folds = band_folds(labels, bands)
+    gaps: dict[str, float] = {}
+    for band in bands:
+        own = band_edges(band)
+        members = [band_edges(lab) for lab in labels if lab == band or folds.get(lab) == band]
+        starts = [e[0] for e in members if e is not None]
+        if own is not None and starts and min(starts) > own[0] + 1e-9:
+            gaps[band] = min(starts)
+    return gaps
+
+
 def score(
     cells: pl.DataFrame,
     conf: pl.DataFrame | None = None,
@@ -949,7 +978,8 @@ def score(
     bands : tuple of str, optional
         Decoy band labels, nearest first; default :func:`geoagent.data.model.decoy_band_labels` of ``tau_km``
         (the paper's for 0.15; for another tau the nearest band starts at tau). A cell whose band belongs to
-        one of them is counted in it (:func:`fold_bands`).
+        one of them is counted in it (:func:`fold_bands`); a band its cells cover only from above its lower edge
+        is kept in ``ModelScores.band_gaps`` (:func:`band_gaps`).
     tau_km : float
         The claim tolerance tau in km the trials were labelled with (Eq. 1; the paper's 0.15): it sets the default
         ``bands`` and is kept in ``ModelScores.tau_km`` for the report's terms.
@@ -983,6 +1013,7 @@ def score(
         raise ValueError(f"ci_level must lie in (0, 1), got {ci_level}")
     conf = conf if conf is not None else empty_conf()
     bands = tuple(bands) if bands is not None else decoy_band_labels(tau_km)
+    gaps = band_gaps(cells, bands)  # before folding: the labels the trials were stored with (fixverify43 #2)
     cells, conf = fold_bands(cells, bands), fold_bands(conf, bands)
     out: dict[str, ModelScores] = {}
     models = sorted(set(cells["model"].unique().to_list() if cells.height else []) | set(models))
@@ -1000,4 +1031,5 @@ def score(
         out[POOLED] = _score_one(POOLED, cells, conf, list(bands), boot_idx, ci_level, sites, seed)
     for sc in out.values():
         sc.tau_km = float(tau_km)
+        sc.band_gaps = dict(gaps)
     return out
