@@ -335,3 +335,19 @@ n_boot = 0
     md = (cfg.state_dir() / "report" / "geoverify_table.md").read_text(encoding="utf-8")
     assert f"**{gap}" in md and "| F 0.1–0.3 km |" in md
     assert "decoys of the band 0.1–0.3 km from 150 m on only" in md.split("Terms:")[1]
+
+
+def test_delta_1_bootstrap_range_names_the_relabelled_band():
+    # 12 sites, each: 8/10 signal accepted, nearest band 2/10 (half stored under the old label), farther bands 0/10:
+    # d'(nearest) = z(96.5/121) - z(24.5/121) = 0.8328 + 0.8328 = 1.6656 > 1, so delta_1 and both ends of its range
+    # are the nearest band, named 0.2-0.3km (the old rows folded in every resample)
+    rows = []
+    for i in range(12):
+        site = f"s{i:02d}"
+        rows += [dict(model="m", site=site, arm="main", band=b, truth=t, n_yes=y, n_no=n, n_fail=0)
+                 for b, t, y, n in (("signal", "yes", 8, 2), ("0.15-0.3km", "no", 1, 4), ("0.2-0.3km", "no", 1, 4),
+                                    *((b, "no", 0, 10) for b in DECOY_BAND_LABELS[1:]))]
+    s = sdt.score(pl.DataFrame(rows), tau_km=TAU_200, n_boot=200, seed=3, pooled=False)["m"]
+    assert s.band("0.2-0.3km").n == 120
+    assert s.band("0.2-0.3km").d_prime == pytest.approx(1.6656, abs=1e-4)
+    assert s.delta_1 == "0.2-0.3km" and s.delta_1_ci == ("0.2-0.3km", "0.2-0.3km")
