@@ -3213,6 +3213,16 @@ async def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContex
     plan_before = before.get(kind.plan_edge)
     if plan_before is None or plan_after is None:
         return None
+    # walk43 #1: done tasks the plan no longer holds (a release_dir switched to a crawl's folder) are left out of
+    # scoring, so only those it still holds can mix with this run's answers (before: "this run planned 345 new
+    # tasks ... next to 170 done under the old ones, so results would mix", and the manifest recorded a config_mix,
+    # while the 170 were no longer planned and nothing mixed)
+    in_plan = None
+    if kind.plan_edge == C.EDGE_REQUESTS and plan_q is not None and plan_before.done and changes.calls:
+        from geoagent.runtime.scope import done_in_plan
+
+        in_plan = await done_in_plan(cfg.state_dir(), plan_q)
+    done_before = plan_before.done if in_plan is None else min(plan_before.done, sum(in_plan.values()))
     changed_models = by_model = None
     if kind.plan_edge == C.EDGE_REQUESTS and plan_q is not None and plan_before.total and changes.call_keys:
         from geoagent.runtime.drift import changed_model_names
@@ -3226,8 +3236,11 @@ async def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContex
                 counts = _answers_by_model(ctx, plan_after, len(aside))
             if counts is not None:
                 by_model = {m: counts.get(m, (0, 0)) for m in changed_models}
+                if in_plan is not None:  # a model's done tasks the plan still holds (walk43 #1)
+                    by_model = {m: (min(done, in_plan.get(m, 0)), left) for m, (done, left) in by_model.items()}
     decision = decide(cfg.name, changes.calls, changes.call_keys, tasks_before=plan_before.total,
-                      done_before=plan_before.done, added=max(0, plan_after.total - plan_before.total),
+                      done_before=done_before, added=max(0, plan_after.total - plan_before.total),
+                      done_not_planned=None if in_plan is None else plan_before.done - done_before,
                       left_before=max(0, _left_before(kind, before, plan_before) - left_out),
                       keys_text=_changed_keys_text(changes.call_keys) if changes.call_keys else "",
                       changed_models=changed_models, by_model=by_model, kind=getattr(cfg.campaign, "kind", None))

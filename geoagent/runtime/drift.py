@@ -417,10 +417,27 @@ def _per_model(name: str, what: str, changed: set[str], by_model: dict[str, tupl
                          record={**record, **({"not_applied_to": untouched} if untouched else {})})
 
 
+def _none_done_in_plan(name: str, what: str, record: dict[str, Any], done_not_planned: int, added: int,
+                       left_before: int) -> DriftDecision:
+    """:func:`decide` when every task done under the old settings is one the plan no longer holds: the info line
+    that nothing mixes (their answers are kept, not scored; every answer scored is made under the new settings),
+    and no mix recorded (walk43 #1). ``left_before``: tasks of the plan an earlier run left queued, in flight or
+    dead-lettered, sent with the new settings (the caller keeps a change fixed at planning apart: those keep the
+    old ones)."""
+    s = "s" if done_not_planned != 1 else ""
+    work = ([f"this run planned {added} new task{'s' if added != 1 else ''}"] if added else []) + (
+        [f"{left_before} task{'s' if left_before != 1 else ''} an earlier run left queued, in flight or "
+         "dead-lettered go out with the new settings too"] if left_before else [])
+    line = (f"info: campaign {name}: {what}; the {done_not_planned} task{s} done under the old settings "
+            f"{'are' if s else 'is'} no longer in the plan (their stored answers are kept but not scored), so every "
+            f"answer the results count uses the new settings: nothing mixes ({'; '.join(work)}).")
+    return DriftDecision([line], applied=True, mixed=False, record=record)
+
+
 def decide(name: str, calls: list[str], call_keys: dict[str, tuple[Any, Any]], *, tasks_before: int,
            done_before: int, added: int, left_before: int, keys_text: str,
            changed_models: set[str] | None = None, by_model: dict[str, tuple[int, int]] | None = None,
-           kind: str | None = None) -> DriftDecision:
+           kind: str | None = None, done_not_planned: int | None = None) -> DriftDecision:
     """Decide, after planning, what a changed config means for the run of campaign ``name`` (of campaign kind
     ``kind``: whether its payloads carry the prompt, :func:`only_planning_fixed`).
 
@@ -430,7 +447,8 @@ def decide(name: str, calls: list[str], call_keys: dict[str, tuple[Any, Any]], *
         :attr:`ConfigChanges.calls` and :attr:`ConfigChanges.call_keys` without the pacing keys (sections and
         prompts ``prompt:<file>`` that shape the calls or the planned work, and their changed keys).
     tasks_before, done_before : int
-        Tasks of the plan edge before this run's plan was queued (all, and done).
+        Tasks of the plan edge before this run's plan was queued (all, and done; done: those this run's plan still
+        holds when ``done_not_planned`` is given).
     added : int
         Tasks this run's plan added to the plan edge (keys not queued before).
     left_before : int
@@ -447,6 +465,11 @@ def decide(name: str, calls: list[str], call_keys: dict[str, tuple[Any, Any]], *
         only when a changed model has both;
         otherwise one info line says why nothing mixes, and ``record["not_applied_to"]`` names the changed models
         whose every task was done (their stored answers keep the old settings). None: decided from the totals.
+    done_not_planned : int, optional
+        Tasks done before this run that its plan no longer holds (:func:`geoagent.runtime.scope.done_in_plan`):
+        their stored answers are kept but left out of scoring, so they mix with nothing. When none of the done
+        tasks is in the plan (``done_before`` 0), one info line says nothing mixes and no mix is recorded (walk43
+        #1). None: the plan's done tasks could not be told apart (``done_before`` counts every done task).
     """
     if not calls or tasks_before == 0:
         return DriftDecision()
@@ -469,7 +492,12 @@ def decide(name: str, calls: list[str], call_keys: dict[str, tuple[Any, Any]], *
                 f"{new_text}, so nothing mixes (stored answers of tasks no longer planned stay stored).")
         return DriftDecision([line, *crawl_city_edit_lines(name, call_keys),
                               *regime_scope_lines(name, call_keys, kind)], applied=True, mixed=False, record=record)
-    if (added or left_before) and only_planning_fixed(calls, call_keys, kind):
+    if done_not_planned:
+        record["done_not_planned"] = done_not_planned
+    fixed = only_planning_fixed(calls, call_keys, kind)
+    if done_not_planned and not done_before and (added or left_before) and not (fixed and left_before):
+        return _none_done_in_plan(name, what, record, done_not_planned, added, left_before)
+    if (added or left_before) and fixed:
         # runtime36 #1: tasks left queued keep the prompt and max_output_tokens they were planned with; only tasks this
         # run planned anew get the new ones (before: "will be sent with the new settings ... results would mix", the
         # manifest recorded the new template as applied, and a model added later was told "nothing mixes")

@@ -343,6 +343,34 @@ def answered_in_plan(state_dir: str | os.PathLike[str], queues_root: str | os.Pa
     return count_done(queues_root, campaign, edge, entries, chunk=chunk)
 
 
+async def done_in_plan(state_dir: str | os.PathLike[str], queue: Any, *, chunk: int = 5000) -> dict[str, int] | None:
+    """Per model (the plan record's model column, ``""`` for a payload without one), how many tasks of the recorded
+    plan are done now in ``queue`` (the plan edge's :class:`~geoagent.runtime.queue.WorkQueue`, any backend: its
+    :meth:`~geoagent.runtime.queue.WorkQueue.done_among`), read in chunks of ``chunk`` keys (memory: one chunk). A
+    task whose key of an earlier geoagent version is done counts as done (:func:`geoagent.data.model.earlier_task_id`:
+    the run moves its stored answer to the new key, upgrade41 B). None without a record, or when the queue cannot
+    tell. For a config change's verdict (:func:`geoagent.runtime.drift.decide`, walk43 #1): done tasks the plan no
+    longer holds are left out of scoring, so they mix with nothing."""
+    from itertools import islice
+
+    from geoagent.data.model import earlier_task_id
+
+    entries = iter_plan_entries(state_dir)
+    if entries is None:
+        return None
+    out: dict[str, int] = {}
+    while part := list(islice(entries, chunk)):
+        # each key asked for itself and, where it has one, for its earlier key (both stand for the same task)
+        asked = {k: (m, k) for m, k in part}
+        asked.update({e: (m, k) for m, k in part if (e := earlier_task_id(k)) is not None and e not in asked})
+        done = await queue.done_among(list(asked))
+        if done is None:
+            return None
+        for model, _ in {asked[k] for k in done}:
+            out[model] = out.get(model, 0) + 1
+    return out
+
+
 def left_in_plan(state_dir: str | os.PathLike[str], queues_root: str | os.PathLike[str], campaign: str,
                  edge: str, *, chunk: int = 500, queue: Any = None) -> dict[str, int] | None:
     """Per model, how many tasks of the recorded plan are still to do on the plan edge ``edge`` (ready, also
