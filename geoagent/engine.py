@@ -528,14 +528,18 @@ class Outcome:
         pending = sum(c.ready + c.leased for c in self.counts.values())
         if self.status == "complete" or not pending:
             return None
+        # walk43 #4: "with 1900 task(s) still queued or in flight" beside "Answered per model: a 40/950, b 40/950"
+        # read as nothing done: a task is queued on one stage at a time, so say which and how many were answered
+        left = f"{pending} task(s) not yet through the last stage"
+        answered = self._answered_text()
         if self.shared_queues:  # Redis: other machines' processes may still be working on them
-            note = (f"this machine's run ended '{self.status}' with {pending} task(s) of the campaign still queued "
-                    "or in flight in the shared queues (processes on other machines may still be working on them); "
+            note = (f"this machine's run ended '{self.status}' with {left} of the campaign (queued or in flight in "
+                    f"the shared queues{answered}; processes on other machines may still be working on them); "
                     "the tables cover only what was answered so far (the process that finds the campaign drained "
                     "writes the final report, on its machine; re-run the same command here to take part again)")
         else:
-            note = (f"the run ended '{self.status}' with {pending} task(s) still queued or in flight; the tables "
-                    f"cover only what was answered so far ({self._finish_hint()})")
+            note = (f"the run ended '{self.status}' with {left} (queued or in flight on one of the stages{answered}); "
+                    f"the tables cover only what was answered so far ({self._finish_hint()})")
         unparsed = self.unparsed_line()
         if unparsed:  # answers already received (and paid) that are in no table yet
             note += ". " + unparsed.strip()[0].upper() + unparsed.strip()[1:]
@@ -545,6 +549,15 @@ class Outcome:
             if warnings:
                 note += ". WARNING: " + "; ".join(warnings)
         return note
+
+    def _answered_text(self) -> str:
+        """``"; 80 of 1900 model requests answered"`` (every model's answered / planned calls,
+        :attr:`planned_by_model`), or ``""`` for a run that planned no model request (a crawl)."""
+        planned = sum(self.planned_by_model.values())
+        if not planned:
+            return ""
+        got = sum(min(p, self.answered_by_model.get(n, 0)) for n, p in self.planned_by_model.items())
+        return f"; {got} of {planned} model requests answered"
 
     def _budget_fix(self) -> str:
         """What lifts this run's budget stop(s): :attr:`budget_fixes`, else the USD cap's fix."""
