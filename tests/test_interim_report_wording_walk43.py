@@ -1,14 +1,19 @@
-"""Walk43 #4: the interim GeoHint report of a run stopped early.
+"""Walk43 #4 and #5: the interim GeoHint report of a run stopped early.
 
 #4: ``timeout -s INT 6 python run.py run my_hint4.toml`` (two models, 950 requests each) wrote the banner "the run
 ended 'interrupted' with 1900 task(s) still queued or in flight" beside "Answered per model: sandbox-gpt 40/950,
 sandbox-large 40/950": read as nothing done, while 80 requests were answered (a task is queued on one stage at a
 time: answered ones wait for the geocoder). The banner now says the tasks are not yet through the last stage and
-how many model requests were answered."""
+how many model requests were answered.
+
+#5: the same report, with no answer scored yet, said "models: ; conditions: ." and "(every condition: ; Table 1's n
+counts ...)"; empty lists now read "none"."""
 
 from __future__ import annotations
 
 from geoagent.engine import Outcome
+from geoagent.geohint.aggregate import GeoHintAggregator
+from geoagent.report import geohint as GH
 from geoagent.runtime.queue import QueueCounts
 
 
@@ -42,3 +47,11 @@ def test_a_crawl_interim_banner_names_no_model_requests():
     assert "with 3 task(s) not yet through the last stage (queued or in flight on one of the stages)" in note, note
     assert "model requests" not in note
 
+
+def test_an_interim_report_with_nothing_scored_prints_none_for_empty_lists(tmp_path):
+    GH.write_report(GeoHintAggregator(), tmp_path, figures=False, interim=_walk_outcome().interim_note())
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert "**Interim report: the run ended 'interrupted' with 1900 task(s) not yet through the last stage" in md
+    assert "0 scored responses, 0 sites, models: none; conditions: none." in md, md[:2000]
+    assert "(every condition: none; Table 1's n counts" in md, md[:2000]
+    assert "models: ;" not in md and "conditions: ." not in md and "every condition: ;" not in md

@@ -2306,13 +2306,19 @@ def left_out_text(agg: GeoHintAggregator) -> str:
     return f"left out of every table: {' and '.join(parts)}; {_answers(len(agg.keys))} scored in all"
 
 
+def _names_text(names: Sequence[str]) -> str:
+    """``names`` comma-joined, or ``"none"`` when there are none (walk43 #5: an interim report with no answer scored
+    yet said "models: ; conditions: ." and "(every condition: ; ...")."""
+    return ", ".join(names) if names else "none"
+
+
 def counts_line(agg: GeoHintAggregator, condition: str) -> str:
     """The header's sentence saying what its count of scored responses is: the answers the tables count
     (:meth:`GeoHintAggregator.select`: every condition, and per condition), which of them Table 1's n counts
     (``condition``'s, per model) and what was left out of every table (:func:`left_out_text`), e.g. ``"Those 9
     scored responses are the answers the tables count (every condition: baseline 3, forced 6; Table 1's n counts a
     model's forced ones); left out of every table: ...; 12 answers scored in all."`` (counts of answers)."""
-    per = ", ".join(f"{c} {agg.select(condition=c).n}" for c in agg.conditions)
+    per = _names_text([f"{c} {agg.select(condition=c).n}" for c in agg.conditions])
     left = left_out_text(agg)
     return (f"Those {agg.select().n} scored responses are the answers the tables count (every condition: {per}; "
             f"Table 1's n counts a model's {condition} ones)" + (f"; {left}" if left else "") + ".")
@@ -2513,8 +2519,9 @@ def write_report(
         *([f"**{scope_note}**", ""] if scope_note else []),
         *([f"**{count_text(len(import_notes), 'import note')} on the files read (rows left out as malformed, and "
              "the like): see Import notes at the end.**", ""] if import_notes else []),
-        f"{count_text(agg.select().n, 'scored response')}, {count_text(summary['sites'], 'site')}, models: {', '.join(summary['models'])}; "
-        f"conditions: {', '.join(summary['conditions'])}. Reported condition: {condition}; no-context condition: {baseline}.",
+        f"{count_text(agg.select().n, 'scored response')}, {count_text(summary['sites'], 'site')}, models: "
+        f"{_names_text(summary['models'])}; conditions: {_names_text(summary['conditions'])}. Reported condition: "
+        f"{condition}; no-context condition: {baseline}.",
         "",
         *([sampling_note, ""] if sampling_note else []),
         counts_line(agg, condition),
