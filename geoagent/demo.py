@@ -455,7 +455,7 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     outcomes = [("crawl", crawl_cfg, crawl)]
     if crawl.exit_code != 0:
         say(f"\ndemo stopped: the crawl ended '{crawl.status}'; re-run `{resume_cmd}` to resume (its config, for "
-            f"`python run.py status|dead {crawl_path}`)")
+            f"`{own_command()} status|dead {crawl_path}`)")
         return crawl.exit_code
     if crawl.late_signal or crawl.stop_signal:
         # Ctrl-C as the crawl ended (its stop left nothing queued, or it came after): it finished, the demo stops
@@ -517,7 +517,7 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
         report_dir = cfg.state_dir() / C.REPORT_DIR
         main = [p for p in o.report_files if p.suffix in (".md", ".json")]
         say(f"  {label:>9}: {report_dir}" + (f" ({', '.join(p.name for p in main)})" if main else ""))
-    say(f"configs (filled in; `python run.py status|dead|export FILE` works on each): {conf_dir}")
+    say(f"configs (filled in; `{own_command()} status|dead|export FILE` works on each): {conf_dir}")
     for label, path in (("crawl", crawl_path), ("GeoVerify", gv_path), ("GeoHint", gh_path)):
         say(f"  {label:>9}: {path}")
     code = next((o.exit_code for _l, _c, o in outcomes if o.exit_code != 0), 0)
@@ -527,8 +527,38 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
 
 
 def _resume_cmd(workdir: Path | None) -> str:
-    """The command that resumes this demo (with its ``--workdir``, if one was given)."""
-    return "python run.py demo" + (f" --workdir {workdir}" if workdir is not None else "")
+    """The command that resumes this demo (with its ``--workdir``, if one was given), as :func:`own_command` runs
+    the program."""
+    return f"{own_command()} demo" + (f" --workdir {workdir}" if workdir is not None else "")
+
+
+def own_command() -> str:
+    """How the user ran this program, for the commands the demo's summary prints: ``geoagent`` (the installed
+    entry point), else ``<python> <run.py as typed>`` (``run.py`` when it was not run as a script, e.g. under
+    pytest). ``<python>`` is the interpreter running now (``sys.executable``): relative to the working directory
+    when inside it (``.venv/bin/python``, as README's commands), ``python`` when that is the one ``PATH`` finds
+    (an activated virtual environment), else its absolute path. Walk43 #7: the summary said ``python run.py
+    status|dead|export FILE`` to a reader of README, which runs ``.venv/bin/python`` and never activates the
+    environment, where a bare ``python`` lacks the project's dependencies."""
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ""
+    if os.path.basename(argv0) == "geoagent":
+        return "geoagent"
+    script = argv0 if os.path.basename(argv0) == "run.py" else "run.py"
+    return f"{_python_command()} {script}"
+
+
+def _python_command() -> str:
+    """The interpreter running now as a command to type in the working directory (see :func:`own_command`)."""
+    import shutil
+
+    exe = os.path.abspath(sys.executable) if sys.executable else ""
+    if not exe:
+        return "python"
+    on_path = shutil.which("python")
+    if on_path is not None and os.path.abspath(on_path) == exe:
+        return "python"
+    rel = os.path.relpath(exe)
+    return rel if not rel.startswith(os.pardir) else exe
 
 
 def simulated_verdicts_note() -> str:
