@@ -65,6 +65,18 @@ def label_text(text: str | None, *, collapse: bool = True) -> str:
     return " ".join(out.split()) if collapse else out.strip()
 
 
+def finish_reason_text(value: Any) -> str | None:
+    """A provider's finish reason as the answer parsers, the reports and the empty-answer breaker read it: a string
+    cleaned as a place field is (:func:`label_text`: no control or bidirectional formatting characters, whitespace
+    runs one space, stripped), None for anything else or a blank one. Providers send ``stop``, ``length``,
+    ``MAX_TOKENS`` ...; a server's reason is text it chose (crawl43 #3). GeoHint stores it so
+    (``extra.finish_reason``, the ``geohint_scored`` export); the response store keeps the reason as the provider
+    sent it. Here, not in :mod:`geoagent.geohint.parse` (which still exports it), so
+    :mod:`geoagent.scoring.truncation` reads every reason the same way without an import cycle (rev43b #1:
+    ``length`` followed by U+202E was no answer in the report but never tripped the breaker)."""
+    return (label_text(value) or None) if isinstance(value, str) else None
+
+
 def value_text(v: Any) -> str:
     """One value: whole numbers without a decimal point, other floats with 4 significant digits, else ``str``."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):

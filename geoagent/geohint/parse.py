@@ -33,7 +33,9 @@ from geoagent.geohint.placenames import REGION_ABBREVIATIONS, is_null_answer
 from geoagent.llmjson import (MAX_CHARS, Candidate, Percent, decode_string_body, fenced_blocks, iter_candidates,
                               without_reasoning)
 from geoagent.scoring.truncation import is_finished
-from geoagent.textfmt import label_text
+# finish_reason_text lives in textfmt (neutral: scoring.truncation reads reasons through it too; rev43b #1) and is
+# still importable from here, where the answer parser reads and stores the reason (crawl43 #3)
+from geoagent.textfmt import finish_reason_text, label_text
 
 SCHEMA_KEYS = frozenset(
     {"city", "area", "building", "place", "country", "confidence", "confidence_area", "confidence_building", "clues", "evidence"}
@@ -427,19 +429,9 @@ def _score(obj: dict[str, Any]) -> int:
 #: runs of spaces are one space (:func:`geoagent.textfmt.label_text`; sec42 #3: ESC, CR and U+202E reached
 #: ``geohint_scored.csv`` and the Wikidata search); 8 (session 43, crawl43 #3): the finish reason is read, and stored
 #: with the answer (``extra.finish_reason``), cleaned the same way (:func:`finish_reason_text`), so a reason such as
-#: ``"stop\x1b[0m"`` is ``stop`` (a finished answer) where 7 read it as no known reason, and the clues (kept on the
-#: queue with the parsed fields, in no row) are cleaned too.
+#: ``"length\u202e"`` is ``length`` (cut off) and ``"stop\x1b"`` is ``stop`` (a finished answer) where 7 read them as
+#: no known reason, and the clues (kept on the queue with the parsed fields, in no row) are cleaned too.
 ANSWER_PARSER_VERSION = 8
-
-
-def finish_reason_text(value: Any) -> str | None:
-    """A provider's finish reason as GeoHint reads and stores it (``extra.finish_reason``): a string cleaned as a
-    place field is (:func:`geoagent.textfmt.label_text`: no control or bidirectional formatting characters,
-    whitespace runs one space, stripped), None for anything else or a blank one. Providers send ``stop``,
-    ``length``, ``MAX_TOKENS`` ...; a server's reason is text it chose, and it reaches the ``geohint_scored``
-    export and the cut-off counts (crawl43 #3). The response store keeps the reason as the provider sent it, as it
-    keeps the answer's text."""
-    return (label_text(value) or None) if isinstance(value, str) else None
 
 
 def parse_answer(text: str | None, finish_reason: str | None = None) -> ParsedAnswer:

@@ -17,7 +17,7 @@ from typing import Any
 from geoagent.data.importer import Release
 from geoagent.data.model import ARM_MAIN, ARM_MISMATCH, BLANK_IMAGE_REF
 from geoagent.geoverify.parse import VERDICT_PARSER_VERSION, ParsedVerdict, parse_verdict
-from geoagent.scoring.truncation import OUTPUT_LIMIT_FINISH_REASONS, is_truncated, is_withheld
+from geoagent.scoring.truncation import is_output_limit, is_truncated, is_withheld
 
 SCORED_FIELDS = (
     "trial_id", "model", "image_id", "image_shown", "site", "arm", "band", "truth", "cand", "d_km", "referenceability",
@@ -37,7 +37,7 @@ def cut_off_reason(parsed: ParsedVerdict, finish_reason: str | None) -> str | No
                 "outside H and F)")
     if parsed.ok or not is_truncated(finish_reason):
         return parsed.reason
-    if str(finish_reason).strip().lower() not in OUTPUT_LIMIT_FINISH_REASONS:  # the context window, not the limit
+    if not is_output_limit(finish_reason):  # the context window, not the limit (read as is_truncated reads it: rev43b #1)
         what = "empty answer" if not (parsed.raw or "").strip() else parsed.reason
         return (f"{what} (cut off at the end of the model's context window, finish reason {finish_reason}: a higher "
                 "max_output_tokens does not help)")

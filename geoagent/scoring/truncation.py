@@ -58,27 +58,31 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-#: finish reasons (compared case-insensitively) meaning "stopped at the output-token limit": OpenAI
-#: ``length``, Anthropic ``max_tokens``, Gemini ``MAX_TOKENS``; ``max_output_tokens`` is what OpenAI's
-#: Responses API reports in ``incomplete_details.reason``. The empty-answer breaker counts these alone: raising
-#: the limit is its fix (:mod:`geoagent.workers.cutoff_breaker`)
+from geoagent.textfmt import finish_reason_text
+
+#: finish reasons (compared as :func:`finish_reason_key` reads them: cleaned, any case) meaning "stopped at the
+#: output-token limit": OpenAI ``length``, Anthropic ``max_tokens``, Gemini ``MAX_TOKENS``; ``max_output_tokens`` is
+#: what OpenAI's Responses API reports in ``incomplete_details.reason``. The empty-answer breaker counts these alone:
+#: raising the limit is its fix (:mod:`geoagent.workers.cutoff_breaker`)
 OUTPUT_LIMIT_FINISH_REASONS = frozenset({"length", "max_tokens", "max_output_tokens"})
 #: every finish reason that means the answer was cut short by a limit rather than finished by the model: the
 #: output-token limit, or Anthropic's ``model_context_window_exceeded`` (the answer filled the model's context
 #: window; Anthropic's "Handling stop reasons" guide: treat the response as truncated)
 TRUNCATION_FINISH_REASONS = OUTPUT_LIMIT_FINISH_REASONS | {"model_context_window_exceeded"}
-#: finish reasons (compared case-insensitively) meaning the provider's content filter stopped or withheld the answer:
-#: Gemini ``FinishReason`` SAFETY, RECITATION, BLOCKLIST, PROHIBITED_CONTENT, SPII, IMAGE_SAFETY and LANGUAGE (the
-#: provider's :data:`geoagent.providers.gemini.BLOCKING_FINISH_REASONS`), OpenAI Chat Completions ``content_filter``
-#: ("content was omitted due to a flag from our content filters"), Anthropic Messages ``refusal`` ("streaming
-#: classifiers intervene to handle potential policy violations"; Anthropic, "Handling stop reasons")
+#: finish reasons (compared as :func:`finish_reason_key` reads them: cleaned, any case) meaning the provider's content
+#: filter stopped or withheld the answer: Gemini ``FinishReason`` SAFETY, RECITATION, BLOCKLIST, PROHIBITED_CONTENT,
+#: SPII, IMAGE_SAFETY and LANGUAGE (the provider's :data:`geoagent.providers.gemini.BLOCKING_FINISH_REASONS`), OpenAI
+#: Chat Completions ``content_filter`` ("content was omitted due to a flag from our content filters"), Anthropic
+#: Messages ``refusal`` ("streaming classifiers intervene to handle potential policy violations"; Anthropic, "Handling
+#: stop reasons")
 WITHHELD_FINISH_REASONS = frozenset({"safety", "recitation", "blocklist", "prohibited_content", "spii",
                                      "image_safety", "language", "content_filter", "refusal"})
 
-#: finish reasons (compared case-insensitively) meaning the model ended its output itself: OpenAI Chat Completions
-#: ``stop``, Anthropic Messages ``end_turn``, Gemini ``STOP``. Not Anthropic's ``stop_sequence`` (no campaign sends
-#: stop sequences; a text ended by one is not known to be whole). The answer parsers read a reasoning block such an
-#: answer never closed up to the JSON object it ends with (:func:`geoagent.llmjson.without_reasoning`, walk39 #4c)
+#: finish reasons (compared as :func:`finish_reason_key` reads them: cleaned, any case) meaning the model ended its
+#: output itself: OpenAI Chat Completions ``stop``, Anthropic Messages ``end_turn``, Gemini ``STOP``. Not Anthropic's
+#: ``stop_sequence`` (no campaign sends stop sequences; a text ended by one is not known to be whole). The answer
+#: parsers read a reasoning block such an answer never closed up to the JSON object it ends with
+#: (:func:`geoagent.llmjson.without_reasoning`, walk39 #4c)
 FINISHED_FINISH_REASONS = frozenset({"stop", "end_turn"})
 
 #: share of cut-off answers (of one model, or one model and arm/condition) above which reports warn
@@ -117,6 +121,26 @@ def no_answer_words(n_withheld: int) -> str:
             "with nothing parsed")
 
 
+def finish_reason_key(finish_reason: object) -> str | None:
+    """``finish_reason`` (a provider's raw finish/stop reason, or one already cleaned) as the ``*_FINISH_REASONS``
+    sets hold it: cleaned (:func:`geoagent.textfmt.finish_reason_text`: no control or bidirectional formatting
+    characters, whitespace runs one space, stripped) and lower-cased; None for None, a non-string or a blank one.
+
+    Every reader of a reason goes through it, so a caller that did not clean it first (the empty-answer breaker
+    reads the provider's reason as sent) and one that did (GeoHint's stored ``extra.finish_reason``) agree:
+    ``length`` followed by U+202E was no answer in the report but never tripped the breaker, whose ``str.strip()``
+    left the U+202E (rev43b #1)."""
+    text = finish_reason_text(finish_reason)
+    return None if text is None else text.lower()
+
+
+def is_output_limit(finish_reason: object) -> bool:
+    """True when ``finish_reason`` (as :func:`finish_reason_key` reads it) says the output-token limit ended the
+    answer (:data:`OUTPUT_LIMIT_FINISH_REASONS`); not the context window, where a higher limit is no fix. The
+    empty-answer breaker counts these (:func:`geoagent.workers.cutoff_breaker.empty_cut_off`)."""
+    return finish_reason_key(finish_reason) in OUTPUT_LIMIT_FINISH_REASONS
+
+
 def is_no_answer(finish_reason: object, parsed: bool) -> bool:
     """True for an answer cut off at the output-token limit, or stopped by the provider's content filter, with
     nothing parsed: no answer (module doc).
@@ -139,21 +163,23 @@ def is_no_answer(finish_reason: object, parsed: bool) -> bool:
 
 
 def is_withheld(finish_reason: object) -> bool:
-    """True when ``finish_reason`` (a provider's raw finish/stop reason) says the provider's content filter stopped
-    or withheld the answer (:data:`WITHHELD_FINISH_REASONS`); None and non-strings are False."""
-    return isinstance(finish_reason, str) and finish_reason.strip().lower() in WITHHELD_FINISH_REASONS
+    """True when ``finish_reason`` (a provider's raw finish/stop reason, read by :func:`finish_reason_key`) says the
+    provider's content filter stopped or withheld the answer (:data:`WITHHELD_FINISH_REASONS`); None and non-strings
+    are False."""
+    return finish_reason_key(finish_reason) in WITHHELD_FINISH_REASONS
 
 
 def is_finished(finish_reason: object) -> bool:
-    """True when ``finish_reason`` (a provider's raw finish/stop reason) says the model ended its output itself
-    (:data:`FINISHED_FINISH_REASONS`: ``stop``, ``end_turn``, ``STOP``); a cut-off or withheld answer, None (no
-    recorded reason: a row imported without one, an old row) and non-strings are False."""
-    return isinstance(finish_reason, str) and finish_reason.strip().lower() in FINISHED_FINISH_REASONS
+    """True when ``finish_reason`` (a provider's raw finish/stop reason, read by :func:`finish_reason_key`) says the
+    model ended its output itself (:data:`FINISHED_FINISH_REASONS`: ``stop``, ``end_turn``, ``STOP``); a cut-off or
+    withheld answer, None (no recorded reason: a row imported without one, an old row) and non-strings are False."""
+    return finish_reason_key(finish_reason) in FINISHED_FINISH_REASONS
 
 
 def is_truncated(finish_reason: object) -> bool:
-    """True when ``finish_reason`` (a provider's raw finish/stop reason) means the answer was cut short: the
-    output-token limit was hit, or the model's context window (:data:`TRUNCATION_FINISH_REASONS`).
+    """True when ``finish_reason`` (a provider's raw finish/stop reason, read by :func:`finish_reason_key`) means the
+    answer was cut short: the output-token limit was hit, or the model's context window
+    (:data:`TRUNCATION_FINISH_REASONS`).
 
     Parameters
     ----------
@@ -161,7 +187,7 @@ def is_truncated(finish_reason: object) -> bool:
         As stored with the answer (:attr:`geoagent.providers.base.ModelResponse.finish_reason`); None and
         non-strings (no recorded reason) are False.
     """
-    return isinstance(finish_reason, str) and finish_reason.strip().lower() in TRUNCATION_FINISH_REASONS
+    return finish_reason_key(finish_reason) in TRUNCATION_FINISH_REASONS
 
 
 @dataclass(slots=True)

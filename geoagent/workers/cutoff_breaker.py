@@ -55,7 +55,7 @@ import orjson
 from geoagent.files import atomic_write_bytes
 from geoagent.runtime.errors import PicklableError
 from geoagent.runtime.stage import Held
-from geoagent.scoring.truncation import OUTPUT_LIMIT_FINISH_REASONS
+from geoagent.scoring.truncation import is_output_limit
 from geoagent.textfmt import label_text
 from geoagent.workers.held import HeldTasks
 
@@ -83,9 +83,11 @@ def request_settings_id(provider: str, model: str, params: Mapping[str, Any]) ->
 
 def empty_cut_off(text: str | None, finish_reason: str | None) -> bool:
     """Whether an answer came back with no text (``None``, empty or whitespace) and a finish reason that says the
-    output-token limit ended it (:data:`~geoagent.scoring.truncation.OUTPUT_LIMIT_FINISH_REASONS`, any case; not an
-    answer that filled the context window: a higher limit is no fix for it)."""
-    return not (text or "").strip() and str(finish_reason or "").strip().lower() in OUTPUT_LIMIT_FINISH_REASONS
+    output-token limit ended it (:func:`~geoagent.scoring.truncation.is_output_limit`: any case, read as the reports
+    read it; not an answer that filled the context window: a higher limit is no fix for it)."""
+    # the reason as the provider sent it, cleaned as GeoHint's stored one is: "length" followed by U+202E was no answer
+    # in the report but never counted here, where str.strip() kept the U+202E (rev43b #1)
+    return not (text or "").strip() and is_output_limit(finish_reason)
 
 
 @dataclasses.dataclass(slots=True)
