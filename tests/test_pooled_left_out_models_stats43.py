@@ -97,7 +97,7 @@ def test_table8_pools_the_other_models_only(campaign):
     with_z = _frame(rows + _never_geocoded(rows))
     with_z = with_z[(with_z.condition == "forced") & with_z.qid.notna()]
     assert all_sites["forced"][6] > with_z.hit.mean() + 0.05
-    assert "Left out: every answer of z, whose hit rate in forced_warn or forced is undetermined" in t8.notes
+    assert "Left out: every answer of z, whose hit rates in forced_warn and forced are undetermined" in t8.notes
     assert "Left out" not in t8_alone.notes
 
 
@@ -115,7 +115,7 @@ def test_building_vs_nocontext_pools_the_other_models_only(campaign):
         assert row[1] == len(joined)
         assert row[3] == pytest.approx(joined.base.mean()) and row[4] == pytest.approx(joined.ctx.mean())
         assert row[5] == pytest.approx(100 * (joined.ctx - joined.base).mean())
-    assert "Left out: every answer of z, whose hit rate in forced or baseline is undetermined" in t.notes
+    assert "Left out: every answer of z, whose hit rates in forced and baseline are undetermined" in t.notes
 
 
 def test_fig2_points_and_caption(campaign, tmp_path):
@@ -130,9 +130,11 @@ def test_fig2_points_and_caption(campaign, tmp_path):
     assert caption.startswith("Hit rate by band per regime, 3 models pooled;")
     assert "Left out: every answer of z, whose hit rate in forced is undetermined" in caption
     # Tables 8 and 10 and building_vs_nocontext say it under themselves (Table 10: forced_chain vs forced, z's
-    # forced_chain answers are m-c's none: z is undetermined in forced); Table 1 still gives z's row (em dashes)
+    # forced_chain answers are m-c's none: z is undetermined in forced alone, and the note names forced alone,
+    # rev43b #4); Table 1 still gives z's row (em dashes)
     assert md.count("Left out: every answer of z") == 4
-    assert "Left out: every answer of z, whose hit rate in forced_chain or forced is undetermined" in md
+    assert "forced_chain or forced" not in md and "in forced_chain and forced" not in md
+    assert md.count("Left out: every answer of z, whose hit rate in forced is undetermined") == 2  # Fig. 2, Table 10
 
 
 def test_a_model_undetermined_in_one_condition_only_is_left_out_where_it_is():
@@ -192,3 +194,45 @@ def test_report_md_says_a_never_parsing_model_stays_in_the_regime_split_as_misse
     z_agg = _agg(rows + _never_geocoded(rows))
     assert GH.regime_unparsed_note(z_agg, "baseline") == ""
     assert GH.regime_left_out_note(z_agg, "baseline").startswith("Left out of the regime assignment")
+
+
+def test_each_left_out_model_is_named_with_its_own_undetermined_conditions():
+    """Rev43b #4: the note named every compared condition ("z, whose hit rate in forced_warn or forced"), as if
+    each left-out model's rate were undetermined in all of them. Now each model comes with the conditions where its
+    own rate is: y (never geocoded in forced_warn and forced) and z (in forced only)."""
+    rows = synth_results(seed=4, n_sites=8)
+    z = ([dataclasses.replace(r, key=r.key.replace("|m-c|", "|z|"), model="z") for r in rows
+          if r.model == "m-c" and r.condition != "forced"] + _never_geocoded(rows, conditions=("forced",)))
+    y = ([dataclasses.replace(r, key=r.key.replace("|m-b|", "|y|"), model="y") for r in rows
+          if r.model == "m-b" and r.condition not in ("forced", "forced_warn")]
+         + _never_geocoded(rows, model="y", source="m-b", conditions=("forced", "forced_warn")))
+    agg = _agg(rows + y + z)
+    # the rates behind the note (Table 1's rule), read directly
+    assert [m for m in ("y", "z") if math.isnan(agg.select(model=m, condition="forced_warn").geocoded_hit_rate)] == ["y"]
+    assert all(math.isnan(agg.select(model=m, condition="forced").geocoded_hit_rate) for m in ("y", "z"))
+    note = GH.pooled_left_out_note(agg, "forced_warn", "forced")
+    assert note.startswith("Left out: every answer of y and z, whose hit rates are undetermined (y's in forced_warn "
+                           "and forced, z's in forced; " + GH.DASH + ": none of their answers there geocoded, "
+                           "every one parsed)."), note
+    t8 = GH.table_paired(agg, "forced_warn", "forced", n_flips=N_FLIPS)
+    assert note in t8.notes
+    # one model: its own condition, not both compared
+    only_z = GH.pooled_left_out_note(_agg(rows + z), "forced_warn", "forced")
+    assert only_z.startswith("Left out: every answer of z, whose hit rate in forced is undetermined (" + GH.DASH
+                             + ": none of its answers there geocoded, every one parsed)."), only_z
+
+
+def test_fig2_terms_line_names_the_one_model_it_pools(tmp_path):
+    """Rev43b #3: with m-a and z (z's forced answers never geocoded), Fig. 2 pools m-a alone; its title and caption
+    said "model m-a" but the Terms line still said "models pooled" (it was given every model of the report)."""
+    rows = synth_results(seed=5, n_sites=12, models=("m-a",))
+    z = ([dataclasses.replace(r, key=r.key.replace("|m-a|", "|z|"), model="z") for r in rows if r.condition != "forced"]
+         + _never_geocoded(rows, source="m-a", conditions=("forced",)))
+    agg = _agg(rows + z)
+    assert GH.fig2_models(agg) == ["m-a"] and agg.models == ["m-a", "z"]
+    GH.write_report(agg, tmp_path, n_flips=N_FLIPS, n_splits=10, n_boot=50, figures=True)
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    terms = next(line for line in md.splitlines() if line.startswith("- Figure fig_hit_by_band.png:"))
+    assert "(sites of the regime resampled, model m-a;" in terms and "models pooled" not in terms, terms
+    caption = next(line for line in md.splitlines() if line.startswith("Hit rate by band per regime"))
+    assert caption.startswith("Hit rate by band per regime, model m-a;"), caption

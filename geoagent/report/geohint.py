@@ -158,9 +158,9 @@ def fig2_terms_line(bars: str | None = FIG2_BARS_DRAWN, n_boot_source: str | Non
     """The Terms line on ``fig_hit_by_band.png`` for what it draws (``bars``, one of :data:`FIG2_BARS`, as
     :func:`fig2_bars` returns it); None (no line) when ``bars`` is None: no figure was written, or the output
     shows none (the terminal). ``n_boot_source``: the setting that turned the bootstrap off (:func:`no_boot_setting`;
-    default ``[geohint] n_boot``). ``models``: the report's models; with one, the line names it ("model m-a") where
-    it would say "models pooled" (nothing is pooled; :func:`models_pooled_text`, as the figure's own title). None:
-    "models pooled".
+    default ``[geohint] n_boot``). ``models``: the models the figure pools (:func:`fig2_models`); with one, the line
+    names it ("model m-a") where it would say "models pooled" (nothing is pooled; :func:`models_pooled_text`, as the
+    figure's own title). None: "models pooled".
 
     Raises
     ------
@@ -197,7 +197,7 @@ def legend_for(regime_threshold: float = DEFAULT_THRESHOLD, *, fig2: str | None 
     line gives ``regime_threshold`` (``[geohint] regime_threshold``, a fraction) as a percentage. ``fig2``: what
     ``fig_hit_by_band.png`` draws as error bars (:func:`fig2_bars`; its line, :func:`fig2_terms_line`), None to
     leave the figure out (none was written, or the output shows no figure); ``n_boot_source`` and ``models`` (the
-    report's models: with one, no line says "models pooled") as there."""
+    models Fig. 2 pools, :func:`fig2_models`: with one, no line says "models pooled") as there."""
     t = threshold_text(check_threshold(regime_threshold))
     fig_line = fig2_terms_line(fig2, n_boot_source, models=models)
     return tuple(line for line in (
@@ -697,20 +697,37 @@ def regime_left_out_ref(agg: GeoHintAggregator, baseline: str) -> str:
             f"that hit rate is undetermined ({DASH}), not 0 (see report.md's header).")
 
 
+def _and_text(items: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    items = list(items)
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
 def pooled_left_out_note(agg: GeoHintAggregator, *conditions: str) -> str:
     """The notes' sentence of a comparison that pools models without splitting them (Tables 8 and 10,
     ``building_vs_nocontext``, Fig. 2's caption) naming the models it leaves out: those whose hit rate in one of
-    ``conditions`` is undetermined (:meth:`GeoHintAggregator.undetermined_models`, Table 1's rule), and why; "" when
-    there are none (stats43 #1, the rule of stats42 #1's regime assignment)."""
+    ``conditions`` is undetermined (:meth:`GeoHintAggregator.undetermined_models`, Table 1's rule), each with the
+    condition(s) of ``conditions`` where its own rate is (``z, whose hit rate in forced is undetermined``; several:
+    ``y and z, whose hit rates are undetermined (y's in forced_warn and forced, z's in forced; ...)``), and why; ""
+    when there are none (stats43 #1, the rule of stats42 #1's regime assignment)."""
     left_out = agg.undetermined_models(*conditions)
     if not left_out:
         return ""
-    one = len(left_out) == 1
-    return (f"Left out: every answer of {', '.join(left_out)}, whose hit rate in {' or '.join(conditions)} is "
-            f"undetermined ({DASH}: none of {'its' if one else 'their'} answers there geocoded, every one parsed). "
-            "Counted as misses, answers that never had a chance to hit or to resolve at building level would pull "
-            "the pooled rates toward 0 (a measure of the geocoder, not the models); the rates here pool the other "
-            "models' answers, as the regime assignment does.")
+    # each model's own undetermined conditions, not every condition compared: "z, whose hit rate in forced or
+    # forced_warn" read as if z's forced_warn rate were undetermined too (rev43b #4)
+    own = {m: [c for c in conditions if m in agg.undetermined_models(c)] for m in left_out}
+    if len(left_out) == 1:
+        (m,) = left_out
+        rates = "hit rate" if len(own[m]) == 1 else "hit rates"
+        are = "is" if len(own[m]) == 1 else "are"
+        who = f"{m}, whose {rates} in {_and_text(own[m])} {are} undetermined ({DASH}: none of its answers there"
+    else:
+        each = ", ".join(f"{m}'s in {_and_text(own[m])}" for m in left_out)
+        who = f"{_and_text(left_out)}, whose hit rates are undetermined ({each}; {DASH}: none of their answers there"
+    return (f"Left out: every answer of {who} geocoded, every one parsed). Counted as misses, answers that never had "
+            "a chance to hit or to resolve at building level would pull the pooled rates toward 0 (a measure of the "
+            "geocoder, not the models); the rates here pool the other models' answers, as the regime assignment "
+            "does.")
 
 
 def echo_rule_ref(agg: GeoHintAggregator) -> str:
@@ -2555,8 +2572,10 @@ def write_report(
         *([f"**{withheld}**", ""] if (withheld := withheld_tables(agg, tables, condition, baseline)) else []),
         "Terms:",
         "",
+        # the models Fig. 2 pools, as its title and caption name them: one left after the undetermined ones are left
+        # out is "model m-a", not "models pooled" (rev43b #3)
         *[f"- {line}" for line in legend_for(agg.regime_threshold, fig2=fig2, n_boot_source=n_boot_source,
-                                             models=agg.models)],
+                                             models=fig2_models(agg, condition))],
         "",
     ]
     if missing is not None:
