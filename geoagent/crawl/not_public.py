@@ -19,6 +19,12 @@ in this network's DNS answer on 5 consecutive requests); check <hint> / the netw
 says it too. Under ``--watch`` the stage tries one site again after the runner's cool-down, as for any unreachable
 host. The breaker is per process and per run, as the runner's: a re-run with the network unchanged pays at most that
 many walks again before it stops.
+
+The count is per host NAME, not per domain (rev43b #5, documented in docs/crawls.md): the resolver refuses a name,
+and grouping names by registrable domain needs the Public Suffix List (the last two labels would lump every
+``*.co.uk`` name together). So where successive sites' thumbnail URLs name different CDN edge hosts
+(``scontent-<pop>.xx.fbcdn.net``), each name's run grows apart and the stage stops later, or, with a name per site,
+never: those sites are dead-lettered after ``[queue] max_attempts`` deliveries, as before crawl43 #1.
 """
 
 from __future__ import annotations
