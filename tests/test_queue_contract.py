@@ -587,6 +587,12 @@ def test_contract_count_left_and_done_per_group_of_a_plan(backend):
         assert await q.count_left(iter(plan), **kw) == {"a": 3, "b": 1, "c": 0}
         assert await q.count_done(iter(plan), **kw) == {"a": 1, "b": 1, "c": 0}
         assert await q.count_left([]) == {} and await q.counts() == before  # nothing changed
+        # rev43a #5: each entry counts, a key listed twice twice (once per entry's group), within one chunk (a3
+        # twice in a row) and across chunks (a4, b2 apart); SQLite counted once per chunk, for the last group
+        twice = [("a", "a3"), ("c", "a3"), ("a", "a4"), ("b", "b2"), ("a", "a1"), ("c", "a4"), ("b", "b2"),
+                 ("c", "a1")]
+        assert await q.count_left(iter(twice), **kw) == {"a": 2, "b": 2, "c": 2}
+        assert await q.count_done(iter(twice), **kw) == {"a": 1, "b": 0, "c": 1}
         if backend.kind == "redis":  # a queue no task was ever put on: None, as a missing SQLite file
             assert await open_("never").count_left(iter(plan)) is None
 

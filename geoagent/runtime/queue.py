@@ -453,8 +453,10 @@ class WorkQueue(abc.ABC):
         """Per group, how many of ``entries`` (``(group, key)`` pairs, e.g. ``(model, task key)`` of a recorded plan:
         :func:`geoagent.runtime.scope.left_in_plan`) are still to do here: ready (also waiting out a backoff, or
         leased under an expired lease) or leased. Every group of ``entries`` gets a count (0 for none); a key the
-        queue does not hold, or holds done or dead (dead-lettered, set aside), counts for nothing. Read only, in
-        chunks (memory: one chunk); each chunk a snapshot. None: this backend cannot tell (the default), or (Redis)
+        queue does not hold, or holds done or dead (dead-lettered, set aside), counts for nothing. Each entry counts
+        on its own: a key listed twice counts twice, once for each entry's group, on every backend (rev43a #5; a
+        recorded plan lists each key once: its keys name their model). Read only, in chunks (memory: one chunk);
+        each chunk a snapshot. None: this backend cannot tell (the default), or (Redis)
         no task was ever put on this queue, as the SQLite readers of a missing file
         (:func:`geoagent.runtime.sqlite_queue.count_left`) answer. redispace43: the engine counts each model's work
         left (its pacing, the per-model ETA) through it on a Redis campaign, which has no queue file."""

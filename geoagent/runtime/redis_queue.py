@@ -1196,7 +1196,8 @@ class RedisStreamsQueue(WorkQueue):
 
     async def _count_states(self, entries: Iterable[tuple[str, str]], states: Sequence[str]
                             ) -> dict[str, int] | None:
-        """Per group of ``entries`` (``(group, key)``), its keys whose ``state`` is one of ``states``: ``HMGET``s of
+        """Per group of ``entries`` (``(group, key)``), its entries whose key's ``state`` is one of ``states`` (each
+        entry counts, a key listed twice twice: :meth:`WorkQueue.count_left`, as on SQLite): ``HMGET``s of
         the state hash, ``put_chunk`` keys each, :data:`COUNT_PIPELINE` of them per round trip (a pipeline, no
         transaction: plain reads, each its own snapshot; memory: one round trip's entries). A plan of a million
         tasks is about 125 round trips. None when the queue's ``payload`` hash does not exist (no task was ever

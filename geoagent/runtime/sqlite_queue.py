@@ -1857,7 +1857,10 @@ def count_in_states(root: str | os.PathLike[str], campaign: str, edge: str, entr
 def _count_tx(entries: Iterable[tuple[str, str]], states: Sequence[int], chunk: int
               ) -> Callable[[sqlite3.Connection, float], dict[str, int]]:
     """The read transaction of :func:`count_in_states` (and :meth:`SQLiteQueue.count_left` / ``count_done``): per
-    group of ``entries``, its keys in one of ``states``, one query per ``chunk`` keys."""
+    group of ``entries``, its entries whose key is in one of ``states``, one query per ``chunk`` entries. Every entry
+    counts, as on Redis: a key listed twice counts twice, for the group of each entry (rev43a #5: this counted it once
+    within a chunk, for its last entry's group, and again in another chunk; a plan's keys name their model, so a
+    recorded plan lists none twice, and telling repeats apart across chunks would hold every key in memory)."""
     items = iter(entries)
 
     def tx(conn: sqlite3.Connection, now: float) -> dict[str, int]:
@@ -1866,15 +1869,17 @@ def _count_tx(entries: Iterable[tuple[str, str]], states: Sequence[int], chunk: 
             part = list(islice(items, chunk))
             if not part:
                 return out
-            group_of = {k: g for g, k in part}
-            for g in group_of.values():
+            groups_of: dict[str, list[str]] = {}
+            for g, k in part:
+                groups_of.setdefault(k, []).append(g)
                 out.setdefault(g, 0)
             # "+state": looked up by key (its unique index), never by scanning the state index (with most tasks in
             # one of ``states``, SQLite chose that index: 200 000 tasks took 94 s instead of about a second)
             rows = conn.execute(f"SELECT key FROM tasks WHERE +state IN ({','.join('?' * len(states))}) "
-                                f"AND key IN ({','.join('?' * len(group_of))})", (*states, *group_of))
+                                f"AND key IN ({','.join('?' * len(groups_of))})", (*states, *groups_of))
             for (k,) in rows:
-                out[group_of[k]] += 1
+                for g in groups_of[k]:
+                    out[g] += 1
 
     return tx
 
