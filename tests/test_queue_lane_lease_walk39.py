@@ -4,8 +4,9 @@ A task's lane is its payload's ``model`` text, stored at put in the ``lane`` col
 hands out at most the count asked of each lane named, in lease order, and leaves every other task of those lanes
 exactly as it was (state, ready time, attempts): no release, no delay. A version-3 file (the DDL that code wrote,
 frozen below) is read as it is by a read-only look and migrated by the first writer, which fills the lane of the
-rows already there (by SQLite's JSON functions, or in Python when a payload is not JSON to them). Redis keeps no
-lanes: it says so (``supports_lane_lease`` False) and the stage runner leases there as before.
+rows already there (by SQLite's JSON functions; by orjson a payload holding a NUL, and every one where SQLite has no
+JSON functions). Redis keeps no lanes: it says so (``supports_lane_lease`` False) and the stage runner leases there
+as before.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import orjson
 import pytest
 
 from geoagent.runtime.queue import QueueCounts, QueueError, WorkQueue
-from geoagent.runtime.sqlite_queue import CLOCK_MARK, SCHEMA_VERSION, SQLiteQueue, queue_path
+from geoagent.runtime import sqlite_queue
+from geoagent.runtime.sqlite_queue import CLOCK_MARK, SCHEMA_VERSION, SQLiteQueue, _encode, _fill_lanes, queue_path
 
 #: the DDL of schema version 3 (sessions 17-42), as that code wrote a new file
 V3_DDL = (
@@ -121,18 +123,72 @@ def test_a_version_3_file_is_read_as_it_is_then_migrated_with_every_lane_filled(
     assert _version_and_indexes(path)[0] == 4
 
 
-def test_the_migration_reads_in_python_a_payload_that_sqlite_cannot(tmp_path):
-    """One stored payload that is not JSON to SQLite (a hand-edited row): the one-statement fill fails and is undone,
-    the Python fill sets every other lane."""
+def test_the_migration_fills_by_sql_past_a_payload_that_sqlite_cannot_read(tmp_path):
+    """rev43a #2: payloads that are not JSON to SQLite (hand-edited rows) keep lane NULL, as orjson reads them, and
+    no longer undo the one-statement fill: the statement sets every other lane, and Python (the per-row UPDATE,
+    seen by SQLite's trace) writes only the row whose payload holds a NUL (rev43a #4)."""
+    rows = [("a0", orjson.dumps({"model": "a"}), 0), ("bad", b"\xff not json", 0), ("cut", b'{"model": "a"', 0),
+            ("b0", orjson.dumps({"model": "b"}), 0), ("n", orjson.dumps({"model": 7}), 0),
+            ("nul", orjson.dumps({"model": "a\x00b"}), 0),
+            ("nul_elsewhere", orjson.dumps({"model": "c", "x": "\x00"}), 0)]
+    rows += [(f"k{i}", orjson.dumps({"model": "abc"[i % 3]}), 0) for i in range(30)]
     path = queue_path(tmp_path, "camp", "requests")
-    _v3_file(path, [("a0", orjson.dumps({"model": "a"}), 0), ("bad", b"\xff not json", 0),
-                    ("b0", orjson.dumps({"model": "b"}), 0), ("n", orjson.dumps({"model": 7}), 0)], time.time() - 5)
-    q = SQLiteQueue(path)
+    _v3_file(path, rows, time.time() - 5)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("ALTER TABLE tasks ADD COLUMN lane TEXT")  # the migration's own steps, traced
+    seen: list[str] = []
+    conn.set_trace_callback(seen.append)
+    conn.execute("BEGIN IMMEDIATE")
+    _fill_lanes(conn)
+    conn.execute("COMMIT")
+    conn.set_trace_callback(None)
+    per_row = [s for s in seen if s.startswith("UPDATE tasks SET lane = ") and "json" not in s]  # parameters bound
+    assert len(per_row) == 1 and per_row[0].endswith(f"WHERE id = {[k for k, *_ in rows].index('nul') + 1}")
+    lanes = dict(conn.execute("SELECT key, lane FROM tasks"))
+    conn.close()
+    assert lanes == {k: _encode(k, orjson.loads(p))[2] if k not in ("bad", "cut") else None for k, p, _ in rows}
+    assert lanes["nul"] == "a\x00b" and lanes["nul_elsewhere"] == "c"  # as put stores them, NUL and all
+
+    path2 = queue_path(tmp_path, "camp2", "requests")  # and through the real migration
+    _v3_file(path2, rows, time.time() - 5)
+    q = SQLiteQueue(path2)
     try:
-        assert {k: v[3] for k, v in _rows(path).items()} == {"a0": "a", "bad": None, "b0": "b", "n": None}
-        assert q.counts_sync() == QueueCounts(ready=4)
+        assert {k: v[3] for k, v in _rows(path2).items()} == lanes
+        assert q.counts_sync() == QueueCounts(ready=len(rows))
+        assert q.put_many_sync([("nul2", {"model": "a\x00b"})]) == 1  # put gives the lane the migration gave
+        assert _rows(path2)["nul2"][3] == lanes["nul"]
+        conn = sqlite3.connect(path2, isolation_level=None)  # no lease can read them (orjson refuses them too)
+        conn.execute("DELETE FROM tasks WHERE key IN ('bad', 'cut')")
+        conn.close()
+        got = q.lease_lanes_sync(100, 60, {"a\x00b": 0, "a": 0})  # so one count holds for both; "a" is not it
+        assert {t.key for t in got} == set(lanes) - {"bad", "cut", "nul", "a0"} - {f"k{i}" for i in range(0, 30, 3)}
     finally:
         q.close_sync()
+
+
+def test_without_json_functions_the_migration_walks_the_rows_in_chunks(tmp_path, monkeypatch):
+    """rev43a #2: where SQLite has no JSON functions, orjson reads every payload, FILL_LANES_CHUNK rows at a time by
+    row id (3 here), over gaps in the ids and a negative id; the lanes are those the SQL fill gives."""
+    monkeypatch.setattr(sqlite_queue, "FILL_LANES_CHUNK", 3)
+    path = tmp_path / "q.sqlite"
+    _v3_file(path, [(f"k{i}", orjson.dumps({"model": "ab"[i % 2]} if i % 5 else {"i": i}), 0) for i in range(20)],
+             time.time() - 5)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("DELETE FROM tasks WHERE id IN (4, 5, 6, 11)")
+    conn.execute("INSERT INTO tasks (id, key, payload, state, not_before, created_at) VALUES (-7, 'neg', ?, 0, 1, 1)",
+                 (orjson.dumps({"model": "z"}),))
+    conn.execute("ALTER TABLE tasks ADD COLUMN lane TEXT")
+    selects: list[str] = []
+    conn.set_trace_callback(lambda s: selects.append(s) if s.startswith("SELECT id, payload") else None)
+    sqlite_queue._fill_lanes_in_python(conn, "1")
+    conn.set_trace_callback(None)
+    by_python = dict(conn.execute("SELECT key, lane FROM tasks"))
+    conn.execute("UPDATE tasks SET lane = NULL")
+    conn.execute(sqlite_queue._FILL_LANES_SQL)
+    assert dict(conn.execute("SELECT key, lane FROM tasks")) == by_python
+    conn.close()
+    assert by_python["neg"] == "z" and by_python["k0"] is None and by_python["k1"] == "b"
+    assert len(selects) == 6  # 17 rows, 3 at a time
 
 
 def test_lease_lanes_takes_expired_leases_first_and_keeps_each_lanes_order(tmp_path):

@@ -274,10 +274,30 @@ _MIGRATE_1_2 = (
 #: version 3 -> 4: the lane column (each task's payload ``model`` when a text: :meth:`SQLiteQueue.lease_lanes`), filled
 #: for the rows already there by :func:`_fill_lanes`, and its index
 _MIGRATE_3_4 = ("ALTER TABLE tasks ADD COLUMN lane TEXT",)
-#: :func:`_fill_lanes` by SQLite's JSON functions (built in from 3.38); the payload is orjson text stored as a BLOB,
-#: read as text (a BLOB is JSONB to SQLite 3.45 and later)
+#: a stored payload holding a NUL character, which orjson writes ``\u0000`` (``x'5c7530303030'``: those six bytes; the
+#: payload compared as bytes, so no JSON is read): SQLite's ``json_extract`` cuts a text at its NUL (3.40:
+#: ``"nul\u0000byte"`` -> ``'nul'``) where put keeps it whole (:func:`_encode`), so ``orjson`` reads the lane of such a
+#: row (rev43a #4). No model name of a config holds one (letters, digits and ``_ . -``): only a payload put by hand
+_NUL_IN_PAYLOAD = "instr(CAST({p} AS BLOB), x'5c7530303030') > 0"
+
+
+def _model_is_text_sql(column: str) -> str:
+    """SQL condition: the stored payload in ``column`` has a text ``model``, read by SQLite's JSON functions (built in
+    from 3.38). A payload that is not JSON to SQLite is false
+    here (``json_valid`` first, in a CASE, whose branches run in order: ``json_type`` of such a payload is an error,
+    which undid the whole statement, rev43a #2; orjson reads none of them either, :func:`_lane_of_blob`). The payload
+    is orjson text stored as a BLOB, read as text (a BLOB is JSONB to SQLite 3.45 and later). ``json_valid`` costs
+    next to nothing: SQLite keeps the parse for ``json_type`` and ``json_extract`` of the same text."""
+    text = f"CAST({column} AS TEXT)"
+    return f"CASE WHEN json_valid({text}) THEN json_type({text}, '$.{LANE_FIELD}') END = 'text'"
+
+
+#: :func:`_fill_lanes` by SQLite's JSON functions: the lane of every row that has one (of a row with a NUL in its
+#: payload, set again by orjson after)
 _FILL_LANES_SQL = (f"UPDATE tasks SET lane = json_extract(CAST(payload AS TEXT), '$.{LANE_FIELD}') "
-                   f"WHERE json_type(CAST(payload AS TEXT), '$.{LANE_FIELD}') = 'text'")
+                   f"WHERE {_model_is_text_sql('payload')}")
+#: rows a Python pass of :func:`_fill_lanes` reads at once (memory: this many payloads)
+FILL_LANES_CHUNK = 10_000
 #: version 2 -> 3, and the last step of a new file: the queue clock's mark (param: :meth:`SQLiteQueue._start_mark`)
 _ADD_MARK_SQL = f"INSERT OR IGNORE INTO counts (state, n) VALUES ({CLOCK_MARK}, ?)"
 #: the newest times a file records that were readings of the clock when stored (unix s, NULL where none): the
@@ -350,17 +370,35 @@ def _tasks_of_rows(rows: list[tuple[Any, ...]]) -> list[Task]:
 
 
 def _fill_lanes(conn: sqlite3.Connection) -> None:
-    """Set the ``lane`` column of every task from its payload's ``model`` (a text; else it stays NULL): the migration
-    to version 4, inside its transaction. SQLite's JSON functions do it in one statement; where they are missing or
-    a payload is not JSON to them, ``orjson`` reads each payload in Python instead (one scan)."""
+    """Set the ``lane`` column of every task from its payload's ``model`` (a text; else it stays NULL), as put sets it
+    (:func:`_encode`): the migration to version 4, inside its transaction.
+
+    One ``UPDATE`` (:data:`_FILL_LANES_SQL`) sets the lane of every row whose payload SQLite reads as JSON; a payload it
+    cannot read stays NULL (as :func:`_lane_of_blob` has it) and no longer undoes the statement (rev43a #2: one such
+    row sent all of a million rows through Python, 726 MB). ``orjson`` then reads, :data:`FILL_LANES_CHUNK` rows at a
+    time, only the rows holding a NUL (:data:`_NUL_IN_PAYLOAD`, one scan without JSON: 0.3 s per million tasks), or
+    every row where SQLite has no JSON functions."""
     try:
         conn.execute(_FILL_LANES_SQL)
+    except sqlite3.OperationalError:  # no JSON functions (SQLite before 3.38 built without them); nothing was changed
+        _fill_lanes_in_python(conn, "1")
         return
-    except sqlite3.OperationalError:  # no JSON functions, or a payload they cannot read (the statement is undone)
-        pass
-    rows = conn.execute("SELECT id, payload FROM tasks").fetchall()
-    conn.executemany("UPDATE tasks SET lane = ? WHERE id = ?",
-                     [(lane, row_id) for row_id, payload in rows if (lane := _lane_of_blob(payload)) is not None])
+    _fill_lanes_in_python(conn, _NUL_IN_PAYLOAD.format(p="payload"))
+
+
+def _fill_lanes_in_python(conn: sqlite3.Connection, where: str) -> None:
+    """Set the lane of the tasks matching SQL condition ``where`` by :func:`_lane_of_blob` where it is not that yet,
+    walking them by row id, :data:`FILL_LANES_CHUNK` at a time (memory: one chunk's payloads, however large the
+    table)."""
+    start = conn.execute("SELECT min(id) FROM tasks").fetchone()[0]
+    while start is not None:
+        rows = conn.execute(f"SELECT id, payload, lane FROM tasks WHERE id >= ? AND ({where}) ORDER BY id LIMIT ?",
+                            (start, FILL_LANES_CHUNK)).fetchall()
+        conn.executemany("UPDATE tasks SET lane = ? WHERE id = ?",
+                         [(lane, row_id) for row_id, payload, stored in rows
+                          if (lane := _lane_of_blob(payload)) != stored])
+        last = rows[-1][0] if len(rows) == FILL_LANES_CHUNK else None
+        start = last + 1 if last is not None and last < 2**63 - 1 else None
 
 
 def _lane_of_blob(payload: Any) -> str | None:
