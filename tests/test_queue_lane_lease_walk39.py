@@ -5,8 +5,8 @@ hands out at most the count asked of each lane named, in lease order, and leaves
 exactly as it was (state, ready time, attempts): no release, no delay. A version-3 file (the DDL that code wrote,
 frozen below) is read as it is by a read-only look and migrated by the first writer, which fills the lane of the
 rows already there (by SQLite's JSON functions; by orjson a payload holding a NUL, and every one where SQLite has no
-JSON functions). Redis keeps no lanes: it says so (``supports_lane_lease`` False) and the stage runner leases there
-as before.
+JSON functions); rows a version-3 process still running puts after that get their lane from the lane lease. Redis
+keeps no lanes: it says so (``supports_lane_lease`` False) and the stage runner leases there as before.
 """
 
 from __future__ import annotations
@@ -189,6 +189,35 @@ def test_without_json_functions_the_migration_walks_the_rows_in_chunks(tmp_path,
     conn.close()
     assert by_python["neg"] == "z" and by_python["k0"] is None and by_python["k1"] == "b"
     assert len(selects) == 6  # 17 rows, 3 at a time
+
+
+def test_rows_an_old_process_puts_after_the_migration_keep_their_lanes_count(tmp_path):
+    """rev43a #1: a process of version 3 still running after another one migrated the file puts with that version's
+    statements (no lane). ``lease_lanes`` reads the model of such a task from its payload: a full lane's tasks stay
+    ready, untouched, and the lane is stored; the counts stay exact."""
+    path = queue_path(tmp_path, "camp", "requests")
+    _v3_file(path, [("a0", orjson.dumps({"model": "a"}), 0)], time.time() - 5)
+    q = SQLiteQueue(path)  # the migration
+    try:
+        old = sqlite3.connect(path, isolation_level=None)  # the old process's put (sqlite_queue of sessions 17-42)
+        old.execute("BEGIN IMMEDIATE")
+        added = old.executemany(
+            "INSERT OR IGNORE INTO tasks (key, payload, state, not_before, created_at) VALUES (?, ?, 0, ?, ?)",
+            [(k, orjson.dumps(p), time.time(), time.time()) for k, p in
+             [("a1", {"model": "a"}), ("a2", {"model": "a"}), ("b1", {"model": "b"}), ("x", {"i": 1})]]).rowcount
+        old.execute("UPDATE counts SET n = n + ? WHERE state = 0", (added,))
+        old.execute("COMMIT")
+        old.close()
+        assert {k: v[3] for k, v in _rows(path).items()} == {"a0": "a", "a1": None, "a2": None, "b1": None, "x": None}
+        got = q.lease_lanes_sync(10, 60, {"a": 1, "b": 0})
+        assert [t.key for t in got] == ["a0", "x"]  # a full after a0, b closed: a1, a2 and b1 stay
+        rows = _rows(path)
+        assert {k: v[3] for k, v in rows.items()} == {"a0": "a", "a1": "a", "a2": "a", "b1": "b", "x": None}
+        assert [rows[k][:1] + rows[k][2:3] for k in ("a1", "a2", "b1")] == [(0, 0)] * 3  # ready, no attempt
+        assert [t.key for t in q.lease_lanes_sync(10, 60, {"a": 1, "b": 1})] == ["a1", "b1"]
+        assert q.counts_sync() == QueueCounts(ready=1, leased=4)
+    finally:
+        q.close_sync()
 
 
 def test_lease_lanes_takes_expired_leases_first_and_keeps_each_lanes_order(tmp_path):

@@ -345,7 +345,9 @@ _FIRST_LANE_SQL = f"SELECT lane FROM tasks WHERE state = ? AND state < {DONE} AN
 _NEXT_LANE_SQL = f"SELECT lane FROM tasks WHERE state = ? AND state < {DONE} AND lane > ? ORDER BY lane LIMIT 1"
 _LANE_ROWS_SQL = (f"SELECT not_before, id FROM tasks WHERE state = ? AND state < {DONE} AND lane = ? AND not_before <= ? "
                   "ORDER BY not_before LIMIT ?")
-_NO_LANE_ROWS_SQL = (f"SELECT not_before, id FROM tasks WHERE state = ? AND state < {DONE} AND lane IS NULL "
+#: ... with their payloads: a row put without a lane by a process of version 3 or older still running after the file
+#: was migrated gets its lane from its payload there (:meth:`SQLiteQueue._lane_lease_op`, rev43a #1)
+_NO_LANE_ROWS_SQL = (f"SELECT not_before, id, payload FROM tasks WHERE state = ? AND state < {DONE} AND lane IS NULL "
                      "AND not_before <= ? ORDER BY not_before LIMIT ?")
 _ANY_EXPIRED_SQL = f"SELECT 1 FROM tasks WHERE state = {LEASED} AND not_before <= ? LIMIT 1"
 _ACK_SQL = "UPDATE tasks SET state = 2, not_before = ?, lease_id = NULL WHERE id = ? AND lease_id = ? AND key = ? AND state = 1"
@@ -371,7 +373,8 @@ def _tasks_of_rows(rows: list[tuple[Any, ...]]) -> list[Task]:
 
 def _fill_lanes(conn: sqlite3.Connection) -> None:
     """Set the ``lane`` column of every task from its payload's ``model`` (a text; else it stays NULL), as put sets it
-    (:func:`_encode`): the migration to version 4, inside its transaction.
+    (:func:`_encode`): the migration to version 4, inside its transaction (rows put later by a process of an older
+    version still running: :meth:`SQLiteQueue.lease_lanes` sets their lane when it meets them, rev43a #1).
 
     One ``UPDATE`` (:data:`_FILL_LANES_SQL`) sets the lane of every row whose payload SQLite reads as JSON; a payload it
     cannot read stays NULL (as :func:`_lane_of_blob` has it) and no longer undoes the statement (rev43a #2: one such
@@ -691,7 +694,7 @@ class SQLiteQueue(WorkQueue):
                     if version in (1, 2):
                         # at the newest time stored so far when the clock already stepped back under the old code
                         conn.execute(_ADD_MARK_SQL, (self._start_mark(conn, self._clock()),))
-                    if version in (1, 2, 3):  # the lane column, filled for the rows there, and its index (walk39 #1)
+                    if version in (1, 2, 3):  # the lane column, filled for the rows there (walk39 #1)
                         for statement in _MIGRATE_3_4:
                             conn.execute(statement)
                         _fill_lanes(conn)
@@ -898,7 +901,9 @@ class SQLiteQueue(WorkQueue):
     def _lane_lease_op(self, n: int, visibility_timeout_s: float, lanes: Mapping[str, int]) -> _Op:
         """:meth:`lease_lanes`: per state (expired leases first, then ready tasks), each lane's first tasks leasable
         now (at most what is left of its count; a lane not named, or none: up to ``n``), merged in lease order
-        (``not_before``, then row id: put order) and cut at ``n``; one ``UPDATE`` leases them. O(lanes * log N + n)."""
+        (``not_before``, then row id: put order) and cut at ``n``; one ``UPDATE`` leases them. O(lanes * log N + n).
+        A task without a lane met on the way is read: where its payload names one (put by a process of an older version
+        after the file was migrated, rev43a #1) it counts for that lane and the lane is stored."""
         if not visibility_timeout_s > 0:
             raise ValueError(f"visibility_timeout_s must be > 0, got {visibility_timeout_s!r}")
         if self.schema_version < 4:
@@ -920,6 +925,7 @@ class SQLiteQueue(WorkQueue):
                 conn.execute(_LANE_INDEX_SQL)  # IF NOT EXISTS: once per file (another process may have made it)
             left = dict(quota)
             picked: list[int] = []
+            healed: list[tuple[str, int]] = []
             fresh = 0
             for state in (LEASED, READY):
                 want = n - len(picked)
@@ -928,10 +934,19 @@ class SQLiteQueue(WorkQueue):
                 rows: list[tuple[float, int, str | None]] = []
                 for lane in lanes_of(conn, state):
                     k = min(want, left[lane]) if lane in left else want
-                    if k > 0:
-                        found = (conn.execute(_NO_LANE_ROWS_SQL, (state, now, k)) if lane is None
-                                 else conn.execute(_LANE_ROWS_SQL, (state, lane, now, k)))
+                    if k <= 0:
+                        continue
+                    if lane is not None:
+                        found = conn.execute(_LANE_ROWS_SQL, (state, lane, now, k))
                         rows += [(nb, row_id, lane) for nb, row_id in found]
+                        continue
+                    # a task without a lane, or one put by a process of version 3 or older still running after the
+                    # file was migrated (it names no lane): its payload says which (rev43a #1), so its lane's count
+                    # holds for it too (a queue whose tasks all have a lane reads nothing here: the hot path as before)
+                    for nb, row_id, payload in conn.execute(_NO_LANE_ROWS_SQL, (state, now, k)):
+                        if (of := _lane_of_blob(payload)) is not None:
+                            healed.append((of, row_id))
+                        rows.append((nb, row_id, of))
                 rows.sort(key=lambda r: (r[0], r[1]))
                 for _nb, row_id, lane in rows:
                     if len(picked) >= n:
@@ -942,6 +957,8 @@ class SQLiteQueue(WorkQueue):
                         left[lane] -= 1
                     picked.append(row_id)
                     fresh += state == READY
+            if healed:  # after the lanes' reads: a row given its lane here is not met again under it
+                conn.executemany("UPDATE tasks SET lane = ? WHERE id = ?", healed)
             if not picked:
                 return []
             leased = {row[0]: row[1:] for row in conn.execute(
@@ -1427,7 +1444,8 @@ class SQLiteQueue(WorkQueue):
     async def lease_lanes(self, n: int, visibility_timeout_s: float, lanes: Mapping[str, int]) -> list[Task]:
         """:meth:`WorkQueue.lease_lanes`: up to ``n`` tasks, at most ``lanes[L]`` of each lane ``L`` named, in lease
         order; one transaction, O(lanes * log N + n) (two seeks of the lane index per lane present and state, one
-        range each). The tasks passed over are not written.
+        range each). The tasks passed over are not written, but for the lane stored once for a task an older process
+        put without one (rev43a #1).
 
         Raises
         ------
