@@ -21,7 +21,8 @@ Schema (``PRAGMA user_version = 4``)
         charges    TEXT,                  -- JSON list of the charge ids recorded by charged nacks, not yet
                                           --   refunded or cleared (NULL: none); version 2
         dead_charge TEXT,                 -- while dead: the charge id of the nack that dead-lettered it; version 2
-        lane       TEXT                   -- the payload's ``model`` when a text, else NULL (set at put); version 4
+        lane       TEXT                   -- the payload's ``model`` when a text, else NULL (set at put; for a row an
+                                          --   older process put, by the first lane lease that meets it); version 4
     );
     CREATE INDEX tasks_state_time ON tasks (state, not_before);
     CREATE INDEX tasks_state_lane_time ON tasks (state, lane, not_before) WHERE state < 2;
@@ -35,9 +36,17 @@ Schema (``PRAGMA user_version = 4``)
 Version 1 (sessions up to 8) had neither ``charges`` nor ``dead_charge``; version 2 (sessions 9-16) had no clock
 mark; version 3 (sessions 17-42) had no ``lane``. The first open of an older file by a writer (``migrate=True``, the
 default) adds what it lacks (``ALTER TABLE ... ADD COLUMN``; the mark row, set to the opener's clock or the newest
-time the file records if later: "Time"; the lane of every row already there, read from its payload by SQLite's
-JSON functions, or by ``orjson`` where they cannot read one: one pass over the table, the only migration step that
-rewrites rows) and sets version 4, in one ``BEGIN IMMEDIATE`` transaction. A read-only look
+time the file records if later: "Time"; the lane of every row already there, as put would set it, read from its
+payload by SQLite's JSON functions in one pass, a payload they cannot read left NULL, and by ``orjson`` for a payload
+holding a NUL (which ``json_extract`` cuts short) or, 10,000 rows at a time, for every payload where SQLite has no JSON
+functions) and sets version 4, in one ``BEGIN IMMEDIATE`` transaction. The lane pass is the only migration step
+that rewrites rows: the first open after the upgrade rewrites the whole file, holding the write lock (every other
+process using the file waits) about 2.5 s per million tasks of ~200-byte payloads, and its WAL grows to about the
+file's size, so it needs that much free disk; the first lane lease of the file then makes the lane index, about 1.3 s
+per million (session 43, on the shared 2-core machine). The migration does not stop a process of an older version
+already running with the file open (nor could it): that process's puts name no lane, and
+:meth:`SQLiteQueue.lease_lanes` gives a task without a lane the lane its payload names when it meets it, so the lane's
+count holds for it too (rev43a #1). A read-only look
 (:func:`read_counts`, :func:`read_planned`, ``status``: ``migrate=False``) reads a version-1, 2 or 3 file as it is
 and changes nothing (a version 1 or 2 file on the wall clock, as that version did; such a handle cannot lease by
 lane: ``lease_lanes`` raises :class:`~geoagent.runtime.queue.QueueError`); on a version-1 handle the operations that need the charge columns (``refund_attempts``,
