@@ -79,6 +79,7 @@ level), and rich's live display prints them above its table.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -797,8 +798,21 @@ def _records_backwards(path: Path, max_bytes: int) -> Iterator[dict[str, Any]]:
     Both files are opened before either is read, and each is judged by its open descriptor, so a rotation while the
     reader looks (review42c #2) neither hides the rotated file (its budget was spent on the name's size before the
     rename) nor reads one file twice (the file just read is now the rotated one: same inode, skipped)."""
-    path = Path(path)
-    handles = []
+    with _stream_files(Path(path)) as handles:
+        budget = max_bytes
+        for fh, st in handles:
+            if budget <= 0:
+                return
+            yield from _file_records_backwards(fh, budget)
+            budget -= st.st_size
+
+
+@contextlib.contextmanager
+def _stream_files(path: Path) -> Iterator[list[tuple[Any, os.stat_result]]]:
+    """A progress stream's files, current then rotated (``progress.jsonl.1``), each opened (binary) before either is
+    read, as ``(file, its fstat)``, closed on exit. A file rotated between the two opens (the same inode under both
+    names) is opened once; a missing one (never rotated, or gone) is left out (review42c #2)."""
+    handles: list[tuple[Any, os.stat_result]] = []
     try:
         for part in (path, rotated_jsonl_path(path)):
             try:
@@ -810,12 +824,7 @@ def _records_backwards(path: Path, max_bytes: int) -> Iterator[dict[str, Any]]:
                 fh.close()  # rotated between the two opens: the file already opened under the current name
                 continue
             handles.append((fh, st))
-        budget = max_bytes
-        for fh, st in handles:
-            if budget <= 0:
-                return
-            yield from _file_records_backwards(fh, budget)
-            budget -= st.st_size
+        yield handles
     finally:
         for fh, _ in handles:
             fh.close()
@@ -991,19 +1000,7 @@ def _chunks_backwards(path: Path, chunk: int = 4 * 1024 * 1024) -> Iterator[byte
     """Whole lines of a progress stream, then of its rotated file, in chunks of about ``chunk`` bytes from the end
     back to the start (each chunk's lines in file order; a line split across a chunk boundary comes whole with the
     earlier chunk). Files opened as :func:`_records_backwards` opens them (a rotation meanwhile: each file once)."""
-    path = Path(path)
-    handles = []
-    try:
-        for part in (path, rotated_jsonl_path(path)):
-            try:
-                fh = part.open("rb")
-            except OSError:
-                continue
-            st = os.fstat(fh.fileno())
-            if any((st.st_dev, st.st_ino) == (s.st_dev, s.st_ino) for _, s in handles):
-                fh.close()
-                continue
-            handles.append((fh, st))
+    with _stream_files(Path(path)) as handles:
         for fh, _ in handles:
             pos, tail = fh.seek(0, 2), b""
             while pos > 0:
@@ -1020,9 +1017,6 @@ def _chunks_backwards(path: Path, chunk: int = 4 * 1024 * 1024) -> Iterator[byte
                     tail = data  # no line ends in this chunk: it joins the earlier one
                     continue
                 yield body
-    finally:
-        for fh, _ in handles:
-            fh.close()
 
 
 def read_last(path: Path) -> dict[str, Any] | None:
