@@ -117,7 +117,12 @@ class ParsedVerdict:
 #: 10 (session 40, walk39 #4a-c): reasoning after a short preamble ("Sure. <think>...</think>") and Magistral's
 #: ``[THINK]...[/THINK]`` are cut too, and an unclosed reasoning block of an answer the model finished itself
 #: (``finish_reason`` ``stop``, ``end_turn``) is read up to the JSON object it ends with, where 9 read no answer.
-VERDICT_PARSER_VERSION = 10
+#: 11 (session 43, fixreason43 #1): the provider's finish reason is read, and stored with the scored row
+#: (``finish_reason``, and as ``parse_reason`` quotes it), cleaned as GeoHint's answer parser 8 stores it
+#: (:func:`geoagent.textfmt.finish_reason_text`: no control or bidirectional formatting characters); a row stored by
+#: 10 kept it as sent (``"stop\u2066"``), and its ``truncated``, ``parse_reason`` and an unclosed reasoning block's
+#: verdict were judged on that text before rev43b #1 read every reason cleaned.
+VERDICT_PARSER_VERSION = 11
 
 
 # --- field normalisation --------------------------------------------------------------------------
@@ -308,7 +313,8 @@ def parse_verdict(raw: str | None, finish_reason: str | None = None) -> ParsedVe
     raw : str or None
         The model's verbatim answer text.
     finish_reason : str or None
-        The provider's finish reason as stored with the answer (None: not recorded). Only a reasoning block the
+        The provider's finish reason as stored with the answer (None: not recorded), raw or cleaned (it is read
+        as :func:`geoagent.scoring.truncation.finish_reason_key` reads it). Only a reasoning block the
         answer opens and never closes depends on it: a finished answer (``stop``, ``end_turn``, ``STOP``:
         :func:`geoagent.scoring.truncation.is_finished`) is read up to the JSON object it ends with, any other is no
         answer (:func:`geoagent.llmjson.without_reasoning`; walk39 #4c).

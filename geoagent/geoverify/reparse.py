@@ -26,6 +26,7 @@ from geoagent.geoverify.aggregate import scored_row_problem
 from geoagent.geoverify.parse import VERDICT_PARSER_VERSION, parse_verdict
 from geoagent.geoverify.score import scored_row
 from geoagent.runtime.scope import ScoredScope
+from geoagent.textfmt import finish_reason_text
 
 #: rows written per batch by :func:`refresh_stored_rows`
 BATCH = 1000
@@ -51,7 +52,9 @@ def reparsed_row(row: dict[str, Any], store: Any) -> dict[str, Any] | None:
     row's own ``raw`` (kept with a parse failure). Every field of the row is kept except those
     :func:`geoagent.geoverify.score.scored_row` writes; a ``raw`` the row holds is kept (it may be the only copy of
     the text, and the export fills it in for every row: rev26 #4, #5), and a row that now fails to parse gets the
-    text as ``raw``. A row without ``finish_reason`` gets the stored response's. Source of the rules:
+    text as ``raw``. A row without ``finish_reason`` gets the stored response's; either is read and stored cleaned
+    (:func:`geoagent.textfmt.finish_reason_text`, verdict parser 11: a row stored by 10 may hold the reason as the
+    server sent it, fixreason43 #1). Source of the rules:
     :func:`geoagent.geoverify.parse.parse_verdict`.
     """
     resp = None
@@ -64,7 +67,8 @@ def reparsed_row(row: dict[str, Any], store: Any) -> dict[str, Any] | None:
         text = row["raw"]
     else:
         return None
-    finish = row.get("finish_reason") if "finish_reason" in row or resp is None else resp.finish_reason
+    finish = finish_reason_text(row.get("finish_reason") if "finish_reason" in row or resp is None
+                                else resp.finish_reason)
     new = {**row, **scored_row(row, row["model"], parse_verdict(text, finish), finish_reason=finish)}
     if not new["parse_ok"]:
         new["raw"] = text

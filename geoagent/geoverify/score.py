@@ -3,7 +3,9 @@
 A scored row is flat: trial fields (``trial_id, image_id, site, arm, band, truth, cand, d_km,
 referenceability``), ``model``, the parsed ``verdict`` (``"yes"``/``"no"``, or None for a parse failure),
 ``conf`` (float in [0, 1] or None), ``correct`` (verdict == truth; None on failure), ``parse_reason``, the
-provider's ``finish_reason`` as stored with the answer and ``truncated`` (the answer was cut off at the
+provider's ``finish_reason`` cleaned (:func:`geoagent.textfmt.finish_reason_text`: no control or bidirectional
+formatting characters, whitespace runs one space; verdict parser 11, fixreason43 #1; the response store keeps it as
+sent) and ``truncated`` (the answer was cut off at the
 output-token limit, :func:`geoagent.scoring.truncation.is_truncated`; a cut-off answer that parsed is scored,
 one that did not is no answer: a parse failure, outside H and F like every parse failure; the rule shared with
 GeoHint is :func:`geoagent.scoring.truncation.is_no_answer`).
@@ -18,6 +20,7 @@ from geoagent.data.importer import Release
 from geoagent.data.model import ARM_MAIN, ARM_MISMATCH, BLANK_IMAGE_REF
 from geoagent.geoverify.parse import VERDICT_PARSER_VERSION, ParsedVerdict, parse_verdict
 from geoagent.scoring.truncation import is_output_limit, is_truncated, is_withheld
+from geoagent.textfmt import finish_reason_text
 
 SCORED_FIELDS = (
     "trial_id", "model", "image_id", "image_shown", "site", "arm", "band", "truth", "cand", "d_km", "referenceability",
@@ -30,7 +33,10 @@ def cut_off_reason(parsed: ParsedVerdict, finish_reason: str | None) -> str | No
     (:func:`is_truncated`): an empty answer cut off is one whose whole cap went on hidden reasoning / thinking
     tokens (OpenAI reasoning models, Gemini thinking models: :mod:`geoagent.providers.sampling`), not a model
     that answered nothing. An answer the provider's content filter stopped (:func:`is_withheld`: ``SAFETY``,
-    ``content_filter``, ``refusal``, ...) says so too. Parsed answers keep their reason (None)."""
+    ``content_filter``, ``refusal``, ...) says so too. Parsed answers keep their reason (None). The reason is quoted
+    cleaned (:func:`geoagent.textfmt.finish_reason_text`): it is the server's text, and the parse reason is stored,
+    exported and listed in ``geoverify_parse_failures.csv`` (fixreason43 #1)."""
+    finish_reason = finish_reason_text(finish_reason)
     if not parsed.ok and is_withheld(finish_reason):
         what = "empty answer" if not (parsed.raw or "").strip() else parsed.reason
         return (f"{what} (stopped by the provider's content filter, finish reason {finish_reason}: no answer, "
@@ -68,7 +74,9 @@ def scored_row(trial: dict[str, Any], model: str, parsed: ParsedVerdict, *, fini
                parser_version: int = VERDICT_PARSER_VERSION) -> dict[str, Any]:
     """Scored row from trial fields (a ``VerifyTrial.to_dict()``-like mapping plus ``trial_id``) and a parse.
 
-    ``finish_reason``: the provider's finish reason stored with the answer (None when not recorded).
+    ``finish_reason``: the provider's finish reason stored with the answer (None when not recorded), raw or already
+    cleaned; the row holds it cleaned (:func:`geoagent.textfmt.finish_reason_text`; None for a blank one), as
+    GeoHint's rows do (fixreason43 #1).
     ``parser_version``: the :data:`~geoagent.geoverify.parse.VERDICT_PARSER_VERSION` that made ``parsed`` (an
     answer queued by an earlier version and not parsed again keeps its own).
 
@@ -78,6 +86,8 @@ def scored_row(trial: dict[str, Any], model: str, parsed: ParsedVerdict, *, fini
         A required trial field (``trial_id, site, arm, band, truth``) is missing.
     """
     truth = trial["truth"]
+    # the server's text as data: stored, exported and quoted in parse_reason without control or bidi characters
+    finish_reason = finish_reason_text(finish_reason)
     return {
         "trial_id": trial["trial_id"],
         "model": model,

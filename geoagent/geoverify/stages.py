@@ -43,6 +43,7 @@ from geoagent.report.live import LiveAggregatorStage
 from geoagent.runtime.queue import Task
 from geoagent.runtime.scope import ScoredScope as _ScoredScope
 from geoagent.runtime.stage import Message, PermanentFailure, Stage, StageContext
+from geoagent.textfmt import finish_reason_text
 from geoagent.workers.responses import response_text, with_stored_finish_reason
 
 log = logging.getLogger(__name__)
@@ -280,7 +281,9 @@ class GeoVerifyParserStage(Stage):
         p = task.payload
         trial = _trial_of(p)
         text = await response_text(p, ctx)
-        parsed = parse_verdict(text, p.get("finish_reason"))
+        # queued cleaned, as the scored row stores it (fixreason43 #1); the response store keeps the reason as sent
+        finish = finish_reason_text(p.get("finish_reason"))
+        parsed = parse_verdict(text, finish)
         answer = {
             "model": ((p.get("meta") or {}).get("report_model")) or p.get("model"),
             "request_key": p.get("request_key"),
@@ -289,7 +292,7 @@ class GeoVerifyParserStage(Stage):
             "parser_version": VERDICT_PARSER_VERSION,
             "input_tokens": p.get("input_tokens"),
             "output_tokens": p.get("output_tokens"),
-            "finish_reason": p.get("finish_reason"),
+            "finish_reason": finish,
         }
         if not parsed.ok:
             answer["raw"] = text  # kept with the failure (the store keeps it too)
@@ -315,8 +318,9 @@ async def _current_parse(answer: dict[str, Any], ctx: StageContext) -> tuple[Par
     version = row_parser_version(answer)
     if version >= VERDICT_PARSER_VERSION:
         return _parsed_from_json(answer.get("parsed") or {}), version
+    finish = finish_reason_text(answer.get("finish_reason"))  # queued uncleaned before verdict parser 11
     if "raw" in answer:
-        return parse_verdict(answer["raw"], answer.get("finish_reason")), VERDICT_PARSER_VERSION
+        return parse_verdict(answer["raw"], finish), VERDICT_PARSER_VERSION
     key = answer.get("request_key")
     try:
         text = await response_text({"request_key": key}, ctx) if isinstance(key, str) and key else None
@@ -324,7 +328,7 @@ async def _current_parse(answer: dict[str, Any], ctx: StageContext) -> tuple[Par
         text = None
     if text is None:
         return _parsed_from_json(answer.get("parsed") or {}), version
-    return parse_verdict(text, answer.get("finish_reason")), VERDICT_PARSER_VERSION
+    return parse_verdict(text, finish), VERDICT_PARSER_VERSION
 
 
 class GeoVerifyScorerStage(Stage):
