@@ -21,7 +21,9 @@ Wire format (Claude API docs: Messages, Vision, Errors):
 * ``stop_reason: "refusal"`` with no answer text (the model declined; the Messages reference's stop reasons) is a
   withheld answer: :class:`~geoagent.providers.errors.ContentBlocked` with the reported usage (not retried), as
   OpenAI's ``content_filter`` without content and Gemini's ``SAFETY`` without parts are. A refusal after part of an
-  answer keeps that text as the answer, as those providers' partial answers do.
+  answer keeps that text as the answer, as those providers' partial answers do. ``stop_reason`` is read as the
+  cut-off checks read it (:func:`geoagent.scoring.truncation.finish_reason_key`: cleaned, any case; fixreason43 #2)
+  and kept as sent in the answer (:attr:`~geoagent.providers.base.ModelResponse.finish_reason`).
 * An answer without a usable ``usage`` is still an answer (:class:`~geoagent.providers.base.Usage` with
   ``reported = False``, counts 0): ``usage`` left out, ``null`` or not an object, ``input_tokens`` or
   ``output_tokens`` missing, or a count no call can have (not a non-negative integer, above
@@ -45,6 +47,7 @@ from geoagent.providers.errors import ContentBlocked, MalformedResponse, body_ex
 from geoagent.image_fit import ANTHROPIC_MAX_IMAGE_B64, ANTHROPIC_MAX_SIDE_PX, fitted
 from geoagent.providers.http_base import HttpProvider, as_int, b64
 from geoagent.providers.sampling import anthropic_sampling
+from geoagent.scoring.truncation import finish_reason_key
 
 
 @register
@@ -94,7 +97,8 @@ class AnthropicProvider(HttpProvider):
         if any(not isinstance(t, str) for t in texts):
             raise MalformedResponse(self.kind, "a text block has no text", body_excerpt(raw))
         stop = data.get("stop_reason")
-        if stop == "refusal" and not "".join(texts).strip():  # type: ignore[arg-type]
+        # read as the cut-off checks read it (cleaned, any case), stored as sent (fixreason43 #2)
+        if finish_reason_key(stop) == "refusal" and not "".join(texts).strip():  # type: ignore[arg-type]
             # the model declined before any answer text: a withheld answer, as OpenAI's content_filter with content
             # null and Gemini's SAFETY without parts are (providers37 #7: it was stored as an empty answer)
             usage = data.get("usage")

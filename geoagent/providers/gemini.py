@@ -34,7 +34,11 @@ Wire format (Gemini API reference ``models.generateContent``):
   as a candidate without ``content`` and ``finishReason`` ``SAFETY`` (or similar): both raise
   :class:`ContentBlocked` carrying the usage reported. No candidates at all otherwise ->
   :class:`MalformedResponse`. A candidate without parts that stopped on ``MAX_TOKENS`` (e.g. all budget
-  spent thinking) is an empty answer with finish reason ``MAX_TOKENS``, not an error.
+  spent thinking) is an empty answer with finish reason ``MAX_TOKENS``, not an error. These decisions read
+  ``finishReason`` as the cut-off checks do (:func:`geoagent.scoring.truncation.finish_reason_key`: without control or
+  bidirectional formatting characters, any case), so ``"MAX_TOKENS\u2066"`` is the empty answer too and reaches the
+  empty-answer breaker, where it was a malformed body retried at a cost (fixreason43 #2); the answer keeps the reason
+  as sent (:attr:`~geoagent.providers.base.ModelResponse.finish_reason`, the response store's record).
 * Withheld answers (s14): a blocked prompt or a withheld answer without a usable ``usageMetadata`` is still
   :class:`ContentBlocked` (its ``usage`` None), not a malformed body: the API answered with HTTP 200 and said what
   happened, and a retry pays again (the billing FAQ, https://ai.google.dev/gemini-api/docs/billing, spares only
@@ -71,6 +75,8 @@ from geoagent.providers.errors import ContentBlocked, MalformedResponse, body_ex
 from geoagent.image_fit import GEMINI_FIT_EDGE_PX, GEMINI_IMAGE_MIMES, GEMINI_MAX_IMAGE_B64, fitted
 from geoagent.providers.http_base import HttpProvider, as_int, b64
 from geoagent.providers.sampling import gemini_sampling
+from geoagent.scoring.truncation import finish_reason_key
+from geoagent.textfmt import finish_reason_text
 
 #: generationConfig field of each sampling setting (:data:`geoagent.providers.sampling.SAMPLING_PARAMS`)
 _SAMPLING_WIRE = {"temperature": "temperature", "top_p": "topP", "seed": "seed"}
@@ -79,6 +85,8 @@ _SAMPLING_WIRE = {"temperature": "temperature", "top_p": "topP", "seed": "seed"}
 BLOCKING_FINISH_REASONS = frozenset(
     {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY", "LANGUAGE"}
 )
+#: :data:`BLOCKING_FINISH_REASONS` as :func:`~geoagent.scoring.truncation.finish_reason_key` reads a reason
+_BLOCKING_KEYS = frozenset(r.lower() for r in BLOCKING_FINISH_REASONS)
 
 
 @register
@@ -193,16 +201,19 @@ class GeminiProvider(HttpProvider):
             raise MalformedResponse(self.kind, "candidates is not a list of objects", body_excerpt(raw))
         cand = candidates[0]
         finish = cand.get("finishReason") if isinstance(cand.get("finishReason"), str) else None
+        # decided on the reason as the cut-off checks read it (cleaned, any case), stored as sent (fixreason43 #2:
+        # "MAX_TOKENS\u2066" was a malformed body, retried and never seen by the empty-answer breaker)
+        key, shown = finish_reason_key(finish), finish_reason_text(finish)
         content = cand.get("content")
         parts = content.get("parts") if isinstance(content, dict) else None
         if not parts:
-            if finish == "MAX_TOKENS":  # an empty answer: the cap went on thinking (an answer all the same)
+            if key == "max_tokens":  # an empty answer: the cap went on thinking (an answer all the same)
                 texts: list[str] = []
                 usage = self._answer_usage(data, raw, "")
-            elif finish in BLOCKING_FINISH_REASONS:
-                raise ContentBlocked(self.kind, f"answer withheld: finishReason {finish}", self._withheld_usage(data, raw))
+            elif key in _BLOCKING_KEYS:
+                raise ContentBlocked(self.kind, f"answer withheld: finishReason {shown}", self._withheld_usage(data, raw))
             else:
-                raise MalformedResponse(self.kind, f"candidate has no parts (finishReason {finish})", body_excerpt(raw),
+                raise MalformedResponse(self.kind, f"candidate has no parts (finishReason {shown})", body_excerpt(raw),
                                         self._usage(data, raw))
         else:
             if not isinstance(parts, list):

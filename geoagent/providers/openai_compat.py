@@ -63,6 +63,11 @@ Wire format (OpenAI API reference, "Create chat completion"):
   (``{"error": {"code": <int>, "message": ...}}``, or in the choice: ``choices[0].error`` with ``finish_reason:
   "error"``, beside whatever ``content`` came before it; OpenRouter API reference, "Errors"): raised as
   :class:`MalformedResponse` (retryable), whatever that content holds.
+* These decisions read ``finish_reason`` as the cut-off checks do (:func:`geoagent.scoring.truncation.
+  finish_reason_key`: without control or bidirectional formatting characters, any case), so ``"length\u2066"`` with
+  ``content: null`` is the empty cut-off answer and ``"content_filter\u2066"`` the withheld one, where both were a
+  malformed body, retried at a cost (fixreason43 #2). The answer keeps the reason as sent
+  (:attr:`~geoagent.providers.base.ModelResponse.finish_reason`, the response store's record).
 """
 
 from __future__ import annotations
@@ -73,6 +78,7 @@ from urllib.parse import quote, urlsplit
 from geoagent.providers.base import ModelRequest, ModelResponse, Usage, provider_model_text, register
 from geoagent.providers.errors import ContentBlocked, MalformedResponse, UnsupportedRequest, body_excerpt
 from geoagent.providers.http_base import HttpProvider, as_int, b64
+from geoagent.scoring.truncation import finish_reason_key
 from geoagent.providers.sampling import (azure_deployment_problem, gemini_keeps_default_temperature, is_openai_reasoning_id,
                                          openai_keeps_unit_temperature, openai_reasoning, openai_rejects_images, openai_rejects_response_format, openai_rejects_system,
                                          openai_sampling)
@@ -217,19 +223,22 @@ class OpenAICompatProvider(HttpProvider):
         if not isinstance(message, dict):
             raise MalformedResponse(self.kind, "choices[0].message missing", body_excerpt(raw))
         finish = choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None
+        # decided on the reason as the cut-off checks read it (cleaned, any case), stored as sent (fixreason43 #2:
+        # "length" or "content_filter" followed by U+2066 fell through to "content is not text", a retried bad body)
+        key = finish_reason_key(finish)
         text = message.get("content")
         if text is None and isinstance(message.get("refusal"), str):
             text = message["refusal"]
-        if isinstance(choice.get("error"), dict) or finish == "error":
+        if isinstance(choice.get("error"), dict) or key == "error":
             # OpenRouter's mid-generation error: whatever content came before it ("", or part of an answer) is no
             # answer (providers37 #2: such a partial text was stored and scored)
             what = _error_message(choice["error"]) if isinstance(choice.get("error"), dict) else 'finish_reason "error"'
             raise MalformedResponse(self.kind, f"error in choice: {what}")
-        if text is None and finish == "content_filter":  # withheld: a definite answer, not a bad body
+        if text is None and key == "content_filter":  # withheld: a definite answer, not a bad body
             usage = data.get("usage")
             raise ContentBlocked(self.kind, "answer withheld: finish_reason content_filter",
                                  self._usage(usage, "", raw) if isinstance(usage, dict) else None)
-        if text is None and finish == "length":  # cut off before any answer text: vLLM's reasoning parser writes
+        if text is None and key == "length":  # cut off before any answer text: vLLM's reasoning parser writes
             text = ""  # content null (the unfinished reasoning in message.reasoning), api.openai.com content ""
         if isinstance(text, list):  # content as parts (some compatible servers, for reasoning models): the text parts
             text = _text_of_parts(text, raw, self.kind)

@@ -68,6 +68,7 @@ from geoagent.sandbox.llm_common import (
     log_call,
     note_model,
     read_json,
+    sent_finish_reason,
     short_id,
 )
 
@@ -341,10 +342,11 @@ async def messages(request: web.Request) -> web.Response:
 
     if REFUSE_MARKER in prompt:  # the model declines before any text (billed: the prompt was read)
         n_in = math.ceil((len(system) + len(prompt)) / SIM_CHARS_PER_TOKEN)
-        log_call(request, API, 200, model=model, input_tokens=n_in, output_tokens=1, finish_reason="refusal")
+        stop = sent_finish_reason(request, "refusal")
+        log_call(request, API, 200, model=model, input_tokens=n_in, output_tokens=1, finish_reason=stop)
         rid = short_id(request.headers.get("X-Request-Key"), time.time_ns())
         return json_response({"id": f"msg_{rid}", "type": "message", "role": "assistant", "model": model,
-                              "content": [], "stop_reason": "refusal", "stop_sequence": None,
+                              "content": [], "stop_reason": stop, "stop_sequence": None,
                               "usage": {"input_tokens": n_in, "output_tokens": 1, "cache_creation_input_tokens": 0,
                                         "cache_read_input_tokens": 0}}, headers={"request-id": f"req_{rid}"})
     ans = answer_and_log(request, API, model=model, prompt=prompt, system=system, image=image, image_url=image_url,
@@ -381,13 +383,15 @@ def make_app(
     models: Collection[str] | None = None,
     image_billing: str = "simulated",
     usage: str = "report",
+    finish_reason_suffix: str = "",
 ) -> web.Application:
     """Build the fake Anthropic Messages app (parameters as :func:`geoagent.sandbox.llm_openai.make_app`;
     ``models``: the ids ``GET /v1/models`` lists first, default :data:`DEFAULT_MODEL_IDS`; ``GET
     /v1/models/{model_id}`` answers for the listed ids; ``usage``: ``"report"`` (default: every answer carries
     ``usage``), ``"omit"`` (no ``usage`` key), ``"null"`` (``"usage": null``) or ``"zero_output"`` (``output_tokens: 0``
     beside the answer's text: a count no call with text can have), one of :data:`USAGE_MODES`,
-    else ``ValueError``; calls are logged as billed either way)."""
+    else ``ValueError``; calls are logged as billed either way; ``finish_reason_suffix``: appended to every
+    ``stop_reason`` it sends)."""
     if usage not in USAGE_MODES:
         raise ValueError(f"usage must be one of {USAGE_MODES}, got {usage!r}")
     app = build_app(
@@ -401,6 +405,7 @@ def make_app(
         require_auth=require_auth,
         calls_max=calls_max,
         image_billing=image_billing,
+        finish_reason_suffix=finish_reason_suffix,
     )
     app[MODEL_IDS_KEY] = list(dict.fromkeys(DEFAULT_MODEL_IDS if models is None else models))
     app[USAGE_MODE_KEY] = usage

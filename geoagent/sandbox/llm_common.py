@@ -115,6 +115,9 @@ REQUIRE_AUTH_KEY: web.AppKey[bool] = web.AppKey("llm_require_auth", bool)
 PENDING_CALLS_KEY: Any = web.RequestKey("llm_pending_calls", list) if hasattr(web, "RequestKey") \
     else "geoagent_llm_pending_calls"
 IMAGE_BILLING_KEY: web.AppKey[str] = web.AppKey("llm_image_billing", str)
+#: text a fake appends to every finish reason it sends (``make_app(finish_reason_suffix=...)``; default ""): a server
+#: whose reason carries control or bidirectional formatting characters (``"MAX_TOKENS\u2066"``; fixreason43 #2)
+FINISH_SUFFIX_KEY: web.AppKey[str] = web.AppKey("llm_finish_reason_suffix", str)
 #: image billing of the fakes: ``"simulated"`` (default) bills every image 765 input tokens, as the
 #: ``simulated`` provider does; ``"documented"`` bills an image the tokens its API's documented rule charges
 #: for the image's size, read from its header (:func:`geoagent.config.expected_image_tokens`: OpenAI
@@ -288,6 +291,7 @@ def build_app(
     require_auth: bool = True,
     calls_max: int | None = None,
     image_billing: str = "simulated",
+    finish_reason_suffix: str = "",
 ) -> web.Application:
     """Assemble a fake LLM app: fault middleware (rate 0 unless ``faults``) wrapped by
     :func:`api_error_middleware` for ``api`` and :func:`call_log_middleware`, call log, seed, keys.
@@ -295,7 +299,8 @@ def build_app(
     ``require_auth=False`` accepts requests without a key (like a local vLLM/Ollama server; a key that is
     sent must still be valid when ``api_keys`` is given). ``calls_max`` bounds the in-memory call list
     (newest kept; the JSONL file always gets every record) for long benchmarks. ``image_billing``: how an
-    image is billed (:data:`IMAGE_BILLING`; ``ValueError`` for another value).
+    image is billed (:data:`IMAGE_BILLING`; ``ValueError`` for another value). ``finish_reason_suffix``: text
+    appended to every finish reason the fake sends, and logs (:func:`sent_finish_reason`; default none).
     """
     if image_billing not in IMAGE_BILLING:
         raise ValueError(f"image_billing must be one of {IMAGE_BILLING}, got {image_billing!r}")
@@ -315,6 +320,7 @@ def build_app(
     app[API_KEYS_KEY] = None if api_keys is None else frozenset(api_keys)
     app[REQUIRE_AUTH_KEY] = bool(require_auth)
     app[IMAGE_BILLING_KEY] = image_billing
+    app[FINISH_SUFFIX_KEY] = str(finish_reason_suffix)
 
     async def _close(app_: web.Application) -> None:
         log.close()
@@ -382,6 +388,13 @@ def _record(request: web.Request, api: str, status: int | None, *, t_wall: float
 #: request-scoped fields a handler sets once it has read the body (e.g. ``{"sampling": {"temperature": 0.0}}``:
 #: the sampling fields the request carried); every record :func:`log_call` makes for the request gets them
 LOG_EXTRA_KEY: web.RequestKey[dict[str, Any]] = web.RequestKey("llm_log_extra", dict)
+
+
+def sent_finish_reason(request: web.Request, reason: str) -> str:
+    """The finish reason a fake sends for ``reason`` (its API's own word, ``stop``, ``MAX_TOKENS``, ...): ``reason``
+    followed by the app's ``finish_reason_suffix`` (:data:`FINISH_SUFFIX_KEY`; "" by default, so ``reason`` itself).
+    Every place a fake writes a finish reason into an answer goes through it, and logs what it sent."""
+    return reason + request.app.get(FINISH_SUFFIX_KEY, "")
 
 
 def log_call(request: web.Request, api: str, status: int, **fields: Any) -> dict[str, Any]:
@@ -475,7 +488,8 @@ def answer_and_log(
     max_output_tokens : int
         The request's output cap (tokens).
     finish_reasons : (str, str)
-        The API's finish reason for a complete answer and for one cut off at the cap.
+        The API's finish reason for a complete answer and for one cut off at the cap (sent and logged with the
+        app's ``finish_reason_suffix``: :func:`sent_finish_reason`).
     image_detail : str, optional
         OpenAI's ``image_url.detail`` of the image (``low`` bills the base tokens under documented billing).
     hidden_output_tokens : int
@@ -504,7 +518,7 @@ def answer_and_log(
     )
     if image is not None and request.app.get(IMAGE_BILLING_KEY) == "documented":
         n_in += documented_image_tokens(api, model, image, detail=image_detail) - SIM_IMAGE_TOKENS
-    finish = finish_reasons[1] if truncated else finish_reasons[0]
+    finish = sent_finish_reason(request, finish_reasons[1] if truncated else finish_reasons[0])
     n_out += max(0, int(hidden_output_tokens))
     log_call(request, api, 200, model=model, input_tokens=n_in, output_tokens=n_out, image_id=image_id,
              image_sha256=sha256_hex(image), finish_reason=finish)

@@ -74,6 +74,7 @@ from geoagent.sandbox.llm_common import (
     log_call,
     note_model,
     read_json,
+    sent_finish_reason,
     sha256_hex,
     short_id,
 )
@@ -399,9 +400,10 @@ async def generate_content(request: web.Request) -> web.Response:
         image_id = image_id_for(request, image)
         n_in = math.ceil((len(system) + len(prompt)) / SIM_CHARS_PER_TOKEN) + (
             billed_image_tokens(request, API, model, image) if image is not None else 0)
+        finish = sent_finish_reason(request, "SAFETY")
         log_call(request, API, 200, model=model, input_tokens=n_in, output_tokens=0, image_id=image_id,
-                 image_sha256=sha256_hex(image), finish_reason="SAFETY")
-        payload = {"candidates": [{"finishReason": "SAFETY", "index": 0}],
+                 image_sha256=sha256_hex(image), finish_reason=finish)
+        payload = {"candidates": [{"finishReason": finish, "index": 0}],
                    "usageMetadata": {"promptTokenCount": n_in, "totalTokenCount": n_in},
                    "modelVersion": model, "responseId": short_id(request.headers.get("X-Request-Key"), time.time_ns())}
         mode = request.app.get(USAGE_MODE_KEY, "report")
@@ -414,11 +416,12 @@ async def generate_content(request: web.Request) -> web.Response:
         image_id = image_id_for(request, image)
         n_in = math.ceil((len(system) + len(prompt)) / SIM_CHARS_PER_TOKEN) + (
             billed_image_tokens(request, API, model, image) if image is not None else 0)
+        finish = sent_finish_reason(request, "MAX_TOKENS")
         log_call(request, API, 200, model=model, input_tokens=n_in, output_tokens=max_out, image_id=image_id,
-                 image_sha256=sha256_hex(image), finish_reason="MAX_TOKENS")
+                 image_sha256=sha256_hex(image), finish_reason=finish)
         note_model(request.app[MODEL_IDS_KEY], model)
         return json_response(_usage_as_set(request.app, {
-            "candidates": [{"content": {"role": "model"}, "finishReason": "MAX_TOKENS", "index": 0}],
+            "candidates": [{"content": {"role": "model"}, "finishReason": finish, "index": 0}],
             "usageMetadata": {"promptTokenCount": n_in, "totalTokenCount": n_in + max_out, "thoughtsTokenCount": max_out},
             "modelVersion": model,
             "responseId": short_id(request.headers.get("X-Request-Key"), time.time_ns()),
@@ -449,12 +452,14 @@ def make_app(
     models: Collection[str] | None = None,
     image_billing: str = "simulated",
     usage: str = "report",
+    finish_reason_suffix: str = "",
 ) -> web.Application:
     """Build the fake Gemini generateContent app (parameters as :func:`geoagent.sandbox.llm_openai.make_app`;
     ``models``: the ids ``GET /v1beta/models`` lists first, default :data:`DEFAULT_MODEL_IDS`; ``GET
     /v1beta/models/{model}`` answers for the listed ids; ``usage``: ``"report"`` (default), ``"omit"``,
     ``"null"``, ``"prompt_only"``, ``"total_only"`` or ``"zero_output"``, one of :data:`USAGE_MODES` (module docstring), else ``ValueError``; a
-    blocked prompt's answer keeps its usage)."""
+    blocked prompt's answer keeps its usage; ``finish_reason_suffix``: appended to every ``finishReason`` it
+    sends)."""
     if usage not in USAGE_MODES:
         raise ValueError(f"usage must be one of {USAGE_MODES}, got {usage!r}")
     routes = [("POST", "/v1beta/models/{name}", generate_content), ("GET", "/v1beta/models", list_models),
@@ -469,6 +474,7 @@ def make_app(
         require_auth=require_auth,
         calls_max=calls_max,
         image_billing=image_billing,
+        finish_reason_suffix=finish_reason_suffix,
     )
     app[MODEL_IDS_KEY] = list(dict.fromkeys(DEFAULT_MODEL_IDS if models is None else models))
     app[USAGE_MODE_KEY] = usage

@@ -116,6 +116,7 @@ from geoagent.sandbox.llm_common import (
     log_call,
     note_model,
     read_json,
+    sent_finish_reason,
     sha256_hex,
     short_id,
 )
@@ -599,6 +600,7 @@ def _non_answer(request: web.Request, model: str, prompt: str, system: str, imag
         error = {"code": 502, "message": "Provider returned error", "metadata": {"provider_name": "sandbox-upstream"}}
     else:
         refusal, finish, n_out = None, "content_filter", 0
+    finish = sent_finish_reason(request, finish)
     log_call(request, API, 200, model=model, input_tokens=n_in, output_tokens=n_out,
              image_id=image_id_for(request, image, image_url), image_sha256=sha256_hex(image), finish_reason=finish)
     rid = short_id(request.headers.get("X-Request-Key"), time.time_ns())
@@ -619,15 +621,16 @@ def _all_reasoning(request: web.Request, model: str, prompt: str, system: str, i
     n_in = math.ceil((len(system) + len(prompt)) / SIM_CHARS_PER_TOKEN) + (
         billed_image_tokens(request, API, model, image, detail=image_detail) if image is not None
         else SIM_IMAGE_TOKENS if image_url is not None else 0)
+    finish = sent_finish_reason(request, "length")
     log_call(request, API, 200, model=model, input_tokens=n_in, output_tokens=cap,
-             image_id=image_id_for(request, image, image_url), image_sha256=sha256_hex(image), finish_reason="length")
+             image_id=image_id_for(request, image, image_url), image_sha256=sha256_hex(image), finish_reason=finish)
     rid = short_id(request.headers.get("X-Request-Key"), time.time_ns())
     return json_response({
         "id": f"chatcmpl-{rid}", "object": "chat.completion", "created": int(time.time()), "model": model,
         "choices": [{"index": 0, "message": ({"role": "assistant", "content": None, "reasoning": "Let me look at the "
                                               "street signs first, then the"} if vllm else
                                              {"role": "assistant", "content": "", "refusal": None}),
-                     "logprobs": None, "finish_reason": "length"}],
+                     "logprobs": None, "finish_reason": finish}],
         "usage": {"prompt_tokens": n_in, "completion_tokens": cap, "total_tokens": n_in + cap,
                   "completion_tokens_details": {"reasoning_tokens": cap}},
         "system_fingerprint": "fp_sandbox",
@@ -650,6 +653,7 @@ def make_app(
     echo_key: bool | str = False,
     usage: str = "report",
     unknown_model: str | None = None,
+    finish_reason_suffix: str = "",
 ) -> web.Application:
     """Build the fake OpenAI Chat Completions app.
 
@@ -706,6 +710,9 @@ def make_app(
         ``ollama``; 400 for ``openrouter``, ``litellm``), logged with ``error = "model_not_found"``, not billed;
         ``GET /v1/models/{model}`` of another id is 404 ``model_not_found`` too. Raises ValueError for another
         string.
+    finish_reason_suffix : str
+        Text appended to every finish reason the fake sends and logs (default none): ``"\u2066"`` makes it a server
+        whose reasons carry a bidirectional formatting character (``length\u2066``; fixreason43 #2).
 
     Returns
     -------
@@ -727,6 +734,7 @@ def make_app(
         require_auth=require_auth,
         calls_max=calls_max,
         image_billing=image_billing,
+        finish_reason_suffix=finish_reason_suffix,
     )
     if reasoning_style not in ("openai", "vllm"):
         raise ValueError(f"reasoning_style must be 'openai' or 'vllm', got {reasoning_style!r}")
