@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -294,59 +293,6 @@ def make_task_id(trial_id: str, arm: str, image_ref: str | None) -> str:
     if arm == ARM_MISMATCH and image_ref:
         return f"{trial_id}|{TASK_SHOWS_TAG}{image_ref}"
     return trial_id
-
-
-#: what a task id at a claim tolerance other than the paper's puts before that tolerance in metres (:func:`task_id_at_tau`)
-TASK_TAU_TAG = "tau="
-#: decimals (metres) of the tolerance a task id names: 0.1 mm, finer than any ``tau_m`` typed
-_TAU_TAG_DECIMALS = 4
-
-
-def tau_m_text(tau_km: float) -> str:
-    """The claim tolerance ``tau_km`` (km) in metres as task ids and messages name it: ``200``, ``99.9``."""
-    return f"{round(float(tau_km) * 1000.0, _TAU_TAG_DECIMALS):g}"
-
-
-def is_paper_tau(tau_km: float) -> bool:
-    """Whether ``tau_km`` is the paper's tolerance (150 m, :data:`geoagent.constants.GEOVERIFY_TAU_KM`), as far as a
-    task id can tell (to :data:`_TAU_TAG_DECIMALS` decimals of a metre)."""
-    return tau_m_text(tau_km) == tau_m_text(C.GEOVERIFY_TAU_KM)
-
-
-def task_id_at_tau(task_id: str, tau_km: float) -> str:
-    """The task id of a trial whose claim names tolerance ``tau_km`` (km): ``task_id`` at the paper's 150 m, else
-    ``<task_id>|tau=<metres>m`` (``...|main|Big Ben|tau=200m``).
-
-    The truth and band of a trial depend on tau (Eq. 1; a candidate 180 m away is a decoy at 150 m and signal at
-    200 m), and so does the claim the model is asked ("no more than 150 metres from X"). Keyed by the trial alone, a
-    re-run at another ``[geoverify] tau_m`` found the task done and scored the answer to the old claim, with its old
-    truth and band, as a trial of the new tau (fixtau43). Keyed by tau too, a new tau plans new tasks; the answers
-    at the old tau are kept, not scored, as any task no longer planned (docs/campaigns.md, "Tasks no longer
-    planned"), and are scored again when the campaign returns to that tau. The paper's tau adds nothing, so every
-    campaign at 150 m (the release's, its replay) keeps its task ids."""
-    if is_paper_tau(tau_km):
-        return task_id
-    return f"{task_id}|{TASK_TAU_TAG}{tau_m_text(tau_km)}m"
-
-
-_TAU_IN_KEY = re.compile(r"\|" + re.escape(TASK_TAU_TAG) + r"([0-9.]+)m(?:\||$)")
-
-
-def key_tau_km(task_key: str) -> float | None:
-    """The claim tolerance (km) a task key names (:func:`task_id_at_tau`), None for a key that names none (the
-    paper's 150 m, or a key written before task keys named tau)."""
-    m = _TAU_IN_KEY.search(task_key)
-    return float(m.group(1)) / 1000.0 if m else None
-
-
-def untagged_task_key(task_key: str) -> str | None:
-    """``task_key`` without the tolerance it names (``...|tau=200m|<model>`` -> ``...|<model>``): the key the task
-    had before task keys named tau; None for a key that names none."""
-    m = _TAU_IN_KEY.search(task_key)
-    if m is None:
-        return None
-    end = m.end() - (1 if m.group(0).endswith("|") else 0)
-    return task_key[:m.start()] + task_key[end:]
 
 
 def earlier_task_id(task_key: str) -> str | None:

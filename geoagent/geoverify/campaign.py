@@ -34,7 +34,6 @@ from geoagent.geoverify.aggregate import GeoVerifyAggregator
 from geoagent.geoverify.plan import plan_campaign, settings_of
 from geoagent.geoverify.stages import (
     SCORED_TABLE,
-    SERVICE_LEGACY_TAU_M,
     SERVICE_LIVE_MISSING,
     SERVICE_PLAN_KEYS,
     ScoredScope,
@@ -183,13 +182,10 @@ class GeoVerifyCampaign(CampaignKind):
         and scored again from their stored text (:func:`geoagent.geoverify.reparse.refresh_stored_rows`; no model
         call), so the report never mixes two parsers' readings; one ``info:`` line says how many and how many
         changed. Before that, swapped-image answers stored under their task's key of before the key named the image
-        shown are moved to the new key (:func:`geoagent.geoverify.rekey.move_swapped_rows`, its own line); and before
-        that, rows stored before rows recorded the claim tolerance they were asked at get the one the manifest
-        records (:func:`geoagent.geoverify.tau.record_row_taus`, fixtau43; its own lines)."""
+        shown are moved to the new key (:func:`geoagent.geoverify.rekey.move_swapped_rows`, its own line)."""
         from geoagent.geoverify.rekey import move_swapped_rows
         from geoagent.geoverify.reparse import refresh_stored_rows
         from geoagent.geoverify.stages import SCORED_TABLE
-        from geoagent.geoverify.tau import record_row_taus
 
         store = ctx.get("store")
         if store is None or not hasattr(store, "iter_results"):
@@ -197,12 +193,7 @@ class GeoVerifyCampaign(CampaignKind):
         # the run's work begins with the first row rewritten (review40b #5)
         began = ctx.services.get(C.SERVICE_WORK_BEGAN)
         before = began if callable(began) else None
-        lines: list[str | None] = []
-        if hasattr(store, "move_results"):
-            # rows stored before rows recorded the tau they were asked at get the manifest's (fixtau43), and a row at
-            # a tau other than 150 m the key that names it; first, so the move below finds a swapped-image row
-            # there under its key of the right tau
-            lines += record_row_taus(store, SCORED_TABLE, _legacy_tau_m(cfg, ctx), before_write=before).lines(cfg.name)
+        lines = []
         plan_keys = ctx.services.get(SERVICE_PLAN_KEYS)
         if plan_keys is not None and hasattr(store, "move_results"):
             # answers stored under a swapped-image control's key of before the key named the image (review41a #3)
@@ -228,9 +219,6 @@ class GeoVerifyCampaign(CampaignKind):
         self._plan = plan_campaign(cfg, store_data=not ctx.services.get(C.SERVICE_READ_ONLY))
         # the report and the live aggregator score exactly this plan's tasks (ScoredScope)
         ctx.services[SERVICE_PLAN_KEYS] = frozenset(key for key, _ in self._plan.messages)
-        # the tau of the rows stored before rows recorded theirs, from the manifest as the last run left it (this
-        # run's start updates it later): the start-up refresh records it in them, the scorer in answers still queued
-        ctx.services[SERVICE_LEGACY_TAU_M] = _legacy_tau_m(cfg, None)
         # and the live report lists the missing work as it stands at each rewrite, as report() does at the end
         ctx.services[SERVICE_LIVE_MISSING] = lambda: self.live_missing(cfg)
         # with the header lines the final report has (interim, simulator, replay, placeholder images)
@@ -357,7 +345,7 @@ class GeoVerifyCampaign(CampaignKind):
         from geoagent.runtime.drift import not_sent_of, params_mix_lines
 
         s = settings_of(cfg)
-        scope = self._scope(cfg, ctx)
+        scope = self._scope(ctx)
         agg = aggregate_from_store(ctx.get("store"), scope)
         self._scope_note = scope.note()
         self._scores = agg.scores(n_boot=s.n_boot, seed=s.boot_seed, models=_column_models(cfg), tau_km=s.tau_m / 1000.0)
@@ -395,12 +383,10 @@ class GeoVerifyCampaign(CampaignKind):
                 "n_trials": len(plan.trials) if plan is not None else None}
 
     @staticmethod
-    def _scope(cfg: Any, ctx: StageContext) -> ScoredScope:
-        """The rows a report counts: the current plan's tasks (when this process planned), each request once, asked
-        at the campaign's tau (fixtau43: :func:`_legacy_tau_m` for rows from before rows recorded theirs)."""
+    def _scope(ctx: StageContext) -> ScoredScope:
+        """The rows a report counts: the current plan's tasks (when this process planned), each request once."""
         keys = ctx.services.get(SERVICE_PLAN_KEYS)
-        return ScoredScope(set(keys) if keys is not None else None, tau_m=settings_of(cfg).tau_m,
-                           legacy_tau_m=_legacy_tau_m(cfg, ctx))
+        return ScoredScope(set(keys) if keys is not None else None)
 
     def export(self, cfg: Any, store: Any, out_dir: str | Path | None = None) -> list[Any]:
         """:meth:`CampaignKind.export`, with a boolean ``scored`` column in ``geoverify_scored``: True exactly for
@@ -420,8 +406,7 @@ class GeoVerifyCampaign(CampaignKind):
         from geoagent.geoverify.reparse import reparse_items
         from geoagent.geoverify.stages import SCORED_TABLE
 
-        scope = ScoredScope(read_plan_keys(cfg.state_dir()), tau_m=settings_of(cfg).tau_m,
-                            legacy_tau_m=_legacy_tau_m(cfg, None))
+        scope = ScoredScope(read_plan_keys(cfg.state_dir()))
         # an answer read by an earlier verdict parser and not yet parsed again by a run: exported as the current
         # parser reads it (geoagent.geoverify.reparse; the store is not written)
         return export_all(store, out_dir or cfg.state_dir(),
@@ -437,7 +422,7 @@ class GeoVerifyCampaign(CampaignKind):
         store = ctx.services.get("store")
         if store is None or not hasattr(store, "iter_response_meta"):
             return {}
-        scope = self._scope(cfg, ctx)
+        scope = self._scope(ctx)
         wanted = {r.get("request_key") for r in scope.rows(store)} - {None}
         return params_mix(store.iter_response_meta(), keys=wanted)
 
@@ -470,7 +455,7 @@ class GeoVerifyCampaign(CampaignKind):
         scores = getattr(self, "_scores", None)
         note = getattr(self, "_scope_note", None)
         if scores is None:
-            scope = self._scope(cfg, ctx)
+            scope = self._scope(ctx)
             scores = aggregate_from_store(ctx.get("store"), scope).scores(models=_column_models(cfg),
                                                                           tau_km=settings_of(cfg).tau_m / 1000.0)
             note = scope.note()
@@ -555,18 +540,6 @@ class GeoVerifyCampaign(CampaignKind):
             # the summary prints no 'Intervals' line (the report's table does): the note points there
             lines += [f"  {w}" for w in [small_n_note(scores, intervals_at=f"in the report ({TABLE_MD})"), *small]]
         return [*lines, *left]
-
-
-def _legacy_tau_m(cfg: Any, ctx: StageContext | None) -> float | None:
-    """The tau (metres) of the scored rows stored before rows recorded theirs (fixtau43): as the campaign resolved it
-    when it planned (ctx service :data:`SERVICE_LEGACY_TAU_M`), else from its ``manifest.json`` as it stands
-    (:func:`geoagent.geoverify.tau.legacy_tau_m`; ``export``, a process that did not plan)."""
-    if ctx is not None and SERVICE_LEGACY_TAU_M in ctx.services:
-        return ctx.services[SERVICE_LEGACY_TAU_M]
-    from geoagent.geoverify.tau import legacy_tau_m
-    from geoagent.runtime.manifest import read_manifest
-
-    return legacy_tau_m(read_manifest(cfg.state_dir()))
 
 
 def _column_models(cfg: Any) -> list[str]:

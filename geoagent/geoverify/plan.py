@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from geoagent import constants as C
 from geoagent.data.importer import (
     ImportReport,
     Release,
@@ -42,8 +41,7 @@ from geoagent.data.importer import (
     import_release,
     sites_without_images,
 )
-from geoagent.data.model import (ARM_MAIN, BAND_SIGNAL, BLANK_IMAGE_REF, VerifyTrial, band_edges, decoy_band_labels,
-                                 task_id_at_tau)
+from geoagent.data.model import ARM_MAIN, BAND_SIGNAL, BLANK_IMAGE_REF, VerifyTrial, band_edges, decoy_band_labels
 from geoagent.data.store import DataStore
 from geoagent.geoverify.prompt import load_template
 from geoagent.geoverify.settings import GeoVerifySettings
@@ -86,10 +84,9 @@ class CampaignPlan:
 NOT_REPLAYED = "not replayed"
 
 
-def unreplayed_trials(release: Release, trials: Iterable[VerifyTrial], models: Iterable[str],
-                      tau_km: float = C.GEOVERIFY_TAU_KM) -> list[dict[str, str]]:
+def unreplayed_trials(release: Release, trials: Iterable[VerifyTrial], models: Iterable[str]) -> list[dict[str, str]]:
     """The trials of the table that a replay of ``models`` (recorded model names) cannot replay, one dict per
-    (trial, model): ``model, key`` (``task_id|model``, as the plan's message keys at ``tau_km``), ``edge`` (:data:`NOT_REPLAYED`),
+    (trial, model): ``model, key`` (``task_id|model``, as the plan's message keys), ``edge`` (:data:`NOT_REPLAYED`),
     ``trial_id``, ``site_id`` and ``reason``: ``recorded API error: <error>`` where the release recorded a failed call for that trial and
     model (the paper: "one call failed at the API and is excluded"), else ``no recording in <raw file>``. Such
     trials are never planned, so they enter no statistic; the report lists them beside dead-lettered work.
@@ -105,7 +102,7 @@ def unreplayed_trials(release: Release, trials: Iterable[VerifyTrial], models: I
             if (t.trial_id, m) in recorded:
                 continue
             err = errors.get((t.trial_id, m))
-            out.append({"model": m, "key": f"{task_id_at_tau(t.task_id, tau_km)}|{m}", "edge": NOT_REPLAYED, "trial_id": t.trial_id,
+            out.append({"model": m, "key": f"{t.task_id}|{m}", "edge": NOT_REPLAYED, "trial_id": t.trial_id,
                         "site_id": t.site_id,
                         "reason": f"recorded API error: {err}" if err is not None else f"no recording in {where}"})
     return out
@@ -474,7 +471,7 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
         plan_run()
         names = [m.model] if m.model in recorded else recorded
         if s.trials != "build" and cfg.replay_in_release(m):
-            unreplayed += unreplayed_trials(release, trials, names, tau_km)
+            unreplayed += unreplayed_trials(release, trials, names)
         for rec in names:
             msgs = plan_requests(replay_trials, [m.name], replay_model_of={m.name: rec}, pairs=pairs, **common)
             for key, payload in msgs:

@@ -108,8 +108,6 @@ def scored_row(trial: dict[str, Any], model: str, parsed: ParsedVerdict, *, fini
         "finish_reason": finish_reason,
         "truncated": is_truncated(finish_reason),
         "parser_version": parser_version,
-        # the claim tolerance (metres) the answer was asked at (fixtau43): the request's, or a stored row's own
-        "tau_m": trial.get("tau_m"),
     }
 
 

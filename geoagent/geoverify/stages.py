@@ -31,14 +31,12 @@ from typing import Any
 from geoagent import constants as C
 from geoagent import paths
 from geoagent.data.importer import Release
-from geoagent.data.model import (ARM_BLANK, ARM_MISMATCH, BLANK_IMAGE_REF, TASK_SHOWS_TAG, VerifyTrial, make_trial_id,
-                                 task_id_at_tau, tau_m_text)
+from geoagent.data.model import ARM_BLANK, ARM_MISMATCH, BLANK_IMAGE_REF, TASK_SHOWS_TAG, VerifyTrial, make_trial_id
 from geoagent.geoverify.aggregate import GeoVerifyAggregator, scored_row_problem
 from geoagent.geoverify.parse import VERDICT_PARSER_VERSION, ParsedVerdict, parse_verdict
 from geoagent.geoverify.prompt import render_claim
 from geoagent.geoverify.reparse import row_parser_version
 from geoagent.geoverify.score import scored_row
-from geoagent.geoverify.tau import TAU_M_FIELD, row_tau_m, same_tau_m
 from geoagent.report.live import LiveAggregatorStage
 from geoagent.runtime.queue import Task
 from geoagent.runtime.scope import ScoredScope as _ScoredScope
@@ -61,15 +59,11 @@ def message_key(task_id: str, model: str) -> str:
     return f"{task_id}|{model}"
 
 
-def trial_meta(t: VerifyTrial, tau_km: float | None = None) -> dict[str, Any]:
-    """Trial fields carried in request ``meta`` (JSON-able; ``site`` as in scored rows), and ``tau_m``: the claim
-    tolerance in metres the request asks about (``tau_km`` x 1000; absent when None), which the scorer records in
-    the scored row so that no answer is scored at another tau (fixtau43, :class:`ScoredScope`)."""
+def trial_meta(t: VerifyTrial) -> dict[str, Any]:
+    """Trial fields carried in request ``meta`` (JSON-able; ``site`` as in scored rows)."""
     d = t.to_dict()
     d["trial_id"] = t.trial_id
     d["site"] = t.site_id
-    if tau_km is not None:
-        d[TAU_M_FIELD] = float(tau_m_text(tau_km))
     return d
 
 
@@ -139,9 +133,8 @@ def plan_requests(
     list of (key, payload)
         Payload: ``model, prompt, image_id, image_ref, params{max_output_tokens}, meta{task, trial_id,
         replay_key, trial}``; key ``f"{task_id}|{model}"`` (:attr:`VerifyTrial.task_id`: the trial id, plus the image
-        shown on a swapped-image control, plus ``|tau=<metres>m`` at a ``tau_km`` other than the paper's 150 m,
-        :func:`geoagent.data.model.task_id_at_tau`; duplicates dropped); ``meta.trial_id`` and ``meta.replay_key`` keep
-        the release trial id; ``meta.trial.tau_m`` is the tolerance in metres.
+        shown on a swapped-image control; duplicates dropped); ``meta.trial_id`` and ``meta.replay_key`` keep the
+        release trial id.
 
     Raises
     ------
@@ -155,15 +148,14 @@ def plan_requests(
     for t in trials:
         prompt = render_claim(t.cand, template, tau_km)
         image_id, image_ref = _image_fields(t, image_root, paths_by_image)
-        meta_trial = trial_meta(t, tau_km)
+        meta_trial = trial_meta(t)
         for model in models:
             recorded = (replay_model_of or {}).get(model, model)
             if pairs is not None and (t.trial_id, recorded) not in pairs:
                 continue
             # the task id, not the trial id: a swapped-image control whose image was redrawn is a new task
-            # (fixverify41 #1), and so is a trial asked at another tau (fixtau43: its claim, truth and band differ),
-            # while the replay key keeps the release's trial id
-            key = message_key(task_id_at_tau(t.task_id, tau_km), model)
+            # (fixverify41 #1), while the replay key keeps the release's trial id
+            key = message_key(t.task_id, model)
             if key in seen:
                 continue
             seen.add(key)
@@ -352,10 +344,6 @@ class GeoVerifyScorerStage(Stage):
             row = scored_row(trial, model, parsed, finish_reason=p.get("finish_reason"), parser_version=version)
         except KeyError as exc:
             raise PermanentFailure(f"trial lacks field {exc}") from None
-        if row.get(TAU_M_FIELD) is None:
-            # an answer to a request planned before requests carried their tau (fixtau43): the tau its key names, else
-            # the one the campaign's manifest recorded before this run (ctx service, set when the campaign planned)
-            row[TAU_M_FIELD] = row_tau_m(task.key, row, ctx.services.get(SERVICE_LEGACY_TAU_M))
         row["request_key"] = p.get("request_key")
         row["input_tokens"] = p.get("input_tokens")
         row["output_tokens"] = p.get("output_tokens")
@@ -396,10 +384,6 @@ async def _store_scored(key: str, row: dict[str, Any], store: Any, ctx: StageCon
 #: ctx service: the message keys of the campaign's current plan (set by the campaign kind when it plans), so the
 #: live aggregator scores only those (:class:`ScoredScope`)
 SERVICE_PLAN_KEYS = "geoverify_plan_keys"
-#: ctx service: the claim tolerance (metres) of the stored rows and queued answers from before each recorded its own
-#: (:func:`geoagent.geoverify.tau.legacy_tau_m` of the manifest as the last run left it; None: unknown), set by the
-#: campaign kind when it plans (fixtau43)
-SERVICE_LEGACY_TAU_M = "geoverify_legacy_tau_m"
 #: ctx service: a callable returning the missing work the report lists, as keyword arguments of
 #: :func:`geoagent.report.geoverify.write_report` (``missing``, ``unreplayed``, ``n_trials``), read anew at each live
 #: rewrite (in its worker thread); set by the campaign kind when it plans
@@ -428,41 +412,23 @@ class ScoredScope(_ScoredScope):
     image (or none) is left out and counted (:attr:`other_image`). Before the task key named the image, a
     redrawn image kept its trial's task and the answer about the old image was scored for the new trial.
 
-    Nor is a row counted whose answer was asked at another claim tolerance than the campaign's ``tau_m`` (fixtau43):
-    its claim named another distance, and its truth and band were labelled at it. Task keys name tau
-    (:func:`geoagent.data.model.task_id_at_tau`), so a plan at another tau holds other tasks; this check also holds for
-    a row under a planned key whose recorded ``tau_m`` (:func:`geoagent.geoverify.tau.row_tau_m`; a row from before
-    it was recorded: ``legacy_tau_m``) is another, or unknown (:attr:`other_tau`).
-
     Parameters
     ----------
     plan_keys : set of str or None
         The current plan's message keys (``task_id|model``, the scored table's keys); None counts every row.
-    tau_m : float, optional
-        The campaign's ``[geoverify] tau_m`` (metres); None judges no row's tau.
-    legacy_tau_m : float, optional
-        The tau (metres) of rows stored before rows recorded theirs (:func:`geoagent.geoverify.tau.legacy_tau_m`);
-        None: unknown, so such a row under a key that names no tau is left out.
 
     Attributes
     ----------
     other_image : int
         Rows left out because their key names another image than the row shows (beside the base class's tallies).
-    other_tau : int
-        Rows of planned tasks left out because they were asked at another (or an unknown) tau.
     """
 
-    def __init__(self, plan_keys: set[str] | frozenset[str] | None, *, tau_m: float | None = None,
-                 legacy_tau_m: float | None = None) -> None:
+    def __init__(self, plan_keys: set[str] | frozenset[str] | None) -> None:
         super().__init__(plan_keys, table=SCORED_TABLE, request_key=lambda row: row.get("request_key"),
                          check=scored_row_problem,
                          fill=with_stored_finish_reason, changed="the trial design or the models")
         self.other_image = 0
         self.other_image_examples: list[str] = []
-        self.tau_m = tau_m
-        self.legacy_tau_m = legacy_tau_m
-        self.other_tau = 0
-        self.other_tau_examples: list[str] = []
 
     def left_out(self, key: str, row: Mapping[str, Any]) -> str | None:
         """As the base class's (:meth:`geoagent.runtime.scope.ScoredScope.left_out`), and a row of a planned task
@@ -475,27 +441,7 @@ class ScoredScope(_ScoredScope):
                 if len(self.other_image_examples) < 5:
                     self.other_image_examples.append(key)
                 return why
-            why = self._tau_problem(key, row)
-            if why is not None:
-                self.other_tau += 1
-                if len(self.other_tau_examples) < 5:
-                    self.other_tau_examples.append(key)
-                return why
         return super().left_out(key, row)
-
-    def _tau_problem(self, key: str, row: Mapping[str, Any]) -> str | None:
-        """Why the answer of ``row`` (under ``key``) was asked at another claim tolerance than :attr:`tau_m`, else
-        None (fixtau43)."""
-        if self.tau_m is None:
-            return None
-        tau = row_tau_m(key, row, self.legacy_tau_m)
-        if tau is None:
-            return (f"asked at an unknown claim tolerance (stored before answers recorded theirs, in a campaign whose "
-                    f"tau_m changed between runs), not at tau_m = {tau_m_text(self.tau_m / 1000.0)} m")
-        if same_tau_m(tau, self.tau_m):
-            return None
-        return (f"asked at tau_m = {tau_m_text(tau / 1000.0)} m, not this campaign's {tau_m_text(self.tau_m / 1000.0)} "
-                "m: its claim named that distance, and its truth and band were labelled at it")
 
     def _earlier_key_of_planned(self, key: str, row: Mapping[str, Any]) -> bool:
         """A swapped-image row under its task's key of before the key named the image shown, whose new key
@@ -508,22 +454,12 @@ class ScoredScope(_ScoredScope):
     def note(self) -> str | None:
         """The base class's sentence, and how many rows showed another image than their task names."""
         base = super().note()
-        parts = []
-        if self.other_image:
-            one = self.other_image == 1
-            parts.append(f"{self.other_image} stored answer{'' if one else 's'} of a swapped-image control "
-                         f"show{'s' if one else ''} another image than {'its' if one else 'their'} task names (the "
-                         f"trial's image was redrawn) and {'is' if one else 'are'} not scored, e.g. "
-                         f"{self.other_image_examples[0]}")
-        if self.other_tau:
-            one = self.other_tau == 1
-            parts.append(f"{self.other_tau} stored answer{'' if one else 's'} of planned tasks {'was' if one else 'were'} "
-                         f"asked at another (or an unknown) claim tolerance than tau_m = "
-                         f"{tau_m_text((self.tau_m or 0) / 1000.0)} m and {'is' if one else 'are'} not scored, e.g. "
-                         f"{self.other_tau_examples[0]} (a new [campaign] name asks those trials at this tau)")
-        if not parts:
+        if not self.other_image:
             return base
-        part = "; ".join(parts)
+        one = self.other_image == 1
+        part = (f"{self.other_image} stored answer{'' if one else 's'} of a swapped-image control "
+                f"show{'s' if one else ''} another image than {'its' if one else 'their'} task names (the trial's "
+                f"image was redrawn) and {'is' if one else 'are'} not scored, e.g. {self.other_image_examples[0]}")
         return f"{base[:-1]}; {part}." if base else f"Left out of scoring: {part}."
 
 
@@ -585,11 +521,8 @@ class GeoVerifyAggregatorStage(LiveAggregatorStage):
         super().__init__(report_interval_s=report_interval_s)
         self.n_boot = n_boot
         self.seed = seed
-        #: the campaign's claim tolerance (km): the decoy bands scored, the tau the report's terms name, and the tau
-        #: of the rows it counts (fixtau43)
+        #: the campaign's claim tolerance (km): the decoy bands scored and the tau the report's terms name
         self.tau_km = tau_km
-        #: the tau (metres) of rows stored before rows recorded theirs (ctx service SERVICE_LEGACY_TAU_M, at _load)
-        self.legacy_tau_m: float | None = None
         #: the campaign's models with a column before their first answer, as in the final report (review39b)
         self.models = tuple(models)
         self.report_paths: dict[str, Path] = {}
@@ -605,13 +538,7 @@ class GeoVerifyAggregatorStage(LiveAggregatorStage):
         return GeoVerifyAggregator()
 
     def _scope(self, plan_keys: Collection[str] | None) -> ScoredScope:
-        return ScoredScope(set(plan_keys) if plan_keys is not None else None, tau_m=self.tau_km * 1000.0,
-                           legacy_tau_m=self.legacy_tau_m)
-
-    def _load(self, ctx: StageContext) -> None:
-        # the tau of rows stored before rows recorded theirs, as the campaign resolved it when it planned (fixtau43)
-        self.legacy_tau_m = ctx.services.get(SERVICE_LEGACY_TAU_M)
-        super()._load(ctx)
+        return ScoredScope(set(plan_keys) if plan_keys is not None else None)
 
     def _rebuild(self, rows: Iterable[tuple[str, dict[str, Any]]]) -> None:
         batch: list[dict[str, Any]] = []

@@ -71,12 +71,10 @@ _APPLIED_AFTER = re.compile(
 #: requests (``[generic] n_requests``, GeoHint ``images_per_site``, ``sites``, ``conditions``, repeats, sampling
 #: rates), other GeoVerify trials (``n_per_band``, ``max_signal``, ``n_control``, ``build_seed``), crawl cities, a
 #: model added or removed whole (``models[2]``). New tasks they add are asked like the stored ones: nothing mixes.
-#: GeoVerify's ``tau_m`` too (fixtau43): a task key names its trial's tau (other than 150 m), so another tau plans
-#: other tasks, each asked at its own tau, and the answers at the old one are kept, not scored (:func:`tau_lines`)
 _PLAN_SCOPE = re.compile(
     r"^generic\.n_requests$"
     r"|^geohint\.(conditions|baseline_repeats|context_repeats|images_per_site|points_per_cell|sites|sample_rates)([.\[]|$)"
-    r"|^geoverify\.(n_per_band|max_signal|n_control|build_seed|tau_m)$"
+    r"|^geoverify\.(n_per_band|max_signal|n_control|build_seed)$"
     r"|^models\[\d+\](\.sampling_rate)?$"
     r"|^crawl\.(cities|watch)([.\[]|$)"
 )
@@ -207,20 +205,6 @@ def regime_scope_lines(name: str, call_keys: Iterable[str], kind: str | None) ->
     return [f"info: campaign {name}: the report's regime split pools the no-context answers of every planned model "
             f"(seed 000 Sec. 6.1.2), so this change ({shown}) can move sites between the legible and illegible "
             "regime for every model; compare regime tables only between runs with the same models and sampling"]
-
-
-def tau_lines(name: str, call_keys: Mapping[str, tuple[Any, Any]]) -> list[str]:
-    """The ``info:`` line for campaign ``name`` when ``[geoverify] tau_m`` is among the changed config paths
-    ``call_keys`` (fixtau43): a trial at another tau is another task (its claim names the tolerance, and its truth and
-    band depend on it: :func:`geoagent.data.model.task_id_at_tau`), so the answers at the old tau are not scored."""
-    if "geoverify.tau_m" not in call_keys:
-        return []
-    old, new = call_keys["geoverify.tau_m"]
-    return [f"info: campaign {name}: [geoverify] tau_m {old:g} -> {new:g} m: a trial asked at another claim tolerance "
-            "is another task (its claim names the distance, and its truth and band are labelled at it; task keys name "
-            "a tau_m other than 150 m as |tau=<metres>m), so this run scores only answers asked at "
-            f"{new:g} m: the answers asked at {old:g} m stay stored, not scored (a run at {old:g} m scores them "
-            "again), and a trial not yet asked at this tau is asked anew."]
 
 
 def setting_lines(name: str, changes: Any, keys_text: Callable[[dict[str, tuple[Any, Any]]], str]) -> list[str]:
@@ -502,16 +486,12 @@ def decide(name: str, calls: list[str], call_keys: dict[str, tuple[Any, Any]], *
               "tasks_before": tasks_before, "tasks_added": added, "left_before": left_before}
     if only_plan_scope(calls, call_keys):
         # which tasks are planned changed, not how any is asked: new tasks are asked like the stored ones
-        tau = "geoverify.tau_m" in call_keys  # fixtau43: each task is asked at its own tau (tau_lines)
-        like = "" if tau else f", asked like the {done_before} done"
-        new_text = (f"this run planned {added} new task{'s' if added != 1 else ''}{like}" if added
-                    else "no new task was planned")
-        how = ("each task is asked at the tau_m its key names, so no task is asked at two" if tau
-               else "not how any is asked")
-        line = (f"info: campaign {name}: {what}; this changes which tasks are planned, {how}: "
+        new_text = (f"this run planned {added} new task{'s' if added != 1 else ''}, asked like the {done_before} "
+                    "done" if added else "no new task was planned")
+        line = (f"info: campaign {name}: {what}; this changes which tasks are planned, not how any is asked: "
                 f"{new_text}, so nothing mixes (stored answers of tasks no longer planned stay stored).")
-        return DriftDecision([line, *crawl_city_edit_lines(name, call_keys), *regime_scope_lines(name, call_keys, kind),
-                              *tau_lines(name, call_keys)], applied=True, mixed=False, record=record)
+        return DriftDecision([line, *crawl_city_edit_lines(name, call_keys),
+                              *regime_scope_lines(name, call_keys, kind)], applied=True, mixed=False, record=record)
     if done_not_planned:
         record["done_not_planned"] = done_not_planned
     fixed = only_planning_fixed(calls, call_keys, kind)
