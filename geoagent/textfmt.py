@@ -7,6 +7,7 @@ whole (``1``, not ``1.0``) and otherwise with up to 4 significant digits (``0.33
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -73,8 +74,16 @@ def finish_reason_text(value: Any) -> str | None:
     (``extra.finish_reason``, the ``geohint_scored`` export); the response store keeps the reason as the provider
     sent it. Here, not in :mod:`geoagent.geohint.parse` (which still exports it), so
     :mod:`geoagent.scoring.truncation` reads every reason the same way without an import cycle (rev43b #1:
-    ``length`` followed by U+202E was no answer in the report but never tripped the breaker)."""
-    return (label_text(value) or None) if isinstance(value, str) else None
+    ``length`` followed by U+202E was no answer in the report but never tripped the breaker). Unlike a place's name
+    it keeps no format character at all (Unicode category Cf: the zero-width space U+200B, the word joiner U+2060,
+    the byte-order mark U+FEFF, the joiners): a reason is a provider's keyword, and ``length`` followed by U+200B
+    read as no known reason (review43c #8)."""
+    if not isinstance(value, str):
+        return None
+    text = label_text(value)
+    if not text.isascii():
+        text = " ".join("".join(c for c in text if unicodedata.category(c) != "Cf").split())
+    return text or None
 
 
 def value_text(v: Any) -> str:
