@@ -176,3 +176,23 @@ def test_a_tolerance_at_the_nearest_decoy_bands_upper_edge_is_refused_at_load():
                                           r"\(0\.15-0\.3 km"):
         cfg(300.0)
     assert cfg(299.0).section("geoverify").tau_m == 299.0
+
+
+def test_a_tolerance_that_is_no_whole_number_of_metres_is_refused_at_load():
+    """review43c #7: the claim names tau in whole metres, so tau_m = 149.6 asked "150 metres" while truth and bands
+    were labelled at 149.6 m (a candidate at 149.8 m was a decoy of a claim that is true for it). Refused at load,
+    naming the key; a whole number written as a float loads."""
+    import pytest
+
+    from geoagent.config import ConfigError, config_from_dict
+
+    def cfg(tau_m: float):
+        return config_from_dict({
+            "campaign": {"name": "gv-tau", "kind": "geoverify", "seed": 1}, "budget": {"cap_usd": 1.0},
+            "models": [{"name": "sim", "provider": "simulated", "model": "sim-1"}],
+            "geoverify": {"tau_m": tau_m}})
+
+    with pytest.raises(ConfigError, match=r"geoverify\.tau_m: expected a whole number of metres .*not 149\.6"):
+        cfg(149.6)
+    assert cfg(200.0).section("geoverify").tau_m == 200.0
+    assert cfg(120).section("geoverify").tau_m == 120

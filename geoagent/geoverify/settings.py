@@ -71,6 +71,10 @@ class GeoVerifySettings(BaseModel):
                 f"a tolerance below {upper_m:g} (metres; the paper's is 150): at or past the upper edge of the nearest "
                 f"decoy band ({C.GEOVERIFY_DECOY_BANDS_KM[0][0]:g}-{C.GEOVERIFY_DECOY_BANDS_KM[0][1]:g} km, Sec. 5.2) "
                 "every candidate of that band is signal, so it would hold no decoy trial")
+        if v != round(v):
+            # review43c #7: the claim names tau in whole metres (geoagent.geoverify.prompt.render_claim), so 149.6 asked
+            # "150 metres" while truth and bands were labelled at 149.6 m (a candidate at 149.8 m a decoy of a true claim)
+            raise ValueError(f"a whole number of metres (the claim the model reads names tau in whole metres), not {v:g}")
         return v
 
     @field_validator("release_dir", "prompt_template", "image_root")
