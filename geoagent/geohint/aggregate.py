@@ -130,6 +130,7 @@ from geoagent.geohint.echo import DEFAULT_ECHO_RULE, ECHO_RULE_NAME, ECHO_RULE_R
 from geoagent.geohint.parse import EVIDENCE_CATEGORIES, NOT_VISIBLE, PATTERN_READ_ERROR, parse_answer
 from geoagent.geohint.result import GeoHintResult
 from geoagent.geohint.release_rows import release_lang
+from geoagent.scoring.exact import ExactSum
 from geoagent.scoring.geohint import FINE_LEVELS, geometric_mean
 from geoagent.scoring.regime import DEFAULT_THRESHOLD, UNDETERMINED, assign_regimes, check_threshold
 from geoagent.scoring.regression import ClusterOLS, usable_for_slope
@@ -196,8 +197,11 @@ class Cell:
     #: finer-than-city answers with a hint distance of 0 km: left out of Table 5 (no logarithm of d_ref)
     n_zero_dref: int = 0
     fine_dref_n: int = 0
-    fine_log_dref: float = 0.0
-    fine_log_err: float = 0.0
+    #: sums of ln d_ref and ln err over those :attr:`fine_dref_n` answers, held exactly and rounded once when read
+    #: (:class:`~geoagent.scoring.exact.ExactSum`), so Table 5 does not depend on the order answers arrive in
+    #: (aggr42 #5: a float sum made the live report's geometric means differ from a recompute's in the last digits)
+    fine_log_dref: ExactSum = field(default_factory=ExactSum)
+    fine_log_err: ExactSum = field(default_factory=ExactSum)
     ratios: list[float] = field(default_factory=list)
     #: checklist answers carrying an evidence object, parsed or not (Table 11's evidence share is of :attr:`n`,
     #: every response, as the paper's; seed 000 Table 11; module doc); the slots below are theirs
@@ -235,8 +239,8 @@ class Cell:
             self.n_fine += 1
             if r.dist_km is not None and r.dist_km > 0 and r.error_km > 0:
                 self.fine_dref_n += 1
-                self.fine_log_dref += math.log(r.dist_km)
-                self.fine_log_err += math.log(r.error_km)
+                self.fine_log_dref.add(math.log(r.dist_km))
+                self.fine_log_err.add(math.log(r.error_km))
                 self.ratios.append(r.error_km / r.dist_km)
             elif r.dist_km is not None and r.dist_km > 0 and r.error_km == 0:
                 self.n_zero_err += 1
@@ -315,11 +319,11 @@ class Cell:
 
     @property
     def geo_mean_dref_km(self) -> float:
-        return math.exp(self.fine_log_dref / self.fine_dref_n) if self.fine_dref_n else float("nan")
+        return math.exp(float(self.fine_log_dref) / self.fine_dref_n) if self.fine_dref_n else float("nan")
 
     @property
     def geo_mean_err_km(self) -> float:
-        return math.exp(self.fine_log_err / self.fine_dref_n) if self.fine_dref_n else float("nan")
+        return math.exp(float(self.fine_log_err) / self.fine_dref_n) if self.fine_dref_n else float("nan")
 
     @property
     def median_ratio(self) -> float:

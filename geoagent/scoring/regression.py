@@ -44,6 +44,15 @@ fit exact and dropped its SE (review rev19, finding 3), and the sums kept few di
 :class:`ClusterOLS` therefore needs the intercept column (``intercept=0``, the default, as :func:`design_slope`
 builds it); ``intercept=None`` sums about zero, for a design without one.
 
+Order of the rows. The sums are held exactly (:class:`geoagent.scoring.exact.ExactSum`: every product of two
+floats and every sum of them is a dyadic rational), moved to the common reference exactly, pooled over the
+clusters exactly and rounded once to floats; the score products ``s_g s_g'`` are summed with :func:`math.fsum`.
+A fit therefore depends only on which rows each cluster holds, not on the order they were added in nor on the
+order of the clusters: the live report, which adds answers as they arrive, writes Tables 6-7 to the same last
+digit as a recompute of the same rows in file order (aggr42 #5; with float sums they differed in the last one or
+two digits). The statistics are those of float sums up to those digits (the exact sums are closer to the true
+ones). Cost: about ten small-integer operations per row.
+
 Rows enter the slope regression only with a finite, positive error (``log10`` is undefined at 0 km) and a
 finite hint distance; this is what the release's ``analysis/cluster_inference.py`` does (``error_km > 0``)
 and what gives the paper's n (Sec. 6.2.3, n = 8274; Table 6). An earlier version floored errors at 1 m,
@@ -53,11 +62,14 @@ a high-leverage outlier.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
+
+from geoagent.scoring.exact import ExactSum, exact_parts
 
 #: a fit whose residual sum of squares is at most this share of ``y'y`` is an exact fit (module doc): its SEs,
 #: t-values and p-values are NaN. ``y'y - beta'X'y`` from summed statistics carries rounding of about
@@ -65,30 +77,94 @@ import numpy as np
 EXACT_FIT_RTOL = 1e-10
 
 
-@dataclass(slots=True)
 class ClusterStats:
-    """Sufficient statistics of one cluster: ``xtx`` (k, k), ``xty`` (k,), ``yty`` and ``n`` rows, the response
-    taken less ``ref`` (module doc, "Reference value": ``xty = X'(y - ref)``, ``yty = |y - ref|^2``)."""
+    """Sufficient statistics of one cluster: ``X'X`` (k, k), ``X'(y - ref)`` (k,), ``|y - ref|^2`` and ``n`` rows,
+    the response taken less ``ref`` (module doc, "Reference value").
 
-    xtx: np.ndarray
-    xty: np.ndarray
-    yty: float
-    n: int
-    ref: float = 0.0
+    The sums are held exactly (:class:`~geoagent.scoring.exact.ExactSum`: ``sxx``, ``sxy``, ``syy``; module doc,
+    "Order of the rows", aggr42 #5); ``xtx``, ``xty`` and ``yty`` read them rounded to floats. Built from float
+    arrays (``ClusterStats(xtx, xty, yty, n, ref)``), it holds their values exactly."""
+
+    __slots__ = ("sxx", "sxy", "syy", "n", "ref")
+
+    def __init__(self, xtx: np.ndarray, xty: np.ndarray, yty: float, n: int, ref: float = 0.0) -> None:
+        xtx = np.asarray(xtx, dtype=float)
+        xty = np.asarray(xty, dtype=float).reshape(-1)
+        k = xty.shape[0]
+        if xtx.shape != (k, k):
+            raise ValueError(f"xtx of shape {xtx.shape} does not fit xty of length {k}")
+        self.sxx = [[ExactSum(float(xtx[i, j])) for j in range(k)] for i in range(k)]
+        self.sxy = [ExactSum(float(v)) for v in xty]
+        self.syy = ExactSum(float(yty))
+        self.n = int(n)
+        self.ref = float(ref)
+
+    @property
+    def xtx(self) -> np.ndarray:
+        """``X'X``, shape (k, k), rounded from the exact sums."""
+        return np.array([[float(v) for v in row] for row in self.sxx])
+
+    @property
+    def xty(self) -> np.ndarray:
+        """``X'(y - ref)``, shape (k,), rounded from the exact sums."""
+        return np.array([float(v) for v in self.sxy])
+
+    @property
+    def yty(self) -> float:
+        """``|y - ref|^2``, rounded from the exact sum."""
+        return float(self.syy)
 
     def copy(self) -> "ClusterStats":
-        return ClusterStats(self.xtx.copy(), self.xty.copy(), float(self.yty), int(self.n), float(self.ref))
+        out = ClusterStats.__new__(ClusterStats)
+        out.sxx = [[v.copy() for v in row] for row in self.sxx]
+        out.sxy = [v.copy() for v in self.sxy]
+        out.syy, out.n, out.ref = self.syy.copy(), self.n, self.ref
+        return out
 
-    def about(self, ref: float, intercept: int | None) -> tuple[np.ndarray, float]:
-        """``(X'(y - ref), |y - ref|^2)`` from these statistics (``intercept``: the all-ones column, whose ``X'X``
-        column is ``X'1``; None: only ``ref == self.ref`` can be asked)."""
-        delta = self.ref - float(ref)
-        if delta == 0.0:
-            return self.xty, self.yty
+    def add_row(self, xs: list[float], y: float) -> None:
+        """Add one row ``xs`` (length k) with response ``y``, exactly (the caller checked them)."""
+        yc = ExactSum(y)
+        yc.add(-self.ref)  # y - ref, exact
+        my, ey = yc.num, yc.exp
+        parts = [exact_parts(v) for v in xs]  # v == m * 2**e: each product below is one int product
+        for i, (mi, ei) in enumerate(parts):
+            for j in range(i, len(parts)):
+                m, e = mi * parts[j][0], ei + parts[j][1]
+                self.sxx[i][j].add_parts(m, e)
+                if j != i:
+                    self.sxx[j][i].add_parts(m, e)
+            self.sxy[i].add_parts(mi * my, ei + ey)
+        self.syy.add_parts(my * my, 2 * ey)
+        self.n += 1
+
+    def exact_about(self, ref: float, intercept: int | None) -> tuple[list[ExactSum], ExactSum]:
+        """``(X'(y - ref), |y - ref|^2)`` from these statistics, exactly (``intercept``: the all-ones column, whose
+        ``X'X`` column is ``X'1``; None: only ``ref == self.ref`` can be asked)."""
+        if self.ref == float(ref):
+            return self.sxy, self.syy
         if intercept is None:
             raise ValueError("statistics summed about another reference need the intercept column to be moved")
-        sx = self.xtx[:, intercept]  # X'1
-        return self.xty + delta * sx, self.yty + 2.0 * delta * float(self.xty[intercept]) + self.n * delta * delta
+        delta = ExactSum(self.ref)
+        delta.add(-float(ref))  # exact
+        xty = [v + delta * row[intercept] for v, row in zip(self.sxy, self.sxx)]
+        yty = self.syy + 2 * delta * self.sxy[intercept] + delta * delta * self.n
+        return xty, yty
+
+    def about(self, ref: float, intercept: int | None) -> tuple[np.ndarray, float]:
+        """:meth:`exact_about` rounded to floats: ``(X'(y - ref)`` of shape (k,), ``|y - ref|^2)``."""
+        xty, yty = self.exact_about(ref, intercept)
+        return np.array([float(v) for v in xty]), float(yty)
+
+    def add_stats(self, other: "ClusterStats", intercept: int | None) -> None:
+        """Add ``other``'s rows (its statistics moved to this reference, exactly)."""
+        xty, yty = other.exact_about(self.ref, intercept)
+        for row, orow in zip(self.sxx, other.sxx):
+            for v, o in zip(row, orow):
+                v.add_exact(o)
+        for v, o in zip(self.sxy, xty):
+            v.add_exact(o)
+        self.syy.add_exact(yty)
+        self.n += other.n
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +271,7 @@ class ClusterOLS:
         st = self.clusters.get(cluster)
         ref = st.ref if st is not None else (float(y[0]) if j is not None else 0.0)
         yc = y - ref if ref else y
-        with np.errstate(over="ignore", invalid="ignore"):
+        with np.errstate(over="ignore", invalid="ignore"):  # only to refuse rows whose sums overflow
             xtx, xty, yty = X.T @ X, X.T @ yc, float(yc @ yc)
         if not (np.isfinite(xtx).all() and np.isfinite(xty).all() and np.isfinite(yty)):
             for xi, yi in zip(X, y):
@@ -203,10 +279,8 @@ class ClusterOLS:
             raise ValueError(f"cluster {cluster!r}: the rows' sums of squares overflow (values too large to regress)")
         if st is None:
             st = self.clusters[cluster] = ClusterStats(np.zeros((self.k, self.k)), np.zeros(self.k), 0.0, 0, ref)
-        st.xtx += xtx
-        st.xty += xty
-        st.yty += yty
-        st.n += int(X.shape[0])
+        for xi, yi in zip(X.tolist(), y.tolist()):  # summed exactly, row by row (module doc, "Order of the rows")
+            st.add_row(xi, yi)
 
     def add_row(self, cluster: Hashable, x: tuple[float, ...] | list[float], y: float) -> None:
         """Add one row ``x`` (length k) with response ``y`` (fast path for streaming updates).
@@ -233,11 +307,7 @@ class ClusterOLS:
         st = self.clusters.get(cluster)
         if st is None:
             st = self.clusters[cluster] = ClusterStats(np.zeros((k, k)), np.zeros(k), 0.0, 0, y if j is not None else 0.0)
-        yc = y - st.ref
-        st.xtx += np.outer(xs, xs)
-        st.xty += np.multiply(xs, yc)
-        st.yty += yc * yc
-        st.n += 1
+        st.add_row(xs, y)
 
     def add_stats(self, cluster: Hashable, other: ClusterStats) -> None:
         """Add already-summed statistics to ``cluster`` (merging aggregators)."""
@@ -248,11 +318,7 @@ class ClusterOLS:
         if st is None:
             self.clusters[cluster] = other.copy()
         else:
-            xty, yty = other.about(st.ref, self.intercept)  # about this cluster's reference
-            st.xtx += other.xtx
-            st.xty += xty
-            st.yty += yty
-            st.n += other.n
+            st.add_stats(other, self.intercept)  # about this cluster's reference, exactly
 
     def merge(self, other: "ClusterOLS") -> None:
         """Add every cluster of ``other`` into this one."""
@@ -302,20 +368,21 @@ class ClusterOLS:
         G = len(chosen)
         if n <= k:
             raise ValueError(f"need more than {k} rows to fit, have {n}")
-        xtx = np.zeros((k, k))
-        xty = np.zeros(k)
-        yty = 0.0
         # every cluster's statistics about one reference, the pooled mean of y (module doc, "Reference value"):
-        # y'y is then the centred total sum of squares, whichever row came first
-        ref = chosen[0].ref
-        with np.errstate(over="ignore", invalid="ignore"):  # non-finite sums: the check below names the cluster
-            if self.intercept is not None:  # sum(y - ref) over every row, cluster by cluster, then / n
-                ref += sum((st.ref - ref) * st.n + float(st.xty[self.intercept]) for st in chosen) / n
-            about = [st.about(ref, self.intercept) for st in chosen]
-        for st, (xty_g, yty_g) in zip(chosen, about):
-            xtx += st.xtx
-            xty += xty_g
-            yty += yty_g
+        # y'y is then the centred total sum of squares. Summed exactly and rounded once, so the fit does not depend
+        # on the order of the rows or of the clusters (module doc, "Order of the rows"; aggr42 #5)
+        ref = 0.0
+        if self.intercept is not None:  # sum(y) over every row, exactly, then / n
+            total = ExactSum()
+            for st in chosen:
+                total.add_exact(st.sxy[self.intercept])
+                total.add_product(st.ref, st.n)
+            ref = float(total) / n
+        exact = [st.exact_about(ref, self.intercept) for st in chosen]
+        xtx = np.array([[float(_exact_total(st.sxx[i][j] for st in chosen)) for j in range(k)] for i in range(k)])
+        xty = np.array([float(_exact_total(e[0][i] for e in exact)) for i in range(k)])
+        yty = float(_exact_total(e[1] for e in exact))
+        about = [(np.array([float(v) for v in xty_g]), float(yty_g)) for xty_g, yty_g in exact]
         if not (np.isfinite(xtx).all() and np.isfinite(xty).all()):
             bad = [g for g, st in self.clusters.items() if st.n > 0 and any(st is c for c in chosen)
                    and not (np.isfinite(st.xtx).all() and np.isfinite(st.xty).all())]
@@ -331,10 +398,9 @@ class ClusterOLS:
             raise ValueError("X'X is singular (e.g. all hint distances equal)") from exc
         rss_raw = yty - float(beta @ xty)
         exact_fit = bool(rss_raw <= EXACT_FIT_RTOL * yty)
-        meat = np.zeros((k, k))
-        for st, (xty_g, _) in zip(chosen, about):
-            s = xty_g - st.xtx @ beta
-            meat += np.outer(s, s)
+        scores = [xty_g - st.xtx @ beta for st, (xty_g, _) in zip(chosen, about)]
+        # each entry of sum_g s_g s_g' by math.fsum: correctly rounded, whatever the clusters' order (aggr42 #5)
+        meat = np.array([[math.fsum(float(s[i] * s[j]) for s in scores) for j in range(k)] for i in range(k)])
         if G < 2:
             if warn_few_clusters:
                 warnings.warn("cluster-robust SE needs at least 2 clusters; returning NaN", RuntimeWarning, stacklevel=2)
@@ -359,6 +425,14 @@ class ClusterOLS:
         sigma2 = float("nan") if exact_fit else max(rss_raw, 0.0) / (n - k)
         bse_nonrobust = np.sqrt(np.diag(bread) * sigma2)
         return ClusterOLSResult(beta, bse, tvalues, pvalues, cov, bse_nonrobust, n, G, exact_fit)
+
+
+def _exact_total(values: Iterable[ExactSum]) -> ExactSum:
+    """The exact sum of ``values`` (a new :class:`ExactSum`)."""
+    out = ExactSum()
+    for v in values:
+        out.add_exact(v)
+    return out
 
 
 def _check_row(cluster: Hashable, xs: list[float], y: float) -> None:
