@@ -33,6 +33,10 @@ JSON-serialisable ``payload`` (dict). Semantics every backend must honour:
   already ready); a task whose attempts reach ``max_attempts`` this way is dead-lettered with that reason instead
   of being leased again (a task that kills its process, OOM or segfault, is not retried for ever). No charge id.
 * ``counts()`` returns ready/leased/done/dead; ``dead_letters()`` lists dead tasks with reasons.
+* a stored payload that cannot be read as JSON (a damaged or hand-edited queue) never makes ``lease`` raise: the
+  lease dead-letters that task (one attempt counted; reason :func:`unreadable_payload_reason`, prefix
+  :data:`UNREADABLE_PAYLOAD`, naming the queue file or Redis hash and the key) and returns the rest of its batch;
+  ``dead_letters()`` lists it with the payload ``{}`` (``tests/test_queue_unreadable_payload.py``).
 * ``ready_keys()``, ``dead_letter_ready(keys, reason)`` and ``dead_keys(reason_prefix)`` (optional) set aside
   tasks nobody holds: the engine sends the queued tasks of a plan edge that the current plan no longer holds
   (the config changed between runs) to dead with a ``superseded: ...`` reason (:data:`SUPERSEDED`), so they
@@ -66,6 +70,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 
 #: the payload field whose text value is a task's lane (:meth:`WorkQueue.lease_lanes`): the model caller's lanes are
 #: its models (:meth:`geoagent.workers.model_caller.ModelCaller.lane_of` reads the same field)
@@ -85,6 +90,38 @@ FAILED_BEFORE = " | it had failed before: "
 PROCESS_ENDED = "ProcessEnded:"
 _ENDED_HEAD = PROCESS_ENDED + " its process ended while working on it "
 _ENDED_ROW = re.compile(re.escape(_ENDED_HEAD) + r"(\d+) times? in a row")
+
+
+#: the reason prefix of a task whose stored payload cannot be read as JSON (a damaged or hand-edited queue file): a
+#: lease that meets it dead-letters it with :func:`unreadable_payload_reason` and hands out the rest of its batch,
+#: instead of raising on every lease that picks it up (fixrev43a aside)
+UNREADABLE_PAYLOAD = "unreadable payload:"
+
+
+def unreadable_payload_reason(where: str, key: str, exc: BaseException) -> str:
+    """The dead-letter reason of task ``key`` whose payload ``where`` (the queue file, or the Redis key, that holds
+    it) cannot be read (``exc``: the decoder's error), as both backends word it; starts with
+    :data:`UNREADABLE_PAYLOAD`. Names the place first, so ``status``'s clipped line still shows it."""
+    return (f"{UNREADABLE_PAYLOAD} task {key!r} in {where}: its stored payload is not JSON ({exc}; a damaged or "
+            "hand-edited queue?), so it cannot run: dead-lettered when leased, the rest of its batch went on")
+
+
+def decode_payload(blob: bytes | str) -> tuple[Any, BaseException | None]:
+    """``(payload, None)`` for a stored payload ``blob`` read as JSON (orjson), or ``(None, error)`` when it cannot be
+    read (not JSON, not UTF-8, or not text at all: a hand-edited row), for the backends' leases and dead-letter
+    lists."""
+    try:
+        return orjson.loads(blob), None
+    except (orjson.JSONDecodeError, TypeError) as exc:
+        return None, exc
+
+
+def payload_or_empty(blob: bytes | str) -> Any:
+    """A stored payload read as JSON (:func:`decode_payload`), or ``{}`` when it cannot be read: what a dead-letter list
+    shows for a task dead-lettered for an unreadable payload (its reason, :func:`unreadable_payload_reason`, says
+    why), so that ``dead`` and ``status`` list it instead of raising."""
+    payload, exc = decode_payload(blob)
+    return {} if exc is not None else payload
 
 
 def ended_in_a_row(last_error: str | None) -> int:

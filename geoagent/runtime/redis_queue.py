@@ -173,8 +173,8 @@ from geoagent.runtime.procs import boot_id, proc_start, process_alive
 from geoagent.runtime.redis_retry import (REPLY_TTL_S, client_defaults, retry_span_s, server_key,
                                          url_timeouts_problem, window_retry)
 from geoagent.runtime.queue import (FAILED_BEFORE, SUPERSEDED, DeadLetter, QueueCounts, QueueError, Refund,
-                                    RefundResult, Task, WorkQueue, check_aside_reason, check_key_sequence,
-                                    check_refunds)
+                                    RefundResult, StaleLease, Task, WorkQueue, check_aside_reason, check_key_sequence,
+                                    check_refunds, decode_payload, payload_or_empty, unreadable_payload_reason)
 from geoagent.runtime.sqlite_queue import _as_list, _encode, _stale, _take
 
 try:  # optional dependency: pip install 'geoagent[redis]'
@@ -1014,10 +1014,21 @@ class RedisStreamsQueue(WorkQueue):
         rows = await self._once(
             self._lease_script, self.consumer, n, vt_us, token, max(n, self.promote_max), self._record, token=token
         )
-        return [
-            Task(key=_text(k), payload=orjson.loads(p), attempts=int(a), lease_id=_text(lid), last_error=_opt_text(e))
-            for k, p, a, lid, e in rows
-        ]
+        tasks, unreadable = [], []
+        for k, p, a, lid, e in rows:
+            payload, exc = decode_payload(p)
+            task = Task(key=_text(k), payload=payload, attempts=int(a), lease_id=_text(lid), last_error=_opt_text(e))
+            (tasks if exc is None else unreadable).append((task, exc))
+        for task, exc in unreadable:
+            # a payload orjson cannot read (a hand-edited or damaged payload hash): dead-lettered under this lease
+            # with a reason naming the hash and the key, the batch's other tasks handed out (fixrev43a aside: before,
+            # JSONDecodeError left every lease that picked it up, and the stage failed on it again and again)
+            try:
+                await self.dead_letter(task, unreadable_payload_reason(f"Redis hash {self.prefix}payload", task.key,
+                                                                       exc))
+            except StaleLease:  # taken over meanwhile (its lease expired): whoever holds it now meets it the same way
+                pass
+        return [task for task, _exc in tasks]
 
     async def _finish(self, op: str, what: str, tasks: Sequence[Task], reason: str = "") -> None:
         args: list[Any] = [op, reason]
@@ -1143,7 +1154,8 @@ class RedisStreamsQueue(WorkQueue):
             return []
         rows = await self._run(self._dead_script, int(limit))
         return [
-            DeadLetter(key=_text(k), payload=orjson.loads(p), attempts=int(a), reason=_opt_text(r) or "",
+            # an unreadable payload (a task dead-lettered for it on lease) is listed as {}: its reason says why
+            DeadLetter(key=_text(k), payload=payload_or_empty(p), attempts=int(a), reason=_opt_text(r) or "",
                        failed_at=float(_text(t)) / 1e6)
             for k, p, a, r, t in rows
         ]

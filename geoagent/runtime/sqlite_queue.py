@@ -231,8 +231,11 @@ from geoagent.runtime.queue import (
     check_aside_reason,
     check_key_sequence,
     check_refunds,
+    decode_payload,
     ended_in_a_row,
+    payload_or_empty,
     process_ended_reason,
+    unreadable_payload_reason,
 )
 from geoagent.runtime.sqlite_wal import DatabaseFileError, connect, damaged_file_error, enable_wal, is_busy
 
@@ -375,9 +378,29 @@ _NOTHING = object()
 
 
 def _tasks_of_rows(rows: list[tuple[Any, ...]]) -> list[Task]:
-    """Leased rows (key, payload, attempts, lease id, last error) as tasks."""
-    return [Task(key=key, payload=orjson.loads(payload), attempts=attempts, lease_id=lease_id, last_error=err)
+    """Leased rows (key, payload read by :func:`_readable_leased`, attempts, lease id, last error) as tasks."""
+    return [Task(key=key, payload=payload, attempts=attempts, lease_id=lease_id, last_error=err)
             for key, payload, attempts, lease_id, err in rows]
+
+
+def _readable_leased(conn: sqlite3.Connection, now: float, rows: list[tuple[Any, ...]],
+                     where: str) -> list[tuple[Any, ...]]:
+    """The rows just leased (key, payload, attempts, lease id, last error) with their payloads read, inside the lease's
+    transaction; a row whose payload orjson cannot read (a damaged or hand-edited queue file ``where``) is
+    dead-lettered there (:data:`_DEAD_SQL`: one attempt counted, reason :func:`unreadable_payload_reason` naming the
+    file and the key) and left out, so the lease hands out the others (fixrev43a aside: before, reading it raised
+    JSONDecodeError out of every lease that picked it up, and the stage failed on the same row again and again)."""
+    out, dead = [], 0
+    for key, blob, attempts, lease_id, err in rows:
+        payload, exc = decode_payload(blob)
+        if exc is None:
+            out.append((key, payload, attempts, lease_id, err))
+            continue
+        row_id = int(str(lease_id).partition(".")[0])  # "<rowid>.<token>": this lease's own id (_row_id)
+        dead += conn.execute(_DEAD_SQL, (now, unreadable_payload_reason(where, key, exc), row_id, lease_id,
+                                         key)).rowcount
+    _bump(conn, {LEASED: -dead, DEAD: dead})
+    return out
 
 
 def _fill_lanes(conn: sqlite3.Connection) -> None:
@@ -894,6 +917,7 @@ class SQLiteQueue(WorkQueue):
         if not visibility_timeout_s > 0:
             raise ValueError(f"visibility_timeout_s must be > 0, got {visibility_timeout_s!r}")
         token = f"{lease_owner()}-{os.urandom(8).hex()}"
+        where = f"queue file {self.path}"
 
         def tx(conn: sqlite3.Connection, now: float) -> list[tuple[Any, ...]]:
             params = {"expires": now + visibility_timeout_s, "token": token, "now": now, "n": n}
@@ -903,7 +927,7 @@ class SQLiteQueue(WorkQueue):
                 fresh = conn.execute(_LEASE_SQL, {**params, "n": n - len(rows), "from_state": READY}).fetchall()
                 _bump(conn, {READY: -len(fresh), LEASED: len(fresh)})
                 rows += fresh
-            return rows
+            return _readable_leased(conn, now, rows, where)
 
         return _Op(tx, post=_tasks_of_rows, inline=n <= self.inline_max_items)
 
@@ -920,6 +944,7 @@ class SQLiteQueue(WorkQueue):
                              f"has version {self.schema_version} and was opened read-only (migrate=False)")
         token = f"{lease_owner()}-{os.urandom(8).hex()}"
         quota = {str(lane): int(k) for lane, k in lanes.items()}
+        where = f"queue file {self.path}"
         indexed = self._lane_index  # made by the first lane lease (_LANE_INDEX_SQL): on the worker thread
 
         def lanes_of(conn: sqlite3.Connection, state: int) -> Iterator[str | None]:
@@ -975,7 +1000,7 @@ class SQLiteQueue(WorkQueue):
                 f"WHERE id IN ({','.join('?' * len(picked))}) RETURNING id, key, payload, attempts, lease_id, last_error",
                 (now + visibility_timeout_s, token, *picked)).fetchall()}
             _bump(conn, {READY: -fresh, LEASED: fresh})
-            return [leased[row_id] for row_id in picked]
+            return _readable_leased(conn, now, [leased[row_id] for row_id in picked], where)
 
         def post(rows: list[tuple[Any, ...]]) -> list[Task]:
             self._lane_index = True
@@ -1157,8 +1182,10 @@ class SQLiteQueue(WorkQueue):
             ).fetchall()
 
         def post(rows: list[tuple[Any, ...]]) -> list[DeadLetter]:
+            # a payload that cannot be read (a task dead-lettered for it on lease) is listed as {}: its reason says
+            # why (fixrev43a aside: reading it raised out of `dead` and `status`)
             return [
-                DeadLetter(key=k, payload=orjson.loads(p), attempts=a, reason=r or "", failed_at=t)
+                DeadLetter(key=k, payload=payload_or_empty(p), attempts=a, reason=r or "", failed_at=t)
                 for k, p, a, r, t in rows
             ]
 
