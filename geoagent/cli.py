@@ -257,12 +257,16 @@ def _check_stop_grace() -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from geoagent.engine import run_campaign
+    from geoagent.engine import load_kind, run_campaign
     from geoagent.status import run_baseline
 
     _check_stop_grace()
     cfg = _load(args.config)
     _check_state_matches_queues(cfg)
+    # a config change the stored work cannot follow (GeoVerify's tau_m, fixtaurefuse43), refused before run_baseline
+    # opens the campaign's database, so the refused run leaves its files byte for byte as they were (run_campaign
+    # checks again, for callers other than this command)
+    load_kind(cfg.campaign.kind).check_config_change(cfg)
     notes = _DriftNotes(cfg, simulate=bool(getattr(args, "simulate", False)))
     stages = [s.strip() for s in args.stages.split(",") if s.strip()] if args.stages is not None else None
     if stages is not None:

@@ -306,6 +306,15 @@ class CampaignKind(abc.ABC):
         kind puts them in its summary lines."""
         return []
 
+    def check_config_change(self, cfg: Any) -> None:
+        """Refuse a run of ``cfg`` (and its dry run, and every ``--stages`` process) whose config differs from the
+        one recorded for the campaign's earlier runs in a way its stored work cannot follow: raise (the CLI exits 2).
+        Called by :func:`run_campaign` before anything is created, written or called, so a refusal loses and
+        rewrites nothing and the manifest does not record the refused config; must only read. Other changes are the
+        config-drift check's, after planning (:func:`config_drift_after_plan`). Default: no refusal; GeoVerify
+        refuses another ``[geoverify] tau_m`` over stored work (:func:`geoagent.geoverify.tau_guard.
+        check_tau_unchanged`, fixtaurefuse43)."""
+
     def plan_refusals(self, cfg: Any) -> list[str]:
         """Problems of the plan just made that a real run refuses to start for (exit 2), kept instead of raised
         when :meth:`plan` ran for a dry run (``ctx.services[constants.SERVICE_DRY_RUN]``; e.g. photos without a file
@@ -1905,6 +1914,9 @@ async def run_campaign(
     kind = load_kind(cfg.campaign.kind)
     check_state_matches_queues(cfg)
     check_run_here(cfg)
+    # a change the campaign's stored work cannot follow (GeoVerify's tau_m, fixtaurefuse43): refused before any
+    # folder, record (manifest, runs index, the Redis server's config) or call is made
+    kind.check_config_change(cfg)
     recorded_kind = False
     if simulate:
         # the dry run predicts the run's refusal of a queues root other than the one the earlier runs recorded

@@ -291,6 +291,14 @@ class GeoVerifyCampaign(CampaignKind):
         s = settings_of(cfg)
         return trial_table_paths(s.release_dir or cfg.release_dir())
 
+    def check_config_change(self, cfg: Any) -> None:
+        """:meth:`CampaignKind.check_config_change`: another ``[geoverify] tau_m`` than the campaign's earlier runs'
+        while it holds answers or tasks made at that one is refused (:func:`geoagent.geoverify.tau_guard.
+        check_tau_unchanged`; fixtaurefuse43)."""
+        from geoagent.geoverify.tau_guard import check_tau_unchanged
+
+        check_tau_unchanged(cfg)
+
     def plan_refusals(self, cfg: Any) -> list[str]:
         """The image refusal a real run would stop at, kept by a dry run's plan (see
         :meth:`geoagent.engine.CampaignKind.plan_refusals`)."""

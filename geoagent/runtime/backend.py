@@ -515,6 +515,32 @@ def _geocoder_rules_only(changes: Any) -> tuple[int, int] | None:
         return None
 
 
+def server_config_recorded(cfg: Any) -> dict[str, Any] | None:
+    """The config record of campaign ``cfg`` on its Redis server (:func:`geoagent.runtime.manifest.
+    server_config_record`: ``kind``, ``config``, ``prompt_templates_sha256``, ``designs``, ``results_sha256``), read
+    only (one ``GET``; nothing is recorded); None for SQLite, when none is recorded, or when it is not a JSON object.
+    Raises :class:`BackendError` like :func:`redis_url`, and a connection error with the URL scrubbed."""
+    url = redis_url(cfg)
+    if url is None:
+        return None
+    import orjson
+
+    from geoagent.runtime.redis_state import state_prefix
+
+    client = _client(url)
+    try:
+        got = client.get(state_prefix(cfg.name) + CONFIG_KEY)
+    except Exception as exc:  # noqa: BLE001 - re-raised with the URL scrubbed
+        raise _scrubbed(exc, url) from None
+    finally:
+        client.close()
+    try:
+        record = orjson.loads(got) if got is not None else None
+    except orjson.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
 def forget_server_config(cfg: Any) -> None:
     """Drop the config :func:`check_server_config` recorded for a run that failed before it queued anything, if
     it is still this file's (as :func:`forget_server_kind`). Best effort."""
