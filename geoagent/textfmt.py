@@ -82,8 +82,16 @@ def finish_reason_text(value: Any) -> str | None:
         return None
     text = label_text(value)
     if not text.isascii():
-        text = " ".join("".join(c for c in text if unicodedata.category(c) != "Cf").split())
+        text = " ".join(_REASON_DROP.sub("", "".join(c for c in text if unicodedata.category(c) != "Cf")).split())
     return text or None
+
+
+#: what a finish reason loses besides the format characters (Cf): the other Unicode default-ignorable code points
+#: (DerivedCoreProperties.txt, Default_Ignorable_Code_Point: the combining grapheme joiner, the Hangul fillers, the
+#: Mongolian and other variation selectors, the reserved U+FFF0-FFF8 and U+E0000-E0FFF) and the Braille blank, all
+#: invisible: ``length`` followed by one read as no known reason (review43d #6)
+_REASON_DROP = re.compile("[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u2800\u3164\ufe00-\ufe0f\uffa0"
+                          "\ufff0-\ufff8\U000e0000-\U000e0fff]")
 
 
 def value_text(v: Any) -> str:

@@ -45,7 +45,9 @@ def test_the_cleaning_function_is_still_importable_from_the_answer_parser():
 
 @pytest.mark.parametrize("reason", ["length" + RLO, "MAX_TOKENS" + LRI, "max_tokens\x1b", " Length\u200f\n",
                                     # format characters a place name may keep are no part of a keyword (review43c #8)
-                                    "max_tokens\u200b", "length\ufeff", "MAX_TOKENS\u2060", "length\u200d"])
+                                    "max_tokens\u200b", "length\ufeff", "MAX_TOKENS\u2060", "length\u200d",
+                                    # other invisible default-ignorable code points (review43d #6)
+                                    "length\u034f", "length\ufe0f", "length\u3164", "length\u115f", "length\u2800"])
 def test_the_breaker_and_the_report_agree_on_an_output_limit_reason_with_formatting_characters(reason):
     # the report reads the stored reason cleaned: no answer; the breaker reads the reason as sent: now the same
     assert is_no_answer(reason, False) and is_no_answer(finish_reason_text(reason), False)
