@@ -2154,11 +2154,14 @@ async def _run(
     export: bool,
     on_planned: Callable[[], None] | None = None,
 ) -> Outcome:
-    from geoagent.runtime.manifest import WORK_BEGAN_KEY, Manifest, stages_run_elsewhere
+    from geoagent.runtime.manifest import WORK_BEGAN_KEY, Manifest, stages_run_elsewhere, stages_run_since
     from geoagent.status import host_labels
     from geoagent.workers.cutoff_breaker import CUTOFF_BREAKER_SERVICE
     from geoagent.workers.model_caller import AUTH_BREAKER_SERVICE, HOST_BREAKER_SERVICE
 
+    # fixstages43: this process's start (wall clock, before it plans); a --stages process waits for an upstream
+    # stage no other process has run since then (manifest.stages_run_since)
+    started_unix = time.time()
     ctx.services["watch"] = watch
     ctx.services[C.SERVICE_CAMPAIGN_WRITES_REPORT] = True  # kind.report() below writes the final report
     watched_inputs = kind.plan_inputs(cfg) if watch and not simulate else []
@@ -2397,6 +2400,9 @@ async def _run(
                 pipeline=all_stages if only_stages else None,
                 stages_elsewhere=functools.partial(stages_run_elsewhere, cfg.state_dir(),
                                                    [s.name for s in all_stages]) if only_stages else None,
+                # fixstages43: a downstream process started before its upstream one waits for it to start
+                stages_started=functools.partial(stages_run_since, cfg.state_dir(), [s.name for s in all_stages],
+                                                  started_unix) if only_stages else None,
                 # a stage of this process that ended no longer keeps other processes waiting for its input (also
                 # of a whole-campaign run: a --watch run whose model caller stopped, every key refused, goes on)
                 stage_ended=functools.partial(manifest.record_stage_ended, run_id),

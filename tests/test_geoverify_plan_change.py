@@ -109,7 +109,7 @@ max_output_tokens = 100
 """
 
 
-def test_the_export_marks_the_scored_rows_and_superseded_tasks_are_not_missing(sandbox_crawled, capsys):
+def test_the_export_marks_the_scored_rows_and_superseded_tasks_are_not_missing(sandbox_crawled, capsys, monkeypatch):
     """The walkthrough's export: every stored scored row (1227) while the report scored 1035, so H and F
     recomputed from the export disagreed with the report; and the report said "Incomplete: 615 trial(s)
     missing" for tasks set aside as superseded while the run ended complete. Run 1: two models, complete;
@@ -129,6 +129,8 @@ def test_the_export_marks_the_scored_rows_and_superseded_tasks_are_not_missing(s
 
     assert main(["run", str(with_models(_gv(isolated_roots, crawl_dir, images, 3, 100.0), "sim2")), "--no-live"]) == 0
     p = with_models(_gv(isolated_roots, crawl_dir, images, 3, 100.0), "sim2", "sim3")
+    # the parser-only run plans and ends (no wait for a model caller to start: fixstages43)
+    monkeypatch.setenv("GEOAGENT_UPSTREAM_WAIT_S", "0")
     assert main(["run", str(p), "--no-live", "--stages", "parser"]) == 0
     p = _gv(isolated_roots, crawl_dir, images, 2, 100.0)
     capsys.readouterr()

@@ -46,8 +46,9 @@ def test_a_model_caller_machine_ends_naming_its_stored_answers_and_the_command_t
     cfg = generic_campaign(tmp_path, name="waitred", n=8, models=model_table())
     cfg.write_text(cfg.read_text() + '\n[backend]\nkind = "redis"\nurl_env = "GA_TEST_REDIS"\n', encoding="utf-8")
     env_a, env_b = _env(redis_url, tmp_path / "m1"), _env(redis_url, tmp_path / "m2")
-    # machine 2: the collector, which found nothing to collect and stopped
-    b = _cli(env_b, "run", str(cfg), "--no-live", "--stages", "collector")
+    # machine 2: the collector, which found nothing to collect and stopped (GEOAGENT_UPSTREAM_WAIT_S=0: without it,
+    # a collector started before any model caller waits for one to start, fixstages43)
+    b = _cli({**env_b, "GEOAGENT_UPSTREAM_WAIT_S": "0"}, "run", str(cfg), "--no-live", "--stages", "collector")
     assert b.returncode == 0 and "campaign not complete" in b.stdout, b.stdout + b.stderr
     assert b.stdout.strip().splitlines()[-1] == (
         f"  8 tasks waiting on requests for stage model_caller; no process of the campaign runs stage model_caller "

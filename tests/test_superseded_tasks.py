@@ -65,6 +65,8 @@ def _requests_queue(tmp: Path):
 
 def test_a_smaller_plan_sets_aside_the_tasks_it_no_longer_holds(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SHRINK_KEY", GOOD_KEY)
+    # the collector-only run plans and ends (no wait for a model caller to start: fixstages43)
+    monkeypatch.setenv("GEOAGENT_UPSTREAM_WAIT_S", "0")
     app = llm_openai.make_app(api_keys=[GOOD_KEY])
     dropped = [f"m|{i}" for i in range(6, 10)]
 
@@ -146,6 +148,8 @@ def test_a_smaller_plan_sets_aside_the_tasks_it_no_longer_holds(tmp_path, monkey
 def test_a_plan_that_holds_set_aside_tasks_again_queues_them_again(tmp_path, monkeypatch, capsys):
     """Without ``--requeue``: reverting the config is enough, the set-aside tasks it plans again are sent."""
     monkeypatch.setenv("SHRINK_KEY", GOOD_KEY)
+    # the collector-only run plans and ends (no wait for a model caller to start: fixstages43)
+    monkeypatch.setenv("GEOAGENT_UPSTREAM_WAIT_S", "0")
     app = llm_openai.make_app(api_keys=[GOOD_KEY])
 
     async def main():
@@ -182,6 +186,8 @@ def test_geoverify_fewer_trials_after_an_interrupted_run_sends_only_the_current_
     from test_geoverify_plan_change import CRAWL, _gv
 
     monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    # the parser-only run plans and ends (no wait for a model caller to start: fixstages43)
+    monkeypatch.setenv("GEOAGENT_UPSTREAM_WAIT_S", "0")
     assert cli_main(["crawl", str(CRAWL), "--no-live"]) == 0
     state = isolated_roots / "state"
     crawl_dir, images = state / "crawl-sandbox", state / "images"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import signal
 import time
@@ -194,6 +195,32 @@ STOP_GRACE_S = 30.0
 STOP_GRACE_ENV = "GEOAGENT_STOP_GRACE_S"
 #: the longest grace period the variable may set (s)
 MAX_STOP_GRACE_S = 3600.0
+#: fixstages43: environment variable bounding how long (s) a ``--stages`` process waits for an upstream stage that
+#: no process has taken up yet (its upstream process not started) before it ends as before, the work left for a
+#: process that runs that stage; unset: no bound (Ctrl-C / SIGTERM stop it), ``0``: no such wait at all
+UPSTREAM_WAIT_ENV = "GEOAGENT_UPSTREAM_WAIT_S"
+
+
+def upstream_wait_s() -> float:
+    """Seconds a ``--stages`` process waits for an upstream stage no process has taken up yet: :data:`UPSTREAM_WAIT_ENV`
+    when set (non-empty), else ``math.inf`` (until one starts, or a stop signal).
+
+    Raises
+    ------
+    ValueError
+        The variable is not a number of seconds >= 0 (the command exits 2 before any work starts:
+        :func:`run_pipeline` reads it first).
+    """
+    raw = os.environ.get(UPSTREAM_WAIT_ENV, "").strip()
+    if not raw:
+        return math.inf
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value >= 0:
+        raise ValueError(f"{UPSTREAM_WAIT_ENV} must be a number of seconds >= 0, got {raw!r}")
+    return value
 
 
 #: set once the command's one run has ended (``run`` / ``crawl``: :func:`geoagent.cli._then_ended`), cleared when a run
@@ -292,6 +319,7 @@ async def run_pipeline(
     runner_options: dict[str, Any] | None = None,
     pipeline: Sequence[Stage] | None = None,
     stages_elsewhere: Callable[[], Collection[str]] | None = None,
+    stages_started: Callable[[], Collection[str]] | None = None,
     stage_ended: Callable[[str], Any] | None = None,
     forced_exit: Callable[[], Any] | None = None,
 ) -> PipelineRun:
@@ -325,6 +353,11 @@ async def run_pipeline(
         ``stages_elsewhere`` names.
     stages_elsewhere : callable or None
         ``() -> names`` of the stages other live processes of the campaign run (``StageRunner``).
+    stages_started : callable or None
+        ``() -> names`` of the stages another process of the campaign has run since this one started
+        (``StageRunner``, fixstages43): a burst runner waits for a stage before its own that none has taken up yet
+        while that stage's input holds ready tasks, at most :func:`upstream_wait_s` (``GEOAGENT_UPSTREAM_WAIT_S``).
+        None: it does not.
     stage_ended : callable or None
         ``(name)``, called when a stage's runner has ended while the run goes on (the engine records it in
         manifest.json, so the stages other processes wait for are the ones still at work here: a stage that
@@ -341,6 +374,7 @@ async def run_pipeline(
     """
     if grace_s is None:
         grace_s = stop_grace_s()
+    start_wait_s = upstream_wait_s() if stages_started is not None and burst else math.inf
     ups = upstream_map(stages)
     runners: list[StageRunner] = []
     by_name: dict[str, StageRunner] = {}
@@ -367,6 +401,8 @@ async def run_pipeline(
             upstream_done=upstream_done,
             foreign_upstream=foreign,
             stages_elsewhere=stages_elsewhere,
+            stages_started=stages_started if foreign else None,
+            start_wait_s=start_wait_s,
             grace_s=grace_s,
             **(runner_options or {}),
         )

@@ -798,6 +798,38 @@ def stages_run_elsewhere(state_dir: str | os.PathLike[str], all_stages: Sequence
     return out
 
 
+def stages_run_since(state_dir: str | os.PathLike[str], all_stages: Sequence[str], since_unix: float) -> set[str]:
+    """The stages another process of the campaign on this machine has run at some moment since ``since_unix`` (Unix
+    s, this process's start): the union of ``stages`` (``all_stages`` for a run recording none) of the ``run`` entries
+    ``manifest.json`` in ``state_dir`` records here (same host name), not of this process, that are recorded
+    ``running`` (alive, or gone since: this process's own start marked the ones gone before it ``killed``), or that
+    started at or after ``since_unix``, or stopped at or after it (``started_unix + duration_s``). Unlike
+    :func:`stages_run_elsewhere`, a stage recorded as ended, or a process that ended, still counts: the stage was
+    taken up. Set() when there is no readable manifest.
+
+    A ``--stages`` process waits for an upstream stage none has taken up yet instead of ending at once (fixstages43:
+    the downstream process started first); :class:`geoagent.runtime.worker.StageRunner` ``stages_started``."""
+    try:
+        man = read_manifest(state_dir) or {}
+    except (OSError, ValueError):
+        return set()
+    here, me = socket.gethostname(), os.getpid()
+    out: set[str] = set()
+    for run in man.get("runs") or [] if isinstance(man, dict) else []:
+        if (not isinstance(run, dict) or run.get("host") != here or run.get("pid") == me
+                or run.get("command", "run") != "run"):
+            continue
+        started, took = run.get("started_unix"), run.get("duration_s")
+        started = float(started) if isinstance(started, (int, float)) and not isinstance(started, bool) else None
+        took = float(took) if isinstance(took, (int, float)) and not isinstance(took, bool) else None
+        if not (run.get("status") == "running" or (started is not None and started >= since_unix)
+                or (started is not None and took is not None and started + took >= since_unix)):
+            continue
+        stages = run.get("stages")
+        out.update(stages if isinstance(stages, list) and all(isinstance(x, str) for x in stages) else all_stages)
+    return out
+
+
 def local_run_processes(runs: Sequence[Any]) -> list[dict[str, Any]]:
     """The processes of the run entries ``runs`` (a manifest's ``runs``) recorded on this machine (same host name) by
     ``run``, as :func:`geoagent.runtime.progress.read_processes` ``known`` takes them: ``{"run_id", "started"`` (Unix

@@ -16,6 +16,9 @@ Stopping
 --------
 * ``burst`` mode (campaigns): a stage finishes when every upstream stage has finished and its input edge has
   nothing ready or leased. The first stage's upstream is the planner, which has already enqueued everything.
+  A stage whose upstream stages run in other processes (``--stages``) also waits while their work is on its way,
+  and, once its input is empty, for an upstream stage with work queued that no process has taken up yet
+  (``foreign_upstream``, ``stages_started`` of :class:`StageRunner`; fixstages43).
 * :meth:`StageRunner.request_stop` (SIGINT/SIGTERM via :mod:`geoagent.runtime.daemon`): stop leasing, let
   in-flight tasks finish for ``grace_s`` seconds, then cancel the rest and *release* their leases (no attempt
   counted), commit what finished, flush the stage. The stage is told at once (:meth:`Stage.stop_requested`):
@@ -786,11 +789,26 @@ class StageRunner:
         names that stage (a live process runs it: a task waiting out a retry backoff, one deferred by a full
         lane, an output not leased yet), so a downstream process started beside a working upstream one takes its
         work instead of ending at the first empty moment; when no live process runs the stage and nothing of it
-        is leased, it ends as before (its work waits for a process that runs that stage).
+        is leased, it ends (its work waits for a process that runs that stage) once a process has taken that
+        stage up since this one started, and waits for one to start before that (``stages_started``).
     stages_elsewhere : callable or None
         ``() -> names`` of the stages other live processes of the campaign run
         (:func:`geoagent.runtime.manifest.stages_run_elsewhere`); read at most once a second. None: only leased
         tasks count.
+    stages_started : callable or None
+        Burst mode with ``foreign_upstream``: ``() -> names`` of the stages another process of the campaign has run
+        since this process started (:func:`geoagent.runtime.manifest.stages_run_since`); read at most once a
+        second. A foreign upstream stage with ready tasks that no process has taken up yet keeps the input from
+        being exhausted (fixstages43: a downstream process started before its upstream one waits for it instead of
+        ending at once): taken up once ``stages_started`` or ``stages_elsewhere`` names it, or a task of its input
+        has been seen leased, or its input's done or dead count has grown since this runner started (the
+        evidence of a process on another machine, Redis). None: the rule is off, ready tasks of a stage no live
+        process runs never keep it waiting.
+    start_wait_s : float
+        The most seconds the input stays not exhausted for a stage no process has taken up (``stages_started``),
+        counted from the first time it was found so; after that such a stage counts as taken up (the runner ends as
+        it did before fixstages43, its work left for a process that runs that stage). Default ``math.inf``; the
+        engine passes ``GEOAGENT_UPSTREAM_WAIT_S`` (:func:`geoagent.runtime.daemon.upstream_wait_s`).
     poll_s : float
         Sleep between empty leases, seconds.
     commit_every : int
@@ -829,6 +847,8 @@ class StageRunner:
         upstream_done: anyio.Event | None = None,
         foreign_upstream: Sequence[tuple[str, WorkQueue]] = (),
         stages_elsewhere: Callable[[], Collection[str]] | None = None,
+        stages_started: Callable[[], Collection[str]] | None = None,
+        start_wait_s: float = math.inf,
         poll_s: float = 0.05,
         commit_every: int = 64,
         commit_interval_s: float = 0.05,
@@ -880,8 +900,17 @@ class StageRunner:
         self.foreign_upstream = tuple(foreign_upstream)
         self._stages_elsewhere = stages_elsewhere
         self._elsewhere_cache: tuple[float, Collection[str]] | None = None
+        self._stages_started = stages_started
+        self._started_cache: tuple[float, Collection[str]] | None = None
+        #: fixstages43: foreign upstream stages seen taken up by another process (once seen, for good), and each
+        #: one's input's done + dead count when this runner started (growth: a process elsewhere at work on it)
+        self._taken_up: set[str] = set()
+        self._upstream_base: dict[str, int] = {}
+        self.start_wait_s = float(start_wait_s)
+        self._start_wait_began: float | None = None  # monotonic s: first found waiting for a stage to be taken up
         self._waiting_since: float | None = None  # since when its input is drained while a foreign upstream works
         self._wait_said = False
+        self._start_wait_said = False  # the line for an upstream stage no process has taken up yet (fixstages43)
         self.poll_s = poll_s
         self.commit_every = commit_every
         self.commit_interval_s = commit_interval_s
@@ -969,6 +998,7 @@ class StageRunner:
             mode(watch=not self.burst, probe_after_s=self.probe_after_s, probe_max_s=self.probe_max_s)
         await self.stage.start(self.ctx)
         self.task_timeout_s = self._task_ceiling()
+        await self._note_upstream_base()
         self._note_pace()
         batched = bool(getattr(self.stage, "batched", False))
         # sized after start(): a stage may set its concurrency from the config there
@@ -1532,8 +1562,14 @@ class StageRunner:
         busy_upstream = None
         for name, q in self.foreign_upstream:  # another process at work upstream: its output is on the way here
             c = await q.counts()
+            taken = self._upstream_taken_up(name, c)
             if c.leased or (c.ready and name in self._elsewhere()):
-                busy_upstream = (name, q.name)
+                busy_upstream = (name, q.name, 0)
+                break
+            if c.ready and not taken:
+                # fixstages43: its work is queued and no process has taken it up since this one started (the
+                # upstream process not started yet, e.g. started second by a scheduler): wait for one to start
+                busy_upstream = (name, q.name, c.ready)
                 break
         counts = await self.inq.counts()
         # held tasks stay leased by this runner until it ends (module docstring: held tasks); a runner that holds
@@ -1546,14 +1582,61 @@ class StageRunner:
         self._say_waiting(*busy_upstream)
         return False
 
-    def _say_waiting(self, stage: str, edge: str) -> None:  # edge: the input of ``stage``
-        """Once per runner, when its input has stayed drained for :data:`WAIT_SAID_AFTER_S` s on end while a stage
-        upstream that another process runs still works: a warning line saying it waits (with ``--no-live`` nothing
-        else shows that the process is alive and why it goes on)."""
+    async def _note_upstream_base(self) -> None:
+        """Record each foreign upstream input's done + dead count at the runner's start (fixstages43,
+        :meth:`_upstream_taken_up`); only where the rule is on (``stages_started``, burst mode)."""
+        if self._stages_started is None or not self.burst:
+            return
+        for name, q in self.foreign_upstream:
+            c = await q.counts()
+            self._upstream_base[name] = c.done + c.dead
+
+    def _upstream_taken_up(self, name: str, c: Any) -> bool:
+        """Whether foreign upstream stage ``name`` (its input's counts ``c``) has been taken up by another process
+        since this runner started (``stages_started`` in the class docstring); True where the rule is off. Once
+        true it stays true: a stage taken up and then ended (its host down, the budget spent) leaves its work for a
+        later run, as before, rather than keeping this process waiting for a process that already ran it."""
+        if self._stages_started is None or name in self._taken_up:
+            return True
+        base = self._upstream_base.setdefault(name, c.done + c.dead)
+        if (c.leased or c.done + c.dead > base or name in self._elsewhere()
+                or name in self._cached_names("_started_cache", self._stages_started)):
+            self._taken_up.add(name)
+            return True
+        if not c.ready:
+            return False  # nothing of it to wait for (the caller looks no further): the bound's clock waits too
+        now = time.monotonic()
+        if self._start_wait_began is None:
+            self._start_wait_began = now
+        if now - self._start_wait_began >= self.start_wait_s:  # GEOAGENT_UPSTREAM_WAIT_S: waited long enough
+            if self.start_wait_s > 0:
+                log.warning("stage %s: no process took up stage %s within %g s (%s): this process ends when its "
+                            "own work is done, that stage's work left for a process that runs it", self.stage.name,
+                            name, self.start_wait_s, "GEOAGENT_UPSTREAM_WAIT_S")
+            self._taken_up.add(name)
+            return True
+        return False
+
+    def _say_waiting(self, stage: str, edge: str, not_started: int = 0) -> None:  # edge: the input of ``stage``
+        """Once per runner and kind of wait, when its input has stayed drained for :data:`WAIT_SAID_AFTER_S` s on end
+        while a stage upstream that another process runs still works, or (``not_started``: its ready tasks) one that
+        no process has taken up yet (fixstages43): a warning line saying it waits (with ``--no-live`` nothing else
+        shows that the process is alive and why it goes on)."""
         now = time.monotonic()
         if self._waiting_since is None:
             self._waiting_since = now
-        if self._wait_said or now - self._waiting_since < WAIT_SAID_AFTER_S:
+        said = self._start_wait_said if not_started else self._wait_said
+        if said or now - self._waiting_since < WAIT_SAID_AFTER_S:
+            return
+        if not_started:
+            self._start_wait_said = True
+            src = getattr(self.ctx.services.get("config"), "source", None)  # the campaign's file, as given
+            config = src if isinstance(src, str) and src and not src.startswith("<") else "CONFIG"
+            log.warning("stage %s: its input is drained; waiting for a process that runs stage %s to start (%d tasks "
+                        "ready on its input, edge %s, and no process of the campaign has taken any since this one "
+                        "started): `run.py run %s --stages %s` (or `run.py run %s`, every stage) takes them; this "
+                        "process ends once that work has come through; Ctrl-C stops it, nothing is lost",
+                        self.stage.name, stage, not_started, edge, config, stage, config)
             return
         self._wait_said = True
         log.warning("stage %s: its input is drained; waiting for stage %s, which another process of the campaign "
@@ -1562,12 +1645,18 @@ class StageRunner:
 
     def _elsewhere(self) -> Collection[str]:
         """The stages other live processes of the campaign run (``stages_elsewhere``, cached for 1 s)."""
-        if self._stages_elsewhere is None:
+        return self._cached_names("_elsewhere_cache", self._stages_elsewhere)
+
+    def _cached_names(self, slot: str, read: Callable[[], Collection[str]] | None) -> Collection[str]:
+        """``read()``, read at most once a second (the cache in attribute ``slot``); () when ``read`` is None."""
+        if read is None:
             return ()
         now = time.monotonic()
-        if self._elsewhere_cache is None or now - self._elsewhere_cache[0] >= 1.0:
-            self._elsewhere_cache = (now, self._stages_elsewhere())
-        return self._elsewhere_cache[1]
+        cached = getattr(self, slot)
+        if cached is None or now - cached[0] >= 1.0:
+            cached = (now, read())
+            setattr(self, slot, cached)
+        return cached[1]
 
     async def _sleep_or_stop(self, seconds: float) -> None:
         with anyio.move_on_after(seconds):
