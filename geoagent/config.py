@@ -2866,6 +2866,9 @@ class Estimate:
     queued_earlier: int = 0
     #: queued tasks the plan no longer holds, which the run sets aside unsent (:func:`geoagent.engine.set_aside_unplanned`)
     superseded_earlier: int = 0
+    #: queued tasks whose stored payload cannot be read (a damaged queue file), which the run's lease dead-letters
+    #: unsent (review43d #1)
+    unreadable_earlier: int = 0
     #: set by the dry run: whether the call settings changed since the campaign's last recorded run
     #: (:func:`geoagent.runtime.manifest.config_changes`; True when that cannot be told): only then does the
     #: "planned earlier" line say which tasks the change reaches (queued and new ones) and which keep the old settings;
@@ -2913,6 +2916,7 @@ class Estimate:
             "dead_earlier": self.dead_earlier,
             "queued_earlier": self.queued_earlier,
             "superseded_earlier": self.superseded_earlier,
+            "unreadable_earlier": self.unreadable_earlier,
             "gone_usd": self.gone_usd,
             "gone_calls": self.gone_calls,
             "by_model": {k: vars_of(v) for k, v in self.by_model.items()},

@@ -3788,7 +3788,8 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
         warning[refusals_at:refusals_at] = refusal_lines(
             any(me.photos_no_file for me in est.by_model.values()),
             any(me.image_tokens_by_kind.get(IMAGE_KIND_PLACEHOLDER, [0])[0] for me in est.by_model.values()))
-        est.done_earlier, est.dead_earlier, est.queued_earlier, est.superseded_earlier = earlier
+        (est.done_earlier, est.dead_earlier, est.queued_earlier, est.superseded_earlier,
+         est.unreadable_earlier) = earlier
         est.config_changed = _calls_changed(written, cfg.state_dir())
         if est.config_changed is True and est.calls and not est.dead_earlier:
             # calls to make next to answers stored: judged per model when the change is one model's own
@@ -3899,13 +3900,15 @@ def gone_reservations(ledger: Any) -> tuple[float, int]:
 
 def run_would_handle(cfg: Any, kind: CampaignKind, messages: Sequence[Message],
                      done_by_model: dict[str, int] | None = None
-                     ) -> tuple[list[dict[str, Any]], tuple[int, int, int, int]]:
+                     ) -> tuple[list[dict[str, Any]], tuple[int, int, int, int, int]]:
     """The request payloads a real run of ``cfg`` would hand the model caller now, for the dry run, and
-    ``(done, dead, queued, set_aside)``: planned tasks an earlier run already finished, planned tasks it
+    ``(done, dead, queued, set_aside, unreadable)``: planned tasks an earlier run already finished, planned tasks it
     dead-lettered (neither is handled again; ``dead --requeue`` brings the dead back), tasks an earlier run
     queued that are still pending (also those it set aside as no longer planned that this plan holds again: the
-    run queues them again), and queued tasks this plan no longer holds, which the run sets aside unsent
-    (:func:`set_aside_unplanned`; held by nobody: one in flight in another process is counted as queued).
+    run queues them again), queued tasks this plan no longer holds, which the run sets aside unsent
+    (:func:`set_aside_unplanned`; held by nobody: one in flight in another process is counted as queued), and
+    queued tasks the run would hand out whose stored payload cannot be read (a damaged or hand-edited queue file,
+    :attr:`geoagent.runtime.sqlite_queue.QueuedPlan.unreadable`), which its lease dead-letters unsent (review43d #1).
 
     Enqueuing is idempotent by task key, so a task planned earlier keeps its queued payload whatever the
     config says now (a changed ``max_output_tokens`` or prompt does not reach it): the run handles the queue's
@@ -3918,24 +3921,29 @@ def run_would_handle(cfg: Any, kind: CampaignKind, messages: Sequence[Message],
 
     queued = read_planned(cfg.queues_root(), cfg.name, kind.plan_edge, (k for k, _ in messages))
     if queued is None:
-        return [p for _, p in messages], (0, 0, 0, 0)
+        return [p for _, p in messages], (0, 0, 0, 0, 0)
     done = sum(1 for st in queued.states.values() if st == "done")
     if done_by_model is not None:  # planned tasks done, per the model their payload names
         for k, p in messages:
             if queued.states.get(k) == "done" and isinstance(p.get("model"), str):
                 done_by_model[p["model"]] = done_by_model.get(p["model"], 0) + 1
-    dead = sum(1 for st in queued.states.values() if st == "dead") - len(queued.superseded)
+    # a superseded task whose payload cannot be read is requeued by the run like the others (then dead-lettered)
+    bad_aside = [k for k in queued.unreadable if queued.states.get(k) == "dead"]
+    dead = sum(1 for st in queued.states.values() if st == "dead") - len(queued.superseded) - len(bad_aside)
     new = [p for k, p in messages if k not in queued.states]
     planned = {k for k, _ in messages}
-    aside = [k for k, _ in queued.pending if k in queued.idle and k not in planned]
+    bad_pending = [k for k in queued.unreadable if queued.states.get(k) != "dead"]
+    # an idle unplanned task is set aside by key, unread; any other unreadable one is leased and dead-lettered
+    aside = [k for k in [*(k for k, _ in queued.pending), *bad_pending] if k in queued.idle and k not in planned]
     kept = [(k, p) for k, p in queued.pending if k in planned or k not in queued.idle]
+    bad = [k for k in bad_pending if k in planned or k not in queued.idle]
     if not plans_whole_edge(cfg, kind, [], None, False):  # a kind whose plan edge is never trimmed
-        aside, kept = [], list(queued.pending)
+        aside, kept, bad = [], list(queued.pending), bad_pending
     kept += list(queued.superseded.items())  # set aside earlier, planned again: queued again
     names = {m.name for m in cfg.models}
     # a queued task of a model no longer in the config is dead-lettered by the run, not called
     pending = [p for _, p in kept if not isinstance(p.get("model"), str) or p["model"] in names]
-    return pending + new, (done, dead, len(pending), len(aside))
+    return pending + new, (done, dead, len(pending), len(aside), len(bad) + len(bad_aside))
 
 
 def estimate_lines(est: Any, cfg: Any) -> list[str]:
@@ -4014,6 +4022,16 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
     if getattr(est, "superseded_earlier", 0):
         earlier.append(f"{est.superseded_earlier} queued by an earlier run that this plan no longer holds will be "
                        "set aside unsent (superseded; `run.py dead CONFIG --requeue` would bring them back)")
+    if getattr(est, "unreadable_earlier", 0):
+        from geoagent.runtime.queue import UNREADABLE_PAYLOAD
+        from geoagent.runtime.sqlite_queue import queue_path
+
+        # review43d #1: the dry run raised "error: unexpected end of data ..." on such a row, naming no file or key
+        where = queue_path(cfg.queues_root(), cfg.name, C.EDGE_REQUESTS)
+        earlier.append(f"{est.unreadable_earlier} queued by an earlier run have a stored payload that cannot be read "
+                       f"as a JSON object (a damaged or hand-edited queue file {where}): the run dead-letters each "
+                       f"unsent when it meets it (`run.py dead CONFIG` lists them, reason '{UNREADABLE_PAYLOAD} ...'; "
+                       "restore the file from a copy to run them)")
     if earlier:
         # the note on config changes only when the call settings changed since the last run (or cannot be told);
         # what it says is what the run does (geoagent.runtime.drift: queued tasks are sent with the new settings)

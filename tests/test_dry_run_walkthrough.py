@@ -137,7 +137,7 @@ def test_dry_run_counts_queued_tasks_as_queued_and_new_keys_at_the_new_settings(
     from geoagent.campaigns.generic import GenericCampaign
 
     payloads, earlier = run_would_handle(cfg, GenericCampaign(), list(GenericCampaign._messages(cfg)))
-    assert earlier == (4, 0, 1, 0)
+    assert earlier == (4, 0, 1, 0, 0)
     est = estimate(cfg, payloads)
     # output tokens reserved: the queued task keeps its own cap (50), the new one takes the new 300
     assert est.by_model["sim"].worst_output_tokens == 50 + 300

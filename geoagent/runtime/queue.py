@@ -102,18 +102,33 @@ def unreadable_payload_reason(where: str, key: str, exc: BaseException) -> str:
     """The dead-letter reason of task ``key`` whose payload ``where`` (the queue file, or the Redis key, that holds
     it) cannot be read (``exc``: the decoder's error), as both backends word it; starts with
     :data:`UNREADABLE_PAYLOAD`. Names the place first, so ``status``'s clipped line still shows it."""
-    return (f"{UNREADABLE_PAYLOAD} task {key!r} in {where}: its stored payload is not JSON ({exc}; a damaged or "
-            "hand-edited queue?), so it cannot run: dead-lettered when leased, the rest of its batch went on")
+    return (f"{UNREADABLE_PAYLOAD} task {key!r} in {where}: its stored payload is not a JSON object ({exc}; a damaged "
+            "or hand-edited queue?), so it cannot run: dead-lettered when leased, the rest of its batch went on")
 
 
-def decode_payload(blob: bytes | str) -> tuple[Any, BaseException | None]:
-    """``(payload, None)`` for a stored payload ``blob`` read as JSON (orjson), or ``(None, error)`` when it cannot be
-    read (not JSON, not UTF-8, or not text at all: a hand-edited row), for the backends' leases and dead-letter
-    lists."""
+#: JSON's names of the values orjson reads (for :class:`PayloadNotObject`'s text)
+_JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
+
+
+class PayloadNotObject(ValueError):
+    """A stored payload that is JSON but not a JSON object (``[1, 2]``, ``null``, a text, a number): ``put`` stores
+    only dicts, so it was edited by hand, and a stage reading fields of it would fail (review43d #2)."""
+
+
+def decode_payload(blob: bytes | str) -> tuple[dict[str, Any] | None, BaseException | None]:
+    """``(payload, None)`` for a stored payload ``blob`` read as a JSON object (orjson), or ``(None, error)`` when it
+    cannot be read so: not JSON, not UTF-8, not text at all, or JSON but not an object (:class:`PayloadNotObject`;
+    ``put`` stores only dicts, so each is a damaged or hand-edited row). Every reader of stored queue payloads goes
+    through it: the backends' leases and dead-letter lists, and the read-only looks (``read_planned``,
+    ``read_payloads``, ``ready_payloads``; review43d #1: a bare ``orjson.loads`` there raised on such a row)."""
     try:
-        return orjson.loads(blob), None
+        payload = orjson.loads(blob)
     except (orjson.JSONDecodeError, TypeError) as exc:
         return None, exc
+    if not isinstance(payload, dict):
+        # before, a list or null was handed out and the stage failed on it max_attempts times (review43d #2)
+        return None, PayloadNotObject(f"a JSON {_JSON_KINDS.get(type(payload), 'value')}, not an object")
+    return payload, None
 
 
 def payload_or_empty(blob: bytes | str) -> Any:

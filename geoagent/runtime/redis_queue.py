@@ -1288,11 +1288,8 @@ class RedisStreamsQueue(WorkQueue):
         out: list[dict[str, Any]] = []
         for i in range(0, len(keys), self.put_chunk):
             for blob in await self._client.hmget(self.prefix + "payload", keys[i:i + self.put_chunk]):
-                try:
-                    payload = orjson.loads(blob) if blob is not None else None
-                except orjson.JSONDecodeError:
-                    continue
-                if isinstance(payload, dict):
+                payload, exc = decode_payload(blob)  # None (no payload stored) reads as unreadable too
+                if exc is None:
                     out.append(payload)
         return out
 

@@ -439,11 +439,8 @@ def _fill_lanes_in_python(conn: sqlite3.Connection, where: str) -> None:
 def _lane_of_blob(payload: Any) -> str | None:
     """The lane of a stored payload (orjson bytes): its ``model`` when a text, else None (also for a payload that is
     not a JSON object)."""
-    try:
-        value = orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        return None
-    model = value.get(LANE_FIELD) if isinstance(value, dict) else None
+    value, exc = decode_payload(payload)  # also a row not text at all (TypeError, review43d #1)
+    model = value.get(LANE_FIELD) if exc is None else None
     return model if isinstance(model, str) else None
 
 
@@ -1402,11 +1399,8 @@ class SQLiteQueue(WorkQueue):
             return None
         out = []
         for blob in raw:
-            try:
-                payload = orjson.loads(blob)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(payload, dict):
+            payload, exc = decode_payload(blob)  # also not text at all (a hand-edited integer: TypeError, review43d #1)
+            if exc is None:
                 out.append(payload)
         return out
 
@@ -1627,10 +1621,8 @@ class SQLiteQueue(WorkQueue):
         def in_python(rows: Iterable[tuple[bytes, int, int]]) -> dict[str | None, tuple[int, int]]:
             out: dict[str | None, tuple[int, int]] = {}
             for payload, is_done, is_unfinished in rows:
-                try:
-                    m = orjson.loads(payload).get("model")
-                except (orjson.JSONDecodeError, AttributeError):
-                    m = None
+                value, exc = decode_payload(payload)  # also a row not text at all (TypeError, review43d #1)
+                m = value.get("model") if exc is None else None
                 m = m if isinstance(m, str) else None
                 d, u = out.get(m, (0, 0))
                 out[m] = (d + int(is_done), u + int(is_unfinished))
@@ -1862,12 +1854,18 @@ class QueuedPlan:
     superseded : dict of str to dict
         Of the asked keys, those dead with a ``superseded:`` reason (set aside by an earlier run), with their
         payloads: a run whose plan holds them queues them again.
+    unreadable : tuple of str
+        Keys of the tasks above (pending, or superseded and asked) whose stored payload cannot be read as a JSON
+        object (:func:`geoagent.runtime.queue.decode_payload`: a damaged or hand-edited queue file), in insertion
+        order; they are left out of ``pending`` and ``superseded`` (an idle one stays in ``idle``): a run's lease
+        dead-letters each it meets, unsent (review43d #1: reading them raised out of the dry run).
     """
 
     states: dict[str, str]
     pending: list[tuple[str, dict[str, Any]]]
     idle: frozenset[str] = frozenset()
     superseded: dict[str, dict[str, Any]] = field(default_factory=dict)
+    unreadable: tuple[str, ...] = ()
 
 
 def read_planned(root: str | os.PathLike[str], campaign: str, edge: str, keys: Iterable[str], *,
@@ -1906,8 +1904,17 @@ def read_planned(root: str | os.PathLike[str], campaign: str, edge: str, keys: I
     if got is _MISSING:
         return None
     states, pending, aside = got
-    return QueuedPlan(states, [(k, orjson.loads(blob)) for k, blob, _ in pending],
-                      frozenset(k for k, _, idle in pending if idle), {k: orjson.loads(b) for k, b in aside})
+    readable: dict[str, list[tuple[str, dict[str, Any]]]] = {"pending": [], "aside": []}
+    unreadable: list[str] = []
+    for part, rows in (("pending", [(k, blob) for k, blob, _ in pending]), ("aside", aside)):
+        for k, blob in rows:
+            payload, exc = decode_payload(blob)
+            if exc is None:
+                readable[part].append((k, payload))
+            else:  # a damaged row: the run's lease dead-letters it (review43d #1: this raised, naming nothing)
+                unreadable.append(k)
+    return QueuedPlan(states, readable["pending"], frozenset(k for k, _, idle in pending if idle),
+                      dict(readable["aside"]), tuple(unreadable))
 
 
 def count_done(root: str | os.PathLike[str], campaign: str, edge: str, entries: Iterable[tuple[str, str]], *,
@@ -1985,7 +1992,9 @@ def read_payloads(root: str | os.PathLike[str], campaign: str, edge: str, keys: 
 
     A put of a key the queue holds is a no-op, so this is the request a task planned again is still asked (or
     was answered) with, whatever the new plan says (:func:`geoagent.image_files.photos_after_placeholders`).
-    Memory: the kept payloads plus one chunk (a look for the few placeholder payloads among 1,000,000 planned
+    A key whose stored payload cannot be read as a JSON object (:func:`geoagent.runtime.queue.decode_payload`: a
+    damaged or hand-edited queue file; a lease dead-letters such a task) is left out, as if not queued (review43d
+    #1: it raised JSONDecodeError out of every later GeoVerify or GeoHint run with photos). Memory: the kept payloads plus one chunk (a look for the few placeholder payloads among 1,000,000 planned
     tasks holds those few, not every payload).
 
     Raises
@@ -2003,8 +2012,8 @@ def read_payloads(root: str | os.PathLike[str], campaign: str, edge: str, keys: 
                 return out
             rows = conn.execute(f"SELECT key, payload FROM tasks WHERE key IN ({','.join('?' * len(part))})", part)
             for k, blob in rows:
-                payload = orjson.loads(blob)
-                if keep is None or keep(payload):
+                payload, exc = decode_payload(blob)
+                if exc is None and (keep is None or keep(payload)):
                     out[k] = payload
 
     got = _read_only(root, campaign, edge, tx)
