@@ -10,7 +10,9 @@ digits from ``python -m geoagent.geohint.judged`` (file order). After: those sum
 
 from __future__ import annotations
 
+import copy
 import math
+import pickle
 import random
 from fractions import Fraction
 
@@ -143,3 +145,50 @@ def test_cluster_fit_is_identical_whatever_the_order_of_rows_and_clusters():
     sites = sorted({s for s, _, _ in rows}, reverse=True)
     c = merged.fit(sites)
     assert np.array_equal(a.params, c.params) and np.array_equal(a.bse, c.bse)
+
+
+def test_exact_sum_takes_numpy_scalars_as_the_numbers_they_are():
+    """review43d #3: ``np.float32('inf')`` raised OverflowError (the finiteness test asked ``isinstance(x, float)``);
+    now any non-finite number is summed apart as a float's is, and numpy's finite scalars exactly."""
+    for bad in (np.float32("inf"), np.float16("-inf"), np.longdouble("inf")):
+        s, f = ExactSum(1.0), ExactSum(1.0)
+        s.add(bad)
+        f.add(float(bad))
+        assert float(s) == float(f) and math.isinf(float(s))
+        p = ExactSum()
+        p.add_product(bad, 2.0)
+        assert float(p) == float(bad) * 2.0
+    s = ExactSum()
+    s.add(np.float32("nan"))
+    assert math.isnan(float(s))
+    s = ExactSum()
+    s.add(np.float32(0.1))  # exactly the float32 value, not 0.1
+    s.add(np.int64(2**62 + 1))  # exactly, not through a float (which would drop the 1)
+    assert s == ExactSum(float(np.float32(0.1))) + (2**62 + 1)
+    assert (s - 2**62).num != 0 and float(s - 2**62) == 1.0 + float(np.float32(0.1))
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_exact_sum_and_cluster_stats_pickle_compare_and_print(protocol):
+    """review43d #3: both hold their state in slots, which protocols 0 and 1 could not pickle ("a class that defines
+    __slots__ without defining __getstate__"); ClusterStats, a dataclass before, had lost __eq__ and __repr__."""
+    s = ExactSum(1e16)
+    s.add(1.0)
+    s.add(1e-300)
+    back = pickle.loads(pickle.dumps(s, protocol))
+    assert back == s and (back.num, back.exp, back.special) == (s.num, s.exp, s.special)
+    inf = ExactSum(math.inf)
+    assert float(pickle.loads(pickle.dumps(inf, protocol))) == math.inf
+
+    o = ClusterOLS(k=2)
+    for i in range(5):
+        o.add_row("site", (1.0, 0.5 + i), 0.1 * i)
+    st = o.clusters["site"]
+    back = pickle.loads(pickle.dumps(st, protocol))
+    assert back == st and back is not st and back.n == 5 and back.ref == st.ref
+    assert np.array_equal(back.xtx, st.xtx) and np.array_equal(back.xty, st.xty) and back.yty == st.yty
+    assert copy.deepcopy(st) == st == st.copy()
+    more = st.copy()
+    more.add_row([1.0, 2.0], 0.3)
+    assert more != st
+    assert repr(st).startswith("ClusterStats(xtx=array([[") and f"n=5, ref={st.ref!r})" in repr(st)

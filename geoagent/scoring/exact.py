@@ -12,31 +12,50 @@ is the rounded exact sum, the same whichever order the terms came in, and at lea
 summation. A term costs a few integer operations on ints of about (the terms' range in bits + 106) bits.
 
 Non-finite terms (an overflowed value from elsewhere) are not held exactly: they are summed as floats apart, and
-the value read is theirs (``inf``, ``-inf`` or ``nan``) as a float sum would give it.
+the value read is theirs (``inf``, ``-inf`` or ``nan``) as a float sum would give it. A numpy scalar is taken as the
+number it is (``np.float32`` exactly, ``np.int64`` as an int), its non-finite values as a float's (review43d #3).
+
+An :class:`ExactSum` pickles (every protocol) and copies with :mod:`copy`.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 
 __all__ = ["ExactSum", "exact_parts"]
 
 
 def exact_parts(x: "ExactSum | float | int") -> tuple[int, int]:
-    """``(m, e)`` with ``x == m * 2**e`` exactly, for a finite float, an int or a finite :class:`ExactSum`."""
+    """``(m, e)`` with ``x == m * 2**e`` exactly, for a finite float, an int or a finite :class:`ExactSum` (also a
+    numpy scalar: ``float()`` of a numpy float is exact, an integral one is read as an int).
+
+    Raises
+    ------
+    ValueError, OverflowError
+        ``x`` is ``nan`` or infinite (as :meth:`float.as_integer_ratio`).
+    """
+    if isinstance(x, float):  # the common case first (np.float64 is a float)
+        m, d = x.as_integer_ratio()  # d is a power of two
+        return m, 1 - d.bit_length()
     if isinstance(x, ExactSum):
         return x.num, x.exp
-    if isinstance(x, int):
+    if isinstance(x, numbers.Integral):  # int, bool, numpy's integers: exactly, not through a float
         return int(x), 0
-    m, d = float(x).as_integer_ratio()  # d is a power of two
+    m, d = float(x).as_integer_ratio()
     return m, 1 - d.bit_length()
 
 
 def _special(x: "ExactSum | float | int") -> bool:
-    """Whether ``x`` is (or holds) a non-finite value."""
+    """Whether ``x`` is (or holds) a non-finite value: any number ``float()`` reads as one, not only a Python float
+    (review43d #3: ``np.float32('inf')`` went on to :func:`exact_parts`, which raised OverflowError)."""
+    if isinstance(x, float):  # the common case first
+        return not math.isfinite(x)
     if isinstance(x, ExactSum):
         return bool(x.special)
-    return isinstance(x, float) and not math.isfinite(x)
+    if isinstance(x, numbers.Integral):
+        return False
+    return not math.isfinite(float(x))
 
 
 class ExactSum:
@@ -77,9 +96,9 @@ class ExactSum:
             self.exp = e
 
     def add(self, x: float | int) -> None:
-        """Add ``x`` (a float or an int) exactly."""
-        if isinstance(x, float) and not math.isfinite(x):
-            self.special += x
+        """Add ``x`` (a float or an int, or a numpy scalar) exactly; a non-finite one is summed apart, as a float."""
+        if _special(x):
+            self.special += float(x)
             return
         self.add_parts(*exact_parts(x))
 
@@ -102,6 +121,13 @@ class ExactSum:
     def of(x: "ExactSum | float | int") -> "ExactSum":
         """``x`` itself when it is an :class:`ExactSum`, else a new one holding ``x``."""
         return x if isinstance(x, ExactSum) else ExactSum(x)
+
+    # --- pickling: slots need these for protocols 0 and 1 (review43d #3) -------------------------
+    def __getstate__(self) -> tuple[int, int, float]:
+        return self.num, self.exp, self.special
+
+    def __setstate__(self, state: tuple[int, int, float]) -> None:
+        self.num, self.exp, self.special = state
 
     def copy(self) -> "ExactSum":
         out = ExactSum()

@@ -114,6 +114,27 @@ class ClusterStats:
         """``|y - ref|^2``, rounded from the exact sum."""
         return float(self.syy)
 
+    # --- what the dataclass it was gave (review43d #3): pickling by every protocol, equality, a readable repr ------
+    def __getstate__(self) -> tuple[list[list[ExactSum]], list[ExactSum], ExactSum, int, float]:
+        return self.sxx, self.sxy, self.syy, self.n, self.ref
+
+    def __setstate__(self, state: tuple[list[list[ExactSum]], list[ExactSum], ExactSum, int, float]) -> None:
+        self.sxx, self.sxy, self.syy, self.n, self.ref = state
+
+    def __eq__(self, other: object) -> bool:
+        """The same exact sums, row count and reference (statistics of the same rows summed about another reference
+        are not equal, as the dataclass's fields were not)."""
+        if not isinstance(other, ClusterStats):
+            return NotImplemented
+        return (self.n == other.n and self.ref == other.ref and self.syy == other.syy and self.sxy == other.sxy
+                and self.sxx == other.sxx)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        return (f"ClusterStats(xtx={self.xtx!r}, xty={self.xty!r}, yty={self.yty!r}, n={self.n!r}, "
+                f"ref={self.ref!r})")
+
     def copy(self) -> "ClusterStats":
         out = ClusterStats.__new__(ClusterStats)
         out.sxx = [[v.copy() for v in row] for row in self.sxx]
