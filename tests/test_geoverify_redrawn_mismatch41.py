@@ -178,13 +178,17 @@ def test_a_tolerance_at_the_nearest_decoy_bands_upper_edge_is_refused_at_load():
     assert cfg(299.0).section("geoverify").tau_m == 299.0
 
 
-def test_a_tolerance_that_is_no_whole_number_of_metres_is_refused_at_load():
+def test_a_tolerance_that_is_no_whole_number_of_metres_is_refused_where_a_run_plans(tmp_path, monkeypatch, capsys):
     """review43c #7: the claim names tau in whole metres, so tau_m = 149.6 asked "150 metres" while truth and bands
-    were labelled at 149.6 m (a candidate at 149.8 m was a decoy of a claim that is true for it). Refused at load,
-    naming the key; a whole number written as a float loads."""
+    were labelled at 149.6 m (a candidate at 149.8 m was a decoy of a claim that is true for it). Refused where a run
+    plans, naming the key and the value once; not at load (fixguard43 #2: status, export and dead of a campaign
+    stored at such a tau, allowed before session 43, failed to load its config). A whole number written as a float
+    is taken."""
     import pytest
 
     from geoagent.config import ConfigError, config_from_dict
+    from geoagent.engine import load_kind
+    from geoagent.geoverify.plan import plan_campaign
 
     def cfg(tau_m: float):
         return config_from_dict({
@@ -192,7 +196,30 @@ def test_a_tolerance_that_is_no_whole_number_of_metres_is_refused_at_load():
             "models": [{"name": "sim", "provider": "simulated", "model": "sim-1"}],
             "geoverify": {"tau_m": tau_m}})
 
-    with pytest.raises(ConfigError, match=r"geoverify\.tau_m: expected a whole number of metres .*not 149\.6"):
-        cfg(149.6)
+    wording = (r"geoverify\.tau_m: expected a whole number of metres \(the claim the model reads names tau in whole "
+               r"metres\), got 149\.6$")
+    loaded = cfg(149.6)  # loads
+    assert loaded.section("geoverify").tau_m == 149.6
+    with pytest.raises(ConfigError, match=wording):
+        plan_campaign(loaded)
+    with pytest.raises(ConfigError, match=wording):  # the run's check before anything is made
+        load_kind("geoverify").check_config_change(loaded)
     assert cfg(200.0).section("geoverify").tau_m == 200.0
     assert cfg(120).section("geoverify").tau_m == 120
+
+    # through the CLI: `run` and its dry run refuse (exit 2), status, export and dead load the config
+    monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
+    path = tmp_path / "gv-tau.toml"
+    path.write_text('[campaign]\nname = "gv-tau"\nkind = "geoverify"\nseed = 1\n[budget]\ncap_usd = 1.0\n'
+                    '[[models]]\nname = "sim"\nprovider = "simulated"\nmodel = "sim-1"\n[geoverify]\ntau_m = 149.6\n',
+                    encoding="utf-8")
+    for extra in ([], ["--simulate"]):
+        assert main(["run", str(path), "--no-live", *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"config error: {path}: geoverify.tau_m: expected a whole number of metres"), err
+        assert err.count("149.6") == 1, err
+    assert not (tmp_path / "state" / "gv-tau").exists()
+    for cmd in (["status", str(path)], ["export", str(path), "--out", str(tmp_path / "exp")], ["dead", str(path)]):
+        main(cmd)
+        assert "config error" not in capsys.readouterr().err, cmd

@@ -294,9 +294,13 @@ class GeoVerifyCampaign(CampaignKind):
     def check_config_change(self, cfg: Any) -> None:
         """:meth:`CampaignKind.check_config_change`: another ``[geoverify] tau_m`` than the campaign's earlier runs'
         while it holds answers or tasks made at that one is refused (:func:`geoagent.geoverify.tau_guard.
-        check_tau_unchanged`; fixtaurefuse43)."""
+        check_tau_unchanged`; fixtaurefuse43), and so is a ``tau_m`` that is no whole number of metres
+        (:func:`geoagent.geoverify.settings.check_whole_metres`: checked where a run plans, not at load, so ``status``
+        and ``export`` read a campaign stored at one; fixguard43 #2)."""
+        from geoagent.geoverify.settings import check_whole_metres
         from geoagent.geoverify.tau_guard import check_tau_unchanged
 
+        check_whole_metres(cfg)
         check_tau_unchanged(cfg)
 
     def plan_refusals(self, cfg: Any) -> list[str]:

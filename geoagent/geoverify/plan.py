@@ -396,9 +396,13 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
         two that ask identical requests (:func:`check_twin_models`).
     geoagent.geoverify.prompt.TemplateError
         The configured prompt template is missing or lacks ``{candidate}``.
+    geoagent.config.ConfigError
+        ``tau_m`` is no whole number of metres (:func:`geoagent.geoverify.settings.check_whole_metres`).
     """
     from geoagent.config import is_sampled
+    from geoagent.geoverify.settings import check_whole_metres
 
+    check_whole_metres(cfg)  # fixguard43 #2: here, not at load, so status and export read such a campaign
     s = settings_of(cfg)
     if release is None:
         release = import_release(s.release_dir or cfg.release_dir(),

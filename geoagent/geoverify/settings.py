@@ -26,7 +26,7 @@ Bootstrap intervals resample sites (seed 000 Sec. 6: the site is the unit of res
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -71,16 +71,36 @@ class GeoVerifySettings(BaseModel):
                 f"a tolerance below {upper_m:g} (metres; the paper's is 150): at or past the upper edge of the nearest "
                 f"decoy band ({C.GEOVERIFY_DECOY_BANDS_KM[0][0]:g}-{C.GEOVERIFY_DECOY_BANDS_KM[0][1]:g} km, Sec. 5.2) "
                 "every candidate of that band is signal, so it would hold no decoy trial")
-        if v != round(v):
-            # review43c #7: the claim names tau in whole metres (geoagent.geoverify.prompt.render_claim), so 149.6 asked
-            # "150 metres" while truth and bands were labelled at 149.6 m (a candidate at 149.8 m a decoy of a true claim)
-            raise ValueError(f"a whole number of metres (the claim the model reads names tau in whole metres), not {v:g}")
         return v
 
     @field_validator("release_dir", "prompt_template", "image_root")
     @classmethod
     def _home(cls, v: str | None) -> str | None:
         return expand_home(v)  # a leading "~" is the home folder, as in [paths]
+
+
+def check_whole_metres(cfg: Any) -> None:
+    """Refuse to plan a GeoVerify run of ``cfg`` whose ``[geoverify] tau_m`` is no whole number of metres.
+
+    review43c #7: the claim names tau in whole metres (:func:`geoagent.geoverify.prompt.render_claim`), so 149.6 asked
+    "150 metres" while truth and bands were labelled at 149.6 m (a candidate at 149.8 m a decoy of a true claim).
+    Checked where a run plans (:func:`geoagent.geoverify.plan.plan_campaign`, and before anything is created by
+    :meth:`geoagent.geoverify.campaign.GeoVerifyKind.check_config_change`), not at load (fixguard43 #2): ``status``,
+    ``export`` and ``dead`` still read a campaign stored at such a tau (allowed before session 43).
+
+    Raises
+    ------
+    geoagent.config.ConfigError
+        Naming the config file, the key and the value (the CLI exits 2).
+    """
+    from geoagent.config import ConfigError
+
+    sec = cfg.section("geoverify") if hasattr(cfg, "section") else None
+    v = getattr(sec, "tau_m", None)
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and v != round(v):
+        raise ConfigError(str(getattr(cfg, "source", None) or cfg.name), [
+            f"geoverify.tau_m: expected a whole number of metres (the claim the model reads names tau in whole "
+            f"metres), got {v:g}"])
 
 
 def _register() -> None:
