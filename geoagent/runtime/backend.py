@@ -861,6 +861,41 @@ def redis_edges(cfg: Any, edges: Sequence[str]) -> list[str]:
         client.close()
 
 
+def some_payloads(cfg: Any, edge: str, limit: int) -> list[dict[str, Any]]:
+    """Up to ``limit`` payloads of campaign ``cfg``'s queue of ``edge``, in any state, read only (nothing is
+    created): SQLite, the first put first (:func:`geoagent.runtime.sqlite_queue.read_some_payloads`); Redis, in the
+    order ``HSCAN`` walks the queue's payload hash (https://redis.io/commands/hscan/: a few hundred keys a step, so
+    the server is not blocked). Empty without a queue. A payload that is not a JSON object is left out
+    (fixguard43 #1). Raises :class:`BackendError` like :func:`redis_url`, and a connection error with the URL
+    scrubbed."""
+    url = redis_url(cfg)
+    if url is None:
+        from geoagent.runtime.sqlite_queue import read_some_payloads
+
+        return read_some_payloads(cfg.queues_root(), cfg.name, edge, limit) or []
+    import orjson
+
+    from geoagent.runtime.redis_queue import key_prefix
+
+    client = _client(url)
+    out: list[dict[str, Any]] = []
+    try:
+        for _, blob in client.hscan_iter(key_prefix(cfg.name, edge) + "payload", count=min(max(int(limit), 1), 500)):
+            if len(out) >= limit:
+                break
+            try:
+                payload = orjson.loads(blob)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(payload, dict):
+                out.append(payload)
+    except Exception as exc:  # noqa: BLE001 - re-raised with the URL scrubbed
+        raise _scrubbed(exc, url) from None
+    finally:
+        client.close()
+    return out
+
+
 def plan_edge_reader(cfg: Any, edge: str) -> "SyncRedisQueue | None":
     """The synchronous reader of ``edge``'s queue that :func:`geoagent.runtime.scope.left_in_plan` and
     :func:`~geoagent.runtime.scope.answered_in_plan` count a ``[backend] kind = "redis"`` campaign's plan through

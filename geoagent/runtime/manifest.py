@@ -238,10 +238,12 @@ def read_manifest(state_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
         return None
     except orjson.JSONDecodeError as exc:
         raise ValueError(f"{path}: the campaign's manifest is not valid JSON ({exc}); restore it from a backup "
-                         "or move it aside (a new one is started, without the history of earlier runs)") from None
+                         "or move it aside (a new one is started, without the history of earlier runs and the "
+                         "settings they recorded, e.g. GeoVerify's tau_m, which the work made then keeps)") from None
     if not isinstance(data, dict) or not isinstance(data.get("runs", []), list):
         raise ValueError(f"{path}: the campaign's manifest is not a JSON object with a 'runs' list; restore it "
-                         "from a backup or move it aside (a new one is started, without the earlier runs)")
+                         "from a backup or move it aside (a new one is started, without the earlier runs and the "
+                         "settings they recorded, e.g. GeoVerify's tau_m, which the work made then keeps)")
     return data
 
 

@@ -2023,6 +2023,35 @@ def read_payloads(root: str | os.PathLike[str], campaign: str, edge: str, keys: 
 # ---------------------------------------------------------------------- helpers
 
 
+def read_some_payloads(root: str | os.PathLike[str], campaign: str, edge: str, limit: int
+                       ) -> list[dict[str, Any]] | None:
+    """Up to ``limit`` payloads of the queue of ``edge``, the first put first, in whatever state their task is now
+    (ready, leased, done or dead); read-only. A payload that is not a JSON object is left out. ``None`` when the
+    queue file does not exist (nothing is created). GeoVerify reads the tolerance its queued claims name from them
+    when the campaign's manifest records none (:func:`geoagent.geoverify.tau_guard.work_tau_m`, fixguard43 #1).
+
+    Raises
+    ------
+    ValueError
+        Unsafe ``campaign`` or ``edge``.
+    """
+    def tx(conn: sqlite3.Connection, now: float) -> list[bytes]:
+        return [b for (b,) in conn.execute("SELECT payload FROM tasks ORDER BY id LIMIT ?", (max(0, int(limit)),))]
+
+    got = _read_only(root, campaign, edge, tx)
+    if got is _MISSING:
+        return None
+    out = []
+    for blob in got:
+        try:
+            payload = orjson.loads(blob)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(payload, dict):
+            out.append(payload)
+    return out
+
+
 def _bump(conn: sqlite3.Connection, deltas: dict[int, int]) -> None:
     """Add per-state deltas to the ``counts`` table (inside the caller's transaction)."""
     changes = [(delta, state) for state, delta in deltas.items() if delta]
