@@ -164,6 +164,7 @@ def test_a_tolerance_at_the_nearest_decoy_bands_upper_edge_is_refused_at_load():
     and every report said its d' was undefined. Refused at load, naming the key; just below the edge loads."""
     import pytest
 
+    import geoagent.geoverify.settings  # noqa: F401 - registers [geoverify] (else, run alone, the table went unchecked)
     from geoagent.config import ConfigError, config_from_dict
 
     def cfg(tau_m: float):
