@@ -579,6 +579,9 @@ class Outcome:
         if self.status == "budget exhausted":
             if other_budget_fixes(self.budget_fixes):
                 return self._budget_fix()
+            if self.own_stages:  # fixstagesbudget43: a --stages process's own command makes no model call
+                return ("raise [budget] cap_usd, then run the stages the cap stopped (`run.py run CONFIG`, every stage) "
+                        "to finish")
             return "raise [budget] cap_usd, then re-run the same command to finish"
         if self.status == STATUS_AUTH:
             return "fix the API key variable the run's summary names, then re-run the same command to finish"
@@ -2403,6 +2406,10 @@ async def _run(
                 # fixstages43: a downstream process started before its upstream one waits for it to start
                 stages_started=functools.partial(stages_run_since, cfg.state_dir(), [s.name for s in all_stages],
                                                   started_unix) if only_stages else None,
+                # fixstagesbudget43: not a stage the cost cap stopped, its cap leaving no room (it would stop again)
+                upstream_stop=functools.partial(
+                    upstream_budget_stop, cfg.state_dir(), [s.name for s in all_stages], ledger,
+                    getattr(cfg, "source", None) or "CONFIG") if only_stages else None,
                 # a stage of this process that ended no longer keeps other processes waiting for its input (also
                 # of a whole-campaign run: a --watch run whose model caller stopped, every key refused, goes on)
                 stage_ended=functools.partial(manifest.record_stage_ended, run_id),
@@ -2437,11 +2444,27 @@ async def _run(
         # finished campaign (redis36 #1: "complete" with 0 of 60 done)
         check_server_holds(cfg, ran_here=True)
         campaign_drained = not any(c.ready or c.leased for c in counts.values())
+        # fixstagesbudget43: the work left waits only for stages the cost cap stopped (their cap leaving no room, no
+        # process at them): this process takes the campaign as far as its budget goes, so it ends as the capped
+        # run does ("budget exhausted") and writes the report over the answers stored, as that run would have
+        budget_stops: dict[str, str | None] = {}
+        if only_stages and not campaign_drained:
+            own_names = {s.name for s in stages}
+            for st in all_stages:
+                c = counts.get(st.input_edge)
+                if st.name not in own_names and c is not None and c.ready and not c.leased:
+                    budget_stops[st.name] = await upstream_budget_stop(
+                        cfg.state_dir(), [x.name for x in all_stages], ledger,
+                        getattr(cfg, "source", None) or "CONFIG", st.name)
+        stopped_inputs = {st.input_edge for st in all_stages if budget_stops.get(st.name)}
+        capped_drained = bool(stopped_inputs) and all(e in stopped_inputs for e, c in counts.items()
+                                                      if c.ready or c.leased)
         # a scale-out process (--stages) answers for its own stages' input edges while other processes still
         # work (their queued or leased work, and their dead letters, are theirs to report); the process that
         # finishes the campaign answers for every edge, so work dead-lettered by a process that ended earlier
         # still makes the campaign ``incomplete``
-        judged = set(counts) if not only_stages or campaign_drained else {s.input_edge for s in stages}
+        judged = (set(counts) if not only_stages or campaign_drained or capped_drained
+                  else {s.input_edge for s in stages})
         # a --stages process's stage that drained its input (docs/scale-out.md, "Scale-out on one machine") left
         # nothing there: what another process queued on that edge after it is theirs, not this process's failure
         # (its stage, ready there: waiting for a process to take them; tasks leased there are another's at work)
@@ -2497,7 +2520,7 @@ async def _run(
             status, code = "interrupted", EXIT_INTERRUPTED
         elif auth_lines:
             status, code = STATUS_AUTH, EXIT_AUTH
-        elif view.budget_stopped:
+        elif view.budget_stopped or capped_drained:
             status, code = "budget exhausted", EXIT_BUDGET
         elif hosts_down or nf_lines or cut_lines or any(c.dead - superseded.get(e, 0) or ((c.ready or c.leased) and e not in arrived_late)
                                for e, c in counts.items() if e in judged):
@@ -2535,7 +2558,7 @@ async def _run(
         # the report and the exports describe the whole campaign: a scale-out process writes them only
         # when the campaign as a whole is drained (the last process to finish), so a partial report from
         # a process that ended early never replaces the final one
-        if only_stages and not campaign_drained:
+        if only_stages and not campaign_drained and not capped_drained:
             outcome.extra_lines = [
                 f"  {n} task{'s' if n != 1 else ''} on {edge} queued by another process after stage {name} had "
                 f"finished here; run `--stages {','.join(s.name for s in stages)}` again (or with --watch) to take them"
@@ -2552,7 +2575,7 @@ async def _run(
                 every, [s.name for s in stages], counts,
                 elsewhere=stages_run_elsewhere(cfg.state_dir(), [s.name for s in every]),
                 others_alive=bool(others_alive()) if callable(others_alive) else None,
-                config=getattr(cfg, "source", None) or "CONFIG")
+                config=getattr(cfg, "source", None) or "CONFIG", budget_stops=budget_stops)
             return outcome
         # resume40 #1: the files below are rewritten one by one (each an interim one until this run's are written);
         # a kill or a forced exit among them must not leave `status` saying "campaign complete" over them: the mark
@@ -2589,6 +2612,13 @@ async def _run(
             params_mix = params_mix_json(mix)
         outcome.report_files = await kind.report(cfg, ctx, outcome)
         outcome.extra_lines = kind.summary_lines(cfg, ctx, outcome)
+        if capped_drained:  # fixstagesbudget43: what waits for which stage, the cap to raise and what takes it
+            from geoagent.runtime.manifest import stages_run_elsewhere
+
+            outcome.extra_lines += waiting_lines(
+                all_stages, [s.name for s in stages], counts,
+                elsewhere=stages_run_elsewhere(cfg.state_dir(), [s.name for s in all_stages]), others_alive=None,
+                config=getattr(cfg, "source", None) or "CONFIG", budget_stops=budget_stops)
         outcome.stop_signal = view.stop_signal if view.stopped_by_signal else None
         if view.stopped_by_signal and status != "interrupted" and not watch:
             outcome.extra_lines.append("  note: the stop signal came when every task had ended: it cut nothing short")
@@ -2976,8 +3006,41 @@ def stages_drained(all_stages: Sequence[Stage], own: Sequence[str], counts: dict
     return all(not (counts[e].ready or counts[e].leased) for e in edges if e in counts)
 
 
+async def upstream_budget_stop(state_dir: Any, all_stages: Sequence[str], ledger: Any, config: str,
+                               stage: str) -> str | None:
+    """Why no process can run stage ``stage`` on under the campaign's cost cap, or None (fixstagesbudget43).
+
+    A sentence when the last run that ran the stage ended ``budget exhausted``, stopped by the USD cap
+    (:func:`geoagent.runtime.manifest.last_budget_stop`), and ``ledger`` (this process's: it reserves against its
+    config's ``[budget] cap_usd``, the cap a process started now gets) leaves no more room than then: its cap is not
+    above the one that run stopped at, or the billed spend (settled + unknown outcome, USD) plus the largest call
+    that run's cap refused does not fit under it. That is the rule by which ``status`` says "raise [budget] cap_usd"
+    rather than "re-run" (:func:`geoagent.status.budget_resume_hint`). A cap raised enough: None, a process that
+    runs the stage goes on.
+
+    ``config``: the config path as given, for the command named. A ``--stages`` process does not wait for a stage
+    named so (:class:`geoagent.runtime.worker.StageRunner` ``upstream_stop``), and its closing lines say it
+    (:func:`waiting_lines` ``budget_stops``)."""
+    from geoagent.runtime.manifest import last_budget_stop
+
+    stop = last_budget_stop(state_dir, stage, all_stages)
+    if stop is None:
+        return None
+    s = await ledger.asummary()
+    billed, cap_now = s.spent_usd + s.unknown_usd, s.cap_usd
+    stopped_at, refused = stop["cap_usd"], stop["refused_usd"]
+    raised = stopped_at is not None and cap_now > stopped_at + 5e-10
+    if raised and (refused is None or billed + refused <= cap_now + 5e-10):
+        return None
+    call = f"; it refused a call of up to {usd(refused)}" if refused is not None else ""
+    return (f"the campaign's cost cap stopped it (run {stop['run_id']} ended budget exhausted; billed {usd(billed)} "
+            f"of the {usd(cap_now)} cap{call}): raise [budget] cap_usd in {config}, then `run.py run {config} "
+            f"--stages {stage}` (or `run.py run {config}`, every stage) takes its work")
+
+
 def waiting_lines(all_stages: Sequence[Stage], own: Sequence[str], counts: dict[str, QueueCounts], *,
-                  elsewhere: set[str], others_alive: bool | None, config: str) -> list[str]:
+                  elsewhere: set[str], others_alive: bool | None, config: str,
+                  budget_stops: dict[str, str | None] | None = None) -> list[str]:
     """The closing lines of a ``--stages`` process that ends while other stages have work (redis41 #5): one per
     stage this process does not run whose input edge holds tasks (ready or leased), saying how many wait there,
     that answers on :data:`~geoagent.constants.EDGE_RESPONSES` are stored (kept in the response store: no model call
@@ -2999,6 +3062,9 @@ def waiting_lines(all_stages: Sequence[Stage], own: Sequence[str], counts: dict[
         whose records do not name stages); None where that is not known (SQLite: ``elsewhere`` says it).
     config : str
         The config path as given (``CONFIG`` when unknown), for the command named.
+    budget_stops : dict or None
+        Stage -> :func:`upstream_budget_stop` (fixstagesbudget43): a stage the cost cap stopped, its cap leaving no
+        room, is said so, with the cap to raise before the command (alone it would stop again at once).
 
     Returns
     -------
@@ -3016,7 +3082,9 @@ def waiting_lines(all_stages: Sequence[Stage], own: Sequence[str], counts: dict[
                 f"waiting on {st.input_edge} for stage {st.name}" if st.input_edge == C.EDGE_RESPONSES
                 else f"{n} task{'s' if n != 1 else ''} waiting on {st.input_edge} for stage {st.name}")
         cmd = f"`run.py run {config} --stages {st.name}` (or `run.py run {config}`, every stage)"
-        if st.name in elsewhere:
+        if (budget_stops or {}).get(st.name) and st.name not in elsewhere and not (c is not None and c.leased):
+            who = f"no process of the campaign runs stage {st.name} now: {budget_stops[st.name]}"
+        elif st.name in elsewhere:
             who = f"another process of the campaign on this machine runs stage {st.name} and takes them"
         elif c is not None and c.leased:
             who = (f"{c.leased} of them leased by a process of the campaign now; if it stops, {cmd} takes the rest")

@@ -320,6 +320,7 @@ async def run_pipeline(
     pipeline: Sequence[Stage] | None = None,
     stages_elsewhere: Callable[[], Collection[str]] | None = None,
     stages_started: Callable[[], Collection[str]] | None = None,
+    upstream_stop: Callable[[str], Awaitable[str | None]] | None = None,
     stage_ended: Callable[[str], Any] | None = None,
     forced_exit: Callable[[], Any] | None = None,
 ) -> PipelineRun:
@@ -358,6 +359,10 @@ async def run_pipeline(
         (``StageRunner``, fixstages43): a burst runner waits for a stage before its own that none has taken up yet
         while that stage's input holds ready tasks, at most :func:`upstream_wait_s` (``GEOAGENT_UPSTREAM_WAIT_S``).
         None: it does not.
+    upstream_stop : async callable or None
+        ``(stage) -> reason or None`` (:class:`StageRunner` ``upstream_stop``, fixstagesbudget43): a foreign upstream
+        stage the cost cap stopped, with no room under the cap for its next call, is not waited for as one no process
+        has taken up yet. Only with ``stages_started``.
     stage_ended : callable or None
         ``(name)``, called when a stage's runner has ended while the run goes on (the engine records it in
         manifest.json, so the stages other processes wait for are the ones still at work here: a stage that
@@ -403,6 +408,7 @@ async def run_pipeline(
             stages_elsewhere=stages_elsewhere,
             stages_started=stages_started if foreign else None,
             start_wait_s=start_wait_s,
+            upstream_stop=upstream_stop if foreign else None,
             grace_s=grace_s,
             **(runner_options or {}),
         )

@@ -832,6 +832,59 @@ def stages_run_since(state_dir: str | os.PathLike[str], all_stages: Sequence[str
     return out
 
 
+def last_budget_stop(state_dir: str | os.PathLike[str], stage: str, all_stages: Sequence[str]) -> dict[str, Any] | None:
+    """The cost cap's stop of stage ``stage``, when the last ``run`` that ``manifest.json`` in ``state_dir`` records
+    running it (its ``stages``; ``all_stages`` for a run recording none) ended ``budget exhausted`` and that stage
+    was the one the campaign's USD cap stopped; else None (no such run, the last one still ``running``, ended
+    otherwise, or stopped by another cap: the geocoder's Nominatim cap, which a re-run resets).
+
+    The stage is judged from the run's last record in the progress stream (``progress.jsonl`` beside it): its
+    ``budget_stopped`` and ``budget_fixes`` (:attr:`geoagent.runtime.stage.BudgetStop.fix`); a run whose record is
+    not found (rotated out) counts by its status alone.
+
+    Returns ``{"run_id", "cap_usd"`` (the cap that run reserved against, USD, or None when not recorded),
+    ``"refused_usd"`` (the largest worst case of a call the cap refused it, USD, or None)``}``. fixstagesbudget43:
+    a downstream ``--stages`` process does not wait for a stage stopped so (:func:`geoagent.engine.upstream_budget_stop`
+    adds the ledger's room now)."""
+    from geoagent.runtime.progress import latest_records_of
+    from geoagent.runtime.stage import BudgetStop
+
+    try:
+        man = read_manifest(state_dir) or {}
+    except (OSError, ValueError):
+        return None
+    ran = []
+    for run in man.get("runs") or [] if isinstance(man, dict) else []:
+        if not isinstance(run, dict) or run.get("command", "run") != "run" or not run.get("run_id"):
+            continue
+        stages = run.get("stages")
+        if stage in (stages if isinstance(stages, list) else all_stages):
+            ran.append(run)
+    if not ran:
+        return None
+    last = max(ran, key=lambda r: float(r.get("started_unix") or 0.0) if isinstance(
+        r.get("started_unix"), (int, float)) else 0.0)
+    if last.get("status") != "budget exhausted":
+        return None
+    spend = (last.get("summary") or {}).get("spend") if isinstance(last.get("summary"), dict) else None
+    cap = spend.get("cap_usd") if isinstance(spend, dict) else None
+    refused = None
+    rec = latest_records_of(Path(state_dir) / C.PROGRESS_FILE, [str(last["run_id"])]).get(str(last["run_id"]))
+    if rec is not None:
+        sd = next((x for x in rec.get("stages") or [] if isinstance(x, dict) and x.get("stage") == stage), None)
+        fixes = [str(f) for f in (sd or {}).get("budget_fixes") or []]
+        if sd is None or not sd.get("budget_stopped") or (fixes and BudgetStop.fix not in fixes):
+            return None  # the run's budget stop was another stage's, or another cap's
+        from geoagent.status import refused_call_usd
+
+        refused = refused_call_usd({"stages": [sd]})
+        rec_cap = (rec.get("spend") or {}).get("cap_usd") if isinstance(rec.get("spend"), dict) else None
+        cap = rec_cap if isinstance(rec_cap, (int, float)) else cap
+    return {"run_id": str(last["run_id"]),
+            "cap_usd": float(cap) if isinstance(cap, (int, float)) and not isinstance(cap, bool) else None,
+            "refused_usd": refused}
+
+
 def local_run_processes(runs: Sequence[Any]) -> list[dict[str, Any]]:
     """The processes of the run entries ``runs`` (a manifest's ``runs``) recorded on this machine (same host name) by
     ``run``, as :func:`geoagent.runtime.progress.read_processes` ``known`` takes them: ``{"run_id", "started"`` (Unix

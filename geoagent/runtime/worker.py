@@ -243,7 +243,7 @@ import os
 import re
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -809,6 +809,13 @@ class StageRunner:
         counted from the first time it was found so; after that such a stage counts as taken up (the runner ends as
         it did before fixstages43, its work left for a process that runs that stage). Default ``math.inf``; the
         engine passes ``GEOAGENT_UPSTREAM_WAIT_S`` (:func:`geoagent.runtime.daemon.upstream_wait_s`).
+    upstream_stop : async callable or None
+        With ``stages_started``: ``await upstream_stop(stage)`` -> a sentence saying why no process can run foreign
+        upstream stage ``stage`` on (the engine's :func:`geoagent.engine.upstream_budget_stop`: the cost cap stopped
+        its last run and the cap leaves no room for its next call), or None. A stage it names is not waited for
+        (fixstagesbudget43: a downstream process started after a campaign stopped at its cap, to score what it got,
+        waited for ever for a model caller that would stop again at once). Asked once per stage, when its input
+        holds ready tasks and none leased; None: not asked.
     poll_s : float
         Sleep between empty leases, seconds.
     commit_every : int
@@ -849,6 +856,7 @@ class StageRunner:
         stages_elsewhere: Callable[[], Collection[str]] | None = None,
         stages_started: Callable[[], Collection[str]] | None = None,
         start_wait_s: float = math.inf,
+        upstream_stop: Callable[[str], Awaitable[str | None]] | None = None,
         poll_s: float = 0.05,
         commit_every: int = 64,
         commit_interval_s: float = 0.05,
@@ -905,6 +913,9 @@ class StageRunner:
         #: fixstages43: foreign upstream stages seen taken up by another process (once seen, for good), and each
         #: one's input's done + dead count when this runner started (growth: a process elsewhere at work on it)
         self._taken_up: set[str] = set()
+        #: fixstagesbudget43: ``(stage) -> why no process can run it on, or None`` (the cost cap), and the stages asked
+        self._upstream_stop = upstream_stop if stages_started is not None else None
+        self._stop_asked: set[str] = set()
         self._upstream_base: dict[str, int] = {}
         self.start_wait_s = float(start_wait_s)
         self._start_wait_began: float | None = None  # monotonic s: first found waiting for a stage to be taken up
@@ -1562,6 +1573,8 @@ class StageRunner:
         busy_upstream = None
         for name, q in self.foreign_upstream:  # another process at work upstream: its output is on the way here
             c = await q.counts()
+            if c.ready and not c.leased:
+                await self._note_upstream_stop(name)  # fixstagesbudget43: a stage the cost cap stopped: no wait
             taken = self._upstream_taken_up(name, c)
             if c.leased or (c.ready and name in self._elsewhere()):
                 busy_upstream = (name, q.name, 0)
@@ -1581,6 +1594,21 @@ class StageRunner:
             return drained
         self._say_waiting(*busy_upstream)
         return False
+
+    async def _note_upstream_stop(self, name: str) -> None:
+        """fixstagesbudget43: when foreign upstream stage ``name`` is not taken up yet (:meth:`_upstream_taken_up`)
+        and ``upstream_stop`` says why no process can run it on (the campaign's cost cap stopped its last run and
+        the cap leaves no room for its next call), count it taken up, so this process ends as before once its own
+        input is drained instead of waiting for a process that would stop again at once; a warning line says so.
+        Asked once per stage (the verdict reads manifest.json, the progress stream and the ledger): a process that
+        takes the stage up later is seen as before."""
+        if self._upstream_stop is None or name in self._taken_up or name in self._stop_asked:
+            return
+        self._stop_asked.add(name)
+        reason = await self._upstream_stop(name)
+        if reason:
+            self._taken_up.add(name)
+            log.warning("stage %s: not waiting for stage %s: %s", self.stage.name, name, reason)
 
     async def _note_upstream_base(self) -> None:
         """Record each foreign upstream input's done + dead count at the runner's start (fixstages43,
