@@ -749,7 +749,7 @@ ENVIRONMENT_EPILOG = """environment variables (from the environment only; API ke
   GEOAGENT_STOP_GRACE_S  seconds in-flight calls may finish after Ctrl-C / SIGTERM (default 30, or the
                          longest timeout_s of the campaign's paid models)
   GEOAGENT_UPSTREAM_WAIT_S  how long a --stages process waits for an upstream stage no process has taken up
-                         yet (its process not started) before it ends (default: no limit; 0: no wait)
+                         yet (its process not started) before it ends (default 600; 0: no wait)
   GEOAGENT_DOTENV        the .env file API keys are read from (default ./.env)
   GEOAGENT_REDIS_URL     [backend] kind = "redis": the server's URL (the default name of url_env)
   GEOAGENT_REDIS_RETRY_S how long a Redis call retries a server that went away (default 45 s)

@@ -214,3 +214,16 @@ def test_geoagent_upstream_wait_s_bounds_the_wait(tmp_path, monkeypatch, capsys,
     captured = capsys.readouterr()
     assert rc == 2 and "GEOAGENT_UPSTREAM_WAIT_S must be a number of seconds >= 0, got 'soon'" in (
         captured.out + captured.err + caplog.text), captured
+
+
+def test_the_wait_is_bounded_by_default(monkeypatch):
+    """review43e #1: unset, the wait lasted for ever, so a downstream-only run started after its upstream process had
+    stopped with work left (its host down) hung a script or a cron job; now it ends after 10 minutes as before."""
+    from geoagent.runtime.daemon import DEFAULT_UPSTREAM_WAIT_S, upstream_wait_s
+
+    monkeypatch.delenv("GEOAGENT_UPSTREAM_WAIT_S", raising=False)
+    assert upstream_wait_s() == DEFAULT_UPSTREAM_WAIT_S == 600.0
+    monkeypatch.setenv("GEOAGENT_UPSTREAM_WAIT_S", "  ")
+    assert upstream_wait_s() == 600.0
+    monkeypatch.setenv("GEOAGENT_UPSTREAM_WAIT_S", "0")
+    assert upstream_wait_s() == 0.0

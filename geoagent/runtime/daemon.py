@@ -197,13 +197,18 @@ STOP_GRACE_ENV = "GEOAGENT_STOP_GRACE_S"
 MAX_STOP_GRACE_S = 3600.0
 #: fixstages43: environment variable bounding how long (s) a ``--stages`` process waits for an upstream stage that
 #: no process has taken up yet (its upstream process not started) before it ends as before, the work left for a
-#: process that runs that stage; unset: no bound (Ctrl-C / SIGTERM stop it), ``0``: no such wait at all
+#: process that runs that stage; unset: :data:`DEFAULT_UPSTREAM_WAIT_S`, ``0``: no such wait at all
 UPSTREAM_WAIT_ENV = "GEOAGENT_UPSTREAM_WAIT_S"
+#: how long (s) that wait lasts when the variable is unset: 10 minutes, long enough for a scheduler to start the
+#: upstream machine, short enough that a downstream-only run started after its upstream stopped with work left (its
+#: host down, interrupted) ends by itself as it did before fixstages43 (review43e #1: it waited for ever, and a
+#: script or cron job running only the downstream stages hung)
+DEFAULT_UPSTREAM_WAIT_S = 600.0
 
 
 def upstream_wait_s() -> float:
     """Seconds a ``--stages`` process waits for an upstream stage no process has taken up yet: :data:`UPSTREAM_WAIT_ENV`
-    when set (non-empty), else ``math.inf`` (until one starts, or a stop signal).
+    when set (non-empty), else :data:`DEFAULT_UPSTREAM_WAIT_S` (a stop signal ends it earlier).
 
     Raises
     ------
@@ -213,7 +218,7 @@ def upstream_wait_s() -> float:
     """
     raw = os.environ.get(UPSTREAM_WAIT_ENV, "").strip()
     if not raw:
-        return math.inf
+        return DEFAULT_UPSTREAM_WAIT_S
     try:
         value = float(raw)
     except ValueError:
