@@ -20,7 +20,6 @@ run, then the downstream stages by another run.
 
 from __future__ import annotations
 
-import csv
 import time
 
 from test_lanes_plan_prefix_walk39 import _toml
