@@ -86,7 +86,8 @@ def test_a_cap_raised_enough_keeps_the_wait(tmp_path, release_dir, capsys, caplo
     monkeypatch.setenv("GEOAGENT_UPSTREAM_WAIT_S", "1.5")
     rc = main(["run", str(cfgp), "--stages", DOWN, "--no-live"])
     out = capsys.readouterr().out
-    assert "waiting for a process that runs stage model_caller to start" in caplog.text, caplog.text
+    # review43e #2: parser, which no process has taken up either, named beside it
+    assert "waiting for a process that runs stages model_caller, parser to start" in caplog.text, caplog.text
     assert "not waiting for stage model_caller" not in caplog.text, caplog.text
     assert rc == 0 and "finished; campaign not complete" in out, out
     assert "no process of the campaign runs stage model_caller now: `run.py run" in out, out

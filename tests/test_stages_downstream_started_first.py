@@ -37,6 +37,8 @@ from test_queue_contract import redis_url  # noqa: F401 - the module's redis-ser
 
 REPO = Path(__file__).resolve().parents[1]
 WAIT_LINE = "its input is drained; waiting for a process that runs stage model_caller to start"
+#: GeoHint's downstream stages wait for two upstream ones (review43e #2)
+WAIT_BOTH = "its input is drained; waiting for a process that runs stages model_caller, parser to start"
 
 
 def _geohint_toml(folder: Path, name: str, release: Path, *, redis: bool) -> Path:
@@ -87,8 +89,9 @@ def _downstream_first(tmp_path: Path, redis: str | None) -> None:
     try:
         # before: the downstream process ended at once, exit 0, "stages geocoder, scorer, aggregator finished;
         # campaign not complete"; now it waits, and says so (after WAIT_SAID_AFTER_S, 5 s), naming the command
-        _wait_for(down, down_log, WAIT_LINE, 120)
-        assert "--stages model_caller` (or `run.py run" in down_log.read_text(), down_log.read_text()[-3000:]
+        # review43e #2: both upstream stages no process has taken up, in one command (it named model_caller only)
+        _wait_for(down, down_log, WAIT_BOTH, 120)
+        assert "--stages model_caller,parser` (or `run.py run" in down_log.read_text(), down_log.read_text()[-3000:]
         time.sleep(2.0)
         up = _start(cfg, _env(up_root, redis), up_log, "--stages", "model_caller,parser")
         assert up.wait(240) == 0, up_log.read_text()[-3000:]

@@ -800,14 +800,16 @@ class StageRunner:
         since this process started (:func:`geoagent.runtime.manifest.stages_run_since`); read at most once a
         second. A foreign upstream stage with ready tasks that no process has taken up yet keeps the input from
         being exhausted (fixstages43: a downstream process started before its upstream one waits for it instead of
-        ending at once): taken up once ``stages_started`` or ``stages_elsewhere`` names it, or a task of its input
-        has been seen leased, or its input's done or dead count has grown since this runner started (the
-        evidence of a process on another machine, Redis). None: the rule is off, ready tasks of a stage no live
-        process runs never keep it waiting.
+        ending at once): taken up once ``stages_started`` or ``stages_elsewhere`` names it, or more of its input's
+        tasks are leased than the fewest seen leased since this runner started, or its input's done count has grown
+        since then (the evidence of a process on another machine, Redis; review43e #3: not the dead count, which
+        another process's plan grows by setting tasks aside, nor leases a crashed process left). None: the rule is
+        off, ready tasks of a stage no live process runs never keep it waiting.
     start_wait_s : float
         The most seconds the input stays not exhausted for a stage no process has taken up (``stages_started``),
-        counted from the first time it was found so; after that such a stage counts as taken up (the runner ends as
-        it did before fixstages43, its work left for a process that runs that stage). Default ``math.inf``; the
+        counted per stage from the first time it was found so (review43e #2: a stage whose work arrives once the
+        one before it was taken up gets its own bound); after that such a stage counts as taken up (the runner ends
+        as it did before fixstages43, its work left for a process that runs that stage). Default ``math.inf``; the
         engine passes ``GEOAGENT_UPSTREAM_WAIT_S`` (:func:`geoagent.runtime.daemon.upstream_wait_s`).
     upstream_stop : async callable or None
         With ``stages_started``: ``await upstream_stop(stage)`` -> a sentence saying why no process can run foreign
@@ -911,17 +913,25 @@ class StageRunner:
         self._stages_started = stages_started
         self._started_cache: tuple[float, Collection[str]] | None = None
         #: fixstages43: foreign upstream stages seen taken up by another process (once seen, for good), and each
-        #: one's input's done + dead count when this runner started (growth: a process elsewhere at work on it)
+        #: one's input's done count when this runner started (growth: a process elsewhere at work on it)
         self._taken_up: set[str] = set()
         #: fixstagesbudget43: ``(stage) -> why no process can run it on, or None`` (the cost cap), and the stages asked
         self._upstream_stop = upstream_stop if stages_started is not None else None
         self._stop_asked: set[str] = set()
         self._upstream_base: dict[str, int] = {}
+        #: review43e #3: each foreign upstream input's fewest leased tasks seen since this runner started (those
+        #: leased at its start may be a crashed process's, not yet expired: only a lease above it is new)
+        self._upstream_leased_low: dict[str, int] = {}
         self.start_wait_s = float(start_wait_s)
-        self._start_wait_began: float | None = None  # monotonic s: first found waiting for a stage to be taken up
+        #: monotonic s: when each stage was first found with ready tasks and not taken up (the bound's clock, per
+        #: stage: review43e #2, a stage waited for once the one before it was taken up gets its own bound)
+        self._start_wait_began: dict[str, float] = {}
         self._waiting_since: float | None = None  # since when its input is drained while a foreign upstream works
         self._wait_said = False
-        self._start_wait_said = False  # the line for an upstream stage no process has taken up yet (fixstages43)
+        #: the stages not taken up yet that a line has named (fixstages43), and since when each is waited for
+        #: (review43e #2: per stage, so a stage waited for later gets its own line)
+        self._start_wait_said: set[str] = set()
+        self._start_waited_at: dict[str, float] = {}
         self.poll_s = poll_s
         self.commit_every = commit_every
         self.commit_interval_s = commit_interval_s
@@ -1570,12 +1580,20 @@ class StageRunner:
         # Each queue is read at its own moment, and work only moves downstream (a stage puts its outputs, then
         # acks its input): read upstream first, the own input last, so a task that moves from a foreign upstream
         # queue into this input between two reads is seen in the later one (own input first, it was in neither)
-        busy_upstream = None
+        busy_upstream: tuple[Any, ...] | None = None
+        waited: list[str] = []  # stages not taken up yet, from the first one holding ready tasks on (review43e #2)
         for name, q in self.foreign_upstream:  # another process at work upstream: its output is on the way here
             c = await q.counts()
             if c.ready and not c.leased:
                 await self._note_upstream_stop(name)  # fixstagesbudget43: a stage the cost cap stopped: no wait
             taken = self._upstream_taken_up(name, c)
+            if waited:
+                # review43e #2: a stage after one waited for (the pipeline's data-flow order) that no process has
+                # taken up either: that work reaches this one through it too, so the line names both (the waits
+                # for a busy stage are said only where no stage waits to be taken up)
+                if not taken:
+                    waited.append(name)
+                continue
             if c.leased or (c.ready and name in self._elsewhere()):
                 busy_upstream = (name, q.name, 0)
                 break
@@ -1583,7 +1601,7 @@ class StageRunner:
                 # fixstages43: its work is queued and no process has taken it up since this one started (the
                 # upstream process not started yet, e.g. started second by a scheduler): wait for one to start
                 busy_upstream = (name, q.name, c.ready)
-                break
+                waited.append(name)
         counts = await self.inq.counts()
         # held tasks stay leased by this runner until it ends (module docstring: held tasks); a runner that holds
         # some waits for no other process's leases: it ends with work left anyway, and its held tasks, released at
@@ -1592,7 +1610,7 @@ class StageRunner:
         if busy_upstream is None or not drained:
             self._waiting_since = None  # the wait the line speaks of is one unbroken wait
             return drained
-        self._say_waiting(*busy_upstream)
+        self._say_waiting(waited or busy_upstream[0], *busy_upstream[1:])
         return False
 
     async def _note_upstream_stop(self, name: str) -> None:
@@ -1611,32 +1629,39 @@ class StageRunner:
             log.warning("stage %s: not waiting for stage %s: %s", self.stage.name, name, reason)
 
     async def _note_upstream_base(self) -> None:
-        """Record each foreign upstream input's done + dead count at the runner's start (fixstages43,
+        """Record each foreign upstream input's done and leased counts at the runner's start (fixstages43,
         :meth:`_upstream_taken_up`); only where the rule is on (``stages_started``, burst mode)."""
         if self._stages_started is None or not self.burst:
             return
         for name, q in self.foreign_upstream:
             c = await q.counts()
-            self._upstream_base[name] = c.done + c.dead
+            self._upstream_base[name] = c.done
+            self._upstream_leased_low[name] = c.leased
 
     def _upstream_taken_up(self, name: str, c: Any) -> bool:
         """Whether foreign upstream stage ``name`` (its input's counts ``c``) has been taken up by another process
         since this runner started (``stages_started`` in the class docstring); True where the rule is off. Once
         true it stays true: a stage taken up and then ended (its host down, the budget spent) leaves its work for a
-        later run, as before, rather than keeping this process waiting for a process that already ran it."""
+        later run, as before, rather than keeping this process waiting for a process that already ran it.
+
+        The evidence: ``stages_started`` or ``stages_elsewhere`` names it, its input's done count grew, or more of
+        its tasks are leased than the fewest seen leased since this runner started (review43e #3: not its dead
+        count, which grows when another process's plan sets tasks aside, and not the leases outstanding at the
+        start, which may be a crashed process's until they expire)."""
         if self._stages_started is None or name in self._taken_up:
             return True
-        base = self._upstream_base.setdefault(name, c.done + c.dead)
-        if (c.leased or c.done + c.dead > base or name in self._elsewhere()
+        base = self._upstream_base.setdefault(name, c.done)
+        low = min(self._upstream_leased_low.get(name, c.leased), c.leased)
+        self._upstream_leased_low[name] = low
+        if (c.leased > low or c.done > base or name in self._elsewhere()
                 or name in self._cached_names("_started_cache", self._stages_started)):
             self._taken_up.add(name)
             return True
         if not c.ready:
-            return False  # nothing of it to wait for (the caller looks no further): the bound's clock waits too
+            return False  # nothing of it to wait for yet: the bound's clock waits too
         now = time.monotonic()
-        if self._start_wait_began is None:
-            self._start_wait_began = now
-        if now - self._start_wait_began >= self.start_wait_s:  # GEOAGENT_UPSTREAM_WAIT_S: waited long enough
+        began = self._start_wait_began.setdefault(name, now)
+        if now - began >= self.start_wait_s:  # GEOAGENT_UPSTREAM_WAIT_S: waited long enough
             if self.start_wait_s > 0:
                 log.warning("stage %s: no process took up stage %s within %g s (%s): this process ends when its "
                             "own work is done, that stage's work left for a process that runs it", self.stage.name,
@@ -1645,31 +1670,43 @@ class StageRunner:
             return True
         return False
 
-    def _say_waiting(self, stage: str, edge: str, not_started: int = 0) -> None:  # edge: the input of ``stage``
-        """Once per runner and kind of wait, when its input has stayed drained for :data:`WAIT_SAID_AFTER_S` s on end
-        while a stage upstream that another process runs still works, or (``not_started``: its ready tasks) one that
-        no process has taken up yet (fixstages43): a warning line saying it waits (with ``--no-live`` nothing else
-        shows that the process is alive and why it goes on)."""
+    def _say_waiting(self, stage: str | Sequence[str], edge: str, not_started: int = 0) -> None:
+        """A warning line saying this runner waits (with ``--no-live`` nothing else shows that the process is alive
+        and why it goes on), once its input has stayed drained for :data:`WAIT_SAID_AFTER_S` s on end: once per
+        runner while ``stage`` (a name), a stage upstream that another process runs, still works (tasks of its
+        input ``edge`` leased or queued); or (``not_started``: the ready tasks on ``edge``, the input of the first
+        of ``stage``, names) while the stages ``stage`` wait for a process to take them up (fixstages43), once per
+        stage: the line names them all in one ``--stages a,b`` command (review43e #2: it named the first only, and
+        a process of that one left the next stage's work to a downstream process that waited on silently), and a
+        stage waited for later, once those before it were taken up, gets its own line :data:`WAIT_SAID_AFTER_S` s
+        after that."""
         now = time.monotonic()
         if self._waiting_since is None:
             self._waiting_since = now
-        said = self._start_wait_said if not_started else self._wait_said
-        if said or now - self._waiting_since < WAIT_SAID_AFTER_S:
+        if not not_started:
+            if self._wait_said or now - self._waiting_since < WAIT_SAID_AFTER_S:
+                return
+            self._wait_said = True
+            log.warning("stage %s: its input is drained; waiting for stage %s, which another process of the campaign "
+                        "runs (tasks of its input, edge %s, are in flight or queued there): this process ends when "
+                        "that work has come through; Ctrl-C stops it, nothing is lost", self.stage.name, stage, edge)
             return
-        if not_started:
-            self._start_wait_said = True
-            src = getattr(self.ctx.services.get("config"), "source", None)  # the campaign's file, as given
-            config = src if isinstance(src, str) and src and not src.startswith("<") else "CONFIG"
-            log.warning("stage %s: its input is drained; waiting for a process that runs stage %s to start (%d tasks "
-                        "ready on its input, edge %s, and no process of the campaign has taken any since this one "
-                        "started): `run.py run %s --stages %s` (or `run.py run %s`, every stage) takes them; this "
-                        "process ends once that work has come through; Ctrl-C stops it, nothing is lost",
-                        self.stage.name, stage, not_started, edge, config, stage, config)
+        names = [stage] if isinstance(stage, str) else list(stage)
+        for n in names:
+            self._start_waited_at.setdefault(n, now)
+        new = [n for n in names if n not in self._start_wait_said]
+        if not new or now - max(self._waiting_since, min(self._start_waited_at[n] for n in new)) < WAIT_SAID_AFTER_S:
             return
-        self._wait_said = True
-        log.warning("stage %s: its input is drained; waiting for stage %s, which another process of the campaign "
-                    "runs (tasks of its input, edge %s, are in flight or queued there): this process ends when that "
-                    "work has come through; Ctrl-C stops it, nothing is lost", self.stage.name, stage, edge)
+        self._start_wait_said.update(names)
+        src = getattr(self.ctx.services.get("config"), "source", None)  # the campaign's file, as given
+        config = src if isinstance(src, str) and src and not src.startswith("<") else "CONFIG"
+        where = "its input" if len(names) == 1 else f"the input of stage {names[0]}"
+        log.warning("stage %s: its input is drained; waiting for a process that runs %s %s to start (%d tasks "
+                    "ready on %s, edge %s, and no process of the campaign has taken any since this one started): "
+                    "`run.py run %s --stages %s` (or `run.py run %s`, every stage) takes them; this process ends "
+                    "once that work has come through; Ctrl-C stops it, nothing is lost",
+                    self.stage.name, "stage" if len(names) == 1 else "stages", ", ".join(names), not_started,
+                    where, edge, config, ",".join(names), config)
 
     def _elsewhere(self) -> Collection[str]:
         """The stages other live processes of the campaign run (``stages_elsewhere``, cached for 1 s)."""
