@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 import anyio
 import polars as pl
+import pytest
 
 from geoagent import engine
 from geoagent.config import config_from_dict
@@ -27,6 +28,13 @@ from geoagent.sandbox.server import serve
 
 FAST = {"rate": 2000.0, "period_s": 1.0, "concurrency": 8, "max_attempts": 3, "backoff_base_s": 0.01,
         "backoff_max_s": 0.1, "timeout_s": 10.0}
+
+@pytest.fixture(autouse=True)
+def _no_upstream_wait(monkeypatch):
+    # a downstream-only run plans here without a model caller (only_stages); it must end at once, as before
+    # fixstages43's wait for an upstream process (GEOAGENT_UPSTREAM_WAIT_S: 10 minutes by default)
+    monkeypatch.setenv("GEOAGENT_UPSTREAM_WAIT_S", "0")
+
 
 
 def _cfg(wd_url: str, nm_url: str, sites: list[str], models: list[str]) -> dict:

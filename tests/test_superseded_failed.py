@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import anyio
+import pytest
 
 from geoagent.config import load_config
 from geoagent.engine import EXIT_COMPLETE, EXIT_INCOMPLETE, run_campaign
@@ -26,6 +27,13 @@ from _model_harness import generic_campaign, model_table
 
 GOOD_KEY = made_up_key("sk-", 33, seed="sandbox-good-failed-aside")
 FAILURE = "HTTP 400 from the provider: invalid image (made up for this test)"
+
+@pytest.fixture(autouse=True)
+def _no_upstream_wait(monkeypatch):
+    # a downstream-only run plans here without a model caller (only_stages); it must end at once, as before
+    # fixstages43's wait for an upstream process (GEOAGENT_UPSTREAM_WAIT_S: 10 minutes by default)
+    monkeypatch.setenv("GEOAGENT_UPSTREAM_WAIT_S", "0")
+
 
 
 def _toml(tmp: Path, n: int, base: str) -> Path:

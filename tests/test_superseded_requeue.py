@@ -11,6 +11,7 @@ campaign on the local OpenAI-compatible fake: real engine, queues and CLI.
 from __future__ import annotations
 
 import anyio
+import pytest
 
 from geoagent.cli import main as cli_main
 from geoagent.config import load_config
@@ -21,6 +22,13 @@ from geoagent.sandbox import llm_openai
 from geoagent.sandbox.server import serve
 
 from test_superseded_tasks import GOOD_KEY, _requests_queue, _toml
+
+@pytest.fixture(autouse=True)
+def _no_upstream_wait(monkeypatch):
+    # a downstream-only run plans here without a model caller (only_stages); it must end at once, as before
+    # fixstages43's wait for an upstream process (GEOAGENT_UPSTREAM_WAIT_S: 10 minutes by default)
+    monkeypatch.setenv("GEOAGENT_UPSTREAM_WAIT_S", "0")
+
 
 
 def test_requeued_superseded_tasks_are_set_aside_again_with_their_reason(tmp_path, monkeypatch, capsys):
