@@ -220,26 +220,9 @@ def test_a_150_m_table_scored_at_100_m_names_the_gap_in_report_terms_and_plan():
 def _gv_toml(tmp_path, release_dir, tau_m: float):
     from geoagent.config import load_config
 
-    p = tmp_path / f"gv{tau_m:g}.toml"
-    p.write_text(f"""
-[campaign]
-name = "gv43-tau{tau_m:g}"
-kind = "geoverify"
-seed = 7
-[budget]
-cap_usd = 1.0
-[[models]]
-name = "sim"
-provider = "simulated"
-model = "sim-1"
-max_output_tokens = 100
-[geoverify]
-trials = "build"
-release_dir = "{release_dir}"
-tau_m = {tau_m}
-n_boot = 0
-""", encoding="utf-8")
-    return load_config(p)
+    from test_geoverify_tau_bands42 import write_build_toml
+
+    return load_config(write_build_toml(tmp_path / f"gv{tau_m:g}.toml", f"gv43-tau{tau_m:g}", release_dir, tau_m))
 
 
 def test_a_build_campaign_at_200_m_reports_its_band_and_keeps_answers_stored_under_the_old_label(

@@ -227,13 +227,12 @@ def test_trial_builder_version_changes_only_below_150_m():
     assert trial_builder_version(0.15) == trial_builder_version(0.25) == 3
 
 
-def _gv_toml(tmp_path, release_dir, tau_m: float, backend: str = "") -> object:
-    from geoagent.config import load_config
-
-    p = tmp_path / f"gv{tau_m:g}.toml"
-    p.write_text(f"""
+def write_build_toml(path, name: str, release_dir, tau_m, backend: str = ""):
+    """Write a build-trials GeoVerify campaign on the simulated model (no key, no network) to ``path``: campaign
+    ``name``, ``tau_m`` as written, ``backend`` appended (a ``[backend]`` table or ""). Shared by the tau tests."""
+    path.write_text(f"""
 [campaign]
-name = "gv-tau{tau_m:g}"
+name = "{name}"
 kind = "geoverify"
 seed = 7
 [budget]
@@ -249,7 +248,14 @@ release_dir = "{release_dir}"
 tau_m = {tau_m}
 n_boot = 0
 {backend}""", encoding="utf-8")
-    return load_config(p)
+    return path
+
+
+def _gv_toml(tmp_path, release_dir, tau_m: float, backend: str = "") -> object:
+    from geoagent.config import load_config
+
+    return load_config(write_build_toml(tmp_path / f"gv{tau_m:g}.toml", f"gv-tau{tau_m:g}", release_dir, tau_m,
+                                        backend))
 
 
 def test_a_run_planned_under_the_old_edges_names_the_change(tmp_path, release_dir, monkeypatch, capsys):

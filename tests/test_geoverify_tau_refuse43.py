@@ -20,6 +20,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from test_geoverify_tau_bands42 import write_build_toml
 from test_queue_contract import redis_url  # noqa: F401 - the fixture
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,26 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _toml(tmp_path: Path, release_dir: Path, tau_m: str, name: str = "gv-refuse", backend: str = "") -> Path:
     """A build-trials GeoVerify campaign on the simulated model (no key, no network), ``tau_m`` as written."""
-    p = tmp_path / f"{name}-{tau_m}.toml"
-    p.write_text(f"""
-[campaign]
-name = "{name}"
-kind = "geoverify"
-seed = 7
-[budget]
-cap_usd = 1.0
-[[models]]
-name = "sim"
-provider = "simulated"
-model = "sim-1"
-max_output_tokens = 100
-[geoverify]
-trials = "build"
-release_dir = "{release_dir}"
-tau_m = {tau_m}
-n_boot = 0
-{backend}""", encoding="utf-8")
-    return p
+    return write_build_toml(tmp_path / f"{name}-{tau_m}.toml", name, release_dir, tau_m, backend)
 
 
 def _files(*roots: Path) -> dict[str, str]:
