@@ -452,6 +452,9 @@ class PairObs:
     #: the answer's hit is decided (:func:`hit_decided`: it geocoded, or did not parse); a hit rate of answers none
     #: of which is decided is undetermined, not 0 (the report prints an em dash)
     geocoded: bool = True
+    #: a finer-than-city answer at err = 0 km from a hint at d_ref > 0 (``ratio`` None: the release's ratio keeps
+    #: ``error_km > 0``); Tables 8 and 10 count them and give the median ratios with them as 0 (review44c #1)
+    zero_err: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -471,6 +474,8 @@ class PairMean:
     band: str | None
     #: err/d_ref of the finer-than-city repeats with err > 0
     ratios: tuple[float, ...]
+    #: finer-than-city repeats at err = 0 km (a hint at d_ref > 0): ratio 0, left out of ``ratios`` (review44c #1)
+    n_zero_err: int = 0
 
     @classmethod
     def of(cls, obs: Iterable[PairObs]) -> "PairMean":
@@ -480,7 +485,7 @@ class PairMean:
         echo = [o.echo for o in obs if o.echo is not None]
         return cls(len(obs), sum(o.hit for o in obs), sum(o.building for o in obs), sum(o.geocoded for o in obs),
                    len(echo), sum(bool(e) for e in echo), obs[0].band,
-                   tuple(o.ratio for o in obs if o.ratio is not None))
+                   tuple(o.ratio for o in obs if o.ratio is not None), sum(o.zero_err for o in obs))
 
     @property
     def hit(self) -> float:
@@ -666,7 +671,8 @@ class GeoHintAggregator:
             fine = r.resolved_level in FINE_LEVELS and r.error_km is not None
             ratio = r.error_km / r.dist_km if fine and r.dist_km and r.error_km > 0 else None
             obs = PairObs(bool(r.hit), r.resolved_level == "building", r.echo, fine, r.band, ratio,
-                          geocoded=hit_decided(r))
+                          geocoded=hit_decided(r),
+                          zero_err=bool(fine and r.dist_km is not None and r.dist_km > 0 and r.error_km == 0))
             slot = self.pairs.setdefault(r.site, {}).setdefault(pk, {}).setdefault(r.condition, {})
             src = (r.site, pk, r.condition, rep)
             prev = self._pair_keys.get(src)

@@ -1512,6 +1512,9 @@ def _paired_block(agg, treatment, control, sites, model, n_flips, seed, without:
                 )
                 for b in BANDS
             ],
+            # per band: (answers at err = 0 km, answers the median would count with them, that median); the
+            # column keeps the release's error_km > 0 (chain_results.py), the note gives this (review44c #1)
+            "ratio_zeros": [_with_zeros([p[cond_i] for p in pairs if p[cond_i].band == b]) for b in BANDS],
         }
     if pairs and not out["ungeocoded"]:
         pair_sites = [p[0] for p in pairs]
@@ -1531,6 +1534,40 @@ def _paired_block(agg, treatment, control, sites, model, n_flips, seed, without:
         out["delta_pp"] = out["p"] = out["building_delta_pp"] = out["building_p"] = float("nan")
         out["n_sites"] = 0
     return out
+
+
+def _with_zeros(items: Sequence[Any]) -> tuple[int, int, float]:
+    """``(zeros, n, median)`` of the paired items' (:class:`~geoagent.geohint.aggregate.PairMean`) finer-than-city
+    answers: how many are at err = 0 km, how many answers the median counts with them, and the median of err/d_ref
+    with them counted as ratio 0 (NaN without any answer). Tables 8 and 10's notes (review44c #1)."""
+    ratios = [x for it in items for x in it.ratios]
+    zeros = sum(it.n_zero_err for it in items)
+    n = len(ratios) + zeros
+    if not zeros:
+        return 0, n, float(np.median(ratios)) if ratios else float("nan")
+    return zeros, n, float(np.median(np.concatenate([np.zeros(zeros), np.asarray(ratios, dtype=float)])))
+
+
+def paired_zero_err_note(blocks: Sequence[tuple[str, str, Sequence[tuple[int, int, float]]]]) -> str:
+    """Tables 8 and 10's note on finer-than-city answers at err = 0 km, or "" when there are none. ``blocks``:
+    ``(regime, condition, per band (zeros, n, median with zeros))``.
+
+    The median ratio columns follow the release's analysis (``chain_results.py``: ``error_km > 0``, as Table 5's
+    ``two_regimes.py``), so such answers, the best ones (a geocoder that places a correctly named site on its own
+    coordinate), are left out of them; the note counts them per regime and condition and gives the medians with
+    them counted as ratio 0, as Table 5's note does (review44c #1: two thirds of a crawl's legible answers were at
+    err = 0, and the columns read 1.00, "the answer is the hint", where the medians with them read 0.00)."""
+    parts = []
+    for regime, cond, bands in blocks:
+        if any(z for z, _n, _m in bands):
+            parts.append(f"{regime} {cond} " + " / ".join(_fmt(m, "f2") for _z, _n, m in bands)
+                         + f" ({' / '.join(str(z) for z, _n, _m in bands)} of n {' / '.join(str(n) for _z, n, _m in bands)}"
+                         " at err = 0)")
+    if not parts:
+        return ""
+    return ("The median ratios leave out finer-than-city answers at err = 0 km (the release's analysis keeps "
+            "error_km > 0, as Table 5 does). Counted with ratio 0 instead, the median ratios by band (nearest to "
+            "farthest) would read: " + "; ".join(parts) + ".")
 
 
 def table_paired(
@@ -1557,11 +1594,13 @@ def table_paired(
     n_sites: list[tuple[str, int]] = []
     ungeocoded = False
     left_out = agg.undetermined_models(treatment, control)
+    zero_blocks = []  # (regime, condition, per band (zeros, n, median with zeros)): paired_zero_err_note
     for label, sites in ((ILLEGIBLE, groups[ILLEGIBLE]), (LEGIBLE, groups[LEGIBLE]), ("all sites", None)):
         blk = _paired_block(agg, treatment, control, sites, None, n_flips, seed, without=left_out)
         n_sites.append((label, blk["n_sites"]))
         for cond in (control, treatment):
             d = blk[cond]
+            zero_blocks.append((label, cond, d["ratio_zeros"]))
             rows.append([
                 label, cond, blk["n"], *d["bands"], d["overall"],
                 blk["delta_pp"] if cond == treatment else None, blk["p"] if cond == treatment else None,
@@ -1582,7 +1621,8 @@ def table_paired(
         ["text", "text", "int", "pct", "pct", "pct", "pct", "pp", "permp", "pct", "pct", "pp", "permp", "f2", "f2", "f2"],
         rows,
         _join_notes(f"{flip_method_note(n_flips, seed, [g for _, g in n_sites])} {echo_rule_ref(agg)}",
-                    PAIRED_RATES_NOTE, few_sites_note(n_sites, n_flips), regime_note(agg, baseline),
+                    PAIRED_RATES_NOTE, paired_zero_err_note(zero_blocks), few_sites_note(n_sites, n_flips),
+                    regime_note(agg, baseline),
                     pooled_left_out_note(agg, treatment, control),
                     (UNGEOCODED_NOTE + " A paired delta and its p need both conditions' hit rates.") if ungeocoded else ""),
     )
