@@ -120,10 +120,41 @@ def report_band_gaps(scores: Mapping[str, ModelScores]) -> dict[str, float]:
 
 
 def band_gap_lines(scores: Mapping[str, ModelScores]) -> list[str]:
-    """One warning per band with a gap (:func:`band_gap_text`), shown above the report's tables and in the console
-    summary; [] when none."""
+    """One warning per band with a gap (:func:`band_gap_text`), and one per pooled band whose H and F come from
+    different models (:func:`pooled_mix_lines`), shown above the report's tables and in the console summary; []
+    when none."""
     tau = report_tau_km(scores)
-    return [band_gap_text(b, lo, tau) for b, lo in report_band_gaps(scores).items()]
+    return [*(band_gap_text(b, lo, tau) for b, lo in report_band_gaps(scores).items()), *pooled_mix_lines(scores)]
+
+
+def pooled_mix_lines(scores: Mapping[str, ModelScores]) -> list[str]:
+    """One warning per decoy band of the pooled column whose F counts the decoy trials of other models than the
+    signal trials its H counts (a model with no decoy trials in that band, or no signal trials at all), naming both
+    sets; [] when every pooled band sets the same models' H and F against each other, or without a pooled column
+    beside two or more models.
+
+    The pooled column sums counts (as the release's script does): d'(band) = z(H) - z(F[band]) then compares rates of
+    different model mixes, and delta_1 (Eq. 4, seed 000 Sec. 5.3) can fall at a band for that reason alone
+    (review44c #3: one model's 0.3-0.7 km decoys missing moved the pooled d' of that band and the next apart, and
+    the pooled delta_1 with them, without a word)."""
+    if POOLED not in scores:
+        return []
+    models = [m for m in scores if m != POOLED]
+    if len(models) < 2:
+        return []
+    signal = [m for m in models if scores[m].n_signal > 0]
+    lines = []
+    for b in scores[POOLED].bands:
+        if b.n <= 0:
+            continue
+        decoy = [m for m in models if any(x.band == b.band and x.n > 0 for x in scores[m].bands)]
+        if set(decoy) == set(signal):
+            continue
+        lines.append(f"Pooled, {_band_title(b.band)}: its F counts decoy trials of {', '.join(decoy) or 'none'} and "
+                     f"H counts signal trials of {', '.join(signal) or 'none'}, so this band's pooled d' (and a "
+                     "pooled delta_1 decided there) sets different models' rates against each other; read the "
+                     "models' own columns.")
+    return lines
 
 
 def legend_for(tau_km: float = C.GEOVERIFY_TAU_KM, gaps: Mapping[str, float] | None = None) -> tuple[str, ...]:
