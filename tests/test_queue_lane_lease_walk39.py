@@ -5,8 +5,9 @@ hands out at most the count asked of each lane named, in lease order, and leaves
 exactly as it was (state, ready time, attempts): no release, no delay. A version-3 file (the DDL that code wrote,
 frozen below) is read as it is by a read-only look and migrated by the first writer, which fills the lane of the
 rows already there (by SQLite's JSON functions; by orjson a payload holding a NUL, and every one where SQLite has no
-JSON functions); rows a version-3 process still running puts after that get their lane from the lane lease. Redis
-keeps no lanes: it says so (``supports_lane_lease`` False) and the stage runner leases there as before.
+JSON functions); rows a version-3 process still running puts after that get their lane from the lane lease. The Redis
+backend leases by lane too, each lane's tasks in a stream of their own (tests/test_redis_lanes44.py runs this file's
+sequences there); the interface's default says it cannot (``supports_lane_lease`` False).
 """
 
 from __future__ import annotations
@@ -245,9 +246,10 @@ def test_lease_lanes_takes_expired_leases_first_and_keeps_each_lanes_order(tmp_p
         q.close_sync()
 
 
-def test_a_backend_without_lanes_says_so():
-    """The interface's default (the Redis backend keeps it): no lane lease, and the runner leases as before."""
+def test_which_backends_lease_by_lane():
+    """The interface's default cannot (the stage runner then leases and defers, as before); both backends can (the
+    Redis backend since session 44: a stream per lane)."""
     assert WorkQueue.supports_lane_lease is False
     from geoagent.runtime.redis_queue import RedisStreamsQueue
 
-    assert RedisStreamsQueue.supports_lane_lease is False
+    assert RedisStreamsQueue.supports_lane_lease is True

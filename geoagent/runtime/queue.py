@@ -45,8 +45,8 @@ JSON-serialisable ``payload`` (dict). Semantics every backend must honour:
   lease that has expired: held by nobody, the task ``lease`` would hand out next) moves; a task held by a live
   lease, done, dead or unknown is left unchanged, so it is safe while other processes lease from the queue.
   The attempt count is kept.
-* ``lease_lanes(n, visibility_timeout_s, lanes)`` (optional, backends with ``supports_lane_lease``: SQLite) leases
-  like ``lease`` but at most ``lanes[L]`` tasks of each lane ``L`` it names (0: none), in the same order within each
+* ``lease_lanes(n, visibility_timeout_s, lanes)`` (optional, backends with ``supports_lane_lease``: SQLite and
+  Redis) leases like ``lease`` but at most ``lanes[L]`` tasks of each lane ``L`` it names (0: none), in the same order within each
   lane; tasks of a lane it does not name, or without one, as ``lease`` would. A task's *lane* is its payload's
   :data:`LANE_FIELD` (``model``) when that is a text, fixed at put. Tasks passed over stay ready where they are:
   no attempt, no delay, visible to every process. The stage runner asks only for the lanes with room
@@ -368,8 +368,8 @@ class WorkQueue(abc.ABC):
     name: str
     #: whether ``nack`` records charge ids and ``refund_attempts`` takes refunds by charge ids (:class:`Refund`)
     supports_charges: bool = False
-    #: whether :meth:`lease_lanes` leases by lane (walk39 #1); False: it returns None and the caller leases with
-    #: :meth:`lease` (the Redis backend: one stream holds every lane)
+    #: whether :meth:`lease_lanes` leases by lane (walk39 #1; SQLite, and Redis since session 44); False (the
+    #: interface's default): it returns None and the caller leases with :meth:`lease`
     supports_lane_lease: bool = False
 
     @abc.abstractmethod

@@ -20,13 +20,22 @@ All keys of one queue share the prefix ``geoagent:<campaign>:<edge>:`` (both nam
 =============  ======  =====================================================================================
 suffix         type    content
 =============  ======  =====================================================================================
-``stream``     stream  one entry ``{k: <task key>}`` per deliverable task; consumer group ``workers``
+``stream``     stream  one entry ``{k: <task key>}`` per deliverable task without a lane (and each entry an older
+                       version put: "Lanes"); consumer group ``workers``
+``lane:<h>``   stream  the same for the tasks of one lane, ``<h>`` the SHA-1 hex of the lane's text (any text, the
+                       key stays safe; :func:`lane_stream_key`); consumer group ``workers``
 ``payload``    hash    key -> orjson bytes of the payload (kept for ever: it is the idempotency record)
 ``state``      hash    key -> ``ready`` / ``leased`` / ``done`` / ``dead``
 ``attempts``   hash    key -> failed attempts (absent = 0)
 ``error``      hash    key -> reason of the last nack / dead-letter
 ``lease``      hash    key -> lease id, while leased
-``entry``      hash    key -> its stream entry id, while it has one (ready in the stream, or leased)
+``entry``      hash    key -> its entry id in ``stream``, while it has one there (ready, or leased)
+``lentry``     hash    key -> its entry id in its lane's stream, while it has one there and none in ``stream``
+``lane``       hash    key -> its lane (the payload's ``model`` when a text: set at put; for a task an older version
+                       put, when a lane lease meets it)
+``lanes``      set     the lanes that have a stream
+``order``      string  the last entry id given (``<ms>-<seq>``, server clock): every stream's next entry gets a
+                       later one, so entries of different streams compare by id in put/release/requeue order
 ``leases``     zset    key scored by lease expiry (server time, microseconds): the lease-deadline index
 ``delayed``    zset    key scored by ``not_before`` (microseconds): ready tasks waiting out a nack backoff
 ``dead``       zset    key scored by failure time (microseconds): ``dead_letters`` walks it backwards
@@ -40,14 +49,15 @@ suffix         type    content
                        ``reply_ttl_s``: see "Retries after a lost reply"
 =============  ======  =====================================================================================
 
-How the states map onto the stream. A *ready* task either has an entry in the stream that the group has
-not delivered yet, or sits in ``delayed`` until its backoff has passed. ``lease`` first moves the due
-``delayed`` tasks into the stream (``XADD``), then re-leases expired leases (oldest deadline first,
-``XCLAIM`` hands their pending entry to this consumer), then reads new entries with ``XREADGROUP ... >``,
-which puts them in the group's pending entries list (PEL) under this consumer: *leased* tasks are exactly
-the PEL. ``ack``, ``nack``, ``dead_letter`` and ``release`` take the entry out of the PEL (``XACK``) and
-delete it from the stream (``XDEL``: the stream only ever holds live work); ``release``, a zero backoff,
-``requeue_dead`` and ``reopen_done`` append a fresh entry, so the task is delivered again by ``XREADGROUP``. See the Redis
+How the states map onto the streams. A *ready* task either has an entry in its stream (its lane's, or ``stream``
+for a task without a lane) that the group has not delivered yet, or sits in ``delayed`` until its backoff has passed.
+``lease`` first moves the due ``delayed`` tasks into their streams (``XADD``), then re-leases expired leases
+(oldest deadline first, ``XCLAIM`` hands their pending entry to this consumer), then reads new entries with
+``XREADGROUP ... >`` (from each stream as far as the merge by entry id takes it: "Lanes"), which puts them in the
+group's pending entries list (PEL) under this consumer: *leased* tasks are exactly the PELs. ``ack``, ``nack``,
+``dead_letter`` and ``release`` take the entry out of the PEL (``XACK``) and delete it from its stream (``XDEL``: the
+streams only ever hold live work); ``release``, a zero backoff, ``requeue_dead`` and ``reopen_done`` append a fresh
+entry, so the task is delivered again by ``XREADGROUP``. See the Redis
 command pages: XADD https://redis.io/commands/xadd/, XREADGROUP https://redis.io/commands/xreadgroup/,
 XACK https://redis.io/commands/xack/, XCLAIM https://redis.io/commands/xclaim/, XPENDING
 https://redis.io/commands/xpending/, and the streams introduction (consumer groups, PEL)
@@ -70,6 +80,43 @@ allows ``TIME`` before writes. ``counts`` are kept in the ``counts`` hash by the
 exact at every moment and survive reconnects; as in the SQLite backend, expired leases are reported as
 ready (one ``ZCOUNT``).
 
+Lanes (walk39 #1 on Redis, session 44). A task's lane is its payload's :data:`~geoagent.runtime.queue.LANE_FIELD`
+(``model``) text, recorded at put (``lane``); its entries go to its lane's stream, ``lane:<sha1 hex of the lane>``.
+Every ``XADD`` takes its id from the queue's one ``order`` (the next id after the last one given, on the server clock;
+a stream whose last id is ahead, an older version's ``XADD *`` into ``stream``, gives the next of its own), so the
+entries of all streams compare by id in the order they were made. ``lease`` reads ``stream`` and every lane's stream
+(``lanes``), each up to ``n`` undelivered entries (``XRANGE`` after the group's last delivered id, ``XINFO GROUPS``),
+merges them by id and delivers exactly the ones it takes with one ``XREADGROUP ... COUNT c`` per stream: the queue's
+order, as one stream gave it (a queue whose tasks have no lane reads ``stream`` alone, as before).
+:meth:`RedisStreamsQueue.lease_lanes` reads each named lane's stream only as far as its count allows (none of a lane at
+0) and the lanes not named and ``stream`` as ``lease`` does, after the expired leases of the lanes with room (oldest
+deadline first, among the first ``promote_max`` expired): a full lane's tasks are never delivered, so they stay in
+their place in its stream, in no PEL, no attempt counted, no delay, visible to every process, as the SQLite backend's
+lane lease leaves them. Cost: O(lanes * n) per lease with lanes (session 44, the shared 2-core machine, batches of
+256 over three lanes: about 7,000 tasks/s leased and acked, against 8,000 to 14,000 without lanes: a noisy host).
+
+Upgrade from the version before lanes (sessions up to 43: every entry in ``stream``, no ``lane`` recorded). Nothing is
+converted when the new version starts; an entry in ``stream`` stays valid wherever it is (``entry`` names it; while a
+task has one there, that one is its live entry and any in its lane's stream is stale). ``lease`` leases such entries in
+place, in their order. ``lease_lanes`` first moves the undelivered entries of ``stream`` whose task has a lane (read
+from its payload, as orjson wrote it, by the Lua ``cjson`` decoder, and recorded in ``lane``) to their lane's stream,
+in order (``XDEL`` then ``XADD``: an undelivered entry is in no PEL): on its handle's first call and after a call that
+found nothing, the whole of ``stream`` in steps of ``put_chunk`` entries (one short script each); inside every lane
+lease, the first ``promote_max``. A moved task keeps its state, attempts and error; it comes after the lane's tasks
+already in its stream (a queue written by the older version alone moves in its put order), and after the tasks left
+in ``stream`` (without a lane), which keep their older ids. A process of the older version still running beside the
+new one puts into ``stream`` (moved as above when a lane lease meets them), leases from ``stream`` and from the expired
+leases, and finishes by ``entry``: it never sees the lanes' streams, so it leases none of their ready tasks (they are
+left to the new processes, not lost: counted ready by every ``counts``), lists none of them in ``ready_keys`` (so its
+plan check sets none of them aside), and hands back none of a gone process's leases there (they come back after
+their visibility timeout). An expired lease of a lane's task that it takes over gets a fresh entry in ``stream``
+(its re-lease of a lease without an ``entry``): from then on that entry is the task's (``entry`` wins), the lane
+stream's pending entry is stale and leaves the PEL when its old holder's ack or nack finds its lease stale, or at a
+hand-back of that holder. So a task is held by one lease at a time and finished once. Upgrade every process of a
+campaign together all the same, and never go back: a process of the older version alone would see lane tasks
+counted ready that it cannot lease, and wait for them (the SQLite backend's older code refuses a newer queue file;
+a Redis queue carries no version the older code reads). A queue is never converted back.
+
 Lease ids are ``<call token of the lease call>.<n>`` (the token is a uuid4 hex), stored per task; a
 finishing call whose lease id is not the stored one (the lease expired and another consumer took the
 task, or the task is already finished) raises :class:`~geoagent.runtime.queue.StaleLease` and changes
@@ -91,7 +138,8 @@ arguments) and its script, in the same atomic run as its effect, writes a reply 
 nothing and answers from it. Per operation:
 
 * ``put``/``put_many`` (token per chunk): the record is the number added; a repeat answers it.
-* ``lease``: a repeat would lease a *second* batch and strand the first until its visibility timeout. The
+* ``lease`` and ``lease_lanes``: a repeat would lease a *second* batch and strand the first until its visibility
+  timeout. The
   record is the list of granted keys (lease id i is ``<token>.<i>``); a repeat rebuilds the rows of the
   tasks this lease still holds (payload, attempts and last error cannot change while a lease is held) and
   leaves out any whose lease expired and was taken by another consumer before the retry arrived.
@@ -105,7 +153,9 @@ nothing and answers from it. Per operation:
   chunk's tasks ready, or done again, and report 0 moved).
 * Idempotent by construction, no token: ``counts`` and ``dead_letters`` (read only), and leaving the
   consumer group in :meth:`~RedisStreamsQueue.close` (a repeat removes nothing more; its answer is unused).
-  Stream and group creation inside every script is an ``EXISTS`` check.
+  Stream and group creation inside every script is an ``EXISTS`` check. Moving ``stream``'s entries of tasks with a
+  lane to their lanes' streams (:meth:`RedisStreamsQueue.lease_lanes`, "Lanes") changes no task's state: a repeat
+  moves the next ones at most.
 
 The record lives in the same Redis as the effect, so persistence and replication keep them together: with
 AOF both survive a crash or neither does, and a replica promoted by a failover has the record of every
@@ -133,9 +183,10 @@ https://redis.io/docs/latest/operate/oss_and_stack/management/persistence/.
 
 Differences from the SQLite backend (none in the interface semantics but ``tasks_by_model``):
 
-* ordering: ``lease`` serves expired leases first, then ready tasks in stream order (FIFO by put, release or
-  requeue; a task whose backoff or delay has ended joins the stream when a later ``lease`` call moves it there, so
-  behind the tasks put before that call), where SQLite orders ready tasks by their ``not_before`` time;
+* ordering: ``lease`` serves expired leases first, then ready tasks in the queue's entry order (FIFO by put, release
+  or requeue, across the lanes' streams: "Lanes"; a task whose backoff or delay has ended joins its stream when a
+  later ``lease`` call moves it there, so behind the tasks put before that call; a task an older version put comes
+  after its lane's tasks when moved to its lane), where SQLite orders ready tasks by their ``not_before`` time;
 * times have microsecond resolution of the *server's* clock, and there is no injectable test clock;
 * ``put_many`` is atomic per ``put_chunk`` items (default 1,000; a script blocks the server while it
   runs, so chunks are kept small), SQLite per 10,000; ``ready_keys`` and ``dead_keys`` walk the queue in read
@@ -153,16 +204,18 @@ Differences from the SQLite backend (none in the interface semantics but ``tasks
 * every mutating call leaves a small reply record for ``reply_ttl_s`` (above), so a retried call answers
   as its first run did; SQLite has no lost replies (a local file) and needs none;
 * it needs one Redis server (with replicas or Sentinel if wanted), not Redis Cluster: a queue's keys
-  carry no common hash tag, so a cluster would refuse its multi-key scripts (``CROSSSLOT``).
+  carry no common hash tag, so a cluster would refuse its multi-key scripts (``CROSSSLOT``), and the scripts name
+  the lanes' streams themselves (derived from the lane text), which a cluster forbids.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import socket
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -172,7 +225,7 @@ from geoagent.paths import safe_name
 from geoagent.runtime.procs import boot_id, proc_start, process_alive
 from geoagent.runtime.redis_retry import (REPLY_TTL_S, client_defaults, retry_span_s, server_key,
                                          url_timeouts_problem, window_retry)
-from geoagent.runtime.queue import (FAILED_BEFORE, SUPERSEDED, DeadLetter, QueueCounts, QueueError, Refund,
+from geoagent.runtime.queue import (FAILED_BEFORE, LANE_FIELD, SUPERSEDED, DeadLetter, QueueCounts, QueueError, Refund,
                                     RefundResult, StaleLease, Task, WorkQueue, check_aside_reason, check_key_sequence,
                                     check_refunds, decode_payload, payload_or_empty, unreadable_payload_reason)
 from geoagent.runtime.sqlite_queue import _as_list, _encode, _stale, _take
@@ -186,7 +239,7 @@ except ImportError as _exc:  # pragma: no cover - exercised only without the ext
         "the Redis Streams queue needs redis-py >= 5: pip install 'geoagent[redis]' (or 'redis>=5.0')"
     ) from _exc
 
-__all__ = ["RedisStreamsQueue", "open_redis_queue", "key_prefix", "GROUP"]
+__all__ = ["RedisStreamsQueue", "open_redis_queue", "key_prefix", "lane_stream_key", "GROUP"]
 
 #: consumer group name on every queue stream
 GROUP = "workers"
@@ -195,12 +248,15 @@ _MAX_S = 1e9
 #: key suffixes, in the order every script receives them as KEYS[1..13]
 KEY_SUFFIXES = (
     "stream", "payload", "state", "attempts", "error", "lease", "entry", "leases", "delayed", "dead", "counts",
-    "charges", "killer",
+    "charges", "killer", "lane", "lentry", "lanes", "order",
 )
+#: suffix of a lane's stream: ``<prefix>lane:<sha1 hex of the lane text>`` (the lane is any text, the key stays safe;
+#: scripts derive it with ``redis.sha1hex``): :func:`lane_stream_key`
+LANE_STREAM_SUFFIX = "lane:"
 #: ``HMGET`` calls (of ``put_chunk`` keys each) sent per round trip by the read-only plan counts
 #: (:meth:`RedisStreamsQueue.count_left`, ``count_done``; redispace43)
 COUNT_PIPELINE = 8
-#: suffix of the reply record of one mutating call: ``<prefix>reply:<call token>`` (KEYS[14] of its script)
+#: suffix of the reply record of one mutating call: ``<prefix>reply:<call token>`` (KEYS[18] of its script)
 REPLY_SUFFIX = "reply:"
 #: suffix of the hash consumer -> JSON {host, boot_id, pid, proc_start} of the process that leased under that name
 CONSUMERS_SUFFIX = "consumers"
@@ -214,21 +270,87 @@ redis.replicate_commands()
 local S, PAY, ST, ATT, ERR, LID, ENT, LEASES, DELAYED, DEAD, CNT =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local CHG, KILL = KEYS[12], KEYS[13]
+local LANE, LENT, LANES, ORD = KEYS[14], KEYS[15], KEYS[16], KEYS[17]
 local GROUP = ARGV[1]
 local SUPERSEDED = '""" + SUPERSEDED + """'
+local LANE_FIELD = '""" + LANE_FIELD + """'
+local PREFIX = string.sub(S, 1, #S - 6)  -- S is <prefix>stream
 local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local function ensure_group()
-  if redis.call('EXISTS', S) == 0 then
-    redis.call('XGROUP', 'CREATE', S, GROUP, '0', 'MKSTREAM')
+local function ensure_group_of(stream)
+  if redis.call('EXISTS', stream) == 0 then
+    redis.call('XGROUP', 'CREATE', stream, GROUP, '0', 'MKSTREAM')
   end
 end
--- make a task deliverable now: a fresh stream entry, state ready (counts are the caller's business)
+local function ensure_group() ensure_group_of(S) end
+-- the stream of a lane's tasks (lane_stream_key in Python): a hash of the lane text keeps the key name safe
+local function lane_stream(lane) return PREFIX .. '""" + LANE_STREAM_SUFFIX + """' .. redis.sha1hex(lane) end
+-- a task's lane: the ``lane`` hash (put records it); else, with heal, its payload's model when a text (a task an
+-- older version put names no lane: recorded now, as the SQLite backend stores the lane of such a row), else nil
+local function lane_of(key, heal)
+  local lane = redis.call('HGET', LANE, key)
+  if lane or not heal then return lane end
+  local blob = redis.call('HGET', PAY, key)
+  if not blob then return nil end
+  local ok, value = pcall(cjson.decode, blob)
+  if ok and type(value) == 'table' and type(value[LANE_FIELD]) == 'string' then
+    redis.call('HSET', LANE, key, value[LANE_FIELD])
+    return value[LANE_FIELD]
+  end
+  return nil
+end
+-- the stream and id of a task's live entry: in ``stream`` while ``entry`` names one (also one an older version made,
+-- which knows no lane streams: it wins), else in its lane's stream (``lentry``); nil when it has none
+local function live(key)
+  local id = redis.call('HGET', ENT, key)
+  if id then return S, id end
+  id = redis.call('HGET', LENT, key)
+  local lane = id and redis.call('HGET', LANE, key)
+  if lane then return lane_stream(lane), id end
+  return nil, nil
+end
+-- append an entry for key to stream with the next id of the queue's one order (``order``: the last id given, on the
+-- server clock), so entries of different streams compare by id in the order they were made (a lease merges its
+-- streams by it); a stream whose last id is ahead (an older version's XADD *) takes the next id of its own
+local ord_ms, ord_seq, clock_ms  -- read once per script run (a script runs atomically)
+local function xadd(stream, key)
+  if not clock_ms then
+    local t = redis.call('TIME')
+    clock_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  local ms, seq = clock_ms, 0
+  if not ord_ms then
+    local last = redis.call('GET', ORD)
+    if last then
+      local a, b = string.match(last, '^(%d+)-(%d+)$')
+      ord_ms, ord_seq = tonumber(a), tonumber(b)
+    end
+  end
+  if ord_ms and ord_ms >= ms then ms, seq = ord_ms, ord_seq + 1 end
+  local id = redis.pcall('XADD', stream, string.format('%.0f-%.0f', ms, seq), 'k', key)
+  if type(id) == 'table' and id.err then id = redis.call('XADD', stream, '*', 'k', key) end
+  local a, b = string.match(id, '^(%d+)-(%d+)$')
+  ord_ms, ord_seq = tonumber(a), tonumber(b)
+  redis.call('SET', ORD, id)
+  return id
+end
+-- make a task deliverable now: a fresh entry in its lane's stream (a task put without a lane: in ``stream``), state
+-- ready (counts are the caller's business)
 local function enqueue(key)
-  local id = redis.call('XADD', S, '*', 'k', key)
-  redis.call('HSET', ENT, key, id)
+  local lane = redis.call('HGET', LANE, key)
+  if lane then
+    local ls = lane_stream(lane)
+    ensure_group_of(ls)
+    redis.call('SADD', LANES, lane)
+    redis.call('HSET', LENT, key, xadd(ls, key))
+    redis.call('HDEL', ENT, key)
+  else
+    ensure_group()
+    redis.call('HSET', ENT, key, xadd(S, key))
+    redis.call('HDEL', LENT, key)
+  end
   redis.call('HSET', ST, key, 'ready')
 end
 -- a dead or done task back to ready with a clean record: its failed attempts, recorded charges and killing charge
@@ -256,7 +378,8 @@ local function revive_from(from, keys, before)
   end
   return moved
 end
--- take a leased task out of the PEL and the stream, and drop its lease
+-- take a task's entries out of the PEL and their streams (``stream``, and its lane's: an older version's re-lease of
+-- an expired lease may have left one there), and drop its lease
 local function unlink(key)
   local id = redis.call('HGET', ENT, key)
   if id then
@@ -264,15 +387,52 @@ local function unlink(key)
     redis.call('XDEL', S, id)
     redis.call('HDEL', ENT, key)
   end
+  id = redis.call('HGET', LENT, key)
+  if id then
+    local lane = redis.call('HGET', LANE, key)
+    if lane then
+      local ls = lane_stream(lane)
+      redis.call('XACK', ls, GROUP, id)
+      redis.call('XDEL', ls, id)
+    end
+    redis.call('HDEL', LENT, key)
+  end
   redis.call('HDEL', LID, key)
   redis.call('ZREM', LEASES, key)
 end
--- Run a mutating call at most once per call token. KEYS[14] is this call's reply record, ARGV[2] its
+-- a lane entry that is no longer the task's (an older version, which knows ``entry`` only, took over its expired
+-- lease: it gave the task a fresh entry in ``stream``, and may have finished it since): out of the PEL and its stream.
+-- Called where a finishing call finds its lease stale, so the consumer that held it leaves nothing pending
+local function drop_left_lane_entry(key)
+  local id = redis.call('HGET', LENT, key)
+  if not id then return end
+  local st = redis.call('HGET', ST, key)
+  if redis.call('HEXISTS', ENT, key) == 1 or st == 'done' or st == 'dead' then
+    local lane = redis.call('HGET', LANE, key)
+    if lane then
+      redis.call('XACK', lane_stream(lane), GROUP, id)
+      redis.call('XDEL', lane_stream(lane), id)
+    end
+    redis.call('HDEL', LENT, key)
+  end
+end
+-- the id the consumer group delivered last on stream (its entries after it are undelivered; '0-0' for none)
+local function last_delivered(stream)
+  for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+    local name, last
+    for j = 1, #g, 2 do
+      if g[j] == 'name' then name = g[j + 1] elseif g[j] == 'last-delivered-id' then last = g[j + 1] end
+    end
+    if name == GROUP then return last end
+  end
+  return '0-0'
+end
+-- Run a mutating call at most once per call token. KEYS[18] is this call's reply record, ARGV[2] its
 -- lifetime in ms. A first run applies the effect (apply() returns the reply and, optionally, a smaller
 -- record to keep) and writes the record in the same atomic script; a repeat of the token (redis-py
 -- retrying after a lost reply) changes nothing and answers from the record (through replay() if given).
 local function once(apply, replay)
-  local seen = redis.call('GET', KEYS[14])
+  local seen = redis.call('GET', KEYS[18])
   if seen then
     local record = cmsgpack.unpack(seen)
     if replay then return replay(record) end
@@ -280,19 +440,21 @@ local function once(apply, replay)
   end
   local reply, record = apply()
   if record == nil then record = reply end
-  redis.call('SET', KEYS[14], cmsgpack.pack(record), 'PX', ARGV[2])
+  redis.call('SET', KEYS[18], cmsgpack.pack(record), 'PX', ARGV[2])
   return reply
 end
 """
 
-# ARGV: group, reply ttl ms, key1, payload1, key2, payload2, ... -> number added (by the first run)
+# ARGV: group, reply ttl ms, key1, payload1, lane1, key2, ... -> number added (by the first run); a lane is '' for none,
+# else '=' followed by the lane text (which may be empty)
 _PUT = _PRELUDE + """
 return once(function()
   ensure_group()
   local added = 0
-  for i = 3, #ARGV, 2 do
+  for i = 3, #ARGV, 3 do
     local key = ARGV[i]
     if redis.call('HSETNX', PAY, key, ARGV[i + 1]) == 1 then
+      if ARGV[i + 2] ~= '' then redis.call('HSET', LANE, key, string.sub(ARGV[i + 2], 2)) end
       enqueue(key)
       added = added + 1
     end
@@ -318,12 +480,22 @@ end
 return stale
 """
 
-# ARGV: group, reply ttl ms, consumer, n, visibility timeout us, token, promote limit, consumer record (JSON; KEYS[15]
-# is the ``consumers`` hash) -> list of {key, payload, attempts, lease id, last error or nil}
+# ARGV: group, reply ttl ms, consumer, n, visibility timeout us, token, promote limit, consumer record (JSON; KEYS[19]
+# is the ``consumers`` hash), by lane ('1': lease_lanes, '0': lease), then lane, count, lane, count, ... (lease_lanes'
+# counts) -> list of {key, payload, attempts, lease id, last error or nil}
 # The record keeps only the granted keys in order (lease id i is '<token>.<i>'); a replay rebuilds the rows
 # of the tasks this lease still holds (payload is immutable, attempts and error cannot change while held).
+# Order: the due backoffs join their streams; expired leases first (oldest deadline first); then the undelivered
+# entries of ``stream`` and of every lane's stream, merged by entry id (the queue's one order: put, release or
+# requeue), each stream read as far as its lane's count allows; XREADGROUP then delivers exactly those. By lane, the
+# entries ``stream`` holds of tasks with a lane (put by an older version, or before it kept lanes) move first to
+# their lane's stream, in order, at most ``promote limit`` a call (:meth:`RedisStreamsQueue.lease_lanes` moves a
+# larger backlog before, in chunks: _MOVE), so a full lane's tasks are never delivered and stay in their place.
 _LEASE = _PRELUDE + """
-local consumer, n, vt, token = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local consumer, n, vt, token, scan = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
+local by_lane = ARGV[9] == '1'
+local quota = {}
+for j = 10, #ARGV, 2 do quota[ARGV[j]] = tonumber(ARGV[j + 1]) end
 local function row(key, lid)
   return {key, redis.call('HGET', PAY, key), tonumber(redis.call('HGET', ATT, key) or '0'), lid,
           redis.call('HGET', ERR, key)}
@@ -338,11 +510,60 @@ local function replay(granted)
   end
   return out
 end
+-- how many more tasks of lane (nil: none) this call may lease
+local function room(lane)
+  local q = lane and quota[lane]
+  if not q then return n end
+  return q
+end
+local function took(lane)
+  if lane and quota[lane] then quota[lane] = quota[lane] - 1 end
+end
+-- whether entry id of stream is key's live entry and key is ready (else a stray: its task moved on)
+local function ready_entry(stream, id, key)
+  if redis.call('HGET', ST, key) ~= 'ready' then return false end
+  local at, live_id = live(key)
+  return at == stream and live_id == id
+end
+local function id_before(a, b)
+  local am, as = string.match(a, '^(%d+)-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+  am, bm = tonumber(am), tonumber(bm)
+  return am < bm or (am == bm and tonumber(as) < tonumber(bs))
+end
+-- up to k undelivered ready entries of stream, {id, key, lane} in order; strays met are deleted (undelivered: in no
+-- pending list); in ``stream`` by lane, the walk ends at an entry of a task with a lane (the next call moves it)
+local function peek(stream, k, lane)
+  local got, cursor = {}, last_delivered(stream)
+  for _ = 1, 4 do
+    local want = k - #got
+    if want <= 0 then break end
+    local entries = redis.call('XRANGE', stream, cursor, '+', 'COUNT', want + 1)
+    local seen = 0
+    for _, e in ipairs(entries) do
+      local id, key = e[1], e[2][2]
+      if id ~= cursor then
+        seen = seen + 1
+        cursor = id
+        if not ready_entry(stream, id, key) then
+          redis.call('XDEL', stream, id)
+        elseif stream == S and by_lane and lane_of(key, true) then
+          return got
+        else
+          got[#got + 1] = {id, key, lane}
+          if #got >= k then return got end
+        end
+      end
+    end
+    if seen < want then break end  -- the stream's end
+  end
+  return got
+end
 return once(function()
   ensure_group()
   local now = now_us()
   local deadline = now + vt
-  local due = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', now, 'LIMIT', 0, tonumber(ARGV[7]))
+  local due = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', now, 'LIMIT', 0, scan)
   for _, key in ipairs(due) do
     redis.call('ZREM', DELAYED, key)
     enqueue(key)
@@ -356,39 +577,96 @@ return once(function()
     out[i] = row(key, lid)
     granted[i] = key
   end
-  -- expired leases first: the work of a crashed consumer is the oldest
-  local expired = redis.call('ZRANGEBYSCORE', LEASES, '-inf', now, 'LIMIT', 0, n)
+  -- expired leases first: the work of a crashed consumer is the oldest (by lane: those of lanes with room)
+  local expired = redis.call('ZRANGEBYSCORE', LEASES, '-inf', now, 'LIMIT', 0, by_lane and scan or n)
   local orphans = 0
   for _, key in ipairs(expired) do
-    local id = redis.call('HGET', ENT, key)
-    if id and #redis.call('XCLAIM', S, GROUP, consumer, 0, id) == 1 then
-      grant(key)
-    else  -- no pending entry (should not happen): give it a fresh one, deliverable below
-      redis.call('ZREM', LEASES, key)
-      redis.call('HDEL', LID, key)
-      enqueue(key)
-      orphans = orphans + 1
+    if i >= n then break end
+    local lane = by_lane and lane_of(key, true) or nil
+    if room(lane) > 0 then
+      local stream, id = live(key)
+      if id and #redis.call('XCLAIM', stream, GROUP, consumer, 0, id) == 1 then
+        took(lane)
+        grant(key)
+      else  -- no pending entry (an older version's lease took it over): give it a fresh one, deliverable below
+        redis.call('ZREM', LEASES, key)
+        unlink(key)
+        enqueue(key)
+        orphans = orphans + 1
+      end
     end
   end
   if orphans > 0 then
     redis.call('HINCRBY', CNT, 'leased', -orphans)
     redis.call('HINCRBY', CNT, 'ready', orphans)
   end
-  local fresh = 0
-  if i < n then
-    local got = redis.call('XREADGROUP', 'GROUP', GROUP, consumer, 'COUNT', n - i, 'STREAMS', S, '>')
-    if got then
-      for _, entry in ipairs(got[1][2]) do
-        local id, key = entry[1], entry[2][2]
-        if redis.call('HGET', ST, key) == 'ready' and redis.call('HGET', ENT, key) == id then
-          redis.call('HSET', ST, key, 'leased')
-          fresh = fresh + 1
-          grant(key)
-        else  -- a stray entry (its task moved on): drop it
-          redis.call('XACK', S, GROUP, id)
-          redis.call('XDEL', S, id)
-        end
+  if by_lane then  -- entries of tasks with a lane in ``stream`` go to their lane's stream, in order
+    local cursor = last_delivered(S)
+    for _, e in ipairs(redis.call('XRANGE', S, cursor, '+', 'COUNT', scan + 1)) do
+      local id, key = e[1], e[2][2]
+      if id ~= cursor and ready_entry(S, id, key) and lane_of(key, true) then
+        redis.call('XDEL', S, id)
+        redis.call('HDEL', ENT, key)
+        enqueue(key)
       end
+    end
+  end
+  local fresh = 0
+  -- the streams to read: ``stream`` and the lanes' streams with room
+  local reads = {}
+  if i < n then
+    local function add(stream, lane)
+      local k = math.min(n - i, room(lane))
+      if k > 0 and redis.call('EXISTS', stream) == 1 then reads[#reads + 1] = {stream, lane, k} end
+    end
+    add(S, nil)
+    for _, lane in ipairs(redis.call('SMEMBERS', LANES)) do add(lane_stream(lane), lane) end
+  end
+  if #reads == 1 and not (by_lane and reads[1][1] == S) then
+    -- one stream (a queue without lanes, or one lane's): deliver its next entries at once, dropping strays
+    local stream, lane, k = reads[1][1], reads[1][2], reads[1][3]
+    local got = redis.call('XREADGROUP', 'GROUP', GROUP, consumer, 'COUNT', k, 'STREAMS', stream, '>')
+    for _, entry in ipairs(got and got[1][2] or {}) do
+      local id, key = entry[1], entry[2][2]
+      if ready_entry(stream, id, key) then
+        redis.call('HSET', ST, key, 'leased')
+        fresh = fresh + 1
+        took(lane)
+        grant(key)
+      else  -- a stray entry (its task moved on): drop it
+        redis.call('XACK', stream, GROUP, id)
+        redis.call('XDEL', stream, id)
+      end
+    end
+  elseif #reads > 1 or by_lane and #reads == 1 then
+    local heads = {}
+    for _, r in ipairs(reads) do
+      local got = peek(r[1], r[3], r[2])
+      if #got > 0 then heads[#heads + 1] = {stream = r[1], lane = r[2], got = got, at = 1, take = 0} end
+    end
+    local order = {}
+    while i + #order < n do  -- merge by entry id
+      local best
+      for _, h in ipairs(heads) do
+        local e = h.got[h.at]
+        if e and room(h.lane) > 0 and (not best or id_before(e[1], best.got[best.at][1])) then best = h end
+      end
+      if not best then break end
+      local e = best.got[best.at]
+      order[#order + 1] = e[2]
+      best.at = best.at + 1
+      best.take = best.take + 1
+      took(best.lane)
+    end
+    for _, h in ipairs(heads) do
+      if h.take > 0 then  -- delivers exactly the entries peeked (nothing ran in between)
+        redis.call('XREADGROUP', 'GROUP', GROUP, consumer, 'COUNT', h.take, 'STREAMS', h.stream, '>')
+      end
+    end
+    for _, key in ipairs(order) do
+      redis.call('HSET', ST, key, 'leased')
+      fresh = fresh + 1
+      grant(key)
     end
   end
   if fresh > 0 then
@@ -396,10 +674,38 @@ return once(function()
     redis.call('HINCRBY', CNT, 'leased', fresh)
   end
   if i > 0 then  -- who holds these: a later process on the same machine hands them back once this one is gone
-    redis.call('HSET', KEYS[15], consumer, ARGV[8])
+    redis.call('HSET', KEYS[19], consumer, ARGV[8])
   end
   return out, granted
 end, replay)
+"""
+
+# ARGV: group, cursor ('' to start: after the group's last delivered id), n -> {moved, next cursor ('' at the end)}:
+# one step of moving the undelivered entries of ``stream`` whose task has a lane (put by an older version, or before
+# the lanes' streams) to their lane's stream, in order (the lane of a task put without one read from its payload and
+# recorded). Moving never changes a task's state, so a repeat (a retry after a lost reply) moves the next ones at most:
+# no reply record
+_MOVE = _PRELUDE + """
+if redis.call('EXISTS', S) == 0 then return {0, ''} end
+local cursor = ARGV[2]
+if cursor == '' then cursor = last_delivered(S) end
+local n, moved = tonumber(ARGV[3]), 0
+local entries = redis.call('XRANGE', S, cursor, '+', 'COUNT', n + 1)
+local last = ''
+for _, e in ipairs(entries) do
+  local id, key = e[1], e[2][2]
+  if id ~= cursor then
+    last = id
+    if redis.call('HGET', ST, key) == 'ready' and redis.call('HGET', ENT, key) == id and lane_of(key, true) then
+      redis.call('XDEL', S, id)
+      redis.call('HDEL', ENT, key)
+      enqueue(key)
+      moved = moved + 1
+    end
+  end
+end
+if #entries < n + 1 then last = '' end  -- the stream's end was reached
+return {moved, last}
 """
 
 # ARGV: group, reply ttl ms, op (ack|release|dead), reason (a release: its delay in us, '' = none), key1, lease1,
@@ -432,6 +738,7 @@ return once(function()
         redis.call('ZADD', DEAD, now, key)
       end
     else
+      drop_left_lane_entry(key)
       stale[#stale + 1] = key
     end
   end
@@ -451,6 +758,7 @@ return once(function()
   ensure_group()
   local key, lid, reason = ARGV[3], ARGV[4], ARGV[5]
   if not (redis.call('HGET', ST, key) == 'leased' and redis.call('HGET', LID, key) == lid) then
+    drop_left_lane_entry(key)
     return false
   end
   local now = now_us()
@@ -684,11 +992,12 @@ return once(function()
 end)
 """
 
-# ARGV: group, phase, cursor, n -> {next cursor, keys}: one chunk of the walk of ready_keys (the idle tasks:
-# state ready, in the stream or in delayed, or leased under an expired lease). Phase 'L' (the lease index, only
-# deadlines passed now) and 'D' (delayed) read one ZSCAN step of about n members (cursor '0' to start; '0' back
-# when done); phase 'S' reads the stream entries after the cursor ('-' to start; '' back at the end), n or n + 1,
-# a task counting when its state is ready and the entry is its current one (not a leased task's pending entry).
+# ARGV: group, phase, cursor, n, lane ('' for ``stream``) -> {next cursor, keys}: one chunk of the walk of ready_keys
+# (the idle tasks: state ready, in a stream or in delayed, or leased under an expired lease). Phase 'L' (the lease
+# index, only deadlines passed now) and 'D' (delayed) read one ZSCAN step of about n members (cursor '0' to start;
+# '0' back when done); phase 'S' reads the entries of ``stream`` (or of the lane's stream) after the cursor ('-' to
+# start; '' back at the end), n or n + 1, a task counting when its state is ready and the entry is its live one (not
+# a leased task's pending entry).
 _READY_KEYS = _PRELUDE + """
 local phase, cursor, n = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local out = {}
@@ -701,13 +1010,15 @@ if phase == 'L' or phase == 'D' then
   end
   return {res[1], out}
 end
-if redis.call('EXISTS', S) == 0 then return {'', out} end
+local stream = ARGV[5] == '' and S or lane_stream(ARGV[5])
+if redis.call('EXISTS', stream) == 0 then return {'', out} end
 -- the range is inclusive: the previous chunk's last entry comes back first (unless deleted since), so n + 1
-local entries = redis.call('XRANGE', S, cursor, '+', 'COUNT', n + 1)
+local entries = redis.call('XRANGE', stream, cursor, '+', 'COUNT', n + 1)
 for _, entry in ipairs(entries) do
   local key = entry[2][2]
-  if entry[1] ~= cursor and redis.call('HGET', ST, key) == 'ready' and redis.call('HGET', ENT, key) == entry[1] then
-    out[#out + 1] = key
+  if entry[1] ~= cursor and redis.call('HGET', ST, key) == 'ready' then
+    local at, id = live(key)
+    if at == stream and id == entry[1] then out[#out + 1] = key end
   end
 end
 if #entries < n + 1 then return {'', out} end  -- the stream's end was reached
@@ -746,34 +1057,36 @@ end
 return {res[1], out}
 """
 
-# ARGV: group, consumer, start id, count, max attempts; KEYS[14] is the ``consumers`` hash -> {handed back, last id
-# seen ('' when none), dead-lettered}: the leases the consumer (a process known to be gone) still holds, from ``start
+# ARGV: group, consumer, start id, count, max attempts, lane ('' for ``stream``) -> {handed back, last id seen ('' when
+# none), dead-lettered}: the leases the consumer (a process known to be gone) still holds in that stream, from ``start
 # id`` on in its PEL (at most ``count`` entries; expired ones too, nobody took them over), are handed back: one failed
-# attempt each (its process ended while working on the task), the task ready again at the end of the stream, or dead
+# attempt each (its process ended while working on the task), the task ready again at the end of its stream, or dead
 # once its attempts reach max attempts; the reason is geoagent.runtime.queue.process_ended_reason's text, built here
-# word for word (tests/test_queue_contract.py compares both backends). A consumer with no pending entry left leaves
-# the group and the hash. A repeat (a retry after a lost reply) finds those entries gone and counts nothing again.
+# word for word (tests/test_queue_contract.py compares both backends). A pending entry that is no task's live entry (its
+# task moved on: an older version's re-lease of an expired lease gives it a fresh entry in ``stream``) is acknowledged
+# and deleted. A repeat (a retry after a lost reply) finds those entries gone and counts nothing again. The consumer
+# leaves the group afterwards (_FORGET_CONSUMER) once it holds no entry in any stream.
 _HAND_BACK = _PRELUDE + """
 local consumer, max_attempts = ARGV[2], tonumber(ARGV[5])
-if redis.call('EXISTS', S) == 0 then
-  redis.call('HDEL', KEYS[14], consumer)
-  return {0, '', 0}
-end
-local pending = redis.call('XPENDING', S, GROUP, ARGV[3], '+', tonumber(ARGV[4]), consumer)
-if #pending == 0 then
-  if ARGV[3] == '-' then
-    redis.call('XGROUP', 'DELCONSUMER', S, GROUP, consumer)
-    redis.call('HDEL', KEYS[14], consumer)
-  end
-  return {0, '', 0}
-end
+local stream = ARGV[6] == '' and S or lane_stream(ARGV[6])
+if redis.call('EXISTS', stream) == 0 then return {0, '', 0} end
+local pending = redis.call('XPENDING', stream, GROUP, ARGV[3], '+', tonumber(ARGV[4]), consumer)
+if #pending == 0 then return {0, '', 0} end
 local head = 'ProcessEnded: its process ended while working on it '
 local now, n, dead = now_us(), 0, 0
 for _, p in ipairs(pending) do
   local id = p[1]
-  local entry = redis.call('XRANGE', S, id, id)
+  local entry = redis.call('XRANGE', stream, id, id)
   local key = entry[1] and entry[1][2][2]
-  if key and redis.call('HGET', ST, key) == 'leased' and redis.call('HGET', ENT, key) == id then
+  local at, live_id, st
+  if key then at, live_id = live(key) end
+  if key then st = redis.call('HGET', ST, key) end
+  if not (key and at == stream and live_id == id) or st == 'done' or st == 'dead' then
+    -- no task's live entry, or one an older version finished (it knows ``entry`` only): out of the PEL
+    redis.call('XACK', stream, GROUP, id)
+    redis.call('XDEL', stream, id)
+    if key and stream ~= S and redis.call('HGET', LENT, key) == id then redis.call('HDEL', LENT, key) end
+  elseif st == 'leased' then
     local before = redis.call('HGET', ERR, key)
     local attempts = redis.call('HINCRBY', ATT, key, 1)
     local prev = 0
@@ -809,18 +1122,30 @@ end
 return {n, pending[#pending][1], dead}
 """
 
-# ARGV: group, consumer; KEYS[14] the ``consumers`` hash -> 1 if this consumer was removed from the group (it held no
-# pending entry), with its record
+# ARGV: group, consumer; KEYS[18] the ``consumers`` hash -> 1 if this consumer was removed from the group of every
+# stream (``stream`` and the lanes'; it held no pending entry in any), with its record
 _FORGET_CONSUMER = _PRELUDE + """
-if redis.call('EXISTS', S) == 0 then return 0 end
-local pending = redis.pcall('XPENDING', S, GROUP, '-', '+', 1, ARGV[2])
-if type(pending) == 'table' and not pending.err and #pending == 0 then
-  redis.call('XGROUP', 'DELCONSUMER', S, GROUP, ARGV[2])
-  if KEYS[14] then redis.call('HDEL', KEYS[14], ARGV[2]) end  -- its process record (consumers)
-  return 1
+local streams = {S}
+for _, lane in ipairs(redis.call('SMEMBERS', LANES)) do streams[#streams + 1] = lane_stream(lane) end
+local held = {}
+for _, stream in ipairs(streams) do
+  if redis.call('EXISTS', stream) == 1 then
+    local pending = redis.pcall('XPENDING', stream, GROUP, '-', '+', 1, ARGV[2])
+    if type(pending) ~= 'table' or pending.err or #pending > 0 then return 0 end
+    held[#held + 1] = stream
+  end
 end
-return 0
+for _, stream in ipairs(held) do redis.pcall('XGROUP', 'DELCONSUMER', stream, GROUP, ARGV[2]) end
+redis.call('HDEL', KEYS[18], ARGV[2])  -- its process record (consumers)
+return 1
 """
+
+
+def lane_stream_key(prefix: str, lane: str) -> str:
+    """The key of the stream that holds lane ``lane``'s tasks in the queue of key prefix ``prefix``
+    (:func:`key_prefix`): ``<prefix>lane:<SHA-1 hex of the lane's UTF-8 text>``, as the scripts derive it
+    (``redis.sha1hex``); any lane text gives a safe key."""
+    return prefix + LANE_STREAM_SUFFIX + hashlib.sha1(lane.encode("utf-8")).hexdigest()
 
 
 def key_prefix(campaign: str, edge: str) -> str:
@@ -883,6 +1208,8 @@ class RedisStreamsQueue(WorkQueue):
     """
 
     supports_charges = True
+    #: each lane's tasks have a stream of their own (module docstring, "Lanes"): :meth:`lease_lanes` (walk39 #1)
+    supports_lane_lease = True
 
     def __init__(
         self,
@@ -943,6 +1270,10 @@ class RedisStreamsQueue(WorkQueue):
         self._dead_keys_script = register(_DEAD_KEYS)
         self._earlier_reasons_script = register(_EARLIER_REASONS)
         self._hand_back_script = register(_HAND_BACK)
+        self._move_script = register(_MOVE)
+        #: ``stream`` may hold entries of tasks with a lane (put by an older version): :meth:`lease_lanes` moves them
+        #: to their lanes' streams first (its first call on this handle, and after a lease that found nothing)
+        self._move_pending = True
         self._record = orjson.dumps({"host": socket.gethostname(), "boot_id": boot_id(), "pid": os.getpid(),
                                      "proc_start": proc_start(os.getpid())})
 
@@ -952,7 +1283,7 @@ class RedisStreamsQueue(WorkQueue):
 
     async def _once(self, script: Any, *args: Any, token: str | None = None) -> Any:
         """Run a mutating script at most once: a fresh call token (made here, before redis-py's first try,
-        so every retry of this call carries the same one) names the reply record KEYS[14]; ARGV = group,
+        so every retry of this call carries the same one) names the reply record KEYS[18]; ARGV = group,
         reply TTL in ms, ``args``. A retry whose first try ran answers from the record (module docstring)."""
         token = token or uuid.uuid4().hex
         extra = [self.prefix + CONSUMERS_SUFFIX] if script is self._lease_script else []
@@ -991,13 +1322,33 @@ class RedisStreamsQueue(WorkQueue):
         while chunk := _take(iterator, self.put_chunk):
             args: list[Any] = []
             for key, payload in chunk:
-                args.extend(_encode(key, payload)[:2])  # key and payload: no lane kept here (no lane lease)
+                key, blob, lane = _encode(key, payload)
+                args.extend((key, blob, "" if lane is None else "=" + lane))  # a lane may be "": marked by "="
             added += int(await self._once(self._put_script, *args))
         return added
 
     async def lease(self, n: int, visibility_timeout_s: float = C.DEFAULT_VISIBILITY_TIMEOUT_S) -> list[Task]:
         """Lease up to ``n`` tasks for ``visibility_timeout_s`` s (server clock): expired leases first,
-        then ready tasks in stream order. One script: O(log N + n).
+        then ready tasks in the queue's order (``stream`` and every lane's stream merged by entry id: put, release or
+        requeue order). One script: O(log N + n) for a queue without lanes, O(lanes * n) with them.
+
+        Raises
+        ------
+        ValueError
+            ``visibility_timeout_s`` not > 0.
+        """
+        return await self._lease(n, visibility_timeout_s, None)
+
+    async def lease_lanes(self, n: int, visibility_timeout_s: float, lanes: Mapping[str, int]) -> list[Task]:
+        """:meth:`WorkQueue.lease_lanes`: as :meth:`lease`, but at most ``lanes[L]`` tasks of each lane ``L`` named
+        (0 or less: none); expired leases of lanes with room first, then each lane's stream read only as far as its
+        count allows, merged by entry id. A full lane's tasks are not read: they stay undelivered in their place in
+        its stream, no attempt counted, no delay, visible to every process. A task's lane is its payload's
+        :data:`~geoagent.runtime.queue.LANE_FIELD` text, kept at put; one put by an older version (in ``stream``,
+        without a recorded lane) gets its lane from its payload and moves to its lane's stream, in order, before the
+        lease (module docstring, "Lanes"). One script for the lease (with a reply record, as :meth:`lease`),
+        O(lanes * n + moved); the move of a backlog, on this handle's first lane lease and after one that found
+        nothing, in steps of ``put_chunk`` entries.
 
         Raises
         ------
@@ -1006,13 +1357,38 @@ class RedisStreamsQueue(WorkQueue):
         """
         if not visibility_timeout_s > 0:
             raise ValueError(f"visibility_timeout_s must be > 0, got {visibility_timeout_s!r}")
+        if self._move_pending:
+            await self._move_laned()
+        tasks = await self._lease(n, visibility_timeout_s, {str(lane): int(k) for lane, k in lanes.items()})
+        self._move_pending = not tasks and int(n) > 0
+        return tasks
+
+    async def _move_laned(self) -> int:
+        """Move the undelivered entries of ``stream`` whose task has a lane to their lanes' streams, in order, one
+        short script (:data:`_MOVE`) per ``put_chunk`` entries walked; return how many moved."""
+        moved, cursor = 0, ""
+        while True:
+            step, nxt = await self._run(self._move_script, cursor, self.put_chunk)
+            moved += int(step)
+            cursor = _text(nxt)
+            if not cursor:
+                self._move_pending = False
+                return moved
+
+    async def _lease(self, n: int, visibility_timeout_s: float, lanes: dict[str, int] | None) -> list[Task]:
+        """:meth:`lease` (``lanes`` None) or :meth:`lease_lanes`: one lease script, then the dead-lettering of the
+        tasks whose payload cannot be read."""
+        if not visibility_timeout_s > 0:
+            raise ValueError(f"visibility_timeout_s must be > 0, got {visibility_timeout_s!r}")
         n = int(n)
         if n <= 0:
             return []
         vt_us = max(1, round(min(visibility_timeout_s, _MAX_S) * 1e6))
         token = uuid.uuid4().hex  # the call token, and the stem of this call's lease ids
+        counts = [x for lane, k in (lanes or {}).items() for x in (lane, k)]
         rows = await self._once(
-            self._lease_script, self.consumer, n, vt_us, token, max(n, self.promote_max), self._record, token=token
+            self._lease_script, self.consumer, n, vt_us, token, max(n, self.promote_max), self._record,
+            "0" if lanes is None else "1", *counts, token=token
         )
         tasks, unreadable = [], []
         for k, p, a, lid, e in rows:
@@ -1266,9 +1642,11 @@ class RedisStreamsQueue(WorkQueue):
         stream's end, which the walk reads last (duplicates are dropped). A task that changes state during the
         walk may be listed or not, as with any snapshot: act through :meth:`dead_letter_ready`."""
         out: dict[str, None] = {}
-        for phase, cursor, end in (("L", "0", "0"), ("D", "0", "0"), ("S", "-", "")):
+        walks = [("L", "0", "0", ""), ("D", "0", "0", ""), ("S", "-", "", "")]
+        walks += [("S", "-", "", lane) for lane in await self._lanes()]  # each lane's stream (module docstring)
+        for phase, cursor, end, lane in walks:
             while True:
-                nxt, keys = await self._run(self._ready_keys_script, phase, cursor, self.put_chunk)
+                nxt, keys = await self._run(self._ready_keys_script, phase, cursor, self.put_chunk, lane)
                 out.update(dict.fromkeys(_text(k) for k in keys))
                 cursor = _text(nxt)
                 if cursor == end:
@@ -1381,13 +1759,14 @@ class RedisStreamsQueue(WorkQueue):
         its leases are handed back now (also those that already timed out and nobody took over), so the next
         ``lease`` (of any process) takes them at once instead of after their visibility timeout, and a consumer left
         without leases leaves the group. Each counts one failed attempt (its process ended while working on the
-        task): the task goes back ready at the end of the stream, or is dead-lettered once its attempts reach
+        task): the task goes back ready at the end of its stream, or is dead-lettered once its attempts reach
         ``max_attempts`` (:attr:`handed_back_dead` adds those), with the reason
         :func:`~geoagent.runtime.queue.process_ended_reason` (as the SQLite backend's hand-back). The same rule as the
         ledger's owners (:mod:`geoagent.runtime.redis_state`); consumers on other machines (another host name or
         boot id) are left to their visibility timeout, since their pids mean nothing here (a lease that merely
         timed out counts no attempt: its holder may be alive). Idempotent (a handed-back task is no longer in the
-        gone consumer's pending list); one script per ``put_chunk`` pending entries of a gone consumer. Returns
+        gone consumer's pending list); one script per ``put_chunk`` pending entries of a gone consumer in each stream
+        (``stream``, then each lane's: module docstring, "Lanes"). Returns
         how many leases were handed back (ready again or dead-lettered).
         """
         here, boot = socket.gethostname(), boot_id()
@@ -1405,19 +1784,36 @@ class RedisStreamsQueue(WorkQueue):
                 continue
         n = 0
         keys = [*self.keys, self.prefix + CONSUMERS_SUFFIX]
+        lanes = ["", *await self._lanes()] if gone else []  # ``stream``, then each lane's stream
         for name in gone:
-            start = "-"
-            while True:
-                done, last, dead = await self._call(self._hand_back_script, keys,
-                                                    [GROUP, name, start, self.put_chunk, self.max_attempts])
-                n += int(done)
-                self.handed_back_dead += int(dead)
-                last = _text(last)
-                if not last:
-                    break
-                ms, _, seq = last.partition("-")
-                start = f"{ms}-{int(seq) + 1}"
+            for lane in lanes:
+                start = "-"
+                while True:
+                    done, last, dead = await self._call(self._hand_back_script, keys,
+                                                        [GROUP, name, start, self.put_chunk, self.max_attempts, lane])
+                    n += int(done)
+                    self.handed_back_dead += int(dead)
+                    last = _text(last)
+                    if not last:
+                        break
+                    ms, _, seq = last.partition("-")
+                    start = f"{ms}-{int(seq) + 1}"
+            # it leaves the group of every stream and the consumers hash once it holds nothing (a lane lease of its own
+            # may have been taken meanwhile: then it stays, for the next sweep)
+            await self._call(self._forget_script, keys, [GROUP, name])
         return n
+
+    async def _lanes(self) -> list[str]:
+        """The lanes that have a stream (the ``lanes`` set; lane texts, any order).
+
+        Raises
+        ------
+        QueueError
+            The queue is closed.
+        """
+        if self._closed:
+            raise QueueError(f"queue {self.name!r} ({self.prefix}) is closed")
+        return [_text(lane) for lane in await self._client.smembers(self.prefix + "lanes")]
 
     async def close(self) -> None:
         """Leave the consumer group if this consumer holds no lease, and close the client if owned.

@@ -182,9 +182,10 @@ Leasing by lane (walk39 #1). Deferral scatters each lane's work: a deferred task
 while the lease loop walks on through the plan, so a run stopped at the budget cap held each model's answers spread
 over a stretch of the plan many times their number (GeoHint: 96 of 128 context answers of two models without their
 image's baseline). Where the stage's lanes are the queue's own (:attr:`Stage.queue_lanes`: the model caller, whose
-lane is the payload's ``model``) and the queue leases by lane (:attr:`WorkQueue.supports_lane_lease`: SQLite, not
-Redis), the lease loop asks instead for at most each lane's quota (:meth:`StageRunner._lane_quota`: its room, and
-under pacing no more tasks than keep it from running ahead, task by task as above) with
+lane is the payload's ``model``) and the queue leases by lane (:attr:`WorkQueue.supports_lane_lease`: SQLite, and
+Redis since session 44, a stream per lane), the lease loop asks instead for at most each lane's quota
+(:meth:`StageRunner._lane_quota`: its room, and under pacing no more tasks than keep it from running ahead, task by
+task as above) with
 :meth:`WorkQueue.lease_lanes`: a full or paced lane's tasks stay ready in their place, untouched (no attempt, no
 delay, visible to every other process; a crash changes nothing for them), and each lane is leased in plan order. A
 task of a lane the stage does not name, or without one, is leased as before. While every lane is full or held back
