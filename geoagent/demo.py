@@ -537,18 +537,21 @@ def own_command() -> str:
     entry point), else ``<python> <run.py as typed>`` (``run.py`` when it was not run as a script, e.g. under
     pytest). ``<python>`` is the interpreter running now (``sys.executable``): relative to the working directory
     when inside it (``.venv/bin/python``, as README's commands), ``python`` when that is the one ``PATH`` finds
-    (an activated virtual environment), else its absolute path. Walk43 #7: the summary said ``python run.py
-    status|dead|export FILE`` to a reader of README, which runs ``.venv/bin/python`` and never activates the
-    environment, where a bare ``python`` lacks the project's dependencies."""
+    (an activated virtual environment), else its absolute path; always its absolute path (or ``python``) when
+    ``run.py`` was typed as an absolute path, so the two halves of the command read alike. Walk43 #7: the summary
+    said ``python run.py status|dead|export FILE`` to a reader of README, which runs ``.venv/bin/python`` and
+    never activates the environment, where a bare ``python`` lacks the project's dependencies. Walk44 A3: run as
+    ``/tmp/p/.venv/bin/python /tmp/p/run.py demo`` from ``/tmp``, it printed ``p/.venv/bin/python /tmp/p/run.py``."""
     argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ""
     if os.path.basename(argv0) == "geoagent":
         return "geoagent"
     script = argv0 if os.path.basename(argv0) == "run.py" else "run.py"
-    return f"{_python_command()} {script}"
+    return f"{_python_command(absolute=os.path.isabs(script))} {script}"
 
 
-def _python_command() -> str:
-    """The interpreter running now as a command to type in the working directory (see :func:`own_command`)."""
+def _python_command(absolute: bool = False) -> str:
+    """The interpreter running now as a command to type in the working directory (see :func:`own_command`);
+    ``absolute``: never relative to the working directory (``run.py`` was typed as an absolute path)."""
     import shutil
 
     exe = os.path.abspath(sys.executable) if sys.executable else ""
@@ -557,6 +560,8 @@ def _python_command() -> str:
     on_path = shutil.which("python")
     if on_path is not None and os.path.abspath(on_path) == exe:
         return "python"
+    if absolute:
+        return exe
     rel = os.path.relpath(exe)
     return rel if not rel.startswith(os.pardir) else exe
 

@@ -46,6 +46,14 @@ def test_the_summary_names_the_interpreter_as_the_user_typed_it(tmp_path):
     # from another folder: the interpreter's absolute path, run.py as typed
     abs_python = str(venv_bin / "python")
     assert _probe(abs_python, elsewhere, "../proj/run.py", no_python) == f"{abs_python} ../proj/run.py"
+    # walk44 A3: run.py typed as an absolute path from a folder above the project (the interpreter lies inside the
+    # working directory): the interpreter is absolute too, not "proj/.venv/bin/python /abs/proj/run.py"
+    assert _probe(abs_python, tmp_path, str(proj / "run.py"), no_python) == f"{abs_python} {proj / 'run.py'}"
+    # ... also typed relative to that folder
+    assert _probe("proj/.venv/bin/python", tmp_path, str(proj / "run.py"), no_python) == \
+        f"{abs_python} {proj / 'run.py'}"
+    # an activated environment keeps "python"
+    assert _probe(abs_python, tmp_path, str(proj / "run.py"), str(venv_bin)) == f"python {proj / 'run.py'}"
     # the installed entry point
     assert _probe(abs_python, elsewhere, str(venv_bin / "geoagent"), no_python) == "geoagent"
 
