@@ -135,28 +135,35 @@ STATUS_NO_USABLE = "no usable answers"
 class AnswerQuality:
     """One model's answers as a report counted them (answers, not tokens): ``answers`` every answer counted,
     ``parsed`` those that parsed (usable), ``cut_off`` those stopped at the output-token limit (parsed or
-    not); ``fix`` names the key that raises the cap (e.g. ``[geoverify] max_output_tokens (or the model's
-    [[models]] max_output_tokens)``) and ``failures`` where the unparsed answers are listed."""
+    not); ``fix`` names the key that raises the cap (the model's own, :func:`geoagent.config.output_limit_keys`:
+    ``models[1].max_output_tokens`` or ``geohint.max_output_tokens``), ``fix_planned`` whether that key is planned
+    into each request (a task section's: :func:`~geoagent.scoring.truncation.is_planned_limit_key`) and
+    ``failures`` where the unparsed answers are listed."""
 
     answers: int
     parsed: int
     cut_off: int = 0
     fix: str = "max_output_tokens"
     failures: str = "the report's parse-failure list"
+    fix_planned: bool = False
 
 
 def unusable_answer_lines(quality: Mapping[str, AnswerQuality]) -> list[str]:
     """One summary line per model that answered but whose answers none parsed (``answers > 0``,
     ``parsed == 0``), naming the cause: ``  no usable answers: M: 345 answers, none parsed (345 cut off at the
-    output-token limit: raise max_output_tokens ... and re-run under a new campaign name)``, or, when none was
-    cut off, where the unparsed answers are listed. [] when every model that answered has a usable answer."""
+    output-token limit: raise models[1].max_output_tokens and re-run the same command: ...)``
+    (:func:`~geoagent.scoring.truncation.rerun_advice`), or, when none was cut off, where the unparsed answers are
+    listed. [] when every model that answered has a usable answer."""
+    from geoagent.scoring.truncation import rerun_advice
+
     out = []
     for model, q in quality.items():
         if q.answers <= 0 or q.parsed > 0:
             continue
         if q.cut_off:
-            cause = (f"{q.cut_off} cut off at the output-token limit: raise {q.fix} and re-run under a new "
-                     "campaign name (stored answers are reused under the same one)")
+            # walk44 B1: the advice of the breaker's line and docs/models.md (it said "re-run under a new campaign
+            # name" where the breaker said re-run the same command)
+            cause = f"{q.cut_off} cut off at the output-token limit: {rerun_advice(q.fix, planned=q.fix_planned)}"
         else:
             cause = f"none cut off: see {q.failures} for what the model answered"
         out.append(f"  no usable answers: {model}: {q.answers} answer{'s' if q.answers != 1 else ''}, none parsed "

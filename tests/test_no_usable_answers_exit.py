@@ -48,7 +48,8 @@ def test_a_model_whose_answers_were_all_cut_off_ends_the_run_non_zero_naming_the
     assert code == EXIT_NO_USABLE_ANSWERS and code not in (0, 2, 3, 4, 5, 130)
     assert f"campaign gv-allcut: {STATUS_NO_USABLE}" in out
     assert (f"  no usable answers: {MODEL}: {n} answers, none parsed ({n} cut off at the output-token limit: "
-            "raise [geoverify] max_output_tokens") in out
+            "raise the model's [[models]] max_output_tokens (or [geoverify] max_output_tokens where the config sets "
+            "it) and re-run the same command") in out
     assert manifest["runs"][-1]["status"] == STATUS_NO_USABLE
     # `status` afterwards does not call the campaign complete
     from geoagent.config import load_config
@@ -107,4 +108,4 @@ def test_geohint_answer_quality_counts_each_models_parsed_and_cut_off_answers():
     assert (q["m-ok"].answers, q["m-ok"].parsed, q["m-ok"].cut_off) == (30, 30, 2)
     (line,) = unusable_answer_lines(q)
     assert line.startswith("  no usable answers: m-cut: 30 answers, none parsed (30 cut off at the output-token "
-                           "limit: raise [geohint] max_output_tokens")
+                           "limit: raise the model's [[models]] max_output_tokens")

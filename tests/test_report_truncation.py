@@ -202,7 +202,11 @@ def test_geohint_cutoff_table_per_model_and_condition_with_warning(tmp_path):
     assert [n for n in notes if n.startswith("Warning")] == [
         "Warning: 4.0 % of the answers of m-a in condition forced (4 of 100) were cut off at the output-token limit "
         "(1 of them with nothing parsed: no answer, left out of every rate); results are biased towards short "
-        "answers. Raise [geohint] max_output_tokens (or the model's [[models]] max_output_tokens) and re-run under a new campaign name."]
+        "answers. Raise the model's [[models]] max_output_tokens (or [geohint] max_output_tokens where the config sets "
+        "it) and re-run the same command: the requests still queued are then sent under the new limit, and the answers "
+        "already stored keep theirs (a new [campaign] name starts clean, asking every request again); where [geohint] "
+        "max_output_tokens sets the limit, planning wrote it into each request, so a raised one reaches only requests "
+        "planned after it: re-run under a new [campaign] name."]
     GH.write_report(agg, tmp_path, n_flips=20, n_splits=3, figures=False)
     md = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert "Answers cut off at the output-token limit: 5 of 300 scored answers (1.7 %)" in md
@@ -214,7 +218,8 @@ def test_geohint_cutoff_table_per_model_and_condition_with_warning(tmp_path):
     buf = io.StringIO()
     GH.print_report(list(tables.values()), GH.report_console(buf))
     assert "Warning: 4.0 % of the answers of m-a in condition forced" in buf.getvalue()
-    assert "Raise [geohint] max_output_tokens" in " ".join(buf.getvalue().split())  # not read as rich markup
+    # not read as rich markup
+    assert "Raise the model's [[models]] max_output_tokens (or [geohint] max_output_tokens" in " ".join(buf.getvalue().split())
 
 
 def test_geohint_scorer_keeps_the_finish_reason_and_old_rows_take_it_from_the_store(tmp_path):

@@ -601,6 +601,10 @@ class GeoHintCampaign(CampaignKind):
         (``parse_ok``), those cut off at the output-token limit."""
         from geoagent.engine import AnswerQuality
         from geoagent.report.geohint import TRUNCATION_SETTING
+        from geoagent.config import output_limit_keys
+        from geoagent.scoring.truncation import is_planned_limit_key
+
+        keys = output_limit_keys(cfg)  # each model's own key (walk44 B1)
 
         agg = getattr(self, "_agg", None)
         if agg is None or not agg.keys:
@@ -609,9 +613,10 @@ class GeoHintCampaign(CampaignKind):
         for m in agg.answered_models:
             c = agg.select(model=m)
             cut = total({k: v for k, v in agg.truncation.items() if k[0] == m}).n_truncated if agg.truncation else 0
-            out[m] = AnswerQuality(c.n + agg.n_no_answer(model=m), c.n - c.n_parse_fail, cut, TRUNCATION_SETTING,
+            key = keys.get(m)
+            out[m] = AnswerQuality(c.n + agg.n_no_answer(model=m), c.n - c.n_parse_fail, cut, key or TRUNCATION_SETTING,
                                    "the report's compliance table (Unparseable: no JSON object) and "
-                                   "model_responses.parquet")
+                                   "model_responses.parquet", fix_planned=is_planned_limit_key(key))
         return out
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:

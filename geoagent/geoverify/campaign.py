@@ -444,6 +444,10 @@ class GeoVerifyCampaign(CampaignKind):
         failures; cut off from the answers' finish reasons. The pooled column is no model."""
         from geoagent.engine import AnswerQuality
         from geoagent.report.geoverify import FAILURES_CSV, TRUNCATION_SETTING
+        from geoagent.config import output_limit_keys
+        from geoagent.scoring.truncation import is_planned_limit_key
+
+        keys = output_limit_keys(cfg)  # each model's own key (walk44 B1)
 
         out = {}
         for model, sc in (getattr(self, "_scores", None) or {}).items():
@@ -451,8 +455,9 @@ class GeoVerifyCampaign(CampaignKind):
                 continue
             parsed = sc.n_signal + sc.n_noise + sum(int(c[0]) for c in (sc.controls or {}).values())
             cut = total(sc.truncation).n_truncated if sc.truncation else 0
-            out[model] = AnswerQuality(parsed + sc.n_parse_failures, parsed, cut, TRUNCATION_SETTING,
-                                       f"report/{FAILURES_CSV}")
+            key = keys.get(model)
+            out[model] = AnswerQuality(parsed + sc.n_parse_failures, parsed, cut, key or TRUNCATION_SETTING,
+                                       f"report/{FAILURES_CSV}", fix_planned=is_planned_limit_key(key))
         return out
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:

@@ -240,8 +240,11 @@ FEW_CLUSTERS = 30
 #: normal-reference Wald test of a cluster-robust fit over-rejects badly, and t with G - 1 df is the minimum
 #: remedy. The t reference (``p_reference = "t"``) keeps its p-values: G - 1 df already widens them.
 MIN_CLUSTERS_NORMAL_P = 10
-#: the settings a cut-off warning asks to raise
-TRUNCATION_SETTING = "[geohint] max_output_tokens (or the model's [[models]] max_output_tokens)"
+#: the settings a cut-off warning asks to raise (the model's first: a re-run of the same command applies it to the
+#: requests still queued; the task section's is planned into each request, walk44 B1)
+TRUNCATION_SETTING = "the model's [[models]] max_output_tokens (or [geohint] max_output_tokens where the config sets it)"
+#: the task section's key among :data:`TRUNCATION_SETTING`
+TRUNCATION_TASK_KEY = "[geohint] max_output_tokens"
 
 
 def _md_cell(text: str) -> str:
@@ -1967,7 +1970,7 @@ def truncation_warnings(agg: GeoHintAggregator) -> list[str]:
     """Warning lines for every (model, condition) whose answers were cut off at the output-token limit more
     often than :data:`~geoagent.scoring.truncation.WARN_SHARE`; [] otherwise."""
     counts = {f"{m} in condition {c}": tc for (m, c), tc in agg.truncation.items()}
-    return warning_lines(counts, setting=TRUNCATION_SETTING)
+    return warning_lines(counts, setting=TRUNCATION_SETTING, planned_key=TRUNCATION_TASK_KEY)
 
 
 #: the cut-off table's note when nothing was cut off and Markdown and the terminal show its total row alone

@@ -206,8 +206,11 @@ def legend_for(tau_km: float = C.GEOVERIFY_TAU_KM, gaps: Mapping[str, float] | N
 
 #: the terms at the paper's tau (150 m); a report names its own tau (:func:`legend_for`)
 LEGEND = legend_for()
-#: the settings a cut-off warning asks to raise
-TRUNCATION_SETTING = "[geoverify] max_output_tokens (or the model's [[models]] max_output_tokens)"
+#: the settings a cut-off warning asks to raise (the model's first: a re-run of the same command applies it to the
+#: requests still queued; the task section's is planned into each request, walk44 B1)
+TRUNCATION_SETTING = "the model's [[models]] max_output_tokens (or [geoverify] max_output_tokens where the config sets it)"
+#: the task section's key among :data:`TRUNCATION_SETTING`
+TRUNCATION_TASK_KEY = "[geoverify] max_output_tokens"
 #: arm -> row label of its cut-off share
 _ARM_LABELS = ((ARM_MAIN, "main arm"), (ARM_MISMATCH, "control: swapped image"), (ARM_BLANK, "control: gray field"))
 
@@ -683,7 +686,7 @@ def truncation_warnings(scores: Mapping[str, ModelScores]) -> list[str]:
     """Warning lines for every model (not ``pooled``) whose answers were cut off at the output-token limit
     more often than :data:`~geoagent.scoring.truncation.WARN_SHARE` (all arms together); [] otherwise."""
     counts = {m: c for m, s in scores.items() if m != POOLED and (c := _trunc(s)) is not None}
-    return warning_lines(counts, setting=TRUNCATION_SETTING)
+    return warning_lines(counts, setting=TRUNCATION_SETTING, planned_key=TRUNCATION_TASK_KEY)
 
 
 def _parse_failures_text(s: ModelScores) -> str:

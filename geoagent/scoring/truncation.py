@@ -55,6 +55,7 @@ Sources: OpenAI Chat Completions API reference (``finish_reason``), Anthropic Me
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -259,6 +260,40 @@ def total(counts: Mapping[object, TruncationCount]) -> TruncationCount:
     return out
 
 
+def is_planned_limit_key(key: str | None) -> bool:
+    """Whether config key ``key`` (:func:`geoagent.config.output_limit_keys`: ``geohint.max_output_tokens``,
+    ``models[0].max_output_tokens``, ...) is a task section's limit, which planning writes into each request (a
+    queued request keeps the value it was planned with), rather than a model's, which is read when a request is
+    sent. None (unknown) counts as a model's."""
+    return bool(key) and re.fullmatch(r"[a-z_]+(\.[a-z_]+)*\.max_output_tokens", key) is not None
+
+
+def rerun_advice(key: str, *, planned: bool = False, also: str = "") -> str:
+    """The one advice every line about answers cut off at the output-token limit gives, as docs/models.md does
+    (walk44 B1: the breaker's line said re-run the same command while the summary's and the report's said re-run
+    under a new campaign name). Lower case, no final period.
+
+    Parameters
+    ----------
+    key : str
+        The config key (or keys, in words) that sets the limit, e.g. ``models[1].max_output_tokens``.
+    planned : bool
+        ``key`` is a task section's limit (:func:`is_planned_limit_key`): planning wrote it into each request, so
+        a re-run of the same command sends the requests still queued with the old one and only a new
+        ``[campaign] name`` asks them under a raised one.
+    also : str
+        Words inserted after ``key`` (e.g. the breaker's ``(a Gemini thinking model: or bound
+        params.thinking_budget below it)``).
+    """
+    if planned:
+        return (f"raise {key}{also} and re-run under a new [campaign] name: {key} is planned into each request, so a "
+                "re-run of the same command sends the requests still queued with the old limit, and only a new name "
+                "asks every request again under the new one")
+    return (f"raise {key}{also} and re-run the same command: the requests still queued are then sent under the new "
+            "limit, and the answers already stored keep theirs (a new [campaign] name starts clean, asking every "
+            "request again)")
+
+
 def _no_answer_part(c: TruncationCount) -> str:
     """The warning's parenthesis on the cut-off answers of ``c`` with nothing parsed (no answer); "" when there
     are none (also the generic campaign's, which parses nothing)."""
@@ -268,7 +303,7 @@ def _no_answer_part(c: TruncationCount) -> str:
 
 
 def warning_lines(counts: Mapping[str, TruncationCount], *, setting: str, threshold: float = WARN_SHARE,
-                  scored: bool = True) -> list[str]:
+                  scored: bool = True, planned_key: str | None = None) -> list[str]:
     """One warning per group whose cut-off share exceeds ``threshold``.
 
     Parameters
@@ -282,6 +317,9 @@ def warning_lines(counts: Mapping[str, TruncationCount], *, setting: str, thresh
     scored : bool
         Whether the campaign parses and scores its answers (False: the generic campaign, whose withheld lines then
         say nothing of parsing; :func:`withheld_lines`).
+    planned_key : str, optional
+        A task section's key among ``setting`` (``[geohint] max_output_tokens``): planned into each request, so a
+        raised one reaches no request already queued (:func:`rerun_advice`), which the warning says.
 
     Returns
     -------
@@ -291,14 +329,19 @@ def warning_lines(counts: Mapping[str, TruncationCount], *, setting: str, thresh
         none is a no-answer; the words of :data:`LEGEND_LINE` and :func:`is_no_answer`, one rule for both
         tasks), in label order; [] when no group exceeds the threshold.
     """
+    # walk44 B1: the advice of the breaker's line and of docs/models.md, not "re-run under a new campaign name"
+    advice = rerun_advice(setting)
+    if planned_key:
+        advice += (f"; where {planned_key} sets the limit, planning wrote it into each request, so a raised one "
+                   "reaches only requests planned after it: re-run under a new [campaign] name")
+    advice = advice[0].upper() + advice[1:]
     out = []
     for label in sorted(counts):
         c = counts[label]
         if c.n and c.share > threshold:
             out.append(
                 f"Warning: {100 * c.share:.1f} % of the answers of {label} ({c.n_truncated} of {c.n}) were cut off at the "
-                f"output-token limit{_no_answer_part(c)}; results are biased towards short answers. Raise {setting} "
-                "and re-run under a new campaign name."
+                f"output-token limit{_no_answer_part(c)}; results are biased towards short answers. {advice}."
             )
     return out + withheld_lines(counts, scored=scored)
 

@@ -55,7 +55,7 @@ import orjson
 from geoagent.files import atomic_write_bytes
 from geoagent.runtime.errors import PicklableError
 from geoagent.runtime.stage import Held
-from geoagent.scoring.truncation import is_output_limit
+from geoagent.scoring.truncation import is_output_limit, is_planned_limit_key, rerun_advice
 from geoagent.textfmt import label_text
 from geoagent.workers.held import HeldTasks
 
@@ -125,11 +125,17 @@ class CutOff:
         else:
             said = (f"model {self.model}: {what} came back empty, cut off at the output-token limit ({limit}finish "
                     f"reason {self.finish_reason}): ")
+        # walk44 B1: one advice with the summary's and the report's lines and docs/models.md (rerun_advice); a task
+        # section's limit is planned into each request, so raising it reaches no queued request
+        planned = is_planned_limit_key(self.key)
+        also = "" if planned else " (a Gemini thinking model: or bound params.thinking_budget below it)"
+        advice = rerun_advice(key, planned=planned, also=also)
+        if planned:
+            advice += ("; a Gemini thinking model: or bound its params.thinking_budget below the limit and re-run the "
+                       "same command (read when a request is sent)")
         return (said + "hidden reasoning or thinking used the whole limit, so every further "
-                f"call would be billed for no answer; raise {key} (a Gemini thinking model: or bound "
-                "params.thinking_budget below it) and re-run: the requests left queued are then sent under the new "
-                "limit, and the empty answers stay stored as no answers (in no rate; a new [campaign] name starts "
-                "clean)")
+                f"call would be billed for no answer; {advice}; the empty answers stay stored as no answers (in no "
+                "rate)")
 
 
 class CutOffStop(PicklableError, Held):
