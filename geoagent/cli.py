@@ -72,7 +72,7 @@ def _warn_config_drift(cfg: Any, *, simulate: bool = False, file: Any = None) ->
     if simulate:  # the run prints these once it has planned (geoagent.engine.config_drift_after_plan)
         from geoagent.runtime.drift import setting_lines
 
-        for line in setting_lines(cfg.name, changes, _changed_keys_text):
+        for line in setting_lines(cfg.name, changes, _changed_keys_text, cfg):
             print(line, file=file)
     if changes.calls and simulate:
         from geoagent.runtime.drift import only_plan_scope

@@ -3314,7 +3314,7 @@ async def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContex
         changes = config_changes(written, state_dir=cfg.state_dir())
     except ValueError:  # a damaged manifest: the run's start says so
         return None
-    for line in setting_lines(cfg.name, changes, _changed_keys_text):
+    for line in setting_lines(cfg.name, changes, _changed_keys_text, written):
         print(line, file=sys.stderr)
     plan_before = before.get(kind.plan_edge)
     if plan_before is None or plan_after is None:

@@ -207,12 +207,16 @@ def regime_scope_lines(name: str, call_keys: Iterable[str], kind: str | None) ->
             "regime for every model; compare regime tables only between runs with the same models and sampling"]
 
 
-def setting_lines(name: str, changes: Any, keys_text: Callable[[dict[str, tuple[Any, Any]]], str]) -> list[str]:
+def setting_lines(name: str, changes: Any, keys_text: Callable[[dict[str, tuple[Any, Any]]], str],
+                  cfg: Any = None) -> list[str]:
     """The info lines of campaign ``name`` for changed keys that change no request or no answer already stored
     (:func:`pacing_line`, :func:`price_line`, :func:`unsent_line`, :func:`applied_after_line`), in that order, from
     ``changes`` (:class:`geoagent.runtime.manifest.ConfigChanges`); ``keys_text`` writes the changed keys
-    (:func:`changed_keys_text`). The run prints them once it has planned, the dry run before its report."""
-    lines = (pacing_line(name, changes.pacing, keys_text(changes.pacing)),
+    (:func:`changed_keys_text`). ``cfg``: the config now (as written), whose models' ``timeout_s`` defaults the
+    pacing line names (:func:`default_timeout_notes`). The run prints them once it has planned, the dry run before
+    its report."""
+    notes = default_timeout_notes(cfg, changes.pacing) if cfg is not None else {}
+    lines = (pacing_line(name, changes.pacing, pacing_keys_text(changes.pacing, keys_text, notes)),
              price_line(name, changes.prices, keys_text(changes.prices)),
              unsent_line(name, changes.unsent, keys_text(changes.unsent)),
              applied_after_line(name, changes.applied_after, keys_text(changes.applied_after)))
@@ -553,6 +557,53 @@ def decide(name: str, calls: list[str], call_keys: dict[str, tuple[Any, Any]], *
             "manifest keeps recording those (the new config is under config_not_applied). Use a new [campaign] "
             "name to run with the change.")
     return DriftDecision([line], applied=False, mixed=False, record=record)
+
+
+#: a model's ``timeout_s`` path, whose default depends on whether the model may reason at length
+_MODEL_TIMEOUT = re.compile(r"^models\[(\d+)\]\.timeout_s$")
+
+
+def default_timeout_notes(cfg: Any, pacing: Mapping[str, tuple[Any, Any]]) -> dict[str, str]:
+    """``{path: note}`` for each changed ``models[i].timeout_s`` of ``pacing`` that the config ``cfg`` does not set:
+    its value is the default, 600 s for a model that may reason at length (:func:`geoagent.config.may_reason_long`,
+    :data:`geoagent.config.REASONING_TIMEOUT_S`), else 120 s, so it moved with a change that made the model think
+    or stop thinking, not by the user's hand. Walk44 B2: adding ``params = { thinking_budget = 0 }`` printed
+    ``limits or pacing changed since its last run (models[1].timeout_s: 600.0 -> 120.0)``, a key the config never
+    named. The note: ``the default for a non-thinking model; not set in the config``."""
+    from geoagent.config import may_reason_long
+
+    out: dict[str, str] = {}
+    models = list(getattr(cfg, "models", None) or [])
+    for path in pacing:
+        m = _MODEL_TIMEOUT.match(path)
+        if m is None or int(m.group(1)) >= len(models):
+            continue
+        model = models[int(m.group(1))]
+        if "timeout_s" in getattr(model, "model_fields_set", {"timeout_s"}):
+            continue  # written in the config: the user's change
+        try:
+            long = may_reason_long(model)
+        except Exception:  # noqa: BLE001 - a message aid only
+            continue
+        what = "a reasoning or thinking model" if long else "a non-thinking model"
+        out[path] = f"the default for {what}; not set in the config"
+    return out
+
+
+def pacing_keys_text(pacing: dict[str, tuple[Any, Any]], keys_text: Callable[[dict[str, tuple[Any, Any]]], str],
+                     notes: Mapping[str, str]) -> str:
+    """``keys_text(pacing)``, with each key of ``notes`` written ``models[1].timeout_s: 600.0 -> 120.0, <note>``
+    after the others (:func:`default_timeout_notes`)."""
+    if not notes:
+        return keys_text(pacing)
+    rest = {k: v for k, v in pacing.items() if k not in notes}
+    noted = [f"{k}: {_shown(pacing[k][0])} -> {_shown(pacing[k][1])}, {notes[k]}" for k in sorted(notes)]
+    return "; ".join(([keys_text(rest)] if rest else []) + noted)
+
+
+def _shown(v: Any) -> str:
+    """A scalar value as :func:`changed_keys_text` writes it (``unset`` for None)."""
+    return "unset" if v is None else repr(v)
 
 
 def pacing_line(name: str, pacing: dict[str, tuple[Any, Any]], keys_text: str) -> str | None:
