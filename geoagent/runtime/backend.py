@@ -81,7 +81,39 @@ def redis_url(cfg: Any, *, dotenv_path: str | Path | None = None) -> str | None:
     if problem is not None:  # before anything is recorded on the server (redis39 #4)
         raise BackendError(f"{cfg.source}: [backend] url_env: the URL in variable {name} cannot be used: {problem} "
                            "(the value is not shown: it may hold a password)")
+    _URL_VARIABLES[url] = name  # for the messages about a failed connection (:func:`server_hint`)
     return url
+
+
+#: Redis URL -> the variable (``[backend] url_env``) it was read from in this process (:func:`redis_url`)
+_URL_VARIABLES: dict[str, str] = {}
+
+
+def server_address(url: str) -> str:
+    """Where Redis URL ``url`` points, without its user name or password: ``host:port`` (port 6379 when the URL
+    names none; ``[::1]:6379`` for an IPv6 host), the socket path of a ``unix://`` URL; "" when unreadable."""
+    try:
+        parts = urlsplit(url)
+        if parts.scheme == "unix":
+            return parts.path
+        host = parts.hostname or ""
+        port = parts.port or 6379
+    except ValueError:
+        return ""
+    if not host:
+        return ""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def server_hint(url: str) -> str:
+    """The words a failed connection to the server at ``url`` ends with (walk44 B3): where the URL points and the
+    variable it came from, never its password or user name: ``server 127.0.0.1:6390, from variable
+    GEOAGENT_REDIS_URL ([backend] url_env): is redis-server running there, and is that the address you meant?``."""
+    where = server_address(url)
+    name = _URL_VARIABLES.get(url)
+    source = f"from variable {name} ([backend] url_env)" if name else "from [backend] url_env"
+    return (f"server {where or '(address unreadable)'}, {source}: is redis-server running there, and is that the "
+            "address you meant?")
 
 
 def _url_timeouts_problem(url: str) -> str | None:
@@ -98,15 +130,17 @@ def _url_timeouts_problem(url: str) -> str | None:
 
 
 def scrub(text: str, url: str | None) -> str:
-    """``text`` with the URL and its password replaced by ``***`` (for messages about a failed connection)."""
-    from geoagent.secrets import redact
+    """``text`` with the URL, its password and its user name replaced by ``***`` (for messages about a failed
+    connection). The URL is masked whole only, as :func:`redis_url` registers it: masked by its fragments too, its
+    ``host:port`` run hid the address redis-py names ("Error 111 connecting to ***", walk44 B3); the password and
+    user name are masked with their fragments."""
+    from geoagent.secrets import mask_values, redact
 
     if not url:
         return redact(text)
-    extra = [url]
-    password = urlsplit(url).password
-    if password:
-        extra.append(password)
+    text = mask_values(text, [url], fragments=False)
+    parts = urlsplit(url)
+    extra = [v for v in (parts.password, parts.username) if v]
     return redact(text, extra)
 
 
@@ -825,6 +859,8 @@ def _scrubbed(exc: BaseException, url: str) -> BaseException:
         if was_reached(url):
             return type(exc)(scrub(str(exc), url))
     text = scrub(f"{type(exc).__name__}: {exc}", url)
+    if isinstance(exc, (RedisConnectionError, RedisTimeoutError, OSError)):  # never reached: no server there?
+        text += f" ({server_hint(url)})"
     return BackendError(f"the Redis server named by [backend] url_env cannot be used: {text}")
 
 
