@@ -743,6 +743,13 @@ def _server_end(cfg: Any, local: str | None, alive: bool | None) -> tuple[str | 
     return (local if local == "failed" else "killed"), mark
 
 
+#: manifest.json's status of a run ended by a second Ctrl-C or signal (:meth:`geoagent.runtime.manifest.Manifest.mark_forced_exit`)
+FORCED_EXIT = "forced exit"
+#: how ``status`` names such a run's end (walk44 B5), where a run killed otherwise reads "stopped without its final record"
+FORCED_EXIT_TEXT = ("the last run was ended at once by a second Ctrl-C or signal (forced exit, as manifest.json "
+                    "recorded), before its final record; ")
+
+
 def _run_statuses(state_dir: Path) -> tuple[dict[str, str], set[str]]:
     """``(outcomes, unended)`` from manifest.json: run id -> the status recorded for each run that ended
     (``complete``, ``interrupted``, ``incomplete``, ``budget exhausted``, ``failed``, ...;
@@ -1223,8 +1230,12 @@ def format_status(st: dict[str, Any]) -> str:
                            "other machines may hold some); those of stopped processes are redelivered to the next "
                            "run here, or to a running one elsewhere once their leases expire" if st.get("redis") else
                            f"{leased} leased task{'s are' if leased != 1 else ' is'} redelivered on the next run")
+            # walk44 B5: a run ended by a second Ctrl-C (or signal) is recorded "forced exit" by manifest.json: say
+            # so, not only "stopped without its final record", which reads like a crash
+            forced = (st.get("run_outcomes") or {}).get(str(p.get("run_id"))) == FORCED_EXIT
             state = ("not running (" + (f"every process of the last run has stopped, {stopped} of {len(procs)} without "
                                         "its final record; " if procs
+                                        else FORCED_EXIT_TEXT if forced
                                         else "the last run stopped without its final record; ")
                      + (f"{redelivered}, which passes on any whose answer was stored before the stop without "
                         "calling again, so calls can exceed done requests until then)"

@@ -80,6 +80,9 @@ def test_a_second_signal_is_recorded_as_forced_exit_and_the_rerun_keeps_that_rec
     (run,) = man["runs"]
     assert run["status"] == "forced exit" and run["stopped_at"] and run["duration_s"] > 0, run
     assert RESUME_HINT in status_text, status_text
+    # walk44 B5: status names the forced exit, not only "stopped without its final record" (which reads like a crash)
+    assert "not running (the last run was ended at once by a second Ctrl-C or signal (forced exit, as manifest.json " \
+           "recorded), before its final record; " in status_text, status_text
     first, second = after["runs"]
     assert first["status"] == "forced exit" and "killed_found_by" not in first  # not taken for a SIGKILL
     assert second["status"] == "complete"
