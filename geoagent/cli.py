@@ -660,7 +660,8 @@ EXIT_CODES_EPILOG = """exit codes:
        (402, a quota 429) (that model's work stays queued while the other models finish), or the Mapillary
        API refused a crawl's token (the crawl stops at once), or Nominatim or Wikidata refused the GeoHint
        geocoder (HTTP 403: blocked; its answers stay queued); fix the variable named (MAPILLARY_TOKEN for a
-       crawl, or add credit; the geocoder: [geohint.geocoder] contact) and re-run; no task is lost
+       crawl, or add credit; the geocoder: [campaign] contact or [geohint.geocoder] contact) and re-run; no
+       task is lost
   6    no usable answers: every planned task reached the end, but a model answered and none of its
        answers parsed (e.g. every answer cut off at max_output_tokens); the summary names the model and
        the cause
@@ -698,7 +699,8 @@ COMMAND_EXIT_CODES: dict[str, dict[int, str]] = {
         5: "authentication failed: a model's host answered 401/403 repeatedly, or refused its account for billing\n"
            "       (402, a quota 429) (that model's work stays queued while the other models finish), or Nominatim or\n"
            "       Wikidata refused the GeoHint geocoder (HTTP 403; its answers stay queued); fix the variable named\n"
-           "       (or add credit; the geocoder: [geohint.geocoder] contact) and re-run; no task is lost",
+           "       (or add credit; the geocoder: [campaign] contact or [geohint.geocoder] contact) and re-run; no task\n"
+           "       is lost",
         6: _NO_USABLE,
         130: _RESUME,
     },

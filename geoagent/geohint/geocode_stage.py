@@ -67,7 +67,8 @@ class GeocoderRefused(Held):
 
 
 #: what to do about a refused geocoder (:class:`GeocoderRefused`)
-GEOCODER_REFUSED_FIX = ("check [geohint.geocoder] contact (it goes into the User-Agent), wait until the block is "
+GEOCODER_REFUSED_FIX = ("check [geohint.geocoder] contact (default: [campaign] contact; it goes into the User-Agent), "
+                        "wait until the block is "
                         "lifted or point [geohint.geocoder] nominatim_url / wikidata_url at a server of your own")
 
 
