@@ -127,7 +127,8 @@ def test_a_version_3_file_is_read_as_it_is_then_migrated_with_every_lane_filled(
 def test_the_migration_fills_by_sql_past_a_payload_that_sqlite_cannot_read(tmp_path):
     """rev43a #2: payloads that are not JSON to SQLite (hand-edited rows) keep lane NULL, as orjson reads them, and
     no longer undo the one-statement fill: the statement sets every other lane, and Python (the per-row UPDATE,
-    seen by SQLite's trace) writes only the row whose payload holds a NUL (rev43a #4)."""
+    seen by SQLite's trace) writes only the rows whose payload holds a ``\\u`` escape (a NUL here: rev43a #4; any
+    ``\\u`` since review44a #1)."""
     rows = [("a0", orjson.dumps({"model": "a"}), 0), ("bad", b"\xff not json", 0), ("cut", b'{"model": "a"', 0),
             ("b0", orjson.dumps({"model": "b"}), 0), ("n", orjson.dumps({"model": 7}), 0),
             ("nul", orjson.dumps({"model": "a\x00b"}), 0),
@@ -144,7 +145,8 @@ def test_the_migration_fills_by_sql_past_a_payload_that_sqlite_cannot_read(tmp_p
     conn.execute("COMMIT")
     conn.set_trace_callback(None)
     per_row = [s for s in seen if s.startswith("UPDATE tasks SET lane = ") and "json" not in s]  # parameters bound
-    assert len(per_row) == 1 and per_row[0].endswith(f"WHERE id = {[k for k, *_ in rows].index('nul') + 1}")
+    ids = [k for k, *_ in rows]
+    assert [s.rpartition(" = ")[2] for s in per_row] == [str(ids.index("nul") + 1), str(ids.index("nul_elsewhere") + 1)]
     lanes = dict(conn.execute("SELECT key, lane FROM tasks"))
     conn.close()
     assert lanes == {k: _encode(k, orjson.loads(p))[2] if k not in ("bad", "cut") else None for k, p, _ in rows}

@@ -63,7 +63,8 @@ an uncharged nack that dead-letters a task leaves it NULL without writing it).
 
 ``not_before`` is the one time column the index orders by:
 
-* ready  -> earliest time the task may be leased (put time, or put time + backoff after a nack);
+* ready  -> earliest time the task may be leased (put time, also after a release without delay or a hand-back:
+  review44a #2; the release time + its delay, or the nack time + backoff);
 * leased -> lease expiry (lease time + visibility timeout); once it has passed the task is leasable again;
 * done   -> time of the ack;
 * dead   -> time of the failure (``DeadLetter.failed_at``).
@@ -286,11 +287,15 @@ _MIGRATE_1_2 = (
 #: version 3 -> 4: the lane column (each task's payload ``model`` when a text: :meth:`SQLiteQueue.lease_lanes`), filled
 #: for the rows already there by :func:`_fill_lanes`, and its index
 _MIGRATE_3_4 = ("ALTER TABLE tasks ADD COLUMN lane TEXT",)
-#: a stored payload holding a NUL character, which orjson writes ``\u0000`` (``x'5c7530303030'``: those six bytes; the
-#: payload compared as bytes, so no JSON is read): SQLite's ``json_extract`` cuts a text at its NUL (3.40:
-#: ``"nul\u0000byte"`` -> ``'nul'``) where put keeps it whole (:func:`_encode`), so ``orjson`` reads the lane of such a
-#: row (rev43a #4). No model name of a config holds one (letters, digits and ``_ . -``): only a payload put by hand
-_NUL_IN_PAYLOAD = "instr(CAST({p} AS BLOB), x'5c7530303030') > 0"
+#: a stored payload holding a ``\u`` escape (``x'5c75'``: those two bytes; the payload compared as bytes, so no JSON is
+#: read), which ``orjson`` reads for the lane instead of SQLite's JSON functions: SQLite's ``json_extract`` cuts a text
+#: at an escaped NUL (3.40: ``"nul\u0000byte"`` -> ``'nul'``) where put keeps it whole (:func:`_encode`; rev43a #4),
+#: and it decodes a lone surrogate escape (``"a\ud800"``, which ``json_valid`` passes) into bytes that are not UTF-8,
+#: which no read of the lane could then decode (review44a #1: every lane lease of the file failed). orjson refuses
+#: such a payload (its lane stays NULL, and the lease dead-letters the row as unreadable). orjson writes ``\u`` only
+#: for control characters, and no model name of a config holds one (letters, digits and ``_ . -``), so these are
+#: payloads put by hand, or ones with a backslash before a ``u`` in some text (read by orjson too, the same lane)
+_ESCAPE_IN_PAYLOAD = "instr(CAST({p} AS BLOB), x'5c75') > 0"
 
 
 def _model_is_text_sql(column: str) -> str:
@@ -304,10 +309,16 @@ def _model_is_text_sql(column: str) -> str:
     return f"CASE WHEN json_valid({text}) THEN json_type({text}, '$.{LANE_FIELD}') END = 'text'"
 
 
-#: :func:`_fill_lanes` by SQLite's JSON functions: the lane of every row that has one (of a row with a NUL in its
-#: payload, set again by orjson after)
+#: :func:`_fill_lanes` by SQLite's JSON functions: the lane of every row that has one, but for a payload holding a
+#: ``\u`` escape (:data:`_ESCAPE_IN_PAYLOAD`: set by orjson after; review44a #1)
 _FILL_LANES_SQL = (f"UPDATE tasks SET lane = json_extract(CAST(payload AS TEXT), '$.{LANE_FIELD}') "
-                   f"WHERE {_model_is_text_sql('payload')}")
+                   f"WHERE NOT {_ESCAPE_IN_PAYLOAD.format(p='payload')} AND {_model_is_text_sql('payload')}")
+#: the 3 -> 4 migration (review44a #2): a task released with no delay by older code (a budget stop, a Ctrl-C) was given
+#: ``not_before`` = the release time, behind every task put before it; it goes back to its put place (as a release now
+#: puts it, :data:`_RELEASE_SQL`). Only tasks ready with no attempt counted whose time has come (param: the queue
+#: clock, unix s): a deferral still running (a release with a delay) keeps its time
+_RESET_RELEASED_SQL = (f"UPDATE tasks SET not_before = created_at WHERE state = {READY} AND attempts = 0 "
+                       "AND not_before > created_at AND not_before <= ?")
 #: rows a Python pass of :func:`_fill_lanes` reads at once (memory: this many payloads)
 FILL_LANES_CHUNK = 10_000
 #: version 2 -> 3, and the last step of a new file: the queue clock's mark (param: :meth:`SQLiteQueue._start_mark`)
@@ -353,17 +364,27 @@ RETURNING key, payload, attempts, lease_id, last_error
 #: seek of the lane index each: a handful of lanes, never a scan), a lane's tasks leasable now in lease order (one
 #: range of it), NULL-lane tasks the same way, and whether any lease expired (the (state, not_before) index). The
 #: ``state < 2`` term is the lane index's own condition, which SQLite needs written out to use a partial index.
-_FIRST_LANE_SQL = f"SELECT lane FROM tasks WHERE state = ? AND state < {DONE} AND lane IS NOT NULL ORDER BY lane LIMIT 1"
-_NEXT_LANE_SQL = f"SELECT lane FROM tasks WHERE state = ? AND state < {DONE} AND lane > ? ORDER BY lane LIMIT 1"
-_LANE_ROWS_SQL = (f"SELECT not_before, id FROM tasks WHERE state = ? AND state < {DONE} AND lane = ? AND not_before <= ? "
-                  "ORDER BY not_before LIMIT ?")
+#: A lane is read and passed back as its bytes (``CAST(lane AS BLOB)``, ``CAST(? AS TEXT)``: the same index seeks), so
+#: a lane that is not UTF-8 (a file migrated by session-44 code from a payload with a lone surrogate escape) cannot
+#: stop the walk: decoded as text it raised out of every lane lease of the file (review44a #1)
+_FIRST_LANE_SQL = (f"SELECT CAST(lane AS BLOB) FROM tasks WHERE state = ? AND state < {DONE} AND lane IS NOT NULL "
+                   "ORDER BY lane LIMIT 1")
+_NEXT_LANE_SQL = (f"SELECT CAST(lane AS BLOB) FROM tasks WHERE state = ? AND state < {DONE} AND lane > CAST(? AS TEXT) "
+                  "ORDER BY lane LIMIT 1")
+_LANE_ROWS_SQL = (f"SELECT not_before, id FROM tasks WHERE state = ? AND state < {DONE} AND lane = CAST(? AS TEXT) "
+                  "AND not_before <= ? ORDER BY not_before LIMIT ?")
 #: ... with their payloads: a row put without a lane by a process of version 3 or older still running after the file
 #: was migrated gets its lane from its payload there (:meth:`SQLiteQueue._lane_lease_op`, rev43a #1)
 _NO_LANE_ROWS_SQL = (f"SELECT not_before, id, payload FROM tasks WHERE state = ? AND state < {DONE} AND lane IS NULL "
                      "AND not_before <= ? ORDER BY not_before LIMIT ?")
 _ANY_EXPIRED_SQL = f"SELECT 1 FROM tasks WHERE state = {LEASED} AND not_before <= ? LIMIT 1"
 _ACK_SQL = "UPDATE tasks SET state = 2, not_before = ?, lease_id = NULL WHERE id = ? AND lease_id = ? AND key = ? AND state = 1"
-_RELEASE_SQL = "UPDATE tasks SET state = 0, not_before = ?, lease_id = NULL WHERE id = ? AND lease_id = ? AND key = ? AND state = 1"
+#: release with no delay (params now, id, lease_id, key): back at its put place (``created_at``; the queue clock when
+#: that lies ahead, after a long backward clock step), so a task given back by a stop is leased, on resume, before its
+#: lane's tasks put after it: each lane's leases stay a prefix of its plan across stops (review44a #2; before, it went
+#: behind every task ready then)
+_RELEASE_SQL = ("UPDATE tasks SET state = 0, not_before = min(?, created_at), lease_id = NULL "
+                "WHERE id = ? AND lease_id = ? AND key = ? AND state = 1")
 #: release with a delay (params now, delay_s, id, lease_id, key)
 _RELEASE_LATER_SQL = (
     "UPDATE tasks SET state = 0, not_before = ? + ?, lease_id = NULL WHERE id = ? AND lease_id = ? AND key = ? AND state = 1"
@@ -411,14 +432,15 @@ def _fill_lanes(conn: sqlite3.Connection) -> None:
     One ``UPDATE`` (:data:`_FILL_LANES_SQL`) sets the lane of every row whose payload SQLite reads as JSON; a payload it
     cannot read stays NULL (as :func:`_lane_of_blob` has it) and no longer undoes the statement (rev43a #2: one such
     row sent all of a million rows through Python, 726 MB). ``orjson`` then reads, :data:`FILL_LANES_CHUNK` rows at a
-    time, only the rows holding a NUL (:data:`_NUL_IN_PAYLOAD`, one scan without JSON: 0.3 s per million tasks), or
-    every row where SQLite has no JSON functions."""
+    time, only the rows holding a ``\\u`` escape (:data:`_ESCAPE_IN_PAYLOAD`, one scan without JSON: 0.3 s per million
+    tasks; an escaped NUL, which SQLite cuts short, and a lone surrogate, which it turns into a lane that is not UTF-8:
+    review44a #1), or every row where SQLite has no JSON functions."""
     try:
         conn.execute(_FILL_LANES_SQL)
     except sqlite3.OperationalError:  # no JSON functions (SQLite before 3.38 built without them); nothing was changed
         _fill_lanes_in_python(conn, "1")
         return
-    _fill_lanes_in_python(conn, _NUL_IN_PAYLOAD.format(p="payload"))
+    _fill_lanes_in_python(conn, _ESCAPE_IN_PAYLOAD.format(p="payload"))
 
 
 def _fill_lanes_in_python(conn: sqlite3.Connection, where: str) -> None:
@@ -434,6 +456,35 @@ def _fill_lanes_in_python(conn: sqlite3.Connection, where: str) -> None:
                           if (lane := _lane_of_blob(payload)) != stored])
         last = rows[-1][0] if len(rows) == FILL_LANES_CHUNK else None
         start = last + 1 if last is not None and last < 2**63 - 1 else None
+
+
+def _no_lane_rows(conn: sqlite3.Connection, state: int, now: float, k: int, left: Mapping[str, int],
+                  healed: list[tuple[str, int]]) -> list[tuple[float, int, str | None]]:
+    """For :meth:`SQLiteQueue.lease_lanes`: the tasks of ``state`` without a lane leasable at ``now``, in lease order,
+    as (not_before, row id, lane read from the payload): a task put by a process of version 3 or older still running
+    after the file was migrated (it names no lane), or one whose payload names none. Its payload says which (rev43a
+    #1), so its lane's count ``left`` holds for it too, and (lane, row id) goes to ``healed`` for the caller to store.
+    The walk reads past the tasks of lanes with no room left (review44a #4: it stopped after ``k`` rows, so 2,000
+    such tasks of one full lane hid every other lane's for ~250 leases) until ``k`` tasks that may be leased, or
+    :data:`FILL_LANES_CHUNK` more rows than that (the write lock's hold stays bounded): every row read is either one
+    of those or given its lane here, so the next leases find it under its lane and none is read twice. A queue whose
+    tasks all have a lane reads nothing here (the hot path as before)."""
+    out: list[tuple[float, int, str | None]] = []
+    seen: dict[str | None, int] = {}
+    room = 0
+    cur = conn.execute(_NO_LANE_ROWS_SQL, (state, now, k + FILL_LANES_CHUNK))
+    try:
+        for nb, row_id, payload in cur:
+            if (of := _lane_of_blob(payload)) is not None:
+                healed.append((of, row_id))
+            out.append((nb, row_id, of))
+            seen[of] = seen.get(of, 0) + 1
+            room += of not in left or seen[of] <= left[of]
+            if room >= k:
+                break
+    finally:
+        cur.close()
+    return out
 
 
 def _lane_of_blob(payload: Any) -> str | None:
@@ -727,6 +778,9 @@ class SQLiteQueue(WorkQueue):
                         for statement in _MIGRATE_3_4:
                             conn.execute(statement)
                         _fill_lanes(conn)
+                        # tasks an older release put behind the rest go back to their put place (review44a #2)
+                        mark = conn.execute(_READ_MARK_SQL).fetchone()
+                        conn.execute(_RESET_RELEASED_SQL, (max(self._clock(), float(mark[0]) if mark else 0.0),))
                     else:
                         conn.execute(_ADD_MARK_SQL, (self._start_mark(conn, self._clock()),))
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -944,12 +998,17 @@ class SQLiteQueue(WorkQueue):
         where = f"queue file {self.path}"
         indexed = self._lane_index  # made by the first lane lease (_LANE_INDEX_SQL): on the worker thread
 
-        def lanes_of(conn: sqlite3.Connection, state: int) -> Iterator[str | None]:
+        def lanes_of(conn: sqlite3.Connection, state: int) -> Iterator[tuple[str, bytes] | None]:
+            """The lanes present among the tasks of ``state``: None (the tasks without a lane) first, then each lane
+            as (its text, its stored bytes: the key of the next seek). A lane that is not UTF-8 (review44a #1) is
+            named by its bytes decoded with ``surrogateescape``: no lane asked for, so leased as ``lease`` would (its
+            payload, unreadable, dead-letters it there)."""
             yield None  # the tasks without a lane
             row = conn.execute(_FIRST_LANE_SQL, (state,)).fetchone()
             while row is not None:
-                yield row[0]
-                row = conn.execute(_NEXT_LANE_SQL, (state, row[0])).fetchone()
+                raw = bytes(row[0])
+                yield raw.decode("utf-8", "surrogateescape"), raw
+                row = conn.execute(_NEXT_LANE_SQL, (state, raw)).fetchone()
 
         def tx(conn: sqlite3.Connection, now: float) -> list[tuple[Any, ...]]:
             if not indexed:
@@ -963,21 +1022,16 @@ class SQLiteQueue(WorkQueue):
                 if want <= 0 or (state == LEASED and conn.execute(_ANY_EXPIRED_SQL, (now,)).fetchone() is None):
                     continue
                 rows: list[tuple[float, int, str | None]] = []
-                for lane in lanes_of(conn, state):
+                for named in lanes_of(conn, state):
+                    lane = None if named is None else named[0]
                     k = min(want, left[lane]) if lane in left else want
                     if k <= 0:
                         continue
-                    if lane is not None:
-                        found = conn.execute(_LANE_ROWS_SQL, (state, lane, now, k))
+                    if named is not None:
+                        found = conn.execute(_LANE_ROWS_SQL, (state, named[1], now, k))
                         rows += [(nb, row_id, lane) for nb, row_id in found]
                         continue
-                    # a task without a lane, or one put by a process of version 3 or older still running after the
-                    # file was migrated (it names no lane): its payload says which (rev43a #1), so its lane's count
-                    # holds for it too (a queue whose tasks all have a lane reads nothing here: the hot path as before)
-                    for nb, row_id, payload in conn.execute(_NO_LANE_ROWS_SQL, (state, now, k)):
-                        if (of := _lane_of_blob(payload)) is not None:
-                            healed.append((of, row_id))
-                        rows.append((nb, row_id, of))
+                    rows += _no_lane_rows(conn, state, now, k, left, healed)
                 rows.sort(key=lambda r: (r[0], r[1]))
                 for _nb, row_id, lane in rows:
                     if len(picked) >= n:
@@ -1317,8 +1371,9 @@ class SQLiteQueue(WorkQueue):
     def _hand_back_op(self, owners: Sequence[str] | None) -> _Op:
         """Hand back the leases of gone processes (every lease: ``owners`` None; else those whose lease id names one
         of ``owners``): one failed attempt each, reason :func:`~geoagent.runtime.queue.process_ended_reason`; the
-        task goes back ready now (``not_before`` = now: behind the tasks already ready), or dead once its attempts
-        reach ``max_attempts``. Already-expired leases of those processes count too (nobody took them over)."""
+        task goes back ready at its put place (``not_before`` = ``created_at``, as a release: review44a #2; before, now:
+        behind the tasks already ready), or dead once its attempts reach ``max_attempts``. Already-expired leases of
+        those processes count too (nobody took them over)."""
         def tx(conn: sqlite3.Connection, now: float) -> tuple[int, int]:
             if owners is None:
                 rows = conn.execute("SELECT id, attempts, last_error FROM tasks WHERE state = ?", (LEASED,)).fetchall()
@@ -1332,8 +1387,11 @@ class SQLiteQueue(WorkQueue):
                 is_dead = attempts >= self.max_attempts
                 reason = process_ended_reason(min(ended_in_a_row(before) + 1, attempts), attempts, self.max_attempts,
                                               is_dead, before)
-                conn.execute("UPDATE tasks SET state = ?, not_before = ?, attempts = ?, last_error = ?, lease_id = NULL "
-                             "WHERE id = ?", (DEAD if is_dead else READY, now, attempts, reason, row_id))
+                # ready: back at its put place, as a release (review44a #2: a killed run's tasks in flight are its
+                # lanes' next ones on resume, not holes); dead: the failure time
+                conn.execute("UPDATE tasks SET state = ?1, not_before = CASE ?1 WHEN 0 THEN min(?2, created_at) "
+                             "ELSE ?2 END, attempts = ?3, last_error = ?4, lease_id = NULL WHERE id = ?5",
+                             (DEAD if is_dead else READY, now, attempts, reason, row_id))
                 dead += is_dead
             _bump(conn, {LEASED: -len(rows), READY: len(rows) - dead, DEAD: dead})
             return len(rows), dead
@@ -1546,9 +1604,10 @@ class SQLiteQueue(WorkQueue):
         await self._async(self._finish_op("dead_letter", (task,), _DEAD_SQL, DEAD, str(reason)))
 
     async def release(self, tasks: Task | Sequence[Task], *, delay_s: float = 0.0) -> None:
-        """Return leased tasks to ready, no attempt counted: leasable at once, or not before ``delay_s`` seconds
-        from now (their ``not_before``, so they also line up behind every task ready before then). Raises
-        ``StaleLease`` like :meth:`ack`; ``ValueError`` for a negative ``delay_s``."""
+        """Return leased tasks to ready, no attempt counted: leasable at once at their put place (``not_before`` =
+        ``created_at``, or the queue clock if that lies ahead: :data:`_RELEASE_SQL`, review44a #2), or not before
+        ``delay_s`` seconds from now (their ``not_before``, so they also line up behind every task ready before
+        then). Raises ``StaleLease`` like :meth:`ack`; ``ValueError`` for a negative ``delay_s``."""
         if delay_s:
             if not delay_s >= 0:
                 raise ValueError(f"delay_s must be >= 0, got {delay_s!r}")
