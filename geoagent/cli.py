@@ -1102,6 +1102,14 @@ def _run_command(args: argparse.Namespace) -> int:
                   "answers, spend, finished work; calls cut off count as unknown-outcome spend): re-run the same "
                   "command once it answers again", file=sys.stderr)
             return 3
+        queue_error = _queue_failure(exc)
+        if queue_error is not None:  # review44a #7: a stage's queue failed (its message names the file): one line
+            from geoagent.runtime.backend import scrub
+
+            print(f"error: {scrub(str(queue_error), None)}; what the queues acknowledged is kept (finished tasks, "
+                  "stored answers, booked spend): fix the file or its cause, then re-run the same command to resume",
+                  file=sys.stderr)
+            return 2
         raise
 
 
@@ -1258,6 +1266,20 @@ def _storage_failure(exc: BaseException) -> BaseException | None:
     run ends with one line naming the first file, not a traceback of each (``run`` exit 3, re-run to resume)."""
     leaves = _leaves(exc)
     if leaves and all(_is_storage_full(e) for e in leaves):
+        return leaves[0]
+    return None
+
+
+def _queue_failure(exc: BaseException) -> BaseException | None:
+    """The first queue error (:class:`~geoagent.runtime.queue.QueueError`, e.g. a SQLite queue file a lease could not
+    read: its message names the queue and the file) when every error in ``exc`` (an exception group walked down,
+    cancellations left out) is one, else None. Before (review44a #7) such an error out of a stage's task group ended
+    the run with an ``ExceptionGroup`` traceback; a damaged file found at open (``QueueFileError``, a ``ValueError``)
+    already was one line."""
+    from geoagent.runtime.queue import QueueError
+
+    leaves = _leaves(exc)
+    if leaves and all(isinstance(e, QueueError) for e in leaves):
         return leaves[0]
     return None
 

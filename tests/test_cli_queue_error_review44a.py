@@ -1,0 +1,40 @@
+"""review44a #7: a queue error out of a stage's task group ends the command with one ``error:`` line naming the queue
+file (exit 2, as a damaged queue file found at open), not an ``ExceptionGroup`` traceback."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import anyio
+import orjson
+
+from geoagent.cli import _run_command
+from geoagent.runtime.sqlite_queue import SQLiteQueue, queue_path
+from tests.test_queue_lane_lease_walk39 import _v3_file
+
+
+def test_a_queue_error_of_a_stage_is_one_error_line_naming_the_file(tmp_path, capsys):
+    path = queue_path(tmp_path, "camp", "requests")
+    _v3_file(path, [("a0", orjson.dumps({"model": "a"}), 0)], time.time() - 5)
+    q = SQLiteQueue(path, migrate=False)  # a read-only look at a version-3 file cannot lease by lane: QueueError
+
+    async def stage() -> None:
+        await q.lease_lanes(4, 60, {"a": 4})
+
+    async def pipeline() -> None:
+        async with anyio.create_task_group() as tg:  # the stages' task group: an ExceptionGroup
+            tg.start_soon(stage)
+            tg.start_soon(anyio.sleep, 30)
+
+    def fn(_args: argparse.Namespace) -> int:
+        anyio.run(pipeline)
+        return 0
+
+    try:
+        assert _run_command(argparse.Namespace(fn=fn)) == 2
+    finally:
+        q.close_sync()
+    err = capsys.readouterr().err
+    assert err.startswith("error: queue 'requests': leasing by lane needs schema version 4") and str(path) in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err and "re-run the same command" in err
