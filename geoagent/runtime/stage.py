@@ -226,6 +226,14 @@ class Stage(abc.ABC):
         cannot move. Called for each leased task of a paced lane; keep it cheap."""
         return True
 
+    def lane_leasable(self, lane: str) -> bool:
+        """Whether the runner may lease tasks of ``lane`` now (default: :meth:`lane_open`). False: the lane gets no
+        lease quota, so its tasks stay queued, visible to every other process, instead of being leased only to be
+        held (review44a #3); the runner holds them only once nothing else is left to it (a burst run, to end). A
+        stage whose held tasks must still arrive to be probed (the model caller in watch mode: a host waited for)
+        says True for such a lane. Called for each lane before every lane lease; keep it cheap."""
+        return self.lane_open(lane)
+
     def runnable(self) -> bool:
         """Whether any task of the input edge can still run in this process (default True). False (e.g. the
         model caller once every model's API key was refused): the runner stops leasing, lets in-flight tasks

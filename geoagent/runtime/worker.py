@@ -188,7 +188,10 @@ Redis since session 44, a stream per lane), the lease loop asks instead for at m
 task as above) with
 :meth:`WorkQueue.lease_lanes`: a full or paced lane's tasks stay ready in their place, untouched (no attempt, no
 delay, visible to every other process; a crash changes nothing for them), and each lane is leased in plan order. A
-task of a lane the stage does not name, or without one, is leased as before. While every lane is full or held back
+task of a lane the stage does not name, or without one, is leased as before. A lane the stage cannot run now
+(:meth:`Stage.lane_leasable` False: its model's key refused) gets no quota: its tasks stay queued, visible to other
+processes, until nothing else is left to this runner in a burst run, which then holds them (Held tasks) to end
+(review44a #3: before, it leased and held the model's whole backlog at once). While every lane is full or held back
 the loop waits for a task to end (at most ``poll_s``) before it leases again. Nothing is deferred then
 (``deferred`` stays 0) and pacing defers nothing either; a lane is dry (below) after more than :data:`DRY_WALKS`
 leases in a row that asked for its tasks and found fewer than asked (none ready), the other dry conditions alike.
@@ -958,6 +961,9 @@ class StageRunner:
         self._lane_retry_due: dict[str, float] = {}
         self._lane_next: dict[str, float] = {}
         self._lane_room = asyncio.Event()
+        #: lanes the stage cannot run now (:meth:`Stage.lane_leasable` False) -> the room they would have had: given no
+        #: quota, so their tasks stay queued, visible to other processes (review44a #3; :meth:`_quota_now`)
+        self._shut_lanes: dict[str, int] = {}
         #: pacing (module docstring, "Lanes"): whether any lane is paced (false for good once the safety net,
         #: _pace_stuck, turned pacing off); dry lanes: the walk of the input queue in progress (its number, where it
         #: started in the count of tasks leased, how many it needs: the input's ready count at its start, None until
@@ -1202,6 +1208,11 @@ class StageRunner:
                 if self._stop.is_set() or self._budget.is_set():
                     continue  # stopped while every lane was full
                 tasks = await self.inq.lease_lanes(n, self.visibility_timeout_s, quota)
+                if not tasks and self._shut_lanes and self._only_shut_lanes_left():
+                    # review44a #3: nothing else to run here: hold the shut lanes' tasks (Held tasks), as every lease
+                    # did before, so that a burst run sees its input drained and ends, releasing them untouched
+                    tasks = await self.inq.lease_lanes(n, self.visibility_timeout_s,
+                                                       {lane: self._shut_lanes.get(lane, 0) for lane in quota})
                 if self._pacing:
                     self._lane_asked(quota, tasks, n, held_back)
             else:
@@ -1424,9 +1435,16 @@ class StageRunner:
         quota: dict[str, int] = {}
         held_back = False
         now = time.monotonic()
+        self._shut_lanes = {}
         for lane, spec in (self._lanes or {}).items():
             k = max(0, spec.cap - self._lane_busy.get(lane, 0))
-            if k and self._pacing and spec.work:
+            if k and not self.stage.lane_leasable(lane):
+                # review44a #3: a lane whose breaker is open (a refused key) gets none: leased, its tasks were only
+                # held, the model's whole backlog out of every other process's reach (a host waited for in watch
+                # mode stays leasable: its probe is one of its tasks that arrives)
+                self._shut_lanes[lane] = k
+                k = 0
+            elif k and self._pacing and spec.work:
                 low = self._lowest_other(lane, now)
                 if low != math.inf:
                     taken, room = self._taken(lane), k
@@ -1436,6 +1454,13 @@ class StageRunner:
                     held_back = held_back or k == 0
             quota[lane] = k
         return quota, held_back
+
+    def _only_shut_lanes_left(self) -> bool:
+        """After a lease by lane that found nothing: whether only the shut lanes' tasks can be left for this runner (a
+        burst run, no task in hand, nothing more to come from upstream), so it may hold them and end (review44a #3).
+        Before that they stay queued: a process holding them would hide them from every other one."""
+        return (self.burst and not self.stats.in_flight and not self._pending
+                and (self.upstream_done is None or self.upstream_done.is_set()))
 
     def _lane_asked(self, quota: Mapping[str, int], tasks: Sequence[Task], n: int, held_back: bool) -> None:
         """After a lease by lane with pacing on (module docstring, "Lanes", dry lanes): a lane asked for tasks that

@@ -1576,6 +1576,13 @@ class ModelCaller(Stage):
         pacing of the other models' lanes (:meth:`Stage.lane_open`)."""
         return not self._stopped(lane, host_down=True)
 
+    def lane_leasable(self, lane: str) -> bool:
+        """:meth:`Stage.lane_leasable`: not while a breaker of model ``lane`` is open (review44a #3: its tasks stay
+        queued), but for a host waited for in watch mode, whose half-open probe is a task of its models that arrives
+        (:meth:`HostBreaker.try_probe`, :meth:`resumed_holds`)."""
+        watch = self._hosts is not None and self._hosts.watch
+        return not self._stopped(lane, host_down=not watch)
+
     def _stopped(self, model: str, *, host_down: bool) -> bool:
         """Whether ``model``'s authentication or empty-answer breaker is open, or (``host_down``) its host's
         unreachable breaker."""
