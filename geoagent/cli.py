@@ -312,9 +312,15 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
     cfg = _load(args.config)
     check_backend_unchanged(cfg)  # the other backend would show an empty campaign
+    from geoagent.engine import load_kind
+
     with reading_only():  # read-only, as its --help says: a read-only (archived, shared) campaign is shown too
         st = campaign_status(cfg)
+        # review44b #6d: a run of this file the kind would refuse (GeoVerify: a tau_m other than its work's)
+        refused = load_kind(cfg.campaign.kind).config_change_note(cfg)
     print(format_status(st))
+    if refused:
+        print(refused)
     # no queues where they were looked for, though the state folder shows runs: a wrong queues root (exit 2); queues
     # with work but no state under the state root: a wrong state root (exit 2)
     return 2 if st.get("state_ran") or st.get("state_missing") or st.get("ran_elsewhere") else 0

@@ -75,6 +75,9 @@ OWNER_LOCKS_DIR = "leases"
 # --- files under state/<campaign>/ ------------------------------------------------------------
 CAMPAIGN_DB = "campaign.sqlite"  # response store + ledger (one file so store+settle is one transaction)
 MANIFEST_FILE = "manifest.json"
+#: held exclusively by a run from the re-check of its config against the campaign's earlier runs to the manifest's
+#: record of its start, the plan queued between (engine.PlanLock; review44b #1: two first runs at other taus mixed)
+PLAN_LOCK_FILE = "plan.lock"
 PROGRESS_FILE = "progress.jsonl"
 RESULTS_PARQUET = "results.parquet"
 RESULTS_CSV = "results.csv"

@@ -118,6 +118,9 @@ SERVICE_LATE_SIGNALS = "late_signals"
 SERVICE_ACCEPTED_CONFIG_CHANGE = "accepted_config_change"
 #: services key: another process of the campaign held its run lock when this run took it (:attr:`Outcome.others_at_start`)
 SERVICE_OTHERS_AT_START = "others_at_start"
+#: services key of the run's :class:`PlanLock` (None: a dry run), let go by :func:`_run` once the manifest records the
+#: run (review44b #1)
+SERVICE_PLAN_LOCK = "plan_lock"
 
 #: status of a run stopped by a model's authentication breaker (:mod:`geoagent.workers.model_caller`)
 STATUS_AUTH = "authentication failed"
@@ -317,10 +320,26 @@ class CampaignKind(abc.ABC):
         """Refuse a run of ``cfg`` (and its dry run, and every ``--stages`` process) whose config differs from the
         one recorded for the campaign's earlier runs in a way its stored work cannot follow: raise (the CLI exits 2).
         Called by :func:`run_campaign` before anything is created, written or called, so a refusal loses and
-        rewrites nothing and the manifest does not record the refused config; must only read. Other changes are the
+        rewrites nothing and the manifest does not record the refused config, and again under the campaign's
+        :class:`PlanLock` (review44b #1: a run started together with another checks once that one's plan is queued
+        and its config recorded); must only read. Other changes are the
         config-drift check's, after planning (:func:`config_drift_after_plan`). Default: no refusal; GeoVerify
         refuses another ``[geoverify] tau_m`` over stored work (:func:`geoagent.geoverify.tau_guard.
         check_tau_unchanged`, fixtaurefuse43)."""
+
+    def config_change_note(self, cfg: Any) -> str | None:
+        """One line for ``status`` of ``cfg`` when :meth:`check_config_change` would refuse a run of this file
+        (review44b #6d: ``status`` of a GeoVerify config at another tau than the campaign's work said nothing of
+        it), None otherwise. Must only read. Default: None."""
+        return None
+
+    def check_change_after_plan(self, cfg: Any, changes: Any, *, tasks: int, done: int, answers: int) -> None:
+        """The backstop of :meth:`check_config_change`, called by a real run once its plan is made and before any of
+        it is queued (:func:`check_change_after_plan`; review44b #1): raise when ``changes`` (the
+        :class:`~geoagent.runtime.manifest.ConfigChanges` since the campaign's last recorded run) hold a change its
+        work cannot follow while the campaign holds work (``tasks`` in the plan edge's queue, ``done`` of them,
+        ``answers`` stored), instead of the config-drift warning. Default: none; GeoVerify refuses a changed
+        ``[geoverify] tau_m`` (:func:`geoagent.geoverify.tau_guard.check_tau_drift`)."""
 
     def plan_refusals(self, cfg: Any) -> list[str]:
         """Problems of the plan just made that a real run refuses to start for (exit 2), kept instead of raised
@@ -1692,6 +1711,78 @@ def _same_file(fh: Any, path: Path) -> bool:
     return (st.st_dev, st.st_ino) == (fst.st_dev, fst.st_ino)
 
 
+#: seconds a run waits for another process's plan lock before it says so on stderr (once)
+PLAN_LOCK_SAY_AFTER_S = 10.0
+
+
+class PlanLock:
+    """``state/<campaign>/plan.lock`` (:data:`geoagent.constants.PLAN_LOCK_FILE`) held exclusively by a run from
+    the re-check of its config against the campaign's earlier runs (:meth:`CampaignKind.check_config_change`) to
+    the manifest's record of its start, its plan queued in between (review44b #1).
+
+    Why: the check reads what the campaign holds (the manifest's config, the queued tasks); two first runs started
+    together both found nothing there, both passed, and queued their plans side by side (GeoVerify at tau = 150 and
+    200 m: the queue held claims of both, the manifest recorded one tau, the report scored the other's labels).
+    Under this lock the second run checks again once the first has queued its plan and recorded its config, so it
+    is refused as a later run would be. Processes of one run spread over ``--stages`` take it in turn too (each
+    queues the same plan). On Redis it serialises the runs of one machine only; the config recorded on the server
+    refuses other machines' (:func:`geoagent.runtime.backend.check_server_config`).
+
+    The wait blocks the calling thread (called before the run starts its event-loop work: the sandbox fakes, the
+    stages); it polls so as to say once on stderr that it waits, after :data:`PLAN_LOCK_SAY_AFTER_S`. Like :func:`run_lock`, a lock
+    taken on a file that a clean-up removed meanwhile (:func:`discard_unstarted_state`) is taken again on the
+    folder as it is now. :meth:`release` may be called more than once."""
+
+    def __init__(self, state_dir: Path, campaign: str = "") -> None:
+        self.path = Path(state_dir) / C.PLAN_LOCK_FILE
+        self.campaign = campaign
+        self._fh: Any = None
+
+    def acquire(self) -> list[Path]:
+        """Wait for the lock and take it; returns the folders it made for its file (:func:`_absent_dirs`: the
+        campaign's state folder first, then state root folders made for it; [] when they existed), for the
+        clean-up of a run that ends before its plan is queued.
+
+        Raises
+        ------
+        ValueError
+            The state folder cannot be made (a root that cannot hold folders), naming it."""
+        import fcntl
+
+        said = False
+        t0 = time.monotonic()
+        while True:
+            created = _absent_dirs(self.path.parent)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                fh = open(self.path, "a+b")
+            except FileNotFoundError as exc:
+                if self.path.parent.is_dir():
+                    continue  # a clean-up removed the folder between mkdir and open: make it again
+                raise ValueError(f"cannot make the campaign's state folder {self.path.parent}: {exc.strerror} "
+                                 f"(check [paths] state in the config and ${C.ENV_STATE_ROOT})") from None
+            while True:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if not said and time.monotonic() - t0 >= PLAN_LOCK_SAY_AFTER_S:
+                        print(f"info: campaign {self.campaign}: waiting for another process of the campaign to queue "
+                              f"its plan (it holds {self.path})", file=sys.stderr)
+                        said = True
+                    time.sleep(0.05)
+            if _same_file(fh, self.path):
+                self._fh = fh
+                return created
+            fh.close()  # the folder was removed while we waited: lock the one there now
+
+    def release(self) -> None:
+        """Let the lock go (closing the file); nothing when not held."""
+        fh, self._fh = self._fh, None
+        if fh is not None:
+            fh.close()
+
+
 def expire_dead_leases(cfg: Any, owners: Sequence[str] | None = None) -> int:
     """Hand back the leases of dead processes in the campaign's existing queue files; return how many.
 
@@ -1928,6 +2019,12 @@ async def run_campaign(
     # folder, record (manifest, runs index, the Redis server's config) or call is made
     kind.check_config_change(cfg)
     recorded_kind = False
+    recorded_config: Any = None
+    recorded_folder = None
+    late: Any = None
+    plan_lock: PlanLock | None = None
+    written = cfg  # the manifest records the config as written, not its local sandbox ports
+    created = _absent_dirs(Path(cfg.state_dir()))  # folders this run makes (the campaign's, maybe the root)
     if simulate:
         # the dry run predicts the run's refusal of a queues root other than the one the earlier runs recorded
         # (cli36 #6: it estimated against the empty folder, exit 0, and the run then refused, exit 2), and says
@@ -1936,7 +2033,6 @@ async def run_campaign(
         if moved:
             print(moved, file=sys.stderr)
     if not simulate:
-        from geoagent.runtime.runs_index import record_run_folder
         from geoagent.secrets import SecretNotFound
 
         moved = check_queues_root_as_recorded(cfg)  # refused (ValueError) before anything is created
@@ -1954,41 +2050,49 @@ async def run_campaign(
                 raise
             raise SecretNotFound(f"{exc}" + "".join(f". Also: {m}" for m in more)
                                  + (". Nothing was run" if more else "") + finished) from None
-        # where this config runs from, for a run of it from another folder (check_run_here); after the refusals above,
-        # so a run refused for a missing key or another queues root leaves no entry (it ran nothing here)
-        record_run_folder(cfg)
-        # before the run lock's start-up recovery could hand back live leases; queues that hold work (of a
-        # version before the record) get their record now, so a second state folder started meanwhile is refused
-        check_queues_state_root(cfg, record=_has_queues(cfg))
-        from geoagent.runtime.backend import check_server_kind
-
-        # Redis: the kind recorded on the server, before anything is queued
-        recorded_kind = check_server_kind(cfg, record=True)
-    from geoagent.runtime.backend import check_server_config
-
-    # Redis: the config recorded on the server (machines sharing the campaign run the same requests)
-    recorded_config, config_line, accepted = check_server_config(cfg, record=not simulate,
-                                                                 accept_change=accept_config_change)
-    if config_line:
-        print(config_line, file=sys.stderr)
-    if accept_config_change:  # recorded in the run's manifest entry (audit): given, when, which keys (names only)
-        accepted = {"given_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(accepted or {
-            "server_record_replaced": False, "changed_keys": [],
-            "note": "no effect: the flag acts on the config recorded on a Redis server ([backend] kind = \"redis\")"})}
-    written = cfg  # the manifest records the config as written, not its local sandbox ports
-    created = _absent_dirs(Path(cfg.state_dir()))  # folders this run makes (the campaign's, maybe the root)
-    recorded_folder = None
-    if kind.one_state_folder:
-        from geoagent.runtime.backend import check_one_state_folder
-
-        # Redis: a crawl's records and images are in its state folder, so its processes must share that folder
-        # (redis41 #1: a second machine dead-lettered image tasks and each export was a fragment)
-        recorded_folder = check_one_state_folder(cfg, record=not simulate)
-    from geoagent.runtime.daemon import LateSignals
-
-    # a signal after the pipeline ended (report, export, closing): recorded, cuts nothing short (_run installs it)
-    late = LateSignals() if handle_signals and not simulate else None
     try:
+        if not simulate:
+            from geoagent.runtime.backend import check_server_kind
+            from geoagent.runtime.runs_index import record_run_folder
+
+            # review44b #1: the check above, made again under the campaign's plan lock, which this run holds until
+            # its manifest records its config (_run): a run started together with another (at another tau) is
+            # refused once that one has queued its plan, instead of queuing its own beside it. A refusal here ends
+            # in the clean-up below: the folder the lock made is removed when nothing was queued
+            plan_lock = PlanLock(Path(cfg.state_dir()), cfg.name)
+            created = plan_lock.acquire()
+            kind.check_config_change(cfg)
+            # where this config runs from, for a run of it from another folder (check_run_here); after the refusals
+            # above, so a run refused for a missing key or another queues root leaves no entry (it ran nothing here)
+            record_run_folder(cfg)
+            # before the run lock's start-up recovery could hand back live leases; queues that hold work (of a
+            # version before the record) get their record now, so a second state folder started meanwhile is refused
+            check_queues_state_root(cfg, record=_has_queues(cfg))
+
+            # Redis: the kind recorded on the server, before anything is queued
+            recorded_kind = check_server_kind(cfg, record=True)
+        from geoagent.runtime.backend import check_server_config
+
+        # Redis: the config recorded on the server (machines sharing the campaign run the same requests)
+        recorded_config, config_line, accepted = check_server_config(cfg, record=not simulate,
+                                                                     accept_change=accept_config_change)
+        if config_line:
+            print(config_line, file=sys.stderr)
+        if accept_config_change:  # recorded in the run's manifest entry (audit): given, when, which keys (names only)
+            accepted = {"given_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(accepted or {
+                "server_record_replaced": False, "changed_keys": [],
+                "note": "no effect: the flag acts on the config recorded on a Redis server "
+                        "([backend] kind = \"redis\")"})}
+        if kind.one_state_folder:
+            from geoagent.runtime.backend import check_one_state_folder
+
+            # Redis: a crawl's records and images are in its state folder, so its processes must share that folder
+            # (redis41 #1: a second machine dead-lettered image tasks and each export was a fragment)
+            recorded_folder = check_one_state_folder(cfg, record=not simulate)
+        from geoagent.runtime.daemon import LateSignals
+
+        # a signal after the pipeline ended (report, export, closing): recorded, cuts nothing short (_run installs it)
+        late = LateSignals() if handle_signals and not simulate else None
         # a dry run is read-only: it leaves the start-up recovery of dead processes' leases to the real run
         from geoagent.runtime.backend import state_exists, uses_redis
         from geoagent.runtime.sqlite_wal import reading_only
@@ -2015,6 +2119,7 @@ async def run_campaign(
                 ctx.services[SERVICE_ACCEPTED_CONFIG_CHANGE] = accepted if accept_config_change else None
                 ctx.services["dotenv_path"] = dotenv_path  # where kinds' own clients look up their keys
                 ctx.services[SERVICE_LATE_SIGNALS] = late
+                ctx.services[SERVICE_PLAN_LOCK] = plan_lock  # let go once the manifest records the run (_run)
                 outcome = await _run(cfg, kind, ctx, t0, simulate=simulate, live=live,
                                      only_stages=only_stages, watch=watch, handle_signals=handle_signals, export=export,
                                      on_planned=on_planned)
@@ -2042,6 +2147,8 @@ async def run_campaign(
             forget_one_state_folder(cfg, recorded_folder)  # its marker went with the folder
         raise
     finally:
+        if plan_lock is not None:  # a run that ended before its manifest recorded it
+            plan_lock.release()
         if late is not None:
             late.restore()
     if late is not None and late.received:
@@ -2221,6 +2328,9 @@ async def _run(
                                                   if kind.plan_edge == C.EDGE_REQUESTS else None)
         plan_q = queues.get(kind.plan_edge)
         before = {e: await q.counts() for e, q in queues.items()}
+        # review44b #1 backstop: a change the stored work cannot follow that the check before planning did not see
+        # (a run that got past it some other way) is refused here, before anything of this plan is queued
+        check_change_after_plan(cfg, kind, ctx, before.get(kind.plan_edge))
         # when this process answers for the plan edge: the tasks an earlier plan left idle or set aside, checked
         # off against the plan as it streams (set_aside_unplanned); None for a fresh queue (nothing to compare)
         whole = plans_whole_edge(cfg, kind, stages, only_stages, watch)
@@ -2317,6 +2427,11 @@ async def _run(
                                                           accepted := ctx.services.get(SERVICE_ACCEPTED_CONFIG_CHANGE))
                                                          else {}),
                                                       **kind.manifest_extra(cfg)}, drift=drift)
+    # review44b #1: the manifest records this run's config (its tau among it): a run of the campaign that waited for
+    # the plan lock checks against it now
+    plan_lock = ctx.services.get(SERVICE_PLAN_LOCK)
+    if plan_lock is not None:
+        plan_lock.release()
     params_mix: dict[str, Any] | None = None
     spend_json: dict[str, Any] | None = None  # the ledger's totals and spend per model, for the manifest
     n_plan_start = n_planned  # the manifest's "planned": this plus what the run planned while watching
@@ -3287,6 +3402,28 @@ def _left_before(kind: CampaignKind, before: Mapping[str, Any], plan_before: Any
     if kind.plan_edge == C.EDGE_REQUESTS:
         return plan_before.ready + plan_before.leased + plan_before.dead
     return sum(c.ready + c.leased + c.dead for c in before.values())
+
+
+def check_change_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContext, plan_before: Any) -> None:
+    """Refuse (raise) a run whose config changed since the campaign's last recorded run in a way its stored work
+    cannot follow (:meth:`CampaignKind.check_change_after_plan`: GeoVerify's ``tau_m``), decided once the plan is
+    made and before any of it is queued (review44b #1: two first runs started together both passed
+    :meth:`CampaignKind.check_config_change`, and the config-drift check after planning only warned). ``plan_before``:
+    the plan edge's :class:`~geoagent.runtime.queue.QueueCounts` before this plan (None: no plan queue); the
+    response store's answers are counted too. Nothing for a kind without such a check, a campaign without an
+    earlier recorded run, or a damaged manifest (the run's start says what is wrong with it)."""
+    from geoagent.runtime.manifest import config_changes
+
+    if type(kind).check_change_after_plan is CampaignKind.check_change_after_plan:
+        return
+    try:
+        changes = config_changes(ctx.services.get("config_as_written", cfg), state_dir=cfg.state_dir())
+    except ValueError:
+        return
+    store = ctx.services.get("store")
+    answers = int(store.count_responses()) if store is not None and hasattr(store, "count_responses") else 0
+    kind.check_change_after_plan(cfg, changes, tasks=int(plan_before.total) if plan_before is not None else 0,
+                                 done=int(plan_before.done) if plan_before is not None else 0, answers=answers)
 
 
 async def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContext, before: Mapping[str, Any],

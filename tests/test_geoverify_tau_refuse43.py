@@ -164,7 +164,7 @@ def test_redis_refuses_another_tau_from_the_server_record_even_with_accept_confi
         assert main(["run", str(at200), "--no-live", "--accept-config-change"]) == 2
         err = capsys.readouterr().err
         assert ("[geoverify] tau_m = 200 m, but campaign gv-refuse-redis was run at tau_m = 150 m (recorded in the "
-                "config recorded on the Redis server) and holds work made at it") in err, err
+                "config kept on the Redis server) and holds work made at it") in err, err
         assert client.get(key) == record  # not replaced
         assert not (state / name / "manifest.json").exists()
     finally:

@@ -296,12 +296,37 @@ class GeoVerifyCampaign(CampaignKind):
         while it holds answers or tasks made at that one is refused (:func:`geoagent.geoverify.tau_guard.
         check_tau_unchanged`; fixtaurefuse43), and so is a ``tau_m`` that is no whole number of metres
         (:func:`geoagent.geoverify.settings.check_whole_metres`: checked where a run plans, not at load, so ``status``
-        and ``export`` read a campaign stored at one; fixguard43 #2)."""
+        and ``export`` read a campaign stored at one; fixguard43 #2), with the guard's advice where the campaign holds
+        work (:func:`geoagent.geoverify.tau_guard.whole_metres_advice`; review44b #6b)."""
+        from geoagent.config import ConfigError
         from geoagent.geoverify.settings import check_whole_metres
-        from geoagent.geoverify.tau_guard import check_tau_unchanged
+        from geoagent.geoverify.tau_guard import check_tau_unchanged, whole_metres_advice
 
-        check_whole_metres(cfg)
+        try:
+            check_whole_metres(cfg)
+        except ConfigError as exc:
+            # review44b #6b: the guard's advice at once (which tau the campaign's work was made at, and whether it
+            # can be run on), not a second refusal after tau_m was made whole
+            advice = whole_metres_advice(cfg)
+            if advice is None:
+                raise
+            raise ConfigError(exc.source, [f"{exc.problems[0]}; {advice}", *exc.problems[1:]]) from None
         check_tau_unchanged(cfg)
+
+    def config_change_note(self, cfg: Any) -> str | None:
+        """:meth:`CampaignKind.config_change_note`: a run of this file refused for its ``tau_m``
+        (:func:`geoagent.geoverify.tau_guard.status_note`; review44b #6d)."""
+        from geoagent.geoverify.tau_guard import status_note
+
+        return status_note(cfg)
+
+    def check_change_after_plan(self, cfg: Any, changes: Any, *, tasks: int, done: int, answers: int) -> None:
+        """:meth:`CampaignKind.check_change_after_plan`: a ``[geoverify] tau_m`` changed since the last recorded run
+        while the campaign holds work is refused once planned, before anything is queued
+        (:func:`geoagent.geoverify.tau_guard.check_tau_drift`; review44b #1), not warned about as config drift."""
+        from geoagent.geoverify.tau_guard import HeldWork, check_tau_drift
+
+        check_tau_drift(cfg, changes, HeldWork(answers=answers, scored=0, tasks=tasks, done=done))
 
     def plan_refusals(self, cfg: Any) -> list[str]:
         """The image refusal a real run would stop at, kept by a dry run's plan (see

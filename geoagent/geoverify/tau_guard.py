@@ -24,7 +24,13 @@ whole metres, :func:`geoagent.geoverify.prompt.render_claim`), else the one whos
 ``prompt_sha256`` a stored answer recorded. When the claims cannot tell (a template that names no tau, or one changed
 since), the truth labels of the work are judged at the new tau (:func:`label_disagreement`); work whose tau is
 still unknown while the template names tau is refused, saying so (restore ``manifest.json`` or use a new
-``[campaign] name``).
+``[campaign] name``). Where a record agrees with the config, the work is read all the same and a tau it names
+otherwise is refused (review44b #5: a hand-edited manifest).
+
+Two runs started together both found no record and no work (review44b #1: their plans were queued side by side), so
+a run checks again under the campaign's plan lock (:class:`geoagent.engine.PlanLock`), held until its manifest
+records its config; and a tau drift the config-drift check finds after planning is refused there too
+(:func:`check_tau_drift`), before anything of the plan is queued.
 """
 
 from __future__ import annotations
@@ -42,25 +48,32 @@ from geoagent.textfmt import count_text
 class HeldWork(NamedTuple):
     """What a campaign holds that was made at its recorded tau: ``answers`` (model answers stored), ``scored``
     (rows of the results table ``geoverify_scored``), ``tasks`` (request tasks in any state, each carrying the
-    claim and the truth label of its planning) and ``done`` (those of them done)."""
+    claim and the truth label of its planning), ``done`` (those of them done) and ``dead`` (those of them
+    dead-lettered: failed, or set aside as superseded; review44b #6a)."""
 
     answers: int
     scored: int
     tasks: int
     done: int
+    dead: int = 0
 
     def __bool__(self) -> bool:
         return bool(self.answers or self.scored or self.tasks)
 
     def text(self) -> str:
-        """``"12 answers stored, 12 request tasks queued (12 done)"``: the nonzero counts."""
+        """``"12 answers stored, 12 request tasks queued (12 done), 3 request tasks dead-lettered"``: the nonzero
+        counts; dead-lettered tasks are counted apart from those queued (review44b #6a: a campaign holding only
+        dead letters was said to hold "238 request tasks queued (0 done)")."""
         parts = []
         if self.answers:
             parts.append(f"{count_text(self.answers, 'answer')} stored")
         if self.scored and self.scored != self.answers:
             parts.append(f"{count_text(self.scored, 'scored row')}")
-        if self.tasks:
-            parts.append(f"{count_text(self.tasks, 'request task')} queued ({self.done} done)")
+        live = self.tasks - self.dead
+        if live > 0:
+            parts.append(f"{count_text(live, 'request task')} queued ({self.done} done)")
+        if self.dead:
+            parts.append(f"{count_text(self.dead, 'request task')} dead-lettered")
         return ", ".join(parts)
 
 
@@ -79,7 +92,7 @@ def recorded_tau_m(cfg: Any) -> list[tuple[float, str]]:
     except ValueError:
         manifest = None
     for record, where in ((manifest, str(Path(cfg.state_dir()) / C.MANIFEST_FILE)),
-                          (server_config_recorded(cfg), "the config recorded on the Redis server")):
+                          (server_config_recorded(cfg), "the config kept on the Redis server")):
         tau = _tau_of(record)
         if tau is not None:
             out.append((tau, where))
@@ -116,7 +129,7 @@ def held_work(cfg: Any) -> HeldWork:
 
     from geoagent.geoverify.stages import SCORED_TABLE
 
-    answers = scored = tasks = done = 0
+    answers = scored = tasks = done = dead = 0
     with reading_only():
         if state_exists(cfg):
             with open_state(cfg, recover=False, make_state_dir=False) as state:
@@ -128,8 +141,8 @@ def held_work(cfg: Any) -> HeldWork:
         else:
             counts = read_counts(cfg.queues_root(), cfg.name, C.EDGE_REQUESTS)
     if counts is not None:
-        tasks, done = int(counts.total), int(counts.done)
-    return HeldWork(answers, scored, tasks, done)
+        tasks, done, dead = int(counts.total), int(counts.done), int(counts.dead)
+    return HeldWork(answers, scored, tasks, done, dead)
 
 
 #: queued payloads and scored rows read to tell the tau the claims of a campaign's work name (one suffices: a plan is
@@ -286,9 +299,12 @@ def check_tau_unchanged(cfg: Any) -> None:
     """Refuse a run (or dry run, or ``--stages`` process) of GeoVerify campaign ``cfg`` whose ``[geoverify] tau_m``
     differs from the one its work was made at while the campaign holds work (:func:`held_work`): the tau recorded
     for its earlier runs (:func:`recorded_tau_m`), or, where none is recorded, the one its work names
-    (:func:`work_tau_m`, fixguard43 #1). Called before anything is created, written or called
-    (:meth:`geoagent.engine.CampaignKind.check_config_change`), so nothing stored is lost or rewritten and the
-    manifest does not record the refused config. A crash-resumed first run at the same tau runs.
+    (:func:`work_tau_m`, fixguard43 #1). Where the record agrees with the config, the work is read all the same
+    (:func:`work_tau_m`: one queued claim, or a stored prompt's hash) and a tau it names otherwise is refused too
+    (review44b #5: a hand-edited manifest let a run at 200 m score work made at 150 m). Called before anything is
+    created, written or called (:meth:`geoagent.engine.CampaignKind.check_config_change`), and again under the
+    campaign's plan lock (:class:`geoagent.engine.PlanLock`, review44b #1), so nothing stored is lost or rewritten
+    and the manifest does not record the refused config. A crash-resumed first run at the same tau runs.
 
     Raises
     ------
@@ -298,39 +314,128 @@ def check_tau_unchanged(cfg: Any) -> None:
         ``[campaign] name`` for the new tolerance, or ``tau_m`` set back (only to a whole number of metres, which a
         run takes). Without a record: also when the work's truth labels disagree with the new tau
         (:func:`label_disagreement`), or when its tau cannot be told while the claim template names tau. The CLI
-        exits 2.
+        exits 2. Its ``short`` attribute says the same in one clause (:func:`status_note`).
     """
+    refusal = tau_refusal(cfg)
+    if refusal is not None:
+        raise refusal
+
+
+def tau_refusal(cfg: Any) -> Any:
+    """The :class:`geoagent.config.ConfigError` :func:`check_tau_unchanged` raises for ``cfg``, or None when a run
+    of it would pass. Reads only."""
     from geoagent.geoverify.plan import settings_of
 
     new = float(settings_of(cfg).tau_m)
     recorded = recorded_tau_m(cfg)
+    template = _template(cfg)
     if recorded:
         changed = [(old, where) for old, where in recorded if not same_tau(old, new)]
         if not changed:
-            return
+            # review44b #5: the record agrees; the work must too (one claim read, or a stored prompt's hash)
+            found = work_tau_m(cfg, template) if template is not None else None
+            if found is None or same_tau(found.tau_m, round(new)):  # the claims name whole metres (render_claim)
+                return None
+            work = held_work(cfg)
+            where = " and ".join(w for _, w in recorded)
+            return _refusal(cfg, new, found.tau_m, f"named by {found.where}, though {where} records {new:g} m", work)
         work = held_work(cfg)
         if not work:  # nothing made at the old tau: the change reaches every task
-            return
+            return None
         old, where = changed[0]
-        raise _refusal(cfg, new, old, f"recorded in {where}", work)
+        return _refusal(cfg, new, old, f"recorded in {where}", work)
     work = held_work(cfg)
     if not work:
-        return
-    template = _template(cfg)
+        return None
     if template is None:  # the plan refuses the template (naming its problem) before anything is queued or called
-        return
+        return None
     found = work_tau_m(cfg, template)
     if found is not None:
         if same_tau(found.tau_m, round(new)):  # the claims name whole metres (render_claim)
-            return
-        raise _refusal(cfg, new, found.tau_m, f"named by {found.where}; {_manifest(cfg)} records no tau", work)
+            return None
+        return _refusal(cfg, new, found.tau_m, f"named by {found.where}; {_manifest(cfg)} records no tau", work)
     bad = label_disagreement(cfg, new)
     if bad is not None:
-        raise _unknown(cfg, new, work, f"its truth labels were made at another tolerance: {bad}")
+        return _unknown(cfg, new, work, f"its truth labels were made at another tolerance: {bad}")
     if "{tau_m}" not in template:  # the claims name no tau: the labels are all tau decided, and they agree
+        return None
+    return _unknown(cfg, new, work, f"no claim of its work could be read as the template {_template_name(cfg)} "
+                                    "filled in (a template changed since, or no queued task or stored prompt hash to "
+                                    "read)")
+
+
+def whole_metres_advice(cfg: Any) -> str | None:
+    """What to do about campaign ``cfg`` besides its ``tau_m`` of no whole metres (which a run refuses,
+    :func:`geoagent.geoverify.settings.check_whole_metres`), when the campaign holds work made at a recorded tau
+    (review44b #6b: the refusal said only "expected a whole number of metres", and the run at 150 then met the
+    guard's refusal): set tau_m to the recorded whole-metre tau, or, when the work was made at a tau of no whole
+    metres (allowed before session 43), a new ``[campaign] name`` (the campaign cannot be run on). None without
+    such work. Reads only."""
+    recorded = recorded_tau_m(cfg)
+    if not recorded:
+        return None
+    work = held_work(cfg)
+    if not work:
+        return None
+    old, where = recorded[0]
+    head = f"campaign {cfg.name} was run at tau_m = {old:g} m (recorded in {where}) and holds work made at it " \
+           f"({work.text()})"
+    if old == round(old):
+        return f"{head}: to go on with it, set tau_m to {old:g}; for another tolerance, give the run a new " \
+               "[campaign] name"
+    return (f"{head}, and {old:g} m is no whole number of metres either, so this campaign cannot be run on at any "
+            f"tau (status, export and dead still read it): give the run a new [campaign] name, with tau_m = "
+            f"{round(old):d} to ask the claims it asked (they named {round(old):d} metres)")
+
+
+def status_note(cfg: Any) -> str | None:
+    """One line for ``status`` of ``cfg`` when a run of this file would be refused for its ``tau_m``
+    (review44b #6d): its tau differs from the one the campaign's work was made at (:func:`tau_refusal`), or it is
+    no whole number of metres (:func:`geoagent.geoverify.settings.check_whole_metres`). None when a run would pass
+    this check. Reads only."""
+    from geoagent.config import ConfigError
+    from geoagent.geoverify.settings import check_whole_metres
+
+    try:
+        check_whole_metres(cfg)
+        refusal = tau_refusal(cfg)
+    except ConfigError as exc:
+        refusal = exc
+    except Exception:  # noqa: BLE001 - status still shows the campaign; a run says what it cannot read
+        return None
+    if refusal is None:
+        return None
+    short = getattr(refusal, "short", None) or "its [geoverify] tau_m is no whole number of metres"
+    return f"note: `run` of {_source(cfg)} would be refused (exit 2): {short}; `run` says why and the ways out"
+
+
+#: the key of a changed tau in :attr:`geoagent.runtime.manifest.ConfigChanges.call_keys`
+TAU_KEY = "geoverify.tau_m"
+
+
+def check_tau_drift(cfg: Any, changes: Any, work: HeldWork) -> None:
+    """The backstop of :func:`check_tau_unchanged` after planning (review44b #1): refuse campaign ``cfg``'s run when
+    ``changes`` (:class:`geoagent.runtime.manifest.ConfigChanges` since the last run recorded in its manifest) hold
+    another ``tau_m`` while it holds ``work`` (made at the recorded one). Before, such a change found after planning
+    was only the config-drift warning ("results would mix"), and the run went on to score the work at the new tau.
+    Nothing when the tau did not change or the campaign holds no work (the change then reaches every task).
+
+    Raises
+    ------
+    geoagent.config.ConfigError
+        The refusal of :func:`check_tau_unchanged` (the CLI exits 2), naming the manifest as where the old tau
+        is recorded."""
+    from geoagent.geoverify.settings import GeoVerifySettings
+
+    pair = (getattr(changes, "call_keys", None) or {}).get(TAU_KEY)
+    if pair is None or not work:
         return
-    raise _unknown(cfg, new, work, f"no claim of its work could be read as the template {_template_name(cfg)} filled "
-                                   "in (a template changed since, or no queued task or stored prompt hash to read)")
+    default = float(GeoVerifySettings.model_fields["tau_m"].default)
+    old, new = (default if v is None else v for v in pair)  # a key left out of a recorded config: its default
+    if isinstance(old, bool) or not isinstance(old, (int, float)) or isinstance(new, bool) \
+            or not isinstance(new, (int, float)) or same_tau(float(old), float(new)):
+        return
+    raise _refusal(cfg, float(new), float(old), f"recorded in {_manifest(cfg)}", work)
 
 
 def _manifest(cfg: Any) -> str:
@@ -369,13 +474,19 @@ def _refusal(cfg: Any, new: float, old: float, where: str, work: HeldWork) -> An
     else:  # fixguard43 #2: a run takes whole metres only, so the old tau cannot be set back
         back = (f"; {old:g} m is no whole number of metres, which a run no longer takes (the claim names tau in whole "
                 "metres), so this campaign cannot be run on (status, export and dead still read it)")
-    return ConfigError(_source(cfg), [
+    if round(old) != round(new):
+        cost = "every claim names tau, so no stored answer could be reused: it costs no extra call"
+    else:  # review44b #6b: 150.5 and 150 m both render "150 metres", so the new campaign asks the same claims again
+        cost = (f"its claims name {round(new):d} metres, as this campaign's did, so it asks them again: a model call "
+                "each, its answers stored apart from this campaign's")
+    exc = ConfigError(_source(cfg), [
         f"[geoverify] tau_m = {new:g} m, but campaign {cfg.name} was run at tau_m = {old:g} m ({where}) "
         f"and holds work made at it ({work.text()}): the answers asked at {old:g} m would be scored as trials at "
         f"{new:g} m (a candidate between {lo:g} and {hi:g} m away is signal at {hi:g} m and a decoy at {lo:g} m), and "
         f"the tasks still queued keep their {old:g} m claims and labels, so H, F and d' would be wrong. Nothing was "
-        f"run or changed. To use {new:g} m, give it a new [campaign] name (every claim names tau, so no stored answer "
-        f"could be reused: it costs no extra call){back}"])
+        f"run or changed. To use {new:g} m, give it a new [campaign] name ({cost}){back}"])
+    exc.short = f"its [geoverify] tau_m = {new:g} m, but the campaign's work was made at {old:g} m"  # status_note
+    return exc
 
 
 def _unknown(cfg: Any, new: float, work: HeldWork, why: str) -> Any:
@@ -383,9 +494,11 @@ def _unknown(cfg: Any, new: float, work: HeldWork, why: str) -> Any:
     #1): a run at another tau would score it wrongly and record the new tau as the campaign's."""
     from geoagent.config import ConfigError
 
-    return ConfigError(_source(cfg), [
+    exc = ConfigError(_source(cfg), [
         f"[geoverify] tau_m = {new:g} m, but the tolerance of the work campaign {cfg.name} holds ({work.text()}) "
         f"cannot be told: {_manifest(cfg)} records none (moved aside, or a first run stopped before recording its "
         f"start), and {why}. Scored at another tau than it was made at, H, F and d' would be wrong. Nothing was run "
         f"or changed. Restore manifest.json (it records the campaign's settings, its tau_m among them) to go on "
         f"with this campaign, or give the run a new [campaign] name"])
+    exc.short = "the tolerance the campaign's work was made at cannot be told (its manifest records none)"
+    return exc
