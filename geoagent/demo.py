@@ -41,7 +41,7 @@ import os
 import sys
 import time
 import tomllib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -226,7 +226,8 @@ def demo_configs_dir() -> Path:
     return (Path(os.environ.get(C.ENV_STATE_ROOT) or C.DEFAULT_STATE_ROOT).expanduser() / CONFIGS_DIR).resolve()
 
 
-def write_demo_config(name: str, values: Mapping[str, str], folder: Path, *, cities: list[dict] | None = None) -> Path:
+def write_demo_config(name: str, values: Mapping[str, str], folder: Path, *, cities: list[dict] | None = None,
+                      check: Callable[[Any], None] | None = None) -> Path:
     """Write packaged template ``configs/<name>.toml`` to ``folder/<name>.toml`` with every ``{placeholder}``
     filled in from ``values``, ``[paths] queues`` and ``state`` set to the absolute roots in use
     (``$GEOAGENT_QUEUES`` / ``$GEOAGENT_STATE`` or ``queues`` / ``state`` here) and, for the crawl, its
@@ -234,12 +235,19 @@ def write_demo_config(name: str, values: Mapping[str, str], folder: Path, *, cit
     ``python run.py status|dead|export FILE`` and the manifest see the config the campaign ran with (its URLs
     on ``*.sandbox.invalid``, not the local ports the run's fakes happened to get). Written atomically.
 
+    ``check``: called with the config as it would be written (read from the filled-in text, its ``source`` the
+    file's path) before the file is written; what it raises leaves the file as it was (review44b #6e: a template
+    edited to another ``tau_m`` was refused by the run after it had overwritten the file of the config the campaign
+    ran with). :func:`demo_pipeline` passes :func:`refused_change` there.
+
     Raises
     ------
     KeyError
         A placeholder is left unfilled (names it).
     FileNotFoundError
         The packaged template is missing.
+    geoagent.config.ConfigError
+        The filled-in text is no valid config, or ``check`` refused it (the file is not written).
     """
     import re
 
@@ -271,12 +279,30 @@ def write_demo_config(name: str, values: Mapping[str, str], folder: Path, *, cit
         text += "\n[[crawl.cities]]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in city.items())
     header = (f"# Written by `python run.py demo` from geoagent/configs/{name}.toml, every placeholder filled in: the\n"
               "# config this demo campaign ran with. `python run.py status|dead|export THIS_FILE` work on it.\n#\n")
-    folder.mkdir(parents=True, exist_ok=True)
     out = folder / f"{name}.toml"
+    if check is not None:
+        from geoagent.config import config_from_dict
+
+        check(config_from_dict(tomllib.loads(header + text), source=str(out)))
+    folder.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(header + text, encoding="utf-8")
     os.replace(tmp, out)
     return out
+
+
+def refused_change(cfg: Any) -> None:
+    """Raise what a run of demo config ``cfg`` would be refused for by its campaign kind's check of a change the
+    stored work cannot follow (:meth:`geoagent.engine.CampaignKind.check_config_change`: GeoVerify's ``tau_m``), so
+    the demo refuses it before writing the file (:func:`write_demo_config`'s ``check``; review44b #6e). Reads only.
+
+    Raises
+    ------
+    geoagent.config.ConfigError
+        The kind's refusal (the CLI exits 2)."""
+    from geoagent.engine import load_kind
+
+    load_kind(cfg.campaign.kind).check_config_change(cfg)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -442,7 +468,10 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     # (geoagent.sandbox.launch), so the manifest records those names, not the fakes' random local ports
     conf_dir = demo_configs_dir()
     # 1. crawl: its endpoints name the sandbox fakes, which launch() serves from demo_world() ------------
-    crawl_path = write_demo_config("demo_crawl", SANDBOX_ENDPOINTS, conf_dir, cities=world.cities)
+    # each written only once its campaign kind would not refuse it (refused_change, review44b #6e), so a refused
+    # template leaves the file of the config the campaign ran with as it was
+    crawl_path = write_demo_config("demo_crawl", SANDBOX_ENDPOINTS, conf_dir, cities=world.cities,
+                                   check=refused_change)
     crawl_cfg = load_config(crawl_path)
     adopt_sandbox_names(crawl_cfg)  # an earlier demo's record of the fakes' loopback ports is no change
     crawl_dir = crawl_cfg.state_dir()
@@ -464,7 +493,7 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
         return EXIT_INTERRUPTED
 
     # hand-off: the crawl's folder becomes a complete release-form folder ------------------------------
-    gv_path = write_demo_config("demo_geoverify", values, conf_dir)
+    gv_path = write_demo_config("demo_geoverify", values, conf_dir, check=refused_change)
     gv_cfg = load_config(gv_path)
     adopt_sandbox_names(gv_cfg)
     trials_path, build = write_verify_trials(crawl_dir, images_dir, seed=gv_cfg.campaign.seed, n_per_band=2,
@@ -486,7 +515,7 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
 
     # 3. GeoHint ------------------------------------------------------------------------------------------
     say("\n[3/3] GeoHint on the crawled ladders (geocoder against the local Wikidata and Nominatim) ...")
-    gh_path = write_demo_config("demo_geohint", values, conf_dir)
+    gh_path = write_demo_config("demo_geohint", values, conf_dir, check=refused_change)
     gh_cfg = load_config(gh_path)
     adopt_sandbox_names(gh_cfg)
     gh = await run_campaign(gh_cfg, live=live, handle_signals=handle_signals, gazetteer=gaz)
