@@ -316,3 +316,73 @@ def test_put_order_holds_across_streams_when_an_older_process_put_ahead(redis_ur
         assert got == ["first", "old", "plain", "second"]  # the stray "junk" entry is dropped
 
     _run(redis_url, campaign, body)
+
+
+def test_the_empty_lane_is_a_lane_for_ready_keys_and_hand_back(redis_url, raw):  # noqa: F811
+    """review44d #4: the lane "" (a model named by the empty text) was taken for ``stream`` by the walk of
+    ``ready_keys`` (so ``ready_payloads`` and the plan check missed its tasks) and by the hand-back (its leases stayed
+    held until their visibility timeout, the gone consumer's record kept)."""
+    campaign = _campaign()
+    prefix = key_prefix(campaign, "edge")
+    proc = subprocess.Popen(["true"])
+    proc.wait()  # a pid that is gone
+
+    async def body(q):
+        await q.put_many([("e0", {"model": ""}), ("e1", {"model": ""}), ("a0", {"model": "a"}), ("x", {})])
+        assert sorted(await q.ready_keys()) == ["a0", "e0", "e1", "x"]
+        assert len(await q.ready_payloads(100)) == 4
+        gone = open_redis_queue(redis_url, campaign, "edge", consumer="gone:1:x")
+        try:
+            held = await gone.lease_lanes(10, 300, {"": 1, "a": 1})
+        finally:
+            gone._closed = True  # noqa: SLF001 - the process died: no close, its leases stay
+            await gone._client.aclose()  # noqa: SLF001
+        assert sorted(t.key for t in held) == ["a0", "e0", "x"]
+        raw.hset(prefix + CONSUMERS_SUFFIX, "gone:1:x", b'{"host": "%s", "boot_id": "%s", "pid": %d}'
+                 % (socket.gethostname().encode(), (boot_id() or "").encode(), proc.pid))
+        assert await q.hand_back_gone_local() == 3
+        assert await q.counts() == QueueCounts(ready=4)
+        got = await q.lease(10, 60)
+        assert sorted(t.key for t in got) == ["a0", "e0", "e1", "x"]
+        await q.ack(got)
+
+    if boot_id() is None:
+        pytest.skip("no kernel boot id here: hand-back needs one")
+    _run(redis_url, campaign, body)
+    assert b"gone:1:x" not in raw.hkeys(prefix + CONSUMERS_SUFFIX)
+
+
+def test_a_task_moved_back_to_its_lane_leaves_no_stale_lane_entry_pending(redis_url, raw):  # noqa: F811
+    """review44d #3: an older process re-leased an expired lane lease into ``stream`` without taking the task; the
+    next lane lease moved the task back to its lane with a fresh entry and the first lane entry, pending under its
+    first holder, was referenced by nothing: it stayed pending for ever (and its consumer in the group). The move
+    takes it out of the pending list and the stream."""
+    campaign = _campaign()
+    prefix = key_prefix(campaign, "edge")
+    old = OldQueue(raw, prefix, consumer="old")
+
+    async def body(_q):
+        n1 = open_redis_queue(redis_url, campaign, "edge", consumer="n1")
+        n2 = open_redis_queue(redis_url, campaign, "edge", consumer="n2")
+        try:
+            await n1.put("a0", {"model": "a"})
+            (first,) = await n1.lease_lanes(1, 0.05, {"a": 1})
+            old.put_many([("x", {})])
+            await asyncio.sleep(0.1)  # a0's lease expires
+            got = old.lease(1, 60)  # gives a0 a fresh entry in ``stream``, but delivers x
+            assert [t.key for t in got] == ["x"]
+            again = await n2.lease_lanes(5, 60, {"a": 1})  # moves a0 back to its lane and leases it
+            assert [t.key for t in again] == ["a0"]
+            await n2.ack(again)
+            with pytest.raises(StaleLease):
+                await n1.ack([first])
+            old.finish("ack", got)
+            assert await n2.counts() == QueueCounts(done=2)
+        finally:
+            await n1.close()
+            await n2.close()
+
+    _run(redis_url, campaign, body)
+    for stream in (prefix + "stream", _lane_stream(campaign, "a")):
+        assert raw.xpending(stream, "workers")["pending"] == 0 and raw.xlen(stream) == 0
+    assert "n1" not in {c["name"].decode() for c in raw.xinfo_consumers(_lane_stream(campaign, "a"), "workers")}

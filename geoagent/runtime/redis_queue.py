@@ -344,6 +344,14 @@ local function enqueue(key)
     local ls = lane_stream(lane)
     ensure_group_of(ls)
     redis.call('SADD', LANES, lane)
+    -- a lane entry it still has is no longer its live one (an older version re-leased its expired lease into
+    -- ``stream``, and the move brings it back now): out of the PEL and the stream, not left pending under a holder
+    -- whose stale finish no longer finds it (review44d #3)
+    local old = redis.call('HGET', LENT, key)
+    if old then
+      redis.call('XACK', ls, GROUP, old)
+      redis.call('XDEL', ls, old)
+    end
     redis.call('HSET', LENT, key, xadd(ls, key))
     redis.call('HDEL', ENT, key)
   else
@@ -992,7 +1000,7 @@ return once(function()
 end)
 """
 
-# ARGV: group, phase, cursor, n, lane ('' for ``stream``) -> {next cursor, keys}: one chunk of the walk of ready_keys
+# ARGV: group, phase, cursor, n, lane ('' for ``stream``, else '=' then the lane text) -> {next cursor, keys}: one chunk of the walk of ready_keys
 # (the idle tasks: state ready, in a stream or in delayed, or leased under an expired lease). Phase 'L' (the lease
 # index, only deadlines passed now) and 'D' (delayed) read one ZSCAN step of about n members (cursor '0' to start;
 # '0' back when done); phase 'S' reads the entries of ``stream`` (or of the lane's stream) after the cursor ('-' to
@@ -1010,7 +1018,7 @@ if phase == 'L' or phase == 'D' then
   end
   return {res[1], out}
 end
-local stream = ARGV[5] == '' and S or lane_stream(ARGV[5])
+local stream = ARGV[5] == '' and S or lane_stream(string.sub(ARGV[5], 2))  -- '=' then the lane (review44d #4)
 if redis.call('EXISTS', stream) == 0 then return {'', out} end
 -- the range is inclusive: the previous chunk's last entry comes back first (unless deleted since), so n + 1
 local entries = redis.call('XRANGE', stream, cursor, '+', 'COUNT', n + 1)
@@ -1057,7 +1065,7 @@ end
 return {res[1], out}
 """
 
-# ARGV: group, consumer, start id, count, max attempts, lane ('' for ``stream``) -> {handed back, last id seen ('' when
+# ARGV: group, consumer, start id, count, max attempts, lane ('' for ``stream``, else '=' then the lane text) -> {handed back, last id seen ('' when
 # none), dead-lettered}: the leases the consumer (a process known to be gone) still holds in that stream, from ``start
 # id`` on in its PEL (at most ``count`` entries; expired ones too, nobody took them over), are handed back: one failed
 # attempt each (its process ended while working on the task), the task ready again at the end of its stream, or dead
@@ -1068,7 +1076,7 @@ return {res[1], out}
 # leaves the group afterwards (_FORGET_CONSUMER) once it holds no entry in any stream.
 _HAND_BACK = _PRELUDE + """
 local consumer, max_attempts = ARGV[2], tonumber(ARGV[5])
-local stream = ARGV[6] == '' and S or lane_stream(ARGV[6])
+local stream = ARGV[6] == '' and S or lane_stream(string.sub(ARGV[6], 2))  -- '=' then the lane (review44d #4)
 if redis.call('EXISTS', stream) == 0 then return {0, '', 0} end
 local pending = redis.call('XPENDING', stream, GROUP, ARGV[3], '+', tonumber(ARGV[4]), consumer)
 if #pending == 0 then return {0, '', 0} end
@@ -1643,7 +1651,9 @@ class RedisStreamsQueue(WorkQueue):
         walk may be listed or not, as with any snapshot: act through :meth:`dead_letter_ready`."""
         out: dict[str, None] = {}
         walks = [("L", "0", "0", ""), ("D", "0", "0", ""), ("S", "-", "", "")]
-        walks += [("S", "-", "", lane) for lane in await self._lanes()]  # each lane's stream (module docstring)
+        # each lane's stream (module docstring), named '=' + lane: '' names ``stream``, so the lane "" stays a lane
+        # (review44d #4)
+        walks += [("S", "-", "", "=" + lane) for lane in await self._lanes()]
         for phase, cursor, end, lane in walks:
             while True:
                 nxt, keys = await self._run(self._ready_keys_script, phase, cursor, self.put_chunk, lane)
@@ -1784,7 +1794,8 @@ class RedisStreamsQueue(WorkQueue):
                 continue
         n = 0
         keys = [*self.keys, self.prefix + CONSUMERS_SUFFIX]
-        lanes = ["", *await self._lanes()] if gone else []  # ``stream``, then each lane's stream
+        # ``stream`` (''), then each lane's stream ('=' + lane: the lane "" too, review44d #4)
+        lanes = ["", *("=" + lane for lane in await self._lanes())] if gone else []
         for name in gone:
             for lane in lanes:
                 start = "-"
