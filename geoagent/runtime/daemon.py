@@ -28,7 +28,7 @@ import anyio
 
 from geoagent.runtime.queue import QueueCounts, WorkQueue, open_queue
 from geoagent.runtime.stage import Stage, StageContext
-from geoagent.runtime.worker import StageRunner, StageStats
+from geoagent.runtime.worker import StageRunner, StageStats, UpstreamWait
 
 log = logging.getLogger(__name__)
 
@@ -362,8 +362,10 @@ async def run_pipeline(
     stages_started : callable or None
         ``() -> names`` of the stages another process of the campaign has run since this one started
         (``StageRunner``, fixstages43): a burst runner waits for a stage before its own that none has taken up yet
-        while that stage's input holds ready tasks, at most :func:`upstream_wait_s` (``GEOAGENT_UPSTREAM_WAIT_S``).
-        None: it does not.
+        while that stage's input holds ready tasks, at most :func:`upstream_wait_s` (``GEOAGENT_UPSTREAM_WAIT_S``)
+        counted once for the process (fixstages44 #2: the runners share one
+        :class:`~geoagent.runtime.worker.UpstreamWait`, so a runner that starts asking once the one before it ended
+        does not wait the bound again). None: it does not.
     upstream_stop : async callable or None
         ``(stage) -> reason or None`` (:class:`StageRunner` ``upstream_stop``, fixstagesbudget43): a foreign upstream
         stage the cost cap stopped, with no room under the cap for its next call, is not waited for as one no process
@@ -385,6 +387,9 @@ async def run_pipeline(
     if grace_s is None:
         grace_s = stop_grace_s()
     start_wait_s = upstream_wait_s() if stages_started is not None and burst else math.inf
+    # fixstages44 #2: one wait per process for the upstream stages no process has taken up: each runner's own clock
+    # started when the runners before it had ended (scorer, then aggregator: twice the bound, a line each)
+    upstream_wait = UpstreamWait()
     ups = upstream_map(stages)
     runners: list[StageRunner] = []
     by_name: dict[str, StageRunner] = {}
@@ -413,6 +418,7 @@ async def run_pipeline(
             stages_elsewhere=stages_elsewhere,
             stages_started=stages_started if foreign else None,
             start_wait_s=start_wait_s,
+            upstream_wait=upstream_wait,
             upstream_stop=upstream_stop if foreign else None,
             grace_s=grace_s,
             **(runner_options or {}),

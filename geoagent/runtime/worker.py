@@ -769,6 +769,43 @@ def refused_by_server(exc: BaseException) -> bool:
     return isinstance(exc, NoPermissionError) or auth_refused(exc) is not None
 
 
+class UpstreamWait:
+    """The wait of one process's burst runners for the foreign upstream stages no process has taken up yet
+    (:class:`StageRunner` ``stages_started``, fixstages43), shared by those runners (fixstages44 #2:
+    :func:`geoagent.runtime.daemon.run_pipeline` owns one per run).
+
+    Each runner kept its own clock and verdicts, and a runner starts asking only once the runners before it in
+    this process have ended, so ``--stages scorer,aggregator`` waited ``GEOAGENT_UPSTREAM_WAIT_S`` twice over,
+    GeoHint's ``--stages geocoder,scorer,aggregator`` three times (30 minutes by default), each runner with its own
+    "waiting" and "no process took up" lines. Shared, a stage's clock starts once for the process, a stage found
+    taken up (or waited for long enough, or stopped by the cost cap) is so for every runner, and each line is said
+    once per process. Plain state; the runners of one event loop read and write it.
+
+    Attributes
+    ----------
+    taken_up : set of str
+        Foreign upstream stages seen taken up by another process, or given up on (the bound, the cost cap).
+    began : dict
+        Stage -> monotonic s when it was first found with ready tasks and not taken up (the bound's clock).
+    stop_asked : set of str
+        Stages ``upstream_stop`` was asked about (once per stage).
+    base, leased_low : dict
+        Stage -> its input's done count at the start, and the fewest of its tasks seen leased since (evidence of
+        a process elsewhere: growth above either).
+    said, waited_at : set of str, dict
+        The stages a waiting line has named, and since when (monotonic s) each was waited for.
+    """
+
+    def __init__(self) -> None:
+        self.taken_up: set[str] = set()
+        self.began: dict[str, float] = {}
+        self.stop_asked: set[str] = set()
+        self.base: dict[str, int] = {}
+        self.leased_low: dict[str, int] = {}
+        self.said: set[str] = set()
+        self.waited_at: dict[str, float] = {}
+
+
 class StageRunner:
     """Run one stage until its input is exhausted (burst) or it is asked to stop.
 
@@ -815,6 +852,9 @@ class StageRunner:
         one before it was taken up gets its own bound); after that such a stage counts as taken up (the runner ends
         as it did before fixstages43, its work left for a process that runs that stage). Default ``math.inf``; the
         engine passes ``GEOAGENT_UPSTREAM_WAIT_S`` (:func:`geoagent.runtime.daemon.upstream_wait_s`).
+    upstream_wait : UpstreamWait or None
+        The clock, verdicts and lines of that wait, shared with the process's other runners (fixstages44 #2: the
+        bound is one per process, not one per runner); None: this runner's own.
     upstream_stop : async callable or None
         With ``stages_started``: ``await upstream_stop(stage)`` -> a sentence saying why no process can run foreign
         upstream stage ``stage`` on (the engine's :func:`geoagent.engine.upstream_budget_stop`: the cost cap stopped
@@ -862,6 +902,7 @@ class StageRunner:
         stages_elsewhere: Callable[[], Collection[str]] | None = None,
         stages_started: Callable[[], Collection[str]] | None = None,
         start_wait_s: float = math.inf,
+        upstream_wait: UpstreamWait | None = None,
         upstream_stop: Callable[[str], Awaitable[str | None]] | None = None,
         poll_s: float = 0.05,
         commit_every: int = 64,
@@ -917,25 +958,28 @@ class StageRunner:
         self._stages_started = stages_started
         self._started_cache: tuple[float, Collection[str]] | None = None
         #: fixstages43: foreign upstream stages seen taken up by another process (once seen, for good), and each
-        #: one's input's done count when this runner started (growth: a process elsewhere at work on it)
-        self._taken_up: set[str] = set()
+        #: one's input's done count when this runner started (growth: a process elsewhere at work on it); shared by
+        #: the process's runners (fixstages44 #2: UpstreamWait)
+        shared = upstream_wait if upstream_wait is not None else UpstreamWait()
+        self._taken_up: set[str] = shared.taken_up
         #: fixstagesbudget43: ``(stage) -> why no process can run it on, or None`` (the cost cap), and the stages asked
         self._upstream_stop = upstream_stop if stages_started is not None else None
-        self._stop_asked: set[str] = set()
-        self._upstream_base: dict[str, int] = {}
+        self._stop_asked: set[str] = shared.stop_asked
+        self._upstream_base: dict[str, int] = shared.base
         #: review43e #3: each foreign upstream input's fewest leased tasks seen since this runner started (those
         #: leased at its start may be a crashed process's, not yet expired: only a lease above it is new)
-        self._upstream_leased_low: dict[str, int] = {}
+        self._upstream_leased_low: dict[str, int] = shared.leased_low
         self.start_wait_s = float(start_wait_s)
         #: monotonic s: when each stage was first found with ready tasks and not taken up (the bound's clock, per
-        #: stage: review43e #2, a stage waited for once the one before it was taken up gets its own bound)
-        self._start_wait_began: dict[str, float] = {}
+        #: stage: review43e #2, a stage waited for once the one before it was taken up gets its own bound; per
+        #: process: fixstages44 #2, a runner that starts asking after another ended does not start it again)
+        self._start_wait_began: dict[str, float] = shared.began
         self._waiting_since: float | None = None  # since when its input is drained while a foreign upstream works
         self._wait_said = False
         #: the stages not taken up yet that a line has named (fixstages43), and since when each is waited for
-        #: (review43e #2: per stage, so a stage waited for later gets its own line)
-        self._start_wait_said: set[str] = set()
-        self._start_waited_at: dict[str, float] = {}
+        #: (review43e #2: per stage, so a stage waited for later gets its own line; fixstages44 #2: once a process)
+        self._start_wait_said: set[str] = shared.said
+        self._start_waited_at: dict[str, float] = shared.waited_at
         self.poll_s = poll_s
         self.commit_every = commit_every
         self.commit_interval_s = commit_interval_s
@@ -1661,8 +1705,10 @@ class StageRunner:
             return
         for name, q in self.foreign_upstream:
             c = await q.counts()
-            self._upstream_base[name] = c.done
-            self._upstream_leased_low[name] = c.leased
+            # the first runner's start stands (fixstages44 #2: shared; a later reading may already count a process
+            # elsewhere at work)
+            self._upstream_base.setdefault(name, c.done)
+            self._upstream_leased_low[name] = min(self._upstream_leased_low.get(name, c.leased), c.leased)
 
     def _upstream_taken_up(self, name: str, c: Any) -> bool:
         """Whether foreign upstream stage ``name`` (its input's counts ``c``) has been taken up by another process
