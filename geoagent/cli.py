@@ -256,11 +256,28 @@ def _check_stop_grace() -> None:
     stop_grace_s()
 
 
+def _check_upstream_wait(args: argparse.Namespace) -> None:
+    """Read ``GEOAGENT_UPSTREAM_WAIT_S`` (:func:`geoagent.runtime.daemon.upstream_wait_s`) for ``run --stages``
+    before the config is loaded or anything written (fixstages44 #4: a bad value was refused only once the run had
+    planned, its tasks queued and manifest.json recording a failed run).
+
+    Raises
+    ------
+    ValueError
+        The variable is set but not a finite number of seconds >= 0 (the CLI: exit 2)."""
+    if getattr(args, "stages", None) is None:
+        return  # only a --stages process waits for an upstream one
+    from geoagent.runtime.daemon import upstream_wait_s
+
+    upstream_wait_s()
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from geoagent.engine import load_kind, run_campaign
     from geoagent.status import run_baseline
 
     _check_stop_grace()
+    _check_upstream_wait(args)
     cfg = _load(args.config)
     _check_state_matches_queues(cfg)
     # a config change the stored work cannot follow (GeoVerify's tau_m, fixtaurefuse43), refused before run_baseline

@@ -215,7 +215,7 @@ def test_geoagent_upstream_wait_s_bounds_the_wait(tmp_path, monkeypatch, capsys,
     monkeypatch.setenv("GEOAGENT_UPSTREAM_WAIT_S", "soon")
     rc = main(["run", str(cfg), "--stages", "collector", "--no-live"])
     captured = capsys.readouterr()
-    assert rc == 2 and "GEOAGENT_UPSTREAM_WAIT_S must be a number of seconds >= 0, got 'soon'" in (
+    assert rc == 2 and "GEOAGENT_UPSTREAM_WAIT_S must be a finite number of seconds >= 0, got 'soon'" in (
         captured.out + captured.err + caplog.text), captured
 
 

@@ -213,8 +213,9 @@ def upstream_wait_s() -> float:
     Raises
     ------
     ValueError
-        The variable is not a number of seconds >= 0 (the command exits 2 before any work starts:
-        :func:`run_pipeline` reads it first).
+        The variable is not a finite number of seconds >= 0 (``inf``, ``1e400``: fixstages44 #4, it would be no
+        bound). ``run.py run --stages`` reads it before anything is loaded or written
+        (:func:`geoagent.cli._check_upstream_wait`: exit 2); :func:`run_pipeline` reads it before any work starts.
     """
     raw = os.environ.get(UPSTREAM_WAIT_ENV, "").strip()
     if not raw:
@@ -223,8 +224,8 @@ def upstream_wait_s() -> float:
         value = float(raw)
     except ValueError:
         value = float("nan")
-    if not value >= 0:
-        raise ValueError(f"{UPSTREAM_WAIT_ENV} must be a number of seconds >= 0, got {raw!r}")
+    if not (value >= 0 and math.isfinite(value)):  # fixstages44 #4: inf / 1e400 is no bound (a wait for ever)
+        raise ValueError(f"{UPSTREAM_WAIT_ENV} must be a finite number of seconds >= 0, got {raw!r}")
     return value
 
 
