@@ -2301,6 +2301,11 @@ async def _run(
             raise KeyError(f"unknown stage(s) {', '.join(f'{u!r}{did_you_mean(u, names)}' for u in sorted(unknown))}; "
                            f"this campaign has {names}")
         stages = [s for s in stages if s.name in set(only_stages)]
+        # fixstages44 #3: on Redis, the owner record names this process's stages, so a --stages process on another
+        # machine waits for them as for one on its own (engine.stages_elsewhere_now)
+        note_stages = getattr(ctx.services.get("ledger"), "note_stages", None)
+        if callable(note_stages):
+            note_stages([s.name for s in stages])
     if not watch:
         plan = _refuse_empty_first_plan(cfg, kind, plan)
     check_queues_state_root(cfg, record=True)
@@ -2523,8 +2528,9 @@ async def _run(
                                 "probe_max_s": cfg.queue.watch_probe_max_s,
                                 "task_timeout_s": cfg.queue.task_timeout_s},
                 pipeline=all_stages if only_stages else None,
-                stages_elsewhere=functools.partial(stages_run_elsewhere, cfg.state_dir(),
-                                                   [s.name for s in all_stages]) if only_stages else None,
+                # fixstages44 #3: on Redis also the stages of the campaign's live processes on other machines
+                stages_elsewhere=functools.partial(stages_elsewhere_now, cfg.state_dir(),
+                                                   [s.name for s in all_stages], ledger) if only_stages else None,
                 # fixstages43: a downstream process started before its upstream one waits for it to start
                 stages_started=functools.partial(stages_run_since, cfg.state_dir(), [s.name for s in all_stages],
                                                   started_unix) if only_stages else None,
@@ -2534,7 +2540,8 @@ async def _run(
                     getattr(cfg, "source", None) or "CONFIG") if only_stages else None,
                 # a stage of this process that ended no longer keeps other processes waiting for its input (also
                 # of a whole-campaign run: a --watch run whose model caller stopped, every key refused, goes on)
-                stage_ended=functools.partial(manifest.record_stage_ended, run_id),
+                stage_ended=functools.partial(record_stage_ended, manifest, run_id, ledger,
+                                              [s.name for s in stages] if only_stages else None, set()),
                 # a second signal ends the process at once: the manifest says so rather than "running"
                 forced_exit=functools.partial(manifest.mark_forced_exit, run_id),
                 grace_s=campaign_stop_grace_s(cfg),
@@ -4073,6 +4080,42 @@ def booked_usd(ledger: Any) -> float:
     if ledger is None:
         return 0.0
     return float(ledger.summary().total_usd) + gone_reservations(ledger)[0]
+
+
+def stages_elsewhere_now(state_dir: str | os.PathLike[str], all_stages: Sequence[str], ledger: Any = None) -> set[str]:
+    """The stages the campaign's other live processes run now (a ``--stages`` runner's ``stages_elsewhere``,
+    :class:`geoagent.runtime.worker.StageRunner`): those this machine's manifest in ``state_dir`` records
+    (:func:`geoagent.runtime.manifest.stages_run_elsewhere`; ``all_stages``: the campaign's stage names, for a run
+    recording none), and on Redis (``ledger`` with ``stages_elsewhere``) those the owner records of the live
+    processes on every machine name (:meth:`geoagent.runtime.redis_state.RedisLedger.stages_elsewhere`).
+
+    fixstages44 #3: seeing only this machine's manifest, a downstream machine took a response the upstream machine's
+    model caller had just queued, not yet leased by its parser, for work nobody would do, and ended (both processes
+    "campaign not complete", no report, about 4 runs in 10). The wait this adds lasts while such a process lives and
+    runs that stage: its stage's end is recorded (:func:`record_stage_ended`), and a crashed process's heartbeat
+    expires. Raises what the server's client raises when it cannot be reached (its queues meet the same)."""
+    from geoagent.runtime.manifest import stages_run_elsewhere
+
+    out = stages_run_elsewhere(state_dir, all_stages)
+    on_server = getattr(ledger, "stages_elsewhere", None)
+    if callable(on_server):
+        out |= on_server(all_stages)
+    return out
+
+
+def record_stage_ended(manifest: Any, run_id: str, ledger: Any, own: Sequence[str] | None, ended: set[str],
+                       stage: str) -> None:
+    """Record that stage ``stage`` of run ``run_id`` ended while the run goes on: in manifest.json
+    (:meth:`geoagent.runtime.manifest.Manifest.record_stage_ended`), and, on Redis (``ledger`` with
+    ``note_stages``), in this process's owner record, ``ended`` (the set of the stages ended so far, kept by the
+    caller) with it, so no process on another machine waits for it either (fixstages44 #3). ``own``: the stages this
+    process runs (None: every stage). The pipeline's ``stage_ended`` hook (:func:`geoagent.runtime.daemon.run_pipeline`
+    logs a failure)."""
+    manifest.record_stage_ended(run_id, stage)
+    note_stages = getattr(ledger, "note_stages", None)
+    if callable(note_stages):
+        ended.add(stage)
+        note_stages(own, ended)
 
 
 def aggregated_elsewhere(state_dir: str | os.PathLike[str], all_stages: Sequence[str], ledger: Any = None) -> bool:

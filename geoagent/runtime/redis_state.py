@@ -63,7 +63,8 @@ suffix                       type    content
 ``models`` / ``m:<model>``   set/h   model names; per model the same sums as ``totals`` (``spend_by_model``), plus
                                      ``unreported_calls`` / ``unreported_nusd`` (usage not reported)
 ``settled_by_owner[:<o>]``   hash    settled calls per owner (and per model of one owner)
-``owners`` / ``hb:<owner>``  hash/s  owner -> JSON {host, boot_id, pid, proc_start, started_at, runs}; heartbeat
+``owners`` / ``hb:<owner>``  hash/s  owner -> JSON {host, boot_id, pid, proc_start, started_at, runs[, stages,
+                                     stages_ended]} (a ``--stages`` run's stages, fixstages44 #3); heartbeat
 ``resp`` / ``resp_seq``      h/zset  request key -> JSON record; key -> insertion number (iteration order)
 ``resp_models``              hash    model -> stored responses
 ``t:<tbl>`` / ``tk:<tbl>``   h/zset  results table rows (key -> JSON); keys (score 0, walked by ``ZRANGEBYLEX``)
@@ -97,7 +98,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -207,6 +208,8 @@ class RedisStateDB:
         self._lock = threading.Lock()
         self._closed = False
         self._beats: list[tuple[threading.Event, threading.Thread]] = []
+        #: owner -> the record its heartbeat writes (:meth:`set_heartbeat_record` replaces it: fixstages44 #3)
+        self._hb_records: dict[str, bytes] = {}
 
     def key(self, suffix: str) -> str:
         return self.prefix + suffix
@@ -259,10 +262,11 @@ class RedisStateDB:
         """Write ``owners[owner] = record`` and ``hb:<owner>`` (PX ``ttl_s``) now, then every ``ttl_s / 3`` s on a
         daemon thread until :meth:`close`. A failed refresh (Redis unreachable) is retried at the next tick."""
         ttl_ms = max(1, round(ttl_s * 1000))
+        self._hb_records[owner] = record
 
         def beat() -> None:
             pipe = self.client.pipeline(transaction=True)
-            pipe.hset(self.key("owners"), owner, record)
+            pipe.hset(self.key("owners"), owner, self._hb_records[owner])
             pipe.set(self.key("hb:" + owner), b"1", px=ttl_ms)
             pipe.execute()
 
@@ -279,6 +283,12 @@ class RedisStateDB:
         thread = threading.Thread(target=loop, name=f"heartbeat-{owner}", daemon=True)
         thread.start()
         self._beats.append((stop, thread))
+
+    def set_heartbeat_record(self, owner: str, record: bytes) -> None:
+        """Write ``owners[owner] = record`` now, and let ``owner``'s heartbeat (:meth:`start_heartbeat`) write it from
+        now on (fixstages44 #3: a run's record names its stages once they are known, and those that ended)."""
+        self._hb_records[owner] = record
+        self.client.hset(self.key("owners"), owner, record)
 
     def stop_heartbeats(self) -> None:
         """Stop refreshing this process's heartbeats (they expire after their TTL)."""
@@ -439,6 +449,36 @@ class RedisLedger:
         # status, export and dry runs open a ledger too, and run nothing (rev27 #1); a record without "runs" counts
         return any((info or {}).get("runs", True) and not self._local_dead(info) and self._heartbeat_alive(owner)
                    for owner, info in self._other_owners())
+
+    def note_stages(self, stages: Sequence[str] | None, ended: Collection[str] = ()) -> None:
+        """Record in this owner's record (``owners``, module docstring) the stages this process runs (``stages``;
+        None: every stage, a whole-campaign run, the record naming none) and those of them that have ended
+        (``ended``), for :meth:`stages_elsewhere` of the campaign's other processes, on any machine (fixstages44
+        #3). The heartbeat and each reservation write the record from now on."""
+        info = orjson.loads(self._record)
+        if stages is None:
+            info.pop("stages", None)
+        else:
+            info["stages"] = list(stages)
+        info["stages_ended"] = sorted(set(ended))
+        self._record = orjson.dumps(info)
+        self.db.set_heartbeat_record(self.owner, self._record)
+
+    def stages_elsewhere(self, all_stages: Sequence[str]) -> set[str]:
+        """The stages the campaign's other live processes run, on any machine (fixstages44 #3): the union of the
+        ``stages`` of every other owner alive by the owner rule (module docstring; as :meth:`others_alive`: a run's
+        ledger, its heartbeat key not expired, on this machine its pid still running), less its ``stages_ended``
+        (:meth:`note_stages`); an owner whose record names no stages (a whole-campaign run, an earlier version)
+        runs ``all_stages``. Read-only: the owners hash, then one ``EXISTS`` per owner. The Redis counterpart of
+        :func:`geoagent.runtime.manifest.stages_run_elsewhere`, which sees this machine's state folder only."""
+        out: set[str] = set()
+        for owner, info in self._other_owners():
+            if not (info or {}).get("runs", True) or self._local_dead(info) or not self._heartbeat_alive(owner):
+                continue
+            stages, ended = (info or {}).get("stages"), (info or {}).get("stages_ended")
+            named = stages if isinstance(stages, list) and all(isinstance(x, str) for x in stages) else all_stages
+            out.update(set(named) - set(ended if isinstance(ended, list) else ()))
+        return out
 
     def gone_open(self) -> tuple[float, int]:
         """``(USD, count)`` of open reservations whose owner is gone by the owner rule: what :meth:`recover`
