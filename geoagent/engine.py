@@ -77,6 +77,7 @@ import functools
 import importlib
 import json
 import logging
+import math
 import os
 import secrets
 import sys
@@ -3162,9 +3163,31 @@ async def upstream_budget_stop(state_dir: Any, all_stages: Sequence[str], ledger
     if raised and (refused is None or billed + refused <= cap_now + 5e-10):
         return None
     call = f"; it refused a call of up to {usd(refused)}" if refused is not None else ""
-    return (f"the campaign's cost cap stopped it (run {stop['run_id']} ended budget exhausted; billed {usd(billed)} "
-            f"of the {usd(cap_now)} cap{call}): raise [budget] cap_usd in {config}, then `run.py run {config} "
-            f"--stages {stage}` (or `run.py run {config}`, every stage) takes its work")
+    at = f" at the {usd(stopped_at)} cap" if stopped_at is not None else ""
+    # the config's cap, where it is not the one the run stopped at (raised too little)
+    now = f" (now {usd(cap_now)})" if stopped_at is None or abs(cap_now - stopped_at) > 5e-10 else ""
+    return (f"the campaign's cost cap stopped it (run {stop['run_id']} ended budget exhausted{at}; billed "
+            f"{usd(billed)}{call}): raise [budget] cap_usd in {config}{now}{cap_to_raise_to(billed, refused, stopped_at)}"
+            f", then `run.py run {config} --stages {stage}` "
+            f"(or `run.py run {config}`, every stage) takes its work")
+
+
+def cap_to_raise_to(billed: float, refused: float | None, stopped_at: float | None) -> str:
+    """How far to raise ``[budget] cap_usd`` after the cap stopped a stage, as ``status`` says it
+    (:func:`geoagent.status.budget_resume_hint`), for :func:`upstream_budget_stop`'s line: ``" to at least $X"``,
+    the billed spend (USD) plus the largest call the cap refused (rounded up to the shown fraction of a cent), when
+    that is above the cap the run stopped at (USD, None: not recorded); else ``" above the $S it stopped at"``;
+    ``""`` when neither is known. fixstages44: the line quoted the config's cap now as "the cap", neither the one
+    the run stopped at nor how far to raise it."""
+    from geoagent.status import format_usd
+
+    need = None if refused is None else billed + float(refused)
+    if need is not None and (stopped_at is None or need > stopped_at + 5e-10):
+        # rounded UP to the shown cent fraction, as status does (a $0.040029 need shown "$0.0400" asked too little)
+        return f" to at least {format_usd(math.ceil(need * 1e4 - 1e-6) / 1e4)} (billed + that call)"
+    if stopped_at is not None:
+        return f" above the {format_usd(stopped_at)} it stopped at"
+    return ""
 
 
 def waiting_lines(all_stages: Sequence[Stage], own: Sequence[str], counts: dict[str, QueueCounts], *,

@@ -60,8 +60,11 @@ def test_a_downstream_process_after_a_budget_stop_ends_and_reports_what_was_answ
     line = next((ln for ln in out.splitlines() if "waiting on requests for stage model_caller" in ln), None)
     assert line is not None, out
     assert "no process of the campaign runs stage model_caller now: the campaign's cost cap stopped it" in line, line
-    assert "ended budget exhausted; billed $" in line and "of the $0.0600 cap; it refused a call of up to $" in line, line
-    assert (f"raise [budget] cap_usd in {cfgp}, then `run.py run {cfgp} --stages model_caller` (or `run.py run "
+    # fixstages44: the cap the run stopped at, and how far to raise it (as `status` says it)
+    assert "ended budget exhausted at the $0.0600 cap; billed $" in line and "; it refused a call of up to $" in line
+    assert (f"raise [budget] cap_usd in {cfgp} to at least $" in line or
+            f"raise [budget] cap_usd in {cfgp} above the $0.0600 it stopped at" in line), line
+    assert (f", then `run.py run {cfgp} --stages model_caller` (or `run.py run "
             f"{cfgp}`, every stage) takes its work") in line, line
     assert "report and export left to the process that finishes the campaign" not in out, out
     # the report covers every answer the capped run stored: each one scored (table S0: one row per scored answer)
@@ -129,8 +132,12 @@ def test_upstream_budget_stop_follows_the_cap_and_the_refused_call(tmp_path):
         return asyncio.run(upstream_budget_stop(tmp_path, names, Ledger(cap, 0.095), "gh.toml", "model_caller"))
 
     record("budget exhausted", ["model_caller", "parser"])
-    assert "billed $0.0950 of the $0.1000 cap; it refused a call of up to $0.0100" in verdict(0.1)
-    assert verdict(0.104) is not None  # raised, but 0.095 + 0.01 does not fit
+    # fixstages44: the cap it stopped at, not the config's now, and the cap that leaves room for the refused call
+    assert ("ended budget exhausted at the $0.1000 cap; billed $0.0950; it refused a call of up to $0.0100): raise "
+            "[budget] cap_usd in gh.toml to at least $0.1050 (billed + that call), then") in verdict(0.1)
+    low = verdict(0.104)  # raised, but 0.095 + 0.01 does not fit
+    assert low is not None and "at the $0.1000 cap; billed $0.0950" in low, low
+    assert "raise [budget] cap_usd in gh.toml (now $0.1040) to at least $0.1050 (billed + that call)" in low, low
     assert verdict(0.2) is None  # raised enough: a process that runs it goes on
     record("budget exhausted", None, stopped="geocoder")  # another stage's cap (the Nominatim one)
     assert verdict(0.1) is None
