@@ -60,3 +60,19 @@ def test_table10_carries_the_same_note():
     errors = {"forced": ERRORS["forced"], "forced_chain": ERRORS["forced_warn"]}
     t10 = GH.table_paired(_agg(errors), "forced_chain", "forced", name="table10", n_flips=10)
     assert "all sites forced_chain 0.00 / \u2014 / \u2014 (3 / 0 / 0 of n 4 / 0 / 0 at err = 0)" in t10.notes, t10.notes
+
+
+def test_the_header_warns_when_many_finer_than_city_answers_are_at_zero_error(tmp_path):
+    """Above 10 % of the finer-than-city context answers at err = 0 km, report.md's header says the median ratio
+    columns leave them out and where the medians with them are; not at or below it."""
+    agg = _agg(ERRORS)  # 4 of 8 answers at err = 0
+    assert GH.zero_err_warnings(agg) == [
+        "Warning: 4 of 8 finer-than-city context answers (50.0 %) are at err = 0 km (located on the site's own "
+        "coordinate). The median ratio columns of Tables 5, 8 and 10 leave them out, as the release's analysis does "
+        "(error_km > 0), so they describe only the answers that missed; the notes under those tables give the "
+        "medians with them counted as ratio 0."]
+    GH.write_report(agg, tmp_path, n_flips=10, n_splits=5, figures=False)
+    assert GH.zero_err_warnings(agg)[0] in (tmp_path / "report.md").read_text(encoding="utf-8")
+    # one of ten at err = 0: 10 %, not above it
+    few = _agg({"forced": [0.0, *[1.0] * 4], "forced_warn": [1.0] * 5})
+    assert GH.zero_err_warnings(few) == []

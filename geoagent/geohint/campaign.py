@@ -622,7 +622,7 @@ class GeoHintCampaign(CampaignKind):
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
         from geoagent.report.geohint import (default_conditions, geocoder_failure_warning, geocoder_rules_warning,
                                              left_out_text, scoring_left_note, truncation_warnings,
-                                             unresolved_warnings)
+                                             unresolved_warnings, zero_err_warnings)
 
         lines = [f"  warning: {w}" for w in self.plan_warnings(cfg)]
         lines += self._plan_lines()
@@ -683,6 +683,7 @@ class GeoHintCampaign(CampaignKind):
                      + (f" ({cut.share:.1%})" if cut.n else "") + f"; {TRUNCATION_LEGEND}")
         lines += [f"  {w}" for w in truncation_warnings(agg)]
         lines += [f"  {w}" for w in unresolved_warnings(agg)]
+        lines += [f"  {w}" for w in zero_err_warnings(agg)]  # review44c #1
         # at every run while any counted answer keeps other geocoding rules, from the stored rows (fixgeohint42 #2)
         lines += [f"  {w}" for w in (geocoder_rules_warning(agg, getattr(cfg, "name", None)),) if w]
         lines += left

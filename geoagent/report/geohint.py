@@ -573,6 +573,30 @@ def unresolved_warnings(agg: GeoHintAggregator) -> list[str]:
             f"names, scored whether or not the answer geocoded). Here {UNRESOLVED_CAUSE}."]
 
 
+#: share (fraction) of the finer-than-city context answers at err = 0 km above which the report and the summary warn
+#: that the median ratio columns leave out many of the best answers (:func:`zero_err_warnings`)
+ZERO_ERR_WARN_SHARE = 0.10
+
+
+def zero_err_warnings(agg: GeoHintAggregator) -> list[str]:
+    """One warning line when more than :data:`ZERO_ERR_WARN_SHARE` of the finer-than-city context answers (a hint
+    at d_ref > 0) are at err = 0 km, with the count; [] otherwise (the release: none).
+
+    The median ratio columns of Tables 5, 8 and 10 keep the release's ``error_km > 0`` (its ``two_regimes.py`` and
+    ``chain_results.py``) and their notes give the medians with such answers counted as 0; in a crawl of one's own a
+    geocoder that places a correctly named site on its own coordinate gives the best answers err = 0, and the columns
+    then read as if those answers did not exist (review44c #1: 1.00, "the answer is the hint", where the medians
+    with them read 0.00), so the header says so where it matters rather than only in the notes."""
+    c = agg.select()
+    n = c.fine_dref_n + c.n_zero_err
+    if not n or c.n_zero_err <= ZERO_ERR_WARN_SHARE * n:
+        return []
+    return [f"Warning: {c.n_zero_err} of {n} finer-than-city context answers ({100 * c.n_zero_err / n:.1f} %) are at "
+            "err = 0 km (located on the site's own coordinate). The median ratio columns of Tables 5, 8 and 10 leave "
+            "them out, as the release's analysis does (error_km > 0), so they describe only the answers that missed; "
+            "the notes under those tables give the medians with them counted as ratio 0."]
+
+
 def geocoder_failure_warning(dead: int, queued: int, *, left_by: str | None = None) -> str | None:
     """What became of the answers that did not get through the geocoder; None when there are none.
 
@@ -2606,6 +2630,7 @@ def write_report(
         unparsed_line(agg),
         "",
         *[x for w in unresolved_warnings(agg) for x in (f"**{w}**", "")],
+        *[x for w in zero_err_warnings(agg) for x in (f"**{w}**", "")],
         *[x for w in [geocoder_failure_warning(sum(m.get("edge") == C.EDGE_ANSWERS for m in missing or []),
                                                answers_queued, left_by=answers_left_by)] if w
           for x in (f"**{w}**", "")],
