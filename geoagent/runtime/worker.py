@@ -212,7 +212,11 @@ of each model's work: the same queue prefix, so mostly the same items. With stea
 decides it); a model slowed for a while (a slow spell of its host, retries inside its requests) holds the others
 back meanwhile, and a rate-limited one cannot make that up later, so the run can take longer (break32b #3: +34 %
 when one model answered 80 times slower for its first 30 s). ``model_pacing = "throughput"`` keeps each lane at its
-own pace (the shortest run; a stop then holds uneven shares).
+own pace (the shortest run; a stop then holds uneven shares). A lane whose last :data:`FAILING_LANE_DEAD_RUN` tasks
+finished here were all dead-lettered (its host answers 500 to every call, retried until its attempts run out) paces
+nobody until one of its tasks is answered (review44a #5: such a model set the pace of the others at the speed its
+calls failed, about 100 times slower; keeping the models in step is for the answers a stop holds, and a failing
+model holds none).
 
 Dry lanes. A lane's ``work`` is its tasks left on the input edge when *this* process started, and its share counts
 the tasks this runner took; with another process at work on the same queue (a second ``run``, a ``--stages
@@ -291,6 +295,9 @@ DRY_MIN_S = 3.0
 #: Pacing, the safety net: seconds of paced deferrals alone (nothing admitted, nothing of a lane in hand) after which
 #: the runner drops pacing for the rest of its run (logged once)
 PACE_STUCK_S = 30.0
+#: Pacing, failing lanes (module docstring, "Lanes"; review44a #5): a lane whose last this many tasks finished here
+#: were all dead-lettered, none answered since, paces nobody until one of its tasks succeeds
+FAILING_LANE_DEAD_RUN = 10
 
 
 def pace_ahead(taken: int, work: int, cap: int, lowest_other: float) -> bool:
@@ -1027,6 +1034,7 @@ class StageRunner:
         #: (none ready to take: with pacing, a lane runs dry after more than DRY_WALKS of them)
         self._lane_lease = False
         self._lane_short: dict[str, int] = {}
+        self._lane_dead_run: dict[str, int] = {}  # dead letters in a row per lane (FAILING_LANE_DEAD_RUN)
         self._last_commit = time.monotonic()
         self._commit_lock = anyio.Lock()
         self.flush_interval_s = flush_interval_s
@@ -1091,6 +1099,8 @@ class StageRunner:
             self._lane_lease = bool(getattr(self.stage, "queue_lanes", False)
                                     and getattr(self.inq, "supports_lane_lease", False))
             self._lane_short = dict.fromkeys(lanes, 0)
+            # dead letters in a row per lane, none answered since (FAILING_LANE_DEAD_RUN; review44a #5)
+            self._lane_dead_run = dict.fromkeys(lanes, 0)
         send, recv = anyio.create_memory_object_stream[Task](math.inf)
         try:
             async with anyio.create_task_group() as tg:
@@ -1404,6 +1414,7 @@ class StageRunner:
         lane = self.stage.lane_of(task)
         if lane in self.stats.lane_done:
             self.stats.lane_dead[lane] = self.stats.lane_dead.get(lane, 0) + 1
+            self._lane_dead_run[lane] = self._lane_dead_run.get(lane, 0) + 1
 
     def _lane_done(self, task: Task) -> None:
         """``task`` left the stage: its lane has one slot more (waking a lease loop that waits for one)."""
@@ -1635,6 +1646,8 @@ class StageRunner:
                 continue  # its tasks sit out a pacing deferral, none in hand: it cannot take work now
             if self._dry(other, now):
                 continue  # no task of it left here to take (done or leased elsewhere): it paces nobody
+            if self._lane_dead_run.get(other, 0) >= FAILING_LANE_DEAD_RUN:
+                continue  # its tasks only fail (dead-lettered in a row): it paces nobody (review44a #5)
             share = self._taken(other) / o.work
             if share < 1.0 and share < low and self.stage.lane_open(other):
                 low = share
@@ -1860,6 +1873,7 @@ class StageRunner:
                 lane = self.stage.lane_of(task)
                 if lane in self.stats.lane_done:
                     self.stats.lane_done[lane] += 1
+                    self._lane_dead_run[lane] = 0  # answered: a failing lane paces again (review44a #5)
             self._pending.append((task, outputs))
             committed = True
         finally:
