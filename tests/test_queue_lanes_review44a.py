@@ -145,3 +145,25 @@ def test_many_tasks_without_a_lane_of_a_full_lane_hide_no_other_lanes_tasks(tmp_
         assert [t.key for t in q.lease_lanes_sync(2, 60, {"a": 2, "b": 4})] == ["a0000", "a0001"]
     finally:
         q.close_sync()
+
+
+def test_a_crash_loop_does_not_charge_the_same_tasks_until_they_die(tmp_path):
+    """review44f #1: a gone process's lease went back to its put place every time, so in a crash loop (each new
+    process killed before its calls end) the next process leased the same first tasks of every model again and,
+    after ``max_attempts`` restarts, they were dead-lettered for the crashes alone. A task goes back to its put place
+    the first time only; handed back again in a row, behind: each task is charged at most twice in a row, none dies."""
+    q = SQLiteQueue(tmp_path / "q.sqlite", max_attempts=5)
+    try:
+        q.put_many_sync([(f"{m}|{i:03d}", {"model": m}) for i in range(40) for m in "abc"])
+        leased = []
+        for _restart in range(6):
+            got = q.lease_lanes_sync(12, 60, {"a": 4, "b": 4, "c": 4})
+            leased.append(sorted(t.key for t in got))
+            q.expire_leases_sync()  # killed before any call ended: the next start hands its leases back
+        assert leased[1] == leased[0]  # the first crash: back at their put place, leased first again
+        assert not set(leased[2]) & set(leased[0])  # the second in a row: behind, other tasks leased
+        c = q.counts_sync()
+        assert (c.dead, c.ready) == (0, 120), c
+        assert max(t.attempts for t in q.lease_sync(120, 60)) == 2
+    finally:
+        q.close_sync()

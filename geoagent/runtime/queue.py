@@ -33,7 +33,9 @@ JSON-serialisable ``payload`` (dict). Semantics every backend must honour:
   ``expire_leases_sync`` / ``expire_leases_of_sync``, Redis ``hand_back_gone_local``; the campaign engine calls
   them at start-up and from its dead-owner sweep) counts one failed attempt per task, like a nack with the reason
   :func:`process_ended_reason` (prefix :data:`PROCESS_ENDED`), and puts it back ready at once (SQLite: at its put
-  place, as a release; Redis: behind the tasks already ready); a task whose attempts reach ``max_attempts`` this
+  place, as a release, the first time; behind the tasks already ready when the process before ended with it too, so a
+  crash loop charges other tasks rather than the same ones until they die: review44f #1; Redis: behind the tasks
+  already ready); a task whose attempts reach ``max_attempts`` this
   way is dead-lettered with that reason instead
   of being leased again (a task that kills its process, OOM or segfault, is not retried for ever). No charge id.
 * ``counts()`` returns ready/leased/done/dead; ``dead_letters()`` lists dead tasks with reasons.

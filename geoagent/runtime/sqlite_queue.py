@@ -1371,8 +1371,11 @@ class SQLiteQueue(WorkQueue):
     def _hand_back_op(self, owners: Sequence[str] | None) -> _Op:
         """Hand back the leases of gone processes (every lease: ``owners`` None; else those whose lease id names one
         of ``owners``): one failed attempt each, reason :func:`~geoagent.runtime.queue.process_ended_reason`; the
-        task goes back ready at its put place (``not_before`` = ``created_at``, as a release: review44a #2; before, now:
-        behind the tasks already ready), or dead once its attempts reach ``max_attempts``. Already-expired leases of
+        task goes back ready at its put place (``not_before`` = ``created_at``, as a release: review44a #2) the first
+        time a process ended while holding it, behind the tasks already ready (``not_before`` = now) when the process
+        before ended with it too (review44f #1: at its put place every time, the next process leased it first again,
+        so a crash loop charged the same first tasks of every model until they were dead-lettered, where before each
+        restart charged other tasks once), or dead once its attempts reach ``max_attempts``. Already-expired leases of
         those processes count too (nobody took them over)."""
         def tx(conn: sqlite3.Connection, now: float) -> tuple[int, int]:
             if owners is None:
@@ -1385,13 +1388,16 @@ class SQLiteQueue(WorkQueue):
             for row_id, attempts, before in rows:
                 attempts += 1
                 is_dead = attempts >= self.max_attempts
-                reason = process_ended_reason(min(ended_in_a_row(before) + 1, attempts), attempts, self.max_attempts,
+                in_a_row = ended_in_a_row(before)
+                reason = process_ended_reason(min(in_a_row + 1, attempts), attempts, self.max_attempts,
                                               is_dead, before)
                 # ready: back at its put place, as a release (review44a #2: a killed run's tasks in flight are its
-                # lanes' next ones on resume, not holes); dead: the failure time
-                conn.execute("UPDATE tasks SET state = ?1, not_before = CASE ?1 WHEN 0 THEN min(?2, created_at) "
+                # lanes' next ones on resume, not holes), unless a process ended with it before (review44f #1: then
+                # behind, so a crash loop does not charge the same tasks again and again); dead: the failure time
+                in_place = not is_dead and in_a_row == 0
+                conn.execute("UPDATE tasks SET state = ?1, not_before = CASE ?6 WHEN 1 THEN min(?2, created_at) "
                              "ELSE ?2 END, attempts = ?3, last_error = ?4, lease_id = NULL WHERE id = ?5",
-                             (DEAD if is_dead else READY, now, attempts, reason, row_id))
+                             (DEAD if is_dead else READY, now, attempts, reason, row_id, int(in_place)))
                 dead += is_dead
             _bump(conn, {LEASED: -len(rows), READY: len(rows) - dead, DEAD: dead})
             return len(rows), dead
