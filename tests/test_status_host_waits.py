@@ -198,7 +198,11 @@ def test_status_says_the_stage_waits_for_its_host_from_the_progress_stream_then_
     rec = seen["record"]
     info = rec["stages"][0]["unreachable"][host]
     assert rec["stages"][0]["input_edge"] == "a"
-    assert t_start - 1 <= info["since"] <= rec["t"] <= info["next_probe_at"] <= rec["t"] + 3.0 + 0.1
+    assert t_start - 1 <= info["since"] <= rec["t"]
+    # the next probe is the cool-down (3 s) after the breaker opened, just after "since"; not bounded by the record's
+    # time: on a loaded machine the first record that shows the wait was read after the probe time had passed (a
+    # full CI run beside other jobs, session 44: t 1.5 s past next_probe_at)
+    assert info["since"] + 3.0 <= info["next_probe_at"] <= info["since"] + 3.0 + 2.0
     reason = stop_reason(rec, now=seen["now"])
     # nothing can be done while the host is down: every task waits, ready or leased (the probe)
     queued = rec["queues"]["a"]["ready"] + rec["queues"]["a"]["leased"]
