@@ -669,14 +669,16 @@ EXIT_CODES_EPILOG = """exit codes:
   0    complete (every planned task reached the end of the pipeline), or the command succeeded; with
        --stages also when this process's stages finished while other stages still have work (it says so)
   1    nothing to export (the campaign has not run yet); output pipe closed early
-  2    config error, bad argument or unusable path; also a --simulate dry run that predicts `run` would
+  2    config error, bad argument or unusable path (a queue file a stage could not read or write: the line
+       names it); also a --simulate dry run that predicts `run` would
        refuse to start (missing API key variables or MAPILLARY_TOKEN, images without a file for a real
        model, a first run that plans nothing): it prints its whole report first, then a last line
        `exit 2: ...` saying why
   3    incomplete: some work dead-lettered (list it with `dead CONFIG`, retry with `dead CONFIG --requeue`),
        or left queued untouched because a stage stopped early, e.g. a host could not be reached (the
        summary names it; re-run the same command to resume), or the [backend] Redis server went away or
-       is out of memory; any command: a write refused by a full disk (free space, re-run the same command)
+       is out of memory, or another process held a queue file's lock too long (re-run); any command: a
+       write refused by a full disk (free space, re-run the same command)
   4    budget exhausted: the cost cap stopped dispatching (raise [budget] cap_usd and re-run), or the GeoHint
        geocoder's Nominatim request cap stopped geocoding (the summary says so: re-run to go on)
   5    authentication failed: a model's host answered 401/403 repeatedly or refused its account for billing
@@ -1127,11 +1129,22 @@ def _run_command(args: argparse.Namespace) -> int:
             return 3
         queue_error = _queue_failure(exc)
         if queue_error is not None:  # review44a #7: a stage's queue failed (its message names the file): one line
-            from geoagent.runtime.backend import scrub
+            import sqlite3
 
+            from geoagent.runtime.backend import scrub
+            from geoagent.runtime.sqlite_wal import is_busy
+
+            cause = queue_error.__cause__
+            if isinstance(cause, sqlite3.OperationalError) and is_busy(cause):
+                # review44f #4: another process held the file's write lock past the busy timeout: nothing to fix
+                # there, so the exit says re-run (3), as a Redis server lost for a while does
+                print(f"error: {scrub(str(queue_error), None)}; another process held the queue file's lock too long; "
+                      "what the queues acknowledged is kept (finished tasks, stored answers, booked spend): re-run "
+                      "the same command to resume", file=sys.stderr)
+                return 3
             print(f"error: {scrub(str(queue_error), None)}; what the queues acknowledged is kept (finished tasks, "
-                  "stored answers, booked spend): fix the file or its cause, then re-run the same command to resume",
-                  file=sys.stderr)
+                  "stored answers, booked spend): fix what the message names (the queue file, its folder's "
+                  "permissions, the disk), then re-run the same command to resume", file=sys.stderr)
             return 2
         raise
 

@@ -38,3 +38,37 @@ def test_a_queue_error_of_a_stage_is_one_error_line_naming_the_file(tmp_path, ca
     err = capsys.readouterr().err
     assert err.startswith("error: queue 'requests': leasing by lane needs schema version 4") and str(path) in err, err
     assert err.count("\n") == 1 and "Traceback" not in err and "re-run the same command" in err
+
+
+def test_a_queue_file_locked_too_long_says_re_run_exit_3(tmp_path, capsys):
+    """review44f #4: a queue file whose write lock another process held past the busy timeout is nothing to fix: the
+    line says re-run, and the exit is 3 (re-run), not 2 (a config or path error)."""
+    import sqlite3
+
+    path = queue_path(tmp_path, "camp", "requests")
+    q = SQLiteQueue(path, busy_timeout_s=0.2)
+    q.put_many_sync([("a0", {"model": "a"})])
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")  # another process holds the write lock
+
+    async def stage() -> None:
+        await q.lease(4, 60)
+
+    async def pipeline() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stage)
+            tg.start_soon(anyio.sleep, 30)
+
+    def fn(_args: argparse.Namespace) -> int:
+        anyio.run(pipeline)
+        return 0
+
+    try:
+        assert _run_command(argparse.Namespace(fn=fn)) == 3
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+        q.close_sync()
+    err = capsys.readouterr().err
+    assert err.startswith("error: queue 'requests'") and "held the queue file's lock too long" in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err and "re-run the same command" in err
