@@ -345,8 +345,9 @@ async def _hand_back_gone(backend: Backend, q, owner: str | None) -> int:
 def test_contract_a_gone_process_leases_count_one_delivery_each_and_dead_letter_at_max(backend):
     """README ``[queue] max_attempts``: a delivery whose process ended (killed, OOM, crashed) counts. When a later
     process hands back the leases of a process known to be gone, each counts one failed attempt with the reason
-    ``process_ended_reason`` (the same text on both backends), the task goes back ready (Redis: behind the tasks
-    already ready; SQLite: at its put place, review44a #2), and at ``max_attempts`` it is dead-lettered instead
+    ``process_ended_reason`` (the same text on both backends), the task goes back ready at its put place (review44a
+    #2 on SQLite, review44d #1 on Redis: before, behind the tasks already ready), and at ``max_attempts`` it is
+    dead-lettered instead
     (never leased again). Leases of that process that already
     timed out count too (nobody took them over); a graceful release counts nothing; a failure before is named."""
     from geoagent.runtime.queue import PROCESS_ENDED, process_ended_reason
@@ -363,12 +364,8 @@ def test_contract_a_gone_process_leases_count_one_delivery_each_and_dead_letter_
         first = process_ended_reason(1, 1, 2, False, None)
         assert first.startswith(PROCESS_ENDED + " its process ended while working on it 1 time in a row")
         got = await q.lease(1, 60) + await q.lease(2, 60)
-        if backend.kind == "redis":  # c, ready since its put, comes before a and b
-            assert [(t.key, t.attempts, t.last_error) for t in got[:1]] == [("c", 0, None)]
-            assert sorted((t.key, t.attempts, t.last_error) for t in got[1:]) == [("a", 1, first), ("b", 1, first)]
-        else:  # a and b back at their put places, before c (review44a #2)
-            assert [(t.key, t.attempts, t.last_error) for t in got] == [("a", 1, first), ("b", 1, first),
-                                                                        ("c", 0, None)]
+        # a and b back at their put places, before c, on both backends (review44a #2, review44d #1)
+        assert [(t.key, t.attempts, t.last_error) for t in got] == [("a", 1, first), ("b", 1, first), ("c", 0, None)]
         by_key = {t.key: t for t in got}
         await q.release([by_key["a"], by_key["b"], by_key["c"]])  # a graceful stop: nothing counted
         owner, held = _gone_holder(backend, 2, 60)
@@ -801,12 +798,10 @@ def test_contract_ready_keys_is_exact_over_many_tasks_in_every_idle_state(backen
         for k in keys[20:30]:
             assert await q.nack(by_key[k], "later", backoff_s=30.0) == "ready"  # waiting out a backoff
         await q.release([by_key[k] for k in keys[30:40]])                        # ready again
-        # keys[40:60] stay leased (live); the next 20 leased under a lease that expires at once: on Redis keys[60:80]
-        # (the released keys[30:40] line up behind the tasks ready before them), on SQLite keys[30:40] (back at their
-        # put places, review44a #2) and keys[60:70]
+        # keys[40:60] stay leased (live); the next 20 leased under a lease that expires at once: keys[30:40] (back at
+        # their put places on both backends, review44a #2, review44d #1) and keys[60:70]
         short = await q.lease(20, 0.2)
-        shorts = keys[60:80] if backend.kind == "redis" else keys[30:40] + keys[60:70]
-        assert sorted(t.key for t in short) == shorts
+        assert sorted(t.key for t in short) == keys[30:40] + keys[60:70]
         await asyncio.sleep(0.5)
         idle = sorted(await q.ready_keys())
         assert len(idle) == len(set(idle))

@@ -32,8 +32,12 @@ suffix         type    content
 ``entry``      hash    key -> its entry id in ``stream``, while it has one there (ready, or leased)
 ``lentry``     hash    key -> its entry id in its lane's stream, while it has one there and none in ``stream``
 ``lane``       hash    key -> its lane (the payload's ``model`` when a text: set at put; for a task an older version
-                       put, when a lane lease meets it)
+                       put, when a lane lease meets it); dropped at ack, read again from the payload by a reopen
 ``lanes``      set     the lanes that have a stream
+``rank``       hash    key -> its first entry's id (its put place: "Returned tasks"), while it is not done
+``returned``   zset    the tasks without a lane given back to their put place: member ``<seq, 20 digits>:<key>``
+                       scored by the ms of the rank (so members sort exactly as the ranks), "Returned tasks";
+                       ``returned:<h>`` (``<h>`` as for ``lane:<h>``): the same for the tasks of one lane
 ``order``      string  the last entry id given (``<ms>-<seq>``, server clock): every stream's next entry gets a
                        later one, so entries of different streams compare by id in put/release/requeue order
 ``leases``     zset    key scored by lease expiry (server time, microseconds): the lease-deadline index
@@ -50,14 +54,16 @@ suffix         type    content
 =============  ======  =====================================================================================
 
 How the states map onto the streams. A *ready* task either has an entry in its stream (its lane's, or ``stream``
-for a task without a lane) that the group has not delivered yet, or sits in ``delayed`` until its backoff has passed.
+for a task without a lane) that the group has not delivered yet, or sits in ``delayed`` until its backoff has passed,
+or waits in its lane's ``returned`` zset with the entry it was delivered by (in no PEL: "Returned tasks").
 ``lease`` first moves the due ``delayed`` tasks into their streams (``XADD``), then re-leases expired leases
 (oldest deadline first, ``XCLAIM`` hands their pending entry to this consumer), then reads new entries with
 ``XREADGROUP ... >`` (from each stream as far as the merge by entry id takes it: "Lanes"), which puts them in the
 group's pending entries list (PEL) under this consumer: *leased* tasks are exactly the PELs. ``ack``, ``nack``,
-``dead_letter`` and ``release`` take the entry out of the PEL (``XACK``) and delete it from its stream (``XDEL``: the
-streams only ever hold live work); ``release``, a zero backoff, ``requeue_dead`` and ``reopen_done`` append a fresh
-entry, so the task is delivered again by ``XREADGROUP``. See the Redis
+``dead_letter`` and a ``release`` with a delay take the entry out of the PEL (``XACK``) and delete it from its stream
+(``XDEL``: the streams only ever hold live work); a zero backoff, ``requeue_dead`` and ``reopen_done`` append a fresh
+entry, so the task is delivered again by ``XREADGROUP``; a ``release`` without delay takes the entry out of the PEL
+only and puts the task in its ``returned`` zset. See the Redis
 command pages: XADD https://redis.io/commands/xadd/, XREADGROUP https://redis.io/commands/xreadgroup/,
 XACK https://redis.io/commands/xack/, XCLAIM https://redis.io/commands/xclaim/, XPENDING
 https://redis.io/commands/xpending/, and the streams introduction (consumer groups, PEL)
@@ -87,13 +93,37 @@ a stream whose last id is ahead, an older version's ``XADD *`` into ``stream``, 
 entries of all streams compare by id in the order they were made. ``lease`` reads ``stream`` and every lane's stream
 (``lanes``), each up to ``n`` undelivered entries (``XRANGE`` after the group's last delivered id, ``XINFO GROUPS``),
 merges them by id and delivers exactly the ones it takes with one ``XREADGROUP ... COUNT c`` per stream: the queue's
-order, as one stream gave it (a queue whose tasks have no lane reads ``stream`` alone, as before).
+order, as one stream gave it (a queue whose tasks have no lane reads ``stream`` alone, as before). The merge reads each
+source lazily (review44d #5): about 2n / sources entries of each first (1 to 16), then 16 at a time from a source the
+merge has used up, and picks the next entry from a binary heap of the sources, so a lease reads about max(2n,
+sources) + n entries (before: up to n of every stream, O(lanes * n): 100 ms of server time at 50 lanes and n = 256).
 :meth:`RedisStreamsQueue.lease_lanes` reads each named lane's stream only as far as its count allows (none of a lane at
 0) and the lanes not named and ``stream`` as ``lease`` does, after the expired leases of the lanes with room (oldest
 deadline first, among the first ``promote_max`` expired): a full lane's tasks are never delivered, so they stay in
 their place in its stream, in no PEL, no attempt counted, no delay, visible to every process, as the SQLite backend's
-lane lease leaves them. Cost: O(lanes * n) per lease with lanes (session 44, the shared 2-core machine, batches of
-256 over three lanes: about 7,000 tasks/s leased and acked, against 8,000 to 14,000 without lanes: a noisy host).
+lane lease leaves them. Cost (session 44, the shared 2-core machine, batches of 256 of 20,000 tasks, leased and acked:
+a noisy host): ``lease`` about 9,000 to 11,000 tasks/s over 1 to 50 lanes, 8,000 over 200; ``lease_lanes`` naming
+every lane about 11,000 over 1 to 3 lanes, 5,000 over 50 or 200; the slowest lease script 18 ms at 50 lanes and
+n = 256, 26 ms at 200 lanes, 78 ms at 500 lanes and n = 1,000 (before the lazy merge: 100, 340 and 1,100 ms).
+
+Returned tasks (review44d #1, as the SQLite backend since review44a #2). A task given back without delay (``release``
+without ``delay_s``: a budget stop or Ctrl-C gives back the tasks in flight; or the hand-back of a gone process's
+lease) goes back to its *put place*: before the tasks of its lane put after it, so each model's leases stay a prefix
+of its plan across stops (before, it got a fresh entry at the end of its lane's stream, behind the model's whole
+remaining plan, and every stop or crash left holes that added up over resumes). Its entry stays in its stream, out of
+the PEL (``XACK``; delivered before, so ``XREADGROUP ... >`` never delivers it again), and the task waits in its lane's
+``returned`` zset (``returned`` for a task without a lane) by its *rank*, the id of its first entry (``rank``, recorded
+at put; for a task put before ranks were kept, the id of the entry it was delivered by). Every lease reads each zset
+as a source of its merge, by rank among the streams' entries, within the lane's count, and takes a task from it with
+``XCLAIM ... FORCE`` of its entry (https://redis.io/commands/xclaim/: the entry enters the PEL under this consumer),
+so a leased task is still exactly a PEL entry and everything that walks the PELs or the streams (hand-back, close,
+``ready_keys``, ``ready_payloads``, ``dead_letter_ready``, ``counts``) sees it as before. A member whose task moved on
+(no longer ready, or its entry no longer the one it was delivered by) is dropped when a lease meets it. Order
+relative to the rest: expired leases first (as on SQLite, where they come before every ready task), then ready tasks
+by put place. A nack, also with no backoff, and a release with a delay go behind (a fresh entry when their time has
+come), as on SQLite, whose ``not_before`` is then the nack's or the release's time plus the delay: a failed task is
+retried after the tasks ready before it. A process of the older version never sees a returned task (it leases only
+undelivered entries of ``stream`` and expired leases), as it never sees the lanes' streams ("Upgrade" below).
 
 Upgrade from the version before lanes (sessions up to 43: every entry in ``stream``, no ``lane`` recorded). Nothing is
 converted when the new version starts; an entry in ``stream`` stays valid wherever it is (``entry`` names it; while a
@@ -107,9 +137,11 @@ already in its stream (a queue written by the older version alone moves in its p
 in ``stream`` (without a lane), which keep their older ids. A process of the older version still running beside the
 new one puts into ``stream`` (moved as above when a lane lease meets them), leases from ``stream`` and from the expired
 leases, and finishes by ``entry``: it never sees the lanes' streams, so it leases none of their ready tasks (they are
-left to the new processes, not lost: counted ready by every ``counts``), lists none of them in ``ready_keys`` (so its
-plan check sets none of them aside), and hands back none of a gone process's leases there (they come back after
-their visibility timeout). An expired lease of a lane's task that it takes over gets a fresh entry in ``stream``
+left to the new processes, not lost: counted ready by every ``counts``), nor any task given back to its put place
+(its entry was delivered before: "Returned tasks"; a task without a lane so given back is listed by its
+``ready_keys``, and one it sets aside leaves a member that the next new lease drops), lists none of the lanes' tasks
+in ``ready_keys`` (so its plan check sets none of them aside), and hands back none of a gone process's leases there
+(they come back after their visibility timeout). An expired lease of a lane's task that it takes over gets a fresh entry in ``stream``
 (its re-lease of a lease without an ``entry``): from then on that entry is the task's (``entry`` wins), the lane
 stream's pending entry is stale and leaves the PEL when its old holder's ack or nack finds its lease stale, or at a
 hand-back of that holder. So a task is held by one lease at a time and finished once. Upgrade every process of a
@@ -183,10 +215,11 @@ https://redis.io/docs/latest/operate/oss_and_stack/management/persistence/.
 
 Differences from the SQLite backend (none in the interface semantics but ``tasks_by_model``):
 
-* ordering: ``lease`` serves expired leases first, then ready tasks in the queue's entry order (FIFO by put, release
-  or requeue, across the lanes' streams: "Lanes"; a task whose backoff or delay has ended joins its stream when a
-  later ``lease`` call moves it there, so behind the tasks put before that call; a task an older version put comes
-  after its lane's tasks when moved to its lane), where SQLite orders ready tasks by their ``not_before`` time;
+* ordering: ``lease`` serves expired leases first, then ready tasks in the queue's entry order (FIFO by put, nack or
+  requeue, across the lanes' streams: "Lanes"; a task released without delay or handed back at its put place:
+  "Returned tasks"; a task whose backoff or delay has ended joins its stream when a later ``lease`` call moves it
+  there, so behind the tasks put before that call; a task an older version put comes after its lane's tasks when moved
+  to its lane), where SQLite orders ready tasks by their ``not_before`` time (the same order but for those moves);
 * times have microsecond resolution of the *server's* clock, and there is no injectable test clock;
 * ``put_many`` is atomic per ``put_chunk`` items (default 1,000; a script blocks the server while it
   runs, so chunks are kept small), SQLite per 10,000; ``ready_keys`` and ``dead_keys`` walk the queue in read
@@ -195,8 +228,9 @@ Differences from the SQLite backend (none in the interface semantics but ``tasks
   visibility timeout (no attempt counted), or at once through :meth:`RedisStreamsQueue.hand_back_gone_local` when a
   process on the same machine (host name and boot id) finds its pid gone (a run calls it at start and from its
   dead-owner sweep: ``engine.expire_dead_leases``; one attempt counted, as SQLite's hand-back);
-* done tasks stay in server memory (as SQLite keeps their rows on disk): measured on Redis 6.2, 311
-  bytes per done task with a 150-byte payload (427 while ready); size the server for the campaign;
+* done tasks stay in server memory (as SQLite keeps their rows on disk): measured on Redis 6.2 with a 150-byte
+  payload and 21-character keys, 304 bytes per done task (324 with a lane; an ack drops its ``lane`` and ``rank``,
+  review44d #7), 529 while ready (627 with a lane); size the server for the campaign;
 * ``tasks_by_model`` answers None (the interface's "cannot tell": it would read every payload on the server), so
   a config change confined to some models' own settings is judged per model from the response store's answers per
   model instead, with the plan edge's unfinished tasks as an upper bound of each model's
@@ -275,6 +309,8 @@ local GROUP = ARGV[1]
 local SUPERSEDED = '""" + SUPERSEDED + """'
 local LANE_FIELD = '""" + LANE_FIELD + """'
 local PREFIX = string.sub(S, 1, #S - 6)  -- S is <prefix>stream
+-- derived from the prefix like the lanes' streams (no KEYS slot: the reply record and ``consumers`` keep theirs)
+local RANK = PREFIX .. 'rank'
 local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -287,6 +323,18 @@ end
 local function ensure_group() ensure_group_of(S) end
 -- the stream of a lane's tasks (lane_stream_key in Python): a hash of the lane text keeps the key name safe
 local function lane_stream(lane) return PREFIX .. '""" + LANE_STREAM_SUFFIX + """' .. redis.sha1hex(lane) end
+-- the zset of a lane's tasks given back to their put place (lane nil: the tasks without one): returned_key in Python
+local function returned_key(lane)
+  if lane then return PREFIX .. 'returned:' .. redis.sha1hex(lane) end
+  return PREFIX .. 'returned'
+end
+-- a rank (an entry id of the queue's one order, ``<ms>-<seq>``) as the score and member of a returned zset: the ms as
+-- the score (exact in a double), the sequence zero-padded to 20 digits before the key, so that members of one ms sort
+-- by sequence (a zset orders equal scores by member bytes) and every rank sorts exactly as its id
+local function rank_score_member(rank, key)
+  local ms, seq = string.match(rank, '^(%d+)-(%d+)$')
+  return ms, string.rep('0', 20 - #seq) .. seq .. ':' .. key
+end
 -- a task's lane: the ``lane`` hash (put records it); else, with heal, its payload's model when a text (a task an
 -- older version put names no lane: recorded now, as the SQLite backend stores the lane of such a row), else nil
 local function lane_of(key, heal)
@@ -352,12 +400,16 @@ local function enqueue(key)
       redis.call('XACK', ls, GROUP, old)
       redis.call('XDEL', ls, old)
     end
-    redis.call('HSET', LENT, key, xadd(ls, key))
+    local id = xadd(ls, key)
+    redis.call('HSET', LENT, key, id)
     redis.call('HDEL', ENT, key)
+    redis.call('HSETNX', RANK, key, id)
   else
     ensure_group()
-    redis.call('HSET', ENT, key, xadd(S, key))
+    local id = xadd(S, key)
+    redis.call('HSET', ENT, key, id)
     redis.call('HDEL', LENT, key)
+    redis.call('HSETNX', RANK, key, id)  -- its first entry's id: its put place (review44d #1)
   end
   redis.call('HSET', ST, key, 'ready')
 end
@@ -367,6 +419,7 @@ local function revive(key)
   redis.call('HDEL', ATT, key)
   redis.call('HDEL', CHG, key)
   redis.call('HDEL', KILL, key)
+  lane_of(key, true)  -- an ack forgets a done task's lane (review44d #7): read again from its payload
   enqueue(key)
 end
 -- revive each task of keys that is in state `from` ('dead': requeue_dead, 'done': reopen_done), after `before(key)`
@@ -422,6 +475,53 @@ local function drop_left_lane_entry(key)
       redis.call('XDEL', lane_stream(lane), id)
     end
     redis.call('HDEL', LENT, key)
+  end
+end
+-- a leased task back to ready at its put place, no attempt counted (a release without delay, the hand-back of a gone
+-- process's lease; review44d #1, as the SQLite backend's not_before = created_at): its live entry stays in its stream,
+-- out of the PEL (delivered before, so ``XREADGROUP ... >`` never delivers it again), and the task waits in its lane's
+-- returned zset by its rank (its first entry's id, recorded at put; a task put before ranks were kept: its live
+-- entry's), which lease merges with the streams by id and takes by ``XCLAIM ... FORCE`` of that entry (counts are the
+-- caller's business)
+local function give_back(key)
+  local stream, id = live(key)
+  if not id or #redis.call('XRANGE', stream, id, id) == 0 then  -- no entry to keep (not for a lease held): a fresh one
+    unlink(key)
+    enqueue(key)
+    return
+  end
+  if stream == S then  -- a lane entry beside (an older version took over its expired lease): out, as unlink
+    local old = redis.call('HGET', LENT, key)
+    local lane = old and redis.call('HGET', LANE, key)
+    if lane then
+      redis.call('XACK', lane_stream(lane), GROUP, old)
+      redis.call('XDEL', lane_stream(lane), old)
+    end
+    redis.call('HDEL', LENT, key)
+  end
+  redis.call('XACK', stream, GROUP, id)
+  redis.call('HDEL', LID, key)
+  redis.call('ZREM', LEASES, key)
+  local rank = redis.call('HGET', RANK, key)
+  if not rank then
+    rank = id
+    redis.call('HSET', RANK, key, id)
+  end
+  local lane = lane_of(key, true)
+  if lane then  -- its lane is listed, so every lease reads its returned zset
+    ensure_group_of(lane_stream(lane))
+    redis.call('SADD', LANES, lane)
+  end
+  local score, member = rank_score_member(rank, key)
+  redis.call('ZADD', returned_key(lane), score, member)
+  redis.call('HSET', ST, key, 'ready')
+end
+-- a ready task out of its returned zset, if it waits there (dead_letter_ready)
+local function unreturn(key)
+  local rank = redis.call('HGET', RANK, key)
+  if rank then
+    local _, member = rank_score_member(rank, key)
+    redis.call('ZREM', returned_key(redis.call('HGET', LANE, key) or nil), member)
   end
 end
 -- the id the consumer group delivered last on stream (its entries after it are undelivered; '0-0' for none)
@@ -494,8 +594,9 @@ return stale
 # The record keeps only the granted keys in order (lease id i is '<token>.<i>'); a replay rebuilds the rows
 # of the tasks this lease still holds (payload is immutable, attempts and error cannot change while held).
 # Order: the due backoffs join their streams; expired leases first (oldest deadline first); then the undelivered
-# entries of ``stream`` and of every lane's stream, merged by entry id (the queue's one order: put, release or
-# requeue), each stream read as far as its lane's count allows; XREADGROUP then delivers exactly those. By lane, the
+# entries of ``stream`` and of every lane's stream and the tasks of the returned zsets (by rank: their put places),
+# merged by entry id (the queue's one order: put, nack or requeue), each source read as far as its lane's count allows;
+# XREADGROUP then delivers exactly those (a returned task: XCLAIM ... FORCE of its entry). By lane, the
 # entries ``stream`` holds of tasks with a lane (put by an older version, or before it kept lanes) move first to
 # their lane's stream, in order, at most ``promote limit`` a call (:meth:`RedisStreamsQueue.lease_lanes` moves a
 # larger backlog before, in chunks: _MOVE), so a full lane's tasks are never delivered and stay in their place.
@@ -539,33 +640,87 @@ local function id_before(a, b)
   am, bm = tonumber(am), tonumber(bm)
   return am < bm or (am == bm and tonumber(as) < tonumber(bs))
 end
--- up to k undelivered ready entries of stream, {id, key, lane} in order; strays met are deleted (undelivered: in no
--- pending list); in ``stream`` by lane, the walk ends at an entry of a task with a lane (the next call moves it)
-local function peek(stream, k, lane)
-  local got, cursor = {}, last_delivered(stream)
+-- A head: the next candidates of one source for the merge, read lazily (review44d #5: each source was read up to n
+-- entries before the merge, O(lanes * n) per lease): a stream's undelivered entries ({id, key}), or a returned zset's
+-- tasks ({rank, key, member, stream, entry id}: given back to their put place, review44d #1). ``fill(h, k)`` appends
+-- up to k more to h.got and sets h.ended at the source's end.
+local PEEK_CHUNK = 16
+local delivered = {}  -- stream -> the group's last delivered id, read once per run
+local function delivered_of(stream)
+  if not delivered[stream] then delivered[stream] = last_delivered(stream) end
+  return delivered[stream]
+end
+-- up to k more undelivered ready entries of h.stream from h.cursor, in order; strays met are deleted (undelivered: in
+-- no pending list); in ``stream`` by lane, the walk ends at an entry of a task with a lane (the next call moves it)
+local function fill_stream(h, k)
+  local got = 0
   for _ = 1, 4 do
-    local want = k - #got
-    if want <= 0 then break end
-    local entries = redis.call('XRANGE', stream, cursor, '+', 'COUNT', want + 1)
+    local want = k - got
+    if want <= 0 then return end
+    local entries = redis.call('XRANGE', h.stream, h.cursor, '+', 'COUNT', want + 1)
     local seen = 0
     for _, e in ipairs(entries) do
       local id, key = e[1], e[2][2]
-      if id ~= cursor then
+      if id ~= h.cursor then
         seen = seen + 1
-        cursor = id
-        if not ready_entry(stream, id, key) then
-          redis.call('XDEL', stream, id)
-        elseif stream == S and by_lane and lane_of(key, true) then
-          return got
+        h.cursor = id
+        if not ready_entry(h.stream, id, key) then
+          redis.call('XDEL', h.stream, id)
+        elseif h.stream == S and by_lane and lane_of(key, true) then
+          h.ended = true
+          return
         else
-          got[#got + 1] = {id, key, lane}
-          if #got >= k then return got end
+          local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+          h.got[#h.got + 1] = {id, key, ms = tonumber(ms), seq = tonumber(seq)}
+          got = got + 1
+          if got >= k then return end
         end
       end
     end
-    if seen < want then break end  -- the stream's end
+    if seen < want then  -- the stream's end
+      h.ended = true
+      return
+    end
   end
-  return got
+end
+-- whether the task of a returned zset's member waits there: ready, its rank the member's, its live entry in its
+-- stream, delivered before and pending nowhere (else a stray: an older version dead-lettered and requeued it, say)
+local function returned_entry(key, member)
+  if redis.call('HGET', ST, key) ~= 'ready' or redis.call('ZSCORE', DELAYED, key) then return nil end
+  local rank = redis.call('HGET', RANK, key)
+  if not rank or select(2, rank_score_member(rank, key)) ~= member then return nil end
+  local stream, id = live(key)
+  if not id or #redis.call('XRANGE', stream, id, id) == 0 or id_before(delivered_of(stream), id) or
+      #redis.call('XPENDING', stream, GROUP, id, id, 1) > 0 then
+    return nil
+  end
+  return rank, stream, id
+end
+-- up to k more tasks of h.zset from h.pos, in rank order; strays met are removed
+local function fill_returned(h, k)
+  while k > 0 do
+    local want = k
+    local members = redis.call('ZRANGE', h.zset, h.pos, h.pos + want - 1)
+    for _, member in ipairs(members) do
+      local key = string.sub(member, 22)
+      local rank, stream, id = returned_entry(key, member)
+      if rank then
+        local ms, seq = string.match(rank, '^(%d+)-(%d+)$')
+        h.got[#h.got + 1] = {rank, key, member, stream, id, ms = tonumber(ms), seq = tonumber(seq)}
+        h.pos = h.pos + 1
+        k = k - 1
+      else
+        redis.call('ZREM', h.zset, member)
+      end
+    end
+    if #members < want then  -- the zset's end
+      h.ended = true
+      return
+    end
+  end
+end
+local function fill(h, k)
+  if h.zset then fill_returned(h, k) else fill_stream(h, k) end
 end
 return once(function()
   ensure_group()
@@ -620,20 +775,30 @@ return once(function()
     end
   end
   local fresh = 0
-  -- the streams to read: ``stream`` and the lanes' streams with room
-  local reads = {}
+  -- the sources to read: ``stream`` and the lanes' streams with room, and their returned zsets (review44d #1)
+  local heads, streams, returned = {}, 0, 0
   if i < n then
-    local function add(stream, lane)
-      local k = math.min(n - i, room(lane))
-      if k > 0 and redis.call('EXISTS', stream) == 1 then reads[#reads + 1] = {stream, lane, k} end
+    local function add(lane)
+      if room(lane) <= 0 then return end
+      local stream = lane and lane_stream(lane) or S
+      if redis.call('EXISTS', stream) == 1 then
+        heads[#heads + 1] = {stream = stream, lane = lane, got = {}, at = 1, take = 0, cursor = delivered_of(stream)}
+        streams = streams + 1
+      end
+      local zset = returned_key(lane)
+      if redis.call('EXISTS', zset) == 1 then
+        heads[#heads + 1] = {zset = zset, lane = lane, got = {}, at = 1, take = 0, pos = 0}
+        returned = returned + 1
+      end
     end
-    add(S, nil)
-    for _, lane in ipairs(redis.call('SMEMBERS', LANES)) do add(lane_stream(lane), lane) end
+    add(nil)
+    for _, lane in ipairs(redis.call('SMEMBERS', LANES)) do add(lane) end
   end
-  if #reads == 1 and not (by_lane and reads[1][1] == S) then
+  if streams == 1 and returned == 0 and not (by_lane and heads[1].stream == S) then
     -- one stream (a queue without lanes, or one lane's): deliver its next entries at once, dropping strays
-    local stream, lane, k = reads[1][1], reads[1][2], reads[1][3]
-    local got = redis.call('XREADGROUP', 'GROUP', GROUP, consumer, 'COUNT', k, 'STREAMS', stream, '>')
+    local stream, lane = heads[1].stream, heads[1].lane
+    local got = redis.call('XREADGROUP', 'GROUP', GROUP, consumer, 'COUNT', math.min(n - i, room(lane)), 'STREAMS',
+                           stream, '>')
     for _, entry in ipairs(got and got[1][2] or {}) do
       local id, key = entry[1], entry[2][2]
       if ready_entry(stream, id, key) then
@@ -646,35 +811,76 @@ return once(function()
         redis.call('XDEL', stream, id)
       end
     end
-  elseif #reads > 1 or by_lane and #reads == 1 then
-    local heads = {}
-    for _, r in ipairs(reads) do
-      local got = peek(r[1], r[3], r[2])
-      if #got > 0 then heads[#heads + 1] = {stream = r[1], lane = r[2], got = got, at = 1, take = 0} end
-    end
+  elseif #heads > 0 then
+    -- merge by entry id (a returned task by its rank), each head read as the merge reaches it (review44d #5: before,
+    -- up to n entries of every head first): a first read of about 2n / heads entries (1 to PEEK_CHUNK), then
+    -- PEEK_CHUNK at a time, so about max(2n, heads) + n entries in all
     local order = {}
-    while i + #order < n do  -- merge by entry id
-      local best
-      for _, h in ipairs(heads) do
-        local e = h.got[h.at]
-        if e and room(h.lane) > 0 and (not best or id_before(e[1], best.got[best.at][1])) then best = h end
+    local first = math.max(1, math.min(PEEK_CHUNK, math.ceil(2 * (n - i) / #heads)))
+    local function head_of(h)
+      if h.at > #h.got and not h.ended then
+        fill(h, math.min(h.filled and PEEK_CHUNK or first, room(h.lane), n - i - #order))
+        h.filled = true
       end
-      if not best then break end
-      local e = best.got[best.at]
-      order[#order + 1] = e[2]
-      best.at = best.at + 1
-      best.take = best.take + 1
-      took(best.lane)
+      return h.got[h.at]
+    end
+    -- a binary min-heap of the heads by their next entry's id (O(log heads) a step; a scan of every head per task
+    -- took most of a lease over hundreds of lanes); a head whose lane has no room left drops out when it comes up
+    local heap = {}
+    local function before(x, y)
+      local a, b = x.got[x.at], y.got[y.at]
+      return a.ms < b.ms or (a.ms == b.ms and a.seq < b.seq)
+    end
+    local function push(h)
+      local j = #heap + 1
+      heap[j] = h
+      while j > 1 and before(heap[j], heap[math.floor(j / 2)]) do
+        local up = math.floor(j / 2)
+        heap[j], heap[up] = heap[up], heap[j]
+        j = up
+      end
+    end
+    local function pop()
+      local top = heap[1]
+      heap[1] = heap[#heap]
+      heap[#heap] = nil
+      local j = 1
+      while true do
+        local l, r, m = 2 * j, 2 * j + 1, j
+        if heap[l] and before(heap[l], heap[m]) then m = l end
+        if heap[r] and before(heap[r], heap[m]) then m = r end
+        if m == j then return top end
+        heap[j], heap[m] = heap[m], heap[j]
+        j = m
+      end
     end
     for _, h in ipairs(heads) do
-      if h.take > 0 then  -- delivers exactly the entries peeked (nothing ran in between)
+      if room(h.lane) > 0 and head_of(h) then push(h) end
+    end
+    while i + #order < n and #heap > 0 do
+      local h = pop()
+      if room(h.lane) > 0 then
+        order[#order + 1] = {h, h.got[h.at]}
+        h.at = h.at + 1
+        h.take = h.take + 1
+        took(h.lane)
+        if room(h.lane) > 0 and i + #order < n and head_of(h) then push(h) end
+      end
+    end
+    for _, h in ipairs(heads) do
+      if h.take > 0 and not h.zset then  -- delivers exactly the entries peeked (nothing ran in between)
         redis.call('XREADGROUP', 'GROUP', GROUP, consumer, 'COUNT', h.take, 'STREAMS', h.stream, '>')
       end
     end
-    for _, key in ipairs(order) do
-      redis.call('HSET', ST, key, 'leased')
+    for _, o in ipairs(order) do
+      local h, e = o[1], o[2]
+      if h.zset then  -- a returned task: its kept entry back into the PEL, under this consumer
+        redis.call('XCLAIM', e[4], GROUP, consumer, 0, e[5], 'FORCE')
+        redis.call('ZREM', h.zset, e[3])
+      end
+      redis.call('HSET', ST, e[2], 'leased')
       fresh = fresh + 1
-      grant(key)
+      grant(e[2])
     end
   end
   if fresh > 0 then
@@ -727,17 +933,22 @@ return once(function()
   for i = 5, #ARGV, 2 do
     local key, lid = ARGV[i], ARGV[i + 1]
     if redis.call('HGET', ST, key) == 'leased' and redis.call('HGET', LID, key) == lid then
-      unlink(key)
+      local delay = op == 'release' and tonumber(reason) or 0  -- a release's "reason" is its delay, us ('' = none)
+      if op == 'release' and delay <= 0 then
+        give_back(key)  -- at its put place (review44d #1)
+      else
+        unlink(key)
+      end
       applied = applied + 1
       if op == 'ack' then
         redis.call('HSET', ST, key, 'done')
+        -- a done task's lane and rank are not kept (about 85 bytes; review44d #7): a reopen reads its lane again
+        redis.call('HDEL', LANE, key)
+        redis.call('HDEL', RANK, key)
       elseif op == 'release' then
-        local delay = tonumber(reason) or 0  -- a release's "reason" is its delay, us ('' = none)
         if delay > 0 then
           redis.call('HSET', ST, key, 'ready')
           redis.call('ZADD', DELAYED, now + delay, key)
-        else
-          enqueue(key)
         end
       else
         redis.call('HSET', ST, key, 'dead')
@@ -956,6 +1167,7 @@ return once(function()
     end
     if idle then
       unlink(key)  -- its stream entry (undelivered, or pending under the expired lease) and any lease
+      unreturn(key)  -- a task given back to its put place (review44d #1)
       redis.call('ZREM', DELAYED, key)
       redis.call('HSET', ST, key, 'dead')
       redis.call('HSET', ERR, key, reason)
@@ -1068,7 +1280,7 @@ return {res[1], out}
 # ARGV: group, consumer, start id, count, max attempts, lane ('' for ``stream``, else '=' then the lane text) -> {handed back, last id seen ('' when
 # none), dead-lettered}: the leases the consumer (a process known to be gone) still holds in that stream, from ``start
 # id`` on in its PEL (at most ``count`` entries; expired ones too, nobody took them over), are handed back: one failed
-# attempt each (its process ended while working on the task), the task ready again at the end of its stream, or dead
+# attempt each (its process ended while working on the task), the task ready again at its put place (give_back), or dead
 # once its attempts reach max attempts; the reason is geoagent.runtime.queue.process_ended_reason's text, built here
 # word for word (tests/test_queue_contract.py compares both backends). A pending entry that is no task's live entry (its
 # task moved on: an older version's re-lease of an expired lease gives it a fresh entry in ``stream``) is acknowledged
@@ -1104,10 +1316,10 @@ for _, p in ipairs(pending) do
     end
     local row = math.min(prev + 1, attempts)
     local times = row .. (row == 1 and ' time' or ' times') .. ' in a row (killed, out of memory or crashed)'
-    unlink(key)
     redis.call('HINCRBY', CNT, 'leased', -1)
     local reason
     if attempts >= max_attempts then
+      unlink(key)
       reason = head .. times .. ', the last of its ' .. attempts .. ' deliveries ([queue] max_attempts = ' ..
         max_attempts .. '): dead-lettered, not leased again; fix the cause, then `run.py dead CONFIG --requeue`'
       if before and before ~= '' and string.sub(before, 1, 13) ~= 'ProcessEnded:' then
@@ -1120,7 +1332,7 @@ for _, p in ipairs(pending) do
     else
       reason = head .. times .. '; handed back by a later process, ' .. attempts .. ' of ' .. max_attempts ..
         ' deliveries ([queue] max_attempts) used'
-      enqueue(key)
+      give_back(key)  -- at its put place, as a release (review44d #1)
       redis.call('HINCRBY', CNT, 'ready', 1)
     end
     redis.call('HSET', ERR, key, reason)
@@ -1337,8 +1549,9 @@ class RedisStreamsQueue(WorkQueue):
 
     async def lease(self, n: int, visibility_timeout_s: float = C.DEFAULT_VISIBILITY_TIMEOUT_S) -> list[Task]:
         """Lease up to ``n`` tasks for ``visibility_timeout_s`` s (server clock): expired leases first,
-        then ready tasks in the queue's order (``stream`` and every lane's stream merged by entry id: put, release or
-        requeue order). One script: O(log N + n) for a queue without lanes, O(lanes * n) with them.
+        then ready tasks in the queue's order (``stream``, every lane's stream and the tasks given back to their put
+        places merged by entry id: put, nack or requeue order; module docstring, "Lanes" and "Returned tasks"). One
+        script: O(log N + n) for a queue without lanes, about O(max(n, lanes) * log lanes) with them.
 
         Raises
         ------
@@ -1355,7 +1568,7 @@ class RedisStreamsQueue(WorkQueue):
         :data:`~geoagent.runtime.queue.LANE_FIELD` text, kept at put; one put by an older version (in ``stream``,
         without a recorded lane) gets its lane from its payload and moves to its lane's stream, in order, before the
         lease (module docstring, "Lanes"). One script for the lease (with a reply record, as :meth:`lease`),
-        O(lanes * n + moved); the move of a backlog, on this handle's first lane lease and after one that found
+        about O(max(n, lanes) * log lanes + moved); the move of a backlog, on this handle's first lane lease and after one that found
         nothing, in steps of ``put_chunk`` entries.
 
         Raises
@@ -1492,9 +1705,10 @@ class RedisStreamsQueue(WorkQueue):
         return [_text(k) for k in await self._run(self._extend_script, *args)]
 
     async def release(self, tasks: Task | Sequence[Task], *, delay_s: float = 0.0) -> None:
-        """Return leased tasks to ready, no attempt counted: deliverable at once, or after ``delay_s`` seconds
-        (server clock; they wait in ``delayed`` like a nack's backoff). Raises ``StaleLease`` like :meth:`ack`;
-        ``ValueError`` for a negative ``delay_s``."""
+        """Return leased tasks to ready, no attempt counted: at once at their put places (before the tasks of their
+        lanes put after them: module docstring, "Returned tasks"; review44d #1, as SQLite), or after ``delay_s``
+        seconds (server clock; they wait in ``delayed`` like a nack's backoff, then line up behind the tasks ready
+        before). Raises ``StaleLease`` like :meth:`ack`; ``ValueError`` for a negative ``delay_s``."""
         if not delay_s >= 0:
             raise ValueError(f"delay_s must be >= 0, got {delay_s!r}")
         delay_us = repr(min(float(delay_s), _MAX_S) * 1e6) if delay_s else ""
@@ -1769,7 +1983,8 @@ class RedisStreamsQueue(WorkQueue):
         its leases are handed back now (also those that already timed out and nobody took over), so the next
         ``lease`` (of any process) takes them at once instead of after their visibility timeout, and a consumer left
         without leases leaves the group. Each counts one failed attempt (its process ended while working on the
-        task): the task goes back ready at the end of its stream, or is dead-lettered once its attempts reach
+        task): the task goes back ready at its put place (module docstring, "Returned tasks"; review44d #1), or is
+        dead-lettered once its attempts reach
         ``max_attempts`` (:attr:`handed_back_dead` adds those), with the reason
         :func:`~geoagent.runtime.queue.process_ended_reason` (as the SQLite backend's hand-back). The same rule as the
         ledger's owners (:mod:`geoagent.runtime.redis_state`); consumers on other machines (another host name or
