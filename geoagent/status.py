@@ -221,6 +221,7 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     dead: dict[str, list[DeadLetter]] = {}
     superseded: dict[str, int] = {}
     emptied: list[str] = []
+    older_by_edge: dict[str, tuple[int, list[dict[str, Any]]]] = {}  # Redis: older_consumers_text
     if uses_redis(cfg):  # a server that lost the campaign shows empty queues: no "campaign complete" (redis36 #1)
         from geoagent.runtime.backend import check_server_holds
 
@@ -236,6 +237,10 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
         q = _open(cfg, f)
         try:
             queues[f.stem] = q.counts_sync()
+            if isinstance(f, _RedisEdge):  # a process of the version before lane streams cannot lease them (review44d #2)
+                waiting, older = q.older_consumers_sync()
+                if older:
+                    older_by_edge[f.stem] = (waiting, older)
             if queues[f.stem].dead:
                 # tasks set aside as no longer planned (superseded) are counted apart and not listed as failures
                 n_aside = len(q.dead_keys_sync(SUPERSEDED)) if hasattr(q, "dead_keys_sync") else 0
@@ -357,7 +362,9 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
             # queues with work but no state under this state root (a wrong $GEOAGENT_STATE): not "complete"
             "state_missing": missing_state_text(cfg, queues) if spend is None else None,
             # Redis: the counts are the campaign's (every machine), the rates and ETA this machine's processes'
-            "redis": uses_redis(cfg), "kind": cfg.campaign.kind}
+            "redis": uses_redis(cfg), "kind": cfg.campaign.kind,
+            # Redis: edge -> (tasks waiting in the models' streams, consumers of an older version that cannot lease them)
+            "older_consumers": older_by_edge}
 
 
 def _redis_pauses(cfg: Any) -> dict[str, float]:
@@ -704,6 +711,24 @@ def refresh_cut_before(cut: dict[str, Any] | None, record: dict[str, Any]) -> bo
         return False
     ids = {str(q.get("run_id")) for q in record.get("processes") or []} or {str(record.get("run_id"))}
     return str(cut.get("run_id")) not in ids
+
+
+def older_consumers_text(edge: str, waiting: int, older: list[dict[str, Any]]) -> str:
+    """The ``status`` warning for a Redis queue whose models' streams hold ``waiting`` tasks while consumers that look
+    like processes of a geoagent version before those streams (``older``:
+    :meth:`geoagent.runtime.redis_queue.RedisStreamsQueue.older_consumers`) have not left it: such a process cannot
+    lease those tasks and, alone, waits for them for ever (review44d #2)."""
+    def who(c: dict[str, Any]) -> str:
+        where = f"host {c['host']}, pid {c['pid']}" if c.get("host") else "no process recorded"
+        state = {True: "running", None: "may be running"}.get(c.get("running"), "")
+        return f"{c['name']} ({where}{', ' + state if state else ''})"
+
+    n = len(older)
+    return (f"warning: queue {edge}: about {waiting} task(s) wait in the models' streams, which a geoagent version "
+            f"before them cannot lease, and {n} consumer{'s' if n != 1 else ''} of such a version "
+            f"{'have' if n != 1 else 'has'} not left the queue: {'; '.join(who(c) for c in older[:5])}"
+            + (f"; and {n - 5} more" if n > 5 else "")
+            + ". Stop those processes and run this version on every machine (docs/scale-out.md)")
 
 
 def ready_stored_text(stored: int, queued: int) -> str | None:
@@ -1182,6 +1207,8 @@ def format_status(st: dict[str, Any]) -> str:
         text = ready_stored_text(*st["ready_stored"])
         if text:
             lines.append("  " + text)
+    for edge, (waiting, older) in (st.get("older_consumers") or {}).items():
+        lines.append("  " + older_consumers_text(edge, waiting, older))
     aside = sum((st.get("superseded") or {}).values())
     if aside:
         lines.append(f"  set aside: {aside} task{'s' if aside != 1 else ''} superseded, not in the current plan (the "

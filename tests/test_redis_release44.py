@@ -24,6 +24,7 @@ from geoagent.runtime.procs import boot_id
 from geoagent.runtime.queue import QueueCounts
 from geoagent.runtime.redis_queue import CONSUMERS_SUFFIX, key_prefix, open_redis_queue
 from test_queue_contract import raw, redis_url  # noqa: F401 - the module's redis-server fixtures
+from test_backend_config import secured_redis  # noqa: F401 - its redis-server fixture (a campaign's)
 
 
 def _campaign() -> str:
@@ -279,3 +280,83 @@ def test_two_models_stopped_and_resumed_at_the_cap_keep_their_pairs(tmp_path, re
     assert len(context) >= 80, len(context)
     # only the calls in flight at the last stop (at most each model's concurrency, 4, so 8) may be out of plan order
     assert max(unpaired_by_stop) <= 8, unpaired_by_stop
+
+
+def test_status_names_a_consumer_of_the_older_version_while_tasks_wait_in_the_models_streams(
+        tmp_path, monkeypatch, capsys, secured_redis):  # noqa: F811
+    """review44d #2: a process of the version before lane streams, alone on an upgraded queue, waited silently for
+    ever for the tasks of the models' streams it cannot see. ``status`` now names the consumers that look like such
+    processes (in ``stream``'s group only, no lane mark in their record) while tasks wait there; a process of this
+    version (its record carries the mark) and a gone one on this machine are not named."""
+    import os
+
+    from test_backend_config import _cli, _redis_campaign
+
+    from geoagent.config import load_config
+
+    cfg_path = _redis_campaign(tmp_path, "rs44", n=6)
+    monkeypatch.setenv("GA_TEST_REDIS", secured_redis)
+    rc, text = _cli(["run", str(cfg_path)], capsys)
+    assert rc == 0, text
+    cfg = load_config(cfg_path)
+    client = __import__("redis").Redis.from_url(secured_redis)
+    prefix = key_prefix(cfg.name, "requests")
+    keys = [k.decode() for k in client.hkeys(prefix + "payload")]
+    assert client.hlen(prefix + "lane") == 0  # done: no lane kept (review44d #7)
+
+    async def reopen() -> int:
+        q = open_redis_queue(secured_redis, cfg.name, "requests")
+        try:
+            return await q.reopen_done(keys)
+        finally:
+            await q.close()
+
+    assert asyncio.run(reopen()) == 6  # back in their models' streams (the lane read again from the payload)
+    assert client.hlen(prefix + "lane") == 6
+    old = OldQueue(client, prefix, consumer="old:7:x")
+    assert old.put_many([("plain", {})]) == 1  # a task without a model: the older version leases that one
+    (plain,) = old.lease(5, 60)  # ... and none of the six: from now on it is in ``stream``'s group
+    assert plain.key == "plain" and old.finish("ack", [plain]) == []
+    here = {"host": socket.gethostname(), "boot_id": boot_id() or "", "pid": os.getpid()}
+    client.hset(prefix + CONSUMERS_SUFFIX, "old:7:x", __import__("json").dumps(here))
+    rc, text = _cli(["status", str(cfg_path)], capsys)
+    assert rc == 0, text
+    assert ("warning: queue requests: about 6 task(s) wait in the models' streams, which a geoagent version before "
+            "them cannot lease, and 1 consumer of such a version has not left the queue: old:7:x (host "
+            f"{socket.gethostname()}, pid {os.getpid()}, running). Stop those processes") in text, text
+
+    proc = subprocess.Popen(["true"])
+    proc.wait()  # a pid that is gone: its process is not named (a run hands its leases back)
+    client.hset(prefix + CONSUMERS_SUFFIX, "old:7:x", __import__("json").dumps({**here, "pid": proc.pid}))
+    rc, text = _cli(["status", str(cfg_path)], capsys)
+    if boot_id() is not None:
+        assert "consumer of such a version" not in text, text
+
+    rc, text = _cli(["run", str(cfg_path)], capsys)  # this version leases them (its record carries the lane mark)
+    assert rc == 0, text
+    client.hset(prefix + CONSUMERS_SUFFIX, "old:7:x", __import__("json").dumps(here))
+    rc, text = _cli(["status", str(cfg_path)], capsys)
+    assert "consumer of such a version" not in text and "campaign complete" in text, text  # nothing waits
+    client.close()
+
+
+def test_older_consumers_names_only_consumers_of_the_older_kind(redis_url, raw):  # noqa: F811
+    """review44d #2 at the queue: a consumer of ``stream``'s group whose record lacks this version's lane mark is
+    named while tasks wait in a lane's stream; one of this version that leased from ``stream`` only is not."""
+    campaign = _campaign()
+    prefix = key_prefix(campaign, "edge")
+    old = OldQueue(raw, prefix)
+
+    async def body(q):
+        assert old.put_many([("x", {})]) == 1
+        assert old.finish("ack", old.lease(1, 60)) == []
+        await q.put_many([("a0", {"model": "a"}), ("a1", {"model": "a"}), ("y", {})])
+        (y,) = await q.lease_lanes(5, 60, {"a": 0})
+        assert y.key == "y" and b'"lanes":1' in raw.hget(prefix + CONSUMERS_SUFFIX, q.consumer)
+        assert await q.older_consumers() == (2, [{"name": "old:1:x", "host": None, "pid": None, "running": None}])
+        got = await q.lease(5, 60)
+        assert _keys(got) == ["a0", "a1"]
+        assert await q.older_consumers() == (0, [])  # nothing waits in a lane's stream
+        await q.ack([y, *got])
+
+    _run(redis_url, campaign, body)

@@ -1006,6 +1006,12 @@ class SyncRedisQueue:
     def requeue_dead_sync(self, keys: Sequence[str] | None = None) -> int:
         return self._call(lambda q: q.requeue_dead(keys))
 
+    def older_consumers_sync(self) -> tuple[int, list[dict[str, Any]]]:
+        """:meth:`geoagent.runtime.redis_queue.RedisStreamsQueue.older_consumers` (read-only; ``status``, review44d
+        #2): the tasks waiting in the lanes' streams and the consumers that look like processes of the version before
+        lane streams, which cannot lease them."""
+        return self._call(lambda q: q.older_consumers())
+
     def count_left_sync(self, entries: Iterable[tuple[str, str]]) -> dict[str, int] | None:
         """:meth:`geoagent.runtime.redis_queue.RedisStreamsQueue.count_left` (read-only; None: no task was ever put)."""
         return self._call(lambda q: q.count_left(entries))

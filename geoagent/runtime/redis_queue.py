@@ -47,8 +47,9 @@ suffix         type    content
 ``charges``    hash    key -> JSON list of the charge ids its charged nacks recorded, not yet refunded or
                        cleared by ``requeue_dead`` (absent = none)
 ``killer``     hash    key -> the charge id of the charged nack that dead-lettered it, while it is dead
-``consumers``  hash    consumer -> JSON {host, boot_id, pid, proc_start} of the process that leased under that name
-                       (written by each ``lease`` that grants tasks; :meth:`RedisStreamsQueue.hand_back_gone_local`)
+``consumers``  hash    consumer -> JSON {host, boot_id, pid, proc_start, lanes} of the process that leased under that
+                       name (written by each ``lease`` that grants tasks; :meth:`RedisStreamsQueue.hand_back_gone_local`;
+                       ``lanes`` 1: a version with lane streams, :meth:`RedisStreamsQueue.older_consumers`)
 ``reply:<t>``  string  reply record of the mutating call with token ``<t>`` (msgpack), expires after
                        ``reply_ttl_s``: see "Retries after a lost reply"
 =============  ======  =====================================================================================
@@ -147,7 +148,12 @@ stream's pending entry is stale and leaves the PEL when its old holder's ack or 
 hand-back of that holder. So a task is held by one lease at a time and finished once. Upgrade every process of a
 campaign together all the same, and never go back: a process of the older version alone would see lane tasks
 counted ready that it cannot lease, and wait for them (the SQLite backend's older code refuses a newer queue file;
-a Redis queue carries no version the older code reads). A queue is never converted back.
+a Redis queue carries no version the older code reads). ``status`` warns of that (review44d #2): while tasks wait in
+the lanes' streams, it names the consumers of ``stream``'s group that look like processes of the older version
+(:meth:`RedisStreamsQueue.older_consumers`: one that has leased from the queue before, such as one left running
+after the new processes of a rolling upgrade ended; one that never leased a task leaves no trace to name). A queue is never converted back. (A fence that made the older version's
+scripts fail loudly on an upgraded queue, say a key they use turned into one of another type, was not built: every
+older process beside a new one would then fail, where today it goes on safely until it runs alone.)
 
 Lease ids are ``<call token of the lease call>.<n>`` (the token is a uuid4 hex), stored per task; a
 finishing call whose lease id is not the stored one (the lease expired and another consumer took the
@@ -1494,8 +1500,9 @@ class RedisStreamsQueue(WorkQueue):
         #: ``stream`` may hold entries of tasks with a lane (put by an older version): :meth:`lease_lanes` moves them
         #: to their lanes' streams first (its first call on this handle, and after a lease that found nothing)
         self._move_pending = True
+        # ``lanes``: this version leases the lanes' streams (older_consumers tells the older version's apart by it)
         self._record = orjson.dumps({"host": socket.gethostname(), "boot_id": boot_id(), "pid": os.getpid(),
-                                     "proc_start": proc_start(os.getpid())})
+                                     "proc_start": proc_start(os.getpid()), "lanes": 1})
 
     async def _run(self, script: Any, *args: Any) -> Any:
         """Run a read-only (or reply-free) script: KEYS = the 13 queue keys, ARGV = group, ``args``."""
@@ -2028,6 +2035,70 @@ class RedisStreamsQueue(WorkQueue):
             # may have been taken meanwhile: then it stays, for the next sweep)
             await self._call(self._forget_script, keys, [GROUP, name])
         return n
+
+    async def older_consumers(self) -> tuple[int, list[dict[str, Any]]]:
+        """The consumers that look like processes of the version before lane streams, while tasks wait in the lanes'
+        streams that such a process cannot lease (module docstring, "Upgrade"; review44d #2: one alone waited
+        silently for ever): ``(tasks waiting, [{"name", "host", "pid", "running"}])``, ``(0, [])`` when no task waits
+        in a lane's stream.
+
+        A consumer is taken for an older one when it is in the consumer group of ``stream`` (every version's lease
+        reads it), in that of no lane's stream (an older version never reads them), and its record in ``consumers``
+        (written by each lease that grants tasks) lacks this version's ``lanes`` mark, or it has none. ``running`` is
+        True or False for a process recorded on this host (host name and boot id:
+        :func:`~geoagent.runtime.procs.process_alive`; the gone ones are left out: a run hands their leases back),
+        None elsewhere (the server keeps no liveness of a consumer that leases nothing: ``XREADGROUP`` that delivers
+        nothing does not reset its idle time on Redis 6.2). An older process that has never leased a task from this
+        queue leaves no trace on the server (such an ``XREADGROUP`` creates no consumer either), so it cannot be named:
+        hence "upgrade every machine together" (module docstring, "Upgrade"). Tasks waiting: each lane stream's entries less its pending
+        ones (undelivered, or given back to their put place; about: a stale entry counts until a lease drops it).
+        Read only: ``SMEMBERS``, then per lane ``XLEN``, ``XPENDING`` (summary) and ``XINFO CONSUMERS``, then
+        ``XINFO CONSUMERS`` of ``stream`` and ``HGETALL`` of ``consumers``: O(lanes + consumers).
+
+        Raises
+        ------
+        QueueError
+            The queue is closed.
+        """
+        lanes = await self._lanes()
+        waiting, lane_consumers = 0, set()
+        for lane in lanes:
+            stream = lane_stream_key(self.prefix, lane)
+            try:
+                length = int(await self._client.xlen(stream))
+                pending = int((await self._client.xpending(stream, GROUP))["pending"])
+                lane_consumers.update(_text(c["name"]) for c in await self._client.xinfo_consumers(stream, GROUP))
+            except ResponseError:  # no such stream or group (none was made for it yet)
+                continue
+            waiting += max(0, length - pending)
+        if not waiting:
+            return 0, []
+        try:
+            plain = [_text(c["name"]) for c in await self._client.xinfo_consumers(self.prefix + "stream", GROUP)]
+        except ResponseError:
+            plain = []
+        records = {_text(k): v for k, v in (await self._client.hgetall(self.prefix + CONSUMERS_SUFFIX)).items()}
+        here, boot = socket.gethostname(), boot_id()
+        out: list[dict[str, Any]] = []
+        for name in plain:
+            if name in lane_consumers:
+                continue
+            try:
+                info = orjson.loads(records[name]) if name in records else {}
+            except orjson.JSONDecodeError:
+                info = {}
+            if not isinstance(info, dict) or info.get("lanes"):
+                continue
+            running = None
+            try:
+                if info.get("host") == here and boot is not None and info.get("boot_id") == boot:
+                    running = process_alive(int(info["pid"]), info.get("proc_start"))
+            except (KeyError, TypeError, ValueError):
+                running = None
+            if running is False:
+                continue
+            out.append({"name": name, "host": info.get("host"), "pid": info.get("pid"), "running": running})
+        return waiting, out
 
     async def _lanes(self) -> list[str]:
         """The lanes that have a stream (the ``lanes`` set; lane texts, any order).
