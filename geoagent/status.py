@@ -237,7 +237,7 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
         q = _open(cfg, f)
         try:
             queues[f.stem] = q.counts_sync()
-            if isinstance(f, _RedisEdge):  # a process of the version before lane streams cannot lease them (review44d #2)
+            if isinstance(f, _RedisEdge):  # older processes miss its lane tasks (review44d #2)
                 waiting, older = q.older_consumers_sync()
                 if older:
                     older_by_edge[f.stem] = (waiting, older)
@@ -363,7 +363,8 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
             "state_missing": missing_state_text(cfg, queues) if spend is None else None,
             # Redis: the counts are the campaign's (every machine), the rates and ETA this machine's processes'
             "redis": uses_redis(cfg), "kind": cfg.campaign.kind,
-            # Redis: edge -> (tasks waiting in the models' streams, consumers of an older version that cannot lease them)
+            # Redis: edge -> (tasks waiting in the models' streams, consumers of an older version, which cannot lease
+            # them)
             "older_consumers": older_by_edge}
 
 

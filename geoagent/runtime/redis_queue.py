@@ -48,8 +48,9 @@ suffix         type    content
                        cleared by ``requeue_dead`` (absent = none)
 ``killer``     hash    key -> the charge id of the charged nack that dead-lettered it, while it is dead
 ``consumers``  hash    consumer -> JSON {host, boot_id, pid, proc_start, lanes} of the process that leased under that
-                       name (written by each ``lease`` that grants tasks; :meth:`RedisStreamsQueue.hand_back_gone_local`;
-                       ``lanes`` 1: a version with lane streams, :meth:`RedisStreamsQueue.older_consumers`)
+                       name (written by each ``lease`` that grants tasks;
+                       :meth:`RedisStreamsQueue.hand_back_gone_local`; ``lanes`` 1: a version with lane streams,
+                       :meth:`RedisStreamsQueue.older_consumers`)
 ``reply:<t>``  string  reply record of the mutating call with token ``<t>`` (msgpack), expires after
                        ``reply_ttl_s``: see "Retries after a lost reply"
 =============  ======  =====================================================================================
@@ -130,30 +131,31 @@ Upgrade from the version before lanes (sessions up to 43: every entry in ``strea
 converted when the new version starts; an entry in ``stream`` stays valid wherever it is (``entry`` names it; while a
 task has one there, that one is its live entry and any in its lane's stream is stale). ``lease`` leases such entries in
 place, in their order. ``lease_lanes`` first moves the undelivered entries of ``stream`` whose task has a lane (read
-from its payload, as orjson wrote it, by the Lua ``cjson`` decoder, and recorded in ``lane``) to their lane's stream,
-in order (``XDEL`` then ``XADD``: an undelivered entry is in no PEL): on its handle's first call and after a call that
+from its payload, as orjson wrote it, by the Lua ``cjson`` decoder, and recorded in ``lane``) to their lane's stream, in
+order (``XDEL`` then ``XADD``: an undelivered entry is in no PEL): on its handle's first call and after a call that
 found nothing, the whole of ``stream`` in steps of ``put_chunk`` entries (one short script each); inside every lane
 lease, the first ``promote_max``. A moved task keeps its state, attempts and error; it comes after the lane's tasks
-already in its stream (a queue written by the older version alone moves in its put order), and after the tasks left
-in ``stream`` (without a lane), which keep their older ids. A process of the older version still running beside the
-new one puts into ``stream`` (moved as above when a lane lease meets them), leases from ``stream`` and from the expired
-leases, and finishes by ``entry``: it never sees the lanes' streams, so it leases none of their ready tasks (they are
-left to the new processes, not lost: counted ready by every ``counts``), nor any task given back to its put place
-(its entry was delivered before: "Returned tasks"; a task without a lane so given back is listed by its
-``ready_keys``, and one it sets aside leaves a member that the next new lease drops), lists none of the lanes' tasks
-in ``ready_keys`` (so its plan check sets none of them aside), and hands back none of a gone process's leases there
-(they come back after their visibility timeout). An expired lease of a lane's task that it takes over gets a fresh entry in ``stream``
-(its re-lease of a lease without an ``entry``): from then on that entry is the task's (``entry`` wins), the lane
-stream's pending entry is stale and leaves the PEL when its old holder's ack or nack finds its lease stale, or at a
-hand-back of that holder. So a task is held by one lease at a time and finished once. Upgrade every process of a
-campaign together all the same, and never go back: a process of the older version alone would see lane tasks
-counted ready that it cannot lease, and wait for them (the SQLite backend's older code refuses a newer queue file;
-a Redis queue carries no version the older code reads). ``status`` warns of that (review44d #2): while tasks wait in
-the lanes' streams, it names the consumers of ``stream``'s group that look like processes of the older version
-(:meth:`RedisStreamsQueue.older_consumers`: one that has leased from the queue before, such as one left running
-after the new processes of a rolling upgrade ended; one that never leased a task leaves no trace to name). A queue is never converted back. (A fence that made the older version's
-scripts fail loudly on an upgraded queue, say a key they use turned into one of another type, was not built: every
-older process beside a new one would then fail, where today it goes on safely until it runs alone.)
+already in its stream (a queue written by the older version alone moves in its put order), and after the tasks left in
+``stream`` (without a lane), which keep their older ids. A process of the older version still running beside the new one
+puts into ``stream`` (moved as above when a lane lease meets them), leases from ``stream`` and from the expired leases,
+and finishes by ``entry``: it never sees the lanes' streams, so it leases none of their ready tasks (they are left to
+the new processes, not lost: counted ready by every ``counts``), nor any task given back to its put place (its entry was
+delivered before: "Returned tasks"; a task without a lane so given back is listed by its ``ready_keys``, and one it sets
+aside leaves a member that the next new lease drops), lists none of the lanes' tasks in ``ready_keys`` (so its plan
+check sets none of them aside), and hands back none of a gone process's leases there (they come back after their
+visibility timeout). An expired lease of a lane's task that it takes over gets a fresh entry in ``stream`` (its re-lease
+of a lease without an ``entry``): from then on that entry is the task's (``entry`` wins), the lane stream's pending
+entry is stale and leaves the PEL when its old holder's ack or nack finds its lease stale, or at a hand-back of that
+holder. So a task is held by one lease at a time and finished once. Upgrade every process of a campaign together all the
+same, and never go back: a process of the older version alone would see lane tasks counted ready that it cannot lease,
+and wait for them (the SQLite backend's older code refuses a newer queue file; a Redis queue carries no version the
+older code reads). ``status`` warns of that (review44d #2): while tasks wait in the lanes' streams, it names the
+consumers of ``stream``'s group that look like processes of the older version
+(:meth:`RedisStreamsQueue.older_consumers`: one that has leased from the queue before, such as one left running after
+the new processes of a rolling upgrade ended; one that never leased a task leaves no trace to name). A queue is never
+converted back. (A fence that made the older version's scripts fail loudly on an upgraded queue, say a key they use
+turned into one of another type, was not built: every older process beside a new one would then fail, where today it
+goes on safely until it runs alone.)
 
 Lease ids are ``<call token of the lease call>.<n>`` (the token is a uuid4 hex), stored per task; a
 finishing call whose lease id is not the stored one (the lease expired and another consumer took the
@@ -1570,13 +1572,13 @@ class RedisStreamsQueue(WorkQueue):
     async def lease_lanes(self, n: int, visibility_timeout_s: float, lanes: Mapping[str, int]) -> list[Task]:
         """:meth:`WorkQueue.lease_lanes`: as :meth:`lease`, but at most ``lanes[L]`` tasks of each lane ``L`` named
         (0 or less: none); expired leases of lanes with room first, then each lane's stream read only as far as its
-        count allows, merged by entry id. A full lane's tasks are not read: they stay undelivered in their place in
-        its stream, no attempt counted, no delay, visible to every process. A task's lane is its payload's
+        count allows, merged by entry id. A full lane's tasks are not read: they stay undelivered in their place in its
+        stream, no attempt counted, no delay, visible to every process. A task's lane is its payload's
         :data:`~geoagent.runtime.queue.LANE_FIELD` text, kept at put; one put by an older version (in ``stream``,
         without a recorded lane) gets its lane from its payload and moves to its lane's stream, in order, before the
-        lease (module docstring, "Lanes"). One script for the lease (with a reply record, as :meth:`lease`),
-        about O(max(n, lanes) * log lanes + moved); the move of a backlog, on this handle's first lane lease and after one that found
-        nothing, in steps of ``put_chunk`` entries.
+        lease (module docstring, "Lanes"). One script for the lease (with a reply record, as :meth:`lease`), about
+        O(max(n, lanes) * log lanes + moved); the move of a backlog, on this handle's first lane lease and after one
+        that found nothing, in steps of ``put_chunk`` entries.
 
         Raises
         ------
@@ -2042,18 +2044,18 @@ class RedisStreamsQueue(WorkQueue):
         silently for ever): ``(tasks waiting, [{"name", "host", "pid", "running"}])``, ``(0, [])`` when no task waits
         in a lane's stream.
 
-        A consumer is taken for an older one when it is in the consumer group of ``stream`` (every version's lease
-        reads it), in that of no lane's stream (an older version never reads them), and its record in ``consumers``
-        (written by each lease that grants tasks) lacks this version's ``lanes`` mark, or it has none. ``running`` is
-        True or False for a process recorded on this host (host name and boot id:
-        :func:`~geoagent.runtime.procs.process_alive`; the gone ones are left out: a run hands their leases back),
-        None elsewhere (the server keeps no liveness of a consumer that leases nothing: ``XREADGROUP`` that delivers
-        nothing does not reset its idle time on Redis 6.2). An older process that has never leased a task from this
-        queue leaves no trace on the server (such an ``XREADGROUP`` creates no consumer either), so it cannot be named:
-        hence "upgrade every machine together" (module docstring, "Upgrade"). Tasks waiting: each lane stream's entries less its pending
-        ones (undelivered, or given back to their put place; about: a stale entry counts until a lease drops it).
-        Read only: ``SMEMBERS``, then per lane ``XLEN``, ``XPENDING`` (summary) and ``XINFO CONSUMERS``, then
-        ``XINFO CONSUMERS`` of ``stream`` and ``HGETALL`` of ``consumers``: O(lanes + consumers).
+        A consumer is taken for an older one when it is in the consumer group of ``stream`` (every version's lease reads
+        it), in that of no lane's stream (an older version never reads them), and its record in ``consumers`` (written
+        by each lease that grants tasks) lacks this version's ``lanes`` mark, or it has none. ``running`` is True or
+        False for a process recorded on this host (host name and boot id: :func:`~geoagent.runtime.procs.process_alive`;
+        the gone ones are left out: a run hands their leases back), None elsewhere (the server keeps no liveness of a
+        consumer that leases nothing: ``XREADGROUP`` that delivers nothing does not reset its idle time on Redis 6.2).
+        An older process that has never leased a task from this queue leaves no trace on the server (such an
+        ``XREADGROUP`` creates no consumer either), so it cannot be named: hence "upgrade every machine together"
+        (module docstring, "Upgrade"). Tasks waiting: each lane stream's entries less its pending ones (undelivered, or
+        given back to their put place; about: a stale entry counts until a lease drops it). Read only: ``SMEMBERS``,
+        then per lane ``XLEN``, ``XPENDING`` (summary) and ``XINFO CONSUMERS``, then ``XINFO CONSUMERS`` of ``stream``
+        and ``HGETALL`` of ``consumers``: O(lanes + consumers).
 
         Raises
         ------
