@@ -18,10 +18,10 @@ JSON-serialisable ``payload`` (dict). Semantics every backend must honour:
   backoff, or *dead* (dead-letter) once ``attempts >= max_attempts``, keeping ``reason``.
 * ``dead_letter(task, reason)`` sends a task straight to dead (permanent failure: e.g. HTTP 400).
 * ``release(task)`` returns a leased task to ready without counting an attempt (graceful shutdown,
-  budget stop). Where it goes in lease order is the backend's: SQLite puts it back at its put place (ahead of the
-  tasks put after it, so a stopped run's tasks in flight are the next ones leased on resume and each lane's leases
-  stay a prefix of its plan: review44a #2); Redis behind the tasks ready then (stream order). With a delay it waits
-  that long, then lines up behind the tasks ready before it on both.
+  budget stop). It goes back to its put place in lease order (ahead of the tasks put after it, so a stopped run's
+  tasks in flight are the next ones leased on resume and each lane's leases stay a prefix of its plan: review44a #2
+  on SQLite, review44d #1 on Redis; expired leases still come first). With a delay it waits that long, then lines up
+  behind the tasks ready before it on both.
 * ``refund_attempts(refunds)`` (optional) gives back attempts that failures proved were not the task's fault
   (the stage runner: failures of a host that then turned out to be down, when its unreachable breaker opens):
   see :class:`Refund` and :meth:`WorkQueue.refund_attempts`. Exact and idempotent: a nack may record a *charge
@@ -32,10 +32,10 @@ JSON-serialisable ``payload`` (dict). Semantics every backend must honour:
 * handing back the leases of a process known to be gone (optional, backend-specific: SQLite
   ``expire_leases_sync`` / ``expire_leases_of_sync``, Redis ``hand_back_gone_local``; the campaign engine calls
   them at start-up and from its dead-owner sweep) counts one failed attempt per task, like a nack with the reason
-  :func:`process_ended_reason` (prefix :data:`PROCESS_ENDED`), and puts it back ready at once (SQLite: at its put
-  place, as a release, the first time; behind the tasks already ready when the process before ended with it too, so a
-  crash loop charges other tasks rather than the same ones until they die: review44f #1; Redis: behind the tasks
-  already ready); a task whose attempts reach ``max_attempts`` this
+  :func:`process_ended_reason` (prefix :data:`PROCESS_ENDED`), and puts it back ready at once (at its put place, as
+  a release, the first time; behind the tasks already ready when the process before ended with it too, so a crash
+  loop charges other tasks rather than the same ones until they die: review44f #1; both backends); a task whose
+  attempts reach ``max_attempts`` this
   way is dead-lettered with that reason instead
   of being leased again (a task that kills its process, OOM or segfault, is not retried for ever). No charge id.
 * ``counts()`` returns ready/leased/done/dead; ``dead_letters()`` lists dead tasks with reasons.
@@ -415,8 +415,8 @@ class WorkQueue(abc.ABC):
 
         ``delay_s`` (seconds, >= 0): the tasks are not leased again before that long from now (a backoff with
         no attempt counted; the stage runner's deferral of a task whose lane is full, :mod:`geoagent.runtime.worker`,
-        "Lanes"). 0 (default): leasable at once (in lease order at its put place on SQLite, behind the tasks ready
-        then on Redis: module docstring). Raises ``ValueError`` for a negative ``delay_s``."""
+        "Lanes"). 0 (default): leasable at once, in lease order at its put place (both backends; Redis since
+        review44d #1: module docstring). Raises ``ValueError`` for a negative ``delay_s``."""
 
     async def lease_lanes(self, n: int, visibility_timeout_s: float, lanes: Mapping[str, int]) -> list[Task] | None:
         """Lease up to ``n`` tasks as :meth:`lease` does (expired leases first, then ready tasks in lease order), but
