@@ -393,6 +393,30 @@ def test_contract_a_gone_process_leases_count_one_delivery_each_and_dead_letter_
     backend.run(body)
 
 
+def test_contract_a_task_handed_back_twice_in_a_row_goes_behind(backend):
+    """review44f #1: at its put place every time, a task whose holder was killed was leased first again by the next
+    process, so a crash loop charged the same first tasks until they were dead-lettered. The first hand-back puts it
+    at its put place; a second in a row (the process before ended with it too) behind the tasks ready, so the next
+    process takes other tasks; both backends."""
+    async def body(open_):
+        q = open_(max_attempts=5)
+        await q.put_many([(k, {}) for k in "abcd"])
+        owner, held = _gone_holder(backend, 2, 60)
+        assert held == ["a", "b"]
+        assert await _hand_back_gone(backend, q, owner) == 2  # first time: back at their put places
+        owner, held = _gone_holder(backend, 2, 60)
+        assert held == ["a", "b"]
+        assert await _hand_back_gone(backend, q, owner) == 2  # second in a row: behind c and d
+        owner, held = _gone_holder(backend, 2, 60)
+        assert held == ["c", "d"]
+        assert await _hand_back_gone(backend, q, owner) == 2
+        got = await q.lease(4, 60)
+        assert sorted((t.key, t.attempts) for t in got) == [("a", 2), ("b", 2), ("c", 1), ("d", 1)]
+        assert await q.counts() == QueueCounts(leased=4)
+
+    backend.run(body)
+
+
 def test_contract_batch_ack_and_release_apply_valid_leases_then_raise(backend):
     async def body(open_):
         q = open_()

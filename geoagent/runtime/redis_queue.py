@@ -1340,7 +1340,14 @@ for _, p in ipairs(pending) do
     else
       reason = head .. times .. '; handed back by a later process, ' .. attempts .. ' of ' .. max_attempts ..
         ' deliveries ([queue] max_attempts) used'
-      give_back(key)  -- at its put place, as a release (review44d #1)
+      if prev == 0 then
+        give_back(key)  -- at its put place, as a release (review44d #1)
+      else
+        -- the process before ended with it too: behind the tasks ready, a fresh entry, so a crash loop charges other
+        -- tasks each time rather than the same first ones until they die (review44f #1, as on SQLite)
+        unlink(key)
+        enqueue(key)
+      end
       redis.call('HINCRBY', CNT, 'ready', 1)
     end
     redis.call('HSET', ERR, key, reason)
