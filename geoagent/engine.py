@@ -1739,10 +1739,12 @@ class PlanLock:
         self.campaign = campaign
         self._fh: Any = None
 
-    def acquire(self) -> list[Path]:
+    async def acquire(self) -> list[Path]:
         """Wait for the lock and take it; returns the folders it made for its file (:func:`_absent_dirs`: the
         campaign's state folder first, then state root folders made for it; [] when they existed), for the
-        clean-up of a run that ends before its plan is queued.
+        clean-up of a run that ends before its plan is queued. The wait polls with ``anyio.sleep``, so Ctrl-C (a
+        cancellation) ends it at once (review44e #4: a blocking sleep held the event loop, and the first Ctrl-C
+        took effect only once the other process let the lock go).
 
         Raises
         ------
@@ -1769,9 +1771,13 @@ class PlanLock:
                 except BlockingIOError:
                     if not said and time.monotonic() - t0 >= PLAN_LOCK_SAY_AFTER_S:
                         print(f"info: campaign {self.campaign}: waiting for another process of the campaign to queue "
-                              f"its plan (it holds {self.path})", file=sys.stderr)
+                              f"its plan (it holds {self.path}); Ctrl-C stops waiting", file=sys.stderr)
                         said = True
-                    time.sleep(0.05)
+                    try:
+                        await anyio.sleep(0.05)
+                    except BaseException:
+                        fh.close()  # cancelled (Ctrl-C): the lock was not taken; no file handle left open
+                        raise
             if _same_file(fh, self.path):
                 self._fh = fh
                 return created
@@ -2061,7 +2067,13 @@ async def run_campaign(
             # refused once that one has queued its plan, instead of queuing its own beside it. A refusal here ends
             # in the clean-up below: the folder the lock made is removed when nothing was queued
             plan_lock = PlanLock(Path(cfg.state_dir()), cfg.name)
-            created = plan_lock.acquire()
+            try:
+                created = await plan_lock.acquire()
+            except BaseException:
+                # interrupted while another process holds the lock: the folder (if made) is that process's, which
+                # may be about to queue into it; the clean-up below must not remove it (review44e #4)
+                created = []
+                raise
             kind.check_config_change(cfg)
             # where this config runs from, for a run of it from another folder (check_run_here); after the refusals
             # above, so a run refused for a missing key or another queues root leaves no entry (it ran nothing here)
