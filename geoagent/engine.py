@@ -2709,8 +2709,6 @@ async def _run(
                                        "(other stages still have work queued or in flight)")
             # redis41 #5: the last line says what waits for which stage and what takes it (a model caller's answers
             # waiting for a collector that stopped read as finished, or lost)
-            from geoagent.runtime.manifest import stages_run_elsewhere
-
             every = kind.stages(cfg)
             others_alive = getattr(ledger, "others_alive", None)
             outcome.extra_lines += waiting_lines(
