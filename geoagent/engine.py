@@ -2298,6 +2298,14 @@ async def _run(
     # taken before the plan reads them: a change while it plans is seen at the first idle point (re-planned)
     baseline = InputsFingerprint.take(watched_inputs) if watched_inputs else None
     ctx.services[C.SERVICE_DRY_RUN] = simulate  # a dry run's plan keeps a refusal for its report (plan_refusals)
+    if only_stages and not simulate:
+        # review44e #1: the owner record on Redis names this process's stages before it plans (a release import
+        # takes seconds): a record without them counts as running every stage, so a downstream process on another
+        # machine took this one for its upstream and ended early once the record named only downstream stages
+        note_early = getattr(ctx.services.get("ledger"), "note_stages", None)
+        named = [s.name for s in kind.stages(cfg) if s.name in set(only_stages)]
+        if callable(note_early) and named:
+            note_early(named)
     plan = await kind.plan(cfg, ctx)
     if simulate:
         planned = list(plan)  # a lazy plan's refusal (a missing template) comes here
