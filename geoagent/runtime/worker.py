@@ -1669,7 +1669,7 @@ class StageRunner:
             c = await q.counts()
             if c.ready and not c.leased:
                 await self._note_upstream_stop(name)  # fixstagesbudget43: a stage the cost cap stopped: no wait
-            taken = self._upstream_taken_up(name, c)
+            taken = await self._upstream_taken_up(name, c)
             if waited:
                 # review43e #2: a stage after one waited for (the pipeline's data-flow order) that no process has
                 # taken up either: that work reaches this one through it too, so the line names both (the waits
@@ -1677,7 +1677,7 @@ class StageRunner:
                 if not taken:
                     waited.append(name)
                 continue
-            if c.leased or (c.ready and name in self._elsewhere()):
+            if c.leased or (c.ready and name in await self._elsewhere()):
                 busy_upstream = (name, q.name, 0)
                 break
             if c.ready and not taken:
@@ -1723,7 +1723,7 @@ class StageRunner:
             self._upstream_base.setdefault(name, c.done)
             self._upstream_leased_low[name] = min(self._upstream_leased_low.get(name, c.leased), c.leased)
 
-    def _upstream_taken_up(self, name: str, c: Any) -> bool:
+    async def _upstream_taken_up(self, name: str, c: Any) -> bool:
         """Whether foreign upstream stage ``name`` (its input's counts ``c``) has been taken up by another process
         since this runner started (``stages_started`` in the class docstring); True where the rule is off. Once
         true it stays true: a stage taken up and then ended (its host down, the budget spent) leaves its work for a
@@ -1738,8 +1738,8 @@ class StageRunner:
         base = self._upstream_base.setdefault(name, c.done)
         low = min(self._upstream_leased_low.get(name, c.leased), c.leased)
         self._upstream_leased_low[name] = low
-        if (c.leased > low or c.done > base or name in self._elsewhere()
-                or name in self._cached_names("_started_cache", self._stages_started)):
+        if (c.leased > low or c.done > base or name in await self._elsewhere()
+                or name in await self._cached_names("_started_cache", self._stages_started)):
             self._taken_up.add(name)
             return True
         if not c.ready:
@@ -1793,18 +1793,21 @@ class StageRunner:
                     self.stage.name, "stage" if len(names) == 1 else "stages", ", ".join(names), not_started,
                     where, edge, config, ",".join(names), config)
 
-    def _elsewhere(self) -> Collection[str]:
+    async def _elsewhere(self) -> Collection[str]:
         """The stages other live processes of the campaign run (``stages_elsewhere``, cached for 1 s)."""
-        return self._cached_names("_elsewhere_cache", self._stages_elsewhere)
+        return await self._cached_names("_elsewhere_cache", self._stages_elsewhere)
 
-    def _cached_names(self, slot: str, read: Callable[[], Collection[str]] | None) -> Collection[str]:
-        """``read()``, read at most once a second (the cache in attribute ``slot``); () when ``read`` is None."""
+    async def _cached_names(self, slot: str, read: Callable[[], Collection[str]] | None) -> Collection[str]:
+        """``read()``, read at most once a second (the cache in attribute ``slot``); () when ``read`` is None. The
+        read runs in a worker thread: it reads files and, on Redis, the server (owner records) with the blocking
+        client, which held the event loop for as long as a hung server took to answer (review44e #3: 20-60 s, the
+        model calls, Ctrl-C and the live display of the process frozen meanwhile)."""
         if read is None:
             return ()
         now = time.monotonic()
         cached = getattr(self, slot)
         if cached is None or now - cached[0] >= 1.0:
-            cached = (now, read())
+            cached = (now, await anyio.to_thread.run_sync(read))
             setattr(self, slot, cached)
         return cached[1]
 
