@@ -3259,8 +3259,8 @@ def waiting_lines(all_stages: Sequence[Stage], own: Sequence[str], counts: dict[
         elif c is not None and c.leased:
             who = (f"{c.leased} of them leased by a process of the campaign now; if it stops, {cmd} takes the rest")
         elif others_alive:
-            who = (f"another process of the campaign is running (on some machine; which stages it runs is not "
-                   f"recorded on the server): if none runs stage {st.name}, {cmd} takes them")
+            who = (f"another process of the campaign is running on some machine (its stages not known here): if "
+                   f"none runs stage {st.name}, {cmd} takes them")
         else:
             who = f"no process of the campaign runs stage {st.name} now: {cmd} takes them"
         out.append(f"  {what}; {who}")

@@ -94,8 +94,8 @@ def test_the_line_says_who_takes_the_answers_when_a_process_may_run_the_stage():
     assert "2 of them leased by a process of the campaign now; if it stops, `run.py run c.toml --stages collector`" \
         in line(_counts(1, 2))
     # Redis: a process is alive somewhere, its stages unknown
-    assert "another process of the campaign is running (on some machine; which stages it runs is not recorded on " \
-           "the server): if none runs stage collector, `run.py run c.toml --stages collector`" \
+    assert "another process of the campaign is running on some machine (its stages not known here): if none runs " \
+           "stage collector, `run.py run c.toml --stages collector`" \
         in line(_counts(1), others_alive=True)
     assert line(_counts(1)).startswith("  1 answer stored (kept in the response store")
     # nothing waiting: no line
