@@ -722,7 +722,11 @@ def older_consumers_text(edge: str, waiting: int, older: list[dict[str, Any]]) -
     def who(c: dict[str, Any]) -> str:
         where = f"host {c['host']}, pid {c['pid']}" if c.get("host") else "no process recorded"
         state = {True: "running", None: "may be running"}.get(c.get("running"), "")
-        return f"{c['name']} ({where}{', ' + state if state else ''})"
+        # review44g #1: what it holds and how long the server has not delivered to it, so a consumer of a process
+        # gone long ago on another machine (0 held, idle for hours) can be told from one at work
+        held = (f", holds {c['pending']}, idle {_duration(float(c['idle_s']))}"
+                if isinstance(c.get("pending"), int) and isinstance(c.get("idle_s"), (int, float)) else "")
+        return f"{c['name']} ({where}{', ' + state if state else ''}{held})"
 
     n = len(older)
     return (f"warning: queue {edge}: about {waiting} task(s) wait in the models' streams, which a geoagent version "

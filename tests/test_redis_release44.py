@@ -323,7 +323,8 @@ def test_status_names_a_consumer_of_the_older_version_while_tasks_wait_in_the_mo
     assert rc == 0, text
     assert ("warning: queue requests: about 6 task(s) wait in the models' streams, which a geoagent version before "
             "them cannot lease, and 1 consumer of such a version has not left the queue: old:7:x (host "
-            f"{socket.gethostname()}, pid {os.getpid()}, running). Stop those processes") in text, text
+            f"{socket.gethostname()}, pid {os.getpid()}, running, holds 0, idle ") in text, text
+    assert "). Stop those processes" in text, text
 
     proc = subprocess.Popen(["true"])
     proc.wait()  # a pid that is gone: its process is not named (a run hands its leases back)
@@ -353,7 +354,15 @@ def test_older_consumers_names_only_consumers_of_the_older_kind(redis_url, raw):
         await q.put_many([("a0", {"model": "a"}), ("a1", {"model": "a"}), ("y", {})])
         (y,) = await q.lease_lanes(5, 60, {"a": 0})
         assert y.key == "y" and b'"lanes":1' in raw.hget(prefix + CONSUMERS_SUFFIX, q.consumer)
-        assert await q.older_consumers() == (2, [{"name": "old:1:x", "host": None, "pid": None, "running": None}])
+        waiting, older = await q.older_consumers()
+        assert waiting == 2 and len(older) == 1
+        # review44g #1: with what it holds and how long it has been idle (an old consumer gone long ago: 0, hours)
+        assert {k: older[0][k] for k in ("name", "host", "pid", "running", "pending")} == {
+            "name": "old:1:x", "host": None, "pid": None, "running": None, "pending": 0}
+        assert 0 <= older[0]["idle_s"] < 60
+        from geoagent.status import older_consumers_text
+        assert "old:1:x (no process recorded, may be running, holds 0, idle " in older_consumers_text("edge", *(
+            waiting, older))
         got = await q.lease(5, 60)
         assert _keys(got) == ["a0", "a1"]
         assert await q.older_consumers() == (0, [])  # nothing waits in a lane's stream

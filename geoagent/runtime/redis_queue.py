@@ -2049,7 +2049,9 @@ class RedisStreamsQueue(WorkQueue):
         """The consumers that look like processes of the version before lane streams, while tasks wait in the lanes'
         streams that such a process cannot lease (module docstring, "Upgrade"; review44d #2: one alone waited
         silently for ever): ``(tasks waiting, [{"name", "host", "pid", "running"}])``, ``(0, [])`` when no task waits
-        in a lane's stream.
+        in a lane's stream; each also with ``pending`` (entries of ``stream`` it holds) and ``idle_s`` (s since the server
+        last delivered to it: ``XINFO CONSUMERS``; a consumer that holds nothing and has been idle for hours is most
+        likely a process gone long ago, which nothing removes from the group: review44g #1).
 
         A consumer is taken for an older one when it is in the consumer group of ``stream`` (every version's lease reads
         it), in that of no lane's stream (an older version never reads them), and its record in ``consumers`` (written
@@ -2083,9 +2085,12 @@ class RedisStreamsQueue(WorkQueue):
         if not waiting:
             return 0, []
         try:
-            plain = [_text(c["name"]) for c in await self._client.xinfo_consumers(self.prefix + "stream", GROUP)]
+            # name -> (pending entries, idle ms): shown in status so a long-idle consumer holding nothing (a process
+            # killed long ago on another machine, which nothing removes) can be told apart (review44g #1)
+            plain = {_text(c["name"]): (int(c.get("pending") or 0), int(c.get("idle") or 0))
+                     for c in await self._client.xinfo_consumers(self.prefix + "stream", GROUP)}
         except ResponseError:
-            plain = []
+            plain = {}
         records = {_text(k): v for k, v in (await self._client.hgetall(self.prefix + CONSUMERS_SUFFIX)).items()}
         here, boot = socket.gethostname(), boot_id()
         out: list[dict[str, Any]] = []
@@ -2106,7 +2111,9 @@ class RedisStreamsQueue(WorkQueue):
                 running = None
             if running is False:
                 continue
-            out.append({"name": name, "host": info.get("host"), "pid": info.get("pid"), "running": running})
+            holds, idle_ms = plain[name]
+            out.append({"name": name, "host": info.get("host"), "pid": info.get("pid"), "running": running,
+                        "pending": holds, "idle_s": idle_ms / 1000.0})
         return waiting, out
 
     async def _lanes(self) -> list[str]:
