@@ -227,7 +227,9 @@ Differences from the SQLite backend (none in the interface semantics but ``tasks
   requeue, across the lanes' streams: "Lanes"; a task released without delay or handed back at its put place:
   "Returned tasks"; a task whose backoff or delay has ended joins its stream when a later ``lease`` call moves it
   there, so behind the tasks put before that call; a task an older version put comes after its lane's tasks when moved
-  to its lane), where SQLite orders ready tasks by their ``not_before`` time (the same order but for those moves);
+  to its lane; a task reopened by ``reopen_done`` or ``requeue_dead`` takes the place of its new entry, also when
+  released later, where SQLite's release puts it back at its first put place: review44g #2), where SQLite orders
+  ready tasks by their ``not_before`` time (the same order but for those moves);
 * times have microsecond resolution of the *server's* clock, and there is no injectable test clock;
 * ``put_many`` is atomic per ``put_chunk`` items (default 1,000; a script blocks the server while it
   runs, so chunks are kept small), SQLite per 10,000; ``ready_keys`` and ``dead_keys`` walk the queue in read
