@@ -12,7 +12,7 @@ template change does: tests/test_drift_planning_fixed_s36.py): those lines say t
 from __future__ import annotations
 
 from geoagent.config import config_from_dict
-from geoagent.engine import AnswerQuality, load_kind, unusable_answer_lines
+from geoagent.engine import load_kind, unusable_answer_lines
 from geoagent.geohint.aggregate import GeoHintAggregator
 from geoagent.geohint.result import GeoHintResult
 from geoagent.report.geohint import truncation_warnings
