@@ -14,25 +14,28 @@ from geoagent.runtime.sqlite_queue import SQLiteQueue, queue_path
 from tests.test_queue_lane_lease_walk39 import _v3_file
 
 
-def test_a_queue_error_of_a_stage_is_one_error_line_naming_the_file(tmp_path, capsys):
-    path = queue_path(tmp_path, "camp", "requests")
-    _v3_file(path, [("a0", orjson.dumps({"model": "a"}), 0)], time.time() - 5)
-    q = SQLiteQueue(path, migrate=False)  # a read-only look at a version-3 file cannot lease by lane: QueueError
-
-    async def stage() -> None:
-        await q.lease_lanes(4, 60, {"a": 4})
-
+def _stage_command(call):
+    """A command (``args.fn``) whose one stage awaits ``call()`` inside the stages' task group, as a campaign's
+    pipeline does: a queue error out of it reaches the CLI as an ``ExceptionGroup``."""
     async def pipeline() -> None:
-        async with anyio.create_task_group() as tg:  # the stages' task group: an ExceptionGroup
-            tg.start_soon(stage)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
             tg.start_soon(anyio.sleep, 30)
 
     def fn(_args: argparse.Namespace) -> int:
         anyio.run(pipeline)
         return 0
 
+    return fn
+
+
+def test_a_queue_error_of_a_stage_is_one_error_line_naming_the_file(tmp_path, capsys):
+    path = queue_path(tmp_path, "camp", "requests")
+    _v3_file(path, [("a0", orjson.dumps({"model": "a"}), 0)], time.time() - 5)
+    q = SQLiteQueue(path, migrate=False)  # a read-only look at a version-3 file cannot lease by lane: QueueError
+
     try:
-        assert _run_command(argparse.Namespace(fn=fn)) == 2
+        assert _run_command(argparse.Namespace(fn=_stage_command(lambda: q.lease_lanes(4, 60, {"a": 4})))) == 2
     finally:
         q.close_sync()
     err = capsys.readouterr().err
@@ -51,20 +54,8 @@ def test_a_queue_file_locked_too_long_says_re_run_exit_3(tmp_path, capsys):
     other = sqlite3.connect(path, isolation_level=None)
     other.execute("BEGIN EXCLUSIVE")  # another process holds the write lock
 
-    async def stage() -> None:
-        await q.lease(4, 60)
-
-    async def pipeline() -> None:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(stage)
-            tg.start_soon(anyio.sleep, 30)
-
-    def fn(_args: argparse.Namespace) -> int:
-        anyio.run(pipeline)
-        return 0
-
     try:
-        assert _run_command(argparse.Namespace(fn=fn)) == 3
+        assert _run_command(argparse.Namespace(fn=_stage_command(lambda: q.lease(4, 60)))) == 3
     finally:
         other.execute("ROLLBACK")
         other.close()

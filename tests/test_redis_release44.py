@@ -25,6 +25,7 @@ from geoagent.runtime.queue import QueueCounts
 from geoagent.runtime.redis_queue import CONSUMERS_SUFFIX, key_prefix, open_redis_queue
 from test_queue_contract import raw, redis_url  # noqa: F401 - the module's redis-server fixtures
 from test_backend_config import secured_redis  # noqa: F401 - its redis-server fixture (a campaign's)
+from test_redis_lanes44 import _run  # one queue handle around a body, closed after (duplicates D2)
 
 
 def _campaign() -> str:
@@ -33,17 +34,6 @@ def _campaign() -> str:
 
 def _returned(prefix: str, lane: str | None) -> str:
     return prefix + "returned" + ("" if lane is None else ":" + hashlib.sha1(lane.encode()).hexdigest())
-
-
-def _run(redis_url, campaign, body, **options):  # noqa: F811
-    async def main():
-        q = open_redis_queue(redis_url, campaign, "edge", **options)
-        try:
-            return await body(q)
-        finally:
-            await q.close()
-
-    return asyncio.run(main())
 
 
 def _keys(tasks) -> list[str]:
