@@ -117,9 +117,10 @@ def test_a_paced_run_finishes_after_another_model_caller_did_one_models_work_and
         req = campaign_status(cfg)["queues"]["requests"]
         assert (req.done, req.ready, req.leased, req.dead) == (2 * n, 0, 0, 0), req
         calls = _calls(log)
-        # a's were all answered before the kill; b's calls on the wire when the unpaced caller was killed (at most its
-        # concurrency, 2) had no stored answer and were made again
-        assert calls["gpt-a"] == n and n <= calls["gpt-b"] <= n + 2, calls
+        # a's were all answered by the server before the kill, but one answered and not yet stored by the killed caller
+        # is made again (at most its concurrency for a, 4: a fresh clone beside a CI run saw 41); b's calls on the wire
+        # when the unpaced caller was killed (at most its concurrency, 2) had no stored answer and were made again
+        assert n <= calls["gpt-a"] <= n + 4 and n <= calls["gpt-b"] <= n + 2, calls
         assert "pacing by each model's share of its work is off" not in err, err[-2000:]
     finally:
         for p in procs:
