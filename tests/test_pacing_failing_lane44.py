@@ -24,16 +24,10 @@ import orjson
 from geoagent.config import load_config
 from geoagent.status import campaign_status
 from tests._model_harness import generic_campaign
+from tests.test_pacing_dry_lane_pace42 import _model  # one [[models]] table on a fake (key DRY_KEY)
 
 REPO = Path(__file__).resolve().parents[1]
 N = 40
-
-
-def _model(name: str, base: str, model: str, *, concurrency: int, extra: str = "") -> str:
-    return (f'\n[[models]]\nname = "{name}"\nprovider = "openai"\nmodel = "{model}"\nbase_url = "{base}/v1"\n'
-            f'api_key_env = "FAIL_LANE_KEY"\nprice_input_usd_per_mtok = 0.15\nprice_output_usd_per_mtok = 0.60\n'
-            f'max_output_tokens = 20\nconcurrency = {concurrency}\nrate = {{ requests = 200, period_s = 1.0 }}\n'
-            f'timeout_s = 10.0\n{extra}')
 
 
 def _records(log: Path) -> list[dict]:
@@ -68,9 +62,10 @@ def test_a_model_whose_every_call_fails_does_not_hold_the_others_to_its_pace(tmp
         wait_ready(bad)
         cfgp = generic_campaign(
             tmp_path, name="failing", n=N, cap_usd=5.0,
-            models=_model("a", good, "gpt-a", concurrency=4) + _model("b", good, "gpt-b", concurrency=4)
-            + _model("c", bad, "gpt-c", concurrency=1, extra="max_attempts = 2\n"))
-        env = {"FAIL_LANE_KEY": "sk-" "fail-lane-e2e", "PATH": "/usr/bin:/bin",
+            models=_model("a", good, "gpt-a", rate=200, concurrency=4)
+            + _model("b", good, "gpt-b", rate=200, concurrency=4)
+            + _model("c", bad, "gpt-c", rate=200, concurrency=1) + "max_attempts = 2\n")
+        env = {"DRY_KEY": "sk-" "fail-lane-e2e", "PATH": "/usr/bin:/bin",
                "GEOAGENT_RUNS_INDEX": os.environ.get("GEOAGENT_RUNS_INDEX", "")}
         run = subprocess.Popen([sys.executable, str(REPO / "run.py"), "run", str(cfgp), "--no-live"], cwd=REPO,
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -81,7 +76,7 @@ def test_a_model_whose_every_call_fails_does_not_hold_the_others_to_its_pace(tmp
                 break
             assert time.monotonic() < deadline and run.poll() is None, "a's and b's calls did not end"
             time.sleep(0.05)
-        c_calls = len(_records(bad_log))  # two attempts per task of c (max_attempts = 2), each answered 500
+        c_calls = len(_records(bad_log))  # two attempts per task of c (max_attempts = 2), both 500
         # paced by c, a and b ended about when c's 40 tasks had failed (64 calls measured); now c stops pacing them after
         # its first FAILING_LANE_DEAD_RUN (10) dead letters in a row (~20 calls)
         assert c_calls < 40, f"c had {c_calls} calls when a and b were done: a failing model still paced the others"

@@ -1530,8 +1530,7 @@ class RedisStreamsQueue(WorkQueue):
         )
 
     async def _call(self, script: Any, keys: list[str], args: list[Any]) -> Any:
-        if self._closed:
-            raise QueueError(f"queue {self.name!r} ({self.prefix}) is closed")
+        self._check_open()
         try:
             return await script(keys=keys, args=args)
         except ResponseError as exc:
@@ -1836,8 +1835,7 @@ class RedisStreamsQueue(WorkQueue):
         QueueError
             The queue is closed.
         """
-        if self._closed:
-            raise QueueError(f"queue {self.name!r} ({self.prefix}) is closed")
+        self._check_open()
         if not await self._client.exists(self.prefix + "payload"):
             return None
         wanted = {s.encode() for s in states}
@@ -2118,6 +2116,11 @@ class RedisStreamsQueue(WorkQueue):
                         "pending": holds, "idle_s": idle_ms / 1000.0})
         return waiting, out
 
+    def _check_open(self) -> None:
+        """Raise :class:`~geoagent.runtime.queue.QueueError` when the queue is closed."""
+        if self._closed:
+            raise QueueError(f"queue {self.name!r} ({self.prefix}) is closed")
+
     async def _lanes(self) -> list[str]:
         """The lanes that have a stream (the ``lanes`` set; lane texts, any order).
 
@@ -2126,8 +2129,7 @@ class RedisStreamsQueue(WorkQueue):
         QueueError
             The queue is closed.
         """
-        if self._closed:
-            raise QueueError(f"queue {self.name!r} ({self.prefix}) is closed")
+        self._check_open()
         return [_text(lane) for lane in await self._client.smembers(self.prefix + "lanes")]
 
     async def close(self) -> None:
