@@ -118,7 +118,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -335,9 +335,16 @@ class Cell:
         :attr:`median_ratio` leaves out as the release's analysis does (no logarithm for the geometric means);
         NaN without any. Table 5's note gives it beside the table's when they differ (audit 24: a geocoder that
         puts a correctly named site on the site's own coordinate makes the best answers err = 0)."""
-        if not self.n_zero_err:
-            return self.median_ratio
-        return float(np.median(np.concatenate([np.zeros(self.n_zero_err), np.asarray(self.ratios, dtype=float)])))
+        return median_with_zeros(self.ratios, self.n_zero_err)
+
+
+def median_with_zeros(ratios: Sequence[float], zeros: int) -> float:
+    """The median of ``ratios`` (err/d_ref) with ``zeros`` more answers at err = 0 km counted as ratio 0; NaN without
+    any (Table 5's and Tables 8 and 10's notes: :attr:`Cell.median_ratio_with_zeros`,
+    :func:`geoagent.report.geohint._with_zeros`)."""
+    if not ratios and not zeros:
+        return float("nan")
+    return float(np.median(np.concatenate([np.zeros(zeros), np.asarray(ratios, dtype=float)])))
 
 
 #: parser methods (:attr:`geoagent.geohint.parse.ParsedAnswer.method`) that read no JSON object from the answer

@@ -1567,12 +1567,11 @@ def _with_zeros(items: Sequence[Any]) -> tuple[int, int, float]:
     """``(zeros, n, median)`` of the paired items' (:class:`~geoagent.geohint.aggregate.PairMean`) finer-than-city
     answers: how many are at err = 0 km, how many answers the median counts with them, and the median of err/d_ref
     with them counted as ratio 0 (NaN without any answer). Tables 8 and 10's notes (review44c #1)."""
+    from geoagent.geohint.aggregate import median_with_zeros
+
     ratios = [x for it in items for x in it.ratios]
     zeros = sum(it.n_zero_err for it in items)
-    n = len(ratios) + zeros
-    if not zeros:
-        return 0, n, float(np.median(ratios)) if ratios else float("nan")
-    return zeros, n, float(np.median(np.concatenate([np.zeros(zeros), np.asarray(ratios, dtype=float)])))
+    return zeros, len(ratios) + zeros, median_with_zeros(ratios, zeros)
 
 
 def paired_zero_err_note(blocks: Sequence[tuple[str, str, Sequence[tuple[int, int, float]]]]) -> str:
