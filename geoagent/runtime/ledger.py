@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import re
 import secrets as _pysecrets
 import socket
 import sqlite3
@@ -52,6 +53,9 @@ from geoagent.runtime.sqlite_wal import connect, damaged_file_error, enable_wal,
 from geoagent.runtime.stage import BudgetStop
 
 T = TypeVar("T")
+#: a schema script's table statement and its rows, for :meth:`CampaignDB._stand_ins`
+_CREATE_TABLE_RE = re.compile(r"\s*CREATE TABLE IF NOT EXISTS (\w+)")
+_INSERT_ROWS_RE = re.compile(r"\s*INSERT OR IGNORE INTO (\w+)")
 
 NANO_PER_USD = 1_000_000_000
 #: the ``note`` of a settled reservation whose answer reported no usable usage (``Usage.reported`` False): it was
@@ -236,13 +240,37 @@ class CampaignDB:
                 raise damaged from None
 
     def executescript(self, script: str) -> None:
-        """Run a schema script; skipped under :func:`geoagent.runtime.sqlite_wal.reading_only` (``status``
-        reads an existing file as it is, and the schema scripts write)."""
+        """Run a schema script. Under :func:`geoagent.runtime.sqlite_wal.reading_only` (``status``, the GeoVerify
+        tau guard: the file is read as it is, and the schema scripts write) only :meth:`_stand_ins` are made."""
         if is_reading_only():
+            self._stand_ins(script)
             return
         with self._lock:
             try:
                 self._conn.executescript(script)
+            except sqlite3.DatabaseError as exc:
+                self._raise_damaged(exc)
+                raise
+
+    def _stand_ins(self, script: str) -> None:
+        """For a look (:meth:`executescript` under ``reading_only``): each table of ``script``'s ``CREATE TABLE IF
+        NOT EXISTS`` statements that the file lacks is made as an empty ``TEMP`` table of this connection (with the
+        rows of the script's ``INSERT OR IGNORE`` into it), so the look reads it as empty. Nothing is written to the
+        file. A file lacks a table while another process is making it: the ledger's and the store's schemas are
+        made one after the other, and a look in between read ``no such table: responses`` (ci45: the tau guard of
+        a second first run started beside the first ended in a traceback; ``status`` did too)."""
+        with self._lock:
+            try:
+                have = {str(r[0]) for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                made: set[str] = set()
+                for statement in script.split(";"):
+                    create = _CREATE_TABLE_RE.match(statement)
+                    insert = _INSERT_ROWS_RE.match(statement)
+                    if create and create.group(1) not in have:
+                        self._conn.execute(_CREATE_TABLE_RE.sub(r"CREATE TEMP TABLE \1", statement, count=1))
+                        made.add(create.group(1))
+                    elif insert and insert.group(1) in made:
+                        self._conn.execute(statement)
             except sqlite3.DatabaseError as exc:
                 self._raise_damaged(exc)
                 raise

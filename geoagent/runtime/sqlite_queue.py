@@ -762,8 +762,10 @@ class SQLiteQueue(WorkQueue):
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version == SCHEMA_VERSION:
                 return conn  # an existing queue: no write lock needed (status readers stay read-only)
-            if version in (1, 2, 3) and not self._migrate:
-                self.schema_version = version  # a read-only look at an old file: read it as it is
+            if version in (0, 1, 2, 3) and not self._migrate:
+                # a read-only look at an old file: read it as it is; at version 0 one another process is making
+                # this instant (its tables come in one transaction): :func:`_existing_queue` reads it as no queue
+                self.schema_version = version
                 return conn
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -1861,12 +1863,17 @@ class SQLiteQueue(WorkQueue):
 
 
 def _existing_queue(root: str | os.PathLike[str], campaign: str, edge: str) -> SQLiteQueue | None:
-    """The queue file of ``edge`` opened without creating anything (another process's look), or None (no file, or
-    an emptied one of 0 bytes: it holds no task, and opening it would create its tables)."""
+    """The queue file of ``edge`` opened without creating anything (another process's look), or None (no file, an
+    emptied one of 0 bytes, or one whose tables another process has not made yet: it holds no task, and opening it
+    would create its tables)."""
     path = queue_path(root, campaign, edge)
     if not path.exists() or path.stat().st_size == 0:
         return None
-    return SQLiteQueue(path, name=edge, create=False, migrate=False)
+    queue = SQLiteQueue(path, name=edge, create=False, migrate=False)
+    if queue.schema_version == 0:  # its tables not made yet (another process creating it now): no task yet
+        queue.close_sync()
+        return None
+    return queue
 
 
 _MISSING = object()
