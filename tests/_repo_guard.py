@@ -14,6 +14,7 @@ was started in when that is not the checkout's root (``cd tests``, an IDE): a ca
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from pathlib import Path
 
@@ -36,13 +37,30 @@ def _roots() -> list[Path]:
     return [here] if cwd == here else [here, cwd]
 
 
+def _users_own() -> tuple[str, ...]:
+    """The root-level patterns of the checkout's ``.gitignore`` (``/my_*.toml``, ``/redis_*.toml``, ``/*.pid``: a
+    user's own campaign files, as the docs name them), without the slash; none when it cannot be read."""
+    try:
+        lines = (Path(__file__).resolve().parents[1] / ".gitignore").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return ()
+    return tuple(ln.strip()[1:] for ln in lines if ln.strip().startswith("/") and "/" not in ln.strip()[1:])
+
+
 def _listing(root: Path) -> dict[str, set[str]]:
     """Entries of each watched folder, and (key ``""``) the root's own entries but hidden ones (``.pytest_cache``,
-    ``.venv``) and ``__pycache__``: a test that passed a relative path (``state_dir="unused"``) wrote a folder into
-    the checkout's root, which the guard did not see and a commit took in (review rev24, 4)."""
+    ``.venv``), ``__pycache__`` and the user's own files (:func:`_users_own`, and their editors' copies such as
+    ``my_hint.toml.bak``: walk45 #2, a config saved while the suite ran failed it): a test that passed a relative
+    path (``state_dir="unused"``) wrote a folder into the checkout's root, which the guard did not see and a commit
+    took in (review rev24, 4)."""
+    own = _users_own()
+
+    def watched(name: str) -> bool:
+        return not name.startswith(".") and name != "__pycache__" \
+            and not any(fnmatch.fnmatchcase(name, pat) or fnmatch.fnmatchcase(name, pat + ".*") for pat in own)
+
     out = {name: {p.name for p in (root / name).iterdir()} if (root / name).is_dir() else set() for name in WATCHED}
-    out[""] = {p.name for p in root.iterdir() if not p.name.startswith(".") and p.name != "__pycache__"} \
-        if root.is_dir() else set()
+    out[""] = {p.name for p in root.iterdir() if watched(p.name)} if root.is_dir() else set()
     return out
 
 
@@ -71,7 +89,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if added or removed:
             lines.append(f"the test run wrote into the repository's data roots or its root folder ({root}): "
                          f"{', '.join(added + removed)}; "
-                         "a test must use temporary folders (isolated_roots, [paths], --workdir): failing the run")
+                         "a test must use temporary folders (isolated_roots, [paths], --workdir): failing the run "
+                         "(or another process wrote there while the tests ran: run campaigns elsewhere meanwhile)")
     if not lines:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")

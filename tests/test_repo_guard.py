@@ -84,3 +84,18 @@ def test_a_run_that_removes_from_state_or_queues_fails_and_names_it(tmp_path):
     assert run.returncode == 1, run.stdout + run.stderr  # before: 0
     assert "1 passed" in run.stdout
     assert "removed state/old-campaign" in run.stdout, run.stdout
+
+
+def test_the_users_own_files_in_the_root_folder_do_not_count(tmp_path):
+    """walk45 #2: a config saved in the project folder while the suite ran (``my_hint.toml``, as the docs invite,
+    and the editor's ``my_hint.toml.bak``) failed the run as if a test had written it. The root-level patterns of
+    ``.gitignore`` (a user's own files) do not count; any other new root entry still does."""
+    quiet = _pytest(tmp_path, "    (root / 'my_hint.toml').write_text('x')\n"
+                              "    (root / 'my_hint.toml.bak').write_text('x')\n"
+                              "    (root / 'redis_2m.toml').write_text('x')\n    (root / 'worker.pid').write_text('1')")
+    assert quiet.returncode == 0, quiet.stdout + quiet.stderr
+    assert "data roots" not in quiet.stdout
+    loud = _pytest(tmp_path, "    (root / 'my_hint.txt').write_text('x')")
+    assert loud.returncode == 1, loud.stdout + loud.stderr
+    assert "root folder" in loud.stdout and "my_hint.txt" in loud.stdout
+    assert "or another process wrote there while the tests ran" in loud.stdout
