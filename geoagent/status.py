@@ -355,7 +355,10 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
             # the newest run was started with --watch: drained queues while it runs are it idling, not finishing
             "watching": _last_run_watched(Path(cfg.state_dir())),
             # the Redis backend has no queues folder to be looked for in the wrong place
-            "state_ran": _state_ran(Path(cfg.state_dir())) if not queues and not uses_redis(cfg) else None,
+            # read before the queue folder is listed again: a run records itself after making its queue files, so a
+            # run recorded and still no queue file means they are gone (race45 #3: the listing above, then a first
+            # run's files and record, then this read, said "deleted or moved?" of queues in place)
+            "state_ran": _state_ran_without_queues(cfg) if not queues and not uses_redis(cfg) else None,
             "roots_relative": not Path(cfg.queues_root()).is_absolute(),
             # relative roots, nothing here, but the campaign's queues or state beside its config: run from there
             "ran_elsewhere": ran_in_another_folder(cfg) if not queues and spend is None else None,
@@ -379,6 +382,13 @@ def _redis_pauses(cfg: Any) -> dict[str, float]:
         return redis_board_pauses(url, cfg.name) if url else {}
     except Exception:  # noqa: BLE001 - a status display shows what it can
         return {}
+
+
+def _state_ran_without_queues(cfg: Any) -> dict[str, Any] | None:
+    """:func:`_state_ran` of campaign ``cfg`` when its queue folder, listed after the manifest was read, holds no
+    queue file; None when it does now (a run that started since made them)."""
+    ran = _state_ran(Path(cfg.state_dir()))
+    return ran if ran is not None and not _queue_files(cfg) else None
 
 
 def _state_ran(state_dir: Path) -> dict[str, Any] | None:

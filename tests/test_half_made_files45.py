@@ -18,7 +18,10 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from test_geoverify_tau_bands42 import write_build_toml
 
@@ -114,3 +117,104 @@ def test_a_queue_file_whose_tables_are_not_made_yet_is_read_as_no_queue(tmp_path
     with reading_only():
         counts = read_counts(tmp_path, "camp", "requests")
     assert counts is not None and (counts.total, counts.ready) == (1, 1)
+
+
+# -- the writers: a new file appears whole (race45) ----------------------------------------------------------------
+
+
+def _hidden(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
+
+
+def test_create_whole_makes_the_file_under_another_name_and_links_it_in_one_step(tmp_path):
+    from geoagent.runtime.sqlite_wal import create_whole
+
+    target = tmp_path / "x.sqlite"
+    seen: list[bool] = []
+
+    def make(conn: sqlite3.Connection) -> None:
+        conn.execute("CREATE TABLE a (x)")
+        seen.append(target.exists())  # mid-way, another process finds no file at the name
+        conn.execute("CREATE TABLE b (y)")
+
+    assert create_whole(target, make) is True
+    assert seen == [False]
+    assert _tables(target) == {"a", "b"} and _hidden(tmp_path) == []
+    conn = sqlite3.connect(target)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+    assert create_whole(target, make) is False and seen == [False]  # there already: nothing made
+
+
+def test_create_whole_leaves_the_file_another_process_linked_first(tmp_path):
+    from geoagent.runtime.sqlite_wal import create_whole
+
+    target = tmp_path / "x.sqlite"
+
+    def make(conn: sqlite3.Connection) -> None:
+        conn.execute("CREATE TABLE mine (x)")
+        other = sqlite3.connect(target)  # the other process wins the race meanwhile
+        other.execute("CREATE TABLE theirs (x)")
+        other.close()
+
+    assert create_whole(target, make) is False
+    assert _tables(target) == {"theirs"} and _hidden(tmp_path) == []
+
+
+def test_a_new_campaign_file_and_queue_file_hold_their_tables_from_the_start(tmp_path):
+    from geoagent.runtime.sqlite_queue import SCHEMA_VERSION, SQLiteQueue
+    from geoagent.runtime.store import open_campaign_state
+
+    with open_campaign_state("whole", root=tmp_path) as state:
+        assert state.store.count_responses() == 0
+    path = tmp_path / "whole" / "campaign.sqlite"
+    assert {"ledger_totals", "reservations", "ledger_owners", "responses", "results"} <= _tables(path)
+    assert _hidden(path.parent) == []
+    queue = SQLiteQueue.open(tmp_path / "q", "whole", "requests")
+    queue.close_sync()
+    qpath = tmp_path / "q" / "whole" / "requests.sqlite"
+    conn = sqlite3.connect(qpath)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        rows = conn.execute("SELECT state, n FROM counts ORDER BY state").fetchall()
+        assert rows[1:] == [(0, 0), (1, 0), (2, 0), (3, 0)] and rows[0][0] == -1  # and the clock's mark
+        assert abs(rows[0][1] - time.time()) < 600
+    finally:
+        conn.close()
+    assert _hidden(qpath.parent) == []
+
+
+def test_a_schema_script_is_one_transaction(tmp_path):
+    """race45 #1: each statement of a schema script committed on its own, so a look could read ``ledger_totals``
+    made and its row not yet written. A script that fails part-way now leaves nothing of itself."""
+    from geoagent.runtime.ledger import CampaignDB
+
+    db = CampaignDB(tmp_path / "s.sqlite")
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="already exists"):
+            db.executescript("CREATE TABLE t1 (x); INSERT INTO t1 VALUES (1); CREATE TABLE t1 (y);")
+        assert db.read("SELECT name FROM sqlite_master WHERE name = 't1'") == []
+        db.executescript("CREATE TABLE t2 (x); INSERT INTO t2 VALUES (2);")
+        assert db.read("SELECT x FROM t2") == [(2,)]
+    finally:
+        db.close()
+
+
+def test_status_says_queues_are_gone_only_when_the_folder_listed_after_the_record_holds_none(tmp_path):
+    """race45 #3: ``status`` listed the queue folder, then read the manifest; a first run making its queue files and
+    recording itself in between read as "queues gone or empty (deleted or moved?)", exit 2. The record is read
+    first and the folder listed again."""
+    from _sim_campaign import run_cli, sim_generic_config
+    from geoagent.config import load_config
+    from geoagent.status import _state_ran_without_queues
+
+    cfg_path = sim_generic_config(tmp_path, "toctou", concurrency=2, n_requests=3)
+    assert run_cli("run", str(cfg_path), "--no-live").returncode == 0
+    cfg = load_config(cfg_path)
+    assert _state_ran_without_queues(cfg) is None  # a run recorded and its queue files there
+    qdir = Path(cfg.queues_root()) / "toctou"
+    aside = tmp_path / "aside"
+    qdir.rename(aside)
+    ran = _state_ran_without_queues(cfg)
+    assert ran is not None and ran["runs"] == 1  # recorded, and no queue file: gone
+    aside.rename(qdir)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from geoagent.crawl.ladder import RatedCandidate, tier_for
-from geoagent.files import append_jsonl, csv_header, csv_rows, iter_jsonl_objects
+from geoagent.files import append_jsonl, atomic_open, csv_header, csv_rows, iter_jsonl_objects
 from geoagent.qid import is_qid
 
 _log = logging.getLogger(__name__)
@@ -232,7 +232,8 @@ def write_resolution(state_dir: str | Path, decisions: Mapping[tuple[str, str], 
         # no decision file and none before: nothing to resolve, no table (a crawl without review decisions writes
         # the same files on every run); with the key removed after a run, the table is rewritten all pending
         return {"resolved": 0, "pending": len(rows), "logged": 0, "unmatched": 0}
-    with (state_dir / RESOLVED_FILE).open("w", encoding="utf-8", newline="") as f:
+    # written whole and swapped in: a status beside it read 0 resolved mid-write, a crash left it cut (race45 #5)
+    with atomic_open(state_dir / RESOLVED_FILE, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(RESOLVED_COLUMNS))
         w.writeheader()
         w.writerows(rows)

@@ -38,7 +38,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace as _dc_replace
@@ -49,7 +49,7 @@ from typing import Any, TypeVar
 from geoagent import constants as C
 from geoagent.runtime.errors import PicklableError
 from geoagent.runtime.procs import boot_id, proc_start, process_alive
-from geoagent.runtime.sqlite_wal import connect, damaged_file_error, enable_wal, is_reading_only
+from geoagent.runtime.sqlite_wal import connect, create_whole, damaged_file_error, enable_wal, is_reading_only
 from geoagent.runtime.stage import BudgetStop
 
 T = TypeVar("T")
@@ -114,6 +114,18 @@ class BudgetExhausted(PicklableError, BudgetStop):
         )
 
 
+def _run_script(conn: sqlite3.Connection, script: str) -> None:
+    """Run the schema ``script`` on autocommit connection ``conn`` in one ``BEGIN IMMEDIATE`` ... ``COMMIT`` (rolled
+    back on error): its statements one by one committed each on its own, so another process could read a table
+    made and its first row not yet written (race45 #1: ``ledger_totals`` without its row, an ``IndexError``)."""
+    try:
+        conn.executescript(f"BEGIN IMMEDIATE;\n{script}\n;\nCOMMIT;")  # the script's last ; may be left out
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
 # ------------------------------------------------------------------------------------------------
 # the shared SQLite file
 # ------------------------------------------------------------------------------------------------
@@ -144,16 +156,22 @@ class CampaignDB:
     synchronous : {"NORMAL", "FULL"}
         SQLite ``synchronous`` pragma. ``NORMAL`` (default) in WAL mode survives process crashes (SIGKILL);
         ``FULL`` also survives power loss at the cost of an fsync per commit.
+    schema : sequence of str
+        Schema scripts of a new file: when ``path`` does not exist it is made whole with them, in one transaction
+        (:func:`geoagent.runtime.sqlite_wal.create_whole`), so no other process sees it without its tables.
     """
 
     #: most jobs run in one group-commit transaction
     group_max: int = 256
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_s: float = 60.0, synchronous: str = "NORMAL"):
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_s: float = 60.0, synchronous: str = "NORMAL",
+                 schema: Sequence[str] = ()):
         if synchronous not in ("NORMAL", "FULL"):
             raise ValueError("synchronous must be NORMAL or FULL")
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if schema:
+            create_whole(self.path, lambda conn: _run_script(conn, "".join(schema)))
         self._conn = connect(  # sqlite3.connect; a read-only folder is one clear error (DatabaseAccessError)
             self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
         )
@@ -247,7 +265,7 @@ class CampaignDB:
             return
         with self._lock:
             try:
-                self._conn.executescript(script)
+                _run_script(self._conn, script)
             except sqlite3.DatabaseError as exc:
                 self._raise_damaged(exc)
                 raise

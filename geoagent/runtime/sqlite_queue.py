@@ -238,7 +238,8 @@ from geoagent.runtime.queue import (
     process_ended_reason,
     unreadable_payload_reason,
 )
-from geoagent.runtime.sqlite_wal import DatabaseFileError, connect, damaged_file_error, enable_wal, is_busy
+from geoagent.runtime.sqlite_wal import (DatabaseFileError, connect, create_whole, damaged_file_error, enable_wal,
+                                         is_busy)
 
 __all__ = ["SQLiteQueue", "queue_path", "queue_files", "read_counts", "SCHEMA_VERSION"]
 
@@ -678,6 +679,8 @@ class SQLiteQueue(WorkQueue):
             if not create:
                 raise FileNotFoundError(f"queue {self.name!r}: no queue file at {self.path}")
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            # made whole: no other process sees it empty or without its tables (race45 #4)
+            create_whole(self.path, self._make_tables)
         self._conn = self._connect(float(busy_timeout_s), sync_mode, int(cache_size_kib))
         #: the file keeps the queue clock's mark (version 3); an older file read as it is runs on the wall clock
         self._has_mark = self.schema_version >= 3
@@ -806,6 +809,22 @@ class SQLiteQueue(WorkQueue):
             conn.close()
             raise
         return conn
+
+    def _make_tables(self, conn: sqlite3.Connection) -> None:
+        """The tables of a new queue file and its clock mark, at :data:`SCHEMA_VERSION`, in one transaction on
+        autocommit connection ``conn`` (what :meth:`_connect` does for a file at ``user_version`` 0; here for
+        :func:`~geoagent.runtime.sqlite_wal.create_whole`'s temporary file)."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _SCHEMA:
+                conn.execute(statement)
+            conn.execute(_ADD_MARK_SQL, (self._start_mark(conn, self._clock()),))
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
 
     @staticmethod
     def _start_mark(conn: sqlite3.Connection, wall: float) -> float:

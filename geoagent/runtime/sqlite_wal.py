@@ -12,10 +12,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 
 class DatabaseFileError(ValueError):
@@ -178,6 +179,45 @@ def connect(path: str | os.PathLike[str], **kwargs: Any) -> sqlite3.Connection:
         if refused is None:
             raise
         raise refused from None
+
+
+def create_whole(path: str | os.PathLike[str], make: Callable[[sqlite3.Connection], None]) -> bool:
+    """Make the SQLite file ``path`` in one step when there is none, so that another process finds either no file
+    or a whole one, never one mid-way (race45, ci45: a look at a campaign whose first run was making
+    ``campaign.sqlite`` met its ledger's tables without the store's and ended in a traceback, or took the file,
+    still empty or without tables, for a damaged one; a queue file likewise).
+
+    A temporary file beside it (``.<name>.new-<pid>-<hex>``: hidden, and no ``*.sqlite`` listing matches it) is
+    switched to WAL, given its tables by ``make(conn)`` (an autocommit connection; ``make`` runs its own
+    transactions), closed (which folds its WAL in and removes its ``-wal`` and ``-shm``) and linked into place with
+    ``os.link``, which fails when the name exists: of two processes making the file at once the first to link
+    wins and the other's file is dropped (both then open the winner's). The temporary files are removed in every
+    case. Returns whether this call linked the file; False also when ``path`` exists, under :func:`reading_only`
+    (nothing is made), and when this way fails (a file system without hard links, a read-only folder, a full
+    disk): the caller then opens ``path`` as before, which makes it in place or raises its own error naming it.
+    """
+    target = Path(path)
+    if _READ_ONLY[0] or target.exists():
+        return False
+    tmp = target.with_name(f".{target.name}.new-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        conn = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            wal = str(conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower() == "wal"
+            if wal:
+                make(conn)
+        finally:
+            conn.close()
+        if not wal:
+            return False
+        os.link(tmp, target)
+        return True
+    except (OSError, sqlite3.Error):  # FileExistsError: another process linked first; else: the caller's way
+        return False
+    finally:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            with contextlib.suppress(OSError):
+                os.unlink(f"{tmp}{suffix}")
 
 
 def damaged_file_error(conn: sqlite3.Connection | None, exc: sqlite3.DatabaseError,

@@ -28,7 +28,7 @@ import orjson
 from geoagent import constants as C
 from geoagent.paths import safe_name, state_root
 from geoagent.providers.base import ModelResponse
-from geoagent.runtime.ledger import CampaignDB, Ledger, Reservation
+from geoagent.runtime.ledger import _SCHEMA as _LEDGER_SCHEMA, CampaignDB, Ledger, Reservation
 
 _TABLE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 
@@ -576,7 +576,8 @@ def open_campaign_state(
 
         return open_redis_campaign_state(redis_url, campaign, directory, cap_usd=cap_usd, recover=recover,
                                          recover_all=recover_all, make_state_dir=make_state_dir)
-    db = CampaignDB(directory / C.CAMPAIGN_DB, synchronous=synchronous)
+    # a new file is made whole, ledger and store tables in one step (race45: a look between them met no store)
+    db = CampaignDB(directory / C.CAMPAIGN_DB, synchronous=synchronous, schema=(_LEDGER_SCHEMA, _SCHEMA))
     try:
         ledger = Ledger(db, cap_usd, recover=recover, recover_all=recover_all)
         store = ResponseStore(db, ledger)
