@@ -69,8 +69,10 @@ if __name__ == "__main__":
     missing = missing_dependency()
     if missing is not None:
         _refuse(missing)
+    from geoagent._start import load_cli  # imports nothing else: a Ctrl-C while the CLI is imported is one line
+
     try:
-        from geoagent.cli import entry
+        entry = load_cli()
     except ModuleNotFoundError as exc:  # a third-party package not in DEPENDENCIES; our own modules traceback
         if not exc.name or exc.name.split(".")[0] == "geoagent":
             raise

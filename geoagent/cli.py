@@ -949,11 +949,12 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code (see :mod:`geoagent.engine` for campaign codes)."""
     global _COMMAND, _WORK_ENDED
     _WORK_ENDED = False
+    _COMMAND = None
+    args = build_parser().parse_args(argv)
+    _COMMAND = args  # first: an interrupt from here on says what it stopped (chaos45 #2: a status read as a run)
     from geoagent.runtime.daemon import mark_end_recorded
 
     mark_end_recorded(False)
-    args = build_parser().parse_args(argv)
-    _COMMAND = args
     handler = logging.StreamHandler()
     handler.setFormatter(ConsoleLogFormatter(verbose=bool(args.verbose)))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, handlers=[handler])
