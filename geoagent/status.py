@@ -32,7 +32,7 @@ from geoagent.runtime.progress import (did_work, merge_records, read_last_with_w
 from geoagent.runtime.procs import pid_alive
 from geoagent.runtime.queue import DeadLetter, QueueCounts
 from geoagent.runtime.stage import BudgetStop, other_budget_fixes
-from geoagent.runtime.worker import STALL_MIN_S, unreachable_cause
+from geoagent.runtime.worker import LANE_RATE_WINDOW_S, STALL_MIN_S, unreachable_cause
 
 
 _HTTP_RETRIES = re.compile(r"\bretries exhausted after (\d+) attempts?\b")
@@ -1344,7 +1344,9 @@ def format_status(st: dict[str, Any]) -> str:
                 lines.append(f"      per model ({which}): " + ", ".join(
                     f"{k} " + ("" if over else f"{float(v.get('rate_per_s') or 0.0):.2f}/s ") + f"done {v.get('done')}"
                     + (f" left {v['left']}" if not over and v.get("left") is not None else "")
-                    for k, v in lanes.items() if isinstance(v, dict)))
+                    for k, v in lanes.items() if isinstance(v, dict))
+                    # the stage's rate is over its recent commits, each model's over about 10 s: they need not add up
+                    + ("" if over else f" (rates over the last {LANE_RATE_WINDOW_S:g} s)"))
             # each distinct once; the cap's refusals of the calls in flight as one line (budget_refusals_merged)
             # (that line whole: its amounts are the point, and their number is bounded), after the stage's last two
             # real errors: the refusals are kept apart (the record's budget_refusals; in last_errors before s14)

@@ -84,6 +84,7 @@ def test_status_per_model_line_shows_each_model_s_tasks_left(tmp_path):
     text = format_status(st)
     line = next(ln for ln in text.splitlines() if "per model (this run):" in ln)
     assert "fake-gpt" in line and "left 180" in line and "sim-a" in line and "left 0" in line, line
+    assert line.endswith("(rates over the last 10 s)"), line  # not the stage's window: they need not add up (walk45 #6)
 
 
 def test_tasks_left_per_model_at_a_run_s_start_come_from_the_plan_record(tmp_path):
