@@ -1286,6 +1286,10 @@ def format_status(st: dict[str, Any]) -> str:
         elif procs:
             state = f"running: {n_running} of {len(procs)} processes"
             eta = f", ETA {format_eta(p)}" if n_running else ""
+        elif running and p.get("stopping"):  # walk45 #4: the run took SIGTERM or Ctrl-C and is winding down
+            state = (f"stopping on {p['stopping']}: finishing the calls in flight, then saving; re-run the same command "
+                     "to resume once it has ended")
+            eta = ""
         else:
             state = "running" if running else "running, or killed before its last record"
             eta = f", ETA {format_eta(p)}"

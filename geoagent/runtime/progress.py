@@ -366,6 +366,8 @@ class Progress:
             "http": http,
             "host_labels": self.labels(run) or None,
             "budget_stopped": run.budget_stopped,
+            # the run took a stop signal and is finishing its in-flight work (status: "stopping", not "running")
+            **({"stopping": run.stop_signal or "signal"} if run.stopped_by_signal and not finished else {}),
             "finished": finished,
             "pid": os.getpid(),  # which process wrote it (status: is it still alive?)
             "run_id": self.run_id,
