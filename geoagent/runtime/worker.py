@@ -841,18 +841,21 @@ class StageRunner:
         stage up since this one started, and waits for one to start before that (``stages_started``).
     stages_elsewhere : callable or None
         ``() -> names`` of the stages other live processes of the campaign run
-        (:func:`geoagent.runtime.manifest.stages_run_elsewhere`); read at most once a second. None: only leased
-        tasks count.
+        (:func:`geoagent.runtime.manifest.stages_run_elsewhere`); read at most once a second, with
+        ``stages_started`` and after it (one snapshot), and read again, with every count after it, before the runner
+        ends while a foreign upstream stage it does not name has ready tasks (fixstages45). None: only leased tasks
+        count.
     stages_started : callable or None
         Burst mode with ``foreign_upstream``: ``() -> names`` of the stages another process of the campaign has run
         since this process started (:func:`geoagent.runtime.manifest.stages_run_since`); read at most once a
-        second. A foreign upstream stage with ready tasks that no process has taken up yet keeps the input from
-        being exhausted (fixstages43: a downstream process started before its upstream one waits for it instead of
-        ending at once): taken up once ``stages_started`` or ``stages_elsewhere`` names it, or more of its input's
-        tasks are leased than the fewest seen leased since this runner started, or its input's done count has grown
-        since then (the evidence of a process on another machine, Redis; review43e #3: not the dead count, which
-        another process's plan grows by setting tasks aside, nor leases a crashed process left). None: the rule is
-        off, ready tasks of a stage no live process runs never keep it waiting.
+        second, just before ``stages_elsewhere``. A foreign upstream stage with ready tasks that no process has
+        taken up yet keeps the input from being exhausted (fixstages43: a downstream process started before its
+        upstream one waits for it instead of ending at once): taken up once ``stages_started`` or
+        ``stages_elsewhere`` names it, or more of its input's tasks are leased than the fewest seen leased since
+        this runner started, or its input's done count has grown since then (the evidence of a process on another
+        machine, Redis; review43e #3: not the dead count, which another process's plan grows by setting tasks aside,
+        nor leases a crashed process left). None: the rule is off, ready tasks of a stage no live process runs never
+        keep it waiting.
     start_wait_s : float
         The most seconds the input stays not exhausted for a stage no process has taken up (``stages_started``),
         counted per stage from the first time it was found so (review43e #2: a stage whose work arrives once the
@@ -961,9 +964,9 @@ class StageRunner:
         self.upstream_done = upstream_done
         self.foreign_upstream = tuple(foreign_upstream)
         self._stages_elsewhere = stages_elsewhere
-        self._elsewhere_cache: tuple[float, Collection[str]] | None = None
         self._stages_started = stages_started
-        self._started_cache: tuple[float, Collection[str]] | None = None
+        #: (monotonic s read, stages_started(), stages_elsewhere()): one snapshot (fixstages45, :meth:`_views`)
+        self._views_cache: tuple[float, Collection[str], Collection[str]] | None = None
         #: fixstages43: foreign upstream stages seen taken up by another process (once seen, for good), and each
         #: one's input's done count when this runner started (growth: a process elsewhere at work on it); shared by
         #: the process's runners (fixstages44 #2: UpstreamWait)
@@ -1660,11 +1663,37 @@ class StageRunner:
             return False
         if self.stats.in_flight or self._pending:
             return False
+        drained, busy_upstream, waited, unseen = await self._drain_check()
+        if drained and busy_upstream is None and unseen:
+            # fixstages45: a foreign upstream stage's ready tasks were let go because the view of the processes at
+            # work (read up to 1 s ago) did not name it; a process that started since then (its manifest entry or,
+            # on Redis, its owner record written after that read) and takes them up is in no such view, and this
+            # stage ended beside it while its tasks were still on their way (walk45: the geocoder ended under a
+            # second after the model caller's process started, its 1874 answers then left for nobody). Ending needs
+            # the verdict of a view read after these counts: read it now, and all the counts again after it.
+            drained, busy_upstream, waited, _ = await self._drain_check(fresh=True)
+        if busy_upstream is None or not drained:
+            self._waiting_since = None  # the wait the line speaks of is one unbroken wait
+            return drained
+        self._say_waiting(waited or busy_upstream[0], *busy_upstream[1:])
+        return False
+
+    async def _drain_check(self, *, fresh: bool = False) -> tuple[bool, tuple[Any, ...] | None, list[str], bool]:
+        """One look at this runner's input and its foreign upstream inputs (:meth:`_input_exhausted`): ``(drained,
+        busy_upstream, waited, unseen)``. ``drained``: nothing of the input ready, and nothing leased but this
+        runner's held tasks; ``busy_upstream``: ``(stage, edge, ready tasks not taken up)`` of the first foreign
+        upstream stage with work on its way here (None: none); ``waited``: the stages not taken up yet that the
+        waiting line names; ``unseen``: a foreign upstream stage's input held ready tasks, none leased, and the
+        view of the processes at work (:meth:`_views`) named no live process running it, so that view decided
+        it was not busy. ``fresh``: read that view anew first (fixstages45), before any count."""
+        if fresh:
+            await self._views(fresh=True)
         # Each queue is read at its own moment, and work only moves downstream (a stage puts its outputs, then
         # acks its input): read upstream first, the own input last, so a task that moves from a foreign upstream
         # queue into this input between two reads is seen in the later one (own input first, it was in neither)
         busy_upstream: tuple[Any, ...] | None = None
         waited: list[str] = []  # stages not taken up yet, from the first one holding ready tasks on (review43e #2)
+        unseen = False
         for name, q in self.foreign_upstream:  # another process at work upstream: its output is on the way here
             c = await q.counts()
             if c.ready and not c.leased:
@@ -1680,6 +1709,7 @@ class StageRunner:
             if c.leased or (c.ready and name in await self._elsewhere()):
                 busy_upstream = (name, q.name, 0)
                 break
+            unseen = unseen or bool(c.ready)  # ready, none leased, no live process of it in the view read
             if c.ready and not taken:
                 # fixstages43: its work is queued and no process has taken it up since this one started (the
                 # upstream process not started yet, e.g. started second by a scheduler): wait for one to start
@@ -1690,11 +1720,7 @@ class StageRunner:
         # some waits for no other process's leases: it ends with work left anyway, and its held tasks, released at
         # its end, are the others' to take (break30 #1: processes that each held tasks waited for each other's)
         drained = counts.ready == 0 and (counts.leased <= len(self._held) or bool(self._held))
-        if busy_upstream is None or not drained:
-            self._waiting_since = None  # the wait the line speaks of is one unbroken wait
-            return drained
-        self._say_waiting(waited or busy_upstream[0], *busy_upstream[1:])
-        return False
+        return drained, busy_upstream, waited, unseen
 
     async def _note_upstream_stop(self, name: str) -> None:
         """fixstagesbudget43: when foreign upstream stage ``name`` is not taken up yet (:meth:`_upstream_taken_up`)
@@ -1738,8 +1764,8 @@ class StageRunner:
         base = self._upstream_base.setdefault(name, c.done)
         low = min(self._upstream_leased_low.get(name, c.leased), c.leased)
         self._upstream_leased_low[name] = low
-        if (c.leased > low or c.done > base or name in await self._elsewhere()
-                or name in await self._cached_names("_started_cache", self._stages_started)):
+        started, elsewhere = await self._views()
+        if c.leased > low or c.done > base or name in elsewhere or name in started:
             self._taken_up.add(name)
             return True
         if not c.ready:
@@ -1794,22 +1820,37 @@ class StageRunner:
                     where, edge, config, ",".join(names), config)
 
     async def _elsewhere(self) -> Collection[str]:
-        """The stages other live processes of the campaign run (``stages_elsewhere``, cached for 1 s)."""
-        return await self._cached_names("_elsewhere_cache", self._stages_elsewhere)
+        """The stages other live processes of the campaign run (``stages_elsewhere``; :meth:`_views`)."""
+        return (await self._views())[1]
 
-    async def _cached_names(self, slot: str, read: Callable[[], Collection[str]] | None) -> Collection[str]:
-        """``read()``, read at most once a second (the cache in attribute ``slot``); () when ``read`` is None. The
-        read runs in a worker thread: it reads files and, on Redis, the server (owner records) with the blocking
-        client, which held the event loop for as long as a hung server took to answer (review44e #3: 20-60 s, the
-        model calls, Ctrl-C and the live display of the process frozen meanwhile)."""
-        if read is None:
-            return ()
+    async def _views(self, *, fresh: bool = False) -> tuple[Collection[str], Collection[str]]:
+        """``(stages_started(), stages_elsewhere())``: the stages another process has run since this one started,
+        and those other live processes run now (each () when not given), read together at most once a second
+        (``fresh``: now).
+
+        fixstages45: one snapshot, the started view read first. Each had a cache of its own, refreshed at its own
+        moment, and a process whose manifest entry came between the two reads was in the started view (its stage
+        taken up, :meth:`_upstream_taken_up`) and not in the live one (its ready tasks then no work on its way):
+        for up to a second a downstream runner ended beside an upstream process that had not leased yet (walk45,
+        2 runs in 5 under load). Read in that order, a process the started view names is in the live view too,
+        unless it ended or stopped that stage in between.
+
+        The reads run in a worker thread: they read files and, on Redis, the server (owner records) with the
+        blocking client, which held the event loop for as long as a hung server took to answer (review44e #3:
+        20-60 s, the model calls, Ctrl-C and the live display of the process frozen meanwhile)."""
+        if self._stages_started is None and self._stages_elsewhere is None:
+            return (), ()
         now = time.monotonic()
-        cached = getattr(self, slot)
-        if cached is None or now - cached[0] >= 1.0:
-            cached = (now, await anyio.to_thread.run_sync(read))
-            setattr(self, slot, cached)
-        return cached[1]
+        cached = self._views_cache
+        if fresh or cached is None or now - cached[0] >= 1.0:
+            cached = (now, *await anyio.to_thread.run_sync(self._read_views))
+            self._views_cache = cached
+        return cached[1], cached[2]
+
+    def _read_views(self) -> tuple[Collection[str], Collection[str]]:
+        """:meth:`_views`' read (a worker thread): the started view, then the live one."""
+        started = self._stages_started() if self._stages_started is not None else ()
+        return started, self._stages_elsewhere() if self._stages_elsewhere is not None else ()
 
     async def _sleep_or_stop(self, seconds: float) -> None:
         with anyio.move_on_after(seconds):
