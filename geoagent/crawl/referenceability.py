@@ -116,7 +116,7 @@ from geoagent.crawl.ladder import NAME_EN_MAX_CHARS, NAME_ZH_MAX_CHARS, RatedCan
 from geoagent.crawl.llmjson import as_bool, as_int_in, as_text, prompt_example
 from geoagent.llmjson import fenced_blocks, iter_candidates
 from geoagent.crawl.settings import ReferenceabilitySettings
-from geoagent.files import append_jsonl
+from geoagent.files import jsonl_append_turn
 from geoagent.geo import haversine_km
 from geoagent.providers.base import ModelRequest
 from geoagent.runtime.errors import PicklableError
@@ -641,7 +641,9 @@ class JsonlLog:
 
     Appends are serialised by an asyncio lock and fsynced per batch, so a crash loses at most the batch
     being written and never corrupts earlier lines (a torn last line is skipped on load, and the next
-    append starts on a fresh line so the torn bytes cannot swallow its first record).
+    append starts on a fresh line so the torn bytes cannot swallow its first record). An append reads what
+    other processes appended and decides which records to write under the file's append lock
+    (:meth:`append`, chaos45 #1), so a key is written once however many processes of the crawl logged it.
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -679,13 +681,48 @@ class JsonlLog:
         """The record of (``model``, ``qid``) made for ``city`` (None: the record without a city)."""
         return self.records.get((model, qid, city))
 
-    async def append(self, recs: Sequence[dict[str, Any]]) -> None:
+    async def append(self, recs: Sequence[dict[str, Any]],
+                     keep: Callable[[dict[str, Any] | None, dict[str, Any]], bool] | None = None
+                     ) -> list[dict[str, Any]]:
+        """Append those of ``recs`` that ``keep(logged, rec)`` admits, ``logged`` being the record of ``rec``'s key
+        in the log as it is at the append (None: none; an earlier record of ``recs`` with that key counts); the
+        default keeps only records whose key is not logged yet. Returns the records written.
+
+        The log is read again, and ``keep`` asked, under the file's append lock (the one every appender of the file
+        takes, :func:`geoagent.files.jsonl_append_turn`): chaos45 #1, two crawl processes that had both waited on
+        one screening call each appended its batch (31 duplicate rows of ``audit_sensitive.jsonl``), because each
+        decided from what it had read before the other wrote. A caller whose record may supersede the logged one
+        (the last record of a key wins: a decision after a failure, a failure after more re-asks) says when in
+        ``keep``.
+
+        Raises
+        ------
+        OSError
+            The log cannot be read, locked or written (names the file).
+        """
         if not recs:
-            return
+            return []
+        keep = keep or _unlogged
         async with self._lock:
-            append_jsonl(self.path, recs)
-            for r in recs:
-                self.records[self._key(r)] = r
+            with jsonl_append_turn(self.path) as write:
+                self.refresh()  # no other appender is mid-write: every line up to the end is whole
+                now: dict[tuple[str, str, str | None], dict[str, Any]] = {}
+                out = []
+                for r in recs:
+                    k = self._key(r)
+                    if keep(now.get(k, self.records.get(k)), r):
+                        now[k] = r
+                        out.append(r)
+                first, end = write(out)
+            if out and first == self._read_to:  # nothing unread before them (no torn line): not read back
+                self._read_to = end
+            self.records.update(now)
+        return out
+
+
+def _unlogged(logged: dict[str, Any] | None, rec: dict[str, Any]) -> bool:
+    """:meth:`JsonlLog.append`'s default: a record is written when its key has no record yet."""
+    return logged is None
 
 
 class ReviewQueueLog(JsonlLog):
@@ -712,7 +749,7 @@ class RawAnswerLog:
     is never held in memory: one streaming pass builds an index request key -> byte offset of the line
     that holds its answer (the first line of a key wins; lines without a key, written before keys were
     logged, and a torn last line from a crash are skipped), and :meth:`get` reads that one line when an
-    answer is replayed. Appends go through :func:`geoagent.files.append_jsonl` (fsynced; a torn last line
+    answer is replayed. Appends go through :func:`geoagent.files.jsonl_append_turn` (fsynced; a torn last line
     is never continued) and add their own offset, so the index stays exact without a second pass.
 
     Parameters
@@ -796,13 +833,29 @@ class RawAnswerLog:
             self._offsets = None if attempt == 0 else {k: v for k, v in self.offsets.items() if k != key}
         return None
 
-    def append(self, rec: dict[str, Any]) -> None:
-        """Append one record (with a string ``key``) and index its line. Callers serialise appends (the
-        offset is the file's end after the write minus the record's line)."""
-        line = orjson.dumps(rec) + b"\n"
-        append_jsonl(self.path, [rec])
-        offsets = self.offsets  # built (from the file as it is now) before the new offset goes in
-        offsets.setdefault(str(rec["key"]), self.path.stat().st_size - len(line))
+    def append(self, rec: dict[str, Any]) -> bool:
+        """Append one record (with a string ``key``) and index its line, unless its key is logged already (by
+        another process too: the index is brought up to date under the file's append lock,
+        :func:`geoagent.files.jsonl_append_turn`; chaos45 #1: a process that waited on another's call to the same
+        request logged its answer a second time). Returns whether it was written. Callers in one process serialise
+        appends (:attr:`ReferenceabilityAuditor._raw_lock`).
+
+        Raises
+        ------
+        OSError
+            The log cannot be read, locked or written.
+        """
+        key = str(rec["key"])
+        with jsonl_append_turn(self.path) as write:
+            self.refresh()  # no other appender is mid-write: every line up to the end is whole
+            offsets = self.offsets
+            if key in offsets:
+                return False
+            first, end = write([rec])
+            offsets[key] = first
+            if first == self._scanned:  # nothing unscanned before it (no torn line): not scanned again
+                self._scanned = end
+        return True
 
 
 def pageview_tiers(views: dict[str, int]) -> dict[str, str]:
@@ -1005,7 +1058,10 @@ class ReferenceabilityAuditor:
         if kind:
             rec["provider_kind"] = kind
         async with self._raw_lock:
-            self.raw.append(rec)
+            if not self.raw.append(rec):
+                # chaos45 #1: another process logged this request's answer meanwhile (this call waited on its
+                # in-flight one, the response store answered it): the logged answer is the one replays read
+                text = self.raw.get(key) or text
         return text
 
     @staticmethod
@@ -1016,15 +1072,14 @@ class ReferenceabilityAuditor:
         title: :func:`has_no_label`), or only a failure (``error``) that this record, a decision, supersedes
         (crawl40 #1: a failure is no decision; a later run asks again). A failure already logged is not logged
         again when a retry replays the same answers."""
-        def new(r: dict[str, Any]) -> bool:
-            old = log.get(str(r["model"]), str(r["qid"]), r.get("city"))
+        def new(old: dict[str, Any] | None, r: dict[str, Any]) -> bool:
             if old is None:
                 return True
             if "error" in r:
                 return bool(old.get("not_rated"))
             return bool(old.get("not_rated")) or "error" in old
 
-        await log.append([r for r in recs if new(r)])
+        await log.append(recs, new)  # decided against the log as it is at the append (chaos45 #1)
 
     @staticmethod
     def _scoped(rec: dict[str, Any], city: str | None) -> dict[str, Any]:
@@ -1105,8 +1160,7 @@ class ReferenceabilityAuditor:
         if not got.missing:
             return []
         if len(batch) == 1:
-            await log.append([r for r in failed(got.missing, got, city, FAILURE_ISOLATED)
-                              if self._fresh_failure(log, r)])
+            await log.append(failed(got.missing, got, city, FAILURE_ISOLATED), self._fresh_failure)
             lost = [c for c in got.missing if reask is None or not await reask(c, city)]
             if too_many is not None and too_many():
                 raise _TooManyFailed()
@@ -1117,8 +1171,8 @@ class ReferenceabilityAuditor:
         answers = [await ask(p, city) for p in parts]
         if len(parts) == 2 and max(map(len, parts)) > 1 and self._format_fault(got, answers):
             lost = [c for a in answers for c in a.missing]
-            await log.append([r for p, a in zip(parts, answers) for r in failed(a.missing, a, city, FAILURE_SYSTEMATIC)
-                              if self._fresh_failure(log, r)])
+            await log.append([r for a in answers for r in failed(a.missing, a, city, FAILURE_SYSTEMATIC)],
+                             self._fresh_failure)
             raise GaveUp(lost, answers[-1].why or "")
         out: list[RefCandidate] = []
         for p, a in zip(parts, answers):
@@ -1136,12 +1190,12 @@ class ReferenceabilityAuditor:
         return faults[0] == faults[1] or got.fault in FORMAT_FAULTS
 
     @staticmethod
-    def _fresh_failure(log: JsonlLog, rec: dict[str, Any]) -> bool:
-        """Whether a failure record is to be logged: its key has no record yet, or only a ``not_rated`` one, or
-        (a rating failure, with ``failure``) a failure logged before failures were classified, of another kind, or
-        after fewer re-asks (crawl40b #2). A retry replaying the same answers logs no second copy; a decision is
-        never overwritten by a failure."""
-        old = log.get(str(rec["model"]), str(rec["qid"]), rec.get("city"))
+    def _fresh_failure(old: dict[str, Any] | None, rec: dict[str, Any]) -> bool:
+        """Whether a failure record is to be logged over ``old``, the record logged for its key (None: none; asked by
+        :meth:`JsonlLog.append` under the file's lock, chaos45 #1): its key has no record yet, or only a
+        ``not_rated`` one, or (a rating failure, with ``failure``) a failure logged before failures were classified,
+        of another kind, or after fewer re-asks (crawl40b #2). A retry replaying the same answers logs no second
+        copy; a decision is never overwritten by a failure."""
         if old is None or old.get("not_rated"):
             return True
         if "error" not in old or "failure" not in rec:
@@ -1172,8 +1226,8 @@ class ReferenceabilityAuditor:
         got = await self._rate_answer([c], city, reask=reask)
         if not got.missing:
             return True
-        await self.decisions.append([r for r in self._rating_failures([c], got, city, FAILURE_ISOLATED, reask)
-                                     if self._fresh_failure(self.decisions, r)])
+        await self.decisions.append(self._rating_failures([c], got, city, FAILURE_ISOLATED, reask),
+                                    self._fresh_failure)
         return False
 
     async def _screen_reask(self, c: RefCandidate, city: str | None, reask: int) -> bool:
@@ -1181,8 +1235,8 @@ class ReferenceabilityAuditor:
         got = await self._screen_answer([c], city, reask=reask)
         if not got.missing:
             return True
-        await self.sensitive.append([r for r in self._screen_failures([c], got, city, FAILURE_ISOLATED, reask)
-                                     if self._fresh_failure(self.sensitive, r)])
+        await self.sensitive.append(self._screen_failures([c], got, city, FAILURE_ISOLATED, reask),
+                                    self._fresh_failure)
         return False
 
     def _reask_parts(self, kind: str) -> tuple[JsonlLog, str, Any, set[tuple[str, str | None]]]:
@@ -1356,7 +1410,8 @@ class ReferenceabilityAuditor:
 
         The logs are read again first (redis41 #4): this auditor lives as long as its process, and a city another
         process of the crawl rated since would otherwise look unrated here, its candidates asked again in the
-        site's own batches (the site's distances: other request keys, so paid twice).
+        site's own batches (the site's distances: other request keys, so paid twice); and again before each batch,
+        rating and screening (chaos45 #1: another process may have logged it since, :meth:`_catch_up`).
 
         Unreadable answers (crawl40 #1, crawl40b #1, review40a #1): a batch's answer that settles nothing is split in
         halves and each half asked, but a split whose two halves both have a fault of the answers' format stops the
@@ -1416,9 +1471,8 @@ class ReferenceabilityAuditor:
         batches = fixed_batches(candidates, self.settings.batch_size)
         unlabeled = [c for c in candidates if has_no_label(c)]
         # logged once; it also supersedes (last record wins) a rating an earlier version paid for such a label
-        await self.decisions.append([self._not_rated(c, city) for c in unlabeled
-                                     if (self.decisions.get(self.settings.model, c.qid, city) or {}).get("not_rated")
-                                     != NOT_RATED_NO_LABEL])
+        await self.decisions.append([self._not_rated(c, city) for c in unlabeled],
+                                    lambda old, r: (old or {}).get("not_rated") != NOT_RATED_NO_LABEL)
         if unlabeled:  # out of their fixed batch: the other batches keep their members (and stored answers)
             skip = {c.qid for c in unlabeled}
             batches = [b for b in ([c for c in batch if c.qid not in skip] for batch in batches) if b]
@@ -1442,6 +1496,7 @@ class ReferenceabilityAuditor:
                 return len(alone) > max(1.0, max_failed_share * n_asked)
         asked = 0
         for batch in batches:
+            self._catch_up(self.decisions)
             # a not_rated record here is an earlier version's for a label that names nothing (the candidate has an
             # English Wikipedia title now, so it is in a batch: has_no_label): rated like an undecided one
             todo = [c for c in batch if _asked_in_batch(self.decisions.get(self.settings.model, c.qid, city))]
@@ -1461,6 +1516,7 @@ class ReferenceabilityAuditor:
                     if self.reask_due(c.qid, city, "screen"):
                         await self._reask_once(c, city, "screen")
             for batch in batches:
+                self._catch_up(self.sensitive)
                 todo = [c for c in batch if self.sensitive.get(self.sens_model, c.qid, city) is None]
                 if todo:
                     screened += 1
@@ -1473,6 +1529,17 @@ class ReferenceabilityAuditor:
                 "replayed": self.replayed - replayed0, "not_rated_no_label": len(unlabeled),
                 "unreadable": self.unreadable - unreadable0, "reasked": self.reasked - reasked0,
                 "screens_reasked": self.screens_reasked - screens_reasked0, "failed": len(failed)}
+
+    def _catch_up(self, log: JsonlLog) -> None:
+        """Read what other processes of the crawl appended to ``log`` and to the raw answers since, before a batch's
+        undecided candidates are taken (chaos45 #1: a process whose screen loop went on from what it read at the
+        start of :meth:`rate_all` asked a batch another process had just screened; its call waited on the other's
+        and took the stored answer, so nothing was billed twice, but the batch was logged again). A batch another
+        process is asking at this moment is still asked here: the campaign's response store answers it once
+        (:func:`geoagent.crawl.llmcall.metered_generate`), and the appends write each key once
+        (:meth:`JsonlLog.append`, :meth:`RawAnswerLog.append`)."""
+        log.refresh()
+        self.raw.refresh()
 
     def _city_line(self, c: RefCandidate, city: str | None, city_lines: Mapping[str, RefCandidate] | None) -> RefCandidate:
         """``c`` as its city's step showed it (``city_lines``, :meth:`rate_all`), else ``c``; where the two differ,
@@ -1579,8 +1646,7 @@ class ReferenceabilityAuditor:
                 ok=bool(d.get("ok")), name_en=d.get("name_en"), name_zh=d.get("name_zh"),
                 sensitive=sensitive, pageviews=views.get(c.qid)))
         if views:  # a re-run of the site (crash before its result was stored) adds no second copy of an item
-            await self.review.append([r for r in self.review_items(site, rated, views)
-                                      if not self.review.has(r["site"], r["qid"])])
+            await self.review.append(self.review_items(site, rated, views))  # an item not queued yet (chaos45 #1)
         return rated
 
     def review_items(self, site: str, rated: Sequence[RatedCandidate], views: dict[str, int]) -> list[dict[str, Any]]:
