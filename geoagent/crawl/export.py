@@ -17,7 +17,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,24 @@ def _log_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     if torn:
         shown = ", ".join(map(str, torn[:10])) + (" ..." if len(torn) > 10 else "")
         log.warning("%s: skipped %d record(s) cut short by a crash mid-write (line %s)", path, len(torn), shown)
+
+
+def _last_of_each_key(records: Iterable[tuple[int, dict[str, Any]]],
+                      keyed: str | None) -> list[tuple[int, dict[str, Any]]]:
+    """``(line, record)`` of a JSONL log (:func:`_log_records`) as the crawl reads it
+    (:data:`CRAWL_KEYED_JSONL_TABLES`): ``keyed`` ``"log"`` or ``"review"``: one per key, the last record of the key
+    at the place of the key's first line (a failure later rated is its decision, a record written twice is one row;
+    chaos45 #1); a record without the key's fields (``qid``, ``model``), which the crawl does not read, is kept as it
+    is. None: every record."""
+    if keyed is None:
+        return list(records)
+    from geoagent.crawl.referenceability import JsonlLog, ReviewQueueLog
+
+    key = ReviewQueueLog._key if keyed == "review" else JsonlLog._key
+    out: dict[Any, tuple[int, dict[str, Any]]] = {}  # first place of each key, holding its last record
+    for i, rec in records:
+        out[key(rec) if "qid" in rec and "model" in rec else ("line", i)] = (i, rec)
+    return list(out.values())
 
 
 def _load(path: Path) -> Any | None:
@@ -278,6 +296,13 @@ CRAWL_CSV_TABLES = ("city_pool", "sites", "images", "image_audit", "candidate_re
 #: its JSONL logs: audit decisions, sensitive-place flags, the human review queue and the log of the human decisions
 #: on it (``<name>.jsonl``; :mod:`geoagent.crawl.review`)
 CRAWL_JSONL_TABLES = ("audit_decisions", "audit_sensitive", "audit_review_queue", "audit_review_log")
+#: the JSONL tables exported one row per key, the last record of each key, as the crawl reads them
+#: (:class:`geoagent.crawl.referenceability.JsonlLog`: ``"log"`` keyed by (model, QID, city);
+#: :class:`~geoagent.crawl.referenceability.ReviewQueueLog`: ``"review"`` by (site, QID)); chaos45 #1: two crawl
+#: processes wrote a screening batch twice and the export had both copies. ``audit_review_log`` is not here: it is
+#: append-only by design (one line per human decision, a changed one logged again), every line exported, as
+#: ``crawl_decisions``
+CRAWL_KEYED_JSONL_TABLES = {"audit_decisions": "log", "audit_sensitive": "log", "audit_review_queue": "review"}
 #: the crawl's own decision log (:data:`geoagent.constants.CRAWL_DECISIONS_FILE`) as an exported table
 CRAWL_DECISIONS_TABLE = "crawl_decisions"
 
@@ -655,7 +680,9 @@ def export_crawl_tables(state_dir: str | Path, out_dir: str | Path | None = None
     ``ladder`` (``<auditor>-<lang>``) columns. Every table has declared columns and types
     (:func:`crawl_table_schemas`), present also when empty; columns beyond those are inferred from the whole
     file (Polars), and every id column (``image_id``, ``site``, ``qid``, ... :func:`is_id_column`) is text;
-    JSONL rows are flattened one level as in :func:`geoagent.runtime.export.rows_to_frame`. Tables the
+    JSONL rows are flattened one level as in :func:`geoagent.runtime.export.rows_to_frame`; the keyed logs
+    (:data:`CRAWL_KEYED_JSONL_TABLES`) have one row per key, its last record, the human decision log every line.
+    Tables the
     crawl has not written yet are left out, except the decision log: ``crawl_decisions`` (from
     ``crawl_decisions.jsonl``, :func:`crawl_decisions_frame`) is always written, last, with the columns
     :data:`CRAWL_DECISIONS_COLUMNS`, and has no rows when the crawl made no decision (no WDQS split). The
@@ -720,7 +747,7 @@ def export_crawl_tables(state_dir: str | Path, out_dir: str | Path | None = None
         path = state_dir / f"{name}.jsonl"
         if not path.is_file():
             continue
-        rows = [(str(i), row) for i, row in _log_records(path)]
+        rows = [(str(i), row) for i, row in _last_of_each_key(_log_records(path), CRAWL_KEYED_JSONL_TABLES.get(name))]
         frames.append((name, _with_declared(rows_to_frame(rows, schemas[name]).drop("key"), schemas[name])))
     frames.append((CRAWL_DECISIONS_TABLE, crawl_decisions_frame(state_dir / C.CRAWL_DECISIONS_FILE)))
     metadata = None
