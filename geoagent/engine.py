@@ -1397,7 +1397,7 @@ def check_queues_state_root(cfg: Any, *, record: bool = False) -> None:
 def run_lock(state_dir: Path, when_alone: Callable[[], Any] | None = None, *, owner: bool = False,
              when_dead: Callable[[list[str]], Any] | None = None,
              sweep_s: float | None = None, each_sweep: Callable[[], Any] | None = None,
-             read_only_ok: bool = False) -> Iterator[bool]:
+             read_only_ok: bool = False, also_clean: Sequence[Path] = ()) -> Iterator[bool]:
     """Hold ``state/<campaign>/run.lock`` (shared) for a run; yield True when no other process ran it.
 
     Every process of a campaign (scale-out with ``--stages`` included) holds the lock shared. A process that
@@ -1415,7 +1415,9 @@ def run_lock(state_dir: Path, when_alone: Callable[[], Any] | None = None, *, ow
     the campaign are alive) to expire exactly their leases, and the dead owners' files are removed. A file of
     this process stays while any of its runs of the campaign is on (counted per folder). With ``owner``, the
     temporary files that writers of dead processes left under ``state_dir`` (a SIGKILL inside an atomic write
-    of a report, export or table) are removed (:func:`geoagent.files.remove_stale_temp_files`).
+    of a report, export or table, or while a new SQLite file was made whole) are removed
+    (:func:`geoagent.files.remove_stale_temp_files`), and those directly in each folder of ``also_clean`` (the
+    campaign's queue folder: a queue file made whole, review45a #8).
 
     ``sweep_s`` (with ``owner`` and ``when_dead``): while the run is on, a background thread repeats that scan
     every ``sweep_s`` seconds (:class:`_DeadOwnerSweep`), so a process of the campaign killed meanwhile has its
@@ -1466,6 +1468,8 @@ def run_lock(state_dir: Path, when_alone: Callable[[], Any] | None = None, *, ow
             if owner:
                 _hold_owner_lock(state_dir)
                 remove_stale_temp_files(state_dir)  # of writers killed mid-write (their pid is gone)
+                for folder in also_clean:
+                    remove_stale_temp_files(folder, recursive=False)
             sweep: _DeadOwnerSweep | None = None
             try:
                 if owner:
@@ -1873,7 +1877,8 @@ def campaign_run_lock(cfg: Any, *, simulate: bool = False,
         return run_lock(Path(cfg.state_dir()), read_only_ok=True)
     return run_lock(Path(cfg.state_dir()), when_alone=lambda: expire_dead_leases(cfg), owner=True,
                     when_dead=lambda owners: expire_dead_leases(cfg, owners), sweep_s=sweep_s,
-                    each_sweep=(lambda: expire_dead_leases(cfg)) if uses_redis(cfg) else None)
+                    each_sweep=(lambda: expire_dead_leases(cfg)) if uses_redis(cfg) else None,
+                    also_clean=() if uses_redis(cfg) else (Path(cfg.queues_root()) / cfg.name,))
 
 
 @contextlib.asynccontextmanager

@@ -45,6 +45,10 @@ _TEMP_NAMES = (re.compile(r"^\..+\.(\d+)\.\d+\.[0-9a-f]{8}\.tmp$"), re.compile(r
                re.compile(r"^\.plan_keys\.tsv\.(\d+)\.tmp$"))  # an older plan record's name
 
 
+#: the companions SQLite keeps beside a database file, which a temporary one has too while it is made
+_SQLITE_COMPANIONS = ("-wal", "-shm", "-journal")
+
+
 def _lock_temp(fd: int) -> None:
     """Hold an exclusive ``flock`` on temporary file ``fd`` (a fresh file: nobody else holds it) until it is
     closed; nothing where the platform or file system has no ``flock`` (the pid check alone applies then)."""
@@ -379,8 +383,9 @@ def remove_stale_temp_files(folder: str | Path, *, skip: tuple[str, ...] = (C.OW
     A writer killed (SIGKILL, power cut) between creating its temporary file and the rename leaves the
     target as it was but the temporary file behind (up to a whole export or image in size), and nothing else
     would ever remove it. A file counts as left behind when its name is one this module's writers make
-    (:func:`atomic_open`: ``.<target>.<pid>.<thread>.<random>.tmp``; the manifest's ``.manifest.json.<pid>.tmp``;
-    the plan record's ``.plan_keys.tsv.<pid>.tmp``)
+    (:func:`atomic_open`: ``.<target>.<pid>.<thread>.<random>.tmp``, and
+    :func:`geoagent.runtime.sqlite_wal.create_whole`'s SQLite file of that name with its ``-wal``, ``-shm`` or
+    ``-journal``; the manifest's ``.manifest.json.<pid>.tmp``; the plan record's ``.plan_keys.tsv.<pid>.tmp``)
     and the process whose pid it names no longer exists on this machine, and no writer holds its lock (each
     writer locks its file until the rename, :func:`_create_temp`; a killed one's lock is gone with it). Files of
     live processes (another process of the campaign writing right now, this process included, also one in
@@ -406,9 +411,11 @@ def remove_stale_temp_files(folder: str | Path, *, skip: tuple[str, ...] = (C.OW
         if Path(dirpath) == root:
             dirnames[:] = [d for d in dirnames if d not in skip] if recursive else []
         for name in filenames:
-            if not name.endswith(TMP_SUFFIX):
+            # a SQLite file made whole (geoagent.runtime.sqlite_wal.create_whole) has its companions beside it
+            stem = next((name[:-len(end)] for end in _SQLITE_COMPANIONS if name.endswith(TMP_SUFFIX + end)), name)
+            if not stem.endswith(TMP_SUFFIX):
                 continue
-            m = next((m for m in (rx.match(name) for rx in _TEMP_NAMES) if m), None)
+            m = next((m for m in (rx.match(stem) for rx in _TEMP_NAMES) if m), None)
             if m is None:
                 continue
             pid = int(m.group(1))

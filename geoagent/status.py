@@ -140,7 +140,35 @@ def _open(cfg: Any, path: Path, *, write: bool = False) -> Any:
         from geoagent.runtime.backend import SyncRedisQueue, redis_url
 
         return SyncRedisQueue(redis_url(cfg), cfg.name, path.stem, **cfg.queue_options())
-    return SQLiteQueue.open(cfg.queues_root(), cfg.name, path.stem, migrate=write, **cfg.queue_options())
+    queue = SQLiteQueue.open(cfg.queues_root(), cfg.name, path.stem, migrate=write, **cfg.queue_options())
+    if not write and queue.schema_version == 0:  # no tables yet: another process is making it (review45a #6)
+        queue.close_sync()
+        return _QueueNotMade(path.stem)
+    return queue
+
+
+class _QueueNotMade:
+    """A look's view of a queue file whose tables another process has not made yet (``user_version`` 0): it holds
+    no task. Made whole (:func:`geoagent.runtime.sqlite_wal.create_whole`) no such file appears; one made in place
+    (a file system without hard links, or an older version) is in that state for an instant."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def counts_sync(self) -> QueueCounts:
+        return QueueCounts()
+
+    def dead_letters_sync(self, limit: int) -> list[DeadLetter]:
+        return []
+
+    def dead_keys_sync(self, reason_prefix: str = "") -> list[str]:
+        return []
+
+    def ready_payloads_sync(self, limit: int) -> list[dict[str, Any]]:
+        return []
+
+    def close_sync(self) -> None:
+        pass
 
 
 def _walk_urls(obj: Any, key: str = "") -> list[tuple[str, str]]:
@@ -444,7 +472,7 @@ def wrong_queues_root(cfg: Any) -> str | None:
 
     if uses_redis(cfg) or _queue_files(cfg):
         return None
-    ran = _state_ran(Path(cfg.state_dir()))
+    ran = _state_ran_without_queues(cfg)  # the record read first, then the folder again (review45a #4)
     return wrong_queues_root_text(ran, (Path(cfg.queues_root()) / cfg.name).absolute()) if ran else None
 
 
@@ -1283,12 +1311,16 @@ def format_status(st: dict[str, Any]) -> str:
                         "calling again, so calls can exceed done requests until then)"
                         if leased else "no task is left leased" + (" campaign-wide)" if st.get("redis") else ")")))
             eta = ""  # no ETA when no process is running
+        elif procs and n_running and p.get("stopping"):  # every running process took a stop signal (review45a #5)
+            state = (f"stopping on {_signal_words(p['stopping'])}: {n_running} of {len(procs)} processes finishing "
+                     "their calls in flight, then saving; re-run the same commands to resume once they have ended")
+            eta = ""
         elif procs:
             state = f"running: {n_running} of {len(procs)} processes"
             eta = f", ETA {format_eta(p)}" if n_running else ""
         elif running and p.get("stopping"):  # walk45 #4: the run took SIGTERM or Ctrl-C and is winding down
-            state = (f"stopping on {p['stopping']}: finishing the calls in flight, then saving; re-run the same command "
-                     "to resume once it has ended")
+            state = (f"stopping on {_signal_words(p['stopping'])}: finishing the calls in flight, then saving; re-run "
+                     "the same command to resume once it has ended")
             eta = ""
         else:
             state = "running" if running else "running, or killed before its last record"
@@ -1596,6 +1628,9 @@ def process_lines(processes: list[dict[str, Any]], running: bool | None, now: fl
         started, note = f"started {_hms(p.get('started'))}", ""
         if state == "ended":
             what = f"ended ({started}, ended {_hms(t)})"
+        elif state == "running" and p.get("stopping"):
+            what = (f"stopping on {_signal_words(p['stopping'])}, finishing its calls in flight ({started}, last "
+                    f"record {max(0.0, now - t):.1f} s ago)")
         elif state == "running":
             what = f"running ({started}, last record {max(0.0, now - t):.1f} s ago)"
         elif state == "stopped":
@@ -1623,6 +1658,11 @@ def process_lines(processes: list[dict[str, Any]], running: bool | None, now: fl
         lines.append(f"    pid {p.get('pid')} [{', '.join(str(x) for x in p.get('stages') or [])}]: {what}"
                      + (f"; {figures}" if figures else "") + note)
     return lines
+
+
+def _signal_words(name: Any) -> str:
+    """A stop signal's name as the console says it: ``Ctrl-C (SIGINT)`` for SIGINT, else the name (``SIGTERM``)."""
+    return "Ctrl-C (SIGINT)" if name == "SIGINT" else str(name)
 
 
 def _duration(seconds: float) -> str:

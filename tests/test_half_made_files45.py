@@ -218,3 +218,91 @@ def test_status_says_queues_are_gone_only_when_the_folder_listed_after_the_recor
     ran = _state_ran_without_queues(cfg)
     assert ran is not None and ran["runs"] == 1  # recorded, and no queue file: gone
     aside.rename(qdir)
+
+
+_CRASH_WITH_WAL = """
+import os, sys
+sys.path.insert(0, {repo!r})
+from geoagent.runtime.sqlite_queue import SQLiteQueue
+from geoagent.runtime.store import open_campaign_state
+q = SQLiteQueue.open({root!r}, "camp", "requests")
+q._conn.execute("PRAGMA wal_autocheckpoint = 0")
+q.put_many_sync([(f"t{{i}}", {{"model": "m"}}) for i in range(50)])
+st = open_campaign_state("camp", root={root!r}, cap_usd=1.0)
+st.db._conn.execute("PRAGMA wal_autocheckpoint = 0")
+with st.db.transaction() as c:
+    c.execute("UPDATE ledger_totals SET calls = calls + 7, spent_nusd = spent_nusd + 5000000")
+os._exit(0)  # killed: the commits stay in the -wal files
+"""
+
+
+def test_a_file_removed_beside_its_left_wal_starts_empty(tmp_path):
+    """review45a #1: a crash leaves ``campaign.sqlite-wal`` (and a queue's), then the file alone is deleted to start
+    over. Made whole and linked in, the new file was a WAL-mode database that SQLite replayed the old WAL into: the
+    new campaign began with the old one's calls and spend, the queue with its 50 tasks. Beside a left companion the
+    file is made in place as before, empty, and SQLite drops the stale WAL."""
+    from geoagent.runtime.sqlite_queue import SQLiteQueue
+    from geoagent.runtime.store import open_campaign_state
+
+    run = subprocess.run([sys.executable, "-c", _CRASH_WITH_WAL.format(repo=str(REPO), root=str(tmp_path))],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    qfile, dbfile = tmp_path / "camp" / "requests.sqlite", tmp_path / "camp" / "campaign.sqlite"
+    assert Path(f"{qfile}-wal").stat().st_size > 0 and Path(f"{dbfile}-wal").stat().st_size > 0
+    qfile.unlink()
+    dbfile.unlink()
+    queue = SQLiteQueue.open(tmp_path, "camp", "requests")
+    try:
+        assert queue.counts_sync().total == 0
+    finally:
+        queue.close_sync()
+    with open_campaign_state("camp", root=tmp_path, cap_usd=1.0) as state:
+        summary = state.ledger.summary()
+        assert (summary.calls, summary.spent_usd) == (0, 0.0)
+
+
+def test_status_and_dead_read_a_queue_file_whose_tables_are_not_made_as_empty(tmp_path):
+    """review45a #6: ``status`` and ``dead`` open the queue files through their own opener, which handed them a file
+    at ``user_version`` 0 and failed on its first count ("no such table: counts", exit 2). Such a file (made in place:
+    a file system without hard links, an older version, a kill between its WAL switch and its tables) holds no
+    task: read as empty, and left as it is."""
+    from _sim_campaign import run_cli, sim_generic_config
+    from geoagent.runtime.sqlite_wal import connect, enable_wal
+
+    cfg_path = sim_generic_config(tmp_path, "notmade", concurrency=2, n_requests=3)
+    assert run_cli("run", str(cfg_path), "--no-live").returncode == 0
+    qfile = tmp_path / "queues" / "notmade" / "requests.sqlite"
+    for end in ("", "-wal", "-shm"):
+        Path(f"{qfile}{end}").unlink(missing_ok=True)
+    conn = connect(qfile, isolation_level=None)
+    assert enable_wal(conn, timeout_s=5) == "wal"
+    conn.close()
+    for command in ("status", "dead"):
+        out = run_cli(command, str(cfg_path))
+        assert out.returncode == 0 and "no such table" not in out.stdout + out.stderr, out.stdout + out.stderr
+    assert _tables(qfile) == set()
+    status = run_cli("status", str(cfg_path)).stdout
+    assert "requests: ready       0  leased     0  done        0  dead     0" in status, status
+
+
+def test_a_run_removes_the_files_a_process_killed_while_making_one_left(tmp_path):
+    """review45a #8: a kill while a new SQLite file was made whole left its hidden temporary file (with ``-wal`` and
+    ``-shm``) in the state or queue folder for good. They carry the temporary files' names, and a run's start
+    removes those whose process is gone, in the campaign's queue folder too; a live process's are left."""
+    from _sim_campaign import run_cli, sim_generic_config
+
+    cfg_path = sim_generic_config(tmp_path, "leftover", concurrency=2, n_requests=3)
+    assert run_cli("run", str(cfg_path), "--no-live").returncode == 0
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid no process has now
+    left = []
+    for folder, name in ((tmp_path / "state" / "leftover", "campaign.sqlite"),
+                         (tmp_path / "queues" / "leftover", "requests.sqlite")):
+        for pid in (gone.pid, os.getpid()):
+            for end in ("", "-wal", "-shm"):
+                path = folder / f".{name}.{pid}.140000000000.0123abcd.tmp{end}"
+                path.write_bytes(b"x")
+                left.append((path, pid))
+    assert run_cli("run", str(cfg_path), "--no-live").returncode == 0
+    for path, pid in left:
+        assert path.exists() == (pid == os.getpid()), path

@@ -1129,6 +1129,8 @@ def merge_records(
                           # span's end (record_span), in the frame of its start
                           "finished": bool(rec.get("finished")), "t": float(rec.get("t") or t), "last": t,
                           "started": started,
+                          # the signal a running process took, finishing its calls in flight (review45a #5)
+                          **({"stopping": rec["stopping"]} if live and rec.get("stopping") else {}),
                           "stages": [sd.get("stage") for sd in rec.get("stages", [])],
                           "figures": [{"stage": sd.get("stage"), "done": sd.get("done"),
                                        "rate_per_s": round(rate_as_of(sd, age), 3) if live else sd.get("rate_per_s")}
@@ -1247,6 +1249,9 @@ def merge_records(
         "http": http or None,
         "host_labels": labels or None,
         "budget_stopped": any(r.get("budget_stopped") for r in records),
+        # every running process took a stop signal and is winding down: the run is stopping (review45a #5)
+        **({"stopping": next(p["stopping"] for p in processes if p.get("stopping"))}
+           if any(running) and all(p.get("stopping") for p in processes if p["running"]) else {}),
         "finished": all(r.get("finished") for r in records),
         **({"planned_by_model": planned} if planned else {}),
         "processes": processes,

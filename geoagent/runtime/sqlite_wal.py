@@ -14,6 +14,7 @@ import errno
 import os
 import secrets
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -187,19 +188,25 @@ def create_whole(path: str | os.PathLike[str], make: Callable[[sqlite3.Connectio
     ``campaign.sqlite`` met its ledger's tables without the store's and ended in a traceback, or took the file,
     still empty or without tables, for a damaged one; a queue file likewise).
 
-    A temporary file beside it (``.<name>.new-<pid>-<hex>``: hidden, and no ``*.sqlite`` listing matches it) is
-    switched to WAL, given its tables by ``make(conn)`` (an autocommit connection; ``make`` runs its own
+    A temporary file beside it (``.<name>.<pid>.<thread>.<hex>.tmp``: hidden, and no ``*.sqlite`` listing matches
+    it; one a killed process left is removed at a later run's start, :func:`geoagent.files.remove_stale_temp_files`)
+    is switched to WAL, given its tables by ``make(conn)`` (an autocommit connection; ``make`` runs its own
     transactions), closed (which folds its WAL in and removes its ``-wal`` and ``-shm``) and linked into place with
     ``os.link``, which fails when the name exists: of two processes making the file at once the first to link
     wins and the other's file is dropped (both then open the winner's). The temporary files are removed in every
     case. Returns whether this call linked the file; False also when ``path`` exists, under :func:`reading_only`
-    (nothing is made), and when this way fails (a file system without hard links, a read-only folder, a full
+    (nothing is made), when a ``-wal``, ``-shm`` or ``-journal`` file of that name lies there without it, and when
+    this way fails (a file system without hard links, a read-only folder, a full
     disk): the caller then opens ``path`` as before, which makes it in place or raises its own error naming it.
     """
     target = Path(path)
-    if _READ_ONLY[0] or target.exists():
+    if _READ_ONLY[0] or target.exists() or any(Path(f"{target}{end}").exists() for end in ("-wal", "-shm", "-journal")):
+        # a companion left beside a removed file (a crash left its -wal, then the file was deleted to start over):
+        # SQLite would replay that WAL into a whole file linked here (review45a #1: a new campaign started with
+        # the old one's spend, a new queue with its tasks); made in place, the file is empty and SQLite drops it
         return False
-    tmp = target.with_name(f".{target.name}.new-{os.getpid()}-{secrets.token_hex(4)}")
+    # the name of geoagent.files' temporary files: a run's start removes one a killed process left (review45a #8)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.{secrets.token_hex(4)}.tmp")
     try:
         conn = sqlite3.connect(tmp, isolation_level=None)
         try:
