@@ -10,9 +10,19 @@ stays readable by Python 3.8: no annotation is evaluated).
 
 from __future__ import annotations
 
-import importlib.util
+import signal
 import sys
-from pathlib import Path
+
+#: a Ctrl-C during start-up is held back until the CLI is imported (geoagent._start.load_cli ends the command then, in
+#: one line): imports interrupted part-way printed a traceback, and one inside orjson's set-up crashed Python
+#: (review45a #2, #3); None where SIGINT is not Python's own (ignored in a background job): left as it is
+_HELD: list | None = None
+if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    _HELD = []
+    signal.signal(signal.SIGINT, lambda signum, frame: _HELD.append(signum))
+
+import importlib.util  # noqa: E402 - after the handler above
+from pathlib import Path  # noqa: E402
 
 #: ``pyproject.toml`` ``[project] dependencies`` (distribution name -> import name), in its order; checked
 #: before the import so a package imported late (polars, matplotlib) is named at start, not mid-run
@@ -72,7 +82,7 @@ if __name__ == "__main__":
     from geoagent._start import load_cli  # imports nothing else: a Ctrl-C while the CLI is imported is one line
 
     try:
-        entry = load_cli()
+        entry = load_cli(_HELD)
     except ModuleNotFoundError as exc:  # a third-party package not in DEPENDENCIES; our own modules traceback
         if not exc.name or exc.name.split(".")[0] == "geoagent":
             raise

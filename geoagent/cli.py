@@ -1160,12 +1160,12 @@ def entry() -> None:
     """
     import signal
 
-    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        # until a run's pipeline installs its own handling (and from then on outside it): a SIGTERM stops the
-        # command as a Ctrl-C does (KeyboardInterrupt: "interrupted (SIGTERM) before ...", exit 130), not silently
-        signal.signal(signal.SIGTERM, _interrupt_on_term)
     try:
         try:
+            if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+                # until a run's pipeline installs its own handling (and from then on outside it): a SIGTERM stops
+                # the command as a Ctrl-C does (KeyboardInterrupt: "interrupted (SIGTERM) before ...", exit 130)
+                signal.signal(signal.SIGTERM, _interrupt_on_term)
             code = main()
         except SystemExit as exc:  # argparse (--help, a usage error) still flushes below
             code = exc.code
@@ -1205,6 +1205,10 @@ def _interrupted_early_line() -> str:
     :data:`INTERRUPTED_READ_ONLY` for ``status`` or ``dead`` without ``--requeue``, else :data:`INTERRUPTED_EARLY`;
     ``(SIGTERM)`` in place of ``(Ctrl-C)`` when a SIGTERM raised the interrupt."""
     args = _COMMAND
+    if args is None:  # interrupted before the command line was parsed: read it as typed (review45a #3)
+        words = sys.argv[1:]
+        args = argparse.Namespace(command=next((w for w in words if not w.startswith("-")), None),
+                                  simulate="--simulate" in words, requeue="--requeue" in words)
     command = getattr(args, "command", None)
     if command in ("run", "crawl") and getattr(args, "simulate", False):
         line = INTERRUPTED_DRY_RUN

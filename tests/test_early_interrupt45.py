@@ -47,3 +47,20 @@ def test_ctrl_c_while_the_cli_is_imported_is_one_line(tmp_path):
         assert last in (INTERRUPTED_IMPORTING, STATUS_LINE), err[-3000:]
         lines.append(last)
     assert INTERRUPTED_IMPORTING in lines, lines  # the import's window was hit, and said so
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["run.py", "status", "x.toml"], "`status` only reads"),
+    (["run.py", "-v", "dead", "x.toml"], "`dead` only reads"),
+    (["run.py", "dead", "x.toml", "--requeue"], "before the run started its workers"),
+    (["run.py", "run", "x.toml", "--simulate"], "dry run"),
+    (["run.py", "run", "x.toml"], "before the run started its workers"),
+])
+def test_an_interrupt_before_the_command_line_is_parsed_reads_it_as_typed(monkeypatch, argv, expected):
+    """review45a #3 (c): ``main`` parses the command line first, but an interrupt inside that parse (a few ms) found
+    no parsed command and gave a ``status`` the run's line."""
+    from geoagent import cli
+
+    monkeypatch.setattr(cli, "_COMMAND", None)
+    monkeypatch.setattr(sys, "argv", argv)
+    assert expected in cli._interrupted_early_line()
