@@ -95,6 +95,8 @@ def test_the_users_own_files_in_the_root_folder_do_not_count(tmp_path):
                               "    (root / 'redis_2m.toml').write_text('x')\n    (root / 'worker.pid').write_text('1')")
     assert quiet.returncode == 0, quiet.stdout + quiet.stderr
     assert "data roots" not in quiet.stdout
+    # said all the same (review45a #7: a test that wrote one would otherwise go unseen)
+    assert "note: my_hint.toml, my_hint.toml.bak, redis_2m.toml, worker.pid appeared in" in quiet.stdout, quiet.stdout
     loud = _pytest(tmp_path, "    (root / 'my_hint.txt').write_text('x')")
     assert loud.returncode == 1, loud.stdout + loud.stderr
     assert "root folder" in loud.stdout and "my_hint.txt" in loud.stdout
