@@ -1194,6 +1194,8 @@ INTERRUPTED_DRY_RUN = ("interrupted (Ctrl-C) during the dry run (--simulate): no
                        "or written; run it again for the whole estimate")
 #: the same for a command that only reads the campaign (``status``, ``dead`` without ``--requeue``)
 INTERRUPTED_READ_ONLY = "interrupted (Ctrl-C): `{command}` only reads the campaign's files; nothing was changed"
+#: the same for ``--help`` and ``--version``, which read no campaign
+INTERRUPTED_NOTHING = "interrupted (Ctrl-C): nothing was read or changed"
 #: set by :func:`_interrupt_on_term`: the KeyboardInterrupt being handled came from a SIGTERM
 _TERM_RECEIVED = False
 #: the parsed command line (:func:`main`), so that an early interrupt's line can say what was stopped
@@ -1207,6 +1209,8 @@ def _interrupted_early_line() -> str:
     args = _COMMAND
     if args is None:  # interrupted before the command line was parsed: read it as typed (review45a #3)
         words = sys.argv[1:]
+        if {"-h", "--help", "--version"} & set(words):  # help and version read nothing (review45b #2)
+            return INTERRUPTED_NOTHING.replace("(Ctrl-C)", "(SIGTERM)") if _TERM_RECEIVED else INTERRUPTED_NOTHING
         args = argparse.Namespace(command=next((w for w in words if not w.startswith("-")), None),
                                   simulate="--simulate" in words, requeue="--requeue" in words)
     command = getattr(args, "command", None)

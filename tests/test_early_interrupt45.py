@@ -55,6 +55,8 @@ def test_ctrl_c_while_the_cli_is_imported_is_one_line(tmp_path):
     (["run.py", "dead", "x.toml", "--requeue"], "before the run started its workers"),
     (["run.py", "run", "x.toml", "--simulate"], "dry run"),
     (["run.py", "run", "x.toml"], "before the run started its workers"),
+    (["run.py", "--version"], "nothing was read or changed"),  # review45b #2
+    (["run.py", "status", "--help"], "nothing was read or changed"),
 ])
 def test_an_interrupt_before_the_command_line_is_parsed_reads_it_as_typed(monkeypatch, argv, expected):
     """review45a #3 (c): ``main`` parses the command line first, but an interrupt inside that parse (a few ms) found

@@ -187,7 +187,9 @@ def _rated_sites_by_qid(state_dir: Path) -> dict[str, list[str]]:
 
 
 def _queue(state_dir: Path) -> list[dict[str, Any]]:
-    """The review queue's items, one per (site, QID) (the first record of each), sorted; each record's ``site``
+    """The review queue's items, one per (site, QID) (the last record of each, as the export's
+    ``audit_review_queue`` and :class:`~geoagent.crawl.referenceability.ReviewQueueLog` read it: review45b #3), sorted;
+    each record's ``site``
     is the one :func:`queue_site` reads (a record without the field gets it, the file is not changed)."""
     from geoagent.crawl.referenceability import REVIEW_QUEUE_FILE
 
@@ -199,7 +201,7 @@ def _queue(state_dir: Path) -> list[dict[str, Any]]:
             if r.get("site") is None and not str(r.get("model", "")).startswith("review|") and rated is None:
                 rated = _rated_sites_by_qid(state_dir)  # read only when a record needs it
             site = queue_site(r, rated)
-            items.setdefault((site, str(r.get("qid"))), {**r, "site": site})
+            items[(site, str(r.get("qid")))] = {**r, "site": site}
     return [items[k] for k in sorted(items)]
 
 
