@@ -291,7 +291,8 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
             raise ValueError(f"campaign {cfg.name}: its state {db} (stored responses, results, spend) "
                              f"{blank_state_db_text(db)}; restore it from a copy ('run' refuses to go on without it)")
     if state_exists(cfg):
-        with open_state(cfg, recover=False, make_state_dir=False) as state:  # status only reads
+        with open_state(cfg, recover=False, make_state_dir=False) as state, \
+                _one_moment(state):  # status only reads; its figures of one moment (race45 #6)
             spend = state.ledger.summary().to_json()
             spend["by_model"] = state.ledger.spend_by_model()
             # the ledger keeps the cap its last run set; the config's may have been changed since (raised after a
@@ -410,6 +411,13 @@ def _redis_pauses(cfg: Any) -> dict[str, float]:
         return redis_board_pauses(url, cfg.name) if url else {}
     except Exception:  # noqa: BLE001 - a status display shows what it can
         return {}
+
+
+def _one_moment(state: Any) -> Any:
+    """:meth:`geoagent.runtime.ledger.CampaignDB.snapshot` of a SQLite campaign state (its figures read as of one
+    moment); nothing on Redis, whose reads are each their own."""
+    snap = getattr(state.db, "snapshot", None)
+    return snap() if callable(snap) else contextlib.nullcontext()
 
 
 def _state_ran_without_queues(cfg: Any) -> dict[str, Any] | None:

@@ -237,6 +237,26 @@ class CampaignDB:
         if damaged is not None:
             raise damaged from None
 
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Within the block every :meth:`read` of this connection sees the file as one moment: one read transaction
+        (``BEGIN`` ... ``COMMIT``; in WAL mode its snapshot is taken at its first read), this connection's lock held,
+        so a look's figures agree with each other while a run writes (race45 #6: ``status`` showed stored answers
+        and settled calls of different moments). For reads only: a :meth:`transaction` inside it fails. Nested, or
+        inside a transaction, it adds nothing."""
+        with self._lock:
+            if self._closed:
+                raise LedgerError(f"{self.path}: database is closed")
+            if self._depth or self._conn.in_transaction:
+                yield
+                return
+            self._conn.execute("BEGIN")
+            try:
+                yield
+            finally:
+                if self._conn.in_transaction:
+                    self._conn.execute("COMMIT")
+
     def read(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         """Run one read-only query (autocommit snapshot) and return all rows.
 
