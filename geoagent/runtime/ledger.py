@@ -253,9 +253,19 @@ class CampaignDB:
             self._conn.execute("BEGIN")
             try:
                 yield
-            finally:
-                if self._conn.in_transaction:
+            except BaseException:
+                if self._conn.in_transaction:  # ends the read only: the block's own error is the one to raise
+                    try:
+                        self._conn.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+                raise
+            if self._conn.in_transaction:
+                try:
                     self._conn.execute("COMMIT")
+                except sqlite3.DatabaseError as exc:
+                    self._raise_damaged(exc)
+                    raise
 
     def read(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         """Run one read-only query (autocommit snapshot) and return all rows.
