@@ -44,8 +44,11 @@ def test_ctrl_c_while_waiting_for_the_plan_lock_ends_the_run_at_once(tmp_path):
     fcntl.flock(holder, fcntl.LOCK_EX)  # another process of the campaign is planning
     try:
         env = {**os.environ, "GEOAGENT_RUNS_INDEX": str(tmp_path / "runs.json")}
+        # the child takes SIGINT as Python's default: started from a shell's background job (a fresh clone's CI run
+        # with `... &`), the test inherits SIGINT ignored, and so would the run, which then rightly ignored it
         run = subprocess.Popen([sys.executable, str(REPO / "run.py"), "run", str(cfgp), "--no-live"], cwd=REPO,
-                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         # started, and waiting for the lock: it holds plan.lock open (a fixed sleep sent the signal too early on a
         # loaded machine, a fresh clone beside a CI run)
         deadline = time.monotonic() + 120
