@@ -165,6 +165,31 @@ def test_an_older_process_never_leases_a_returned_task_and_one_it_put_keeps_its_
     _run(redis_url, campaign, body)
 
 
+def test_tasks_put_after_an_older_processs_tasks_come_after_them_when_its_clock_is_ahead(redis_url, raw):  # noqa: F811
+    """An older process's ``XADD *`` ids in ``stream`` (no ``order`` kept) ahead of the server clock, as when both
+    processes put in the same ms: the new version's lane entries still come after them (before: ``n0`` got the
+    clock's id in its empty lane stream and was merged ahead of ``o0``..``o2``; the flake of session 45)."""
+    import time
+
+    campaign = _campaign()
+    prefix = key_prefix(campaign, "edge")
+    old = OldQueue(raw, prefix)
+    ahead_ms = int(time.time() * 1000) + 60_000
+    raw.xgroup_create(prefix + "stream", "workers", id="0", mkstream=True)
+    raw.xadd(prefix + "stream", {"k": "placeholder"}, id=f"{ahead_ms}-0")
+    raw.xtrim(prefix + "stream", maxlen=0)  # the stream's last generated id stays ahead of the clock
+
+    async def body(q):
+        assert old.put_many([("o0", {"model": "a"}), ("o1", {}), ("o2", {"model": "a"})]) == 3
+        await q.put_many([("n0", {"model": "a"}), ("n1", {}), ("n2", {"model": "b"})])
+        held = await q.lease(10, 60)
+        assert _keys(held) == ["o0", "o1", "o2", "n0", "n1", "n2"]
+        await q.ack(held)
+        assert await q.counts() == QueueCounts(done=6)
+
+    _run(redis_url, campaign, body)
+
+
 def test_a_lease_after_releases_whose_reply_was_lost_returns_the_tasks_it_leased(redis_url, raw):  # noqa: F811
     """A retried release and a retried lease of returned tasks answer from their reply records: nothing twice."""
     from test_queue_redis_lost_reply import _run as lost_run

@@ -91,8 +91,9 @@ ready (one ``ZCOUNT``).
 Lanes (walk39 #1 on Redis, session 44). A task's lane is its payload's :data:`~geoagent.runtime.queue.LANE_FIELD`
 (``model``) text, recorded at put (``lane``); its entries go to its lane's stream, ``lane:<sha1 hex of the lane>``.
 Every ``XADD`` takes its id from the queue's one ``order`` (the next id after the last one given, on the server clock;
-a stream whose last id is ahead, an older version's ``XADD *`` into ``stream``, gives the next of its own), so the
-entries of all streams compare by id in the order they were made. ``lease`` reads ``stream`` and every lane's stream
+a stream whose last id is ahead, an older version's ``XADD *`` into ``stream``, gives the next of its own; the order
+starts after ``stream``'s last generated id, ``XINFO STREAM``, so a lane's entry follows an older version's entries put
+before it), so the entries of all streams compare by id in the order they were made. ``lease`` reads ``stream`` and every lane's stream
 (``lanes``), each up to ``n`` undelivered entries (``XRANGE`` after the group's last delivered id, ``XINFO GROUPS``),
 merges them by id and delivers exactly the ones it takes with one ``XREADGROUP ... COUNT c`` per stream: the queue's
 order, as one stream gave it (a queue whose tasks have no lane reads ``stream`` alone, as before). The merge reads each
@@ -384,6 +385,20 @@ local function xadd(stream, key)
     if last then
       local a, b = string.match(last, '^(%d+)-(%d+)$')
       ord_ms, ord_seq = tonumber(a), tonumber(b)
+    end
+    -- an older version's XADD * into ``stream`` gives ids of its own, with no ``order`` kept: an entry a lane's
+    -- stream gets must still come after them, or a new task put in the same ms (or with the clock behind) is merged
+    -- ahead of the older process's tasks put before it (the flake of session 45's fresh-clone CI)
+    if redis.call('EXISTS', S) == 1 then
+      local info = redis.call('XINFO', 'STREAM', S)
+      for i = 1, #info, 2 do
+        if info[i] == 'last-generated-id' then
+          local a, b = string.match(info[i + 1], '^(%d+)-(%d+)$')
+          a, b = tonumber(a), tonumber(b)
+          if not ord_ms or a > ord_ms or (a == ord_ms and b > ord_seq) then ord_ms, ord_seq = a, b end
+          break
+        end
+      end
     end
   end
   if ord_ms and ord_ms >= ms then ms, seq = ord_ms, ord_seq + 1 end
