@@ -54,6 +54,26 @@ def _lines(caplog, text: str) -> list[str]:
     return [r.getMessage() for r in caplog.records if text in r.getMessage()]
 
 
+async def drive(runner, body) -> float:
+    """Run ``runner`` beside ``body(ended)`` (``ended``: an event set when the runner's ``run`` returned), then wait
+    30 s at most for it to end; the runner's elapsed time, s. Shared with test_stages_upstream_view45."""
+    ended = anyio.Event()
+    took: list[float] = []
+
+    async def run() -> None:
+        t0 = time.monotonic()
+        await runner.run()
+        took.append(time.monotonic() - t0)
+        ended.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        await body(ended)
+        with anyio.fail_after(30):
+            await ended.wait()
+    return took[0]
+
+
 def _run(tmp_path, monkeypatch, caplog, body, *, start_wait_s: float = 60.0, before=None):
     """Run the runner beside ``body(queues, runner, ended)``; returns (runner's elapsed s, whether it ended)."""
     monkeypatch.setattr("geoagent.runtime.worker.WAIT_SAID_AFTER_S", 0.3)
@@ -65,21 +85,7 @@ def _run(tmp_path, monkeypatch, caplog, body, *, start_wait_s: float = 60.0, bef
             if before is not None:
                 await before(queues)
             runner = _runner(queues, start_wait_s=start_wait_s)
-            ended = anyio.Event()
-            took: list[float] = []
-
-            async def run() -> None:
-                t0 = time.monotonic()
-                await runner.run()
-                took.append(time.monotonic() - t0)
-                ended.set()
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(run)
-                await body(queues, runner, ended)
-                with anyio.fail_after(30):
-                    await ended.wait()
-            return took[0]
+            return await drive(runner, lambda ended: body(queues, runner, ended))
         finally:
             for q in queues.values():
                 await q.close()

@@ -38,6 +38,7 @@ from geoagent.runtime.queue import open_queue
 from geoagent.runtime.stage import Stage, StageContext
 from geoagent.runtime.worker import StageRunner
 from test_queue_contract import redis_url  # noqa: F401 - the module's redis-server fixture
+from test_stages_upstream_taken_up import drive  # runs the runner beside a body (duplicates D1, session 45)
 
 ALL = ["A", "c"]  # the pipeline: foreign upstream stage A (input edge a), then this process's stage c
 
@@ -114,21 +115,8 @@ def _run(tmp_path, body, *, on_started=None, on_elsewhere=None) -> tuple[float, 
             runner = StageRunner(Sink(), queues["c"], None, StageContext("camp"), burst=True,
                                  foreign_upstream=[("A", queues["a"])], stages_elsewhere=elsewhere,
                                  stages_started=started, start_wait_s=60.0, poll_s=0.05)
-            ended = anyio.Event()
-            took: list[float] = []
-
-            async def run() -> None:
-                t0 = time.monotonic()
-                await runner.run()
-                took.append(time.monotonic() - t0)
-                ended.set()
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(run)
-                await body(queues, up, runner, ended)
-                with anyio.fail_after(30):
-                    await ended.wait()
-            return took[0], {e: await q.counts() for e, q in queues.items()}
+            took = await drive(runner, lambda ended: body(queues, up, runner, ended))
+            return took, {e: await q.counts() for e, q in queues.items()}
         finally:
             for q in queues.values():
                 await q.close()

@@ -774,21 +774,7 @@ class SQLiteQueue(WorkQueue):
             try:
                 version = conn.execute("PRAGMA user_version").fetchone()[0]
                 if version in (0, 1, 2, 3):
-                    for statement in _SCHEMA if version == 0 else _MIGRATE_1_2 if version == 1 else ():
-                        conn.execute(statement)
-                    if version in (1, 2):
-                        # at the newest time stored so far when the clock already stepped back under the old code
-                        conn.execute(_ADD_MARK_SQL, (self._start_mark(conn, self._clock()),))
-                    if version in (1, 2, 3):  # the lane column, filled for the rows there (walk39 #1)
-                        for statement in _MIGRATE_3_4:
-                            conn.execute(statement)
-                        _fill_lanes(conn)
-                        # tasks an older release put behind the rest go back to their put place (review44a #2)
-                        mark = conn.execute(_READ_MARK_SQL).fetchone()
-                        conn.execute(_RESET_RELEASED_SQL, (max(self._clock(), float(mark[0]) if mark else 0.0),))
-                    else:
-                        conn.execute(_ADD_MARK_SQL, (self._start_mark(conn, self._clock()),))
-                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                    self._bring_up(conn, version)
                 elif version != SCHEMA_VERSION:
                     raise QueueError(
                         f"queue {self.name!r}: {self.path} has schema version {version}, "
@@ -816,15 +802,33 @@ class SQLiteQueue(WorkQueue):
         :func:`~geoagent.runtime.sqlite_wal.create_whole`'s temporary file)."""
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for statement in _SCHEMA:
-                conn.execute(statement)
-            conn.execute(_ADD_MARK_SQL, (self._start_mark(conn, self._clock()),))
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            self._bring_up(conn, 0)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+
+    def _bring_up(self, conn: sqlite3.Connection, version: int) -> None:
+        """Inside the caller's write transaction on ``conn``: a file at ``user_version`` ``version`` (0: no tables
+        yet; 1 to 3: an older schema) made or migrated to :data:`SCHEMA_VERSION`, its clock mark set, the version
+        stamped. The one place both a new file (:meth:`_make_tables`) and an opened one (:meth:`_connect`) get their
+        schema (duplicates, session 45)."""
+        for statement in _SCHEMA if version == 0 else _MIGRATE_1_2 if version == 1 else ():
+            conn.execute(statement)
+        if version in (1, 2):
+            # at the newest time stored so far when the clock already stepped back under the old code
+            conn.execute(_ADD_MARK_SQL, (self._start_mark(conn, self._clock()),))
+        if version in (1, 2, 3):  # the lane column, filled for the rows there (walk39 #1)
+            for statement in _MIGRATE_3_4:
+                conn.execute(statement)
+            _fill_lanes(conn)
+            # tasks an older release put behind the rest go back to their put place (review44a #2)
+            mark = conn.execute(_READ_MARK_SQL).fetchone()
+            conn.execute(_RESET_RELEASED_SQL, (max(self._clock(), float(mark[0]) if mark else 0.0),))
+        else:
+            conn.execute(_ADD_MARK_SQL, (self._start_mark(conn, self._clock()),))
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     @staticmethod
     def _start_mark(conn: sqlite3.Connection, wall: float) -> float:
