@@ -96,6 +96,26 @@ def test_a_resolved_answer_without_a_distance_is_refused_not_a_miss(release_dir,
                for i in rep.issues), [str(i) for i in rep.issues]
 
 
+def test_a_distance_for_an_answer_with_no_resolved_level_is_refused(release_dir, tmp_path):
+    """stats46 #1, the mirror of the case above: a row with an ``error_km`` but an empty ``resolved_level`` was
+    scored a miss while its distance entered the error-distance regression (Tables 6-7); it is refused with a note."""
+    root = _copy_release(release_dir, tmp_path / "b")
+    at: list[int] = []
+
+    def edit(header, rows):
+        for i, r in enumerate(rows):
+            if r[header.index("resolved_level")] == "" and not at:
+                r[header.index("error_km")] = "0.5"
+                at.append(i + 2)  # the file's line (the header is line 1)
+
+    _rewrite_csv(root / "answers_judged_sample.csv", edit)
+    rows, rep = import_judged(root)
+    assert len(rows) == 965
+    assert sum(r.error_km is None for r in rows) == 12  # the other unresolved rows stay misses without a distance
+    assert any(i.line == at[0] and "column 'error_km' is 0.5 km for an answer with no resolved level ('')" in i.reason
+               for i in rep.issues), [str(i) for i in rep.issues]
+
+
 def test_na_in_an_optional_ladder_column_is_absent(release_dir, tmp_path):
     root = _copy_release(release_dir, tmp_path / "b")
     for path in (root / "ladders").glob("*.csv"):

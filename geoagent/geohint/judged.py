@@ -251,6 +251,12 @@ def _judged_rows(path: Path, rep: ImportReport) -> Iterator[GeoHintResult]:
                     # miss before); a city-level answer is a miss whatever its distance (censored), review36 #1
                     raise ValueError(f"column 'error_km' is missing ({(row.get('error_km') or '').strip()!r}) for an "
                                      f"answer resolved at {row.get('resolved_level', '').strip()!r}")
+                if error_km is not None and level == "none":
+                    # the mirror case (stats46 #1): a distance for an answer that resolved nothing was scored a miss
+                    # yet entered the error-distance regression (Tables 6-7); the release's rule would call it a hit
+                    raise ValueError(f"column 'error_km' is {error_km:g} km for an answer with no resolved level "
+                                     f"({(row.get('resolved_level') or '').strip()!r}): which level it resolved "
+                                     "is unknown")
                 schema = row["schema"].strip()
                 for column in ("model", "schema"):  # break26 #8: a blank one became model or condition ''
                     if not (row[column] or "").strip():
