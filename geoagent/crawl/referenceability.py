@@ -1604,14 +1604,16 @@ class ReferenceabilityAuditor:
                              "not_rated": NOT_RATED_NO_LABEL}, city)
 
     async def audit(self, site: str, candidates: Sequence[RefCandidate], *, city: str | None = None,
-                    city_lines: Mapping[str, RefCandidate] | None = None) -> list[RatedCandidate]:
+                    city_lines: Mapping[str, RefCandidate] | None = None, ask: bool = True) -> list[RatedCandidate]:
         """Rate (and screen) ``candidates`` of ``site`` for ``city`` (:meth:`rate_all`: nothing is asked for
         candidates already decided for that city, e.g. by the crawl's per-city rating); returns one
         :class:`RatedCandidate` per candidate, carrying the decision made for ``city`` (failed ratings come
         back with ``familiarity=None``, failed screens with ``sensitive=None``: the ladder builder drops both).
         A rating that failed in isolation in an earlier run is asked again alone with the reminder
         (:meth:`rate_all`, crawl40b #2), showing it as its city's step did (``city_lines``: redis41 #4); no share of
-        failures fails this call (``max_failed_share`` None).
+        failures fails this call (``max_failed_share`` None). ``ask`` False: the caller made that :meth:`rate_all` call
+        itself (the crawl's stage, under its city's claim, fixcrawl46), so none is made here: the logs are read
+        again and the decisions taken as logged.
 
         Raises
         ------
@@ -1623,8 +1625,11 @@ class ReferenceabilityAuditor:
         """
         from geoagent.runtime.stage import Abandoned
 
-        # no share limit here: the crawl's city step applied it to the city's candidates (a site's few may exceed it)
-        await self.rate_all(candidates, city=city, max_failed_share=None, city_lines=city_lines)
+        if not ask:  # what other processes logged since the caller's rate_all (redis41 #4)
+            for log in (self.decisions, self.sensitive):
+                log.refresh()
+        else:  # no share limit: the crawl's city step applied it to the city's candidates (a site's few may exceed it)
+            await self.rate_all(candidates, city=city, max_failed_share=None, city_lines=city_lines)
         views: dict[str, int] = {}
         if self.settings.pageviews and self.pageviews is not None:
             for c in candidates:

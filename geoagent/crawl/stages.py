@@ -121,7 +121,7 @@ from geoagent.crawl.screener import city_pool_rows, screen_city, write_city_pool
 from geoagent.crawl.settings import CitySpec, CrawlConfigError, CrawlSettings
 from geoagent.files import atomic_open, atomic_write_bytes
 from geoagent.runtime.queue import QueueError, Task, WorkQueue
-from geoagent.runtime.stage import Held, Message, PermanentFailure, Stage, StageContext
+from geoagent.runtime.stage import Deferred, Held, Message, PermanentFailure, Stage, StageContext
 from geoagent.workers.billing import OverrunGuard
 from geoagent.workers.images import without_jpeg_metadata
 from geoagent.textfmt import first_few_text
@@ -919,33 +919,54 @@ async def sampling_lock(svc: CrawlServices) -> AsyncIterator[None]:
 
     Two levels: the process's own ``asyncio.Lock`` (``svc.lock("sampling")``: the stage's concurrent tasks), then an
     exclusive ``fcntl.flock`` on ``<state_dir>/sampling.lock`` (:data:`SAMPLING_LOCK_FILE`) for the processes of one
-    campaign sharing its state folder (``run.py run CONFIG --stages ...``: ``crawl`` has no ``--stages``; every
+    campaign sharing its state folder (``run.py crawl`` started twice, ``run.py run CONFIG --stages ...``; every
     process of a Redis-backed crawl shares that folder too, as checked at start:
     :func:`geoagent.runtime.backend.check_one_state_folder`). The flock is taken without blocking
     and retried every :data:`SAMPLING_LOCK_POLL_S` s, so a waiting task stays cancellable (a stop cancels samplings
-    in flight) and never blocks the event loop; it is released by closing the file, also when the process dies
-    (the kernel drops a dead process's flock). Where the file system has no ``flock`` (``OSError`` other than
-    "would block"), only the process's own lock applies.
+    in flight) and never blocks the event loop (:func:`state_flock`).
 
     Raises
     ------
     OSError
         The lock file cannot be created (the state folder is not writable)."""
+    async with svc.lock("sampling"):
+        async with state_flock(Path(svc.state_dir) / SAMPLING_LOCK_FILE, poll_s=SAMPLING_LOCK_POLL_S):
+            yield
+
+
+@contextlib.asynccontextmanager
+async def state_flock(path: Path, *, poll_s: float | None) -> AsyncIterator[bool]:
+    """Hold an exclusive ``fcntl.flock`` on lock file ``path`` (created empty where missing, with its folder) for
+    the block: the lock of the processes sharing a crawl's state folder. Yields True once held.
+
+    ``poll_s``: while another process holds it, the flock is tried again every ``poll_s`` seconds (never blocking
+    the event loop, so the waiting task stays cancellable); None: not waited for, False is yielded at once instead
+    (the caller does not run its block's work). It is released by closing the file, also when the process dies
+    (the kernel drops a dead process's flock: a crashed holder frees it). Where the file system has no ``flock``
+    (``OSError`` other than "would block") True is yielded unlocked: the caller's process-wide ``asyncio.Lock``
+    is then the only guard. Two tasks of one process that open the file each exclude each other too (a flock
+    belongs to the open file).
+
+    Raises
+    ------
+    OSError
+        The lock file cannot be created (its folder is not writable)."""
     import fcntl
 
-    async with svc.lock("sampling"):
-        path = Path(svc.state_dir) / SAMPLING_LOCK_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a+b") as fh:
-            while True:
-                try:
-                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:  # another process samples a city now
-                    await asyncio.sleep(SAMPLING_LOCK_POLL_S)
-                except OSError:  # no flock on this file system: the process's own lock only
-                    break
-            yield  # closing the file releases the flock
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as fh:
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:  # another process holds it
+                if poll_s is None:
+                    yield False
+                    return
+                await asyncio.sleep(poll_s)
+            except OSError:  # no flock on this file system: the process's own lock only
+                break
+        yield True  # closing the file releases the flock
 
 
 def claimed_sites(state_dir: str | Path, *, exclude: str | None = None) -> dict[str, str]:
@@ -1236,16 +1257,18 @@ class ReferenceabilityAuditorStage(_CrawlStage):
     :mod:`geoagent.crawl.referenceability`): the first site of a city to arrive fetches the candidates of
     every site of its city (the sampler's ``sampling/<city>.json``; each list stored in
     ``ref_candidates/<site>.json``, so no WDQS query is repeated), and the merged, QID-sorted list is
-    rated in fixed batches under one lock (a site waits for its city's ratings; concurrent sites of one
-    city never pay twice). The step is logged to ``crawl_decisions.jsonl`` (``event = "ref_city_rating"``)
-    and recorded in ``ref_cities/<city>.json``; later sites of the city find their candidates decided and
-    send no rating call. Ratings are kept per city (decisions' ``city``): a candidate also near another
-    city's sites is rated for each city, so no city's calls depend on which city finished first. A site
-    not listed by its city's sampling record (or requeued after its city was rated without it) is rated
-    alone, with the same fixed batches over its own candidates (reusing its city's ratings). A site task a later
-    run reopened (:func:`sites_with_reasks_due`, crawl40b #2) finds its ``rated/<site>.json`` holding candidates
-    whose ratings failed alone: the auditor asks them again alone with the reminder, the record and the site's
-    ladder are written again, and a ``ref_rating_reask`` record is logged.
+    rated in fixed batches under the city's claim (:func:`ref_city_claim`), held by one process of the crawl at a
+    time: a site of a city another process rates now goes back to the queue and is delivered again after that step,
+    so concurrent sites of one city never pay twice nor run the step twice (fixcrawl46). The step is logged to
+    ``crawl_decisions.jsonl`` (``event = "ref_city_rating"``) and recorded in ``ref_cities/<city>.json``; later
+    sites of the city find their candidates decided and send no rating call. Ratings are kept per city (decisions'
+    ``city``): a candidate also near another city's sites is rated for each city, so no city's calls depend on which
+    city finished first. A site not listed by its city's sampling record (or requeued after its city was rated
+    without it) is rated alone, with the same fixed batches over its own candidates (reusing its city's ratings). A
+    site task a later run reopened (:func:`sites_with_reasks_due`, crawl40b #2) finds its ``rated/<site>.json``
+    holding candidates whose ratings failed alone: the auditor asks them again alone with the reminder (under the
+    city's claim too), the record and the site's ladder are written again, and a ``ref_rating_reask`` record is
+    logged.
     """
 
     name = C.STAGE_REF_AUDITOR
@@ -1271,15 +1294,23 @@ class ReferenceabilityAuditorStage(_CrawlStage):
         prev = _load(out)
         due = qids_to_read_again(svc, prev) if prev is not None else []
         if prev is None or due:
-            if prev is None:
-                cands = await self._rate_city_of(svc, site, sid)
-            else:  # crawl40b #2: ratings that failed alone in an earlier run, asked again (the city's step is done)
-                cands = await self._site_candidates(svc, site, sid)  # stored: no WDQS query
             aud = svc.ref_auditor
-            calls0, replayed0 = aud.calls, aud.replayed
-            # all decided for the site's city by now but the re-asks: no other rating call; a re-ask shows the
-            # candidate as the city's step did, so every site of the city asks it with one request key (redis41 #4)
-            rated = await aud.audit(sid, cands, city=_rating_city(site), city_lines=city_lines(svc.state_dir, site))
+            # fixcrawl46: every rating call of the city's sites is made under the city's claim, which one process of
+            # the crawl holds at a time; a site whose city another process rates now goes back to the queue
+            # (CityRatedElsewhere) and, delivered again after that step, finds its candidates decided
+            async with ref_city_claim(svc, _rating_city(site)):
+                if prev is None:
+                    cands = await self._rate_city_of(svc, site, sid)
+                else:  # crawl40b #2: ratings that failed alone in an earlier run, asked again (the city's step is done)
+                    cands = await self._site_candidates(svc, site, sid)  # stored: no WDQS query
+                calls0, replayed0 = aud.calls, aud.replayed
+                lines = city_lines(svc.state_dir, site)
+                # all decided for the site's city by now but the re-asks: no other rating call; a re-ask shows the
+                # candidate as the city's step did, so every site of the city asks it with one request key
+                # (redis41 #4)
+                await aud.rate_all(cands, city=_rating_city(site), max_failed_share=None, city_lines=lines)
+            # the site's pageviews and ladder inputs: no model call, so not under the claim
+            rated = await aud.audit(sid, cands, city=_rating_city(site), city_lines=lines, ask=False)
             coords = {c.qid: (c.lat, c.lon) for c in cands}
             # rating_model: the [[models]] name whose ratings these are (the ladder's file name, rated_auditor)
             rec = {"site": site, "n_candidates": len(cands), "rated": [_rated_json(r) for r in rated],
@@ -1359,58 +1390,106 @@ class ReferenceabilityAuditorStage(_CrawlStage):
 
         A sibling site whose WDQS query fails permanently is left out of the city's list (logged in the
         step's record, ``left_out``); its own task then fails on the same query. A transient failure fails
-        this task (retried by the runner) before any rating call.
+        this task (retried by the runner) before any rating call. Called under the city's claim
+        (:func:`ref_city_claim`), so the stored record ``ref_cities/<city key>.json`` read here is final: a step
+        another process of the crawl ran is not run again (fixcrawl46).
         """
-        async with svc.lock("ref_rating"):  # one rating step at a time: shared candidates are never paid twice
-            key, group = self._city_sites(svc, site, sid)
-            marker = svc.state_dir / REF_CITIES_DIR / f"{key}.json" if key else None
-            done = _load(marker) if marker is not None else None
-            if isinstance(done, dict) and sid in (done.get("sites") or []):
-                return await self._site_candidates(svc, site, sid)
-            if isinstance(done, dict):  # the city was rated without this site: rate it alone
-                key, group, marker = None, [site], None
-            per_site: dict[str, list[RefCandidate]] = {}
-            left_out: dict[str, str] = {}
-            for s in group:
-                s_id = paths.safe_name(str(s["site"]), what="site id")
-                try:
-                    per_site[s_id] = await self._site_candidates(svc, s, s_id)
-                except PermanentFailure as e:
-                    if s_id == sid:
-                        raise
-                    left_out[s_id] = str(e)[:300]
-            merged = merge_site_candidates(per_site)
-            aud = svc.ref_auditor
-            listed: dict[str, int] = {}
-            for cands in per_site.values():
-                for q in {c.qid for c in cands}:
-                    listed[q] = listed.get(q, 0) + 1
-            # field meanings: module docstring, "Decision log"
-            rec = {"event": "ref_city_rating", "city": site.get("city") if key else None, "site": sid, "sites": sorted(per_site),
-                   "left_out": left_out, "n_candidates": len(merged),
-                   "n_site_listings": sum(len(v) for v in per_site.values()),
-                   "n_shared_candidates": sum(1 for n in listed.values() if n > 1),
-                   "batch_size": aud.settings.batch_size}
-            calls0, replayed0, unreadable0 = aud.calls, aud.replayed, aud.unreadable
+        key, group = self._city_sites(svc, site, sid)
+        marker = svc.state_dir / REF_CITIES_DIR / f"{key}.json" if key else None
+        done = _load(marker) if marker is not None else None
+        if isinstance(done, dict) and sid in (done.get("sites") or []):
+            return await self._site_candidates(svc, site, sid)
+        if isinstance(done, dict):  # the city was rated without this site: rate it alone
+            key, group, marker = None, [site], None
+        per_site: dict[str, list[RefCandidate]] = {}
+        left_out: dict[str, str] = {}
+        for s in group:
+            s_id = paths.safe_name(str(s["site"]), what="site id")
             try:
-                stats = await aud.rate_all(merged, city=_rating_city(site))
-            except AuditorOutputUnreadable as e:
-                # crawl40 #1: the failed step is logged too (its calls and unreadable answers), then the task fails
-                await svc.decision_logger(self.name)({
-                    **rec, "model_calls": aud.calls - calls0, "answers_replayed": aud.replayed - replayed0,
-                    "n_unreadable_answers": aud.unreadable - unreadable0, "n_rating_failed": e.failed,
-                    "error": str(e)[:500]})
-                raise
-            rec.update({"rating_batches": stats["batches"],
-                        "rating_batches_asked": stats["asked"], "screening_batches_asked": stats["screened"],
-                        "model_calls": stats["calls"], "answers_replayed": stats["replayed"],
-                        "n_not_rated_no_label": stats["not_rated_no_label"],
-                        "n_unreadable_answers": stats["unreadable"], "n_reasked": stats["reasked"],
-                        "n_screens_reasked": stats["screens_reasked"], "n_rating_failed": stats["failed"]})
-            await svc.decision_logger(self.name)(rec)
-            if marker is not None:
-                _dump(marker, {**rec, "qids": [c.qid for c in merged]})
-            return per_site[sid]
+                per_site[s_id] = await self._site_candidates(svc, s, s_id)
+            except PermanentFailure as e:
+                if s_id == sid:
+                    raise
+                left_out[s_id] = str(e)[:300]
+        merged = merge_site_candidates(per_site)
+        aud = svc.ref_auditor
+        listed: dict[str, int] = {}
+        for cands in per_site.values():
+            for q in {c.qid for c in cands}:
+                listed[q] = listed.get(q, 0) + 1
+        # field meanings: module docstring, "Decision log"
+        rec = {"event": "ref_city_rating", "city": site.get("city") if key else None, "site": sid,
+               "sites": sorted(per_site), "left_out": left_out, "n_candidates": len(merged),
+               "n_site_listings": sum(len(v) for v in per_site.values()),
+               "n_shared_candidates": sum(1 for n in listed.values() if n > 1),
+               "batch_size": aud.settings.batch_size}
+        calls0, replayed0, unreadable0 = aud.calls, aud.replayed, aud.unreadable
+        try:
+            stats = await aud.rate_all(merged, city=_rating_city(site))
+        except AuditorOutputUnreadable as e:
+            # crawl40 #1: the failed step is logged too (its calls and unreadable answers), then the task fails
+            await svc.decision_logger(self.name)({
+                **rec, "model_calls": aud.calls - calls0, "answers_replayed": aud.replayed - replayed0,
+                "n_unreadable_answers": aud.unreadable - unreadable0, "n_rating_failed": e.failed,
+                "error": str(e)[:500]})
+            raise
+        rec.update({"rating_batches": stats["batches"],
+                    "rating_batches_asked": stats["asked"], "screening_batches_asked": stats["screened"],
+                    "model_calls": stats["calls"], "answers_replayed": stats["replayed"],
+                    "n_not_rated_no_label": stats["not_rated_no_label"],
+                    "n_unreadable_answers": stats["unreadable"], "n_reasked": stats["reasked"],
+                    "n_screens_reasked": stats["screens_reasked"], "n_rating_failed": stats["failed"]})
+        await svc.decision_logger(self.name)(rec)
+        if marker is not None:
+            _dump(marker, {**rec, "qids": [c.qid for c in merged]})
+        return per_site[sid]
+
+
+#: how long a site task whose city another process of the crawl is rating stays in the queue before it is
+#: delivered again, s (:class:`CityRatedElsewhere`)
+REF_CLAIM_RETRY_S = 1.0
+#: the stem of the claim file of the sites whose city has no key (:func:`_rating_city` None); a city key has
+#: letters and digits only, so no city's claim file has this name
+REF_NO_CITY_CLAIM = "_no_city"
+
+
+class CityRatedElsewhere(Deferred):
+    """Another process of the crawl holds the claim of the site's city (:func:`ref_city_claim`): the site's task
+    goes back to the queue for :data:`REF_CLAIM_RETRY_S` s with no attempt counted and nothing sent, and the stage
+    takes other work meanwhile (a site of another city); delivered again once the other process's step ended, it
+    finds its city's candidates decided (fixcrawl46)."""
+
+    delay_s = REF_CLAIM_RETRY_S
+
+
+@contextlib.asynccontextmanager
+async def ref_city_claim(svc: CrawlServices, city: str | None) -> AsyncIterator[None]:
+    """Hold the referenceability claim of ``city`` (a city key, :func:`_rating_city`; None: the sites without one)
+    for the block: the rating calls of a city's sites are made by one process of the crawl at a time.
+
+    fixcrawl46: two processes sharing the state folder (docs/crawls.md, "Several processes, one state folder") each
+    took a site of one city and both ran the city's rating step: the second's calls were answered by the response
+    store or the logs (not billed twice, but not all: a batch the other had half decided was asked anew, a new
+    request key), yet both did the work and both counted it (two ``ref_city_rating`` records of the city, the
+    ``ref_cities`` record overwritten with the second's counts). The claim is the process's ``asyncio.Lock``
+    ``svc.lock("ref_rating")`` (the stage's tasks), then an exclusive ``flock`` on
+    ``<state_dir>/ref_cities/<city key>.lock`` (:func:`state_flock`, not waited for: the kernel releases a
+    crashed holder's). Held by another process, :class:`CityRatedElsewhere` is raised before anything is asked.
+
+    Raises
+    ------
+    CityRatedElsewhere
+        Another process holds the city's claim now.
+    OSError
+        The claim file cannot be created (the state folder is not writable)."""
+    path = Path(svc.state_dir) / REF_CITIES_DIR / f"{city or REF_NO_CITY_CLAIM}.lock"
+    async with svc.lock("ref_rating"):
+        async with state_flock(path, poll_s=None) as held:
+            if not held:
+                raise CityRatedElsewhere(f"referenceability: city {city or '(no key)'} is being rated by another "
+                                         f"process of the crawl ({path} is locked); the site is delivered again "
+                                         f"in {REF_CLAIM_RETRY_S:g} s")
+            yield
 
 
 def city_lines(state_dir: str | Path, site: dict[str, Any]) -> dict[str, RefCandidate]:
