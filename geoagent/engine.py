@@ -4258,7 +4258,9 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
     other stages (e.g. geocoding), and names what it assumes: ``expected_latency_s`` per call, the
     concurrency and the rate limit. Replay and offline simulated models call no model: their line says so
     instead of a duration (a simulated model behind a local fake is paced by its rate alone). A worst case
-    over the cap gets an ``OVER CAP`` line, then how many calls of each model the run would make before the
+    over the cap gets an ``OVER CAP`` line (``worst case over cap ... but the expected $E fits`` when the dispatch
+    replay fits every call at its expected cost: the total then says ``(worst case over cap; the expected cost
+    fits: see below)``, not ``(OVER cap)``), then how many calls of each model the run would make before the
     cap stops it (:func:`geoagent.config.simulate_dispatch`) with a warning for a model left with none or far
     fewer than the others (:meth:`Outcome.coverage_warnings`) and a note naming the models whose expected cost
     takes every answer at its ``max_output_tokens`` (the run makes more calls when answers are shorter), and the
@@ -4357,11 +4359,17 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
                  "the run counts as unknown-outcome spend" if gone_calls else "")
     spent_part = (f" (${spent:.4f} already spent by earlier runs of this campaign: settled + unknown outcome, "
                   f"in its ledger{gone_part}; ${left:.4f} left for these calls)" if spent > 0 else "")
+    # walk46 #6: only the worst case over the cap while every call fits at its expected cost (the dispatch replay
+    # below says "all N calls fit") read "(OVER cap)" and "!!! OVER CAP", as if the run would fail; the loud form
+    # is kept for a plan whose expected cost itself does not fit
+    worst_only = (not est.within_cap and est.calls_before_cap is not None and est.calls_before_cap >= est.calls)
+    verdict = ("within cap" if est.within_cap else
+               "worst case over cap; the expected cost fits: see below" if worst_only else "OVER cap")
     lines.append(
         f"  total: {count_text(est.calls, 'call')} to make" + (f" ({'; '.join(left_out)})" if left_out else "")
         + f", ${est.cost_usd:.4f} expected, "
         f"worst ${est.worst_case_usd:.4f}, cap {usd(est.cap_usd)}{spent_part}"
-        f" ({'within' if est.within_cap else 'OVER'} cap); {time_part}"
+        f" ({verdict}); {time_part}"
     )
     if not est.within_cap and est.calls:
         # + 1e-9: a quotient that is a whole number in decimal (40 x 0.025 / 0.04) must not floor to one less
@@ -4370,16 +4378,23 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
                    else est.calls)
         what = (f"the ${left:.4f} left of [budget] cap_usd {usd(est.cap_usd)} after the ${spent:.4f} already spent"
                 if spent > 0 else f"[budget] cap_usd {usd(est.cap_usd)}")
-        lines.append(
-            f"  !!! OVER CAP: the worst case ${est.worst_case_usd:.4f} exceeds {what}. "
-            "Raise cap_usd or plan fewer requests to run them all even at their worst case."
-        )
+        if worst_only:
+            lines.append(
+                f"  worst case over cap: the worst case ${est.worst_case_usd:.4f} exceeds {what}, but the expected "
+                f"${est.cost_usd:.4f} fits. Raise cap_usd or plan fewer requests to run them all even at their worst "
+                "case."
+            )
+        else:
+            lines.append(
+                f"  !!! OVER CAP: the worst case ${est.worst_case_usd:.4f} exceeds {what}. "
+                "Raise cap_usd or plan fewer requests to run them all even at their worst case."
+            )
         cap_word = "cap left" if spent > 0 else "cap"
         from geoagent.config import _caller_lanes  # the model caller's lanes, as simulate_dispatch replays them
 
         lanes = _caller_lanes(cfg)
         lane_part = ("" if lanes is None else
-                     ", each model in its own lane (at most " + ", ".join(f"{n} {c}" for n, c in lanes.items())
+                     ", each model in its own lane (at most " + ", ".join(_lane_text(n, c, cfg) for n, c in lanes.items())
                      + " of its requests handled at once; a full lane's next requests wait while the other lanes' "
                      "go on, so a model held back by its own limits does not hold back the others"
                      + ("; paced by each model's share of its calls ([queue] model_pacing = \"plan\"), so none runs "
@@ -4431,6 +4446,16 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
                if est.calls_before_cap is not None and est.calls_before_cap < est.calls else "") + "."
         )
     return lines
+
+
+def _lane_text(name: str, cap: int, cfg: Any) -> str:
+    """``"a 12 (concurrency 8 + 4 leased ahead)"``: model ``name``'s lane cap in the model caller (tasks of it held at
+    once, :func:`geoagent.workers.model_caller.lane_cap`) and how it is made up. walk46 #5: "at most a 12" for
+    ``concurrency = 8`` left the reader to find the rule in docs/how-it-works.md."""
+    from geoagent.config import _caller_concurrency
+
+    conc = _caller_concurrency(cfg.model(name))
+    return f"{name} {cap} (concurrency {conc} + {cap - conc} leased ahead)"
 
 
 def _image_assumption_note(est: Any, cfg: Any) -> str:

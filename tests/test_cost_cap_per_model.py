@@ -144,8 +144,8 @@ def test_dry_run_counts_calls_per_model_before_the_cap_in_queue_order():
     text = "\n".join(lines)
     assert "the run would stop at the cap (exit 4) after about 23 of the 80 calls, per model: a 23 of 40, ge 0 of 40" in text
     # the text says how the stop was simulated, with the lanes that gave ge its tasks from the start
-    assert ("(simulated as the run dispatches them: in queue order, each model in its own lane (at most a 12, ge 12 "
-            "of its requests handled at once; a full lane's next requests wait while the other lanes' go on, so a "
+    assert ("(simulated as the run dispatches them: in queue order, each model in its own lane (at most a 12 (concurrency 8 + "
+            "4 leased ahead), ge 12 (concurrency 8 + 4 leased ahead) of its requests handled at once; a full lane's next requests wait while the other lanes' go on, so a "
             "model held back by its own limits does not hold back the others), each model at its own concurrency, "
             "rate and expected_latency_s; each call reserves its worst case and settles at its expected cost; the "
             "first call whose worst case no longer fits next to the settled spend stops the run)") in text

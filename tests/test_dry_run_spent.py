@@ -69,7 +69,11 @@ def test_dry_run_after_a_budget_stop_compares_the_calls_left_with_the_cap_left(t
     assert f"total: {left} calls to make" in text
     assert f"${booked:.4f} already spent by earlier runs of this campaign" in text
     assert f"${cap - booked:.4f} left for these calls" in text
-    assert "(OVER cap)" in text and "(within cap)" not in text  # main said "(within cap)": 0 + worst <= cap
+    assert "over cap" in text and "(within cap)" not in text  # main said "(within cap)": 0 + worst <= cap
+    # walk46 #6: only the worst case is over what is left, every call fits at its expected cost: said so, not the
+    # loud "(OVER cap)" / "!!! OVER CAP" of a plan whose expected cost does not fit (test_campaign_run_checks)
+    assert "(worst case over cap; the expected cost fits: see below)" in text and "OVER" not in text
+    assert "  worst case over cap: the worst case $" in text and f"calls fit at their expected cost" in text
 
 
 def test_dry_run_forecast_of_a_raised_cap_starts_from_the_spend_already_booked(tmp_path):
