@@ -188,3 +188,20 @@ def test_the_page_says_a_geoverify_table_row_is_keyed_by_section_and_row(exporte
     (gv,) = exported["geoverify_scored"]
     table = pl.read_csv(gv.parent / "report" / "geoverify_table.csv", infer_schema_length=0)
     assert table.select("section", "row").is_duplicated().sum() == 0  # the documented key is unique
+
+
+def test_the_page_names_every_text_row_of_the_geoverify_table(exported):
+    """walk46 #11: the page's list of the rows whose value is text (model column empty, ``<model>_text`` filled)
+    lacked ``delta_1 small n`` (and the read-out's ``pre-registered``); a reader filtering the model columns
+    missed them. Every such row of the demo's table is named on the page, in the note on ``geoverify_table.csv``."""
+    note = re.sub(r"\s+", " ", EXPORTS_MD.read_text(encoding="utf-8"))
+    note = note[note.index("* `geoverify_table.csv` (Table 12)"):]
+    note = note[:note.index("* GeoHint `table6.csv`")]
+    (gv,) = exported["geoverify_scored"]
+    table = pl.read_csv(gv.parent / "report" / "geoverify_table.csv", infer_schema_length=0)
+    models = [c[:-len("_text")] for c in table.columns if c.endswith("_text")]
+    text_rows = {r for m in models
+                 for r in table.filter(pl.col(m).is_null() & pl.col(f"{m}_text").is_not_null())["row"].to_list()}
+    assert {"delta_1", "pre-registered"} <= text_rows, text_rows  # the demo's table has both kinds
+    assert not [r for r in text_rows if f"`{r}`" not in note], (text_rows, note)
+    assert "`delta_1 small n`" in note  # the row the demo may not flag, named all the same
