@@ -271,7 +271,8 @@ def test_readme_demo_time_and_sandbox_run_time_are_given():
     # GeoHint run, whose dry run says "about 10 s of model calls" while it takes ~1.5-2.5 min
     assert "10-15 s wall-clock" not in text and "`python run.py demo` (15-25 s wall-clock" in text
     at = text.index("python run.py run geoagent/configs/geohint_sandbox.toml")
-    assert re.search(r"takes about [\d.]+-[\d.]+ (s|min)", text[at:at + 1500]), text[at:at + 1500]
+    # a time or a range of times (walk46 #12: "about 1 min (up to 4 on a busy machine)", measured 41-50 s)
+    assert re.search(r"takes about [\d.]+(-[\d.]+)? (s|min)", text[at:at + 1500]), text[at:at + 1500]
 
 
 def test_run_campaign_unknown_stage_suggests_the_close_one(tmp_path, monkeypatch):
