@@ -87,6 +87,9 @@ def test_removed_sites_and_model_are_not_scored_and_the_export_marks_the_scored_
     m = re.search(r"GeoHint: (\d+) scored responses over (\d+) sites", summary)
     assert m and (int(m.group(1)), int(m.group(2))) == (third.planned, 2), summary
     assert f"Left out of scoring: {left_out} stored answers of tasks the current plan no longer holds" in summary
+    # walk46 #13: and the plan line says the done counts below it hold them
+    assert (f"planned {third.planned} requests (the done counts below also hold {left_out} of an earlier plan, no "
+            "longer planned: kept, not scored)") in summary, summary
     report = isolated_roots / "state" / "gh-scope" / "report"
     md = (report / "report.md").read_text(encoding="utf-8")
     assert f"Left out of scoring: {left_out} stored answers" in md

@@ -65,6 +65,11 @@ def test_a_changed_design_scores_only_the_current_plan(sandbox_crawled, capsys):
     left_out = stored - n_second
     assert left_out > 0
     assert (f"Left out of scoring: {left_out} stored answers of tasks the current plan no longer holds") in got.out
+    # walk46 #13: the plan line says why the done counts below it exceed it (the earlier plan's tasks, done)
+    assert (f"planned {n_second} requests (the done counts below also hold {left_out} of an earlier plan, no longer "
+            "planned: kept, not scored)") in got.out
+    done = int(re.search(r"requests: ready 0  leased 0  done (\d+)", got.out).group(1))
+    assert done == n_second + left_out, got.out
     md = (state / "gv-design" / "report" / "geoverify_table.md").read_text(encoding="utf-8")
     assert f"Left out of scoring: {left_out} stored answers" in md
 

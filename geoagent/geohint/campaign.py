@@ -531,6 +531,7 @@ class GeoHintCampaign(CampaignKind):
                                    scope=scope)
         self._agg = agg
         self._scope_note = scope.note()
+        self._not_planned = scope.not_planned
         out = Path(ctx.services.get("state_dir") or cfg.state_dir()) / C.REPORT_DIR
         # written with no answer scored too: the report counts the current plan's answers only, so the last run's
         # report, left in place, would describe answers the plan no longer holds (its scope note says so)
@@ -630,11 +631,14 @@ class GeoHintCampaign(CampaignKind):
         echo_rule = s.echo_rule
         agg = getattr(self, "_agg", None)
         note = getattr(self, "_scope_note", None)
+        not_planned = getattr(self, "_not_planned", 0)
         if agg is None:
             scope = scored_scope(ctx.services.get(SERVICE_PLAN_KEYS))
             agg = aggregate_from_store(ctx.get("store"), echo_rule=echo_rule, regime_threshold=s.regime_threshold,
                                        scope=scope)
-            note = scope.note()
+            note, not_planned = scope.note(), scope.not_planned
+        if outcome is not None:  # the summary's plan line counts them (walk46 #13)
+            outcome.not_planned = not_planned
         if note:
             lines.append(f"  {note}")
         lines.append(f"  echo rule {describe_echo_rule(echo_rule)}")

@@ -385,6 +385,7 @@ class GeoVerifyCampaign(CampaignKind):
         scope = self._scope(ctx)
         agg = aggregate_from_store(ctx.get("store"), scope)
         self._scope_note = scope.note()
+        self._not_planned = scope.not_planned
         self._scores = agg.scores(n_boot=s.n_boot, seed=s.boot_seed, models=_column_models(cfg), tau_km=s.tau_m / 1000.0)
         out = Path(ctx.services.get("state_dir") or cfg.state_dir()) / C.REPORT_DIR
         return list(write_report(self._scores, out, parse_failures=agg.parse_failures(),
@@ -496,11 +497,14 @@ class GeoVerifyCampaign(CampaignKind):
 
         scores = getattr(self, "_scores", None)
         note = getattr(self, "_scope_note", None)
+        not_planned = getattr(self, "_not_planned", 0)
         if scores is None:
             scope = self._scope(ctx)
             scores = aggregate_from_store(ctx.get("store"), scope).scores(models=_column_models(cfg),
                                                                           tau_km=settings_of(cfg).tau_m / 1000.0)
-            note = scope.note()
+            note, not_planned = scope.note(), scope.not_planned
+        if outcome is not None:  # the summary's plan line counts them (walk46 #13)
+            outcome.not_planned = not_planned
         lines = [f"  warning: {w}" for w in self.plan_warnings(cfg)]
         if note:
             lines.append(f"  {note}")
