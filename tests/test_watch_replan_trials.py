@@ -93,7 +93,7 @@ def test_watching_geoverify_plans_trials_a_handoff_adds_and_asks_nothing_twice(r
 
     async def main():
         async def drive():
-            with anyio.fail_after(60):
+            with anyio.fail_after(150):
                 while not _idle_with(state, n_first):  # the first plan answered; the campaign watches
                     out["where"] = ("first plan", _last_record(state).get("queues"))
                     await anyio.sleep(0.1)
@@ -145,7 +145,7 @@ def test_a_rewrite_with_the_same_rows_plans_nothing_again(release_dir, tmp_path,
 
     async def main():
         async def drive():
-            with anyio.fail_after(120):
+            with anyio.fail_after(150):
                 while not _idle_with(state, n_first):
                     await anyio.sleep(0.1)
                 _release(release_dir, rel, 30)
@@ -195,7 +195,7 @@ def test_watching_geohint_plans_the_images_a_handoff_adds(release_dir, tmp_path,
 
     async def main():
         async def drive():
-            with anyio.fail_after(120):
+            with anyio.fail_after(150):
                 while not _idle_with(state, n_first):
                     await anyio.sleep(0.1)
                 _release(release_dir, rel, None)
@@ -248,10 +248,13 @@ def test_a_changed_table_that_cannot_be_planned_is_a_warning_and_the_run_goes_on
 
     async def main():
         async def drive():
-            with anyio.fail_after(60):
+            # each phase its own generous deadline: a full CI run beside other jobs on 2 cores once took the 60 s the
+            # two shared before, the planner's refusal logged just as it ran out (session 46)
+            with anyio.fail_after(150):
                 while not _idle_with(state, n_first):
                     await anyio.sleep(0.1)
-                break_table()
+            break_table()
+            with anyio.fail_after(150):
                 while not any("planning again failed" in s for s in seen):
                     seen.append(capsys.readouterr().out)
                     await anyio.sleep(0.1)
@@ -293,7 +296,7 @@ def test_the_new_trials_are_under_the_same_cost_cap(release_dir, tmp_path, monke
 
     async def main():
         async def drive():
-            with anyio.fail_after(60):
+            with anyio.fail_after(150):
                 while not _idle_with(state, n_first):
                     await anyio.sleep(0.1)
                 _release(release_dir, rel, None)
