@@ -1700,6 +1700,34 @@ def image_problems(cfg: Any) -> list[str]:
     return out
 
 
+def responses_only_problems(cfg: Any) -> list[str]:
+    """One line per OpenAI-compatible ``[[models]]`` entry naming a model OpenAI serves only on its Responses API
+    (:func:`geoagent.providers.sampling.openai_responses_only`: ``o3-pro``, ``gpt-5-pro``, ``codex-mini-latest``,
+    ``gpt-5-codex``, ``o3-deep-research``, ``computer-use-preview``, ...): geoagent posts to
+    ``{base_url}/chat/completions``, which api.openai.com answers HTTP 404 "This model is only supported in
+    v1/responses and not in v1/chat/completions." for them (Azure OpenAI: 400 ``OperationNotSupported``), so every
+    request would fail after the run had started (prov46 #1). Decided as :func:`image_problems` decides which rules
+    are OpenAI's: by ``model_family`` on any host, else by ``model`` when the calls go to api.openai.com (no
+    ``base_url``, or one on that host). A gateway that bridges Chat Completions to the Responses API (LiteLLM,
+    OpenRouter's ``openai/o3-pro``) is not refused."""
+    from geoagent.providers.sampling import OPENAI_HOST, openai_responses_only
+
+    out: list[str] = []
+    for i, m in enumerate(cfg.models):
+        if m.provider != "openai":
+            continue
+        host = (urlsplit(m.effective_base_url).hostname or "").lower() if m.effective_base_url else OPENAI_HOST
+        if not (m.model_family or host == OPENAI_HOST) or not openai_responses_only(m.openai_rules_id):
+            continue
+        key = "model_family" if m.model_family else "model"
+        out.append(f"models[{i}].{key}: {m.openai_rules_id!r} is served only on OpenAI's Responses API "
+                   "(POST /v1/responses); geoagent speaks Chat Completions (POST /chat/completions), which answers "
+                   "it HTTP 404 'This model is only supported in v1/responses and not in v1/chat/completions.' (every "
+                   f"request of model {m.name!r} would fail); use a chat model (e.g. o3, o4-mini, gpt-5, gpt-5-mini, "
+                   f"gpt-4.1) or remove model {m.name!r}")
+    return out
+
+
 #: the public API hosts each campaign kind calls when its task table names no other URL (the defaults of
 #: :class:`geoagent.crawl.settings.EndpointSettings`, :data:`geoagent.clients.nominatim.NOMINATIM_URL` and
 #: :data:`geoagent.clients.wikidata.WIKIDATA_API_URL`; tests check they agree); ``[hosts]`` sections for them count
@@ -2216,13 +2244,16 @@ def _impossible_campaign(cfg: CampaignConfig) -> list[str]:
       (the geocoder's own, else the campaign's) is neither an e-mail address nor a URL: its geocoder (Wikidata,
       Nominatim: both ask for a contact in the User-Agent) refused it only after the run had planned and written
       its state (``run --simulate`` passed).
+    * an OpenAI model served only on the Responses API (``o3-pro``, ``gpt-5-codex``, ...) on api.openai.com or
+      declared as ``model_family``: :func:`responses_only_problems` (prov46 #1).
     * a crawl auditor (``[crawl.image_audit]`` / ``[crawl.referenceability]`` ``model``) on a provider other
       than ``simulated`` that names no ``[[models]]`` entry: the dry run passed and ``crawl`` then stopped
       with "no provider configured for auditor model ...", naming neither file nor key.
     """
     from geoagent.providers.settings import own_api_path_problem
 
-    out: list[str] = sampling_problems(cfg) + image_problems(cfg) + _other_kind_tables(cfg)
+    out: list[str] = (sampling_problems(cfg) + image_problems(cfg) + responses_only_problems(cfg)
+                      + _other_kind_tables(cfg))
     for i, m in enumerate(cfg.models):
         # a path mistake on a provider's own host loaded silently, then every call was a 404 (prov39 #7)
         problem = own_api_path_problem(m.provider, m.base_url) if m.base_url else None

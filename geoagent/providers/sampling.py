@@ -102,7 +102,10 @@ from urllib.parse import urlsplit
 #: Host on which OpenAI's own reasoning-model rules apply (other OpenAI-compatible servers have their own).
 OPENAI_HOST = "api.openai.com"
 #: Documented OpenAI reasoning families (optionally behind ``ft:`` for fine-tunes): ``o1``, ``o3``, ``o4-mini``,
-#: ... (``o<digit>``), the ``gpt-5`` family except the non-reasoning ``gpt-5-chat*``, and ``codex-mini``.
+#: ... (``o<digit>``), the ``gpt-5`` family except the non-reasoning ``gpt-5-chat*``, and ``codex-mini``. Some of
+#: them (``o3-pro``, ``gpt-5-pro``, ``codex-mini``, ``gpt-5-codex``) are served on the Responses API only
+#: (:func:`openai_responses_only`): refused at load on api.openai.com, they keep the reasoning rules elsewhere (a
+#: gateway that bridges Chat Completions to them, e.g. LiteLLM, OpenRouter's ``openai/o3-pro``).
 _OPENAI_REASONING = re.compile(r"^(?:ft:)?(?:o\d+(?:[-.:_]|$)|gpt-5(?!-chat)|codex-mini)", re.IGNORECASE)
 #: OpenAI's recommended room for reasoning + answer when starting with a reasoning model (tokens).
 OPENAI_REASONING_MIN_OUTPUT = 25_000
@@ -165,6 +168,30 @@ def is_openai_model_id(model: str) -> bool:
     ``o3-mini-2025-01-31``, ``gpt-4o``, ``gpt-5-mini``, ``chatgpt-4o-latest``, ``codex-mini-latest``, ``ft:o4-mini:...``;
     not ``llama-3``, ``my-deployment``. The config loader accepts ``[[models]] model_family`` only in this form."""
     return bool(_OPENAI_ID.match(model.strip()))
+
+
+#: OpenAI models served only on the Responses API (``POST /v1/responses``), never on Chat Completions: ``o1-pro``,
+#: ``o3-pro``, the deep-research models (``o3-deep-research``, ``o4-mini-deep-research``), ``gpt-5-pro`` /
+#: ``gpt-5.x-pro``, ``codex-mini`` (``codex-mini-latest``), ``gpt-5-codex`` / ``gpt-5.x-codex`` (``-mini``, ``-max``)
+#: and ``computer-use-preview``, with dated snapshots. api.openai.com answers their Chat Completions call HTTP 404
+#: ``{"error": {"message": "This model is only supported in v1/responses and not in v1/chat/completions.", "type":
+#: "invalid_request_error", "param": "model", "code": null}}`` (reported for codex-mini-latest, openai/codex#1306 and
+#: continuedev/continue#5758; gpt-5-codex, alvinunreal/tmuxai#82; o1-pro / o3-pro, sigoden/aichat#1318; the
+#: gpt-5-codex prompting guide: "only supported with the Responses API"); Azure OpenAI answers 400
+#: ``OperationNotSupported`` "The chatCompletion operation does not work with the specified model"
+#: (langgenius/dify-plugin-sdks#264). Checked 2026-12-06 (prov46 #1)
+_OPENAI_RESPONSES_ONLY = re.compile(
+    r"^(?:ft:)?(?:o1-pro|o3-pro|o\d+(?:-mini)?-deep-research|gpt-5(?:\.\d+)?-(?:pro|codex)|codex-mini"
+    r"|computer-use-preview)(?:[-.:_]|$)", re.IGNORECASE)
+
+
+def openai_responses_only(model: str) -> bool:
+    """Whether an OpenAI model id (or ``[[models]] model_family``) is served only on the Responses API
+    (:data:`_OPENAI_RESPONSES_ONLY`: ``o3-pro``, ``o3-deep-research``, ``gpt-5-pro``, ``gpt-5.2-pro``,
+    ``codex-mini-latest``, ``gpt-5.1-codex-max``, ``computer-use-preview``, ...; not ``o3``, ``gpt-5``,
+    ``gpt-5-chat-latest``). geoagent speaks Chat Completions only, so the config loader refuses such a model on
+    api.openai.com, or declared as a ``model_family`` (:func:`geoagent.config.responses_only_problems`)."""
+    return bool(_OPENAI_RESPONSES_ONLY.match(model.strip()))
 
 
 def openai_rejects_images(model: str) -> bool:

@@ -35,6 +35,11 @@ codes"):
   ``o1-preview`` and ``o3-mini`` (:data:`NO_IMAGE_ID`) take no image: an ``image_url`` part -> 400 "Invalid content
   type. image_url is only supported by certain models." (``param`` ``messages.[<i>].content.[<j>].type``, ``code``
   null, as quoted on the OpenAI community forum; sources in :mod:`geoagent.providers.sampling`).
+* Models served only on the Responses API (:data:`RESPONSES_ONLY_ID`: ``o1-pro``, ``o3-pro``, ``o3-deep-research``,
+  ``gpt-5-pro``, ``codex-mini-latest``, ``gpt-5-codex``, ``computer-use-preview``, ...) -> 404 ``{"error": {"message":
+  RESPONSES_ONLY_MESSAGE, "type": "invalid_request_error", "param": "model", "code": null}}`` as api.openai.com
+  answers (openai/codex#1306, alvinunreal/tmuxai#82); a deployment of one (Azure) -> 400 ``{"error": {"code":
+  "OperationNotSupported", "message": ...}}`` (langgenius/dify-plugin-sdks#264). Not billed (prov46 #1).
 * ``deployments=`` (Azure OpenAI-style): a ``model`` naming a deployment is checked and answered as the model it
   serves.
 * Azure OpenAI's classic per-deployment route, ``POST /openai/deployments/{deployment}/chat/completions?api-version=
@@ -143,6 +148,17 @@ IMAGE_MIME = ("image/jpeg", "image/png", "image/gif", "image/webp")
 ROLES = ("system", "developer", "user", "assistant", "tool")
 #: OpenAI reasoning model ids (the fake's own reading of the reasoning guide, kept apart from the client's)
 REASONING_ID = re.compile(r"^(?:ft:)?(?:o\d+(?:[-.:_]|$)|gpt-5(?!-chat)|codex-mini)", re.IGNORECASE)
+#: OpenAI models served only on the Responses API (the fake's own reading, kept apart from the client's;
+#: sources in :mod:`geoagent.providers.sampling`): o1-pro, o3-pro, the deep-research models, gpt-5(.x)-pro,
+#: codex-mini, gpt-5(.x)-codex, computer-use-preview (prov46 #1)
+RESPONSES_ONLY_ID = re.compile(r"^(?:ft:)?(?:o1-pro|o3-pro|o\d+(?:-mini)?-deep-research|gpt-5(?:\.\d+)?-(?:pro|codex)"
+                               r"|codex-mini|computer-use-preview)(?:[-.:_]|$)", re.IGNORECASE)
+#: api.openai.com's answer (404) to a Chat Completions call of a :data:`RESPONSES_ONLY_ID` model
+RESPONSES_ONLY_MESSAGE = "This model is only supported in v1/responses and not in v1/chat/completions."
+#: Azure OpenAI's answer (400 ``OperationNotSupported``) to the same call of a deployment of such a model
+AZURE_OPERATION_NOT_SUPPORTED = ("The chatCompletion operation does not work with the specified model, {model}. Please "
+                                 "choose different model and try again. You can learn more about which models can be "
+                                 "used with each operation here: https://go.microsoft.com/fwlink/?linkid=2197993.")
 #: the early o1 ids that refuse a system or developer message (the fake's own reading, kept apart from the client's)
 NO_SYSTEM_ID = re.compile(r"^(?:ft:)?o1-(?:mini|preview)(?:[-.:_]|$)", re.IGNORECASE)
 #: the OpenAI models that take no image input (the fake's own reading of the per-model table cited in
@@ -475,6 +491,14 @@ async def _completion(request: web.Request, deployment: str | None = None) -> we
             log_call(request, API, 404 if served[0] in ("openai", "vllm", "ollama") else 400,
                      error="model_not_found", model=model)
             return unknown_model_error(served[0], model)
+        if RESPONSES_ONLY_ID.match(model):  # served on /v1/responses only (prov46 #1): nothing generated, not billed
+            log_call(request, API, 400 if deployment is not None or model != body.get("model") else 404,
+                     error="responses_only", model=model)
+            if deployment is not None or model != body.get("model"):  # an Azure deployment of it
+                return json_response({"error": {"code": "OperationNotSupported",
+                                                "message": AZURE_OPERATION_NOT_SUPPORTED.format(model=model)}},
+                                     status=400)
+            return _err(404, RESPONSES_ONLY_MESSAGE, "invalid_request_error", None, "model")
         if NO_IMAGE_ID.match(model):
             for i, msg in enumerate(body["messages"]):
                 parts = msg.get("content") if isinstance(msg.get("content"), list) else []
