@@ -1606,7 +1606,8 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
     if problems or cfg is None:
         raise ConfigError(source, problems)
     for text in (_unused_host_warnings(cfg) + shared_host_warnings(cfg) + output_room_warnings(cfg)
-                 + reasoning_host_warnings(cfg) + gemini_temperature_warnings(cfg) + root_override_warnings(cfg)
+                 + reasoning_host_warnings(cfg) + gemini_temperature_warnings(cfg) + prefixed_reasoning_warnings(cfg)
+                 + root_override_warnings(cfg)
                  + dotenv_unused_warnings()):
         warnings.warn(f"{source}: {text}", ConfigWarning, stacklevel=2)
     for text in system_message_warnings(cfg):
@@ -1916,6 +1917,11 @@ def _unused_host_warnings(cfg: "CampaignConfig") -> list[str]:
 KINDS_NEEDING_MODELS = ("geoverify", "geohint")
 
 
+def _bare_model(m: "ModelConfig") -> str:
+    """``m.model`` after any ``vendor/`` prefix (``anthropic/claude-opus-4.7`` -> ``claude-opus-4.7``)."""
+    return m.model.strip().rsplit("/", 1)[-1]
+
+
 def _explicit_sampling(m: "ModelConfig") -> dict[str, tuple[str, Any]]:
     """``{"temperature" | "top_p": (config key, value)}`` of the sampling values a ``[[models]]`` entry writes out
     (``temperature`` or ``params.temperature``, ``params.top_p``); the default temperature 0.0 is not one."""
@@ -1936,7 +1942,8 @@ def sampling_problems(cfg: "CampaignConfig") -> list[str]:
     * an OpenAI reasoning model (``o1``, ``o3``, ``o4-mini``, ``gpt-5*`` on api.openai.com, or
       ``reasoning_model = true``) with a temperature other than 1 or a ``top_p`` other than 1;
     * a Claude 4.7+ model with a temperature or top_p at all;
-    * a Claude Opus 4.1 / 4.5+ model with both temperature and top_p;
+    * a Claude Opus 4.1 / 4.5+ model with both temperature and top_p (these two also for ``provider = "openai"``, the
+      id read after any ``vendor/`` prefix: ``anthropic/claude-opus-4.7`` on OpenRouter; prov46 #2);
     * Gemini 2.5 Pro with ``params.thinking_budget`` 0 to 127 (it cannot turn thinking off; 128 to 32,768);
     * any other Anthropic model with a temperature above 1 (the Messages API takes 0 to 1, OpenAI and Gemini up to
       2; prov39 #6), and so a crawl auditor (``[crawl.image_audit]`` / ``[crawl.referenceability]``
@@ -1957,7 +1964,8 @@ def sampling_problems(cfg: "CampaignConfig") -> list[str]:
                         f"{name} 1 (HTTP 400 'unsupported_value' otherwise: every request of model {m.name!r} would "
                         f"be dead-lettered), got {_fmt_value(value)}; remove the key (then no {name} is sent), or, if "
                         "this model does take it (e.g. gpt-5.1 with reasoning effort none), set reasoning_model = false")
-        elif m.provider == "anthropic" and claude_rejects_sampling(m.model) and given:
+        elif m.provider in ("anthropic", "openai") and claude_rejects_sampling(_bare_model(m)) and given:
+            # on an OpenAI-compatible route too (anthropic/claude-opus-4.7 on OpenRouter; prov46 #2)
             keys = " and ".join(f"models[{i}].{key}" for key, _ in given.values())
             out.append(f"{keys}: {m.model} refuses temperature and top_p at any value (HTTP 400 '`temperature` is "
                        f"deprecated for this model': every request of model {m.name!r} would be dead-lettered); remove "
@@ -1968,7 +1976,7 @@ def sampling_problems(cfg: "CampaignConfig") -> list[str]:
             out.append(f"models[{i}].params.thinking_budget: {m.model} cannot turn thinking off and takes a budget of "
                        f"128 to 32,768 tokens (or -1, dynamic), got {m.params['thinking_budget']}: every request of model "
                        f"{m.name!r} would be refused with HTTP 400")
-        elif m.provider == "anthropic" and claude_one_sampler(m.model) and len(given) == 2:
+        elif m.provider in ("anthropic", "openai") and claude_one_sampler(_bare_model(m)) and len(given) == 2:
             keys = " and ".join(f"models[{i}].{key}" for key, _ in given.values())
             out.append(f"{keys}: {m.model} refuses temperature and top_p in one request (HTTP 400 'cannot both be "
                        f"specified for this model': every request of model {m.name!r} would be dead-lettered); keep "
@@ -2026,6 +2034,28 @@ def gemini_temperature_warnings(cfg: "CampaignConfig") -> list[str]:
         out.append(f"models[{i}].{temperature[0]}: {m.model} is a Gemini 3 model, which is sent no temperature: "
                    f"Google's Gemini 3 developer guide strongly recommends keeping its default 1.0 ({why}), so model "
                    f"{m.name!r} samples at 1.0, not at the {_fmt_value(temperature[1])} written; remove the key")
+    return out
+
+
+def prefixed_reasoning_warnings(cfg: "CampaignConfig") -> list[str]:
+    """One line per ``provider = "openai"`` entry whose id is an OpenAI reasoning id behind a vendor prefix
+    (``openai/o3`` on OpenRouter: :func:`geoagent.providers.sampling.openai_prefixed_reasoning`) that writes a
+    temperature other than 1 or a ``top_p`` other than 1: neither is sent (the model samples at its default
+    temperature 1 whatever is asked; OpenRouter ignores a parameter a model does not support), and the manifest's
+    ``sampling_sent`` says so; the line says it at load (prov46 #2)."""
+    from geoagent.providers.sampling import openai_prefixed_reasoning
+
+    out = []
+    for i, m in enumerate(cfg.models):
+        if m.provider != "openai" or not openai_prefixed_reasoning(m.model, m.effective_base_url, m.reasoning_model,
+                                                                   m.model_family):
+            continue
+        for name, (key, value) in _explicit_sampling(m).items():
+            if value != 1:
+                out.append(f"models[{i}].{key}: {m.model} is an OpenAI reasoning model behind a vendor prefix, which "
+                           f"samples at its default temperature 1 whatever is asked, so no {name} is sent and model "
+                           f"{m.name!r} does not use the {_fmt_value(value)} written; remove the key (or set "
+                           "reasoning_model = false if this model does take it)")
     return out
 
 

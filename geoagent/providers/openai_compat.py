@@ -24,7 +24,11 @@ Wire format (OpenAI API reference, "Create chat completion"):
   ``max_completion_tokens`` also bounds the hidden reasoning tokens, so a small cap can come back as
   ``content: ""`` with ``finish_reason: "length"`` (a cut-off answer, not an error); servers whose reasoning parser
   keeps the unfinished reasoning apart (vLLM: ``content: null``, the text in ``message.reasoning``,
-  vllm-project/vllm#52640) give the same empty cut-off answer.
+  vllm-project/vllm#52640) give the same empty cut-off answer. An OpenAI reasoning id behind a vendor prefix
+  (``openai/o3`` on OpenRouter) is sent no ``temperature`` / ``top_p`` either (a gateway ignores or refuses them), and
+  a Claude id on any host (``anthropic/claude-opus-4.7`` on OpenRouter, ``claude-opus-4-7`` on
+  ``https://api.anthropic.com/v1``) gets the Messages API's rules: none for Claude 4.7+, not both for Opus 4.1 /
+  4.5+ (:func:`geoagent.providers.sampling.openai_compat_sampling`; prov46 #2).
 * Azure OpenAI (v1 API, ``base_url = "https://<resource>.openai.azure.com/openai/v1"``, Bearer key): ``model``
   is the deployment name; ``ProviderSettings.model_family`` names the OpenAI model it serves, and every id rule
   above (reasoning, system message, ``response_format``, the ``max_completion_tokens`` field) reads it instead.
@@ -79,9 +83,9 @@ from geoagent.providers.base import ModelRequest, ModelResponse, Usage, provider
 from geoagent.providers.errors import ContentBlocked, MalformedResponse, UnsupportedRequest, body_excerpt
 from geoagent.providers.http_base import HttpProvider, as_int, b64
 from geoagent.scoring.truncation import finish_reason_key
-from geoagent.providers.sampling import (azure_deployment_problem, gemini_keeps_default_temperature, is_openai_reasoning_id,
-                                         openai_keeps_unit_temperature, openai_reasoning, openai_rejects_images, openai_rejects_response_format, openai_rejects_system,
-                                         openai_sampling)
+from geoagent.providers.sampling import (azure_deployment_problem, is_openai_reasoning_id, openai_compat_sampling,
+                                         openai_reasoning, openai_rejects_images, openai_rejects_response_format,
+                                         openai_rejects_system)
 
 
 def _error_message(err: Any) -> str:
@@ -188,10 +192,11 @@ class OpenAICompatProvider(HttpProvider):
         body: dict[str, Any] = {"messages": messages, self.max_tokens_field: request.max_output_tokens}
         if not self.settings.api_version:  # Azure's classic route names the deployment in its path instead
             body = {"model": request.model, **body}
-        body.update(openai_sampling(params, self.reasoning, keep_unit_temperature=openai_keeps_unit_temperature(
-            self.base_url, self.settings.reasoning_model, self.settings.model_family)))
-        if gemini_keeps_default_temperature(request.model):
-            body.pop("temperature", None)  # Gemini 3 behind an OpenAI-compatible route (review39b #7)
+        # OpenAI's reasoning rules (also for openai/o3 behind a gateway), Gemini 3's default temperature and Claude's
+        # refusals (anthropic/claude-opus-4.7: HTTP 400 on a temperature; prov46 #2), as the manifest records them
+        body.update(openai_compat_sampling(params, request.model, self.base_url,
+                                           reasoning_model=self.settings.reasoning_model,
+                                           family=self.settings.model_family))
         if params.get("json_mode") and not openai_rejects_response_format(family):
             # o1-mini / o1-preview refuse response_format (HTTP 400): their JSON is read from the text as usual
             body["response_format"] = {"type": "json_object"}

@@ -356,21 +356,72 @@ def gemini_sampling(params: dict[str, Any], model: str) -> dict[str, Any]:
     return out
 
 
+def _bare_id(model: str) -> str:
+    """``model`` after any ``vendor/`` prefix (OpenRouter's ``openai/o3``, ``anthropic/claude-opus-4.7``)."""
+    return model.strip().rsplit("/", 1)[-1]
+
+
+def openai_prefixed_reasoning(model: str, base_url: str | None, override: bool | None = None,
+                              family: str | None = None) -> bool:
+    """Whether ``model`` is an OpenAI reasoning id behind a vendor prefix (``openai/o3``, ``openai/gpt-5-mini`` on
+    OpenRouter or a LiteLLM proxy) that :func:`openai_reasoning` does not already cover (neither
+    ``reasoning_model`` nor ``model_family`` set). Such a model samples at its default temperature 1 whatever is
+    asked: OpenRouter ignores the parameters a model does not support, a proxy refuses them. Its requests are sent
+    no ``temperature`` and no ``top_p`` (:func:`openai_compat_sampling`), so the record says what the model used;
+    the output-cap field and the other rules are left to the host (prov46 #2)."""
+    if override is not None or family or "/" not in model:
+        return False
+    host = (urlsplit(base_url).hostname or "") if base_url else OPENAI_HOST
+    return host.lower() != OPENAI_HOST and is_openai_reasoning_id(_bare_id(model))
+
+
+def claude_compat_sampling(sent: dict[str, Any], model: str) -> dict[str, Any]:
+    """``sent`` (sampling body fields of an OpenAI-compatible request) less what a Claude model refuses, by the
+    rules :func:`anthropic_sampling` applies on the Messages API, read on the id after any ``vendor/`` prefix
+    (``anthropic/claude-opus-4.7`` on OpenRouter, ``claude-opus-4-7`` on Anthropic's own OpenAI-compatible
+    endpoint ``https://api.anthropic.com/v1``): no ``temperature`` and no ``top_p`` for Claude 4.7+
+    (:func:`claude_rejects_sampling`), only ``top_p`` when both are set for Opus 4.1 / 4.5+ (:func:`claude_one_sampler`).
+    Both refusals are HTTP 400 on every route (prov46 #2: they were sent, and recorded as sent)."""
+    bare = _bare_id(model)
+    if _claude_version(bare) is None:
+        return sent
+    out = dict(sent)
+    if claude_rejects_sampling(bare):
+        out.pop("temperature", None)
+        out.pop("top_p", None)
+    elif "temperature" in out and "top_p" in out and claude_one_sampler(bare):
+        out.pop("temperature")
+    return out
+
+
+def openai_compat_sampling(params: dict[str, Any], model: str, base_url: str | None, *,
+                           reasoning_model: bool | None = None, family: str | None = None) -> dict[str, Any]:
+    """The ``temperature`` / ``top_p`` / ``seed`` body fields of one OpenAI-compatible (Chat Completions) request
+    for ``model`` at ``base_url``: :func:`openai_sampling` under OpenAI's reasoning rules when
+    :func:`openai_reasoning` or :func:`openai_prefixed_reasoning` says they apply, then no temperature for a
+    Gemini 3 id (:func:`gemini_keeps_default_temperature`) and Claude's refusals (:func:`claude_compat_sampling`).
+    The one reading of both the provider's body (:meth:`geoagent.providers.openai_compat.OpenAICompatProvider.build`)
+    and the record of what was sent (:func:`sent_sampling`)."""
+    reasoning = (openai_reasoning(model, base_url, reasoning_model, family)
+                 or openai_prefixed_reasoning(model, base_url, reasoning_model, family))
+    out = openai_sampling(params, reasoning,
+                          keep_unit_temperature=openai_keeps_unit_temperature(base_url, reasoning_model, family))
+    if gemini_keeps_default_temperature(model):  # Gemini 3 behind an OpenAI-compatible route (review39b #7)
+        out.pop("temperature", None)
+    return claude_compat_sampling(out, model)
+
+
 def sent_sampling(provider: str, model: str, params: dict[str, Any], *, base_url: str | None = None,
                   reasoning_model: bool | None = None, family: str | None = None) -> dict[str, Any]:
     """The sampling settings of ``params`` (:data:`SAMPLING_PARAMS`) that the provider of kind ``provider`` puts
-    in the request body for ``model``, under the names of the params: :func:`openai_sampling` for ``openai``
+    in the request body for ``model``, under the names of the params: :func:`openai_compat_sampling` for ``openai``
     (``base_url``, ``reasoning_model``, ``family`` as in :func:`openai_reasoning`), :func:`anthropic_sampling` for
     ``anthropic`` (the Messages API has no seed), :func:`gemini_sampling` for ``gemini`` (no temperature for
     Gemini 3), every one set for ``simulated``, none for
     ``replay`` (its answers are read from a file; no request is sent). The request key hashes the params as
     configured, whatever is sent (:meth:`geoagent.providers.base.ModelRequest.key`)."""
     if provider == "openai":
-        out = openai_sampling(params, openai_reasoning(model, base_url, reasoning_model, family),
-                              keep_unit_temperature=openai_keeps_unit_temperature(base_url, reasoning_model, family))
-        if gemini_keeps_default_temperature(model):  # Gemini 3 behind an OpenAI-compatible route (review39b #7)
-            out.pop("temperature", None)
-        return out
+        return openai_compat_sampling(params, model, base_url, reasoning_model=reasoning_model, family=family)
     if provider == "anthropic":
         return anthropic_sampling(params, model)
     if provider == "gemini":
@@ -388,12 +439,16 @@ def sampling_record(provider: str, model: str, params: dict[str, Any], *, base_u
     sent = sent_sampling(provider, model, params, base_url=base_url, reasoning_model=reasoning_model, family=family)
     not_sent = {n: params[n] for n in SAMPLING_PARAMS if params.get(n) is not None and n not in sent}
     out: dict[str, Any] = {"sent": sent, "not_sent": not_sent}
-    if not not_sent:
+    # a seed sent on an OpenAI-compatible route is best effort: said even when nothing is left out (prov46 #5)
+    if not not_sent and not (provider == "openai" and "seed" in sent):
         return out
     whys = []
     if provider == "openai":
-        whys.append("an OpenAI reasoning model is sent no temperature and no top_p (it accepts none but its default "
-                    "temperature 1), so the model samples at its own default")
+        whys += _openai_whys(model, not_sent, base_url, reasoning_model, family)
+        if "seed" in sent:
+            whys.append("the seed is sent, but OpenAI documents it as best effort (the same seed and parameters "
+                        "usually, not always, give the same answer; system_fingerprint changes with the backend), so "
+                        "repeated requests may differ")
     elif provider == "anthropic":
         if claude_rejects_sampling(model):
             whys.append("Claude 4.7 and later models refuse temperature, top_p and top_k at any value, so the model "
@@ -409,6 +464,31 @@ def sampling_record(provider: str, model: str, params: dict[str, Any], *, base_u
         whys.append("replayed answers: no request is sent")
     out["why"] = "; ".join(whys)
     return out
+
+
+def _openai_whys(model: str, not_sent: dict[str, Any], base_url: str | None, reasoning_model: bool | None,
+                 family: str | None) -> list[str]:
+    """The rules (one clause each) that left ``not_sent`` out of an OpenAI-compatible request for ``model``
+    (:func:`openai_compat_sampling`)."""
+    if not not_sent:
+        return []
+    bare = _bare_id(model)
+    if openai_reasoning(model, base_url, reasoning_model, family):
+        return ["an OpenAI reasoning model is sent no temperature and no top_p (it accepts none but its default "
+                "temperature 1), so the model samples at its own default"]
+    if openai_prefixed_reasoning(model, base_url, reasoning_model, family):
+        return [f"{bare} is an OpenAI reasoning model (behind the prefix of {model}), sent no temperature and no top_p: "
+                "it samples at its default temperature 1 whatever is asked (a gateway ignores or refuses the values)"]
+    if claude_rejects_sampling(bare):
+        return ["Claude 4.7 and later models refuse temperature, top_p and top_k at any value, so the model samples "
+                "at its own default"]
+    whys = []
+    if gemini_keeps_default_temperature(model) and "temperature" in not_sent:
+        whys.append("Gemini 3 models are sent no temperature: Google's Gemini 3 developer guide strongly recommends "
+                    "their default 1.0 (lower values can loop or degrade reasoning), so the model samples at 1.0")
+    elif "temperature" in not_sent and claude_one_sampler(bare):
+        whys.append("this Claude model refuses temperature and top_p together: only top_p is sent")
+    return whys
 
 
 def azure_deployment_problem(name: str) -> str | None:

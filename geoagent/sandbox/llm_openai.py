@@ -40,6 +40,9 @@ codes"):
   RESPONSES_ONLY_MESSAGE, "type": "invalid_request_error", "param": "model", "code": null}}`` as api.openai.com
   answers (openai/codex#1306, alvinunreal/tmuxai#82); a deployment of one (Azure) -> 400 ``{"error": {"code":
   "OperationNotSupported", "message": ...}}`` (langgenius/dify-plugin-sdks#264). Not billed (prov46 #1).
+* Claude ids (any ``vendor/`` prefix: ``anthropic/claude-opus-4.7``) get Anthropic's sampling refusals, 400
+  ``invalid_request_error``: Claude 4.7+ any ``temperature`` / ``top_p`` / ``top_k``, Opus 4.1 and 4.5+ both
+  ``temperature`` and ``top_p`` (:func:`_check_claude_sampling`, prov46 #2).
 * ``deployments=`` (Azure OpenAI-style): a ``model`` naming a deployment is checked and answered as the model it
   serves.
 * Azure OpenAI's classic per-deployment route, ``POST /openai/deployments/{deployment}/chat/completions?api-version=
@@ -153,6 +156,9 @@ REASONING_ID = re.compile(r"^(?:ft:)?(?:o\d+(?:[-.:_]|$)|gpt-5(?!-chat)|codex-mi
 #: codex-mini, gpt-5(.x)-codex, computer-use-preview (prov46 #1)
 RESPONSES_ONLY_ID = re.compile(r"^(?:ft:)?(?:o1-pro|o3-pro|o\d+(?:-mini)?-deep-research|gpt-5(?:\.\d+)?-(?:pro|codex)"
                                r"|codex-mini|computer-use-preview)(?:[-.:_]|$)", re.IGNORECASE)
+#: Claude ids (after any ``vendor/`` prefix: OpenRouter's ``anthropic/claude-opus-4.7``; Anthropic's own OpenAI-compatible
+#: endpoint takes ``claude-opus-4-7``): tier, major, minor (the fake's own reading, kept apart from the client's)
+CLAUDE_ID = re.compile(r"^claude-(?P<tier>[a-z]+)-(?P<major>\d+)(?:[-.](?P<minor>\d{1,2}))?(?:[-@.]|$)", re.IGNORECASE)
 #: api.openai.com's answer (404) to a Chat Completions call of a :data:`RESPONSES_ONLY_ID` model
 RESPONSES_ONLY_MESSAGE = "This model is only supported in v1/responses and not in v1/chat/completions."
 #: Azure OpenAI's answer (400 ``OperationNotSupported``) to the same call of a deployment of such a model
@@ -346,6 +352,26 @@ def _parse_messages(messages: Any) -> tuple[str, str, bytes | None, str | None, 
     return "\n".join(user_texts), "\n".join(system_texts), image, image_url, mentions_json, image_detail
 
 
+def _check_claude_sampling(model: str, body: dict[str, Any]) -> None:
+    """A Claude model's sampling refusals, as Anthropic's API answers them on every route (its OpenAI-compatible
+    endpoint, a gateway passing the call on; prov46 #2): Claude 4.7+ refuses ``temperature`` / ``top_p`` at any
+    value ("`temperature` is deprecated for this model."), Opus 4.1 and every 4.5+ model refuse both in one request
+    ("`temperature` and `top_p` cannot both be specified for this model. Please use only one."). Raises
+    :class:`_Bad` (400); sources in :mod:`geoagent.providers.sampling`."""
+    m = CLAUDE_ID.match(model.rsplit("/", 1)[-1])
+    if m is None:
+        return
+    version = (int(m["major"]), int(m["minor"] or 0))
+    if version >= (4, 7):
+        for name in ("temperature", "top_p", "top_k"):
+            if name in body:
+                raise _Bad(f"`{name}` is deprecated for this model.", name)
+    elif "temperature" in body and "top_p" in body and (
+            version >= (4, 5) or (m["tier"].lower() == "opus" and version >= (4, 1))):
+        raise _Bad("`temperature` and `top_p` cannot both be specified for this model. Please use only one.",
+                   "temperature")
+
+
 def _positive_int(body: dict[str, Any], name: str) -> int | None:
     value = body.get(name)
     if value is None:
@@ -517,6 +543,7 @@ async def _completion(request: web.Request, deployment: str | None = None) -> we
                 if msg.get("role") in ("system", "developer"):
                     raise _Bad(f"Unsupported value: 'messages[{i}].role' does not support '{msg['role']}' with this "
                                "model.", f"messages[{i}].role", "unsupported_value")
+        _check_claude_sampling(model, body)
         cap_a = _positive_int(body, "max_tokens")
         cap_b = _positive_int(body, "max_completion_tokens")
         temp = body.get("temperature")
