@@ -817,12 +817,57 @@ _RETRY_STATUSES = frozenset({408, 425, 429})
 #: body markers (lower case) of a 429 that is no rate limit but a used-up quota or spend limit: OpenAI's
 #: ``insufficient_quota`` ("Retrying insufficient_quota never helps"), Anthropic's
 #: ``enforced_spend_limit_reached`` ("not retryable and has no retry-after"; api-notes sections 7 and 8), and
-#: Gemini's ``RESOURCE_EXHAUSTED`` for a daily quota (a ``QuotaFailure`` whose ``quotaId`` is a ``...PerDay
-#: PerProject...`` one: it clears only at the daily reset) or a quota of zero (a model the project's tier has no quota
+#: Gemini's ``RESOURCE_EXHAUSTED`` for a daily quota (a ``QuotaFailure`` whose ``quotaId`` holds ``PerDay``:
+#: :func:`daily_quota_failure`, which also reads the ids these markers miss; it clears only at the daily reset) or a
+#: quota of zero (a model the project's tier has no quota
 #: for: "Quota exceeded for metric: ..., limit: 0, model: ..."; providers39 #5: each task was retried as a rate limit,
 #: then dead-lettered). Such a 429 fails at once (:class:`PermanentHTTPError`, status and body kept), and pauses
 #: nothing; the model caller then stops that model as refused for billing (re-run after the reset to resume)
 QUOTA_429_MARKERS = ("insufficient_quota", "enforced_spend_limit_reached", "perdayperproject", "limit: 0,")
+#: a ``quotaId`` naming a daily quota, in a body :func:`daily_quota_failure` could not read as JSON (cut short at
+#: :data:`BODY_KEEP_CHARS`, or a gateway's error whose message holds Gemini's body as an escaped string)
+_DAILY_QUOTA_ID = re.compile(r"quotaid\W{1,8}[a-z0-9_.-]*perday", re.IGNORECASE)
+
+
+def _quota_failure_ids(data: Any) -> list[str] | None:
+    """The ``quotaId`` strings of every ``google.rpc.QuotaFailure`` violation in a Google error body (``{"error":
+    {"details": [...]}}``, or a list of such objects), or None when it holds no ``QuotaFailure`` detail."""
+    found: list[str] | None = None
+    for item in data if isinstance(data, list) else [data]:
+        err = item.get("error") if isinstance(item, dict) else None
+        details = err.get("details") if isinstance(err, dict) else None
+        for d in details if isinstance(details, list) else ():
+            if not (isinstance(d, dict) and str(d.get("@type", "")).endswith("google.rpc.QuotaFailure")):
+                continue
+            found = found if found is not None else []
+            violations = d.get("violations")
+            found += [v["quotaId"] for v in (violations if isinstance(violations, list) else ())
+                      if isinstance(v, dict) and isinstance(v.get("quotaId"), str)]
+    return found
+
+
+def daily_quota_failure(body: str) -> bool:
+    """Whether a Google 429 ``RESOURCE_EXHAUSTED`` body names a used-up DAILY quota: a ``QuotaFailure`` violation
+    whose ``quotaId`` holds ``PerDay`` (``GenerateRequestsPerDayPerProjectPerModel``,
+    ``GenerateContentInputTokensPerModelPerDay-FreeTier``; a ``...PerMinute...`` one is a rate limit). Such a quota
+    clears only at the daily reset, whatever ``quotaValue`` it names and whatever wait its ``RetryInfo`` asks
+    (prov46 #3: the daily INPUT TOKEN quota, non-zero, was retried as a rate limit and then dead-lettered). Read
+    from the JSON details when the body parses, else from the text (a body cut short, or wrapped by a gateway).
+    Never raises."""
+    try:
+        ids = _quota_failure_ids(orjson.loads(body))
+    except (orjson.JSONDecodeError, TypeError, ValueError):
+        ids = None
+    if ids is not None:
+        return any("perday" in i.lower() for i in ids)
+    return bool(_DAILY_QUOTA_ID.search(body or ""))
+
+
+def is_quota_429(body: str) -> bool:
+    """Whether a 429's body says a quota or spend limit is used up, not a rate limit (:data:`QUOTA_429_MARKERS`, or
+    a Google daily quota: :func:`daily_quota_failure`). ``body``: the start of the body (:data:`BODY_KEEP_CHARS`)."""
+    low = (body or "").lower()
+    return any(m in low for m in QUOTA_429_MARKERS) or daily_quota_failure(body or "")
 #: body marker (lower case) of OpenRouter's transient 402: the paid requests in flight fill the account's in-flight
 #: spending budget (``error.metadata.limit_source``), "transient, and the response includes a Retry-After header"
 #: (openrouter.ai/docs/use-cases/limits, "In-flight spending budget"). Such a 402, and any 402 that carries a
@@ -2133,7 +2178,7 @@ class HttpClient:
         excerpt = _scrub_head(resp.text, BODY_EXCERPT_CHARS, secrets)
         if (status in _RETRY_STATUSES or status >= 500 or is_transient_402(status, resp_headers, resp.text)) and not (
                 # the kept body: a proxy may put words first
-                status == 429 and any(m in resp.text[:BODY_KEEP_CHARS].lower() for m in QUOTA_429_MARKERS)):
+                status == 429 and is_quota_429(resp.text[:BODY_KEEP_CHARS])):
             # the wait asked, on any retried status (Anthropic's 529 "overloaded" carries one like a 503)
             retry_after = retry_after_of(resp_headers)
             if retry_after is None and status in (429, 503):

@@ -136,6 +136,14 @@ def _retry_delay(retry_after: str | None) -> str | None:
     return f"{seconds:.9f}".rstrip("0").rstrip(".") + "s"
 
 
+#: the message of the Gemini fake's injected ``quota`` fault (Google's wording for a used-up free-tier daily token quota)
+GEMINI_DAILY_QUOTA_MESSAGE = (
+    "You exceeded your current quota, please check your plan and billing details. For more information on this "
+    "error, head to: https://ai.google.dev/gemini-api/docs/rate-limits.\n* Quota exceeded for metric: "
+    "generativelanguage.googleapis.com/generate_content_free_tier_input_token_count, limit: 250000, model: "
+    "gemini-2.5-flash\nPlease retry in 37.0s.")
+
+
 def _shaped_error(api: str, status: int, message: str, retry_after: str | None) -> tuple[int, dict[str, Any]]:
     """(status, body) of a throttle/server error in ``api``'s documented error shape; an injected ``quota`` fault
     (:data:`~geoagent.sandbox.faults.QUOTA_FAULT_MESSAGE`) in the API's used-up-quota shape."""
@@ -153,20 +161,33 @@ def _shaped_error(api: str, status: int, message: str, retry_after: str | None) 
         gstatus = {429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}.get(status, "UNKNOWN")
         err: dict[str, Any] = {"code": status, "message": message, "status": gstatus}
         details: list[dict[str, Any]] = []
-        if status == 429:
-            # a rate limit names a per-minute quota; the injected "quota" fault a used-up daily one (clears at reset)
+        if status == 429 and quota:
+            # the injected "quota" fault: the free tier's daily INPUT TOKEN quota used up, as Google words it (a
+            # non-zero quotaValue, and a RetryInfo wait that does not clear it: it clears at the daily reset;
+            # reported bodies: google-gemini/gemini-cli#13112, #6985; prov46 #3, whose id no marker named)
+            err["message"] = GEMINI_DAILY_QUOTA_MESSAGE
+            details.append({
+                "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                "violations": [{
+                    "quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_input_token_count",
+                    "quotaId": "GenerateContentInputTokensPerModelPerDay-FreeTier",
+                    "quotaDimensions": {"location": "global", "model": "gemini-2.5-flash"},
+                    "quotaValue": "250000",
+                }],
+            })
+            details.append({"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "37s"})
+        elif status == 429:  # a rate limit names a per-minute quota
             details.append({
                 "@type": "type.googleapis.com/google.rpc.QuotaFailure",
                 "violations": [
                     {
                         "quotaMetric": "generativelanguage.googleapis.com/generate_content_requests",
-                        "quotaId": ("GenerateRequestsPerDayPerProjectPerModel" if quota
-                                    else "GenerateRequestsPerMinutePerProjectPerModel"),
+                        "quotaId": "GenerateRequestsPerMinutePerProjectPerModel",
                     }
                 ],
             })
         delay = _retry_delay(retry_after)
-        if delay is not None and not quota:  # a used-up daily quota names no wait
+        if delay is not None and not quota:
             # the wait, in the body only (google.rpc.RetryInfo, a protobuf Duration): no Retry-After header
             details.append({"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": delay})
         if details:

@@ -36,7 +36,9 @@ the documented shapes (Gemini API reference ``models.generateContent``, ``Genera
 * Injected faults (``faults=``) answer in this error shape: 429 ``RESOURCE_EXHAUSTED`` with a
   ``QuotaFailure`` detail; 500 ``INTERNAL``; 503 ``UNAVAILABLE``. A wait the fault asks for goes in a ``RetryInfo``
   detail (``retryDelay``, e.g. ``"1.5s"``) and in no ``Retry-After`` header, as the real API sends it
-  (dcdpr/jp#1061); the ``quota`` fault is a 429 without one.
+  (dcdpr/jp#1061). The ``quota`` fault is the free tier's used-up daily input-token quota as Google words it: a
+  ``QuotaFailure`` with ``quotaId`` ``GenerateContentInputTokensPerModelPerDay-FreeTier`` and ``quotaValue``
+  ``"250000"``, and a ``RetryInfo`` of ``37s`` that does not clear it (it clears at the daily reset; prov46 #3).
 * ``GET /v1beta/models``: ``models.list`` (Gemini API reference, Models, https://ai.google.dev/api/models
   "Method: models.list" and "Resource: Model"): ``{"models": [Model], "nextPageToken"}`` with query
   ``pageSize`` / ``pageToken``; see :func:`list_models`. Key checked as for generateContent; not a model

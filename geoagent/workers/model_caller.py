@@ -247,6 +247,7 @@ from geoagent.runtime.http import (
     QUOTA_429_MARKERS,
     RetriesExhausted,
     RetriesStopped,
+    daily_quota_failure,
     exception_text,
     host_key,
 )
@@ -366,12 +367,16 @@ def is_billing_failure(status: int, body_excerpt: str) -> bool:
     """Whether a model host's error answer refuses the account for billing (quota or credit used up, a spend
     limit reached): HTTP 402, or a 4xx whose body carries one of :data:`BILLING_BODY_MARKERS` (OpenAI's 429
     ``insufficient_quota``, Anthropic's 429 ``enforced_spend_limit_reached`` and 400 "Your credit balance is too
-    low"; api-notes sections 7 and 8). ``body_excerpt``: the start of the answer's body (secrets scrubbed)."""
+    low"; api-notes sections 7 and 8), or a 429 naming a Google daily quota
+    (:func:`geoagent.runtime.http.daily_quota_failure`). ``body_excerpt``: the start of the answer's body (secrets
+    scrubbed)."""
     if status in BILLING_STATUSES:
         return True
     low = (body_excerpt or "").lower()
     # the statuses a provider refuses an account with (not a 422 or 404 that may echo a prompt's words)
-    return status in (400, 403, 429) and any(m in low for m in BILLING_BODY_MARKERS)
+    # a Google daily quota whose id the markers miss (GenerateContentInputTokensPerModelPerDay-FreeTier; prov46 #3)
+    return status in (400, 403, 429) and (any(m in low for m in BILLING_BODY_MARKERS)
+                                          or (status == 429 and daily_quota_failure(body_excerpt or "")))
 
 
 def credential_refusal(exc: BaseException) -> bool | None:
