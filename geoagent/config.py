@@ -1607,6 +1607,7 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
         raise ConfigError(source, problems)
     for text in (_unused_host_warnings(cfg) + shared_host_warnings(cfg) + output_room_warnings(cfg)
                  + reasoning_host_warnings(cfg) + gemini_temperature_warnings(cfg) + prefixed_reasoning_warnings(cfg)
+                 + gemini_thinking_off_warnings(cfg)
                  + root_override_warnings(cfg)
                  + dotenv_unused_warnings()):
         warnings.warn(f"{source}: {text}", ConfigWarning, stacklevel=2)
@@ -1944,14 +1945,15 @@ def sampling_problems(cfg: "CampaignConfig") -> list[str]:
     * a Claude 4.7+ model with a temperature or top_p at all;
     * a Claude Opus 4.1 / 4.5+ model with both temperature and top_p (these two also for ``provider = "openai"``, the
       id read after any ``vendor/`` prefix: ``anthropic/claude-opus-4.7`` on OpenRouter; prov46 #2);
-    * Gemini 2.5 Pro with ``params.thinking_budget`` 0 to 127 (it cannot turn thinking off; 128 to 32,768);
+    * Gemini 2.5 Pro or Gemini 3 Pro with ``params.thinking_budget`` 0 to 127 (neither can turn thinking off; 128 to
+      32,768; :func:`geoagent.providers.sampling.gemini_refuses_thinking_off`);
     * any other Anthropic model with a temperature above 1 (the Messages API takes 0 to 1, OpenAI and Gemini up to
       2; prov39 #6), and so a crawl auditor (``[crawl.image_audit]`` / ``[crawl.referenceability]``
       ``temperature``) whose ``[[models]]`` entry is an Anthropic one.
     Unset values are simply not sent to these models.
     """
-    from geoagent.providers.sampling import (ANTHROPIC_TEMPERATURE_MAX, GEMINI_THINKING_BUDGET_MAX, claude_one_sampler,
-                                             claude_rejects_sampling, gemini_thinking_budget_max)
+    from geoagent.providers.sampling import (ANTHROPIC_TEMPERATURE_MAX, GEMINI_ALWAYS_THINKING_MIN_BUDGET,
+                                             claude_one_sampler, claude_rejects_sampling, gemini_refuses_thinking_off)
 
     out: list[str] = []
     for i, m in enumerate(cfg.models):
@@ -1971,8 +1973,8 @@ def sampling_problems(cfg: "CampaignConfig") -> list[str]:
                        f"deprecated for this model': every request of model {m.name!r} would be dead-lettered); remove "
                        "the key (then none is sent)")
         elif m.provider == "gemini" and m.params.get("thinking_budget") is not None and \
-                gemini_thinking_budget_max(m.model) == GEMINI_THINKING_BUDGET_MAX["pro"] and \
-                0 <= m.params["thinking_budget"] < 128 and m.model.lower().startswith("gemini-2.5-pro"):
+                0 <= m.params["thinking_budget"] < GEMINI_ALWAYS_THINKING_MIN_BUDGET and \
+                gemini_refuses_thinking_off(m.model):  # 2.5 Pro, and Gemini 3 Pro (prov46 #4)
             out.append(f"models[{i}].params.thinking_budget: {m.model} cannot turn thinking off and takes a budget of "
                        f"128 to 32,768 tokens (or -1, dynamic), got {m.params['thinking_budget']}: every request of model "
                        f"{m.name!r} would be refused with HTTP 400")
@@ -2059,19 +2061,41 @@ def prefixed_reasoning_warnings(cfg: "CampaignConfig") -> list[str]:
     return out
 
 
+def gemini_thinking_off_warnings(cfg: "CampaignConfig") -> list[str]:
+    """One line per Gemini 3 ``[[models]]`` entry not refused for it (Flash: :func:`sampling_problems` refuses Pro)
+    whose ``params.thinking_budget`` is 0 to 127: Gemini 3 Flash does not turn thinking off fully (Google's thinking
+    guide; its lowest level, minimal, may still think), so the model may spend thinking tokens out of its output cap
+    and time; it is counted as a thinking model (its default ``timeout_s``, the cap warnings) (prov46 #4)."""
+    from geoagent.providers.sampling import (GEMINI_ALWAYS_THINKING_MIN_BUDGET, gemini_budget_zero_thinks,
+                                             gemini_refuses_thinking_off)
+
+    out = []
+    for i, m in enumerate(cfg.models):
+        budget = m.params.get("thinking_budget")
+        if m.provider != "gemini" or not isinstance(budget, int) or not 0 <= budget < GEMINI_ALWAYS_THINKING_MIN_BUDGET \
+                or not gemini_budget_zero_thinks(m.model) or gemini_refuses_thinking_off(m.model):
+            continue
+        out.append(f"models[{i}].params.thinking_budget: {m.model} is a Gemini 3 model, whose thinking a budget of "
+                   f"{budget} does not turn off (Google's thinking guide: Gemini 3 Flash does not support turning "
+                   "thinking off fully; it uses thinkingLevel), so its answers may still spend thinking tokens out of "
+                   f"max_output_tokens; model {m.name!r} is counted as a thinking model")
+    return out
+
+
 def spends_hidden_reasoning(m: "ModelConfig") -> bool:
     """Whether a ``[[models]]`` entry's answers spend hidden reasoning / thinking tokens, billed as output tokens
     on top of the visible answer (:mod:`geoagent.providers.sampling`): an OpenAI reasoning model (by id on
     api.openai.com, or ``reasoning_model = true``), a Gemini model that thinks by default unless
-    ``params.thinking_budget = 0`` turns it off, or Gemini 2.5 Flash-Lite asked to think (budget > 0)."""
-    from geoagent.providers.sampling import gemini_thinking_budget_max, gemini_thinks_when_asked
+    ``params.thinking_budget = 0`` turns it off (never a Gemini 3 model: 0 does not stop its thinking), or Gemini
+    2.5 Flash-Lite asked to think (budget > 0)."""
+    from geoagent.providers.sampling import gemini_budget_zero_thinks, gemini_thinking_budget_max, gemini_thinks_when_asked
 
     if m.provider == "openai":
         return m.openai_reasoning
     if m.provider == "gemini":
         budget = m.params.get("thinking_budget")
         if gemini_thinking_budget_max(m.model) is not None:
-            return budget != 0
+            return budget != 0 or gemini_budget_zero_thinks(m.model)  # 0 does not stop Gemini 3 (prov46 #4)
         return gemini_thinks_when_asked(m.model) and isinstance(budget, int) and budget > 0
     return False
 
@@ -2083,15 +2107,15 @@ def may_reason_long(m: "ModelConfig") -> bool:
     a thinking Gemini id behind an OpenAI-compatible endpoint (``gemini-2.5-pro`` on Google's or a router's),
     Gemini's ``-latest`` aliases of Pro and Flash (``gemini-pro-latest``: current thinking models), and open-weight
     reasoning models (:data:`_OPEN_REASONING_ID`: ``deepseek-r1``, ``qwq-32b``, ``qwen3-235b-a22b-thinking-2507``)."""
-    from geoagent.providers.sampling import gemini_thinking_budget_max, is_openai_reasoning_id
+    from geoagent.providers.sampling import gemini_budget_zero_thinks, gemini_thinking_budget_max, is_openai_reasoning_id
 
     if spends_hidden_reasoning(m):
         return True
     if m.provider not in ("openai", "gemini"):
         return False
     bare = m.model.strip().lower().rsplit("/", 1)[-1]
-    if m.provider == "gemini" and m.params.get("thinking_budget") == 0:
-        return False
+    if m.provider == "gemini" and m.params.get("thinking_budget") == 0 and not gemini_budget_zero_thinks(bare):
+        return False  # thinking off (2.5 Flash); a Gemini 3 model thinks at budget 0 (prov46 #4)
     return (is_openai_reasoning_id(bare) or gemini_thinking_budget_max(bare) is not None
             or bool(re.fullmatch(r"gemini-(pro|flash)-latest", bare)) or bool(_OPEN_REASONING_ID.search(bare)))
 
@@ -2185,15 +2209,16 @@ def output_room_warnings(cfg: "CampaignConfig") -> list[str]:
       least 25,000 for reasoning and answer when starting out;
     * a Gemini thinking model (2.5 Flash / Pro, Gemini 3) whose cap is at or below what it may spend thinking:
       ``params.thinking_budget`` when set above 0, else the largest dynamic budget (Flash 24,576, Pro 32,768):
-      thinking tokens count against ``maxOutputTokens``. ``thinking_budget = 0`` (Flash: thinking off) or a
-      cap above the budget gives no line. Gemini 2.5 Flash-Lite, which thinks only when asked, gets the line
+      thinking tokens count against ``maxOutputTokens``. ``thinking_budget = 0`` (2.5 Flash: thinking off; not on a
+      Gemini 3 model, which keeps thinking) or a cap above the budget gives no line. Gemini 2.5 Flash-Lite, which thinks only when asked, gets the line
       when ``params.thinking_budget`` > 0 asks it to think at or above its cap.
 
     Models whose requests carry a task table's cap are checked at that cap, the line naming its key
     (:func:`task_output_caps`): a crawl's auditors (``[crawl.image_audit]`` / ``[crawl.referenceability]``
     ``max_output_tokens``), every model under ``[geoverify]`` / ``[geohint]`` ``max_output_tokens``.
     """
-    from geoagent.providers.sampling import OPENAI_REASONING_MIN_OUTPUT, gemini_thinking_budget_max, gemini_thinks_when_asked
+    from geoagent.providers.sampling import (OPENAI_REASONING_MIN_OUTPUT, gemini_budget_zero_thinks,
+                                             gemini_thinking_budget_max, gemini_thinks_when_asked)
 
     out: list[str] = []
     task_caps = task_output_caps(cfg)
@@ -2220,16 +2245,21 @@ def output_room_warnings(cfg: "CampaignConfig") -> list[str]:
             budget_max = budget  # Flash-Lite asked to think: its budget counts against the cap too
         if budget_max is not None:
             room = budget if isinstance(budget, int) and budget > 0 else budget_max
-            if budget != 0 and cap <= room:
+            # budget 0 turns 2.5 Flash's thinking off, not a Gemini 3 model's (prov46 #4): its room is the dynamic one
+            zero_thinks = budget == 0 and gemini_budget_zero_thinks(m.model)
+            if (budget != 0 or zero_thinks) and cap <= room:
                 bounded = isinstance(budget, int) and budget > 0
                 what = (f"params.thinking_budget = {budget}" if bounded else
+                        f"its thinking (up to {budget_max:,} tokens; params.thinking_budget = 0 does not turn a Gemini "
+                        "3 model's thinking off)" if zero_thinks else
                         f"its dynamic thinking budget (up to {budget_max:,} tokens; params.thinking_budget unset or -1)")
+                off = "flash" in m.model.lower() and not gemini_budget_zero_thinks(m.model)  # 2.5 Flash only
                 # with a budget already set, "bound thinking" is done: the cap must rise above it (walkthrough 9b)
                 advice = (f"raise {key} above params.thinking_budget ({budget}) plus room for the answer, or lower "
-                          "params.thinking_budget" + (" (0 turns thinking off)" if "flash" in m.model.lower() else "")
+                          "params.thinking_budget" + (" (0 turns thinking off)" if off else "")
                           if bounded else
-                          f"raise {key} above the thinking budget, or bound thinking with params.thinking_budget "
-                          "(0 turns it off on Flash models)")
+                          f"raise {key} above the thinking budget, or bound thinking with params.thinking_budget"
+                          + (" (0 turns it off on Gemini 2.5 Flash models)" if not zero_thinks else ""))
                 out.append(
                     f"{full} = {cap}: {m.model} is a Gemini thinking model; its thinking tokens count "
                     f"against maxOutputTokens and {what} can use the whole cap, leaving an empty answer with "

@@ -72,6 +72,10 @@ Google Gemini ``generateContent``
       mirrored at https://share.apidog.com/apidoc/docs-site/750674/api-16240710). Flash-Lite does not think
       unless asked. Gemini 3 uses ``thinkingLevel`` instead (high by default); its token range is not
       documented, so its cap check uses the Pro figure (:data:`GEMINI_THINKING_BUDGET_MAX`, an assumption).
+      Thinking cannot be turned off on Gemini 3 Pro, and Gemini 3 Flash does not turn it off fully: a
+      ``thinking_budget`` 0 is refused at load for Gemini 3 Pro (as for 2.5 Pro) and, for Flash, warned of and
+      not counted as "thinking off" (:func:`gemini_refuses_thinking_off`, :func:`gemini_budget_zero_thinks`;
+      prov46 #4).
     * No Gemini model refuses our ``temperature`` / ``topP`` / ``seed`` (none found).
     * Gemini 3 models (``gemini-3*``: ``gemini-3-pro-preview``, ``gemini-3-flash-preview``, ``gemini-3.1-pro-preview``)
       are sent no ``temperature`` (:func:`gemini_sampling`; ``topP`` and ``seed`` still go as set). Google AI for
@@ -121,6 +125,11 @@ ANTHROPIC_TEMPERATURE_MAX = 1.0
 _GEMINI_3 = re.compile(r"^gemini-3(?:[-.]|$)", re.IGNORECASE)
 #: Highest thinking budget a Gemini model may spend under dynamic thinking (tokens): Flash 24,576, Pro 32,768.
 GEMINI_THINKING_BUDGET_MAX = {"flash": 24_576, "pro": 32_768}
+
+
+def _bare_id(model: str) -> str:
+    """``model`` after any ``vendor/`` prefix (OpenRouter's ``openai/o3``, ``anthropic/claude-opus-4.7``)."""
+    return model.strip().rsplit("/", 1)[-1]
 
 
 def is_openai_reasoning_id(model: str) -> bool:
@@ -266,6 +275,33 @@ def gemini_thinking_budget_max(model: str) -> int | None:
     return None
 
 
+#: Gemini 3 Pro ids (``gemini-3-pro-preview``, ``gemini-3.1-pro-preview``), after any ``models/`` or ``vendor/`` prefix
+_GEMINI_3_PRO = re.compile(r"^gemini-3(?:\.\d+)?-pro(?:[-.]|$)", re.IGNORECASE)
+#: the smallest ``thinkingBudget`` a Gemini model that cannot turn thinking off takes (Gemini 2.5 Pro: 128 to 32,768)
+GEMINI_ALWAYS_THINKING_MIN_BUDGET = 128
+
+
+def gemini_refuses_thinking_off(model: str) -> bool:
+    """Whether a Gemini model cannot turn thinking off and refuses ``thinkingBudget`` 0 to 127 with HTTP 400 ("Budget
+    0 is invalid. This model only works in thinking mode."): Gemini 2.5 Pro (128 to 32,768) and Gemini 3 Pro
+    (``gemini-3-pro-preview``, ``gemini-3.1-pro-preview``): Google's thinking guide (https://ai.google.dev/gemini-api/
+    docs/thinking, as quoted in enricoros/big-AGI#893 and spring-projects/spring-ai#4983) says thinking cannot be
+    turned off for Gemini 3 Pro, which takes ``thinkingLevel`` low or high; its budget range is assumed to be 2.5
+    Pro's (prov46 #4)."""
+    mid = _bare_id(model).lower()
+    return mid.startswith("gemini-2.5-pro") or bool(_GEMINI_3_PRO.match(mid))
+
+
+def gemini_budget_zero_thinks(model: str) -> bool:
+    """Whether ``thinkingBudget = 0`` leaves a Gemini model thinking: every Gemini 3 model (``gemini-3*``). Pro
+    refuses it (:func:`gemini_refuses_thinking_off`); Flash takes it, but Google's thinking guide says Gemini 3 Flash
+    does not support turning thinking off fully (its lowest ``thinkingLevel``, minimal, "does not guarantee that
+    thinking is off"), and clients report 3.x Flash models that accept a zero budget and think anyway
+    (maragudk/gai#369). So 0 is not counted as "thinking off" for them (prov46 #4); on Gemini 2.5 Flash and
+    Flash-Lite it is."""
+    return bool(_GEMINI_3.match(_bare_id(model).lower()))
+
+
 def gemini_thinks_when_asked(model: str) -> bool:
     """Whether a Gemini model that does not think by default thinks when ``thinkingBudget`` > 0 asks it to
     (``gemini-2.5-flash-lite*``: off by default, 512 to 24,576 tokens when set; Gemini thinking guide, mirrored
@@ -354,11 +390,6 @@ def gemini_sampling(params: dict[str, Any], model: str) -> dict[str, Any]:
     if gemini_keeps_default_temperature(model):
         out.pop("temperature", None)
     return out
-
-
-def _bare_id(model: str) -> str:
-    """``model`` after any ``vendor/`` prefix (OpenRouter's ``openai/o3``, ``anthropic/claude-opus-4.7``)."""
-    return model.strip().rsplit("/", 1)[-1]
 
 
 def openai_prefixed_reasoning(model: str, base_url: str | None, override: bool | None = None,

@@ -13,8 +13,9 @@ the documented shapes (Gemini API reference ``models.generateContent``, ``Genera
   ``text`` or ``inlineData {mimeType, data}`` (raw base64, no ``data:`` prefix; MIME png/jpeg/webp/heic/heif);
   ``generationConfig.maxOutputTokens`` a positive integer (default 8192); ``temperature`` in [0, 2].
   Thinking models (Gemini 2.5 Flash / Pro, Gemini 3; not Flash-Lite) spend :data:`THINKING_TOKENS` thinking
-  tokens (or ``thinkingConfig.thinkingBudget`` when lower; 0 turns Flash's thinking off, Pro refuses 0 with
-  "Budget 0 is invalid. This model only works in thinking mode.") out of ``maxOutputTokens``: a cap at or
+  tokens (or ``thinkingConfig.thinkingBudget`` when lower; 0 turns 2.5 Flash's thinking off, Pro (2.5 and 3) refuses
+  0 to 127 with "Budget 0 is invalid. This model only works in thinking mode.", Gemini 3 Flash takes 0 to 127 and
+  still thinks :data:`GEMINI_3_FLASH_MIN_THINKING` tokens) out of ``maxOutputTokens``: a cap at or
   below that is answered as a candidate without parts, ``finishReason`` ``MAX_TOKENS`` and
   ``usageMetadata.thoughtsTokenCount`` = the cap (billed); above it, the answer has what is left of the cap and
   ``thoughtsTokenCount`` is billed beside ``candidatesTokenCount`` (providers39 #4). Each call record keeps the ``generationConfig``
@@ -53,6 +54,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 from collections.abc import Collection
 from typing import Any
@@ -243,6 +245,10 @@ def _parse(body: dict[str, Any]) -> tuple[str, str, bytes | None, int, Any]:
 
 #: thinking tokens a thinking model (:func:`_thinking_tokens`) spends before its answer under dynamic thinking
 THINKING_TOKENS = 512
+#: Gemini 3 Pro ids (the fake's own reading): they refuse thinkingBudget 0-127 as 2.5 Pro does; Gemini 3 Flash takes
+#: such a budget and still spends :data:`GEMINI_3_FLASH_MIN_THINKING` thinking tokens
+GEMINI_3_PRO_ID = re.compile(r"^gemini-3(?:\.\d+)?-pro(?:[-.]|$)")
+GEMINI_3_FLASH_MIN_THINKING = 128
 #: documented thinkingBudget ranges (Gemini API thinking guide): Flash 0-24,576 (0 = off), Pro 128-32,768 (always on)
 _BUDGET_RANGE = {"flash": (0, 24_576), "pro": (128, 32_768)}
 
@@ -258,6 +264,10 @@ def _thinking_tokens(model: str, budget: int | None) -> int:
         return min(budget, THINKING_TOKENS) if budget and budget > 0 else 0
     if budget is None or budget == -1:
         return THINKING_TOKENS
+    if mid.startswith("gemini-3") and not GEMINI_3_PRO_ID.match(mid) and 0 <= budget < _BUDGET_RANGE["pro"][0]:
+        # Gemini 3 Flash takes a budget below Pro's range (0 too) and still thinks: its thinking is never fully off
+        # (Google's thinking guide; maragudk/gai#369: 3.x Flash accepts 0 and usually thinks anyway; prov46 #4)
+        return GEMINI_3_FLASH_MIN_THINKING
     low, high = _BUDGET_RANGE[tier]
     if not low <= budget <= high:
         if budget == 0:
