@@ -13,7 +13,8 @@ Wire format (Gemini API reference ``models.generateContent``):
   "responseMimeType": "application/json" (with params.json_mode), "thinkingConfig": {"thinkingBudget":
   <params.thinking_budget>}?}``. On thinking models (Gemini 2.5 Flash / Pro, Gemini 3) ``maxOutputTokens``
   includes the thinking tokens, which by default (dynamic thinking) may use the whole cap
-  (:mod:`geoagent.providers.sampling`, with the sources); ``thinking_budget = 0`` turns Flash's thinking off.
+  (:mod:`geoagent.providers.sampling`, with the sources); ``thinking_budget = 0`` turns Gemini 2.5 Flash's
+  thinking off (not Gemini 3's: Pro refuses it, Flash keeps thinking; prov46 #4).
 * Answer: the ``text`` parts of ``candidates[0].content.parts`` joined in order (``thought`` parts of
   thinking models skipped), ``candidates[0].finishReason``, ``usageMetadata.promptTokenCount`` and
   output = ``candidatesTokenCount + thoughtsTokenCount`` (thinking tokens are billed as output), ``modelVersion``.
