@@ -122,3 +122,9 @@ def test_the_manifest_records_what_the_compatible_route_sends_and_why(tmp_path):
     # prov46 #5: a seed sent on Chat Completions is best effort, and the record says so
     assert sent["g4o"]["sent"] == {"temperature": 0.0, "seed": 7} and sent["g4o"]["not_sent"] == {}
     assert "best effort" in sent["g4o"]["why"]
+
+
+def test_only_openais_own_prefix_reads_as_an_openai_reasoning_model():
+    # a Hugging Face id on a server of its own is not OpenAI's o1, whatever its name: its temperature is sent
+    out, calls = _ask("someorg/o1-distill-7b", {"temperature": 0.6})
+    assert not isinstance(out, Exception) and calls[0]["sampling"] == {"max_tokens": 200, "temperature": 0.6}

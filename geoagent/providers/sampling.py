@@ -394,13 +394,14 @@ def gemini_sampling(params: dict[str, Any], model: str) -> dict[str, Any]:
 
 def openai_prefixed_reasoning(model: str, base_url: str | None, override: bool | None = None,
                               family: str | None = None) -> bool:
-    """Whether ``model`` is an OpenAI reasoning id behind a vendor prefix (``openai/o3``, ``openai/gpt-5-mini`` on
-    OpenRouter or a LiteLLM proxy) that :func:`openai_reasoning` does not already cover (neither
+    """Whether ``model`` is an OpenAI reasoning id behind OpenAI's vendor prefix (``openai/o3``, ``openai/gpt-5-mini``
+    on OpenRouter or a LiteLLM proxy) that :func:`openai_reasoning` does not already cover (neither
     ``reasoning_model`` nor ``model_family`` set). Such a model samples at its default temperature 1 whatever is
     asked: OpenRouter ignores the parameters a model does not support, a proxy refuses them. Its requests are sent
     no ``temperature`` and no ``top_p`` (:func:`openai_compat_sampling`), so the record says what the model used;
     the output-cap field and the other rules are left to the host (prov46 #2)."""
-    if override is not None or family or "/" not in model:
+    # only OpenAI's own vendor prefix: a Hugging Face id such as someorg/o1-like-distill on vLLM is another model
+    if override is not None or family or not model.strip().lower().startswith("openai/"):
         return False
     host = (urlsplit(base_url).hostname or "") if base_url else OPENAI_HOST
     return host.lower() != OPENAI_HOST and is_openai_reasoning_id(_bare_id(model))
