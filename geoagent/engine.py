@@ -1413,6 +1413,10 @@ def run_lock(state_dir: Path, when_alone: Callable[[], Any] | None = None, *, ow
     where the caller expires those leases, instead of waiting out the visibility timeout. ``flock`` locks
     die with their process.
 
+    A process that finds itself alone writes the time into the file (:func:`run_began`: when the processes of the
+    campaign running now began, fixreask46); a process that joins them reads it after its shared lock is held, so
+    every process running at once reads one time.
+
     ``owner``: also hold ``state/<campaign>/leases/<owner>.lock`` exclusively for the run, ``<owner>`` being
     this process's :func:`~geoagent.runtime.sqlite_queue.lease_owner` id (embedded in every lease id it takes;
     the file appears already locked: made under a temporary name, locked, then renamed). Then every owner file
@@ -1468,6 +1472,8 @@ def run_lock(state_dir: Path, when_alone: Callable[[], Any] | None = None, *, ow
                 # nothing any other process can see, so take the lock of the folder as it is now
                 fh.close()
                 continue
+            if alone:
+                _note_run_began(fh)
             if alone and when_alone is not None:
                 when_alone()
             fcntl.flock(fh, fcntl.LOCK_SH)
@@ -1688,6 +1694,32 @@ def dead_owner_pids(state_dir: Path) -> set[int] | None:
         if text.isdigit():
             out.add(int(text))
     return out
+
+
+def _note_run_began(fh: Any) -> None:
+    """Write ``{"began": Unix s, "pid"}`` into the run lock's open file ``fh`` (held exclusively: no other process of
+    the campaign is alive, so this one begins a run): :func:`run_began`. A read-only file (a dry run's of an archived
+    campaign) is left as it is."""
+    try:
+        fh.truncate(0)
+        fh.write(json.dumps({"began": time.time(), "pid": os.getpid()}).encode())
+        fh.flush()
+    except (OSError, ValueError):  # io.UnsupportedOperation: opened read-only
+        pass
+
+
+def run_began(state_dir: Path) -> float | None:
+    """When the processes of the campaign at ``state_dir`` that run now began, Unix s: the time the first of them,
+    finding no other alive, wrote into ``run.lock`` (:func:`run_lock`); a process that started beside it (another
+    ``run.py`` of the campaign on this state folder while it ran) reads the same time, so "logged in this run" means
+    one thing to all of them (the referenceability auditor's re-ask limits, fixreask46). Read by a process that holds
+    the run lock; None without the file or a time in it (an earlier geoagent wrote none). Creates nothing."""
+    try:
+        rec = json.loads((Path(state_dir) / "run.lock").read_bytes() or b"null")
+    except (OSError, ValueError):
+        return None
+    began = rec.get("began") if isinstance(rec, dict) else None
+    return float(began) if isinstance(began, (int, float)) and not isinstance(began, bool) else None
 
 
 def run_lock_held(state_dir: Path) -> bool | None:

@@ -18,7 +18,8 @@ and the ``raw`` answer in its record) is no decision. A candidate that failed al
 again alone with a reminder (a new request key) at once, up to :data:`REF_MAX_REASKS` times (fixref41 #1: before, one
 re-ask per later run, so a city with a few more flaky answers than its share failed its first run); one that still
 fails is left out of every ladder and the step goes on (crawl40b #1, #2: one unreadable answer had failed its whole
-city). Re-asks that read nothing are bounded (:data:`REF_MAX_FUTILE_REASKED` candidates a city and run); a failure
+city). Re-asks that read nothing are bounded (:data:`REF_MAX_FUTILE_REASKED` candidates a city and run: the run being
+every process of the crawl running at once, whose failures and re-asks are read from the logs, fixreask46); a failure
 whose re-asks were not all made gets them from a later run, before the city's batches. A split given up
 (``systematic``: only a changed auditor or request gets new answers, :data:`FIX_THE_FORMAT`),
 or isolated failures (after their re-asks) of more than :data:`REF_MAX_FAILED_SHARE` of the candidates, fail the step:
@@ -298,7 +299,10 @@ REF_REASK_TEMPLATE = "crawl_referenceability_reask.txt"
 SENS_REASK_TEMPLATE = "crawl_sensitive_reask.txt"
 #: The bound on re-asks that read nothing (fixref41 #1): once this many candidates of one city (rating step or screen,
 #: each counted apart) had all their :data:`REF_MAX_REASKS` re-asks fail in a run, that run re-asks no further one
-#: of them; they stay failures with their re-asks left (a later run makes them, within the same bound). So an auditor
+#: of them; they stay failures with their re-asks left (a later run makes them, within the same bound). A run is every
+#: process of the crawl running at once on its state folder (since :func:`geoagent.engine.run_began`): a process
+#: counts the re-asks the others logged in it (fixreask46: each counted its own, so the other process of two re-asked
+#: the candidates the step's process had just cut off). So an auditor
 #: whose single answers never read (a refusal of everything, a numbering always off in batches of one) costs at most
 #: ``REF_MAX_REASKS * REF_MAX_FUTILE_REASKED`` calls more a city and kind per run than it did without re-asks, while a
 #: few flaky answers are re-asked (and rated) in the run.
@@ -951,12 +955,17 @@ class ReferenceabilityAuditor:
         What answers the auditor (:func:`geoagent.crawl.llmcall.auditor_provider_kind`: ``"simulated"``,
         ``"replay"`` or ``"model"``), recorded with each answer in ``audit_raw_answers.jsonl``
         (``provider_kind``; the crawl export's ``simulated`` column reads it). None: nothing is recorded.
+    run_started : float, optional
+        When this run began, Unix s: what any process of the crawl logged since was logged in this run, for the
+        re-ask limits (:meth:`_note_this_run`, fixreask46; the crawl: :func:`geoagent.engine.run_began`). None: now
+        (the auditor's run is its life).
     """
 
     def __init__(self, provider: Any, settings: ReferenceabilitySettings, state_dir: str | Path, *,
                  pageviews: Any = None, decisions: JsonlLog | None = None, sensitive: JsonlLog | None = None,
                  generate: Any = None, request_model: tuple[str, str] | None = None,
-                 stopping: Callable[[], bool] | None = None, provider_kind: str | None = None) -> None:
+                 stopping: Callable[[], bool] | None = None, provider_kind: str | None = None,
+                 run_started: float | None = None) -> None:
         from geoagent import constants as C
 
         self.provider = provider
@@ -982,14 +991,21 @@ class ReferenceabilityAuditor:
         #: candidates asked again alone with the reminder (sent or replayed; crawl40b #2): ratings, and screens
         self.reasked = 0
         self.screens_reasked = 0
-        #: (qid, city) whose rating failed or was re-asked by this auditor: the step's re-asks are made where it
+        #: when this run began, Unix s (the crawl: when its processes running now began, ``run_started`` from
+        #: :func:`geoagent.engine.run_began`; default: when this auditor was made, its run being its life): a record
+        #: logged since, by this auditor or another process of the crawl beside it, was logged in this run
+        #: (:meth:`_note_this_run`, fixreask46)
+        self.run_started = time.time() if run_started is None else float(run_started)
+        #: (qid, city) whose rating failed or was re-asked in this run: the step's re-asks are made where it
         #: failed (:meth:`_settle`), so the pass before the batches leaves them to a later run (a task's retries in
-        #: the run replay the same calls); the same for screens
+        #: the run replay the same calls); the same for screens. This auditor's own, and (:meth:`_note_this_run`) those
+        #: the logs show another process of the crawl failed or re-asked in this run (fixreask46)
         self._tried: set[tuple[str, str | None]] = set()
         self._tried_screen: set[tuple[str, str | None]] = set()
         #: (kind, qid, city) whose every re-ask failed in this run (``"rating"`` or ``"screen"``): at
         #: :data:`REF_MAX_FUTILE_REASKED` of a city and kind, no further re-ask of them in this run (fixref41 #1); kept
-        #: across the auditor's steps, so a task's retries in the run count them too
+        #: across the auditor's steps, so a task's retries in the run count them too, and (:meth:`_note_this_run`)
+        #: joined by those whose last re-ask another process of the crawl logged in this run (fixreask46)
         self._futile: set[tuple[str, str, str | None]] = set()
         #: (qid, city) -> the site's own line of a candidate whose re-ask shows its city's line instead (redis41 #4):
         #: the request key its re-asks had before that fix, replayed when stored (:meth:`_rate_answer`)
@@ -1466,6 +1482,7 @@ class ReferenceabilityAuditor:
         """
         for log in (self.decisions, self.sensitive, self.raw):  # redis41 #4: what other processes logged since
             log.refresh()
+        self._note_this_run([c.qid for c in candidates] + list(city_lines or ()), city)
         calls0, replayed0, unreadable0 = self.calls, self.replayed, self.unreadable
         reasked0, screens_reasked0 = self.reasked, self.screens_reasked
         batches = fixed_batches(candidates, self.settings.batch_size)
@@ -1529,6 +1546,34 @@ class ReferenceabilityAuditor:
                 "replayed": self.replayed - replayed0, "not_rated_no_label": len(unlabeled),
                 "unreadable": self.unreadable - unreadable0, "reasked": self.reasked - reasked0,
                 "screens_reasked": self.screens_reasked - screens_reasked0, "failed": len(failed)}
+
+    def _logged_this_run(self, rec: Mapping[str, Any] | None) -> bool:
+        """Whether logged record ``rec`` was written in this run: its ``ts`` at or after :attr:`run_started` (by this
+        process, or by another process of the crawl running beside it; a record without ``ts`` is an earlier
+        run's)."""
+        ts = (rec or {}).get("ts")
+        return isinstance(ts, (int, float)) and not isinstance(ts, bool) and ts >= self.run_started
+
+    def _note_this_run(self, qids: Iterable[str], city: str | None) -> None:
+        """Take what the logs (as last read) say was done in this run to the candidates ``qids`` of ``city``, by any
+        process of the crawl, as this auditor's own (fixreask46): a candidate with a record logged in this run
+        (:meth:`_logged_this_run`) was failed or re-asked in it (:attr:`_tried`: not re-asked before the batches), and
+        one whose re-asks were all spent by a failure logged in this run counts towards
+        :data:`REF_MAX_FUTILE_REASKED` (:attr:`_futile`). These limits lived in each process's memory only: with two
+        ``run.py crawl`` processes on one state folder, the one that ran a city's step cut its re-asks off at the
+        bound, and a later site task of the city in the other process re-asked the candidates just cut off (paid,
+        and their re-asks spent: review46 #1). Called under the city's claim (the crawl's stage,
+        :func:`geoagent.crawl.stages.ref_city_claim`), so no other process logs the city's records meanwhile; in a
+        single process it adds nothing (each record it logged in this run is noted already)."""
+        for kind in ("rating", "screen"):
+            log, model, _, tried = self._reask_parts(kind)
+            for qid in dict.fromkeys(qids):
+                rec = log.get(model, qid, city)
+                if not self._logged_this_run(rec):
+                    continue
+                tried.add((qid, city))
+                if "error" in rec and rec.get("failure") == FAILURE_ISOLATED and reasks_of(rec) >= REF_MAX_REASKS:
+                    self._futile.add((kind, qid, city))
 
     def _catch_up(self, log: JsonlLog) -> None:
         """Read what other processes of the crawl appended to ``log`` and to the raw answers since, before a batch's

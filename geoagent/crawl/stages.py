@@ -263,10 +263,16 @@ class CrawlServices:
             async def generate(req: Any) -> Any:
                 return await self.audit_generate("referenceability", req)
 
+            from geoagent.engine import run_began
+            from geoagent.runtime.procs import started_unix
+
+            # fixreask46: "logged in this run" from when the crawl's processes running now began (run.lock), so the
+            # re-ask limits mean one thing to every process of the crawl (none written: when this process started)
             self._ref_auditor = ReferenceabilityAuditor(
                 self.ref_provider, self.settings.referenceability, self.state_dir, pageviews=self.pageviews,
                 generate=generate, request_model=_model_id(self.ref_model_cfg, self.settings.referenceability),
-                stopping=lambda: self.stopping, provider_kind=self.ref_kind)
+                stopping=lambda: self.stopping, provider_kind=self.ref_kind,
+                run_started=run_began(self.state_dir) or started_unix())
         return self._ref_auditor
 
     def decision_logger(self, stage: str, **fields: Any) -> Any:
@@ -944,8 +950,8 @@ async def state_flock(path: Path, *, poll_s: float | None) -> AsyncIterator[bool
     (the caller does not run its block's work). It is released by closing the file, also when the process dies
     (the kernel drops a dead process's flock: a crashed holder frees it). Where the file system has no ``flock``
     (``OSError`` other than "would block") True is yielded unlocked: the caller's process-wide ``asyncio.Lock``
-    is then the only guard. Two tasks of one process that open the file each exclude each other too (a flock
-    belongs to the open file).
+    is then the only guard, and a warning says so, once per lock file (fixreask46 #2). Two tasks of one process
+    that open the file each exclude each other too (a flock belongs to the open file).
 
     Raises
     ------
@@ -964,9 +970,33 @@ async def state_flock(path: Path, *, poll_s: float | None) -> AsyncIterator[bool
                     yield False
                     return
                 await asyncio.sleep(poll_s)
-            except OSError:  # no flock on this file system: the process's own lock only
+            except OSError as e:  # no flock on this file system: the process's own lock only
+                _warn_no_flock(path, e)
                 break
         yield True  # closing the file releases the flock
+
+
+#: the lock files :func:`state_flock` found without ``flock`` (their warning given): fixreask46 #2
+_NO_FLOCK_WARNED: set[str] = set()
+
+
+def _warn_no_flock(path: Path, exc: OSError) -> None:
+    """Warn, once per lock file and process, that ``path`` could not be locked (``exc``: ENOLCK on a network mount,
+    EOPNOTSUPP, ...), so :func:`state_flock` hands its block out with the process's own lock only (fixreask46 #2: it
+    did so silently): several processes of the crawl on this state folder may then each run a city's
+    referenceability step or re-asks, or sample a city, (docs/crawls.md, "Several processes, one state folder")."""
+    import logging
+
+    key = str(path)
+    if key in _NO_FLOCK_WARNED:
+        return
+    _NO_FLOCK_WARNED.add(key)
+    logging.getLogger(__name__).warning(
+        "the file system of %s does not lock files (flock: %s): this process goes on with its own lock only, so "
+        "several processes of the crawl on this state folder may each repeat a city's step (its site sampling, its "
+        "referenceability rating and re-asks); run one process per state folder there, or put the state folder on a "
+        "file system that supports flock (docs/crawls.md, \"Several processes, one state folder\")",
+        path, exc.strerror or exc)
 
 
 def claimed_sites(state_dir: str | Path, *, exclude: str | None = None) -> dict[str, str]:
@@ -1257,9 +1287,12 @@ class ReferenceabilityAuditorStage(_CrawlStage):
     :mod:`geoagent.crawl.referenceability`): the first site of a city to arrive fetches the candidates of
     every site of its city (the sampler's ``sampling/<city>.json``; each list stored in
     ``ref_candidates/<site>.json``, so no WDQS query is repeated), and the merged, QID-sorted list is
-    rated in fixed batches under the city's claim (:func:`ref_city_claim`), held by one process of the crawl at a
-    time: a site of a city another process rates now goes back to the queue and is delivered again after that step,
-    so concurrent sites of one city never pay twice nor run the step twice (fixcrawl46). The step is logged to
+    rated in fixed batches. Every rating pass of a site's task (the step, or the site's own re-asks) runs under the
+    city's claim (:func:`ref_city_claim`), held by one process of the crawl at a time: a site of a city another
+    process is rating now goes back to the queue and is delivered again later, so the sites of one city take turns
+    across the processes, never pay twice nor run the step twice (fixcrawl46), and what the logs show another process
+    failed or re-asked in this run is not re-asked (fixreask46: the re-ask limits are read from the logs under the
+    claim). The step is logged to
     ``crawl_decisions.jsonl`` (``event = "ref_city_rating"``) and recorded in ``ref_cities/<city>.json``; later
     sites of the city find their candidates decided and send no rating call. Ratings are kept per city (decisions'
     ``city``): a candidate also near another city's sites is rated for each city, so no city's calls depend on which
@@ -1295,9 +1328,10 @@ class ReferenceabilityAuditorStage(_CrawlStage):
         due = qids_to_read_again(svc, prev) if prev is not None else []
         if prev is None or due:
             aud = svc.ref_auditor
-            # fixcrawl46: every rating call of the city's sites is made under the city's claim, which one process of
-            # the crawl holds at a time; a site whose city another process rates now goes back to the queue
-            # (CityRatedElsewhere) and, delivered again after that step, finds its candidates decided
+            # fixcrawl46: every rating pass of the city's sites (the step, a site's re-asks) runs under the city's
+            # claim, which one process of the crawl holds at a time; a site whose city another process is rating now
+            # goes back to the queue (CityRatedElsewhere) and, delivered again, finds its candidates decided, and
+            # (fixreask46) the re-asks the other process made or cut off in this run, read from the logs, not due
             async with ref_city_claim(svc, _rating_city(site)):
                 if prev is None:
                     cands = await self._rate_city_of(svc, site, sid)
@@ -1543,8 +1577,12 @@ def sites_with_reasks_due(settings: CrawlSettings, state_dir: str | Path) -> lis
     """Site ids of the crawl at ``state_dir`` whose stored ``rated/<site>.json`` holds a candidate without a rating
     whose logged rating (``audit_decisions.jsonl``, the config's auditor model) failed alone with a re-ask left
     (:func:`geoagent.crawl.referenceability.reask_due`, crawl40b #2): a re-run handles their referenceability
-    tasks again (:meth:`geoagent.crawl.campaign.CrawlCampaign.tasks_to_reopen`). Sorted; ``[]`` without a log."""
+    tasks again (:meth:`geoagent.crawl.campaign.CrawlCampaign.tasks_to_reopen`). A failure logged since the crawl's
+    processes running now began (:func:`geoagent.engine.run_began`: this process joined them) is left out: its re-asks
+    were cut off in this run, which leaves them to a later one, as one process does (fixreask46). Sorted; ``[]``
+    without a log."""
     from geoagent.crawl.referenceability import JsonlLog, reask_due
+    from geoagent.engine import run_began
 
     state_dir = Path(state_dir)
     log_path = state_dir / C.AUDIT_DECISIONS_FILE
@@ -1552,6 +1590,12 @@ def sites_with_reasks_due(settings: CrawlSettings, state_dir: str | Path) -> lis
         return []
     log = JsonlLog(log_path)
     model = settings.referenceability.model
+    began = run_began(state_dir)
+
+    def left_by_earlier_run(logged: dict[str, Any] | None) -> bool:
+        ts = (logged or {}).get("ts")
+        return reask_due(logged) and not (began is not None and isinstance(ts, (int, float)) and ts >= began)
+
     out = []
     for p in sorted((state_dir / "rated").glob("*.json")):
         rec = _load(p)
@@ -1559,7 +1603,7 @@ def sites_with_reasks_due(settings: CrawlSettings, state_dir: str | Path) -> lis
             continue
         city = _rating_city(rec["site"])
         if any(isinstance(r, dict) and r.get("qid") and r.get("familiarity") is None
-               and reask_due(log.get(model, str(r["qid"]), city)) for r in rec["rated"]):
+               and left_by_earlier_run(log.get(model, str(r["qid"]), city)) for r in rec["rated"]):
             out.append(p.stem)
     return out
 

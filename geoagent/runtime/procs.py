@@ -15,6 +15,7 @@ the temporary-file sweep (:mod:`geoagent.files`) use :func:`pid_alive`.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,36 @@ def proc_start(pid: int) -> str | None:
     process)."""
     st = proc_stat(pid)
     return st[1] if st else None
+
+
+def started_unix() -> float:
+    """When this process started, Unix time in seconds: Linux ``/proc/self/stat``'s start (clock ticks since boot) plus
+    the boot time (``/proc/stat`` ``btime``, whole seconds, so up to a second early); where either cannot be read (not
+    Linux), the time this module was first imported (early in a ``run.py`` process, before any task ran). Read once
+    per process. Records a process compares with it (the referenceability auditor's "logged in this run",
+    fixreask46) are stamped with ``time.time()`` on the same machine."""
+    global _STARTED_CACHE
+    if _STARTED_CACHE is None:
+        _STARTED_CACHE = _read_started() or _IMPORTED_AT
+    return _STARTED_CACHE
+
+
+def _read_started() -> float | None:
+    st = proc_stat(os.getpid())
+    try:
+        ticks = int(st[1]) if st else None
+        btime = next((int(line.split()[1]) for line in Path("/proc/stat").read_text(encoding="ascii").splitlines()
+                      if line.startswith("btime ")), None)
+        hz = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    if ticks is None or btime is None or hz <= 0:
+        return None
+    return btime + ticks / hz
+
+
+_IMPORTED_AT = time.time()
+_STARTED_CACHE: float | None = None
 
 
 def boot_id() -> str | None:
