@@ -1472,7 +1472,7 @@ def run_lock(state_dir: Path, when_alone: Callable[[], Any] | None = None, *, ow
                 # nothing any other process can see, so take the lock of the folder as it is now
                 fh.close()
                 continue
-            if alone:
+            if alone and not read_only_ok:  # a dry run changes nothing in the folder (review46b #4)
                 _note_run_began(fh)
             if alone and when_alone is not None:
                 when_alone()
@@ -1697,29 +1697,75 @@ def dead_owner_pids(state_dir: Path) -> set[int] | None:
 
 
 def _note_run_began(fh: Any) -> None:
-    """Write ``{"began": Unix s, "pid"}`` into the run lock's open file ``fh`` (held exclusively: no other process of
-    the campaign is alive, so this one begins a run): :func:`run_began`. A read-only file (a dry run's of an archived
-    campaign) is left as it is."""
+    """Write ``{"began": Unix s, "pid", "pid_start", "host"}`` into the run lock's open file ``fh`` (held exclusively:
+    no other process of the campaign is alive, so this one begins a run): :func:`run_began`. A read-only file is left
+    as it is (a dry run writes nothing: :func:`run_lock` does not call this for one)."""
+    import socket
+
+    from geoagent.runtime.procs import proc_start
+
     try:
         fh.truncate(0)
-        fh.write(json.dumps({"began": time.time(), "pid": os.getpid()}).encode())
+        fh.write(json.dumps({"began": time.time(), "pid": os.getpid(), "pid_start": proc_start(os.getpid()),
+                             "host": socket.gethostname()}).encode())
         fh.flush()
     except (OSError, ValueError):  # io.UnsupportedOperation: opened read-only
         pass
 
 
 def run_began(state_dir: Path) -> float | None:
-    """When the processes of the campaign at ``state_dir`` that run now began, Unix s: the time the first of them,
-    finding no other alive, wrote into ``run.lock`` (:func:`run_lock`); a process that started beside it (another
-    ``run.py`` of the campaign on this state folder while it ran) reads the same time, so "logged in this run" means
-    one thing to all of them (the referenceability auditor's re-ask limits, fixreask46). Read by a process that holds
-    the run lock; None without the file or a time in it (an earlier geoagent wrote none). Creates nothing."""
+    """When the processes of the campaign at ``state_dir`` that run now began, Unix s, for "logged in this run" (the
+    referenceability auditor's re-ask limits, fixreask46): the time the first of them, finding no other alive, wrote
+    into ``run.lock`` (:func:`run_lock`), while that process still runs, so a process that started beside it (another
+    ``run.py`` of the campaign on this state folder) reads the same time. Once that process has ended while others
+    of its run go on, a process joining them gets the earliest start of the campaign's processes alive now (their
+    owner files, ``leases/<owner>.lock``, locked; review46b #1: before, a process started after the first had ended
+    counted the ended one's failures as its run's, and re-asked none of them). Read by a process that holds the run
+    lock; None without the file or a time in it (an earlier geoagent wrote none), or when no start can be read (not
+    Linux; the caller then counts from its own start). Creates nothing."""
+    import socket
+
+    from geoagent.runtime.procs import process_alive
+
     try:
         rec = json.loads((Path(state_dir) / "run.lock").read_bytes() or b"null")
     except (OSError, ValueError):
         return None
     began = rec.get("began") if isinstance(rec, dict) else None
-    return float(began) if isinstance(began, (int, float)) and not isinstance(began, bool) else None
+    if not isinstance(began, (int, float)) or isinstance(began, bool):
+        return None
+    pid, host = rec.get("pid"), rec.get("host")
+    if host not in (None, socket.gethostname()) or not isinstance(pid, int) or isinstance(pid, bool):
+        return float(began)  # another machine's process (a shared state folder): its life cannot be read here
+    started = rec.get("pid_start") if isinstance(rec.get("pid_start"), str) else None
+    if process_alive(pid, started):
+        return float(began)
+    return _live_owners_began(state_dir)
+
+
+def _live_owners_began(state_dir: Path) -> float | None:
+    """The earliest start (Unix s) of the processes of this machine whose owner file under
+    ``<state_dir>/leases/`` is locked now (alive: :func:`_hold_owner_lock`); None when none can be read."""
+    import fcntl
+
+    from geoagent.runtime.procs import process_started_unix
+
+    starts: list[float] = []
+    for path in sorted((Path(state_dir) / OWNERS_DIR).glob("*.lock")):
+        try:
+            with open(path, "rb") as fh:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    continue  # free: its process is gone
+                except BlockingIOError:
+                    pass  # held: alive
+                pid = int(fh.read(32).decode("ascii").strip() or 0)
+        except (OSError, ValueError):
+            continue
+        t = process_started_unix(pid) if pid > 0 else None
+        if t is not None:
+            starts.append(t)
+    return min(starts) if starts else None
 
 
 def run_lock_held(state_dir: Path) -> bool | None:

@@ -89,12 +89,14 @@ def started_unix() -> float:
     fixreask46) are stamped with ``time.time()`` on the same machine."""
     global _STARTED_CACHE
     if _STARTED_CACHE is None:
-        _STARTED_CACHE = _read_started() or _IMPORTED_AT
+        _STARTED_CACHE = process_started_unix(os.getpid()) or _IMPORTED_AT
     return _STARTED_CACHE
 
 
-def _read_started() -> float | None:
-    st = proc_stat(os.getpid())
+def process_started_unix(pid: int) -> float | None:
+    """When process ``pid`` of this machine started, Unix time in seconds (as :func:`started_unix`, up to a second
+    early); None where ``/proc`` cannot be read (no such process, not Linux)."""
+    st = proc_stat(pid)
     try:
         ticks = int(st[1]) if st else None
         btime = next((int(line.split()[1]) for line in Path("/proc/stat").read_text(encoding="ascii").splitlines()
