@@ -30,12 +30,15 @@ from geoagent import constants as C
 from geoagent.textfmt import one_line_text
 
 
-def _load(path: str) -> Any:
+def _load(path: str, *, look: bool = False) -> Any:
+    """The campaign config at ``path`` (:func:`geoagent.config.load_config`). ``look``: the command only reads the
+    campaign's stored state (``status``, ``dead``, ``export``): a model whose every call would fail is a warning
+    there, not a refusal, so what the runs stored can be shown and exported (review46b #2)."""
     from geoagent.campaigns import register_all_sections
     from geoagent.config import load_config
 
     register_all_sections()
-    return load_config(path)
+    return load_config(path, look=look)
 
 
 def _check_state_matches_queues(cfg: Any) -> None:
@@ -327,7 +330,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
     from geoagent.runtime.sqlite_wal import reading_only
 
-    cfg = _load(args.config)
+    cfg = _load(args.config, look=True)
     check_backend_unchanged(cfg)  # the other backend would show an empty campaign
     from geoagent.engine import load_kind
 
@@ -346,7 +349,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
 def _cmd_dead(args: argparse.Namespace) -> int:
     from geoagent.runtime.backend import check_backend_unchanged
 
-    cfg = _load(args.config)
+    # --requeue too: it makes no call (the `run` that takes the tasks up refuses what would fail)
+    cfg = _load(args.config, look=True)
     check_backend_unchanged(cfg)
     if args.requeue:
         return _dead(cfg, args)
@@ -531,7 +535,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from geoagent.engine import load_kind
     from geoagent.runtime.backend import open_state, state_exists, uses_redis
 
-    cfg = _load(args.config)
+    cfg = _load(args.config, look=True)
     _check_state_matches_queues(cfg)
     out_dir = Path(args.out).expanduser() if args.out else None
     if out_dir is not None and (refused := _export_out_refused(cfg, out_dir)):

@@ -1552,8 +1552,14 @@ def _huge_integers(value: Any, loc: tuple[Any, ...] = ()) -> list[str]:
     return []
 
 
-def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> CampaignConfig:
+def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>", look: bool = False) -> CampaignConfig:
     """Validate a parsed TOML document (dict) into a :class:`CampaignConfig`.
+
+    ``look``: the caller only reads what runs of the campaign stored (``run.py status``, ``dead``, ``export``): the
+    problems that would make a model's every call fail (:func:`call_problems`) are then warnings
+    (:class:`ConfigWarning`), not errors, so a campaign that ran before such a check existed, or whose other
+    models answered, can still be shown and exported without editing the file (review46b #2). ``run`` and
+    ``crawl`` (their dry runs too) load with ``look=False``, and are refused.
 
     Raises
     ------
@@ -1601,10 +1607,15 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
                 sections[name] = model_cls.model_validate(raw)
             except ValidationError as exc:
                 problems.extend(_problems(exc, prefix=(name,), model=model_cls))
+    failing: list[str] = call_problems(cfg) if cfg is not None else []
     if cfg is not None:
-        problems.extend(_impossible_campaign(cfg))
+        problems.extend(([] if look else failing) + _impossible_campaign(cfg))
     if problems or cfg is None:
         raise ConfigError(source, problems)
+    for text in failing if look else ():
+        # review46b #2: a command that only reads must still show and export what the campaign's runs stored
+        warnings.warn(f"{source}: {text} (`run` and `crawl` refuse this file; this command only reads the "
+                      "campaign's stored state, so it goes on)", ConfigWarning, stacklevel=2)
     for text in (_unused_host_warnings(cfg) + shared_host_warnings(cfg) + output_room_warnings(cfg)
                  + reasoning_host_warnings(cfg) + gemini_temperature_warnings(cfg) + prefixed_reasoning_warnings(cfg)
                  + gemini_thinking_off_warnings(cfg)
@@ -1705,28 +1716,48 @@ def image_problems(cfg: Any) -> list[str]:
 def responses_only_problems(cfg: Any) -> list[str]:
     """One line per OpenAI-compatible ``[[models]]`` entry naming a model OpenAI serves only on its Responses API
     (:func:`geoagent.providers.sampling.openai_responses_only`: ``o3-pro``, ``gpt-5-pro``, ``codex-mini-latest``,
-    ``gpt-5-codex``, ``o3-deep-research``, ``computer-use-preview``, ...): geoagent posts to
-    ``{base_url}/chat/completions``, which api.openai.com answers HTTP 404 "This model is only supported in
+    ``gpt-5-codex``, ``o3-deep-research``, ``computer-use-preview``, ...) on a host that serves it so: geoagent
+    posts to ``{base_url}/chat/completions``, which api.openai.com answers HTTP 404 "This model is only supported in
     v1/responses and not in v1/chat/completions." for them (Azure OpenAI: 400 ``OperationNotSupported``), so every
-    request would fail after the run had started (prov46 #1). Decided as :func:`image_problems` decides which rules
-    are OpenAI's: by ``model_family`` on any host, else by ``model`` when the calls go to api.openai.com (no
-    ``base_url``, or one on that host). A gateway that bridges Chat Completions to the Responses API (LiteLLM,
-    OpenRouter's ``openai/o3-pro``) is not refused."""
-    from geoagent.providers.sampling import OPENAI_HOST, openai_responses_only
+    request would fail after the run had started (prov46 #1).
+
+    Decided by the host: on OpenAI's own API (:func:`geoagent.providers.sampling.is_openai_host`: no
+    ``base_url``, ``api.openai.com`` or a regional ``*.api.openai.com``) by ``model`` and by ``model_family``
+    (``model = "gpt-5-codex"`` with ``model_family = "gpt-5"`` is still a Responses-only call); on Azure OpenAI
+    (:func:`~geoagent.providers.sampling.is_azure_openai_host`) by ``model_family`` (``model`` is a deployment
+    name there). Any other host is not refused, whatever ``model_family`` says: a gateway that bridges Chat
+    Completions to the Responses API (a LiteLLM alias declaring ``model_family = "gpt-5-codex"``, OpenRouter's
+    ``openai/o3-pro``) serves it (review46b #3). The campaign loads with these lines as warnings for the
+    commands that only read (:func:`call_problems`)."""
+    from geoagent.providers.sampling import (is_azure_openai_host, is_openai_host, openai_base_host,
+                                             openai_responses_only)
 
     out: list[str] = []
     for i, m in enumerate(cfg.models):
         if m.provider != "openai":
             continue
-        host = (urlsplit(m.effective_base_url).hostname or "").lower() if m.effective_base_url else OPENAI_HOST
-        if not (m.model_family or host == OPENAI_HOST) or not openai_responses_only(m.openai_rules_id):
+        host = openai_base_host(m.effective_base_url)
+        if is_openai_host(host):
+            named = [(key, value) for key, value in (("model", m.model), ("model_family", m.model_family))
+                     if value and openai_responses_only(value)]
+            answer = "HTTP 404 'This model is only supported in v1/responses and not in v1/chat/completions.'"
+            way_out = ("use a chat model (e.g. o3, o4-mini, gpt-5, gpt-5-mini, gpt-4.1), send it through a gateway "
+                       "that bridges Chat Completions to the Responses API (a LiteLLM proxy: its base_url, with "
+                       f"reasoning_model = true), or remove model {m.name!r}")
+        elif is_azure_openai_host(host):
+            named = [("model_family", m.model_family)] if m.model_family and openai_responses_only(m.model_family) \
+                else []
+            answer = "HTTP 400 'OperationNotSupported'"
+            way_out = (f"use a deployment of a chat model (e.g. o3, o4-mini, gpt-5) with its own model_family, or "
+                       f"remove model {m.name!r}")
+        else:
             continue
-        key = "model_family" if m.model_family else "model"
-        out.append(f"models[{i}].{key}: {m.openai_rules_id!r} is served only on OpenAI's Responses API "
-                   "(POST /v1/responses); geoagent speaks Chat Completions (POST /chat/completions), which answers "
-                   "it HTTP 404 'This model is only supported in v1/responses and not in v1/chat/completions.' (every "
-                   f"request of model {m.name!r} would fail); use a chat model (e.g. o3, o4-mini, gpt-5, gpt-5-mini, "
-                   f"gpt-4.1) or remove model {m.name!r}")
+        if not named:
+            continue
+        key, value = named[0]
+        out.append(f"models[{i}].{key}: {value.strip()!r} is served only on OpenAI's Responses API "
+                   f"at {host}; geoagent speaks Chat Completions (POST /chat/completions), which answers it {answer} "
+                   f"(every request of model {m.name!r} would fail); {way_out}")
     return out
 
 
@@ -2175,20 +2206,21 @@ def output_limit_keys(cfg: "CampaignConfig") -> dict[str, str]:
 def reasoning_host_warnings(cfg: "CampaignConfig") -> list[str]:
     """One line per ``provider = "openai"`` model whose id looks like an OpenAI reasoning model
     (:func:`~geoagent.providers.sampling.is_openai_reasoning_id`: ``o3``, ``gpt-5-mini``, ...) sent to a host
-    other than ``api.openai.com`` with neither ``reasoning_model`` nor ``max_tokens_field`` set: OpenAI's rules
-    then do not apply, so its requests carry ``max_tokens`` and a temperature, and a server that follows
-    OpenAI's rules (an OpenAI proxy, the local fake) refuses each with HTTP 400 (every request dead-lettered;
-    walkthrough 9b). ``reasoning_model = true`` applies the rules (``max_completion_tokens``, no temperature
-    other than 1, no ``top_p``); ``false`` or a ``max_tokens_field`` says the server takes what is sent."""
-    from geoagent.providers.sampling import OPENAI_HOST, is_openai_reasoning_id
+    other than ``api.openai.com`` (or a regional ``*.api.openai.com``) with neither ``reasoning_model`` nor
+    ``max_tokens_field`` set: OpenAI's rules then do not apply, so its requests carry ``max_tokens`` and a
+    temperature, and a server that follows OpenAI's rules (an OpenAI proxy, the local fake) refuses each with
+    HTTP 400 (every request dead-lettered; walkthrough 9b). ``reasoning_model = true`` applies the rules
+    (``max_completion_tokens``, no temperature other than 1, no ``top_p``); ``false`` or a ``max_tokens_field``
+    says the server takes what is sent."""
+    from geoagent.providers.sampling import OPENAI_HOST, is_openai_host, is_openai_reasoning_id, openai_base_host
 
     out = []
     for i, m in enumerate(cfg.models):
         if m.provider != "openai" or m.reasoning_model is not None or m.max_tokens_field is not None or \
                 m.model_family is not None:  # a declared family decides the rules on any host
             continue
-        host = (urlsplit(m.effective_base_url).hostname or "") if m.effective_base_url else OPENAI_HOST
-        if host.lower() == OPENAI_HOST or not is_openai_reasoning_id(m.model):
+        host = openai_base_host(m.effective_base_url)
+        if is_openai_host(host) or not is_openai_reasoning_id(m.model):  # eu.api.openai.com too (review46b #7)
             continue
         out.append(f"models[{i}]: {m.model} looks like an OpenAI reasoning model but goes to {host}, not "
                    f"{OPENAI_HOST}, with neither reasoning_model nor max_tokens_field set: its requests carry "
@@ -2281,8 +2313,18 @@ def _other_kind_tables(cfg: CampaignConfig) -> list[str]:
             for t in TASK_SECTIONS if t != "generic" and t in cfg.tasks]
 
 
+def call_problems(cfg: CampaignConfig) -> list[str]:
+    """Problems that would make every call of a model fail at its API, one line per ``[[models]]`` entry and key:
+    explicit sampling values it refuses (:func:`sampling_problems`), a photo sent to a model that takes none
+    (:func:`image_problems`), a model served only on OpenAI's Responses API (:func:`responses_only_problems`,
+    prov46 #1). Errors for ``run`` and ``crawl`` (and their dry runs), warnings for the commands that only read
+    (:func:`config_from_dict` ``look``; review46b #2): none of them makes a call."""
+    return sampling_problems(cfg) + image_problems(cfg) + responses_only_problems(cfg)
+
+
 def _impossible_campaign(cfg: CampaignConfig) -> list[str]:
-    """Problems of a campaign that validates field by field but can never make a call.
+    """Problems of a campaign that validates field by field but can never make a call (beside those of a model's
+    every call failing at its API, :func:`call_problems`, which a command that only reads takes as warnings).
 
     * ``budget.cap_usd = 0`` with any model that has a price above 0 (every provider: the ledger books a
       simulated or replay model's calls at its prices too): the ledger refuses every call of it (the run would
@@ -2304,16 +2346,13 @@ def _impossible_campaign(cfg: CampaignConfig) -> list[str]:
       (the geocoder's own, else the campaign's) is neither an e-mail address nor a URL: its geocoder (Wikidata,
       Nominatim: both ask for a contact in the User-Agent) refused it only after the run had planned and written
       its state (``run --simulate`` passed).
-    * an OpenAI model served only on the Responses API (``o3-pro``, ``gpt-5-codex``, ...) on api.openai.com or
-      declared as ``model_family``: :func:`responses_only_problems` (prov46 #1).
     * a crawl auditor (``[crawl.image_audit]`` / ``[crawl.referenceability]`` ``model``) on a provider other
       than ``simulated`` that names no ``[[models]]`` entry: the dry run passed and ``crawl`` then stopped
       with "no provider configured for auditor model ...", naming neither file nor key.
     """
     from geoagent.providers.settings import own_api_path_problem
 
-    out: list[str] = (sampling_problems(cfg) + image_problems(cfg) + responses_only_problems(cfg)
-                      + _other_kind_tables(cfg))
+    out: list[str] = _other_kind_tables(cfg)
     for i, m in enumerate(cfg.models):
         # a path mistake on a provider's own host loaded silently, then every call was a 404 (prov39 #7)
         problem = own_api_path_problem(m.provider, m.base_url) if m.base_url else None
@@ -2382,13 +2421,16 @@ def _impossible_campaign(cfg: CampaignConfig) -> list[str]:
     return out
 
 
-def load_config(path: str | os.PathLike[str]) -> CampaignConfig:
+def load_config(path: str | os.PathLike[str], *, look: bool = False) -> CampaignConfig:
     """Read and validate a campaign TOML file.
 
     Parameters
     ----------
     path : path
         The ``.toml`` file; a bare name such as ``"generic_demo"`` also finds ``geoagent/configs/generic_demo.toml``.
+    look : bool
+        The caller only reads the campaign's stored state (``status``, ``dead``, ``export``): what would make a
+        model's calls fail is a warning, not an error (:func:`config_from_dict`; review46b #2).
 
     Raises
     ------
@@ -2428,7 +2470,7 @@ def load_config(path: str | os.PathLike[str]) -> CampaignConfig:
         where = f" at line {text[: long_number.start()].count(chr(10)) + 1}" if long_number else ""
         what = "has more than 4,300 digits (too many to read)" if "digits" in str(exc) else f"cannot be read ({exc})"
         raise ConfigError(label, [f"invalid TOML: a number{where} {what}"]) from None
-    return config_from_dict(data, source=label)
+    return config_from_dict(data, source=label, look=look)
 
 
 def _duplicate_key_hint(message: str, raw: bytes) -> str:

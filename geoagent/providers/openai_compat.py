@@ -83,9 +83,9 @@ from geoagent.providers.base import ModelRequest, ModelResponse, Usage, provider
 from geoagent.providers.errors import ContentBlocked, MalformedResponse, UnsupportedRequest, body_excerpt
 from geoagent.providers.http_base import HttpProvider, as_int, b64
 from geoagent.scoring.truncation import finish_reason_key
-from geoagent.providers.sampling import (azure_deployment_problem, is_openai_reasoning_id, openai_compat_sampling,
-                                         openai_reasoning, openai_rejects_images, openai_rejects_response_format,
-                                         openai_rejects_system)
+from geoagent.providers.sampling import (azure_deployment_problem, is_openai_host, is_openai_reasoning_id,
+                                         openai_compat_sampling, openai_reasoning, openai_rejects_images,
+                                         openai_rejects_response_format, openai_rejects_system)
 
 
 def _error_message(err: Any) -> str:
@@ -147,8 +147,8 @@ class OpenAICompatProvider(HttpProvider):
         if self.settings.reasoning_model is None and self.settings.model_family and \
                 is_openai_reasoning_id(self.settings.model_family):
             return "max_completion_tokens"  # a deployment of a reasoning model refuses max_tokens on any host
-        host = urlsplit(self.base_url).hostname or ""
-        return "max_completion_tokens" if host == "api.openai.com" else "max_tokens"
+        # eu.api.openai.com and the other regional hosts too (review46b #7)
+        return "max_completion_tokens" if is_openai_host(urlsplit(self.base_url).hostname) else "max_tokens"
 
     def build(self, request: ModelRequest) -> tuple[str, dict[str, Any], dict[str, str]]:
         """``(url, body, headers)`` of one Chat Completions call (module docstring): ``{base_url}/chat/completions``

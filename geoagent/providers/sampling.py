@@ -103,7 +103,8 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-#: Host on which OpenAI's own reasoning-model rules apply (other OpenAI-compatible servers have their own).
+#: Host on which OpenAI's own reasoning-model rules apply (other OpenAI-compatible servers have their own); its
+#: regional data-residency hosts (``eu.api.openai.com``, ``us.api.openai.com``) are OpenAI too (:func:`is_openai_host`).
 OPENAI_HOST = "api.openai.com"
 #: Documented OpenAI reasoning families (optionally behind ``ft:`` for fine-tunes): ``o1``, ``o3``, ``o4-mini``,
 #: ... (``o<digit>``), the ``gpt-5`` family except the non-reasoning ``gpt-5-chat*``, and ``codex-mini``. Some of
@@ -115,8 +116,10 @@ _OPENAI_REASONING = re.compile(r"^(?:ft:)?(?:o\d+(?:[-.:_]|$)|gpt-5(?!-chat)|cod
 OPENAI_REASONING_MIN_OUTPUT = 25_000
 #: Claude ids of the current scheme: ``claude-<tier>-<major>[-<minor>][-<date>]`` (e.g. ``claude-opus-4-1-20250805``,
 #: ``claude-sonnet-4-5``, ``claude-opus-4-7``, ``claude-sonnet-5``); a minor has 1-2 digits, a date 8.
-_CLAUDE_ID = re.compile(r"^(?:anthropic/)?claude-(?P<tier>[a-z]+)-(?P<major>\d+)(?:[-.](?P<minor>\d{1,2}))?(?:[-@.]|$)",
-                        re.IGNORECASE)
+#: An OpenRouter variant suffix (``anthropic/claude-opus-4.7:thinking``, ``:beta``) ends the version as a date does
+#: (review46b #6: without ``:`` there, ``claude-opus-4.7:thinking`` read as Opus 4.0).
+_CLAUDE_ID = re.compile(r"^(?:anthropic/)?claude-(?P<tier>[a-z]+)-(?P<major>\d+)(?:[-.](?P<minor>\d{1,2}))?"
+                        r"(?:[-@.:]|$)", re.IGNORECASE)
 #: Highest ``temperature`` the Anthropic Messages API accepts ("Ranges from 0.0 to 1.0", API reference "Create a
 #: Message"; OpenAI and Gemini take up to 2)
 ANTHROPIC_TEMPERATURE_MAX = 1.0
@@ -125,6 +128,20 @@ ANTHROPIC_TEMPERATURE_MAX = 1.0
 _GEMINI_3 = re.compile(r"^gemini-3(?:[-.]|$)", re.IGNORECASE)
 #: Highest thinking budget a Gemini model may spend under dynamic thinking (tokens): Flash 24,576, Pro 32,768.
 GEMINI_THINKING_BUDGET_MAX = {"flash": 24_576, "pro": 32_768}
+
+
+def is_openai_host(host: str | None) -> bool:
+    """Whether ``host`` (a hostname, any case; None or "" is not one) is OpenAI's own API: ``api.openai.com`` or a
+    regional data-residency host under it (``eu.api.openai.com``, ``us.api.openai.com``: the same API and model
+    rules, data kept in the region). Where a host decides "OpenAI's rules" it is decided here (review46b #7)."""
+    h = (host or "").lower().rstrip(".")
+    return h == OPENAI_HOST or h.endswith("." + OPENAI_HOST)
+
+
+def openai_base_host(base_url: str | None) -> str:
+    """The lower-case hostname ``base_url`` posts to; no ``base_url`` means the OpenAI provider's default host,
+    :data:`OPENAI_HOST`."""
+    return ((urlsplit(base_url).hostname or "") if base_url else OPENAI_HOST).lower()
 
 
 def _bare_id(model: str) -> str:
@@ -198,8 +215,9 @@ def openai_responses_only(model: str) -> bool:
     """Whether an OpenAI model id (or ``[[models]] model_family``) is served only on the Responses API
     (:data:`_OPENAI_RESPONSES_ONLY`: ``o3-pro``, ``o3-deep-research``, ``gpt-5-pro``, ``gpt-5.2-pro``,
     ``codex-mini-latest``, ``gpt-5.1-codex-max``, ``computer-use-preview``, ...; not ``o3``, ``gpt-5``,
-    ``gpt-5-chat-latest``). geoagent speaks Chat Completions only, so the config loader refuses such a model on
-    api.openai.com, or declared as a ``model_family`` (:func:`geoagent.config.responses_only_problems`)."""
+    ``gpt-5-chat-latest``). geoagent speaks Chat Completions only, so the config loader refuses such a model (or
+    ``model_family``) on api.openai.com and its regional hosts, and such a ``model_family`` on Azure OpenAI
+    (:func:`geoagent.config.responses_only_problems`)."""
     return bool(_OPENAI_RESPONSES_ONLY.match(model.strip()))
 
 
@@ -232,8 +250,7 @@ def openai_reasoning(model: str, base_url: str | None, override: bool | None = N
         return bool(override)
     if family:
         return is_openai_reasoning_id(family)
-    host = (urlsplit(base_url).hostname or "") if base_url else OPENAI_HOST
-    return host.lower() == OPENAI_HOST and is_openai_reasoning_id(model)
+    return is_openai_host(openai_base_host(base_url)) and is_openai_reasoning_id(model)
 
 
 def _claude_version(model: str) -> tuple[str, int, int] | None:
@@ -311,10 +328,15 @@ def gemini_thinks_when_asked(model: str) -> bool:
     return mid.startswith("gemini-2.5-flash-lite")
 
 
-#: hosts whose reasoning models sample at temperature 1 whatever is asked and refuse any other value (OpenAI) or
-#: the parameter itself (Azure OpenAI; :func:`openai_sampling`)
-_OPENAI_DEFAULT_HOSTS = (OPENAI_HOST,)
+#: Azure OpenAI's host suffixes: its reasoning models refuse the temperature parameter itself (OpenAI's, on
+#: :func:`is_openai_host`, take only 1; :func:`openai_sampling`)
 _AZURE_HOST_SUFFIXES = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
+
+
+def is_azure_openai_host(host: str | None) -> bool:
+    """Whether ``host`` (a hostname, any case) is an Azure OpenAI resource (``<resource>.openai.azure.com`` and the
+    other :data:`_AZURE_HOST_SUFFIXES`): OpenAI's models, served under deployment names of the user's own."""
+    return (host or "").lower().rstrip(".").endswith(_AZURE_HOST_SUFFIXES)
 
 
 def openai_keeps_unit_temperature(base_url: str | None, reasoning_model: bool | None = None,
@@ -327,8 +349,8 @@ def openai_keeps_unit_temperature(base_url: str | None, reasoning_model: bool | 
     refuses the parameter at any value."""
     if reasoning_model is not True or family:
         return False
-    host = ((urlsplit(base_url).hostname or "") if base_url else OPENAI_HOST).lower()
-    return host not in _OPENAI_DEFAULT_HOSTS and not host.endswith(_AZURE_HOST_SUFFIXES)
+    host = openai_base_host(base_url)
+    return not is_openai_host(host) and not is_azure_openai_host(host)
 
 
 def openai_sampling(params: dict[str, Any], reasoning: bool, *, keep_unit_temperature: bool = False
@@ -403,8 +425,7 @@ def openai_prefixed_reasoning(model: str, base_url: str | None, override: bool |
     # only OpenAI's own vendor prefix: a Hugging Face id such as someorg/o1-like-distill on vLLM is another model
     if override is not None or family or not model.strip().lower().startswith("openai/"):
         return False
-    host = (urlsplit(base_url).hostname or "") if base_url else OPENAI_HOST
-    return host.lower() != OPENAI_HOST and is_openai_reasoning_id(_bare_id(model))
+    return not is_openai_host(openai_base_host(base_url)) and is_openai_reasoning_id(_bare_id(model))
 
 
 def claude_compat_sampling(sent: dict[str, Any], model: str) -> dict[str, Any]:
@@ -463,6 +484,14 @@ def sent_sampling(provider: str, model: str, params: dict[str, Any], *, base_url
     return {name: params[name] for name in SAMPLING_PARAMS if params.get(name) is not None}
 
 
+def _openai_documents_seed(base_url: str | None) -> bool:
+    """Whether ``base_url`` (None: the provider's default, api.openai.com) is OpenAI's own API or Azure OpenAI,
+    where OpenAI's documentation of ``seed`` (best effort: "system_fingerprint" changes with the backend) is the
+    host's rule (review46b #5)."""
+    host = openai_base_host(base_url)
+    return is_openai_host(host) or is_azure_openai_host(host)
+
+
 def sampling_record(provider: str, model: str, params: dict[str, Any], *, base_url: str | None = None,
                     reasoning_model: bool | None = None, family: str | None = None) -> dict[str, Any]:
     """What the manifest records of one model's sampling settings: ``{"sent": {...}, "not_sent": {...}}``, the
@@ -471,13 +500,16 @@ def sampling_record(provider: str, model: str, params: dict[str, Any], *, base_u
     sent = sent_sampling(provider, model, params, base_url=base_url, reasoning_model=reasoning_model, family=family)
     not_sent = {n: params[n] for n in SAMPLING_PARAMS if params.get(n) is not None and n not in sent}
     out: dict[str, Any] = {"sent": sent, "not_sent": not_sent}
-    # a seed sent on an OpenAI-compatible route is best effort: said even when nothing is left out (prov46 #5)
-    if not not_sent and not (provider == "openai" and "seed" in sent):
+    # a seed sent to OpenAI or Azure OpenAI is best effort by OpenAI's own documentation: said even when nothing is
+    # left out (prov46 #5). Not on other hosts (Ollama, vLLM, a gateway, the sandbox fake): how their seed behaves
+    # is theirs, and an unchanged config's manifest stays as it was (review46b #5)
+    best_effort = provider == "openai" and "seed" in sent and _openai_documents_seed(base_url)
+    if not not_sent and not best_effort:
         return out
     whys = []
     if provider == "openai":
         whys += _openai_whys(model, not_sent, base_url, reasoning_model, family)
-        if "seed" in sent:
+        if best_effort:
             whys.append("the seed is sent, but OpenAI documents it as best effort (the same seed and parameters "
                         "usually, not always, give the same answer; system_fingerprint changes with the backend), so "
                         "repeated requests may differ")

@@ -157,8 +157,9 @@ REASONING_ID = re.compile(r"^(?:ft:)?(?:o\d+(?:[-.:_]|$)|gpt-5(?!-chat)|codex-mi
 RESPONSES_ONLY_ID = re.compile(r"^(?:ft:)?(?:o1-pro|o3-pro|o\d+(?:-mini)?-deep-research|gpt-5(?:\.\d+)?-(?:pro|codex)"
                                r"|codex-mini|computer-use-preview)(?:[-.:_]|$)", re.IGNORECASE)
 #: Claude ids (after any ``vendor/`` prefix: OpenRouter's ``anthropic/claude-opus-4.7``; Anthropic's own OpenAI-compatible
-#: endpoint takes ``claude-opus-4-7``): tier, major, minor (the fake's own reading, kept apart from the client's)
-CLAUDE_ID = re.compile(r"^claude-(?P<tier>[a-z]+)-(?P<major>\d+)(?:[-.](?P<minor>\d{1,2}))?(?:[-@.]|$)", re.IGNORECASE)
+#: endpoint takes ``claude-opus-4-7``; an OpenRouter variant ``:thinking``/``:beta`` ends the version, review46b
+#: #6): tier, major, minor (the fake's own reading, kept apart from the client's)
+CLAUDE_ID = re.compile(r"^claude-(?P<tier>[a-z]+)-(?P<major>\d+)(?:[-.](?P<minor>\d{1,2}))?(?:[-@.:]|$)", re.IGNORECASE)
 #: api.openai.com's answer (404) to a Chat Completions call of a :data:`RESPONSES_ONLY_ID` model
 RESPONSES_ONLY_MESSAGE = "This model is only supported in v1/responses and not in v1/chat/completions."
 #: Azure OpenAI's answer (400 ``OperationNotSupported``) to the same call of a deployment of such a model
