@@ -109,6 +109,9 @@ def test_a_crawl_auditor_on_an_anthropic_model_is_held_to_0_to_1():
     ("openai", "gpt-4o", "https://api.openai.com", "https://api.openai.com/v1"),
     ("openai", "gpt-4o", "https://api.openai.com/", "https://api.openai.com/v1"),
     ("openai", "gpt-4o", "https://api.openai.com/v1/chat/completions", "https://api.openai.com/v1"),
+    # OpenAI's regional data-residency hosts serve the same /v1 root (review46b #7; before: not judged)
+    ("openai", "gpt-4o", "https://eu.api.openai.com", "https://eu.api.openai.com/v1"),
+    ("openai", "gpt-4o", "https://us.api.openai.com/v1/chat/completions", "https://us.api.openai.com/v1"),
     ("anthropic", "claude-haiku-4-5", "https://api.anthropic.com/v1", "https://api.anthropic.com"),
     ("anthropic", "claude-haiku-4-5", "https://api.anthropic.com/v1/messages", "https://api.anthropic.com"),
     ("gemini", "gemini-2.5-flash", "https://generativelanguage.googleapis.com/v1beta",
@@ -143,6 +146,7 @@ def test_the_wrong_gemini_path_refusal_says_the_model_would_stop_with_tasks_kept
 @pytest.mark.parametrize("provider, model, url", [
     ("openai", "gpt-4o", "https://api.openai.com/v1"),
     ("openai", "gpt-4o", "https://api.openai.com/v1/"),
+    ("openai", "gpt-4o", "https://eu.api.openai.com/v1"),
     ("anthropic", "claude-haiku-4-5", "https://api.anthropic.com/"),
     ("gemini", "gemini-2.5-flash", "https://generativelanguage.googleapis.com"),
     # OpenAI-compatible endpoints of the other providers are another provider kind's: not judged by this rule
@@ -184,6 +188,9 @@ def test_pauses_whole_host_rule():
     assert pauses_whole_host(503, "generativelanguage.googleapis.com")
     assert not pauses_whole_host(503, "openrouter.ai") and not pauses_whole_host(503, "127.0.0.1:8000")
     assert not pauses_whole_host(503, "res.openai.azure.com")  # one deployment's capacity, not the resource's
+    # OpenAI's regional hosts are its own API (review46b #7); a look-alike name is not
+    assert pauses_whole_host(503, "eu.api.openai.com") and pauses_whole_host(503, "us.api.openai.com:443")
+    assert not pauses_whole_host(503, "evilapi.openai.com.example") and not pauses_whole_host(503, "xapi.openai.com")
     assert pauses_whole_host(529, "openrouter.ai") and pauses_whole_host(529, "127.0.0.1:8000")
     assert not any(pauses_whole_host(s, "api.openai.com") for s in (429, 500, 502, 504))
 

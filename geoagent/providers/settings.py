@@ -51,13 +51,20 @@ def own_api_path_problem(kind: str, base_url: str) -> str | None:
     root = DEFAULT_BASE_URLS.get(kind)
     if root is None:
         return None
+    from geoagent.providers.sampling import is_openai_host
+
     own, parts = urlsplit(root), urlsplit(base_url)
-    if (parts.hostname or "").lower() != own.hostname or parts.path.rstrip("/") == own.path:
+    host = (parts.hostname or "").lower().rstrip(".")
+    # OpenAI's regional data-residency hosts (eu.api.openai.com, ...) serve the same /v1 root (review46b #7)
+    regional = kind == "openai" and host != own.hostname and is_openai_host(host)
+    if (host != own.hostname and not regional) or parts.path.rstrip("/") == own.path:
         return None
-    return (f"{own.hostname}'s API root is {root} (the {kind} provider appends {PROVIDER_ROUTES[kind]} to base_url), "
+    if regional:
+        root = f"https://{host}{own.path}"
+    return (f"{host}'s API root is {root} (the {kind} provider appends {PROVIDER_ROUTES[kind]} to base_url), "
             "and this base_url has another path there, so every call would be answered 404 Not Found: the model "
             "would stop after its first few calls with none answered, its tasks left queued; write "
-            f"base_url = \"{root}\" or leave base_url out (that is the default)")
+            f"base_url = \"{root}\"" + ("" if regional else " or leave base_url out (that is the default)"))
 
 
 #: Base URLs of common OpenAI-compatible servers (use with ``kind = "openai"``).
