@@ -1949,11 +1949,6 @@ def _unused_host_warnings(cfg: "CampaignConfig") -> list[str]:
 KINDS_NEEDING_MODELS = ("geoverify", "geohint")
 
 
-def _bare_model(m: "ModelConfig") -> str:
-    """``m.model`` after any ``vendor/`` prefix (``anthropic/claude-opus-4.7`` -> ``claude-opus-4.7``)."""
-    return m.model.strip().rsplit("/", 1)[-1]
-
-
 def _explicit_sampling(m: "ModelConfig") -> dict[str, tuple[str, Any]]:
     """``{"temperature" | "top_p": (config key, value)}`` of the sampling values a ``[[models]]`` entry writes out
     (``temperature`` or ``params.temperature``, ``params.top_p``); the default temperature 0.0 is not one."""
@@ -1984,7 +1979,8 @@ def sampling_problems(cfg: "CampaignConfig") -> list[str]:
     Unset values are simply not sent to these models.
     """
     from geoagent.providers.sampling import (ANTHROPIC_TEMPERATURE_MAX, GEMINI_ALWAYS_THINKING_MIN_BUDGET,
-                                             claude_one_sampler, claude_rejects_sampling, gemini_refuses_thinking_off)
+                                             bare_model_id, claude_one_sampler, claude_rejects_sampling,
+                                             gemini_refuses_thinking_off)
 
     out: list[str] = []
     for i, m in enumerate(cfg.models):
@@ -1997,7 +1993,7 @@ def sampling_problems(cfg: "CampaignConfig") -> list[str]:
                         f"{name} 1 (HTTP 400 'unsupported_value' otherwise: every request of model {m.name!r} would "
                         f"be dead-lettered), got {_fmt_value(value)}; remove the key (then no {name} is sent), or, if "
                         "this model does take it (e.g. gpt-5.1 with reasoning effort none), set reasoning_model = false")
-        elif m.provider in ("anthropic", "openai") and claude_rejects_sampling(_bare_model(m)) and given:
+        elif m.provider in ("anthropic", "openai") and claude_rejects_sampling(bare_model_id(m.model)) and given:
             # on an OpenAI-compatible route too (anthropic/claude-opus-4.7 on OpenRouter; prov46 #2)
             keys = " and ".join(f"models[{i}].{key}" for key, _ in given.values())
             out.append(f"{keys}: {m.model} refuses temperature and top_p at any value (HTTP 400 '`temperature` is "
@@ -2009,7 +2005,7 @@ def sampling_problems(cfg: "CampaignConfig") -> list[str]:
             out.append(f"models[{i}].params.thinking_budget: {m.model} cannot turn thinking off and takes a budget of "
                        f"128 to 32,768 tokens (or -1, dynamic), got {m.params['thinking_budget']}: every request of model "
                        f"{m.name!r} would be refused with HTTP 400")
-        elif m.provider in ("anthropic", "openai") and claude_one_sampler(_bare_model(m)) and len(given) == 2:
+        elif m.provider in ("anthropic", "openai") and claude_one_sampler(bare_model_id(m.model)) and len(given) == 2:
             keys = " and ".join(f"models[{i}].{key}" for key, _ in given.values())
             out.append(f"{keys}: {m.model} refuses temperature and top_p in one request (HTTP 400 'cannot both be "
                        f"specified for this model': every request of model {m.name!r} would be dead-lettered); keep "

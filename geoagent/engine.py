@@ -1673,12 +1673,20 @@ def dead_owner_pids(state_dir: Path) -> set[int] | None:
     :func:`run_lock`): their leases have not been handed back early by a later run yet. None when the campaign
     has no ``leases/`` folder (it never ran with this version). Read-only: each lock is tried without waiting
     and let go at once."""
+    owners = _owner_pids(state_dir)
+    return None if owners is None else {pid for pid, alive in owners if not alive}
+
+
+def _owner_pids(state_dir: Path) -> list[tuple[int, bool]] | None:
+    """``(pid, alive)`` of each owner file under ``state/<campaign>/leases/`` that names a pid: alive when its lock
+    is held (its process runs: :func:`_hold_owner_lock`), else it died. None without the folder. Read-only: each
+    lock is tried without waiting and let go at once (:func:`dead_owner_pids`, :func:`_live_owners_began`)."""
     import fcntl
 
     folder = Path(state_dir) / OWNERS_DIR
     if not folder.is_dir():
         return None
-    out: set[int] = set()
+    out: list[tuple[int, bool]] = []
     for path in sorted(folder.glob("*.lock")):
         try:
             fh = open(path, "rb")
@@ -1687,12 +1695,14 @@ def dead_owner_pids(state_dir: Path) -> set[int] | None:
         with fh:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                alive = False
             except BlockingIOError:
-                continue  # alive
+                alive = True
             text = fh.read(32).decode("ascii", "replace").strip()
-            fcntl.flock(fh, fcntl.LOCK_UN)
+            if not alive:
+                fcntl.flock(fh, fcntl.LOCK_UN)
         if text.isdigit():
-            out.add(int(text))
+            out.append((int(text), alive))
     return out
 
 
@@ -1745,26 +1755,11 @@ def run_began(state_dir: Path) -> float | None:
 
 def _live_owners_began(state_dir: Path) -> float | None:
     """The earliest start (Unix s) of the processes of this machine whose owner file under
-    ``<state_dir>/leases/`` is locked now (alive: :func:`_hold_owner_lock`); None when none can be read."""
-    import fcntl
-
+    ``<state_dir>/leases/`` is locked now (alive: :func:`_owner_pids`); None when none can be read."""
     from geoagent.runtime.procs import process_started_unix
 
-    starts: list[float] = []
-    for path in sorted((Path(state_dir) / OWNERS_DIR).glob("*.lock")):
-        try:
-            with open(path, "rb") as fh:
-                try:
-                    fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                    continue  # free: its process is gone
-                except BlockingIOError:
-                    pass  # held: alive
-                pid = int(fh.read(32).decode("ascii").strip() or 0)
-        except (OSError, ValueError):
-            continue
-        t = process_started_unix(pid) if pid > 0 else None
-        if t is not None:
-            starts.append(t)
+    starts = [t for pid, alive in _owner_pids(state_dir) or () if alive and pid > 0
+              and (t := process_started_unix(pid)) is not None]
     return min(starts) if starts else None
 
 

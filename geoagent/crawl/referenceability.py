@@ -913,6 +913,14 @@ def reasks_of(rec: Mapping[str, Any] | None) -> int:
     return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else 0
 
 
+def logged_since(rec: Mapping[str, Any] | None, since: float | None) -> bool:
+    """Whether logged record ``rec`` was written at or after ``since`` (Unix s; None: never): its ``ts``. A record
+    without a numeric ``ts`` is an earlier run's. "Logged in this run" of the re-ask limits (fixreask46), read by the
+    auditor and by :func:`geoagent.crawl.stages.sites_with_reasks_due`."""
+    ts = (rec or {}).get("ts")
+    return since is not None and isinstance(ts, (int, float)) and not isinstance(ts, bool) and ts >= since
+
+
 def reask_due(rec: Mapping[str, Any] | None) -> bool:
     """Whether a logged rating record is a failure in isolation (``failure`` = :data:`FAILURE_ISOLATED`) with a
     re-ask left (fewer than :data:`REF_MAX_REASKS`): it is asked again alone, with the reminder (crawl40b #2; where it
@@ -1548,11 +1556,9 @@ class ReferenceabilityAuditor:
                 "screens_reasked": self.screens_reasked - screens_reasked0, "failed": len(failed)}
 
     def _logged_this_run(self, rec: Mapping[str, Any] | None) -> bool:
-        """Whether logged record ``rec`` was written in this run: its ``ts`` at or after :attr:`run_started` (by this
-        process, or by another process of the crawl running beside it; a record without ``ts`` is an earlier
-        run's)."""
-        ts = (rec or {}).get("ts")
-        return isinstance(ts, (int, float)) and not isinstance(ts, bool) and ts >= self.run_started
+        """Whether logged record ``rec`` was written in this run (:func:`logged_since` :attr:`run_started`: by this
+        process, or by another process of the crawl running beside it)."""
+        return logged_since(rec, self.run_started)
 
     def _note_this_run(self, qids: Iterable[str], city: str | None) -> None:
         """Take what the logs (as last read) say was done in this run to the candidates ``qids`` of ``city``, by any

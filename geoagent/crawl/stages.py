@@ -1581,7 +1581,7 @@ def sites_with_reasks_due(settings: CrawlSettings, state_dir: str | Path) -> lis
     processes running now began (:func:`geoagent.engine.run_began`: this process joined them) is left out: its re-asks
     were cut off in this run, which leaves them to a later one, as one process does (fixreask46). Sorted; ``[]``
     without a log."""
-    from geoagent.crawl.referenceability import JsonlLog, reask_due
+    from geoagent.crawl.referenceability import JsonlLog, logged_since, reask_due
     from geoagent.engine import run_began
 
     state_dir = Path(state_dir)
@@ -1593,8 +1593,7 @@ def sites_with_reasks_due(settings: CrawlSettings, state_dir: str | Path) -> lis
     began = run_began(state_dir)
 
     def left_by_earlier_run(logged: dict[str, Any] | None) -> bool:
-        ts = (logged or {}).get("ts")
-        return reask_due(logged) and not (began is not None and isinstance(ts, (int, float)) and ts >= began)
+        return reask_due(logged) and not logged_since(logged, began)
 
     out = []
     for p in sorted((state_dir / "rated").glob("*.json")):

@@ -144,9 +144,16 @@ def openai_base_host(base_url: str | None) -> str:
     return ((urlsplit(base_url).hostname or "") if base_url else OPENAI_HOST).lower()
 
 
-def _bare_id(model: str) -> str:
+def bare_model_id(model: str) -> str:
     """``model`` after any ``vendor/`` prefix (OpenRouter's ``openai/o3``, ``anthropic/claude-opus-4.7``)."""
     return model.strip().rsplit("/", 1)[-1]
+
+
+def is_gemini_3(model: str) -> bool:
+    """Whether ``model`` is a Gemini 3 id (``gemini-3-pro-preview``, ``gemini-3.1-pro-preview``,
+    ``gemini-3-flash-preview``; not ``gemini-30...``), after any ``models/``, ``google/`` or other ``vendor/``
+    prefix: the one reading behind :func:`gemini_keeps_default_temperature` and :func:`gemini_budget_zero_thinks`."""
+    return bool(_GEMINI_3.match(bare_model_id(model).lower()))
 
 
 def is_openai_reasoning_id(model: str) -> bool:
@@ -305,7 +312,7 @@ def gemini_refuses_thinking_off(model: str) -> bool:
     docs/thinking, as quoted in enricoros/big-AGI#893 and spring-projects/spring-ai#4983) says thinking cannot be
     turned off for Gemini 3 Pro, which takes ``thinkingLevel`` low or high; its budget range is assumed to be 2.5
     Pro's (prov46 #4)."""
-    mid = _bare_id(model).lower()
+    mid = bare_model_id(model).lower()
     return mid.startswith("gemini-2.5-pro") or bool(_GEMINI_3_PRO.match(mid))
 
 
@@ -316,7 +323,7 @@ def gemini_budget_zero_thinks(model: str) -> bool:
     thinking is off"), and clients report 3.x Flash models that accept a zero budget and think anyway
     (maragudk/gai#369). So 0 is not counted as "thinking off" for them (prov46 #4); on Gemini 2.5 Flash and
     Flash-Lite it is."""
-    return bool(_GEMINI_3.match(_bare_id(model).lower()))
+    return is_gemini_3(model)
 
 
 def gemini_thinks_when_asked(model: str) -> bool:
@@ -399,8 +406,7 @@ def gemini_keeps_default_temperature(model: str) -> bool:
     """Whether a Gemini model is sent no ``temperature``, so that it samples at its default 1.0: the Gemini 3 family
     (``gemini-3-pro-preview``, ``models/gemini-3-flash-preview``, ``gemini-3.1-pro-preview``; not ``gemini-2.5-pro``),
     whose developer guide strongly recommends keeping the default (module docstring, prov39 #3)."""
-    mid = model.strip().lower().rsplit("/", 1)[-1]  # models/, google/ (OpenRouter), any vendor/ prefix
-    return bool(_GEMINI_3.match(mid))
+    return is_gemini_3(model)
 
 
 def gemini_sampling(params: dict[str, Any], model: str) -> dict[str, Any]:
@@ -425,7 +431,7 @@ def openai_prefixed_reasoning(model: str, base_url: str | None, override: bool |
     # only OpenAI's own vendor prefix: a Hugging Face id such as someorg/o1-like-distill on vLLM is another model
     if override is not None or family or not model.strip().lower().startswith("openai/"):
         return False
-    return not is_openai_host(openai_base_host(base_url)) and is_openai_reasoning_id(_bare_id(model))
+    return not is_openai_host(openai_base_host(base_url)) and is_openai_reasoning_id(bare_model_id(model))
 
 
 def claude_compat_sampling(sent: dict[str, Any], model: str) -> dict[str, Any]:
@@ -435,7 +441,7 @@ def claude_compat_sampling(sent: dict[str, Any], model: str) -> dict[str, Any]:
     endpoint ``https://api.anthropic.com/v1``): no ``temperature`` and no ``top_p`` for Claude 4.7+
     (:func:`claude_rejects_sampling`), only ``top_p`` when both are set for Opus 4.1 / 4.5+ (:func:`claude_one_sampler`).
     Both refusals are HTTP 400 on every route (prov46 #2: they were sent, and recorded as sent)."""
-    bare = _bare_id(model)
+    bare = bare_model_id(model)
     if _claude_version(bare) is None:
         return sent
     out = dict(sent)
@@ -492,6 +498,14 @@ def _openai_documents_seed(base_url: str | None) -> bool:
     return is_openai_host(host) or is_azure_openai_host(host)
 
 
+#: why a sampling field was not sent, one clause per rule (:func:`sampling_record`; the same words on every provider)
+_WHY_CLAUDE_NONE = ("Claude 4.7 and later models refuse temperature, top_p and top_k at any value, so the model "
+                    "samples at its own default")
+_WHY_CLAUDE_ONE = "this Claude model refuses temperature and top_p together: only top_p is sent"
+_WHY_GEMINI_3 = ("Gemini 3 models are sent no temperature: Google's Gemini 3 developer guide strongly recommends "
+                 "their default 1.0 (lower values can loop or degrade reasoning), so the model samples at 1.0")
+
+
 def sampling_record(provider: str, model: str, params: dict[str, Any], *, base_url: str | None = None,
                     reasoning_model: bool | None = None, family: str | None = None) -> dict[str, Any]:
     """What the manifest records of one model's sampling settings: ``{"sent": {...}, "not_sent": {...}}``, the
@@ -515,15 +529,13 @@ def sampling_record(provider: str, model: str, params: dict[str, Any], *, base_u
                         "repeated requests may differ")
     elif provider == "anthropic":
         if claude_rejects_sampling(model):
-            whys.append("Claude 4.7 and later models refuse temperature, top_p and top_k at any value, so the model "
-                        "samples at its own default")
+            whys.append(_WHY_CLAUDE_NONE)
         elif "temperature" in not_sent:
-            whys.append("this Claude model refuses temperature and top_p together: only top_p is sent")
+            whys.append(_WHY_CLAUDE_ONE)
         if "seed" in not_sent:
             whys.append("the Messages API has no seed")
     elif provider == "gemini":
-        whys.append("Gemini 3 models are sent no temperature: Google's Gemini 3 developer guide strongly recommends "
-                    "their default 1.0 (lower values can loop or degrade reasoning), so the model samples at 1.0")
+        whys.append(_WHY_GEMINI_3)
     elif provider == "replay":
         whys.append("replayed answers: no request is sent")
     out["why"] = "; ".join(whys)
@@ -536,7 +548,7 @@ def _openai_whys(model: str, not_sent: dict[str, Any], base_url: str | None, rea
     (:func:`openai_compat_sampling`)."""
     if not not_sent:
         return []
-    bare = _bare_id(model)
+    bare = bare_model_id(model)
     if openai_reasoning(model, base_url, reasoning_model, family):
         return ["an OpenAI reasoning model is sent no temperature and no top_p (it accepts none but its default "
                 "temperature 1), so the model samples at its own default"]
@@ -544,14 +556,12 @@ def _openai_whys(model: str, not_sent: dict[str, Any], base_url: str | None, rea
         return [f"{bare} is an OpenAI reasoning model (behind the prefix of {model}), sent no temperature and no top_p: "
                 "it samples at its default temperature 1 whatever is asked (a gateway ignores or refuses the values)"]
     if claude_rejects_sampling(bare):
-        return ["Claude 4.7 and later models refuse temperature, top_p and top_k at any value, so the model samples "
-                "at its own default"]
+        return [_WHY_CLAUDE_NONE]
     whys = []
     if gemini_keeps_default_temperature(model) and "temperature" in not_sent:
-        whys.append("Gemini 3 models are sent no temperature: Google's Gemini 3 developer guide strongly recommends "
-                    "their default 1.0 (lower values can loop or degrade reasoning), so the model samples at 1.0")
+        whys.append(_WHY_GEMINI_3)
     elif "temperature" in not_sent and claude_one_sampler(bare):
-        whys.append("this Claude model refuses temperature and top_p together: only top_p is sent")
+        whys.append(_WHY_CLAUDE_ONE)
     return whys
 
 

@@ -890,13 +890,15 @@ FIRST_PARTY_MODEL_HOSTS = frozenset({"api.openai.com", "api.anthropic.com", "gen
 def pauses_whole_host(status: int, host: str) -> bool:
     """Whether a retried answer ``status`` from ``host`` (a :func:`host_key`, ``hostname[:port]``) that asks for a
     wait pauses every limit key of the host, not only the request's: a 529 (Anthropic's overloaded) anywhere, a 503
-    on a :data:`FIRST_PARTY_MODEL_HOSTS` host or an OpenAI regional host (``eu.api.openai.com``); anything else (a 429, a gateway's 500/502/503 for one model) pauses
-    only the request's key."""
+    on a :data:`FIRST_PARTY_MODEL_HOSTS` host or an OpenAI regional host (``eu.api.openai.com``); anything else (a
+    429, a gateway's 500/502/503 for one model) pauses only the request's key."""
     if status in HOST_WIDE_PAUSE_STATUSES:
         return True
+    from geoagent.providers.sampling import is_openai_host  # a leaf module: the one "is this OpenAI's API" rule
+
     name = host.rsplit(":", 1)[0].lower().rstrip(".")
     # OpenAI's regional data-residency hosts (eu.api.openai.com, ...) are its own API too (review46b #7)
-    return status == 503 and (name in FIRST_PARTY_MODEL_HOSTS or name.endswith(".api.openai.com"))
+    return status == 503 and (name in FIRST_PARTY_MODEL_HOSTS or is_openai_host(name))
 
 _VOID = float("-inf")  # a rate slot given back unsent (_SlidingWindowThrottler.give_back)
 #: ids of unreachable streaks (:attr:`RetriesExhausted.streak_id`): unique in the process, across clients and hosts

@@ -12,7 +12,7 @@
   ``image`` blocks; an image ``source`` of type ``base64`` needs ``media_type`` in jpeg/png/gif/webp and
   ``data`` that is valid base64 *without* a ``data:`` prefix (type ``url`` needs ``url``);
   ``temperature`` in [0, 1]. A violation -> 400 ``invalid_request_error``. Model rules as the API enforces
-  them (:func:`_sampling_rule`): a Claude 4.7+ id (``claude-opus-4-7``, ``claude-sonnet-5``) refuses
+  them (:func:`claude_sampling_rule`): a Claude 4.7+ id (``claude-opus-4-7``, ``claude-sonnet-5``) refuses
   ``temperature``, ``top_p`` and ``top_k`` ("`temperature` is deprecated for this model."); an Opus 4.1 or
   4.5+ id refuses ``temperature`` with ``top_p`` ("`temperature` and `top_p` cannot both be specified for
   this model. Please use only one."). Each call record keeps the request's sampling fields (``sampling``).
@@ -229,9 +229,10 @@ def _header_error(request: web.Request, *, log: bool = True) -> web.Response | N
 _CLAUDE_VERSION = re.compile(r"^claude-(?P<tier>[a-z]+)-(?P<major>\d+)(?:-(?P<minor>\d{1,2}))?(?:-|$)")
 
 
-def _sampling_rule(model: str, body: dict[str, Any]) -> str | None:
+def claude_sampling_rule(model: str, body: dict[str, Any]) -> str | None:
     """The 400 message the API gives ``model`` for the sampling fields of ``body``, or None (the fake's own
-    reading of the model migration guides and error reports)."""
+    reading of the model migration guides and error reports). Also the OpenAI fake's, for a Claude id behind its
+    OpenAI-compatible route (:func:`geoagent.sandbox.llm_openai._check_claude_sampling`, written as here)."""
     m = _CLAUDE_VERSION.match(model)
     if m is None:
         return None
@@ -331,7 +332,7 @@ async def messages(request: web.Request) -> web.Response:
         temp = body.get("temperature")
         if temp is not None and not is_number_in(temp, 0, 1):
             raise _Bad("temperature: Input should be less than or equal to 1")
-        rule = _sampling_rule(model, body)
+        rule = claude_sampling_rule(model, body)
         if rule:
             raise _Bad(rule)
         system = _texts_of_system(body.get("system"))

@@ -355,22 +355,20 @@ def _parse_messages(messages: Any) -> tuple[str, str, bytes | None, str | None, 
 
 def _check_claude_sampling(model: str, body: dict[str, Any]) -> None:
     """A Claude model's sampling refusals, as Anthropic's API answers them on every route (its OpenAI-compatible
-    endpoint, a gateway passing the call on; prov46 #2): Claude 4.7+ refuses ``temperature`` / ``top_p`` at any
-    value ("`temperature` is deprecated for this model."), Opus 4.1 and every 4.5+ model refuse both in one request
-    ("`temperature` and `top_p` cannot both be specified for this model. Please use only one."). Raises
-    :class:`_Bad` (400); sources in :mod:`geoagent.providers.sampling`."""
+    endpoint, a gateway passing the call on; prov46 #2): the Anthropic fake's rule
+    (:func:`geoagent.sandbox.llm_anthropic.claude_sampling_rule`: Claude 4.7+ refuses ``temperature`` / ``top_p`` /
+    ``top_k`` at any value, Opus 4.1 and every 4.5+ model refuse both in one request) applied to the id read by
+    :data:`CLAUDE_ID` (a ``vendor/`` prefix, a dotted minor, a ``:variant``) and written as the Messages API writes
+    it. Raises :class:`_Bad` (400, naming the first refused field)."""
+    from geoagent.sandbox.llm_anthropic import claude_sampling_rule
+
     m = CLAUDE_ID.match(model.rsplit("/", 1)[-1])
     if m is None:
         return
-    version = (int(m["major"]), int(m["minor"] or 0))
-    if version >= (4, 7):
-        for name in ("temperature", "top_p", "top_k"):
-            if name in body:
-                raise _Bad(f"`{name}` is deprecated for this model.", name)
-    elif "temperature" in body and "top_p" in body and (
-            version >= (4, 5) or (m["tier"].lower() == "opus" and version >= (4, 1))):
-        raise _Bad("`temperature` and `top_p` cannot both be specified for this model. Please use only one.",
-                   "temperature")
+    canonical = f"claude-{m['tier'].lower()}-{m['major']}" + (f"-{m['minor']}" if m["minor"] else "")
+    message = claude_sampling_rule(canonical, body)
+    if message is not None:
+        raise _Bad(message, next(n for n in ("temperature", "top_p", "top_k") if f"`{n}`" in message))
 
 
 def _positive_int(body: dict[str, Any], name: str) -> int | None:
